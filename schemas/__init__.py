@@ -1,0 +1,28 @@
+"""xrmq wire protocol: msgspec Structs only, no I/O.
+
+Every type here is frozen (a decoded message can be shared by every subscriber in a
+process without copies) and validates its rules on construction and on decode, raising
+``ValueError`` that names the field and the rule.
+"""
+
+from .context import CompactionPrompts, ContextBlock, ConversationContextUpdate
+from .envelope import MessageMetadata
+from .interaction import Interrupted, ParticipantJoined, ParticipantLeft, ResponseOutput, UserQuery
+from .routing import Admission, AgentExchange, AgentTurn, DestinationResult, RoutingAid
+
+__all__ = [
+    "Admission",
+    "AgentExchange",
+    "AgentTurn",
+    "CompactionPrompts",
+    "ContextBlock",
+    "ConversationContextUpdate",
+    "DestinationResult",
+    "Interrupted",
+    "MessageMetadata",
+    "ParticipantJoined",
+    "ParticipantLeft",
+    "ResponseOutput",
+    "RoutingAid",
+    "UserQuery",
+]

@@ -1,0 +1,26 @@
+"""Shared validation helpers for wire types.
+
+msgspec checks types while decoding; the rules a type cannot express (non-empty text,
+field combinations) live in each Struct's ``__post_init__``, which msgspec runs both on
+construction and on decode. Every rule raises ``ValueError`` naming the field and the
+rule, so a caller (or a dropped-frame log line) says exactly what was wrong.
+"""
+
+from __future__ import annotations
+
+
+def require(condition: bool, type_name: str, field: str, rule: str) -> None:
+    """Raise ``ValueError("<Type>.<field>: <rule>")`` unless ``condition`` holds."""
+    if not condition:
+        raise ValueError(f"{type_name}.{field}: {rule}")
+
+
+def require_text(value: str, type_name: str, field: str) -> None:
+    """Require non-blank text."""
+    require(bool(value and value.strip()), type_name, field, "must be non-empty text")
+
+
+def require_name(value: str, type_name: str, field: str) -> None:
+    """Require a non-empty identifier without NUL bytes (NUL terminates wire keys)."""
+    require(bool(value), type_name, field, "must be a non-empty string")
+    require("\x00" not in value, type_name, field, "must not contain NUL characters")

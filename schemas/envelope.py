@@ -1,0 +1,43 @@
+"""The envelope: metadata frame carried beside every payload on the bus."""
+
+from __future__ import annotations
+
+import msgspec
+
+from ._validation import require
+
+
+class MessageMetadata(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Metadata frame of one bus message (frame 1 of ``[key, metadata, payload]``).
+
+    Field names are the wire names (MessagePack map keys); new fields are only ever
+    appended, with defaults, so old and new peers interoperate.
+    """
+
+    message_id: str
+    """Unique id of this message (uuid4 hex)."""
+    source: str
+    """Runtime-local name of the publishing agent; "application" for external publishes."""
+    sender: str
+    """Id of the publishing runtime instance; with ``epoch`` and ``seq`` it orders delivery."""
+    epoch: int
+    """Incarnation of the sender; a restarted sender starts a new epoch."""
+    seq: int
+    """Per (sender, epoch, topic, participant) sequence number, starting at 1."""
+    timestamp_us: int
+    """Unix microseconds when the message was published."""
+    correlation_id: str | None = None
+    """Id shared by a message and everything published while handling it; ask/reply pairs use it."""
+    parent_message_id: str | None = None
+    """The message whose handler published this one."""
+    participant_id: str | None = None
+    """Participant the message concerns; None for a global message."""
+    reply_to: str | None = None
+    """Inbox topic of an asker that expects a reply."""
+    error: str | None = None
+    """On a reply: the handler failed with this description instead of returning a value."""
+
+    def __post_init__(self) -> None:
+        require(self.seq >= 1, "MessageMetadata", "seq", "must be >= 1")
+        require(self.epoch >= 0, "MessageMetadata", "epoch", "must be >= 0")
+        require(bool(self.message_id), "MessageMetadata", "message_id", "must be non-empty")

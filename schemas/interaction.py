@@ -1,0 +1,94 @@
+"""Transport-neutral participant interaction messages (seed 004).
+
+Participant identity travels in the envelope (``MessageMetadata.participant_id``), never
+in these payloads.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from ._validation import require, require_name
+
+
+class UserQuery(msgspec.Struct, frozen=True):
+    """One accepted user query from an input boundary such as voice or text."""
+
+    text: str
+    """Gate-accepted speech or direct typed text."""
+    timestamp_us: int
+    """Input presentation time as Unix microseconds."""
+
+    def __post_init__(self) -> None:
+        require(bool(self.text.strip()), "UserQuery", "text", "must be non-empty text")
+        require(self.timestamp_us >= 0, "UserQuery", "timestamp_us", "must be >= 0")
+
+
+class Interrupted(msgspec.Struct, frozen=True):
+    """Notification that participant-scoped or global work was interrupted."""
+
+
+class ParticipantJoined(msgspec.Struct, frozen=True):
+    """Notification that one participant joined the interaction."""
+
+
+class ParticipantLeft(msgspec.Struct, frozen=True):
+    """Notification that one participant left the interaction."""
+
+
+ResponseKind = Literal["reply", "update", "withdraw"]
+
+
+class ResponseOutput(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One complete response or one fragment of a streamed response.
+
+    A ``reply`` answers ``request_id``; an ``update`` is unprompted information; a
+    ``withdraw`` carries no content and asks the consumer to drop the updates this
+    producer queued for the participant that have not started playing.
+
+    Without ``response_id`` this is a complete standalone response. Otherwise ordered
+    messages with the same participant, producer and ``response_id`` form one streamed
+    reply: append each message's text until ``final=True`` closes it; the final message
+    may carry text or be an empty terminator.
+
+    Construction checks each message on its own (``__post_init__``);
+    :meth:`validate_boundary` adds the rules for output crossing to a consumer. Stream
+    state belongs to consumers.
+    """
+
+    kind: ResponseKind
+    text: str = ""
+    request_id: str | None = None
+    urgent: bool = False
+    response_id: str | None = None
+    final: bool = True
+    timestamp_us: int | None = None
+
+    def __post_init__(self) -> None:
+        name = "ResponseOutput"
+        if self.kind == "reply":
+            require(self.request_id is not None, name, "request_id", "is required for replies")
+            require_name(self.request_id, name, "request_id")
+            require(not self.urgent, name, "urgent", "only updates can be urgent")
+        else:
+            require(self.request_id is None, name, "request_id", f"is forbidden for {self.kind}s")
+            require(self.response_id is None, name, "response_id", "only replies are streamed")
+            require(self.final, name, "final", "only replies are streamed")
+        if self.kind == "withdraw":
+            require(self.text == "", name, "text", "a withdraw carries no text")
+            require(not self.urgent, name, "urgent", "only updates can be urgent")
+        if self.response_id is not None:
+            require_name(self.response_id, name, "response_id")
+        if self.timestamp_us is not None:
+            require(self.timestamp_us >= 0, name, "timestamp_us", "must be >= 0")
+
+    def validate_boundary(self) -> "ResponseOutput":
+        """Require identity for streamed replies and text for finite output; return self."""
+        name = "ResponseOutput"
+        if not self.final:
+            require(self.response_id is not None, name, "response_id", "is required for non-final fragments")
+        if self.response_id is None and self.kind != "withdraw":
+            require(bool(self.text.strip()), name, "text", "is required for output without response_id")
+        return self

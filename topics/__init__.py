@@ -1,0 +1,48 @@
+"""Typed topics: names bound to schemas, and the standard topics of the XR conversation layer."""
+
+from xrmq.schemas import (
+    ConversationContextUpdate,
+    Interrupted,
+    ParticipantJoined,
+    ParticipantLeft,
+    ResponseOutput,
+    UserQuery,
+)
+
+from ._topic import Topic, split_key, topic_key
+
+VOICE_OUTPUT_TOPIC: Topic[ResponseOutput] = Topic("voice.output", ResponseOutput)
+"""Replies and updates that the voice renderer plays."""
+QUERY_TOPIC: Topic[UserQuery] = Topic("voice.query", UserQuery)
+"""Accepted user turns from voice or text input."""
+INTERRUPTED_TOPIC: Topic[Interrupted] = Topic("voice.interrupted", Interrupted)
+"""The participant interrupted (barge-in): in-flight work for them stops."""
+PARTICIPANT_JOINED_TOPIC: Topic[ParticipantJoined] = Topic("participant.joined", ParticipantJoined)
+PARTICIPANT_LEFT_TOPIC: Topic[ParticipantLeft] = Topic("participant.left", ParticipantLeft)
+
+
+def context_topic(name: str) -> Topic[ConversationContextUpdate]:
+    """The topic a sensor process publishes ``ConversationContextUpdate`` on."""
+    return Topic(name, ConversationContextUpdate)
+
+
+STANDARD_TOPICS: tuple[Topic, ...] = (
+    VOICE_OUTPUT_TOPIC,
+    QUERY_TOPIC,
+    INTERRUPTED_TOPIC,
+    PARTICIPANT_JOINED_TOPIC,
+    PARTICIPANT_LEFT_TOPIC,
+)
+
+__all__ = [
+    "INTERRUPTED_TOPIC",
+    "PARTICIPANT_JOINED_TOPIC",
+    "PARTICIPANT_LEFT_TOPIC",
+    "QUERY_TOPIC",
+    "STANDARD_TOPICS",
+    "Topic",
+    "VOICE_OUTPUT_TOPIC",
+    "context_topic",
+    "split_key",
+    "topic_key",
+]
