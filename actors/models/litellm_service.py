@@ -1,0 +1,203 @@
+"""``LiteLLMService``: any litellm model string behind the ``LLMService`` interface.
+
+litellm is imported on first use, with ``LITELLM_LOCAL_MODEL_COST_MAP=True`` so the
+import never reaches the network; only a process that calls a real provider pays for the
+import (seconds). Its version is pinned by the project (at least 1.83.10, never a release
+reported compromised).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncGenerator, Mapping
+from types import ModuleType
+from typing import Any
+
+from xrmq.actors.runtime.logs import get_logger
+
+from .errors import (
+    ContextWindowExceeded,
+    ModelError,
+    ModelRateLimited,
+    ModelRequestRejected,
+    ModelTimeout,
+    ModelUnavailable,
+)
+from .service import LLMService
+from .types import ChatRequest, ChatResult, FinishReason, Usage
+
+REASONING_OFF: Mapping[str, Any] = {"reasoning_effort": "none"}
+"""What a request with ``thinking=False`` sends to a model that litellm reports as a
+reasoning model, when the service has no ``thinking_off`` of its own. litellm maps it per
+provider (Anthropic: thinking disabled; Gemini: the lowest thinking level; OpenAI:
+``reasoning_effort="none"`` where the model accepts it)."""
+
+_FINISH_REASONS: Mapping[str, FinishReason] = {"length": "length", "content_filter": "content_filter"}
+
+
+def import_litellm() -> ModuleType:
+    """Import litellm offline-safe: local cost map, no "feedback" banners on errors."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    litellm.suppress_debug_info = True
+    return litellm
+
+
+class LiteLLMService(LLMService):
+    """Streams chat completions through ``litellm.acompletion(stream=True)``.
+
+    ``model`` is any litellm model string (``openai/...``, ``anthropic/...``,
+    ``ollama/...``, ``hosted_vllm/...`` with ``api_base`` for an OpenAI-compatible
+    server). ``temperature`` and ``max_tokens`` are defaults a request's options
+    override. ``timeout_s`` bounds the wait for the first chunk and for each later chunk
+    (a request's ``timeout_s`` overrides it). A failure before the first chunk that can
+    pass (timeout, rate limit, unavailable) is retried up to ``retries`` times, waiting
+    ``retry_backoff_s`` doubling; after the first chunk nothing is retried, since the
+    consumer already has part of the answer. A request with ``thinking=False`` sends
+    ``thinking_off`` (provider parameters, e.g. ``{"reasoning_effort": "minimal"}`` or
+    ``{"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}}``), or, if
+    that is ``None``, ``REASONING_OFF`` when litellm reports the model as a reasoning
+    model. ``provider_options`` go to every ``acompletion`` call unchanged. Parameters
+    a provider does not support (temperature on some reasoning models) are dropped.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = 60.0,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        retries: int = 2,
+        retry_backoff_s: float = 0.5,
+        thinking_off: Mapping[str, Any] | None = None,
+        **provider_options: Any,
+    ) -> None:
+        if not (isinstance(model, str) and model.strip()):
+            raise ValueError("LiteLLMService.model: must be a non-empty litellm model string")
+        if not timeout_s > 0:
+            raise ValueError("LiteLLMService.timeout_s: must be positive")
+        if max_tokens is not None and not max_tokens > 0:
+            raise ValueError("LiteLLMService.max_tokens: must be positive")
+        if temperature is not None and not 0 <= temperature <= 2:
+            raise ValueError("LiteLLMService.temperature: must be between 0 and 2")
+        if retries < 0:
+            raise ValueError("LiteLLMService.retries: must be non-negative")
+        if retry_backoff_s < 0:
+            raise ValueError("LiteLLMService.retry_backoff_s: must be non-negative")
+        super().__init__(model)
+        self.api_base = api_base
+        self.timeout_s = float(timeout_s)
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.retries = retries
+        self.retry_backoff_s = retry_backoff_s
+        self.thinking_off = None if thinking_off is None else dict(thinking_off)
+        self.provider_options = provider_options
+        self._api_key = api_key
+        self._log = get_logger(model=model)
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"LiteLLMService({self.model!r}, api_base={self.api_base!r})"
+
+    def _arguments(self, litellm: ModuleType, request: ChatRequest, timeout_s: float) -> dict[str, Any]:
+        options = request.options
+        arguments: dict[str, Any] = dict(self.provider_options)
+        arguments.update(
+            model=self.model,
+            messages=[{"role": message.role, "content": message.content} for message in request.messages],
+            stream=True,
+            stream_options={"include_usage": True},
+            timeout=timeout_s,
+            drop_params=True,
+        )
+        for name, value in (
+            ("api_base", self.api_base),
+            ("api_key", self._api_key),
+            ("max_tokens", options.max_tokens or self.max_tokens),
+            ("temperature", self.temperature if options.temperature is None else options.temperature),
+        ):
+            if value is not None:
+                arguments[name] = value
+        if not options.thinking:
+            if self.thinking_off is not None:
+                arguments.update(self.thinking_off)
+            elif litellm.supports_reasoning(model=self.model):
+                arguments.update(REASONING_OFF)
+        return arguments
+
+    async def _generate(self, request: ChatRequest) -> AsyncGenerator[str | ChatResult, None]:
+        litellm = import_litellm()
+        timeout_s = request.options.timeout_s or self.timeout_s
+        arguments = self._arguments(litellm, request, timeout_s)
+        attempt = 0
+        while True:
+            delivered = False
+            finish: FinishReason = "stop"
+            usage = Usage()
+            response = None
+            try:
+                try:
+                    async with asyncio.timeout(timeout_s):
+                        response = await litellm.acompletion(**arguments)
+                    chunks = aiter(response)
+                    while True:
+                        async with asyncio.timeout(timeout_s):
+                            chunk = await anext(chunks, None)
+                        if chunk is None:
+                            break
+                        if getattr(chunk, "usage", None) is not None:
+                            usage = Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
+                        if not chunk.choices:
+                            continue  # the usage-only chunk that ends a stream
+                        choice = chunk.choices[0]
+                        if choice.finish_reason:
+                            finish = _FINISH_REASONS.get(choice.finish_reason, "stop")
+                        text = choice.delta.content  # None on the final chunk
+                        if text:
+                            delivered = True
+                            yield text
+                finally:
+                    if response is not None:
+                        await response.aclose()
+            except Exception as exc:
+                error = _model_error(litellm, self.model, exc, timeout_s)
+                if not delivered and error.retryable and attempt < self.retries:
+                    attempt += 1
+                    self._log.warning("model_retry", attempt=attempt, reason=error.reason)
+                    await asyncio.sleep(self.retry_backoff_s * 2 ** (attempt - 1))
+                    continue
+                self._log.warning("model_failed", reason=error.reason, after_first_chunk=delivered)
+                raise error from exc
+            yield ChatResult(finish, usage)
+            return
+
+
+def _model_error(litellm: ModuleType, model: str, exc: Exception, timeout_s: float) -> ModelError:
+    """Map a litellm (or asyncio) exception to the ``ModelError`` family."""
+    detail = f"{type(exc).__name__}: {exc}"[:500]
+    if isinstance(exc, TimeoutError | litellm.Timeout):
+        return ModelTimeout(model, f"no chunk within {timeout_s:g} s ({detail})")
+    if isinstance(exc, litellm.ContextWindowExceededError):
+        return ContextWindowExceeded(model, f"request exceeds the context window ({detail})")
+    if isinstance(exc, litellm.RateLimitError):
+        return ModelRateLimited(model, f"rate limited ({detail})")
+    if isinstance(
+        exc,
+        litellm.APIConnectionError | litellm.InternalServerError | litellm.ServiceUnavailableError,
+    ):
+        return ModelUnavailable(model, f"provider unavailable ({detail})")
+    if isinstance(
+        exc,
+        litellm.BadRequestError
+        | litellm.AuthenticationError
+        | litellm.PermissionDeniedError
+        | litellm.NotFoundError
+        | litellm.UnprocessableEntityError,
+    ):
+        return ModelRequestRejected(model, f"request rejected ({detail})")
+    return ModelError(model, f"failed ({detail})")

@@ -1,0 +1,79 @@
+"""``OfflineLLM``: the embedded default model, so the demo and the tests need no network.
+
+Deterministic and visibly dependent on its input (see ``extractive``):
+
+- A request whose system prompt states a compaction limit (``compaction_limit``) gets an
+  extractive summary of the other messages within that limit.
+- Any other request is a question: the last message is the question and the messages
+  between the system prompt and it are the context (the answer layout is system prompt,
+  context, current request). The reply quotes the best-matching context lines, or says
+  plainly that nothing matches.
+
+It streams word-sized chunks paced like a small local model, so latency benchmarks that
+run on it are meaningful; ``time_to_first_token_s=0, tokens_per_second=None`` removes
+the pacing. ``ChatOptions.max_tokens`` counts chunks: a longer reply is cut off and ends
+with ``finish_reason="length"``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Awaitable, Callable
+
+from .chunking import word_chunks
+from .compaction import compaction_limit
+from .extractive import answer_from_context, content_lines, extractive_summary
+from .service import LLMService
+from .types import ChatRequest, ChatResult, FinishReason, Usage
+
+
+class OfflineLLM(LLMService):
+    """The embedded, deterministic, extractive model.
+
+    ``time_to_first_token_s`` (>= 0) is waited before the first chunk and
+    ``1 / tokens_per_second`` between chunks; ``tokens_per_second=None`` streams without
+    pacing. ``sleep`` is the awaitable used for waiting (tests inject one that records).
+    """
+
+    def __init__(
+        self,
+        *,
+        time_to_first_token_s: float = 0.25,
+        tokens_per_second: float | None = 40.0,
+        model: str = "offline",
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    ) -> None:
+        if not time_to_first_token_s >= 0:
+            raise ValueError("OfflineLLM.time_to_first_token_s: must be non-negative")
+        if tokens_per_second is not None and not tokens_per_second > 0:
+            raise ValueError("OfflineLLM.tokens_per_second: must be positive, or None for no pacing")
+        super().__init__(model)
+        self.time_to_first_token_s = float(time_to_first_token_s)
+        self.tokens_per_second = tokens_per_second
+        self._sleep = sleep
+
+    def respond(self, request: ChatRequest) -> str:
+        """The whole reply to ``request``, before any ``max_tokens`` cut-off."""
+        messages = request.messages
+        has_system = messages[0].role == "system"
+        limit = compaction_limit(messages[0].content) if has_system else None
+        if limit is not None:
+            material = "\n".join(message.content for message in messages[1:])
+            return extractive_summary(material, limit)
+        context = [line for message in messages[int(has_system) : -1] for line in content_lines(message.content)]
+        return answer_from_context(messages[-1].content, context)
+
+    async def _generate(self, request: ChatRequest) -> AsyncGenerator[str | ChatResult, None]:
+        chunks = word_chunks(self.respond(request))
+        finish: FinishReason = "stop"
+        max_tokens = request.options.max_tokens
+        if max_tokens is not None and len(chunks) > max_tokens:
+            chunks, finish = chunks[:max_tokens], "length"
+        gap = 0.0 if self.tokens_per_second is None else 1.0 / self.tokens_per_second
+        await self._sleep(self.time_to_first_token_s)
+        for index, chunk in enumerate(chunks):
+            if index:
+                await self._sleep(gap)
+            yield chunk
+        input_tokens = sum(len(word_chunks(message.content)) for message in request.messages)
+        yield ChatResult(finish, Usage(input_tokens=input_tokens, output_tokens=len(chunks)))

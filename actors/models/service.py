@@ -1,0 +1,115 @@
+"""``LLMService``: the one typed, streamed chat interface every model call goes through.
+
+Answers, compaction summaries and routing decisions all call ``stream()`` (or
+``complete()``, which collects a stream). The request is validated in the caller's frame,
+so bad input raises ``ValueError`` before any provider is contacted.
+
+Closing is the consumer's job and must be prompt: ``async with llm.stream(...) as s``
+closes the provider stream when the block exits, whether it finished, failed, broke out
+early or was cancelled; a consumer cancelled while it awaits a chunk closes the provider
+stream even without the block, because the cancellation runs through the generator.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import AsyncGenerator, Sequence
+from types import TracebackType
+
+from .types import ChatCompletion, ChatMessage, ChatOptions, ChatRequest, ChatResult, FinishReason, Usage
+
+
+class ChatStream:
+    """Text chunks of one response, then its ``result``.
+
+    Iterate it for non-empty text chunks. ``result`` is ``None`` while chunks may still
+    come, and set once the stream ends: the provider's finish reason and usage on
+    completion, ``finish_reason="error"`` after it raised, ``"cancelled"`` after it was
+    cancelled or closed before the end.
+    """
+
+    def __init__(self, model: str, source: AsyncGenerator[str | ChatResult, None]) -> None:
+        self.model = model
+        self.result: ChatResult | None = None
+        self._source = source
+
+    @property
+    def finish_reason(self) -> FinishReason | None:
+        return None if self.result is None else self.result.finish_reason
+
+    @property
+    def usage(self) -> Usage | None:
+        return None if self.result is None else self.result.usage
+
+    def __aiter__(self) -> ChatStream:
+        return self
+
+    async def __anext__(self) -> str:
+        while self.result is None:
+            try:
+                item = await anext(self._source)
+            except StopAsyncIteration:
+                self.result = ChatResult("stop")
+                break
+            except asyncio.CancelledError:
+                self.result = ChatResult("cancelled")
+                raise
+            except BaseException:
+                self.result = ChatResult("error")
+                raise
+            if isinstance(item, ChatResult):
+                self.result = item
+                await self._source.aclose()
+            elif item:
+                return item
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        """Close the provider stream now; idempotent. An unfinished stream ends ``cancelled``."""
+        if self.result is None:
+            self.result = ChatResult("cancelled")
+        await self._source.aclose()
+
+    async def __aenter__(self) -> ChatStream:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class LLMService(abc.ABC):
+    """A chat model: messages in, streamed text chunks out, finish reason and usage last.
+
+    Implementations override ``_generate``. Failures raise ``ModelError`` subclasses
+    (``xrmq.actors.models.errors``) that name the model and the reason.
+    """
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+
+    def stream(self, messages: Sequence[ChatMessage], options: ChatOptions | None = None) -> ChatStream:
+        """Start one request. Raises ``ValueError`` for an invalid request, here and now."""
+        request = ChatRequest(tuple(messages), ChatOptions() if options is None else options)
+        return ChatStream(self.model, self._generate(request))
+
+    async def complete(self, messages: Sequence[ChatMessage], options: ChatOptions | None = None) -> ChatCompletion:
+        """Run one request to the end and return its whole text with the finish reason."""
+        async with self.stream(messages, options) as stream:
+            text = "".join([chunk async for chunk in stream])
+        assert stream.result is not None  # set when iteration ends
+        return ChatCompletion(text, stream.result.finish_reason, stream.result.usage)
+
+    @abc.abstractmethod
+    def _generate(self, request: ChatRequest) -> AsyncGenerator[str | ChatResult, None]:
+        """Yield the response's text chunks, then optionally one ``ChatResult``.
+
+        A generator that ends without a ``ChatResult`` finished with ``stop`` and
+        unknown usage. Release provider resources in ``finally``: it runs when the
+        consumer closes the stream or is cancelled.
+        """
