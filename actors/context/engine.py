@@ -1,0 +1,492 @@
+"""The context engine: the pure state machine of one section of one participant.
+
+A section is the dialogue or one configured topic (seed 000, "Context compaction").
+``SectionState`` is the data (a mutable msgspec Struct, so an actor can journal and
+restore it); ``Section`` binds one section's configuration and holds the operations,
+which mutate the state they are given explicitly and return what the caller must act
+on. Nothing here does I/O, reads a clock or calls a model: times are passed in, and
+compaction is a ``CompactionRequest`` out and a ``CompactionResult`` in.
+
+The caller's loop, for every participant and section:
+
+1. Change the state: ``record_exchange`` / ``reconcile_history`` (dialogue),
+   ``append_update`` (incremental topic), ``replace_state`` (summary topic), or
+   ``apply_result`` (a compaction result arrived).
+2. Call ``next_compaction``; send any request it returns to a compaction worker. At most
+   one job per section is in flight; its request stays in ``state.pending`` until a
+   result for it is applied, so it can be re-sent after a timeout.
+3. ``render`` when ``state.revision`` changed; log the warning it may return.
+
+Compaction runs over an immutable snapshot (seed 003): a job names the ids of the
+entries it summarizes, and its result removes exactly those, so entries recorded while
+it ran survive. A result whose job is not the state's pending job (the state was
+cleared and recreated, the job was already answered or abandoned) is discarded.
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+import hashlib
+from collections.abc import Sequence
+from typing import Literal
+
+import msgspec
+
+from xrmq.schemas import CompactionPrompts, ContextBlock
+
+from .clip import clip_middle, utf8_size
+from .compaction import (
+    CompactionKind,
+    CompactionRequest,
+    CompactionResult,
+    JobRef,
+    compact_message,
+    condense_message,
+    system_prompt,
+)
+from .render import (
+    check_timestamp,
+    exchange_text,
+    state_text,
+    summary_label,
+    update_text,
+)
+
+SectionKind = Literal["dialogue", "incremental", "summary"]
+"""Dialogue and incremental topics keep entries and a rolling summary; a summary topic
+keeps only its latest state and is never compacted."""
+
+INPUT_BUDGET_MARGIN_BYTES = 256
+"""Seed 001: the compaction input budget is at least half a section budget plus this."""
+
+
+def min_input_budget(budget_bytes: int) -> int:
+    """Smallest compaction input budget a section with ``budget_bytes`` accepts."""
+    return (budget_bytes + 1) // 2 + INPUT_BUDGET_MARGIN_BYTES
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+class SectionSpec(msgspec.Struct, frozen=True):
+    """What a section is: its name (``dialogue`` or the topic), kind and byte budget."""
+
+    name: str
+    kind: SectionKind
+    budget_bytes: int
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("SectionSpec.name: must be non-empty")
+        if not _positive_int(self.budget_bytes):
+            raise ValueError(f"SectionSpec.budget_bytes: must be a positive int (section {self.name!r})")
+
+    @property
+    def summary_limit_bytes(self) -> int:
+        """A summary is limited to a quarter of the section's budget."""
+        return self.budget_bytes // 4
+
+
+class CompactionSettings(msgspec.Struct, frozen=True):
+    """Manager-wide compaction configuration shared by every section."""
+
+    input_budget_bytes: int
+    """Bound on the previous summary plus the entries sent in one request."""
+    prompts: CompactionPrompts = msgspec.field(default_factory=CompactionPrompts)
+
+
+class Entry(msgspec.Struct, frozen=True):
+    """One verbatim entry: an exchange, an incremental update or a summary topic's state.
+
+    ``text`` is the rendered block text (see ``render``), ``size`` its UTF-8 bytes.
+    """
+
+    entry_id: int
+    timestamp_us: int
+    text: str
+    size: int
+
+
+class PendingJob(msgspec.Struct, frozen=True):
+    """The job in flight: its request and the snapshot of entry ids it summarizes."""
+
+    request: CompactionRequest
+    entry_ids: tuple[int, ...]
+    candidate: str = ""
+    """For a condense job: the over-limit summary being shortened."""
+
+
+class CondenseDue(msgspec.Struct, frozen=True):
+    """An over-limit summary for ``entry_ids`` that waits for its condense request."""
+
+    candidate: str
+    entry_ids: tuple[int, ...]
+
+
+class SectionState(msgspec.Struct):
+    """Everything one section remembers for one participant.
+
+    ``generation`` must differ from that of any earlier state of the same section and
+    participant (an actor uses a uuid), so results of jobs issued before a ``clear`` can
+    never match the new state. ``revision`` increases whenever the rendered section can
+    change; actors version their published views with it.
+    """
+
+    generation: str
+    summary: str = ""
+    entries: list[Entry] = []
+    """Uncompacted entries in recorded-time order (timestamp, then entry id)."""
+    revision: int = 0
+    next_entry_id: int = 1
+    next_job_id: int = 1
+    pending: PendingJob | None = None
+    condense_due: CondenseDue | None = None
+    backlog: list[int] = []
+    """Entry ids still to compact in the current run, which started when the trigger fired."""
+    awaiting_entry: bool = False
+    """A compaction failed: the next one waits for the section's next entry."""
+    exchange_identities: set[bytes] = set()
+    """Short identities of every exchange recorded this session (dialogue only)."""
+
+
+class ApplyStatus(enum.Enum):
+    """What ``Section.apply_result`` did with a result."""
+
+    APPLIED = "applied"
+    """The summary was replaced and the snapshot's entries removed."""
+    CLIPPED = "clipped"
+    """Condensing failed or stayed too long; the summary kept its start and end."""
+    CONDENSE_DUE = "condense_due"
+    """The summary was over its limit; ``next_compaction`` returns a condense request."""
+    FAILED = "failed"
+    """Empty, cut off or an error: entries kept, retried after the section's next entry."""
+    STALE = "stale"
+    """The result's job is not the pending job; it was discarded and nothing changed."""
+
+
+class OverBudget(msgspec.Struct, frozen=True):
+    """A rendered section left out or clipped uncompacted entries to fit its budget.
+
+    The caller logs it. The entries stay stored until a summary replaces them.
+    """
+
+    section: str
+    budget_bytes: int
+    stored_bytes: int
+    """Rendered size of all uncompacted entries."""
+    omitted_entries: int
+    """Oldest entries left out of the prompt."""
+    clipped_newest: bool
+    """The newest entry alone exceeded the room left and kept only its start and end."""
+
+    def message(self) -> str:
+        """One log line describing the situation."""
+        clipped = "; the newest entry kept its start and end" if self.clipped_newest else ""
+        return (
+            f"context section {self.section!r} over its budget of {self.budget_bytes} bytes "
+            f"({self.stored_bytes} bytes uncompacted): left out the {self.omitted_entries} oldest "
+            f"entries{clipped}; they stay stored until compacted"
+        )
+
+
+class RenderedSection(msgspec.Struct, frozen=True):
+    """A section as rendered into prompts, versioned by the state's revision."""
+
+    revision: int
+    blocks: tuple[ContextBlock, ...]
+    warning: OverBudget | None = None
+
+
+def exchange_identity(request: str, answer: str, timestamp_us: int | None, exchange_id: object | None) -> bytes:
+    """Short identity of an exchange, remembered for the session.
+
+    The id decides when there is one (any msgspec-encodable value); an exchange without
+    an id is identified by its request, answer and timestamp.
+    """
+    if exchange_id is not None:
+        material = b"id\x00" + msgspec.msgpack.encode(exchange_id)
+    else:
+        material = b"content\x00" + msgspec.msgpack.encode((request, answer, timestamp_us))
+    return hashlib.blake2b(material, digest_size=12).digest()
+
+
+def _order(entry: Entry) -> tuple[int, int]:
+    return (entry.timestamp_us, entry.entry_id)
+
+
+class Section(msgspec.Struct, frozen=True):
+    """The operations of one configured section, applied to any participant's state."""
+
+    spec: SectionSpec
+    settings: CompactionSettings
+
+    def __post_init__(self) -> None:
+        need = min_input_budget(self.spec.budget_bytes)
+        if self.settings.input_budget_bytes < need:
+            raise ValueError(
+                "compaction_input_budget_bytes: must be at least half the section budget plus "
+                f"{INPUT_BUDGET_MARGIN_BYTES} bytes (>= {need} for section {self.spec.name!r})"
+            )
+
+    def new_state(self, generation: str) -> SectionState:
+        """An empty state; ``generation`` must be new for this section and participant."""
+        return SectionState(generation=generation)
+
+    # --- writing -----------------------------------------------------------------
+
+    def _require_kind(self, kind: SectionKind, operation: str) -> None:
+        if self.spec.kind != kind:
+            raise ValueError(f"{operation}: section {self.spec.name!r} is a {self.spec.kind} section, not {kind}")
+
+    def _add_entry(self, state: SectionState, text: str, timestamp_us: int) -> None:
+        entry = Entry(state.next_entry_id, timestamp_us, text, utf8_size(text))
+        state.next_entry_id += 1
+        bisect.insort(state.entries, entry, key=_order)
+        state.awaiting_entry = False
+        state.revision += 1
+
+    def record_exchange(
+        self,
+        state: SectionState,
+        request: str,
+        answer: str,
+        *,
+        timestamp_us: int,
+        exchange_id: object | None,
+    ) -> bool:
+        """Add one completed exchange; False (nothing changes) if its identity is known."""
+        self._require_kind("dialogue", "record_exchange")
+        check_timestamp(timestamp_us)
+        identity = exchange_identity(request, answer, timestamp_us, exchange_id)
+        if identity in state.exchange_identities:
+            return False
+        state.exchange_identities.add(identity)
+        self._add_entry(state, exchange_text(request, answer, timestamp_us), timestamp_us)
+        return True
+
+    def reconcile_history(
+        self,
+        state: SectionState,
+        exchanges: Sequence[tuple[str, str, int | None]],
+        *,
+        exchange_ids: Sequence[object | None],
+        now_us: int,
+    ) -> int:
+        """Merge a front-end window of exchanges (oldest first); return how many were added.
+
+        Only the contiguous tail after the window's last known exchange is added, and
+        never an exchange whose identity is known, so a window that still holds
+        compacted exchanges replays nothing. An unknown exchange before a known one is
+        not added. An exchange without a timestamp is recorded at ``now_us``.
+        """
+        self._require_kind("dialogue", "reconcile_history")
+        if len(exchange_ids) != len(exchanges):
+            raise ValueError("exchange_ids: must have exactly one id per exchange")
+        check_timestamp(now_us)
+        identities = [
+            exchange_identity(request, answer, timestamp_us, exchange_id)
+            for (request, answer, timestamp_us), exchange_id in zip(exchanges, exchange_ids)
+        ]
+        known = [index for index, identity in enumerate(identities) if identity in state.exchange_identities]
+        start = known[-1] + 1 if known else 0
+        tail = [(exchanges[i], identities[i]) for i in range(start, len(exchanges))]
+        for (_request, _answer, timestamp_us), _identity in tail:
+            if timestamp_us is not None:
+                check_timestamp(timestamp_us)
+        added = 0
+        for (request, answer, timestamp_us), identity in tail:
+            if identity in state.exchange_identities:
+                continue
+            when = now_us if timestamp_us is None else timestamp_us
+            state.exchange_identities.add(identity)
+            self._add_entry(state, exchange_text(request, answer, when), when)
+            added += 1
+        return added
+
+    def append_update(self, state: SectionState, text: str, *, timestamp_us: int) -> None:
+        """Append one incremental topic update as a verbatim entry."""
+        self._require_kind("incremental", "append_update")
+        check_timestamp(timestamp_us)
+        self._add_entry(state, update_text(self.spec.name, text, timestamp_us), timestamp_us)
+
+    def replace_state(self, state: SectionState, text: str, *, timestamp_us: int) -> None:
+        """Replace a summary topic's state; over its budget it keeps its start and end."""
+        self._require_kind("summary", "replace_state")
+        check_timestamp(timestamp_us)
+        rendered = clip_middle(state_text(self.spec.name, text, timestamp_us), self.spec.budget_bytes)
+        state.entries = [Entry(state.next_entry_id, timestamp_us, rendered, utf8_size(rendered))]
+        state.next_entry_id += 1
+        state.revision += 1
+
+    # --- compaction ----------------------------------------------------------------
+
+    def uncompacted_bytes(self, state: SectionState) -> int:
+        """Rendered size of the entries no summary covers yet."""
+        return sum(entry.size for entry in state.entries)
+
+    def compaction_due(self, state: SectionState) -> bool:
+        """The trigger: uncompacted entries, as rendered, exceed half the budget."""
+        return self.spec.kind != "summary" and 2 * self.uncompacted_bytes(state) > self.spec.budget_bytes
+
+    def _eligible(self, state: SectionState) -> list[Entry]:
+        """Entries compaction may take: all but the newest exchange, which stays verbatim."""
+        if self.spec.kind == "dialogue":
+            return state.entries[:-1]
+        return list(state.entries)
+
+    def next_compaction(self, state: SectionState) -> CompactionRequest | None:
+        """Issue the request that is due now, if any, and record it as pending.
+
+        In order: nothing while a job is in flight; a due condense; the next batch of
+        the current run; or, if the trigger holds and no failure waits for a new
+        entry, a new run over every eligible entry, oldest first, in as many requests
+        as the compaction input budget needs.
+        """
+        if state.pending is not None:
+            return None
+        if state.condense_due is not None:
+            due = state.condense_due
+            state.condense_due = None
+            material = clip_middle(due.candidate, self.settings.input_budget_bytes)
+            return self._issue(state, "condense", condense_message(material), due.entry_ids, due.candidate)
+        if not state.backlog:
+            if state.awaiting_entry or not self.compaction_due(state):
+                return None
+            state.backlog = [entry.entry_id for entry in self._eligible(state)]
+            if not state.backlog:
+                return None
+        return self._issue_batch(state)
+
+    def _issue_batch(self, state: SectionState) -> CompactionRequest:
+        """The oldest backlog entries that fit beside the previous summary.
+
+        The first entry of a batch is always taken; if it alone exceeds the room, it
+        keeps its start and end with an omission marker, so later entries still compact.
+        """
+        room = self.settings.input_budget_bytes - utf8_size(state.summary)
+        backlog = set(state.backlog)
+        texts: list[str] = []
+        ids: list[int] = []
+        for entry in state.entries:
+            if entry.entry_id not in backlog:
+                continue
+            if not texts and entry.size > room:
+                texts.append(clip_middle(entry.text, room))
+                ids.append(entry.entry_id)
+                break
+            if entry.size > room:
+                break
+            texts.append(entry.text)
+            ids.append(entry.entry_id)
+            room -= entry.size
+        return self._issue(state, "compact", compact_message(state.summary, texts), tuple(ids))
+
+    def _issue(
+        self,
+        state: SectionState,
+        kind: CompactionKind,
+        message: str,
+        entry_ids: tuple[int, ...],
+        candidate: str = "",
+    ) -> CompactionRequest:
+        prompts = self.settings.prompts
+        if kind == "condense":
+            prompt = prompts.condense
+        elif self.spec.kind == "dialogue":
+            prompt = prompts.dialogue
+        else:
+            prompt = prompts.source
+        limit = self.spec.summary_limit_bytes
+        request = CompactionRequest(
+            job=JobRef(self.spec.name, state.generation, state.next_job_id),
+            kind=kind,
+            system_prompt=system_prompt(prompt, limit),
+            user_message=message,
+            limit_bytes=limit,
+        )
+        state.next_job_id += 1
+        state.pending = PendingJob(request, entry_ids, candidate)
+        return request
+
+    def apply_result(self, state: SectionState, result: CompactionResult) -> ApplyStatus:
+        """Apply a worker's result to the pending job's snapshot (seed 000's table).
+
+        A compact result that is empty, cut off (``finish_reason == "length"``) or an
+        error keeps the entries and waits for the section's next entry; one over the
+        summary limit makes a condense request due. A condense result within the limit
+        is applied; a complete one still too long keeps its start and end; an empty,
+        cut-off or failed one leaves the original summary to keep its start and end.
+        A timed-out job is reported as a result with an ``error``.
+        """
+        pending = state.pending
+        if pending is None or result.job != pending.request.job:
+            return ApplyStatus.STALE
+        state.pending = None
+        text = result.text.strip()
+        failed = result.error is not None or result.finish_reason == "length" or not text
+        limit = self.spec.summary_limit_bytes
+        if pending.request.kind == "compact":
+            if failed:
+                state.backlog = []
+                state.awaiting_entry = True
+                return ApplyStatus.FAILED
+            if utf8_size(text) > limit:
+                state.condense_due = CondenseDue(text, pending.entry_ids)
+                return ApplyStatus.CONDENSE_DUE
+            self._replace_summary(state, text, pending.entry_ids)
+            return ApplyStatus.APPLIED
+        if not failed and utf8_size(text) <= limit:
+            self._replace_summary(state, text, pending.entry_ids)
+            return ApplyStatus.APPLIED
+        self._replace_summary(state, clip_middle(pending.candidate if failed else text, limit), pending.entry_ids)
+        return ApplyStatus.CLIPPED
+
+    def _replace_summary(self, state: SectionState, summary: str, entry_ids: tuple[int, ...]) -> None:
+        covered = set(entry_ids)
+        state.summary = summary
+        state.entries = [entry for entry in state.entries if entry.entry_id not in covered]
+        state.backlog = [entry_id for entry_id in state.backlog if entry_id not in covered]
+        state.revision += 1
+
+    # --- rendering -----------------------------------------------------------------
+
+    def render(self, state: SectionState) -> RenderedSection:
+        """The section's blocks within its budget: the summary, then entries in time order.
+
+        When the entries do not fit beside the summary (compaction pending or failed),
+        the oldest are left out and the newest kept; a newest entry larger than the room
+        left keeps its start and end. Either way an ``OverBudget`` warning is returned
+        for the caller to log. The rendered texts never exceed the budget in total.
+        """
+        budget = self.spec.budget_bytes
+        blocks: list[ContextBlock] = []
+        if state.summary:
+            text = clip_middle(summary_label(self.spec.name, dialogue=self.spec.kind == "dialogue") + state.summary, budget)
+            blocks.append(ContextBlock(None, text))
+            budget -= utf8_size(text)
+        kept: list[ContextBlock] = []
+        for entry in reversed(state.entries):
+            if entry.size > budget:
+                break
+            kept.append(ContextBlock(entry.timestamp_us, entry.text))
+            budget -= entry.size
+        clipped_newest = False
+        if not kept and state.entries:
+            newest = state.entries[-1]
+            text = clip_middle(newest.text, budget)
+            if text:
+                kept.append(ContextBlock(newest.timestamp_us, text))
+                clipped_newest = True
+        omitted = len(state.entries) - len(kept)
+        warning = None
+        if omitted or clipped_newest:
+            warning = OverBudget(
+                section=self.spec.name,
+                budget_bytes=self.spec.budget_bytes,
+                stored_bytes=self.uncompacted_bytes(state),
+                omitted_entries=omitted,
+                clipped_newest=clipped_newest,
+            )
+        return RenderedSection(state.revision, (*blocks, *reversed(kept)), warning)
