@@ -10,7 +10,7 @@
 """
 
 from .clip import OMISSION_MARKER, clip_middle, utf8_size
-from .compaction import CompactionRequest, CompactionResult, JobRef, compaction_limit_instruction
+from .compaction import CompactionRequest, CompactionResult, JobRef
 from .config import (
     DEFAULT_COMPACTION_INPUT_BUDGET_BYTES,
     DEFAULT_DIALOGUE_BUDGET_BYTES,
@@ -49,7 +49,6 @@ __all__ = [
     "SectionSpec",
     "SectionState",
     "clip_middle",
-    "compaction_limit_instruction",
     "context_config",
     "render_participant",
     "utf8_size",

@@ -8,8 +8,8 @@ A request's system prompt is one of the ``CompactionPrompts`` followed by the si
 and the plain-text format (seed 000: the manager adds them, custom prompts do not state
 them). Its user message is the delimited material: the previous summary, then the
 entries oldest first, each as rendered into prompts (with its time), separated by blank
-lines. Delimiters tell the model where data starts and ends, so it summarizes the
-material rather than answering it.
+lines. Tags delimit the material (the offline model drops tag lines), so the model
+sees where data starts and ends and summarizes it rather than answering it.
 """
 
 from __future__ import annotations
@@ -19,20 +19,13 @@ from typing import Literal
 
 import msgspec
 
+from xrmq.actors.models import compaction_limit_instruction
+
 CompactionKind = Literal["compact", "condense"]
 """``compact`` merges the previous summary with entries; ``condense`` shortens a summary."""
 
-FORMAT_INSTRUCTION = "Write plain text only: no Markdown, headings, lists, preamble or closing remarks."
-"""The output format appended to every compaction prompt."""
-
-
-def compaction_limit_instruction(limit_bytes: int) -> str:
-    """The sentence that states a summary's size limit to the model.
-
-    Interim definition: ``xrmq.actors.models`` will export the canonical sentence (the
-    offline model parses it); this function is to be replaced by that one.
-    """
-    return f"The summary must be at most {limit_bytes} bytes of UTF-8 text."
+FORMAT_DETAIL = "Use no Markdown, headings or lists, and no preamble or closing remarks."
+"""Spells out the plain-text format after the models' limit sentence."""
 
 
 class JobRef(msgspec.Struct, frozen=True):
@@ -73,8 +66,13 @@ class CompactionResult(msgspec.Struct, frozen=True):
 
 
 def system_prompt(prompt: str, limit_bytes: int) -> str:
-    """``prompt`` followed by the size limit and the plain-text format."""
-    return f"{prompt}\n\n{compaction_limit_instruction(limit_bytes)} {FORMAT_INSTRUCTION}"
+    """``prompt`` followed by the size limit and the plain-text format.
+
+    The limit sentence is the models' ``compaction_limit_instruction`` (the offline model
+    recognises a compaction request by it and reads the limit from it), last in the
+    prompt apart from the format detail, so a custom prompt cannot override it.
+    """
+    return f"{prompt}\n\n{compaction_limit_instruction(limit_bytes)} {FORMAT_DETAIL}"
 
 
 def compact_message(previous_summary: str, entries: Sequence[str]) -> str:

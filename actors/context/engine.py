@@ -85,8 +85,9 @@ class SectionSpec(msgspec.Struct, frozen=True):
 
     @property
     def summary_limit_bytes(self) -> int:
-        """A summary is limited to a quarter of the section's budget."""
-        return self.budget_bytes // 4
+        """A summary is limited to a quarter of the section's budget (at least 1 byte, so
+        a limit can be stated even for a budget under 4 bytes)."""
+        return max(self.budget_bytes // 4, 1)
 
 
 class CompactionSettings(msgspec.Struct, frozen=True):
@@ -413,8 +414,8 @@ class Section(msgspec.Struct, frozen=True):
     def apply_result(self, state: SectionState, result: CompactionResult) -> ApplyStatus:
         """Apply a worker's result to the pending job's snapshot (seed 000's table).
 
-        A compact result that is empty, cut off (``finish_reason == "length"``) or an
-        error keeps the entries and waits for the section's next entry; one over the
+        A compact result that is empty, cut off (a finish reason other than ``stop``:
+        ``length``, ``content_filter``, ``cancelled``, ``error``) or an error keeps the entries and waits for the section's next entry; one over the
         summary limit makes a condense request due. A condense result within the limit
         is applied; a complete one still too long keeps its start and end; an empty,
         cut-off or failed one leaves the original summary to keep its start and end.
@@ -425,7 +426,7 @@ class Section(msgspec.Struct, frozen=True):
             return ApplyStatus.STALE
         state.pending = None
         text = result.text.strip()
-        failed = result.error is not None or result.finish_reason == "length" or not text
+        failed = result.error is not None or result.finish_reason not in (None, "stop") or not text
         limit = self.spec.summary_limit_bytes
         if pending.request.kind == "compact":
             if failed:
