@@ -1,0 +1,486 @@
+"""The voice renderer's ordering rules, as a pure state machine.
+
+Why a separate class: the rules (who speaks next, what a new query or an urgent update
+does to the output being played, when an abandoned stream is closed) are the subtle
+part of the renderer, and they are testable without a bus, a sink or a clock. The
+``VoiceRenderer`` actor only feeds messages in, plays what :meth:`VoiceOrdering.take`
+hands out and applies the returned effects.
+
+Contract:
+
+* Inputs are method calls; every time-dependent call takes ``now`` (monotonic seconds,
+  chosen by the caller). Nothing here sleeps, logs or performs I/O.
+* Every input returns a list of effects: :class:`Cut` (stop the participant's playing
+  segment now), :class:`Wake` (the participant may have something to play) and
+  :class:`Dropped` / :class:`StreamClosed` notices for the shell to log. Drops are also
+  counted in :attr:`VoiceOrdering.counts`.
+* Per participant, the player calls :meth:`take` for the next step (a :class:`Segment`
+  to play or a :class:`ResponseEnded` notice) and :meth:`finished` once a segment has
+  played. One segment per participant is out at a time.
+
+Rules (upstream xr_ai_voice / xr_ai_interaction, seed 004):
+
+* Streamed replies are keyed by (participant, source, response_id), so two producers
+  never merge or interleave inside one response.
+* Replies play in arrival order per participant (FIFO). A reply whose request was
+  superseded by a newer query, or interrupted, is dropped: the playing one is cut,
+  queued ones removed, fragments still arriving dropped.
+* Updates play only when the participant is not being spoken to (no reply playing,
+  streaming or queued); consecutive queued updates are combined into one response.
+* An urgent update cuts the current output and plays next. It never cuts another urgent
+  update: it queues behind it, so no urgent information is lost.
+* ``withdraw`` drops the producer's queued, not-yet-playing updates for that participant
+  and nothing else.
+* A stream with no fragment for ``idle_timeout_s`` is closed (what it received still
+  plays); late fragments of a closed stream are dropped and counted.
+* Queues, open streams and the memory of closed streams and requests are bounded;
+  evictions are counted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Literal
+
+from xrmq.schemas import ResponseOutput
+
+EndReason = Literal["completed", "cut", "superseded", "interrupted"]
+
+_LAST_WORD_BREAK = re.compile(r"\s(?=\S*\Z)")
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """A piece of one response to speak now: complete words, never half a word."""
+
+    participant_id: str
+    response: int
+    """Number of the response this segment belongs to (unique per ``VoiceOrdering``)."""
+    kind: Literal["reply", "update"]
+    sources: tuple[str, ...]
+    """Producers of the response; several for combined updates."""
+    request_id: str | None
+    text: str
+    timestamp_us: int | None
+    """Originating input time of the response, for latency reporting."""
+    first: bool
+    """Whether this is the first segment of its response."""
+    urgent: bool
+    token: int
+    """Identifies this hand-out; :meth:`VoiceOrdering.finished` ignores stale tokens."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseEnded:
+    """A response that played at least one segment has ended (completed, cut or dropped)."""
+
+    participant_id: str
+    response: int
+    kind: Literal["reply", "update"]
+    sources: tuple[str, ...]
+    reason: EndReason
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """Stop the segment playing for ``participant_id`` now."""
+
+    participant_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Wake:
+    """``participant_id`` may have a step ready: the player should call ``take``."""
+
+    participant_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """A message (or a queued response) was dropped; ``reason`` is also counted."""
+
+    participant_id: str | None
+    source: str
+    reason: str
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamClosed:
+    """A stream was closed without its terminator (idle timeout or open-stream eviction)."""
+
+    participant_id: str
+    source: str
+    response_id: str
+    reason: Literal["idle_timeout", "evicted"]
+
+
+Effect = Cut | Wake | Dropped | StreamClosed
+StreamKey = tuple[str, str, str]
+
+
+@dataclass(slots=True, eq=False)
+class _Item:
+    """One response: complete, or a stream still receiving fragments."""
+
+    number: int
+    participant_id: str
+    kind: Literal["reply", "update"]
+    sources: tuple[str, ...]
+    request_id: str | None
+    timestamp_us: int | None
+    pending: str
+    urgent: bool = False
+    key: StreamKey | None = None
+    closed: bool = True
+    last_fragment_at: float = 0.0
+    started: bool = False
+
+
+@dataclass(slots=True)
+class _Participant:
+    participant_id: str
+    active: _Item | None = None
+    playing: int | None = None
+    """Token of the segment out for playing, if any."""
+    urgent: deque[_Item] = field(default_factory=deque)
+    replies: deque[_Item] = field(default_factory=deque)
+    updates: deque[_Item] = field(default_factory=deque)
+    ended: deque[ResponseEnded] = field(default_factory=deque)
+    requests: OrderedDict[str, bool] = field(default_factory=OrderedDict)
+    """Request ids seen for this participant -> superseded?"""
+
+    def queued(self) -> int:
+        return len(self.urgent) + len(self.replies) + len(self.updates)
+
+
+class VoiceOrdering:
+    """Decides what each participant hears, and when; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        idle_timeout_s: float = 10.0,
+        queue_capacity: int = 32,
+        max_open_streams: int = 1024,
+        closed_capacity: int = 1024,
+        request_capacity: int = 64,
+        combine_updates: bool = True,
+    ) -> None:
+        if not idle_timeout_s > 0:
+            raise ValueError("VoiceOrdering.idle_timeout_s: must be > 0")
+        for name, value in (
+            ("queue_capacity", queue_capacity),
+            ("max_open_streams", max_open_streams),
+            ("closed_capacity", closed_capacity),
+            ("request_capacity", request_capacity),
+        ):
+            if value < 1:
+                raise ValueError(f"VoiceOrdering.{name}: must be >= 1")
+        self.idle_timeout_s = idle_timeout_s
+        self.queue_capacity = queue_capacity
+        self.max_open_streams = max_open_streams
+        self.closed_capacity = closed_capacity
+        self.request_capacity = request_capacity
+        self.combine_updates = combine_updates
+        self.counts: Counter[str] = Counter()
+        """Dropped messages, evictions, cuts and timeouts by reason."""
+        self._participants: dict[str, _Participant] = {}
+        self._open: OrderedDict[StreamKey, _Item] = OrderedDict()
+        self._closed: OrderedDict[StreamKey, str] = OrderedDict()
+        self._numbers = 0
+        self._tokens = 0
+
+    # -- inputs -----------------------------------------------------------------------
+
+    def output(self, participant_id: str | None, source: str, message: ResponseOutput, now: float) -> list[Effect]:
+        """Accept one ``ResponseOutput`` published by ``source`` for ``participant_id``."""
+        try:
+            message.validate_boundary()
+        except ValueError as error:
+            return [self._drop(participant_id, source, "invalid", str(error))]
+        if participant_id is None:
+            return [self._drop(None, source, "no_participant", f"{message.kind} without a participant")]
+        state = self._participant(participant_id)
+        if message.kind == "withdraw":
+            return self._withdraw(state, source)
+        if message.kind == "update":
+            item = self._new_item(state, "update", source, None, message)
+            item.urgent = message.urgent
+            return self._enqueue(state, item)
+        return self._reply(state, source, message, now)
+
+    def query(self, participant_id: str, request_id: str) -> list[Effect]:
+        """A new user query: every earlier request of the participant is superseded.
+
+        ``request_id`` (the query's own id, for producers that answer with it) stays
+        current; replies to requests first seen after this call play normally.
+        """
+        state = self._participant(participant_id)
+        effects = self._supersede(state, "superseded", keep=request_id)
+        self._remember_request(state, request_id)
+        return effects
+
+    def interrupted(self, participant_id: str | None) -> list[Effect]:
+        """Barge-in: stop what ``participant_id`` hears (everyone's when None).
+
+        Every request seen so far is superseded (its replies dropped) and the playing
+        output, reply or update, is cut; queued updates stay queued.
+        """
+        targets = list(self._participants.values()) if participant_id is None else [self._participant(participant_id)]
+        effects: list[Effect] = []
+        for state in targets:
+            effects += self._supersede(state, "interrupted", keep=None)
+            if state.active is not None:
+                effects += self._end_active(state, "interrupted")
+        return effects
+
+    def expire(self, now: float) -> list[Effect]:
+        """Close every stream that has had no fragment for ``idle_timeout_s``."""
+        effects: list[Effect] = []
+        while self._open:
+            item = next(iter(self._open.values()))
+            if now - item.last_fragment_at < self.idle_timeout_s:
+                break
+            effects += self._close_stream(item, "idle_timeout")
+        return effects
+
+    def next_deadline(self) -> float | None:
+        """When :meth:`expire` next has work (None: no open stream)."""
+        for item in self._open.values():
+            return item.last_fragment_at + self.idle_timeout_s
+        return None
+
+    # -- the player's side ------------------------------------------------------------
+
+    def take(self, participant_id: str) -> Segment | ResponseEnded | None:
+        """The participant's next step: an end notice, a segment to play, or nothing yet."""
+        state = self._participants.get(participant_id)
+        if state is None:
+            return None
+        if state.ended:
+            return state.ended.popleft()
+        if state.playing is not None:
+            return None
+        while True:
+            if state.active is None:
+                state.active = self._next_item(state)
+                if state.active is None:
+                    return None
+            item = state.active
+            text = self._release(item)
+            if text:
+                self._tokens += 1
+                state.playing = self._tokens
+                first, item.started = not item.started, True
+                return Segment(
+                    participant_id, item.number, item.kind, item.sources, item.request_id,
+                    text, item.timestamp_us, first, item.urgent, self._tokens,
+                )
+            if not item.closed:
+                return None
+            self._finish_active(state, "completed")
+            if state.ended:
+                return state.ended.popleft()
+
+    def finished(self, segment: Segment) -> list[Effect]:
+        """The player finished (or failed) playing ``segment``; stale segments are ignored."""
+        state = self._participants.get(segment.participant_id)
+        if state is None or state.playing != segment.token:
+            return []
+        state.playing = None
+        return [Wake(segment.participant_id)]
+
+    # -- internals --------------------------------------------------------------------
+
+    def _participant(self, participant_id: str) -> _Participant:
+        state = self._participants.get(participant_id)
+        if state is None:
+            state = self._participants[participant_id] = _Participant(participant_id)
+        return state
+
+    def _new_item(self, state: _Participant, kind, source: str, request_id: str | None, message: ResponseOutput) -> _Item:
+        self._numbers += 1
+        return _Item(self._numbers, state.participant_id, kind, (source,), request_id, message.timestamp_us, message.text)
+
+    def _drop(self, participant_id: str | None, source: str, reason: str, detail: str = "") -> Dropped:
+        self.counts[reason] += 1
+        return Dropped(participant_id, source, reason, detail)
+
+    def _reply(self, state: _Participant, source: str, message: ResponseOutput, now: float) -> list[Effect]:
+        participant_id = state.participant_id
+        request_id = message.request_id
+        assert request_id is not None  # ResponseOutput requires it for replies
+        if state.requests.get(request_id):
+            return [self._drop(participant_id, source, "superseded", f"request {request_id}")]
+        self._remember_request(state, request_id)
+        if message.response_id is None:
+            return self._enqueue(state, self._new_item(state, "reply", source, request_id, message))
+        key = (participant_id, source, message.response_id)
+        if key in self._closed:
+            return [self._drop(participant_id, source, "late", f"stream {message.response_id} closed: {self._closed[key]}")]
+        item = self._open.get(key)
+        if item is not None:
+            item.pending += message.text
+            item.last_fragment_at = now
+            self._open.move_to_end(key)
+            if message.final:
+                return self._close_stream(item, "completed")
+            return [Wake(participant_id)] if state.active is item else []
+        if message.final and not message.text.strip():
+            self._remember_closed(key, "terminator without a stream")
+            return [self._drop(participant_id, source, "unknown_terminator", f"stream {message.response_id}")]
+        item = self._new_item(state, "reply", source, request_id, message)
+        item.key = key
+        if message.final:
+            self._remember_closed(key, "completed")
+            return self._enqueue(state, item)
+        item.closed = False
+        item.last_fragment_at = now
+        self._open[key] = item
+        effects: list[Effect] = []
+        while len(self._open) > self.max_open_streams:
+            effects += self._close_stream(next(iter(self._open.values())), "evicted")
+        return effects + self._enqueue(state, item)
+
+    def _enqueue(self, state: _Participant, item: _Item) -> list[Effect]:
+        effects: list[Effect] = []
+        if item.urgent:
+            state.urgent.append(item)
+            active = state.active
+            if active is not None and not active.urgent:
+                effects += self._end_active(state, "cut")
+        elif item.kind == "reply":
+            state.replies.append(item)
+        else:
+            state.updates.append(item)
+        while state.queued() > self.queue_capacity:
+            victim = self._evict(state)
+            effects.append(self._drop(state.participant_id, ",".join(victim.sources), "evicted", f"queued {victim.kind} {victim.number}"))
+        effects.append(Wake(state.participant_id))
+        return effects
+
+    def _evict(self, state: _Participant) -> _Item:
+        """Remove the least valuable queued item: oldest update, else oldest reply, else oldest urgent."""
+        queue = state.updates or state.replies or state.urgent
+        victim = queue.popleft()
+        self._discard_stream(victim, "evicted")
+        return victim
+
+    def _withdraw(self, state: _Participant, source: str) -> list[Effect]:
+        effects: list[Effect] = []
+        for queue in (state.updates, state.urgent):
+            kept = [item for item in queue if item.sources != (source,)]
+            for _ in range(len(queue) - len(kept)):
+                effects.append(self._drop(state.participant_id, source, "withdrawn"))
+            queue.clear()
+            queue.extend(kept)
+        return effects
+
+    def _supersede(self, state: _Participant, reason: EndReason, *, keep: str | None) -> list[Effect]:
+        """Mark seen requests superseded; drop their queued replies and the active one."""
+        for request_id in state.requests:
+            if request_id != keep:
+                state.requests[request_id] = True
+        effects: list[Effect] = []
+        kept: list[_Item] = []
+        for item in state.replies:
+            if state.requests.get(item.request_id or ""):
+                self._discard_stream(item, reason)
+                effects.append(self._drop(state.participant_id, item.sources[0], reason, f"queued reply {item.number}"))
+            else:
+                kept.append(item)
+        state.replies.clear()
+        state.replies.extend(kept)
+        active = state.active
+        if active is not None and active.kind == "reply" and state.requests.get(active.request_id or ""):
+            effects += self._end_active(state, reason)
+        return effects
+
+    def _end_active(self, state: _Participant, reason: EndReason) -> list[Effect]:
+        """Stop the active response now; cut its playing segment."""
+        item = state.active
+        assert item is not None
+        self.counts[reason] += 1
+        self._discard_stream(item, reason)
+        effects: list[Effect] = []
+        if state.playing is not None:
+            state.playing = None
+            effects.append(Cut(state.participant_id))
+        self._finish_active(state, reason)
+        effects.append(Wake(state.participant_id))
+        return effects
+
+    def _finish_active(self, state: _Participant, reason: EndReason) -> None:
+        item = state.active
+        assert item is not None
+        state.active = None
+        if item.started:
+            state.ended.append(ResponseEnded(item.participant_id, item.number, item.kind, item.sources, reason))
+
+    def _close_stream(self, item: _Item, reason: Literal["completed", "idle_timeout", "evicted"]) -> list[Effect]:
+        """The stream gets no more fragments; what it received still plays."""
+        assert item.key is not None
+        self._open.pop(item.key, None)
+        self._remember_closed(item.key, reason)
+        item.closed = True
+        effects: list[Effect] = [Wake(item.participant_id)]
+        if reason != "completed":
+            self.counts[f"stream_{reason}"] += 1
+            effects.insert(0, StreamClosed(item.participant_id, item.key[1], item.key[2], reason))
+        return effects
+
+    def _discard_stream(self, item: _Item, reason: str) -> None:
+        """Forget a dropped response's text and stream; its later fragments count as late."""
+        if item.key is not None and not item.closed:
+            self._open.pop(item.key, None)
+            self._remember_closed(item.key, reason)
+            item.closed = True
+        item.pending = ""
+
+    def _remember_closed(self, key: StreamKey, reason: str) -> None:
+        self._closed[key] = reason
+        self._closed.move_to_end(key)
+        while len(self._closed) > self.closed_capacity:
+            self._closed.popitem(last=False)
+
+    def _remember_request(self, state: _Participant, request_id: str) -> None:
+        if request_id not in state.requests:
+            state.requests[request_id] = False
+            while len(state.requests) > self.request_capacity:
+                state.requests.popitem(last=False)
+
+    def _next_item(self, state: _Participant) -> _Item | None:
+        if state.urgent:
+            return state.urgent.popleft()
+        if state.replies:
+            return state.replies.popleft()
+        if not state.updates:
+            return None
+        parts = list(state.updates) if self.combine_updates else [state.updates[0]]
+        for _ in parts:
+            state.updates.popleft()
+        if len(parts) == 1:
+            return parts[0]
+        self.counts["updates_combined"] += len(parts) - 1
+        first = parts[0]
+        return _Item(
+            first.number, first.participant_id, "update",
+            tuple(dict.fromkeys(source for part in parts for source in part.sources)), None,
+            min((part.timestamp_us for part in parts if part.timestamp_us is not None), default=None),
+            " ".join(part.pending.strip() for part in parts),
+        )
+
+    @staticmethod
+    def _release(item: _Item) -> str:
+        """Take the speakable text of ``item``: all of it once closed, else up to the last word break."""
+        if item.closed:
+            text, item.pending = item.pending, ""
+            return text.strip()
+        match = _LAST_WORD_BREAK.search(item.pending)
+        if match is None:
+            return ""
+        text, item.pending = item.pending[: match.start()], item.pending[match.end() :]
+        return text.strip()
