@@ -178,26 +178,33 @@ class LiteLLMService(LLMService):
 
 
 def _model_error(litellm: ModuleType, model: str, exc: Exception, timeout_s: float) -> ModelError:
-    """Map a litellm (or asyncio) exception to the ``ModelError`` family."""
+    """Map a litellm (or asyncio) exception to the ``ModelError`` family.
+
+    litellm wraps a failure raised while streaming in ``MidStreamFallbackError``; the
+    kind of failure is that of the exception it wraps.
+    """
+    errors = litellm.exceptions
+    while isinstance(exc, errors.MidStreamFallbackError) and exc.original_exception is not None:
+        exc = exc.original_exception
     detail = f"{type(exc).__name__}: {exc}"[:500]
-    if isinstance(exc, TimeoutError | litellm.Timeout):
+    if isinstance(exc, TimeoutError | errors.Timeout):
         return ModelTimeout(model, f"no chunk within {timeout_s:g} s ({detail})")
-    if isinstance(exc, litellm.ContextWindowExceededError):
+    if isinstance(exc, errors.ContextWindowExceededError):
         return ContextWindowExceeded(model, f"request exceeds the context window ({detail})")
-    if isinstance(exc, litellm.RateLimitError):
+    if isinstance(exc, errors.RateLimitError):
         return ModelRateLimited(model, f"rate limited ({detail})")
     if isinstance(
         exc,
-        litellm.APIConnectionError | litellm.InternalServerError | litellm.ServiceUnavailableError,
+        errors.APIConnectionError | errors.InternalServerError | errors.ServiceUnavailableError,
     ):
         return ModelUnavailable(model, f"provider unavailable ({detail})")
     if isinstance(
         exc,
-        litellm.BadRequestError
-        | litellm.AuthenticationError
-        | litellm.PermissionDeniedError
-        | litellm.NotFoundError
-        | litellm.UnprocessableEntityError,
+        errors.BadRequestError
+        | errors.AuthenticationError
+        | errors.PermissionDeniedError
+        | errors.NotFoundError
+        | errors.UnprocessableEntityError,
     ):
         return ModelRequestRejected(model, f"request rejected ({detail})")
     return ModelError(model, f"failed ({detail})")
