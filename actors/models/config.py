@@ -63,8 +63,8 @@ class ModelSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     """Extra provider options passed to every litellm call unchanged."""
     time_to_first_token_s: float = 0.25
     """Offline model only: the wait before the first chunk."""
-    tokens_per_second: float | None = 40.0
-    """Offline model only: streaming rate; ``None`` streams without pacing."""
+    tokens_per_second: float = 40.0
+    """Offline model only: streaming rate; 0 streams without pacing."""
 
     def __post_init__(self) -> None:
         _require(bool(self.model and self.model.strip()), "model", "must be non-empty text")
@@ -73,11 +73,7 @@ class ModelSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
         _require(self.max_tokens is None or self.max_tokens > 0, "max_tokens", "must be positive")
         _require(self.retries >= 0, "retries", "must be non-negative")
         _require(self.time_to_first_token_s >= 0, "time_to_first_token_s", "must be non-negative")
-        _require(
-            self.tokens_per_second is None or self.tokens_per_second > 0,
-            "tokens_per_second",
-            "must be positive, or absent for no pacing",
-        )
+        _require(self.tokens_per_second >= 0, "tokens_per_second", "must be non-negative (0: no pacing)")
 
 
 PRESETS: Mapping[str, ModelSpec] = {

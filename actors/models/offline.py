@@ -10,7 +10,7 @@ Deterministic and visibly dependent on its input (see ``extractive``):
   plainly that nothing matches.
 
 It streams word-sized chunks paced like a small local model, so latency benchmarks that
-run on it are meaningful; ``time_to_first_token_s=0, tokens_per_second=None`` removes
+run on it are meaningful; ``time_to_first_token_s=0, tokens_per_second=0`` removes
 the pacing. ``ChatOptions.max_tokens`` counts chunks: a longer reply is cut off and ends
 with ``finish_reason="length"``.
 """
@@ -31,25 +31,25 @@ class OfflineLLM(LLMService):
     """The embedded, deterministic, extractive model.
 
     ``time_to_first_token_s`` (>= 0) is waited before the first chunk and
-    ``1 / tokens_per_second`` between chunks; ``tokens_per_second=None`` streams without
-    pacing. ``sleep`` is the awaitable used for waiting (tests inject one that records).
+    ``1 / tokens_per_second`` between chunks; ``tokens_per_second=0`` streams without
+    pacing (zero delays still yield to the event loop between chunks). ``sleep`` is the awaitable used for waiting (tests inject one that records).
     """
 
     def __init__(
         self,
         *,
         time_to_first_token_s: float = 0.25,
-        tokens_per_second: float | None = 40.0,
+        tokens_per_second: float = 40.0,
         model: str = "offline",
         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
     ) -> None:
         if not time_to_first_token_s >= 0:
             raise ValueError("OfflineLLM.time_to_first_token_s: must be non-negative")
-        if tokens_per_second is not None and not tokens_per_second > 0:
-            raise ValueError("OfflineLLM.tokens_per_second: must be positive, or None for no pacing")
+        if not tokens_per_second >= 0:
+            raise ValueError("OfflineLLM.tokens_per_second: must be non-negative (0: no pacing)")
         super().__init__(model)
         self.time_to_first_token_s = float(time_to_first_token_s)
-        self.tokens_per_second = tokens_per_second
+        self.tokens_per_second = float(tokens_per_second)
         self._sleep = sleep
 
     def respond(self, request: ChatRequest) -> str:
@@ -69,7 +69,7 @@ class OfflineLLM(LLMService):
         max_tokens = request.options.max_tokens
         if max_tokens is not None and len(chunks) > max_tokens:
             chunks, finish = chunks[:max_tokens], "length"
-        gap = 0.0 if self.tokens_per_second is None else 1.0 / self.tokens_per_second
+        gap = 1.0 / self.tokens_per_second if self.tokens_per_second else 0.0
         await self._sleep(self.time_to_first_token_s)
         for index, chunk in enumerate(chunks):
             if index:
