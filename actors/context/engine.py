@@ -286,20 +286,19 @@ class Section(msgspec.Struct, frozen=True):
         if len(exchange_ids) != len(exchanges):
             raise ValueError("exchange_ids: must have exactly one id per exchange")
         check_timestamp(now_us)
-        identities = [
-            exchange_identity(request, answer, timestamp_us, exchange_id)
+        window = [
+            (request, answer, timestamp_us, exchange_identity(request, answer, timestamp_us, exchange_id))
             for (request, answer, timestamp_us), exchange_id in zip(exchanges, exchange_ids)
         ]
-        known = [index for index, identity in enumerate(identities) if identity in state.exchange_identities]
-        start = known[-1] + 1 if known else 0
-        tail = [(exchanges[i], identities[i]) for i in range(start, len(exchanges))]
-        for (_request, _answer, timestamp_us), _identity in tail:
+        known = [index for index, item in enumerate(window) if item[3] in state.exchange_identities]
+        tail = window[known[-1] + 1 :] if known else window
+        for _, _, timestamp_us, _ in tail:  # validate all first: a bad window adds nothing
             if timestamp_us is not None:
                 check_timestamp(timestamp_us)
         added = 0
-        for (request, answer, timestamp_us), identity in tail:
+        for request, answer, timestamp_us, identity in tail:
             if identity in state.exchange_identities:
-                continue
+                continue  # repeated within the window
             when = now_us if timestamp_us is None else timestamp_us
             state.exchange_identities.add(identity)
             self._add_entry(state, exchange_text(request, answer, when), when)
