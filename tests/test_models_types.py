@@ -6,6 +6,8 @@ from collections.abc import AsyncGenerator
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from xrmq.actors.models import (
     ChatMessage,
@@ -15,6 +17,7 @@ from xrmq.actors.models import (
     LLMService,
     ScriptedLLM,
 )
+from xrmq.actors.models.chunking import word_chunks
 
 REQUEST = [ChatMessage("user", "Hello?")]
 
@@ -78,3 +81,11 @@ async def test_result_is_none_until_the_stream_ends_and_iteration_then_stays_fin
     assert [chunk async for chunk in stream] == []
     await stream.aclose()
     assert stream.finish_reason == "stop"  # closing a finished stream does not change it
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=200))
+def test_word_chunks_rejoin_to_the_original_text_with_one_word_each(text: str) -> None:
+    chunks = word_chunks(text)
+    assert "".join(chunks) == text
+    assert all(len(chunk.split()) <= 1 for chunk in chunks)
