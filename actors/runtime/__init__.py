@@ -1,0 +1,28 @@
+"""The actor runtime: bus addresses, broker, agents, mailboxes and AgentRuntime."""
+
+from .address import DEFAULT_BUS, BusAddress, parse_bus, runtime_dir
+from .agent import Agent, RuntimeContext, subscribe
+from .broker import Broker, BrokerError
+from .logs import configure_logging, get_logger
+from .runtime import AgentRuntime, AskError, RuntimeClosedError, RuntimeStats, shard_of
+from .sequence import Gap
+
+__all__ = [
+    "DEFAULT_BUS",
+    "Agent",
+    "AgentRuntime",
+    "AskError",
+    "Broker",
+    "BrokerError",
+    "BusAddress",
+    "Gap",
+    "RuntimeClosedError",
+    "RuntimeContext",
+    "RuntimeStats",
+    "configure_logging",
+    "get_logger",
+    "parse_bus",
+    "runtime_dir",
+    "shard_of",
+    "subscribe",
+]

@@ -1,0 +1,116 @@
+"""Bus-level commands: ``xrmq bus``, ``xrmq publish``, ``xrmq schema``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+import msgspec
+
+from xrmq.schemas import ConversationContextUpdate, MessageMetadata, UserQuery
+from xrmq.topics import STANDARD_TOPICS, Topic, context_topic
+
+from .address import DEFAULT_BUS, parse_bus
+from .broker import Broker
+from .runtime import AgentRuntime
+
+
+def default_bus() -> str:
+    """The bus commands use unless ``--bus`` says otherwise: ``$XRMQ_BUS`` or ``default``."""
+    return os.environ.get("XRMQ_BUS", DEFAULT_BUS)
+
+
+def add_bus_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bus", default=default_bus(),
+                        help="bus name, ipc://PREFIX, tcp://HOST:PORT (default: $XRMQ_BUS or 'default')")
+
+
+def add_commands(subparsers: Any) -> None:
+    bus = subparsers.add_parser("bus", help="run the bus broker (XSUB/XPUB proxy with capture)")
+    add_bus_argument(bus)
+    bus.add_argument("--no-capture", action="store_true", help="do not bind the capture socket")
+    bus.set_defaults(func=run_bus)
+
+    publish = subparsers.add_parser("publish", help="publish one message (a query or a context update)")
+    add_bus_argument(publish)
+    publish.add_argument("topic", help="topic name: a standard topic, or any other name for a context topic")
+    publish.add_argument("content", help="text, or a JSON object with the payload's fields")
+    publish.add_argument("--participant", help="participant id (omit for a global message)")
+    publish.add_argument("--source", default="application", help="source name in the envelope")
+    publish.set_defaults(func=run_publish)
+
+    schema = subparsers.add_parser("schema", help="print the JSON Schema of the envelope and every standard topic")
+    schema.set_defaults(func=run_schema)
+
+
+def run_bus(args: argparse.Namespace) -> int:
+    address = parse_bus(args.bus)
+    broker = Broker(address, capture=not args.no_capture)
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    broker.start()
+    print(f"xrmq bus: ready publish={address.publish} subscribe={address.subscribe}"
+          + (f" capture={address.capture}" if broker.capture else ""), flush=True)
+    stop.wait()
+    broker.stop()
+    return 0
+
+
+def topic_for(name: str) -> Topic:
+    """A standard topic by name, else the context topic of that name."""
+    for topic in STANDARD_TOPICS:
+        if topic.name == name:
+            return topic
+    return context_topic(name)
+
+
+def parse_content(topic: Topic, content: str) -> Any:
+    """Build the payload from text or a JSON object; ``ValueError`` naming the rule."""
+    stripped = content.lstrip()
+    if stripped.startswith("{"):
+        try:
+            return msgspec.json.decode(content.encode(), type=topic.message_type)
+        except msgspec.ValidationError as error:
+            raise ValueError(f"content: {error}") from None
+        except msgspec.DecodeError as error:
+            raise ValueError(f"content: invalid JSON: {error}") from None
+    if topic.message_type is UserQuery:
+        return UserQuery(content, time.time_ns() // 1000)
+    if topic.message_type is ConversationContextUpdate:
+        return ConversationContextUpdate(content)
+    raise ValueError(f"content: topic {topic.name!r} needs a JSON object of {topic.message_type.__name__} fields")
+
+
+def run_publish(args: argparse.Namespace) -> int:
+    topic = topic_for(args.topic)
+    message = parse_content(topic, args.content)
+
+    async def publish() -> None:
+        async with AgentRuntime(args.bus, ready_timeout=5.0) as runtime:
+            await runtime.publish(topic, message, participant_id=args.participant, source=args.source)
+
+    asyncio.run(publish())
+    return 0
+
+
+def schemas() -> dict[str, Any]:
+    """JSON Schema of the envelope and of each standard topic's payload, by name."""
+    types = [MessageMetadata, *(topic.message_type for topic in STANDARD_TOPICS), ConversationContextUpdate]
+    (refs, components) = msgspec.json.schema_components(types, ref_template="#/$defs/{name}")
+    topics = {topic.name: refs[i + 1] for i, topic in enumerate(STANDARD_TOPICS)}
+    topics["<context topic>"] = refs[-1]
+    return {"envelope": refs[0], "topics": topics, "$defs": components}
+
+
+def run_schema(args: argparse.Namespace) -> int:
+    json.dump(schemas(), sys.stdout, indent=2)
+    print()
+    return 0

@@ -1,0 +1,535 @@
+"""AgentRuntime: hosts actors in one process and connects them to the bus.
+
+One runtime owns one PUB socket (to the broker's XSUB) and one SUB socket (from the
+broker's XPUB). Inbound messages are demultiplexed to actor mailboxes by topic (and
+participant, for filtered actors and keyed kinds). Publishing never blocks on
+subscribers: the bus is asynchronous, at-most-once per hop, and every loss is
+reported as a gap by the receiver.
+
+Without a bus address the runtime starts an embedded broker on ``inproc://``
+endpoints in its own process (the development default).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import uuid
+import zlib
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import zmq
+import zmq.asyncio
+
+from xrmq.schemas import MessageMetadata
+from xrmq.topics import Topic, topic_key
+
+from .address import BusAddress, parse_bus
+from .agent import Agent, subscriptions
+from .broker import DEFAULT_HWM, Broker, shared_context
+from .logs import get_logger
+from .mailbox import Mailbox
+from .sequence import GAP, STALE, Gap, SequenceTracker
+
+SEP = b"\x00"
+PROBE_MARK = b"?"
+APPLICATION = "application"
+_DRAIN_BATCH = 512
+
+_metadata_encoder = msgspec.msgpack.Encoder()
+_metadata_decoder = msgspec.msgpack.Decoder(MessageMetadata)
+_reply_encoder = msgspec.msgpack.Encoder()
+
+
+class RuntimeClosedError(RuntimeError):
+    """The runtime is not running (not started yet, or stopped)."""
+
+
+class AskError(RuntimeError):
+    """The actor that was asked failed while handling the request."""
+
+
+class RuntimeStats(msgspec.Struct, frozen=True):
+    """Counters of one runtime since it started."""
+
+    published: int
+    delivered: int
+    gaps: int
+    """Messages known lost (sum of gap sizes)."""
+    stale: int
+    """Duplicates, reordered messages and messages from an older sender epoch, dropped."""
+    rejected: int
+    """Frames dropped because they did not decode or validate."""
+    overflow: int
+    """Messages refused by a full mailbox."""
+    handler_errors: int
+    mailboxes: dict[str, int]
+    """Current depth of each actor's mailbox."""
+
+
+class _Route:
+    """Where messages of one topic go in this runtime: a mailbox or a keyed kind."""
+
+    __slots__ = ("topic", "handler_name", "mailbox", "keyed", "participant")
+
+    def __init__(self, topic: Topic, handler_name: str, *, mailbox: Mailbox | None = None,
+                 keyed: "_KeyedKind | None" = None, participant: bytes | None = None) -> None:
+        self.topic = topic
+        self.handler_name = handler_name
+        self.mailbox = mailbox
+        self.keyed = keyed
+        self.participant = participant
+
+
+class _KeyedKind:
+    """A kind of actor spawned per key (the message's participant id) on first message."""
+
+    __slots__ = ("kind", "factory", "shard", "shards", "capacity", "instances")
+
+    def __init__(self, kind: str, factory: Callable[[str], Agent], shard: int, shards: int, capacity: int) -> None:
+        self.kind = kind
+        self.factory = factory
+        self.shard = shard
+        self.shards = shards
+        self.capacity = capacity
+        self.instances: dict[str, Mailbox] = {}
+
+    def owns(self, key: str) -> bool:
+        return shard_of(key, self.shards) == self.shard
+
+
+def shard_of(key: str, shards: int) -> int:
+    """The shard that owns ``key``: a stable hash (CRC-32), the same in every process."""
+    return zlib.crc32(key.encode()) % shards
+
+
+class AgentRuntime:
+    """Hosts actors and connects them to one bus.
+
+    ``bus`` is a bus string (see ``xrmq.actors.runtime.address``) or a ``BusAddress``;
+    None starts an embedded broker in this process. ``name`` identifies this runtime
+    as a sender (stable across restarts of the same process role; the epoch changes).
+    """
+
+    def __init__(
+        self,
+        bus: str | BusAddress | None = None,
+        *,
+        name: str | None = None,
+        hwm: int = DEFAULT_HWM,
+        mailbox_capacity: int = 10_000,
+        ready_timeout: float = 10.0,
+    ) -> None:
+        if mailbox_capacity < 1:
+            raise ValueError("mailbox_capacity: must be >= 1")
+        if name is not None and (not name or SEP.decode() in name):
+            raise ValueError("name: must be a non-empty string without NUL")
+        self._embedded = bus is None
+        if bus is None:
+            self.address = parse_bus(f"inproc://xrmq-embedded-{uuid.uuid4().hex}")
+        else:
+            self.address = bus if isinstance(bus, BusAddress) else parse_bus(bus)
+        self.name = name or f"rt-{uuid.uuid4().hex[:10]}"
+        self.hwm = hwm
+        self.mailbox_capacity = mailbox_capacity
+        self.ready_timeout = ready_timeout
+        self.gaps: deque[Gap] = deque(maxlen=1000)
+        """The most recent gaps (the ``gaps`` counter counts all of them)."""
+        self._log = get_logger(runtime=self.name)
+        self._agents: dict[str, Mailbox] = {}
+        self._keyed: dict[str, _KeyedKind] = {}
+        self._routes: dict[bytes, list[_Route]] = {}
+        self._subscriptions: set[bytes] = set()
+        self._broker: Broker | None = None
+        self._pub: zmq.Socket | None = None
+        self._sub: zmq.asyncio.Socket | None = None
+        self._sub_sync: zmq.Socket | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._pending: dict[str, asyncio.Future[tuple[bytes, MessageMetadata]]] = {}
+        self._probes: dict[bytes, bytes] = {}
+        self._probe_event: asyncio.Event | None = None
+        self._tracker = SequenceTracker()
+        self._seqs: dict[bytes, int] = {}
+        self._ids = itertools.count(1)
+        self._running = False
+        self._closed = False
+        self.epoch = 0
+        self._inbox = f"_inbox.{self.name}"
+        self._inbox_bytes = self._inbox.encode()
+        self._counters = dict.fromkeys(
+            ("published", "delivered", "gaps", "stale", "rejected", "overflow", "handler_errors"), 0
+        )
+
+    # ------------------------------------------------------------------ registration
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    def register(self, name: str, agent: Agent, *, participant_id: str | None = None,
+                 mailbox_capacity: int | None = None) -> Agent:
+        """Host ``agent`` under ``name``; only before ``start()``.
+
+        ``participant_id`` filters its subscriptions at the socket to that participant.
+        """
+        self._check_registrable(name)
+        if not isinstance(agent, Agent):
+            raise TypeError(f"register: {name!r} must be an Agent, got {type(agent).__qualname__}")
+        handlers = subscriptions(type(agent))
+        mailbox = Mailbox(self, agent, name, mailbox_capacity or self.mailbox_capacity)
+        agent.name, agent.runtime = name, self
+        self._agents[name] = mailbox
+        pid = participant_id.encode() if participant_id is not None else None
+        for topic, handler_name in handlers.items():
+            self._add_route(_Route(topic, handler_name, mailbox=mailbox, participant=pid),
+                            topic.subscription(participant_id))
+        return agent
+
+    def register_keyed(self, kind: str, agent_type: type[Agent], *, factory: Callable[[str], Agent] | None = None,
+                       shard: int = 0, shards: int = 1, mailbox_capacity: int | None = None) -> None:
+        """Host a keyed kind: one ``agent_type`` instance per participant, spawned on first message.
+
+        Several processes can host one kind; each owns the keys whose ``shard_of`` is its
+        ``shard`` (of ``shards``). A global message (no participant) goes to every live
+        instance in this runtime. ``factory(key)`` builds an instance (default
+        ``agent_type(key)``).
+        """
+        self._check_registrable(kind)
+        if not (isinstance(agent_type, type) and issubclass(agent_type, Agent)):
+            raise TypeError(f"register_keyed: {kind!r} needs an Agent subclass")
+        if not 0 <= shard < shards:
+            raise ValueError(f"register_keyed: shard must be in [0, {shards}), got {shard}")
+        keyed = _KeyedKind(kind, factory or agent_type, shard, shards, mailbox_capacity or self.mailbox_capacity)
+        self._keyed[kind] = keyed
+        for topic, handler_name in subscriptions(agent_type).items():
+            self._add_route(_Route(topic, handler_name, keyed=keyed), topic.subscription())
+
+    def _check_registrable(self, name: str) -> None:
+        if self._running or self._closed:
+            raise RuntimeError("register: only before start()")
+        if not name or SEP.decode() in name:
+            raise ValueError("register: name must be a non-empty string without NUL")
+        if name in self._agents or name in self._keyed:
+            raise ValueError(f"register: name {name!r} is already registered")
+
+    def _add_route(self, route: _Route, subscription: bytes) -> None:
+        self._routes.setdefault(route.topic.name.encode(), []).append(route)
+        self._subscriptions.add(subscription)
+
+    def keyed_instances(self, kind: str) -> dict[str, Agent]:
+        """The live instances of a keyed kind in this runtime, by key."""
+        return {key: mailbox.agent for key, mailbox in self._keyed[kind].instances.items()}
+
+    async def retire(self, kind: str, key: str) -> bool:
+        """Stop and forget the instance of ``kind`` for ``key``; True if there was one."""
+        mailbox = self._keyed[kind].instances.pop(key, None)
+        if mailbox is None:
+            return False
+        await mailbox.stop()
+        await self.guarded_hook(mailbox.agent, "on_stop")
+        return True
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> "AgentRuntime":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Connect, wait until every subscription is live through the broker, start actors."""
+        if self._running:
+            return
+        if self._closed:
+            raise RuntimeClosedError("start: this runtime was stopped; create a new one")
+        if self._embedded:
+            self._broker = Broker(self.address, hwm=self.hwm).start()
+        context = shared_context()
+        self._pub = context.socket(zmq.PUB)
+        self._pub.setsockopt(zmq.SNDHWM, self.hwm)
+        self._pub.setsockopt(zmq.LINGER, 2000)
+        self._pub.connect(self.address.publish)
+        self._sub = zmq.asyncio.Context(context).socket(zmq.SUB)
+        self._sub.setsockopt(zmq.RCVHWM, self.hwm)
+        self._sub.setsockopt(zmq.LINGER, 0)
+        self._sub.connect(self.address.subscribe)
+        self._sub_sync = zmq.Socket.shadow(self._sub.underlying)
+        self._subscriptions.add(self._inbox_bytes + SEP)
+        for prefix in sorted(self._subscriptions):
+            self._sub.setsockopt(zmq.SUBSCRIBE, prefix)
+        self.epoch = time.time_ns() // 1000
+        self._running = True
+        self._reader = asyncio.create_task(self._read(), name=f"xrmq-reader-{self.name}")
+        try:
+            await self._await_ready()
+        except BaseException:
+            await self.stop()
+            raise
+        for mailbox in self._agents.values():
+            await self.guarded_hook(mailbox.agent, "on_start")
+        for mailbox in self._agents.values():
+            mailbox.start(call_on_start=False)
+        self._log.info("runtime.ready", bus=self.address.subscribe, actors=sorted(self._agents),
+                       keyed=sorted(self._keyed))
+
+    async def stop(self) -> None:
+        """Fail pending asks, stop actors (``on_stop``), close sockets; the runtime is done."""
+        if self._closed:
+            return
+        self._closed = True
+        self._running = False
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(RuntimeClosedError("ask: the runtime stopped"))
+        self._pending.clear()
+        mailboxes = list(self._agents.values())
+        for keyed in self._keyed.values():
+            mailboxes.extend(keyed.instances.values())
+        for mailbox in mailboxes:
+            await mailbox.stop()
+        for mailbox in mailboxes:
+            await self.guarded_hook(mailbox.agent, "on_stop")
+        if self._reader is not None:
+            self._reader.cancel()
+            try:
+                await self._reader
+            except asyncio.CancelledError:
+                pass
+        if self._sub is not None:
+            self._sub.close()
+        if self._pub is not None:
+            self._pub.close()
+        if self._broker is not None:
+            await asyncio.to_thread(self._broker.stop)
+        self._log.info("runtime.stopped", **{k: v for k, v in self._counters.items() if v})
+
+    async def guarded_hook(self, agent: Agent, hook: str) -> None:
+        """Run ``agent.on_start``/``on_stop``; a failure is logged, never propagated."""
+        try:
+            await getattr(agent, hook)()
+        except Exception as error:
+            self._counters["handler_errors"] += 1
+            self._log.error(f"actor.{hook}_failed", actor=agent.name, error=repr(error))
+
+    async def _await_ready(self) -> None:
+        """Probe each subscription until its probe comes back through the broker.
+
+        A probe is published under a key its own subscription matches, so its return
+        proves the broker holds that subscription (and that this runtime's publisher
+        reaches the broker). Probes are resent until answered: the first ones can be
+        lost while the connections and subscriptions are still being set up.
+        """
+        self._probe_event = asyncio.Event()
+        for prefix in self._subscriptions:
+            probe_key = prefix + (SEP if prefix.count(SEP) == 1 else b"") + PROBE_MARK + uuid.uuid4().hex.encode()
+            self._probes[probe_key] = prefix
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.ready_timeout
+        interval = 0.005
+        while self._probes:
+            for probe_key in list(self._probes):
+                self._pub.send_multipart((probe_key, b"", b""))
+            self._probe_event.clear()
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise TimeoutError(f"bus: no broker answered at {self.address.subscribe} within {self.ready_timeout}s")
+            try:
+                await asyncio.wait_for(self._probe_event.wait(), min(interval, remaining))
+            except TimeoutError:
+                interval = min(interval * 2, 0.5)
+
+    # ------------------------------------------------------------------ publishing
+
+    async def publish(self, topic: Topic, message: Any, *, participant_id: str | None = None,
+                      source: str = APPLICATION) -> None:
+        """Publish ``message`` on ``topic`` for ``participant_id`` (None: global).
+
+        Returns once the message is handed to the bus; delivery is asynchronous.
+        """
+        self.send(topic, message, participant_id=participant_id, source=source)
+
+    def send(self, topic: Topic, message: Any, *, participant_id: str | None = None, source: str = APPLICATION,
+             correlation_id: str | None = None, parent_message_id: str | None = None,
+             reply_to: str | None = None) -> str:
+        """Publish synchronously (never blocks); returns the message id."""
+        if not self._running:
+            raise RuntimeClosedError(f"publish: runtime {self.name!r} is not running")
+        if participant_id is not None and (not participant_id or "\x00" in participant_id):
+            raise ValueError("participant_id: must be a non-empty string without NUL")
+        return self._send_frames(topic.key(participant_id), topic.encode(message), participant_id, source,
+                                 correlation_id, parent_message_id, reply_to, None)
+
+    def _send_frames(self, key: bytes, payload: bytes, participant_id: str | None, source: str,
+                     correlation_id: str | None, parent_message_id: str | None, reply_to: str | None,
+                     error: str | None) -> str:
+        seq = self._seqs.get(key, 0) + 1
+        self._seqs[key] = seq
+        message_id = f"{self.name}:{self.epoch:x}:{next(self._ids):x}"
+        metadata = MessageMetadata(
+            message_id=message_id, source=source, sender=self.name, epoch=self.epoch, seq=seq,
+            timestamp_us=time.time_ns() // 1000, correlation_id=correlation_id or message_id,
+            parent_message_id=parent_message_id, participant_id=participant_id, reply_to=reply_to, error=error,
+        )
+        self._pub.send_multipart((key, _metadata_encoder.encode(metadata), payload))
+        self._counters["published"] += 1
+        return message_id
+
+    async def ask(self, topic: Topic, message: Any, *, reply_type: Any = Any, participant_id: str | None = None,
+                  source: str = APPLICATION, timeout: float = 5.0, correlation_id: str | None = None) -> Any:
+        """Send ``message`` to the actor(s) handling ``topic`` and await the first reply.
+
+        The handler's return value is the reply, decoded as ``reply_type``. Raises
+        ``TimeoutError`` after ``timeout`` seconds, ``AskError`` if the handler failed,
+        ``RuntimeClosedError`` if the runtime stops first.
+        """
+        if not self._running:
+            raise RuntimeClosedError(f"ask: runtime {self.name!r} is not running")
+        future: asyncio.Future[tuple[bytes, MessageMetadata]] = asyncio.get_running_loop().create_future()
+        message_id = self.send(topic, message, participant_id=participant_id, source=source,
+                               correlation_id=correlation_id, reply_to=self._inbox)
+        self._pending[message_id] = future
+        try:
+            payload, metadata = await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            raise TimeoutError(f"ask: no reply on {topic.name!r} within {timeout}s") from None
+        finally:
+            self._pending.pop(message_id, None)
+        if metadata.error is not None:
+            raise AskError(f"ask: {metadata.source} failed: {metadata.error}")
+        return msgspec.msgpack.decode(payload, type=reply_type)
+
+    def reply(self, request: MessageMetadata, result: Any, *, error: str | None = None) -> None:
+        """Send a handler's result (or failure) to the asker's inbox."""
+        if not self._running or request.reply_to is None:
+            return
+        try:
+            payload = _reply_encoder.encode(result)
+        except TypeError as encode_error:
+            payload, error = _reply_encoder.encode(None), f"reply not encodable: {encode_error}"
+        self._send_frames(topic_key(request.reply_to, request.participant_id), payload, request.participant_id, request.source,
+                          request.message_id, request.message_id, None, error)
+
+    def handler_failed(self, actor: str, topic: Topic, metadata: MessageMetadata, error: BaseException | str) -> None:
+        self._counters["handler_errors"] += 1
+        self._log.error("actor.handler_failed", actor=actor, topic=topic.name, participant=metadata.participant_id,
+                        sender=metadata.sender, error=repr(error) if isinstance(error, BaseException) else error)
+        if metadata.reply_to is not None:
+            self.reply(metadata, None, error=repr(error) if isinstance(error, BaseException) else error)
+
+    # ------------------------------------------------------------------ receiving
+
+    async def _read(self) -> None:
+        sub, sync_sub, dispatch = self._sub, self._sub_sync, self._dispatch
+        while True:
+            dispatch(await sub.recv_multipart())
+            for _ in range(_DRAIN_BATCH):
+                try:
+                    frames = sync_sub.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                dispatch(frames)
+            else:
+                await asyncio.sleep(0)  # a flood must not starve the actors
+
+    def _reject(self, reason: str, key: bytes, sender: str | None = None, **fields: Any) -> None:
+        self._counters["rejected"] += 1
+        self._log.warning("bus.frame_rejected", reason=reason, key=key[:200].decode(errors="replace"),
+                          sender=sender, **fields)
+
+    def _dispatch(self, frames: list[bytes]) -> None:
+        if len(frames) != 3:
+            self._reject(f"expected 3 frames, got {len(frames)}", frames[0] if frames else b"")
+            return
+        key, meta_bytes, payload = frames
+        parts = key.split(SEP, 2)
+        if len(parts) != 3 or not parts[0]:
+            self._reject("key must be <topic> NUL <participant> NUL", key)
+            return
+        name, pid, suffix = parts
+        if suffix:
+            if self._probes.pop(key, None) is not None and not self._probes:
+                self._probe_event.set()
+            return
+        try:
+            metadata = _metadata_decoder.decode(meta_bytes)
+        except (msgspec.DecodeError, msgspec.ValidationError) as error:
+            self._reject(f"metadata: {error}", key)
+            return
+        if (metadata.participant_id or "").encode() != pid:
+            self._reject("metadata.participant_id does not match the key", key, metadata.sender)
+            return
+        verdict, first_missing = self._tracker.observe(key, metadata.sender, metadata.epoch, metadata.seq)
+        if verdict == STALE:
+            self._counters["stale"] += 1
+            self._log.warning("bus.stale", key=key.decode(errors="replace"), sender=metadata.sender,
+                              epoch=metadata.epoch, seq=metadata.seq)
+            return
+        if verdict == GAP:
+            self._record_gap(name, metadata, first_missing)
+        if name == self._inbox_bytes:
+            future = self._pending.get(metadata.correlation_id or "")
+            if future is not None and not future.done():
+                future.set_result((payload, metadata))
+            return
+        routes = self._routes.get(name)
+        if not routes:
+            return
+        try:
+            message = routes[0].topic.decode(payload)
+        except (msgspec.DecodeError, msgspec.ValidationError) as error:
+            self._reject(f"payload: {error}", key, metadata.sender, topic=name.decode(errors="replace"))
+            return
+        for route in routes:
+            if route.participant is not None and route.participant != pid:
+                continue
+            handler_name, topic = route.handler_name, route.topic
+            if route.mailbox is not None:
+                self._offer(route.mailbox, (getattr(route.mailbox.agent, handler_name), message, metadata, topic))
+            else:
+                for mailbox in self._keyed_targets(route.keyed, metadata.participant_id):
+                    self._offer(mailbox, (getattr(mailbox.agent, handler_name), message, metadata, topic))
+
+    def _keyed_targets(self, keyed: _KeyedKind, key: str | None) -> list[Mailbox]:
+        if key is None:
+            return list(keyed.instances.values())
+        mailbox = keyed.instances.get(key)
+        if mailbox is None:
+            if not keyed.owns(key):
+                return []
+            agent = keyed.factory(key)
+            name = f"{keyed.kind}[{key}]"
+            agent.name, agent.runtime = name, self
+            mailbox = keyed.instances[key] = Mailbox(self, agent, name, keyed.capacity)
+            mailbox.start(call_on_start=True)
+        return [mailbox]
+
+    def _offer(self, mailbox: Mailbox, delivery: Any) -> None:
+        if mailbox.offer(delivery):
+            self._counters["delivered"] += 1
+            return
+        self._counters["overflow"] += 1
+        metadata = delivery[2]
+        self._log.warning("actor.mailbox_overflow", actor=mailbox.name, topic=delivery[3].name,
+                          participant=metadata.participant_id, sender=metadata.sender, seq=metadata.seq)
+
+    def _record_gap(self, name: bytes, metadata: MessageMetadata, first_missing: int) -> None:
+        gap = Gap(name.decode(errors="replace"), metadata.participant_id, metadata.sender, metadata.epoch,
+                  first_missing, metadata.seq - 1)
+        self.gaps.append(gap)
+        self._counters["gaps"] += gap.count
+        self._log.warning("bus.gap", topic=gap.topic, participant=gap.participant_id, sender=gap.sender,
+                          epoch=gap.epoch, first_missing=gap.first_missing, last_missing=gap.last_missing)
+
+    # ------------------------------------------------------------------ observation
+
+    def stats(self) -> RuntimeStats:
+        mailboxes = {name: mailbox.depth for name, mailbox in self._agents.items()}
+        for keyed in self._keyed.values():
+            mailboxes.update({mailbox.name: mailbox.depth for mailbox in keyed.instances.values()})
+        return RuntimeStats(mailboxes=mailboxes, **self._counters)

@@ -1,0 +1,60 @@
+"""Test support: a real broker process and helpers to start and reap OS processes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+PROCS = Path(__file__).parent / "procs"
+
+
+def python(script: str, *args: str, **kwargs) -> subprocess.Popen:
+    """Start ``tests/procs/<script>`` in a new Python process with piped text output."""
+    return subprocess.Popen(
+        [sys.executable, str(PROCS / script), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs,
+    )
+
+
+def expect_line(proc: subprocess.Popen, prefix: str) -> str:
+    """Read stdout lines until one starts with ``prefix`` (the process's readiness handshake)."""
+    for line in proc.stdout:
+        if line.startswith(prefix):
+            return line.strip()
+    raise AssertionError(f"process exited without printing {prefix!r}: {proc.stderr.read()[-3000:]}")
+
+
+def reap(*procs: subprocess.Popen) -> None:
+    """Terminate processes that are still running and wait for all of them."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextmanager
+def broker_process(*extra: str) -> Iterator[str]:
+    """Run ``xrmq bus`` on a fresh ipc bus in a separate process; yield the bus string."""
+    directory = tempfile.mkdtemp(prefix="xrmq-")
+    bus = f"ipc://{directory}/bus"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xrmq.actors.cli", "bus", "--bus", bus, *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "XRMQ_LOG_LEVEL": "WARNING"},
+    )
+    try:
+        expect_line(proc, "xrmq bus: ready")
+        yield bus
+    finally:
+        reap(proc)
+        shutil.rmtree(directory, ignore_errors=True)

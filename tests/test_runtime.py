@@ -1,0 +1,306 @@
+"""Actor semantics of AgentRuntime on the embedded bus (and a broker process for losses)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from buses import broker_process
+from raw_client import RawClient
+from xrmq.actors.runtime import Agent, AgentRuntime, AskError, RuntimeClosedError, subscribe
+from xrmq.schemas import ConversationContextUpdate as Update
+from xrmq.schemas import UserQuery
+from xrmq.topics import Topic, context_topic
+
+pytestmark = pytest.mark.timeout(30)
+
+NOTES = context_topic("notes")
+NOTES2 = context_topic("notes2")
+
+
+class Recorder(Agent):
+    """Records (text, participant) per topic; sets an event when ``expected`` arrived."""
+
+    def __init__(self, expected: int = 1) -> None:
+        self.seen: list[tuple[str, str | None]] = []
+        self.expected = expected
+        self.done = asyncio.Event()
+
+    def _record(self, message, ctx) -> None:
+        self.seen.append((message.text, ctx.participant_id))
+        if len(self.seen) >= self.expected:
+            self.done.set()
+
+    @subscribe(NOTES)
+    async def on_notes(self, message, ctx) -> None:
+        self._record(message, ctx)
+
+
+class Notes2Recorder(Recorder):
+    @subscribe(NOTES2)
+    async def on_notes2(self, message, ctx) -> None:
+        self._record(message, ctx)
+
+
+async def test_a_topic_never_receives_a_topic_whose_name_it_prefixes():
+    notes_only, both = Recorder(), Notes2Recorder(expected=2)
+    runtime = AgentRuntime()
+    runtime.register("notes-only", notes_only)
+    runtime.register("both", both)
+    async with runtime:
+        await runtime.publish(NOTES2, Update("for notes2"))
+        await runtime.publish(NOTES, Update("for notes"))
+        await both.done.wait()
+        await notes_only.done.wait()
+    assert notes_only.seen == [("for notes", None)]
+    assert sorted(both.seen) == [("for notes", None), ("for notes2", None)]
+
+
+async def test_participant_filtered_agent_receives_only_its_participant():
+    filtered, everyone = Recorder(), Recorder(expected=3)
+    runtime = AgentRuntime()
+    runtime.register("filtered", filtered, participant_id="p2")
+    runtime.register("everyone", everyone)
+    async with runtime:
+        for pid in ("p1", "p2", "p3"):
+            await runtime.publish(NOTES, Update(f"hi {pid}"), participant_id=pid)
+        await everyone.done.wait()
+        await filtered.done.wait()
+    assert filtered.seen == [("hi p2", "p2")]
+
+
+class Gate(Agent):
+    """Blocks in its handler until released; tracks how many handlers run at once."""
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.max_active = 0
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+        self.handled: list[str] = []
+
+    @subscribe(NOTES)
+    async def on_notes(self, message, ctx) -> None:
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        self.entered.set()
+        await self.release.wait()
+        self.handled.append(message.text)
+        self.active -= 1
+
+
+async def test_an_actor_handles_one_message_at_a_time():
+    gate, witness = Gate(), Recorder(expected=3)
+    runtime = AgentRuntime()
+    runtime.register("gate", gate)
+    runtime.register("witness", witness)
+    async with runtime:
+        for text in ("a", "b", "c"):
+            await runtime.publish(NOTES, Update(text))
+        await witness.done.wait()  # all three were dispatched to both mailboxes
+        await gate.entered.wait()
+        assert gate.active == 1 and runtime.stats().mailboxes["gate"] == 2
+        gate.release.set()
+        while len(gate.handled) < 3:
+            await asyncio.sleep(0)  # yield to the actor; not a timed wait
+    assert gate.max_active == 1
+    assert gate.handled == ["a", "b", "c"]
+
+
+async def test_a_full_mailbox_counts_and_refuses_overflow():
+    gate, witness = Gate(), Recorder(expected=5)
+    runtime = AgentRuntime()
+    runtime.register("gate", gate, mailbox_capacity=2)
+    runtime.register("witness", witness)
+    async with runtime:
+        await runtime.publish(NOTES, Update("first"))
+        await gate.entered.wait()  # the first message is being handled, the mailbox is empty
+        for text in ("2", "3", "4", "5"):
+            await runtime.publish(NOTES, Update(text))
+        await witness.done.wait()
+        stats = runtime.stats()
+        gate.release.set()
+    assert stats.overflow == 2
+    assert stats.mailboxes["gate"] == 2
+
+
+class Section(Agent):
+    instances: list["Section"] = []
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.texts: list[str] = []
+        self.started = False
+        Section.instances.append(self)
+
+    async def on_start(self) -> None:
+        self.started = True
+
+    @subscribe(NOTES)
+    async def on_notes(self, message, ctx) -> int:
+        assert ctx.participant_id in (None, self.key)
+        self.texts.append(message.text)
+        return len(self.texts)
+
+
+async def test_keyed_actors_spawn_one_instance_per_key_on_first_message():
+    Section.instances = []
+    runtime = AgentRuntime()
+    runtime.register_keyed("section", Section)
+    async with runtime:
+        assert await runtime.ask(NOTES, Update("one"), participant_id="p1", reply_type=int) == 1
+        assert await runtime.ask(NOTES, Update("two"), participant_id="p2", reply_type=int) == 1
+        assert await runtime.ask(NOTES, Update("three"), participant_id="p1", reply_type=int) == 2
+        instances = runtime.keyed_instances("section")
+        assert sorted(instances) == ["p1", "p2"]
+        assert instances["p1"].texts == ["one", "three"] and instances["p2"].texts == ["two"]
+        assert all(section.started for section in Section.instances)
+        assert await runtime.retire("section", "p1")
+        assert sorted(runtime.keyed_instances("section")) == ["p2"]
+
+
+async def test_keyed_kind_in_a_runtime_ignores_keys_of_other_shards():
+    from xrmq.actors.runtime import shard_of
+
+    runtime = AgentRuntime()
+    runtime.register_keyed("section", Section, shard=0, shards=2)
+    keys = [f"k{i}" for i in range(10)]
+    mine = [k for k in keys if shard_of(k, 2) == 0]
+    theirs = [k for k in keys if shard_of(k, 2) == 1]
+    assert mine and theirs
+    async with runtime:
+        for key in mine:
+            await runtime.ask(NOTES, Update("x"), participant_id=key, reply_type=int)
+        with pytest.raises(TimeoutError):
+            await runtime.ask(NOTES, Update("x"), participant_id=theirs[0], reply_type=int, timeout=0.2)
+        assert sorted(runtime.keyed_instances("section")) == sorted(mine)
+
+
+class Echo(Agent):
+    def __init__(self) -> None:
+        self.hold = asyncio.Event()
+        self.holding = asyncio.Event()
+
+    @subscribe(NOTES)
+    async def on_notes(self, message, ctx) -> str:
+        if message.text == "fail":
+            raise RuntimeError("bad request")
+        if message.text == "hold":
+            self.holding.set()
+            await self.hold.wait()
+        return message.text.upper()
+
+
+async def test_ask_returns_the_handlers_return_value():
+    runtime = AgentRuntime()
+    runtime.register("echo", Echo())
+    async with runtime:
+        assert await runtime.ask(NOTES, Update("hello"), reply_type=str) == "HELLO"
+
+
+async def test_ask_times_out_cleanly_when_nobody_answers():
+    runtime = AgentRuntime()
+    async with runtime:
+        with pytest.raises(TimeoutError, match="no reply on 'notes'"):
+            await runtime.ask(NOTES, Update("anyone?"), timeout=0.05)
+        assert runtime._pending == {}
+
+
+async def test_ask_raises_the_handlers_failure_and_the_actor_goes_on():
+    runtime = AgentRuntime()
+    runtime.register("echo", Echo())
+    async with runtime:
+        with pytest.raises(AskError, match="bad request"):
+            await runtime.ask(NOTES, Update("fail"), reply_type=str)
+        assert await runtime.ask(NOTES, Update("still here"), reply_type=str) == "STILL HERE"
+        assert runtime.stats().handler_errors == 1
+
+
+async def test_pending_asks_fail_when_the_runtime_stops():
+    echo = Echo()
+    runtime = AgentRuntime()
+    runtime.register("echo", echo)
+    await runtime.start()
+    pending = asyncio.create_task(runtime.ask(NOTES, Update("hold"), timeout=30))
+    await echo.holding.wait()
+    await runtime.stop()
+    with pytest.raises(RuntimeClosedError):
+        await pending
+
+
+class Relay(Agent):
+    """On a query, publishes a note while handling it (through its RuntimeContext)."""
+
+    @subscribe(Topic("test.query", UserQuery))
+    async def on_query(self, message, ctx) -> None:
+        await ctx.publish(NOTES, Update(f"relayed {message.text}"))
+
+
+class MetadataRecorder(Agent):
+    def __init__(self) -> None:
+        self.metadata = None
+        self.done = asyncio.Event()
+
+    @subscribe(NOTES)
+    async def on_notes(self, message, ctx) -> None:
+        self.metadata = ctx.metadata
+        self.done.set()
+
+
+async def test_context_publish_defaults_source_and_participant_and_links_ids():
+    recorder = MetadataRecorder()
+    runtime = AgentRuntime()
+    runtime.register("relay", Relay())
+    runtime.register("recorder", recorder)
+    query_topic = Topic("test.query", UserQuery)
+    async with runtime:
+        request_id = runtime.send(query_topic, UserQuery("hi", 1), participant_id="p9")
+        await recorder.done.wait()
+    metadata = recorder.metadata
+    assert metadata.source == "relay"
+    assert metadata.participant_id == "p9"
+    assert metadata.parent_message_id == request_id
+    assert metadata.correlation_id == request_id
+
+
+async def test_registration_rules():
+    runtime = AgentRuntime()
+    runtime.register("a", Recorder())
+    with pytest.raises(ValueError, match="already registered"):
+        runtime.register("a", Recorder())
+
+    class Bad(Agent):
+        @subscribe(NOTES)
+        async def on_notes(self, message) -> None: ...
+
+    with pytest.raises(TypeError, match=r"exactly \(self, message, ctx\)"):
+        runtime.register("bad", Bad())
+    async with runtime:
+        with pytest.raises(RuntimeError, match="only before start"):
+            runtime.register("late", Recorder())
+    with pytest.raises(RuntimeClosedError):
+        await runtime.publish(NOTES, Update("after stop"))
+
+
+async def test_an_injected_loss_is_reported_as_a_gap_with_its_range():
+    with broker_process() as bus:
+        recorder = Recorder(expected=4)
+        runtime = AgentRuntime(bus)
+        runtime.register("recorder", recorder)
+        client = RawClient(bus)
+        try:
+            async with runtime:
+                await asyncio.to_thread(client.wait_ready)
+                for seq in (1, 2, 5, 6):  # the transport "drops" 3 and 4
+                    client.send("notes", "p1", seq, {"text": f"m{seq}"})
+                await recorder.done.wait()
+                stats = runtime.stats()
+                gaps = list(runtime.gaps)
+        finally:
+            client.close()
+    assert [text for text, _ in recorder.seen] == ["m1", "m2", "m5", "m6"]
+    assert stats.gaps == 2
+    assert len(gaps) == 1
+    assert (gaps[0].topic, gaps[0].participant_id, gaps[0].first_missing, gaps[0].last_missing) == ("notes", "p1", 3, 4)
+    assert gaps[0].sender == client.sender
