@@ -1,0 +1,125 @@
+"""Wire schemas: every rule raises ValueError naming the field and the rule, on
+construction and on decode."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from xrmq.schemas import (
+    Admission,
+    AgentTurn,
+    CompactionPrompts,
+    ContextBlock,
+    ConversationContextUpdate,
+    MessageMetadata,
+    ResponseOutput,
+    RoutingAid,
+    UserQuery,
+)
+
+
+def test_response_output_reply_requires_request_id():
+    with pytest.raises(ValueError, match=r"ResponseOutput.request_id: is required for replies"):
+        ResponseOutput(kind="reply", text="hi")
+
+
+@pytest.mark.parametrize("kind", ["update", "withdraw"])
+def test_response_output_request_id_is_forbidden_for_updates_and_withdraws(kind):
+    with pytest.raises(ValueError, match=rf"ResponseOutput.request_id: is forbidden for {kind}s"):
+        ResponseOutput(kind=kind, request_id="t1")
+
+
+def test_only_updates_can_be_urgent():
+    assert ResponseOutput(kind="update", text="timer", urgent=True).urgent
+    with pytest.raises(ValueError, match=r"ResponseOutput.urgent: only updates can be urgent"):
+        ResponseOutput(kind="reply", request_id="t1", text="x", urgent=True)
+
+
+def test_withdraw_carries_no_content():
+    with pytest.raises(ValueError, match=r"ResponseOutput.text: a withdraw carries no text"):
+        ResponseOutput(kind="withdraw", text="stale")
+
+
+def test_only_replies_are_streamed():
+    with pytest.raises(ValueError, match=r"ResponseOutput.response_id: only replies are streamed"):
+        ResponseOutput(kind="update", text="x", response_id="r1")
+
+
+def test_unknown_kind_is_rejected_on_decode():
+    with pytest.raises(msgspec.ValidationError, match=r"kind"):
+        msgspec.msgpack.decode(msgspec.msgpack.encode({"kind": "shout"}), type=ResponseOutput)
+
+
+def test_validate_boundary_requires_identity_for_streamed_replies():
+    fragment = ResponseOutput(kind="reply", request_id="t1", text="Hel", final=False)
+    with pytest.raises(ValueError, match=r"ResponseOutput.response_id: is required for non-final fragments"):
+        fragment.validate_boundary()
+    streamed = ResponseOutput(kind="reply", request_id="t1", text="Hel", final=False, response_id="r1")
+    assert streamed.validate_boundary() is streamed
+
+
+def test_validate_boundary_requires_text_for_finite_output():
+    with pytest.raises(ValueError, match=r"ResponseOutput.text: is required for output without response_id"):
+        ResponseOutput(kind="reply", request_id="t1", text="  ").validate_boundary()
+    terminator = ResponseOutput(kind="reply", request_id="t1", response_id="r1")
+    assert terminator.validate_boundary() is terminator
+    assert ResponseOutput(kind="withdraw").validate_boundary().kind == "withdraw"
+
+
+def test_context_update_text_must_be_non_empty_also_when_decoded():
+    with pytest.raises(ValueError, match=r"ConversationContextUpdate.text: must be non-empty text"):
+        ConversationContextUpdate("   ")
+    with pytest.raises(msgspec.ValidationError, match=r"ConversationContextUpdate.text"):
+        msgspec.msgpack.decode(msgspec.msgpack.encode({"text": ""}), type=ConversationContextUpdate)
+
+
+def test_user_query_needs_text():
+    with pytest.raises(ValueError, match=r"UserQuery.text: must be non-empty text"):
+        UserQuery("", 1)
+
+
+def test_agent_turn_is_positional_like_the_seed():
+    turn = AgentTurn("participant-1", "turn-1", "When is the calibration meeting?")
+    assert (turn.participant_id, turn.turn_id, turn.history) == ("participant-1", "turn-1", ())
+    with pytest.raises(ValueError, match=r"AgentTurn.turn_id: must be a non-empty string"):
+        AgentTurn("p", "", "text")
+
+
+def test_admission_rules():
+    with pytest.raises(ValueError, match=r"Admission.text: must be non-empty text"):
+        Admission("clarify")
+    with pytest.raises(ValueError, match=r"Admission.focus: only an accept can take focus"):
+        Admission("decline", focus=True)
+    assert Admission("accept", focus=True).focus
+
+
+def test_routing_aid_needs_a_description():
+    with pytest.raises(ValueError, match=r"RoutingAid.description"):
+        RoutingAid("")
+
+
+def test_compaction_prompts_defaults_carry_the_design_rules():
+    prompts = CompactionPrompts()
+    for text in (prompts.source, prompts.dialogue):
+        assert "verbatim" in text and "most recent" in text and "uncertain" in text
+    assert prompts.condense == (
+        "Shorten this summary. Keep facts, preferences, corrections, unresolved requests, and uncertainty."
+    )
+    assert prompts.dialogue.startswith("Summarize the completed conversation history for future turns.")
+    assert prompts.source.startswith("Summarize only the source-owned background context below.")
+    with pytest.raises(ValueError, match=r"CompactionPrompts.condense"):
+        CompactionPrompts(condense=" ")
+
+
+def test_messages_are_frozen_so_subscribers_can_share_one_decoded_copy():
+    block = ContextBlock(None, "summary")
+    with pytest.raises(AttributeError):
+        block.text = "changed"
+
+
+def test_metadata_round_trips_and_checks_its_sequence():
+    metadata = MessageMetadata(message_id="m1", source="a", sender="rt", epoch=1, seq=1, timestamp_us=5)
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(metadata), type=MessageMetadata) == metadata
+    with pytest.raises(ValueError, match=r"MessageMetadata.seq: must be >= 1"):
+        MessageMetadata(message_id="m1", source="a", sender="rt", epoch=1, seq=0, timestamp_us=5)
