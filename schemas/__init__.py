@@ -7,6 +7,7 @@ process without copies) and validates its rules on construction and on decode, r
 
 from .context import CompactionPrompts, ContextBlock, ConversationContextUpdate
 from .envelope import MessageMetadata
+from .metrics import RuntimeMetrics
 from .interaction import Interrupted, ParticipantJoined, ParticipantLeft, ResponseOutput, UserQuery
 from .routing import Admission, AgentExchange, AgentTurn, DestinationResult, RoutingAid
 
@@ -24,5 +25,6 @@ __all__ = [
     "ParticipantLeft",
     "ResponseOutput",
     "RoutingAid",
+    "RuntimeMetrics",
     "UserQuery",
 ]

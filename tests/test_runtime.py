@@ -11,7 +11,7 @@ from raw_client import RawClient
 from xrmq.actors.runtime import Agent, AgentRuntime, AskError, RuntimeClosedError, subscribe
 from xrmq.schemas import ConversationContextUpdate as Update
 from xrmq.schemas import UserQuery
-from xrmq.topics import Topic, context_topic
+from xrmq.topics import METRICS_TOPIC, Topic, context_topic
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -304,3 +304,41 @@ async def test_an_injected_loss_is_reported_as_a_gap_with_its_range():
     assert len(gaps) == 1
     assert (gaps[0].topic, gaps[0].participant_id, gaps[0].first_missing, gaps[0].last_missing) == ("notes", "p1", 3, 4)
     assert gaps[0].sender == client.sender
+
+
+class Gauged(Agent):
+    def __init__(self, key: str = "") -> None:
+        self.key = key
+
+    def gauges(self) -> dict[str, float]:
+        return {"test.participants": 1}
+
+    @subscribe(NOTES)
+    async def on_notes(self, message, ctx) -> None: ...
+
+
+class MetricsWatcher(Agent):
+    def __init__(self) -> None:
+        self.reports = []
+        self.got = asyncio.Event()
+
+    @subscribe(METRICS_TOPIC)
+    async def on_metrics(self, message, ctx) -> None:
+        if message.gauges.get("test.participants") == 2:
+            self.reports.append(message)
+            self.got.set()
+
+
+async def test_runtime_publishes_metrics_with_mailboxes_counters_and_summed_actor_gauges():
+    watcher = MetricsWatcher()
+    runtime = AgentRuntime(name="metered", metrics_interval=0.01)
+    runtime.register_keyed("section", Gauged)
+    runtime.register("watcher", watcher)
+    async with runtime:
+        for key in ("p1", "p2"):
+            await runtime.publish(NOTES, Update("x"), participant_id=key)
+        await watcher.got.wait()
+    report = watcher.reports[0]
+    assert report.runtime == "metered"
+    assert set(report.actors) >= {"watcher", "section[p1]", "section[p2]"}
+    assert report.published >= 2 and report.gaps == 0

@@ -6,6 +6,7 @@ from xrmq.schemas import (
     ParticipantJoined,
     ParticipantLeft,
     ResponseOutput,
+    RuntimeMetrics,
     UserQuery,
 )
 
@@ -19,6 +20,8 @@ INTERRUPTED_TOPIC: Topic[Interrupted] = Topic("voice.interrupted", Interrupted)
 """The participant interrupted (barge-in): in-flight work for them stops."""
 PARTICIPANT_JOINED_TOPIC: Topic[ParticipantJoined] = Topic("participant.joined", ParticipantJoined)
 PARTICIPANT_LEFT_TOPIC: Topic[ParticipantLeft] = Topic("participant.left", ParticipantLeft)
+METRICS_TOPIC: Topic[RuntimeMetrics] = Topic("xrmq.metrics", RuntimeMetrics)
+"""Every runtime's periodic counters (its heartbeat); read by ``xrmq top`` and the supervisor."""
 
 
 def context_topic(name: str) -> Topic[ConversationContextUpdate]:
@@ -32,10 +35,12 @@ STANDARD_TOPICS: tuple[Topic, ...] = (
     INTERRUPTED_TOPIC,
     PARTICIPANT_JOINED_TOPIC,
     PARTICIPANT_LEFT_TOPIC,
+    METRICS_TOPIC,
 )
 
 __all__ = [
     "INTERRUPTED_TOPIC",
+    "METRICS_TOPIC",
     "PARTICIPANT_JOINED_TOPIC",
     "PARTICIPANT_LEFT_TOPIC",
     "QUERY_TOPIC",

@@ -76,6 +76,10 @@ class Agent:
     async def on_stop(self) -> None:
         """Called when the runtime stops, before its sockets close; cancel owned tasks here."""
 
+    def gauges(self) -> dict[str, float]:
+        """Numbers this actor reports in its runtime's metrics (``xrmq top``); summed over keyed instances."""
+        return {}
+
 
 class RuntimeContext:
     """What a handler knows about the message it is handling, and how it publishes.

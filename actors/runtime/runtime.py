@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import time
 import uuid
 import zlib
@@ -25,8 +26,8 @@ import msgspec
 import zmq
 import zmq.asyncio
 
-from xrmq.schemas import MessageMetadata
-from xrmq.topics import Topic, topic_key
+from xrmq.schemas import MessageMetadata, RuntimeMetrics
+from xrmq.topics import METRICS_TOPIC, Topic, topic_key
 
 from .address import BusAddress, parse_bus
 from .agent import Agent, subscriptions
@@ -113,6 +114,8 @@ class AgentRuntime:
     ``bus`` is a bus string (see ``xrmq.actors.runtime.address``) or a ``BusAddress``;
     None starts an embedded broker in this process. ``name`` identifies this runtime
     as a sender (stable across restarts of the same process role; the epoch changes).
+    With ``metrics_interval`` (seconds) it publishes ``RuntimeMetrics`` on
+    ``METRICS_TOPIC`` that often: its heartbeat and what ``xrmq top`` shows.
     """
 
     def __init__(
@@ -123,6 +126,7 @@ class AgentRuntime:
         hwm: int = DEFAULT_HWM,
         mailbox_capacity: int = 10_000,
         ready_timeout: float = 10.0,
+        metrics_interval: float | None = None,
     ) -> None:
         if mailbox_capacity < 1:
             raise ValueError("mailbox_capacity: must be >= 1")
@@ -137,6 +141,8 @@ class AgentRuntime:
         self.hwm = hwm
         self.mailbox_capacity = mailbox_capacity
         self.ready_timeout = ready_timeout
+        self.metrics_interval = metrics_interval
+        self._metrics_task: asyncio.Task[None] | None = None
         self.gaps: deque[Gap] = deque(maxlen=1000)
         """The most recent gaps (the ``gaps`` counter counts all of them)."""
         self._log = get_logger(runtime=self.name)
@@ -275,6 +281,8 @@ class AgentRuntime:
             await self.guarded_hook(mailbox.agent, "on_start")
         for mailbox in self._agents.values():
             mailbox.start(call_on_start=False)
+        if self.metrics_interval:
+            self._metrics_task = asyncio.create_task(self._publish_metrics(), name=f"xrmq-metrics-{self.name}")
         self._log.info("runtime.ready", bus=self.address.subscribe, actors=sorted(self._agents),
                        keyed=sorted(self._keyed))
 
@@ -288,9 +296,9 @@ class AgentRuntime:
             if not future.done():
                 future.set_exception(RuntimeClosedError("ask: the runtime stopped"))
         self._pending.clear()
-        mailboxes = list(self._agents.values())
-        for keyed in self._keyed.values():
-            mailboxes.extend(keyed.instances.values())
+        if self._metrics_task is not None:
+            self._metrics_task.cancel()
+        mailboxes = self._all_mailboxes()
         for mailbox in mailboxes:
             await mailbox.stop()
         for mailbox in mailboxes:
@@ -528,8 +536,31 @@ class AgentRuntime:
 
     # ------------------------------------------------------------------ observation
 
-    def stats(self) -> RuntimeStats:
-        mailboxes = {name: mailbox.depth for name, mailbox in self._agents.items()}
+    def metrics(self) -> RuntimeMetrics:
+        """This runtime's counters, mailbox depths and actor gauges, now."""
+        mailboxes = self._all_mailboxes()
+        gauges: dict[str, float] = {}
+        for mailbox in mailboxes:
+            for name, value in mailbox.agent.gauges().items():
+                gauges[name] = gauges.get(name, 0) + value
+        return RuntimeMetrics(
+            runtime=self.name, epoch=self.epoch, pid=os.getpid(), timestamp_us=time.time_ns() // 1000,
+            actors={mailbox.name: mailbox.depth for mailbox in mailboxes}, gauges=gauges, **self._counters,
+        )
+
+    async def _publish_metrics(self) -> None:
+        while True:
+            try:
+                self.send(METRICS_TOPIC, self.metrics(), source="runtime")
+            except Exception as error:  # an actor's gauges() must not stop the heartbeat
+                self._log.error("runtime.metrics_failed", error=repr(error))
+            await asyncio.sleep(self.metrics_interval)
+
+    def _all_mailboxes(self) -> list[Mailbox]:
+        mailboxes = list(self._agents.values())
         for keyed in self._keyed.values():
-            mailboxes.update({mailbox.name: mailbox.depth for mailbox in keyed.instances.values()})
-        return RuntimeStats(mailboxes=mailboxes, **self._counters)
+            mailboxes.extend(keyed.instances.values())
+        return mailboxes
+
+    def stats(self) -> RuntimeStats:
+        return RuntimeStats(mailboxes={m.name: m.depth for m in self._all_mailboxes()}, **self._counters)
