@@ -1,0 +1,1 @@
+"""xrmq benchmarks: ``python -m bench [SUITE ...] [--quick] [--out DIR]`` (see README.md)."""

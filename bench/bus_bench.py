@@ -1,0 +1,168 @@
+"""Bus suite: xrmq actors vs raw pyzmq through one broker process, and in-process peers.
+
+Cross-process (a real ``xrmq bus`` broker process, ipc transport): a sender process
+and a receiver process per implementation, all four alive for the whole run and
+measured in turn, so both implementations see the same machine state:
+
+- one-way throughput: COUNT stream fragments, from the sender's first send to the
+  receiver's (actor's) handling of the last, in messages/s; loss is counted, never
+  hidden (large HWMs everywhere; a partial batch is reported as loss);
+- ask round trip: sequential request/reply through the broker, p50 and p99 in us.
+
+Each repetition measures raw and xrmq back to back under each CPU placement:
+"shared" (the scheduler places the five processes on the two cores) and, in a full
+run, "pinned" (broker and senders on CPU 0, receivers on CPU 1). The bars use the
+paired per-repetition ratios xrmq/raw, median over repetitions, shared placement.
+
+In-process peers (autogen-core's ``SingleThreadedAgentRuntime``, Pykka
+``ThreadingActor``s) and xrmq with its embedded broker run afterwards, each in a
+fresh process (``bench.peer_workers``). "Ahead of both peers" is judged with xrmq's
+cross-process figures, the strict reading (the peers never leave their process); the
+embedded xrmq rows show the same-footing comparison.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from contextlib import ExitStack
+
+from .procs import ALL_CPUS, Worker, broker
+from .stats import median, percentile, thin
+from .suite import Row, Suite, SuiteContext, SuiteResult, bar
+
+IMPLEMENTATIONS = {"raw": "raw pyzmq", "xrmq": "xrmq actors"}
+PEERS = {"autogen-core": "autogen-core", "pykka": "Pykka", "xrmq-embedded": "xrmq actors, embedded broker"}
+THROUGHPUT_BAR, RTT_BAR = 0.7, 1.3
+
+
+def placements(quick: bool) -> dict[str, dict[str, frozenset[int]]]:
+    """CPU sets per process kind for each placement measured."""
+    shared = {"broker": ALL_CPUS, "sender": ALL_CPUS, "receiver": ALL_CPUS}
+    if quick or len(ALL_CPUS) < 2:
+        return {"shared": shared}
+    first, second = sorted(ALL_CPUS)[:2]
+    return {"shared": shared, "pinned": {"broker": frozenset({first}), "sender": frozenset({first}),
+                                         "receiver": frozenset({second})}}
+
+
+def run(ctx: SuiteContext) -> SuiteResult:
+    count = 2_000 if ctx.quick else 100_000
+    asks = 100 if ctx.quick else 2_000
+    layouts = placements(ctx.quick)
+    throughput: dict[tuple[str, str], list[float]] = defaultdict(list)
+    loss: dict[tuple[str, str], int] = defaultdict(int)
+    p50: dict[tuple[str, str], list[float]] = defaultdict(list)
+    p99: dict[tuple[str, str], list[float]] = defaultdict(list)
+    rtts: dict[tuple[str, str], list[float]] = defaultdict(list)
+    notes: list[str] = []
+    with broker() as (bus, broker_worker), ExitStack() as stack:
+        workers = {}
+        for impl in IMPLEMENTATIONS:
+            receiver = Worker(f"{impl}-receiver", "-m", "bench.bus_workers", f"{impl}-receiver", bus, str(count))
+            stack.callback(receiver.close)
+            sender = Worker(f"{impl}-sender", "-m", "bench.bus_workers", f"{impl}-sender", bus, str(count))
+            stack.callback(sender.close)
+            workers[impl] = (sender, receiver)
+        for sender, receiver in workers.values():
+            receiver.expect("ready")
+            sender.expect("ready")
+        ctx.progress(f"bus: broker and 4 workers up; {count} messages and {asks} asks per measurement")
+        for rep in range(ctx.repetitions + 1):  # repetition 0 warms up and is discarded
+            for layout_name, layout in layouts.items():
+                broker_worker.pin(layout["broker"])
+                for sender, receiver in workers.values():
+                    sender.pin(layout["sender"])
+                    receiver.pin(layout["receiver"])
+                order = list(IMPLEMENTATIONS) if rep % 2 else list(reversed(IMPLEMENTATIONS))
+                for impl in order:
+                    sender, receiver = workers[impl]
+                    sender.command("send")
+                    sent = sender.result()
+                    got = receiver.result()
+                    rate = got["received"] / ((got["last_ns"] - sent["start_ns"]) / 1e9)
+                    asked = _ask(sender, asks)
+                    if rep == 0:
+                        continue
+                    key = (impl, layout_name)
+                    throughput[key].append(rate)
+                    loss[key] += count - got["received"]
+                    p50[key].append(percentile(asked, 0.5))
+                    p99[key].append(percentile(asked, 0.99))
+                    rtts[key].extend(asked)
+                    ctx.progress(f"bus: rep {rep}/{ctx.repetitions} {layout_name:6} {impl:4}: {rate:,.0f} msg/s, "
+                                 f"lost {count - got['received']}, ask p50 {p50[key][-1]:.0f} us")
+    rows: list[Row] = []
+    for layout_name in layouts:
+        raw_tp, raw_p50 = throughput[("raw", layout_name)], p50[("raw", layout_name)]
+        for impl, subject in IMPLEMENTATIONS.items():
+            key = (impl, layout_name)
+            tp_ratio = [x / r for x, r in zip(throughput[key], raw_tp)]
+            rtt_ratio = [x / r for x, r in zip(p50[key], raw_p50)]
+            rows.append(Row(group=f"one-way throughput, cross-process ({layout_name} cores)", subject=subject,
+                            unit="msg/s", median=median(throughput[key]), repetitions=throughput[key],
+                            higher_is_better=True, extra={"x raw": median(tp_ratio), "lost": loss[key]}))
+            rows.append(Row(group=f"ask round trip p50, cross-process ({layout_name} cores)", subject=subject,
+                            unit="us", median=median(p50[key]), repetitions=p50[key], higher_is_better=False,
+                            extra={"x raw": median(rtt_ratio), "p99 us": median(p99[key])}, samples=thin(rtts[key])))
+    for name, count_lost in loss.items():
+        if count_lost:
+            notes.append(f"{IMPLEMENTATIONS[name[0]]} ({name[1]}): {count_lost} messages lost")
+    peer_rows = _peers(ctx, count, asks, notes)
+    rows += peer_rows
+    return SuiteResult(rows=rows, bars=_bars(rows), notes=notes)
+
+
+def _ask(sender: Worker, asks: int) -> list[float]:
+    sender.command(f"ask {asks}")
+    return sender.result()["rtt_us"]
+
+
+def _peers(ctx: SuiteContext, count: int, asks: int, notes: list[str]) -> list[Row]:
+    rows = []
+    peer_count = min(count, 20_000)
+    for name, subject in PEERS.items():
+        ctx.progress(f"bus: {subject}, in-process ({peer_count} messages, {asks} asks x {ctx.repetitions})")
+        worker = Worker(name, "-m", "bench.peer_workers", name, str(peer_count), str(asks), str(ctx.repetitions))
+        try:
+            result = worker.result(timeout=600)
+        finally:
+            worker.close()
+        if "skipped" in result:
+            notes.append(f"{subject}: skipped: {result['skipped']}")
+            ctx.progress(f"bus: {subject} skipped: {result['skipped']}")
+            continue
+        subject = f"{subject} {result['version']}"
+        flat = [value for rep in result["rtt_us"] for value in rep]
+        rows.append(Row(group="one-way throughput, in-process", subject=subject, unit="msg/s",
+                        median=median(result["throughput"]), repetitions=result["throughput"], higher_is_better=True))
+        rep_p50 = [percentile(rep, 0.5) for rep in result["rtt_us"]]
+        rows.append(Row(group="ask round trip p50, in-process", subject=subject, unit="us", median=median(rep_p50),
+                        repetitions=rep_p50, higher_is_better=False,
+                        extra={"p99 us": median([percentile(rep, 0.99) for rep in result["rtt_us"]])},
+                        samples=thin(flat)))
+    return rows
+
+
+def _bars(rows: list[Row]) -> list:
+    def find(group: str, subject_prefix: str) -> Row | None:
+        return next((row for row in rows if row.group == group and row.subject.startswith(subject_prefix)), None)
+
+    tp_group, rtt_group = "one-way throughput, cross-process (shared cores)", "ask round trip p50, cross-process (shared cores)"
+    xrmq_tp, xrmq_rtt = find(tp_group, "xrmq actors"), find(rtt_group, "xrmq actors")
+    bars = [
+        bar("throughput vs raw pyzmq (x raw)", xrmq_tp.extra["x raw"], ">=", THROUGHPUT_BAR),
+        bar("ask round trip p50 vs raw pyzmq (x raw)", xrmq_rtt.extra["x raw"], "<=", RTT_BAR),
+    ]
+    for prefix in ("autogen-core", "Pykka"):
+        peer_tp = find("one-way throughput, in-process", prefix)
+        peer_rtt = find("ask round trip p50, in-process", prefix)
+        if peer_tp is None:
+            continue
+        bars.append(bar(f"throughput ahead of {prefix} (x peer)", xrmq_tp.median / peer_tp.median, ">=", 1.0,
+                        "xrmq cross-process vs the peer in-process"))
+        bars.append(bar(f"ask round trip p50 ahead of {prefix} (x peer)", xrmq_rtt.median / peer_rtt.median, "<=", 1.0,
+                        "xrmq cross-process vs the peer in-process"))
+    return bars
+
+
+SUITE = Suite("bus", "Bus: xrmq actors vs raw pyzmq through one broker; in-process peers", run)

@@ -1,0 +1,224 @@
+"""Processes of the bus suite: xrmq and raw pyzmq senders and receivers.
+
+``python -m bench.bus_workers ROLE BUS COUNT``, ROLE one of ``xrmq-receiver``,
+``xrmq-sender``, ``raw-receiver``, ``raw-sender``. Both implementations move the same
+bytes through the same broker: the same wire key length, the same metadata frame and
+the same MessagePack payload (a ``ResponseOutput`` stream fragment one way; a
+``UserQuery`` asked and a ``ResponseOutput`` reply for the round trip). xrmq and raw
+use topics whose names differ in one letter, so neither receiver sees the other's
+traffic.
+
+The raw side is the limit: blocking pyzmq, frames encoded once, no decoding, no
+per-message bookkeeping. Receivers print ``ready`` once their subscriptions are live
+through the broker, then one JSON line per batch of COUNT one-way messages:
+``{"received", "first_ns", "last_ns", ...}`` (``time.monotonic_ns``, comparable
+across processes). A batch that stalls for a second is reported with what arrived,
+so a loss shows up as ``received < COUNT`` instead of a hang. Senders take
+``send`` (prints ``{"start_ns", "end_ns"}``) and ``ask N`` (prints ``{"rtt_us": [...]}``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+import uuid
+
+import msgspec
+import zmq
+
+from xrmq.actors.runtime import Agent, AgentRuntime, subscribe
+from xrmq.schemas import MessageMetadata, ResponseOutput, UserQuery
+from xrmq.topics import Topic
+
+PARTICIPANT = "p1"
+FRAGMENT = ResponseOutput(kind="reply", text="The meeting room is on the fourth floor, next to ",
+                          request_id="turn-0042", response_id="resp-0042", final=False)
+QUERY = UserQuery(text="Which room did Alice book for the review?", timestamp_us=1_767_000_000_000_000)
+ANSWER = ResponseOutput(kind="reply", text="Room 4B, at half past three.", request_id="turn-0042")
+IDLE_MS = 1000
+
+XRMQ_FRAGMENT = Topic("bench.fragment.x", ResponseOutput)
+XRMQ_PING = Topic("bench.ping.x", UserQuery)
+RAW_FRAGMENT_KEY = b"bench.fragment.r\x00p1\x00"
+RAW_PING_KEY = b"bench.ping.r\x00p1\x00"
+RAW_REPLY_KEY = b"_inbox.bench-raw-sender\x00p1\x00"
+
+
+def raw_metadata(reply_to: str | None = None) -> bytes:
+    """A metadata frame shaped like the ones xrmq sends (same fields, same sizes)."""
+    epoch = time.time_ns() // 1000
+    message_id = f"bench-raw-sender:{epoch:x}:1"
+    return msgspec.msgpack.encode(MessageMetadata(
+        message_id=message_id, source="application", sender="bench-raw-sender", epoch=epoch, seq=1,
+        timestamp_us=epoch, correlation_id=message_id, participant_id=PARTICIPANT, reply_to=reply_to,
+    ))
+
+
+def emit(record: dict) -> None:
+    print(json.dumps(record), flush=True)
+
+
+class Batches:
+    """Counts one-way messages and closes a batch every ``size`` of them."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.count = 0
+        self.first_ns = 0
+        self.last_ns = 0
+
+    def arrived(self) -> bool:
+        """Count one message; True when it completes the batch."""
+        self.count += 1
+        if self.count == 1:
+            self.first_ns = time.monotonic_ns()
+        if self.count == self.size:
+            self.last_ns = time.monotonic_ns()
+            return True
+        return False
+
+    def close(self, **extra: int) -> None:
+        """Report the batch (a partial one after a stall) and start the next."""
+        last = self.last_ns if self.count == self.size else time.monotonic_ns() - IDLE_MS * 1_000_000
+        emit({"received": self.count, "first_ns": self.first_ns, "last_ns": last, **extra})
+        self.count = 0
+
+
+# ---------------------------------------------------------------- xrmq
+
+class Counter(Agent):
+    def __init__(self, batches: Batches) -> None:
+        self.batches = batches
+        self.full = asyncio.Event()
+
+    @subscribe(XRMQ_FRAGMENT)
+    async def on_fragment(self, message: ResponseOutput, ctx) -> None:
+        if self.batches.arrived():
+            self.full.set()
+
+
+class Pong(Agent):
+    @subscribe(XRMQ_PING)
+    async def on_ping(self, message: UserQuery, ctx) -> ResponseOutput:
+        return ANSWER
+
+
+async def xrmq_receiver(bus: str, count: int) -> None:
+    batches = Batches(count)
+    counter = Counter(batches)
+    runtime = AgentRuntime(bus, name="bench-xrmq-receiver")
+    runtime.register("counter", counter)
+    runtime.register("pong", Pong())
+    async with runtime:
+        print("ready", flush=True)
+        seen = 0
+        while True:
+            try:
+                await asyncio.wait_for(counter.full.wait(), IDLE_MS / 1000)
+            except TimeoutError:
+                if batches.count == 0 or batches.count != seen:
+                    seen = batches.count
+                    continue
+            counter.full.clear()
+            stats = runtime.stats()
+            batches.close(gaps=stats.gaps, overflow=stats.overflow, rejected=stats.rejected)
+            seen = 0
+
+
+async def xrmq_sender(bus: str, count: int) -> None:
+    loop = asyncio.get_running_loop()
+    async with AgentRuntime(bus, name="bench-xrmq-sender") as runtime:
+        print("ready", flush=True)
+        while command := (await loop.run_in_executor(None, sys.stdin.readline)).split():
+            if command[0] == "send":
+                start = time.monotonic_ns()
+                for _ in range(count):
+                    await runtime.publish(XRMQ_FRAGMENT, FRAGMENT, participant_id=PARTICIPANT)
+                emit({"start_ns": start, "end_ns": time.monotonic_ns()})
+            elif command[0] == "ask":
+                rtts = []
+                for _ in range(int(command[1])):
+                    began = time.perf_counter_ns()
+                    await runtime.ask(XRMQ_PING, QUERY, reply_type=ResponseOutput, participant_id=PARTICIPANT)
+                    rtts.append((time.perf_counter_ns() - began) / 1000)
+                emit({"rtt_us": rtts})
+
+
+# ---------------------------------------------------------------- raw pyzmq
+
+def raw_sockets(bus: str, *subscriptions: bytes) -> tuple[zmq.Socket, zmq.Socket]:
+    """A PUB to the broker and a SUB from it, live through the broker when returned."""
+    prefix = bus[len("ipc://"):]
+    context = zmq.Context.instance()
+    pub = context.socket(zmq.PUB)
+    pub.setsockopt(zmq.SNDHWM, 1_000_000)
+    pub.connect(f"ipc://{prefix}.in")
+    sub = context.socket(zmq.SUB)
+    sub.setsockopt(zmq.RCVHWM, 1_000_000)
+    sub.connect(f"ipc://{prefix}.out")
+    probe_prefix = f"_probe.{uuid.uuid4().hex}\x00".encode()
+    for subscription in (*subscriptions, probe_prefix):  # in order: the probe's return proves the others
+        sub.setsockopt(zmq.SUBSCRIBE, subscription)
+    probe = probe_prefix + b"\x00?"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        pub.send_multipart([probe, b"", b""])
+        if sub.poll(20) and sub.recv_multipart()[0] == probe:
+            while sub.poll(50):  # drain the other probes still in flight
+                sub.recv_multipart()
+            return pub, sub
+    raise TimeoutError("raw: the broker did not answer the probe")
+
+
+def raw_receiver(bus: str, count: int) -> None:
+    pub, sub = raw_sockets(bus, RAW_FRAGMENT_KEY, RAW_PING_KEY)
+    sub.setsockopt(zmq.RCVTIMEO, IDLE_MS)
+    reply = [RAW_REPLY_KEY, raw_metadata(), msgspec.msgpack.encode(ANSWER)]
+    batches = Batches(count)
+    print("ready", flush=True)
+    while True:
+        try:
+            frames = sub.recv_multipart()
+        except zmq.Again:
+            if batches.count:
+                batches.close()
+            continue
+        if frames[0] == RAW_PING_KEY:
+            pub.send_multipart(reply)
+        elif batches.arrived():
+            batches.close()
+
+
+def raw_sender(bus: str, count: int) -> None:
+    pub, sub = raw_sockets(bus, RAW_REPLY_KEY)
+    fragment = [RAW_FRAGMENT_KEY, raw_metadata(), msgspec.msgpack.encode(FRAGMENT)]
+    ping = [RAW_PING_KEY, raw_metadata(reply_to="_inbox.bench-raw-sender"), msgspec.msgpack.encode(QUERY)]
+    print("ready", flush=True)
+    while command := sys.stdin.readline().split():
+        if command[0] == "send":
+            start = time.monotonic_ns()
+            for _ in range(count):
+                pub.send_multipart(fragment)
+            emit({"start_ns": start, "end_ns": time.monotonic_ns()})
+        elif command[0] == "ask":
+            rtts = []
+            for _ in range(int(command[1])):
+                began = time.perf_counter_ns()
+                pub.send_multipart(ping)
+                sub.recv_multipart()
+                rtts.append((time.perf_counter_ns() - began) / 1000)
+            emit({"rtt_us": rtts})
+
+
+ROLES = {
+    "xrmq-receiver": lambda bus, count: asyncio.run(xrmq_receiver(bus, count)),
+    "xrmq-sender": lambda bus, count: asyncio.run(xrmq_sender(bus, count)),
+    "raw-receiver": raw_receiver,
+    "raw-sender": raw_sender,
+}
+
+if __name__ == "__main__":
+    role, bus, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    ROLES[role](bus, count)
