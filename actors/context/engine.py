@@ -213,6 +213,69 @@ def exchange_identity(request: str, answer: str, timestamp_us: int | None, excha
     return hashlib.blake2b(material, digest_size=12).digest()
 
 
+def history_tail(
+    known: set[bytes] | frozenset[bytes],
+    exchanges: Sequence[tuple[str, str, int | None]],
+    *,
+    exchange_ids: Sequence[object | None],
+    now_us: int,
+) -> list[tuple[bytes, str, str, int]]:
+    """The exchanges of a front-end window that ``reconcile_history`` adds, oldest first.
+
+    Each is ``(identity, request, answer, timestamp_us)``: the contiguous tail after the
+    window's last exchange whose identity is in ``known``, without repeats, an exchange
+    without a timestamp at ``now_us``. Pure, so a manager in another process than the
+    dialogue section computes exactly what the section will add. Raises ``ValueError``
+    (and returns nothing) for a window with a bad id count or timestamp.
+    """
+    if len(exchange_ids) != len(exchanges):
+        raise ValueError("exchange_ids: must have exactly one id per exchange")
+    check_timestamp(now_us)
+    window = [
+        (request, answer, timestamp_us, exchange_identity(request, answer, timestamp_us, exchange_id))
+        for (request, answer, timestamp_us), exchange_id in zip(exchanges, exchange_ids)
+    ]
+    known_at = [index for index, item in enumerate(window) if item[3] in known]
+    tail = window[known_at[-1] + 1 :] if known_at else window
+    for _, _, timestamp_us, _ in tail:  # validate all first: a bad window adds nothing
+        if timestamp_us is not None:
+            check_timestamp(timestamp_us)
+    added: list[tuple[bytes, str, str, int]] = []
+    seen: set[bytes] = set()
+    for request, answer, timestamp_us, identity in tail:
+        if identity in known or identity in seen:
+            continue  # repeated within the window
+        seen.add(identity)
+        added.append((identity, request, answer, now_us if timestamp_us is None else timestamp_us))
+    return added
+
+
+def fit_newest(
+    dated: Sequence[ContextBlock], room: int
+) -> tuple[tuple[ContextBlock, ...], int, bool]:
+    """The newest of ``dated`` (in time order) that fit in ``room`` bytes, in time order.
+
+    Returns ``(kept, omitted, clipped_newest)``: the oldest blocks are left out; when not
+    even the newest fits, it keeps its start and end within ``room``. Shared by
+    ``Section.render`` and the manager's replica, so both leave out the same blocks.
+    """
+    kept: list[ContextBlock] = []
+    for block in reversed(dated):
+        size = utf8_size(block.text)
+        if size > room:
+            break
+        kept.append(block)
+        room -= size
+    clipped = False
+    if not kept and dated:
+        newest = dated[-1]
+        text = clip_middle(newest.text, room)
+        if text:
+            kept.append(ContextBlock(newest.timestamp_us, text))
+            clipped = True
+    return tuple(reversed(kept)), len(dated) - len(kept), clipped
+
+
 def _order(entry: Entry) -> tuple[int, int]:
     return (entry.timestamp_us, entry.entry_id)
 
@@ -261,6 +324,18 @@ class Section(msgspec.Struct, frozen=True):
         self._require_kind("dialogue", "record_exchange")
         check_timestamp(timestamp_us)
         identity = exchange_identity(request, answer, timestamp_us, exchange_id)
+        return self.add_exchange(state, identity, request, answer, timestamp_us=timestamp_us)
+
+    def add_exchange(
+        self, state: SectionState, identity: bytes, request: str, answer: str, *, timestamp_us: int
+    ) -> bool:
+        """Add an exchange whose identity the caller computed (``exchange_identity``).
+
+        A writer in another process sends the identity rather than the exchange id,
+        which may be any Python object. False (nothing changes) if the identity is known.
+        """
+        self._require_kind("dialogue", "add_exchange")
+        check_timestamp(timestamp_us)
         if identity in state.exchange_identities:
             return False
         state.exchange_identities.add(identity)
@@ -283,27 +358,11 @@ class Section(msgspec.Struct, frozen=True):
         not added. An exchange without a timestamp is recorded at ``now_us``.
         """
         self._require_kind("dialogue", "reconcile_history")
-        if len(exchange_ids) != len(exchanges):
-            raise ValueError("exchange_ids: must have exactly one id per exchange")
-        check_timestamp(now_us)
-        window = [
-            (request, answer, timestamp_us, exchange_identity(request, answer, timestamp_us, exchange_id))
-            for (request, answer, timestamp_us), exchange_id in zip(exchanges, exchange_ids)
-        ]
-        known = [index for index, item in enumerate(window) if item[3] in state.exchange_identities]
-        tail = window[known[-1] + 1 :] if known else window
-        for _, _, timestamp_us, _ in tail:  # validate all first: a bad window adds nothing
-            if timestamp_us is not None:
-                check_timestamp(timestamp_us)
-        added = 0
-        for request, answer, timestamp_us, identity in tail:
-            if identity in state.exchange_identities:
-                continue  # repeated within the window
-            when = now_us if timestamp_us is None else timestamp_us
+        tail = history_tail(state.exchange_identities, exchanges, exchange_ids=exchange_ids, now_us=now_us)
+        for identity, request, answer, when in tail:
             state.exchange_identities.add(identity)
             self._add_entry(state, exchange_text(request, answer, when), when)
-            added += 1
-        return added
+        return len(tail)
 
     def append_update(self, state: SectionState, text: str, *, timestamp_us: int) -> None:
         """Append one incremental topic update as a verbatim entry."""
@@ -466,20 +525,8 @@ class Section(msgspec.Struct, frozen=True):
             text = clip_middle(summary_label(self.spec.name, dialogue=self.spec.kind == "dialogue") + state.summary, budget)
             blocks.append(ContextBlock(None, text))
             budget -= utf8_size(text)
-        kept: list[ContextBlock] = []
-        for entry in reversed(state.entries):
-            if entry.size > budget:
-                break
-            kept.append(ContextBlock(entry.timestamp_us, entry.text))
-            budget -= entry.size
-        clipped_newest = False
-        if not kept and state.entries:
-            newest = state.entries[-1]
-            text = clip_middle(newest.text, budget)
-            if text:
-                kept.append(ContextBlock(newest.timestamp_us, text))
-                clipped_newest = True
-        omitted = len(state.entries) - len(kept)
+        dated = [ContextBlock(entry.timestamp_us, entry.text) for entry in state.entries]
+        kept, omitted, clipped_newest = fit_newest(dated, budget)
         warning = None
         if omitted or clipped_newest:
             warning = OverBudget(
@@ -489,4 +536,4 @@ class Section(msgspec.Struct, frozen=True):
                 omitted_entries=omitted,
                 clipped_newest=clipped_newest,
             )
-        return RenderedSection(state.revision, (*blocks, *reversed(kept)), warning)
+        return RenderedSection(state.revision, (*blocks, *kept), warning)
