@@ -1,0 +1,227 @@
+"""VoiceRenderer: the actor that plays ``ResponseOutput`` through a sink.
+
+A thin shell around :class:`~xrmq.actors.voice.ordering.VoiceOrdering`: handlers feed
+messages in and return at once (an actor's handlers must not block its mailbox); one
+player task per participant plays what the ordering hands out, and a timer task closes
+idle streams. The renderer owns those tasks: they start in ``on_start`` and are
+cancelled in ``on_stop``. Nothing a producer sends can crash it: bad, late and
+duplicate frames are dropped, counted (``ordering.counts``) and logged; a failing sink
+is logged (``sink_failures``) and playback goes on.
+
+The runtime discovers subscriptions on an agent's *class*, while the renderer's topics
+are constructor arguments; so ``VoiceRenderer(...)`` returns an instance of a cached
+subclass whose handlers subscribe to the topics given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+from xrmq.actors.runtime import Agent, RuntimeContext, get_logger, subscribe
+from xrmq.schemas import Interrupted, ResponseOutput, UserQuery
+from xrmq.topics import VOICE_OUTPUT_TOPIC, Topic
+
+from .ordering import Cut, Dropped, Effect, ResponseEnded, StreamClosed, VoiceOrdering, Wake
+from .sinks import Sink, Sleep
+
+
+class VoiceRenderer(Agent):
+    """Plays a ``ResponseOutput`` topic for every participant (or the one it is registered for).
+
+    ``output_topic`` carries the replies and updates; with ``query_topic`` (``UserQuery``)
+    a new query supersedes the participant's earlier requests, whose replies are then
+    dropped (the query's envelope ``message_id`` stays current, for producers that use
+    it as the request id); with ``interrupted_topic`` (``Interrupted``) a barge-in cuts
+    the participant's output (every participant's, for a global message).
+
+    ``clock`` (monotonic seconds) and ``sleep`` drive the idle-stream timer; tests pass
+    their own. The ordering settings are those of ``VoiceOrdering``.
+    """
+
+    def __new__(
+        cls,
+        sink: Sink,
+        *,
+        output_topic: Topic[ResponseOutput] = VOICE_OUTPUT_TOPIC,
+        query_topic: Topic[UserQuery] | None = None,
+        interrupted_topic: Topic[Interrupted] | None = None,
+        **settings: Any,
+    ) -> VoiceRenderer:
+        _check_topic(output_topic, ResponseOutput, "output_topic")
+        _check_topic(query_topic, UserQuery, "query_topic")
+        _check_topic(interrupted_topic, Interrupted, "interrupted_topic")
+        base = cls.__dict__.get("_configured_from", cls)  # type(renderer)(...) configures afresh
+        return super().__new__(_subscribed(base, output_topic, query_topic, interrupted_topic))
+
+    def __init__(
+        self,
+        sink: Sink,
+        *,
+        output_topic: Topic[ResponseOutput] = VOICE_OUTPUT_TOPIC,
+        query_topic: Topic[UserQuery] | None = None,
+        interrupted_topic: Topic[Interrupted] | None = None,
+        idle_timeout_s: float = 10.0,
+        queue_capacity: int = 32,
+        combine_updates: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        if not (callable(getattr(sink, "play", None)) and callable(getattr(sink, "end", None))):
+            raise ValueError("VoiceRenderer.sink: must have async play(segment) and end(ended) methods")
+        self.sink = sink
+        self.output_topic = output_topic
+        self.query_topic = query_topic
+        self.interrupted_topic = interrupted_topic
+        self.ordering = VoiceOrdering(idle_timeout_s=idle_timeout_s, queue_capacity=queue_capacity, combine_updates=combine_updates)
+        self.sink_failures = 0
+        self._clock = clock
+        self._sleep = sleep
+        self._log = get_logger(actor="voice_renderer")
+        self._players: dict[str, asyncio.Task[None]] = {}
+        self._wakes: dict[str, asyncio.Event] = {}
+        self._playing: dict[str, asyncio.Task[None]] = {}
+        self._timer: asyncio.Task[None] | None = None
+        self._streams_opened = asyncio.Event()
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def on_start(self) -> None:
+        self._log = get_logger(actor=self.name or "voice_renderer")
+        self._timer = asyncio.create_task(self._expire_idle_streams(), name=f"{self.name}-idle-timer")
+
+    async def on_stop(self) -> None:
+        tasks = [*self._players.values(), *([self._timer] if self._timer else [])]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._players.clear()
+        self._timer = None
+
+    # -- handlers (wired to topics by the subclass from ``_subscribed``) ----------------
+
+    async def handle_output(self, message: ResponseOutput, ctx: RuntimeContext) -> None:
+        self._apply(self.ordering.output(ctx.participant_id, ctx.metadata.source, message, self._clock()))
+
+    async def handle_query(self, message: UserQuery, ctx: RuntimeContext) -> None:
+        if ctx.participant_id is None:
+            self._log.warning("voice.query_without_participant", sender=ctx.metadata.sender)
+            return
+        self._apply(self.ordering.query(ctx.participant_id, ctx.metadata.message_id))
+
+    async def handle_interrupted(self, message: Interrupted, ctx: RuntimeContext) -> None:
+        self._apply(self.ordering.interrupted(ctx.participant_id))
+
+    # -- effects, players, timer ---------------------------------------------------------
+
+    def _apply(self, effects: list[Effect]) -> None:
+        for effect in effects:
+            if isinstance(effect, Wake):
+                self._wake(effect.participant_id)
+            elif isinstance(effect, Cut):
+                playing = self._playing.get(effect.participant_id)
+                if playing is not None:
+                    playing.cancel()
+            elif isinstance(effect, Dropped):
+                self._log.info("voice.dropped", participant=effect.participant_id, source=effect.source,
+                               reason=effect.reason, detail=effect.detail)
+            elif isinstance(effect, StreamClosed):
+                self._log.warning("voice.stream_closed", participant=effect.participant_id, source=effect.source,
+                                  response_id=effect.response_id, reason=effect.reason)
+        if self.ordering.next_deadline() is not None:
+            self._streams_opened.set()
+
+    def _wake(self, participant_id: str) -> None:
+        wake = self._wakes.get(participant_id)
+        if wake is None:
+            wake = self._wakes[participant_id] = asyncio.Event()
+            self._players[participant_id] = asyncio.create_task(
+                self._play(participant_id, wake), name=f"{self.name}-player-{participant_id}"
+            )
+        wake.set()
+
+    async def _play(self, participant_id: str, wake: asyncio.Event) -> None:
+        """Play one participant's steps in order, one segment at a time."""
+        while True:
+            wake.clear()
+            step = self.ordering.take(participant_id)
+            if step is None:
+                await wake.wait()
+            elif isinstance(step, ResponseEnded):
+                await self._guard(self.sink.end(step), step.participant_id, "end")
+            else:
+                playing = asyncio.create_task(self._guard(self.sink.play(step), participant_id, "play"))
+                self._playing[participant_id] = playing
+                try:
+                    await asyncio.wait({playing})
+                finally:
+                    del self._playing[participant_id]
+                    if not playing.done():  # this player is being cancelled (on_stop)
+                        playing.cancel()
+                        await asyncio.gather(playing, return_exceptions=True)
+                self._apply(self.ordering.finished(step))
+
+    async def _guard(self, call: Any, participant_id: str, what: str) -> None:
+        try:
+            await call
+        except Exception as error:
+            self.sink_failures += 1
+            self._log.error("voice.sink_failed", participant=participant_id, call=what, error=repr(error))
+
+    async def _expire_idle_streams(self) -> None:
+        """Close streams idle for ``idle_timeout_s``, sleeping until the earliest deadline.
+
+        Deadlines only move later (a fragment pushes its stream's deadline back, a new
+        stream's deadline is the latest), so sleeping to the current earliest one and
+        re-checking never misses a timeout.
+        """
+        while True:
+            deadline = self.ordering.next_deadline()
+            if deadline is None:
+                self._streams_opened.clear()
+                await self._streams_opened.wait()
+                continue
+            delay = deadline - self._clock()
+            if delay > 0:
+                await self._sleep(delay)
+            self._apply(self.ordering.expire(self._clock()))
+
+
+def _check_topic(topic: Topic | None, message_type: type, field: str) -> None:
+    if topic is not None and not (isinstance(topic, Topic) and topic.message_type is message_type):
+        raise ValueError(f"VoiceRenderer.{field}: must be a Topic carrying {message_type.__name__}")
+
+
+@cache
+def _subscribed(
+    cls: type[VoiceRenderer],
+    output_topic: Topic[ResponseOutput],
+    query_topic: Topic[UserQuery] | None,
+    interrupted_topic: Topic[Interrupted] | None,
+) -> type[VoiceRenderer]:
+    """The subclass of ``cls`` whose handlers subscribe to the given topics."""
+    namespace: dict[str, Any] = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "_configured_from": cls}
+
+    @subscribe(output_topic)
+    async def on_output(self: VoiceRenderer, message: ResponseOutput, ctx: RuntimeContext) -> None:
+        await self.handle_output(message, ctx)
+
+    namespace["on_output"] = on_output
+    if query_topic is not None:
+
+        @subscribe(query_topic)
+        async def on_query(self: VoiceRenderer, message: UserQuery, ctx: RuntimeContext) -> None:
+            await self.handle_query(message, ctx)
+
+        namespace["on_query"] = on_query
+    if interrupted_topic is not None:
+
+        @subscribe(interrupted_topic)
+        async def on_interrupted(self: VoiceRenderer, message: Interrupted, ctx: RuntimeContext) -> None:
+            await self.handle_interrupted(message, ctx)
+
+        namespace["on_interrupted"] = on_interrupted
+    return type(cls.__name__, (cls,), namespace)
