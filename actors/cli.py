@@ -13,6 +13,7 @@ import sys
 
 _COMMAND_MODULES = (
     "xrmq.actors.runtime.commands",
+    "xrmq.actors.edge.commands",
 )
 
 

@@ -1,0 +1,104 @@
+"""Edge-box commands: ``xrmq up``, ``xrmq run``, ``xrmq record``, ``xrmq replay``, ``xrmq top``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from xrmq.actors.runtime.commands import add_bus_argument
+
+from .config import EdgeConfig, default_config, load_config
+
+
+def add_commands(subparsers: Any) -> None:
+    up = subparsers.add_parser("up", help="start the broker and every process of an edge-box config, supervised")
+    up.add_argument("config", nargs="?", help="TOML config (default: the embedded default; see examples/edge-box.toml)")
+    up.add_argument("--check", action="store_true", help="validate the config and its roles, start nothing")
+    up.set_defaults(func=run_up)
+
+    run = subparsers.add_parser("run", help="run one process of an edge-box config (what 'up' starts)")
+    run.add_argument("target", metavar="ROLE-or-PROCESS", help="a process named in the config, or a role to run alone")
+    run.add_argument("--config", help="TOML config (default: the embedded default)")
+    run.add_argument("--shard", type=int, default=0, help="which replica of the process (default 0)")
+    run.set_defaults(func=run_run)
+
+    record = subparsers.add_parser("record", help="write the broker's capture stream to a file")
+    add_bus_argument(record)
+    record.add_argument("file")
+    record.add_argument("--count", type=int, help="stop after this many messages")
+    record.add_argument("--duration", type=float, help="stop after this many seconds")
+    record.set_defaults(func=run_record)
+
+    replay = subparsers.add_parser("replay", help="publish a recorded capture file onto a bus, in order and pace")
+    add_bus_argument(replay)
+    replay.add_argument("file")
+    replay.add_argument("--speed", type=float, default=1.0, help="pace factor: 2 is twice as fast, inf back to back")
+    replay.set_defaults(func=run_replay)
+
+    top = subparsers.add_parser("top", help="live view of every runtime: actors, mailboxes, rates, gaps, gauges")
+    add_bus_argument(top)
+    top.add_argument("--once", action="store_true", help="print one view and exit")
+    top.add_argument("--json", action="store_true", help="print the rows as JSON")
+    top.add_argument("--interval", type=float, default=1.0, help="seconds between redraws (default 1)")
+    top.add_argument("--window", type=float, default=3.0, help="with --once: wait at most this long for reports")
+    top.add_argument("--expect", type=int, help="with --once: print as soon as this many runtimes reported twice")
+    top.set_defaults(func=run_top)
+
+
+def _config(path: str | None) -> EdgeConfig:
+    return default_config() if path is None else load_config(path)
+
+
+def run_up(args: argparse.Namespace) -> int:
+    from .roles import check_roles
+
+    config = _config(args.config)
+    if args.check:
+        check_roles(config)
+        print(f"xrmq up: {config.source}: ok ({len(config.processes)} processes)")
+        return 0
+    return asyncio.run(_supervise(config, args.config))
+
+
+async def _supervise(config: EdgeConfig, path: str | None) -> int:
+    from .supervisor import Supervisor
+
+    return await Supervisor(config, path).run()
+
+
+def run_run(args: argparse.Namespace) -> int:
+    from .process import run_process, select_instance
+
+    config = _config(args.config)
+    instance = select_instance(config, args.target, args.shard)
+    asyncio.run(run_process(config, instance))
+    return 0
+
+
+def run_record(args: argparse.Namespace) -> int:
+    from .capture import record
+
+    if args.count is not None and args.count < 1:
+        raise ValueError("--count: must be >= 1")
+    if args.duration is not None and args.duration <= 0:
+        raise ValueError("--duration: must be > 0")
+    return record(args.bus, args.file, count=args.count, duration=args.duration, out=sys.stdout)
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    from .capture import replay
+
+    return replay(args.bus, args.file, speed=args.speed, out=sys.stdout)
+
+
+def run_top(args: argparse.Namespace) -> int:
+    from .top import watch
+
+    if args.interval <= 0 or args.window <= 0:
+        raise ValueError("--interval and --window: must be > 0")
+    if args.expect is not None and args.expect < 1:
+        raise ValueError("--expect: must be >= 1")
+    return asyncio.run(watch(args.bus, once=args.once, as_json=args.json, interval=args.interval,
+                             window=args.window, expect=args.expect))

@@ -1,0 +1,518 @@
+"""The edge-box configuration: one TOML file decoded into typed, validated msgspec config.
+
+The file names the bus, the models, the participant context, the destinations and
+router, the supervisor's timings and restart policy, and the processes ``xrmq up``
+starts (which roles each runs, how many replicas, in which order). ``examples/edge-box.toml``
+documents every key; ``default_config()`` is the embedded default that needs no file.
+
+Every error is one ``ConfigError`` (a ``ValueError``) naming the file, the key as a
+dotted path and the rule, e.g. ``edge.toml: processes.conversation.replicas: must be >= 1``.
+Decoding is pure apart from reading the file: no sockets, no directories, no imports
+of the roles (``roles.check_roles`` resolves role names separately).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from xrmq.actors.context import context_config
+from xrmq.actors.context.config import (
+    DEFAULT_COMPACTION_INPUT_BUDGET_BYTES,
+    DEFAULT_DIALOGUE_BUDGET_BYTES,
+    DEFAULT_TOPIC_BUDGET_BYTES,
+)
+from xrmq.actors.models import ModelSpec, parse_model_spec
+from xrmq.actors.runtime.address import DEFAULT_BUS
+from xrmq.schemas import CompactionPrompts
+
+DEFAULT_SOURCE = "<embedded default>"
+"""What errors name as the file when the config did not come from one."""
+
+TOPIC_MODES = ("summary", "incremental")
+DECISION_SERVICES = ("first", "rules", "llm")
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+_ROLE = re.compile(r"^(?:[a-z][a-z0-9-]*|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
+
+
+class ConfigError(ValueError):
+    """A config that breaks a rule: ``"<file>: <dotted key>: <rule>"``."""
+
+    def __init__(self, source: str, key: str, rule: str) -> None:
+        self.source, self.key, self.rule = source, key, rule
+        super().__init__(f"{source}: {key}: {rule}" if key else f"{source}: {rule}")
+
+
+class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Base of every config table: misspelled keys are errors, fields are keyword-only."""
+
+
+class BusConfig(_Section):
+    address: str = DEFAULT_BUS
+    """A bus name (ipc sockets in the per-user runtime directory), ``ipc://PREFIX`` or ``tcp://HOST:PORT``."""
+    capture: bool = True
+    """Whether the broker binds the capture socket that ``xrmq record`` reads."""
+
+
+class ModelsConfig(_Section):
+    answers: ModelSpec = parse_model_spec("offline")
+    """The model conversations answer with (destinations may override it)."""
+    compaction: ModelSpec = parse_model_spec("offline")
+    """The model compaction workers summarize context with."""
+    routing: ModelSpec = parse_model_spec("offline")
+    """The model the router's ``llm`` decision service chooses destinations with."""
+
+
+class TopicConfig(_Section):
+    mode: str
+    """``summary`` (an update replaces the topic's state) or ``incremental`` (updates append and are compacted)."""
+    budget_bytes: int | None = None
+    """This topic's budget; None uses ``context.topic_budget_bytes``."""
+
+
+class PromptsConfig(_Section):
+    source: str | None = None
+    dialogue: str | None = None
+    condense: str | None = None
+
+    def prompts(self) -> CompactionPrompts:
+        """The ``CompactionPrompts`` with the defaults for every prompt not given."""
+        given = {name: value for name in ("source", "dialogue", "condense") if (value := getattr(self, name)) is not None}
+        return CompactionPrompts(**given)
+
+
+class ContextSettings(_Section):
+    topics: dict[str, TopicConfig] = {}
+    """Context topics by name, in the order their summaries are rendered."""
+    dialogue_budget_bytes: int = DEFAULT_DIALOGUE_BUDGET_BYTES
+    topic_budget_bytes: int = DEFAULT_TOPIC_BUDGET_BYTES
+    """Budget of every topic that does not set its own ``budget_bytes``."""
+    compaction_input_budget_bytes: int = DEFAULT_COMPACTION_INPUT_BUDGET_BYTES
+    prompts: PromptsConfig = PromptsConfig()
+
+    def manager_kwargs(self) -> dict[str, Any]:
+        """The ``ContextManager`` constructor's keyword arguments this section describes."""
+        return {
+            "summary_context_topics": [name for name, topic in self.topics.items() if topic.mode == "summary"],
+            "incremental_context_topics": [name for name, topic in self.topics.items() if topic.mode == "incremental"],
+            "dialogue_budget_bytes": self.dialogue_budget_bytes,
+            "topic_budget_bytes": {name: self.topic_budget(name) for name in self.topics},
+            "compaction_input_budget_bytes": self.compaction_input_budget_bytes,
+            "compaction_prompts": self.prompts.prompts(),
+        }
+
+    def topic_budget(self, name: str) -> int:
+        budget = self.topics[name].budget_bytes
+        return self.topic_budget_bytes if budget is None else budget
+
+
+class DestinationConfig(_Section):
+    description: str
+    """What the destination answers: the routing aid the router chooses with."""
+    instructions: str = ""
+    """Appended to the system prompt of every request."""
+    system_prompt: str | None = None
+    """None uses the Conversation's default system prompt."""
+    model: ModelSpec | None = None
+    """None uses ``models.answers``."""
+    keywords: list[str] = []
+    """Words that send a turn here under the ``rules`` decision service."""
+
+
+class RouterConfig(_Section):
+    decisions: str = "first"
+    """``first`` (the default destination takes every turn), ``rules`` (keywords) or ``llm`` (``models.routing`` chooses)."""
+    default: str | None = None
+    """The destination tried when no other fits; None: the first destination."""
+    history_limit: int | None = None
+    """Exchanges of shared history passed with each turn; None: the router's default."""
+
+
+class RestartPolicyConfig(_Section):
+    max_crashes: int = 5
+    """Crashes within ``window_s`` after which the supervisor gives up."""
+    window_s: float = 60.0
+    backoff_initial_s: float = 0.5
+    """Delay before the first restart; doubled for every further crash in the window."""
+    backoff_max_s: float = 30.0
+
+
+class SupervisorConfig(_Section):
+    ready_timeout_s: float = 30.0
+    """How long a process may take to report ready before it counts as crashed."""
+    shutdown_timeout_s: float = 10.0
+    """How long a process may take to drain and exit after SIGTERM before it is killed."""
+    metrics_interval_s: float = 1.0
+    """How often every runtime publishes ``RuntimeMetrics`` (its heartbeat; ``xrmq top``)."""
+    restart: RestartPolicyConfig = RestartPolicyConfig()
+
+
+class ProcessConfig(_Section):
+    roles: list[str]
+    """Roles this process runs: registered role names, or ``package.module:function``."""
+    replicas: int = 1
+    """OS processes running this entry; each owns one shard of the keyed kinds it hosts."""
+    compaction_workers: int = 2
+    """Compaction-worker actors per replica (for the ``compaction`` role)."""
+    after: list[str] = []
+    """Processes that must be ready before this one starts (and stop after it)."""
+    restart: RestartPolicyConfig | None = None
+    """None uses ``supervisor.restart``."""
+
+
+class ProcessInstance(msgspec.Struct, frozen=True):
+    """One OS process of a config entry: replica ``shard`` of ``shards``."""
+
+    process: str
+    shard: int
+    shards: int
+    spec: ProcessConfig
+
+    @property
+    def runtime_name(self) -> str:
+        """The runtime's (and the log prefix's) name: ``process``, or ``process.shard`` with replicas."""
+        return self.process if self.shards == 1 else f"{self.process}.{self.shard}"
+
+
+class EdgeConfig(_Section):
+    bus: BusConfig = BusConfig()
+    models: ModelsConfig = ModelsConfig()
+    context: ContextSettings = ContextSettings()
+    destinations: dict[str, DestinationConfig] = {}
+    router: RouterConfig = RouterConfig()
+    supervisor: SupervisorConfig = SupervisorConfig()
+    processes: dict[str, ProcessConfig] = {}
+    source: str = DEFAULT_SOURCE
+    """The file this config came from (set by the loader; not a TOML key)."""
+
+    def restart_policy(self, process: str) -> RestartPolicyConfig:
+        return self.processes[process].restart or self.supervisor.restart
+
+    def instances(self, process: str) -> list[ProcessInstance]:
+        spec = self.processes[process]
+        return [ProcessInstance(process, shard, spec.replicas, spec) for shard in range(spec.replicas)]
+
+    def startup_layers(self) -> list[list[str]]:
+        """Process names in start order: each layer after every process its members name in ``after``.
+
+        Stop in the reverse order. Config order is kept within a layer.
+        """
+        placed: dict[str, int] = {}
+        while len(placed) < len(self.processes):
+            for name, spec in self.processes.items():
+                if name not in placed and all(dep in placed for dep in spec.after):
+                    placed[name] = 1 + max((placed[dep] for dep in spec.after), default=-1)
+        layers: list[list[str]] = [[] for _ in range(max(placed.values(), default=-1) + 1)]
+        for name in self.processes:
+            layers[placed[name]].append(name)
+        return layers
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def load_config(path: str | Path) -> EdgeConfig:
+    """Read and validate the TOML file at ``path``; ``ConfigError`` naming file, key and rule."""
+    source = str(path)
+    try:
+        text = Path(path).read_bytes()
+    except OSError as error:
+        raise ConfigError(source, "", f"cannot read: {error.strerror or error}") from None
+    try:
+        raw = tomllib.loads(text.decode())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise ConfigError(source, "", f"invalid TOML: {error}") from None
+    return decode_config(raw, source=source)
+
+
+def default_config() -> EdgeConfig:
+    """The embedded default: every actor of the edge box on the default bus, offline models.
+
+    A summary topic ``scene`` and an incremental topic ``notes``; one conversation
+    destination; context sections, compaction workers, conversation, router and voice
+    renderer in processes of their own. ``examples/edge-box.toml`` spells out the same.
+    """
+    return decode_config({
+        "context": {"topics": {"scene": {"mode": "summary"}, "notes": {"mode": "incremental"}}},
+        "destinations": {"conversation": {
+            "description": "General assistant: answers questions from its own knowledge and the participant's context.",
+        }},
+        "router": {"default": "conversation"},
+        "processes": {
+            "context": {"roles": ["context"]},
+            "compaction": {"roles": ["compaction"], "after": ["context"]},
+            "conversation": {"roles": ["conversation"], "after": ["context"]},
+            "router": {"roles": ["router"], "after": ["conversation"]},
+            "renderer": {"roles": ["renderer"]},
+        },
+    })
+
+
+def decode_config(raw: Mapping[str, Any], *, source: str = DEFAULT_SOURCE) -> EdgeConfig:
+    """Validate a decoded TOML document into ``EdgeConfig``; ``ConfigError`` on the first broken rule."""
+    top = _convert(raw, _RawTop, "", source)
+    models = _models(top.models, source)
+    context = _context(top.context, source)
+    destinations = {
+        name: _destination(value, f"destinations.{name}", source) for name, value in _table(top.destinations, "destinations", source).items()
+    }
+    processes = {
+        name: _convert(value, ProcessConfig, f"processes.{name}", source)
+        for name, value in _table(top.processes, "processes", source).items()
+    }
+    config = EdgeConfig(
+        bus=_convert(top.bus, BusConfig, "bus", source),
+        models=models,
+        context=context,
+        destinations=destinations,
+        router=_convert(top.router, RouterConfig, "router", source),
+        supervisor=_convert(top.supervisor, SupervisorConfig, "supervisor", source),
+        processes=processes,
+        source=source,
+    )
+    _validate(config, source)
+    return config
+
+
+class _RawTop(_Section):
+    bus: dict[str, Any] = {}
+    models: dict[str, Any] = {}
+    context: dict[str, Any] = {}
+    destinations: dict[str, Any] = {}
+    router: dict[str, Any] = {}
+    supervisor: dict[str, Any] = {}
+    processes: dict[str, Any] = {}
+
+
+def _table(value: dict[str, Any], key: str, source: str) -> dict[str, Any]:
+    for name in value:
+        if not _NAME.match(name):
+            raise ConfigError(source, f"{key}.{name}", "names use letters, digits, '-' and '_', starting with a letter or digit")
+    return value
+
+
+def _convert(value: Any, type_: type, key: str, source: str) -> Any:
+    """``msgspec.convert`` with its error turned into file, dotted key and rule."""
+    try:
+        return msgspec.convert(value, type_)
+    except msgspec.ValidationError as error:
+        raise _config_error(str(error), key, source, type_) from None
+
+
+_AT = re.compile(r"^(?P<rule>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
+
+
+def _config_error(message: str, key: str, source: str, type_: type | None) -> ConfigError:
+    match = _AT.match(message)
+    assert match is not None  # the pattern matches any text
+    rule, path = match["rule"], match["path"] or ""
+    full = (key + path) if key else path.lstrip(".")
+    if (unknown := re.fullmatch(r"Object contains unknown field `(.+)`", rule)) is not None:
+        field = unknown[1]
+        allowed = _fields_at(type_, path)
+        close = difflib.get_close_matches(field, allowed, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else (f" (allowed: {', '.join(allowed)})" if allowed else "")
+        return ConfigError(source, _join(full, field), f"unknown key{hint}")
+    if (missing := re.fullmatch(r"Object missing required field `(.+)`", rule)) is not None:
+        return ConfigError(source, _join(full, missing[1]), "is required")
+    if (bound := re.fullmatch(r"Expected `\w+` (>=|>|<=|<) (\S+)", rule)) is not None:
+        return ConfigError(source, full, f"must be {bound[1]} {bound[2]}")
+    if (wrong := re.fullmatch(r"Expected `(.+)`, got `(.+)`", rule)) is not None:
+        return ConfigError(source, full, f"must be {_kind(wrong[1])}, got {_kind(wrong[2])}")
+    return ConfigError(source, full, rule[:1].lower() + rule[1:])
+
+
+def _join(key: str, field: str) -> str:
+    return f"{key}.{field}" if key else field
+
+
+def _kind(name: str) -> str:
+    return {"object": "a table", "array": "an array", "str": "a string", "int": "an integer", "float": "a number",
+            "bool": "a boolean", "null": "nothing"}.get(name, name.replace("`", "").replace(" | ", " or "))
+
+
+def _fields_at(type_: type | None, path: str) -> list[str]:
+    """The keys allowed by the Struct that ``path`` (msgspec's ``.a.b``) leads to from ``type_``."""
+    current: Any = type_
+    for part in filter(None, re.split(r"\.|\[[^]]*\]", path)):
+        info = msgspec.inspect.type_info(current) if current is not None else None
+        current = None
+        if isinstance(info, msgspec.inspect.StructType):
+            for field in info.fields:
+                if field.name == part:
+                    current = _struct_class(field.type)
+    if current is None or not (isinstance(current, type) and issubclass(current, msgspec.Struct)):
+        return []
+    return list(current.__struct_fields__)
+
+
+def _struct_class(info: Any) -> type | None:
+    if isinstance(info, msgspec.inspect.StructType):
+        return info.cls
+    if isinstance(info, msgspec.inspect.UnionType):
+        for member in info.types:
+            if isinstance(member, msgspec.inspect.StructType):
+                return member.cls
+    return None
+
+
+def _model(value: Any, key: str, source: str) -> ModelSpec:
+    """``parse_model_spec`` with its ``ModelSpec.<field>: <rule>`` errors placed under ``key``."""
+    try:
+        return parse_model_spec(value)
+    except ValueError as error:
+        head, _, rule = str(error).partition(": ")
+        field = head.removeprefix("ModelSpec").lstrip(".")
+        if field == "preset" and isinstance(value, str):
+            field = ""  # the value itself is the preset name
+        raise _config_error(rule + (f" - at `$.{field}`" if field else ""), key, source, ModelSpec) from None
+
+
+def _models(raw: dict[str, Any], source: str) -> ModelsConfig:
+    for name in raw:
+        if name not in ModelsConfig.__struct_fields__:
+            close = difflib.get_close_matches(name, ModelsConfig.__struct_fields__, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f" (allowed: {', '.join(ModelsConfig.__struct_fields__)})"
+            raise ConfigError(source, f"models.{name}", f"unknown key{hint}")
+    return ModelsConfig(**{name: _model(value, f"models.{name}", source) for name, value in raw.items()})
+
+
+def _destination(raw: Any, key: str, source: str) -> DestinationConfig:
+    if isinstance(raw, dict) and "model" in raw:
+        spec = _model(raw["model"], f"{key}.model", source)
+        raw = {**raw, "model": msgspec.structs.asdict(spec)}
+    return _convert(raw, DestinationConfig, key, source)
+
+
+def _context(raw: dict[str, Any], source: str) -> ContextSettings:
+    topics_raw = raw.get("topics", {})
+    if not isinstance(topics_raw, dict):
+        raise ConfigError(source, "context.topics", f"must be a table, got {_kind(type(topics_raw).__name__)}")
+    topics = {name: _convert(value, TopicConfig, f"context.topics.{name}", source)
+              for name, value in topics_raw.items()}
+    settings: ContextSettings = _convert({**raw, "topics": {}}, ContextSettings, "context", source)
+    settings = msgspec.structs.replace(settings, topics=topics)
+    for name, topic in topics.items():
+        if topic.mode not in TOPIC_MODES:
+            raise ConfigError(source, f"context.topics.{name}.mode",
+                              f"must be {' or '.join(map(repr, TOPIC_MODES))}, got {topic.mode!r}")
+    try:
+        settings.prompts.prompts()
+    except ValueError as error:
+        field, _, rule = str(error).removeprefix("CompactionPrompts.").partition(": ")
+        raise ConfigError(source, f"context.prompts.{field}", rule) from None
+    try:
+        context_config(**settings.manager_kwargs())
+    except ValueError as error:
+        raise _context_error(str(error), settings, source) from None
+    return settings
+
+
+def _context_error(message: str, settings: ContextSettings, source: str) -> ConfigError:
+    """Name the config key a ``context_config`` rule is about (the rule text is kept as is)."""
+    parameter, _, rule = message.partition(": ")
+    per_topic = re.fullmatch(r"topic_budget_bytes\['(.+)'\]", parameter)
+    if per_topic is not None:
+        name = per_topic[1]
+        key = f"context.topics.{name}.budget_bytes" if settings.topics[name].budget_bytes is not None else "context.topic_budget_bytes"
+        return ConfigError(source, key, rule)
+    key = {
+        "summary_context_topics": "context.topics",
+        "incremental_context_topics": "context.topics",
+        "topic_budget_bytes": "context.topic_budget_bytes",
+    }.get(parameter, f"context.{parameter}")
+    return ConfigError(source, key, rule)
+
+
+def _validate(config: EdgeConfig, source: str) -> None:
+    """Rules across keys: names that refer to each other, counts, timings, the bus string."""
+    _check_bus(config.bus.address, source)
+    if config.router.default is not None and config.router.default not in config.destinations:
+        raise ConfigError(source, "router.default", f"must name a destination ({', '.join(config.destinations) or 'none configured'}), got {config.router.default!r}")
+    if config.router.decisions not in DECISION_SERVICES:
+        raise ConfigError(source, "router.decisions", f"must be one of {', '.join(map(repr, DECISION_SERVICES))}, got {config.router.decisions!r}")
+    if config.router.history_limit is not None and config.router.history_limit < 1:
+        raise ConfigError(source, "router.history_limit", "must be >= 1")
+    for name, destination in config.destinations.items():
+        if not destination.description.strip():
+            raise ConfigError(source, f"destinations.{name}.description", "must be non-empty text")
+    supervisor = config.supervisor
+    for field in ("ready_timeout_s", "shutdown_timeout_s", "metrics_interval_s"):
+        if getattr(supervisor, field) <= 0:
+            raise ConfigError(source, f"supervisor.{field}", "must be > 0")
+    _check_restart(supervisor.restart, "supervisor.restart", source)
+    for name, process in config.processes.items():
+        key = f"processes.{name}"
+        if not process.roles:
+            raise ConfigError(source, f"{key}.roles", "must name at least one role")
+        for index, role in enumerate(process.roles):
+            if not _ROLE.match(role):
+                raise ConfigError(source, f"{key}.roles[{index}]",
+                                  f"must be a role name (lowercase, '-') or package.module:function, got {role!r}")
+            if role in process.roles[:index]:
+                raise ConfigError(source, f"{key}.roles[{index}]", f"role {role!r} is listed twice")
+        if process.replicas < 1:
+            raise ConfigError(source, f"{key}.replicas", "must be >= 1")
+        if process.compaction_workers < 1:
+            raise ConfigError(source, f"{key}.compaction_workers", "must be >= 1")
+        for index, dependency in enumerate(process.after):
+            if dependency not in config.processes:
+                raise ConfigError(source, f"{key}.after[{index}]", f"must name a process, got {dependency!r}")
+            if dependency == name:
+                raise ConfigError(source, f"{key}.after[{index}]", "a process cannot wait for itself")
+        if process.restart is not None:
+            _check_restart(process.restart, f"{key}.restart", source)
+    cycle = _cycle(config)
+    if cycle:
+        raise ConfigError(source, f"processes.{cycle[0]}.after", f"dependency cycle: {' -> '.join(cycle)}")
+
+
+def _check_bus(address: str, source: str) -> None:
+    if address.startswith("inproc://"):
+        raise ConfigError(source, "bus.address", "must be a name, ipc:// or tcp://: the processes of an edge box are separate OS processes")
+    if "://" in address:
+        from xrmq.actors.runtime.address import parse_bus  # pure for ipc:// and tcp://
+
+        try:
+            parse_bus(address)
+        except ValueError as error:
+            raise ConfigError(source, "bus.address", str(error).removeprefix("bus: ")) from None
+    elif not address or "/" in address:
+        raise ConfigError(source, "bus.address", f"a bus name must be non-empty and contain no '/', got {address!r}")
+
+
+def _check_restart(policy: RestartPolicyConfig, key: str, source: str) -> None:
+    if policy.max_crashes < 1:
+        raise ConfigError(source, f"{key}.max_crashes", "must be >= 1")
+    for field in ("window_s", "backoff_initial_s", "backoff_max_s"):
+        if getattr(policy, field) <= 0:
+            raise ConfigError(source, f"{key}.{field}", "must be > 0")
+    if policy.backoff_max_s < policy.backoff_initial_s:
+        raise ConfigError(source, f"{key}.backoff_max_s", "must be >= backoff_initial_s")
+
+
+def _cycle(config: EdgeConfig) -> list[str]:
+    """A dependency cycle among ``after`` lists (as a path that returns to its start), or []."""
+    state: dict[str, int] = {}
+
+    def visit(name: str, path: list[str]) -> list[str]:
+        state[name] = 1
+        for dependency in config.processes[name].after:
+            if state.get(dependency) == 1:
+                return [*path[path.index(dependency):], dependency]
+            if dependency not in state and (found := visit(dependency, [*path, dependency])):
+                return found
+        state[name] = 2
+        return []
+
+    for name in config.processes:
+        if name not in state and (found := visit(name, [name])):
+            return found
+    return []

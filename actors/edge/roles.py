@@ -1,0 +1,63 @@
+"""Roles: what a process of the edge box runs, as functions that register actors on a runtime.
+
+A role is ``build(runtime, config, process) -> None``: it registers its actors (and keyed
+kinds, with ``process.shard`` of ``process.shards``) on ``runtime`` before it starts,
+configured from the ``EdgeConfig``. ``ROLES`` maps the built-in role names to their
+builders; a config may also name any ``package.module:function`` with that signature,
+so an application runs its own actors in the edge box without registering anything.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from xrmq.actors.runtime import AgentRuntime
+
+from .config import ConfigError, EdgeConfig, ProcessInstance
+
+RoleBuilder = Callable[[AgentRuntime, EdgeConfig, ProcessInstance], None]
+
+ROLES: dict[str, RoleBuilder] = {}
+"""Built-in roles by name."""
+
+
+def resolve_role(name: str) -> RoleBuilder:
+    """The builder ``name`` refers to: a built-in role, or ``package.module:function``.
+
+    Raises ``LookupError`` naming the rule (unknown role, module that does not import,
+    attribute that is missing or not callable).
+    """
+    if ":" not in name:
+        if name not in ROLES:
+            known = ", ".join(sorted(ROLES)) or "none"
+            raise LookupError(f"unknown role {name!r} (built-in roles: {known}; or use package.module:function)")
+        return ROLES[name]
+    module_name, _, attribute = name.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise LookupError(f"cannot import {module_name!r}: {error}") from None
+    builder = getattr(module, attribute, None)
+    if not callable(builder):
+        raise LookupError(f"{module_name!r} has no function {attribute!r}")
+    return builder
+
+
+def check_roles(config: EdgeConfig, process: str | None = None) -> dict[str, list[RoleBuilder]]:
+    """Resolve the roles of every process (or of ``process``), by process name.
+
+    Raises ``ConfigError`` naming the file and ``processes.<name>.roles[<i>]``, so
+    ``xrmq up`` refuses a config before it starts anything.
+    """
+    names = [process] if process is not None else list(config.processes)
+    resolved: dict[str, list[RoleBuilder]] = {}
+    for name in names:
+        builders = []
+        for index, role in enumerate(config.processes[name].roles):
+            try:
+                builders.append(resolve_role(role))
+            except LookupError as error:
+                raise ConfigError(config.source, f"processes.{name}.roles[{index}]", str(error)) from None
+        resolved[name] = builders
+    return resolved

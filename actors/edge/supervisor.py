@@ -1,0 +1,267 @@
+"""``xrmq up``: start the broker and every configured process, supervise them, stop them in order.
+
+Each process of the config (each replica) and the broker run as separate OS processes,
+each in a session (process group) of its own, so a terminal's Ctrl-C reaches only the
+supervisor and the supervisor decides the order. Startup follows the ``after``
+dependencies: the broker, then each layer of processes once the previous layer has
+printed its readiness line. Every line a child prints is forwarded, prefixed with its
+name. A child that dies is restarted per its ``RestartPolicy``; when the policy gives
+up, the supervisor says why, stops everything and exits 1. On SIGINT/SIGTERM it stops
+the processes in reverse dependency order (SIGTERM, then SIGKILL after
+``supervisor.shutdown_timeout_s``), the broker last, and removes the bus's ipc socket
+files; no process of a child's group outlives it. On Linux each child also gets
+SIGTERM if the supervisor itself dies (``PR_SET_PDEATHSIG``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from xrmq.actors.runtime.address import parse_bus
+
+from .config import EdgeConfig, RestartPolicyConfig
+from .process import READY_PREFIX
+from .restart import RestartPolicy
+from .roles import check_roles
+
+BUS_READY_PREFIX = "xrmq bus: ready"
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child receive SIGTERM when ``parent`` exits (Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def preexec() -> None:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return preexec
+
+
+def describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+class Child:
+    """One supervised OS process: its command, readiness handshake and restart policy."""
+
+    def __init__(self, label: str, argv: list[str], ready_prefix: str, policy: RestartPolicyConfig) -> None:
+        self.label = label
+        self.argv = argv
+        self.ready_prefix = ready_prefix
+        self.policy = RestartPolicy(policy)
+        self.proc: asyncio.subprocess.Process | None = None
+        self.ready = asyncio.Event()
+        """Set once the first incarnation is ready (startup waits on it)."""
+        self.finished = asyncio.Event()
+        """Set when supervision of this child has ended (stopped, or given up)."""
+        self.last_line = ""
+        self.task: asyncio.Task[None] | None = None
+        self.terminating = False
+        """Set by the supervisor when it stops this child: no restart from then on."""
+
+
+class Supervisor:
+    """Runs one ``EdgeConfig`` as supervised OS processes (see the module docstring).
+
+    ``config_path`` is passed to the children (``xrmq run NAME --config PATH``); None
+    makes them use the embedded default too. ``out`` receives the supervisor's own
+    lines (``xrmq up: ...``) and every forwarded child line (``name | ...``).
+    """
+
+    def __init__(self, config: EdgeConfig, config_path: str | None, *, out: TextIO = sys.stdout,
+                 python: str = sys.executable) -> None:
+        check_roles(config)
+        self.config = config
+        self.config_path = config_path
+        self.out = out
+        self.python = python
+        self.address = parse_bus(config.bus.address)
+        self._stop = asyncio.Event()
+        self._gave_up: str | None = None
+        self._broker_started = False
+
+    def say(self, text: str) -> None:
+        self.out.write(f"xrmq up: {text}\n")
+        self.out.flush()
+
+    # ------------------------------------------------------------------ the command
+
+    async def run(self) -> int:
+        """Start everything, supervise until a signal (0) or a crash loop (1), then stop everything."""
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, self._stop.set)
+        broker = self._broker_child()
+        layers = [[self._process_child(name, shard) for name in layer for shard in range(self.config.processes[name].replicas)]
+                  for layer in self.config.startup_layers()]
+        started: list[list[Child]] = []
+        try:
+            if await self._start_layer([broker]):
+                self._broker_started = True
+                for layer in layers:
+                    started.append(layer)
+                    if not await self._start_layer(layer):
+                        break
+                else:
+                    pids = " ".join(f"{child.label}={child.proc.pid}" for layer in layers for child in layer)
+                    self.say(f"ready bus={self.address.subscribe} {pids}".rstrip())
+                    await self._stop.wait()
+        finally:
+            self._stop.set()
+            for layer in reversed(started):
+                await asyncio.gather(*(self._terminate(child) for child in layer))
+            await self._terminate(broker)
+            self._remove_socket_files()
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(signum)
+        if self._gave_up is not None:
+            self.say(f"stopped: {self._gave_up}")
+            return 1
+        self.say("stopped")
+        return 0
+
+    def _broker_child(self) -> Child:
+        argv = [self.python, "-m", "xrmq.actors.cli", "bus", "--bus", self.config.bus.address]
+        if not self.config.bus.capture:
+            argv.append("--no-capture")
+        return Child("bus", argv, BUS_READY_PREFIX, self.config.supervisor.restart)
+
+    def _process_child(self, name: str, shard: int) -> Child:
+        instance = self.config.instances(name)[shard]
+        argv = [self.python, "-m", "xrmq.actors.cli", "run", name, "--shard", str(shard)]
+        if self.config_path is not None:
+            argv += ["--config", self.config_path]
+        return Child(instance.runtime_name, argv, READY_PREFIX, self.config.restart_policy(name))
+
+    async def _start_layer(self, layer: list[Child]) -> bool:
+        """Start every child of ``layer`` and wait until each is ready; False if stopping meanwhile."""
+        for child in layer:
+            child.task = asyncio.create_task(self._supervise(child), name=f"xrmq-supervise-{child.label}")
+        stop = asyncio.create_task(self._stop.wait())
+        ready = [asyncio.create_task(child.ready.wait()) for child in layer]
+        try:
+            await asyncio.wait([stop, asyncio.gather(*ready)], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            for waiter in ready:
+                waiter.cancel()
+        return not self._stop.is_set()
+
+    # ------------------------------------------------------------------ one child
+
+    async def _supervise(self, child: Child) -> None:
+        """Run ``child``, restarting it per its policy, until stopping or giving up."""
+        loop = asyncio.get_running_loop()
+        timeout = self.config.supervisor.ready_timeout_s
+        try:
+            while not (child.terminating or self._stop.is_set()):
+                incarnation_ready = asyncio.Event()
+                proc = await self._spawn(child, incarnation_ready)
+                if child.terminating:  # _terminate ran while this process was being created
+                    await self._stop_process(child, proc)
+                    return
+                exited = asyncio.create_task(proc.wait())
+                became_ready = asyncio.create_task(incarnation_ready.wait())
+                done, _ = await asyncio.wait([exited, became_ready], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                became_ready.cancel()
+                if became_ready in done:
+                    restarted = child.ready.is_set()
+                    child.ready.set()
+                    self.say(f"{'restarted' if restarted else 'started'} {child.label} pid={proc.pid}")
+                elif not done:
+                    self.say(f"{child.label} not ready within {timeout:g}s; killing it")
+                    self._signal_group(proc.pid, signal.SIGKILL)
+                returncode = await exited
+                self._signal_group(proc.pid, signal.SIGKILL)  # nothing of its group outlives it
+                if child.terminating or self._stop.is_set():
+                    return
+                decision = child.policy.crashed(loop.time())
+                last = f": {child.last_line}" if child.last_line else ""
+                if not decision.restart:
+                    self._gave_up = f"gave up on {child.label}: {decision.reason}; last {describe_exit(returncode)}{last}"
+                    self.say(self._gave_up)
+                    self._stop.set()
+                    return
+                self.say(f"{child.label} exited ({describe_exit(returncode)}); {decision.reason}")
+                try:
+                    await asyncio.wait_for(self._stop.wait(), decision.delay_s)
+                except TimeoutError:
+                    pass
+        finally:
+            child.finished.set()
+
+    async def _spawn(self, child: Child, ready: asyncio.Event) -> asyncio.subprocess.Process:
+        proc = await asyncio.create_subprocess_exec(
+            *child.argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, start_new_session=True, preexec_fn=_die_with_parent(os.getpid()),
+        )
+        child.proc = proc
+        asyncio.create_task(self._forward(child, proc.stdout, ready))
+        asyncio.create_task(self._forward(child, proc.stderr, None))
+        return proc
+
+    async def _forward(self, child: Child, stream: asyncio.StreamReader, ready: asyncio.Event | None) -> None:
+        """Copy a child's output lines, prefixed with its name; spot its readiness line."""
+        while line := await stream.readline():
+            text = line.decode(errors="replace").rstrip("\n")
+            self.out.write(f"{child.label} | {text}\n")
+            self.out.flush()
+            if text.strip():
+                child.last_line = text.strip()[:300]
+            if ready is not None and text.startswith(child.ready_prefix):
+                ready.set()
+
+    async def _terminate(self, child: Child) -> None:
+        """SIGTERM the child's group, SIGKILL it after the shutdown timeout; wait for supervision to end."""
+        if child.task is None:
+            return
+        child.terminating = True
+        if child.proc is not None:
+            await self._stop_process(child, child.proc)
+        await child.finished.wait()
+
+    async def _stop_process(self, child: Child, proc: asyncio.subprocess.Process) -> None:
+        if proc.returncode is not None:
+            return
+        self._signal_group(proc.pid, signal.SIGTERM)
+        timeout = self.config.supervisor.shutdown_timeout_s
+        try:
+            await asyncio.wait_for(asyncio.shield(proc.wait()), timeout)
+        except TimeoutError:
+            self.say(f"{child.label} did not stop within {timeout:g}s; killing it")
+            self._signal_group(proc.pid, signal.SIGKILL)
+            await proc.wait()
+        self._signal_group(proc.pid, signal.SIGKILL)  # whatever else of its group is left
+
+    @staticmethod
+    def _signal_group(pgid: int, signum: int) -> None:
+        try:
+            os.killpg(pgid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _remove_socket_files(self) -> None:
+        """Remove the ipc socket files a killed broker left (only for a bus this supervisor served)."""
+        if not self._broker_started:
+            return
+        paths = self.address.ipc_paths
+        if paths:
+            for path in (*paths, Path(str(paths[0]).removesuffix(".in") + ".lock")):
+                path.unlink(missing_ok=True)

@@ -1,0 +1,192 @@
+"""``xrmq top``: a live view of every runtime on the bus, from the ``RuntimeMetrics`` they publish.
+
+``TopView`` is pure: it keeps each runtime's last two reports and turns them into rows
+(message rates are differences between two reports of the same incarnation; a new
+epoch means the process restarted). ``render`` draws the rows as plain text with ANSI
+emphasis; ``--json`` prints the rows for scripts and tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from typing import TextIO
+
+import msgspec
+
+from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
+from xrmq.schemas import RuntimeMetrics
+from xrmq.topics import METRICS_TOPIC
+
+BOLD, DIM, RED, RESET = "\x1b[1m", "\x1b[2m", "\x1b[31m", "\x1b[0m"
+CLEAR = "\x1b[H\x1b[2J"
+
+
+class RuntimeRow(msgspec.Struct, frozen=True):
+    """What ``xrmq top`` shows of one runtime."""
+
+    runtime: str
+    pid: int
+    age_s: float
+    """Seconds since its last report (a stalled or dead process grows old)."""
+    restarts: int
+    """New epochs seen since ``top`` started watching."""
+    published_per_s: float | None
+    delivered_per_s: float | None
+    """None until two reports of the same incarnation have arrived."""
+    published: int
+    delivered: int
+    gaps: int
+    stale: int
+    rejected: int
+    overflow: int
+    handler_errors: int
+    actors: dict[str, int]
+    """Mailbox depth of each actor."""
+    gauges: dict[str, float]
+
+
+class _Seen:
+    __slots__ = ("last", "previous", "received_at", "restarts", "reports")
+
+    def __init__(self, metrics: RuntimeMetrics, received_at: float) -> None:
+        self.last, self.previous, self.received_at, self.restarts, self.reports = metrics, None, received_at, 0, 1
+
+
+class TopView:
+    """The latest state of every runtime that has reported."""
+
+    def __init__(self) -> None:
+        self._runtimes: dict[str, _Seen] = {}
+
+    def observe(self, metrics: RuntimeMetrics, received_at: float) -> None:
+        seen = self._runtimes.get(metrics.runtime)
+        if seen is None:
+            self._runtimes[metrics.runtime] = _Seen(metrics, received_at)
+            return
+        if metrics.epoch != seen.last.epoch:
+            seen.restarts += 1
+            seen.previous = None
+        else:
+            seen.previous = seen.last
+        seen.last, seen.received_at = metrics, received_at
+        seen.reports += 1
+
+    def reports(self, runtime: str) -> int:
+        seen = self._runtimes.get(runtime)
+        return 0 if seen is None else seen.reports
+
+    def rows(self, now: float) -> list[RuntimeRow]:
+        """One row per runtime, by name; ``now`` is on the clock ``observe`` was given."""
+        rows = []
+        for name in sorted(self._runtimes):
+            seen = self._runtimes[name]
+            last, previous = seen.last, seen.previous
+            rate = None
+            if previous is not None and last.timestamp_us > previous.timestamp_us:
+                span = (last.timestamp_us - previous.timestamp_us) / 1e6
+                rate = ((last.published - previous.published) / span, (last.delivered - previous.delivered) / span)
+            rows.append(RuntimeRow(
+                runtime=name, pid=last.pid, age_s=max(0.0, now - seen.received_at), restarts=seen.restarts,
+                published_per_s=None if rate is None else rate[0], delivered_per_s=None if rate is None else rate[1],
+                published=last.published, delivered=last.delivered, gaps=last.gaps, stale=last.stale,
+                rejected=last.rejected, overflow=last.overflow, handler_errors=last.handler_errors,
+                actors=dict(last.actors), gauges=dict(last.gauges),
+            ))
+        return rows
+
+
+def render(rows: list[RuntimeRow], *, stale_after_s: float = 5.0, color: bool = True) -> str:
+    """The rows as text: a header per runtime, its counters, gauges and actors with mailbox depths.
+
+    Problems (gaps, rejected frames, overflow, handler errors, a runtime silent for
+    ``stale_after_s``) are shown in red when ``color`` is on.
+    """
+    def paint(code: str, text: str) -> str:
+        return f"{code}{text}{RESET}" if color else text
+
+    def rate(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1f}/s"
+
+    if not rows:
+        return "no runtime has reported on the bus yet\n"
+    lines = []
+    for row in rows:
+        age = f"{row.age_s:.1f}s ago"
+        header = f"{paint(BOLD, row.runtime)}  pid {row.pid}  {paint(RED, age + ' (stale)') if row.age_s > stale_after_s else age}"
+        if row.restarts:
+            header += f"  {paint(RED, f'restarted {row.restarts}x')}"
+        lines.append(header)
+        problems = []
+        for label, value in (("gaps", row.gaps), ("rejected", row.rejected), ("overflow", row.overflow),
+                             ("handler errors", row.handler_errors), ("stale", row.stale)):
+            text = f"{label} {value}"
+            problems.append(paint(RED, text) if value and label != "stale" else text)
+        lines.append(f"  in {rate(row.delivered_per_s)} ({row.delivered})  out {rate(row.published_per_s)}"
+                     f" ({row.published})  " + "  ".join(problems))
+        if row.gauges:
+            lines.append("  " + "  ".join(f"{name} {value:g}" for name, value in sorted(row.gauges.items())))
+        for actor, depth in sorted(row.actors.items()):
+            lines.append(f"  {paint(DIM, 'mailbox')} {depth:>6}  {actor}")
+    return "\n".join(lines) + "\n"
+
+
+class _MetricsWatcher(Agent):
+    def __init__(self, view: TopView, changed: asyncio.Event) -> None:
+        self.view = view
+        self.changed = changed
+
+    @subscribe(METRICS_TOPIC)
+    async def on_metrics(self, message: RuntimeMetrics, ctx: RuntimeContext) -> None:
+        self.view.observe(message, asyncio.get_running_loop().time())
+        self.changed.set()
+
+
+async def watch(bus: str, *, once: bool, as_json: bool, interval: float, window: float, expect: int | None,
+                out: TextIO = sys.stdout) -> int:
+    """Subscribe to the metrics topic and print the view.
+
+    ``once``: print one view and return, as soon as ``expect`` runtimes have each
+    reported twice (so rates exist), else after ``window`` seconds. Otherwise redraw
+    every ``interval`` seconds until SIGINT/SIGTERM.
+    """
+    view = TopView()
+    changed = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    runtime = AgentRuntime(bus, name=f"top-{os.getpid()}")
+    runtime.register("top", _MetricsWatcher(view, changed))
+    stop = asyncio.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    async with runtime:
+        if once:
+            deadline = loop.time() + window
+            while expect is None or sum(view.reports(row.runtime) >= 2 for row in view.rows(loop.time())) < expect:
+                changed.clear()
+                remaining = deadline - loop.time()
+                if remaining <= 0 or stop.is_set():
+                    break
+                try:
+                    await asyncio.wait_for(changed.wait(), remaining)
+                except TimeoutError:
+                    break
+            _print(view.rows(loop.time()), as_json=as_json, live=False, out=out)
+            return 0
+        while not stop.is_set():
+            _print(view.rows(loop.time()), as_json=as_json, live=True, out=out)
+            try:
+                await asyncio.wait_for(stop.wait(), interval)
+            except TimeoutError:
+                pass
+    return 0
+
+
+def _print(rows: list[RuntimeRow], *, as_json: bool, live: bool, out: TextIO) -> None:
+    if as_json:
+        out.write(msgspec.json.encode(rows).decode() + "\n")
+    else:
+        color = out.isatty()
+        out.write((CLEAR if live and color else "") + render(rows, color=color))
+    out.flush()
