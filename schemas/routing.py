@@ -84,3 +84,70 @@ class DestinationResult(msgspec.Struct, frozen=True):
 
     response: str | None = None
     focus: FocusTransition | None = None
+
+
+# -- Remote destinations --------------------------------------------------------------
+#
+# A router reaches a destination in another process through a proxy that speaks these
+# messages on the destination's topics (``route.<name>.<operation>``); the participant
+# travels in the envelope. ``xrmq.actors.routing.remote`` documents the exchange.
+
+
+class RouteRequest(msgspec.Struct, frozen=True):
+    """Ask a remote destination about the envelope's participant: its routing aid, a
+    focus release or the participant's departure."""
+
+
+class RouteAdmit(msgspec.Struct, frozen=True):
+    """Ask a remote destination to admit ``turn``; the reply is an ``Admission``."""
+
+    turn: AgentTurn
+    focused: bool
+    route: str
+    """The router's name for the destination, for its logs and attributed output."""
+
+
+class RouteAnswer(msgspec.Struct, frozen=True):
+    """Start a remote answer; the destination reports on the ``events`` topic under ``call_id``."""
+
+    call_id: str
+    turn: AgentTurn
+    route: str
+    """The router's name for the destination: the source of its published reply."""
+    events: str
+    """Topic (carrying ``RouteEvent``) on which the asking proxy receives this call's events."""
+    focused: bool = False
+    """Whether the destination held the participant's focus when the router chose it."""
+
+    def __post_init__(self) -> None:
+        require_name(self.call_id, "RouteAnswer", "call_id")
+        require_name(self.events, "RouteAnswer", "events")
+
+
+RouteSignalKind = Literal["proceed", "cancel"]
+
+
+class RouteSignal(msgspec.Struct, frozen=True):
+    """From the proxy to a running remote answer: ``proceed`` (the router's ``started()``
+    returned, publish the first chunk) or ``cancel`` (stop, finalize, report ``cancelled``)."""
+
+    call_id: str
+    kind: RouteSignalKind
+
+
+RouteEventKind = Literal["started", "done", "failed", "cancelled"]
+
+
+class RouteEvent(msgspec.Struct, frozen=True):
+    """From a remote answer to its proxy.
+
+    ``started``: the first chunk is ready; the destination waits for ``proceed``.
+    ``done`` carries the ``result``; ``failed`` carries ``error``; ``cancelled`` ends a
+    call that was cancelled. Exactly one of the last three ends every call, and only
+    after the destination's final frame was published.
+    """
+
+    call_id: str
+    kind: RouteEventKind
+    result: DestinationResult | None = None
+    error: str | None = None

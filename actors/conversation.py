@@ -1,0 +1,217 @@
+"""Conversation: the application-instructed conversation agent (seed 001), a RoutableAgent.
+
+The conversation owns its prompt and its answer; the ``ContextManager`` it is given owns
+what is remembered. It never creates, clears or closes the manager: the application
+does, and may share it with other agents.
+
+An answer request is exactly three messages (seed 000, "Prompt layout"):
+
+1. system: the system prompt (``system_prompt`` or the default ``prompts/core.txt``),
+   then the application ``instructions``. It holds no clock, so it is an identical
+   prefix across requests.
+2. user: the participant's context (summaries first, then entries in recorded-time
+   order, as ``ContextManager.blocks`` renders them), then the current time last.
+3. user: the current request.
+
+Publishing (seed 001): the answer is a reply to the turn id on ``output_topic``, with the
+routing name as source and the turn's timestamp, through ``ResponseOutputs``. The first
+nonblank chunk awaits ``started()``; once a chunk was published, an empty final frame
+closes the reply whether the answer completed, failed or was cancelled; a cancelled
+answer publishes no further text. Failures propagate after the model stream is closed.
+The exchange is recorded in the context only after the final frame was published.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
+
+from xrmq.actors.context.render import format_time
+from xrmq.actors.interaction import ResponseOutputs
+from xrmq.actors.models import ChatMessage, ChatOptions, LLMService, ModelError
+from xrmq.actors.prompts import load_prompt
+from xrmq.actors.routing.agent import current_turn_context
+from xrmq.actors.runtime import get_logger
+from xrmq.schemas import Admission, AgentTurn, ContextBlock, DestinationResult, ResponseOutput, RoutingAid
+from xrmq.topics import Topic
+
+DEFAULT_ROUTE = "conversation"
+"""Source of the answer when no router names the conversation (a direct ``answer()`` call)."""
+
+DEFAULT_ROUTING = RoutingAid(
+    "General conversation: answers questions from general knowledge and from the participant's "
+    "earlier dialogue and background context, and holds the conversation."
+)
+
+CONTEXT_HEADER = "Earlier context in time order:"
+"""First line of the context message when there is prior context."""
+
+
+def default_system_prompt() -> str:
+    """The default system prompt: a general assistant answering from its knowledge and the context."""
+    return load_prompt("core")
+
+
+class ParticipantContext(Protocol):
+    """What the conversation needs from a ``ContextManager``."""
+
+    def blocks(self, participant_id: str) -> tuple[ContextBlock, ...]: ...
+
+    def record_exchange(
+        self, participant_id: str, request: str, answer: str, *, timestamp_us: int, exchange_id: object | None
+    ) -> None: ...
+
+    def reconcile_history(
+        self,
+        participant_id: str,
+        exchanges: Sequence[tuple[str, str, int | None]],
+        *,
+        exchange_ids: Sequence[object | None],
+    ) -> None: ...
+
+
+def system_message(system_prompt: str, instructions: str) -> str:
+    """The system prompt followed by the application instructions (when there are any)."""
+    return f"{system_prompt}\n\n{instructions}" if instructions.strip() else system_prompt
+
+
+def context_message(blocks: Sequence[ContextBlock], now_us: int) -> str:
+    """The participant's context blocks in the order given, then the current time last."""
+    now = f"Current time: {format_time(now_us)}"
+    if not blocks:
+        return now
+    return "\n\n".join([CONTEXT_HEADER, *(block.text for block in blocks), now])
+
+
+def answer_messages(system: str, blocks: Sequence[ContextBlock], now_us: int, request: str) -> list[ChatMessage]:
+    """The three messages of an answer request."""
+    return [
+        ChatMessage("system", system),
+        ChatMessage("user", context_message(blocks, now_us)),
+        ChatMessage("user", request),
+    ]
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+class Conversation:
+    """Application-instructed conversation agent over participant-scoped context.
+
+    ``llm`` answers; ``context`` (a ``ContextManager``) is rendered into every request
+    and receives each completed exchange, never cleared or closed here;
+    ``instructions`` (domain, role, tone, policy) follow the system prompt, which
+    ``system_prompt`` replaces entirely; ``routing`` is the front-end metadata (default
+    ``DEFAULT_ROUTING``); ``runtime`` (anything with the runtime's async ``publish``)
+    and ``output_topic`` (carrying ``ResponseOutput``) publish the answers. No topic is
+    subscribed. ``options`` are the answer requests' model options; ``clock`` gives the
+    current time in Unix microseconds.
+    """
+
+    def __init__(
+        self,
+        llm: LLMService,
+        *,
+        context: ParticipantContext,
+        instructions: str = "",
+        system_prompt: str | None = None,
+        routing: RoutingAid | None = None,
+        runtime: Any,
+        output_topic: Topic[ResponseOutput],
+        options: ChatOptions | None = None,
+        clock: Callable[[], int] = _now_us,
+    ) -> None:
+        if not callable(getattr(llm, "stream", None)):
+            raise ValueError("Conversation.llm: must be an LLMService")
+        for method in ("blocks", "record_exchange", "reconcile_history"):
+            if not callable(getattr(context, method, None)):
+                raise ValueError(f"Conversation.context: must be a ContextManager (it lacks {method})")
+        if not isinstance(instructions, str):
+            raise ValueError("Conversation.instructions: must be a string")
+        if system_prompt is not None and not (isinstance(system_prompt, str) and system_prompt.strip()):
+            raise ValueError("Conversation.system_prompt: must be non-empty text or None")
+        if routing is not None and not isinstance(routing, RoutingAid):
+            raise ValueError("Conversation.routing: must be a RoutingAid or None")
+        if not callable(getattr(runtime, "publish", None)):
+            raise ValueError("Conversation.runtime: must be an AgentRuntime")
+        if not (isinstance(output_topic, Topic) and output_topic.message_type is ResponseOutput):
+            raise ValueError("Conversation.output_topic: must be a Topic carrying ResponseOutput")
+        self.llm = llm
+        self.context = context
+        self.instructions = instructions
+        self.system_prompt = default_system_prompt() if system_prompt is None else system_prompt
+        self.routing = DEFAULT_ROUTING if routing is None else routing
+        self.runtime = runtime
+        self.output_topic = output_topic
+        self.options = ChatOptions() if options is None else options
+        self._system = system_message(self.system_prompt, instructions)
+        self._clock = clock
+        self._closed = False
+
+    def routing_aid(self, participant_id: str) -> RoutingAid:
+        """This destination's routing metadata; ineligible once closed."""
+        if self._closed:
+            return RoutingAid(self.routing.description, eligible=False, priority=self.routing.priority,
+                              keywords=self.routing.keywords)
+        return self.routing
+
+    async def admit(self, turn: AgentTurn, *, focused: bool) -> Admission:
+        """Accept ordinary turns without retaining participant focus; decline once closed."""
+        return Admission("decline" if self._closed else "accept")
+
+    def request(self, turn: AgentTurn) -> list[ChatMessage]:
+        """The three messages of the answer request for ``turn``, from the context as it is now."""
+        return answer_messages(self._system, self.context.blocks(turn.participant_id), self._clock(), turn.text)
+
+    async def answer(self, turn: AgentTurn, *, started: Callable[[], Awaitable[None]]) -> DestinationResult:
+        """Stream the answer to ``turn`` as a reply on ``output_topic``; see the module docstring.
+
+        The turn's history is first reconciled into the context (exchanges it already
+        holds are not replayed). Returns the complete text as response context. Raises
+        ``RuntimeError`` after ``close()``, ``ModelError`` when the model produced no
+        text, and whatever the model or the publication raised.
+        """
+        if self._closed:
+            raise RuntimeError("Conversation.answer: the conversation is closed")
+        routed = current_turn_context()
+        route = routed.route if routed is not None else DEFAULT_ROUTE
+        pid = turn.participant_id
+        log = get_logger(actor=route, participant=pid, turn=turn.turn_id)
+        if turn.history:
+            self.context.reconcile_history(
+                pid,
+                [(exchange.request, exchange.response, exchange.timestamp_us) for exchange in turn.history],
+                exchange_ids=[exchange.exchange_id for exchange in turn.history],
+            )
+        messages = self.request(turn)
+        outputs = ResponseOutputs(self.runtime, self.output_topic, source=route)
+        parts: list[str] = []
+        async with outputs.reply(pid, request_id=turn.turn_id, timestamp_us=turn.timestamp_us, started=started) as reply:
+            async with self.llm.stream(messages, self.options) as stream:
+                async for chunk in stream:
+                    await reply.send(chunk)
+                    parts.append(chunk)
+        text = "".join(parts).strip()
+        if not text:
+            raise ModelError(self.llm.model, "the answer was empty")
+        if stream.finish_reason != "stop":
+            log.warning("conversation.answer_incomplete", finish_reason=stream.finish_reason)
+        # Leaving the reply without an exception means its final frame was published.
+        self.context.record_exchange(
+            pid, turn.text, text,
+            timestamp_us=turn.timestamp_us if turn.timestamp_us is not None else self._clock(),
+            exchange_id=turn.turn_id,
+        )
+        return DestinationResult(response=text)
+
+    async def release(self, participant_id: str) -> None:
+        """Keep completed participant context; this destination holds no active resources."""
+
+    async def participant_left(self, participant_id: str) -> None:
+        """Hold nothing for a departed participant; the context manager's owner clears its context."""
+
+    async def close(self) -> None:
+        """Stop answering new turns. The caller drains answers in flight and closes the context manager."""
+        self._closed = True
