@@ -1,0 +1,100 @@
+"""The destination contract: what a router needs from an agent it routes turns to.
+
+``RoutableAgent`` is structural (a ``Protocol``): a local ``Conversation``, an
+application's own agent and a ``RemoteAgent`` proxy for an agent in another process
+all satisfy it, so the router never knows where a destination runs.
+
+While a router admits or answers a turn it sets the *turn context* (a contextvar), so
+a destination can read the name the router knows it by, e.g. to attribute its
+published reply, without the name being wired into its constructor.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from xrmq.schemas import Admission, AgentTurn, DestinationResult, RoutingAid
+
+Started = Callable[[], Awaitable[None]]
+"""Awaited by a destination once, right before it publishes its first output."""
+
+
+@runtime_checkable
+class RoutableAgent(Protocol):
+    """An agent that owns its state and handles admitted or fallback turns.
+
+    - ``routing_aid(participant_id)`` returns the destination's ``RoutingAid`` (or an
+      awaitable of it, for a destination that must ask someone: a remote proxy).
+    - ``admit(turn, focused=...)`` decides before any speech or work starts.
+    - ``answer(turn, started=...)`` does the work and publishes the destination's own
+      output; it awaits ``started()`` before its first output and returns the
+      response context for the shared history and the focus transition.
+    - ``release(participant_id)``: the router dropped this destination's focus.
+    - ``participant_left(participant_id)``: the participant is gone; after this call
+      the destination holds nothing for them.
+    """
+
+    def routing_aid(self, participant_id: str) -> RoutingAid | Awaitable[RoutingAid]: ...
+
+    async def admit(self, turn: AgentTurn, *, focused: bool) -> Admission: ...
+
+    async def answer(self, turn: AgentTurn, *, started: Started) -> DestinationResult: ...
+
+    async def release(self, participant_id: str) -> None: ...
+
+    async def participant_left(self, participant_id: str) -> None: ...
+
+
+_METHODS = ("routing_aid", "admit", "answer", "release", "participant_left")
+
+
+def check_routable(owner: str, name: str, agent: object) -> None:
+    """Raise ``ValueError`` naming ``owner.agents[name]`` unless ``agent`` is routable."""
+    if not isinstance(name, str) or not name or "\x00" in name:
+        raise ValueError(f"{owner}.agents: every name must be a non-empty string without NUL")
+    missing = [method for method in _METHODS if not callable(getattr(agent, method, None))]
+    if missing:
+        raise ValueError(f"{owner}.agents[{name!r}]: not a RoutableAgent, it lacks {', '.join(missing)}")
+
+
+async def routing_aid_of(agent: RoutableAgent, participant_id: str) -> RoutingAid:
+    """The agent's routing aid for ``participant_id``, awaited if it is awaitable."""
+    aid = agent.routing_aid(participant_id)
+    if inspect.isawaitable(aid):
+        aid = await aid
+    return aid
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingTurnContext:
+    """Read-only routing facts about the turn a destination is admitting or answering."""
+
+    route: str
+    """The name the router knows the destination by (the key in its ``agents``)."""
+    participant_id: str
+    turn_id: str
+    focused: bool
+    """Whether the destination held the participant's explicit focus when routed."""
+
+
+_CURRENT: contextvars.ContextVar[RoutingTurnContext | None] = contextvars.ContextVar("xrmq_routing_turn", default=None)
+
+
+def current_turn_context() -> RoutingTurnContext | None:
+    """The routing context of the turn being admitted or answered here, or None outside a router."""
+    return _CURRENT.get()
+
+
+@contextmanager
+def routed_turn(context: RoutingTurnContext) -> Iterator[RoutingTurnContext]:
+    """Make ``context`` the current turn context for the code inside the block."""
+    token = _CURRENT.set(context)
+    try:
+        yield context
+    finally:
+        _CURRENT.reset(token)

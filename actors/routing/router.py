@@ -1,0 +1,470 @@
+"""AgentRouter: route each participant's turns to destinations, one turn at a time.
+
+Rules (upstream xr_ai_routing, DESIGN.md "Conversation, routing, voice"):
+
+1. Turns are serialized per participant: a new turn cancels the participant's previous
+   turn and waits until it has drained (its destination finalized its output) before
+   routing. Other participants are independent.
+2. A destination holding the participant's explicit focus is tried first while it is
+   eligible. It keeps focus until it releases (``Admission("release")`` or a result with
+   ``focus="release"``), becomes ineligible, another destination takes focus, or the
+   participant leaves. Declining does not clear focus. When the router drops a focus
+   the holder did not give up itself, it calls the holder's ``release()``.
+3. Otherwise the decision service chooses among the eligible destinations.
+4. The chosen destination's ``admit()`` runs before any speech or work: ``accept``
+   answers (``focus=True`` takes focus; ``text`` is an acknowledgement the router says
+   first); ``decline`` excludes it and allows one reroute; ``clarify`` ends the turn
+   with the router saying its question; ``release`` from the focus holder clears focus
+   and routes the same turn normally (from anyone else it counts as a decline).
+5. When the selected destinations declined or none was chosen, an eligible default
+   that has not declined gets one answer attempt without admission (a fallback turn).
+   Without one, the router says the last decline's text, or ``RouterTexts.unavailable``.
+6. Router-owned text (acknowledgement, clarification, decline, failure) goes to
+   ``output(turn, route, text)``, or is published on ``output_topic`` as a
+   ``ResponseOutput`` reply to the turn with source "router". It is said before the
+   destination starts, so it plays before the destination's reply. A destination that
+   fails before its first output (before ``started()``) is reported with
+   ``RouterTexts.failure``; after that the destination has finalized its partial reply.
+7. Every destination receives the same bounded history of completed exchanges (answers
+   with response context, and the router's clarifications).
+8. A departure cancels and drains the participant's turns, forgets focus and history,
+   calls every destination's ``participant_left()`` and then ``cleanup_participant``.
+
+With ``query_topic`` the router is an actor: register it with the runtime; it turns
+each ``UserQuery`` into a turn whose id is the query's message id (the id the voice
+renderer supersedes by), cancels a participant's turn on ``interrupted_topic``, and
+follows the participant lifecycle topics. Without topics, call ``handle()`` directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+import msgspec
+
+from xrmq.actors.interaction import ResponseOutputs
+from xrmq.actors.runtime import Agent, RuntimeClosedError, RuntimeContext, get_logger
+from xrmq.schemas import (
+    Admission,
+    AgentExchange,
+    AgentTurn,
+    DestinationResult,
+    Interrupted,
+    ParticipantJoined,
+    ParticipantLeft,
+    ResponseOutput,
+    RoutingAid,
+    UserQuery,
+)
+from xrmq.topics import PARTICIPANT_JOINED_TOPIC, PARTICIPANT_LEFT_TOPIC, Topic
+
+from .agent import RoutableAgent, RoutingTurnContext, check_routable, routed_turn, routing_aid_of
+from .decisions import DecisionService
+from .state import ParticipantRouting, candidates
+from .subscribing import subscribed_class
+
+T = TypeVar("T")
+
+ROUTER_SOURCE = "router"
+"""Source of the router's own published output."""
+DEFAULT_HISTORY_LIMIT = 8
+
+RouterOutput = Callable[[AgentTurn, "str | None", str], Awaitable[None]]
+"""``output(turn, route, text)``: say router-owned text for ``turn``; ``route`` is the
+destination it concerns, None when no destination is involved."""
+
+RouteStatus = Literal["answered", "clarified", "unanswered", "failed", "canceled"]
+
+
+@dataclass(frozen=True, slots=True)
+class RouterTexts:
+    """What the router says itself when no destination can."""
+
+    failure: str = "Sorry, something went wrong. Please try again."
+    """A destination failed before its first output."""
+    unavailable: str = "Sorry, I can't help with that."
+    """No destination took the turn and none said why."""
+
+    def __post_init__(self) -> None:
+        for field in ("failure", "unavailable"):
+            if not getattr(self, field).strip():
+                raise ValueError(f"RouterTexts.{field}: must be non-empty text")
+
+
+@dataclass(frozen=True, slots=True)
+class RouteResult:
+    """How one turn ended.
+
+    ``answered``: ``route`` answered, ``response`` is its response context.
+    ``clarified``: ``route`` asked the clarification ``response``.
+    ``unanswered``: nobody took the turn; the router said ``response``.
+    ``failed``: ``route`` raised ``error``. ``canceled``: a newer turn, an interruption,
+    the participant's departure or ``stop()`` cancelled it.
+    """
+
+    turn_id: str
+    status: RouteStatus
+    route: str | None = None
+    response: str | None = None
+    error: str | None = None
+
+
+class _Lane:
+    """One participant's serialized work: every unfinished task, the cancellable turns, the state."""
+
+    __slots__ = ("pending", "turns", "state")
+
+    def __init__(self, history_limit: int) -> None:
+        self.pending: set[asyncio.Task[Any]] = set()
+        self.turns: set[asyncio.Task[Any]] = set()
+        self.state = ParticipantRouting(history_limit)
+
+
+class AgentRouter(Agent):
+    """Route turns to ``agents`` (name -> ``RoutableAgent``) with ``decisions``.
+
+    ``output`` receives router-owned text; without it the text is published on
+    ``output_topic`` (the router must then be registered with a running runtime). One
+    of them is required. ``query_topic`` makes the router an actor that also follows
+    ``interrupted_topic`` and the ``participant_topics`` (topics carrying
+    ``ParticipantJoined`` or ``ParticipantLeft``; a join for a participant the router
+    still holds state for is handled as a departure first, so a reused id starts
+    afresh). ``cleanup_participant(pid)`` runs after a departure has drained the
+    participant's turns; it requires ``query_topic`` and ``output_topic``. ``default``
+    names the fallback destination; ``history_limit`` bounds the shared history.
+    """
+
+    def __new__(cls, agents: Mapping[str, RoutableAgent], decisions: DecisionService, **options: Any) -> AgentRouter:
+        handlers: list[tuple[Topic, str]] = []
+        if options.get("query_topic") is not None:
+            handlers.append((options["query_topic"], "_on_query"))
+            if options.get("interrupted_topic") is not None:
+                handlers.append((options["interrupted_topic"], "_on_interrupted"))
+            for topic in options.get("participant_topics", (PARTICIPANT_JOINED_TOPIC, PARTICIPANT_LEFT_TOPIC)) or ():
+                handlers.append((topic, "_on_joined" if topic.message_type is ParticipantJoined else "_on_left"))
+        base = cls.__dict__.get("_router_base", cls)
+        subclass = subscribed_class(base, tuple(handlers)) if handlers else base
+        subclass._router_base = base
+        return super().__new__(subclass)
+
+    def __init__(
+        self,
+        agents: Mapping[str, RoutableAgent],
+        decisions: DecisionService,
+        *,
+        output: RouterOutput | None = None,
+        query_topic: Topic[UserQuery] | None = None,
+        output_topic: Topic[ResponseOutput] | None = None,
+        interrupted_topic: Topic[Interrupted] | None = None,
+        participant_topics: Sequence[Topic[ParticipantJoined] | Topic[ParticipantLeft]] | None = (
+            PARTICIPANT_JOINED_TOPIC,
+            PARTICIPANT_LEFT_TOPIC,
+        ),
+        cleanup_participant: Callable[[str], Awaitable[None]] | None = None,
+        default: str | None = None,
+        history_limit: int = DEFAULT_HISTORY_LIMIT,
+        texts: RouterTexts = RouterTexts(),
+    ) -> None:
+        if not isinstance(agents, Mapping) or not agents:
+            raise ValueError("AgentRouter.agents: must map at least one name to a RoutableAgent")
+        for name, agent in agents.items():
+            check_routable("AgentRouter", name, agent)
+        if not callable(getattr(decisions, "decide", None)):
+            raise ValueError("AgentRouter.decisions: must have an async decide(turn, candidates) method")
+        _check_topic(query_topic, UserQuery, "query_topic")
+        _check_topic(output_topic, ResponseOutput, "output_topic")
+        _check_topic(interrupted_topic, Interrupted, "interrupted_topic")
+        for topic in participant_topics or ():
+            if not (isinstance(topic, Topic) and topic.message_type in (ParticipantJoined, ParticipantLeft)):
+                raise ValueError("AgentRouter.participant_topics: each must be a Topic carrying ParticipantJoined or ParticipantLeft")
+        if output is None and output_topic is None:
+            raise ValueError("AgentRouter.output: give output or output_topic, so the router can say its own text")
+        if cleanup_participant is not None and (query_topic is None or output_topic is None):
+            raise ValueError("AgentRouter.cleanup_participant: requires query_topic and output_topic")
+        if default is not None and default not in agents:
+            raise ValueError(f"AgentRouter.default: {default!r} is not one of the agents")
+        if isinstance(history_limit, bool) or not isinstance(history_limit, int) or history_limit < 0:
+            raise ValueError("AgentRouter.history_limit: must be an int >= 0")
+        self.agents: dict[str, RoutableAgent] = dict(agents)
+        self.decisions = decisions
+        self.output = output
+        self.output_topic = output_topic
+        self.cleanup_participant = cleanup_participant
+        self.default = default
+        self.history_limit = history_limit
+        self.texts = texts
+        self._lanes: dict[str, _Lane] = {}
+        self._stopped = False
+        self._log = get_logger(actor="router")
+
+    # -- direct use -----------------------------------------------------------------------
+
+    async def handle(self, turn: AgentTurn) -> RouteResult:
+        """Route ``turn`` after cancelling and draining the participant's previous turn.
+
+        Returns how the turn ended; a turn cancelled by a newer turn, an interruption or
+        a departure returns ``status="canceled"``. Cancelling the caller cancels the turn.
+        """
+        task = self.submit(turn)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            return RouteResult(turn.turn_id, "canceled")
+
+    def submit(self, turn: AgentTurn) -> asyncio.Task[RouteResult]:
+        """Start routing ``turn`` (as ``handle`` does) and return its task without awaiting it."""
+        if self._stopped:
+            raise RuntimeError("AgentRouter.handle: the router is stopped")
+        if not isinstance(turn, AgentTurn):
+            raise ValueError("AgentRouter.handle: turn must be an AgentTurn")
+        return self._enqueue(turn.participant_id, lambda lane: self._route(turn, lane), turn=True)
+
+    def interrupt(self, participant_id: str | None = None) -> None:
+        """Cancel a participant's turns in flight (every participant's for None); they drain on their own."""
+        lanes = self._lanes.values() if participant_id is None else [self._lanes.get(participant_id)]
+        for lane in lanes:
+            if lane is not None:
+                for task in lane.turns:
+                    task.cancel()
+
+    async def participant_left(self, participant_id: str) -> None:
+        """Cancel and drain the participant's turns, forget their focus and history, tell
+        every destination, then run ``cleanup_participant``."""
+        await self._enqueue(participant_id, lambda lane: self._depart(participant_id, lane), turn=False)
+
+    async def stop(self) -> None:
+        """Refuse new turns, cancel every turn in flight and wait until all have drained."""
+        self._stopped = True
+        self.interrupt()
+        pending = [task for lane in self._lanes.values() for task in lane.pending]
+        if pending:
+            await asyncio.wait(pending)
+
+    # -- the actor --------------------------------------------------------------------------
+
+    async def on_start(self) -> None:
+        self._log = get_logger(actor=self.name or "router")
+
+    async def on_stop(self) -> None:
+        await self.stop()
+
+    async def _on_query(self, query: UserQuery, ctx: RuntimeContext) -> None:
+        if ctx.participant_id is None:
+            self._log.warning("router.query_without_participant", sender=ctx.metadata.sender)
+            return
+        turn = AgentTurn(ctx.participant_id, ctx.metadata.message_id, query.text, timestamp_us=query.timestamp_us)
+        if not self._stopped:
+            self._watch(self.submit(turn), turn.participant_id, turn.turn_id)
+
+    async def _on_interrupted(self, message: Interrupted, ctx: RuntimeContext) -> None:
+        self._log.info("router.interrupted", participant=ctx.participant_id)
+        self.interrupt(ctx.participant_id)
+
+    async def _on_left(self, message: ParticipantLeft, ctx: RuntimeContext) -> None:
+        if ctx.participant_id is not None:
+            self._watch(asyncio.ensure_future(self.participant_left(ctx.participant_id)), ctx.participant_id, None)
+
+    async def _on_joined(self, message: ParticipantJoined, ctx: RuntimeContext) -> None:
+        pid = ctx.participant_id
+        if pid is not None and pid in self._lanes:
+            self._log.warning("router.rejoined_without_departure", participant=pid)
+            self._watch(asyncio.ensure_future(self.participant_left(pid)), pid, None)
+
+    def _watch(self, task: asyncio.Future[Any], participant_id: str, turn_id: str | None) -> None:
+        """Log the failure of work the actor started and nobody awaits."""
+
+        def done(task: asyncio.Future[Any]) -> None:
+            if not task.cancelled() and task.exception() is not None:
+                self._log.error("router.work_failed", participant=participant_id, turn=turn_id, error=repr(task.exception()))
+
+        task.add_done_callback(done)
+
+    # -- lanes ------------------------------------------------------------------------------
+
+    def _enqueue(self, participant_id: str, work: Callable[[_Lane], Awaitable[T]], *, turn: bool) -> asyncio.Task[T]:
+        """Run ``work`` after every earlier task of the participant ended, cancelling earlier turns."""
+        lane = self._lanes.get(participant_id)
+        if lane is None:
+            lane = self._lanes[participant_id] = _Lane(self.history_limit)
+        earlier = set(lane.pending)
+        for task in lane.turns:
+            task.cancel()
+        task = asyncio.create_task(self._after(earlier, work, lane), name=f"router-{participant_id}")
+        lane.pending.add(task)
+        task.add_done_callback(lane.pending.discard)
+        if turn:
+            lane.turns.add(task)
+            task.add_done_callback(lane.turns.discard)
+        return task
+
+    @staticmethod
+    async def _after(earlier: set[asyncio.Task[Any]], work: Callable[[_Lane], Awaitable[T]], lane: _Lane) -> T:
+        if earlier:
+            await asyncio.wait(earlier)
+        return await work(lane)
+
+    async def _depart(self, participant_id: str, lane: _Lane) -> None:
+        log = self._log.bind(participant=participant_id)
+        lane.state = ParticipantRouting(self.history_limit)
+        for name, agent in self.agents.items():
+            try:
+                await agent.participant_left(participant_id)
+            except Exception as error:
+                log.error("router.participant_left_failed", route=name, error=repr(error))
+        if self.cleanup_participant is not None:
+            await self.cleanup_participant(participant_id)
+        if lane.pending == {asyncio.current_task()} and self._lanes.get(participant_id) is lane:
+            del self._lanes[participant_id]
+        log.info("router.participant_left")
+
+    # -- one turn ---------------------------------------------------------------------------
+
+    async def _route(self, turn: AgentTurn, lane: _Lane) -> RouteResult:
+        state = lane.state
+        turn = msgspec.structs.replace(turn, history=tuple(state.history))
+        log = self._log.bind(participant=turn.participant_id, turn=turn.turn_id)
+        aids = await self._aids(turn.participant_id, log)
+        excluded: set[str] = set()
+        decline_text: str | None = None
+        decisions_left = 2  # the first selection and one reroute after a decline
+        target: str | None = None
+        if state.focus is not None:
+            if aids.get(state.focus, _INELIGIBLE).eligible:
+                target = state.focus
+            else:
+                holder = state.focus
+                state.clear_focus(holder)
+                log.info("router.focus_lost", route=holder, reason="ineligible")
+                await self._release(holder, turn.participant_id, log)
+        while True:
+            if target is None:
+                choices = candidates(aids, excluded)
+                if decisions_left == 0 or not choices:
+                    break
+                decisions_left -= 1
+                target = await self._decide(turn, choices, log)
+                if target is None:
+                    break
+            focused = target == state.focus
+            admission = await self._admit(target, turn, focused, log)
+            log.info("router.admission", route=target, disposition=admission.disposition, focused=focused)
+            if admission.disposition == "accept":
+                if admission.focus:
+                    await self._take_focus(state, target, turn.participant_id, log)
+                if admission.text.strip():
+                    await self._say(turn, target, admission.text)
+                return await self._answer(target, turn, state, focused, log)
+            if admission.disposition == "clarify":
+                await self._say(turn, target, admission.text)
+                state.remember(AgentExchange(turn.text, admission.text, turn.timestamp_us, turn.turn_id, target))
+                return RouteResult(turn.turn_id, "clarified", target, admission.text)
+            if admission.disposition == "release" and focused:
+                state.clear_focus(target)
+                log.info("router.focus_released", route=target)
+            else:
+                excluded.add(target)
+                decline_text = admission.text if admission.text.strip() else decline_text
+            target = None
+        default = self.default
+        if default is not None and default not in excluded and aids[default].eligible:
+            log.info("router.fallback", route=default)
+            return await self._answer(default, turn, state, False, log)
+        text = decline_text or self.texts.unavailable
+        await self._say(turn, None, text)
+        return RouteResult(turn.turn_id, "unanswered", None, text)
+
+    async def _aids(self, participant_id: str, log: Any) -> dict[str, RoutingAid]:
+        """Every destination's routing aid; one that cannot be had makes it ineligible (logged)."""
+
+        async def aid(name: str, agent: RoutableAgent) -> RoutingAid:
+            try:
+                return await routing_aid_of(agent, participant_id)
+            except Exception as error:
+                log.warning("router.routing_aid_failed", route=name, error=repr(error))
+                return _INELIGIBLE
+
+        found = await asyncio.gather(*(aid(name, agent) for name, agent in self.agents.items()))
+        return dict(zip(self.agents, found))
+
+    async def _decide(self, turn: AgentTurn, choices: dict[str, RoutingAid], log: Any) -> str | None:
+        try:
+            choice = await self.decisions.decide(turn, choices)
+        except Exception as error:
+            log.warning("router.decision_failed", error=repr(error))
+            return None
+        if choice is not None and choice not in choices:
+            log.warning("router.decision_invalid", choice=choice, candidates=sorted(choices))
+            return None
+        return choice
+
+    async def _admit(self, name: str, turn: AgentTurn, focused: bool, log: Any) -> Admission:
+        """The destination's admission; a failing ``admit()`` counts as a decline (logged)."""
+        with routed_turn(RoutingTurnContext(name, turn.participant_id, turn.turn_id, focused)):
+            try:
+                return await self.agents[name].admit(turn, focused=focused)
+            except Exception as error:
+                log.warning("router.admit_failed", route=name, error=repr(error))
+                return Admission("decline")
+
+    async def _answer(self, name: str, turn: AgentTurn, state: ParticipantRouting, focused: bool, log: Any) -> RouteResult:
+        began = False
+
+        async def started() -> None:
+            nonlocal began
+            began = True
+
+        with routed_turn(RoutingTurnContext(name, turn.participant_id, turn.turn_id, focused)):
+            try:
+                result = await self.agents[name].answer(turn, started=started)
+            except Exception as error:
+                log.error("router.answer_failed", route=name, started=began, error=repr(error))
+                if not began:
+                    await self._say(turn, name, self.texts.failure)
+                return RouteResult(turn.turn_id, "failed", name, error=repr(error))
+        if not isinstance(result, DestinationResult):
+            log.error("router.answer_invalid", route=name, result=type(result).__name__)
+            return RouteResult(turn.turn_id, "failed", name, error=f"answer returned {type(result).__name__}")
+        if result.focus == "take":
+            await self._take_focus(state, name, turn.participant_id, log)
+        elif result.focus == "release" and state.clear_focus(name):
+            log.info("router.focus_released", route=name)
+        if result.response is not None and result.response.strip():
+            state.remember(AgentExchange(turn.text, result.response, turn.timestamp_us, turn.turn_id, name))
+        return RouteResult(turn.turn_id, "answered", name, result.response)
+
+    async def _take_focus(self, state: ParticipantRouting, name: str, participant_id: str, log: Any) -> None:
+        previous = state.take_focus(name)
+        log.info("router.focus_taken", route=name, previous=previous)
+        if previous is not None:
+            await self._release(previous, participant_id, log)
+
+    async def _release(self, name: str, participant_id: str, log: Any) -> None:
+        try:
+            await self.agents[name].release(participant_id)
+        except Exception as error:
+            log.error("router.release_failed", route=name, error=repr(error))
+
+    async def _say(self, turn: AgentTurn, route: str | None, text: str) -> None:
+        """Say router-owned text for ``turn``: through ``output``, or as a reply on ``output_topic``."""
+        if self.output is not None:
+            await self.output(turn, route, text)
+            return
+        if self.runtime is None or not self.runtime.running:
+            raise RuntimeClosedError("AgentRouter: publishing on output_topic needs the router registered with a running runtime")
+        outputs = ResponseOutputs(self.runtime, self.output_topic, source=ROUTER_SOURCE)
+        async with outputs.reply(turn.participant_id, request_id=turn.turn_id, timestamp_us=turn.timestamp_us) as reply:
+            await reply.send(text)
+
+
+_INELIGIBLE = RoutingAid("unavailable", eligible=False)
+
+
+def _check_topic(topic: Topic | None, message_type: type, field: str) -> None:
+    if topic is not None and not (isinstance(topic, Topic) and topic.message_type is message_type):
+        raise ValueError(f"AgentRouter.{field}: must be a Topic carrying {message_type.__name__}")
