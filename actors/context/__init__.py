@@ -7,6 +7,15 @@
 - ``engine``: one section's state machine (entries, rolling summary, budgets,
   compaction snapshots, the Situation/Handling table, rendering).
 - ``config``: validation of the ContextManager's constructor arguments.
+
+The actors around it (thin shells, see DESIGN.md "Context as actors"):
+
+- ``messages``: the bus messages and topics between the context actors.
+- ``plan``: ``ContextPlan``, what every process of one deployment agrees on.
+- ``sections``: the dialogue actor per participant and the actor per context topic.
+- ``workers``: the compaction-worker pool that calls the model.
+- ``replica``: the manager's local, never half-updated copy of the section views.
+- ``manager``: ``ContextManager``, the seed's facade.
 """
 
 from .clip import OMISSION_MARKER, clip_middle, utf8_size
@@ -28,7 +37,12 @@ from .engine import (
     SectionSpec,
     SectionState,
 )
+from .manager import ContextManager, ContextSubscriber
+from .messages import ContextTopics
+from .plan import ContextPlan, context_plan
 from .render import DIALOGUE_SECTION, render_participant
+from .sections import register_sections
+from .workers import CompactionWorker, register_workers
 
 __all__ = [
     "DEFAULT_COMPACTION_INPUT_BUDGET_BYTES",
@@ -40,7 +54,12 @@ __all__ = [
     "CompactionRequest",
     "CompactionResult",
     "CompactionSettings",
+    "CompactionWorker",
     "ContextConfig",
+    "ContextManager",
+    "ContextPlan",
+    "ContextSubscriber",
+    "ContextTopics",
     "Entry",
     "JobRef",
     "OverBudget",
@@ -50,6 +69,9 @@ __all__ = [
     "SectionState",
     "clip_middle",
     "context_config",
+    "context_plan",
+    "register_sections",
+    "register_workers",
     "render_participant",
     "utf8_size",
 ]

@@ -1,0 +1,188 @@
+"""Bus messages and topics between the context actors (internal to one deployment).
+
+The public wire types (``ConversationContextUpdate``, ``ContextBlock``,
+``CompactionPrompts``) live in ``xrmq.schemas``; these carry the context machinery's
+own traffic between the manager, the section actors and the compaction workers, so
+every field is plain data and the participant always travels in the envelope.
+
+Topics of a deployment are named under its namespace (default ``context``) so that two
+managers with different configurations can share one bus:
+
+==========================================  ======================  ==================================
+topic                                       message                 handled by
+==========================================  ======================  ==================================
+``<topic name>`` (the context topic itself)  ConversationContextUpdate  that topic's section actor
+``<ns>.topic.<topic>.write``                TopicWrite              that topic's section actor
+``<ns>.topic.<topic>.clear`` (ask)          ClearSection            that topic's section actor
+``<ns>.topic.<topic>.result``               CompactionDone          that topic's section actor
+``<ns>.dialogue.write``                     RecordExchanges         the participant's dialogue actor
+``<ns>.dialogue.clear`` (ask)               ClearSection            the participant's dialogue actor
+``<ns>.dialogue.result``                    CompactionDone          the participant's dialogue actor
+``<ns>.worker.<i>.jobs``                    CompactionJob           compaction worker ``i``
+``<ns>.worker.<i>.cancel`` (ask)            CancelJobs              compaction worker ``i``
+``<ns>.view``                               SectionView             every manager's replica
+``<ns>.replica.<manager id>`` (ask)         ForgetParticipant       one manager's replica
+==========================================  ======================  ==================================
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import msgspec
+
+from xrmq.schemas import ContextBlock
+from xrmq.topics import Topic, context_topic
+
+from .compaction import CompactionRequest, CompactionResult, JobRef
+
+
+class ExchangeRecord(msgspec.Struct, frozen=True):
+    """One completed exchange; ``identity`` is ``engine.exchange_identity`` of it."""
+
+    identity: bytes
+    request: str
+    answer: str
+    timestamp_us: int
+
+
+class RecordExchanges(msgspec.Struct, frozen=True):
+    """A manager's write to a participant's dialogue: exchanges, oldest first.
+
+    ``writer`` and ``seq`` identify the write; the section acknowledges it in its next view.
+    """
+
+    writer: str
+    seq: int
+    exchanges: tuple[ExchangeRecord, ...]
+
+
+class TopicWrite(msgspec.Struct, frozen=True):
+    """A manager's ``update()``: the text with its recorded time (sensors publish
+    ``ConversationContextUpdate`` on the topic itself and are dated by the envelope)."""
+
+    writer: str
+    seq: int
+    text: str
+    timestamp_us: int
+
+
+class ClearSection(msgspec.Struct, frozen=True):
+    """Forget the envelope's participant (all participants when it has none).
+
+    ``close`` also makes a topic actor drop every later update. The reply is ``Cleared``.
+    """
+
+    close: bool = False
+
+
+class JobAt(msgspec.Struct, frozen=True):
+    """A compaction job and the workers it was sent to (a retried job went to several)."""
+
+    job: JobRef
+    participant_id: str
+    workers: tuple[int, ...]
+
+
+class Cleared(msgspec.Struct, frozen=True):
+    """What a section forgot: the generations of the states, and their jobs to cancel."""
+
+    generations: tuple[str, ...] = ()
+    jobs: tuple[JobAt, ...] = ()
+
+
+class CompactionJob(msgspec.Struct, frozen=True):
+    """A request for one worker; the result goes to ``reply_topic`` (a ``CompactionDone``)."""
+
+    request: CompactionRequest
+    reply_topic: str
+    attempt: int = 0
+
+
+class CompactionDone(msgspec.Struct, frozen=True):
+    """A worker's result for a job."""
+
+    result: CompactionResult
+    worker: int
+
+
+class CancelJobs(msgspec.Struct, frozen=True):
+    """Stop these jobs (queued or running) at one worker; the reply is how many it stopped,
+    sent after their model streams are closed."""
+
+    jobs: tuple[JobRef, ...]
+
+
+class SectionView(msgspec.Struct, frozen=True):
+    """One section of one participant as rendered into prompts (the envelope names the participant).
+
+    ``generation`` names the section state (new after every clear), ``revision`` orders
+    views of one generation. ``writer``/``seq`` acknowledge the latest manager write the
+    section has applied for this participant.
+    """
+
+    section: str
+    dialogue: bool
+    generation: str
+    revision: int
+    blocks: tuple[ContextBlock, ...]
+    writer: str = ""
+    seq: int = 0
+
+
+class ForgetParticipant(msgspec.Struct, frozen=True):
+    """Drop the replica's views of these (cleared) generations for the envelope's participant."""
+
+    generations: tuple[str, ...]
+
+
+class ContextTopics:
+    """The topics of one deployment's namespace (see the module docstring)."""
+
+    def __init__(self, namespace: str) -> None:
+        if not namespace or "\x00" in namespace:
+            raise ValueError("namespace: must be a non-empty string without NUL")
+        self.namespace = namespace
+
+    @cached_property
+    def view(self) -> Topic[SectionView]:
+        return Topic(f"{self.namespace}.view", SectionView)
+
+    @cached_property
+    def dialogue_write(self) -> Topic[RecordExchanges]:
+        return Topic(f"{self.namespace}.dialogue.write", RecordExchanges)
+
+    @cached_property
+    def dialogue_clear(self) -> Topic[ClearSection]:
+        return Topic(f"{self.namespace}.dialogue.clear", ClearSection)
+
+    @cached_property
+    def dialogue_result(self) -> Topic[CompactionDone]:
+        return Topic(f"{self.namespace}.dialogue.result", CompactionDone)
+
+    def updates(self, topic: str) -> Topic:
+        """The context topic itself, where sensors publish."""
+        return context_topic(topic)
+
+    def topic_write(self, topic: str) -> Topic[TopicWrite]:
+        return Topic(f"{self.namespace}.topic.{topic}.write", TopicWrite)
+
+    def topic_clear(self, topic: str) -> Topic[ClearSection]:
+        return Topic(f"{self.namespace}.topic.{topic}.clear", ClearSection)
+
+    def topic_result(self, topic: str) -> Topic[CompactionDone]:
+        return Topic(f"{self.namespace}.topic.{topic}.result", CompactionDone)
+
+    def worker_jobs(self, index: int) -> Topic[CompactionJob]:
+        return Topic(f"{self.namespace}.worker.{index}.jobs", CompactionJob)
+
+    def worker_cancel(self, index: int) -> Topic[CancelJobs]:
+        return Topic(f"{self.namespace}.worker.{index}.cancel", CancelJobs)
+
+    def replica(self, manager_id: str) -> Topic[ForgetParticipant]:
+        return Topic(f"{self.namespace}.replica.{manager_id}", ForgetParticipant)
+
+    def is_result_topic(self, name: str) -> bool:
+        """Whether a worker may publish a result on ``name`` (it never publishes elsewhere)."""
+        prefix = f"{self.namespace}."
+        return name.startswith(prefix) and name.endswith(".result")

@@ -1,0 +1,104 @@
+"""What every process of one context deployment must agree on.
+
+The manager, the processes hosting section actors and those hosting compaction workers
+are built from the same ``ContextPlan``: the validated section configuration (budgets,
+topics, prompts; seed 001) plus the deployment settings (namespace, worker pool, job
+timeout). Build it with ``context_plan(**kwargs)`` from the ContextManager's keyword
+arguments, e.g. from one table of an edge-box config.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import msgspec
+
+from xrmq.schemas import CompactionPrompts
+
+from .config import (
+    DEFAULT_COMPACTION_INPUT_BUDGET_BYTES,
+    DEFAULT_DIALOGUE_BUDGET_BYTES,
+    DEFAULT_TOPIC_BUDGET_BYTES,
+    ContextConfig,
+    context_config,
+)
+from .messages import ContextTopics
+
+DEFAULT_NAMESPACE = "context"
+DEFAULT_COMPACTION_WORKERS = 2
+DEFAULT_WORKER_CONCURRENCY = 4
+DEFAULT_COMPACTION_TIMEOUT_S = 120.0
+DEFAULT_CONTROL_TIMEOUT_S = 5.0
+
+
+class ContextPlan(msgspec.Struct, frozen=True):
+    """A validated context deployment.
+
+    - ``namespace`` prefixes every internal topic (``messages.ContextTopics``).
+    - ``compaction_workers`` is the size of the worker pool: workers ``0..n-1``, each
+      its own actor and mailbox, possibly in different processes.
+    - ``worker_concurrency`` bounds the model calls one worker runs at once.
+    - ``compaction_timeout_s``: a job without a result by then is sent to the next
+      worker (its entries stay meanwhile); after every worker was tried it fails and is
+      retried after the section's next entry.
+    - ``control_timeout_s`` bounds each clear/cancel round trip of ``clear``/``close``.
+    """
+
+    config: ContextConfig
+    namespace: str = DEFAULT_NAMESPACE
+    compaction_workers: int = DEFAULT_COMPACTION_WORKERS
+    worker_concurrency: int = DEFAULT_WORKER_CONCURRENCY
+    compaction_timeout_s: float = DEFAULT_COMPACTION_TIMEOUT_S
+    control_timeout_s: float = DEFAULT_CONTROL_TIMEOUT_S
+
+    @property
+    def topics(self) -> ContextTopics:
+        return ContextTopics(self.namespace)
+
+
+def _count(value: object, parameter: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{parameter}: must be a positive int, got {value!r}")
+    return value
+
+
+def _seconds(value: object, parameter: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{parameter}: must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def context_plan(
+    *,
+    summary_context_topics: Sequence[str] = (),
+    incremental_context_topics: Sequence[str] = (),
+    dialogue_budget_bytes: int = DEFAULT_DIALOGUE_BUDGET_BYTES,
+    topic_budget_bytes: int | Mapping[str, int] = DEFAULT_TOPIC_BUDGET_BYTES,
+    compaction_input_budget_bytes: int = DEFAULT_COMPACTION_INPUT_BUDGET_BYTES,
+    compaction_prompts: CompactionPrompts | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
+    compaction_workers: int = DEFAULT_COMPACTION_WORKERS,
+    worker_concurrency: int = DEFAULT_WORKER_CONCURRENCY,
+    compaction_timeout_s: float = DEFAULT_COMPACTION_TIMEOUT_S,
+    control_timeout_s: float = DEFAULT_CONTROL_TIMEOUT_S,
+) -> ContextPlan:
+    """Validate a deployment; ``ValueError`` naming the parameter and the rule."""
+    config = context_config(
+        summary_context_topics=summary_context_topics,
+        incremental_context_topics=incremental_context_topics,
+        dialogue_budget_bytes=dialogue_budget_bytes,
+        topic_budget_bytes=topic_budget_bytes,
+        compaction_input_budget_bytes=compaction_input_budget_bytes,
+        compaction_prompts=compaction_prompts,
+    )
+    if not isinstance(namespace, str) or not namespace or "\x00" in namespace:
+        raise ValueError(f"namespace: must be a non-empty string without NUL, got {namespace!r}")
+    return ContextPlan(
+        config=config,
+        namespace=namespace,
+        compaction_workers=_count(compaction_workers, "compaction_workers"),
+        worker_concurrency=_count(worker_concurrency, "worker_concurrency"),
+        compaction_timeout_s=_seconds(compaction_timeout_s, "compaction_timeout_s"),
+        control_timeout_s=_seconds(control_timeout_s, "control_timeout_s"),
+    )

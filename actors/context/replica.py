@@ -1,0 +1,77 @@
+"""The manager's local replica of one participant's context (pure).
+
+It holds the latest ``SectionView`` of each section, and the dialogue writes this
+manager made that no view has acknowledged yet (read-your-writes for a section actor
+in another process), with the exchange identities this manager knows for the
+participant (so ``record_exchange``/``reconcile_history`` decide locally, exactly as
+the section will, what is new). Views replace each other whole, so a rendering never
+mixes two states of a section.
+"""
+
+from __future__ import annotations
+
+from xrmq.schemas import ContextBlock
+
+from .clip import utf8_size
+from .config import ContextConfig
+from .engine import fit_newest
+from .messages import SectionView
+from .render import render_participant
+
+
+class ParticipantReplica:
+    __slots__ = ("dialogue", "topics", "pending", "identities")
+
+    def __init__(self) -> None:
+        self.dialogue: SectionView | None = None
+        self.topics: dict[str, SectionView] = {}
+        self.pending: list[tuple[int, ContextBlock]] = []
+        """(write seq, rendered exchange) of dialogue writes not yet in a view."""
+        self.identities: set[bytes] = set()
+
+    def apply_view(self, view: SectionView, writer: str) -> None:
+        """Take a section's newest view; drop the pending writes it acknowledges."""
+        if not view.dialogue:
+            self.topics[view.section] = view
+            return
+        self.dialogue = view
+        if view.writer == writer and self.pending:
+            self.pending = [item for item in self.pending if item[0] > view.seq]
+
+    def forget(self, generations: tuple[str, ...]) -> None:
+        """Drop the views of cleared section states."""
+        if self.dialogue is not None and self.dialogue.generation in generations:
+            self.dialogue = None
+        for name in [name for name, view in self.topics.items() if view.generation in generations]:
+            del self.topics[name]
+
+    @property
+    def empty(self) -> bool:
+        return self.dialogue is None and not self.topics and not self.pending and not self.identities
+
+    def dialogue_blocks(self, budget_bytes: int) -> tuple[ContextBlock, ...]:
+        """The dialogue as its section renders it, with this manager's pending writes in it.
+
+        Pending exchanges join the view's entries in time order, and the result is fitted
+        to the budget by the section's own rule (newest kept, oldest left out).
+        """
+        view_blocks = self.dialogue.blocks if self.dialogue is not None else ()
+        if not self.pending:
+            return view_blocks
+        summaries = [block for block in view_blocks if block.timestamp_us is None]
+        dated = [block for block in view_blocks if block.timestamp_us is not None]
+        dated.extend(block for _, block in self.pending)
+        dated.sort(key=lambda block: block.timestamp_us)
+        room = budget_bytes - sum(utf8_size(block.text) for block in summaries)
+        kept, _, _ = fit_newest(dated, room)
+        return (*summaries, *kept)
+
+    def blocks(self, config: ContextConfig) -> tuple[ContextBlock, ...]:
+        """Prompt order: summaries first (dialogue, then topics in configured order),
+        then every dated block in recorded-time order."""
+        sections = [self.dialogue_blocks(config.dialogue.spec.budget_bytes)]
+        for section in config.topics:
+            view = self.topics.get(section.spec.name)
+            if view is not None:
+                sections.append(view.blocks)
+        return render_participant(sections)
