@@ -1,0 +1,114 @@
+"""``xrmq listen`` as a separate OS process, rendering replies published by this one."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from xrmq.actors.cli import build_parser
+from xrmq.actors.interaction import ResponseOutputs
+from xrmq.actors.runtime import AgentRuntime
+from xrmq.actors.voice.commands import add_commands, build_sink, run_listen
+from xrmq.actors.voice.sinks import ConsoleSink
+from xrmq.topics import VOICE_OUTPUT_TOPIC
+
+LINE_TIMEOUT_S = 20.0
+"""Upper bound for one expected line; the test never waits for time to pass."""
+
+
+def test_xrmq_cli_offers_the_listen_command():
+    args = build_parser().parse_args(["listen", "--participant", "p1", "--sink", "console"])
+    assert args.func is run_listen
+    assert (args.topic, args.participant, args.sink, args.wav_dir) == ("voice.output", "p1", "console", None)
+
+
+def listen_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="xrmq")
+    add_commands(parser.add_subparsers())
+    return parser.parse_args(["listen", *argv])
+
+
+def test_listen_rejects_a_wav_dir_without_the_espeak_sink(tmp_path):
+    with pytest.raises(ValueError, match="--wav-dir: only with --sink espeak"):
+        build_sink(listen_args("--wav-dir", str(tmp_path)))
+    assert isinstance(build_sink(listen_args()), ConsoleSink)
+
+
+class Process:
+    """A child ``xrmq`` process whose stdout is read line by line."""
+
+    def __init__(self, process: asyncio.subprocess.Process, stderr: Path) -> None:
+        self.process = process
+        self.stderr = stderr
+
+    @classmethod
+    async def start(cls, tmp_path: Path, name: str, *args: str, ready: str) -> Process:
+        stderr = tmp_path / f"{name}.stderr"
+        with open(stderr, "wb") as errors:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "xrmq.actors.cli", *args,
+                stdout=asyncio.subprocess.PIPE, stderr=errors,
+                env={**os.environ, "XRMQ_LOG_LEVEL": "WARNING"},
+            )
+        child = cls(process, stderr)
+        await child.read_until(lambda line: line.startswith(ready))
+        return child
+
+    async def read_until(self, condition) -> list[str]:
+        lines: list[str] = []
+        while True:
+            try:
+                raw = await asyncio.wait_for(self.process.stdout.readline(), LINE_TIMEOUT_S)
+            except TimeoutError:
+                raise AssertionError(f"no expected line; got {lines}; stderr: {self.stderr.read_text()[-2000:]}") from None
+            if not raw:
+                raise AssertionError(f"process exited; got {lines}; stderr: {self.stderr.read_text()[-2000:]}")
+            lines.append(raw.decode().rstrip("\n"))
+            if condition(lines[-1]):
+                return lines
+
+    async def stop(self) -> int:
+        if self.process.returncode is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.process.wait(), LINE_TIMEOUT_S)
+            except TimeoutError:
+                self.process.kill()
+                await self.process.wait()
+        return self.process.returncode
+
+
+async def test_xrmq_listen_in_another_process_renders_replies_published_by_this_one(tmp_path):
+    bus = f"ipc://{tmp_path}/bus"
+    children: list[Process] = []
+    try:
+        children.append(await Process.start(tmp_path, "bus", "bus", "--bus", bus, "--no-capture", ready="xrmq bus: ready"))
+        listener = await Process.start(
+            tmp_path, "listen", "listen", "--bus", bus, "--participant", "p1", "--wpm", "60000",
+            ready="xrmq listen: ready",
+        )
+        children.append(listener)
+        async with AgentRuntime(bus) as runtime:
+            conversation = ResponseOutputs(runtime, VOICE_OUTPUT_TOPIC, source="conversation")
+            async with conversation.reply("p2", request_id="t0") as other:
+                await other.send("Not for this listener.")
+            async with conversation.reply("p1", request_id="t1", timestamp_us=time.time_ns() // 1000) as reply:
+                await reply.send("Hello from ")
+                await reply.send("another process.")
+            lines = await listener.read_until(lambda line: line.endswith("process."))
+        assert await listener.stop() == 0
+    finally:
+        for child in reversed(children):
+            await child.stop()
+    pattern = re.compile(r"^\[p1\] conversation \+\d+ms: (.+)$")
+    matches = [pattern.match(line) for line in lines]
+    assert all(matches), lines
+    assert " ".join(match.group(1) for match in matches) == "Hello from another process."
