@@ -1,7 +1,9 @@
-"""Roles for the supervisor's tests, named in test configs as ``edge_roles:<function>``.
+"""Roles for the edge-box tests, named in test configs as ``edge_roles:<function>``.
 
-``echo`` answers asks on ``edge.echo`` with the process's runtime name, so a test sees
-which incarnation answered; ``fail`` makes its process exit before it is ready.
+``echo`` hosts a keyed kind answering asks on ``edge.echo`` with the runtime's name,
+on this replica's shard, so a test sees which process (and which shard) answered;
+``idle`` hosts nothing (a process that only heartbeats); ``fail`` makes its process
+exit before it is ready.
 """
 
 from __future__ import annotations
@@ -14,16 +16,20 @@ ECHO_TOPIC = context_topic("edge.echo")
 
 
 class Echo(Agent):
-    def __init__(self, process: str) -> None:
-        self.process = process
+    def __init__(self, key: str) -> None:
+        self.key = key
 
     @subscribe(ECHO_TOPIC)
     async def on_echo(self, message: ConversationContextUpdate, ctx: RuntimeContext) -> str:
-        return f"{self.process}:{message.text}"
+        return f"{ctx.runtime.name}:{message.text}"
 
 
 def echo(runtime, config, process) -> None:
-    runtime.register("echo", Echo(process.runtime_name))
+    runtime.register_keyed("echo", Echo, shard=process.shard, shards=process.shards)
+
+
+def idle(runtime, config, process) -> None:
+    """Registers no actor."""
 
 
 def fail(runtime, config, process) -> None:

@@ -1,0 +1,136 @@
+"""``xrmq up`` across real OS processes: startup, restart after kill -9, clean shutdown, crash loops."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from buses import PROCS, expect_line, reap
+from xrmq.actors.runtime import AgentRuntime, shard_of
+from xrmq.schemas import ConversationContextUpdate
+from xrmq.topics import context_topic
+
+ECHO_TOPIC = context_topic("edge.echo")  # tests/procs/edge_roles.py answers on it
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def write_config(directory: Path, processes: str, restart: str = "") -> Path:
+    path = directory / "edge.toml"
+    path.write_text(f"""
+[bus]
+address = "ipc://{directory}/bus"
+[supervisor]
+metrics_interval_s = 0.2
+shutdown_timeout_s = 5
+[supervisor.restart]
+backoff_initial_s = 0.05
+{restart}
+{processes}
+""")
+    return path
+
+
+def start_up(config: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "xrmq.actors.cli", "up", str(config)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONPATH": str(PROCS)},
+    )
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Live processes (zombies included) whose command line mentions ``text``: the orphan check."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if text in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+async def echo(bus: str, key: str, text: str) -> str:
+    async with AgentRuntime(bus) as runtime:
+        return await runtime.ask(ECHO_TOPIC, ConversationContextUpdate(text), participant_id=key,
+                                 reply_type=str, timeout=10)
+
+
+def key_of_shard(shard: int) -> str:
+    return next(f"p{i}" for i in range(100) if shard_of(f"p{i}", 2) == shard)
+
+
+async def test_up_starts_restarts_a_killed_process_and_shuts_down_in_order(tmp_path):
+    config = write_config(tmp_path, """
+[processes.echo]
+roles = ["edge_roles:echo"]
+replicas = 2
+[processes.last]
+roles = ["edge_roles:idle"]
+after = ["echo"]
+""")
+    bus = f"ipc://{tmp_path}/bus"
+    up = start_up(config)
+    try:
+        ready = expect_line(up, "xrmq up: ready")
+        pids = {name: int(pid) for name, pid in re.findall(r"(\S+)=(\d+)", ready) if name != "bus"}
+        assert set(pids) == {"echo.0", "echo.1", "last"}
+        assert await echo(bus, key_of_shard(0), "one") == "echo.0:one"
+        assert await echo(bus, key_of_shard(1), "two") == "echo.1:two"
+
+        os.kill(pids["echo.1"], signal.SIGKILL)
+        assert expect_line(up, "xrmq up: echo.1 exited").startswith(
+            "xrmq up: echo.1 exited (killed by SIGKILL); 1 crash within 60s, restarting in 0.05s")
+        restarted = expect_line(up, "xrmq up: restarted echo.1")
+        new_pid = int(restarted.rpartition("pid=")[2])
+        assert new_pid != pids["echo.1"]
+        assert await echo(bus, key_of_shard(1), "again") == "echo.1:again"
+
+        up.send_signal(signal.SIGTERM)
+        rest = up.stdout.read().splitlines()
+        assert up.wait(timeout=30) == 0
+    finally:
+        reap(up)
+    assert rest[-1] == "xrmq up: stopped"
+    stopped = [line.partition(" |")[0] for line in rest if line.endswith("xrmq run: stopped " + line.partition(" |")[0])]
+    assert stopped[0] == "last" and sorted(stopped[1:]) == ["echo.0", "echo.1"]  # reverse dependency order
+    broker_stopped = next(i for i, line in enumerate(rest) if line.startswith("bus |") and "broker.stopped" in line)
+    assert broker_stopped > max(i for i, line in enumerate(rest) if "xrmq run: stopped" in line)  # broker last
+    assert processes_mentioning(str(tmp_path)) == []  # no orphans
+    for pid in (*pids.values(), new_pid):
+        assert not Path(f"/proc/{pid}").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["edge.toml"]  # no socket or lock files
+
+
+def test_a_crash_loop_gives_up_with_the_reason_and_stops_everything(tmp_path):
+    config = write_config(tmp_path, """
+[processes.steady]
+roles = ["edge_roles:idle"]
+[processes.broken]
+roles = ["edge_roles:fail"]
+after = ["steady"]
+""", restart="max_crashes = 3")
+    up = start_up(config)
+    try:
+        output = up.stdout.read().splitlines()
+        assert up.wait(timeout=30) == 1
+    finally:
+        reap(up)
+    assert [line for line in output if line.startswith("xrmq up: broken exited")] == [
+        "xrmq up: broken exited (exit code 2); 1 crash within 60s, restarting in 0.05s",
+        "xrmq up: broken exited (exit code 2); 2 crashes within 60s, restarting in 0.1s",
+    ]
+    reason = "gave up on broken: 3 crashes within 60s (limit 3); last exit code 2: xrmq run: this role always fails"
+    assert f"xrmq up: {reason}" in output
+    assert output[-1] == f"xrmq up: stopped: {reason}"
+    assert "steady | xrmq run: stopped steady" in output
+    assert processes_mentioning(str(tmp_path)) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["edge.toml"]
