@@ -17,6 +17,7 @@ _EXPORTS = {
     "subscribe": "xrmq.actors.runtime",
     "ResponseOutputs": "xrmq.actors.interaction",
     "Reply": "xrmq.actors.interaction",
+    "VoiceRenderer": "xrmq.actors.voice",
     "LLMService": "xrmq.actors.models",
     "LiteLLMService": "xrmq.actors.models",
     "OfflineLLM": "xrmq.actors.models",

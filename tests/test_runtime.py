@@ -57,17 +57,17 @@ async def test_a_topic_never_receives_a_topic_whose_name_it_prefixes():
     assert sorted(both.seen) == [("for notes", None), ("for notes2", None)]
 
 
-async def test_participant_filtered_agent_receives_only_its_participant():
-    filtered, everyone = Recorder(), Recorder(expected=3)
+async def test_participant_filtered_agent_receives_only_its_participant_and_global_messages():
+    filtered, everyone = Recorder(expected=2), Recorder(expected=4)
     runtime = AgentRuntime()
     runtime.register("filtered", filtered, participant_id="p2")
     runtime.register("everyone", everyone)
     async with runtime:
-        for pid in ("p1", "p2", "p3"):
+        for pid in ("p1", "p2", "p3", None):
             await runtime.publish(NOTES, Update(f"hi {pid}"), participant_id=pid)
         await everyone.done.wait()
         await filtered.done.wait()
-    assert filtered.seen == [("hi p2", "p2")]
+    assert filtered.seen == [("hi p2", "p2"), ("hi None", None)]
 
 
 class Gate(Agent):

@@ -180,7 +180,9 @@ class AgentRuntime:
                  mailbox_capacity: int | None = None) -> Agent:
         """Host ``agent`` under ``name``; only before ``start()``.
 
-        ``participant_id`` filters its subscriptions at the socket to that participant.
+        ``participant_id`` filters its subscriptions at the socket to that participant's
+        messages and global ones (a global message, such as an interruption of
+        everyone, concerns every participant).
         """
         self._check_registrable(name)
         if not isinstance(agent, Agent):
@@ -193,6 +195,8 @@ class AgentRuntime:
         for topic, handler_name in handlers.items():
             self._add_route(_Route(topic, handler_name, mailbox=mailbox, participant=pid),
                             topic.subscription(participant_id))
+            if participant_id is not None:
+                self._subscriptions.add(topic.key(None))
         return agent
 
     def register_keyed(self, kind: str, agent_type: type[Agent], *, factory: Callable[[str], Agent] | None = None,
@@ -494,7 +498,7 @@ class AgentRuntime:
             self._reject(f"payload: {error}", key, metadata.sender, topic=name.decode(errors="replace"))
             return
         for route in routes:
-            if route.participant is not None and route.participant != pid:
+            if route.participant is not None and pid and route.participant != pid:
                 continue
             handler_name, topic = route.handler_name, route.topic
             if route.mailbox is not None:
