@@ -1,0 +1,78 @@
+"""``xrmq top``: rows from RuntimeMetrics (rates, restarts, problems), their rendering, and the command."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+import pytest
+
+from buses import broker_process
+from xrmq.actors.edge.top import RED, RESET, TopView, render
+from xrmq.actors.runtime import Agent, AgentRuntime
+from xrmq.schemas import RuntimeMetrics
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def metrics(runtime="conversation", epoch=1, at_s=0.0, published=0, delivered=0, **fields) -> RuntimeMetrics:
+    counters = {"gaps": 0, "stale": 0, "rejected": 0, "overflow": 0, "handler_errors": 0} | fields
+    return RuntimeMetrics(runtime=runtime, epoch=epoch, pid=42, timestamp_us=int(at_s * 1e6),
+                          published=published, delivered=delivered, **counters)
+
+
+def test_rates_come_from_two_reports_of_one_incarnation():
+    view = TopView()
+    view.observe(metrics(at_s=10.0, published=100, delivered=50), received_at=100.0)
+    [row] = view.rows(now=100.5)
+    assert (row.published_per_s, row.delivered_per_s, row.age_s) == (None, None, 0.5)
+    view.observe(metrics(at_s=12.0, published=300, delivered=60, gaps=3, actors={"router": 4},
+                         gauges={"context.participants": 2.0}), received_at=102.0)
+    [row] = view.rows(now=103.0)
+    assert (row.published_per_s, row.delivered_per_s, row.age_s) == (100.0, 5.0, 1.0)
+    assert (row.gaps, row.actors, row.gauges, row.restarts) == (3, {"router": 4}, {"context.participants": 2.0}, 0)
+    view.observe(metrics(epoch=2, at_s=13.0, published=5), received_at=103.0)  # the process restarted
+    [row] = view.rows(now=103.0)
+    assert (row.restarts, row.published_per_s, row.published) == (1, None, 5)
+    assert view.reports("conversation") == 3 and view.reports("other") == 0
+
+
+def test_render_shows_each_runtime_its_actors_gauges_and_problems():
+    view = TopView()
+    view.observe(metrics("router", at_s=1.0), received_at=0.0)
+    view.observe(metrics("context.0", at_s=1.0, rejected=2, actors={"dialogue[p1]": 7},
+                         gauges={"context.compaction_backlog": 3.0}), received_at=0.0)
+    text = render(view.rows(now=9.0), stale_after_s=5.0, color=True)
+    lines = text.splitlines()
+    assert lines[0].startswith("\x1b[1mcontext.0\x1b[0m  pid 42")
+    assert f"{RED}9.0s ago (stale){RESET}" in lines[0]
+    assert f"{RED}rejected 2{RESET}" in text and "gaps 0" in text
+    assert "context.compaction_backlog 3" in text
+    assert any(line.endswith("dialogue[p1]") and " 7 " in line for line in lines)
+    assert any(line.startswith("\x1b[1mrouter") for line in lines)
+    plain = render(view.rows(now=1.0), color=False)
+    assert "\x1b" not in plain and plain.startswith("context.0  pid 42  1.0s ago")
+    assert render([], color=False) == "no runtime has reported on the bus yet\n"
+
+
+class Sensor(Agent):
+    def gauges(self) -> dict[str, float]:
+        return {"context.participants": 2.0}
+
+
+async def test_top_once_json_shows_a_runtime_publishing_metrics():
+    with broker_process() as bus:
+        runtime = AgentRuntime(bus, name="sensor-box", metrics_interval=0.05)
+        runtime.register("sensor", Sensor())
+        async with runtime:
+            top = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "xrmq.actors.cli", "top", "--bus", bus, "--once", "--json", "--expect", "1",
+                "--window", "20", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            output, errors = await top.communicate()
+            assert top.returncode == 0, errors.decode()
+    [row] = [row for row in json.loads(output) if row["runtime"] == "sensor-box"]
+    assert row["actors"] == {"sensor": 0}
+    assert row["gauges"] == {"context.participants": 2.0}
+    assert row["published_per_s"] > 0  # two reports arrived: it publishes at least its heartbeat
+    assert row["gaps"] == row["rejected"] == 0
