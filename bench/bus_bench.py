@@ -7,6 +7,8 @@ measured in turn, so both implementations see the same machine state:
 - one-way throughput: COUNT stream fragments, from the sender's first send to the
   receiver's (actor's) handling of the last, in messages/s; loss is counted, never
   hidden (large HWMs everywhere; a partial batch is reported as loss);
+  with the CPU time each process (sender, broker, receiver) spent per message, which
+  is what the two shared cores run out of, and far less noisy than wall-clock rates;
 - ask round trip: sequential request/reply through the broker, p50 and p99 in us.
 
 Each repetition measures raw and xrmq back to back under each CPU placement:
@@ -33,6 +35,7 @@ from .suite import Row, Suite, SuiteContext, SuiteResult, bar
 IMPLEMENTATIONS = {"raw": "raw pyzmq", "xrmq": "xrmq actors"}
 PEERS = {"autogen-core": "autogen-core", "pykka": "Pykka", "xrmq-embedded": "xrmq actors, embedded broker"}
 THROUGHPUT_BAR, RTT_BAR = 0.7, 1.3
+CPU_PARTS = ("sender", "broker", "receiver")
 
 
 def placements(quick: bool) -> dict[str, dict[str, frozenset[int]]]:
@@ -54,6 +57,7 @@ def run(ctx: SuiteContext) -> SuiteResult:
     p50: dict[tuple[str, str], list[float]] = defaultdict(list)
     p99: dict[tuple[str, str], list[float]] = defaultdict(list)
     rtts: dict[tuple[str, str], list[float]] = defaultdict(list)
+    cpu_us: dict[tuple[tuple[str, str], str], list[float]] = defaultdict(list)
     notes: list[str] = []
     with broker() as (bus, broker_worker), ExitStack() as stack:
         workers = {}
@@ -76,15 +80,20 @@ def run(ctx: SuiteContext) -> SuiteResult:
                 order = list(IMPLEMENTATIONS) if rep % 2 else list(reversed(IMPLEMENTATIONS))
                 for impl in order:
                     sender, receiver = workers[impl]
+                    cpu_before = [w.cpu_seconds() for w in (sender, broker_worker, receiver)]
                     sender.command("send")
                     sent = sender.result()
                     got = receiver.result()
+                    cpu = [(w.cpu_seconds() - b) / count * 1e6
+                           for w, b in zip((sender, broker_worker, receiver), cpu_before)]
                     rate = got["received"] / ((got["last_ns"] - sent["start_ns"]) / 1e9)
                     asked = _ask(sender, asks)
                     if rep == 0:
                         continue
                     key = (impl, layout_name)
                     throughput[key].append(rate)
+                    for part, value in zip(CPU_PARTS, cpu):
+                        cpu_us[key, part].append(value)
                     loss[key] += count - got["received"]
                     p50[key].append(percentile(asked, 0.5))
                     p99[key].append(percentile(asked, 0.99))
@@ -100,7 +109,8 @@ def run(ctx: SuiteContext) -> SuiteResult:
             rtt_ratio = [x / r for x, r in zip(p50[key], raw_p50)]
             rows.append(Row(group=f"one-way throughput, cross-process ({layout_name} cores)", subject=subject,
                             unit="msg/s", median=median(throughput[key]), repetitions=throughput[key],
-                            higher_is_better=True, extra={"x raw": median(tp_ratio), "lost": loss[key]}))
+                            higher_is_better=True, extra={"x raw": median(tp_ratio), "lost": loss[key],
+                                   **{f"{part} cpu us/msg": median(cpu_us[key, part]) for part in CPU_PARTS}}))
             rows.append(Row(group=f"ask round trip p50, cross-process ({layout_name} cores)", subject=subject,
                             unit="us", median=median(p50[key]), repetitions=p50[key], higher_is_better=False,
                             extra={"x raw": median(rtt_ratio), "p99 us": median(p99[key])}, samples=thin(rtts[key])))

@@ -24,6 +24,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 ALL_CPUS = frozenset(os.sched_getaffinity(0))
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 class WorkerError(RuntimeError):
@@ -76,6 +77,11 @@ class Worker:
                 os.sched_setaffinity(int(tid), cpus)
             except ProcessLookupError:
                 pass  # a thread that just ended
+
+    def cpu_seconds(self) -> float:
+        """User plus system CPU time the worker has used so far (all its threads)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
     def close(self) -> None:
         if self.proc.poll() is None:
