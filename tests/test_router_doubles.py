@@ -1,5 +1,6 @@
 """Test doubles for the routing tests (no tests here): a scriptable destination, a scripted
-decision service and a recording router output, sharing one event log so tests can assert order."""
+decision service and a recording router output, sharing one event log so tests can assert order,
+a context-manager double and an output recorder actor."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import asyncio
 from collections import deque
 
 from xrmq.actors.routing import current_turn_context
-from xrmq.schemas import Admission, AgentTurn, DestinationResult, RoutingAid
+from xrmq.actors.runtime import Agent, RuntimeContext, subscribe
+from xrmq.schemas import Admission, AgentTurn, DestinationResult, ResponseOutput, RoutingAid
+from xrmq.topics import VOICE_OUTPUT_TOPIC
 
 
 class Log(list):
@@ -32,6 +35,7 @@ class Destination:
         self.admissions = deque(admissions)
         self.answers = deque(answers)
         self.answering = asyncio.Event()
+        self.answered = asyncio.Event()
 
     def routing_aid(self, participant_id: str) -> RoutingAid:
         return self.aid
@@ -57,6 +61,7 @@ class Destination:
             finally:
                 await asyncio.sleep(0)
                 self.log.append(("drained", self.name, turn.turn_id))
+        self.answered.set()
         return script
 
     async def release(self, participant_id: str) -> None:
@@ -83,3 +88,58 @@ def router_output(log: Log):
         log.append(("say", route, turn.turn_id, text))
 
     return output
+
+
+class OutputRecorder(Agent):
+    """Records every ResponseOutput frame on the voice output topic, in arrival order."""
+
+    def __init__(self) -> None:
+        self.frames: list[tuple[str | None, str, ResponseOutput]] = []
+        self._changed = asyncio.Event()
+
+    @subscribe(VOICE_OUTPUT_TOPIC)
+    async def on_output(self, message: ResponseOutput, ctx: RuntimeContext) -> None:
+        self.frames.append((ctx.participant_id, ctx.metadata.source, message))
+        self._changed.set()
+
+    async def wait_for(self, predicate, timeout: float = 10.0) -> None:
+        """Wait until ``predicate(frames)`` holds (bounded, so a failure cannot hang the suite)."""
+        async with asyncio.timeout(timeout):
+            while not predicate(self.frames):
+                self._changed.clear()
+                await self._changed.wait()
+
+    def finals(self, participant_id: str | None = None) -> int:
+        return sum(1 for pid, _, frame in self.frames if frame.final and participant_id in (None, pid))
+
+    def texts(self, participant_id: str, source: str | None = None) -> str:
+        return "".join(frame.text for pid, src, frame in self.frames if pid == participant_id and source in (None, src))
+
+
+class FakeContext:
+    """The ContextManager surface the conversation uses: exchanges by id, no replay, in a log."""
+
+    def __init__(self, log: Log | None = None) -> None:
+        self.log = log if log is not None else Log()
+        self.exchanges: dict[str, list[tuple[str, str, object]]] = {}
+
+    def blocks(self, participant_id: str):
+        from xrmq.schemas import ContextBlock
+
+        return tuple(ContextBlock(None, f"User: {request}\nAssistant: {answer}")
+                     for request, answer, _ in self.exchanges.get(participant_id, []))
+
+    def record_exchange(self, participant_id, request, answer, *, timestamp_us, exchange_id):
+        self.log.append(("record", participant_id, exchange_id))
+        self.exchanges.setdefault(participant_id, []).append((request, answer, exchange_id))
+
+    def reconcile_history(self, participant_id, exchanges, *, exchange_ids):
+        known = {exchange_id for _, _, exchange_id in self.exchanges.get(participant_id, [])}
+        for (request, answer, _), exchange_id in zip(exchanges, exchange_ids):
+            if exchange_id not in known:
+                self.log.append(("reconciled", participant_id, exchange_id))
+                self.exchanges.setdefault(participant_id, []).append((request, answer, exchange_id))
+
+    async def clear(self, participant_id: str) -> None:
+        self.log.append(("clear", participant_id))
+        self.exchanges.pop(participant_id, None)
