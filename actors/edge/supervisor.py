@@ -33,6 +33,8 @@ from .roles import check_roles
 
 BUS_READY_PREFIX = "xrmq bus: ready"
 _PR_SET_PDEATHSIG = 1
+_LINE_LIMIT = 1 << 20
+"""Longest output line forwarded whole; longer lines are forwarded in pieces."""
 
 
 def _die_with_parent(parent: int) -> Callable[[], None] | None:
@@ -75,6 +77,8 @@ class Child:
         self.task: asyncio.Task[None] | None = None
         self.terminating = False
         """Set by the supervisor when it stops this child: no restart from then on."""
+        self.forwarders: list[asyncio.Task[None]] = []
+        """The tasks copying the current incarnation's output lines."""
 
 
 class Supervisor:
@@ -173,9 +177,16 @@ class Supervisor:
         try:
             while not (child.terminating or self._stop.is_set()):
                 incarnation_ready = asyncio.Event()
-                proc = await self._spawn(child, incarnation_ready)
+                try:
+                    proc = await self._spawn(child, incarnation_ready)
+                except OSError as error:
+                    self._gave_up = f"cannot start {child.label}: {error}"
+                    self.say(self._gave_up)
+                    self._stop.set()
+                    return
                 if child.terminating:  # _terminate ran while this process was being created
                     await self._stop_process(child, proc)
+                    await asyncio.gather(*child.forwarders)
                     return
                 exited = asyncio.create_task(proc.wait())
                 became_ready = asyncio.create_task(incarnation_ready.wait())
@@ -190,6 +201,7 @@ class Supervisor:
                     self._signal_group(proc.pid, signal.SIGKILL)
                 returncode = await exited
                 self._signal_group(proc.pid, signal.SIGKILL)  # nothing of its group outlives it
+                await asyncio.gather(*child.forwarders)  # every line it printed is out
                 if child.terminating or self._stop.is_set():
                     return
                 decision = child.policy.crashed(loop.time())
@@ -211,15 +223,22 @@ class Supervisor:
         proc = await asyncio.create_subprocess_exec(
             *child.argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, start_new_session=True, preexec_fn=_die_with_parent(os.getpid()),
+            limit=_LINE_LIMIT,
         )
         child.proc = proc
-        asyncio.create_task(self._forward(child, proc.stdout, ready))
-        asyncio.create_task(self._forward(child, proc.stderr, None))
+        child.forwarders = [asyncio.create_task(self._forward(child, proc.stdout, ready)),
+                            asyncio.create_task(self._forward(child, proc.stderr, None))]
         return proc
 
     async def _forward(self, child: Child, stream: asyncio.StreamReader, ready: asyncio.Event | None) -> None:
         """Copy a child's output lines, prefixed with its name; spot its readiness line."""
-        while line := await stream.readline():
+        while True:
+            try:
+                line = await stream.readline()
+            except ValueError:  # a line longer than the limit: forward it in pieces
+                line = await stream.read(_LINE_LIMIT)
+            if not line:
+                return
             text = line.decode(errors="replace").rstrip("\n")
             self.out.write(f"{child.label} | {text}\n")
             self.out.flush()
