@@ -1,0 +1,42 @@
+"""A process hosting one compaction worker of a split deployment.
+
+argv: BUS PLAN_JSON INDEX MODE. MODE ``cover`` answers every request with the update
+tokens (``p<n>-u<m>``) of its material, so a test can check that nothing was lost;
+``hang`` prints "job-started <digest>" and never answers (a worker to kill mid-job).
+Every request prints its material's digest ("job <digest>"). Prints "ready".
+"""
+
+import asyncio
+import hashlib
+import json
+import re
+import sys
+
+from xrmq.actors.context import context_plan, register_workers
+from xrmq.actors.models import LLMService
+from xrmq.actors.runtime import AgentRuntime
+
+bus, plan, index, mode = sys.argv[1], context_plan(**json.loads(sys.argv[2])), int(sys.argv[3]), sys.argv[4]
+TOKEN = re.compile(r"\bp\d+-u\d+\b")
+
+
+class TestModel(LLMService):
+    async def _generate(self, request):
+        material = request.messages[1].content
+        digest = hashlib.sha1(material.encode()).hexdigest()[:12]
+        if mode == "hang":
+            print(f"job-started {digest}", flush=True)
+            await asyncio.Event().wait()
+        print(f"job {digest}", flush=True)
+        yield " ".join(dict.fromkeys(TOKEN.findall(material)))
+
+
+async def main() -> None:
+    runtime = AgentRuntime(bus, name=f"context-worker-{index}")
+    register_workers(runtime, plan, TestModel("test"), indices=[index])
+    async with runtime:
+        print("ready", flush=True)
+        await asyncio.Event().wait()
+
+
+asyncio.run(main())
