@@ -29,7 +29,7 @@ from xrmq.actors.context.config import (
     DEFAULT_TOPIC_BUDGET_BYTES,
 )
 from xrmq.actors.models import ModelSpec, parse_model_spec
-from xrmq.actors.runtime.address import DEFAULT_BUS
+from xrmq.actors.runtime.address import DEFAULT_BUS, parse_bus
 from xrmq.schemas import CompactionPrompts
 
 DEFAULT_SOURCE = "<embedded default>"
@@ -478,9 +478,7 @@ def _check_bus(address: str, source: str) -> None:
     if address.startswith("inproc://"):
         raise ConfigError(source, "bus.address", "must be a name, ipc:// or tcp://: the processes of an edge box are separate OS processes")
     if "://" in address:
-        from xrmq.actors.runtime.address import parse_bus  # pure for ipc:// and tcp://
-
-        try:
+        try:  # parse_bus is pure for ipc:// and tcp:// (only a bare name touches the runtime directory)
             parse_bus(address)
         except ValueError as error:
             raise ConfigError(source, "bus.address", str(error).removeprefix("bus: ")) from None
