@@ -1,0 +1,243 @@
+"""Remote destinations: a RemoteAgent proxy in one runtime, a DestinationServer in another,
+on one bus. The router behaves as with the local agent."""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import asynccontextmanager
+
+import pytest
+
+from test_router_doubles import Destination, FakeContext, Log, OutputRecorder
+from xrmq.actors.conversation import Conversation
+from xrmq.actors.models import ModelError, ScriptedLLM, ScriptedResponse
+from xrmq.actors.routing import AgentRouter, RemoteAnswerError, SingleDestination, remote, serve
+from xrmq.actors.runtime import AgentRuntime, RuntimeClosedError
+from xrmq.schemas import Admission, AgentTurn, DestinationResult, Interrupted, ResponseOutput, RoutingAid, UserQuery
+from xrmq.topics import INTERRUPTED_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC
+
+
+@asynccontextmanager
+async def two_runtimes(front: AgentRuntime, back: AgentRuntime):
+    """Start ``front`` (embedded broker) and ``back`` (a client of the same bus); stop both."""
+    async with front:
+        async with back:
+            yield
+
+
+def pair() -> tuple[AgentRuntime, AgentRuntime]:
+    front = AgentRuntime(name="front")
+    return front, AgentRuntime(front.address, name="back")
+
+
+def turn(turn_id: str, text: str = "hello", participant: str = "p1") -> AgentTurn:
+    return AgentTurn(participant, turn_id, text, timestamp_us=5)
+
+
+async def test_a_remote_conversation_answers_with_the_routers_name_for_it_and_records_the_exchange():
+    front, back = pair()
+    recorder = front.register("recorder", OutputRecorder())
+    context = FakeContext()
+    conversation = Conversation(ScriptedLLM("At 15:30."), context=context, runtime=back, output_topic=VOICE_OUTPUT_TOPIC)
+    back.register("conversation-server", serve("conversation", conversation))
+    proxy = front.register("conversation-proxy", remote("conversation"))
+
+    router = AgentRouter({"lab-chat": proxy}, SingleDestination(), query_topic=QUERY_TOPIC, output_topic=VOICE_OUTPUT_TOPIC,
+                         interrupted_topic=INTERRUPTED_TOPIC)
+    front.register("router", router)
+    async with two_runtimes(front, back):
+        query = front.send(QUERY_TOPIC, UserQuery("When?", 9), participant_id="p1")
+        await recorder.wait_for(lambda frames: recorder.finals() == 1)
+    assert [(source, frame.text, frame.request_id, frame.timestamp_us) for _, source, frame in recorder.frames] == [
+        ("lab-chat", "At", query, 9), ("lab-chat", " 15:30.", query, 9), ("lab-chat", "", query, 9),
+    ]
+    assert context.log == [("record", "p1", query)]
+
+
+async def test_router_text_reaches_the_output_before_the_remote_reply():
+    front, back = pair()
+    recorder = front.register("recorder", OutputRecorder())
+    log = Log()
+    camera = Destination("camera", log, admissions=[Admission("accept", text="Let me look.")])
+
+    async def answer(turn, *, started):
+        await started()
+        await back.publish(VOICE_OUTPUT_TOPIC, _reply(turn, "A spectrometer."), participant_id=turn.participant_id,
+                           source="camera")
+        return DestinationResult("A spectrometer.")
+
+    camera.answer = answer
+    back.register("camera-server", serve("camera", camera))
+    proxy = front.register("camera-proxy", remote("camera"))
+    front.register("router", AgentRouter({"camera": proxy}, SingleDestination(), query_topic=QUERY_TOPIC,
+                                         output_topic=VOICE_OUTPUT_TOPIC))
+    async with two_runtimes(front, back):
+        front.send(QUERY_TOPIC, UserQuery("What is this?", 1), participant_id="p1")
+        await recorder.wait_for(lambda frames: len(frames) == 3)
+    assert [(source, frame.text) for _, source, frame in recorder.frames] == [
+        ("router", "Let me look."), ("router", ""), ("camera", "A spectrometer."),
+    ]
+
+
+def _reply(turn, text):
+    return ResponseOutput("reply", text, turn.turn_id)
+
+
+async def test_the_remote_destination_publishes_nothing_until_the_routers_started_returns():
+    front, back = pair()
+    recorder = front.register("recorder", OutputRecorder())
+    conversation = Conversation(ScriptedLLM("Hello there."), context=FakeContext(), runtime=back,
+                                output_topic=VOICE_OUTPUT_TOPIC)
+    back.register("server", serve("conversation", conversation))
+    proxy = front.register("proxy", remote("conversation"))
+    entered, gate = asyncio.Event(), asyncio.Event()
+
+    async def started() -> None:
+        entered.set()
+        await gate.wait()
+        await front.publish(VOICE_OUTPUT_TOPIC, _reply(turn("t1"), "Router first."), participant_id="p1", source="router")
+
+    async with two_runtimes(front, back):
+        answering = asyncio.create_task(proxy.answer(turn("t1"), started=started))
+        await entered.wait()
+        assert recorder.frames == []
+        gate.set()
+        result = await answering
+        await recorder.wait_for(lambda frames: recorder.finals() == 2)
+    assert result == DestinationResult("Hello there.")
+    assert [frame.text for _, _, frame in recorder.frames] == ["Router first.", "Hello", " there.", ""]
+
+
+async def test_admission_focus_release_and_departure_cross_the_bus():
+    front, back = pair()
+    log = Log()
+    notes = Destination("notes", log, aid=RoutingAid("Takes notes", keywords=("note",)),
+                        admissions=[Admission("accept", focus=True), Admission("decline")])
+    timer = Destination("timer", log, answers=[DestinationResult("Timer set.", focus="take")])
+    back.register("notes-server", serve("notes", notes))
+    proxy = front.register("notes-proxy", remote("notes"))
+
+    async def output(turn, route, text):
+        log.append(("say", route, turn.turn_id, text))
+
+    class Choose:
+        def __init__(self, *names):
+            self.names = list(names)
+
+        async def decide(self, turn, candidates):
+            log.append(("decide", turn.turn_id, tuple(candidates)))
+            return self.names.pop(0)
+
+    router = AgentRouter({"notes": proxy, "timer": timer}, Choose("notes", "timer"), output=output)
+    async with two_runtimes(front, back):
+        assert await proxy.routing_aid("p1") == RoutingAid("Takes notes", keywords=("note",))
+        await router.handle(turn("t1", "take a note"))
+        await router.handle(turn("t2", "set a timer"))  # focused notes declines remotely, timer takes focus
+        await router.participant_left("p1")
+    assert [entry for entry in log if entry[0] != "decide"] == [
+        ("admit", "notes", "t1", False),
+        ("answer", "notes", "t1", (), "notes"),
+        ("started", "notes", "t1"),
+        ("admit", "notes", "t2", True),
+        ("admit", "timer", "t2", False),
+        ("answer", "timer", "t2", ("t1",), "timer"),
+        ("started", "timer", "t2"),
+        ("release", "notes", "p1"),
+        ("left", "notes", "p1"),
+        ("left", "timer", "p1"),
+    ]
+
+
+async def test_cancelling_a_remote_answer_cancels_and_drains_it_before_returning():
+    front, back = pair()
+    log = Log()
+    chat = Destination("chat", log, answers=["hang"])
+    back.register("server", serve("chat", chat))
+    proxy = front.register("proxy", remote("chat"))
+    router = AgentRouter({"chat": proxy}, SingleDestination(), output=lambda *a: asyncio.sleep(0))
+    async with two_runtimes(front, back):
+        pending = asyncio.create_task(router.handle(turn("t1")))
+        await chat.answering.wait()
+        router.interrupt("p1")
+        assert (await pending).status == "canceled"
+        assert ("drained", "chat", "t1") in log  # the remote answer ended before the proxy returned
+
+
+async def test_an_interruption_cuts_a_remote_conversation_and_the_next_turn_is_answered():
+    front, back = pair()
+    recorder = front.register("recorder", OutputRecorder())
+    llm = ScriptedLLM(ScriptedResponse("A long story", hang=True), "Short.")
+    context = FakeContext()
+    conversation = Conversation(llm, context=context, runtime=back, output_topic=VOICE_OUTPUT_TOPIC)
+    back.register("server", serve("conversation", conversation))
+    proxy = front.register("proxy", remote("conversation"))
+    front.register("router", AgentRouter({"conversation": proxy}, SingleDestination(), query_topic=QUERY_TOPIC,
+                                         output_topic=VOICE_OUTPUT_TOPIC, interrupted_topic=INTERRUPTED_TOPIC))
+    async with two_runtimes(front, back):
+        front.send(QUERY_TOPIC, UserQuery("Tell me a story", 1), participant_id="p1")
+        await recorder.wait_for(lambda frames: len(frames) == 3)
+        await front.publish(INTERRUPTED_TOPIC, Interrupted(), participant_id="p1")
+        await recorder.wait_for(lambda frames: recorder.finals() == 1)
+        second = front.send(QUERY_TOPIC, UserQuery("Briefly?", 2), participant_id="p1")
+        await recorder.wait_for(lambda frames: recorder.finals() == 2)
+    assert [frame.text for _, _, frame in recorder.frames] == ["A", " long", " story", "", "Short.", ""]
+    assert [entry[2] for entry in context.log] == [second]
+    assert llm.open_streams == 0
+
+
+async def test_remote_failure_before_the_first_chunk_is_reported_by_the_router():
+    front, back = pair()
+    log = Log()
+    llm = ScriptedLLM(ScriptedResponse(error=ModelError("scripted", "down")))
+    conversation = Conversation(llm, context=FakeContext(), runtime=back, output_topic=VOICE_OUTPUT_TOPIC)
+    back.register("server", serve("conversation", conversation))
+    proxy = front.register("proxy", remote("conversation"))
+
+    async def output(turn, route, text):
+        log.append(("say", route, text))
+
+    router = AgentRouter({"conversation": proxy}, SingleDestination(), output=output)
+    async with two_runtimes(front, back):
+        result = await router.handle(turn("t1"))
+    assert result.status == "failed" and "down" in result.error
+    assert log == [("say", "conversation", "Sorry, something went wrong. Please try again.")]
+
+
+async def test_remote_failure_after_the_first_chunk_raises_remote_answer_error():
+    front, back = pair()
+    llm = ScriptedLLM(ScriptedResponse("one two", error=ModelError("scripted", "cut"), error_after_chunks=1))
+    conversation = Conversation(llm, context=FakeContext(), runtime=back, output_topic=VOICE_OUTPUT_TOPIC)
+    back.register("server", serve("conversation", conversation))
+    proxy = front.register("proxy", remote("conversation"))
+    calls = []
+
+    async def started() -> None:
+        calls.append("started")
+
+    async with two_runtimes(front, back):
+        with pytest.raises(RemoteAnswerError, match="cut"):
+            await proxy.answer(turn("t1"), started=started)
+    assert calls == ["started"]
+
+
+async def test_an_unreachable_destination_is_ineligible_and_its_answer_fails():
+    front = AgentRuntime(name="front")
+    proxy = front.register("proxy", remote("nobody", timeout_s=0.2))
+
+    async def started() -> None: ...
+
+    async with front:
+        with pytest.raises(TimeoutError):
+            await proxy.routing_aid("p1")
+        with pytest.raises(RemoteAnswerError, match="not accepted"):
+            await proxy.answer(turn("t1"), started=started)
+
+
+async def test_a_proxy_that_is_not_registered_says_so():
+    with pytest.raises(RuntimeClosedError, match="register it"):
+        await remote("conversation").admit(turn("t1"), focused=False)
+
+
+def test_serve_rejects_an_agent_that_is_not_routable():
+    with pytest.raises(ValueError, match=r"DestinationServer.agents\['chat'\]: not a RoutableAgent"):
+        serve("chat", object())
