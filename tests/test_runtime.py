@@ -342,3 +342,33 @@ async def test_runtime_publishes_metrics_with_mailboxes_counters_and_summed_acto
     assert report.runtime == "metered"
     assert set(report.actors) >= {"watcher", "section[p1]", "section[p2]"}
     assert report.published >= 2 and report.gaps == 0
+
+
+class Finalizer(Agent):
+    """Publishes a closing note from on_stop, as an actor finalizing an open stream would."""
+
+    async def on_stop(self) -> None:
+        await self.runtime.publish(NOTES, Update("closing note"), participant_id="p1", source=self.name)
+
+
+async def test_on_stop_can_still_publish_before_the_runtime_closes():
+    recorder = Recorder()
+    host = AgentRuntime()
+    host.register("recorder", recorder)
+    async with host:
+        leaving = AgentRuntime(host.address)
+        leaving.register("finalizer", Finalizer())
+        await leaving.start()
+        await leaving.stop()
+        await recorder.done.wait()
+    assert recorder.seen == [("closing note", "p1")]
+
+
+async def test_stop_takes_no_more_messages_so_no_keyed_instance_spawns_while_stopping():
+    Section.instances = []
+    runtime = AgentRuntime()
+    runtime.register_keyed("section", Section)
+    await runtime.start()
+    runtime.send(NOTES, Update("late"), participant_id="p-late")
+    await runtime.stop()
+    assert runtime.keyed_instances("section") == {}

@@ -239,8 +239,8 @@ class AgentRuntime:
         mailbox = self._keyed[kind].instances.pop(key, None)
         if mailbox is None:
             return False
-        await mailbox.stop()
         await self.guarded_hook(mailbox.agent, "on_stop")
+        await mailbox.stop()
         return True
 
     # ------------------------------------------------------------------ lifecycle
@@ -291,28 +291,34 @@ class AgentRuntime:
                        keyed=sorted(self._keyed))
 
     async def stop(self) -> None:
-        """Fail pending asks, stop actors (``on_stop``), close sockets; the runtime is done."""
+        """Stop in order: intake, pending asks, actors (``on_stop``, then their mailboxes), sockets.
+
+        Intake stops first, so no message is dispatched (and no keyed instance spawned)
+        while actors stop. ``on_stop`` runs while publishing still works, so an actor
+        can finalize what it owns (an open reply stream gets its terminator) before its
+        in-flight handler is cancelled.
+        """
         if self._closed:
             return
         self._closed = True
-        self._running = False
+        for task in (self._reader, self._metrics_task):
+            if task is not None:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(RuntimeClosedError("ask: the runtime stopped"))
         self._pending.clear()
-        if self._metrics_task is not None:
-            self._metrics_task.cancel()
         mailboxes = self._all_mailboxes()
+        if self._running:
+            for mailbox in mailboxes:
+                await self.guarded_hook(mailbox.agent, "on_stop")
+        self._running = False
         for mailbox in mailboxes:
             await mailbox.stop()
-        for mailbox in mailboxes:
-            await self.guarded_hook(mailbox.agent, "on_stop")
-        if self._reader is not None:
-            self._reader.cancel()
-            try:
-                await self._reader
-            except asyncio.CancelledError:
-                pass
         if self._sub is not None:
             self._sub.close()
         if self._pub is not None:
@@ -400,7 +406,7 @@ class AgentRuntime:
         ``TimeoutError`` after ``timeout`` seconds, ``AskError`` if the handler failed,
         ``RuntimeClosedError`` if the runtime stops first.
         """
-        if not self._running:
+        if not self._running or self._closed:
             raise RuntimeClosedError(f"ask: runtime {self.name!r} is not running")
         future: asyncio.Future[tuple[bytes, MessageMetadata]] = asyncio.get_running_loop().create_future()
         message_id = self.send(topic, message, participant_id=participant_id, source=source,
