@@ -449,8 +449,9 @@ async def test_section_over_budget_while_compaction_pends_keeps_newest_and_warns
 async def test_one_very_large_exchange_keeps_its_start_and_end_in_the_prompt():
     async with embedded(SignalLLM(default=HANG), dialogue_budget_bytes=1000) as (_, context):
         context.record_exchange("p1", "HEAD" + "é" * 2000, "TAIL", timestamp_us=T0, exchange_id=1)
-        for blocks in (context.blocks("p1"), (await context.synced(), context.blocks("p1"))[1]):
-            [block] = blocks
+        local = context.blocks("p1")  # the manager's overlay, before the section answered
+        await context.synced()
+        for [block] in (local, context.blocks("p1")):
             assert utf8_size(block.text) <= 1000 and "HEAD" in block.text and block.text.endswith("TAIL")
 
 
@@ -514,12 +515,10 @@ async def test_worker_concurrency_bounds_model_calls_and_queued_jobs_start_when_
                 exchange(context, participant, i)
         await llm.wait_started(2)
         await context.synced()
-        assert llm.open_streams == 2
-        running = {p for p in ("p1", "p2", "p3") if any(f"q0" in user_message(r) for r in llm.requests)}
-        assert running
+        assert llm.started == 2 and llm.open_streams == 2  # the third job waits for a slot
         await context.clear("p1")
         await context.clear("p2")
-        await llm.wait_started(3)  # p3's queued job ran once slots freed
+        await llm.wait_started(3)  # the queued job runs once clearing freed the slots
 
 
 # --- lifecycle ----------------------------------------------------------------------------------------
