@@ -2,27 +2,29 @@
 
 from __future__ import annotations
 
-import msgspec
+from typing import Annotated
 
-from ._validation import require
+import msgspec
 
 
 class MessageMetadata(msgspec.Struct, frozen=True, omit_defaults=True):
     """Metadata frame of one bus message (frame 1 of ``[key, metadata, payload]``).
 
     Field names are the wire names (MessagePack map keys); new fields are only ever
-    appended, with defaults, so old and new peers interoperate.
+    appended, with defaults, so old and new peers interoperate. Its rules are msgspec
+    constraints, checked in C when a frame is decoded (where untrusted input enters),
+    not on construction: only the runtime builds envelopes.
     """
 
-    message_id: str
+    message_id: Annotated[str, msgspec.Meta(min_length=1)]
     """Unique id of this message (uuid4 hex)."""
     source: str
     """Runtime-local name of the publishing agent; "application" for external publishes."""
     sender: str
     """Id of the publishing runtime instance; with ``epoch`` and ``seq`` it orders delivery."""
-    epoch: int
+    epoch: Annotated[int, msgspec.Meta(ge=0)]
     """Incarnation of the sender; a restarted sender starts a new epoch."""
-    seq: int
+    seq: Annotated[int, msgspec.Meta(ge=1)]
     """Per (sender, epoch, topic, participant) sequence number, starting at 1."""
     timestamp_us: int
     """Unix microseconds when the message was published."""
@@ -36,8 +38,3 @@ class MessageMetadata(msgspec.Struct, frozen=True, omit_defaults=True):
     """Inbox topic of an asker that expects a reply."""
     error: str | None = None
     """On a reply: the handler failed with this description instead of returning a value."""
-
-    def __post_init__(self) -> None:
-        require(self.seq >= 1, "MessageMetadata", "seq", "must be >= 1")
-        require(self.epoch >= 0, "MessageMetadata", "epoch", "must be >= 0")
-        require(bool(self.message_id), "MessageMetadata", "message_id", "must be non-empty")

@@ -67,6 +67,22 @@ class ResponseOutput(msgspec.Struct, frozen=True, omit_defaults=True):
     timestamp_us: int | None = None
 
     def __post_init__(self) -> None:
+        # Runs for every fragment decoded off the bus: one cheap test on the common
+        # path, and the rule-by-rule explanation only for a message that breaks one.
+        kind = self.kind
+        if kind == "reply":
+            valid = bool(self.request_id) and not self.urgent
+        else:
+            valid = self.request_id is None and self.response_id is None and self.final
+            if kind == "withdraw":
+                valid = valid and self.text == "" and not self.urgent
+        if not valid or (self.timestamp_us is not None and self.timestamp_us < 0) or "\x00" in (
+            (self.request_id or "") + (self.response_id or "")
+        ) or self.response_id == "":
+            self._explain()
+
+    def _explain(self) -> None:
+        """Raise the ValueError of the first rule this message breaks."""
         name = "ResponseOutput"
         if self.kind == "reply":
             require(self.request_id is not None, name, "request_id", "is required for replies")

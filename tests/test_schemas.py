@@ -118,8 +118,25 @@ def test_messages_are_frozen_so_subscribers_can_share_one_decoded_copy():
         block.text = "changed"
 
 
-def test_metadata_round_trips_and_checks_its_sequence():
+def test_metadata_round_trips_and_its_decoder_checks_sequence_epoch_and_id():
     metadata = MessageMetadata(message_id="m1", source="a", sender="rt", epoch=1, seq=1, timestamp_us=5)
     assert msgspec.msgpack.decode(msgspec.msgpack.encode(metadata), type=MessageMetadata) == metadata
-    with pytest.raises(ValueError, match=r"MessageMetadata.seq: must be >= 1"):
-        MessageMetadata(message_id="m1", source="a", sender="rt", epoch=1, seq=0, timestamp_us=5)
+    fields = {"message_id": "m1", "source": "a", "sender": "rt", "epoch": 1, "seq": 1, "timestamp_us": 5}
+    for field, value, rule in [("seq", 0, ">= 1"), ("epoch", -1, ">= 0"), ("message_id", "", "length >= 1")]:
+        with pytest.raises(msgspec.ValidationError, match=rf"{rule} - at `\$.{field}`"):
+            msgspec.msgpack.decode(msgspec.msgpack.encode({**fields, field: value}), type=MessageMetadata)
+
+
+@pytest.mark.parametrize("fields, rule", [
+    ({"kind": "reply", "request_id": ""}, "request_id: must be a non-empty string"),
+    ({"kind": "reply", "request_id": "a\x00b"}, "request_id: must not contain NUL"),
+    ({"kind": "reply", "request_id": "t", "response_id": ""}, "response_id: must be a non-empty string"),
+    ({"kind": "update", "text": "x", "timestamp_us": -1}, "timestamp_us: must be >= 0"),
+    ({"kind": "withdraw", "urgent": True}, "urgent: only updates can be urgent"),
+    ({"kind": "update", "text": "x", "final": False}, "final: only replies are streamed"),
+])
+def test_response_output_rules_name_the_field_on_construction_and_decode(fields, rule):
+    with pytest.raises(ValueError, match=rule):
+        ResponseOutput(**fields)
+    with pytest.raises(msgspec.ValidationError, match=rule):
+        msgspec.msgpack.decode(msgspec.msgpack.encode(fields), type=ResponseOutput)

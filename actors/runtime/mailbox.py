@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ class Mailbox:
     message was an ask, the handler's return value (or its failure) is the reply.
     """
 
-    __slots__ = ("agent", "name", "runtime", "_queue", "_task")
+    __slots__ = ("agent", "name", "runtime", "capacity", "_items", "_waiter", "_task")
 
     def __init__(self, runtime: "AgentRuntime", agent: Agent, name: str, capacity: int) -> None:
         if capacity < 1:
@@ -35,18 +36,23 @@ class Mailbox:
         self.runtime = runtime
         self.agent = agent
         self.name = name
-        self._queue: asyncio.Queue[Delivery] = asyncio.Queue(capacity)
+        self.capacity = capacity
+        self._items: deque[Delivery] = deque()
+        self._waiter: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
 
     @property
     def depth(self) -> int:
-        return self._queue.qsize()
+        return len(self._items)
 
     def offer(self, delivery: Delivery) -> bool:
-        try:
-            self._queue.put_nowait(delivery)
-        except asyncio.QueueFull:
+        """Queue a delivery; False (refused) when the mailbox is full."""
+        if len(self._items) >= self.capacity:
             return False
+        self._items.append(delivery)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
         return True
 
     def start(self, *, call_on_start: bool) -> None:
@@ -67,9 +73,17 @@ class Mailbox:
         runtime = self.runtime
         if call_on_start:
             await runtime.guarded_hook(self.agent, "on_start")
-        queue = self._queue
+        items = self._items
+        loop = asyncio.get_running_loop()
         while True:
-            handler, message, metadata, topic = await queue.get()
+            if not items:
+                self._waiter = loop.create_future()
+                try:
+                    await self._waiter
+                finally:
+                    self._waiter = None
+                continue
+            handler, message, metadata, topic = items.popleft()
             ctx = RuntimeContext(runtime, self.name, metadata, topic)
             try:
                 result = await handler(message, ctx)

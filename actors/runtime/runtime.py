@@ -24,7 +24,6 @@ from typing import Any
 
 import msgspec
 import zmq
-import zmq.asyncio
 
 from xrmq.schemas import MessageMetadata, RuntimeMetrics
 from xrmq.topics import METRICS_TOPIC, Topic, topic_key
@@ -40,6 +39,9 @@ SEP = b"\x00"
 PROBE_MARK = b"?"
 APPLICATION = "application"
 _DRAIN_BATCH = 512
+_NOBLOCK = int(zmq.NOBLOCK)
+_EVENTS = int(zmq.EVENTS)
+_POLLIN = int(zmq.POLLIN)
 
 _metadata_encoder = msgspec.msgpack.Encoder()
 _metadata_decoder = msgspec.msgpack.Decoder(MessageMetadata)
@@ -152,8 +154,7 @@ class AgentRuntime:
         self._subscriptions: set[bytes] = set()
         self._broker: Broker | None = None
         self._pub: zmq.Socket | None = None
-        self._sub: zmq.asyncio.Socket | None = None
-        self._sub_sync: zmq.Socket | None = None
+        self._sub: zmq.Socket | None = None
         self._reader: asyncio.Task[None] | None = None
         self._pending: dict[str, asyncio.Future[tuple[bytes, MessageMetadata]]] = {}
         self._probes: dict[bytes, bytes] = {}
@@ -164,6 +165,7 @@ class AgentRuntime:
         self._running = False
         self._closed = False
         self.epoch = 0
+        self._id_prefix = ""
         self._inbox = f"_inbox.{self.name}"
         self._inbox_bytes = self._inbox.encode()
         self._counters = dict.fromkeys(
@@ -265,15 +267,15 @@ class AgentRuntime:
         self._pub.setsockopt(zmq.SNDHWM, self.hwm)
         self._pub.setsockopt(zmq.LINGER, 2000)
         self._pub.connect(self.address.publish)
-        self._sub = zmq.asyncio.Context(context).socket(zmq.SUB)
+        self._sub = context.socket(zmq.SUB)
         self._sub.setsockopt(zmq.RCVHWM, self.hwm)
         self._sub.setsockopt(zmq.LINGER, 0)
         self._sub.connect(self.address.subscribe)
-        self._sub_sync = zmq.Socket.shadow(self._sub.underlying)
         self._subscriptions.add(self._inbox_bytes + SEP)
         for prefix in sorted(self._subscriptions):
             self._sub.setsockopt(zmq.SUBSCRIBE, prefix)
         self.epoch = time.time_ns() // 1000
+        self._id_prefix = f"{self.name}:{self.epoch:x}:"
         self._running = True
         self._reader = asyncio.create_task(self._read(), name=f"xrmq-reader-{self.name}")
         try:
@@ -388,7 +390,7 @@ class AgentRuntime:
                      error: str | None) -> str:
         seq = self._seqs.get(key, 0) + 1
         self._seqs[key] = seq
-        message_id = f"{self.name}:{self.epoch:x}:{next(self._ids):x}"
+        message_id = self._id_prefix + format(next(self._ids), "x")
         metadata = MessageMetadata(
             message_id=message_id, source=source, sender=self.name, epoch=self.epoch, seq=seq,
             timestamp_us=time.time_ns() // 1000, correlation_id=correlation_id or message_id,
@@ -443,17 +445,33 @@ class AgentRuntime:
     # ------------------------------------------------------------------ receiving
 
     async def _read(self) -> None:
-        sub, sync_sub, dispatch = self._sub, self._sub_sync, self._dispatch
-        while True:
-            dispatch(await sub.recv_multipart())
-            for _ in range(_DRAIN_BATCH):
-                try:
-                    frames = sync_sub.recv_multipart(zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-                dispatch(frames)
-            else:
-                await asyncio.sleep(0)  # a flood must not starve the actors
+        """Drain the SUB socket whenever its descriptor signals, in batches.
+
+        The plain socket's descriptor is registered with the event loop directly (one
+        callback per wake-up, no future per message). ZeroMQ's descriptor is
+        edge-triggered: after draining, ``EVENTS`` is checked again before waiting.
+        """
+        sub, dispatch = self._sub, self._dispatch
+        loop = asyncio.get_running_loop()
+        readable = asyncio.Event()
+        fd = sub.getsockopt(zmq.FD)
+        loop.add_reader(fd, readable.set)
+        try:
+            while True:
+                for _ in range(_DRAIN_BATCH):
+                    try:
+                        frames = sub.recv_multipart(_NOBLOCK)
+                    except zmq.Again:
+                        break
+                    dispatch(frames)
+                else:
+                    await asyncio.sleep(0)  # a flood must not starve the actors
+                    continue
+                readable.clear()
+                if not sub.getsockopt(_EVENTS) & _POLLIN:
+                    await readable.wait()
+        finally:
+            loop.remove_reader(fd)
 
     def _reject(self, reason: str, key: bytes, sender: str | None = None, **fields: Any) -> None:
         self._counters["rejected"] += 1
