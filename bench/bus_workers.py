@@ -9,7 +9,9 @@ use topics whose names differ in one letter, so neither receiver sees the other'
 traffic.
 
 The raw side is the limit: blocking pyzmq, frames encoded once, no decoding, no
-per-message bookkeeping. Receivers print ``ready`` once their subscriptions are live
+per-message bookkeeping, and the same per-frame socket calls with integer flags that
+xrmq uses (pyzmq's ``send_multipart``/``recv_multipart`` convert flag enums per frame
+and cost about three times as much). Receivers print ``ready`` once their subscriptions are live
 through the broker, then one JSON line per batch of COUNT one-way messages:
 ``{"received", "first_ns", "last_ns", ...}`` (``time.monotonic_ns``, comparable
 across processes). A batch that stalls for a second is reported with what arrived,
@@ -172,6 +174,24 @@ def raw_sockets(bus: str, *subscriptions: bytes) -> tuple[zmq.Socket, zmq.Socket
     raise TimeoutError("raw: the broker did not answer the probe")
 
 
+SNDMORE = int(zmq.SNDMORE)
+
+
+def send_frames(pub: zmq.Socket, frames: list[bytes]) -> None:
+    pub.send(frames[0], SNDMORE)
+    pub.send(frames[1], SNDMORE)
+    pub.send(frames[2])
+
+
+def recv_frames(sub: zmq.Socket) -> list[bytes]:
+    frame = sub.recv(copy=False)
+    frames = [frame.bytes]
+    while frame.more:
+        frame = sub.recv(copy=False)
+        frames.append(frame.bytes)
+    return frames
+
+
 def raw_receiver(bus: str, count: int) -> None:
     pub, sub = raw_sockets(bus, RAW_FRAGMENT_KEY, RAW_PING_KEY)
     sub.setsockopt(zmq.RCVTIMEO, IDLE_MS)
@@ -180,13 +200,13 @@ def raw_receiver(bus: str, count: int) -> None:
     print("ready", flush=True)
     while True:
         try:
-            frames = sub.recv_multipart()
+            frames = recv_frames(sub)
         except zmq.Again:
             if batches.count:
                 batches.close()
             continue
         if frames[0] == RAW_PING_KEY:
-            pub.send_multipart(reply)
+            send_frames(pub, reply)
         elif batches.arrived():
             batches.close()
 
@@ -200,14 +220,14 @@ def raw_sender(bus: str, count: int) -> None:
         if command[0] == "send":
             start = time.monotonic_ns()
             for _ in range(count):
-                pub.send_multipart(fragment)
+                send_frames(pub, fragment)
             emit({"start_ns": start, "end_ns": time.monotonic_ns()})
         elif command[0] == "ask":
             rtts = []
             for _ in range(int(command[1])):
                 began = time.perf_counter_ns()
-                pub.send_multipart(ping)
-                sub.recv_multipart()
+                send_frames(pub, ping)
+                recv_frames(sub)
                 rtts.append((time.perf_counter_ns() - began) / 1000)
             emit({"rtt_us": rtts})
 

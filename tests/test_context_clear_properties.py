@@ -80,7 +80,7 @@ async def run(operations, target) -> None:
 
 
 def _agent(runtime: AgentRuntime, name: str):
-    return runtime._agents[name].agent
+    return runtime.agent(name)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -372,3 +372,53 @@ async def test_stop_takes_no_more_messages_so_no_keyed_instance_spawns_while_sto
     runtime.send(NOTES, Update("late"), participant_id="p-late")
     await runtime.stop()
     assert runtime.keyed_instances("section") == {}
+
+
+class Configured(Agent):
+    """An actor whose topic comes from configuration, not from a decorator."""
+
+    def __init__(self, topic: Topic, key: str = "") -> None:
+        self.topic = topic
+        self.texts: list[str] = []
+        self.done = asyncio.Event()
+
+    def handlers(self):
+        return {self.topic: "on_text"}
+
+    async def on_text(self, message, ctx) -> str:
+        self.texts.append(message.text)
+        self.done.set()
+        return message.text
+
+
+async def test_an_actor_can_name_its_subscriptions_at_registration():
+    actor = Configured(context_topic("configured.a"))
+    runtime = AgentRuntime()
+    runtime.register("configured", actor)
+    assert runtime.agent("configured") is actor
+    async with runtime:
+        await runtime.publish(context_topic("configured.a"), Update("hello"))
+        await actor.done.wait()
+    assert actor.texts == ["hello"]
+
+
+async def test_a_keyed_kind_can_take_its_handlers_from_configuration():
+    topic = context_topic("configured.keyed")
+    runtime = AgentRuntime()
+    runtime.register_keyed("configured", Configured, factory=lambda key: Configured(topic, key),
+                           handlers={topic: "on_text"})
+    async with runtime:
+        assert await runtime.ask(topic, Update("hi"), participant_id="p1", reply_type=str) == "hi"
+
+
+def test_configured_handlers_are_checked_like_decorated_ones():
+    class NotAsync(Agent):
+        def handlers(self):
+            return {NOTES: "on_text"}
+
+        def on_text(self, message, ctx) -> None: ...
+
+    with pytest.raises(TypeError, match="must be 'async def'"):
+        AgentRuntime().register("bad", NotAsync())
+    with pytest.raises(TypeError, match="no such handler method"):
+        AgentRuntime().register_keyed("bad", Configured, handlers={NOTES: "missing"})

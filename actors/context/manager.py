@@ -33,7 +33,6 @@ from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeClosedError, Runtime
 from xrmq.schemas import CompactionPrompts, ContextBlock, ConversationContextUpdate
 from xrmq.topics import Topic
 
-from .binding import bound_agent_type
 from .config import (
     DEFAULT_COMPACTION_INPUT_BUDGET_BYTES,
     DEFAULT_DIALOGUE_BUDGET_BYTES,
@@ -98,6 +97,11 @@ class ContextSubscriber(Agent):
         if runtime is not None and runtime is not self._runtime:
             self._manager._attach(runtime, self.name or self._manager.plan.namespace)
         self._runtime = runtime
+
+    def handlers(self) -> dict[Topic, str]:
+        """The section views every replica follows, and this manager's own forget barrier."""
+        topics = self._manager.plan.topics
+        return {topics.view: "on_view", topics.replica(self._manager.id): "on_forget"}
 
     async def on_view(self, message: SectionView, ctx: RuntimeContext) -> None:
         if ctx.participant_id is not None:
@@ -193,11 +197,7 @@ class ContextManager:
         return self._new_subscriber()
 
     def _new_subscriber(self) -> ContextSubscriber:
-        topics = self.plan.topics
-        subscriber_type = bound_agent_type(ContextSubscriber, {
-            "on_view": topics.view, "on_forget": topics.replica(self.id),
-        })
-        return subscriber_type(self)
+        return ContextSubscriber(self)
 
     def _attach(self, runtime: AgentRuntime, name: str) -> None:
         if self._runtime is not None:

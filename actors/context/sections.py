@@ -31,7 +31,6 @@ from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, get_logger
 from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import Topic
 
-from .binding import bound_agent_type
 from .compaction import CompactionRequest, CompactionResult, JobRef
 from .engine import ApplyStatus, Section, SectionState
 from .messages import (
@@ -291,6 +290,13 @@ class TopicSectionActor(Agent):
     def __init__(self, plan: ContextPlan, section: Section) -> None:
         self.host = SectionHost(self, section, plan, plan.topics.topic_result(section.spec.name))
         self.closed = False
+        t, topic = plan.topics, section.spec.name
+        self._handlers = {t.updates(topic): "on_update", t.topic_write(topic): "on_write",
+                          t.topic_result(topic): "on_result", t.topic_clear(topic): "on_clear"}
+
+    def handlers(self) -> dict[Topic, str]:
+        """Its topic (sensor updates), plus the manager's writes, compaction results and clears for it."""
+        return self._handlers
 
     def _apply(self, participant_id: str | None, text: str, timestamp_us: int,
                ack: tuple[str, int] | None) -> None:
@@ -351,17 +357,11 @@ def register_sections(runtime: AgentRuntime, plan: ContextPlan, *, name: str = "
         raise ValueError(f"topics: not configured topics: {unknown}")
     t = plan.topics
     kind = dialogue_kind(name)
-    dialogue_type = bound_agent_type(DialogueSectionActor, {
-        "on_write": t.dialogue_write, "on_result": t.dialogue_result, "on_clear": t.dialogue_clear,
-    })
-    runtime.register_keyed(kind, dialogue_type, factory=lambda key: dialogue_type(key, plan, kind),
-                           shard=shard, shards=shards)
+    runtime.register_keyed(
+        kind, DialogueSectionActor, factory=lambda key: DialogueSectionActor(key, plan, kind),
+        shard=shard, shards=shards,
+        handlers={t.dialogue_write: "on_write", t.dialogue_result: "on_result", t.dialogue_clear: "on_clear"},
+    )
     for section in plan.config.topics:
-        topic = section.spec.name
-        if topic not in chosen:
-            continue
-        topic_type = bound_agent_type(TopicSectionActor, {
-            "on_update": t.updates(topic), "on_write": t.topic_write(topic),
-            "on_result": t.topic_result(topic), "on_clear": t.topic_clear(topic),
-        })
-        runtime.register(topic_actor_name(name, topic), topic_type(plan, section))
+        if section.spec.name in chosen:
+            runtime.register(topic_actor_name(name, section.spec.name), TopicSectionActor(plan, section))

@@ -19,7 +19,6 @@ from xrmq.actors.models import ChatMessage, ChatOptions, LLMService
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, get_logger
 from xrmq.topics import Topic
 
-from .binding import bound_agent_type
 from .compaction import CompactionRequest, CompactionResult, JobRef
 from .messages import CancelJobs, CompactionDone, CompactionJob, ContextTopics
 from .plan import ContextPlan
@@ -53,6 +52,10 @@ class CompactionWorker(Agent):
         self._running: dict[JobRef, asyncio.Task[None]] = {}
         self._reply_topics: dict[str, Topic[CompactionDone]] = {}
         self._stopping = False
+
+    def handlers(self) -> dict[Topic, str]:
+        """Its own job and cancel topics: each worker is a mailbox of its own."""
+        return {self._topics.worker_jobs(self.index): "on_job", self._topics.worker_cancel(self.index): "on_cancel"}
 
     @property
     def busy(self) -> int:
@@ -137,10 +140,7 @@ def register_workers(runtime: AgentRuntime, plan: ContextPlan, llm: LLMService, 
         raise ValueError(f"indices: workers {bad} are outside the pool of {plan.compaction_workers}")
     workers: list[CompactionWorker] = []
     for index in chosen:
-        worker_type = bound_agent_type(CompactionWorker, {
-            "on_job": plan.topics.worker_jobs(index), "on_cancel": plan.topics.worker_cancel(index),
-        })
-        worker = worker_type(index, llm, plan.topics, concurrency or plan.worker_concurrency)
+        worker = CompactionWorker(index, llm, plan.topics, concurrency or plan.worker_concurrency)
         runtime.register(worker_name(name, index), worker)
         workers.append(worker)
     return workers

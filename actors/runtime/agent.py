@@ -9,6 +9,7 @@ the agent owns, started in ``on_start`` or from a handler and cancelled in ``on_
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from xrmq.schemas import MessageMetadata
@@ -38,26 +39,34 @@ def subscribe(topic: Topic) -> Callable[[F], F]:
 
 
 def subscriptions(agent_type: type) -> dict[Topic, str]:
-    """Map each topic an agent class subscribes to onto its handler's method name.
+    """Map each topic an agent class subscribes to (``@subscribe``) onto its handler's name.
 
     Raises ``TypeError`` for a handler that is not ``async def (self, message, ctx)`` or
     for two handlers of one topic.
     """
     found: dict[Topic, str] = {}
     for name, member in inspect.getmembers(agent_type, inspect.isfunction):
-        topics = getattr(member, _TOPICS_ATTR, ())
-        if not topics:
-            continue
+        for topic in getattr(member, _TOPICS_ATTR, ()):
+            if topic in found:
+                raise TypeError(f"{agent_type.__qualname__}: topic {topic.name!r} has two handlers ({found[topic]}, {name})")
+            found[topic] = name
+    return check_handlers(agent_type, found)
+
+
+def check_handlers(agent_type: type, handlers: Mapping[Topic, str]) -> dict[Topic, str]:
+    """Check that each named handler is an ``async def (self, message, ctx)`` method of ``agent_type``."""
+    for topic, name in handlers.items():
+        if not isinstance(topic, Topic):
+            raise TypeError(f"{agent_type.__qualname__}: handlers keys must be Topics, got {topic!r}")
+        member = getattr(agent_type, name, None)
+        if member is None or not inspect.isfunction(member):
+            raise TypeError(f"{agent_type.__qualname__}.{name}: no such handler method")
         if not inspect.iscoroutinefunction(member):
             raise TypeError(f"{agent_type.__qualname__}.{name}: a subscriber must be 'async def'")
         params = list(inspect.signature(member).parameters.values())
         if len(params) != 3 or any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params):
             raise TypeError(f"{agent_type.__qualname__}.{name}: a subscriber takes exactly (self, message, ctx)")
-        for topic in topics:
-            if topic in found:
-                raise TypeError(f"{agent_type.__qualname__}: topic {topic.name!r} has two handlers ({found[topic]}, {name})")
-            found[topic] = name
-    return found
+    return dict(handlers)
 
 
 class Agent:
@@ -75,6 +84,15 @@ class Agent:
 
     async def on_stop(self) -> None:
         """Called when the runtime stops, before its sockets close; cancel owned tasks here."""
+
+    def handlers(self) -> Mapping[Topic, str]:
+        """The topics this actor handles, mapped to its handler methods' names.
+
+        By default the ``@subscribe``-tagged methods of its class. An actor whose topics
+        come from configuration (a renderer told its output topic, a context actor
+        standing for one topic) overrides this; the runtime reads it at ``register``.
+        """
+        return subscriptions(type(self))
 
     def gauges(self) -> dict[str, float]:
         """Numbers this actor reports in its runtime's metrics (``xrmq top``); summed over keyed instances."""

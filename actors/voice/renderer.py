@@ -8,9 +8,8 @@ cancelled in ``on_stop``. Nothing a producer sends can crash it: bad, late and
 duplicate frames are dropped, counted (``ordering.counts``) and logged; a failing sink
 is logged (``sink_failures``) and playback goes on.
 
-The runtime discovers subscriptions on an agent's *class*, while the renderer's topics
-are constructor arguments; so ``VoiceRenderer(...)`` returns an instance of a cached
-subclass whose handlers subscribe to the topics given.
+Its topics are constructor arguments, so it tells the runtime its subscriptions
+through ``handlers()``.
 """
 
 from __future__ import annotations
@@ -18,10 +17,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from functools import cache
 from typing import Any
 
-from xrmq.actors.runtime import Agent, RuntimeContext, get_logger, subscribe
+from xrmq.actors.runtime import Agent, RuntimeContext, get_logger
 from xrmq.schemas import Interrupted, ResponseOutput, UserQuery
 from xrmq.topics import VOICE_OUTPUT_TOPIC, Topic
 
@@ -42,21 +40,6 @@ class VoiceRenderer(Agent):
     their own. The ordering settings are those of ``VoiceOrdering``.
     """
 
-    def __new__(
-        cls,
-        sink: Sink,
-        *,
-        output_topic: Topic[ResponseOutput] = VOICE_OUTPUT_TOPIC,
-        query_topic: Topic[UserQuery] | None = None,
-        interrupted_topic: Topic[Interrupted] | None = None,
-        **settings: Any,
-    ) -> VoiceRenderer:
-        _check_topic(output_topic, ResponseOutput, "output_topic")
-        _check_topic(query_topic, UserQuery, "query_topic")
-        _check_topic(interrupted_topic, Interrupted, "interrupted_topic")
-        base = cls.__dict__.get("_configured_from", cls)  # type(renderer)(...) configures afresh
-        return super().__new__(_subscribed(base, output_topic, query_topic, interrupted_topic))
-
     def __init__(
         self,
         sink: Sink,
@@ -72,6 +55,9 @@ class VoiceRenderer(Agent):
     ) -> None:
         if not (callable(getattr(sink, "play", None)) and callable(getattr(sink, "end", None))):
             raise ValueError("VoiceRenderer.sink: must have async play(segment) and end(ended) methods")
+        _check_topic(output_topic, ResponseOutput, "output_topic")
+        _check_topic(query_topic, UserQuery, "query_topic")
+        _check_topic(interrupted_topic, Interrupted, "interrupted_topic")
         self.sink = sink
         self.output_topic = output_topic
         self.query_topic = query_topic
@@ -101,7 +87,13 @@ class VoiceRenderer(Agent):
         self._players.clear()
         self._timer = None
 
-    # -- handlers (wired to topics by the subclass from ``_subscribed``) ----------------
+    # -- handlers ---------------------------------------------------------------------
+
+    def handlers(self) -> dict[Topic, str]:
+        """The output topic, and the query and interrupted topics when given."""
+        chosen = {self.output_topic: "handle_output", self.query_topic: "handle_query",
+                  self.interrupted_topic: "handle_interrupted"}
+        return {topic: name for topic, name in chosen.items() if topic is not None}
 
     async def handle_output(self, message: ResponseOutput, ctx: RuntimeContext) -> None:
         self._apply(self.ordering.output(ctx.participant_id, ctx.metadata.source, message, self._clock()))
@@ -193,35 +185,3 @@ class VoiceRenderer(Agent):
 def _check_topic(topic: Topic | None, message_type: type, field: str) -> None:
     if topic is not None and not (isinstance(topic, Topic) and topic.message_type is message_type):
         raise ValueError(f"VoiceRenderer.{field}: must be a Topic carrying {message_type.__name__}")
-
-
-@cache
-def _subscribed(
-    cls: type[VoiceRenderer],
-    output_topic: Topic[ResponseOutput],
-    query_topic: Topic[UserQuery] | None,
-    interrupted_topic: Topic[Interrupted] | None,
-) -> type[VoiceRenderer]:
-    """The subclass of ``cls`` whose handlers subscribe to the given topics."""
-    namespace: dict[str, Any] = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "_configured_from": cls}
-
-    @subscribe(output_topic)
-    async def on_output(self: VoiceRenderer, message: ResponseOutput, ctx: RuntimeContext) -> None:
-        await self.handle_output(message, ctx)
-
-    namespace["on_output"] = on_output
-    if query_topic is not None:
-
-        @subscribe(query_topic)
-        async def on_query(self: VoiceRenderer, message: UserQuery, ctx: RuntimeContext) -> None:
-            await self.handle_query(message, ctx)
-
-        namespace["on_query"] = on_query
-    if interrupted_topic is not None:
-
-        @subscribe(interrupted_topic)
-        async def on_interrupted(self: VoiceRenderer, message: Interrupted, ctx: RuntimeContext) -> None:
-            await self.handle_interrupted(message, ctx)
-
-        namespace["on_interrupted"] = on_interrupted
-    return type(cls.__name__, (cls,), namespace)
