@@ -591,3 +591,12 @@ async def test_a_manager_without_topics_hosts_its_actors_on_a_private_runtime():
     finally:
         await context.close()
     assert context.blocks("p1") == ()
+
+
+async def test_clear_right_after_a_write_on_a_private_runtime_that_is_still_starting_forgets_it():
+    context = ContextManager(ScriptedLLM())
+    context.record_exchange("p1", "My badge is 4471.", "Noted.", timestamp_us=1_714_574_587_000_000, exchange_id="t1")
+    await asyncio.sleep(0)  # let the private runtime begin starting; not a wait for a result
+    await context.clear("p1")
+    assert context.blocks("p1") == ()
+    await context.close()

@@ -285,7 +285,6 @@ class AgentRuntime:
             self._sub.setsockopt(zmq.SUBSCRIBE, prefix)
         self.epoch = time.time_ns() // 1000
         self._id_prefix = f"{self.name}:{self.epoch:x}:"
-        self._running = True
         loop = asyncio.get_running_loop()
         self._reader_fd = self._sub.getsockopt(zmq.FD)
         loop.add_reader(self._reader_fd, self._on_readable)
@@ -295,6 +294,7 @@ class AgentRuntime:
         except BaseException:
             await self.stop()
             raise
+        self._running = True  # ``running`` means ready: every subscription is live through the broker
         for mailbox in self._agents.values():
             await self.guarded_hook(mailbox.agent, "on_start")
         for mailbox in self._agents.values():
