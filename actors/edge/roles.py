@@ -19,7 +19,7 @@ from .config import ConfigError, EdgeConfig, ProcessInstance
 RoleBuilder = Callable[[AgentRuntime, EdgeConfig, ProcessInstance], None]
 
 ROLES: dict[str, RoleBuilder] = {}
-"""Built-in roles by name."""
+"""Built-in roles by name (``xrmq.actors.edge.stack``), loaded on first lookup."""
 
 
 def resolve_role(name: str) -> RoleBuilder:
@@ -29,6 +29,10 @@ def resolve_role(name: str) -> RoleBuilder:
     attribute that is missing or not callable).
     """
     if ":" not in name:
+        if not ROLES:
+            from .stack import BUILTIN_ROLES  # the whole conversation stack: imported only when a role runs
+
+            ROLES.update(BUILTIN_ROLES)
         if name not in ROLES:
             known = ", ".join(sorted(ROLES)) or "none"
             raise LookupError(f"unknown role {name!r} (built-in roles: {known}; or use package.module:function)")
