@@ -54,7 +54,6 @@ from xrmq.schemas.routing import RouteAdmit, RouteAnswer, RouteEvent, RouteReque
 from xrmq.topics import Topic
 
 from .agent import RoutableAgent, RoutingTurnContext, Started, check_routable, current_turn_context, routed_turn, routing_aid_of
-from .subscribing import subscribed_class
 
 
 class RemoteAnswerError(RuntimeError):
@@ -96,16 +95,6 @@ class RemoteAgent(Agent):
     ``drain_timeout_s`` bounds the wait for a cancelled answer to end.
     """
 
-    def __new__(cls, name: str, **options: Any) -> RemoteAgent:
-        DestinationTopics.of(name)  # validates the name
-        events = Topic(f"route.{name}.events.{uuid.uuid4().hex}", RouteEvent)
-        base = cls.__dict__.get("_remote_base", cls)
-        subclass = subscribed_class(base, ((events, "_on_event"),))
-        subclass._remote_base = base
-        instance = super().__new__(subclass)
-        instance.events = events
-        return instance
-
     def __init__(self, name: str, *, timeout_s: float = 5.0, drain_timeout_s: float = 5.0) -> None:
         if not timeout_s > 0:
             raise ValueError("RemoteAgent.timeout_s: must be positive")
@@ -113,10 +102,15 @@ class RemoteAgent(Agent):
             raise ValueError("RemoteAgent.drain_timeout_s: must be positive")
         self.remote_name = name
         self.topics = DestinationTopics.of(name)
+        self.events = Topic(f"route.{name}.events.{uuid.uuid4().hex}", RouteEvent)
+        """This proxy's own topic for its answer calls' events."""
         self.timeout_s = timeout_s
         self.drain_timeout_s = drain_timeout_s
         self._calls: dict[str, asyncio.Queue[RouteEvent]] = {}
         self._log = get_logger(actor=f"remote.{name}")
+
+    def handlers(self) -> dict[Topic, str]:
+        return {self.events: "_on_event"}
 
     async def routing_aid(self, participant_id: str) -> RoutingAid:
         return await self._ask(self.topics.aid, RouteRequest(), participant_id, RoutingAid)
@@ -220,26 +214,18 @@ class DestinationServer(Agent):
     Register it with the runtime of the process that hosts the agent.
     """
 
-    def __new__(cls, name: str, agent: RoutableAgent) -> DestinationServer:
-        topics = DestinationTopics.of(name)
-        base = cls.__dict__.get("_server_base", cls)
-        subclass = subscribed_class(base, (
-            (topics.aid, "_on_aid"),
-            (topics.admit, "_on_admit"),
-            (topics.release, "_on_release"),
-            (topics.left, "_on_left"),
-            (topics.answer, "_on_answer"),
-            (topics.signal, "_on_signal"),
-        ))
-        subclass._server_base = base
-        return super().__new__(subclass)
-
     def __init__(self, name: str, agent: RoutableAgent) -> None:
         check_routable("DestinationServer", name, agent)
         self.destination = name
+        self.topics = DestinationTopics.of(name)
         self.agent = agent
         self._calls: dict[str, _Call] = {}
         self._log = get_logger(actor=f"serve.{name}")
+
+    def handlers(self) -> dict[Topic, str]:
+        topics = self.topics
+        return {topics.aid: "_on_aid", topics.admit: "_on_admit", topics.release: "_on_release",
+                topics.left: "_on_left", topics.answer: "_on_answer", topics.signal: "_on_signal"}
 
     async def on_stop(self) -> None:
         tasks = [call.task for call in self._calls.values() if call.task is not None]

@@ -64,7 +64,6 @@ from xrmq.topics import PARTICIPANT_JOINED_TOPIC, PARTICIPANT_LEFT_TOPIC, Topic
 from .agent import RoutableAgent, RoutingTurnContext, check_routable, routed_turn, routing_aid_of
 from .decisions import DecisionService
 from .state import ParticipantRouting, candidates
-from .subscribing import subscribed_class
 
 T = TypeVar("T")
 
@@ -137,19 +136,6 @@ class AgentRouter(Agent):
     names the fallback destination; ``history_limit`` bounds the shared history.
     """
 
-    def __new__(cls, agents: Mapping[str, RoutableAgent], decisions: DecisionService, **options: Any) -> AgentRouter:
-        handlers: list[tuple[Topic, str]] = []
-        if options.get("query_topic") is not None:
-            handlers.append((options["query_topic"], "_on_query"))
-            if options.get("interrupted_topic") is not None:
-                handlers.append((options["interrupted_topic"], "_on_interrupted"))
-            for topic in options.get("participant_topics", (PARTICIPANT_JOINED_TOPIC, PARTICIPANT_LEFT_TOPIC)) or ():
-                handlers.append((topic, "_on_joined" if topic.message_type is ParticipantJoined else "_on_left"))
-        base = cls.__dict__.get("_router_base", cls)
-        subclass = subscribed_class(base, tuple(handlers)) if handlers else base
-        subclass._router_base = base
-        return super().__new__(subclass)
-
     def __init__(
         self,
         agents: Mapping[str, RoutableAgent],
@@ -199,6 +185,17 @@ class AgentRouter(Agent):
         self._lanes: dict[str, _Lane] = {}
         self._stopped = False
         self._log = get_logger(actor="router")
+        self._handlers: dict[Topic, str] = {}
+        if query_topic is not None:
+            self._handlers[query_topic] = "_on_query"
+            if interrupted_topic is not None:
+                self._handlers[interrupted_topic] = "_on_interrupted"
+            for topic in participant_topics or ():
+                self._handlers[topic] = "_on_joined" if topic.message_type is ParticipantJoined else "_on_left"
+
+    def handlers(self) -> dict[Topic, str]:
+        """With ``query_topic``: the query, interrupted and participant topics."""
+        return self._handlers
 
     # -- direct use -----------------------------------------------------------------------
 
