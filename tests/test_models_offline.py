@@ -42,7 +42,7 @@ def compaction(material: str, limit: int, prompt: str = DIALOGUE_PROMPT) -> list
 
 async def test_answers_from_the_context_line_matching_the_question() -> None:
     completion = await instant().complete(ask("Which room did Alice book?"))
-    assert completion.text == "From what I have: [14:05] notes: Alice booked room 4B for the design review at 15:30."
+    assert completion.text == "From what I have: notes: Alice booked room 4B for the design review at 15:30."
 
 
 async def test_answer_uses_only_context_it_was_given() -> None:
@@ -62,7 +62,7 @@ async def test_says_plainly_when_nothing_in_context_matches() -> None:
 async def test_second_line_is_added_for_question_words_the_first_does_not_cover() -> None:
     completion = await instant().complete(ask("Where is the laptop and what does Bob prefer?"))
     assert completion.text == (
-        "From what I have: Summary: Bob prefers tea. Also: [14:02] camera: a red mug on the desk next to the laptop."
+        "From what I have: Summary: Bob prefers tea. Also: camera: a red mug on the desk next to the laptop."
     )
 
 
@@ -156,3 +156,12 @@ def test_compaction_limit_phrase_round_trips_and_the_appended_line_wins() -> Non
     assert compaction_limit(DIALOGUE_PROMPT) is None
     with pytest.raises(ValueError, match=r"limit_bytes: must be a positive integer"):
         compaction_limit_instruction(0)
+
+
+def test_offline_answer_does_not_read_out_the_time_and_source_tags_of_a_context_line():
+    from xrmq.actors.models.extractive import answer_from_context
+
+    line = "[2026-11-29 19:42:12 UTC] [notes] The kettle in lab 3 is set to 85 degrees."
+    assert answer_from_context("What is the kettle set to?", [line]) == (
+        "From what I have: The kettle in lab 3 is set to 85 degrees."
+    )

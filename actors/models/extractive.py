@@ -57,8 +57,13 @@ def content_lines(text: str) -> list[str]:
     return lines
 
 
+_LEADING_TAGS = re.compile(r"^(?:\[[^\]]*\]\s*)+")
+"""Rendered context lines start with their time and source ("[14:03 UTC] [notes] ..."):
+bookkeeping for the prompt, not words to say aloud."""
+
+
 def _as_clause(line: str) -> str:
-    return line.rstrip(" .!?;:,")
+    return _LEADING_TAGS.sub("", line).rstrip(" .!?;:,")
 
 
 def answer_from_context(question: str, context: Sequence[str]) -> str:
