@@ -1,0 +1,121 @@
+"""The turn path deployed over OS processes, driven from a suite (turn and storm).
+
+``Deployment(config)`` starts an ``xrmq bus`` broker and one process per role of
+``bench.turn_workers`` (context sections, compaction workers, conversation with its
+context replica, router, the measuring client, and optionally the sensor), plus the
+raw pyzmq ping-pong pair of ``bench.bus_workers`` through the same broker, so the
+runtime's turn latency and the raw round trip are measured side by side. Every
+process lives for the whole deployment except the conversation, which
+``restart_conversation`` replaces to change its model.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from .procs import Worker, broker
+
+TOPIC = "bench.notes"
+ROLES = ("sections", "workers", "conversation", "router", "client")
+
+
+@dataclass(frozen=True)
+class Config:
+    """What every process of one deployment agrees on: the ``context_plan`` keyword
+    arguments and the (time to first token s, tokens per second) of each model."""
+
+    plan: dict[str, Any] = field(default_factory=lambda: {"incremental_context_topics": [TOPIC]})
+    answer_model: tuple[float, float] = (0.0, 0.0)
+    compaction_model: tuple[float, float] = (0.0, 0.0)
+
+
+class Deployment:
+    """The processes of one deployment; use as a context manager."""
+
+    def __init__(self, config: Config, *, sensor: bool = False) -> None:
+        self.config = config
+        self._sensor = sensor
+        self._stack = ExitStack()
+        self.workers: dict[str, Worker] = {}
+
+    def __enter__(self) -> "Deployment":
+        try:
+            self.bus, self.workers["broker"] = self._stack.enter_context(broker())
+            roles = (*ROLES, "sensor") if self._sensor else ROLES
+            for role in roles:
+                self._start(role, self.config)
+            self._start_raw()
+            for worker in self.workers.values():
+                if worker.name != "broker":
+                    worker.expect("ready")
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def _start(self, role: str, config: Config) -> Worker:
+        worker = Worker(role, "-m", "bench.turn_workers", role, self.bus, json.dumps(asdict(config)))
+        self._stack.callback(worker.close)
+        self.workers[role] = worker
+        return worker
+
+    def _start_raw(self) -> None:
+        for role, name in (("raw-receiver", "raw-echo"), ("raw-sender", "raw-ping")):
+            worker = Worker(name, "-m", "bench.bus_workers", role, self.bus, "1")
+            self._stack.callback(worker.close)
+            self.workers[name] = worker
+
+    def restart_conversation(self, answer_model: tuple[float, float]) -> None:
+        """Replace the conversation process by one answering on ``answer_model``."""
+        self.workers["conversation"].close()
+        self._start("conversation", replace(self.config, answer_model=answer_model)).expect("ready")
+
+    def raw_rtt(self, count: int) -> list[float]:
+        """``count`` sequential raw pyzmq ping-pongs through the broker, in us."""
+        self.workers["raw-ping"].command(f"ask {count}")
+        return self.workers["raw-ping"].result()["rtt_us"]
+
+    def turns(self, count: int, participants: list[str]) -> dict[str, Any]:
+        """``count`` sequential turns per participant, participants concurrently:
+        ``{"first_us", "bus_us", "failed"}`` (see ``turn_workers``)."""
+        client = self.workers["client"]
+        client.command(f"turns {count} {','.join(participants)}")
+        return client.result(timeout=60 + count * 5)
+
+    def compactions(self) -> dict[str, int]:
+        """``{"compactions", "failed", "busy"}`` of the compaction workers' process."""
+        self.workers["workers"].command("stats")
+        return self.workers["workers"].result()
+
+    def storm(self, rate: float, participants: int) -> None:
+        self.workers["sensor"].command(f"storm {rate} {participants}")
+
+    def calm(self) -> dict[str, float]:
+        """Stop the storm: ``{"published", "seconds"}``."""
+        self.workers["sensor"].command("stop")
+        return self.workers["sensor"].result()
+
+    def quiesce(self, settle_s: float = 0.3, timeout_s: float = 30.0) -> bool:
+        """Wait until no compaction job has been queued or running for ``settle_s``."""
+        deadline = time.monotonic() + timeout_s
+        quiet_since = None
+        while time.monotonic() < deadline:
+            if self.compactions()["busy"]:
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since >= settle_s:
+                return True
+            time.sleep(0.05)
+        return False
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds used so far by each process."""
+        return {name: worker.cpu_seconds() for name, worker in self.workers.items()}
