@@ -12,6 +12,8 @@ import inspect
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
+import msgspec
+
 from xrmq.schemas import MessageMetadata
 from xrmq.topics import Topic
 
@@ -99,21 +101,21 @@ class Agent:
         return {}
 
 
-class RuntimeContext:
+class RuntimeContext(msgspec.Struct, eq=False):
     """What a handler knows about the message it is handling, and how it publishes.
 
     ``publish`` defaults the source to this agent's name and the participant to the
     current message's participant, and links correlation and parent ids, so everything
-    published while handling one message can be traced back to it.
+    published while handling one message can be traced back to it. One is built per
+    handled message and a handler may keep it (in a task it starts, say), so it is
+    never reused; it is a Struct only for msgspec's C constructor (measured 100 -> 50 ns;
+    the fields are not type-checked and it is never encoded).
     """
 
-    __slots__ = ("runtime", "agent_name", "metadata", "topic")
-
-    def __init__(self, runtime: "AgentRuntime", agent_name: str, metadata: MessageMetadata, topic: Topic) -> None:
-        self.runtime = runtime
-        self.agent_name = agent_name
-        self.metadata = metadata
-        self.topic = topic
+    runtime: "AgentRuntime"
+    agent_name: str
+    metadata: MessageMetadata
+    topic: Topic
 
     @property
     def participant_id(self) -> str | None:

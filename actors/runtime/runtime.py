@@ -33,7 +33,7 @@ from .agent import Agent, check_handlers, subscriptions
 from .broker import DEFAULT_HWM, Broker, shared_context
 from .logs import get_logger
 from .mailbox import Mailbox
-from .sequence import GAP, STALE, Gap, SequenceTracker
+from .sequence import STALE, Gap, SequenceTracker
 
 SEP = b"\x00"
 PROBE_MARK = b"?"
@@ -76,15 +76,19 @@ class RuntimeStats(msgspec.Struct, frozen=True):
 
 
 class _Route:
-    """Where messages of one topic go in this runtime: a mailbox or a keyed kind."""
+    """Where messages of one topic go in this runtime: a mailbox or a keyed kind.
 
-    __slots__ = ("topic", "handler_name", "mailbox", "keyed", "participant")
+    A registered actor's handler is bound once here, not looked up per message.
+    """
+
+    __slots__ = ("topic", "handler_name", "mailbox", "handler", "keyed", "participant")
 
     def __init__(self, topic: Topic, handler_name: str, *, mailbox: Mailbox | None = None,
                  keyed: "_KeyedKind | None" = None, participant: bytes | None = None) -> None:
         self.topic = topic
         self.handler_name = handler_name
         self.mailbox = mailbox
+        self.handler = getattr(mailbox.agent, handler_name) if mailbox is not None else None
         self.keyed = keyed
         self.participant = participant
 
@@ -517,13 +521,13 @@ class AgentRuntime:
         if (metadata.participant_id or "").encode() != pid:
             self._reject("metadata.participant_id does not match the key", key, metadata.sender)
             return
-        verdict, first_missing = self._tracker.observe(key, metadata.sender, metadata.epoch, metadata.seq)
-        if verdict == STALE:
-            self._counters["stale"] += 1
-            self._log.warning("bus.stale", key=key.decode(errors="replace"), sender=metadata.sender,
-                              epoch=metadata.epoch, seq=metadata.seq)
-            return
-        if verdict == GAP:
+        first_missing = self._tracker.observe(key, metadata.sender, metadata.epoch, metadata.seq)
+        if first_missing:
+            if first_missing == STALE:
+                self._counters["stale"] += 1
+                self._log.warning("bus.stale", key=key.decode(errors="replace"), sender=metadata.sender,
+                                  epoch=metadata.epoch, seq=metadata.seq)
+                return
             self._record_gap(name, metadata, first_missing)
         if name == self._inbox_bytes:
             future = self._pending.get(metadata.correlation_id or "")
@@ -541,12 +545,11 @@ class AgentRuntime:
         for route in routes:
             if route.participant is not None and pid and route.participant != pid:
                 continue
-            handler_name, topic = route.handler_name, route.topic
             if route.mailbox is not None:
-                self._offer(route.mailbox, (getattr(route.mailbox.agent, handler_name), message, metadata, topic))
+                self._offer(route.mailbox, (route.handler, message, metadata, route.topic))
             else:
                 for mailbox in self._keyed_targets(route.keyed, metadata.participant_id):
-                    self._offer(mailbox, (getattr(mailbox.agent, handler_name), message, metadata, topic))
+                    self._offer(mailbox, (getattr(mailbox.agent, route.handler_name), message, metadata, route.topic))
 
     def _keyed_targets(self, keyed: _KeyedKind, key: str | None) -> list[Mailbox]:
         if key is None:
