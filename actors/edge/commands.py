@@ -1,9 +1,11 @@
-"""Edge-box commands: ``xrmq up``, ``xrmq run``, ``xrmq record``, ``xrmq replay``, ``xrmq top``."""
+"""Edge-box commands: ``xrmq up``, ``xrmq run``, ``xrmq record``, ``xrmq replay``, ``xrmq top``,
+``xrmq demo``, ``xrmq chat``, ``xrmq say``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from typing import Any
 
@@ -45,6 +47,10 @@ def add_commands(subparsers: Any) -> None:
     top.add_argument("--window", type=float, default=3.0, help="with --once: wait at most this long for reports")
     top.add_argument("--expect", type=int, help="with --once: print as soon as this many runtimes reported twice")
     top.set_defaults(func=run_top)
+
+    demo = subparsers.add_parser("demo", help="a scripted two-participant session on an edge stack it starts itself")
+    demo.add_argument("--verbose", action="store_true", help="also print every line of the stack's processes (stderr)")
+    demo.set_defaults(func=run_demo)
 
 
 def _config(path: str | None) -> EdgeConfig:
@@ -102,3 +108,12 @@ def run_top(args: argparse.Namespace) -> int:
         raise ValueError("--expect: must be >= 1")
     return asyncio.run(watch(args.bus, once=args.once, as_json=args.json, interval=args.interval,
                              window=args.window, expect=args.expect))
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from xrmq.actors.runtime import configure_logging
+
+    from .demo import run_demo as demo
+
+    configure_logging(level=os.environ.get("XRMQ_LOG_LEVEL", "WARNING"))  # this process's own logs: problems only
+    return asyncio.run(demo(sys.stdout, verbose=args.verbose))

@@ -1,0 +1,112 @@
+"""A front end's view of its turns: publish a ``UserQuery``, follow the replies to it.
+
+Why: ``xrmq say``, ``xrmq chat`` and ``xrmq demo`` all ask the edge box something and
+wait for the answer. The router uses each query's envelope ``message_id`` as the turn
+id, and every reply fragment carries it as ``request_id``; ``ReplyCollector`` (an actor
+on the voice output topic) gathers the fragments of the turns it was told about.
+
+A turn is done when a destination sends its final frame (an interrupted answer is
+finalized with an empty one). Router text (source ``router``: an acknowledgement, or a
+failure said instead of an answer) is kept but does not end the turn, since a
+destination's reply may follow it; a caller bounds its wait with a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from xrmq.actors.routing.router import ROUTER_SOURCE
+from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext
+from xrmq.schemas import ResponseOutput, UserQuery
+from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC, Topic
+
+
+@dataclass
+class Turn:
+    """One query and what came back for it so far."""
+
+    participant_id: str
+    text: str
+    request_id: str
+    sent: float
+    """``time.monotonic()`` when the query was handed to the bus."""
+    first_chunk_s: float | None = None
+    """Seconds from ``sent`` to the first fragment with text, at the collector."""
+    parts: list[tuple[str, str]] = field(default_factory=list)
+    """(source, text) of every fragment with text, in arrival order."""
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set with the first fragment that has text."""
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def answer(self) -> str:
+        """What the destinations said (router text left out)."""
+        return "".join(text for source, text in self.parts if source != ROUTER_SOURCE)
+
+    @property
+    def router_text(self) -> str:
+        return " ".join(text for source, text in self.parts if source == ROUTER_SOURCE)
+
+    @property
+    def spoken(self) -> str:
+        """Everything said for the turn, router text first as it is played."""
+        return " ".join(part for part in (self.router_text, self.answer.strip()) if part)
+
+    async def wait(self, timeout: float) -> None:
+        """Wait until the turn is done; ``TimeoutError`` naming the turn otherwise."""
+        try:
+            await asyncio.wait_for(self.done.wait(), timeout)
+        except TimeoutError:
+            heard = f" (heard so far: {self.spoken!r})" if self.parts else " (no reply at all)"
+            raise TimeoutError(f"no complete answer to {self.participant_id}'s {self.text!r} within {timeout:g}s{heard}") from None
+
+
+Fragment = Callable[[Turn, str, str, bool], None]
+"""``on_fragment(turn, source, text, final)``: called for every fragment of a known turn."""
+
+
+class ReplyCollector(Agent):
+    """Follows the replies on ``output_topic`` to the turns registered with ``expect``."""
+
+    def __init__(self, output_topic: Topic[ResponseOutput] = VOICE_OUTPUT_TOPIC, *,
+                 on_fragment: Fragment | None = None) -> None:
+        self.output_topic = output_topic
+        self.on_fragment = on_fragment
+        self.turns: dict[str, Turn] = {}
+
+    def handlers(self) -> dict[Topic, str]:
+        return {self.output_topic: "on_output"}
+
+    def expect(self, turn: Turn) -> Turn:
+        self.turns[turn.request_id] = turn
+        return turn
+
+    async def on_output(self, message: ResponseOutput, ctx: RuntimeContext) -> None:
+        turn = self.turns.get(message.request_id or "")
+        if turn is None or turn.done.is_set():
+            return
+        source = ctx.metadata.source
+        if message.text:
+            if turn.first_chunk_s is None:
+                turn.first_chunk_s = time.monotonic() - turn.sent
+                turn.started.set()
+            turn.parts.append((source, message.text))
+        if self.on_fragment is not None:
+            self.on_fragment(turn, source, message.text, message.final)
+        if message.final and source != ROUTER_SOURCE:
+            turn.done.set()
+
+
+def ask(runtime: AgentRuntime, collector: ReplyCollector, participant_id: str, text: str,
+        *, source: str = "text-input") -> Turn:
+    """Publish ``text`` as ``participant_id``'s query; the returned turn fills in as replies arrive.
+
+    The turn is registered before the loop can deliver anything, so no fragment is missed.
+    """
+    sent = time.monotonic()
+    request_id = runtime.send(QUERY_TOPIC, UserQuery(text, time.time_ns() // 1000), participant_id=participant_id,
+                              source=source)
+    return collector.expect(Turn(participant_id, text, request_id, sent))
