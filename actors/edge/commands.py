@@ -52,6 +52,21 @@ def add_commands(subparsers: Any) -> None:
     demo.add_argument("--verbose", action="store_true", help="also print every line of the stack's processes (stderr)")
     demo.set_defaults(func=run_demo)
 
+    chat = subparsers.add_parser("chat", help="interactive text front end: type queries, read the streamed replies")
+    add_bus_argument(chat)
+    chat.add_argument("--participant", default="p1", help="participant id (default: %(default)s)")
+    chat.add_argument("--embedded", action="store_true",
+                      help="start an edge stack of the embedded default on a private bus instead of using --bus")
+    chat.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each reply (default 30)")
+    chat.set_defaults(func=run_chat)
+
+    say = subparsers.add_parser("say", help="ask one query, print the reply, exit")
+    add_bus_argument(say)
+    say.add_argument("text")
+    say.add_argument("--participant", default="p1", help="participant id (default: %(default)s)")
+    say.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the whole reply (default 30)")
+    say.set_defaults(func=run_say)
+
 
 def _config(path: str | None) -> EdgeConfig:
     return default_config() if path is None else load_config(path)
@@ -117,3 +132,23 @@ def run_demo(args: argparse.Namespace) -> int:
 
     configure_logging(level=os.environ.get("XRMQ_LOG_LEVEL", "WARNING"))  # this process's own logs: problems only
     return asyncio.run(demo(sys.stdout, verbose=args.verbose))
+
+
+def run_chat(args: argparse.Namespace) -> int:
+    from .chat import chat, chat_embedded
+
+    if args.timeout <= 0:
+        raise ValueError("--timeout: must be > 0")
+    if args.embedded:
+        return asyncio.run(chat_embedded(args.participant, timeout=args.timeout))
+    return asyncio.run(chat(args.bus, args.participant, timeout=args.timeout))
+
+
+def run_say(args: argparse.Namespace) -> int:
+    from .chat import say
+
+    if args.timeout <= 0:
+        raise ValueError("--timeout: must be > 0")
+    if not args.text.strip():
+        raise ValueError("TEXT: must be non-empty")
+    return asyncio.run(say(args.bus, args.participant, args.text, timeout=args.timeout))

@@ -1,0 +1,128 @@
+"""``xrmq say`` and ``xrmq chat``: text front ends of an edge box.
+
+``say`` publishes one ``UserQuery`` and prints the whole reply to it (every fragment
+with its request id, router text first), then exits: 0, or non-zero with a message
+when no complete answer came within ``--timeout``.
+
+``chat`` reads lines from stdin and asks each as a query of one participant, printing
+the reply as it streams (``conversation: ...``); the next line is asked once the
+reply is complete. ``/quit`` or end of input leaves. It talks to a running ``xrmq up``
+on ``--bus``, or with ``--embedded`` to a stack of the embedded default it starts
+itself on a private bus (``EmbeddedStack``). It prints ``xrmq chat: ready ...`` once it
+can take the first line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+from typing import TextIO
+
+from xrmq.actors.runtime import AgentRuntime
+
+from .config import default_config
+from .embedded import EmbeddedStack
+from .replies import ReplyCollector, Turn, ask
+
+QUIT = "/quit"
+
+
+async def say(bus: str, participant_id: str, text: str, *, timeout: float, out: TextIO = sys.stdout) -> int:
+    """Ask ``text`` as ``participant_id`` and print the reply; ``TimeoutError`` if it is not complete in time."""
+    collector = ReplyCollector()
+    runtime = AgentRuntime(bus, ready_timeout=min(timeout, 10.0))
+    runtime.register("replies", collector, participant_id=participant_id)
+    async with runtime:
+        turn = ask(runtime, collector, participant_id, text)
+        await turn.wait(timeout)
+    print(turn.spoken, file=out, flush=True)
+    return 0
+
+
+class _StreamPrinter:
+    """Prints the fragments of the chat's turns as they arrive, one line per response."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self._open: tuple[str, str] | None = None
+
+    def __call__(self, turn: Turn, source: str, text: str, final: bool) -> None:
+        key = (turn.request_id, source)
+        if text:
+            if self._open != key:
+                self.close()
+                self.out.write(f"{source}: ")
+                self._open = key
+            self.out.write(text)
+            self.out.flush()
+        if final and self._open == key:
+            self.close()
+
+    def close(self) -> None:
+        if self._open is not None:
+            self.out.write("\n")
+            self.out.flush()
+            self._open = None
+
+
+def _read_lines(stream: TextIO, queue: asyncio.Queue[str | None], loop: asyncio.AbstractEventLoop) -> None:
+    """Feed ``stream``'s lines into ``queue`` (None at end of input), from a daemon thread.
+
+    A thread, because a blocking read of a terminal or a file cannot be awaited
+    portably; a daemon, so a read still waiting never keeps the process alive.
+    """
+
+    def run() -> None:
+        for line in stream:
+            loop.call_soon_threadsafe(queue.put_nowait, line.rstrip("\n"))
+        loop.call_soon_threadsafe(queue.put_nowait, None)
+
+    threading.Thread(target=run, name="xrmq-chat-stdin", daemon=True).start()
+
+
+async def chat(bus: str, participant_id: str, *, timeout: float, stdin: TextIO = sys.stdin,
+               out: TextIO = sys.stdout) -> int:
+    """The chat loop on ``bus`` (see the module docstring); 0 when the user leaves."""
+    printer = _StreamPrinter(out)
+    collector = ReplyCollector(on_fragment=printer)
+    runtime = AgentRuntime(bus, ready_timeout=10.0)
+    runtime.register("replies", collector, participant_id=participant_id)
+    lines: asyncio.Queue[str | None] = asyncio.Queue()
+    prompt = "you> " if stdin.isatty() else ""
+    async with runtime:
+        _read_lines(stdin, lines, asyncio.get_running_loop())
+        print(f"xrmq chat: ready participant={participant_id} bus={bus} (type {QUIT} or end input to leave)",
+              file=out, flush=True)
+        while True:
+            out.write(prompt)
+            out.flush()
+            line = await lines.get()
+            if line is None or line.strip() == QUIT:
+                break
+            if not line.strip():
+                continue
+            turn = ask(runtime, collector, participant_id, line.strip())
+            try:
+                await turn.wait(timeout)
+            except TimeoutError as error:
+                printer.close()
+                print(f"xrmq chat: {error}", file=sys.stderr, flush=True)
+    return 0
+
+
+async def chat_embedded(participant_id: str, *, timeout: float, stdin: TextIO = sys.stdin,
+                        out: TextIO = sys.stdout) -> int:
+    """``chat`` against a stack of the embedded default started here; 1 if the stack stops by itself."""
+    print("xrmq chat: starting an embedded edge stack...", file=out, flush=True)
+    async with EmbeddedStack(default_config()) as stack:
+        session = asyncio.create_task(chat(stack.bus, participant_id, timeout=timeout, stdin=stdin, out=out))
+        failed = asyncio.create_task(stack.wait_failed())
+        await asyncio.wait([session, failed], return_when=asyncio.FIRST_COMPLETED)
+        if session.done():
+            failed.cancel()
+            return session.result()
+        session.cancel()
+        await asyncio.gather(session, return_exceptions=True)
+        print(f"xrmq chat: {await failed}", file=sys.stderr, flush=True)
+        return 1

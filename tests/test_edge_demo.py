@@ -1,0 +1,72 @@
+"""``xrmq demo``: the scripted session runs from the installed command, and fails loudly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from test_edge_supervisor import processes_mentioning
+from xrmq.actors.edge.config import load_config
+from xrmq.actors.edge.configfile import write_config
+from xrmq.actors.edge.demo import FOLLOW_UP_FACT, SENSOR_FACT, Ask, DemoFailure, Session, demo_config
+from xrmq.actors.edge.embedded import EmbeddedStack
+
+pytestmark = pytest.mark.timeout(60)
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def xrmq_command() -> list[str]:
+    """The installed ``xrmq`` script next to this interpreter (else the module it runs)."""
+    script = Path(sys.executable).parent / "xrmq"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "xrmq.actors.cli"]
+
+
+def test_demo_runs_the_session_and_exits_0_leaving_nothing_behind(tmp_path):
+    env = {**os.environ, "TMPDIR": str(tmp_path), "XRMQ_RUNTIME_DIR": str(tmp_path)}
+    result = subprocess.run([*xrmq_command(), "demo"], capture_output=True, text=True, cwd=tmp_path, env=env,
+                            timeout=50)
+    output = result.stdout
+    assert result.returncode == 0, output + result.stderr[-3000:]
+    lines = output.splitlines()
+    sensor_answer = next(line for line in lines if "85 degrees" in line and "conversation +" in line)
+    assert SENSOR_FACT in sensor_answer and sensor_answer.lstrip().startswith("[alice]")
+    asked = lines.index("  [alice] > Where did I leave the spare key?")
+    assert FOLLOW_UP_FACT in lines[asked + 1] and "conversation +" in lines[asked + 1]
+    assert any(line.endswith("<interrupted>") for line in lines)
+    assert "  [bob] context cleared (the context process holds no actor of theirs)" in lines
+    forgotten = lines.index("  [bob] > What is my badge number?", lines.index("  [bob] leaves"))
+    assert "4471" not in lines[forgotten + 1]
+    assert "  gaps: 0 (over 7 runtimes)" in lines
+    assert any(line.startswith("  turns: 10 (2 participants: alice, bob)") for line in lines)
+    assert any(line.startswith("  first-chunk latency: p50 ") for line in lines)
+    compactions = next(line for line in lines if line.startswith("  compactions run: "))
+    assert int(compactions.split()[2]) >= 1
+    assert lines[-1] == "xrmq demo: ok"
+    assert processes_mentioning(str(tmp_path)) == []
+    assert list(tmp_path.iterdir()) == []  # the stack's directory, sockets and config are gone
+
+
+def test_the_demo_config_and_the_reference_config_survive_the_trip_to_a_file(tmp_path):
+    config = demo_config()
+    assert write_config(config, tmp_path / "demo.toml") == load_config(tmp_path / "demo.toml")
+    reference = load_config(EXAMPLES / "edge-box.toml")
+    written = write_config(reference, tmp_path / "again.toml")
+    assert written.processes == reference.processes and written.context == reference.context
+
+
+async def test_a_missing_fact_fails_the_session_with_the_question_and_the_answer(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the stack makes its directory
+    script = (Ask("carol", "What is the door code?", expect="4-7-1-1"),)
+    async with EmbeddedStack(demo_config()) as stack:
+        assert stack.directory.parent == tmp_path and stack.bus == f"ipc://{stack.directory}/bus"
+        with pytest.raises(DemoFailure) as failure:
+            await Session(stack.config, stack.bus, open(os.devnull, "w"), script=script).run()
+    assert str(failure.value) == ("carol's 'What is the door code?': expected '4-7-1-1' in the answer, "
+                                  "got 'I have nothing about that in what I was given.'")
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,113 @@
+"""Every script in examples/ runs: against a real broker process where it needs a bus."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from buses import broker_process, expect_line, reap
+from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext
+from xrmq.schemas import ConversationContextUpdate, ResponseOutput
+from xrmq.topics import VOICE_OUTPUT_TOPIC, context_topic
+
+pytestmark = pytest.mark.timeout(60)
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+ENV = {**os.environ, "XRMQ_LOG_LEVEL": "WARNING"}
+
+
+def example(name: str, *args: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(EXAMPLES / name), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=ENV, **kwargs)
+
+
+class ContextRecorder(Agent):
+    """Records every update of the given context topics as (topic, participant, source, text)."""
+
+    def __init__(self, *topics: str) -> None:
+        self._handlers = {context_topic(name): "on_update" for name in topics}
+        self.updates: list[tuple[str, str | None, str, str]] = []
+        self.changed = asyncio.Event()
+
+    def handlers(self):
+        return self._handlers
+
+    async def on_update(self, message: ConversationContextUpdate, ctx: RuntimeContext) -> None:
+        self.updates.append((ctx.topic.name, ctx.participant_id, ctx.metadata.source, message.text))
+        self.changed.set()
+
+    async def until(self, count: int) -> None:
+        while len(self.updates) < count:
+            self.changed.clear()
+            await asyncio.wait_for(self.changed.wait(), 20)
+
+
+async def run_publisher(script: str, topics: tuple[str, ...], count: int, *args: str) -> list[tuple]:
+    """Run a publishing example against a fresh broker; return what a subscriber received."""
+    with broker_process() as bus:
+        recorder = ContextRecorder(*topics)
+        runtime = AgentRuntime(bus)
+        runtime.register("recorder", recorder)
+        async with runtime:
+            proc = example(script, bus, *args)
+            try:
+                stdout, stderr = await asyncio.to_thread(proc.communicate, timeout=30)
+            finally:
+                reap(proc)
+            assert proc.returncode == 0, stderr[-3000:]
+            await recorder.until(count)
+    return recorder.updates, stdout
+
+
+async def test_sensor_publisher_publishes_the_scene_and_a_note():
+    updates, stdout = await run_publisher("sensor_publisher.py", ("scene", "notes"), 2)
+    assert updates == [
+        ("scene", "p1", "camera", "p1 is at the workbench in lab 3."),
+        ("notes", "p1", "kettle", "The kettle in lab 3 is set to 85 degrees."),
+    ]
+    assert stdout == "sensor: published scene and notes for p1\n"
+
+
+async def test_foreign_client_publishes_a_context_update_with_pyzmq_and_msgpack_only():
+    tree = ast.parse((EXAMPLES / "foreign_client.py").read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported - set(sys.stdlib_module_names) == {"msgspec", "zmq"}  # no xrmq
+    updates, stdout = await run_publisher("foreign_client.py", ("notes",), 1, "p7", "Reagent kit R-88 is in fridge 2.")
+    assert updates == [("notes", "p7", "foreign-client", "Reagent kit R-88 is in fridge 2.")]
+    assert stdout == "foreign client: published notes for p7: Reagent kit R-88 is in fridge 2.\n"
+
+
+async def test_voice_renderer_prints_a_streamed_reply_as_one_subtitle_and_stops_on_sigterm():
+    with broker_process() as bus:
+        renderer = example("voice_renderer.py", bus)
+        try:
+            await asyncio.to_thread(expect_line, renderer, "voice renderer: ready")
+            async with AgentRuntime(bus) as runtime:
+                for text, final in (("The meeting", False), (" is at 15:30.", False), ("", True)):
+                    await runtime.publish(VOICE_OUTPUT_TOPIC,
+                                          ResponseOutput("reply", text, "q1", response_id="r1", final=final),
+                                          participant_id="p1", source="conversation")
+                line = await asyncio.to_thread(expect_line, renderer, "subtitle for ")
+            renderer.send_signal(signal.SIGTERM)
+            assert await asyncio.to_thread(renderer.wait, 20) == 0
+        finally:
+            reap(renderer)
+    assert line == "subtitle for p1 (conversation): The meeting is at 15:30."
+
+
+def test_seed_example_runs_and_answers_from_the_scripted_model():
+    proc = example("seed_example.py")
+    try:
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        reap(proc)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert stdout == "answered by conversation: The calibration meeting is at 15:30 in lab 2.\n"
