@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -69,4 +72,16 @@ async def test_a_missing_fact_fails_the_session_with_the_question_and_the_answer
             await Session(stack.config, stack.bus, open(os.devnull, "w"), script=script).run()
     assert str(failure.value) == ("carol's 'What is the door code?': expected '4-7-1-1' in the answer, "
                                   "got 'I have nothing about that in what I was given.'")
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_a_process_that_dies_stops_the_demo_stack_and_says_which(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    async with EmbeddedStack(demo_config()) as stack:
+        pids = dict(re.findall(r"(\S+)=(\d+)", stack.ready_line))
+        os.kill(int(pids["conversation"]), signal.SIGKILL)
+        reason = await asyncio.wait_for(stack.wait_failed(), 30)  # the demo's config allows no restart
+        assert stack.failed
+    assert reason.startswith("the edge stack stopped:\n")
+    assert "xrmq up: gave up on conversation: 1 crash within 60s (limit 1); last killed by SIGKILL" in reason
     assert list(tmp_path.iterdir()) == []
