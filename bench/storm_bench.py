@@ -26,6 +26,7 @@ from .suite import Row, Suite, SuiteContext, SuiteResult, bar
 from .turn_rig import TOPIC, Config, Deployment
 
 BAR = 1.25
+PAUSE_MS = 20
 COMPACTION_MODEL = (0.2, 20.0)
 BUDGET = 800
 """Section budget (dialogue and topic): a compaction is due past 400 uncompacted bytes,
@@ -48,17 +49,17 @@ def run(ctx: SuiteContext) -> SuiteResult:
     participants = 10 if ctx.quick else 50
     rate = 200.0 if ctx.quick else 1_000.0
     measured = [f"p{i}" for i in range(2 if ctx.quick else 5)]
-    turns = 3 if ctx.quick else 60  # per measured participant and phase
+    turns = 3 if ctx.quick else 100  # per measured participant and phase
     phases = ("idle", "storm")
     p50: dict[str, list[float]] = defaultdict(list)
     p99: dict[str, list[float]] = defaultdict(list)
     samples: dict[str, list[float]] = defaultdict(list)
     cpu: dict[tuple[str, str], list[float]] = defaultdict(list)
-    compactions, updates, rates, failed, unsettled = [], [], [], 0, 0
+    compactions, compaction_rates, rates, failed, unsettled = [], [], [], 0, 0
     with Deployment(config(participants), sensor=True) as deployment:
         ctx.progress(f"storm: {len(deployment.workers)} processes up; {participants} participants, "
                      f"{rate:,.0f} updates/s, {turns * len(measured)} turns per phase")
-        deployment.turns(2, measured)  # warm-up
+        deployment.turns(2, measured, PAUSE_MS)  # warm-up
         for rep in range(1, ctx.repetitions + 1):
             unsettled += not deployment.quiesce()
             results = {}
@@ -67,16 +68,16 @@ def run(ctx: SuiteContext) -> SuiteResult:
                     before = deployment.compactions()["compactions"]
                     deployment.storm(rate, participants)
                     _until_compacting(deployment, before + participants // 2)
-                    began = deployment.compactions()["compactions"]
                 cpu_before, clock = deployment.cpu_seconds(), time.monotonic()
-                results[phase] = deployment.turns(turns, measured)
+                results[phase] = deployment.turns(turns, measured, PAUSE_MS)
                 elapsed = time.monotonic() - clock
                 for name, seconds in deployment.cpu_seconds().items():
                     cpu[phase, name].append(100 * (seconds - cpu_before[name]) / elapsed)
                 if phase == "storm":
-                    compactions.append(deployment.compactions()["compactions"] - began)
+                    done = deployment.compactions()["compactions"] - before
                     sensor = deployment.calm()
-                    updates.append(sensor["published"])
+                    compactions.append(done)
+                    compaction_rates.append(done / sensor["seconds"])
                     rates.append(sensor["published"] / sensor["seconds"])
                 failed += results[phase]["failed"]
                 latencies = results[phase]["first_us"]
@@ -84,14 +85,15 @@ def run(ctx: SuiteContext) -> SuiteResult:
                 p99[phase].append(percentile(latencies, 0.99))
                 samples[phase] += latencies
             ctx.progress(f"storm: rep {rep}/{ctx.repetitions} idle p99 {p99['idle'][-1]:,.0f} us, storm p99 "
-                         f"{p99['storm'][-1]:,.0f} us; {compactions[-1]} compactions during the storm's turns")
+                         f"{p99['storm'][-1]:,.0f} us; {compactions[-1]} compactions in the storm phase")
     ratio = [s / i for s, i in zip(p99["storm"], p99["idle"])]
     group = "turn to first chunk at the renderer, zero-delay model"
     rows = [
         Row(group=group, subject=f"{phase}", unit="us", median=median(p50[phase]), repetitions=p50[phase],
             higher_is_better=False, samples=thin(samples[phase]),
             extra={"p99 us": median(p99[phase]),
-                   **({"compactions during turns": median(compactions), "sensor updates/s": median(rates)}
+                   **({"compactions per storm": median(compactions), "compactions/s": median(compaction_rates),
+                       "sensor updates/s": median(rates)}
                       if phase == "storm" else {}),
                    **{f"{name} cpu %": median(cpu[phase, name]) for name in sorted(deployment.workers)
                       if not name.startswith("raw")}})
@@ -101,7 +103,9 @@ def run(ctx: SuiteContext) -> SuiteResult:
         f"{participants} participants; the sensor publishes {rate:,.0f} incremental updates/s round-robin over all "
         f"of them; budgets {BUDGET} bytes, compaction input budget {INPUT_BUDGET}, 2 workers x {participants} "
         f"concurrent jobs on OfflineLLM({COMPACTION_MODEL[0]:g} s to first token, {COMPACTION_MODEL[1]:g} tokens/s)",
-        f"turns: {len(measured)} of those participants at once, {turns} sequential zero-delay turns each per phase",
+        f"turns: {len(measured)} of those participants at once, {turns} sequential zero-delay turns each per phase, "
+        f"think time before each uniform in [0, {2 * PAUSE_MS}] ms; compactions counted from the storm's start "
+        "(first wave awaited before the turns) to its end",
         "median column: p50 per repetition, median over repetitions; cpu %: share of one core per process "
         "during the phase's turns (two cores: 200 % in all)",
     ]

@@ -30,6 +30,7 @@ from .suite import Row, Suite, SuiteContext, SuiteResult
 from .turn_rig import Config, Deployment
 
 PARTICIPANTS = 4
+PAUSE_MS = 20
 
 
 def run(ctx: SuiteContext) -> SuiteResult:
@@ -47,7 +48,7 @@ def run(ctx: SuiteContext) -> SuiteResult:
                      f"and {asks} raw round trips per repetition")
         for rep in range(ctx.repetitions + 1):  # repetition 0 warms up
             raw = deployment.raw_rtt(asks)
-            result = deployment.turns(turns, participants)
+            result = deployment.turns(turns, participants, PAUSE_MS)
             if rep == 0:
                 continue
             failed += result["failed"]
@@ -63,7 +64,7 @@ def run(ctx: SuiteContext) -> SuiteResult:
         deployment.restart_conversation(realistic)
         realistic_participants = [f"r{i}" for i in range(2 * PARTICIPANTS)]
         for rep in range(ctx.repetitions):
-            result = deployment.turns(realistic_turns, realistic_participants)
+            result = deployment.turns(realistic_turns, realistic_participants, PAUSE_MS)
             failed += result["failed"]
             ms = [value / 1000 for value in result["first_us"]]
             real_p50.append(percentile(ms, 0.5))
@@ -86,7 +87,8 @@ def run(ctx: SuiteContext) -> SuiteResult:
             extra={"p99 ms": median(real_p99), "model first token ms": realistic[0] * 1000}),
     ]
     notes = [
-        f"{PARTICIPANTS} participants at once, {turns} sequential turns each per repetition (zero-delay); "
+        f"{PARTICIPANTS} participants at once, {turns} sequential turns each per repetition (zero-delay), "
+        f"think time before each turn uniform in [0, {2 * PAUSE_MS}] ms; "
         f"{2 * PARTICIPANTS} participants x {realistic_turns} turns (OfflineLLM defaults: "
         f"{realistic[0] * 1000:.0f} ms to first token, {realistic[1]:g} tokens/s)",
         "median column: p50 per repetition, median over repetitions; x raw: paired per-repetition ratios",

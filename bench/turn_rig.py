@@ -82,11 +82,12 @@ class Deployment:
         self.workers["raw-ping"].command(f"ask {count}")
         return self.workers["raw-ping"].result()["rtt_us"]
 
-    def turns(self, count: int, participants: list[str]) -> dict[str, Any]:
-        """``count`` sequential turns per participant, participants concurrently:
-        ``{"first_us", "bus_us", "failed"}`` (see ``turn_workers``)."""
+    def turns(self, count: int, participants: list[str], pause_ms: float) -> dict[str, Any]:
+        """``count`` sequential turns per participant, participants concurrently, a
+        pause of ``pause_ms`` on average before each: ``{"first_us", "bus_us", "failed"}``
+        (see ``turn_workers``)."""
         client = self.workers["client"]
-        client.command(f"turns {count} {','.join(participants)}")
+        client.command(f"turns {count} {','.join(participants)} {pause_ms}")
         return client.result(timeout=60 + count * 5)
 
     def compactions(self) -> dict[str, int]:

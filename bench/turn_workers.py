@@ -12,8 +12,10 @@ the same for every process of one deployment. Roles, built from the public APIs 
   served on the bus as "conversation", on the answer model.
 - ``router``: an ``AgentRouter`` actor whose one destination is ``remote("conversation")``.
 - ``client``: the renderer side, where turns are measured. A ``VoiceRenderer`` (query
-  and output topics) plays into a ``CallbackSink``; ``turns N P1,P2,..`` runs N
-  sequential turns for each participant, all participants at once, and prints
+  and output topics) plays into a ``CallbackSink``; ``turns N P1,P2,.. PAUSE_MS`` runs
+  N sequential turns for each participant, all participants at once, each turn
+  followed by a pause drawn uniformly from [0, 2 x PAUSE_MS] (a user's think time,
+  which also spreads the samples over time), and prints
   ``{"first_us", "bus_us", "failed"}``: per turn, the time from just before its
   ``UserQuery`` is published to the renderer playing the reply's first segment, and to
   the first nonblank reply fragment reaching this process; both are
@@ -30,7 +32,9 @@ through the broker), then reads commands from stdin until it closes.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import random
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -45,12 +49,30 @@ from xrmq.actors.voice import CallbackSink, ResponseEnded, Segment, VoiceRendere
 from xrmq.schemas import ConversationContextUpdate, ResponseOutput, UserQuery
 from xrmq.topics import INTERRUPTED_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC, Topic, context_topic
 
-QUESTION = "What do the latest notes say about the pump?"
 TURN_TIMEOUT_S = 30.0
+WORD_LETTERS = "abcdefghijklmnopqrtuvwxyz"
+"""No "s": OfflineLLM folds a final "s" (plurals), so "zqas" would match "zqa"."""
 
 
 def emit(record: dict) -> None:
     print(json.dumps(record), flush=True)
+
+
+def question(number: int) -> str:
+    """A question whose one content word (letters only) appears nowhere in any context.
+
+    OfflineLLM answers by quoting the context lines that share words with the
+    question, and a quoted answer becomes part of the dialogue that the next answer
+    quotes: replies would grow turn after turn, and with them the streaming load of
+    every turn. With no shared word every reply is the same 11-word no-match answer,
+    while the prompt still carries the participant's whole context.
+    """
+    letters = ""
+    while True:
+        number, digit = divmod(number, len(WORD_LETTERS))
+        letters += WORD_LETTERS[digit]
+        if not number:
+            return f"What about zq{letters}?"
 
 
 def model(delays: list[float]) -> OfflineLLM:
@@ -175,12 +197,15 @@ async def client(bus: str, config: dict) -> None:
                                             interrupted_topic=INTERRUPTED_TOPIC))
     runtime.register("first-fragment", FirstFragment(turns))
     loop = asyncio.get_running_loop()
+    asked = itertools.count()
 
-    async def talk(participant: str, count: int, first_us: list[float], bus_us: list[float]) -> int:
+    async def talk(participant: str, count: int, pause_s: float, first_us: list[float], bus_us: list[float]) -> int:
         failed = 0
         for _ in range(count):
+            await asyncio.sleep(random.uniform(0, 2 * pause_s))
+            text = question(next(asked))
             began = time.monotonic_ns()
-            request = runtime.send(QUERY_TOPIC, UserQuery(QUESTION, time.time_ns() // 1000), participant_id=participant)
+            request = runtime.send(QUERY_TOPIC, UserQuery(text, time.time_ns() // 1000), participant_id=participant)
             turns.began[request] = began
             ended = turns.ended[request] = loop.create_future()
             try:
@@ -196,10 +221,11 @@ async def client(bus: str, config: dict) -> None:
             bus_us.append((arrived - began) / 1000)
         return failed
 
-    async def run_turns(count: str, participants: str) -> None:
+    async def run_turns(count: str, participants: str, pause_ms: str) -> None:
         first_us: list[float] = []
         bus_us: list[float] = []
-        failed = await asyncio.gather(*(talk(p, int(count), first_us, bus_us) for p in participants.split(",")))
+        failed = await asyncio.gather(*(talk(p, int(count), float(pause_ms) / 1000, first_us, bus_us)
+                                        for p in participants.split(",")))
         emit({"first_us": first_us, "bus_us": bus_us, "failed": sum(failed)})
 
     await serve_commands(runtime, {"turns": run_turns})
