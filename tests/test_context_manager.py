@@ -600,3 +600,21 @@ async def test_clear_right_after_a_write_on_a_private_runtime_that_is_still_star
     await context.clear("p1")
     assert context.blocks("p1") == ()
     await context.close()
+
+
+async def test_context_actors_report_compactions_and_participants_in_runtime_metrics():
+    llm = ScriptedLLM(default=ScriptedResponse("Summary: earlier exchanges."))
+    context = ContextManager(llm, incremental_context_topics=("notes",), dialogue_budget_bytes=600,
+                             topic_budget_bytes=600, compaction_input_budget_bytes=600)
+    runtime = AgentRuntime()
+    runtime.register("context", context.subscriber())
+    async with runtime:
+        for turn in range(6):
+            context.record_exchange("p1", f"Question {turn} about the lab schedule?", "An answer " * 8,
+                                    timestamp_us=1_714_574_587_000_000 + turn, exchange_id=f"t{turn}")
+        while runtime.metrics().gauges.get("context.compactions", 0) < 1:
+            await context.changed()
+        gauges = runtime.metrics().gauges
+    assert gauges["context.participants"] == 1
+    assert gauges["context.compactions"] >= 1
+    await context.close()

@@ -81,6 +81,13 @@ class SectionHost:
         self.participants: dict[str, _Participant] = {}
         self._dirty: set[str] = set()
         self._flush_handle: asyncio.Handle | None = None
+        self.compactions = 0
+        """Compaction results applied (a summary replaced entries), for ``xrmq top``."""
+
+    def gauges(self) -> dict[str, float]:
+        """Compactions applied so far and the jobs still out (the backlog)."""
+        backlog = sum(record.job is not None for record in self.participants.values())
+        return {"context.compactions": self.compactions, "context.compaction_backlog": backlog}
 
     @property
     def _runtime(self) -> AgentRuntime | None:
@@ -111,6 +118,8 @@ class SectionHost:
             return
         job = record.job
         status = self.section.apply_result(record.state, done.result)
+        if status in (ApplyStatus.APPLIED, ApplyStatus.CLIPPED):
+            self.compactions += 1
         if status is not ApplyStatus.STALE and job is not None and job.job == done.result.job:
             job.timer.cancel()
             record.job = None
@@ -248,6 +257,9 @@ class DialogueSectionActor(Agent):
         self.host = SectionHost(self, plan.config.dialogue, plan, plan.topics.dialogue_result)
         self._retiring: asyncio.Task[None] | None = None
 
+    def gauges(self) -> dict[str, float]:
+        return {**self.host.gauges(), "context.participants": len(self.host.participants)}
+
     async def on_write(self, message: RecordExchanges, ctx: RuntimeContext) -> None:
         section = self.host.section
 
@@ -297,6 +309,9 @@ class TopicSectionActor(Agent):
     def handlers(self) -> dict[Topic, str]:
         """Its topic (sensor updates), plus the manager's writes, compaction results and clears for it."""
         return self._handlers
+
+    def gauges(self) -> dict[str, float]:
+        return self.host.gauges()
 
     def _apply(self, participant_id: str | None, text: str, timestamp_us: int,
                ack: tuple[str, int] | None) -> None:
