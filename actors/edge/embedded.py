@@ -125,7 +125,7 @@ class EmbeddedStack:
         try:
             if self._task is not None:
                 # Supervisor.run() stops on its stop event (what SIGINT/SIGTERM set for `xrmq up`).
-                self._supervisor._stop.set()
+                self._supervisor.stop()
                 await self._task
         finally:
             if self.directory is not None:

@@ -101,6 +101,10 @@ class Supervisor:
         self._gave_up: str | None = None
         self._broker_started = False
 
+    def stop(self) -> None:
+        """Ask ``run()`` to shut everything down in order, as SIGINT/SIGTERM do."""
+        self._stop.set()
+
     def say(self, text: str) -> None:
         self.out.write(f"xrmq up: {text}\n")
         self.out.flush()
