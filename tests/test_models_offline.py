@@ -165,3 +165,13 @@ def test_offline_answer_does_not_read_out_the_time_and_source_tags_of_a_context_
     assert answer_from_context("What is the kettle set to?", [line]) == (
         "From what I have: The kettle in lab 3 is set to 85 degrees."
     )
+
+
+def test_offline_answer_quotes_what_the_user_said_not_its_own_earlier_answers():
+    from xrmq.actors.models.extractive import answer_from_context
+
+    context = [
+        "[2026-11-29 19:42:12 UTC] User: My badge number is 4471.",
+        "Assistant: From what I have: your badge number is 4471.",
+    ]
+    assert answer_from_context("What is my badge number?", context) == "From what I have: My badge number is 4471."

@@ -62,8 +62,12 @@ _LEADING_TAGS = re.compile(r"^(?:\[[^\]]*\]\s*)+")
 bookkeeping for the prompt, not words to say aloud."""
 
 
+_ASSISTANT_LINE = re.compile(r"^Assistant:\s")
+_USER_LABEL = re.compile(r"^User:\s*")
+
+
 def _as_clause(line: str) -> str:
-    return _LEADING_TAGS.sub("", line).rstrip(" .!?;:,")
+    return _USER_LABEL.sub("", _LEADING_TAGS.sub("", line)).rstrip(" .!?;:,")
 
 
 def answer_from_context(question: str, context: Sequence[str]) -> str:
@@ -72,9 +76,12 @@ def answer_from_context(question: str, context: Sequence[str]) -> str:
     The best line shares the most content words with the question (a later line wins a
     tie: context is in time order, so it is the newer fact); a second line is added when
     it covers question words the first does not. With no shared word the answer says so.
+    Its own earlier answers ("Assistant: ..." lines) are not quoted again: they would
+    only echo what it said before.
     """
     wanted = keywords(question)
-    scored = [(keywords(line) & wanted, index, line) for index, line in enumerate(context)]
+    facts = [line for line in context if not _ASSISTANT_LINE.match(_LEADING_TAGS.sub("", line))]
+    scored = [(keywords(line) & wanted, index, line) for index, line in enumerate(facts)]
     scored = [entry for entry in scored if entry[0]]
     if not scored:
         return NO_MATCH_ANSWER
