@@ -124,7 +124,7 @@ async def xrmq_receiver(bus: str, count: int) -> None:
                     seen = batches.count
                     continue
             counter.full.clear()
-            stats = runtime.stats()
+            stats = runtime.metrics()
             batches.close(gaps=stats.gaps, overflow=stats.overflow, rejected=stats.rejected)
             seen = 0
 

@@ -185,7 +185,7 @@ async def bench_throughput(count: int, participants: int) -> dict:
             while not done():
                 await context.changed()
             elapsed = time.time() - started
-            stats = runtime.stats()
+            stats = runtime.metrics()
             await context.close()
         return {"updates": count, "seconds": elapsed, "per_second": count / elapsed, "gaps": stats.gaps,
                 "overflow": stats.overflow}

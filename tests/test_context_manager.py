@@ -168,7 +168,7 @@ def test_subscriber_is_an_agent_and_attaches_the_manager_to_one_runtime_only():
 
 async def test_subscriber_brings_sections_and_workers_into_the_runtime():
     async with embedded(ScriptedLLM(), compaction_workers=3) as (runtime, context):
-        actors = set(runtime.stats().mailboxes)
+        actors = set(runtime.metrics().actors)
     assert {"context", "context.topic.sample.notes", "context.topic.sample.monitor-window",
             "context.worker.0", "context.worker.1", "context.worker.2"} <= actors
 

@@ -92,5 +92,5 @@ async def test_record_then_replay_reproduces_the_same_messages_in_order(tmp_path
             assert replayer.returncode == 0
             assert output.decode().strip() == f"xrmq replay: sent 6 of 6 messages from {capture}"
             await asyncio.wait_for(collector.done.wait(), 10)
-            assert subscriber.stats().gaps == 0
+            assert subscriber.metrics().gaps == 0
     assert collector.seen == sent

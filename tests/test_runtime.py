@@ -100,7 +100,7 @@ async def test_an_actor_handles_one_message_at_a_time():
             await runtime.publish(NOTES, Update(text))
         await witness.done.wait()  # all three were dispatched to both mailboxes
         await gate.entered.wait()
-        assert gate.active == 1 and runtime.stats().mailboxes["gate"] == 2
+        assert gate.active == 1 and runtime.metrics().actors["gate"] == 2
         gate.release.set()
         while len(gate.handled) < 3:
             await asyncio.sleep(0)  # yield to the actor; not a timed wait
@@ -119,10 +119,10 @@ async def test_a_full_mailbox_counts_and_refuses_overflow():
         for text in ("2", "3", "4", "5"):
             await runtime.publish(NOTES, Update(text))
         await witness.done.wait()
-        stats = runtime.stats()
+        stats = runtime.metrics()
         gate.release.set()
     assert stats.overflow == 2
-    assert stats.mailboxes["gate"] == 2
+    assert stats.actors["gate"] == 2
 
 
 class Section(Agent):
@@ -214,7 +214,7 @@ async def test_ask_raises_the_handlers_failure_and_the_actor_goes_on():
         with pytest.raises(AskError, match="bad request"):
             await runtime.ask(NOTES, Update("fail"), reply_type=str)
         assert await runtime.ask(NOTES, Update("still here"), reply_type=str) == "STILL HERE"
-        assert runtime.stats().handler_errors == 1
+        assert runtime.metrics().handler_errors == 1
 
 
 async def test_pending_asks_fail_when_the_runtime_stops():
@@ -295,7 +295,7 @@ async def test_an_injected_loss_is_reported_as_a_gap_with_its_range():
                 for seq in (1, 2, 5, 6):  # the transport "drops" 3 and 4
                     client.send("notes", "p1", seq, {"text": f"m{seq}"})
                 await recorder.done.wait()
-                stats = runtime.stats()
+                stats = runtime.metrics()
                 gaps = list(runtime.gaps)
         finally:
             client.close()

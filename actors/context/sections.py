@@ -282,7 +282,7 @@ class DialogueSectionActor(Agent):
         runtime = self.runtime
         if runtime is None or not runtime.running or self.host.participants:
             return
-        if runtime.stats().mailboxes.get(self.name, 0):
+        if runtime.metrics().actors.get(self.name, 0):
             return  # a write arrived after the clear: it starts new context here
         await runtime.retire(self.kind, self.key)
 

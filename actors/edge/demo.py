@@ -385,7 +385,7 @@ class Session:
                         for name in names),
             TURN_TIMEOUT_S, f"a metrics report from every process ({', '.join(names)})")
         gaps = sum(self.observer.metrics[name].gaps for name in names)
-        gaps += self.client.stats().gaps + self.sensor.stats().gaps
+        gaps += self.client.metrics().gaps + self.sensor.metrics().gaps
         return Results(self.turns, dict(self.observer.compactions), dict(self.observer.summaries), gaps, len(names) + 2)
 
 

@@ -4,7 +4,7 @@ from .address import DEFAULT_BUS, BusAddress, parse_bus, runtime_dir
 from .agent import Agent, RuntimeContext, subscribe
 from .broker import Broker, BrokerError
 from .logs import configure_logging, get_logger
-from .runtime import AgentRuntime, AskError, RuntimeClosedError, RuntimeStats, shard_of
+from .runtime import AgentRuntime, AskError, RuntimeClosedError, shard_of
 from .sequence import Gap
 
 __all__ = [
@@ -18,7 +18,6 @@ __all__ = [
     "Gap",
     "RuntimeClosedError",
     "RuntimeContext",
-    "RuntimeStats",
     "configure_logging",
     "get_logger",
     "parse_bus",

@@ -63,24 +63,6 @@ class AskError(RuntimeError):
     """The actor that was asked failed while handling the request."""
 
 
-class RuntimeStats(msgspec.Struct, frozen=True):
-    """Counters of one runtime since it started."""
-
-    published: int
-    delivered: int
-    gaps: int
-    """Messages known lost (sum of gap sizes)."""
-    stale: int
-    """Duplicates, reordered messages and messages from an older sender epoch, dropped."""
-    rejected: int
-    """Frames dropped because they did not decode or validate."""
-    overflow: int
-    """Messages refused by a full mailbox."""
-    handler_errors: int
-    mailboxes: dict[str, int]
-    """Current depth of each actor's mailbox."""
-
-
 class _Route:
     """Where messages of one topic go in this runtime: a mailbox or a keyed kind.
 
@@ -643,6 +625,3 @@ class AgentRuntime:
         for keyed in self._keyed.values():
             mailboxes.extend(keyed.instances.values())
         return mailboxes
-
-    def stats(self) -> RuntimeStats:
-        return RuntimeStats(mailboxes={m.name: m.depth for m in self._all_mailboxes()}, **self._counters)

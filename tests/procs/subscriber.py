@@ -37,7 +37,7 @@ async def main() -> None:
     async with runtime:
         print("ready", flush=True)
         await counter.done.wait()
-        stats = runtime.stats()
+        stats = runtime.metrics()
         print(json.dumps({
             "count": len(counter.texts),
             "texts": counter.texts,
