@@ -18,7 +18,7 @@ from pathlib import Path
 
 from . import machine, plots, report
 from .procs import ROOT
-from .registry import PLANNED, discover
+from .registry import discover
 from .suite import SuiteContext
 
 
@@ -40,9 +40,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for name, suite in suites.items():
             print(f"{name:10} {suite.title}")
-        for name, what in PLANNED.items():
-            if name not in suites:
-                print(f"{name:10} (not added yet) {what}")
         return 0
     wanted = args.suites or list(suites)
     repetitions = args.repetitions or (1 if args.quick else 5)
@@ -52,9 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in wanted:
         suite = suites.get(name)
         if suite is None:
-            hint = f" ({PLANNED[name]})" if name in PLANNED else ""
-            print(f"bench: no suite {name!r}{hint}; known: {', '.join(suites)}", file=sys.stderr)
-            records.append(report.SuiteRecord(name=name, title=PLANNED.get(name, ""), status="missing", seconds=0.0))
+            print(f"bench: no suite {name!r}; known: {', '.join(suites)}", file=sys.stderr)
+            records.append(report.SuiteRecord(name=name, title="", status="missing", seconds=0.0))
             continue
         print(f"[{name}] {suite.title}", file=sys.stderr, flush=True)
         began = time.perf_counter()

@@ -33,7 +33,6 @@ from xrmq.actors.context import ContextManager  # noqa: E402
 from xrmq.actors.models import OfflineLLM, ScriptedLLM, ScriptedResponse  # noqa: E402
 from xrmq.actors.runtime import AgentRuntime  # noqa: E402
 from xrmq.schemas import ConversationContextUpdate  # noqa: E402
-from xrmq.topics import context_topic  # noqa: E402
 
 T0 = 1_714_572_785_000_000
 TOPICS = {"summary_context_topics": ("sample.monitor-window",), "incremental_context_topics": ("sample.notes",)}

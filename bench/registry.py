@@ -15,12 +15,6 @@ from .suite import Suite
 
 ORDER = ("bus", "codec", "turn", "storm", "context", "models")
 """Run order of the suites named in issue 8; other suites run after them, by name."""
-PLANNED = {
-    "turn": "turn-to-first-chunk at the renderer across processes (bench/turn_bench.py)",
-    "storm": "turn-to-first-chunk during a compaction storm (bench/storm_bench.py)",
-    "context": "blocks(), per-participant memory, topic-actor throughput (bench/context_bench.py)",
-}
-"""Suites issue 8 asks for that no module provides yet."""
 
 
 def discover() -> tuple[dict[str, Suite], dict[str, str]]:
