@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from ._validation import require, require_text
+from ._validation import require_text
 
 DEFAULT_SOURCE_PROMPT = (
     "Summarize only the source-owned background context below. Preserve factual details, "
