@@ -175,3 +175,16 @@ def test_offline_answer_quotes_what_the_user_said_not_its_own_earlier_answers():
         "Assistant: From what I have: your badge number is 4471.",
     ]
     assert answer_from_context("What is my badge number?", context) == "From what I have: My badge number is 4471."
+
+
+def test_offline_answer_does_not_read_out_summary_and_state_labels():
+    from xrmq.actors.models.extractive import answer_from_context
+
+    context = [
+        "Summary of earlier conversation: [2026-11-29 20:30:19 UTC] User: I left the spare key in drawer 12.",
+        "[2026-11-29 20:30:20 UTC] [scene] Current state: Bob is at the loading dock next to pallet P-12.",
+    ]
+    assert answer_from_context("Where is the spare key?", context) == "From what I have: I left the spare key in drawer 12."
+    assert answer_from_context("Which pallet is at the dock?", context) == (
+        "From what I have: Bob is at the loading dock next to pallet P-12."
+    )

@@ -57,9 +57,10 @@ def content_lines(text: str) -> list[str]:
     return lines
 
 
-_LEADING_TAGS = re.compile(r"^(?:\[[^\]]*\]\s*)+")
-"""Rendered context lines start with their time and source ("[14:03 UTC] [notes] ..."):
-bookkeeping for the prompt, not words to say aloud."""
+_LEADING_TAGS = re.compile(r"^(?:\[[^\]]*\]\s*|Summary of earlier [^:]*:\s*|Current state:\s*)+")
+"""Rendered context lines start with their time, source and kind ("[14:03 UTC] [notes] ...",
+"Summary of earlier conversation: ...", "Current state: ..."): bookkeeping for the
+prompt, not words to say aloud."""
 
 
 _ASSISTANT_LINE = re.compile(r"^Assistant:\s")
@@ -67,7 +68,7 @@ _USER_LABEL = re.compile(r"^User:\s*")
 
 
 def _as_clause(line: str) -> str:
-    return _USER_LABEL.sub("", _LEADING_TAGS.sub("", line)).rstrip(" .!?;:,")
+    return _LEADING_TAGS.sub("", _USER_LABEL.sub("", _LEADING_TAGS.sub("", line))).rstrip(" .!?;:,")
 
 
 def answer_from_context(question: str, context: Sequence[str]) -> str:
