@@ -32,6 +32,7 @@ through the broker), then reads commands from stdin until it closes.
 from __future__ import annotations
 
 import asyncio
+import os
 import itertools
 import json
 import random
@@ -274,6 +275,11 @@ async def sensor(bus: str, config: dict) -> None:
 ROLES = {"sections": sections, "workers": workers, "conversation": conversation, "router": router,
          "client": client, "sensor": sensor}
 
+BACKGROUND = {"sections", "workers"}
+"""Roles off the answer path, run at the lower priority the edge box gives them (nice 10)."""
+
 if __name__ == "__main__":
     role, bus = sys.argv[1], sys.argv[2]
+    if role in BACKGROUND:
+        os.nice(10)
     asyncio.run(ROLES[role](bus, json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}))

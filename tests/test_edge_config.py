@@ -110,6 +110,8 @@ max_crashes = 2
     ('[processes.a]\nroles = ["x"]\nafter = ["c"]', "edge.toml: processes.a.after[0]: must name a process, got 'c'"),
     ("[supervisor.restart]\nbackoff_initial_s = 0", "edge.toml: supervisor.restart.backoff_initial_s: must be > 0"),
     ("[context.prompts]\ndialogue = ' '", "edge.toml: context.prompts.dialogue: must be non-empty text"),
+    ('[processes.a]\nroles = ["x"]\nnice = 20',
+     "edge.toml: processes.a.nice: must be in [0, 19] (a process may lower its priority, not raise it)"),
 ])
 def test_each_broken_rule_names_file_key_and_rule(tmp_path, text, message):
     # The default destination is kept so that only the rule under test is broken.

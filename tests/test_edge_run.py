@@ -53,16 +53,18 @@ metrics_interval_s = 0.05
 [processes.echo]
 roles = ["edge_roles:echo"]
 replicas = 2
+nice = 7
 """
 
 
-async def test_run_starts_one_replica_heartbeats_answers_its_shard_and_stops_on_sigterm(tmp_path):
+async def test_run_starts_one_replica_at_its_niceness_heartbeats_answers_its_shard_and_stops_on_sigterm(tmp_path):
     with broker_process() as bus:
         config = tmp_path / "edge.toml"
         config.write_text(config_text(bus))
         proc = xrmq_run("echo", "--config", str(config), "--shard", "1")
         try:
             assert expect_line(proc, "xrmq run: ready").startswith("xrmq run: ready echo.1 pid=")
+            assert os.getpriority(os.PRIO_PROCESS, proc.pid) == os.getpriority(os.PRIO_PROCESS, 0) + 7
             watch = Heartbeats("echo.1")
             runtime = AgentRuntime(bus)
             runtime.register("watch", watch)

@@ -165,6 +165,10 @@ class ProcessConfig(_Section):
     """Processes that must be ready before this one starts (and stop after it)."""
     restart: RestartPolicyConfig | None = None
     """None uses ``supervisor.restart``."""
+    nice: int = 0
+    """OS scheduling niceness (0-19): background roles (context, compaction) run at 10 by
+    default, so on a busy box the answer path (router, conversation, renderer) gets the
+    CPU first and compaction never delays an answer."""
 
 
 class ProcessInstance(msgspec.Struct, frozen=True):
@@ -246,8 +250,8 @@ def default_config() -> EdgeConfig:
         }},
         "router": {"default": "conversation"},
         "processes": {
-            "context": {"roles": ["context"]},
-            "compaction": {"roles": ["compaction"], "after": ["context"]},
+            "context": {"roles": ["context"], "nice": 10},
+            "compaction": {"roles": ["compaction"], "after": ["context"], "nice": 10},
             "conversation": {"roles": ["conversation"], "after": ["context"]},
             "router": {"roles": ["router"], "after": ["conversation"]},
             "renderer": {"roles": ["renderer"]},
@@ -469,6 +473,8 @@ def _validate(config: EdgeConfig, source: str) -> None:
                 raise ConfigError(source, f"{key}.after[{index}]", "a process cannot wait for itself")
         if process.restart is not None:
             _check_restart(process.restart, f"{key}.restart", source)
+        if not 0 <= process.nice <= 19:
+            raise ConfigError(source, f"{key}.nice", "must be in [0, 19] (a process may lower its priority, not raise it)")
     cycle = _cycle(config)
     if cycle:
         raise ConfigError(source, f"processes.{cycle[0]}.after", f"dependency cycle: {' -> '.join(cycle)}")

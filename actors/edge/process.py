@@ -52,6 +52,8 @@ async def run_process(config: EdgeConfig, instance: ProcessInstance, *, out: Tex
     else:
         builders = [resolve_role(role) for role in instance.spec.roles]
     log = get_logger(process=instance.runtime_name)
+    if instance.spec.nice:
+        os.nice(instance.spec.nice)  # background roles yield the CPU to the answer path
     runtime = AgentRuntime(config.bus.address, name=instance.runtime_name,
                            metrics_interval=config.supervisor.metrics_interval_s,
                            ready_timeout=config.supervisor.ready_timeout_s)

@@ -29,10 +29,11 @@ def resolve_role(name: str) -> RoleBuilder:
     attribute that is missing or not callable).
     """
     if ":" not in name:
-        if not ROLES:
+        if name not in ROLES:
             from .stack import BUILTIN_ROLES  # the whole conversation stack: imported only when a role runs
 
-            ROLES.update(BUILTIN_ROLES)
+            for builtin, builder in BUILTIN_ROLES.items():
+                ROLES.setdefault(builtin, builder)
         if name not in ROLES:
             known = ", ".join(sorted(ROLES)) or "none"
             raise LookupError(f"unknown role {name!r} (built-in roles: {known}; or use package.module:function)")
