@@ -276,10 +276,10 @@ ROLES = {"sections": sections, "workers": workers, "conversation": conversation,
          "client": client, "sensor": sensor}
 
 BACKGROUND = {"sections", "workers"}
-"""Roles off the answer path, run at the lower priority the edge box gives them (nice 10)."""
+"""Roles off the answer path, run at the lowest priority, as the edge box runs them (nice 19)."""
 
 if __name__ == "__main__":
     role, bus = sys.argv[1], sys.argv[2]
     if role in BACKGROUND:
-        os.nice(10)
+        os.nice(19)
     asyncio.run(ROLES[role](bus, json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}))

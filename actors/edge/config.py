@@ -166,9 +166,10 @@ class ProcessConfig(_Section):
     restart: RestartPolicyConfig | None = None
     """None uses ``supervisor.restart``."""
     nice: int = 0
-    """OS scheduling niceness (0-19): background roles (context, compaction) run at 10 by
-    default, so on a busy box the answer path (router, conversation, renderer) gets the
-    CPU first and compaction never delays an answer."""
+    """OS scheduling niceness (0-19): the background roles (context, compaction) run at 19
+    by default, so on a busy box the answer path (router, conversation, renderer) gets
+    the CPU first and compaction never delays an answer; they still get every cycle the
+    answer path leaves idle."""
 
 
 class ProcessInstance(msgspec.Struct, frozen=True):
@@ -250,8 +251,8 @@ def default_config() -> EdgeConfig:
         }},
         "router": {"default": "conversation"},
         "processes": {
-            "context": {"roles": ["context"], "nice": 10},
-            "compaction": {"roles": ["compaction"], "after": ["context"], "nice": 10},
+            "context": {"roles": ["context"], "nice": 19},
+            "compaction": {"roles": ["compaction"], "after": ["context"], "nice": 19},
             "conversation": {"roles": ["conversation"], "after": ["context"]},
             "router": {"roles": ["router"], "after": ["conversation"]},
             "renderer": {"roles": ["renderer"]},
