@@ -60,6 +60,15 @@ def run(ctx: SuiteContext) -> SuiteResult:
         ctx.progress(f"storm: {len(deployment.workers)} processes up; {participants} participants, "
                      f"{rate:,.0f} updates/s, {turns * len(measured)} turns per phase")
         deployment.turns(2, measured, PAUSE_MS)  # warm-up
+        # Fill every participant's context to its steady-state size first, so the idle
+        # phase renders prompts as large as the storm phase does: the ratio then
+        # measures the storm's activity, not the cost of a fuller prompt (the model
+        # scans every context line: a profile of the conversation showed its work
+        # doubling between an empty-context idle phase and the storm).
+        before = deployment.compactions()["compactions"]
+        deployment.storm(rate, participants)
+        _until_compacting(deployment, before + participants // 2)
+        deployment.calm()
         for rep in range(1, ctx.repetitions + 1):
             unsettled += not deployment.quiesce()
             results = {}
