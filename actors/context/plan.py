@@ -10,19 +10,11 @@ arguments, e.g. from one table of an edge-box config.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from typing import Any
 
 import msgspec
 
-from xrmq.schemas import CompactionPrompts
-
-from .config import (
-    DEFAULT_COMPACTION_INPUT_BUDGET_BYTES,
-    DEFAULT_DIALOGUE_BUDGET_BYTES,
-    DEFAULT_TOPIC_BUDGET_BYTES,
-    ContextConfig,
-    context_config,
-)
+from .config import ContextConfig, context_config
 from .messages import ContextTopics
 
 DEFAULT_NAMESPACE = "context"
@@ -71,27 +63,19 @@ def _seconds(value: object, parameter: str) -> float:
 
 def context_plan(
     *,
-    summary_context_topics: Sequence[str] = (),
-    incremental_context_topics: Sequence[str] = (),
-    dialogue_budget_bytes: int = DEFAULT_DIALOGUE_BUDGET_BYTES,
-    topic_budget_bytes: int | Mapping[str, int] = DEFAULT_TOPIC_BUDGET_BYTES,
-    compaction_input_budget_bytes: int = DEFAULT_COMPACTION_INPUT_BUDGET_BYTES,
-    compaction_prompts: CompactionPrompts | None = None,
     namespace: str = DEFAULT_NAMESPACE,
     compaction_workers: int = DEFAULT_COMPACTION_WORKERS,
     worker_concurrency: int = DEFAULT_WORKER_CONCURRENCY,
     compaction_timeout_s: float = DEFAULT_COMPACTION_TIMEOUT_S,
     control_timeout_s: float = DEFAULT_CONTROL_TIMEOUT_S,
+    **context: Any,
 ) -> ContextPlan:
-    """Validate a deployment; ``ValueError`` naming the parameter and the rule."""
-    config = context_config(
-        summary_context_topics=summary_context_topics,
-        incremental_context_topics=incremental_context_topics,
-        dialogue_budget_bytes=dialogue_budget_bytes,
-        topic_budget_bytes=topic_budget_bytes,
-        compaction_input_budget_bytes=compaction_input_budget_bytes,
-        compaction_prompts=compaction_prompts,
-    )
+    """Validate a deployment; ``ValueError`` naming the parameter and the rule.
+
+    ``context`` holds the ContextManager's seed parameters (topics, budgets, prompts),
+    validated by ``context_config`` with its defaults.
+    """
+    config = context_config(**context)
     if not isinstance(namespace, str) or not namespace or "\x00" in namespace:
         raise ValueError(f"namespace: must be a non-empty string without NUL, got {namespace!r}")
     return ContextPlan(
