@@ -79,6 +79,7 @@ class Gate(Agent):
         self.entered = asyncio.Event()
         self.release = asyncio.Event()
         self.handled: list[str] = []
+        self.third_handled = asyncio.Event()
 
     @subscribe(NOTES)
     async def on_notes(self, message, ctx) -> None:
@@ -88,6 +89,8 @@ class Gate(Agent):
         await self.release.wait()
         self.handled.append(message.text)
         self.active -= 1
+        if len(self.handled) == 3:
+            self.third_handled.set()
 
 
 async def test_an_actor_handles_one_message_at_a_time():
@@ -102,8 +105,7 @@ async def test_an_actor_handles_one_message_at_a_time():
         await gate.entered.wait()
         assert gate.active == 1 and runtime.metrics().actors["gate"] == 2
         gate.release.set()
-        while len(gate.handled) < 3:
-            await asyncio.sleep(0)  # yield to the actor; not a timed wait
+        await gate.third_handled.wait()
     assert gate.max_active == 1
     assert gate.handled == ["a", "b", "c"]
 
