@@ -32,7 +32,7 @@ from .procs import ALL_CPUS, Worker, broker
 from .stats import median, percentile, thin
 from .suite import Row, Suite, SuiteContext, SuiteResult, bar
 
-IMPLEMENTATIONS = {"raw": "raw pyzmq", "xrmq": "xrmq actors"}
+IMPLEMENTATIONS = {"raw": "raw pyzmq", "codec": "raw pyzmq + msgspec, per message", "xrmq": "xrmq actors"}
 PEERS = {"autogen-core": "autogen-core", "pykka": "Pykka", "xrmq-embedded": "xrmq actors, embedded broker"}
 THROUGHPUT_BAR, RTT_BAR = 0.7, 1.3
 CPU_PARTS = ("sender", "broker", "receiver")
@@ -70,7 +70,7 @@ def run(ctx: SuiteContext) -> SuiteResult:
         for sender, receiver in workers.values():
             receiver.expect("ready")
             sender.expect("ready")
-        ctx.progress(f"bus: broker and 4 workers up; {count} messages and {asks} asks per measurement")
+        ctx.progress(f"bus: broker and {len(workers) * 2} workers up; {count} messages and {asks} asks per measurement")
         for rep in range(ctx.repetitions + 1):  # repetition 0 warms up and is discarded
             for layout_name, layout in layouts.items():
                 broker_worker.pin(layout["broker"])

@@ -9,9 +9,11 @@ use topics whose names differ in one letter, so neither receiver sees the other'
 traffic.
 
 The raw side is the limit: blocking pyzmq, frames encoded once, no decoding, no
-per-message bookkeeping, and the same per-frame socket calls with integer flags that
-xrmq uses (pyzmq's ``send_multipart``/``recv_multipart`` convert flag enums per frame
-and cost about three times as much). Receivers print ``ready`` once their subscriptions are live
+per-message bookkeeping, and the same socket calls xrmq makes: per frame, integer
+flags, pyzmq's Cython ``send`` without its Python wrapper, ``recv(copy=False)`` with
+every frame's "more" flag checked and only the key copied (pyzmq's
+``send_multipart``/``recv_multipart`` convert flag enums per frame and cost about three
+times as much). Receivers print ``ready`` once their subscriptions are live
 through the broker, then one JSON line per batch of COUNT one-way messages:
 ``{"received", "first_ns", "last_ns", ...}`` (``time.monotonic_ns``, comparable
 across processes). A batch that stalls for a second is reported with what arrived,
@@ -46,6 +48,9 @@ XRMQ_PING = Topic("bench.ping.x", UserQuery)
 RAW_FRAGMENT_KEY = b"bench.fragment.r\x00p1\x00"
 RAW_PING_KEY = b"bench.ping.r\x00p1\x00"
 RAW_REPLY_KEY = b"_inbox.bench-raw-sender\x00p1\x00"
+CODEC_FRAGMENT_KEY = b"bench.fragment.c\x00p1\x00"
+CODEC_PING_KEY = b"bench.ping.c\x00p1\x00"
+CODEC_REPLY_KEY = b"_inbox.bench-codec-sender\x00p1\x00"
 
 
 def raw_metadata(reply_to: str | None = None) -> bytes:
@@ -175,21 +180,22 @@ def raw_sockets(bus: str, *subscriptions: bytes) -> tuple[zmq.Socket, zmq.Socket
 
 
 SNDMORE = int(zmq.SNDMORE)
+FRAME_SEND = zmq.backend.Socket.send  # what the runtime calls: pyzmq's Cython send, without its Python wrapper
 
 
 def send_frames(pub: zmq.Socket, frames: list[bytes]) -> None:
-    pub.send(frames[0], SNDMORE)
-    pub.send(frames[1], SNDMORE)
-    pub.send(frames[2])
+    FRAME_SEND(pub, frames[0], SNDMORE)
+    FRAME_SEND(pub, frames[1], SNDMORE)
+    FRAME_SEND(pub, frames[2])
 
 
-def recv_frames(sub: zmq.Socket) -> list[bytes]:
+def recv_frames(sub: zmq.Socket) -> bytes:
+    """Receive one message, checking every frame's "more" flag as the runtime does; its key."""
     frame = sub.recv(copy=False)
-    frames = [frame.bytes]
+    key = frame.bytes
     while frame.more:
         frame = sub.recv(copy=False)
-        frames.append(frame.bytes)
-    return frames
+    return key
 
 
 def raw_receiver(bus: str, count: int) -> None:
@@ -200,12 +206,12 @@ def raw_receiver(bus: str, count: int) -> None:
     print("ready", flush=True)
     while True:
         try:
-            frames = recv_frames(sub)
+            key = recv_frames(sub)
         except zmq.Again:
             if batches.count:
                 batches.close()
             continue
-        if frames[0] == RAW_PING_KEY:
+        if key == RAW_PING_KEY:
             send_frames(pub, reply)
         elif batches.arrived():
             batches.close()
@@ -232,11 +238,86 @@ def raw_sender(bus: str, count: int) -> None:
             emit({"rtt_us": rtts})
 
 
+# ---------------------------------------------------------------- raw pyzmq + msgspec
+
+class Envelopes:
+    """Fresh metadata frames, numbered like the runtime's: what any client of the protocol builds."""
+
+    def __init__(self, sender: str) -> None:
+        self.sender = sender
+        self.epoch = time.time_ns() // 1000
+        self.prefix = f"{sender}:{self.epoch:x}:"
+        self.count = 0
+        self.encode = msgspec.msgpack.Encoder().encode
+
+    def next(self, reply_to: str | None = None) -> bytes:
+        self.count += 1
+        message_id = "%s%x" % (self.prefix, self.count)
+        return self.encode(MessageMetadata(message_id, "application", self.sender, self.epoch, self.count,
+                                           time.time_ns() // 1000, message_id, None, PARTICIPANT, reply_to))
+
+
+METADATA_DECODER = msgspec.msgpack.Decoder(MessageMetadata)
+
+
+def codec_receive(sub: zmq.Socket) -> tuple[bytes, MessageMetadata, zmq.Frame]:
+    """One message of three frames (trusted, not checked): its key, decoded metadata, payload frame."""
+    key = sub.recv(copy=False).bytes
+    metadata = METADATA_DECODER.decode(sub.recv(copy=False))
+    return key, metadata, sub.recv(copy=False)
+
+
+def codec_receiver(bus: str, count: int) -> None:
+    pub, sub = raw_sockets(bus, CODEC_FRAGMENT_KEY, CODEC_PING_KEY)
+    sub.setsockopt(zmq.RCVTIMEO, IDLE_MS)
+    envelopes, encode = Envelopes("bench-codec-receiver"), msgspec.msgpack.Encoder().encode
+    fragments, queries = msgspec.msgpack.Decoder(ResponseOutput).decode, msgspec.msgpack.Decoder(UserQuery).decode
+    batches = Batches(count)
+    print("ready", flush=True)
+    while True:
+        try:
+            key, metadata, payload = codec_receive(sub)
+        except zmq.Again:
+            if batches.count:
+                batches.close()
+            continue
+        if key == CODEC_PING_KEY:
+            queries(payload)
+            send_frames(pub, [metadata.reply_to.encode() + b"\x00p1\x00", envelopes.next(), encode(ANSWER)])
+        else:
+            fragments(payload)
+            if batches.arrived():
+                batches.close()
+
+
+def codec_sender(bus: str, count: int) -> None:
+    pub, sub = raw_sockets(bus, CODEC_REPLY_KEY)
+    envelopes, encode = Envelopes("bench-codec-sender"), msgspec.msgpack.Encoder().encode
+    answers = msgspec.msgpack.Decoder(ResponseOutput).decode
+    print("ready", flush=True)
+    while command := sys.stdin.readline().split():
+        if command[0] == "send":
+            start = time.monotonic_ns()
+            for _ in range(count):
+                send_frames(pub, [CODEC_FRAGMENT_KEY, envelopes.next(), encode(FRAGMENT)])
+            emit({"start_ns": start, "end_ns": time.monotonic_ns()})
+        elif command[0] == "ask":
+            rtts = []
+            for _ in range(int(command[1])):
+                began = time.perf_counter_ns()
+                send_frames(pub, [CODEC_PING_KEY, envelopes.next("_inbox.bench-codec-sender"), encode(QUERY)])
+                answers(codec_receive(sub)[2])
+                rtts.append((time.perf_counter_ns() - began) / 1000)
+            emit({"rtt_us": rtts})
+
+
 ROLES = {
     "xrmq-receiver": lambda bus, count: asyncio.run(xrmq_receiver(bus, count)),
     "xrmq-sender": lambda bus, count: asyncio.run(xrmq_sender(bus, count)),
     "raw-receiver": raw_receiver,
     "raw-sender": raw_sender,
+    "codec-receiver": codec_receiver,
+    "codec-sender": codec_sender,
 }
 
 if __name__ == "__main__":
