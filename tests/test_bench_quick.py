@@ -35,7 +35,7 @@ def test_quick_run_writes_results_for_every_suite(tmp_path: Path) -> None:
             assert bar["op"] in (">=", "<=") and isinstance(bar["met"], bool)
     bus = next(suite["result"] for suite in results["suites"] if suite["name"] == "bus")
     subjects = {(row["group"], row["subject"]) for row in bus["rows"]}
-    for subject in ("raw pyzmq", "xrmq actors"):
+    for subject in ("raw pyzmq", "raw pyzmq + msgspec, per message", "xrmq actors"):
         assert ("one-way throughput, cross-process (shared cores)", subject) in subjects
         assert ("ask round trip p50, cross-process (shared cores)", subject) in subjects
     assert all(row["extra"]["lost"] == 0 for row in bus["rows"] if row["group"].startswith("one-way throughput, cross"))
