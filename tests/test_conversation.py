@@ -28,6 +28,7 @@ class Recorder:
         self.blocks_by_participant = {"p1": blocks}
         self.fail_publish_at = fail_publish_at
         self.publishes = 0
+        self._published = asyncio.Event()
 
     # publisher
     async def publish(self, topic, message, **kwargs) -> None:
@@ -35,6 +36,13 @@ class Recorder:
         if self.publishes == self.fail_publish_at:
             raise PublishFailed("consumer gone")
         self.log.append(("frame", topic, message, kwargs))
+        self._published.set()
+
+    async def wait_frames(self, count: int) -> None:
+        """Return once ``count`` frames were published."""
+        while len(self.frames) < count:
+            self._published.clear()
+            await self._published.wait()
 
     # context
     def blocks(self, participant_id):
@@ -216,8 +224,7 @@ async def test_cancelled_answer_publishes_no_further_text_and_closes_with_an_emp
     llm = ScriptedLLM(ScriptedResponse("first words", hang=True))
     agent = conversation(llm, recorder)
     task = asyncio.create_task(agent.answer(TURN, started=recorder.started))
-    while len(recorder.frames) < 2:
-        await asyncio.sleep(0)
+    await recorder.wait_frames(2)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -231,8 +238,7 @@ async def test_cancelled_before_the_first_chunk_publishes_nothing():
     recorder = Recorder()
     llm = ScriptedLLM(ScriptedResponse("late", first_chunk_delay_s=30))
     task = asyncio.create_task(conversation(llm, recorder).answer(TURN, started=recorder.started))
-    while llm.open_streams == 0:
-        await asyncio.sleep(0)
+    await llm.wait_streaming()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -352,8 +358,7 @@ async def test_close_lets_an_answer_in_flight_finish_and_record():
         await gate.wait()
 
     task = asyncio.create_task(agent.answer(TURN, started=started))
-    while llm.open_streams == 0:
-        await asyncio.sleep(0)
+    await llm.wait_streaming()
     await agent.close()
     gate.set()
     assert (await task).response == "Still answering."

@@ -120,3 +120,19 @@ def test_inconsistent_scripts_raise_value_error_naming_the_rule() -> None:
         ScriptedResponse("a", finish_reason="error")
     with pytest.raises(ValueError, match=r"ScriptedResponse.first_chunk_delay_s: must be non-negative"):
         ScriptedResponse("a", first_chunk_delay_s=-1)
+
+
+async def test_wait_streaming_returns_once_the_model_is_generating():
+    llm = ScriptedLLM(ScriptedResponse("slow start", first_chunk_delay_s=30))
+    async def consume() -> None:
+        async with llm.stream(REQUEST) as stream:
+            async for _ in stream:
+                pass
+
+    task = asyncio.create_task(consume())
+    await llm.wait_streaming()
+    assert llm.open_streams == 1 and not task.done()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert llm.open_streams == 0

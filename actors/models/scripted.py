@@ -65,8 +65,9 @@ class ScriptedLLM(LLMService):
 
     ``requests`` lists every request received, in order. ``open_streams`` counts streams
     started and not yet finished, failed, cancelled or closed: zero after a test means no
-    generation was left running. With the queue empty a request takes ``default`` if
-    given, else raises ``ModelError`` ("script exhausted").
+    generation was left running; ``wait_streaming()`` is the handshake for "the model
+    is generating now". With the queue empty a request takes ``default`` if given, else
+    raises ``ModelError`` ("script exhausted").
     """
 
     def __init__(
@@ -79,6 +80,7 @@ class ScriptedLLM(LLMService):
         super().__init__(model)
         self.requests: list[ChatRequest] = []
         self.open_streams = 0
+        self._stream_opened = asyncio.Event()
         self.default = None if default is None else _as_response(default)
         self._queue: deque[ScriptedResponse] = deque()
         self._sleep = sleep
@@ -87,6 +89,12 @@ class ScriptedLLM(LLMService):
     def push(self, *responses: ScriptedResponse | str) -> None:
         """Queue more responses after those already queued."""
         self._queue.extend(_as_response(response) for response in responses)
+
+    async def wait_streaming(self, count: int = 1) -> None:
+        """Return once at least ``count`` streams are open at the same time."""
+        while self.open_streams < count:
+            self._stream_opened.clear()
+            await self._stream_opened.wait()
 
     @property
     def pending(self) -> int:
@@ -102,6 +110,7 @@ class ScriptedLLM(LLMService):
         else:
             raise ModelError(self.model, f"script exhausted after {len(self.requests) - 1} responses")
         self.open_streams += 1
+        self._stream_opened.set()
         try:
             chunks = response.stream_chunks()
             for index in range(len(chunks) + 1):
