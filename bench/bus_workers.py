@@ -53,14 +53,24 @@ CODEC_PING_KEY = b"bench.ping.c\x00p1\x00"
 CODEC_REPLY_KEY = b"_inbox.bench-codec-sender\x00p1\x00"
 
 
-def raw_metadata(reply_to: str | None = None) -> bytes:
-    """A metadata frame shaped like the ones xrmq sends (same fields, same sizes)."""
-    epoch = time.time_ns() // 1000
-    message_id = f"bench-raw-sender:{epoch:x}:1"
-    return msgspec.msgpack.encode(MessageMetadata(
-        message_id=message_id, source="application", sender="bench-raw-sender", epoch=epoch, seq=1,
-        timestamp_us=epoch, correlation_id=message_id, participant_id=PARTICIPANT, reply_to=reply_to,
-    ))
+ENCODE = msgspec.msgpack.Encoder().encode
+
+
+class Envelopes:
+    """Fresh metadata frames, numbered like the runtime's: what any client of the protocol builds
+    (the raw side sends its first one with every message)."""
+
+    def __init__(self, sender: str) -> None:
+        self.sender = sender
+        self.epoch = time.time_ns() // 1000
+        self.prefix = f"{sender}:{self.epoch:x}:"
+        self.count = 0
+
+    def next(self, reply_to: str | None = None) -> bytes:
+        self.count += 1
+        message_id = "%s%x" % (self.prefix, self.count)
+        return ENCODE(MessageMetadata(message_id, "application", self.sender, self.epoch, self.count,
+                                      time.time_ns() // 1000, message_id, None, PARTICIPANT, reply_to))
 
 
 def emit(record: dict) -> None:
@@ -201,7 +211,7 @@ def recv_frames(sub: zmq.Socket) -> bytes:
 def raw_receiver(bus: str, count: int) -> None:
     pub, sub = raw_sockets(bus, RAW_FRAGMENT_KEY, RAW_PING_KEY)
     sub.setsockopt(zmq.RCVTIMEO, IDLE_MS)
-    reply = [RAW_REPLY_KEY, raw_metadata(), msgspec.msgpack.encode(ANSWER)]
+    reply = [RAW_REPLY_KEY, Envelopes("bench-raw-receiver").next(), ENCODE(ANSWER)]
     batches = Batches(count)
     print("ready", flush=True)
     while True:
@@ -219,8 +229,9 @@ def raw_receiver(bus: str, count: int) -> None:
 
 def raw_sender(bus: str, count: int) -> None:
     pub, sub = raw_sockets(bus, RAW_REPLY_KEY)
-    fragment = [RAW_FRAGMENT_KEY, raw_metadata(), msgspec.msgpack.encode(FRAGMENT)]
-    ping = [RAW_PING_KEY, raw_metadata(reply_to="_inbox.bench-raw-sender"), msgspec.msgpack.encode(QUERY)]
+    envelopes = Envelopes("bench-raw-sender")
+    fragment = [RAW_FRAGMENT_KEY, envelopes.next(), ENCODE(FRAGMENT)]
+    ping = [RAW_PING_KEY, envelopes.next("_inbox.bench-raw-sender"), ENCODE(QUERY)]
     print("ready", flush=True)
     while command := sys.stdin.readline().split():
         if command[0] == "send":
@@ -240,23 +251,6 @@ def raw_sender(bus: str, count: int) -> None:
 
 # ---------------------------------------------------------------- raw pyzmq + msgspec
 
-class Envelopes:
-    """Fresh metadata frames, numbered like the runtime's: what any client of the protocol builds."""
-
-    def __init__(self, sender: str) -> None:
-        self.sender = sender
-        self.epoch = time.time_ns() // 1000
-        self.prefix = f"{sender}:{self.epoch:x}:"
-        self.count = 0
-        self.encode = msgspec.msgpack.Encoder().encode
-
-    def next(self, reply_to: str | None = None) -> bytes:
-        self.count += 1
-        message_id = "%s%x" % (self.prefix, self.count)
-        return self.encode(MessageMetadata(message_id, "application", self.sender, self.epoch, self.count,
-                                           time.time_ns() // 1000, message_id, None, PARTICIPANT, reply_to))
-
-
 METADATA_DECODER = msgspec.msgpack.Decoder(MessageMetadata)
 
 
@@ -270,7 +264,7 @@ def codec_receive(sub: zmq.Socket) -> tuple[bytes, MessageMetadata, zmq.Frame]:
 def codec_receiver(bus: str, count: int) -> None:
     pub, sub = raw_sockets(bus, CODEC_FRAGMENT_KEY, CODEC_PING_KEY)
     sub.setsockopt(zmq.RCVTIMEO, IDLE_MS)
-    envelopes, encode = Envelopes("bench-codec-receiver"), msgspec.msgpack.Encoder().encode
+    envelopes = Envelopes("bench-codec-receiver")
     fragments, queries = msgspec.msgpack.Decoder(ResponseOutput).decode, msgspec.msgpack.Decoder(UserQuery).decode
     batches = Batches(count)
     print("ready", flush=True)
@@ -283,7 +277,7 @@ def codec_receiver(bus: str, count: int) -> None:
             continue
         if key == CODEC_PING_KEY:
             queries(payload)
-            send_frames(pub, [metadata.reply_to.encode() + b"\x00p1\x00", envelopes.next(), encode(ANSWER)])
+            send_frames(pub, [metadata.reply_to.encode() + b"\x00p1\x00", envelopes.next(), ENCODE(ANSWER)])
         else:
             fragments(payload)
             if batches.arrived():
@@ -292,20 +286,20 @@ def codec_receiver(bus: str, count: int) -> None:
 
 def codec_sender(bus: str, count: int) -> None:
     pub, sub = raw_sockets(bus, CODEC_REPLY_KEY)
-    envelopes, encode = Envelopes("bench-codec-sender"), msgspec.msgpack.Encoder().encode
+    envelopes = Envelopes("bench-codec-sender")
     answers = msgspec.msgpack.Decoder(ResponseOutput).decode
     print("ready", flush=True)
     while command := sys.stdin.readline().split():
         if command[0] == "send":
             start = time.monotonic_ns()
             for _ in range(count):
-                send_frames(pub, [CODEC_FRAGMENT_KEY, envelopes.next(), encode(FRAGMENT)])
+                send_frames(pub, [CODEC_FRAGMENT_KEY, envelopes.next(), ENCODE(FRAGMENT)])
             emit({"start_ns": start, "end_ns": time.monotonic_ns()})
         elif command[0] == "ask":
             rtts = []
             for _ in range(int(command[1])):
                 began = time.perf_counter_ns()
-                send_frames(pub, [CODEC_PING_KEY, envelopes.next("_inbox.bench-codec-sender"), encode(QUERY)])
+                send_frames(pub, [CODEC_PING_KEY, envelopes.next("_inbox.bench-codec-sender"), ENCODE(QUERY)])
                 answers(codec_receive(sub)[2])
                 rtts.append((time.perf_counter_ns() - began) / 1000)
             emit({"rtt_us": rtts})

@@ -542,7 +542,7 @@ class AgentRuntime:
         self._log.warning("bus.frame_rejected", reason=reason, key=key[:200].decode(errors="replace"),
                           sender=sender, **fields)
 
-    def _dispatch(self, key: bytes, meta_bytes: zmq.Frame, payload: zmq.Frame) -> bool | None:
+    def _dispatch(self, key: bytes, metadata_frame: zmq.Frame, payload: zmq.Frame) -> bool | None:
         """Validate one message and hand it on; True if it was an ask's reply or a request."""
         parts = key.split(SEP, 2)
         if len(parts) != 3 or not parts[0]:
@@ -554,7 +554,7 @@ class AgentRuntime:
                 self._probe_event.set()
             return
         try:
-            metadata = _metadata_decoder.decode(meta_bytes)
+            metadata = _metadata_decoder.decode(metadata_frame)
         except (msgspec.DecodeError, msgspec.ValidationError) as error:
             self._reject(f"metadata: {error}", key)
             return
