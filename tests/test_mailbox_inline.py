@@ -1,0 +1,141 @@
+"""A message offered to an idle actor starts its handler in the reader's callback.
+
+The handler must not be able to tell: it runs as the actor's task, in the actor's
+context, can time itself out and is cancelled like any handler the task started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+
+import pytest
+
+from xrmq.actors.runtime import Agent, AgentRuntime, subscribe
+from xrmq.schemas import ConversationContextUpdate as Update
+from xrmq.schemas import MessageMetadata
+from xrmq.topics import context_topic
+
+pytestmark = pytest.mark.timeout(30)
+
+NOTES = context_topic("notes")
+HANDLED = contextvars.ContextVar("handled", default=0)
+
+
+class Observer(Agent):
+    """Records, per message, the task it ran in, what the actor's context held, and whether
+    the actor's own loop was running it (False: the reader started it inline)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, asyncio.Task | None, int]] = []
+        self.from_task: list[bool] = []
+        self.hold = asyncio.Event()
+        self.holding = asyncio.Event()
+
+    @subscribe(NOTES)
+    async def on_notes(self, message, ctx) -> str:
+        self.seen.append((message.text, asyncio.current_task(), HANDLED.get()))
+        self.from_task.append(asyncio.current_task().get_coro().cr_running)
+        HANDLED.set(HANDLED.get() + 1)
+        if message.text == "hold":
+            self.holding.set()
+            await self.hold.wait()
+        return message.text
+
+
+async def test_a_handler_started_by_the_reader_runs_as_the_actors_task_in_its_context():
+    observer = Observer()
+    runtime = AgentRuntime()
+    runtime.register("observer", observer)
+    async with runtime:
+        assert await runtime.ask(NOTES, Update("idle"), reply_type=str) == "idle"
+        held = asyncio.create_task(runtime.ask(NOTES, Update("hold"), reply_type=str))
+        await observer.holding.wait()
+        queued = asyncio.create_task(runtime.ask(NOTES, Update("queued"), reply_type=str))
+        while runtime.metrics().actors["observer"] == 0:  # the reader queued it behind "hold"
+            await asyncio.sleep(0)
+        observer.hold.set()
+        assert (await held, await queued) == ("hold", "queued")
+        actor_task = runtime._agents["observer"]._task
+    assert [text for text, _, _ in observer.seen] == ["idle", "hold", "queued"]
+    assert observer.from_task == [False, False, True]  # started inline when idle, by the task when queued
+    assert all(task is actor_task for _, task, _ in observer.seen)
+    assert [count for _, _, count in observer.seen] == [0, 1, 2]
+    assert HANDLED.get() == 0  # the actor's context is its own
+
+
+class Patient(Agent):
+    """Times out its own wait, or is cancelled in it; reports which."""
+
+    def __init__(self) -> None:
+        self.never = asyncio.Event()
+        self.waiting = asyncio.Event()
+        self.outcomes: list[str] = []
+
+    @subscribe(NOTES)
+    async def on_notes(self, message, ctx) -> str:
+        if message.text == "timeout":
+            try:
+                async with asyncio.timeout(0.01):
+                    await self.never.wait()
+            except TimeoutError:
+                return "timed out"
+        if message.text == "cancel-self":
+            asyncio.current_task().cancel()  # lands before the actor's task has taken the handler over
+            try:
+                await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                asyncio.current_task().uncancel()
+                return "cancellation caught"
+        self.waiting.set()
+        try:
+            await self.never.wait()
+        except asyncio.CancelledError:
+            self.outcomes.append("cancelled")
+            raise
+        return "unreachable"
+
+
+async def test_a_handler_started_by_the_reader_can_time_itself_out():
+    runtime = AgentRuntime()
+    runtime.register("patient", Patient())
+    async with runtime:
+        assert await runtime.ask(NOTES, Update("timeout"), reply_type=str) == "timed out"
+        assert await runtime.ask(NOTES, Update("timeout"), reply_type=str) == "timed out"
+
+
+async def test_a_cancellation_before_the_actor_takes_over_reaches_the_handler():
+    runtime = AgentRuntime()
+    runtime.register("patient", Patient())
+    async with runtime:
+        assert await runtime.ask(NOTES, Update("cancel-self"), reply_type=str) == "cancellation caught"
+        assert await runtime.ask(NOTES, Update("timeout"), reply_type=str) == "timed out"  # the actor goes on
+        assert runtime.metrics().rejected == 0 and runtime.metrics().handler_errors == 0
+
+
+async def test_stopping_cancels_a_suspended_handler_started_by_the_reader():
+    patient = Patient()
+    runtime = AgentRuntime()
+    runtime.register("patient", patient)
+    await runtime.start()
+    await runtime.publish(NOTES, Update("wait"))
+    await patient.waiting.wait()
+    await runtime.stop()
+    assert patient.outcomes == ["cancelled"]
+
+
+async def test_an_offer_from_inside_a_task_is_queued_for_the_actor_not_started_inline():
+    observer = Observer()
+    runtime = AgentRuntime()
+    runtime.register("observer", observer)
+    async with runtime:
+        await runtime.ask(NOTES, Update("idle"), reply_type=str)  # the actor's task is parked, idle
+        mailbox = runtime._agents["observer"]
+        done = asyncio.Event()
+
+        async def handler(message, ctx):
+            done.set()
+
+        assert mailbox.offer((handler, Update("from a task"), MessageMetadata("m", "s", "t", 1, 1, 0), NOTES), True)
+        assert not done.is_set()  # not run here, in this task
+        await done.wait()  # the actor's task ran it
