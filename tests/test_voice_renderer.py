@@ -2,6 +2,9 @@
 
 Playback time is controlled by the test (``GateSleep``): a segment "plays" until the
 test releases it, so cut-in and supersession are observed while output is playing.
+A fragment that is meant to play as one segment ends with a word break: the renderer
+speaks an open fragment up to its last word break as soon as it arrives, so without
+one the segments would depend on whether the terminator came in the same loop pass.
 """
 
 from __future__ import annotations
@@ -104,7 +107,7 @@ async def test_replies_from_an_agents_runtime_context_play_with_the_agents_name_
         async def on_query(self, message: UserQuery, ctx: RuntimeContext) -> None:
             outputs = ResponseOutputs(ctx, VOICE_OUTPUT_TOPIC)
             async with outputs.reply(ctx.participant_id, request_id=ctx.metadata.message_id) as reply:
-                await reply.send(f"You said {message.text}.")
+                await reply.send(f"You said {message.text}. ")
 
     sink = RecordingSink(words_per_minute=None)
     runtime = runtime_with(VoiceRenderer(sink))
@@ -137,8 +140,8 @@ async def test_router_acknowledgement_published_before_the_conversations_first_c
         conversation = ResponseOutputs(runtime, VOICE_OUTPUT_TOPIC, source="conversation")
         async with conversation.reply("p1", request_id="turn-1") as answer:
             async with router.reply("p1", request_id="turn-1") as ack:
-                await ack.send("Let me check.")
-            await answer.send("Your tea is ready.")
+                await ack.send("Let me check. ")
+            await answer.send("Your tea is ready. ")
         await sink.wait_until(lambda s: len(s.ended("p1")) == 2)
     assert order_of(sink) == ["router", "end:completed", "conversation", "end:completed"]
     assert sink.heard("p1") == ["Let me check.", "Your tea is ready."]
@@ -172,7 +175,7 @@ async def test_urgent_update_cuts_in_and_plays_next():
     async with runtime_with(renderer) as runtime:
         conversation = ResponseOutputs(runtime, VOICE_OUTPUT_TOPIC, source="conversation")
         safety = ResponseOutputs(runtime, VOICE_OUTPUT_TOPIC, source="safety")
-        for turn, text in (("t1", "Here is the whole procedure, step by step."), ("t2", "Next reply.")):
+        for turn, text in (("t1", "Here is the whole procedure, step by step. "), ("t2", "Next reply. ")):
             async with conversation.reply("p1", request_id=turn) as reply:
                 await reply.send(text)
         await sink.wait_until(lambda s: len(s.heard()) == 1)
@@ -196,7 +199,7 @@ async def test_withdraw_removes_only_that_producers_queued_updates():
         timer = ResponseOutputs(runtime, VOICE_OUTPUT_TOPIC, source="timer")
         monitor = ResponseOutputs(runtime, VOICE_OUTPUT_TOPIC, source="monitor")
         async with conversation.reply("p1", request_id="t1") as reply:
-            await reply.send("Busy talking.")
+            await reply.send("Busy talking. ")
         await sink.wait_until(lambda s: s.heard() == ["Busy talking."])
         await timer.update("p1", "Timer done.")
         await monitor.update("p1", "Milk is low.")
