@@ -32,7 +32,7 @@ import uuid
 import msgspec
 import zmq
 
-from xrmq.actors.runtime import Agent, AgentRuntime, subscribe
+from xrmq.actors.runtime import Agent, AgentRuntime, run, subscribe
 from xrmq.schemas import MessageMetadata, ResponseOutput, UserQuery
 from xrmq.topics import Topic
 
@@ -306,8 +306,8 @@ def codec_sender(bus: str, count: int) -> None:
 
 
 ROLES = {
-    "xrmq-receiver": lambda bus, count: asyncio.run(xrmq_receiver(bus, count)),
-    "xrmq-sender": lambda bus, count: asyncio.run(xrmq_sender(bus, count)),
+    "xrmq-receiver": lambda bus, count: run(xrmq_receiver(bus, count)),
+    "xrmq-sender": lambda bus, count: run(xrmq_sender(bus, count)),
     "raw-receiver": raw_receiver,
     "raw-sender": raw_sender,
     "codec-receiver": codec_receiver,

@@ -150,7 +150,7 @@ def run_pykka(count: int, asks: int, reps: int) -> dict:
 # ---------------------------------------------------------------- xrmq, embedded broker
 
 def run_xrmq_embedded(count: int, asks: int, reps: int) -> dict:
-    from xrmq.actors.runtime import Agent, AgentRuntime, subscribe
+    from xrmq.actors.runtime import Agent, AgentRuntime, run, subscribe
     from xrmq.schemas import ResponseOutput, UserQuery
     from xrmq.topics import Topic
 
@@ -194,7 +194,7 @@ def run_xrmq_embedded(count: int, asks: int, reps: int) -> dict:
                     rtts.append(rep_rtts)
         return {"version": importlib.metadata.version("xrmq"), "throughput": throughput, "rtt_us": rtts}
 
-    return asyncio.run(main())
+    return run(main())  # the loop xrmq's own processes run on
 
 
 PEERS = {"autogen-core": run_autogen, "pykka": run_pykka, "xrmq-embedded": run_xrmq_embedded}

@@ -45,7 +45,7 @@ from xrmq.actors.context.messages import CompactionDone
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import OfflineLLM
 from xrmq.actors.routing import AgentRouter, SingleDestination, remote, serve
-from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext
+from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, run
 from xrmq.actors.voice import CallbackSink, ResponseEnded, Segment, VoiceRenderer
 from xrmq.schemas import ConversationContextUpdate, ResponseOutput, UserQuery
 from xrmq.topics import INTERRUPTED_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC, Topic, context_topic
@@ -282,4 +282,4 @@ if __name__ == "__main__":
     role, bus = sys.argv[1], sys.argv[2]
     if role in BACKGROUND:
         os.nice(19)
-    asyncio.run(ROLES[role](bus, json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}))
+    run(ROLES[role](bus, json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}))

@@ -1,15 +1,31 @@
 """Test harness: ``async def`` tests run on a fresh event loop each.
 
+The loop is the one xrmq's own processes run on (``xrmq.actors.runtime.run``: uvloop
+where installed). Tests marked ``both_loops`` (the runtime's core) run on asyncio's own
+loop as well, since an application may host a runtime on any asyncio loop.
+
 The project's fixed test dependencies are pytest and pytest-timeout; this hook is all
 the asyncio support the suite needs (pytest-timeout bounds every test).
 """
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 
 import pytest
+
+from xrmq.actors.runtime import event_loop_name, run
+
+
+@pytest.fixture(autouse=True)
+def event_loop_kind(request: pytest.FixtureRequest) -> str:
+    """The event loop an async test runs on (parametrized for ``both_loops`` tests)."""
+    return getattr(request, "param", None) or event_loop_name()
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.definition.get_closest_marker("both_loops") and inspect.iscoroutinefunction(metafunc.function):
+        metafunc.parametrize("event_loop_kind", sorted({event_loop_name(), "asyncio"}), indirect=True)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -18,5 +34,5 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
         return None
     names = pyfuncitem._fixtureinfo.argnames
     kwargs = {name: pyfuncitem.funcargs[name] for name in names}
-    asyncio.run(pyfuncitem.obj(**kwargs))
+    run(pyfuncitem.obj(**kwargs), loop=pyfuncitem.funcargs["event_loop_kind"])
     return True

@@ -8,7 +8,7 @@ import pytest
 
 from xrmq.actors.runtime.deadlines import AskDeadlines
 
-pytestmark = pytest.mark.timeout(10)
+pytestmark = [pytest.mark.timeout(10), pytest.mark.both_loops]
 
 
 async def test_an_unanswered_future_fails_with_a_timeout_naming_the_topic():

@@ -16,7 +16,7 @@ from xrmq.schemas import ConversationContextUpdate as Update
 from xrmq.schemas import MessageMetadata
 from xrmq.topics import context_topic
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.timeout(30), pytest.mark.both_loops]
 
 NOTES = context_topic("notes")
 HANDLED = contextvars.ContextVar("handled", default=0)
@@ -58,7 +58,10 @@ async def test_a_handler_started_by_the_reader_runs_as_the_actors_task_in_its_co
         assert (await held, await queued) == ("hold", "queued")
         actor_task = runtime._agents["observer"]._task
     assert [text for text, _, _ in observer.seen] == ["idle", "hold", "queued"]
-    assert observer.from_task == [False, False, True]  # started inline when idle, by the task when queued
+    # "idle" may arrive before the actor's task first parks; once it is answered the task
+    # is parked (it parks in the step that replied), so "hold" starts inline, and
+    # "queued", queued behind it, is started by the task.
+    assert observer.from_task[1:] == [False, True]
     assert all(task is actor_task for _, task, _ in observer.seen)
     assert [count for _, _, count in observer.seen] == [0, 1, 2]
     assert HANDLED.get() == 0  # the actor's context is its own

@@ -13,7 +13,7 @@ from xrmq.schemas import ConversationContextUpdate as Update
 from xrmq.schemas import UserQuery
 from xrmq.topics import METRICS_TOPIC, Topic, context_topic
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.timeout(30), pytest.mark.both_loops]
 
 NOTES = context_topic("notes")
 NOTES2 = context_topic("notes2")

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from typing import Any
 
+from xrmq.actors.runtime import run
 from xrmq.actors.runtime.commands import add_bus_argument
 
 from .config import EdgeConfig, default_config, load_config
@@ -80,7 +80,7 @@ def run_up(args: argparse.Namespace) -> int:
         check_roles(config)
         print(f"xrmq up: {config.source}: ok ({len(config.processes)} processes)")
         return 0
-    return asyncio.run(_supervise(config, args.config))
+    return run(_supervise(config, args.config))
 
 
 async def _supervise(config: EdgeConfig, path: str | None) -> int:
@@ -94,7 +94,7 @@ def run_run(args: argparse.Namespace) -> int:
 
     config = _config(args.config)
     instance = select_instance(config, args.target, args.shard)
-    asyncio.run(run_process(config, instance))
+    run(run_process(config, instance))
     return 0
 
 
@@ -121,7 +121,7 @@ def run_top(args: argparse.Namespace) -> int:
         raise ValueError("--interval and --window: must be > 0")
     if args.expect is not None and args.expect < 1:
         raise ValueError("--expect: must be >= 1")
-    return asyncio.run(watch(args.bus, once=args.once, as_json=args.json, interval=args.interval,
+    return run(watch(args.bus, once=args.once, as_json=args.json, interval=args.interval,
                              window=args.window, expect=args.expect))
 
 
@@ -131,7 +131,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo as demo
 
     configure_logging(level=os.environ.get("XRMQ_LOG_LEVEL", "WARNING"))  # this process's own logs: problems only
-    return asyncio.run(demo(sys.stdout, verbose=args.verbose))
+    return run(demo(sys.stdout, verbose=args.verbose))
 
 
 def run_chat(args: argparse.Namespace) -> int:
@@ -140,8 +140,8 @@ def run_chat(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         raise ValueError("--timeout: must be > 0")
     if args.embedded:
-        return asyncio.run(chat_embedded(args.participant, timeout=args.timeout))
-    return asyncio.run(chat(args.bus, args.participant, timeout=args.timeout))
+        return run(chat_embedded(args.participant, timeout=args.timeout))
+    return run(chat(args.bus, args.participant, timeout=args.timeout))
 
 
 def run_say(args: argparse.Namespace) -> int:
@@ -151,4 +151,4 @@ def run_say(args: argparse.Namespace) -> int:
         raise ValueError("--timeout: must be > 0")
     if not args.text.strip():
         raise ValueError("TEXT: must be non-empty")
-    return asyncio.run(say(args.bus, args.participant, args.text, timeout=args.timeout))
+    return run(say(args.bus, args.participant, args.text, timeout=args.timeout))

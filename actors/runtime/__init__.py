@@ -4,6 +4,7 @@ from .address import DEFAULT_BUS, BusAddress, parse_bus, runtime_dir
 from .agent import Agent, RuntimeContext, subscribe
 from .broker import Broker, BrokerError
 from .logs import configure_logging, get_logger
+from .loop import event_loop_name, run
 from .runtime import AgentRuntime, AskError, RuntimeClosedError, shard_of
 from .sequence import Gap
 
@@ -19,8 +20,10 @@ __all__ = [
     "RuntimeClosedError",
     "RuntimeContext",
     "configure_logging",
+    "event_loop_name",
     "get_logger",
     "parse_bus",
+    "run",
     "runtime_dir",
     "shard_of",
     "subscribe",

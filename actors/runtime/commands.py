@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import signal
@@ -18,6 +17,7 @@ from xrmq.schemas import ConversationContextUpdate, MessageMetadata, UserQuery
 from xrmq.topics import STANDARD_TOPICS, Topic, context_topic
 
 from .address import DEFAULT_BUS, parse_bus
+from .loop import run
 from .broker import Broker
 from .runtime import AgentRuntime
 
@@ -97,7 +97,7 @@ def run_publish(args: argparse.Namespace) -> int:
         async with AgentRuntime(args.bus, ready_timeout=5.0) as runtime:
             await runtime.publish(topic, message, participant_id=args.participant, source=args.source)
 
-    asyncio.run(publish())
+    run(publish())
     return 0
 
 

@@ -14,7 +14,7 @@ import signal
 import sys
 from typing import Any
 
-from xrmq.actors.runtime import AgentRuntime
+from xrmq.actors.runtime import AgentRuntime, run
 from xrmq.actors.runtime.commands import add_bus_argument
 from xrmq.schemas import ResponseOutput
 from xrmq.topics import INTERRUPTED_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC, Topic
@@ -58,7 +58,7 @@ def run_listen(args: argparse.Namespace) -> int:
         interrupted_topic=INTERRUPTED_TOPIC,
         idle_timeout_s=args.idle_timeout,
     )
-    asyncio.run(_listen(args.bus, renderer, args.participant))
+    run(_listen(args.bus, renderer, args.participant))
     return 0
 
 
