@@ -108,7 +108,8 @@ class Mailbox:
             coro = handler(message, RuntimeContext(self.runtime, self.name, metadata, topic))
             yielded = self._context.run(coro.send, None)
         except StopIteration as done:
-            self._handled(metadata, topic, done.value)
+            if metadata.reply_to is not None:
+                self.runtime.reply(metadata, done.value)
         except asyncio.CancelledError:
             self.runtime.handler_failed(self.name, topic, metadata, "cancelled")
         except Exception as error:  # an actor never dies of its handler
@@ -120,10 +121,6 @@ class Mailbox:
         finally:
             _leave_task(loop, task)
 
-    def _handled(self, metadata: MessageMetadata, topic: Topic, result: Any) -> None:
-        if metadata.reply_to is not None:
-            self.runtime.reply(metadata, result)
-
     async def _run(self, call_on_start: bool) -> None:
         runtime = self.runtime
         if call_on_start:
@@ -131,7 +128,10 @@ class Mailbox:
         items = self._items
         loop = self._loop
         while True:
-            if not items:
+            if items:
+                handler, message, metadata, topic = items.popleft()
+                handling = handler(message, RuntimeContext(runtime, self.name, metadata, topic))
+            else:
                 self._waiter = loop.create_future()
                 try:
                     await self._waiter
@@ -141,26 +141,21 @@ class Mailbox:
                     self._handoff.pending_error = cancel  # meant for the handler started inline
                 finally:
                     self._waiter = None
-                suspended, self._handoff = self._handoff, None
-                if suspended is not None:
-                    await self._complete(suspended, suspended.metadata, suspended.topic)
-                continue
-            handler, message, metadata, topic = items.popleft()
-            await self._complete(handler(message, RuntimeContext(runtime, self.name, metadata, topic)),
-                                 metadata, topic)
-
-    async def _complete(self, handling: Awaitable[Any], metadata: MessageMetadata, topic: Topic) -> None:
-        try:
-            result = await handling
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                raise
-            self.runtime.handler_failed(self.name, topic, metadata, "cancelled")
-        except Exception as error:  # an actor never dies of its handler
-            self.runtime.handler_failed(self.name, topic, metadata, error)
-        else:
-            self._handled(metadata, topic, result)
+                handling, self._handoff = self._handoff, None
+                if handling is None:
+                    continue
+                metadata, topic = handling.metadata, handling.topic
+            try:
+                result = await handling
+            except asyncio.CancelledError:
+                if asyncio.current_task().cancelling():  # this task is being cancelled: stop
+                    raise
+                runtime.handler_failed(self.name, topic, metadata, "cancelled")
+            except Exception as error:  # an actor never dies of its handler
+                runtime.handler_failed(self.name, topic, metadata, error)
+            else:
+                if metadata.reply_to is not None:
+                    runtime.reply(metadata, result)
 
 
 class _Suspended:
