@@ -1,4 +1,4 @@
-"""A message offered to an idle actor starts its handler in the reader's callback.
+"""A request to an idle actor starts its handler in the reader's callback.
 
 The handler must not be able to tell: it runs as the actor's task, in the actor's
 context, can time itself out and is cancelled like any handler the task started.
@@ -11,7 +11,7 @@ import contextvars
 
 import pytest
 
-from xrmq.actors.runtime import Agent, AgentRuntime, subscribe
+from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeClosedError, subscribe
 from xrmq.schemas import ConversationContextUpdate as Update
 from xrmq.schemas import MessageMetadata
 from xrmq.topics import context_topic
@@ -65,6 +65,18 @@ async def test_a_handler_started_by_the_reader_runs_as_the_actors_task_in_its_co
     assert all(task is actor_task for _, task, _ in observer.seen)
     assert [count for _, _, count in observer.seen] == [0, 1, 2]
     assert HANDLED.get() == 0  # the actor's context is its own
+
+
+async def test_a_one_way_message_to_an_idle_actor_is_taken_by_its_task():
+    observer = Observer()
+    runtime = AgentRuntime()
+    runtime.register("observer", observer)
+    async with runtime:
+        await runtime.ask(NOTES, Update("idle"), reply_type=str)  # answered: the actor's task is parked
+        await runtime.publish(NOTES, Update("one-way"))
+        await runtime.ask(NOTES, Update("after"), reply_type=str)
+    assert [text for text, _, _ in observer.seen] == ["idle", "one-way", "after"]
+    assert observer.from_task[1] is True
 
 
 class Patient(Agent):
@@ -121,10 +133,12 @@ async def test_stopping_cancels_a_suspended_handler_started_by_the_reader():
     runtime = AgentRuntime()
     runtime.register("patient", patient)
     await runtime.start()
-    await runtime.publish(NOTES, Update("wait"))
+    pending = asyncio.create_task(runtime.ask(NOTES, Update("wait"), timeout=30))
     await patient.waiting.wait()
     await runtime.stop()
     assert patient.outcomes == ["cancelled"]
+    with pytest.raises(RuntimeClosedError):
+        await pending
 
 
 async def test_an_offer_from_inside_a_task_is_queued_for_the_actor_not_started_inline():

@@ -29,7 +29,7 @@ class Mailbox:
     exception is logged and counted; the actor goes on with the next message. When the
     message was an ask, the handler's return value (or its failure) is the reply.
 
-    A message offered to an idle actor (its task parked, nothing queued) starts its
+    A request offered to an idle actor (its task parked, nothing queued) can start its
     handler at once, in the reader's callback, as the actor's task: the handler runs
     in the task's context and sees it as ``asyncio.current_task()``, the way CPython
     3.12's eager tasks start a coroutine. A handler that finishes without suspending

@@ -556,9 +556,12 @@ class AgentRuntime:
     def _dispatch(self, key: bytes, metadata_frame: zmq.Frame, payload: zmq.Frame, first: bool) -> bool | None:
         """Validate one message and hand it on; True if it was an ask's reply.
 
-        The first message of a drain may start its handler at once (``Mailbox.offer``):
-        that is the lone message whose latency counts. The rest of a burst is queued, and
-        each actor takes its share in one pass, which costs less per message.
+        A request (an ask: ``reply_to`` set) that is the first message of its drain may
+        start its handler at once (``Mailbox.offer``): its asker is waiting on the reply.
+        Everything else is queued and each actor takes its share in one pass, which costs
+        less per message in a burst. One-way messages were started at once too, at
+        first; during a compaction storm that made the turns' tail worse (storm p99 /
+        idle p99 1.24-1.41, against 1.11 with requests only).
         """
         parts = key.split(SEP, 2)
         if len(parts) != 3 or not parts[0]:
@@ -599,15 +602,16 @@ class AgentRuntime:
         except (msgspec.DecodeError, msgspec.ValidationError) as error:
             self._reject(f"payload: {error}", key, metadata.sender, topic=name.decode(errors="replace"))
             return
+        start = first and metadata.reply_to is not None
         for route in routes:
             if route.participant is not None and pid and route.participant != pid:
                 continue
             if route.mailbox is not None:
-                self._offer(route.mailbox, (route.handler, message, metadata, route.topic), first)
+                self._offer(route.mailbox, (route.handler, message, metadata, route.topic), start)
             else:
                 for mailbox in self._keyed_targets(route.keyed, metadata.participant_id):
                     self._offer(mailbox, (getattr(mailbox.agent, route.handler_name), message, metadata, route.topic),
-                                first)
+                                start)
 
     def _keyed_targets(self, keyed: _KeyedKind, key: str | None) -> list[Mailbox]:
         if key is None:
