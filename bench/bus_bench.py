@@ -9,7 +9,9 @@ measured in turn, so both implementations see the same machine state:
   hidden (large HWMs everywhere; a partial batch is reported as loss);
   with the CPU time each process (sender, broker, receiver) spent per message, which
   is what the two shared cores run out of, and far less noisy than wall-clock rates;
-- ask round trip: sequential request/reply through the broker, p50 and p99 in us.
+- ask round trip: sequential request/reply through the broker, p50 and p99 in us;
+  the implementations take their asks in turn, in chunks of a tenth, so drift within a
+  repetition hits them alike.
 
 Three implementations: raw pyzmq (the transport limit: frames encoded once, nothing
 decoded, the runtime's own socket calls), a raw pyzmq client of the protocol (fresh
@@ -93,7 +95,6 @@ def run(ctx: SuiteContext) -> SuiteResult:
                     cpu = [(w.cpu_seconds() - b) / count * 1e6
                            for w, b in zip((sender, broker_worker, receiver), cpu_before)]
                     rate = got["received"] / ((got["last_ns"] - sent["start_ns"]) / 1e9)
-                    asked = _ask(sender, asks)
                     if rep == 0:
                         continue
                     key = (impl, layout_name)
@@ -101,11 +102,16 @@ def run(ctx: SuiteContext) -> SuiteResult:
                     for part, value in zip(CPU_PARTS, cpu):
                         cpu_us[key, part].append(value)
                     loss[key] += count - got["received"]
-                    p50[key].append(percentile(asked, 0.5))
-                    p99[key].append(percentile(asked, 0.99))
-                    rtts[key].extend(asked)
-                    ctx.progress(f"bus: rep {rep}/{ctx.repetitions} {layout_name:6} {impl:4}: {rate:,.0f} msg/s, "
-                                 f"lost {count - got['received']}, ask p50 {p50[key][-1]:.0f} us")
+                asked = _interleaved_asks(workers, order, asks)
+                if rep == 0:
+                    continue
+                for impl in order:
+                    key = (impl, layout_name)
+                    p50[key].append(percentile(asked[impl], 0.5))
+                    p99[key].append(percentile(asked[impl], 0.99))
+                    rtts[key].extend(asked[impl])
+                    ctx.progress(f"bus: rep {rep}/{ctx.repetitions} {layout_name:6} {impl:5}: "
+                                 f"{throughput[key][-1]:,.0f} msg/s, lost {loss[key]} so far, ask p50 {p50[key][-1]:.0f} us")
     rows: list[Row] = []
     for layout_name in layouts:
         raw_tp, raw_p50 = throughput[("raw", layout_name)], p50[("raw", layout_name)]
@@ -131,9 +137,20 @@ def run(ctx: SuiteContext) -> SuiteResult:
     return SuiteResult(rows=rows, bars=_bars(rows), notes=notes)
 
 
-def _ask(sender: Worker, asks: int) -> list[float]:
-    sender.command(f"ask {asks}")
-    return sender.result()["rtt_us"]
+ASK_CHUNKS = 10
+
+
+def _interleaved_asks(workers: dict[str, tuple[Worker, Worker]], order: list[str], asks: int) -> dict[str, list[float]]:
+    """``asks`` round trips per implementation, in chunks taken in turn, so the machine's
+    drift during a repetition (other tenants, frequency, cache state) hits every
+    implementation alike and the paired ratios compare like with like."""
+    chunk = max(1, asks // ASK_CHUNKS)
+    asked: dict[str, list[float]] = {impl: [] for impl in order}
+    while len(asked[order[0]]) < asks:
+        for impl in order:
+            workers[impl][0].command(f"ask {min(chunk, asks - len(asked[impl]))}")
+            asked[impl].extend(workers[impl][0].result()["rtt_us"])
+    return asked
 
 
 def _peers(ctx: SuiteContext, count: int, asks: int, notes: list[str]) -> list[Row]:
