@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 
+import msgspec
 import pytest
+import zmq
 
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeClosedError, subscribe
 from xrmq.schemas import ConversationContextUpdate as Update
@@ -43,24 +45,39 @@ class Observer(Agent):
         return message.text
 
 
+class Witness(Agent):
+    """Answers like Observer; its handler for ``text`` runs after the reader has handed
+    that message to every actor of the topic."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.seen = asyncio.Event()
+
+    @subscribe(NOTES)
+    async def on_notes(self, message, ctx) -> str:
+        if message.text == self.text:
+            self.seen.set()
+        return message.text
+
+
 async def test_a_handler_started_by_the_reader_runs_as_the_actors_task_in_its_context():
-    observer = Observer()
+    observer, witness = Observer(), Witness("queued")
     runtime = AgentRuntime()
     runtime.register("observer", observer)
+    runtime.register("witness", witness)
     async with runtime:
         assert await runtime.ask(NOTES, Update("idle"), reply_type=str) == "idle"
         held = asyncio.create_task(runtime.ask(NOTES, Update("hold"), reply_type=str))
         await observer.holding.wait()
         queued = asyncio.create_task(runtime.ask(NOTES, Update("queued"), reply_type=str))
-        while runtime.metrics().actors["observer"] == 0:  # the reader queued it behind "hold"
-            await asyncio.sleep(0)
+        await witness.seen.wait()  # the reader queued it for the observer, behind "hold"
         observer.hold.set()
         assert (await held, await queued) == ("hold", "queued")
         actor_task = runtime._agents["observer"]._task
     assert [text for text, _, _ in observer.seen] == ["idle", "hold", "queued"]
     # "idle" may arrive before the actor's task first parks; once it is answered the task
-    # is parked (it parks in the step that replied), so "hold" starts inline, and
-    # "queued", queued behind it, is started by the task.
+    # is parked (it parks in the step that replied, or never left), so "hold" starts
+    # inline, and "queued", queued behind it, is started by the task.
     assert observer.from_task[1:] == [False, True]
     assert all(task is actor_task for _, task, _ in observer.seen)
     assert [count for _, _, count in observer.seen] == [0, 1, 2]
@@ -159,3 +176,41 @@ async def test_an_offer_from_inside_a_task_is_queued_for_the_actor_not_started_i
         assert mailbox.offer((handler, Update("from a task"), MessageMetadata("m", "s", "t", 1, 1, 0), NOTES), True)
         assert not done.is_set()  # not run here, in this task
         await done.wait()  # the actor's task ran it
+
+
+async def test_the_reader_yields_after_a_request_that_could_not_start_at_once():
+    """White-box, the reader's per-message decision (``_dispatch``'s answer is what
+    ``_on_readable`` breaks on): a request queued behind other messages of a drain ends
+    the drain early, so its actor runs before the rest of a burst is read; a request that
+    started its handler, and a one-way message, do not."""
+    observer = Observer()
+    runtime = AgentRuntime()
+    runtime.register("observer", observer)
+    async with runtime:
+        await runtime.ask(NOTES, Update("warm"), reply_type=str)  # answered: the actor's task is parked
+        loop = asyncio.get_running_loop()
+        decided = loop.create_future()
+        seqs = iter(range(1, 10))
+
+        def dispatch(text: str, *, request: bool, first: bool):
+            seq = next(seqs)
+            metadata = MessageMetadata(f"m{seq}", "test", "test-sender", 1, seq, 0, None, None, "p1",
+                                       "_inbox.nobody" if request else None)
+            return runtime._dispatch(NOTES.key("p1"), zmq.Frame(msgspec.msgpack.encode(metadata)),
+                                     zmq.Frame(NOTES.encode(Update(text))), first)
+
+        def decide():  # as the reader does: in a loop callback, outside any task
+            decided.set_result([
+                bool(dispatch("one-way, first", request=False, first=True)),
+                bool(dispatch("request behind it", request=True, first=False)),
+            ])
+
+        loop.call_soon(decide)
+        assert await decided == [False, True]
+        await runtime.ask(NOTES, Update("sync"), reply_type=str)  # answered after both queued ones
+        started = loop.create_future()
+        loop.call_soon(lambda: started.set_result(bool(dispatch("request, first", request=True, first=True))))
+        assert await started is False
+    assert [text for text, _, _ in observer.seen] == ["warm", "one-way, first", "request behind it", "sync",
+                                                      "request, first"]
+    assert observer.from_task[1:3] == [True, True] and observer.from_task[4] is False

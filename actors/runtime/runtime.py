@@ -494,9 +494,10 @@ class AgentRuntime:
         instead of running into an EAGAIN: a lone message is the common case, and the
         question costs less (1.2 against 2.7 us), and re-arms the descriptor as well.
 
-        An ask's reply also ends the batch early if more is waiting: the asking task runs
-        first, and the rest of the drain comes after it, off the round trip. (A request
-        needs no such break: its handler started in the drain, see ``_dispatch``.)
+        An ask's reply, or a request queued behind other messages, also ends the batch
+        early if more is waiting: the asking task (or the asked actor) runs first, and the
+        rest of the drain comes after it, off the round trip. (A request that started its
+        handler in the drain needs no such break, see ``_dispatch``.)
 
         Every frame's "more" flag is checked, so a message with the wrong number of
         frames is rejected alone and never takes its neighbours with it. The metadata
@@ -554,7 +555,9 @@ class AgentRuntime:
                           sender=sender, **fields)
 
     def _dispatch(self, key: bytes, metadata_frame: zmq.Frame, payload: zmq.Frame, first: bool) -> bool | None:
-        """Validate one message and hand it on; True if it was an ask's reply.
+        """Validate one message and hand it on; True if it was an ask's reply, or a request
+        that could not start at once (the drain then yields, so its actor runs before the
+        rest of a burst is read).
 
         A request (an ask: ``reply_to`` set) that is the first message of its drain may
         start its handler at once (``Mailbox.offer``): its asker is waiting on the reply.
@@ -612,6 +615,7 @@ class AgentRuntime:
                 for mailbox in self._keyed_targets(route.keyed, metadata.participant_id):
                     self._offer(mailbox, (getattr(mailbox.agent, route.handler_name), message, metadata, route.topic),
                                 start)
+        return metadata.reply_to is not None and not start
 
     def _keyed_targets(self, keyed: _KeyedKind, key: str | None) -> list[Mailbox]:
         if key is None:
