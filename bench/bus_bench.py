@@ -19,10 +19,11 @@ metadata and payload encoded per message, both decoded on arrival, no runtime: w
 any client of the wire protocol pays) and xrmq actors. The throughput bar compares
 xrmq with the protocol client; the round-trip bar with raw.
 
-Each repetition measures raw and xrmq back to back under each CPU placement:
-"shared" (the scheduler places the five processes on the two cores) and, in a full
+Each repetition measures the three implementations in turn under each CPU placement:
+"shared" (the scheduler places the seven processes on the two cores) and, in a full
 run, "pinned" (broker and senders on CPU 0, receivers on CPU 1). The bars use the
-paired per-repetition ratios xrmq/raw, median over repetitions, shared placement.
+paired per-repetition ratios (xrmq to the client, xrmq to raw), median over
+repetitions, shared placement.
 
 In-process peers (autogen-core's ``SingleThreadedAgentRuntime``, Pykka
 ``ThreadingActor``s) and xrmq with its embedded broker run afterwards, each in a

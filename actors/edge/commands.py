@@ -122,7 +122,7 @@ def run_top(args: argparse.Namespace) -> int:
     if args.expect is not None and args.expect < 1:
         raise ValueError("--expect: must be >= 1")
     return run(watch(args.bus, once=args.once, as_json=args.json, interval=args.interval,
-                             window=args.window, expect=args.expect))
+                     window=args.window, expect=args.expect))
 
 
 def run_demo(args: argparse.Namespace) -> int:

@@ -17,8 +17,8 @@ from xrmq.schemas import ConversationContextUpdate, MessageMetadata, UserQuery
 from xrmq.topics import STANDARD_TOPICS, Topic, context_topic
 
 from .address import DEFAULT_BUS, parse_bus
-from .loop import run
 from .broker import Broker
+from .loop import run
 from .runtime import AgentRuntime
 
 
