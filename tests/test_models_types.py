@@ -30,13 +30,13 @@ def test_empty_message_list_raises_value_error() -> None:
 
 
 def test_unknown_role_raises_value_error() -> None:
-    with pytest.raises(ValueError, match=r"^ChatMessage.role: must be one of system, user, assistant$"):
-        ChatMessage("tool", "x")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^ChatMessage.role: must be one of system, user, assistant, tool$"):
+        ChatMessage("robot", "x")  # type: ignore[arg-type]
 
 
 def test_unknown_role_is_rejected_when_decoded_too() -> None:
     with pytest.raises(msgspec.ValidationError):
-        msgspec.json.decode(b'{"role": "tool", "content": "x"}', type=ChatMessage)
+        msgspec.json.decode(b'{"role": "robot", "content": "x"}', type=ChatMessage)
 
 
 @pytest.mark.parametrize("max_tokens", [0, -5])

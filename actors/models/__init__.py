@@ -28,6 +28,8 @@ from .types import (
     ChatResult,
     FinishReason,
     Role,
+    ToolCall,
+    ToolSpec,
     Usage,
 )
 
@@ -56,6 +58,8 @@ __all__ = [
     "Role",
     "ScriptedLLM",
     "ScriptedResponse",
+    "ToolCall",
+    "ToolSpec",
     "Usage",
     "compaction_limit",
     "compaction_limit_instruction",

@@ -24,6 +24,7 @@ from .errors import (
     ModelTimeout,
     ModelUnavailable,
 )
+from .litellm_tools import ToolCallDeltas, message_dict, tool_dict
 from .service import LLMService
 from .types import ChatRequest, ChatResult, FinishReason, Usage
 
@@ -109,7 +110,7 @@ class LiteLLMService(LLMService):
         arguments: dict[str, Any] = dict(self.provider_options)
         arguments.update(
             model=self.model,
-            messages=[{"role": message.role, "content": message.content} for message in request.messages],
+            messages=[message_dict(message) for message in request.messages],
             stream=True,
             stream_options={"include_usage": True},
             timeout=timeout_s,
@@ -123,6 +124,8 @@ class LiteLLMService(LLMService):
         ):
             if value is not None:
                 arguments[name] = value
+        if request.tools:
+            arguments["tools"] = [tool_dict(tool) for tool in request.tools]
         if not options.thinking:
             if self.thinking_off is not None:
                 arguments.update(self.thinking_off)
@@ -139,6 +142,7 @@ class LiteLLMService(LLMService):
             delivered = False
             finish: FinishReason = "stop"
             usage = Usage()
+            deltas = ToolCallDeltas()
             response = None
             try:
                 try:
@@ -151,12 +155,14 @@ class LiteLLMService(LLMService):
                         if chunk is None:
                             break
                         if getattr(chunk, "usage", None) is not None:
-                            usage = Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
+                            usage = Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens,
+                                          getattr(chunk.usage, "total_tokens", None))
                         if not chunk.choices:
                             continue  # the usage-only chunk that ends a stream
                         choice = chunk.choices[0]
                         if choice.finish_reason:
                             finish = _FINISH_REASONS.get(choice.finish_reason, "stop")
+                        deltas.add(choice.delta)
                         text = choice.delta.content  # None on the final chunk
                         if text:
                             delivered = True
@@ -173,7 +179,7 @@ class LiteLLMService(LLMService):
                     continue
                 self._log.warning("model_failed", reason=error.reason, after_first_chunk=delivered)
                 raise error from exc
-            yield ChatResult(finish, usage)
+            yield ChatResult(finish, usage, deltas.tool_calls(), deltas.reasoning())
             return
 
 

@@ -4,6 +4,8 @@ Deterministic and visibly dependent on its input (see ``extractive``):
 
 - A request whose system prompt states a compaction limit (``compaction_limit``) gets an
   extractive summary of the other messages within that limit.
+- A request with tools calls one when the user's words match a tool's name or
+  description, and answers from the tool's result once it is there (``offline_tools``).
 - Any other request is a question: the last message is the question and the messages
   between the system prompt and it are the context (the answer layout is system prompt,
   context, current request). The reply quotes the best-matching context lines, or says
@@ -23,6 +25,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from .chunking import word_chunks
 from .compaction import compaction_limit
 from .extractive import answer_from_context, content_lines, extractive_summary
+from .offline_tools import answer_after_tools, choose_tool_call
 from .service import LLMService
 from .types import ChatRequest, ChatResult, FinishReason, Usage
 
@@ -60,10 +63,18 @@ class OfflineLLM(LLMService):
         if limit is not None:
             material = "\n".join(message.content for message in messages[1:])
             return extractive_summary(material, limit)
+        after_tools = answer_after_tools(request)
+        if after_tools is not None:
+            return after_tools
         context = [line for message in messages[int(has_system) : -1] for line in content_lines(message.content)]
         return answer_from_context(messages[-1].content, context)
 
     async def _generate(self, request: ChatRequest) -> AsyncGenerator[str | ChatResult, None]:
+        call = choose_tool_call(request)
+        if call is not None:
+            await self._sleep(self.time_to_first_token_s)
+            yield ChatResult("stop", self._usage(request, 1), (call,))
+            return
         chunks = word_chunks(self.respond(request))
         finish: FinishReason = "stop"
         max_tokens = request.options.max_tokens
@@ -75,5 +86,9 @@ class OfflineLLM(LLMService):
             if index:
                 await self._sleep(gap)
             yield chunk
+        yield ChatResult(finish, self._usage(request, len(chunks)))
+
+    @staticmethod
+    def _usage(request: ChatRequest, output_tokens: int) -> Usage:
         input_tokens = sum(len(word_chunks(message.content)) for message in request.messages)
-        yield ChatResult(finish, Usage(input_tokens=input_tokens, output_tokens=len(chunks)))
+        return Usage(input_tokens=input_tokens, output_tokens=output_tokens)

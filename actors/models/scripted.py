@@ -15,7 +15,10 @@ from dataclasses import dataclass
 from .chunking import word_chunks
 from .errors import ModelError
 from .service import LLMService
-from .types import ChatRequest, ChatResult, FinishReason, Usage
+from .types import ChatRequest, ChatResult, FinishReason, ToolCall, Usage
+
+Responder = Callable[[ChatRequest], "ScriptedResponse | str"]
+"""A scripted step that looks at the request first (e.g. to call a tool with an id it reads)."""
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,8 @@ class ScriptedResponse:
     - ``finish_reason`` ends a complete stream: ``"length"`` scripts a cut-off.
     - ``hang=True`` waits after the chunks until the stream is cancelled or closed.
     - ``usage`` is reported at the end.
+    - ``tool_calls`` are the calls the response asks for (reported at the end, after
+      any text); ``reasoning`` is its reasoning content.
     """
 
     text: str = ""
@@ -40,6 +45,8 @@ class ScriptedResponse:
     finish_reason: FinishReason = "stop"
     hang: bool = False
     usage: Usage = Usage()
+    tool_calls: tuple[ToolCall, ...] = ()
+    reasoning: str | None = None
 
     def __post_init__(self) -> None:
         if self.chunks is not None and self.text:
@@ -72,8 +79,8 @@ class ScriptedLLM(LLMService):
 
     def __init__(
         self,
-        *responses: ScriptedResponse | str,
-        default: ScriptedResponse | str | None = None,
+        *responses: ScriptedResponse | str | Responder,
+        default: ScriptedResponse | str | Responder | None = None,
         model: str = "scripted",
         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
     ) -> None:
@@ -81,14 +88,14 @@ class ScriptedLLM(LLMService):
         self.requests: list[ChatRequest] = []
         self.open_streams = 0
         self._stream_opened = asyncio.Event()
-        self.default = None if default is None else _as_response(default)
-        self._queue: deque[ScriptedResponse] = deque()
+        self.default = None if default is None else _as_item(default)
+        self._queue: deque[ScriptedResponse | Responder] = deque()
         self._sleep = sleep
         self.push(*responses)
 
-    def push(self, *responses: ScriptedResponse | str) -> None:
+    def push(self, *responses: ScriptedResponse | str | Responder) -> None:
         """Queue more responses after those already queued."""
-        self._queue.extend(_as_response(response) for response in responses)
+        self._queue.extend(_as_item(response) for response in responses)
 
     async def wait_streaming(self, count: int = 1) -> None:
         """Return once at least ``count`` streams are open at the same time."""
@@ -104,11 +111,12 @@ class ScriptedLLM(LLMService):
     async def _generate(self, request: ChatRequest) -> AsyncGenerator[str | ChatResult, None]:
         self.requests.append(request)
         if self._queue:
-            response = self._queue.popleft()
+            item = self._queue.popleft()
         elif self.default is not None:
-            response = self.default
+            item = self.default
         else:
             raise ModelError(self.model, f"script exhausted after {len(self.requests) - 1} responses")
+        response = item if isinstance(item, ScriptedResponse) else _as_response(item(request))
         self.open_streams += 1
         self._stream_opened.set()
         try:
@@ -122,10 +130,14 @@ class ScriptedLLM(LLMService):
                 yield chunks[index]
             if response.hang:
                 await asyncio.Event().wait()
-            yield ChatResult(response.finish_reason, response.usage)
+            yield ChatResult(response.finish_reason, response.usage, response.tool_calls, response.reasoning)
         finally:
             self.open_streams -= 1
 
 
 def _as_response(response: ScriptedResponse | str) -> ScriptedResponse:
     return ScriptedResponse(response) if isinstance(response, str) else response
+
+
+def _as_item(item: ScriptedResponse | str | Responder) -> ScriptedResponse | Responder:
+    return ScriptedResponse(item) if isinstance(item, str) else item

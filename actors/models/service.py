@@ -17,7 +17,17 @@ import asyncio
 from collections.abc import AsyncGenerator, Sequence
 from types import TracebackType
 
-from .types import ChatCompletion, ChatMessage, ChatOptions, ChatRequest, ChatResult, FinishReason, Usage
+from .types import (
+    ChatCompletion,
+    ChatMessage,
+    ChatOptions,
+    ChatRequest,
+    ChatResult,
+    FinishReason,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
 
 
 class ChatStream:
@@ -41,6 +51,11 @@ class ChatStream:
     @property
     def usage(self) -> Usage | None:
         return None if self.result is None else self.result.usage
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        """The tool calls the response asked for; known once the stream ended."""
+        return () if self.result is None else self.result.tool_calls
 
     def __aiter__(self) -> ChatStream:
         return self
@@ -93,21 +108,41 @@ class LLMService(abc.ABC):
     def __init__(self, model: str) -> None:
         self.model = model
 
-    def stream(self, messages: Sequence[ChatMessage], options: ChatOptions | None = None) -> ChatStream:
-        """Start one request. Raises ``ValueError`` for an invalid request, here and now."""
-        request = ChatRequest(tuple(messages), ChatOptions() if options is None else options)
+    def stream(
+        self,
+        messages: Sequence[ChatMessage],
+        options: ChatOptions | None = None,
+        *,
+        tools: Sequence[ToolSpec] = (),
+    ) -> ChatStream:
+        """Start one request. Raises ``ValueError`` for an invalid request, here and now.
+
+        With ``tools`` the model may answer with tool calls instead of (or besides)
+        text: the stream's ``tool_calls`` once it ended.
+        """
+        request = ChatRequest(tuple(messages), ChatOptions() if options is None else options, tuple(tools))
         return ChatStream(self.model, self._generate(request))
 
-    async def complete(self, messages: Sequence[ChatMessage], options: ChatOptions | None = None) -> ChatCompletion:
+    async def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        options: ChatOptions | None = None,
+        *,
+        tools: Sequence[ToolSpec] = (),
+    ) -> ChatCompletion:
         """Run one request to the end and return its whole text with the finish reason."""
-        async with self.stream(messages, options) as stream:
+        async with self.stream(messages, options, tools=tools) as stream:
             text = "".join([chunk async for chunk in stream])
-        assert stream.result is not None  # set when iteration ends
-        return ChatCompletion(text, stream.result.finish_reason, stream.result.usage)
+        result = stream.result
+        assert result is not None  # set when iteration ends
+        return ChatCompletion(text, result.finish_reason, result.usage, result.tool_calls, result.reasoning)
 
     @abc.abstractmethod
     def _generate(self, request: ChatRequest) -> AsyncGenerator[str | ChatResult, None]:
         """Yield the response's text chunks, then optionally one ``ChatResult``.
+
+        The ``ChatResult`` carries the tool calls the model asked for (when the request
+        had ``tools``) and its reasoning content.
 
         A generator that ends without a ``ChatResult`` finished with ``stop`` and
         unknown usage. Release provider resources in ``finally``: it runs when the

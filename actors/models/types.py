@@ -1,19 +1,21 @@
 """The values a model call takes and returns.
 
-A request is plain chat: system, user and assistant messages with text content, plus
-per-request options. Every type validates itself on construction, so a bad request fails
+A request is chat: system, user, assistant and tool messages, plus per-request options
+and the tools the model may call. An assistant message may carry ``tool_calls``; each
+tool result is a ``tool`` message linked to its call by ``tool_call_id`` (seed 002). Every type validates itself on construction, so a bad request fails
 in the caller's frame with a ``ValueError`` that names the field and the rule, before any
 provider is contacted.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Any, Literal
 
 import msgspec
 
-Role = Literal["system", "user", "assistant"]
-ROLES: tuple[str, ...] = ("system", "user", "assistant")
+Role = Literal["system", "user", "assistant", "tool"]
+ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 
 FinishReason = Literal["stop", "length", "content_filter", "error", "cancelled"]
 """Why a stream ended.
@@ -29,21 +31,78 @@ def _require(condition: bool, type_name: str, field: str, rule: str) -> None:
         raise ValueError(f"{type_name}.{field}: {rule}")
 
 
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""What providers accept as a function name (OpenAI: ``^[a-zA-Z0-9_-]{1,64}$``)."""
+
+
+class ToolCall(msgspec.Struct, frozen=True):
+    """One call the model asked for: its id, the tool's name and the JSON argument string."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+    """The arguments as the model wrote them (a JSON object as text), kept verbatim."""
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.id, str) and bool(self.id), "ToolCall", "id", "must be non-empty")
+        _require(isinstance(self.name, str) and bool(self.name), "ToolCall", "name", "must be non-empty")
+        _require(isinstance(self.arguments, str), "ToolCall", "arguments", "must be a JSON string")
+
+
+class ToolSpec(msgspec.Struct, frozen=True):
+    """A tool as the model sees it: name, description and the JSON Schema of its arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any] = msgspec.field(default_factory=lambda: {"type": "object", "properties": {}})
+
+    def __post_init__(self) -> None:
+        _require(
+            isinstance(self.name, str) and bool(TOOL_NAME.fullmatch(self.name)),
+            "ToolSpec",
+            "name",
+            "must be 1-64 letters, digits, '_' or '-'",
+        )
+        _require(isinstance(self.description, str), "ToolSpec", "description", "must be text")
+
+
 class ChatMessage(msgspec.Struct, frozen=True):
-    """One chat message: a role and its plain-text content."""
+    """One chat message: a role and its plain-text content.
+
+    An assistant message may carry ``tool_calls`` (then its content may be empty); a
+    ``tool`` message is one tool result and names its call in ``tool_call_id``.
+    ``reasoning`` is a model's reasoning content, written back verbatim across turns.
+    The fields after ``content`` have defaults, so a two-field message decodes as before.
+    """
 
     role: Role
-    """``system``, ``user`` or ``assistant``."""
+    """``system``, ``user``, ``assistant`` or ``tool``."""
     content: str
-    """Non-blank plain text (providers such as Anthropic reject empty content)."""
+    """Plain text, non-blank except for an assistant message with tool calls or a tool
+    result (providers such as Anthropic reject empty content elsewhere)."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """The calls an assistant message asks for."""
+    tool_call_id: str | None = None
+    """The call a ``tool`` message answers."""
+    reasoning: str | None = None
+    """Reasoning content returned by the model, kept verbatim."""
 
     def __post_init__(self) -> None:
         _require(self.role in ROLES, "ChatMessage", "role", f"must be one of {', '.join(ROLES)}")
+        _require(isinstance(self.content, str), "ChatMessage", "content", "must be non-empty text")
+        may_be_blank = self.role == "tool" or (self.role == "assistant" and bool(self.tool_calls))
+        _require(may_be_blank or bool(self.content.strip()), "ChatMessage", "content", "must be non-empty text")
         _require(
-            isinstance(self.content, str) and bool(self.content.strip()),
+            not self.tool_calls or self.role == "assistant",
             "ChatMessage",
-            "content",
-            "must be non-empty text",
+            "tool_calls",
+            "only an assistant message carries tool calls",
+        )
+        _require(
+            (self.role == "tool") == (self.tool_call_id is not None),
+            "ChatMessage",
+            "tool_call_id",
+            "a tool message needs one, other roles have none",
         )
 
 
@@ -79,6 +138,8 @@ class ChatRequest(msgspec.Struct, frozen=True):
 
     messages: tuple[ChatMessage, ...]
     options: ChatOptions = ChatOptions()
+    tools: tuple[ToolSpec, ...] = ()
+    """The tools the model may call; none: a plain chat request."""
 
     def __post_init__(self) -> None:
         _require(len(self.messages) > 0, "ChatRequest", "messages", "must not be empty")
@@ -90,6 +151,9 @@ class ChatRequest(msgspec.Struct, frozen=True):
                 "must be a ChatMessage",
             )
         _require(isinstance(self.options, ChatOptions), "ChatRequest", "options", "must be a ChatOptions")
+        names = [tool.name for tool in self.tools if isinstance(tool, ToolSpec)]
+        _require(len(names) == len(self.tools), "ChatRequest", "tools", "must be ToolSpecs")
+        _require(len(set(names)) == len(names), "ChatRequest", "tools", "names must be unique")
 
 
 class Usage(msgspec.Struct, frozen=True):
@@ -97,6 +161,17 @@ class Usage(msgspec.Struct, frozen=True):
 
     input_tokens: int | None = None
     output_tokens: int | None = None
+    total_tokens: int | None = None
+    """The provider's total, else input plus output when both are known (``total``)."""
+
+    @property
+    def total(self) -> int | None:
+        """Tokens of the whole call: what seed 002's automatic compaction compares."""
+        if self.total_tokens is not None:
+            return self.total_tokens
+        if self.input_tokens is None or self.output_tokens is None:
+            return None
+        return self.input_tokens + self.output_tokens
 
 
 class ChatResult(msgspec.Struct, frozen=True):
@@ -104,6 +179,10 @@ class ChatResult(msgspec.Struct, frozen=True):
 
     finish_reason: FinishReason
     usage: Usage = Usage()
+    tool_calls: tuple[ToolCall, ...] = ()
+    """The tool calls the response asked for (finish reason ``stop``)."""
+    reasoning: str | None = None
+    """The response's reasoning content, when the provider returns it."""
 
 
 class ChatCompletion(msgspec.Struct, frozen=True):
@@ -112,3 +191,5 @@ class ChatCompletion(msgspec.Struct, frozen=True):
     text: str
     finish_reason: FinishReason
     usage: Usage = Usage()
+    tool_calls: tuple[ToolCall, ...] = ()
+    reasoning: str | None = None

@@ -5,11 +5,12 @@ from .agent import Agent, RuntimeContext, subscribe
 from .broker import Broker, BrokerError
 from .logs import configure_logging, get_logger
 from .loop import event_loop_name, run
-from .runtime import AgentRuntime, AskError, RuntimeClosedError, shard_of
+from .runtime import DEFERRED_REPLY, AgentRuntime, AskError, RuntimeClosedError, shard_of
 from .sequence import Gap
 
 __all__ = [
     "DEFAULT_BUS",
+    "DEFERRED_REPLY",
     "Agent",
     "AgentRuntime",
     "AskError",

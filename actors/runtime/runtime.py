@@ -56,6 +56,19 @@ _metadata_decoder = msgspec.msgpack.Decoder(MessageMetadata)
 _reply_encoder = msgspec.msgpack.Encoder()
 
 
+class _DeferredReply:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "DEFERRED_REPLY"
+
+
+DEFERRED_REPLY: Any = _DeferredReply()
+"""What a handler returns to answer an ask later: it keeps ``ctx.metadata`` and calls
+``runtime.reply(metadata, result)`` itself (a tool server runs each call as a task, so
+one slow call does not hold up the next)."""
+
+
 class RuntimeClosedError(RuntimeError):
     """The runtime is not running (not started yet, or stopped)."""
 
@@ -461,8 +474,8 @@ class AgentRuntime:
         return decoder.decode(payload)
 
     def reply(self, request: MessageMetadata, result: Any, *, error: str | None = None) -> None:
-        """Send a handler's result (or failure) to the asker's inbox."""
-        if not self._running or request.reply_to is None:
+        """Send a handler's result (or failure) to the asker's inbox; nothing for ``DEFERRED_REPLY``."""
+        if not self._running or request.reply_to is None or result is DEFERRED_REPLY:
             return
         try:
             payload = _reply_encoder.encode(result)

@@ -1,0 +1,130 @@
+"""Serving tools on the bus: ``ToolServer`` and ``serve_tools``.
+
+A tool server NAME answers ``tools.NAME.list`` with its catalog and runs each
+``tools.NAME.call`` as a task of its own, replying to the ask when the call ends
+(``DEFERRED_REPLY``), so a slow call never holds up the next one and calls from one
+model response run in parallel. ``tools.NAME.cancel`` cancels a running call (its
+caller gave up: a barge-in or a timeout). At most ``max_running`` calls run at once;
+a call beyond that is refused with an error result, never queued without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from xrmq.actors.runtime import DEFERRED_REPLY, Agent, AgentRuntime, RuntimeContext, get_logger
+from xrmq.schemas import MessageMetadata
+from xrmq.schemas.tools import ToolCallReply, ToolCallRequest, ToolCancel, ToolCatalog, ToolInfo, ToolListRequest
+from xrmq.topics import Topic
+
+from .tool import Tool, failed
+
+SERVER_NAME_RULE = "must be 1-40 letters, digits or '-' (it namespaces tool names: NAME__tool)"
+
+
+def check_server_name(name: str, owner: str) -> None:
+    """Raise ``ValueError`` unless ``name`` can namespace tool names."""
+    ok = isinstance(name, str) and 0 < len(name) <= 40 and all(c.isalnum() or c == "-" for c in name)
+    if not ok:
+        raise ValueError(f"{owner}: {SERVER_NAME_RULE}")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolTopics:
+    """The topics of tool server ``name``."""
+
+    list: Topic[ToolListRequest]
+    call: Topic[ToolCallRequest]
+    cancel: Topic[ToolCancel]
+
+    @classmethod
+    def of(cls, name: str) -> ToolTopics:
+        check_server_name(name, "tool server name")
+        prefix = f"tools.{name}."
+        return cls(Topic(prefix + "list", ToolListRequest), Topic(prefix + "call", ToolCallRequest),
+                   Topic(prefix + "cancel", ToolCancel))
+
+
+class ToolServer(Agent):
+    """Serves ``tools`` as tool server ``server``; see the module docstring."""
+
+    def __init__(self, server: str, tools: Sequence[Tool], *, max_running: int = 64) -> None:
+        check_server_name(server, "ToolServer.server")
+        if not tools or not all(isinstance(tool, Tool) for tool in tools):
+            raise ValueError("ToolServer.tools: must be one or more Tools")
+        names = [tool.name for tool in tools]
+        if len(set(names)) != len(names):
+            raise ValueError("ToolServer.tools: tool names must be unique")
+        if max_running < 1:
+            raise ValueError("ToolServer.max_running: must be >= 1")
+        self.server = server
+        self.topics = ToolTopics.of(server)
+        self.tools = {tool.name: tool for tool in tools}
+        self.max_running = max_running
+        self.calls = 0
+        self.refused = 0
+        self.cancelled = 0
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._catalog = ToolCatalog(tuple(ToolInfo(t.name, t.description, t.parameters) for t in tools))
+
+    def handlers(self) -> dict[Topic, str]:
+        return {self.topics.list: "on_list", self.topics.call: "on_call", self.topics.cancel: "on_cancel"}
+
+    def gauges(self) -> dict[str, float]:
+        return {"tool_calls": self.calls, "tool_calls_running": len(self._running),
+                "tool_calls_refused": self.refused, "tool_calls_cancelled": self.cancelled}
+
+    async def on_list(self, message: ToolListRequest, ctx: RuntimeContext) -> ToolCatalog:
+        return self._catalog
+
+    async def on_call(self, message: ToolCallRequest, ctx: RuntimeContext) -> object:
+        tool = self.tools.get(message.name)
+        if tool is None:
+            return failed(f"{self.server} has no tool {message.name!r} (it has {', '.join(self.tools)})")
+        if len(self._running) >= self.max_running or message.call_id in self._running:
+            self.refused += 1
+            return failed(f"{self.server} is busy ({len(self._running)} calls running)")
+        self.calls += 1
+        task = asyncio.create_task(self._run(tool, message, ctx.metadata), name=f"xrmq-tool-{message.name}")
+        self._running[message.call_id] = task
+        return DEFERRED_REPLY
+
+    async def _run(self, tool: Tool, message: ToolCallRequest, metadata: MessageMetadata) -> None:
+        try:
+            reply = await tool.invoke(message.arguments)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        finally:
+            if self._running.get(message.call_id) is asyncio.current_task():
+                del self._running[message.call_id]
+        if reply.error is not None:
+            get_logger(actor=self.name, participant=metadata.participant_id).info(
+                "tool.failed", tool=message.name, call=message.call_id, error=reply.error)
+        runtime = self.runtime
+        if runtime is not None and runtime.running:
+            runtime.reply(metadata, reply)
+
+    async def on_cancel(self, message: ToolCancel, ctx: RuntimeContext) -> None:
+        task = self._running.pop(message.call_id, None)
+        if task is not None:
+            task.cancel()
+
+    async def on_stop(self) -> None:
+        tasks = list(self._running.values())
+        self._running.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def serve_tools(runtime: AgentRuntime, server: str, tools: Sequence[Tool], *, max_running: int = 64) -> ToolServer:
+    """Register a ``ToolServer`` serving ``tools`` as ``server`` (before the runtime starts)."""
+    agent = ToolServer(server, tools, max_running=max_running)
+    runtime.register(f"tools.{server}", agent)
+    return agent
+
+
+__all__ = ["ToolCallReply", "ToolServer", "ToolTopics", "check_server_name", "serve_tools"]

@@ -1,0 +1,173 @@
+"""``Transcript``: one participant's tool-calling conversation with a ``ToolAgent``, pure state.
+
+It holds the committed messages (user turns, assistant messages with their tool calls,
+tool results), the current turn's pending messages (committed after the turn's final
+frame, dropped when the turn is cancelled or fails: a barge-in records nothing), the
+summary of what tier 2 folded away, the originals of reclaimed tool results (for
+``extract_compacted_tool_result``), the last response's ``total_tokens`` and seed
+002's counters. Every store is bounded: originals beyond ``originals_budget_chars``
+are evicted oldest first, and counted.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from xrmq.actors.models import ChatMessage
+
+from .tiers import (
+    SummaryCompactResult,
+    SummaryPlan,
+    SummaryStatus,
+    ToolCallCompactResult,
+    apply_summary,
+    compact_toolcall,
+    plan_summary,
+)
+
+ORIGINALS_BUDGET_CHARS = 1_000_000
+"""Default bound on the characters of reclaimed originals a transcript keeps."""
+
+
+class UnknownToolCall(KeyError):
+    """``extract`` was given an id with no stored original."""
+
+
+@dataclass(slots=True)
+class CompactionCounters:
+    """Seed 002's counters plus totals per tier and outcome."""
+
+    tool_rounds: int = 0
+    """Consecutive tier-1 rounds since the last summary (drives escalation)."""
+    summary_rounds: int = 0
+    """Summaries applied."""
+    toolcall_reclaimed: int = 0
+    """Tool results replaced by placeholders, in all."""
+    nothing_to_condense: int = 0
+    summarize_failed: int = 0
+    originals_evicted: int = 0
+    """Reclaimed originals dropped to stay within the budget."""
+
+
+class Transcript:
+    """One participant's transcript; see the module docstring."""
+
+    def __init__(self, *, originals_budget_chars: int = ORIGINALS_BUDGET_CHARS) -> None:
+        if originals_budget_chars < 0:
+            raise ValueError("Transcript.originals_budget_chars: must be >= 0")
+        self.originals_budget_chars = originals_budget_chars
+        self.messages: list[ChatMessage] = []
+        self.pending: list[ChatMessage] = []
+        self.summary: str | None = None
+        self.total_tokens: int | None = None
+        self.counters = CompactionCounters()
+        self._originals: OrderedDict[str, str] = OrderedDict()
+        self._originals_chars = 0
+
+    def clear(self) -> None:
+        """Forget everything: messages, summary, token count, counters, originals."""
+        self.messages, self.pending, self.summary, self.total_tokens = [], [], None, None
+        self.counters = CompactionCounters()
+        self._originals.clear()
+        self._originals_chars = 0
+
+    # ----------------------------------------------------------------- the turn
+
+    def append(self, *messages: ChatMessage) -> None:
+        """Add messages to the current turn (pending until ``commit``)."""
+        self.pending.extend(messages)
+
+    def commit(self) -> None:
+        """The turn completed: its messages join the transcript."""
+        self.messages.extend(self.pending)
+        self.pending.clear()
+
+    def rollback(self) -> None:
+        """The turn was cancelled or failed: forget its messages."""
+        self.pending.clear()
+
+    def all_messages(self) -> list[ChatMessage]:
+        """Committed then pending messages: what a request renders."""
+        return [*self.messages, *self.pending]
+
+    def note_usage(self, total_tokens: int | None) -> None:
+        """Remember the last response's total tokens (``None``: not reported)."""
+        self.total_tokens = total_tokens
+
+    # ----------------------------------------------------------------- sizes
+
+    def rendered_bytes(self) -> int:
+        """UTF-8 bytes of the summary, every content, reasoning and tool-call argument."""
+        total = len(self.summary.encode()) if self.summary else 0
+        for message in self.all_messages():
+            total += len(message.content.encode())
+            total += len(message.reasoning.encode()) if message.reasoning else 0
+            total += sum(len(call.arguments.encode()) + len(call.name) for call in message.tool_calls)
+        return total
+
+    @property
+    def originals_count(self) -> int:
+        return len(self._originals)
+
+    # ----------------------------------------------------------------- tier 1
+
+    def compact_toolcall(self, keep_max: int) -> ToolCallCompactResult:
+        """Tier 1 over committed and pending messages; originals are kept for ``extract``."""
+        committed = len(self.messages)
+        done = compact_toolcall(self.all_messages(), keep_max)
+        self.messages = list(done.messages[:committed])
+        self.pending = list(done.messages[committed:])
+        for call_id, original in done.originals.items():
+            self._store(call_id, original)
+        self.counters.tool_rounds += 1
+        self.counters.toolcall_reclaimed += done.result.reclaimed_count
+        return done.result
+
+    def extract(self, toolcall_id: str) -> str:
+        """The original of a reclaimed tool result; ``UnknownToolCall`` if none is stored."""
+        try:
+            return self._originals[toolcall_id]
+        except KeyError:
+            raise UnknownToolCall(toolcall_id) from None
+
+    def _store(self, call_id: str, original: str) -> None:
+        previous = self._originals.pop(call_id, None)
+        if previous is not None:
+            self._originals_chars -= len(previous)
+        self._originals[call_id] = original
+        self._originals_chars += len(original)
+        while self._originals_chars > self.originals_budget_chars and self._originals:
+            _, dropped = self._originals.popitem(last=False)
+            self._originals_chars -= len(dropped)
+            self.counters.originals_evicted += 1
+
+    # ----------------------------------------------------------------- tier 2
+
+    def plan_summary(self, keep_recent: int) -> SummaryPlan | None:
+        """Tier 2's cut over the committed messages (a pending turn is never summarized)."""
+        return plan_summary(self.messages, keep_recent)
+
+    def apply_summary(self, plan: SummaryPlan | None, summary: str | None) -> SummaryCompactResult:
+        """Apply a summary of ``plan.head`` (which must still be the transcript's prefix).
+
+        On success the summary replaces the old one (the summarizer was given it),
+        ``total_tokens`` is cleared and the tier-1 round counter restarts. Otherwise
+        nothing changes; the outcome is counted either way.
+        """
+        if plan is not None and tuple(self.messages[: len(plan.head)]) != plan.head:
+            summary = None  # the transcript changed under the summarizer: apply nothing
+        later = self.messages[len(plan.head) + plan.cut_tail_length :] if plan is not None else []
+        messages, result = apply_summary(self.messages, plan, summary)
+        if result.status is SummaryStatus.NOTHING_TO_CONDENSE:
+            self.counters.nothing_to_condense += 1
+        elif result.status is SummaryStatus.SUMMARIZE_FAILED:
+            self.counters.summarize_failed += 1
+        else:
+            self.messages = [*messages, *later]
+            self.summary = summary
+            self.total_tokens = None
+            self.counters.tool_rounds = 0
+            self.counters.summary_rounds += 1
+        return result
+

@@ -1,0 +1,67 @@
+"""Tool calls on the bus: wire types only.
+
+A tool server NAME answers asks on ``tools.NAME.list`` (``ToolListRequest`` ->
+``ToolCatalog``) and ``tools.NAME.call`` (``ToolCallRequest`` -> ``ToolCallReply``) and
+takes ``ToolCancel`` on ``tools.NAME.cancel``. Arguments and results are text: the
+model writes arguments as a JSON object and reads results as text, so the bus carries
+them verbatim.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ._validation import require, require_name
+
+
+class ToolInfo(msgspec.Struct, frozen=True):
+    """One served tool as a model sees it: name, description, JSON Schema of its arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        require_name(self.name, "ToolInfo", "name")
+
+
+class ToolListRequest(msgspec.Struct, frozen=True):
+    """Ask a tool server for its catalog."""
+
+
+class ToolCatalog(msgspec.Struct, frozen=True):
+    """The tools a server serves."""
+
+    tools: tuple[ToolInfo, ...] = ()
+
+
+class ToolCallRequest(msgspec.Struct, frozen=True):
+    """Call tool ``name`` with ``arguments`` (a JSON object as text)."""
+
+    call_id: str
+    """The caller's id for the call (the model's tool-call id); ``ToolCancel`` names it."""
+    name: str
+    arguments: str = "{}"
+
+    def __post_init__(self) -> None:
+        require_name(self.call_id, "ToolCallRequest", "call_id")
+        require_name(self.name, "ToolCallRequest", "name")
+
+
+class ToolCallReply(msgspec.Struct, frozen=True):
+    """A tool's result as text; on failure ``error`` says why and ``content`` is the
+    ``{"error": ...}`` text the model sees."""
+
+    content: str
+    error: str | None = None
+
+
+class ToolCancel(msgspec.Struct, frozen=True):
+    """Stop the running call ``call_id`` (its caller gave up: barge-in or timeout)."""
+
+    call_id: str
+
+    def __post_init__(self) -> None:
+        require(bool(self.call_id), "ToolCancel", "call_id", "must be a non-empty string")
