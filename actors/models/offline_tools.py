@@ -96,5 +96,7 @@ def _flatten(value: Any, prefix: str = "") -> list[str]:
     if isinstance(value, dict):
         return [line for key, item in value.items() for line in _flatten(item, f"{prefix}{key} ")]
     if isinstance(value, list):
+        if all(not isinstance(item, dict | list) for item in value):
+            return _flatten(", ".join(str(item) for item in value), prefix)
         return [line for item in value for line in _flatten(item, prefix)]
     return [f"{prefix.strip()}: {value}" if prefix else str(value)]

@@ -23,6 +23,7 @@ from .tiers import (
     ToolCallCompactResult,
     apply_summary,
     compact_toolcall,
+    placeholder,
     plan_summary,
 )
 
@@ -151,7 +152,8 @@ class Transcript:
     def apply_summary(self, plan: SummaryPlan | None, summary: str | None) -> SummaryCompactResult:
         """Apply a summary of ``plan.head`` (which must still be the transcript's prefix).
 
-        On success the summary replaces the old one (the summarizer was given it),
+        On success the summary replaces the old one (the summarizer was given it), the
+        tool results it folded away join the originals (``extract`` still finds them),
         ``total_tokens`` is cleared and the tier-1 round counter restarts. Otherwise
         nothing changes; the outcome is counted either way.
         """
@@ -164,6 +166,10 @@ class Transcript:
         elif result.status is SummaryStatus.SUMMARIZE_FAILED:
             self.counters.summarize_failed += 1
         else:
+            for message in plan.head if plan is not None else ():
+                if message.role == "tool" and message.tool_call_id and message.content != placeholder(
+                        message.tool_call_id):
+                    self._store(message.tool_call_id, message.content)
             self.messages = [*messages, *later]
             self.summary = summary
             self.total_tokens = None

@@ -1,0 +1,244 @@
+"""ToolAgent: the tool loop, seed-001 framing, barge-in, seed 002 in a long session, and a
+ToolAgent sharing a participant's context with a Conversation behind one router."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+import msgspec
+
+from test_router_doubles import Decisions, FakeContext, Log, OutputRecorder, router_output
+from xrmq.actors.context import ContextManager
+from xrmq.actors.conversation import Conversation
+from xrmq.actors.models import ChatRequest, OfflineLLM, ScriptedLLM, ScriptedResponse, ToolCall, Usage
+from xrmq.actors.routing import AgentRouter
+from xrmq.actors.runtime import AgentRuntime
+from xrmq.actors.tools.agent import EXTRACT_TOOL, ToolAgent
+from xrmq.actors.tools.client import remote_tool
+from xrmq.actors.tools.policy import AutoCompactor
+from xrmq.actors.tools.server import serve_tools
+from xrmq.actors.tools.tiers import ToolCallCompactResult, placeholder
+from xrmq.actors.tools.tool import Tool
+from xrmq.schemas import AgentTurn
+from xrmq.topics import VOICE_OUTPUT_TOPIC
+
+
+class View(msgspec.Struct):
+    pass
+
+
+class Probe(msgspec.Struct):
+    index: int
+
+
+def describe_view(args: View) -> dict[str, object]:
+    return {"bench": ["a red multimeter", "a soldering iron"], "lighting": "bright"}
+
+
+def turn(turn_id: str, text: str, participant: str = "p1") -> AgentTurn:
+    return AgentTurn(participant, turn_id, text, timestamp_us=1_714_574_587_000_000)
+
+
+async def never_started() -> None:
+    return None
+
+
+def calls(*pairs: tuple[str, str, str]) -> ScriptedResponse:
+    return ScriptedResponse(tool_calls=tuple(ToolCall(*pair) for pair in pairs))
+
+
+async def test_the_offline_model_calls_the_matching_tool_and_answers_from_its_result() -> None:
+    context = FakeContext()
+    runtime = AgentRuntime()
+    recorder = runtime.register("recorder", OutputRecorder())
+    serve_tools(runtime, "camera", [Tool("describe_view", "Describe what the camera sees on the bench.", View,
+                                         describe_view)])
+    async with runtime:
+        agent = ToolAgent(OfflineLLM(time_to_first_token_s=0, tokens_per_second=0), context=context,
+                          runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC, servers=["camera"])
+        result = await agent.answer(turn("t1", "What is on the bench?"), started=never_started)
+        await recorder.wait_for(lambda frames: recorder.finals() == 1)
+    assert "red multimeter" in result.response
+    assert recorder.texts("p1").strip() == result.response
+    roles = [(m.role, bool(m.tool_calls)) for m in agent.transcript("p1").messages]
+    assert roles == [("user", False), ("assistant", True), ("tool", False), ("assistant", False)]
+    assert agent.transcript("p1").messages[1].tool_calls[0].name == "camera__describe_view"
+    assert context.log == [("record", "p1", "t1")]
+
+
+async def test_several_calls_in_one_response_run_in_parallel_and_all_results_go_back() -> None:
+    gate, arrived = asyncio.Event(), []
+
+    async def visit(args: Probe) -> str:
+        arrived.append(args.index)
+        if len(arrived) == 2:
+            gate.set()
+        await gate.wait()
+        return f"room {args.index} is clear"
+
+    llm = ScriptedLLM(calls(("a", "rooms__visit", '{"index": 1}'), ("b", "rooms__visit", '{"index": 2}')),
+                      "Both rooms are clear.")
+    runtime = AgentRuntime()
+    serve_tools(runtime, "rooms", [Tool("visit", "Visit a room.", Probe, visit)])
+    async with runtime:
+        agent = ToolAgent(llm, context=FakeContext(), runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC,
+                          tools=[remote_tool("rooms", "visit", description="Visit a room.", args=Probe)])
+        result = await agent.answer(turn("t1", "Are the rooms clear?"), started=never_started)
+    assert result.response == "Both rooms are clear."
+    second = llm.requests[1]
+    assert [(m.tool_call_id, m.content) for m in second.messages if m.role == "tool"] == [
+        ("a", "room 1 is clear"), ("b", "room 2 is clear")]
+    assert [tool.name for tool in second.tools] == ["rooms__visit", EXTRACT_TOOL.name]
+
+
+async def test_max_iterations_ends_with_a_request_offering_no_tools() -> None:
+    llm = ScriptedLLM(*(calls((f"c{i}", "echo", "{}")) for i in range(2)), "Giving up on the echo.")
+    async with AgentRuntime() as runtime:
+        agent = ToolAgent(llm, context=FakeContext(), runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC,
+                          tools=[Tool("echo", "Echo.", View, lambda args: "echo")], max_iterations=3)
+        result = await agent.answer(turn("t1", "Echo forever."), started=never_started)
+    assert result.response == "Giving up on the echo."
+    assert [len(request.tools) for request in llm.requests] == [2, 2, 0]
+
+
+async def test_barge_in_during_a_long_tool_call_cancels_it_records_nothing_and_the_next_turn_works() -> None:
+    running, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def survey(args: View) -> str:
+        running.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cancelled.set()
+        return "never"
+
+    llm = ScriptedLLM(ScriptedResponse("Let me look.", tool_calls=(ToolCall("s1", "lab__survey", "{}"),)),
+                      calls(("s2", "lab__quick", "{}")), "The lab is quiet.")
+    context = FakeContext()
+    runtime = AgentRuntime()
+    recorder = runtime.register("recorder", OutputRecorder())
+    server = serve_tools(runtime, "lab", [Tool("survey", "Survey the lab.", View, survey),
+                                          Tool("quick", "Quick look.", View, lambda args: "quiet")])
+    async with runtime:
+        agent = ToolAgent(llm, context=context, runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC, servers=["lab"])
+        task = asyncio.create_task(agent.answer(turn("t1", "Survey the lab."), started=never_started))
+        await running.wait()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await asyncio.wait_for(cancelled.wait(), 5)
+        assert task.cancelled() and server.cancelled == 1
+        assert agent.transcript("p1").all_messages() == [] and context.log == []
+        # The cancelled reply was closed with its final frame (it had published "Let me look.").
+        await recorder.wait_for(lambda frames: recorder.finals() == 1)
+        result = await agent.answer(turn("t2", "Is the lab quiet?"), started=never_started)
+    assert result.response == "The lab is quiet."
+    assert context.log == [("record", "p1", "t2")]
+    assert [m.content for m in llm.requests[1].messages if m.role == "user"][-1] == "Is the lab quiet?"
+    assert all("Survey the lab." not in m.content for m in llm.requests[1].messages)
+
+
+def _request_tokens(request: ChatRequest) -> int:
+    return sum(len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in request.messages) // 4
+
+
+SECRET = {7: "kappa-7731", 190: "sigma-0190"}
+
+
+def probe_reading(args: Probe) -> str:
+    """A long reading; a few carry a value that appears nowhere else."""
+    value = SECRET.get(args.index, f"nominal-{args.index}")
+    return f"Probe {args.index} full log: " + "steady signal; " * 120 + f"calibration code {value}."
+
+
+def session_model() -> ScriptedLLM:
+    """Calls the probe for 'Read probe N', asks for a reclaimed original for 'code of probe N'."""
+
+    def respond(request: ChatRequest) -> ScriptedResponse:
+        usage = Usage(total_tokens=_request_tokens(request))
+        if "Summarize the earlier part" in request.messages[0].content:
+            ids = sorted(set(re.findall(r"\br\d+\b", request.messages[1].content)), key=lambda i: int(i[1:]))
+            return ScriptedResponse("Probes were read in order; results by call ID: " + " ".join(ids), usage=usage)
+        last_user = max(i for i, m in enumerate(request.messages) if m.role == "user")
+        question, after = request.messages[last_user].content, request.messages[last_user + 1 :]
+        index = int(re.findall(r"\d+", question)[-1])
+        results = [m.content for m in after if m.role == "tool"]
+        if not results:
+            if question.startswith("Read"):
+                return ScriptedResponse(usage=usage, tool_calls=(ToolCall(f"r{index}", "probe", json.dumps({"index": index})),))
+            seen = [m for m in request.messages if m.content == placeholder(f"r{index}")
+                    or re.search(rf"\br{index}\b", m.content) and m.role == "system"]
+            assert seen, "the model only extracts what a placeholder or the summary names"
+            return ScriptedResponse(usage=usage, tool_calls=(ToolCall(
+                "x1", EXTRACT_TOOL.name, json.dumps({"toolcall_id": f"r{index}"})),))
+        if question.startswith("Read"):
+            return ScriptedResponse(f"Probe {index} read.", usage=usage)
+        code = re.search(r"calibration code (\S+)\.", results[-1])
+        return ScriptedResponse(f"Probe {index} code is {code.group(1) if code else 'unknown'}.", usage=usage)
+
+    return ScriptedLLM(default=respond)
+
+
+async def test_a_200_call_session_stays_within_its_limit_and_a_reclaimed_original_answers() -> None:
+    threshold = 8_000
+    llm = session_model()
+    async with AgentRuntime() as runtime:
+        agent = ToolAgent(llm, context=FakeContext(), runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC,
+                          tools=[Tool("probe", "Read a probe.", Probe, probe_reading)],
+                          compactor=AutoCompactor(token_threshold=threshold))
+        for index in range(1, 201):
+            await agent.answer(turn(f"t{index}", f"Read probe {index}."), started=never_started)
+        transcript = agent.transcript("p1")
+        # 190 was read 10 turns ago: its result is reclaimed or summarized, its ID still named.
+        asked = len(llm.requests)
+        result = await agent.answer(turn("t201", "What is the calibration code of probe 190?"), started=never_started)
+    sizes = [_request_tokens(request) for request in llm.requests]
+    growth = max(b - a for a, b in zip(sizes, sizes[1:]))
+    assert max(sizes) <= threshold + growth  # checked before each call: at most one step over
+    assert sum(_request_tokens(r) for r in llm.requests[:1]) < threshold < 200 * 500  # it would not fit
+    assert transcript.counters.toolcall_reclaimed > 0 and transcript.counters.summary_rounds > 0
+    extract_request = llm.requests[asked]
+    assert all(SECRET[190] not in m.content for m in extract_request.messages)
+    assert result.response == f"Probe 190 code is {SECRET[190]}."
+
+
+async def test_manual_compaction_by_tier() -> None:
+    llm = session_model()
+    async with AgentRuntime() as runtime:
+        agent = ToolAgent(llm, context=FakeContext(), runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC,
+                          tools=[Tool("probe", "Read a probe.", Probe, probe_reading)],
+                          compactor=AutoCompactor(enabled=False))
+        for index in range(1, 15):
+            await agent.answer(turn(f"t{index}", f"Read probe {index}."), started=never_started)
+        reclaimed = await agent.compact("p1", tier="toolcall")
+        assert isinstance(reclaimed, ToolCallCompactResult) and reclaimed.reclaimed_count == 2
+        assert 0 < reclaimed.reclaimed_fraction < 1
+        summary = await agent.compact("p1", tier="summary")
+    assert summary.status.value == "compacted"
+    # The last user message's turn fits in 16: the cut is at it, and the rest is summarized.
+    ids = " ".join(f"r{i}" for i in range(1, 14))
+    assert agent.transcript("p1").summary == f"Probes were read in order; results by call ID: {ids}"
+    assert [m.role for m in agent.transcript("p1").messages] == ["user", "assistant", "tool", "assistant"]
+
+
+async def test_a_tool_agent_and_a_conversation_behind_one_router_share_the_participants_context() -> None:
+    log = Log()
+    answers = ScriptedLLM("The multimeter on the bench is red.")
+    context = ContextManager(answers)
+    runtime = AgentRuntime()
+    serve_tools(runtime, "camera", [Tool("describe_view", "Describe what the camera sees on the bench.", View,
+                                         describe_view)])
+    async with runtime:
+        tools = ToolAgent(OfflineLLM(time_to_first_token_s=0, tokens_per_second=0), context=context,
+                          runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC, servers=["camera"])
+        conversation = Conversation(answers, context=context, runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC)
+        router = AgentRouter({"conversation": conversation, "tools": tools},
+                             Decisions(log, "tools", "conversation"), output=router_output(log))
+        await router.handle(turn("t1", "What is on the bench?"))
+        await router.handle(turn("t2", "What colour was the multimeter?"))
+        await router.stop()
+    await context.close()
+    (request,) = answers.requests
+    assert "red multimeter" in request.messages[1].content  # the tool answer, through the dialogue
+    assert "User: What is on the bench?" in request.messages[1].content
