@@ -80,7 +80,9 @@ class ToolAgent:
     that does not answer is tried again on the next turn). ``context``, ``runtime``,
     ``output_topic``, ``instructions``, ``system_prompt``, ``routing``, ``options`` and
     ``clock`` are as for ``Conversation``. ``compactor`` holds seed 002's parameters;
-    ``summarize`` writes tier-2 summaries (default: ``llm`` itself).
+    ``summarize`` writes tier-2 summaries (default: ``llm`` itself). Calls to the tools
+    of ``servers`` time out after ``tool_timeout_s``; discovery after
+    ``discovery_timeout_s``.
     """
 
     def __init__(
@@ -100,6 +102,7 @@ class ToolAgent:
         compactor: AutoCompactor | None = None,
         summarize: Summarize | None = None,
         discovery_timeout_s: float = 2.0,
+        tool_timeout_s: float = 10.0,
         clock: Callable[[], int] = _now_us,
     ) -> None:
         if not callable(getattr(llm, "stream", None)):
@@ -127,6 +130,7 @@ class ToolAgent:
         self.compactor = AutoCompactor() if compactor is None else compactor
         self.summarize = llm_summarizer(llm) if summarize is None else summarize
         self.discovery_timeout_s = discovery_timeout_s
+        self.tool_timeout_s = tool_timeout_s
         self._system = system_message(DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt,
                                       instructions)
         self._clock = clock
@@ -295,7 +299,8 @@ class ToolAgent:
         """Add the catalogs of configured servers not yet discovered."""
         for server in list(self.servers):
             try:
-                found = await ToolSet.discover(self.runtime, server, timeout_s=self.discovery_timeout_s)
+                found = await ToolSet.discover(self.runtime, server, timeout_s=self.discovery_timeout_s,
+                                               call_timeout_s=self.tool_timeout_s)
             except Exception as error:  # the server is not up (yet): its tools are absent this turn
                 log.warning("tools.discovery_failed", server=server, error=f"{type(error).__name__}: {error}")
                 continue

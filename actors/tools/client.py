@@ -138,10 +138,12 @@ class ToolSet:
         return await tool.call(runtime, call.arguments, call_id=call.id, participant_id=participant_id)
 
     @staticmethod
-    async def discover(runtime: Any, server: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> list[RemoteTool]:
-        """The remote tools tool server ``server`` serves, from its catalog (an ask)."""
+    async def discover(runtime: Any, server: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+                       call_timeout_s: float = DEFAULT_TIMEOUT_S) -> list[RemoteTool]:
+        """The remote tools tool server ``server`` serves, from its catalog (an ask
+        bounded by ``timeout_s``); their calls time out after ``call_timeout_s``."""
         topics = ToolTopics.of(server)
         catalog = await runtime.ask(topics.list, ToolListRequest(), reply_type=ToolCatalog, timeout=timeout_s)
         get_logger().debug("tools.discovered", server=server, tools=[info.name for info in catalog.tools])
         return [RemoteTool(server, info.name, description=info.description, parameters=info.parameters,
-                           timeout_s=timeout_s) for info in catalog.tools]
+                           timeout_s=call_timeout_s) for info in catalog.tools]
