@@ -242,3 +242,25 @@ async def test_a_tool_agent_and_a_conversation_behind_one_router_share_the_parti
     (request,) = answers.requests
     assert "red multimeter" in request.messages[1].content  # the tool answer, through the dialogue
     assert "User: What is on the bench?" in request.messages[1].content
+
+
+async def test_tier2_summaries_come_from_the_compaction_workers() -> None:
+    from xrmq.actors.context import context_plan, register_workers
+    from xrmq.actors.tools.workers import WorkerSummarizer
+
+    plan = context_plan(compaction_workers=2)
+    runtime = AgentRuntime()
+    register_workers(runtime, plan, OfflineLLM(time_to_first_token_s=0, tokens_per_second=0))
+    summarizer = runtime.register("tools-summarizer", WorkerSummarizer(plan, timeout_s=10))
+    llm = session_model()
+    async with runtime:
+        agent = ToolAgent(llm, context=FakeContext(), runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC,
+                          tools=[Tool("probe", "Read a probe.", Probe, probe_reading)],
+                          compactor=AutoCompactor(enabled=False), summarize=summarizer)
+        for index in range(1, 6):
+            await agent.answer(turn(f"t{index}", f"Read probe {index}."), started=never_started)
+        outcome = await agent.compact("p1", tier="summary")
+    assert outcome.status.value == "compacted" and summarizer.failed == 0
+    summary = agent.transcript("p1").summary or ""
+    assert "Probe" in summary and len(summary.encode()) <= 4096  # the offline model's extract, within the limit
+    assert not any("Summarize the earlier part" in r.messages[0].content for r in llm.requests)

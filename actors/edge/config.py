@@ -124,6 +124,19 @@ class DestinationConfig(_Section):
     """None uses ``models.answers``."""
     keywords: list[str] = []
     """Words that send a turn here under the ``rules`` decision service."""
+    kind: str = "conversation"
+    """``conversation`` (a ``Conversation``) or ``tools`` (a ``ToolAgent``)."""
+    tool_servers: list[str] = []
+    """For ``tools``: the tool servers whose tools it calls (``camera`` -> ``camera__*``)."""
+    max_iterations: int = 8
+    """For ``tools``: model calls per turn at most."""
+    tool_timeout_s: float = 10.0
+    """For ``tools``: how long one tool call may take before it is an error result."""
+    token_threshold: int = 192_000
+    """For ``tools``: seed 002's ``auto_compact.token_threshold``."""
+
+
+DESTINATION_KINDS = ("conversation", "tools")
 
 
 class RouterConfig(_Section):
@@ -436,6 +449,26 @@ def _context_error(message: str, settings: ContextSettings, source: str) -> Conf
     return ConfigError(source, key, rule)
 
 
+def _check_destination_kind(name: str, destination: DestinationConfig, source: str) -> None:
+    key = f"destinations.{name}"
+    if destination.kind not in DESTINATION_KINDS:
+        raise ConfigError(source, f"{key}.kind",
+                          f"must be one of {', '.join(map(repr, DESTINATION_KINDS))}, got {destination.kind!r}")
+    if destination.kind != "tools":
+        if destination.tool_servers:
+            raise ConfigError(source, f"{key}.tool_servers", "only a kind = \"tools\" destination calls tools")
+        return
+    for server in destination.tool_servers:
+        if not (0 < len(server) <= 40 and all(c.isalnum() or c == "-" for c in server)):
+            raise ConfigError(source, f"{key}.tool_servers", f"{server!r}: must be 1-40 letters, digits or '-'")
+    if destination.max_iterations < 1:
+        raise ConfigError(source, f"{key}.max_iterations", "must be >= 1")
+    if destination.tool_timeout_s <= 0:
+        raise ConfigError(source, f"{key}.tool_timeout_s", "must be > 0")
+    if destination.token_threshold <= 0:
+        raise ConfigError(source, f"{key}.token_threshold", "must be > 0")
+
+
 def _validate(config: EdgeConfig, source: str) -> None:
     """Rules across keys: names that refer to each other, counts, timings, the bus string."""
     _check_bus(config.bus.address, source)
@@ -448,6 +481,7 @@ def _validate(config: EdgeConfig, source: str) -> None:
     for name, destination in config.destinations.items():
         if not destination.description.strip():
             raise ConfigError(source, f"destinations.{name}.description", "must be non-empty text")
+        _check_destination_kind(name, destination, source)
     supervisor = config.supervisor
     for field in ("ready_timeout_s", "shutdown_timeout_s", "metrics_interval_s"):
         if getattr(supervisor, field) <= 0:

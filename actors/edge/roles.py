@@ -10,7 +10,9 @@ so an application runs its own actors in the edge box without registering anythi
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from xrmq.actors.runtime import AgentRuntime
 
@@ -22,8 +24,11 @@ ROLES: dict[str, RoleBuilder] = {}
 """Built-in roles by name (``xrmq.actors.edge.stack``), loaded on first lookup."""
 
 
-def resolve_role(name: str) -> RoleBuilder:
+def resolve_role(name: str, base: Path | None = None) -> RoleBuilder:
     """The builder ``name`` refers to: a built-in role, or ``package.module:function``.
+
+    A module that is not importable as installed is looked for in ``base`` too (the
+    config file's directory), so an example's own roles sit next to its config.
 
     Raises ``LookupError`` naming the rule (unknown role, module that does not import,
     attribute that is missing or not callable).
@@ -42,7 +47,12 @@ def resolve_role(name: str) -> RoleBuilder:
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
-        raise LookupError(f"cannot import {module_name!r}: {error}") from None
+        top = module_name.split(".")[0]
+        nearby = base is not None and ((base / top).is_dir() or (base / f"{top}.py").is_file())
+        if base is None or not nearby or str(base) in sys.path:
+            raise LookupError(f"cannot import {module_name!r}: {error}") from None
+        sys.path.append(str(base))
+        return resolve_role(name, base)
     builder = getattr(module, attribute, None)
     if not callable(builder):
         raise LookupError(f"{module_name!r} has no function {attribute!r}")
@@ -56,12 +66,14 @@ def check_roles(config: EdgeConfig, process: str | None = None) -> dict[str, lis
     ``xrmq up`` refuses a config before it starts anything.
     """
     names = [process] if process is not None else list(config.processes)
+    source = Path(config.source)
+    base = source.parent.resolve() if source.is_file() else None
     resolved: dict[str, list[RoleBuilder]] = {}
     for name in names:
         builders = []
         for index, role in enumerate(config.processes[name].roles):
             try:
-                builders.append(resolve_role(role))
+                builders.append(resolve_role(role, base))
             except LookupError as error:
                 raise ConfigError(config.source, f"processes.{name}.roles[{index}]", str(error)) from None
         resolved[name] = builders

@@ -3,9 +3,10 @@
 - ``context``: the context section actors (one dialogue section per participant,
   sharded over the process's replicas, and one actor per context topic on replica 0).
 - ``compaction``: compaction workers; each replica hosts its own slice of the pool.
-- ``conversation``: one ``Conversation`` per configured destination, served on the bus
-  under the destination's name, over one split ``ContextManager`` (its replica of the
-  section views). A destination's ``participant_left`` also clears the participant's
+- ``conversation``: one ``Conversation`` per configured destination (a ``ToolAgent`` for
+  ``kind = "tools"``, whose tier-2 summaries the compaction workers write), served on
+  the bus under the destination's name, over one split ``ContextManager`` (its replica
+  of the section views). A destination's ``participant_left`` also clears the participant's
   context: the router calls it after cancelling and draining that participant's turns,
   which is when seed 000 says the context may be cleared.
 - ``router``: the ``AgentRouter`` actor on the query, interrupted and participant topics,
@@ -25,6 +26,8 @@ from xrmq.actors.models import create_llm
 from xrmq.actors.routing import AgentRouter, KeywordDecisions, LLMDecisions, SingleDestination, remote, serve
 from xrmq.actors.routing.agent import RoutableAgent
 from xrmq.actors.runtime import AgentRuntime
+from xrmq.actors.tools import AutoCompactor, ToolAgent
+from xrmq.actors.tools.workers import WorkerSummarizer
 from xrmq.actors.voice import ConsoleSink, VoiceRenderer
 from xrmq.schemas import RoutingAid
 from xrmq.topics import INTERRUPTED_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC
@@ -68,7 +71,7 @@ class ClearingDestination:
     participant's turns, so nothing streaming can record into the cleared context.
     """
 
-    def __init__(self, agent: Conversation, context: ContextManager) -> None:
+    def __init__(self, agent: Conversation | ToolAgent, context: ContextManager) -> None:
         self.agent = agent
         self.context = context
 
@@ -93,8 +96,29 @@ def conversation_role(runtime: AgentRuntime, config: EdgeConfig, process: Proces
     plan = plan_of(config)
     context = ContextManager(create_llm(config.models.compaction), **config.context.manager_kwargs(),
                              compaction_workers=plan.compaction_workers, deployment="split")
-    runtime.register("context", context.subscriber())
+    if config.context.topics:  # without context topics there is nothing to subscribe to
+        runtime.register("context", context.subscriber())
+    summarizer: WorkerSummarizer | None = None
     for name, destination in config.destinations.items():
+        if destination.kind == "tools":
+            if summarizer is None:
+                summarizer = runtime.register("tools-summarizer", WorkerSummarizer(plan))
+            tools = ToolAgent(
+                create_llm(destination.model or config.models.answers),
+                context=context,
+                runtime=runtime,
+                output_topic=VOICE_OUTPUT_TOPIC,
+                servers=destination.tool_servers,
+                instructions=destination.instructions,
+                system_prompt=destination.system_prompt,
+                routing=RoutingAid(destination.description, keywords=tuple(destination.keywords)),
+                max_iterations=destination.max_iterations,
+                tool_timeout_s=destination.tool_timeout_s,
+                compactor=AutoCompactor(token_threshold=destination.token_threshold),
+                summarize=summarizer,
+            )
+            runtime.register(f"{name}-server", serve(name, ClearingDestination(tools, context)))
+            continue
         conversation = Conversation(
             create_llm(destination.model or config.models.answers),
             context=context,
