@@ -1,0 +1,183 @@
+"""Tools suite: a tool call across processes against a direct call and a bus ask; tier-1
+cost per reclaimed result; transcript memory over a long tool session.
+
+``python -m bench --only tools`` (or ``--quick``).
+
+- Round trip, sequential, p50 over N calls: the tool's function called directly
+  (``Tool.invoke``: JSON arguments decoded, result text), a bus ask to a handler in
+  another process (the ask a tool call is made of), and ``RemoteTool.call`` to a tool
+  server in that same process (ask + catalogued tool + task per call + deferred reply).
+- Tier 1 (``compact_toolcall``, keep 12) over transcripts of 100 and 1,000 tool results
+  of 2 KB each: microseconds per reclaimed result.
+- A ToolAgent session of 1,000 tool calls (ScriptedLLM and a local tool, no pacing;
+  seed 002's AutoCompactor with a 20,000-token threshold, originals bounded at 40,000
+  characters): traced memory every 20 calls (tracemalloc, after gc). It saw-tooths
+  between compactions; flat: the last third's peak is not above the middle third's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import time
+import tracemalloc
+
+from xrmq.actors.models import ChatMessage, ChatRequest, ScriptedLLM, ScriptedResponse, ToolCall, Usage
+from xrmq.actors.runtime import AgentRuntime, run
+from xrmq.actors.tools import AutoCompactor, Tool, ToolAgent, compact_toolcall, remote_tool
+from xrmq.actors.tools.transcript import Transcript
+from xrmq.schemas import AgentTurn
+from xrmq.topics import VOICE_OUTPUT_TOPIC
+
+from .procs import Worker, broker
+from .stats import median, percentile
+from .suite import Row, Series, Suite, SuiteContext, SuiteResult, bar
+from .tools_workers import ECHO, PING, Ping
+
+ARGS = json.dumps({"text": "bench reading 42"})
+
+
+def _row(group: str, subject: str, unit: str, values: list[float], **extra: float) -> Row:
+    return Row(group=group, subject=subject, unit=unit, median=median(values), repetitions=values,
+               higher_is_better=False, extra=extra)
+
+
+async def round_trips(bus: str, calls: int) -> dict[str, list[float]]:
+    """Per-call seconds of each way, interleaved in rounds so load hits all alike."""
+    samples: dict[str, list[float]] = {"direct": [], "ask": [], "tool": []}
+    tool = remote_tool("bench", "echo", description="Return the text.", timeout_s=10)
+    async with AgentRuntime(bus, name="bench-tools-caller") as runtime:
+        for _ in range(50):  # warm up every path
+            await tool.call(runtime, ARGS, call_id="w")
+            await runtime.ask(PING, Ping("x"), reply_type=str)
+        clock = time.perf_counter
+        for index in range(calls):
+            start = clock()
+            await ECHO.invoke(ARGS)
+            samples["direct"].append(clock() - start)
+            start = clock()
+            await runtime.ask(PING, Ping("bench reading 42"), reply_type=str)
+            samples["ask"].append(clock() - start)
+            start = clock()
+            await tool.call(runtime, ARGS, call_id=f"c{index}")
+            samples["tool"].append(clock() - start)
+    return samples
+
+
+def tier1_cost(results: int) -> float:
+    """Microseconds per reclaimed result of one tier-1 pass (keep 12) over ``results``."""
+    messages = [ChatMessage("user", "Read every probe.")]
+    for index in range(results):
+        messages.append(ChatMessage("assistant", "", tool_calls=(ToolCall(f"c{index}", "probe", "{}"),)))
+        messages.append(ChatMessage("tool", f"probe {index}: " + "x" * 2048, tool_call_id=f"c{index}"))
+    rounds, elapsed, reclaimed = 0, 0.0, 0
+    while elapsed < 0.2 or rounds < 3:
+        start = time.perf_counter()
+        done = compact_toolcall(messages, 12)
+        elapsed += time.perf_counter() - start
+        reclaimed += done.result.reclaimed_count
+        rounds += 1
+    return elapsed / reclaimed * 1e6
+
+
+def _session_model() -> ScriptedLLM:
+    def respond(request: ChatRequest) -> ScriptedResponse:
+        tokens = sum(len(m.content) for m in request.messages) // 4
+        if "Summarize the earlier part" in request.messages[0].content:
+            return ScriptedResponse("Probes read in order, all nominal.", usage=Usage(total_tokens=tokens))
+        if request.messages[-1].role == "tool":
+            return ScriptedResponse("Read.", usage=Usage(total_tokens=tokens))
+        call = ToolCall(f"r{len(request.messages)}-{tokens}", "probe", "{}")
+        return ScriptedResponse(tool_calls=(call,), usage=Usage(total_tokens=tokens))
+
+    return ScriptedLLM(default=respond)
+
+
+async def session_memory(calls: int, every: int) -> tuple[list[int], list[float]]:
+    """(calls so far, traced KiB) every ``every`` calls of one ToolAgent session."""
+    import msgspec
+
+    class Nothing(msgspec.Struct):
+        pass
+
+    probe = Tool("probe", "Read a probe.", Nothing, lambda args: "probe log: " + "steady; " * 250)
+    xs: list[int] = []
+    ys: list[float] = []
+    async with AgentRuntime() as runtime:
+        agent = ToolAgent(_session_model(), context=_NoContext(), runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC,
+                          tools=[probe], compactor=AutoCompactor(token_threshold=20_000))
+        agent.transcript("p1").originals_budget_chars = 40_000
+        llm = agent.llm
+        tracemalloc.start()
+        try:
+            for index in range(1, calls + 1):
+                await agent.answer(AgentTurn("p1", f"t{index}", f"Read probe {index}."), started=_started)
+                if index % every == 0:
+                    llm.requests.clear()  # the scripted model's request log is the test's, not the agent's
+                    gc.collect()
+                    xs.append(index)
+                    ys.append(tracemalloc.get_traced_memory()[0] / 1024)
+        finally:
+            tracemalloc.stop()
+    return xs, ys
+
+
+class _NoContext:
+    def blocks(self, participant_id: str) -> tuple:
+        return ()
+
+    def record_exchange(self, *args: object, **kwargs: object) -> None:
+        return None
+
+    def reconcile_history(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+async def _started() -> None:
+    return None
+
+
+def run_suite(ctx: SuiteContext) -> SuiteResult:
+    calls = 200 if ctx.quick else 2_000
+    direct, ask, tool = [], [], []
+    with broker() as (bus, _):
+        worker = Worker("tools", "-m", "bench.tools_workers", bus)
+        try:
+            worker.expect("ready")
+            for rep in range(ctx.repetitions):
+                ctx.progress(f"tools: repetition {rep + 1}/{ctx.repetitions}: {calls} round trips of each kind")
+                samples = run(round_trips(bus, calls))
+                direct.append(percentile(samples["direct"], 0.5) * 1e6)
+                ask.append(percentile(samples["ask"], 0.5) * 1e6)
+                tool.append(percentile(samples["tool"], 0.5) * 1e6)
+        finally:
+            worker.close()
+    group = "tool call round trip p50, cross-process (shared cores)"
+    rows = [
+        _row(group, "direct call (Tool.invoke)", "us", direct),
+        _row(group, "bus ask", "us", ask),
+        _row(group, "remote tool call", "us", tool, ratio_to_ask=median(tool) / median(ask)),
+    ]
+    for size in (100, 1_000):
+        costs = [tier1_cost(size) for _ in range(ctx.repetitions)]
+        rows.append(_row("tier-1 compaction cost per reclaimed result", f"{size} tool results of 2 KB", "us", costs))
+    session_calls = 200 if ctx.quick else 1_000
+    ctx.progress(f"tools: a {session_calls}-call ToolAgent session")
+    xs, ys = asyncio.run(session_memory(session_calls, session_calls // 50))
+    third = len(ys) // 3
+    first, second = max(ys[third : 2 * third]), max(ys[2 * third :])
+    rows.append(Row(group="ToolAgent session memory (tracemalloc)", subject=f"peak, {session_calls} calls",
+                    unit="KiB", median=second, repetitions=[second] * ctx.repetitions, higher_is_better=False,
+                    extra={"peak_middle_third": first, "growth_ratio": second / first}))
+    return SuiteResult(
+        rows=rows,
+        bars=[bar("session memory: peak of the last third / of the middle third", second / first, "<=", 1.25,
+                  "flat: compaction and the originals' bound keep the transcript's size (it saw-tooths "
+                  "between compactions)")],
+        series=[Series(name="ToolAgent session memory", x_label="tool calls", y_label="KiB", x=xs, y=ys)],
+        notes=["The remote tool call is an ask plus a task per call at the server (DEFERRED_REPLY)."],
+    )
+
+
+SUITE = Suite("tools", "Tools: tool call round trip, tier-1 cost, session memory", run_suite)
