@@ -139,7 +139,7 @@ async def _started() -> None:
 
 
 def run_suite(ctx: SuiteContext) -> SuiteResult:
-    calls = 200 if ctx.quick else 2_000
+    calls = 100 if ctx.quick else 2_000
     direct, ask, tool = [], [], []
     with broker() as (bus, _):
         worker = Worker("tools", "-m", "bench.tools_workers", bus)
@@ -162,7 +162,7 @@ def run_suite(ctx: SuiteContext) -> SuiteResult:
     for size in (100, 1_000):
         costs = [tier1_cost(size) for _ in range(ctx.repetitions)]
         rows.append(_row("tier-1 compaction cost per reclaimed result", f"{size} tool results of 2 KB", "us", costs))
-    session_calls = 200 if ctx.quick else 1_000
+    session_calls = 100 if ctx.quick else 1_000
     ctx.progress(f"tools: a {session_calls}-call ToolAgent session")
     xs, ys = asyncio.run(session_memory(session_calls, session_calls // 50))
     third = len(ys) // 3

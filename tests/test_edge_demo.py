@@ -16,7 +16,7 @@ import pytest
 from test_edge_supervisor import processes_mentioning
 from xrmq.actors.edge.config import load_config
 from xrmq.actors.edge.configfile import write_config
-from xrmq.actors.edge.demo import FOLLOW_UP_FACT, SENSOR_FACT, Ask, DemoFailure, Session, demo_config
+from xrmq.actors.edge.demo import FOLLOW_UP_FACT, SENSOR_FACT, TOOL_FACT, Ask, DemoFailure, Session, demo_config
 from xrmq.actors.edge.embedded import EmbeddedStack
 
 pytestmark = pytest.mark.timeout(60)
@@ -45,8 +45,10 @@ def test_demo_runs_the_session_and_exits_0_leaving_nothing_behind(tmp_path):
     assert "  [bob] context cleared (the context process holds no actor of theirs)" in lines
     forgotten = lines.index("  [bob] > What is my badge number?", lines.index("  [bob] leaves"))
     assert "4471" not in lines[forgotten + 1]
-    assert "  gaps: 0 (over 7 runtimes)" in lines
-    assert any(line.startswith("  turns: 10 (2 participants: alice, bob)") for line in lines)
+    tool_turn = lines.index("  [alice] > What is on the bench right now?")
+    assert TOOL_FACT in lines[tool_turn + 1] and "lab-tools +" in lines[tool_turn + 1]  # the camera's tool result
+    assert "  gaps: 0 (over 8 runtimes)" in lines  # the camera process is the eighth
+    assert any(line.startswith("  turns: 11 (2 participants: alice, bob)") for line in lines)
     assert any(line.startswith("  first-chunk latency: p50 ") for line in lines)
     compactions = next(line for line in lines if line.startswith("  compactions run: "))
     assert int(compactions.split()[2]) >= 1

@@ -5,7 +5,7 @@ processes through the ``xrmq up`` supervisor, on a private bus (``EmbeddedStack`
 with small context budgets so that compaction visibly runs. Then a scripted session:
 two participants; a simulated sensor (a runtime of its own) publishing the summary
 topic ``scene`` and the incremental topic ``notes``; turns that need a sensor fact, a
-follow-up that needs earlier dialogue (a fact the participant stated turns before, by
+turn the tools destination answers by calling a camera process's tool, a follow-up that needs earlier dialogue (a fact the participant stated turns before, by
 then compacted into a summary), an interruption mid-answer, and a participant who
 leaves (their context is cleared: asked again after rejoining, nothing is known).
 
@@ -39,7 +39,7 @@ from xrmq.actors.voice import ResponseEnded, Segment, VoiceRenderer
 from xrmq.schemas import ConversationContextUpdate, Interrupted, ParticipantLeft, RuntimeMetrics
 from xrmq.topics import INTERRUPTED_TOPIC, METRICS_TOPIC, PARTICIPANT_LEFT_TOPIC, QUERY_TOPIC, Topic, context_topic
 
-from .config import EdgeConfig, RestartPolicyConfig, default_config
+from .config import DestinationConfig, EdgeConfig, ProcessConfig, RestartPolicyConfig, default_config
 from .embedded import EmbeddedStack
 from .replies import ReplyCollector, Turn, ask
 from .stack import plan_of
@@ -57,13 +57,23 @@ def demo_config() -> EdgeConfig:
 
     A section compacts once its uncompacted entries exceed half its budget: a few
     exchanges or notes. Every process may crash once at most: a crash fails the demo.
+    A camera process serves a tool, and a ``kind = "tools"`` destination takes the turns
+    that name the bench or the camera (the router's keyword rules; everything else goes
+    to the conversation).
     """
     base = default_config()
     context = msgspec.structs.replace(base.context, dialogue_budget_bytes=900, topic_budget_bytes=700,
                                       compaction_input_budget_bytes=1400)
     supervisor = msgspec.structs.replace(base.supervisor, metrics_interval_s=0.25, ready_timeout_s=20.0,
                                          shutdown_timeout_s=5.0, restart=RestartPolicyConfig(max_crashes=1))
-    return msgspec.structs.replace(base, context=context, supervisor=supervisor)
+    tools = DestinationConfig(description="Lab tools: looks at the bench through the camera.", kind="tools",
+                              keywords=["bench", "camera"], tool_servers=["camera"], tool_timeout_s=5.0)
+    processes = dict(base.processes)
+    processes["camera"] = ProcessConfig(roles=["xrmq.actors.edge.demo_tools:camera_role"])
+    processes["conversation"] = msgspec.structs.replace(processes["conversation"], after=["context", "camera"])
+    return msgspec.structs.replace(
+        base, context=context, supervisor=supervisor, destinations={**base.destinations, "lab-tools": tools},
+        router=msgspec.structs.replace(base.router, decisions="rules"), processes=processes)
 
 
 # ---------------------------------------------------------------------------- the script
@@ -112,6 +122,7 @@ class Leave:
 
 SENSOR_FACT = "85 degrees"
 FOLLOW_UP_FACT = "drawer 12"
+TOOL_FACT = "red multimeter"
 
 SCRIPT: tuple[Step | Sense | Ask | Interrupt | Leave, ...] = (
     Step("the sensor reports the scene and a note"),
@@ -122,6 +133,8 @@ SCRIPT: tuple[Step | Sense | Ask | Interrupt | Leave, ...] = (
     Ask("alice", "I left the spare key in drawer 12 of the blue cabinet."),
     Ask("bob", "My badge number is 4471, please remember it."),
     Ask("alice", "What temperature is the kettle set to?", expect=SENSOR_FACT),
+    Step("alice asks about the bench: the tools destination calls the camera's tool"),
+    Ask("alice", "What is on the bench right now?", expect=TOOL_FACT),
     Step("more notes arrive: enough for the notes section to compact"),
     Sense("alice", "notes", "The centrifuge in lab 3 was serviced on Monday by Dana Whitfield."),
     Sense("alice", "notes", "Printer PR-7 on floor 2 is out of toner since 08:40."),
