@@ -51,3 +51,32 @@ def test_up_tools_answers_what_is_on_the_bench_from_the_camera_tool(tmp_path: Pa
     finally:
         reap(up)
     assert all("a red multimeter" in scene["bench"] for scene in SCENES)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('kind = "agent"', "destinations.t.kind: must be one of 'conversation', 'tools', got 'agent'"),
+    ('kind = "tools"\ntool_servers = ["cam.era"]',
+     "destinations.t.tool_servers: 'cam.era': must be 1-40 letters, digits or '-'"),
+    ('tool_servers = ["camera"]', 'destinations.t.tool_servers: only a kind = "tools" destination calls tools'),
+    ('kind = "tools"\nmax_iterations = 0', "destinations.t.max_iterations: must be >= 1"),
+    ('kind = "tools"\ntool_timeout_s = 0', "destinations.t.tool_timeout_s: must be > 0"),
+    ('kind = "tools"\ntoken_threshold = -1', "destinations.t.token_threshold: must be > 0"),
+])
+def test_a_tools_destinations_keys_are_checked_naming_the_key(tmp_path: Path, text: str, message: str) -> None:
+    from xrmq.actors.edge.config import ConfigError, load_config
+
+    path = tmp_path / "edge.toml"
+    path.write_text(f'[destinations.t]\ndescription = "Tools."\n{text}\n')
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert message in str(caught.value)
+
+
+def test_the_tools_config_decodes_with_the_seed_defaults() -> None:
+    from xrmq.actors.edge.config import load_config
+
+    config = load_config(CONFIG)
+    tools = config.destinations["lab-tools"]
+    assert (tools.kind, tools.tool_servers, tools.max_iterations, tools.token_threshold) == (
+        "tools", ["camera", "inventory"], 8, 192_000)
+    assert config.destinations["conversation"].kind == "conversation"
