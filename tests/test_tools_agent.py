@@ -12,7 +12,7 @@ import msgspec
 from test_router_doubles import Decisions, FakeContext, Log, OutputRecorder, router_output
 from xrmq.actors.context import ContextManager
 from xrmq.actors.conversation import Conversation
-from xrmq.actors.models import ChatRequest, OfflineLLM, ScriptedLLM, ScriptedResponse, ToolCall, Usage
+from xrmq.actors.models import ChatMessage, ChatRequest, OfflineLLM, ScriptedLLM, ScriptedResponse, ToolCall, Usage
 from xrmq.actors.routing import AgentRouter
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.tools.agent import EXTRACT_TOOL, ToolAgent
@@ -264,3 +264,31 @@ async def test_tier2_summaries_come_from_the_compaction_workers() -> None:
     summary = agent.transcript("p1").summary or ""
     assert "Probe" in summary and len(summary.encode()) <= 4096  # the offline model's extract, within the limit
     assert not any("Summarize the earlier part" in r.messages[0].content for r in llm.requests)
+
+
+async def test_the_transcript_lives_in_a_keyed_actor_and_a_new_agent_continues_from_it() -> None:
+    from xrmq.actors.tools.store import TranscriptLoad, TranscriptState, TranscriptTopics, register_transcripts
+
+    front = AgentRuntime(name="front")
+    back = AgentRuntime(front.address, name="back")
+    register_transcripts(back, "lab-tools")
+    probe = Tool("probe", "Read a probe.", Probe, probe_reading)
+    async with front, back:
+        first = ToolAgent(session_model(), context=FakeContext(), runtime=front, output_topic=VOICE_OUTPUT_TOPIC,
+                          tools=[probe], transcripts="lab-tools", compactor=AutoCompactor(enabled=False))
+        for index in range(1, 15):
+            await first.answer(turn(f"t{index}", f"Read probe {index}."), started=never_started)
+        await first.compact("p1", tier="toolcall")  # a rewrite: mirrored as a replace
+        await first.answer(turn("t15", "Read probe 15."), started=never_started)
+        llm = session_model()
+        second = ToolAgent(llm, context=FakeContext(), runtime=front, output_topic=VOICE_OUTPUT_TOPIC,
+                           tools=[probe], transcripts="lab-tools")
+        result = await second.answer(turn("t16", "What is the calibration code of probe 1?"), started=never_started)
+        # A load asked after the writes is answered after them: the store's state now.
+        stored = await front.ask(TranscriptTopics.of("lab-tools").load, TranscriptLoad(),
+                                 reply_type=TranscriptState, participant_id="p1")
+    assert result.response == "Probe 1 code is nominal-1."  # through extract_compacted_tool_result
+    held = second.transcript("p1")
+    assert list(stored.messages) == held.messages and len(held.messages) == 15 * 4 + 4
+    assert held.messages[:60] == first.transcript("p1").messages
+    assert llm.requests[0].messages[2] == ChatMessage("user", "Read probe 1.")  # after system and context

@@ -1,7 +1,8 @@
 """The built-in roles of the edge box: the conversation stack split over processes.
 
 - ``context``: the context section actors (one dialogue section per participant,
-  sharded over the process's replicas, and one actor per context topic on replica 0).
+  sharded over the process's replicas, and one actor per context topic on replica 0),
+  and each tools destination's transcripts (``TranscriptActor``, keyed the same way).
 - ``compaction``: compaction workers; each replica hosts its own slice of the pool.
 - ``conversation``: one ``Conversation`` per configured destination (a ``ToolAgent`` for
   ``kind = "tools"``, whose tier-2 summaries the compaction workers write), served on
@@ -27,6 +28,7 @@ from xrmq.actors.routing import AgentRouter, KeywordDecisions, LLMDecisions, Sin
 from xrmq.actors.routing.agent import RoutableAgent
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.tools import AutoCompactor, ToolAgent
+from xrmq.actors.tools.store import register_transcripts
 from xrmq.actors.tools.workers import WorkerSummarizer
 from xrmq.actors.voice import ConsoleSink, VoiceRenderer
 from xrmq.schemas import RoutingAid
@@ -57,6 +59,9 @@ def plan_of(config: EdgeConfig) -> ContextPlan:
 def context_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
     topics = None if process.shard == 0 else []
     register_sections(runtime, plan_of(config), shard=process.shard, shards=process.shards, topics=topics)
+    for name, destination in config.destinations.items():
+        if destination.kind == "tools":  # each tools destination's transcripts, keyed like the sections
+            register_transcripts(runtime, name, shard=process.shard, shards=process.shards)
 
 
 def compaction_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
@@ -116,6 +121,7 @@ def conversation_role(runtime: AgentRuntime, config: EdgeConfig, process: Proces
                 tool_timeout_s=destination.tool_timeout_s,
                 compactor=AutoCompactor(token_threshold=destination.token_threshold),
                 summarize=summarizer,
+                transcripts=name,
             )
             runtime.register(f"{name}-server", serve(name, ClearingDestination(tools, context)))
             continue

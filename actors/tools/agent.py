@@ -44,6 +44,7 @@ from xrmq.topics import Topic
 
 from .client import RemoteTool, ToolSet
 from .policy import AutoCompactor, AutoCompactReport, Summarize
+from .store import TranscriptLoad, TranscriptState, TranscriptTopics, TranscriptWrite, restore
 from .summary import COMPACTED_NOTE, llm_summarizer
 from .tiers import SummaryCompactResult, ToolCallCompactResult
 from .tool import Tool, failed
@@ -82,7 +83,9 @@ class ToolAgent:
     ``clock`` are as for ``Conversation``. ``compactor`` holds seed 002's parameters;
     ``summarize`` writes tier-2 summaries (default: ``llm`` itself). Calls to the tools
     of ``servers`` time out after ``tool_timeout_s``; discovery after
-    ``discovery_timeout_s``.
+    ``discovery_timeout_s``. With ``transcripts`` (a store name) every transcript is
+    mirrored to the keyed ``TranscriptActor`` s of that store (``store``) and loaded
+    from them when this process does not hold it.
     """
 
     def __init__(
@@ -103,6 +106,7 @@ class ToolAgent:
         summarize: Summarize | None = None,
         discovery_timeout_s: float = 2.0,
         tool_timeout_s: float = 10.0,
+        transcripts: str | None = None,
         clock: Callable[[], int] = _now_us,
     ) -> None:
         if not callable(getattr(llm, "stream", None)):
@@ -131,6 +135,7 @@ class ToolAgent:
         self.summarize = llm_summarizer(llm) if summarize is None else summarize
         self.discovery_timeout_s = discovery_timeout_s
         self.tool_timeout_s = tool_timeout_s
+        self.store = None if transcripts is None else TranscriptTopics.of(transcripts)
         self._system = system_message(DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt,
                                       instructions)
         self._clock = clock
@@ -154,9 +159,10 @@ class ToolAgent:
         """Keep the transcript: focus moving elsewhere does not end the session."""
 
     async def participant_left(self, participant_id: str) -> None:
-        """Forget the participant's transcript."""
+        """Forget the participant's transcript (in the store too)."""
         self._transcripts.pop(participant_id, None)
         self._locks.pop(participant_id, None)
+        self._write(participant_id, TranscriptWrite("clear", ()))
 
     async def close(self) -> None:
         self._closed = True
@@ -199,12 +205,16 @@ class ToolAgent:
         transcript = self.transcript(participant_id)
         async with self._lock(participant_id):
             if tier == "toolcall":
-                return transcript.compact_toolcall(self.compactor.toolcall_keep_max)
+                reclaimed = transcript.compact_toolcall(self.compactor.toolcall_keep_max)
+                self._mirror(participant_id, transcript, [])
+                return reclaimed
             if tier != "summary":
                 raise ValueError("ToolAgent.compact.tier: must be 'toolcall' or 'summary'")
             plan = transcript.plan_summary(self.compactor.summary_keep_max)
             summary = None if plan is None else await self.summarize(plan.head, transcript.summary)
-            return transcript.apply_summary(plan, summary)
+            result = transcript.apply_summary(plan, summary)
+            self._mirror(participant_id, transcript, [])
+            return result
 
     def _lock(self, participant_id: str) -> asyncio.Lock:
         lock = self._locks.get(participant_id)
@@ -230,7 +240,7 @@ class ToolAgent:
             )
         await self._discover(log)
         async with self._lock(pid):
-            transcript = self.transcript(pid)
+            transcript = await self._load(pid, log)
             transcript.append(ChatMessage("user", turn.text))
             outputs = ResponseOutputs(self.runtime, self.output_topic, source=route)
             parts: list[str] = []
@@ -245,7 +255,9 @@ class ToolAgent:
                 transcript.rollback()
                 raise
             # Leaving the reply without an exception means its final frame was published.
+            turn_messages = list(transcript.pending)
             transcript.commit()
+            self._mirror(pid, transcript, turn_messages)
         self.context.record_exchange(
             pid, turn.text, text,
             timestamp_us=turn.timestamp_us if turn.timestamp_us is not None else self._clock(),
@@ -287,6 +299,34 @@ class ToolAgent:
         if call.name == EXTRACT_TOOL.name:
             return _extract(transcript, call.arguments)
         return await self.toolset.call(self.runtime, call, participant_id=pid)
+
+    async def _load(self, pid: str, log: Any) -> Transcript:
+        """The participant's transcript: held here, else loaded from the store."""
+        if pid in self._transcripts or self.store is None:
+            return self.transcript(pid)
+        try:
+            state = await self.runtime.ask(self.store.load, TranscriptLoad(), reply_type=TranscriptState,
+                                           participant_id=pid, timeout=self.discovery_timeout_s)
+        except Exception as error:  # the store is not up: start afresh, say so
+            log.warning("tools.transcript_load_failed", error=f"{type(error).__name__}: {error}")
+            return self.transcript(pid)
+        self.transcript(pid)
+        restored = self._transcripts[pid] = restore(state)
+        return restored
+
+    def _mirror(self, pid: str, transcript: Transcript, turn_messages: list[ChatMessage]) -> None:
+        """Send the store what changed: the whole transcript after a rewrite, else the turn."""
+        if self.store is None:
+            return
+        rewritten = transcript.take_rewritten()
+        messages = tuple(transcript.messages) if rewritten else tuple(turn_messages)
+        self._write(pid, TranscriptWrite(
+            "replace" if rewritten else "append", messages, transcript.summary, transcript.total_tokens,
+            transcript.take_new_originals(), transcript.counters.tool_rounds, transcript.counters.summary_rounds))
+
+    def _write(self, pid: str, write: TranscriptWrite) -> None:
+        if self.store is not None and getattr(self.runtime, "running", False):
+            self.runtime.send(self.store.write, write, participant_id=pid)
 
     async def _auto_compact(self, transcript: Transcript, log: Any) -> AutoCompactReport | None:
         report = await self.compactor.auto_compact(transcript, self.summarize)

@@ -65,6 +65,9 @@ class Transcript:
         self.counters = CompactionCounters()
         self._originals: OrderedDict[str, str] = OrderedDict()
         self._originals_chars = 0
+        self._new_originals: dict[str, None] = {}
+        self.rewritten = False
+        """Set when a compaction changed committed messages (cleared by ``take_rewritten``)."""
 
     def clear(self) -> None:
         """Forget everything: messages, summary, token count, counters, originals."""
@@ -72,6 +75,8 @@ class Transcript:
         self.counters = CompactionCounters()
         self._originals.clear()
         self._originals_chars = 0
+        self._new_originals.clear()
+        self.rewritten = False
 
     # ----------------------------------------------------------------- the turn
 
@@ -117,6 +122,8 @@ class Transcript:
         """Tier 1 over committed and pending messages; originals are kept for ``extract``."""
         committed = len(self.messages)
         done = compact_toolcall(self.all_messages(), keep_max)
+        if any(old is not new for old, new in zip(self.messages, done.messages[:committed])):
+            self.rewritten = True
         self.messages = list(done.messages[:committed])
         self.pending = list(done.messages[committed:])
         for call_id, original in done.originals.items():
@@ -132,14 +139,36 @@ class Transcript:
         except KeyError:
             raise UnknownToolCall(toolcall_id) from None
 
+    def originals(self) -> tuple[tuple[str, str], ...]:
+        """Every stored original as (call id, text), oldest first."""
+        return tuple(self._originals.items())
+
+    def store_originals(self, originals: tuple[tuple[str, str], ...]) -> None:
+        """Store originals reclaimed elsewhere (a mirror applying a write)."""
+        for call_id, original in originals:
+            self._store(call_id, original)
+
+    def take_new_originals(self) -> tuple[tuple[str, str], ...]:
+        """The originals stored since the last call (what a mirror has not seen yet)."""
+        new = tuple((call_id, self._originals[call_id]) for call_id in self._new_originals)
+        self._new_originals.clear()
+        return new
+
+    def take_rewritten(self) -> bool:
+        """Whether committed messages changed since the last call."""
+        rewritten, self.rewritten = self.rewritten, False
+        return rewritten
+
     def _store(self, call_id: str, original: str) -> None:
         previous = self._originals.pop(call_id, None)
         if previous is not None:
             self._originals_chars -= len(previous)
         self._originals[call_id] = original
+        self._new_originals[call_id] = None
         self._originals_chars += len(original)
         while self._originals_chars > self.originals_budget_chars and self._originals:
-            _, dropped = self._originals.popitem(last=False)
+            dropped_id, dropped = self._originals.popitem(last=False)
+            self._new_originals.pop(dropped_id, None)
             self._originals_chars -= len(dropped)
             self.counters.originals_evicted += 1
 
@@ -172,6 +201,7 @@ class Transcript:
                     self._store(message.tool_call_id, message.content)
             self.messages = [*messages, *later]
             self.summary = summary
+            self.rewritten = True
             self.total_tokens = None
             self.counters.tool_rounds = 0
             self.counters.summary_rounds += 1
