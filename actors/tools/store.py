@@ -17,6 +17,7 @@ participant is in the envelope.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Literal
 
@@ -102,15 +103,31 @@ def restore(state: TranscriptState) -> Transcript:
 
 
 class TranscriptActor(Agent):
-    """One participant's transcript (a keyed kind: one instance per participant)."""
+    """One participant's transcript (a keyed kind: one instance per participant).
 
-    def __init__(self, participant_id: str) -> None:
+    A ``clear`` empties it and retires the instance once its mailbox is idle, so a
+    departed participant leaves no actor behind (as the dialogue sections do).
+    """
+
+    def __init__(self, participant_id: str, kind: str = "") -> None:
         self.participant_id = participant_id
+        self.kind = kind
         self.transcript = Transcript()
+        self._retiring: asyncio.Task[None] | None = None
 
     async def on_write(self, message: TranscriptWrite, ctx: RuntimeContext) -> None:
         apply_write(self.transcript, message)
         self.transcript.take_new_originals()
+        if message.kind == "clear" and self.kind:
+            self._retiring = asyncio.create_task(self._retire_when_idle())
+
+    async def _retire_when_idle(self) -> None:
+        runtime = self.runtime
+        if runtime is None or not runtime.running or self.transcript.messages:
+            return
+        if runtime.metrics().actors.get(self.name, 0):
+            return  # a write arrived after the clear: it starts a new transcript here
+        await runtime.retire(self.kind, self.participant_id)
 
     async def on_load(self, message: TranscriptLoad, ctx: RuntimeContext) -> TranscriptState:
         return state_of(self.transcript)
@@ -122,5 +139,6 @@ class TranscriptActor(Agent):
 def register_transcripts(runtime: AgentRuntime, name: str, *, shard: int = 0, shards: int = 1) -> None:
     """Host the transcripts of store ``name`` (this process's shard of the participants)."""
     topics = TranscriptTopics.of(name)
-    runtime.register_keyed(f"{name}.transcripts", TranscriptActor, shard=shard, shards=shards,
-                           handlers={topics.write: "on_write", topics.load: "on_load"})
+    kind = f"{name}.transcripts"
+    runtime.register_keyed(kind, TranscriptActor, factory=lambda key: TranscriptActor(key, kind), shard=shard,
+                           shards=shards, handlers={topics.write: "on_write", topics.load: "on_load"})
