@@ -83,9 +83,10 @@ def test_every_compacted_section_compacts_at_least_ten_times_in_the_quick_sessio
     assert all(size <= s.limit_bytes for s in compacted for size in s.summary_bytes)
 
 
-def _verbatim(run: RunResult, pid: str, text: str) -> bool:
+def _verbatim(run: RunResult, pid: str, text: str, checkpoint: int = -1) -> bool:
     """``text`` stands in one of the participant's dated (uncompacted) blocks."""
-    return any(block.timestamp_us is not None and text in block.text for block in run.contexts[pid])
+    blocks = run.contexts[pid][checkpoint]
+    return any(block.timestamp_us is not None and text in block.text for block in blocks)
 
 
 def _statement_text(session: Session, fact: Fact, statement: Statement) -> str:
@@ -101,18 +102,24 @@ SHORT_CONFIG = msgspec.structs.replace(QUICK_CONFIG, participants=1, exchanges=4
 def test_probes_target_only_facts_that_live_solely_in_a_summary(config) -> None:
     session = generate_session(7, config)
     run = _run(session)
-    probed = {p.fact_id for p in run.probes}
-    assert probed and len(probed) + len(run.skipped_facts) == len(session.facts)
+    last = config.probe_points - 1
+    probed_at_end = {p.fact_id for p in run.probes if p.checkpoint == last}
+    assert probed_at_end and len(probed_at_end) + len(run.skipped_facts) == len(session.facts)
+    assert {p.checkpoint for p in run.probes} == set(range(config.probe_points))
     if config is SHORT_CONFIG:
         assert run.skipped_facts, "the short session should leave some facts verbatim"
-    for fact in session.facts:
+    facts = {fact.fact_id: fact for fact in session.facts}
+
+    def verbatim(fact: Fact, checkpoint: int) -> list[bool]:
         statements = fact.statements[:1] if fact.kind == "cross_section" else fact.statements
-        verbatim = [_verbatim(run, fact.participant_id, _statement_text(session, fact, s))
-                    for s in statements]
-        if fact.fact_id in probed:
-            assert not any(verbatim), f"{fact.fact_id} was probed while still verbatim"
-        else:
-            assert any(verbatim), f"{fact.fact_id} was skipped though it lives only in a summary"
+        return [_verbatim(run, fact.participant_id, _statement_text(session, fact, s), checkpoint)
+                for s in statements]
+
+    for probe in run.probes:
+        assert not any(verbatim(facts[probe.fact_id], probe.checkpoint)), \
+            f"{probe.fact_id} was probed at point {probe.checkpoint} while still verbatim"
+    for fact_id in run.skipped_facts:
+        assert any(verbatim(facts[fact_id], last)), f"{fact_id} was skipped though only in a summary"
     assert all(p.depth >= 1 for p in run.probes)
 
 

@@ -7,8 +7,10 @@ compaction model before the next event, so a run is deterministic for a determin
 model. The runner tracks which entry holds each planted statement and how many summary
 rewrites it has been through since a summary absorbed it (its compaction depth).
 
-At the end every fact whose statements all live solely in a summary (for a
-cross-section fact: whose dialogue statement does) is probed: the probe goes to the
+At each probe point (the end of each third of the session, by default) every fact
+stated by then whose statements all live solely in a summary (for a cross-section
+fact: whose dialogue statement does) is probed, so a fact is asked about after a few
+summary rewrites and again after many: the probe goes to the
 answers model in the conversation's own request layout (``answer_messages`` over the
 participant's rendered blocks), and both the answer and the rendered context are scored.
 """
@@ -45,6 +47,8 @@ class ProbeResult(msgspec.Struct, frozen=True, kw_only=True):
 
     fact_id: str
     participant_id: str
+    checkpoint: int
+    """Which probe point asked it (0 first; the last is the session's end)."""
     kind: str
     question: str
     value: str
@@ -81,9 +85,9 @@ class RunResult(msgspec.Struct, kw_only=True):
     probes: list[ProbeResult]
     sections: list[SectionStats]
     skipped_facts: list[str]
-    """Facts not probed because a statement was still verbatim at the end."""
-    contexts: dict[str, tuple[ContextBlock, ...]]
-    """Each participant's rendered blocks at the end, as the probes saw them."""
+    """Facts not probed at the end because a statement was still verbatim."""
+    contexts: dict[str, list[tuple[ContextBlock, ...]]]
+    """Each participant's rendered blocks at each probe point, as the probes saw them."""
 
 
 def sections_for(config: SessionConfig, prompts: CompactionPrompts) -> dict[str, Section]:
@@ -168,34 +172,50 @@ class _Outcome(msgspec.Struct):
     probes: list[ProbeResult]
     stats: list[SectionStats]
     skipped: list[str]
-    context: tuple[ContextBlock, ...]
+    contexts: list[tuple[ContextBlock, ...]]
+
+
+def _checkpoints(events: tuple[Event, ...], count: int) -> list[int]:
+    """Event indices after which probes are asked: the end of each of ``count`` equal
+    parts of the session (the last is the session's end)."""
+    return sorted({len(events) * k // count - 1 for k in range(1, count + 1)})
 
 
 async def _run_participant(pid: str, events: tuple[Event, ...], facts: list[Fact],
                            sections: Mapping[str, Section], compaction_llm: LLMService,
-                           answers_llm: LLMService) -> _Outcome:
+                           answers_llm: LLMService, probe_points: int) -> _Outcome:
     participant = _Participant(pid, sections)
-    for index, event in enumerate(events):
-        await participant.compact(participant.write(index, event), compaction_llm)
-    blocks = participant.context()
-    now_us = events[-1].timestamp_us + 60_000_000
     system = default_system_prompt()
-    context_text = context_message(blocks, now_us)
     probes: list[ProbeResult] = []
     skipped: list[str] = []
-    for fact in facts:
-        depth = _probe_depth(participant, fact)
-        if depth is None:
-            skipped.append(fact.fact_id)
+    contexts: list[tuple[ContextBlock, ...]] = []
+    checkpoints = _checkpoints(events, probe_points)
+    for index, event in enumerate(events):
+        await participant.compact(participant.write(index, event), compaction_llm)
+        if index not in checkpoints:
             continue
-        completion = await answers_llm.complete(answer_messages(system, blocks, now_us, fact.question))
-        probes.append(ProbeResult(
-            fact_id=fact.fact_id, participant_id=pid, kind=fact.kind, question=fact.question,
-            value=fact.value, superseded=fact.superseded, depth=depth, oversized=fact.oversized,
-            answer=completion.text, answer_score=score(completion.text, fact),
-            context_score=score(context_text, fact),
-        ))
-    return _Outcome(probes, list(participant.stats.values()), skipped, blocks)
+        blocks = participant.context()
+        contexts.append(blocks)
+        now_us = event.timestamp_us + 60_000_000
+        context_text = context_message(blocks, now_us)
+        final = index == checkpoints[-1]
+        for fact in facts:
+            if fact.statements[-1].event_index > index:
+                continue  # not (fully) stated yet
+            depth = _probe_depth(participant, fact)
+            if depth is None:
+                if final:
+                    skipped.append(fact.fact_id)
+                continue
+            completion = await answers_llm.complete(answer_messages(system, blocks, now_us, fact.question))
+            probes.append(ProbeResult(
+                fact_id=fact.fact_id, participant_id=pid, checkpoint=len(contexts) - 1,
+                kind=fact.kind, question=fact.question, value=fact.value,
+                superseded=fact.superseded, depth=depth, oversized=fact.oversized,
+                answer=completion.text, answer_score=score(completion.text, fact),
+                context_score=score(context_text, fact),
+            ))
+    return _Outcome(probes, list(participant.stats.values()), skipped, contexts)
 
 
 async def run_variant(session: Session, variant: str, prompts: CompactionPrompts, *,
@@ -210,7 +230,7 @@ async def run_variant(session: Session, variant: str, prompts: CompactionPrompts
         async with gate:
             facts = [fact for fact in session.facts if fact.participant_id == pid]
             return await _run_participant(pid, session.events[pid], facts, sections,
-                                          compaction_llm, answers_llm)
+                                          compaction_llm, answers_llm, session.config.probe_points)
 
     results = await asyncio.gather(*(one(pid) for pid in session.events))
     return RunResult(
@@ -218,5 +238,5 @@ async def run_variant(session: Session, variant: str, prompts: CompactionPrompts
         probes=[p for outcome in results for p in outcome.probes],
         sections=[s for outcome in results for s in outcome.stats],
         skipped_facts=[f for outcome in results for f in outcome.skipped],
-        contexts={pid: outcome.context for pid, outcome in zip(session.events, results, strict=True)},
+        contexts={pid: outcome.contexts for pid, outcome in zip(session.events, results, strict=True)},
     )

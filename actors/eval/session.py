@@ -97,11 +97,13 @@ class SessionConfig(msgspec.Struct, frozen=True, kw_only=True):
     """A summary-topic state every this many exchanges."""
     oversized_every: int = 60
     """Every this many exchanges one is oversized (0: none)."""
+    probe_points: int = 3
+    """Probes are asked at the end of each of this many equal parts of the session."""
 
     def __post_init__(self) -> None:
         for field in ("participants", "exchanges", "facts_per_kind", "dialogue_budget_bytes",
                       "notes_budget_bytes", "scene_budget_bytes", "compaction_input_budget_bytes",
-                      "scene_every"):
+                      "scene_every", "probe_points"):
             value = getattr(self, field)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"SessionConfig.{field}: must be a positive integer")
