@@ -65,3 +65,22 @@ class ToolCancel(msgspec.Struct, frozen=True):
 
     def __post_init__(self) -> None:
         require(bool(self.call_id), "ToolCancel", "call_id", "must be a non-empty string")
+
+
+class CompactRequest(msgspec.Struct, frozen=True):
+    """Compact the envelope's participant's transcript by hand: tier ``toolcall`` or ``summary``."""
+
+    tier: str = "summary"
+
+    def __post_init__(self) -> None:
+        require(self.tier in ("toolcall", "summary"), "CompactRequest", "tier", "must be 'toolcall' or 'summary'")
+
+
+class CompactReply(msgspec.Struct, frozen=True):
+    """What a manual compaction did: ``status`` is ``compacted``, ``nothing_to_condense`` or
+    ``summarize_failed``; ``reclaimed_count`` counts tool results (tier ``toolcall``)."""
+
+    tier: str
+    status: str
+    reclaimed_fraction: float = 0.0
+    reclaimed_count: int = 0

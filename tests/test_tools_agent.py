@@ -292,3 +292,27 @@ async def test_the_transcript_lives_in_a_keyed_actor_and_a_new_agent_continues_f
     assert list(stored.messages) == held.messages and len(held.messages) == 15 * 4 + 4
     assert held.messages[:60] == first.transcript("p1").messages
     assert llm.requests[0].messages[2] == ChatMessage("user", "Read probe 1.")  # after system and context
+
+
+async def test_slash_compact_in_chat_compacts_at_the_tools_destination_over_the_bus() -> None:
+    from xrmq.actors.edge.chat import compact
+    from xrmq.actors.tools.control import CompactServer
+
+    front = AgentRuntime(name="front")
+    back = AgentRuntime(front.address, name="back")
+    agent = ToolAgent(session_model(), context=FakeContext(), runtime=back, output_topic=VOICE_OUTPUT_TOPIC,
+                      tools=[Tool("probe", "Read a probe.", Probe, probe_reading)],
+                      compactor=AutoCompactor(enabled=False))
+    back.register("lab-tools-compact", CompactServer("lab-tools", agent))
+    async with front, back:
+        for index in range(1, 15):
+            await agent.answer(turn(f"t{index}", f"Read probe {index}."), started=never_started)
+        toolcall = await compact(front, "p1", "/compact toolcall", "lab-tools")
+        summary = await compact(front, "p1", "/compact lab-tools", None)
+        unnamed = await compact(front, "p1", "/compact", None)
+        missing = await compact(front, "p1", "/compact toolcall nowhere", None, timeout=0.5)
+    assert toolcall.startswith("xrmq chat: compacted tool results at lab-tools: 2 reclaimed (")
+    assert summary.startswith("xrmq chat: summary at lab-tools: compacted (")
+    assert unnamed.startswith("xrmq chat: /compact: no destination answered yet")
+    assert missing == "xrmq chat: /compact: 'nowhere' is not a tools destination (no answer within 0.5 s)"
+    assert agent.transcript("p1").summary is not None

@@ -6,7 +6,9 @@ when no complete answer came within ``--timeout``.
 
 ``chat`` reads lines from stdin and asks each as a query of one participant, printing
 the reply as it streams (``conversation: ...``); the next line is asked once the
-reply is complete. ``/quit`` or end of input leaves. It talks to a running ``xrmq up``
+reply is complete. ``/quit`` or end of input leaves. ``/compact [toolcall] [DESTINATION]``
+compacts this participant's transcript at a tools destination (seed 002: tier 1 with
+``toolcall``, else a summary), by default the destination that answered last. It talks to a running ``xrmq up``
 on ``--bus``, or with ``--embedded`` to a stack of the embedded default it starts
 itself on a private bus (``EmbeddedStack``). It prints ``xrmq chat: ready ...`` once it
 can take the first line.
@@ -19,13 +21,16 @@ import sys
 import threading
 from typing import TextIO
 
-from xrmq.actors.runtime import AgentRuntime
+from xrmq.actors.runtime import AgentRuntime, AskError
+from xrmq.actors.tools.control import compact_topic
+from xrmq.schemas.tools import CompactReply, CompactRequest
 
 from .config import default_config
 from .embedded import EmbeddedStack
 from .replies import ReplyCollector, Turn, ask
 
 QUIT = "/quit"
+COMPACT = "/compact"
 
 
 async def say(bus: str, participant_id: str, text: str, *, timeout: float, out: TextIO = sys.stdout) -> int:
@@ -46,9 +51,13 @@ class _StreamPrinter:
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self._open: tuple[str, str] | None = None
+        self.last_source: str | None = None
+        """The last destination (not the router) that replied: ``/compact``'s default."""
 
     def __call__(self, turn: Turn, source: str, text: str, final: bool) -> None:
         key = (turn.request_id, source)
+        if text and source != "router":
+            self.last_source = source
         if text:
             if self._open != key:
                 self.close()
@@ -102,6 +111,10 @@ async def chat(bus: str, participant_id: str, *, timeout: float, stdin: TextIO =
                 break
             if not line.strip():
                 continue
+            if line.strip().split()[0] == COMPACT:
+                print(await compact(runtime, participant_id, line.strip(), printer.last_source), file=out,
+                      flush=True)
+                continue
             turn = ask(runtime, collector, participant_id, line.strip())
             try:
                 await turn.wait(timeout)
@@ -109,6 +122,28 @@ async def chat(bus: str, participant_id: str, *, timeout: float, stdin: TextIO =
                 printer.close()
                 print(f"xrmq chat: {error}", file=sys.stderr, flush=True)
     return 0
+
+
+async def compact(runtime: AgentRuntime, participant_id: str, line: str, last: str | None, *,
+                  timeout: float = 10.0) -> str:
+    """Run ``/compact [toolcall] [DESTINATION]``; the line to print."""
+    words = line.split()[1:]
+    tier = "toolcall" if words[:1] == ["toolcall"] else "summary"
+    words = words[1:] if words[:1] in (["toolcall"], ["summary"]) else words
+    destination = words[0] if words else last
+    if destination is None:
+        return "xrmq chat: /compact: no destination answered yet; name one: /compact [toolcall] DESTINATION"
+    try:
+        reply = await runtime.ask(compact_topic(destination), CompactRequest(tier), reply_type=CompactReply,
+                                  participant_id=participant_id, timeout=timeout)
+    except TimeoutError:
+        return f"xrmq chat: /compact: {destination!r} is not a tools destination (no answer within {timeout:g} s)"
+    except AskError as error:
+        return f"xrmq chat: /compact: {error}"
+    if tier == "toolcall":
+        return (f"xrmq chat: compacted tool results at {destination}: {reply.reclaimed_count} reclaimed "
+                f"({reply.reclaimed_fraction:.0%} of the transcript)")
+    return f"xrmq chat: summary at {destination}: {reply.status} ({reply.reclaimed_fraction:.0%} reclaimed)"
 
 
 async def chat_embedded(participant_id: str, *, timeout: float, stdin: TextIO = sys.stdin,

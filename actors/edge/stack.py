@@ -28,6 +28,7 @@ from xrmq.actors.routing import AgentRouter, KeywordDecisions, LLMDecisions, Sin
 from xrmq.actors.routing.agent import RoutableAgent
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.tools import AutoCompactor, ToolAgent
+from xrmq.actors.tools.control import CompactServer
 from xrmq.actors.tools.store import register_transcripts
 from xrmq.actors.tools.workers import WorkerSummarizer
 from xrmq.actors.voice import ConsoleSink, VoiceRenderer
@@ -124,6 +125,7 @@ def conversation_role(runtime: AgentRuntime, config: EdgeConfig, process: Proces
                 transcripts=name,
             )
             runtime.register(f"{name}-server", serve(name, ClearingDestination(tools, context)))
+            runtime.register(f"{name}-compact", CompactServer(name, tools))
             continue
         conversation = Conversation(
             create_llm(destination.model or config.models.answers),
