@@ -8,10 +8,10 @@ when no complete answer came within ``--timeout``.
 the reply as it streams (``conversation: ...``); the next line is asked once the
 reply is complete. ``/quit`` or end of input leaves. ``/compact [toolcall] [DESTINATION]``
 compacts this participant's transcript at a tools destination (seed 002: tier 1 with
-``toolcall``, else a summary), by default the destination that answered last. It talks to a running ``xrmq up``
-on ``--bus``, or with ``--embedded`` to a stack of the embedded default it starts
-itself on a private bus (``EmbeddedStack``). It prints ``xrmq chat: ready ...`` once it
-can take the first line.
+``toolcall``, else a summary), by default the destination that answered last. It talks
+to a running ``xrmq up`` on ``--bus``, or with ``--embedded`` to a stack of the embedded
+default it starts itself on a private bus (``EmbeddedStack``). It prints ``xrmq chat:
+ready ...`` once it can take the first line.
 """
 
 from __future__ import annotations
@@ -112,8 +112,8 @@ async def chat(bus: str, participant_id: str, *, timeout: float, stdin: TextIO =
             if not line.strip():
                 continue
             if line.strip().split()[0] == COMPACT:
-                print(await compact(runtime, participant_id, line.strip(), printer.last_source), file=out,
-                      flush=True)
+                done = await compact(runtime, participant_id, line.strip(), printer.last_source)
+                print(done, file=out, flush=True)
                 continue
             turn = ask(runtime, collector, participant_id, line.strip())
             try:
@@ -132,18 +132,23 @@ async def compact(runtime: AgentRuntime, participant_id: str, line: str, last: s
     words = words[1:] if words[:1] in (["toolcall"], ["summary"]) else words
     destination = words[0] if words else last
     if destination is None:
-        return "xrmq chat: /compact: no destination answered yet; name one: /compact [toolcall] DESTINATION"
+        return ("xrmq chat: /compact: no destination answered yet; "
+                "name one: /compact [toolcall] DESTINATION")
     try:
-        reply = await runtime.ask(compact_topic(destination), CompactRequest(tier), reply_type=CompactReply,
-                                  participant_id=participant_id, timeout=timeout)
+        reply = await runtime.ask(compact_topic(destination), CompactRequest(tier),
+                                  reply_type=CompactReply, participant_id=participant_id,
+                                  timeout=timeout)
     except TimeoutError:
-        return f"xrmq chat: /compact: {destination!r} is not a tools destination (no answer within {timeout:g} s)"
+        return (f"xrmq chat: /compact: {destination!r} is not a tools destination "
+                f"(no answer within {timeout:g} s)")
     except AskError as error:
         return f"xrmq chat: /compact: {error}"
     if tier == "toolcall":
-        return (f"xrmq chat: compacted tool results at {destination}: {reply.reclaimed_count} reclaimed "
-                f"({reply.reclaimed_fraction:.0%} of the transcript)")
-    return f"xrmq chat: summary at {destination}: {reply.status} ({reply.reclaimed_fraction:.0%} reclaimed)"
+        share = f"{reply.reclaimed_fraction:.0%}"
+        return (f"xrmq chat: compacted tool results at {destination}: "
+                f"{reply.reclaimed_count} reclaimed ({share} of the transcript)")
+    fraction = f"{reply.reclaimed_fraction:.0%}"
+    return f"xrmq chat: summary at {destination}: {reply.status} ({fraction} reclaimed)"
 
 
 async def chat_embedded(participant_id: str, *, timeout: float, stdin: TextIO = sys.stdin,

@@ -61,7 +61,7 @@ def context_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInst
     topics = None if process.shard == 0 else []
     register_sections(runtime, plan_of(config), shard=process.shard, shards=process.shards, topics=topics)
     for name, destination in config.destinations.items():
-        if destination.kind == "tools":  # each tools destination's transcripts, keyed like the sections
+        if destination.kind == "tools":  # its transcripts, keyed like the sections
             register_transcripts(runtime, name, shard=process.shard, shards=process.shards)
 
 

@@ -130,7 +130,8 @@ class ScriptedLLM(LLMService):
                 yield chunks[index]
             if response.hang:
                 await asyncio.Event().wait()
-            yield ChatResult(response.finish_reason, response.usage, response.tool_calls, response.reasoning)
+            yield ChatResult(response.finish_reason, response.usage, response.tool_calls,
+                             response.reasoning)
         finally:
             self.open_streams -= 1
 

@@ -120,7 +120,8 @@ class LLMService(abc.ABC):
         With ``tools`` the model may answer with tool calls instead of (or besides)
         text: the stream's ``tool_calls`` once it ended.
         """
-        request = ChatRequest(tuple(messages), ChatOptions() if options is None else options, tuple(tools))
+        chosen = ChatOptions() if options is None else options
+        request = ChatRequest(tuple(messages), chosen, tuple(tools))
         return ChatStream(self.model, self._generate(request))
 
     async def complete(
@@ -135,7 +136,8 @@ class LLMService(abc.ABC):
             text = "".join([chunk async for chunk in stream])
         result = stream.result
         assert result is not None  # set when iteration ends
-        return ChatCompletion(text, result.finish_reason, result.usage, result.tool_calls, result.reasoning)
+        return ChatCompletion(text, result.finish_reason, result.usage, result.tool_calls,
+                              result.reasoning)
 
     @abc.abstractmethod
     def _generate(self, request: ChatRequest) -> AsyncGenerator[str | ChatResult, None]:

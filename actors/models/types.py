@@ -2,9 +2,10 @@
 
 A request is chat: system, user, assistant and tool messages, plus per-request options
 and the tools the model may call. An assistant message may carry ``tool_calls``; each
-tool result is a ``tool`` message linked to its call by ``tool_call_id`` (seed 002). Every type validates itself on construction, so a bad request fails
-in the caller's frame with a ``ValueError`` that names the field and the rule, before any
-provider is contacted.
+tool result is a ``tool`` message linked to its call by ``tool_call_id`` (seed 002).
+Every type validates itself on construction, so a bad request fails in the caller's
+frame with a ``ValueError`` that names the field and the rule, before any provider is
+contacted.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ class ToolCall(msgspec.Struct, frozen=True):
 
     def __post_init__(self) -> None:
         _require(isinstance(self.id, str) and bool(self.id), "ToolCall", "id", "must be non-empty")
-        _require(isinstance(self.name, str) and bool(self.name), "ToolCall", "name", "must be non-empty")
+        _require(isinstance(self.name, str) and bool(self.name), "ToolCall", "name",
+                 "must be non-empty")
         _require(isinstance(self.arguments, str), "ToolCall", "arguments", "must be a JSON string")
 
 
@@ -54,7 +56,8 @@ class ToolSpec(msgspec.Struct, frozen=True):
 
     name: str
     description: str
-    parameters: dict[str, Any] = msgspec.field(default_factory=lambda: {"type": "object", "properties": {}})
+    parameters: dict[str, Any] = msgspec.field(
+        default_factory=lambda: {"type": "object", "properties": {}})
 
     def __post_init__(self) -> None:
         _require(
@@ -91,7 +94,8 @@ class ChatMessage(msgspec.Struct, frozen=True):
         _require(self.role in ROLES, "ChatMessage", "role", f"must be one of {', '.join(ROLES)}")
         _require(isinstance(self.content, str), "ChatMessage", "content", "must be non-empty text")
         may_be_blank = self.role == "tool" or (self.role == "assistant" and bool(self.tool_calls))
-        _require(may_be_blank or bool(self.content.strip()), "ChatMessage", "content", "must be non-empty text")
+        _require(may_be_blank or bool(self.content.strip()), "ChatMessage", "content",
+                 "must be non-empty text")
         _require(
             not self.tool_calls or self.role == "assistant",
             "ChatMessage",

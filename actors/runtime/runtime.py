@@ -474,7 +474,10 @@ class AgentRuntime:
         return decoder.decode(payload)
 
     def reply(self, request: MessageMetadata, result: Any, *, error: str | None = None) -> None:
-        """Send a handler's result (or failure) to the asker's inbox; nothing for ``DEFERRED_REPLY``."""
+        """Send a handler's result (or failure) to the asker's inbox.
+
+        Nothing for ``DEFERRED_REPLY``: that handler replies later itself.
+        """
         if not self._running or request.reply_to is None or result is DEFERRED_REPLY:
             return
         try:

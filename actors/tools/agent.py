@@ -54,7 +54,8 @@ EXTRACT_TOOL = ToolSpec(
     "extract_compacted_tool_result",
     "Return the original content of an earlier tool result that was compacted to a placeholder, "
     "by the ID the placeholder names.",
-    {"type": "object", "properties": {"toolcall_id": {"type": "string"}}, "required": ["toolcall_id"]},
+    {"type": "object", "properties": {"toolcall_id": {"type": "string"}},
+     "required": ["toolcall_id"]},
 )
 """The built-in tool every ``ToolAgent`` offers (seed 002)."""
 
@@ -63,7 +64,8 @@ DEFAULT_SYSTEM_PROMPT = (
     "instead of guessing, then answer briefly in plain spoken sentences."
 )
 
-DEFAULT_ROUTING = RoutingAid("Tools: answers questions by calling tools (camera view, inventory, ...).")
+DEFAULT_ROUTING = RoutingAid(
+    "Tools: answers questions by calling tools (camera view, inventory, ...).")
 
 MAX_PARTICIPANTS = 10_000
 """Transcripts held at most; the least recently used beyond it is dropped, and counted."""
@@ -136,8 +138,8 @@ class ToolAgent:
         self.discovery_timeout_s = discovery_timeout_s
         self.tool_timeout_s = tool_timeout_s
         self.store = None if transcripts is None else TranscriptTopics.of(transcripts)
-        self._system = system_message(DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt,
-                                      instructions)
+        prompt = DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
+        self._system = system_message(prompt, instructions)
         self._clock = clock
         self._transcripts: OrderedDict[str, Transcript] = OrderedDict()
         self._locks: dict[str, asyncio.Lock] = {}
@@ -148,8 +150,8 @@ class ToolAgent:
 
     def routing_aid(self, participant_id: str) -> RoutingAid:
         if self._closed:
-            return RoutingAid(self.routing.description, eligible=False, priority=self.routing.priority,
-                              keywords=self.routing.keywords)
+            return RoutingAid(self.routing.description, eligible=False,
+                              priority=self.routing.priority, keywords=self.routing.keywords)
         return self.routing
 
     async def admit(self, turn: AgentTurn, *, focused: bool) -> Admission:
@@ -194,7 +196,8 @@ class ToolAgent:
             system = f"{system}\n\n{COMPACTED_NOTE}\n\n{transcript.summary}"
         return [
             ChatMessage("system", system),
-            ChatMessage("user", context_message(self.context.blocks(participant_id), self._clock())),
+            ChatMessage("user", context_message(self.context.blocks(participant_id),
+                                                self._clock())),
             *transcript.all_messages(),
         ]
 
@@ -224,7 +227,9 @@ class ToolAgent:
 
     # ------------------------------------------------------------ the turn
 
-    async def answer(self, turn: AgentTurn, *, started: Callable[[], Awaitable[None]]) -> DestinationResult:
+    async def answer(
+        self, turn: AgentTurn, *, started: Callable[[], Awaitable[None]]
+    ) -> DestinationResult:
         """Run the tool loop for ``turn`` and stream the answer; see the module docstring."""
         if self._closed:
             raise RuntimeError("ToolAgent.answer: the agent is closed")
@@ -235,7 +240,8 @@ class ToolAgent:
         if turn.history:
             self.context.reconcile_history(
                 pid,
-                [(exchange.request, exchange.response, exchange.timestamp_us) for exchange in turn.history],
+                [(exchange.request, exchange.response, exchange.timestamp_us)
+                 for exchange in turn.history],
                 exchange_ids=[exchange.exchange_id for exchange in turn.history],
             )
         await self._discover(log)
@@ -245,8 +251,8 @@ class ToolAgent:
             outputs = ResponseOutputs(self.runtime, self.output_topic, source=route)
             parts: list[str] = []
             try:
-                async with outputs.reply(pid, request_id=turn.turn_id, timestamp_us=turn.timestamp_us,
-                                         started=started) as reply:
+                async with outputs.reply(pid, request_id=turn.turn_id,
+                                         timestamp_us=turn.timestamp_us, started=started) as reply:
                     await self._loop(pid, transcript, reply, parts, log)
                 text = "".join(parts).strip()
                 if not text:
@@ -265,13 +271,16 @@ class ToolAgent:
         )
         return DestinationResult(response=text)
 
-    async def _loop(self, pid: str, transcript: Transcript, reply: Any, parts: list[str], log: Any) -> None:
+    async def _loop(
+        self, pid: str, transcript: Transcript, reply: Any, parts: list[str], log: Any
+    ) -> None:
         specs = self.tool_specs()
         for iteration in range(self.max_iterations):
             await self._auto_compact(transcript, log)
             last = iteration == self.max_iterations - 1
             said: list[str] = []
-            async with self.llm.stream(self.request(pid), self.options, tools=() if last else specs) as stream:
+            offered = () if last else specs
+            async with self.llm.stream(self.request(pid), self.options, tools=offered) as stream:
                 async for chunk in stream:
                     await reply.send(chunk)
                     said.append(chunk)
@@ -288,9 +297,11 @@ class ToolAgent:
                 if stream.finish_reason != "stop":
                     log.warning("tools.answer_incomplete", finish_reason=stream.finish_reason)
                 return
-            transcript.append(ChatMessage("assistant", content, tool_calls=calls, reasoning=reasoning))
+            transcript.append(
+                ChatMessage("assistant", content, tool_calls=calls, reasoning=reasoning))
             replies = await asyncio.gather(*(self._call(pid, transcript, call) for call in calls))
-            transcript.append(*(ChatMessage("tool", r.content, tool_call_id=c.id) for c, r in zip(calls, replies)))
+            transcript.append(*(ChatMessage("tool", r.content, tool_call_id=c.id)
+                                for c, r in zip(calls, replies)))
             for call, outcome in zip(calls, replies):
                 if outcome.error is not None:
                     log.info("tools.call_failed", tool=call.name, call=call.id, error=outcome.error)
@@ -305,8 +316,9 @@ class ToolAgent:
         if pid in self._transcripts or self.store is None:
             return self.transcript(pid)
         try:
-            state = await self.runtime.ask(self.store.load, TranscriptLoad(), reply_type=TranscriptState,
-                                           participant_id=pid, timeout=self.discovery_timeout_s)
+            state = await self.runtime.ask(
+                self.store.load, TranscriptLoad(), reply_type=TranscriptState, participant_id=pid,
+                timeout=self.discovery_timeout_s)
         except Exception as error:  # the store is not up: start afresh, say so
             log.warning("tools.transcript_load_failed", error=f"{type(error).__name__}: {error}")
             return self.transcript(pid)
@@ -321,8 +333,9 @@ class ToolAgent:
         rewritten = transcript.take_rewritten()
         messages = tuple(transcript.messages) if rewritten else tuple(turn_messages)
         self._write(pid, TranscriptWrite(
-            "replace" if rewritten else "append", messages, transcript.summary, transcript.total_tokens,
-            transcript.take_new_originals(), transcript.counters.tool_rounds, transcript.counters.summary_rounds))
+            "replace" if rewritten else "append", messages, transcript.summary,
+            transcript.total_tokens, transcript.take_new_originals(),
+            transcript.counters.tool_rounds, transcript.counters.summary_rounds))
 
     def _write(self, pid: str, write: TranscriptWrite) -> None:
         if self.store is not None and getattr(self.runtime, "running", False):
@@ -332,17 +345,20 @@ class ToolAgent:
         report = await self.compactor.auto_compact(transcript, self.summarize)
         if report is not None:
             log.info("tools.compacted", outcome=report.outcome.value, steps=len(report.steps),
-                     estimate=round(report.estimate), limit=report.limit, still_over=report.still_over)
+                     estimate=round(report.estimate), limit=report.limit,
+                     still_over=report.still_over)
         return report
 
     async def _discover(self, log: Any) -> None:
         """Add the catalogs of configured servers not yet discovered."""
         for server in list(self.servers):
             try:
-                found = await ToolSet.discover(self.runtime, server, timeout_s=self.discovery_timeout_s,
+                found = await ToolSet.discover(self.runtime, server,
+                                               timeout_s=self.discovery_timeout_s,
                                                call_timeout_s=self.tool_timeout_s)
             except Exception as error:  # the server is not up (yet): its tools are absent this turn
-                log.warning("tools.discovery_failed", server=server, error=f"{type(error).__name__}: {error}")
+                log.warning("tools.discovery_failed", server=server,
+                            error=f"{type(error).__name__}: {error}")
                 continue
             for tool in found:
                 if tool.spec().name not in self.toolset:

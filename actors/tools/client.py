@@ -22,7 +22,13 @@ import msgspec
 
 from xrmq.actors.models import ToolCall, ToolSpec
 from xrmq.actors.runtime import AskError, RuntimeClosedError, get_logger
-from xrmq.schemas.tools import ToolCallReply, ToolCallRequest, ToolCancel, ToolCatalog, ToolListRequest
+from xrmq.schemas.tools import (
+    ToolCallReply,
+    ToolCallRequest,
+    ToolCancel,
+    ToolCatalog,
+    ToolListRequest,
+)
 
 from .server import ToolTopics, check_server_name
 from .tool import Tool, args_schema, failed
@@ -56,8 +62,8 @@ class RemoteTool:
         self.name = name
         self.topics = ToolTopics.of(server)
         self.timeout_s = timeout_s
-        self._spec = ToolSpec(namespaced(server, name), description,
-                              dict(parameters) if parameters is not None else {"type": "object", "properties": {}})
+        schema = {"type": "object", "properties": {}} if parameters is None else dict(parameters)
+        self._spec = ToolSpec(namespaced(server, name), description, schema)
 
     def __repr__(self) -> str:
         return f"RemoteTool({self._spec.name!r})"
@@ -65,7 +71,9 @@ class RemoteTool:
     def spec(self) -> ToolSpec:
         return self._spec
 
-    async def call(self, runtime: Any, arguments: str, *, call_id: str, participant_id: str | None = None) -> ToolCallReply:
+    async def call(
+        self, runtime: Any, arguments: str, *, call_id: str, participant_id: str | None = None
+    ) -> ToolCallReply:
         """Ask the server to run the call; any failure is an error reply."""
         request = ToolCallRequest(call_id, self.name, arguments)
         try:
@@ -128,14 +136,18 @@ class ToolSet:
         """What the model is offered."""
         return tuple(tool.spec() for tool in self._tools.values())
 
-    async def call(self, runtime: Any, call: ToolCall, *, participant_id: str | None = None) -> ToolCallReply:
+    async def call(
+        self, runtime: Any, call: ToolCall, *, participant_id: str | None = None
+    ) -> ToolCallReply:
         """Run one of the model's calls; an unknown name is an error reply."""
         tool = self._tools.get(call.name)
         if tool is None:
-            return failed(f"no tool named {call.name!r}; the tools are {', '.join(self._tools) or 'none'}")
+            names = ", ".join(self._tools) or "none"
+            return failed(f"no tool named {call.name!r}; the tools are {names}")
         if isinstance(tool, Tool):
             return await tool.invoke(call.arguments)
-        return await tool.call(runtime, call.arguments, call_id=call.id, participant_id=participant_id)
+        return await tool.call(runtime, call.arguments, call_id=call.id,
+                               participant_id=participant_id)
 
     @staticmethod
     async def discover(runtime: Any, server: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -143,7 +155,10 @@ class ToolSet:
         """The remote tools tool server ``server`` serves, from its catalog (an ask
         bounded by ``timeout_s``); their calls time out after ``call_timeout_s``."""
         topics = ToolTopics.of(server)
-        catalog = await runtime.ask(topics.list, ToolListRequest(), reply_type=ToolCatalog, timeout=timeout_s)
-        get_logger().debug("tools.discovered", server=server, tools=[info.name for info in catalog.tools])
-        return [RemoteTool(server, info.name, description=info.description, parameters=info.parameters,
-                           timeout_s=call_timeout_s) for info in catalog.tools]
+        catalog = await runtime.ask(topics.list, ToolListRequest(), reply_type=ToolCatalog,
+                                    timeout=timeout_s)
+        get_logger().debug("tools.discovered", server=server,
+                           tools=[info.name for info in catalog.tools])
+        return [RemoteTool(server, info.name, description=info.description,
+                           parameters=info.parameters, timeout_s=call_timeout_s)
+                for info in catalog.tools]

@@ -97,7 +97,9 @@ class AutoCompactor:
         pressure = self.pressure(transcript)
         return pressure is not None and pressure[0] > pressure[1]
 
-    async def auto_compact(self, transcript: Transcript, summarize: Summarize) -> AutoCompactReport | None:
+    async def auto_compact(
+        self, transcript: Transcript, summarize: Summarize
+    ) -> AutoCompactReport | None:
         """Compact when due; ``None`` when not due."""
         if not self.due(transcript):
             return None
@@ -138,6 +140,7 @@ class AutoCompactor:
         if estimate <= target:
             return AutoCompactReport(SummaryStatus.COMPACTED, tuple(steps), estimate, limit)
         if remaining == 0:
-            return AutoCompactReport(SummaryStatus.COMPACTED, tuple(steps), estimate, limit, still_over=True)
+            return AutoCompactReport(SummaryStatus.COMPACTED, tuple(steps), estimate, limit,
+                                     still_over=True)
         return await self._round(transcript, summarize, estimate, limit, toolcall_keep // 2,
                                  summary_keep // 2, remaining - 1, steps)

@@ -16,7 +16,14 @@ from dataclasses import dataclass
 
 from xrmq.actors.runtime import DEFERRED_REPLY, Agent, AgentRuntime, RuntimeContext, get_logger
 from xrmq.schemas import MessageMetadata
-from xrmq.schemas.tools import ToolCallReply, ToolCallRequest, ToolCancel, ToolCatalog, ToolInfo, ToolListRequest
+from xrmq.schemas.tools import (
+    ToolCallReply,
+    ToolCallRequest,
+    ToolCancel,
+    ToolCatalog,
+    ToolInfo,
+    ToolListRequest,
+)
 from xrmq.topics import Topic
 
 from .tool import Tool, failed
@@ -26,7 +33,8 @@ SERVER_NAME_RULE = "must be 1-40 letters, digits or '-' (it namespaces tool name
 
 def check_server_name(name: str, owner: str) -> None:
     """Raise ``ValueError`` unless ``name`` can namespace tool names."""
-    ok = isinstance(name, str) and 0 < len(name) <= 40 and all(c.isalnum() or c == "-" for c in name)
+    ok = isinstance(name, str) and 0 < len(name) <= 40
+    ok = ok and all(c.isalnum() or c == "-" for c in name)
     if not ok:
         raise ValueError(f"{owner}: {SERVER_NAME_RULE}")
 
@@ -67,10 +75,12 @@ class ToolServer(Agent):
         self.refused = 0
         self.cancelled = 0
         self._running: dict[str, asyncio.Task[None]] = {}
-        self._catalog = ToolCatalog(tuple(ToolInfo(t.name, t.description, t.parameters) for t in tools))
+        self._catalog = ToolCatalog(
+            tuple(ToolInfo(t.name, t.description, t.parameters) for t in tools))
 
     def handlers(self) -> dict[Topic, str]:
-        return {self.topics.list: "on_list", self.topics.call: "on_call", self.topics.cancel: "on_cancel"}
+        topics = self.topics
+        return {topics.list: "on_list", topics.call: "on_call", topics.cancel: "on_cancel"}
 
     def gauges(self) -> dict[str, float]:
         return {"tool_calls": self.calls, "tool_calls_running": len(self._running),
@@ -82,12 +92,14 @@ class ToolServer(Agent):
     async def on_call(self, message: ToolCallRequest, ctx: RuntimeContext) -> object:
         tool = self.tools.get(message.name)
         if tool is None:
-            return failed(f"{self.server} has no tool {message.name!r} (it has {', '.join(self.tools)})")
+            served = ", ".join(self.tools)
+            return failed(f"{self.server} has no tool {message.name!r} (it has {served})")
         if len(self._running) >= self.max_running or message.call_id in self._running:
             self.refused += 1
             return failed(f"{self.server} is busy ({len(self._running)} calls running)")
         self.calls += 1
-        task = asyncio.create_task(self._run(tool, message, ctx.metadata), name=f"xrmq-tool-{message.name}")
+        task = asyncio.create_task(self._run(tool, message, ctx.metadata),
+                                   name=f"xrmq-tool-{message.name}")
         self._running[message.call_id] = task
         return DEFERRED_REPLY
 
@@ -120,7 +132,9 @@ class ToolServer(Agent):
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def serve_tools(runtime: AgentRuntime, server: str, tools: Sequence[Tool], *, max_running: int = 64) -> ToolServer:
+def serve_tools(
+    runtime: AgentRuntime, server: str, tools: Sequence[Tool], *, max_running: int = 64
+) -> ToolServer:
     """Register a ``ToolServer`` serving ``tools`` as ``server`` (before the runtime starts)."""
     agent = ToolServer(server, tools, max_running=max_running)
     runtime.register(f"tools.{server}", agent)

@@ -68,7 +68,8 @@ class TranscriptTopics:
     def of(cls, name: str) -> TranscriptTopics:
         if not name or "\x00" in name:
             raise ValueError("transcripts: must be a non-empty name without NUL")
-        return cls(Topic(f"{name}.transcript.write", TranscriptWrite), Topic(f"{name}.transcript.load", TranscriptLoad))
+        return cls(Topic(f"{name}.transcript.write", TranscriptWrite),
+                   Topic(f"{name}.transcript.load", TranscriptLoad))
 
 
 def apply_write(transcript: Transcript, write: TranscriptWrite) -> None:
@@ -96,8 +97,9 @@ def state_of(transcript: Transcript) -> TranscriptState:
 def restore(state: TranscriptState) -> Transcript:
     """A transcript with ``state`` (what a ``ToolAgent`` loads)."""
     transcript = Transcript()
-    apply_write(transcript, TranscriptWrite("replace", state.messages, state.summary, state.total_tokens,
-                                            state.originals, state.tool_rounds, state.summary_rounds))
+    apply_write(transcript, TranscriptWrite(
+        "replace", state.messages, state.summary, state.total_tokens, state.originals,
+        state.tool_rounds, state.summary_rounds))
     transcript.take_new_originals()
     return transcript
 
@@ -136,9 +138,12 @@ class TranscriptActor(Agent):
         return {"transcript_messages": len(self.transcript.messages)}
 
 
-def register_transcripts(runtime: AgentRuntime, name: str, *, shard: int = 0, shards: int = 1) -> None:
+def register_transcripts(
+    runtime: AgentRuntime, name: str, *, shard: int = 0, shards: int = 1
+) -> None:
     """Host the transcripts of store ``name`` (this process's shard of the participants)."""
     topics = TranscriptTopics.of(name)
     kind = f"{name}.transcripts"
-    runtime.register_keyed(kind, TranscriptActor, factory=lambda key: TranscriptActor(key, kind), shard=shard,
-                           shards=shards, handlers={topics.write: "on_write", topics.load: "on_load"})
+    runtime.register_keyed(kind, TranscriptActor, factory=lambda key: TranscriptActor(key, kind),
+                           shard=shard, shards=shards,
+                           handlers={topics.write: "on_write", topics.load: "on_load"})

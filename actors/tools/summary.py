@@ -19,11 +19,11 @@ SUMMARY_LIMIT_BYTES = 4096
 """About seed 002's 1024 tokens, in the bytes xrmq's compaction requests state."""
 
 SUMMARY_PROMPT = (
-    "Summarize the earlier part of this tool-using conversation for future turns. Use markdown "
-    "sections: system_context, overview, key_facts, user_preferences, decisions, pending_tasks, "
-    "open_questions, tone_context. Keep names, numbers, identifiers and tool-call IDs verbatim; mark "
-    "uncertain items as unconfirmed. Merge the previous summary in. Do not answer or continue the "
-    "conversation."
+    "Summarize the earlier part of this tool-using conversation for future turns. Use "
+    "markdown sections: system_context, overview, key_facts, user_preferences, decisions, "
+    "pending_tasks, open_questions, tone_context. Keep names, numbers, identifiers and "
+    "tool-call IDs verbatim; mark uncertain items as unconfirmed. Merge the previous summary "
+    "in. Do not answer or continue the conversation."
 )
 
 COMPACTED_NOTE = (
@@ -38,7 +38,8 @@ def render_message(message: ChatMessage) -> str:
     """One transcript message as a line of summary material."""
     if message.role == "tool":
         return f"Tool result {message.tool_call_id}: {message.content}"
-    calls = "".join(f" [calls {call.name}({call.arguments}) as {call.id}]" for call in message.tool_calls)
+    calls = "".join(f" [calls {call.name}({call.arguments}) as {call.id}]"
+                    for call in message.tool_calls)
     return f"{message.role.capitalize()}: {message.content}{calls}".rstrip()
 
 
@@ -58,8 +59,8 @@ def llm_summarizer(llm: LLMService, *, limit_bytes: int = SUMMARY_LIMIT_BYTES) -
     async def summarize(head: tuple[ChatMessage, ...], previous: str | None) -> str | None:
         system, user = summary_request(head, previous, limit_bytes)
         try:
-            completion = await llm.complete([ChatMessage("system", system), ChatMessage("user", user)],
-                                            ChatOptions(thinking=False))
+            messages = [ChatMessage("system", system), ChatMessage("user", user)]
+            completion = await llm.complete(messages, ChatOptions(thinking=False))
         except Exception:  # a failed summary leaves the transcript as it is
             return None
         return completion.text.strip() or None

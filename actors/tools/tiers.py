@@ -64,14 +64,17 @@ class ToolCallCompactResult:
 
 @dataclass(frozen=True, slots=True)
 class ToolCallCompaction:
-    """The transcript after tier 1, the originals it reclaimed (by call id, oldest first), the result."""
+    """The transcript after tier 1, the originals it reclaimed (by call id, oldest first),
+    and the result."""
 
     messages: tuple[ChatMessage, ...]
     originals: dict[str, str]
     result: ToolCallCompactResult
 
 
-def compact_toolcall(messages: Sequence[ChatMessage], keep_max: int = TOOLCALL_KEEP_MAX) -> ToolCallCompaction:
+def compact_toolcall(
+    messages: Sequence[ChatMessage], keep_max: int = TOOLCALL_KEEP_MAX
+) -> ToolCallCompaction:
     """Tier 1: reclaim tool results older than the most recent ``keep_max``.
 
     Walks newest to oldest; the newest ``keep_max`` tool messages stay. Each older one
@@ -154,7 +157,9 @@ def summary_cut(messages: Sequence[ChatMessage], keep_recent: int) -> int:
     return cut
 
 
-def plan_summary(messages: Sequence[ChatMessage], keep_recent: int = SUMMARY_KEEP_MAX) -> SummaryPlan | None:
+def plan_summary(
+    messages: Sequence[ChatMessage], keep_recent: int = SUMMARY_KEEP_MAX
+) -> SummaryPlan | None:
     """Tier 2's cut, or ``None`` when nothing precedes it (``NOTHING_TO_CONDENSE``).
 
     When the last user message falls before the cut it is also kept, at the head of
@@ -186,4 +191,5 @@ def apply_summary(
         return tuple(messages), SummaryCompactResult(SummaryStatus.SUMMARIZE_FAILED)
     before = estimated_message_length(messages) or 1
     after = estimated_message_length(plan.tail) + len(summary)
-    return plan.tail, SummaryCompactResult(SummaryStatus.COMPACTED, _fraction(before, after), len(plan.head))
+    result = SummaryCompactResult(SummaryStatus.COMPACTED, _fraction(before, after), len(plan.head))
+    return plan.tail, result

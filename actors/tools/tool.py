@@ -59,7 +59,9 @@ class Tool:
     or an ``fn`` that is not callable.
     """
 
-    def __init__(self, name: str, description: str, args: type[msgspec.Struct], fn: Callable[[Any], Any]) -> None:
+    def __init__(
+        self, name: str, description: str, args: type[msgspec.Struct], fn: Callable[[Any], Any]
+    ) -> None:
         if not (isinstance(name, str) and TOOL_NAME.fullmatch(name)):
             raise ValueError("Tool.name: must be 1-64 letters, digits, '_' or '-'")
         if not (isinstance(description, str) and description.strip()):

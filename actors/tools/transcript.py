@@ -109,7 +109,8 @@ class Transcript:
         for message in self.all_messages():
             total += len(message.content.encode())
             total += len(message.reasoning.encode()) if message.reasoning else 0
-            total += sum(len(call.arguments.encode()) + len(call.name) for call in message.tool_calls)
+            total += sum(len(call.arguments.encode()) + len(call.name)
+                         for call in message.tool_calls)
         return total
 
     @property
@@ -196,9 +197,9 @@ class Transcript:
             self.counters.summarize_failed += 1
         else:
             for message in plan.head if plan is not None else ():
-                if message.role == "tool" and message.tool_call_id and message.content != placeholder(
-                        message.tool_call_id):
-                    self._store(message.tool_call_id, message.content)
+                call_id = message.tool_call_id
+                if message.role == "tool" and call_id and message.content != placeholder(call_id):
+                    self._store(call_id, message.content)
             self.messages = [*messages, *later]
             self.summary = summary
             self.rewritten = True

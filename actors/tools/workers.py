@@ -38,7 +38,8 @@ class WorkerSummarizer(Agent):
         self.timeout_s = timeout_s
         self.limit_bytes = limit_bytes
         self.generation = uuid.uuid4().hex[:12]
-        self.results = Topic(f"{plan.topics.namespace}.tools.{self.generation}.result", CompactionDone)
+        name = f"{plan.topics.namespace}.tools.{self.generation}.result"
+        self.results = Topic(name, CompactionDone)
         self._ids = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[CompactionDone]] = {}
         self.failed = 0
@@ -57,12 +58,13 @@ class WorkerSummarizer(Agent):
             return None
         job_id = next(self._ids)
         system, user = summary_request(head, previous, self.limit_bytes)
-        request = CompactionRequest(JobRef(SECTION, self.generation, job_id), "compact", system, user,
-                                    self.limit_bytes)
+        job = JobRef(SECTION, self.generation, job_id)
+        request = CompactionRequest(job, "compact", system, user, self.limit_bytes)
         future: asyncio.Future[CompactionDone] = asyncio.get_running_loop().create_future()
         self._waiting[job_id] = future
         worker = job_id % self.plan.compaction_workers
-        runtime.send(self.plan.topics.worker_jobs(worker), CompactionJob(request, self.results.name))
+        jobs = self.plan.topics.worker_jobs(worker)
+        runtime.send(jobs, CompactionJob(request, self.results.name))
         try:
             done = await asyncio.wait_for(future, self.timeout_s)
         except TimeoutError:

@@ -46,7 +46,8 @@ def describe_view(args: View) -> dict[str, Any]:
     return scene_at(time.time())
 
 
-TOOLS = [Tool("describe_view", "Describe what the camera sees on the lab bench right now.", View, describe_view)]
+TOOLS = [Tool("describe_view", "Describe what the camera sees on the lab bench right now.", View,
+              describe_view)]
 
 
 def role(runtime: AgentRuntime, config: object, process: object) -> None:

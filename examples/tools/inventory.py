@@ -35,7 +35,8 @@ def lookup(args: Item) -> dict[str, object]:
     return found
 
 
-TOOLS = [Tool("lookup", "Look up how many of an item are in stock in the inventory, and where.", Item, lookup)]
+TOOLS = [Tool("lookup", "Look up how many of an item are in stock in the inventory, and where.",
+              Item, lookup)]
 
 
 def role(runtime: AgentRuntime, config: object, process: object) -> None:
