@@ -316,3 +316,42 @@ async def test_slash_compact_in_chat_compacts_at_the_tools_destination_over_the_
     assert unnamed.startswith("xrmq chat: /compact: no destination answered yet")
     assert missing == "xrmq chat: /compact: 'nowhere' is not a tools destination (no answer within 0.5 s)"
     assert agent.transcript("p1").summary is not None
+
+
+async def test_a_barge_in_through_the_router_cancels_the_running_tool_call_at_its_server() -> None:
+    from xrmq.actors.routing import SingleDestination
+    from xrmq.schemas import Interrupted, UserQuery
+    from xrmq.topics import INTERRUPTED_TOPIC, QUERY_TOPIC
+
+    running, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def survey(args: View) -> str:
+        running.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cancelled.set()
+        return "never"
+
+    llm = ScriptedLLM(ScriptedResponse("Let me look.", tool_calls=(ToolCall("s1", "lab__survey", "{}"),)),
+                      "The lab is quiet.")
+    context = FakeContext()
+    front = AgentRuntime(name="front")
+    back = AgentRuntime(front.address, name="back")
+    server = serve_tools(back, "lab", [Tool("survey", "Survey the lab.", View, survey)])
+    recorder = front.register("recorder", OutputRecorder())
+    agent = ToolAgent(llm, context=context, runtime=front, output_topic=VOICE_OUTPUT_TOPIC, servers=["lab"])
+    front.register("router", AgentRouter({"lab-tools": agent}, SingleDestination(), query_topic=QUERY_TOPIC,
+                                         output_topic=VOICE_OUTPUT_TOPIC, interrupted_topic=INTERRUPTED_TOPIC))
+    async with front, back:
+        front.send(QUERY_TOPIC, UserQuery("Survey the lab.", 1), participant_id="p1")
+        await running.wait()
+        front.send(INTERRUPTED_TOPIC, Interrupted(), participant_id="p1")
+        await asyncio.wait_for(cancelled.wait(), 10)
+        await recorder.wait_for(lambda frames: recorder.finals() == 1)  # "Let me look." closed
+        front.send(QUERY_TOPIC, UserQuery("Is the lab quiet?", 2), participant_id="p1")
+        await recorder.wait_for(lambda frames: recorder.finals() == 2)
+    assert server.cancelled == 1
+    assert context.log == [("record", "p1", context.log[0][2])]  # only the second turn
+    assert context.exchanges["p1"][0][:2] == ("Is the lab quiet?", "The lab is quiet.")
+    assert all(m.content != "Survey the lab." for m in agent.transcript("p1").messages)
