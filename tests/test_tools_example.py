@@ -32,7 +32,7 @@ def test_the_inventory_finds_items_named_in_a_sentence() -> None:
 
 
 @pytest.mark.timeout(120)
-def test_up_tools_answers_what_is_on_the_bench_from_the_camera_tool(tmp_path: Path) -> None:
+def test_up_tools_answers_from_the_camera_and_inventory_tools_and_compacts_by_hand(tmp_path: Path) -> None:
     runtime_dir = tmp_path / "run"
     runtime_dir.mkdir(mode=0o700)
     env = {**os.environ, "XRMQ_RUNTIME_DIR": str(runtime_dir), "XRMQ_LOG_LEVEL": "WARNING"}
@@ -46,11 +46,19 @@ def test_up_tools_answers_what_is_on_the_bench_from_the_camera_tool(tmp_path: Pa
         stock = say(env, "--timeout", "50", "How many multimeters are in stock?")
         assert stock.returncode == 0, stock.stderr
         assert "in_stock: 3" in stock.stdout
+        # Manual compaction (seed 002) of p1's transcript at the tools destination, over the bus.
+        done = subprocess.run([*CLI, "compact", "lab-tools", "--tier", "toolcall"], capture_output=True,
+                              text=True, env=env, timeout=60)
+        missing = subprocess.run([*CLI, "compact", "nowhere", "--timeout", "1"], capture_output=True,
+                                 text=True, env=env, timeout=60)
         up.send_signal(signal.SIGTERM)
         assert up.wait(timeout=30) == 0
     finally:
         reap(up)
     assert all("a red multimeter" in scene["bench"] for scene in SCENES)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "compacted tool results at lab-tools: 0 reclaimed (0% of the transcript)"
+    assert missing.returncode == 1 and "'nowhere' is not a tools destination" in missing.stdout
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -80,3 +88,4 @@ def test_the_tools_config_decodes_with_the_seed_defaults() -> None:
     assert (tools.kind, tools.tool_servers, tools.max_iterations, tools.token_threshold) == (
         "tools", ["camera", "inventory"], 8, 192_000)
     assert config.destinations["conversation"].kind == "conversation"
+
