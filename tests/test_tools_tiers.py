@@ -219,7 +219,9 @@ def filled(count: int = 40, tokens: int | None = 250_000) -> Transcript:
 async def test_no_compaction_while_under_threshold_or_usage_unknown_or_disabled() -> None:
     summarize = Summarizer()
     assert await AutoCompactor().auto_compact(filled(tokens=192_000), summarize) is None
-    assert await AutoCompactor().auto_compact(filled(tokens=None), summarize) is None
+    unknown = filled(tokens=None)  # without usage: its 16 KB against the default 4 x 192,000 bytes
+    assert AutoCompactor().pressure(unknown) == (unknown.rendered_bytes(), 768_000)
+    assert await AutoCompactor().auto_compact(unknown, summarize) is None
     assert await AutoCompactor(enabled=False).auto_compact(filled(), summarize) is None
     assert summarize.calls == []
 

@@ -36,6 +36,9 @@ module constant, not a per-compactor setting)."""
 TOKEN_THRESHOLD = 192_000
 """Seed 002's default ``auto_compact.token_threshold``."""
 
+BYTES_PER_TOKEN = 4
+"""The default byte budget's bytes per token of the threshold (English text runs about 4)."""
+
 Summarize = Callable[[tuple[ChatMessage, ...], str | None], Awaitable[str | None]]
 """``summarize(head, previous_summary)`` returns the new summary, or ``None`` on failure."""
 
@@ -69,7 +72,8 @@ class AutoCompactor:
     token_threshold: int = TOKEN_THRESHOLD
     enabled: bool = True
     byte_budget: int | None = None
-    """The transcript's rendered-bytes limit, used when the model reports no usage."""
+    """The transcript's rendered-bytes limit, used when the model reports no usage;
+    ``None``: ``BYTES_PER_TOKEN`` bytes per token of ``token_threshold``."""
     reports: list[AutoCompactReport] = field(default_factory=list, repr=False)
     """The most recent reports (at most 16), newest last."""
 
@@ -82,20 +86,19 @@ class AutoCompactor:
         if self.byte_budget is not None and self.byte_budget <= 0:
             raise ValueError("AutoCompactor.byte_budget: must be positive")
 
-    def pressure(self, transcript: Transcript) -> tuple[float, float] | None:
+    def pressure(self, transcript: Transcript) -> tuple[float, float]:
         """(measure, limit): tokens against the threshold, else bytes against the budget."""
         if transcript.total_tokens is not None:
             return float(transcript.total_tokens), float(self.token_threshold)
-        if self.byte_budget is not None:
-            return float(transcript.rendered_bytes()), float(self.byte_budget)
-        return None
+        budget = self.token_threshold * BYTES_PER_TOKEN if self.byte_budget is None else self.byte_budget
+        return float(transcript.rendered_bytes()), float(budget)
 
     def due(self, transcript: Transcript) -> bool:
         """Whether the transcript is over its limit now."""
         if not self.enabled:
             return False
-        pressure = self.pressure(transcript)
-        return pressure is not None and pressure[0] > pressure[1]
+        measure, limit = self.pressure(transcript)
+        return measure > limit
 
     async def auto_compact(
         self, transcript: Transcript, summarize: Summarize
@@ -103,7 +106,7 @@ class AutoCompactor:
         """Compact when due; ``None`` when not due."""
         if not self.due(transcript):
             return None
-        measure, limit = self.pressure(transcript) or (0.0, 0.0)
+        measure, limit = self.pressure(transcript)
         report = await self._round(transcript, summarize, measure, limit, self.toolcall_keep_max,
                                    self.summary_keep_max, self.max_retries, [])
         self.reports.append(report)
