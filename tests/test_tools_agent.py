@@ -355,3 +355,33 @@ async def test_a_barge_in_through_the_router_cancels_the_running_tool_call_at_it
     assert context.log == [("record", "p1", context.log[0][2])]  # only the second turn
     assert context.exchanges["p1"][0][:2] == ("Is the lab quiet?", "The lab is quiet.")
     assert all(m.content != "Survey the lab." for m in agent.transcript("p1").messages)
+
+
+async def test_reasoning_is_written_back_verbatim_in_the_next_request() -> None:
+    llm = ScriptedLLM(ScriptedResponse(tool_calls=(ToolCall("e1", "echo", "{}"),), reasoning="I should echo."),
+                      ScriptedResponse("Echoed.", reasoning="Done echoing."), "Again.")
+    async with AgentRuntime() as runtime:
+        agent = ToolAgent(llm, context=FakeContext(), runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC,
+                          tools=[Tool("echo", "Echo.", View, lambda args: "echo")])
+        await agent.answer(turn("t1", "Echo."), started=never_started)
+        await agent.answer(turn("t2", "Again?"), started=never_started)
+    assistants = [m for m in llm.requests[2].messages if m.role == "assistant"]
+    assert [(m.content, m.reasoning) for m in assistants] == [("", "I should echo."), ("Echoed.", "Done echoing.")]
+
+
+async def test_a_summary_the_workers_do_not_deliver_in_time_is_summarize_failed() -> None:
+    from xrmq.actors.context import context_plan
+    from xrmq.actors.tools.workers import WorkerSummarizer
+
+    runtime = AgentRuntime()  # no compaction worker runs on this bus
+    summarizer = runtime.register("tools-summarizer", WorkerSummarizer(context_plan(), timeout_s=0.3))
+    async with runtime:
+        agent = ToolAgent(session_model(), context=FakeContext(), runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC,
+                          tools=[Tool("probe", "Read a probe.", Probe, probe_reading)],
+                          compactor=AutoCompactor(enabled=False), summarize=summarizer)
+        for index in range(1, 6):
+            await agent.answer(turn(f"t{index}", f"Read probe {index}."), started=never_started)
+        before = list(agent.transcript("p1").messages)
+        outcome = await agent.compact("p1", tier="summary")
+    assert outcome.status.value == "summarize_failed" and summarizer.failed == 1
+    assert agent.transcript("p1").messages == before and agent.transcript("p1").summary is None

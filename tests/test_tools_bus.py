@@ -138,3 +138,25 @@ async def test_calls_to_one_server_run_in_parallel() -> None:
         replies = await asyncio.gather(*(
             tools.call(front, ToolCall(f"v{i}", "rooms__visit", json.dumps({"room": f"r{i}"}))) for i in range(3)))
     assert [reply.content for reply in replies] == ["r0", "r1", "r2"]
+
+
+async def test_a_server_refuses_calls_beyond_max_running_with_an_error_result() -> None:
+    gate, running = asyncio.Event(), asyncio.Event()
+
+    async def wait(args: Nothing) -> str:
+        running.set()
+        await gate.wait()
+        return "done"
+
+    front = AgentRuntime(name="front")
+    back = AgentRuntime(front.address, name="back")
+    server = serve_tools(back, "one", [Tool("wait", "Waits.", Nothing, wait)], max_running=1)
+    tools = ToolSet([remote_tool("one", "wait", description="Waits.", timeout_s=5)])
+    async with front, back:
+        first = asyncio.create_task(tools.call(front, ToolCall("a", "one__wait", "{}")))
+        await running.wait()  # the first call is running at the server
+        refused = await tools.call(front, ToolCall("b", "one__wait", "{}"))
+        gate.set()
+        assert (await first).content == "done"
+    assert json.loads(refused.content) == {"error": "one is busy (1 calls running)"}
+    assert server.refused == 1
