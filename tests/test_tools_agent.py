@@ -385,3 +385,17 @@ async def test_a_summary_the_workers_do_not_deliver_in_time_is_summarize_failed(
         outcome = await agent.compact("p1", tier="summary")
     assert outcome.status.value == "summarize_failed" and summarizer.failed == 1
     assert agent.transcript("p1").messages == before and agent.transcript("p1").summary is None
+
+
+async def test_text_of_successive_model_calls_is_one_answer_with_a_word_break() -> None:
+    llm = ScriptedLLM(ScriptedResponse("Let me look.", tool_calls=(ToolCall("e1", "echo", "{}"),)), "It echoed.")
+    runtime = AgentRuntime()
+    recorder = runtime.register("recorder", OutputRecorder())
+    async with runtime:
+        agent = ToolAgent(llm, context=FakeContext(), runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC,
+                          tools=[Tool("echo", "Echo.", View, lambda args: "echo")])
+        result = await agent.answer(turn("t1", "Echo."), started=never_started)
+        await recorder.wait_for(lambda frames: recorder.finals() == 1)
+    assert result.response == "Let me look. It echoed." == recorder.texts("p1")
+    assert [m.content for m in agent.transcript("p1").messages if m.role == "assistant"] == [
+        "Let me look.", "It echoed."]

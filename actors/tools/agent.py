@@ -282,9 +282,13 @@ class ToolAgent:
             offered = () if last else specs
             async with self.llm.stream(self.request(pid), self.options, tools=offered) as stream:
                 async for chunk in stream:
-                    await reply.send(chunk)
+                    # Text of a later model call continues what was said: a word break between.
+                    spoken = chunk
+                    if not said and parts and not parts[-1][-1:].isspace() and not chunk[:1].isspace():
+                        spoken = f" {chunk}"
+                    await reply.send(spoken)
                     said.append(chunk)
-            parts.extend(said)
+                    parts.append(spoken)
             result = stream.result
             usage = stream.usage
             transcript.note_usage(usage.total if usage is not None else None)
