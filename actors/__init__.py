@@ -37,6 +37,11 @@ _EXPORTS = {
     "ModelError": "xrmq.actors.models",
     "ModelSpec": "xrmq.actors.models",
     "create_llm": "xrmq.actors.models",
+    "Tool": "xrmq.actors.tools",
+    "ToolAgent": "xrmq.actors.tools",
+    "ToolSet": "xrmq.actors.tools",
+    "remote_tool": "xrmq.actors.tools",
+    "serve_tools": "xrmq.actors.tools",
 }
 
 __all__ = sorted(_EXPORTS)

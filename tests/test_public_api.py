@@ -7,6 +7,7 @@ import xrmq.topics
 DESIGN_ACTORS = [
     "AgentRuntime", "Agent", "RuntimeContext", "subscribe", "ResponseOutputs", "Reply", "ContextManager",
     "Conversation", "AgentRouter", "VoiceRenderer", "LLMService", "LiteLLMService", "OfflineLLM", "ScriptedLLM",
+    "Tool", "ToolAgent", "ToolSet", "remote_tool", "serve_tools",
 ]
 DESIGN_SCHEMAS = [
     "UserQuery", "ResponseOutput", "Interrupted", "ParticipantJoined", "ParticipantLeft",
