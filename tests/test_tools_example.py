@@ -89,3 +89,29 @@ def test_the_tools_config_decodes_with_the_seed_defaults() -> None:
         "tools", ["camera", "inventory"], 8, 192_000)
     assert config.destinations["conversation"].kind == "conversation"
 
+
+
+@pytest.mark.timeout(60)
+async def test_the_camera_script_serves_a_scene_that_changes_over_time() -> None:
+    import json
+
+    from buses import broker_process
+    from tools.camera import PERIOD_S, scene_at
+    from xrmq.actors.models import ToolCall
+    from xrmq.actors.runtime import AgentRuntime
+    from xrmq.actors.tools import ToolSet
+
+    assert scene_at(0)["bench"] != scene_at(PERIOD_S)["bench"]  # the simulated bench moves on
+    env = {**os.environ, "XRMQ_LOG_LEVEL": "WARNING"}
+    with broker_process() as bus:
+        camera = subprocess.Popen([sys.executable, str(CONFIG.parent / "tools" / "camera.py"), bus],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            expect_line(camera, "camera: serving describe_view")
+            async with AgentRuntime(bus) as runtime:
+                tools = ToolSet(await ToolSet.discover(runtime, "camera", timeout_s=10))
+                reply = await tools.call(runtime, ToolCall("c1", "camera__describe_view", "{}"))
+        finally:
+            reap(camera)
+    view = json.loads(reply.content)
+    assert "a red multimeter" in view["bench"] and {"time", "people", "lighting"} <= view.keys()
