@@ -14,7 +14,6 @@ import pytest
 
 from xrmq.topics import METRICS_TOPIC, STANDARD_TOPICS, Topic, deeply_immutable
 
-
 Name = NewType("Name", str)
 
 
@@ -101,11 +100,23 @@ def test_a_struct_that_is_not_frozen_is_mutable_even_with_scalar_fields():
     assert not deeply_immutable(_frozen_struct_with(Mutable))
 
 
-@pytest.mark.parametrize("annotation", [
-    list[int], dict[str, int], set[int], bytearray, memoryview, Any, msgspec.Raw,
-    tuple[list[int], ...], tuple[int, dict[str, int]], frozenset[Point] | list[int],
-    Optional[WithList], Annotated[list[str], msgspec.Meta(max_length=3)],
-])
+@pytest.mark.parametrize(
+    "annotation",
+    [
+        list[int],
+        dict[str, int],
+        set[int],
+        bytearray,
+        memoryview,
+        Any,
+        msgspec.Raw,
+        tuple[list[int], ...],
+        tuple[int, dict[str, int]],
+        frozenset[Point] | list[int],
+        Optional[WithList],
+        Annotated[list[str], msgspec.Meta(max_length=3)],
+    ],
+)
 def test_a_mutable_part_anywhere_makes_the_type_mutable(annotation):
     assert not deeply_immutable(_frozen_struct_with(annotation))
 
@@ -130,13 +141,20 @@ def test_the_decision_is_made_once_per_type():
 
 
 def test_every_topic_type_xrmq_declares_is_shared_except_the_metrics_dicts():
-    for package in ("xrmq.actors.context", "xrmq.actors.routing", "xrmq.actors.voice",
-                    "xrmq.actors.conversation", "xrmq.actors.edge.demo"):
+    for package in (
+        "xrmq.actors.context",
+        "xrmq.actors.routing",
+        "xrmq.actors.voice",
+        "xrmq.actors.conversation",
+        "xrmq.actors.edge.demo",
+    ):
         importlib.import_module(package)
     from xrmq.topics._topic import _registry
 
     types = {kind for kind in _registry.values() if kind.__module__.startswith("xrmq.")}
     assert len(types) >= len({topic.message_type for topic in STANDARD_TOPICS})
-    assert sorted(kind.__qualname__ for kind in types if not deeply_immutable(kind)) == ["RuntimeMetrics"]
+    assert sorted(kind.__qualname__ for kind in types if not deeply_immutable(kind)) == [
+        "RuntimeMetrics"
+    ]
     assert not METRICS_TOPIC.shared
     assert all(topic.shared for topic in STANDARD_TOPICS if topic is not METRICS_TOPIC)

@@ -122,9 +122,10 @@ async def test_keyed_instances_each_get_their_own_copy_of_a_global_message():
         await runtime.publish(OBSERVATIONS, Observation(["everyone"]))
         for instance in KeyedMutator.instances.values():
             await instance.done.wait()
-    assert {key: [labels for _, _, labels in instance.received]
-            for key, instance in KeyedMutator.instances.items()} == {
-        "p1": [["p1"], ["everyone"]], "p2": [["p2"], ["everyone"]]}
+    assert {
+        key: [labels for _, _, labels in instance.received]
+        for key, instance in KeyedMutator.instances.items()
+    } == {"p1": [["p1"], ["everyone"]], "p2": [["p2"], ["everyone"]]}
 
 
 class Holder(Agent):
@@ -192,7 +193,9 @@ def test_a_handler_annotated_with_another_type_is_a_type_error_naming_handler_to
         AgentRuntime().register("wrong", WrongType())
     with pytest.raises(TypeError, match=message):
         AgentRuntime().register_keyed("wrong", WrongType)
-    with pytest.raises(TypeError, match=r"WrongStruct.observe: .*annotated Speak, .*carries Observation"):
+    with pytest.raises(
+        TypeError, match=r"WrongStruct.observe: .*annotated Speak, .*carries Observation"
+    ):
         AgentRuntime().register("wrong", WrongStruct())
 
 
@@ -208,7 +211,9 @@ class Configured(Agent):
 
 def test_a_configured_handler_is_checked_against_its_topic_too():
     AgentRuntime().register("fine", Configured(VOICE))
-    with pytest.raises(TypeError, match=r"Configured.on_speak: .*annotated Speak, .*'test.contract.notes' carries"):
+    with pytest.raises(
+        TypeError, match=r"Configured.on_speak: .*annotated Speak, .*'test.contract.notes' carries"
+    ):
         AgentRuntime().register("wrong", Configured(NOTES))
     with pytest.raises(TypeError, match=r"annotated Speak, .*carries ConversationContextUpdate"):
         AgentRuntime().register_keyed("wrong", Configured, handlers={NOTES: "on_speak"})
@@ -262,7 +267,10 @@ def test_an_annotation_that_cannot_be_resolved_is_compared_by_name():
         async def on_voice(self, message: ResponseOutput, ctx: RuntimeContext) -> None: ...
 
     AgentRuntime().register("by-name", ByName())  # "Local" is not in the module: compared by name
-    with pytest.raises(TypeError, match=r"annotated 'ResponseOutput', but topic 'test.contract.voice' carries Speak"):
+    with pytest.raises(
+        TypeError,
+        match=r"annotated 'ResponseOutput', but topic 'test.contract.voice' carries Speak",
+    ):
         AgentRuntime().register("type-checking", TypeCheckingOnly())
 
 
@@ -296,13 +304,17 @@ class Speaker(Agent):
         self.done.set()
 
 
-async def _forwarded(participant_id: Any, *, speaker_for: str | None = None) -> tuple[Forwarder, Any]:
+async def _forwarded(
+    participant_id: Any, *, speaker_for: str | None = None
+) -> tuple[Forwarder, Any]:
     forwarder, speaker = Forwarder(participant_id), Speaker()
     runtime = AgentRuntime()
     runtime.register("forwarder", forwarder)
     runtime.register("speaker", speaker, participant_id=speaker_for)
     async with runtime:
-        await runtime.publish(OBSERVATIONS, Observation(["cup"]), participant_id="alice", source="camera")
+        await runtime.publish(
+            OBSERVATIONS, Observation(["cup"]), participant_id="alice", source="camera"
+        )
         await speaker.done.wait()
     return forwarder, speaker.metadata[0]
 
@@ -316,7 +328,9 @@ async def test_context_publish_without_a_participant_keeps_the_deliverys_partici
 
 
 async def test_context_publish_with_global_reaches_everyone_from_a_participant_scoped_handler():
-    forwarder, metadata = await _forwarded(GLOBAL, speaker_for="bob")  # bob's actor hears global messages
+    forwarder, metadata = await _forwarded(
+        GLOBAL, speaker_for="bob"
+    )  # bob's actor hears global messages
     assert metadata.participant_id is None
     assert metadata.parent_message_id == forwarder.input_message_id
 
@@ -334,7 +348,9 @@ class Asker(Agent):
 
     @subscribe(OBSERVATIONS)
     async def on_observation(self, event: Observation, ctx: RuntimeContext) -> None:
-        self.answer = await ctx.ask(NOTES, Update("who?"), reply_type=str, participant_id=self.participant_id)
+        self.answer = await ctx.ask(
+            NOTES, Update("who?"), reply_type=str, participant_id=self.participant_id
+        )
         self.done.set()
 
 
@@ -344,7 +360,9 @@ class WhoAsks(Agent):
         return f"{ctx.participant_id} from {ctx.metadata.source}"
 
 
-@pytest.mark.parametrize("participant_id, answer", [(None, "alice from asker"), (GLOBAL, "None from asker")])
+@pytest.mark.parametrize(
+    "participant_id, answer", [(None, "alice from asker"), (GLOBAL, "None from asker")]
+)
 async def test_context_ask_follows_the_same_participant_rule(participant_id, answer):
     asker = Asker(participant_id)
     runtime = AgentRuntime()
@@ -363,9 +381,14 @@ async def test_runtime_publish_and_ask_take_global_as_none():
     runtime.register("who", WhoAsks())
     async with runtime:
         await runtime.publish(VOICE, Speak("hello"), participant_id=GLOBAL)
-        assert await runtime.ask(NOTES, Update("?"), reply_type=str, participant_id=GLOBAL) == "None from application"
+        assert (
+            await runtime.ask(NOTES, Update("?"), reply_type=str, participant_id=GLOBAL)
+            == "None from application"
+        )
         await speaker.done.wait()
-        with pytest.raises(ValueError, match="participant_id: send.. takes None for a global message"):
+        with pytest.raises(
+            ValueError, match="participant_id: send.. takes None for a global message"
+        ):
             runtime.send(VOICE, Speak("x"), participant_id=GLOBAL)
     assert speaker.metadata[0].participant_id is None
 
@@ -415,7 +438,9 @@ def test_one_handler_subscribing_to_one_topic_twice_is_a_type_error():
         @subscribe(NOTES)
         async def on_note(self, message: Update, ctx: RuntimeContext) -> None: ...
 
-    with pytest.raises(TypeError, match=r"Twice.on_note: subscribes to topic 'test.contract.notes' twice"):
+    with pytest.raises(
+        TypeError, match=r"Twice.on_note: subscribes to topic 'test.contract.notes' twice"
+    ):
         AgentRuntime().register("twice", Twice())
 
 
@@ -453,7 +478,9 @@ async def test_an_empty_or_whitespace_source_is_a_value_error_naming_source(sour
 
 @pytest.mark.parametrize("name", ["", " ", "\t \n"])
 def test_empty_and_whitespace_only_topic_agent_runtime_and_participant_names_are_value_errors(name):
-    with pytest.raises(ValueError, match="Topic.name: must be a non-empty string, not only whitespace"):
+    with pytest.raises(
+        ValueError, match="Topic.name: must be a non-empty string, not only whitespace"
+    ):
         Topic(name, Speak)
     with pytest.raises(ValueError, match="register: name must be a non-empty string"):
         AgentRuntime().register(name, Speaker())
@@ -499,11 +526,17 @@ async def test_publish_accepts_a_mapping_converted_into_the_topics_type():
 def test_a_mapping_that_does_not_fit_the_topic_is_a_value_error_naming_the_field():
     with pytest.raises(ValueError, match=r"topic 'test.contract.voice' carries Speak: .*`text`"):
         VOICE.validate({})
-    with pytest.raises(ValueError, match=r"carries Speak: Expected `str`, got `int` - at `\$.text`"):
+    with pytest.raises(
+        ValueError, match=r"carries Speak: Expected `str`, got `int` - at `\$.text`"
+    ):
         VOICE.encode({"text": 5})
-    with pytest.raises(ValueError, match=r"carries ConversationContextUpdate: .*text: must be non-empty"):
+    with pytest.raises(
+        ValueError, match=r"carries ConversationContextUpdate: .*text: must be non-empty"
+    ):
         NOTES.validate({"text": " "})
-    with pytest.raises(ValueError, match=r"carries Speak: no field 'txt'; its fields are \('text',\)"):
+    with pytest.raises(
+        ValueError, match=r"carries Speak: no field 'txt'; its fields are \('text',\)"
+    ):
         VOICE.validate({"txt": "typo"})
     assert VOICE.validate({"text": "ok"}) == Speak("ok")
     with pytest.raises(TypeError, match="carries Speak, not UserQuery"):

@@ -27,9 +27,20 @@ import msgspec
 from msgspec import inspect as mi
 
 _LEAVES: tuple[type[mi.Type], ...] = (
-    mi.NoneType, mi.BoolType, mi.IntType, mi.FloatType, mi.StrType, mi.BytesType,
-    mi.DateTimeType, mi.TimeType, mi.DateType, mi.TimeDeltaType, mi.UUIDType, mi.DecimalType,
-    mi.EnumType, mi.LiteralType,
+    mi.NoneType,
+    mi.BoolType,
+    mi.IntType,
+    mi.FloatType,
+    mi.StrType,
+    mi.BytesType,
+    mi.DateTimeType,
+    mi.TimeType,
+    mi.DateType,
+    mi.TimeDeltaType,
+    mi.UUIDType,
+    mi.DecimalType,
+    mi.EnumType,
+    mi.LiteralType,
 )
 
 

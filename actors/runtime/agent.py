@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 _TOPICS_ATTR = "__xrmq_topics__"
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 
 def subscribe(topic: Topic) -> Callable[[F], F]:
@@ -56,13 +57,17 @@ def subscriptions(agent_type: type) -> dict[Topic, tuple[str, ...]]:
         for topic in getattr(member, _TOPICS_ATTR, ()):
             names = found.get(topic, ())
             if name in names:
-                raise TypeError(f"{agent_type.__qualname__}.{name}: subscribes to topic {topic.name!r} twice")
+                raise TypeError(
+                    f"{agent_type.__qualname__}.{name}: subscribes to topic {topic.name!r} twice"
+                )
             found[topic] = (*names, name)
     check_handlers(agent_type, found)
     return found
 
 
-def check_handlers(agent_type: type, handlers: Mapping[Topic, str | Sequence[str]]) -> list[tuple[Topic, str]]:
+def check_handlers(
+    agent_type: type, handlers: Mapping[Topic, str | Sequence[str]]
+) -> list[tuple[Topic, str]]:
     """Check each named handler of ``agent_type``; the (topic, handler name) pairs, in order.
 
     A topic maps to one handler name or a sequence of them. Each must be an
@@ -85,7 +90,7 @@ def check_handlers(agent_type: type, handlers: Mapping[Topic, str | Sequence[str
             if not inspect.iscoroutinefunction(member):
                 raise TypeError(f"{owner}.{name}: a subscriber must be 'async def'")
             params = list(inspect.signature(member).parameters.values())
-            if len(params) != 3 or any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params):
+            if len(params) != 3 or any(p.kind not in _POSITIONAL for p in params):
                 raise TypeError(f"{owner}.{name}: a subscriber takes exactly (self, message, ctx)")
             annotation = message_annotation(member, agent_type)
             if annotation is not EMPTY and not admits(annotation, topic.message_type):

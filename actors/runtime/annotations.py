@@ -37,9 +37,10 @@ def message_annotation(handler: Callable[..., Any], owner: type) -> Any:
         return annotation
     holder = types.SimpleNamespace(__annotations__={"message": annotation})
     try:
-        hints = typing.get_type_hints(holder, globalns=getattr(handler, "__globals__", {}),
-                                      localns=dict(vars(owner)))
-    except Exception:  # unresolvable here (TYPE_CHECKING import, local class): keep the text
+        hints = typing.get_type_hints(
+            holder, globalns=getattr(handler, "__globals__", {}), localns=dict(vars(owner))
+        )
+    except (NameError, AttributeError, TypeError, SyntaxError):  # unresolvable here: keep the text
         return annotation
     return hints["message"]
 
@@ -49,7 +50,9 @@ def admits(annotation: Any, message_type: type) -> bool:
     if annotation is Any:
         return True
     if isinstance(annotation, str):
-        return re.search(rf"(?<!\w){re.escape(message_type.__name__)}(?!\w)", annotation) is not None
+        return (
+            re.search(rf"(?<!\w){re.escape(message_type.__name__)}(?!\w)", annotation) is not None
+        )
     if isinstance(annotation, typing.TypeVar):
         if annotation.__constraints__:
             return any(admits(option, message_type) for option in annotation.__constraints__)

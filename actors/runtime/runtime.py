@@ -101,7 +101,7 @@ class _KeyedKind:
 
 def _is_name(value: object) -> bool:
     """A name the bus can carry: a string, not empty or only whitespace, without NUL."""
-    return isinstance(value, str) and not value.isspace() and bool(value) and "\x00" not in value
+    return isinstance(value, str) and bool(value) and not value.isspace() and "\x00" not in value
 
 
 def shard_of(key: str, shards: int) -> int:
@@ -230,7 +230,9 @@ class AgentRuntime:
             raise ValueError(f"register_keyed: shard must be in [0, {shards}), got {shard}")
         keyed = _KeyedKind(kind, factory or agent_type, shard, shards, mailbox_capacity or self.mailbox_capacity)
         self._keyed[kind] = keyed
-        chosen = check_handlers(agent_type, subscriptions(agent_type) if handlers is None else handlers)
+        if handlers is None:
+            handlers = subscriptions(agent_type)
+        chosen = check_handlers(agent_type, handlers)
         for topic, handler_name in chosen:
             self._add_route(_Route(topic, handler_name, keyed=keyed), topic.subscription())
 
@@ -238,7 +240,8 @@ class AgentRuntime:
         if self._running or self._closed:
             raise RuntimeError("register: only before start()")
         if not _is_name(name):
-            raise ValueError("register: name must be a non-empty string without NUL, not only whitespace")
+            raise ValueError("register: name must be a non-empty string without NUL, "
+                             "not only whitespace")
         if name in self._agents or name in self._keyed:
             raise ValueError(f"register: name {name!r} is already registered")
 
@@ -403,15 +406,16 @@ class AgentRuntime:
 
     # ------------------------------------------------------------------ publishing
 
-    async def publish(self, topic: Topic, message: Any, *, participant_id: str | Scope | None = None,
-                      source: str = APPLICATION) -> None:
+    async def publish(self, topic: Topic, message: Any, *,
+                      participant_id: str | Scope | None = None, source: str = APPLICATION) -> None:
         """Publish ``message`` on ``topic`` for ``participant_id`` (None or ``GLOBAL``: global).
 
         ``message`` is the topic's type or a mapping converted into it (``Topic.validate``).
         Returns once the message is handed to the bus; delivery is asynchronous.
         """
-        self.send(topic, message, participant_id=None if participant_id is GLOBAL else participant_id,
-                  source=source)
+        if participant_id is GLOBAL:
+            participant_id = None
+        self.send(topic, message, participant_id=participant_id, source=source)
 
     def send(self, topic: Topic, message: Any, *, participant_id: str | None = None, source: str = APPLICATION,
              correlation_id: str | None = None, parent_message_id: str | None = None,
@@ -632,7 +636,7 @@ class AgentRuntime:
         if not routes:
             routes = self._private_routes.get(name)
             if routes:
-                return self._dispatch_private(key, routes, metadata, payload, first)
+                return self._dispatch_private(key, pid, routes, metadata, payload, first)
             return
         try:
             message = routes[0].topic.decode(payload)
@@ -651,8 +655,9 @@ class AgentRuntime:
                                 start)
         return metadata.reply_to is not None and not start
 
-    def _dispatch_private(self, key: bytes, routes: list[_Route], metadata: MessageMetadata,
-                          payload: zmq.Frame, first: bool) -> bool | None:
+    def _dispatch_private(self, key: bytes, pid: bytes, routes: list[_Route],
+                          metadata: MessageMetadata, payload: zmq.Frame,
+                          first: bool) -> bool | None:
         """``_dispatch``'s delivery for a topic whose type is not deeply immutable: the first
         delivery takes the message decoded to validate it, every further one decodes its own,
         so no subscriber can change what another receives. (Shared topics never come here:
@@ -664,7 +669,6 @@ class AgentRuntime:
             self._reject(f"payload: {error}", key, metadata.sender, topic=topic.name)
             return None
         start = first and metadata.reply_to is not None
-        pid = (metadata.participant_id or "").encode()
         fresh = False
         for route in routes:
             if route.participant is not None and pid and route.participant != pid:

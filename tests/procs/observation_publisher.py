@@ -24,7 +24,9 @@ OBSERVATIONS = Topic("test.observations", Observation)
 async def main() -> None:
     async with AgentRuntime(bus, name="observation-publisher") as runtime:
         for i in range(count):
-            await runtime.publish(OBSERVATIONS, Observation(["kettle", f"m{i}"]), participant_id=participant)
+            await runtime.publish(
+                OBSERVATIONS, Observation(["kettle", f"m{i}"]), participant_id=participant
+            )
         print("published", flush=True)
 
 
