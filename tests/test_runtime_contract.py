@@ -548,3 +548,100 @@ async def test_a_bad_mapping_publishes_nothing():
         with pytest.raises(ValueError, match=r"at `\$.text`"):
             await runtime.publish(VOICE, {"text": None})
         assert runtime.metrics().published == 0
+
+
+# ------------------------------------------------------------------ more of upstream's tests, ported
+
+
+class PartiallyInvalid(Agent):
+    @subscribe(OBSERVATIONS)
+    async def a_valid(self, message: Observation, ctx: RuntimeContext) -> None: ...
+
+    @subscribe(OBSERVATIONS)
+    async def z_invalid(self, message: str, ctx: RuntimeContext) -> None: ...
+
+
+def test_a_registration_failure_leaves_the_runtime_unchanged():
+    runtime = AgentRuntime()
+    with pytest.raises(TypeError, match="z_invalid: its message is annotated str"):
+        runtime.register("agent", PartiallyInvalid())
+    assert runtime._routes == {} and runtime._private_routes == {}
+    runtime.register("agent", Mutator())  # the name was not taken by the failed registration
+
+
+class Failing(Agent):
+    def __init__(self, failure: Exception | None = None) -> None:
+        self.failure = failure
+        self.completed = asyncio.Event()
+
+    @subscribe(OBSERVATIONS)
+    async def observe(self, event: Observation, ctx: RuntimeContext) -> None:
+        await asyncio.sleep(0)  # the yield point upstream's test has: the handler suspends once
+        self.completed.set()
+        if self.failure is not None:
+            raise self.failure
+
+
+async def test_one_failing_handler_does_not_stop_another():
+    failed, completed = Failing(RuntimeError("subscriber failed")), Failing()
+    runtime = AgentRuntime()
+    runtime.register("failed", failed)
+    runtime.register("completed", completed)
+    async with runtime:
+        await runtime.publish(OBSERVATIONS, Observation([]), participant_id="alice")
+        await failed.completed.wait()
+        await completed.completed.wait()
+        failed.completed.clear()
+        await runtime.publish(OBSERVATIONS, Observation([]), participant_id="alice")
+        await failed.completed.wait()  # the failing actor goes on with the next message
+        errors = runtime.metrics().handler_errors  # its failure is counted as it raises
+    assert errors == 2
+
+
+class Slow(Agent):
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.stopped = False
+
+    @subscribe(OBSERVATIONS)
+    async def observe(self, event: Observation, ctx: RuntimeContext) -> None:
+        self.started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self.stopped = True
+
+
+async def test_stop_cancels_a_running_handler():
+    agent = Slow()
+    runtime = AgentRuntime()
+    runtime.register("slow", agent)
+    await runtime.start()
+    await runtime.publish(OBSERVATIONS, Observation([]), participant_id="alice")
+    await agent.started.wait()
+    await runtime.stop()
+    assert agent.stopped
+
+
+async def test_a_global_publish_reaches_subscribers_with_no_participant():
+    first = Mutator()
+    runtime = AgentRuntime()
+    runtime.register("first", first)
+    async with runtime:
+        await runtime.publish(OBSERVATIONS, Observation(["all"]))
+        await first.done.wait()
+    assert first.received == [(None, "application", ["all"])]
+
+
+async def test_publishing_before_start_or_after_stop_raises_runtime_closed_error():
+    from xrmq.actors.runtime import RuntimeClosedError
+
+    runtime = AgentRuntime()
+    runtime.register("agent", Mutator())
+    with pytest.raises(RuntimeClosedError):
+        await runtime.publish(OBSERVATIONS, Observation([]), participant_id="alice")
+    async with runtime:
+        with pytest.raises(ValueError, match="participant_id: must be None or a non-empty"):
+            await runtime.publish(OBSERVATIONS, Observation([]), participant_id="")
+    with pytest.raises(RuntimeClosedError):
+        await runtime.publish(OBSERVATIONS, Observation([]), participant_id="alice")
