@@ -6,7 +6,7 @@ speaker."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Optional, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, TypeVar
 
 import msgspec
 import pytest
@@ -14,6 +14,7 @@ import pytest
 from buses import broker_process, expect_line, python, reap
 from xrmq.actors import GLOBAL
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
+from xrmq.actors.runtime.annotations import admits
 from xrmq.schemas import ConversationContextUpdate as Update
 from xrmq.schemas import UserQuery
 from xrmq.topics import Topic
@@ -250,6 +251,31 @@ def test_unannotated_and_admitting_annotations_register():
     runtime = AgentRuntime()
     runtime.register("admitting", Admitting())
     assert len(runtime._routes[NOTES.name.encode()]) == 7
+
+
+@pytest.mark.parametrize(
+    "annotation, admitted",
+    [
+        (Speak, True),
+        (msgspec.Struct, True),
+        (object, True),
+        (Any, True),
+        (Speak | None, True),
+        (Annotated[Speak, "meta"], True),
+        (T, True),
+        ("Speak", True),
+        ("xrmq.Speak", True),
+        (Update, False),
+        (str, False),
+        (list[Speak], False),
+        (Literal["x"], False),
+        (Update | None, False),
+        ("SpeakLouder", False),
+        (TypeVar("U", bound=Update), False),
+    ],
+)
+def test_an_annotation_admits_what_a_type_checker_would(annotation, admitted):
+    assert admits(annotation, Speak) is admitted
 
 
 def test_an_annotation_that_cannot_be_resolved_is_compared_by_name():

@@ -61,7 +61,12 @@ def admits(annotation: Any, message_type: type) -> bool:
         return any(admits(member, message_type) for member in typing.get_args(annotation))
     if isinstance(annotation, typing.ForwardRef):
         return admits(annotation.__forward_arg__, message_type)
-    return isinstance(annotation, type) and issubclass(message_type, annotation)
+    if typing.get_origin(annotation) is typing.Annotated:
+        return admits(typing.get_args(annotation)[0], message_type)
+    try:
+        return isinstance(annotation, type) and issubclass(message_type, annotation)
+    except TypeError:  # a parameterized generic (list[int]): never a Struct's base
+        return False
 
 
 def describe(annotation: Any) -> str:
