@@ -52,7 +52,7 @@ def deeply_immutable(message_type: Any) -> bool:
     """
     try:
         info = mi.type_info(message_type)
-    except (TypeError, ValueError):  # not a type msgspec can decode: nothing to share
+    except (TypeError, ValueError, NameError):  # not a type msgspec can decode: nothing to share
         return False
     return _immutable(info, set())
 
