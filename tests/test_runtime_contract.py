@@ -569,6 +569,17 @@ def test_a_mapping_that_does_not_fit_the_topic_is_a_value_error_naming_the_field
         VOICE.validate(UserQuery("hi", 1))
 
 
+class Tagged(msgspec.Struct, frozen=True, tag=True):
+    x: int
+
+
+def test_a_mapping_may_carry_a_tagged_structs_tag():
+    topic = Topic("test.contract.tagged", Tagged)
+    assert topic.validate({"type": "Tagged", "x": 1}) == topic.validate({"x": 1}) == Tagged(1)
+    with pytest.raises(ValueError, match=r"Invalid value 'Other' - at `\$.type`"):
+        topic.validate({"type": "Other", "x": 1})
+
+
 async def test_a_bad_mapping_publishes_nothing():
     async with AgentRuntime() as runtime:
         with pytest.raises(ValueError, match=r"at `\$.text`"):
