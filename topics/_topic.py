@@ -113,8 +113,8 @@ class Topic(Generic[T]):
             return message  # type: ignore[return-value]
         if isinstance(message, Mapping):
             carries = f"topic {self.name!r} carries {self.message_type.__qualname__}"
-            fields = self.message_type.__struct_encode_fields__
-            tag_field = self.message_type.__struct_config__.tag_field
+            kind: Any = self.message_type  # a msgspec.Struct subclass (checked in __init__)
+            fields, tag_field = kind.__struct_encode_fields__, kind.__struct_config__.tag_field
             unknown = [key for key in message if key not in fields and key != tag_field]
             if unknown:  # a typo would otherwise drop a field silently (it has a default)
                 raise ValueError(f"{carries}: no field {unknown[0]!r}; its fields are {fields}")

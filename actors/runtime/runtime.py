@@ -20,7 +20,7 @@ import uuid
 import zlib
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import zmq
@@ -675,9 +675,10 @@ class AgentRuntime:
                 continue
             if route.mailbox is not None:
                 targets = [(route.mailbox, route.handler)]
-            else:
+            else:  # a route has a mailbox or a keyed kind
+                keyed = cast(_KeyedKind, route.keyed)
                 targets = [(mailbox, getattr(mailbox.agent, route.handler_name))
-                           for mailbox in self._keyed_targets(route.keyed, metadata.participant_id)]
+                           for mailbox in self._keyed_targets(keyed, metadata.participant_id)]
             for mailbox, handler in targets:
                 if fresh:
                     message = topic.decode(payload)
