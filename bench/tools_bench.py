@@ -164,7 +164,7 @@ def run_suite(ctx: SuiteContext) -> SuiteResult:
         rows.append(_row("tier-1 compaction cost per reclaimed result", f"{size} tool results of 2 KB", "us", costs))
     session_calls = 100 if ctx.quick else 1_000
     ctx.progress(f"tools: a {session_calls}-call ToolAgent session")
-    xs, ys = asyncio.run(session_memory(session_calls, session_calls // 50))
+    xs, ys = asyncio.run(session_memory(session_calls, session_calls // (10 if ctx.quick else 50)))
     third = len(ys) // 3
     first, second = max(ys[third : 2 * third]), max(ys[2 * third :])
     rows.append(Row(group="ToolAgent session memory (tracemalloc)", subject=f"peak, {session_calls} calls",
