@@ -26,7 +26,6 @@ import tracemalloc
 from xrmq.actors.models import ChatMessage, ChatRequest, ScriptedLLM, ScriptedResponse, ToolCall, Usage
 from xrmq.actors.runtime import AgentRuntime, run
 from xrmq.actors.tools import AutoCompactor, Tool, ToolAgent, compact_toolcall, remote_tool
-from xrmq.actors.tools.transcript import Transcript
 from xrmq.schemas import AgentTurn
 from xrmq.topics import VOICE_OUTPUT_TOPIC
 

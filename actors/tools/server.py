@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from xrmq.actors.runtime import DEFERRED_REPLY, Agent, AgentRuntime, RuntimeContext, get_logger
 from xrmq.schemas import MessageMetadata
 from xrmq.schemas.tools import (
-    ToolCallReply,
     ToolCallRequest,
     ToolCancel,
     ToolCatalog,
@@ -140,5 +139,3 @@ def serve_tools(
     runtime.register(f"tools.{server}", agent)
     return agent
 
-
-__all__ = ["ToolCallReply", "ToolServer", "ToolTopics", "check_server_name", "serve_tools"]
