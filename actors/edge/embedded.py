@@ -3,7 +3,8 @@
 It is ``xrmq up`` run programmatically: the same ``Supervisor`` starts the broker and
 every process of the config as separate OS processes, but on a private ipc bus in a
 fresh temporary directory (mode 0700), so it never meets a running ``xrmq up`` on the
-default bus. The config is written there for the children (``xrmq run NAME --config``).
+default bus. The config is written there for the children (``xrmq run NAME --config``),
+and so are the context journals (unless the config names a ``state_dir``).
 
 The supervisor's lines (its own and every child's) are kept, not printed, unless an
 ``echo`` stream is given: a command shows its own output, and names the last lines
@@ -97,7 +98,11 @@ class EmbeddedStack:
         self.directory = Path(tempfile.mkdtemp(prefix="xrmq-stack-"))  # mode 0700
         try:
             bus = BusConfig(address=f"ipc://{self.directory}/bus", capture=False)
-            self.config = write_config(msgspec.structs.replace(self._requested, bus=bus), self.directory / "edge.toml")
+            requested = msgspec.structs.replace(self._requested, bus=bus)
+            if requested.context.state_dir is None:  # the journals go with the stack
+                context = msgspec.structs.replace(requested.context, state_dir=str(self.directory / "state"))
+                requested = msgspec.structs.replace(requested, context=context)
+            self.config = write_config(requested, self.directory / "edge.toml")
             self._supervisor = Supervisor(self.config, str(self.directory / "edge.toml"), out=self._out,
                                           python=self._python)
             self._task = asyncio.create_task(self._supervisor.run(), name="xrmq-embedded-supervisor")
