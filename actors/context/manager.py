@@ -248,9 +248,10 @@ class ContextManager:
 
         Register it with the same AgentRuntime that delivers the updates, before the
         runtime starts. Embedded, it brings the section actors and compaction workers
-        into that runtime. Requires at least one configured topic.
+        into that runtime. Requires at least one configured topic when embedded (a
+        split manager's subscriber is its replica, topics or not).
         """
-        if not self.plan.config.topics:
+        if not self.plan.config.topics and self.deployment == "embedded":
             raise ValueError(
                 "subscriber: configure at least one topic (summary_context_topics or "
                 "incremental_context_topics) before calling this method"
@@ -450,6 +451,20 @@ class ContextManager:
         entries in time order. Synchronous, from the local replica."""
         replica = self._replicas.get(_check_participant(participant_id))
         return () if replica is None else replica.blocks(self.plan.config)
+
+    def section_blocks(self, participant_id: str) -> dict[str, tuple[ContextBlock, ...]]:
+        """Each section's blocks for a participant as its section renders them (the
+        dialogue with this manager's pending writes), by section name; for sizes."""
+        replica = self._replicas.get(_check_participant(participant_id))
+        if replica is None:
+            return {}
+        config = self.plan.config
+        sections = {config.dialogue.spec.name: replica.dialogue_blocks(config.dialogue.spec.budget_bytes)}
+        for section in config.topics:
+            view = replica.topics.get(section.spec.name)
+            if view is not None:
+                sections[section.spec.name] = view.blocks
+        return sections
 
     def record_exchange(self, participant_id: str, request: str, answer: str, *, timestamp_us: int,
                         exchange_id: object | None) -> None:
