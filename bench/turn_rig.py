@@ -26,11 +26,14 @@ ROLES = ("sections", "workers", "conversation", "router", "client")
 @dataclass(frozen=True)
 class Config:
     """What every process of one deployment agrees on: the ``context_plan`` keyword
-    arguments and the (time to first token s, tokens per second) of each model."""
+    arguments, the (time to first token s, tokens per second) of each model and the
+    sections' journal."""
 
     plan: dict[str, Any] = field(default_factory=lambda: {"incremental_context_topics": [TOPIC]})
     answer_model: tuple[float, float] = (0.0, 0.0)
     compaction_model: tuple[float, float] = (0.0, 0.0)
+    journal: str | None = None
+    """The sections process's journal (a SQLite file), or None: memory only."""
 
 
 class Deployment:
