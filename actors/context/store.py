@@ -197,6 +197,10 @@ class ContextStore:
         return sum(self._db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
                    for table in ("sections", "identities", "jobs"))
 
+    def checkpoint(self) -> None:
+        """Move the write-ahead log into the database file and truncate the log."""
+        self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
     def size_bytes(self) -> int:
         """Bytes on disk: the database file and its write-ahead log."""
         return sum(os.path.getsize(p) for p in (self.path, Path(f"{self.path}-wal")) if os.path.exists(p))
