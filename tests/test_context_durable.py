@@ -278,3 +278,24 @@ async def test_compact_with_a_failing_model_keeps_the_entries():
         assert outcome.status is CompactStatus.SUMMARIZE_FAILED
         assert "provider down" in outcome.sections[0].detail
         assert context.blocks("p1") == before
+
+
+async def test_a_write_the_journal_failed_to_commit_is_acknowledged_only_once_a_retry_committed_it(tmp_path):
+    store = tmp_path / "context.sqlite3"
+    async with manager(ScriptedLLM(), store) as context:
+        journal = context.store
+        commit = journal._write
+        failed: list[int] = []
+
+        def failing_once(rows):
+            if not failed:
+                failed.append(len(rows))
+                raise sqlite3.OperationalError("disk I/O error")
+            return commit(rows)
+
+        journal._write = failing_once
+        await context.update("p1", NOTES, ConversationContextUpdate("kept despite the failure"), mode="incremental",
+                             timestamp_us=T0)
+        assert failed and journal.failures == 1 and journal.commits >= 1
+    recovered = open_store(store).recovered[("p1", f"topic:{NOTES}")]
+    assert [entry.text.endswith("kept despite the failure") for entry in recovered.state.entries] == [True]

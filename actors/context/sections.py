@@ -35,6 +35,8 @@ import zlib
 from collections.abc import Callable, Sequence
 from uuid import uuid4
 
+import msgspec
+
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, get_logger
 from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import Topic
@@ -77,7 +79,8 @@ class _Job:
 
 
 class _Participant:
-    __slots__ = ("state", "job", "ack", "published", "warned", "identities", "journaled", "stored_job", "manual")
+    __slots__ = ("state", "job", "ack", "published", "warned", "identities", "journaled", "stored_job", "manual",
+                 "view")
 
     def __init__(self, state: SectionState, ack: tuple[str, int] = ("", 0)) -> None:
         self.state = state
@@ -91,6 +94,8 @@ class _Participant:
         self.stored_job: PendingJob | None = state.pending
         self.manual: list[tuple[str, int]] = []
         """Manual compactions (writer, seq) waiting for the run to end."""
+        self.view: SectionView | None = None
+        """The latest view published (so journaled): what a snapshot shows."""
 
 
 def journal_name(section: Section) -> str:
@@ -121,6 +126,7 @@ class SectionHost:
         self.participants: dict[str, _Participant] = {}
         self._dirty: set[str] = set()
         self._flush_handle: asyncio.Handle | None = None
+        self._reports: list[tuple[Topic, CompactReport, str]] = []
         self.compactions = 0
         """Compaction results applied (a summary replaced entries), for ``xrmq top``."""
 
@@ -173,6 +179,7 @@ class SectionHost:
         """Take a participant's state from the journal (call ``resume`` once the loop runs)."""
         record = _Participant(recovered.state, recovered.ack)
         record.journaled = _journal_key(record)
+        record.view = self._view(record, self.section.render(record.state).blocks)
         self.participants[participant_id] = record
 
     def resume(self) -> None:
@@ -212,13 +219,16 @@ class SectionHost:
         return None if record is None else export_section(self.section, record.state)
 
     def views(self, participant_id: str | None = None) -> list[tuple[str, SectionView]]:
-        """The current view of every participant (or of one), for a replica's snapshot."""
+        """The latest published view of every participant (or of one), for a replica's
+        snapshot: what the journal holds, never a change it has not committed yet."""
         ids = list(self.participants) if participant_id is None else [participant_id]
+        runtime = self._agent.runtime
+        epoch = runtime.epoch if runtime is not None and runtime.running else 0
         views = []
         for pid in ids:
             record = self.participants.get(pid)
-            if record is not None:
-                views.append((pid, self._view(record, self.section.render(record.state).blocks)))
+            if record is not None and record.view is not None:
+                views.append((pid, msgspec.structs.replace(record.view, epoch=epoch)))
         return views
 
     def _view(self, record: _Participant, blocks) -> SectionView:
@@ -229,8 +239,11 @@ class SectionHost:
                            *record.ack, host=self.host, epoch=epoch)
 
     def _report(self, participant_id: str, writer: str, seq: int, status: CompactStatus, detail: str = "") -> None:
-        self._send(self._plan.topics.compacted(writer), CompactReport(self.section.spec.name, seq, status.value, detail),
-                   participant_id)
+        """Report a manual compaction after the views of this turn (so the writer's next
+        ``blocks()`` shows what it did)."""
+        report = CompactReport(self.section.spec.name, seq, status.value, detail)
+        self._reports.append((self._plan.topics.compacted(writer), report, participant_id))
+        self._mark_dirty(participant_id)
 
     def _manual_done(self, participant_id: str, record: _Participant, failed: str | None) -> None:
         if not record.manual or (failed is None and self.section.run_active(record.state)):
@@ -360,19 +373,41 @@ class SectionHost:
 
     def _flush(self) -> None:
         self._flush_handle = None
-        for participant_id, view in self._collect(None):
-            self._send(self._plan.topics.view, view, participant_id)
+        reports, self._reports = self._reports, []
+        self._publish(self._collect(None), reports)
 
-    def stage(self, store: ContextStore) -> list[Callable[[], None]]:
-        """The journal's commit of this turn: stage every dirty participant's state, and
-        return the sending of their views, which the store runs once committed."""
-        views = self._collect(store)
-        if not views:
-            return []
+    def _publish(self, views: list[tuple[str, SectionView]], reports: list[tuple[Topic, CompactReport, str]]) -> None:
         topic = self._plan.topics.view
-        return [lambda: [self._send(topic, view, participant_id) for participant_id, view in views]]
+        for participant_id, view in views:
+            record = self.participants.get(participant_id)
+            if record is not None and record.state.generation == view.generation:
+                record.view = view
+            self._send(topic, view, participant_id)
+        for report_topic, report, participant_id in reports:
+            self._send(report_topic, report, participant_id)
 
-    def _collect(self, store: ContextStore | None) -> list[tuple[str, SectionView]]:
+    def stage(self, store: ContextStore) -> tuple[list[Callable[[], None]], Callable[[], None]]:
+        """The journal's commit of this turn: stage every dirty participant's state;
+        return the sending of their views, which the store runs once committed, and
+        what undoes the staging if the commit fails (the next commit stages all again)."""
+        staged: list[tuple[str, list[bytes], PendingJob | None]] = []
+        views = self._collect(store, staged)
+        reports, self._reports = self._reports, []
+
+        def failed() -> None:
+            for participant_id, identities, stored_job in staged:
+                record = self.participants.get(participant_id)
+                if record is not None:
+                    record.identities[:0] = identities
+                    record.stored_job = stored_job
+                    record.journaled = record.published = None
+                    self._dirty.add(participant_id)
+            self._reports[:0] = reports
+
+        return ([lambda: self._publish(views, reports)] if views or reports else []), failed
+
+    def _collect(self, store: ContextStore | None,
+                 staged: list[tuple[str, list[bytes], PendingJob | None]] | None = None) -> list[tuple[str, SectionView]]:
         dirty, self._dirty = self._dirty, set()
         views: list[tuple[str, SectionView]] = []
         name = self.journal_name
@@ -386,6 +421,8 @@ class SectionHost:
                 if journal_key != record.journaled or record.identities:
                     job: PendingJob | None | bool = True if state.pending is record.stored_job else state.pending
                     store.put(participant_id, name, state, record.ack, record.identities, job)
+                    if staged is not None:
+                        staged.append((participant_id, record.identities, record.stored_job))
                     record.identities = []
                     record.stored_job = state.pending
                     record.journaled = journal_key

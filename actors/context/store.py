@@ -82,9 +82,10 @@ class Recovered(msgspec.Struct):
 
 
 class Journaled(Protocol):
-    """A section actor's part of a commit: stage its changes, return what to publish after."""
+    """A section actor's part of a commit: stage its changes; return what to publish once
+    they are committed, and what to do if the commit fails (stage them again later)."""
 
-    def stage(self, store: "ContextStore") -> list[Callable[[], None]]: ...
+    def stage(self, store: "ContextStore") -> tuple[list[Callable[[], None]], Callable[[], None]]: ...
 
 
 class ContextStore:
@@ -134,15 +135,19 @@ class ContextStore:
             return
         owners, self._scheduled = list(self._scheduled.values()), {}
         publish: list[Callable[[], None]] = []
+        undo: list[Callable[[], None]] = []
         for owner in owners:
-            publish.extend(owner.stage(self))
+            sends, failed = owner.stage(self)
+            publish.extend(sends)
+            undo.append(failed)
         try:
             self._write(self._rows)
         except sqlite3.Error as error:
             self.failures += 1
             self._log.error("context.journal_write_failed", error=repr(error), retry_s=1.0)
             loop = asyncio.get_running_loop()
-            for owner in owners:  # nothing is acknowledged that is not in the journal
+            for owner, failed in zip(owners, undo):  # nothing is acknowledged that is not in the journal
+                failed()
                 loop.call_later(1.0, self.schedule, owner)
             return
         finally:
@@ -206,9 +211,10 @@ class ContextStore:
         return sum(os.path.getsize(p) for p in (self.path, Path(f"{self.path}-wal")) if os.path.exists(p))
 
     def close(self) -> None:
+        """Commit what this turn staged (a stopping process keeps it), then close."""
         if self._handle is not None:
             self._handle.cancel()
-            self._handle = None
+            self._commit_turn()
         self._closed = True
         self._db.close()
 
