@@ -128,8 +128,11 @@ async def test_a_cleared_participant_stays_cleared_after_a_restart_and_close_lea
         await fill(context, "p1")
         await fill(context, "p2")
         await context.clear("p1")
-        assert open_store(store).recovered.keys() == {("p2", "dialogue"), ("p2", f"topic:{NOTES}"),
-                                                      ("p2", f"topic:{SCENE}")}
+        with pytest.raises(StoreError, match="in use by another process"):
+            open_store(store, on_corrupt="backup_and_start_empty")  # one process per journal, never moved
+    journal = open_store(store)
+    assert journal.recovered.keys() == {("p2", "dialogue"), ("p2", f"topic:{NOTES}"), ("p2", f"topic:{SCENE}")}
+    journal.close()
     async with manager(ScriptedLLM(), store, close=True) as again:
         assert again.blocks("p1") == ()
         assert again.blocks("p2") != ()
@@ -176,8 +179,10 @@ async def test_a_truncated_journal_is_one_error_and_backup_and_start_empty_moves
 def test_a_journal_of_another_schema_version_is_refused_naming_the_file(tmp_path):
     store = tmp_path / "context.sqlite3"
     open_store(store).close()
-    with sqlite3.connect(store) as db:
-        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    db = sqlite3.connect(store)
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    db.commit()
+    db.close()
     with pytest.raises(StoreError, match=f"{store}: written by schema version {SCHEMA_VERSION + 1}"):
         open_store(store)
     moved = open_store(store, on_corrupt="backup_and_start_empty")
@@ -189,9 +194,11 @@ def test_an_older_journal_is_migrated_step_by_step(tmp_path, monkeypatch):
 
     path = tmp_path / "context.sqlite3"
     open_store(path).close()
-    with sqlite3.connect(path) as db:
-        db.execute("ALTER TABLE jobs RENAME TO jobs_v1")
-        db.execute("PRAGMA user_version = 1")
+    db = sqlite3.connect(path)
+    db.execute("ALTER TABLE jobs RENAME TO jobs_v1")
+    db.execute("PRAGMA user_version = 1")
+    db.commit()
+    db.close()
     steps: list[int] = []
 
     def to_v2(db: sqlite3.Connection) -> None:

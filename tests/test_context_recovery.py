@@ -233,3 +233,35 @@ async def test_killing_the_section_host_mid_compaction_and_mid_burst_loses_no_ac
                 await conversation.close()
         finally:
             reap(*procs)
+
+
+async def test_a_host_restarted_without_its_journal_is_never_served_stale(tmp_path):
+    """A replica that sees a host's new epoch resyncs from its snapshot: views the restarted
+    host no longer has are dropped, not served (here the host lost everything)."""
+    with broker_process() as bus:
+        sections = python("context_sections.py", bus, json.dumps(PLAN))
+        procs = [sections]
+        try:
+            await asyncio.to_thread(expect_line, sections, "ready")
+            runtime = AgentRuntime(bus, name="conversation")
+            context = ContextManager(OfflineLLM(), deployment="split", **PLAN)
+            runtime.register("context", context.subscriber())
+            async with runtime:
+                for pid in PARTICIPANTS[:3]:
+                    await context.update(pid, "scene", ConversationContextUpdate(f"{pid} at bench 1."),
+                                         mode="summary", timestamp_us=T0)
+                assert all(context.blocks(pid) for pid in PARTICIPANTS[:3])
+                sections.send_signal(signal.SIGKILL)
+                sections.wait()
+                resyncs = context.resyncs
+                sections = python("context_sections.py", bus, json.dumps(PLAN))  # no journal: it starts empty
+                procs.append(sections)
+                await asyncio.to_thread(expect_line, sections, "ready")
+                await until(context, lambda: context.resyncs > resyncs)
+                assert not context.resyncing
+                assert [context.blocks(pid) for pid in PARTICIPANTS[:3]] == [(), (), ()]
+                await context.update("p1", "scene", ConversationContextUpdate("p1 at bench 2."), mode="summary",
+                                     timestamp_us=T0 + SECOND)
+                assert [block.text.endswith("p1 at bench 2.") for block in context.blocks("p1")] == [True]
+        finally:
+            reap(*procs)

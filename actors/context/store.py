@@ -11,12 +11,17 @@ decides nothing. Three tables, keyed by (participant, section):
 
 Writes are batched per event-loop turn: section actors ``schedule`` themselves when a
 participant changed; one callback per turn lets each stage its changes, commits them in
-one transaction and only then publishes their views. So the durability rule holds: a
+one transaction and only then publishes their views. Under a stream of writes (a
+sensor storm) commits are at least ``commit_interval_s`` apart (default 5 ms), so a
+burst costs one transaction, not one per message; an isolated write commits on the next
+loop turn. So the durability rule holds: a
 write acknowledged by a view is in the journal. A commit in WAL mode with
 ``synchronous=NORMAL`` survives the process being killed (``kill -9``); a power loss may
 lose the last transactions. ``delete`` (a clear) commits at once, before the clear is
 answered.
 
+The connection holds the database exclusively (``locking_mode=EXCLUSIVE``: no shared
+memory, and a second process opening the same journal is refused, naming the file).
 ``PRAGMA user_version`` stores the schema version; ``MIGRATIONS`` upgrades an older
 journal step by step, a newer one is refused. A corrupt, truncated or foreign file
 raises ``StoreError`` naming it, or with ``on_corrupt="backup_and_start_empty"`` is
@@ -74,6 +79,10 @@ class StoreError(RuntimeError):
         )
 
 
+class InUseError(StoreError):
+    """Another process holds the journal: never moved aside, whatever ``on_corrupt`` says."""
+
+
 class Recovered(msgspec.Struct):
     """One section of one participant as the journal holds it."""
 
@@ -92,8 +101,10 @@ class ContextStore:
     """One section host's journal (see the module docstring). Use ``open_store``."""
 
     def __init__(self, connection: sqlite3.Connection, path: Path, recovered: dict[tuple[str, str], Recovered],
-                 backup_path: Path | None) -> None:
+                 backup_path: Path | None, commit_interval_s: float = 0.005) -> None:
         self._db = connection
+        self.commit_interval_s = commit_interval_s
+        self._last_commit = float("-inf")
         self.path = path
         self.recovered = recovered
         """What the journal held when opened, by (participant, section)."""
@@ -114,7 +125,9 @@ class ContextStore:
         """Have ``owner`` stage its changes in this turn's commit."""
         self._scheduled[id(owner)] = owner
         if self._handle is None:
-            self._handle = asyncio.get_running_loop().call_soon(self._commit_turn)
+            loop = asyncio.get_running_loop()
+            wait = self._last_commit + self.commit_interval_s - loop.time()
+            self._handle = loop.call_later(wait, self._commit_turn) if wait > 0 else loop.call_soon(self._commit_turn)
 
     def put(self, participant: str, section: str, state: SectionState, ack: tuple[str, int],
             identities: Iterable[bytes], job: PendingJob | None | bool) -> None:
@@ -140,6 +153,7 @@ class ContextStore:
             sends, failed = owner.stage(self)
             publish.extend(sends)
             undo.append(failed)
+        wrote = bool(self._rows)
         try:
             self._write(self._rows)
         except sqlite3.Error as error:
@@ -152,6 +166,8 @@ class ContextStore:
             return
         finally:
             self._rows = []
+        if wrote:
+            self._last_commit = asyncio.get_running_loop().time()
         for send in publish:
             send()
         barriers, self._barriers = self._barriers, []
@@ -237,7 +253,7 @@ def open_store(path: str | os.PathLike[str], *, on_corrupt: OnCorrupt = "error")
         connection, recovered = _open(path)
         return ContextStore(connection, path, recovered, None)
     except StoreError as error:
-        if on_corrupt == "error":
+        if on_corrupt == "error" or isinstance(error, InUseError):
             raise
         backup = _move_aside(path)
         get_logger(actor="context.store", path=str(path)).error(
@@ -253,6 +269,7 @@ def _open(path: Path) -> tuple[sqlite3.Connection, dict[tuple[str, str], Recover
     except sqlite3.Error as error:
         raise StoreError(path, f"cannot open ({error})") from None
     try:
+        connection.execute("PRAGMA locking_mode=EXCLUSIVE")  # before any access: WAL without shared memory
         version = connection.execute("PRAGMA user_version").fetchone()[0]
         connection.execute("PRAGMA journal_mode=WAL")
         connection.execute("PRAGMA synchronous=NORMAL")
@@ -265,11 +282,17 @@ def _open(path: Path) -> tuple[sqlite3.Connection, dict[tuple[str, str], Recover
             connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             connection.execute("COMMIT")
         else:
-            migrate(connection, path, version)
+            version = migrate(connection, path, version)
+            connection.execute(f"PRAGMA user_version = {version}")  # a write: the exclusive lock, now
         check = connection.execute("PRAGMA quick_check").fetchone()[0]
         if check != "ok":
             raise StoreError(path, f"corrupt database ({check})")
         return connection, _read(connection, path)
+    except sqlite3.OperationalError as error:
+        connection.close()
+        if "locked" in str(error):
+            raise InUseError(path, "in use by another process (each context process has its own journal)") from None
+        raise StoreError(path, f"cannot read ({error})") from None
     except sqlite3.DatabaseError as error:
         connection.close()
         raise StoreError(path, f"corrupt or not a context journal ({error})") from None
