@@ -16,6 +16,7 @@ _COMMAND_MODULES = (
     "xrmq.actors.edge.commands",
     "xrmq.actors.edge.context_commands",
     "xrmq.actors.voice.commands",
+    "xrmq.actors.eval.cli",
 )
 
 
