@@ -81,6 +81,8 @@ def run(ctx: SuiteContext) -> SuiteResult:
             ctx.progress(f"storm ({mode}): {len(deployment.workers)} processes up; {participants} participants, "
                          f"{rate:,.0f} updates/s, {turns * len(measured)} turns per phase")
             deployment.turns(2, measured, PAUSE_MS)  # warm-up
+            if ctx.quick:
+                continue  # CI size: the figures mean nothing, the fill only costs time
             # Fill every participant's context to its steady-state size first, so the idle
             # phase renders prompts as large as the storm phase does: the ratio then
             # measures the storm's activity, not the cost of a fuller prompt (the model
