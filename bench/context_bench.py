@@ -147,7 +147,8 @@ async def bench_journal_full(participants: int, directory: str) -> float:
     return (after - before) / participants
 
 
-async def bench_journal_session(exchanges: int, every: int, directory: str) -> list[tuple[int, int]]:
+async def bench_journal_session(exchanges: int, every: int,
+                                directory: str) -> list[tuple[int, int]]:
     """(exchanges, journal bytes) of one participant's session, every ``every`` exchanges."""
     llm = OfflineLLM(time_to_first_token_s=0, tokens_per_second=0)
     runtime = AgentRuntime()
@@ -205,7 +206,8 @@ async def bench_recovery(participants: int, directory: str) -> dict:
     if full["dialogues"] != participants:
         raise RuntimeError(f"recovery restored {full['dialogues']} of {participants} dialogues")
     return {**full, "empty_spawn_to_ready_s": empty["spawn_to_ready_s"],
-            "empty_open_to_ready_s": empty["open_to_ready_s"], "journal_bytes": os.path.getsize(path)}
+            "empty_open_to_ready_s": empty["open_to_ready_s"],
+            "journal_bytes": os.path.getsize(path)}
 
 
 async def _recover(path: str) -> dict:

@@ -46,9 +46,14 @@ its share of the sensor's rate instead of piling up a backlog."""
 
 def config(participants: int, journal: str | None = None) -> Config:
     return Config(
-        plan={"incremental_context_topics": [TOPIC], "dialogue_budget_bytes": BUDGET, "topic_budget_bytes": BUDGET,
-              "compaction_input_budget_bytes": INPUT_BUDGET, "compaction_workers": 2,
-              "worker_concurrency": participants},
+        plan={
+            "incremental_context_topics": [TOPIC],
+            "dialogue_budget_bytes": BUDGET,
+            "topic_budget_bytes": BUDGET,
+            "compaction_input_budget_bytes": INPUT_BUDGET,
+            "compaction_workers": 2,
+            "worker_concurrency": participants,
+        },
         compaction_model=COMPACTION_MODEL,
         journal=journal,
     )
@@ -62,7 +67,9 @@ def run(ctx: SuiteContext) -> SuiteResult:
     participants = 10 if ctx.quick else 50
     rate = 200.0 if ctx.quick else 1_000.0
     measured = [f"p{i}" for i in range(2 if ctx.quick else 5)]
-    turns = 3 if ctx.quick else 300  # per measured participant and phase: 1,500 samples, p99 = 15th slowest
+    turns = (
+        3 if ctx.quick else 300
+    )  # per measured participant and phase: 1,500 samples, p99 = 15th slowest
     phases = ("idle", "storm")
     p50: dict[tuple[str, str], list[float]] = defaultdict(list)
     p99: dict[tuple[str, str], list[float]] = defaultdict(list)
@@ -78,8 +85,11 @@ def run(ctx: SuiteContext) -> SuiteResult:
             for mode, journal in zip(MODES, (None, f"{directory}/context.sqlite3"))
         }
         for mode, deployment in deployments.items():
-            ctx.progress(f"storm ({mode}): {len(deployment.workers)} processes up; {participants} participants, "
-                         f"{rate:,.0f} updates/s, {turns * len(measured)} turns per phase")
+            ctx.progress(
+                f"storm ({mode}): {len(deployment.workers)} processes up; "
+                f"{participants} participants, {rate:,.0f} updates/s, "
+                f"{turns * len(measured)} turns per phase"
+            )
             deployment.turns(2, measured, PAUSE_MS)  # warm-up
             if ctx.quick:
                 continue  # CI size: the figures mean nothing, the fill only costs time
@@ -118,23 +128,43 @@ def run(ctx: SuiteContext) -> SuiteResult:
                     p50[mode, phase].append(percentile(latencies, 0.5))
                     p99[mode, phase].append(percentile(latencies, 0.99))
                     samples[mode, phase] += latencies
-                ctx.progress(f"storm ({mode}): rep {rep}/{ctx.repetitions} idle p99 {p99[mode, 'idle'][-1]:,.0f} us, "
-                             f"storm p99 {p99[mode, 'storm'][-1]:,.0f} us; {compactions[mode][-1]} compactions")
-        workers = sorted(name for name in deployments[MODES[0]].workers if not name.startswith("raw"))
+                ctx.progress(
+                    f"storm ({mode}): rep {rep}/{ctx.repetitions} idle p99 "
+                    f"{p99[mode, 'idle'][-1]:,.0f} us, storm p99 {p99[mode, 'storm'][-1]:,.0f} us; "
+                    f"{compactions[mode][-1]} compactions"
+                )
+        workers = sorted(
+            name for name in deployments[MODES[0]].workers if not name.startswith("raw")
+        )
     off, on = MODES
     ratio = [s / i for s, i in zip(p99[off, "storm"], p99[off, "idle"])]
     journal_ratio = [j / n for j, n in zip(p99[on, "storm"], p99[off, "storm"])]
     group = "turn to first chunk at the renderer, zero-delay model"
     rows = [
-        Row(group=group, subject=phase if mode == off else f"{phase}, {mode}", unit="us",
-            median=median(p50[mode, phase]), repetitions=p50[mode, phase], higher_is_better=False,
+        Row(
+            group=group,
+            subject=phase if mode == off else f"{phase}, {mode}",
+            unit="us",
+            median=median(p50[mode, phase]),
+            repetitions=p50[mode, phase],
+            higher_is_better=False,
             samples=thin(samples[mode, phase]),
-            extra={"p99 us": median(p99[mode, phase]),
-                   **({"compactions per storm": median(compactions[mode]),
-                       "compactions/s": median(compaction_rates[mode]), "sensor updates/s": median(rates[mode])}
-                      if phase == "storm" else {}),
-                   **{f"{name} cpu %": median(cpu[mode, phase, name]) for name in workers}})
-        for mode in MODES for phase in phases
+            extra={
+                "p99 us": median(p99[mode, phase]),
+                **(
+                    {
+                        "compactions per storm": median(compactions[mode]),
+                        "compactions/s": median(compaction_rates[mode]),
+                        "sensor updates/s": median(rates[mode]),
+                    }
+                    if phase == "storm"
+                    else {}
+                ),
+                **{f"{name} cpu %": median(cpu[mode, phase, name]) for name in workers},
+            },
+        )
+        for mode in MODES
+        for phase in phases
     ]
     notes = [
         f"{participants} participants; the sensor publishes {rate:,.0f} incremental updates/s round-robin over all "
@@ -143,18 +173,31 @@ def run(ctx: SuiteContext) -> SuiteResult:
         f"turns: {len(measured)} of those participants at once, {turns} sequential zero-delay turns each per phase, "
         f"think time before each uniform in [0, {2 * PAUSE_MS}] ms; compactions counted from the storm's start "
         "(first wave awaited before the turns) to its end",
-        "two deployments alive together, the sections of one journaling every state change to SQLite (WAL, "
-        "batched per event-loop turn) and of the other not; each repetition measures both in turn, alternating "
-        "which goes first; the journal bar is the median of the paired per-repetition storm p99 ratios",
+        "two deployments alive together, the sections of one journaling every state change "
+        "to SQLite (WAL, batched per event-loop turn) and of the other not; each repetition "
+        "measures both in turn, alternating which goes first; the journal bar is the median "
+        "of the paired per-repetition storm p99 ratios",
         "median column: p50 per repetition, median over repetitions; cpu %: share of one core per process "
         "during the phase's turns (two cores: 200 % in all)",
     ]
     if failed:
-        notes.append(f"{failed} turns failed (no completed reply within the timeout) and are not in the figures")
+        notes.append(
+            f"{failed} turns failed (no completed reply within the timeout) and are not in the figures"
+        )
     if unsettled:
-        notes.append(f"{unsettled} idle phases started with compaction jobs still queued or running")
-    bars = [bar("storm p99 / idle p99", median(ratio), "<=", BAR, "journal off, paired per repetition"),
-            bar("storm p99 journal on / off", median(journal_ratio), "<=", JOURNAL_BAR, "paired per repetition")]
+        notes.append(
+            f"{unsettled} idle phases started with compaction jobs still queued or running"
+        )
+    bars = [
+        bar("storm p99 / idle p99", median(ratio), "<=", BAR, "journal off, paired per repetition"),
+        bar(
+            "storm p99 journal on / off",
+            median(journal_ratio),
+            "<=",
+            JOURNAL_BAR,
+            "paired per repetition",
+        ),
+    ]
     return SuiteResult(rows=rows, bars=bars, notes=notes)
 
 

@@ -96,7 +96,8 @@ async def serve_commands(runtime: AgentRuntime, commands: dict[str, Callable[...
 async def sections(bus: str, config: dict) -> None:
     runtime = AgentRuntime(bus, name="bench-sections")
     journal = config.get("journal")
-    register_sections(runtime, context_plan(**config["plan"]), store=open_store(journal) if journal else None)
+    store = open_store(journal) if journal else None
+    register_sections(runtime, context_plan(**config["plan"]), store=store)
     await serve_commands(runtime, {})
 
 

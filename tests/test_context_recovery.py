@@ -78,8 +78,12 @@ class Lines:
 
     def _wait(self, predicate) -> None:
         with self._changed:
-            if not self._changed.wait_for(lambda: predicate(self) or "<exit>" in self.lines, timeout=60):
-                raise AssertionError(f"worker lines: condition not met; last lines {self.lines[-5:]}")
+            if not self._changed.wait_for(
+                lambda: predicate(self) or "<exit>" in self.lines, timeout=60
+            ):
+                raise AssertionError(
+                    f"worker lines: condition not met; last lines {self.lines[-5:]}"
+                )
             if not predicate(self):
                 raise AssertionError(f"the worker exited; last lines {self.lines[-5:]}")
 
@@ -88,7 +92,9 @@ class Lines:
 
 
 def gate_worker(bus: str, state: str) -> tuple[subprocess.Popen, Lines]:
-    proc = python("context_worker.py", bus, json.dumps(PLAN), "0", "gate", state, stdin=subprocess.PIPE)
+    proc = python(
+        "context_worker.py", bus, json.dumps(PLAN), "0", "gate", state, stdin=subprocess.PIPE
+    )
     lines = Lines(proc)
     return proc, lines
 
@@ -109,7 +115,8 @@ def tokens(context: ContextManager, participant: str) -> list[str]:
 
 def note(participant: str, index: int) -> str:
     number = participant[1:]
-    return f"{participant}-u{index} The spare battery of {participant} is in cabinet C{number}-{index}."
+    where = f"cabinet C{number}-{index}"
+    return f"{participant}-u{index} The spare battery of {participant} is in {where}."
 
 
 async def restart(bus: str, journal: str, context: ContextManager, *, worker: tuple | None = None):
@@ -121,7 +128,9 @@ async def restart(bus: str, journal: str, context: ContextManager, *, worker: tu
     return sections
 
 
-async def test_killing_the_section_host_mid_compaction_and_mid_burst_loses_no_acknowledged_write(tmp_path):
+async def test_killing_the_section_host_mid_compaction_and_mid_burst_loses_no_acknowledged_write(
+    tmp_path,
+):
     journal = str(tmp_path / "context.sqlite3")
     procs: list[subprocess.Popen] = []
     with broker_process() as bus:
@@ -135,37 +144,70 @@ async def test_killing_the_section_host_mid_compaction_and_mid_burst_loses_no_ac
             context = ContextManager(OfflineLLM(), deployment="split", **PLAN)
             runtime.register("context", context.subscriber())
             async with runtime:
-                conversation = Conversation(OfflineLLM(time_to_first_token_s=0, tokens_per_second=0),
-                                            context=context, runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC)
+                conversation = Conversation(
+                    OfflineLLM(time_to_first_token_s=0, tokens_per_second=0),
+                    context=context,
+                    runtime=runtime,
+                    output_topic=VOICE_OUTPUT_TOPIC,
+                )
 
                 async def turn(pid: str, turn_id: str, text: str, at: int) -> str:
                     async def started() -> None:
                         return None
 
-                    result = await conversation.answer(AgentTurn(pid, turn_id, text, timestamp_us=T0 + at * SECOND),
-                                                       started=started)
+                    result = await conversation.answer(
+                        AgentTurn(pid, turn_id, text, timestamp_us=T0 + at * SECOND),
+                        started=started,
+                    )
                     return result.response
 
                 # --- every participant: dialogue, notes and scene; some notes compacted
                 for i, pid in enumerate(PARTICIPANTS):
-                    await turn(pid, f"{pid}-t1", f"My locker code is {4000 + i}, please remember it.", 1)
+                    await turn(
+                        pid, f"{pid}-t1", f"My locker code is {4000 + i}, please remember it.", 1
+                    )
                     for m in range(2):
-                        await context.update(pid, "notes", ConversationContextUpdate(note(pid, m)),
-                                             mode="incremental", timestamp_us=T0 + (2 + m) * SECOND)
-                    await context.update(pid, "scene", ConversationContextUpdate(f"{pid} stands at bench B{i}."),
-                                         mode="summary", timestamp_us=T0 + 5 * SECOND)
+                        await context.update(
+                            pid,
+                            "notes",
+                            ConversationContextUpdate(note(pid, m)),
+                            mode="incremental",
+                            timestamp_us=T0 + (2 + m) * SECOND,
+                        )
+                    await context.update(
+                        pid,
+                        "scene",
+                        ConversationContextUpdate(f"{pid} stands at bench B{i}."),
+                        mode="summary",
+                        timestamp_us=T0 + 5 * SECOND,
+                    )
                 for pid in COMPACTED:
                     for m in range(2, 14):
-                        await context.update(pid, "notes", ConversationContextUpdate(note(pid, m)),
-                                             mode="incremental", timestamp_us=T0 + (4 + m) * SECOND)
-                await until(context, lambda: all(
-                    any(block.timestamp_us is None for block in context.blocks(pid)) for pid in COMPACTED))
+                        await context.update(
+                            pid,
+                            "notes",
+                            ConversationContextUpdate(note(pid, m)),
+                            mode="incremental",
+                            timestamp_us=T0 + (4 + m) * SECOND,
+                        )
+                await until(
+                    context,
+                    lambda: all(
+                        any(block.timestamp_us is None for block in context.blocks(pid))
+                        for pid in COMPACTED
+                    ),
+                )
                 control(worker, "close")
                 await lines.until(lambda w: w.count("gate close"))
                 for pid in HELD:  # their compaction jobs are held by the worker: mid-compaction
                     for m in range(2, 14):
-                        await context.update(pid, "notes", ConversationContextUpdate(note(pid, m)),
-                                             mode="incremental", timestamp_us=T0 + (4 + m) * SECOND)
+                        await context.update(
+                            pid,
+                            "notes",
+                            ConversationContextUpdate(note(pid, m)),
+                            mode="incremental",
+                            timestamp_us=T0 + (4 + m) * SECOND,
+                        )
                 await context.synced()
                 await lines.until(lambda w: w.count("job-started") - w.count("job ") >= len(HELD))
                 expected = {pid: context.blocks(pid) for pid in PARTICIPANTS}
@@ -182,12 +224,19 @@ async def test_killing_the_section_host_mid_compaction_and_mid_burst_loses_no_ac
                 sections = await restart(bus, journal, context)
                 procs.append(sections)
                 assert {pid: context.blocks(pid) for pid in PARTICIPANTS} == expected
-                await lines.until(lambda w: w.count("job-started") >= len(HELD))  # the pending jobs, re-issued
+                await lines.until(
+                    lambda w: w.count("job-started") >= len(HELD)
+                )  # the pending jobs, re-issued
                 control(worker, "open")
                 print("re-issued jobs answered; bursts next", flush=True)
-                await until(context, lambda: all(
-                    set(tokens(context, pid)) >= {f"{pid}-u{m}" for m in range(14)}
-                    and any(block.timestamp_us is None for block in context.blocks(pid)) for pid in HELD))
+                await until(
+                    context,
+                    lambda: all(
+                        set(tokens(context, pid)) >= {f"{pid}-u{m}" for m in range(14)}
+                        and any(block.timestamp_us is None for block in context.blocks(pid))
+                        for pid in HELD
+                    ),
+                )
 
                 # --- kill -9 at random points of write bursts
                 rng = random.Random(15)
@@ -203,23 +252,41 @@ async def test_killing_the_section_host_mid_compaction_and_mid_burst_loses_no_ac
                         pid = PARTICIPANTS[10 + k % 40]
                         if k % 2:
                             text = note(pid, 20 + 10 * burst + k // 40)
-                            updates.append(asyncio.create_task(context.update(
-                                pid, "notes", ConversationContextUpdate(text), mode="incremental",
-                                timestamp_us=T0 + (100 + k) * SECOND)))
+                            updates.append(
+                                asyncio.create_task(
+                                    context.update(
+                                        pid,
+                                        "notes",
+                                        ConversationContextUpdate(text),
+                                        mode="incremental",
+                                        timestamp_us=T0 + (100 + k) * SECOND,
+                                    )
+                                )
+                            )
                         else:
                             text = f"burst {burst} write {k} of {pid}"
-                            context.record_exchange(pid, text, "ok", timestamp_us=T0 + (100 + k) * SECOND,
-                                                    exchange_id=f"b{burst}-{k}")
+                            context.record_exchange(
+                                pid,
+                                text,
+                                "ok",
+                                timestamp_us=T0 + (100 + k) * SECOND,
+                                exchange_id=f"b{burst}-{k}",
+                            )
                         writes.append((pid, text))
                         if k % 5 == 4:
-                            await asyncio.sleep(0)  # let the bus carry some (and the host acknowledge them)
+                            await asyncio.sleep(
+                                0
+                            )  # let the bus carry some (and the host acknowledge them)
                     sections.wait()
                     sections = await restart(bus, journal, context)
                     procs.append(sections)
                     await asyncio.gather(*updates)
                     await context.synced()
                     for pid, text in writes:
-                        assert sum(text in block.text for block in context.blocks(pid)) == 1, (pid, text)
+                        assert sum(text in block.text for block in context.blocks(pid)) == 1, (
+                            pid,
+                            text,
+                        )
                     for pid in PARTICIPANTS[10:]:
                         now = context.blocks(pid)
                         assert [b for b in now if b in before[pid]] == list(before[pid])
@@ -228,7 +295,9 @@ async def test_killing_the_section_host_mid_compaction_and_mid_burst_loses_no_ac
                 for i, pid in enumerate(PARTICIPANTS[10:20], start=10):
                     code = await turn(pid, f"{pid}-t9", "What is my locker code?", 900)
                     assert str(4000 + i) in code, code
-                    cabinet = await turn(pid, f"{pid}-t10", "Which cabinet holds the spare battery?", 901)
+                    cabinet = await turn(
+                        pid, f"{pid}-t10", "Which cabinet holds the spare battery?", 901
+                    )
                     assert f"C{i}-" in cabinet, cabinet
                 await conversation.close()
         finally:
@@ -248,20 +317,34 @@ async def test_a_host_restarted_without_its_journal_is_never_served_stale(tmp_pa
             runtime.register("context", context.subscriber())
             async with runtime:
                 for pid in PARTICIPANTS[:3]:
-                    await context.update(pid, "scene", ConversationContextUpdate(f"{pid} at bench 1."),
-                                         mode="summary", timestamp_us=T0)
+                    await context.update(
+                        pid,
+                        "scene",
+                        ConversationContextUpdate(f"{pid} at bench 1."),
+                        mode="summary",
+                        timestamp_us=T0,
+                    )
                 assert all(context.blocks(pid) for pid in PARTICIPANTS[:3])
                 sections.send_signal(signal.SIGKILL)
                 sections.wait()
                 resyncs = context.resyncs
-                sections = python("context_sections.py", bus, json.dumps(PLAN))  # no journal: it starts empty
+                sections = python(
+                    "context_sections.py", bus, json.dumps(PLAN)
+                )  # no journal: it starts empty
                 procs.append(sections)
                 await asyncio.to_thread(expect_line, sections, "ready")
                 await until(context, lambda: context.resyncs > resyncs)
                 assert not context.resyncing
                 assert [context.blocks(pid) for pid in PARTICIPANTS[:3]] == [(), (), ()]
-                await context.update("p1", "scene", ConversationContextUpdate("p1 at bench 2."), mode="summary",
-                                     timestamp_us=T0 + SECOND)
-                assert [block.text.endswith("p1 at bench 2.") for block in context.blocks("p1")] == [True]
+                await context.update(
+                    "p1",
+                    "scene",
+                    ConversationContextUpdate("p1 at bench 2."),
+                    mode="summary",
+                    timestamp_us=T0 + SECOND,
+                )
+                assert [
+                    block.text.endswith("p1 at bench 2.") for block in context.blocks("p1")
+                ] == [True]
         finally:
             reap(*procs)

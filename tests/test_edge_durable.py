@@ -47,30 +47,50 @@ async def session(kill: str) -> None:
     async with EmbeddedStack(stack_config()) as stack:
         config = stack.config
         plan = plan_of(config)
-        watcher = ContextManager(None, deployment="split", **config.context.manager_kwargs(),
-                                 compaction_workers=plan.compaction_workers)
+        watcher = ContextManager(
+            None,
+            deployment="split",
+            **config.context.manager_kwargs(),
+            compaction_workers=plan.compaction_workers,
+        )
         collector = ReplyCollector()
         client = AgentRuntime(stack.bus, name="test-client")
         client.register("replies", collector)
         client.register("watcher", watcher.subscriber())
         async with client, asyncio.timeout(90):
             for i, pid in enumerate(PARTICIPANTS):
-                await client.publish(context_topic("scene"), ConversationContextUpdate(f"{pid} is at bench B{i}7."),
-                                     participant_id=pid, source="sensor")
-                await client.publish(context_topic("notes"),
-                                     ConversationContextUpdate(f"The spare key of {pid} is in drawer D{i}4."),
-                                     participant_id=pid, source="sensor")
+                await client.publish(
+                    context_topic("scene"),
+                    ConversationContextUpdate(f"{pid} is at bench B{i}7."),
+                    participant_id=pid,
+                    source="sensor",
+                )
+                await client.publish(
+                    context_topic("notes"),
+                    ConversationContextUpdate(f"The spare key of {pid} is in drawer D{i}4."),
+                    participant_id=pid,
+                    source="sensor",
+                )
             for i, pid in enumerate(PARTICIPANTS):
-                turn = ask(client, collector, pid, f"My locker code is {4470 + i}, please remember it.")
+                turn = ask(
+                    client, collector, pid, f"My locker code is {4470 + i}, please remember it."
+                )
                 await turn.wait(20)
-            await until(watcher, lambda: all(holds(watcher, pid, f"locker code is {4470 + i}")
-                                             and holds(watcher, pid, f"drawer D{i}4")
-                                             for i, pid in enumerate(PARTICIPANTS)))
+            await until(
+                watcher,
+                lambda: all(
+                    holds(watcher, pid, f"locker code is {4470 + i}")
+                    and holds(watcher, pid, f"drawer D{i}4")
+                    for i, pid in enumerate(PARTICIPANTS)
+                ),
+            )
             before = {pid: watcher.blocks(pid) for pid in PARTICIPANTS}
 
             await stack.kill(kill)
             if kill == "context":
-                await until(watcher, lambda: watcher.resyncs >= 2)  # its start, then the host's restart
+                await until(
+                    watcher, lambda: watcher.resyncs >= 2
+                )  # its start, then the host's restart
                 assert {pid: watcher.blocks(pid) for pid in PARTICIPANTS} == before
             for i, pid in enumerate(PARTICIPANTS):
                 key = ask(client, collector, pid, "Which drawer holds the spare key?")
@@ -85,7 +105,7 @@ async def session(kill: str) -> None:
         assert not stack.failed
 
 
-async def test_after_a_kill_of_the_context_process_turns_answer_from_earlier_dialogue_notes_and_scene():
+async def test_after_a_kill_of_the_context_process_turns_answer_from_dialogue_notes_and_scene():
     await session("context")
 
 

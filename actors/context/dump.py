@@ -58,15 +58,24 @@ _ENCODER = msgspec.msgpack.Encoder()
 
 def export_section(section: Section, state: SectionState) -> SectionDump:
     """The dump of one section state (identities sorted, so equal states dump equally)."""
-    entries = tuple(DumpEntry(entry.timestamp_us, entry.text, entry.identity) for entry in state.entries)
-    return SectionDump(section.spec.name, section.spec.kind, state.summary, entries,
-                       tuple(sorted(state.exchange_identities)))
+    entries = tuple(
+        DumpEntry(entry.timestamp_us, entry.text, entry.identity) for entry in state.entries
+    )
+    return SectionDump(
+        section.spec.name,
+        section.spec.kind,
+        state.summary,
+        entries,
+        tuple(sorted(state.exchange_identities)),
+    )
 
 
 def dump_entries(dump: SectionDump) -> list[Entry]:
     """The dumped entries as engine entries (ids are assigned when merged)."""
-    return [Entry(0, entry.timestamp_us, entry.text, len(entry.text.encode()), entry.identity)
-            for entry in dump.entries]
+    return [
+        Entry(0, entry.timestamp_us, entry.text, len(entry.text.encode()), entry.identity)
+        for entry in dump.entries
+    ]
 
 
 def encode_dump(dump: ContextDump) -> bytes:
@@ -84,7 +93,9 @@ def decode_dump(data: bytes) -> ContextDump:
     if header.format != DUMP_FORMAT:
         raise ValueError(f"load: not an xrmq context dump (format {header.format!r})")
     if header.version > DUMP_VERSION:
-        raise ValueError(f"load: dump version {header.version} is newer than this xrmq reads ({DUMP_VERSION})")
+        raise ValueError(
+            f"load: dump version {header.version} is newer than this xrmq reads ({DUMP_VERSION})"
+        )
     try:
         return msgspec.msgpack.decode(data, type=ContextDump)
     except (msgspec.DecodeError, msgspec.ValidationError) as error:

@@ -308,7 +308,8 @@ class Section(msgspec.Struct, frozen=True):
         if self.spec.kind != kind:
             raise ValueError(f"{operation}: section {self.spec.name!r} is a {self.spec.kind} section, not {kind}")
 
-    def _add_entry(self, state: SectionState, text: str, timestamp_us: int, identity: bytes = b"") -> None:
+    def _add_entry(self, state: SectionState, text: str, timestamp_us: int,
+                   identity: bytes = b"") -> None:
         entry = Entry(state.next_entry_id, timestamp_us, text, utf8_size(text), identity)
         state.next_entry_id += 1
         bisect.insort(state.entries, entry, key=_order)
@@ -513,7 +514,8 @@ class Section(msgspec.Struct, frozen=True):
             current = state.entries[-1] if state.entries else None
             if newest is not None and (current is None or _order(newest) > _order(current)) and (
                     current is None or newest.text != current.text):
-                state.entries = [Entry(state.next_entry_id, newest.timestamp_us, newest.text, newest.size)]
+                state.entries = [
+                    Entry(state.next_entry_id, newest.timestamp_us, newest.text, newest.size)]
                 state.next_entry_id += 1
                 state.revision += 1
             return added

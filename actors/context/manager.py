@@ -130,8 +130,12 @@ class ContextSubscriber(Agent):
         """The section views and host restarts every replica follows, and this manager's
         own forget barrier and compaction reports."""
         topics, manager_id = self._manager.plan.topics, self._manager.id
-        return {topics.view: "on_view", topics.replica(manager_id): "on_forget",
-                topics.host_started: "on_host_started", topics.compacted(manager_id): "on_compacted"}
+        return {
+            topics.view: "on_view",
+            topics.replica(manager_id): "on_forget",
+            topics.host_started: "on_host_started",
+            topics.compacted(manager_id): "on_compacted",
+        }
 
     async def on_view(self, message: SectionView, ctx: RuntimeContext) -> None:
         if ctx.participant_id is not None:
@@ -196,8 +200,10 @@ class ContextManager:
         if deployment not in ("embedded", "split"):
             raise ValueError(f"deployment: must be 'embedded' or 'split', got {deployment!r}")
         if store is not None and deployment != "embedded":
-            raise ValueError("store: only an embedded manager hosts sections; a split deployment's section "
-                             "processes journal ([context] state_dir)")
+            raise ValueError(
+                "store: only an embedded manager hosts sections; a split deployment's section "
+                "processes journal ([context] state_dir)"
+            )
         self.plan: ContextPlan = context_plan(
             summary_context_topics=summary_context_topics,
             incremental_context_topics=incremental_context_topics,
@@ -263,7 +269,9 @@ class ContextManager:
 
     def _attach(self, runtime: AgentRuntime, name: str) -> None:
         if self._runtime is not None:
-            raise RuntimeError(f"subscriber: this ContextManager is already attached to runtime {self._runtime.name!r}")
+            raise RuntimeError(
+                f"subscriber: this ContextManager is already attached to runtime {self._runtime.name!r}"
+            )
         self._runtime, self._name = runtime, name
         if self.deployment == "embedded":
             self.host = register_sections(runtime, self.plan, name=name, store=self.store)
@@ -277,15 +285,23 @@ class ContextManager:
             if section is None:
                 continue
             state = recovered.state
-            view = SectionView(section.spec.name, section.spec.kind == "dialogue", state.generation,
-                               state.revision, section.render(state).blocks, *recovered.ack)
+            view = SectionView(
+                section.spec.name,
+                section.spec.kind == "dialogue",
+                state.generation,
+                state.revision,
+                section.render(state).blocks,
+                *recovered.ack,
+            )
             self._replica(participant_id).apply_view(view, self.id)
 
     async def _on_ready(self) -> None:
         runtime, outbox, self._outbox = self._runtime, self._outbox, []
         for topic, message, participant_id in outbox:
             runtime.send(topic, message, participant_id=participant_id, source=self._name)
-        if self.deployment == "split":  # a (re)started process: its replica from every host's snapshot
+        if (
+            self.deployment == "split"
+        ):  # a (re)started process: its replica from every host's snapshot
             await asyncio.gather(*(self._resync(host) for host in range(self.plan.section_hosts)))
 
     def _on_stopped(self) -> None:
@@ -304,7 +320,9 @@ class ContextManager:
         runtime = AgentRuntime(name=f"{self.plan.namespace}-{self.id}")
         runtime.register(self.plan.namespace, self._new_subscriber())
         self._private = runtime
-        self._private_start = loop.create_task(runtime.start(), name=f"xrmq-context-{self.id}-start")
+        self._private_start = loop.create_task(
+            runtime.start(), name=f"xrmq-context-{self.id}-start"
+        )
 
     def _send_write(self, topic: Topic, message: Any, participant_id: str, section: str) -> bool:
         """Send a write the section acknowledges; kept until then, to re-send after a restart."""
@@ -343,13 +361,20 @@ class ContextManager:
             replica = self._replicas[participant_id] = ParticipantReplica()
         replica.apply_view(view, self.id)
         if view.writer == self.id:
-            self._acknowledged(participant_id, DIALOGUE_KEY if view.dialogue else view.section, view.seq)
+            self._acknowledged(
+                participant_id, DIALOGUE_KEY if view.dialogue else view.section, view.seq
+            )
 
     def _acknowledged(self, participant_id: str, section: str, upto: int) -> None:
-        for seq in [seq for seq, (_, _, pid, name) in self._inflight.items()
-                    if seq <= upto and pid == participant_id and name == section]:
+        for seq in [
+            seq
+            for seq, (_, _, pid, name) in self._inflight.items()
+            if seq <= upto and pid == participant_id and name == section
+        ]:
             del self._inflight[seq]
-        self._release(lambda name, pid, seq: pid == participant_id and name == section and seq <= upto)
+        self._release(
+            lambda name, pid, seq: pid == participant_id and name == section and seq <= upto
+        )
 
     # --- restarts ------------------------------------------------------------------------
 
@@ -365,7 +390,9 @@ class ContextManager:
     def _start_resync(self, host: int) -> None:
         if host in self._resyncs or self._closed:
             return
-        task = asyncio.get_running_loop().create_task(self._resync(host), name=f"xrmq-context-resync-{host}")
+        task = asyncio.get_running_loop().create_task(
+            self._resync(host), name=f"xrmq-context-resync-{host}"
+        )
         self._resyncs[host] = task
         task.add_done_callback(lambda _: self._resync_done(host, task))
 
@@ -380,8 +407,13 @@ class ContextManager:
         if runtime is None or not runtime.running:
             return
         try:
-            snapshot = await runtime.ask(self.plan.topics.host_sync(host), HostSync(), reply_type=HostViews,
-                                         source=self._name, timeout=self.plan.control_timeout_s)
+            snapshot = await runtime.ask(
+                self.plan.topics.host_sync(host),
+                HostSync(),
+                reply_type=HostViews,
+                source=self._name,
+                timeout=self.plan.control_timeout_s,
+            )
         except (TimeoutError, RuntimeError) as error:
             self._log.warning("context.resync_unanswered", host=host, error=repr(error))
             return
@@ -393,14 +425,21 @@ class ContextManager:
             self._apply(participant_id, view)
             present.add((participant_id, view.section))
         for participant_id, replica in list(self._replicas.items()):
-            replica.drop_host(host, snapshot.epoch, {name for pid, name in present if pid == participant_id})
+            replica.drop_host(
+                host, snapshot.epoch, {name for pid, name in present if pid == participant_id}
+            )
             if replica.empty:
                 del self._replicas[participant_id]
         for topic, message, participant_id, _ in list(self._inflight.values()):
             runtime.send(topic, message, participant_id=participant_id, source=self._name)
         self.resyncs += 1
-        self._log.info("context.resynced", host=host, epoch=snapshot.epoch, views=len(snapshot.views),
-                       resent=len(self._inflight))
+        self._log.info(
+            "context.resynced",
+            host=host,
+            epoch=snapshot.epoch,
+            views=len(snapshot.views),
+            resent=len(self._inflight),
+        )
         self._changed()
 
     def _on_forget(self, participant_id: str, generations: tuple[str, ...]) -> None:
@@ -435,7 +474,11 @@ class ContextManager:
     async def synced(self) -> None:
         """Wait until every write made through this manager is in its section's view
         (so in its journal), and no resync is under way."""
-        while self._waiters or self._resyncs or any(replica.pending for replica in self._replicas.values()):
+        while (
+            self._waiters
+            or self._resyncs
+            or any(replica.pending for replica in self._replicas.values())
+        ):
             await self.changed()
 
     def _replica(self, participant_id: str) -> ParticipantReplica:
@@ -459,15 +502,24 @@ class ContextManager:
         if replica is None:
             return {}
         config = self.plan.config
-        sections = {config.dialogue.spec.name: replica.dialogue_blocks(config.dialogue.spec.budget_bytes)}
+        sections = {
+            config.dialogue.spec.name: replica.dialogue_blocks(config.dialogue.spec.budget_bytes)
+        }
         for section in config.topics:
             view = replica.topics.get(section.spec.name)
             if view is not None:
                 sections[section.spec.name] = view.blocks
         return sections
 
-    def record_exchange(self, participant_id: str, request: str, answer: str, *, timestamp_us: int,
-                        exchange_id: object | None) -> None:
+    def record_exchange(
+        self,
+        participant_id: str,
+        request: str,
+        answer: str,
+        *,
+        timestamp_us: int,
+        exchange_id: object | None,
+    ) -> None:
         """Add one completed exchange to a participant's dialogue; dropped once closed.
 
         The next ``blocks()`` contains it. An exchange whose identity (its id, else its
@@ -485,8 +537,13 @@ class ContextManager:
             return
         self._write_exchanges(participant_id, replica, [(identity, request, answer, timestamp_us)])
 
-    def reconcile_history(self, participant_id: str, exchanges: Sequence[tuple[str, str, int | None]], *,
-                          exchange_ids: Sequence[object | None]) -> None:
+    def reconcile_history(
+        self,
+        participant_id: str,
+        exchanges: Sequence[tuple[str, str, int | None]],
+        *,
+        exchange_ids: Sequence[object | None],
+    ) -> None:
         """Merge a front-end window of completed exchanges without replaying known ones.
 
         Only the contiguous tail after the window's last known exchange is added; an
@@ -500,20 +557,45 @@ class ContextManager:
             return
         self._write_exchanges(participant_id, self._replica(participant_id), tail)
 
-    def _write_exchanges(self, participant_id: str, replica: ParticipantReplica,
-                         exchanges: list[tuple[bytes, str, str, int]]) -> None:
+    def _write_exchanges(
+        self,
+        participant_id: str,
+        replica: ParticipantReplica,
+        exchanges: list[tuple[bytes, str, str, int]],
+    ) -> None:
         seq = next(self._seq)
-        records = tuple(ExchangeRecord(identity, request, answer, when) for identity, request, answer, when in exchanges)
+        records = tuple(
+            ExchangeRecord(identity, request, answer, when)
+            for identity, request, answer, when in exchanges
+        )
         for record in records:
             replica.identities.add(record.identity)
-            replica.pending.append((seq, ContextBlock(record.timestamp_us,
-                                                      exchange_text(record.request, record.answer, record.timestamp_us))))
-        self._send_write(self.plan.topics.dialogue_write, RecordExchanges(self.id, seq, records), participant_id,
-                         DIALOGUE_KEY)
+            replica.pending.append(
+                (
+                    seq,
+                    ContextBlock(
+                        record.timestamp_us,
+                        exchange_text(record.request, record.answer, record.timestamp_us),
+                    ),
+                )
+            )
+        self._send_write(
+            self.plan.topics.dialogue_write,
+            RecordExchanges(self.id, seq, records),
+            participant_id,
+            DIALOGUE_KEY,
+        )
         self._changed()
 
-    async def update(self, participant_id: str, source: str, update: ConversationContextUpdate, *,
-                     mode: Literal["summary", "incremental"], timestamp_us: int | None = None) -> None:
+    async def update(
+        self,
+        participant_id: str,
+        source: str,
+        update: ConversationContextUpdate,
+        *,
+        mode: Literal["summary", "incremental"],
+        timestamp_us: int | None = None,
+    ) -> None:
         """Apply one configured topic update to a participant's context.
 
         Returns once the topic's section applied it (the next ``blocks()`` shows it);
@@ -532,8 +614,12 @@ class ContextManager:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters[seq] = (source, participant_id, future)
         try:
-            if self._send_write(self.plan.topics.topic_write(source), TopicWrite(self.id, seq, update.text, when),
-                                participant_id, source):
+            if self._send_write(
+                self.plan.topics.topic_write(source),
+                TopicWrite(self.id, seq, update.text, when),
+                participant_id,
+                source,
+            ):
                 try:
                     await asyncio.wait_for(asyncio.shield(future), self.plan.control_timeout_s)
                 except TimeoutError:
@@ -584,7 +670,9 @@ class ContextManager:
             await asyncio.gather(self._private_start, return_exceptions=True)
         runtime = self._runtime
         if runtime is not None and runtime.running:
-            for error in await self._clear_remote(runtime, list(self._replicas), close=self.deployment == "embedded"):
+            for error in await self._clear_remote(
+                runtime, list(self._replicas), close=self.deployment == "embedded"
+            ):
                 self._log.warning("context.close_incomplete", error=repr(error))
         self._replicas.clear()
         self._outbox.clear()
@@ -624,17 +712,29 @@ class ContextManager:
         if participant_id is not None:
             _check_participant(participant_id)
         runtime = await self._running_runtime("dump")
-        replies = await asyncio.gather(*(
-            runtime.ask(self.plan.topics.host_dump(host), HostSync(participant_id), reply_type=HostDump,
-                        source=self._name, timeout=self.plan.control_timeout_s)
-            for host in range(self.plan.section_hosts)))
+        replies = await asyncio.gather(
+            *(
+                runtime.ask(
+                    self.plan.topics.host_dump(host),
+                    HostSync(participant_id),
+                    reply_type=HostDump,
+                    source=self._name,
+                    timeout=self.plan.control_timeout_s,
+                )
+                for host in range(self.plan.section_hosts)
+            )
+        )
         merged: dict[str, list] = {}
         for reply in replies:
             for participant in reply.participants:
                 merged.setdefault(participant.participant_id, []).extend(participant.sections)
         participants = tuple(
-            ParticipantDump(pid, tuple(sorted(sections, key=lambda dump: (dump.kind != "dialogue", dump.section))))
-            for pid, sections in sorted(merged.items()))
+            ParticipantDump(
+                pid,
+                tuple(sorted(sections, key=lambda dump: (dump.kind != "dialogue", dump.section))),
+            )
+            for pid, sections in sorted(merged.items())
+        )
         return encode_dump(ContextDump(participants))
 
     async def load(self, data: bytes) -> int:
@@ -661,8 +761,12 @@ class ContextManager:
                 elif modes.get(section.section) == section.kind:
                     topic, key = topics.topic_load(section.section), section.section
                 else:
-                    self._log.warning("context.load_skipped", participant=pid, section=section.section,
-                                      kind=section.kind)
+                    self._log.warning(
+                        "context.load_skipped",
+                        participant=pid,
+                        section=section.section,
+                        kind=section.kind,
+                    )
                     continue
                 seq = next(self._seq)
                 future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -673,7 +777,9 @@ class ContextManager:
         try:
             await asyncio.wait_for(asyncio.gather(*waits), self.plan.control_timeout_s)
         except TimeoutError:
-            raise TimeoutError(f"load: the sections did not apply it within {self.plan.control_timeout_s}s") from None
+            raise TimeoutError(
+                f"load: the sections did not apply it within {self.plan.control_timeout_s}s"
+            ) from None
         finally:
             for seq in seqs:
                 self._waiters.pop(seq, None)
@@ -698,8 +804,10 @@ class ContextManager:
         elif section in incremental:
             targets = [(section, topics.topic_compact(section))]
         else:
-            raise ValueError(f"section: must be 'dialogue' or an incremental topic "
-                             f"({', '.join(incremental) or 'none configured'}), got {section!r}")
+            raise ValueError(
+                f"section: must be 'dialogue' or an incremental topic "
+                f"({', '.join(incremental) or 'none configured'}), got {section!r}"
+            )
         runtime = await self._running_runtime("compact")
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[CompactReport]] = []
@@ -710,26 +818,42 @@ class ContextManager:
             self._reports[seq] = future
             seqs.append(seq)
             futures.append(future)
-            runtime.send(topic, CompactSection(self.id, seq), participant_id=participant_id, source=self._name)
-        timeout = self.plan.compaction_timeout_s * (self.plan.compaction_workers + 1) + self.plan.control_timeout_s
+            runtime.send(
+                topic,
+                CompactSection(self.id, seq),
+                participant_id=participant_id,
+                source=self._name,
+            )
+        timeout = (
+            self.plan.compaction_timeout_s * (self.plan.compaction_workers + 1)
+            + self.plan.control_timeout_s
+        )
         try:
             reports = await asyncio.wait_for(asyncio.gather(*futures), timeout)
         except TimeoutError:
-            raise TimeoutError(f"compact: no report from the sections within {timeout:g}s") from None
+            raise TimeoutError(
+                f"compact: no report from the sections within {timeout:g}s"
+            ) from None
         finally:
             for seq in seqs:
                 self._reports.pop(seq, None)
         await self.synced()
-        return CompactOutcome(participant_id, tuple(
-            SectionOutcome(name, CompactStatus(report.status), report.detail)
-            for (name, _), report in zip(targets, reports)))
+        return CompactOutcome(
+            participant_id,
+            tuple(
+                SectionOutcome(name, CompactStatus(report.status), report.detail)
+                for (name, _), report in zip(targets, reports)
+            ),
+        )
 
     def _on_compacted(self, report: CompactReport) -> None:
         future = self._reports.get(report.seq)
         if future is not None and not future.done():
             future.set_result(report)
 
-    async def _clear_remote(self, runtime: AgentRuntime, participants: list[str], *, close: bool) -> list[BaseException]:
+    async def _clear_remote(
+        self, runtime: AgentRuntime, participants: list[str], *, close: bool
+    ) -> list[BaseException]:
         """Clear sections, cancel and await the jobs they held, then drop the replica's views.
 
         Returns the failures of sections that did not answer (their state may remain).
@@ -737,17 +861,48 @@ class ContextManager:
         topics, timeout = self.plan.topics, self.plan.control_timeout_s
         asks: list[tuple[str | None, Any]] = []
         for participant_id in participants:
-            asks.append((participant_id, runtime.ask(topics.dialogue_clear, ClearSection(), reply_type=Cleared,
-                                                     participant_id=participant_id, source=self._name, timeout=timeout)))
+            asks.append(
+                (
+                    participant_id,
+                    runtime.ask(
+                        topics.dialogue_clear,
+                        ClearSection(),
+                        reply_type=Cleared,
+                        participant_id=participant_id,
+                        source=self._name,
+                        timeout=timeout,
+                    ),
+                )
+            )
             if not close:
                 for section in self.plan.config.topics:
-                    asks.append((participant_id, runtime.ask(
-                        topics.topic_clear(section.spec.name), ClearSection(), reply_type=Cleared,
-                        participant_id=participant_id, source=self._name, timeout=timeout)))
+                    asks.append(
+                        (
+                            participant_id,
+                            runtime.ask(
+                                topics.topic_clear(section.spec.name),
+                                ClearSection(),
+                                reply_type=Cleared,
+                                participant_id=participant_id,
+                                source=self._name,
+                                timeout=timeout,
+                            ),
+                        )
+                    )
         if close:
             for section in self.plan.config.topics:
-                asks.append((None, runtime.ask(topics.topic_clear(section.spec.name), ClearSection(close=True),
-                                               reply_type=Cleared, source=self._name, timeout=timeout)))
+                asks.append(
+                    (
+                        None,
+                        runtime.ask(
+                            topics.topic_clear(section.spec.name),
+                            ClearSection(close=True),
+                            reply_type=Cleared,
+                            source=self._name,
+                            timeout=timeout,
+                        ),
+                    )
+                )
         replies = await asyncio.gather(*(ask for _, ask in asks), return_exceptions=True)
         errors = [reply for reply in replies if isinstance(reply, BaseException)]
         generations: dict[str, list[str]] = {participant_id: [] for participant_id in participants}
@@ -760,14 +915,32 @@ class ContextManager:
             for job in reply.jobs:
                 for worker in job.workers:
                     by_worker.setdefault(worker, []).append(job.job)
-        cancels = [runtime.ask(topics.worker_cancel(worker), CancelJobs(tuple(jobs)), reply_type=int,
-                               source=self._name, timeout=timeout) for worker, jobs in sorted(by_worker.items())]
-        for worker, outcome in zip(sorted(by_worker), await asyncio.gather(*cancels, return_exceptions=True)):
+        cancels = [
+            runtime.ask(
+                topics.worker_cancel(worker),
+                CancelJobs(tuple(jobs)),
+                reply_type=int,
+                source=self._name,
+                timeout=timeout,
+            )
+            for worker, jobs in sorted(by_worker.items())
+        ]
+        for worker, outcome in zip(
+            sorted(by_worker), await asyncio.gather(*cancels, return_exceptions=True)
+        ):
             if isinstance(outcome, BaseException):  # a dead worker runs nothing
                 self._log.warning("context.cancel_unanswered", worker=worker, error=repr(outcome))
-        forgets = [runtime.ask(topics.replica(self.id), ForgetParticipant(tuple(gens)), reply_type=bool,
-                               participant_id=participant_id, source=self._name, timeout=timeout)
-                   for participant_id, gens in generations.items()]
+        forgets = [
+            runtime.ask(
+                topics.replica(self.id),
+                ForgetParticipant(tuple(gens)),
+                reply_type=bool,
+                participant_id=participant_id,
+                source=self._name,
+                timeout=timeout,
+            )
+            for participant_id, gens in generations.items()
+        ]
         for outcome in await asyncio.gather(*forgets, return_exceptions=True):
             if isinstance(outcome, BaseException):
                 errors.append(outcome)

@@ -47,9 +47,12 @@ class CompactOutcome(msgspec.Struct, frozen=True):
         """One line per section, for the CLI and ``/compact``."""
         lines = []
         for outcome in self.sections:
-            text = {CompactStatus.COMPACTED: "compacted into its summary",
-                    CompactStatus.NOTHING_TO_CONDENSE: "nothing to compact (NOTHING_TO_CONDENSE)",
-                    CompactStatus.SUMMARIZE_FAILED: "compaction failed, entries kept (SUMMARIZE_FAILED)",
-                    }[outcome.status]
-            lines.append(f"{outcome.section}: {text}" + (f": {outcome.detail}" if outcome.detail else ""))
+            text = {
+                CompactStatus.COMPACTED: "compacted into its summary",
+                CompactStatus.NOTHING_TO_CONDENSE: "nothing to compact (NOTHING_TO_CONDENSE)",
+                CompactStatus.SUMMARIZE_FAILED: "failed, entries kept (SUMMARIZE_FAILED)",
+            }[outcome.status]
+            lines.append(
+                f"{outcome.section}: {text}" + (f": {outcome.detail}" if outcome.detail else "")
+            )
         return "\n".join(lines)

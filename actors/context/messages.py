@@ -152,7 +152,7 @@ class ForgetParticipant(msgspec.Struct, frozen=True):
 
 
 class LoadSection(msgspec.Struct, frozen=True):
-    """A manager's ``load()`` for one section of the envelope's participant (a write, acked by a view)."""
+    """A manager's ``load()`` of one section of the envelope's participant (acked by a view)."""
 
     writer: str
     seq: int

@@ -41,11 +41,18 @@ class ParticipantReplica:
     def drop_host(self, host: int, epoch: int, keep: set[str]) -> None:
         """After a resync from ``host``'s snapshot at ``epoch``: drop its older views of
         sections the snapshot does not hold (the restarted host no longer has them)."""
-        if (self.dialogue is not None and self.dialogue.host == host and self.dialogue.epoch < epoch
-                and self.dialogue.section not in keep):
+        if (
+            self.dialogue is not None
+            and self.dialogue.host == host
+            and self.dialogue.epoch < epoch
+            and self.dialogue.section not in keep
+        ):
             self.dialogue = None
-        for name in [name for name, view in self.topics.items()
-                     if view.host == host and view.epoch < epoch and name not in keep]:
+        for name in [
+            name
+            for name, view in self.topics.items()
+            if view.host == host and view.epoch < epoch and name not in keep
+        ]:
             del self.topics[name]
 
     def forget(self, generations: tuple[str, ...]) -> None:
@@ -57,7 +64,9 @@ class ParticipantReplica:
 
     @property
     def empty(self) -> bool:
-        return self.dialogue is None and not self.topics and not self.pending and not self.identities
+        return (
+            self.dialogue is None and not self.topics and not self.pending and not self.identities
+        )
 
     def dialogue_blocks(self, budget_bytes: int) -> tuple[ContextBlock, ...]:
         """The dialogue as its section renders it, with this manager's pending writes in it.

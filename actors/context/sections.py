@@ -79,8 +79,18 @@ class _Job:
 
 
 class _Participant:
-    __slots__ = ("state", "job", "ack", "published", "warned", "identities", "journaled", "stored_job", "manual",
-                 "view")
+    __slots__ = (
+        "state",
+        "job",
+        "ack",
+        "published",
+        "warned",
+        "identities",
+        "journaled",
+        "stored_job",
+        "manual",
+        "view",
+    )
 
     def __init__(self, state: SectionState, ack: tuple[str, int] = ("", 0)) -> None:
         self.state = state
@@ -106,15 +116,32 @@ def journal_name(section: Section) -> str:
 
 def _journal_key(record: _Participant) -> tuple:
     state = record.state
-    return (state.revision, record.ack, state.next_job_id, state.next_entry_id, len(state.backlog),
-            state.awaiting_entry, id(state.pending), id(state.condense_due), state.generation)
+    return (
+        state.revision,
+        record.ack,
+        state.next_job_id,
+        state.next_entry_id,
+        len(state.backlog),
+        state.awaiting_entry,
+        id(state.pending),
+        id(state.condense_due),
+        state.generation,
+    )
 
 
 class SectionHost:
     """One configured section's states for the participants an actor holds."""
 
-    def __init__(self, agent: Agent, section: Section, plan: ContextPlan, result_topic: Topic, *,
-                 store: ContextStore | None = None, host: int = 0) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        section: Section,
+        plan: ContextPlan,
+        result_topic: Topic,
+        *,
+        store: ContextStore | None = None,
+        host: int = 0,
+    ) -> None:
         self._agent = agent
         self.section = section
         self._plan = plan
@@ -141,12 +168,19 @@ class SectionHost:
         return runtime if runtime is not None and runtime.running else None
 
     def _log(self, participant_id: str):
-        return get_logger(actor=self._agent.name, participant=participant_id, section=self.section.spec.name)
+        return get_logger(
+            actor=self._agent.name, participant=participant_id, section=self.section.spec.name
+        )
 
     # --- changes --------------------------------------------------------------------
 
-    def write(self, participant_id: str, change: Callable[[SectionState], object],
-              ack: tuple[str, int] | None = None, identities: Sequence[bytes] = ()) -> None:
+    def write(
+        self,
+        participant_id: str,
+        change: Callable[[SectionState], object],
+        ack: tuple[str, int] | None = None,
+        identities: Sequence[bytes] = (),
+    ) -> None:
         """Apply ``change`` to the participant's state (created empty on first write).
 
         ``identities`` names the exchange identities ``change`` added (the journal
@@ -154,7 +188,9 @@ class SectionHost:
         """
         record = self.participants.get(participant_id)
         if record is None:
-            record = self.participants[participant_id] = _Participant(self.section.new_state(uuid4().hex))
+            record = self.participants[participant_id] = _Participant(
+                self.section.new_state(uuid4().hex)
+            )
         change(record.state)
         record.identities.extend(identities)
         if ack is not None:
@@ -171,7 +207,9 @@ class SectionHost:
         """Acknowledge a write that changed nothing (its view still tells the writer)."""
         record = self.participants.get(participant_id)
         if record is None:
-            record = self.participants[participant_id] = _Participant(self.section.new_state(uuid4().hex))
+            record = self.participants[participant_id] = _Participant(
+                self.section.new_state(uuid4().hex)
+            )
         record.ack = ack
         self._mark_dirty(participant_id)
 
@@ -210,7 +248,9 @@ class SectionHost:
         added: list[bytes] = []
 
         def merge(state: SectionState) -> None:
-            added.extend(self.section.merge(state, dump.summary, dump_entries(dump), dump.identities))
+            added.extend(
+                self.section.merge(state, dump.summary, dump_entries(dump), dump.identities)
+            )
 
         self.write(participant_id, merge, ack, added)
 
@@ -235,10 +275,20 @@ class SectionHost:
         runtime = self._agent.runtime
         epoch = runtime.epoch if runtime is not None and runtime.running else 0
         state = record.state
-        return SectionView(self.section.spec.name, self._dialogue, state.generation, state.revision, blocks,
-                           *record.ack, host=self.host, epoch=epoch)
+        return SectionView(
+            self.section.spec.name,
+            self._dialogue,
+            state.generation,
+            state.revision,
+            blocks,
+            *record.ack,
+            host=self.host,
+            epoch=epoch,
+        )
 
-    def _report(self, participant_id: str, writer: str, seq: int, status: CompactStatus, detail: str = "") -> None:
+    def _report(
+        self, participant_id: str, writer: str, seq: int, status: CompactStatus, detail: str = ""
+    ) -> None:
         """Report a manual compaction after the views of this turn (so the writer's next
         ``blocks()`` shows what it did)."""
         report = CompactReport(self.section.spec.name, seq, status.value, detail)
@@ -257,7 +307,9 @@ class SectionHost:
         """Apply a worker's result; a result for a forgotten state is dropped."""
         record = self.participants.get(participant_id)
         if record is None:
-            self._log(participant_id).debug("compaction.stale", job=done.result.job.job_id, reason="cleared")
+            self._log(participant_id).debug(
+                "compaction.stale", job=done.result.job.job_id, reason="cleared"
+            )
             return
         job = record.job
         status = self.section.apply_result(record.state, done.result)
@@ -268,11 +320,19 @@ class SectionHost:
             record.job = None
             for worker in job.workers:
                 if worker != done.worker:  # a retried copy still running elsewhere
-                    self._send(self._plan.topics.worker_cancel(worker), CancelJobs((job.job,)), participant_id)
+                    self._send(
+                        self._plan.topics.worker_cancel(worker),
+                        CancelJobs((job.job,)),
+                        participant_id,
+                    )
         self._log_status(participant_id, status, done.result)
         self._advance(participant_id, record)
         if status is not ApplyStatus.STALE:
-            self._manual_done(participant_id, record, _failure(done.result) if status is ApplyStatus.FAILED else None)
+            self._manual_done(
+                participant_id,
+                record,
+                _failure(done.result) if status is ApplyStatus.FAILED else None,
+            )
 
     def clear(self, participant_id: str | None) -> Cleared:
         """Forget one participant (every participant for None); return what was forgotten."""
@@ -289,7 +349,9 @@ class SectionHost:
                 record.job.timer.cancel()
                 jobs.append(JobAt(record.job.job, pid, tuple(record.job.workers)))
             for writer, seq in record.manual:
-                self._report(pid, writer, seq, CompactStatus.SUMMARIZE_FAILED, "the participant was cleared")
+                self._report(
+                    pid, writer, seq, CompactStatus.SUMMARIZE_FAILED, "the participant was cleared"
+                )
         if self._store is not None:
             self._store.delete(participant_id, self.journal_name)
         return Cleared(tuple(generations), tuple(jobs))
@@ -311,7 +373,9 @@ class SectionHost:
             self._dispatch(participant_id, record, request)
         self._mark_dirty(participant_id)
 
-    def _dispatch(self, participant_id: str, record: _Participant, request: CompactionRequest) -> None:
+    def _dispatch(
+        self, participant_id: str, record: _Participant, request: CompactionRequest
+    ) -> None:
         workers = self._plan.compaction_workers
         seed = zlib.crc32(f"{self.section.spec.name}\x00{participant_id}".encode())
         worker = (seed + request.job.job_id) % workers
@@ -321,7 +385,9 @@ class SectionHost:
         record.job = _Job(request.job, worker, timer)
         self._send_job(participant_id, request, worker, attempt=0)
 
-    def _send_job(self, participant_id: str, request: CompactionRequest, worker: int, attempt: int) -> None:
+    def _send_job(
+        self, participant_id: str, request: CompactionRequest, worker: int, attempt: int
+    ) -> None:
         job = CompactionJob(request, self._result_topic.name, attempt)
         self._send(self._plan.topics.worker_jobs(worker), job, participant_id)
 
@@ -335,7 +401,9 @@ class SectionHost:
         self._send(self._plan.topics.worker_cancel(tried[-1]), CancelJobs((job,)), participant_id)
         if pending is not None and len(tried) < self._plan.compaction_workers:
             worker = (tried[0] + len(tried)) % self._plan.compaction_workers
-            log.warning("compaction.retry", job=job.job_id, timed_out_worker=tried[-1], worker=worker)
+            log.warning(
+                "compaction.retry", job=job.job_id, timed_out_worker=tried[-1], worker=worker
+            )
             tried.append(worker)
             record.job.timer = asyncio.get_running_loop().call_later(
                 self._plan.compaction_timeout_s, self._timed_out, participant_id, job
@@ -344,17 +412,28 @@ class SectionHost:
             return
         log.warning("compaction.gave_up", job=job.job_id, workers=list(tried))
         record.job = None
-        result = CompactionResult(job, error=f"timeout after {self._plan.compaction_timeout_s}s at workers {tried}")
+        result = CompactionResult(
+            job, error=f"timeout after {self._plan.compaction_timeout_s}s at workers {tried}"
+        )
         status = self.section.apply_result(record.state, result)
         self._log_status(participant_id, status, result)
         self._advance(participant_id, record)
-        self._manual_done(participant_id, record, result.error if status is ApplyStatus.FAILED else None)
+        self._manual_done(
+            participant_id, record, result.error if status is ApplyStatus.FAILED else None
+        )
 
-    def _log_status(self, participant_id: str, status: ApplyStatus, result: CompactionResult) -> None:
+    def _log_status(
+        self, participant_id: str, status: ApplyStatus, result: CompactionResult
+    ) -> None:
         log = self._log(participant_id)
         if status is ApplyStatus.FAILED:
-            log.warning("compaction.failed", job=result.job.job_id, error=result.error,
-                        finish_reason=result.finish_reason, empty=not result.text.strip())
+            log.warning(
+                "compaction.failed",
+                job=result.job.job_id,
+                error=result.error,
+                finish_reason=result.finish_reason,
+                empty=not result.text.strip(),
+            )
         elif status is ApplyStatus.CLIPPED:
             log.warning("compaction.clipped", job=result.job.job_id)
         elif status is ApplyStatus.STALE:
@@ -376,7 +455,9 @@ class SectionHost:
         reports, self._reports = self._reports, []
         self._publish(self._collect(None), reports)
 
-    def _publish(self, views: list[tuple[str, SectionView]], reports: list[tuple[Topic, CompactReport, str]]) -> None:
+    def _publish(
+        self, views: list[tuple[str, SectionView]], reports: list[tuple[Topic, CompactReport, str]]
+    ) -> None:
         topic = self._plan.topics.view
         for participant_id, view in views:
             record = self.participants.get(participant_id)
@@ -406,8 +487,11 @@ class SectionHost:
 
         return ([lambda: self._publish(views, reports)] if views or reports else []), failed
 
-    def _collect(self, store: ContextStore | None,
-                 staged: list[tuple[str, list[bytes], PendingJob | None]] | None = None) -> list[tuple[str, SectionView]]:
+    def _collect(
+        self,
+        store: ContextStore | None,
+        staged: list[tuple[str, list[bytes], PendingJob | None]] | None = None,
+    ) -> list[tuple[str, SectionView]]:
         dirty, self._dirty = self._dirty, set()
         views: list[tuple[str, SectionView]] = []
         name = self.journal_name
@@ -419,7 +503,9 @@ class SectionHost:
             if store is not None:
                 journal_key = _journal_key(record)
                 if journal_key != record.journaled or record.identities:
-                    job: PendingJob | None | bool = True if state.pending is record.stored_job else state.pending
+                    job: PendingJob | None | bool = (
+                        True if state.pending is record.stored_job else state.pending
+                    )
                     store.put(participant_id, name, state, record.ack, record.identities, job)
                     if staged is not None:
                         staged.append((participant_id, record.identities, record.stored_job))
@@ -432,7 +518,9 @@ class SectionHost:
             rendered = self.section.render(state)
             if rendered.warning is not None and record.warned != state.revision:
                 record.warned = state.revision
-                self._log(participant_id).warning("context.over_budget", message=rendered.warning.message())
+                self._log(participant_id).warning(
+                    "context.over_budget", message=rendered.warning.message()
+                )
             views.append((participant_id, self._view(record, rendered.blocks)))
             record.published = key
         return views
@@ -459,11 +547,21 @@ class DialogueSectionActor(Agent):
     spawned at start with its recovered state.
     """
 
-    def __init__(self, participant_id: str, plan: ContextPlan, kind: str, *, store: ContextStore | None = None,
-                 host: int = 0, recovered: Recovered | None = None) -> None:
+    def __init__(
+        self,
+        participant_id: str,
+        plan: ContextPlan,
+        kind: str,
+        *,
+        store: ContextStore | None = None,
+        host: int = 0,
+        recovered: Recovered | None = None,
+    ) -> None:
         self.key = participant_id
         self.kind = kind
-        self.host = SectionHost(self, plan.config.dialogue, plan, plan.topics.dialogue_result, store=store, host=host)
+        self.host = SectionHost(
+            self, plan.config.dialogue, plan, plan.topics.dialogue_result, store=store, host=host
+        )
         if recovered is not None:
             self.host.restore(participant_id, recovered)
         self._retiring: asyncio.Task[None] | None = None
@@ -477,8 +575,13 @@ class DialogueSectionActor(Agent):
 
         def add(state: SectionState) -> None:
             for record in message.exchanges:
-                if section.add_exchange(state, record.identity, record.request, record.answer,
-                                        timestamp_us=record.timestamp_us):
+                if section.add_exchange(
+                    state,
+                    record.identity,
+                    record.request,
+                    record.answer,
+                    timestamp_us=record.timestamp_us,
+                ):
                     added.append(record.identity)
 
         self.host.write(self.key, add, ack=(message.writer, message.seq), identities=added)
@@ -520,15 +623,27 @@ class TopicSectionActor(Agent):
     update replaces that participant's state, an incremental one appends to it.
     """
 
-    def __init__(self, plan: ContextPlan, section: Section, *, store: ContextStore | None = None,
-                 host: int = 0) -> None:
-        self.host = SectionHost(self, section, plan, plan.topics.topic_result(section.spec.name), store=store,
-                                host=host)
+    def __init__(
+        self,
+        plan: ContextPlan,
+        section: Section,
+        *,
+        store: ContextStore | None = None,
+        host: int = 0,
+    ) -> None:
+        self.host = SectionHost(
+            self, section, plan, plan.topics.topic_result(section.spec.name), store=store, host=host
+        )
         self.closed = False
         t, topic = plan.topics, section.spec.name
-        self._handlers = {t.updates(topic): "on_update", t.topic_write(topic): "on_write",
-                          t.topic_result(topic): "on_result", t.topic_clear(topic): "on_clear",
-                          t.topic_load(topic): "on_load", t.topic_compact(topic): "on_compact"}
+        self._handlers = {
+            t.updates(topic): "on_update",
+            t.topic_write(topic): "on_write",
+            t.topic_result(topic): "on_result",
+            t.topic_clear(topic): "on_clear",
+            t.topic_load(topic): "on_load",
+            t.topic_compact(topic): "on_compact",
+        }
 
     def handlers(self) -> dict[Topic, str]:
         """Its topic (sensor updates), plus the manager's writes, loads, compactions,
@@ -538,8 +653,9 @@ class TopicSectionActor(Agent):
     def gauges(self) -> dict[str, float]:
         return self.host.gauges()
 
-    def _apply(self, participant_id: str | None, text: str, timestamp_us: int,
-               ack: tuple[str, int] | None) -> None:
+    def _apply(
+        self, participant_id: str | None, text: str, timestamp_us: int, ack: tuple[str, int] | None
+    ) -> None:
         if self.closed:
             return
         if participant_id is None:
@@ -558,7 +674,9 @@ class TopicSectionActor(Agent):
         self._apply(ctx.participant_id, message.text, ctx.metadata.timestamp_us, None)
 
     async def on_write(self, message: TopicWrite, ctx: RuntimeContext) -> None:
-        self._apply(ctx.participant_id, message.text, message.timestamp_us, (message.writer, message.seq))
+        self._apply(
+            ctx.participant_id, message.text, message.timestamp_us, (message.writer, message.seq)
+        )
 
     async def on_load(self, message: LoadSection, ctx: RuntimeContext) -> None:
         pid = ctx.participant_id
@@ -596,8 +714,14 @@ class ContextHost(Agent):
     holds (a replica's resync) or every state as a dump (``ContextManager.dump``).
     """
 
-    def __init__(self, plan: ContextPlan, kind: str, index: int, topics: list[TopicSectionActor],
-                 store: ContextStore | None) -> None:
+    def __init__(
+        self,
+        plan: ContextPlan,
+        kind: str,
+        index: int,
+        topics: list[TopicSectionActor],
+        store: ContextStore | None,
+    ) -> None:
         self._plan = plan
         self.kind = kind
         self.index = index
@@ -605,8 +729,9 @@ class ContextHost(Agent):
         self.store = store
         dialogue = journal_name(plan.config.dialogue)
         recovered = store.recovered if store is not None else {}
-        self.recovered: dict[str, Recovered] = {pid: item for (pid, name), item in recovered.items()
-                                                if name == dialogue}
+        self.recovered: dict[str, Recovered] = {
+            pid: item for (pid, name), item in recovered.items() if name == dialogue
+        }
         """Dialogue states waiting for their actor (spawned at start)."""
         t = plan.topics
         self._handlers = {t.host_sync(index): "on_sync", t.host_dump(index): "on_dump"}
@@ -622,8 +747,11 @@ class ContextHost(Agent):
         runtime = self.runtime
         if runtime is None:
             return []
-        return [agent for agent in runtime.keyed_instances(self.kind).values()
-                if isinstance(agent, DialogueSectionActor)]
+        return [
+            agent
+            for agent in runtime.keyed_instances(self.kind).values()
+            if isinstance(agent, DialogueSectionActor)
+        ]
 
     async def on_start(self) -> None:
         runtime = self.runtime
@@ -633,7 +761,9 @@ class ContextHost(Agent):
             try:
                 agent = runtime.spawn(self.kind, participant_id)
             except ValueError as error:  # the journal of another shard layout
-                log.warning("context.recovery_skipped", participant=participant_id, error=str(error))
+                log.warning(
+                    "context.recovery_skipped", participant=participant_id, error=str(error)
+                )
                 continue
             if isinstance(agent, DialogueSectionActor):
                 agent.host.resume()
@@ -642,8 +772,11 @@ class ContextHost(Agent):
         if self.store is not None:
             log.info("context.recovered", participants=len(participants), path=str(self.store.path))
             await self.store.barrier()
-        runtime.send(self._plan.topics.host_started, HostStarted(self.index, runtime.epoch, len(participants)),
-                     source=self.name)
+        runtime.send(
+            self._plan.topics.host_started,
+            HostStarted(self.index, runtime.epoch, len(participants)),
+            source=self.name,
+        )
 
     def views(self, participant_id: str | None = None) -> list[tuple[str, SectionView]]:
         """Every view this host holds (of one participant), as (participant, view)."""
@@ -672,12 +805,18 @@ class ContextHost(Agent):
                 if dump is not None:
                     sections.setdefault(agent.key, []).append(dump)
         for topic in self.topics:
-            ids = list(topic.host.participants) if message.participant_id is None else [message.participant_id]
+            ids = (
+                list(topic.host.participants)
+                if message.participant_id is None
+                else [message.participant_id]
+            )
             for pid in ids:
                 dump = topic.host.export(pid)
                 if dump is not None:
                     sections.setdefault(pid, []).append(dump)
-        return HostDump(tuple(ParticipantDump(pid, tuple(dumps)) for pid, dumps in sorted(sections.items())))
+        return HostDump(
+            tuple(ParticipantDump(pid, tuple(dumps)) for pid, dumps in sorted(sections.items()))
+        )
 
     async def on_stop(self) -> None:
         if self.store is not None:
@@ -699,9 +838,16 @@ def host_actor_name(name: str, shard: int) -> str:
     return f"{name}.host.{shard}"
 
 
-def register_sections(runtime: AgentRuntime, plan: ContextPlan, *, name: str = "context", shard: int = 0,
-                      shards: int = 1, topics: Sequence[str] | None = None,
-                      store: ContextStore | None = None) -> ContextHost:
+def register_sections(
+    runtime: AgentRuntime,
+    plan: ContextPlan,
+    *,
+    name: str = "context",
+    shard: int = 0,
+    shards: int = 1,
+    topics: Sequence[str] | None = None,
+    store: ContextStore | None = None,
+) -> ContextHost:
     """Host section actors in ``runtime`` (before it starts); return its ``ContextHost``.
 
     Registers the keyed dialogue kind ``<name>.dialogue`` for the participants whose
@@ -718,11 +864,16 @@ def register_sections(runtime: AgentRuntime, plan: ContextPlan, *, name: str = "
     if unknown:
         raise ValueError(f"topics: not configured topics: {unknown}")
     if not 0 <= shard < plan.section_hosts:
-        raise ValueError(f"shard: section host {shard} is outside the plan's {plan.section_hosts} section hosts")
+        raise ValueError(
+            f"shard: section host {shard} is outside the plan's {plan.section_hosts} section hosts"
+        )
     t = plan.topics
     kind = dialogue_kind(name)
-    actors = [TopicSectionActor(plan, section, store=store, host=shard)
-              for section in plan.config.topics if section.spec.name in chosen]
+    actors = [
+        TopicSectionActor(plan, section, store=store, host=shard)
+        for section in plan.config.topics
+        if section.spec.name in chosen
+    ]
     host = ContextHost(plan, kind, shard, actors, store)
     if store is not None:
         by_name = {actor.host.journal_name: actor for actor in actors}
@@ -731,11 +882,20 @@ def register_sections(runtime: AgentRuntime, plan: ContextPlan, *, name: str = "
             if actor is not None:
                 actor.host.restore(pid, recovered)
     runtime.register_keyed(
-        kind, DialogueSectionActor,
-        factory=lambda key: DialogueSectionActor(key, plan, kind, store=store, host=shard, recovered=host.take(key)),
-        shard=shard, shards=shards,
-        handlers={t.dialogue_write: "on_write", t.dialogue_result: "on_result", t.dialogue_clear: "on_clear",
-                  t.dialogue_load: "on_load", t.dialogue_compact: "on_compact"},
+        kind,
+        DialogueSectionActor,
+        factory=lambda key: DialogueSectionActor(
+            key, plan, kind, store=store, host=shard, recovered=host.take(key)
+        ),
+        shard=shard,
+        shards=shards,
+        handlers={
+            t.dialogue_write: "on_write",
+            t.dialogue_result: "on_result",
+            t.dialogue_clear: "on_clear",
+            t.dialogue_load: "on_load",
+            t.dialogue_compact: "on_compact",
+        },
     )
     for actor in actors:
         runtime.register(topic_actor_name(name, actor.host.section.spec.name), actor)

@@ -55,10 +55,11 @@ OnCorrupt = Literal["error", "backup_and_start_empty"]
 ON_CORRUPT: tuple[str, ...] = ("error", "backup_and_start_empty")
 
 _SCHEMA = (
-    "CREATE TABLE sections (participant TEXT NOT NULL, section TEXT NOT NULL, state BLOB NOT NULL, "
-    "ack_writer TEXT NOT NULL, ack_seq INTEGER NOT NULL, PRIMARY KEY (participant, section)) WITHOUT ROWID",
-    "CREATE TABLE identities (participant TEXT NOT NULL, section TEXT NOT NULL, identity BLOB NOT NULL, "
-    "PRIMARY KEY (participant, section, identity)) WITHOUT ROWID",
+    "CREATE TABLE sections (participant TEXT NOT NULL, section TEXT NOT NULL, "
+    "state BLOB NOT NULL, ack_writer TEXT NOT NULL, ack_seq INTEGER NOT NULL, "
+    "PRIMARY KEY (participant, section)) WITHOUT ROWID",
+    "CREATE TABLE identities (participant TEXT NOT NULL, section TEXT NOT NULL, "
+    "identity BLOB NOT NULL, PRIMARY KEY (participant, section, identity)) WITHOUT ROWID",
     "CREATE TABLE jobs (participant TEXT NOT NULL, section TEXT NOT NULL, job BLOB NOT NULL, "
     "PRIMARY KEY (participant, section)) WITHOUT ROWID",
 )
@@ -94,14 +95,22 @@ class Journaled(Protocol):
     """A section actor's part of a commit: stage its changes; return what to publish once
     they are committed, and what to do if the commit fails (stage them again later)."""
 
-    def stage(self, store: "ContextStore") -> tuple[list[Callable[[], None]], Callable[[], None]]: ...
+    def stage(
+        self, store: "ContextStore"
+    ) -> tuple[list[Callable[[], None]], Callable[[], None]]: ...
 
 
 class ContextStore:
     """One section host's journal (see the module docstring). Use ``open_store``."""
 
-    def __init__(self, connection: sqlite3.Connection, path: Path, recovered: dict[tuple[str, str], Recovered],
-                 backup_path: Path | None, commit_interval_s: float = 0.005) -> None:
+    def __init__(
+        self,
+        connection: sqlite3.Connection,
+        path: Path,
+        recovered: dict[tuple[str, str], Recovered],
+        backup_path: Path | None,
+        commit_interval_s: float = 0.005,
+    ) -> None:
         self._db = connection
         self.commit_interval_s = commit_interval_s
         self._last_commit = float("-inf")
@@ -127,20 +136,47 @@ class ContextStore:
         if self._handle is None:
             loop = asyncio.get_running_loop()
             wait = self._last_commit + self.commit_interval_s - loop.time()
-            self._handle = loop.call_later(wait, self._commit_turn) if wait > 0 else loop.call_soon(self._commit_turn)
+            self._handle = (
+                loop.call_later(wait, self._commit_turn)
+                if wait > 0
+                else loop.call_soon(self._commit_turn)
+            )
 
-    def put(self, participant: str, section: str, state: SectionState, ack: tuple[str, int],
-            identities: Iterable[bytes], job: PendingJob | None | bool) -> None:
+    def put(
+        self,
+        participant: str,
+        section: str,
+        state: SectionState,
+        ack: tuple[str, int],
+        identities: Iterable[bytes],
+        job: PendingJob | None | bool,
+    ) -> None:
         """Stage a section's state; ``job`` True keeps the stored job, else replaces it."""
         body = msgspec.structs.replace(state, exchange_identities=set(), pending=None)
-        self._rows.append(("INSERT OR REPLACE INTO sections VALUES (?, ?, ?, ?, ?)",
-                           (participant, section, _encode(body), ack[0], ack[1])))
+        self._rows.append(
+            (
+                "INSERT OR REPLACE INTO sections VALUES (?, ?, ?, ?, ?)",
+                (participant, section, _encode(body), ack[0], ack[1]),
+            )
+        )
         for identity in identities:
-            self._rows.append(("INSERT OR IGNORE INTO identities VALUES (?, ?, ?)", (participant, section, identity)))
+            self._rows.append(
+                (
+                    "INSERT OR IGNORE INTO identities VALUES (?, ?, ?)",
+                    (participant, section, identity),
+                )
+            )
         if job is None:
-            self._rows.append(("DELETE FROM jobs WHERE participant = ? AND section = ?", (participant, section)))
+            self._rows.append(
+                ("DELETE FROM jobs WHERE participant = ? AND section = ?", (participant, section))
+            )
         elif job is not True:
-            self._rows.append(("INSERT OR REPLACE INTO jobs VALUES (?, ?, ?)", (participant, section, _encode(job))))
+            self._rows.append(
+                (
+                    "INSERT OR REPLACE INTO jobs VALUES (?, ?, ?)",
+                    (participant, section, _encode(job)),
+                )
+            )
 
     def _commit_turn(self) -> None:
         self._handle = None
@@ -160,7 +196,9 @@ class ContextStore:
             self.failures += 1
             self._log.error("context.journal_write_failed", error=repr(error), retry_s=1.0)
             loop = asyncio.get_running_loop()
-            for owner, failed in zip(owners, undo):  # nothing is acknowledged that is not in the journal
+            for owner, failed in zip(
+                owners, undo
+            ):  # nothing is acknowledged that is not in the journal
                 failed()
                 loop.call_later(1.0, self.schedule, owner)
             return
@@ -199,10 +237,17 @@ class ContextStore:
 
     def delete(self, participant: str | None, section: str) -> None:
         """Remove a participant's rows of ``section`` (every participant's for None), now."""
-        where, parameters = ("section = ?", (section,)) if participant is None else (
-            "participant = ? AND section = ?", (participant, section))
-        self._write([(f"DELETE FROM {table} WHERE {where}", parameters)
-                     for table in ("sections", "identities", "jobs")])
+        where, parameters = (
+            ("section = ?", (section,))
+            if participant is None
+            else ("participant = ? AND section = ?", (participant, section))
+        )
+        self._write(
+            [
+                (f"DELETE FROM {table} WHERE {where}", parameters)
+                for table in ("sections", "identities", "jobs")
+            ]
+        )
 
     def delete_all(self) -> None:
         """Remove every row (a manager's ``close()``)."""
@@ -215,8 +260,10 @@ class ContextStore:
 
     def rows(self) -> int:
         """Rows in all tables (tests, ``close()`` leaves none)."""
-        return sum(self._db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-                   for table in ("sections", "identities", "jobs"))
+        return sum(
+            self._db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            for table in ("sections", "identities", "jobs")
+        )
 
     def checkpoint(self) -> None:
         """Move the write-ahead log into the database file and truncate the log."""
@@ -224,7 +271,9 @@ class ContextStore:
 
     def size_bytes(self) -> int:
         """Bytes on disk: the database file and its write-ahead log."""
-        return sum(os.path.getsize(p) for p in (self.path, Path(f"{self.path}-wal")) if os.path.exists(p))
+        return sum(
+            os.path.getsize(p) for p in (self.path, Path(f"{self.path}-wal")) if os.path.exists(p)
+        )
 
     def close(self) -> None:
         """Commit what this turn staged (a stopping process keeps it), then close."""
@@ -246,7 +295,9 @@ def open_store(path: str | os.PathLike[str], *, on_corrupt: OnCorrupt = "error")
     moved aside and an empty journal is started, with an error logged.
     """
     if on_corrupt not in ON_CORRUPT:
-        raise ValueError(f"on_corrupt: must be one of {', '.join(map(repr, ON_CORRUPT))}, got {on_corrupt!r}")
+        raise ValueError(
+            f"on_corrupt: must be one of {', '.join(map(repr, ON_CORRUPT))}, got {on_corrupt!r}"
+        )
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
@@ -257,8 +308,11 @@ def open_store(path: str | os.PathLike[str], *, on_corrupt: OnCorrupt = "error")
             raise
         backup = _move_aside(path)
         get_logger(actor="context.store", path=str(path)).error(
-            "context.journal_corrupt", problem=error.problem, backup=str(backup),
-            action="moved aside; starting with an empty journal")
+            "context.journal_corrupt",
+            problem=error.problem,
+            backup=str(backup),
+            action="moved aside; starting with an empty journal",
+        )
         connection, recovered = _open(path)
         return ContextStore(connection, path, recovered, backup)
 
@@ -269,12 +323,17 @@ def _open(path: Path) -> tuple[sqlite3.Connection, dict[tuple[str, str], Recover
     except sqlite3.Error as error:
         raise StoreError(path, f"cannot open ({error})") from None
     try:
-        connection.execute("PRAGMA locking_mode=EXCLUSIVE")  # before any access: WAL without shared memory
+        connection.execute(
+            "PRAGMA locking_mode=EXCLUSIVE"
+        )  # before any access: WAL without shared memory
         version = connection.execute("PRAGMA user_version").fetchone()[0]
         connection.execute("PRAGMA journal_mode=WAL")
         connection.execute("PRAGMA synchronous=NORMAL")
         connection.execute("PRAGMA journal_size_limit=4194304")
-        tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        tables = {
+            row[0]
+            for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
         if version == 0 and not tables:
             connection.execute("BEGIN")
             for statement in _SCHEMA:
@@ -283,7 +342,9 @@ def _open(path: Path) -> tuple[sqlite3.Connection, dict[tuple[str, str], Recover
             connection.execute("COMMIT")
         else:
             version = migrate(connection, path, version)
-            connection.execute(f"PRAGMA user_version = {version}")  # a write: the exclusive lock, now
+            connection.execute(
+                f"PRAGMA user_version = {version}"
+            )  # a write: the exclusive lock, now
         check = connection.execute("PRAGMA quick_check").fetchone()[0]
         if check != "ok":
             raise StoreError(path, f"corrupt database ({check})")
@@ -291,7 +352,9 @@ def _open(path: Path) -> tuple[sqlite3.Connection, dict[tuple[str, str], Recover
     except sqlite3.OperationalError as error:
         connection.close()
         if "locked" in str(error):
-            raise InUseError(path, "in use by another process (each context process has its own journal)") from None
+            raise InUseError(
+                path, "in use by another process (each context process has its own journal)"
+            ) from None
         raise StoreError(path, f"cannot read ({error})") from None
     except sqlite3.DatabaseError as error:
         connection.close()
@@ -304,7 +367,9 @@ def _open(path: Path) -> tuple[sqlite3.Connection, dict[tuple[str, str], Recover
 def migrate(connection: sqlite3.Connection, path: Path, version: int) -> int:
     """Upgrade a journal from ``version`` to ``SCHEMA_VERSION`` through ``MIGRATIONS``."""
     if version > SCHEMA_VERSION:
-        raise StoreError(path, f"written by schema version {version}; this xrmq reads up to {SCHEMA_VERSION}")
+        raise StoreError(
+            path, f"written by schema version {version}; this xrmq reads up to {SCHEMA_VERSION}"
+        )
     if version < 1:
         raise StoreError(path, f"not a context journal (schema version {version})")
     while version < SCHEMA_VERSION:

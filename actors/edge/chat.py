@@ -108,8 +108,9 @@ async def chat(bus: str, participant_id: str, *, timeout: float, stdin: TextIO =
             if command == COMPACT:
                 from .context_commands import compact_in_chat
 
-                print(await compact_in_chat(config or default_config(), bus, participant_id, argument),
-                      file=out, flush=True)
+                outcome = await compact_in_chat(config or default_config(), bus, participant_id,
+                                                argument)
+                print(outcome, file=out, flush=True)
                 continue
             turn = ask(runtime, collector, participant_id, line.strip())
             try:
@@ -125,8 +126,8 @@ async def chat_embedded(participant_id: str, *, timeout: float, stdin: TextIO = 
     """``chat`` against a stack of the embedded default started here; 1 if the stack stops by itself."""
     print("xrmq chat: starting an embedded edge stack...", file=out, flush=True)
     async with EmbeddedStack(default_config()) as stack:
-        session = asyncio.create_task(chat(stack.bus, participant_id, timeout=timeout, stdin=stdin, out=out,
-                                           config=stack.config))
+        session = asyncio.create_task(chat(stack.bus, participant_id, timeout=timeout, stdin=stdin,
+                                           out=out, config=stack.config))
         failed = asyncio.create_task(stack.wait_failed())
         await asyncio.wait([session, failed], return_when=asyncio.FIRST_COMPLETED)
         if session.done():

@@ -98,7 +98,8 @@ class ContextSettings(_Section):
     compaction_input_budget_bytes: int = DEFAULT_COMPACTION_INPUT_BUDGET_BYTES
     prompts: PromptsConfig = PromptsConfig()
     persist: bool = True
-    """Whether the context processes journal every section state (SQLite) and restore it after a restart."""
+    """Whether the context processes journal every section state (SQLite) and restore it
+    after a restart."""
     state_dir: str | None = None
     """Where the journals live (one per context process); None: a per-bus directory
     under ``$XDG_STATE_HOME/xrmq``, else ``~/.local/state/xrmq``."""
@@ -418,8 +419,9 @@ def _context(raw: dict[str, Any], source: str) -> ContextSettings:
             raise ConfigError(source, f"context.topics.{name}.mode",
                               f"must be {' or '.join(map(repr, TOPIC_MODES))}, got {topic.mode!r}")
     if settings.on_corrupt not in ON_CORRUPT:
+        allowed = " or ".join(map(repr, ON_CORRUPT))
         raise ConfigError(source, "context.on_corrupt",
-                          f"must be {' or '.join(map(repr, ON_CORRUPT))}, got {settings.on_corrupt!r}")
+                          f"must be {allowed}, got {settings.on_corrupt!r}")
     if settings.state_dir is not None and not settings.state_dir.strip():
         raise ConfigError(source, "context.state_dir", "must be a non-empty path")
     try:

@@ -35,13 +35,19 @@ T = TypeVar("T")
 
 
 def add_commands(subparsers: Any) -> None:
-    context = subparsers.add_parser("context", help="dump, load, show, clear or compact participant context")
+    context = subparsers.add_parser(
+        "context", help="dump, load, show, clear or compact participant context"
+    )
     commands = context.add_subparsers(dest="context_command", required=True)
 
     def common(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--config", help="TOML config of the edge box (default: the embedded default)")
+        parser.add_argument(
+            "--config", help="TOML config of the edge box (default: the embedded default)"
+        )
         parser.add_argument("--bus", help="bus of the edge box (default: the config's bus)")
-        parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the bus (default 10)")
+        parser.add_argument(
+            "--timeout", type=float, default=10.0, help="seconds to wait for the bus (default 10)"
+        )
 
     dump = commands.add_parser("dump", help="write the context (of one participant) as a dump")
     common(dump)
@@ -54,7 +60,9 @@ def add_commands(subparsers: Any) -> None:
     load.add_argument("file")
     load.set_defaults(func=run_context)
 
-    show = commands.add_parser("show", help="a participant's context as prompts render it, with sizes")
+    show = commands.add_parser(
+        "show", help="a participant's context as prompts render it, with sizes"
+    )
     common(show)
     show.add_argument("--participant", required=True)
     show.set_defaults(func=run_context)
@@ -78,27 +86,51 @@ def run_context(args: argparse.Namespace) -> int:
         raise ValueError("--timeout: must be > 0")
     command = args.context_command
     if command == "dump":
-        return run(with_manager(config, bus, lambda m: dump(m, args.participant, args.output), timeout=args.timeout))
+        return run(
+            with_manager(
+                config, bus, lambda m: dump(m, args.participant, args.output), timeout=args.timeout
+            )
+        )
     if command == "load":
         data = Path(args.file).read_bytes()
-        return run(with_manager(config, bus, lambda m: load(m, data, args.file), timeout=args.timeout))
+        return run(
+            with_manager(config, bus, lambda m: load(m, data, args.file), timeout=args.timeout)
+        )
     if command == "show":
-        return run(with_manager(config, bus, lambda m: show(m, args.participant), timeout=args.timeout))
+        return run(
+            with_manager(config, bus, lambda m: show(m, args.participant), timeout=args.timeout)
+        )
     if command == "clear":
-        return run(with_manager(config, bus, lambda m: clear(m, args.participant), timeout=args.timeout))
-    return run(with_manager(config, bus, lambda m: compact(m, args.participant, args.section), timeout=args.timeout))
+        return run(
+            with_manager(config, bus, lambda m: clear(m, args.participant), timeout=args.timeout)
+        )
+    return run(
+        with_manager(
+            config, bus, lambda m: compact(m, args.participant, args.section), timeout=args.timeout
+        )
+    )
 
 
 def manager_for(config: EdgeConfig) -> ContextManager:
     """A split manager with the plan of ``config``'s processes (it hosts nothing)."""
     plan = plan_of(config)
-    return ContextManager(None, deployment="split", **config.context.manager_kwargs(),  # type: ignore[arg-type]
-                          compaction_workers=plan.compaction_workers, section_hosts=plan.section_hosts,
-                          namespace=plan.namespace)
+    return ContextManager(
+        None,
+        deployment="split",
+        **config.context.manager_kwargs(),  # type: ignore[arg-type]
+        compaction_workers=plan.compaction_workers,
+        section_hosts=plan.section_hosts,
+        namespace=plan.namespace,
+    )
 
 
-async def with_manager(config: EdgeConfig, bus: str, use: Callable[[ContextManager], Awaitable[T]], *,
-                       timeout: float = 10.0) -> T:
+async def with_manager(
+    config: EdgeConfig,
+    bus: str,
+    use: Callable[[ContextManager], Awaitable[T]],
+    *,
+    timeout: float = 10.0,
+) -> T:
     """Run ``use`` with a manager whose replica holds every context process's snapshot."""
     manager = manager_for(config)
     runtime = AgentRuntime(bus, name=f"xrmq-context-{manager.id}", ready_timeout=timeout)
@@ -106,13 +138,19 @@ async def with_manager(config: EdgeConfig, bus: str, use: Callable[[ContextManag
     async with runtime:
         hosts = manager.plan.section_hosts
         if manager.resyncs < hosts:
-            raise RuntimeError(f"{hosts - manager.resyncs} of {hosts} context process(es) did not answer on {bus} "
-                               "(is `xrmq up` running with this config?)")
+            raise RuntimeError(
+                f"{hosts - manager.resyncs} of {hosts} context process(es) did not answer on {bus} "
+                "(is `xrmq up` running with this config?)"
+            )
         return await use(manager)
 
 
-async def dump(manager: ContextManager, participant: str | None, output: str | None,
-               stdout: BinaryIO | None = None) -> int:
+async def dump(
+    manager: ContextManager,
+    participant: str | None,
+    output: str | None,
+    stdout: BinaryIO | None = None,
+) -> int:
     data = await manager.dump(participant)
     if output is not None:
         Path(output).write_bytes(data)
@@ -139,8 +177,11 @@ async def show(manager: ContextManager, participant: str, out: TextIO = sys.stdo
         size = sum(utf8_size(block.text) for block in sections.get(name, ()))
         print(f"{name} ({section.spec.kind}): {size} / {section.spec.budget_bytes} bytes", file=out)
     blocks = manager.blocks(participant)
-    print(f"-- the context of {participant} as a prompt renders it "
-          f"({sum(utf8_size(b.text) for b in blocks)} bytes in {len(blocks)} blocks)", file=out)
+    print(
+        f"-- the context of {participant} as a prompt renders it "
+        f"({sum(utf8_size(b.text) for b in blocks)} bytes in {len(blocks)} blocks)",
+        file=out,
+    )
     print(context_message(blocks, time.time_ns() // 1000), file=out)
     return 0
 
@@ -151,7 +192,9 @@ async def clear(manager: ContextManager, participant: str, out: TextIO = sys.std
     return 0
 
 
-async def compact(manager: ContextManager, participant: str, section: str | None, out: TextIO = sys.stdout) -> int:
+async def compact(
+    manager: ContextManager, participant: str, section: str | None, out: TextIO = sys.stdout
+) -> int:
     outcome: CompactOutcome = await manager.compact(participant, section)
     print(outcome.message(), file=out)
     return 1 if outcome.status is CompactStatus.SUMMARIZE_FAILED else 0
@@ -160,7 +203,9 @@ async def compact(manager: ContextManager, participant: str, section: str | None
 async def compact_in_chat(config: EdgeConfig, bus: str, participant: str, argument: str) -> str:
     """``/compact [SECTION]`` in ``xrmq chat``: compact the participant's context now."""
     try:
-        outcome = await with_manager(config, bus, lambda m: m.compact(participant, argument.strip() or None))
+        outcome = await with_manager(
+            config, bus, lambda m: m.compact(participant, argument.strip() or None)
+        )
     except (ValueError, TimeoutError, RuntimeError) as error:
         return f"/compact: {error}"
     return outcome.message()

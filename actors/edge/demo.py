@@ -72,7 +72,8 @@ def demo_config() -> EdgeConfig:
     killed = msgspec.structs.replace(base.processes[KILLED], restart=RestartPolicyConfig(
         max_crashes=2, backoff_initial_s=0.05, backoff_max_s=0.05))
     processes = {**base.processes, KILLED: killed}
-    return msgspec.structs.replace(base, context=context, supervisor=supervisor, processes=processes)
+    return msgspec.structs.replace(base, context=context, supervisor=supervisor,
+                                   processes=processes)
 
 
 # ---------------------------------------------------------------------------- the script
@@ -392,8 +393,8 @@ class Session:
         self.say(f"  kill -9 {step.process}")
         seconds = await self.kill(step.process)
         self.restarts.append((step.process, seconds))
-        self.say(f"  {step.process} restarted by the supervisor and ready again after {seconds * 1000:.0f} ms, "
-                 "its context restored from its journal")
+        self.say(f"  {step.process} restarted by the supervisor and ready again after "
+                 f"{seconds * 1000:.0f} ms, its context restored from its journal")
 
     async def _leave(self, step: Leave) -> None:
         self.say(f"  [{step.participant}] leaves")
@@ -420,8 +421,8 @@ class Session:
             TURN_TIMEOUT_S, f"a metrics report from every process ({', '.join(names)})")
         gaps = sum(self.observer.metrics[name].gaps for name in names)
         gaps += self.client.metrics().gaps + self.sensor.metrics().gaps
-        return Results(self.turns, dict(self.observer.compactions), dict(self.observer.summaries), gaps, len(names) + 2,
-                       self.restarts)
+        return Results(self.turns, dict(self.observer.compactions), dict(self.observer.summaries),
+                       gaps, len(names) + 2, self.restarts)
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -446,8 +447,9 @@ def summary(results: Results, elapsed_s: float) -> list[str]:
         f"  first-chunk latency: p50 {percentile(firsts, 0.5):.0f} ms, p95 {percentile(firsts, 0.95):.0f} ms",
         f"  compactions run: {compactions}" + (f" ({by_section})" if by_section else ""),
         f"  gaps: {results.gaps} (over {results.runtimes} runtimes)",
-        *(f"  {process} process: killed mid-session (SIGKILL), ready again after {seconds * 1000:.0f} ms; "
-          "the session continued with its context" for process, seconds in results.restarts),
+        *(f"  {process} process: killed mid-session (SIGKILL), ready again after "
+          f"{seconds * 1000:.0f} ms; the session continued with its context"
+          for process, seconds in results.restarts),
         f"  elapsed: {elapsed_s:.1f} s",
     ]
 
@@ -462,7 +464,8 @@ async def run_demo(out: TextIO = sys.stdout, *, verbose: bool = False) -> int:
     try:
         async with stack:
             out.write(f"xrmq demo: {stack.ready_line.removeprefix('xrmq up: ')}\n")
-            session = asyncio.create_task(Session(stack.config, stack.bus, out, kill=stack.kill).run())
+            session = asyncio.create_task(
+                Session(stack.config, stack.bus, out, kill=stack.kill).run())
             failed = asyncio.create_task(stack.wait_failed())
             await asyncio.wait([session, failed], return_when=asyncio.FIRST_COMPLETED)
             if not session.done():

@@ -113,7 +113,9 @@ class EmbeddedStack:
         """The pid of the process ``label`` (``context``, ``conversation.1``...) now running."""
         pattern = re.compile(rf"(?:^|\s){re.escape(label)}(?:=| pid=)(\d+)")
         for line in reversed(self._out.lines):
-            if line.startswith(("xrmq up: ready", f"xrmq up: started {label} ", f"xrmq up: restarted {label} ")):
+            starts = ("xrmq up: ready", f"xrmq up: started {label} ",
+                      f"xrmq up: restarted {label} ")
+            if line.startswith(starts):
                 found = pattern.search(line)
                 if found:
                     return int(found[1])
@@ -139,7 +141,8 @@ class EmbeddedStack:
             bus = BusConfig(address=f"ipc://{self.directory}/bus", capture=False)
             requested = msgspec.structs.replace(self._requested, bus=bus)
             if requested.context.state_dir is None:  # the journals go with the stack
-                context = msgspec.structs.replace(requested.context, state_dir=str(self.directory / "state"))
+                journals = str(self.directory / "state")
+                context = msgspec.structs.replace(requested.context, state_dir=journals)
                 requested = msgspec.structs.replace(requested, context=context)
             self.config = write_config(requested, self.directory / "edge.toml")
             self._supervisor = Supervisor(self.config, str(self.directory / "edge.toml"), out=self._out,

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from xrmq.actors.context import ContextManager, context_plan, register_sections, register_workers
 from xrmq.actors.context.plan import ContextPlan
@@ -54,7 +55,8 @@ def worker_slices(config: EdgeConfig) -> dict[tuple[str, int], list[int]]:
 
 def section_hosts(config: EdgeConfig) -> int:
     """How many processes host context sections: the replicas of the ``context`` process."""
-    return max((spec.replicas for spec in config.processes.values() if "context" in spec.roles), default=1)
+    replicas = [spec.replicas for spec in config.processes.values() if "context" in spec.roles]
+    return max(replicas, default=1)
 
 
 def plan_of(config: EdgeConfig) -> ContextPlan:
@@ -83,13 +85,14 @@ def open_context_store(config: EdgeConfig, shard: int) -> ContextStore | None:
     """Open (and read) the journal of context process ``shard``; None with ``persist = false``."""
     if not config.context.persist:
         return None
-    return open_store(context_store_path(config, shard), on_corrupt=config.context.on_corrupt)  # type: ignore[arg-type]
+    on_corrupt: Any = config.context.on_corrupt  # validated by the config's decoding
+    return open_store(context_store_path(config, shard), on_corrupt=on_corrupt)
 
 
 def context_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
     topics = None if process.shard == 0 else []
-    register_sections(runtime, plan_of(config), shard=process.shard, shards=process.shards, topics=topics,
-                      store=open_context_store(config, process.shard))
+    register_sections(runtime, plan_of(config), shard=process.shard, shards=process.shards,
+                      topics=topics, store=open_context_store(config, process.shard))
 
 
 def compaction_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
@@ -128,8 +131,8 @@ class ClearingDestination:
 def conversation_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
     plan = plan_of(config)
     context = ContextManager(create_llm(config.models.compaction), **config.context.manager_kwargs(),
-                             compaction_workers=plan.compaction_workers, section_hosts=plan.section_hosts,
-                             deployment="split")
+                             compaction_workers=plan.compaction_workers,
+                             section_hosts=plan.section_hosts, deployment="split")
     runtime.register("context", context.subscriber())
     for name, destination in config.destinations.items():
         conversation = Conversation(

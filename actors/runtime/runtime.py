@@ -250,7 +250,8 @@ class AgentRuntime:
             raise RuntimeError("spawn: only while the runtime runs")
         keyed = self._keyed[kind]
         if key not in keyed.instances and not keyed.owns(key):
-            raise ValueError(f"spawn: key {key!r} belongs to shard {shard_of(key, keyed.shards)}, not {keyed.shard}")
+            owner = shard_of(key, keyed.shards)
+            raise ValueError(f"spawn: key {key!r} belongs to shard {owner}, not {keyed.shard}")
         return self._keyed_targets(keyed, key)[0].agent
 
     async def retire(self, kind: str, key: str) -> bool:

@@ -5,7 +5,8 @@ tokens (``p<n>-u<m>``) of its material, so a test can check that nothing was los
 ``hang`` prints "job-started <digest>" and never answers (a worker to kill mid-job);
 ``gate`` prints "job-started <digest>" and, while its gate is closed, holds the job; it
 answers as ``cover`` does. Lines on stdin: ``open`` (answers what it holds and every
-later job), ``close``; each is acknowledged with "gate <line>". The gate starts as argv[5] says (``open``/``closed``, default closed).
+later job), ``close``; each is acknowledged with "gate <line>". The gate starts as
+argv[5] says (``open``/``closed``, default closed).
 Every request prints its material's digest ("job <digest>"). Prints "ready".
 """
 
