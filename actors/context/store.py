@@ -11,13 +11,10 @@ decides nothing. Three tables, keyed by (participant, section):
 
 Writes are batched per event-loop turn: section actors ``schedule`` themselves when a
 participant changed; one callback per turn lets each stage its changes, commits them in
-one transaction and only then publishes their views. Under a stream of writes (a
-sensor storm) commits are at least ``commit_interval_s`` apart (default 5 ms), so a
-burst costs one transaction, not one per message; an isolated write commits on the next
-loop turn. So the durability rule holds: a
-write acknowledged by a view is in the journal. A commit in WAL mode with
-``synchronous=NORMAL`` survives the process being killed (``kill -9``); a power loss may
-lose the last transactions. ``delete`` (a clear) commits at once, before the clear is
+one transaction and only then publishes their views (a burst of messages read in one
+turn costs one transaction). So the durability rule holds: a write acknowledged by a
+view is in the journal. A commit in WAL mode with ``synchronous=NORMAL`` survives the
+process being killed (``kill -9``); a power loss may lose the last transactions. ``delete`` (a clear) commits at once, before the clear is
 answered.
 
 The connection holds the database exclusively (``locking_mode=EXCLUSIVE``: no shared
@@ -109,11 +106,8 @@ class ContextStore:
         path: Path,
         recovered: dict[tuple[str, str], Recovered],
         backup_path: Path | None,
-        commit_interval_s: float = 0.005,
     ) -> None:
         self._db = connection
-        self.commit_interval_s = commit_interval_s
-        self._last_commit = float("-inf")
         self.path = path
         self.recovered = recovered
         """What the journal held when opened, by (participant, section)."""
@@ -134,13 +128,7 @@ class ContextStore:
         """Have ``owner`` stage its changes in this turn's commit."""
         self._scheduled[id(owner)] = owner
         if self._handle is None:
-            loop = asyncio.get_running_loop()
-            wait = self._last_commit + self.commit_interval_s - loop.time()
-            self._handle = (
-                loop.call_later(wait, self._commit_turn)
-                if wait > 0
-                else loop.call_soon(self._commit_turn)
-            )
+            self._handle = asyncio.get_running_loop().call_soon(self._commit_turn)
 
     def put(
         self,
@@ -189,7 +177,6 @@ class ContextStore:
             sends, failed = owner.stage(self)
             publish.extend(sends)
             undo.append(failed)
-        wrote = bool(self._rows)
         try:
             self._write(self._rows)
         except sqlite3.Error as error:
@@ -204,8 +191,6 @@ class ContextStore:
             return
         finally:
             self._rows = []
-        if wrote:
-            self._last_commit = asyncio.get_running_loop().time()
         for send in publish:
             send()
         barriers, self._barriers = self._barriers, []
