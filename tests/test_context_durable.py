@@ -190,12 +190,22 @@ async def test_a_cleared_participant_stays_cleared_after_a_restart_and_close_lea
     assert journal.rows() == 0 and journal.recovered == {}
 
 
-async def test_close_of_a_manager_never_started_removes_the_journal_rows(tmp_path):
+async def fill_journal(store, participant: str) -> None:
+    async with manager(ScriptedLLM(), store) as context:
+        await fill(context, participant)
+
+
+async def test_clear_and_close_of_a_manager_never_started_remove_its_journal_rows(tmp_path):
     store = tmp_path / "context.sqlite3"
     async with manager(ScriptedLLM(), store) as context:
         await fill(context, "p1")
+    await fill_journal(store, "p2")
     unstarted = ContextManager(ScriptedLLM(), store=store, **TOPICS)
-    assert unstarted.blocks("p1") != ()
+    assert unstarted.blocks("p1") != () and unstarted.blocks("p2") != ()
+    await unstarted.clear("p2")
+    assert unstarted.blocks("p2") == ()
+    assert {pid for pid, _ in unstarted.store.recovered} == {"p1", "p2"}  # as opened
+    assert unstarted.store._db.execute("SELECT DISTINCT participant FROM sections").fetchall() == [("p1",)]
     await unstarted.close()
     assert open_store(store).rows() == 0
 

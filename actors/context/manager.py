@@ -652,6 +652,9 @@ class ContextManager:
             self._outbox = [item for item in self._outbox if item[2] != participant_id]
             self._on_forget(participant_id, ())
             self._replicas.pop(participant_id, None)
+            if self.store is not None and self.store.open:  # no section runs: the rows go here
+                for section in self.plan.config.sections:
+                    self.store.delete(participant_id, journal_name(section))
             return
         errors = await self._clear_remote(runtime, [participant_id], close=False)
         if errors:
