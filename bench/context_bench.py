@@ -133,7 +133,7 @@ async def bench_journal_full(participants: int, directory: str) -> float:
     """Journal bytes per participant at full budgets (checkpointed database file)."""
     llm = ScriptedLLM(default=ScriptedResponse(hang=True))
     runtime = AgentRuntime()
-    context = ContextManager(llm, store=f"{directory}/full.sqlite3", **TOPICS)
+    context = ContextManager(llm, store=tempfile.mktemp(".sqlite3", "full-", directory), **TOPICS)
     runtime.register("context", context.subscriber())
     async with runtime:
         await fill(context, "warmup")
@@ -152,7 +152,7 @@ async def bench_journal_session(exchanges: int, every: int,
     """(exchanges, journal bytes) of one participant's session, every ``every`` exchanges."""
     llm = OfflineLLM(time_to_first_token_s=0, tokens_per_second=0)
     runtime = AgentRuntime()
-    context = ContextManager(llm, store=f"{directory}/session.sqlite3", **TOPICS)
+    context = ContextManager(llm, store=tempfile.mktemp(".sqlite3", "session-", directory), **TOPICS)
     runtime.register("context", context.subscriber())
     samples = []
     async with runtime:
@@ -191,7 +191,7 @@ asyncio.run(main())
 async def bench_recovery(participants: int, directory: str) -> dict:
     """A context process restoring ``participants`` at full budgets: seconds from spawn to
     ready (and from opening the journal to ready, without the interpreter's start)."""
-    path = f"{directory}/recovery.sqlite3"
+    path = tempfile.mktemp(".sqlite3", "recovery-", directory)  # a fresh journal per call
     llm = ScriptedLLM(default=ScriptedResponse(hang=True))
     runtime = AgentRuntime()
     context = ContextManager(llm, store=path, **TOPICS)
@@ -201,7 +201,7 @@ async def bench_recovery(participants: int, directory: str) -> dict:
             await fill(context, f"p{i}")
         expected = {f"p{i}": context.blocks(f"p{i}") for i in range(participants)}
     assert all(expected.values())
-    empty = await _recover(f"{directory}/empty.sqlite3")  # the same process with nothing to restore
+    empty = await _recover(tempfile.mktemp(".sqlite3", "empty-", directory))  # nothing to restore
     full = await _recover(path)
     if full["dialogues"] != participants:
         raise RuntimeError(f"recovery restored {full['dialogues']} of {participants} dialogues")
