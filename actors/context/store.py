@@ -10,9 +10,12 @@ decides nothing. Three tables, keyed by (participant, section):
 - ``jobs``: the pending compaction job, re-issued after a restart.
 
 Writes are batched per event-loop turn: section actors ``schedule`` themselves when a
-participant changed; one callback per turn lets each stage its changes, commits them in
-one transaction and only then publishes their views (a burst of messages read in one
-turn costs one transaction). So the durability rule holds: a write acknowledged by a
+participant changed; one callback per turn lets each stage its changes (encoded there,
+so nothing mutable leaves the loop), hands them to the store's writer thread as one
+transaction, and publishes their views once it committed. The event loop never waits
+for the disk (a WAL checkpoint's fsync takes tens of milliseconds): transactions queue
+in order on the one thread that uses the connection, and a burst of messages read in
+one turn costs one transaction. So the durability rule holds: a write acknowledged by a
 view is in the journal. A commit in WAL mode with ``synchronous=NORMAL`` survives the
 process being killed (``kill -9``); a power loss may lose the last transactions. ``delete`` (a clear) commits at once, before the clear is
 answered.
@@ -31,6 +34,7 @@ import asyncio
 import os
 import sqlite3
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Literal, Protocol
@@ -117,6 +121,9 @@ class ContextStore:
         self._handle: asyncio.Handle | None = None
         self._rows: list[tuple[str, tuple]] = []
         self._barriers: list[asyncio.Future[None]] = []
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="xrmq-journal")
+        self._writing = 0
+        """Transactions handed to the writer and not yet committed."""
         self.commits = 0
         self.failures = 0
         self._closed = False
@@ -177,34 +184,52 @@ class ContextStore:
             sends, failed = owner.stage(self)
             publish.extend(sends)
             undo.append(failed)
-        try:
-            self._write(self._rows)
-        except sqlite3.Error as error:
+        rows, self._rows = self._rows, []
+        barriers, self._barriers = self._barriers, []
+        loop = asyncio.get_running_loop()
+        self._writing += 1
+        done = asyncio.wrap_future(self._writer.submit(self._write, rows), loop=loop)
+        done.add_done_callback(lambda _: self._committed(done, owners, publish, undo, barriers))
+
+    def _committed(
+        self,
+        done: asyncio.Future[None],
+        owners: list[Journaled],
+        publish: list[Callable[[], None]],
+        undo: list[Callable[[], None]],
+        barriers: list[asyncio.Future[None]],
+    ) -> None:
+        self._writing -= 1
+        error = done.exception() if not done.cancelled() else None
+        if done.cancelled() or error is not None:
             self.failures += 1
             self._log.error("context.journal_write_failed", error=repr(error), retry_s=1.0)
             loop = asyncio.get_running_loop()
-            for owner, failed in zip(
-                owners, undo
-            ):  # nothing is acknowledged that is not in the journal
+            for owner, failed in zip(owners, undo):  # nothing unjournaled is acknowledged
                 failed()
                 loop.call_later(1.0, self.schedule, owner)
+            self._barriers[:0] = barriers
             return
-        finally:
-            self._rows = []
-        for send in publish:
-            send()
-        barriers, self._barriers = self._barriers, []
+        if not self._closed:
+            for send in publish:
+                send()
         for barrier in barriers:
             if not barrier.done():
                 barrier.set_result(None)
 
     async def barrier(self) -> None:
-        """Return once everything staged or scheduled so far is committed."""
-        if self._handle is None:
+        """Return once everything staged, scheduled or being written so far is committed."""
+        if self._handle is None and not self._writing:
             return
         future = asyncio.get_running_loop().create_future()
+        if self._handle is None:  # only writes in flight: a turn with nothing new follows them
+            self._handle = asyncio.get_running_loop().call_soon(self._commit_turn)
         self._barriers.append(future)
         await future
+
+    def _run(self, call: Callable[..., object], *args: object) -> object:
+        """Run ``call`` on the writer thread, after every transaction handed to it, and wait."""
+        return self._writer.submit(call, *args).result()
 
     def _write(self, rows: list[tuple[str, tuple]]) -> None:
         if not rows:
@@ -227,17 +252,21 @@ class ContextStore:
             if participant is None
             else ("participant = ? AND section = ?", (participant, section))
         )
-        self._write(
+        self._run(
+            self._write,
             [
                 (f"DELETE FROM {table} WHERE {where}", parameters)
                 for table in ("sections", "identities", "jobs")
-            ]
+            ],
         )
 
     def delete_all(self) -> None:
         """Remove every row (a manager's ``close()``)."""
         self._rows = []
-        self._write([(f"DELETE FROM {table}", ()) for table in ("sections", "identities", "jobs")])
+        self._run(
+            self._write,
+            [(f"DELETE FROM {table}", ()) for table in ("sections", "identities", "jobs")],
+        )
 
     @property
     def open(self) -> bool:
@@ -245,14 +274,18 @@ class ContextStore:
 
     def rows(self) -> int:
         """Rows in all tables (tests, ``close()`` leaves none)."""
-        return sum(
-            self._db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-            for table in ("sections", "identities", "jobs")
-        )
+
+        def count() -> int:
+            return sum(
+                self._db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+                for table in ("sections", "identities", "jobs")
+            )
+
+        return int(self._run(count))  # type: ignore[call-overload]
 
     def checkpoint(self) -> None:
         """Move the write-ahead log into the database file and truncate the log."""
-        self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self._run(self._db.execute, "PRAGMA wal_checkpoint(TRUNCATE)")
 
     def size_bytes(self) -> int:
         """Bytes on disk: the database file and its write-ahead log."""
@@ -262,11 +295,14 @@ class ContextStore:
 
     def close(self) -> None:
         """Commit what this turn staged (a stopping process keeps it), then close."""
+        if self._closed:
+            return
         if self._handle is not None:
             self._handle.cancel()
             self._commit_turn()
         self._closed = True
-        self._db.close()
+        self._run(self._db.close)  # after every transaction handed to the writer
+        self._writer.shutdown(wait=True)
 
 
 # ---------------------------------------------------------------------------- opening
@@ -304,7 +340,8 @@ def open_store(path: str | os.PathLike[str], *, on_corrupt: OnCorrupt = "error")
 
 def _open(path: Path) -> tuple[sqlite3.Connection, dict[tuple[str, str], Recovered]]:
     try:
-        connection = sqlite3.connect(path, isolation_level=None)
+        # One thread uses it at a time: this one to open and read, then the writer thread.
+        connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     except sqlite3.Error as error:
         raise StoreError(path, f"cannot open ({error})") from None
     try:
