@@ -13,9 +13,10 @@ Writes are batched per event-loop turn: section actors ``schedule`` themselves w
 participant changed; one callback per turn lets each stage its changes (encoded there,
 so nothing mutable leaves the loop), hands them to the store's writer thread as one
 transaction, and publishes their views once it committed. The event loop never waits
-for the disk (a WAL checkpoint's fsync takes tens of milliseconds): transactions queue
-in order on the one thread that uses the connection, and a burst of messages read in
-one turn costs one transaction. So the durability rule holds: a write acknowledged by a
+for the disk (a WAL checkpoint's fsync takes tens of milliseconds). One transaction is
+in flight at a time: changes made meanwhile wait for it and go in the next one, so under
+a storm of writes each transaction carries everything since the last (group commit),
+and a burst of messages read in one turn costs one transaction. So the durability rule holds: a write acknowledged by a
 view is in the journal. A commit in WAL mode with ``synchronous=NORMAL`` survives the
 process being killed (``kill -9``); a power loss may lose the last transactions. ``delete`` (a clear) commits at once, before the clear is
 answered.
@@ -134,7 +135,11 @@ class ContextStore:
     def schedule(self, owner: Journaled) -> None:
         """Have ``owner`` stage its changes in this turn's commit."""
         self._scheduled[id(owner)] = owner
-        if self._handle is None:
+        self._kick()
+
+    def _kick(self) -> None:
+        """Start the next commit on the next loop turn, unless one is due or in flight."""
+        if self._handle is None and not self._writing and (self._scheduled or self._barriers):
             self._handle = asyncio.get_running_loop().call_soon(self._commit_turn)
 
     def put(
@@ -208,7 +213,7 @@ class ContextStore:
             for owner, failed in zip(owners, undo):  # nothing unjournaled is acknowledged
                 failed()
                 loop.call_later(1.0, self.schedule, owner)
-            self._barriers[:0] = barriers
+            self._barriers[:0] = barriers  # resolved by the retry's commit
             return
         if not self._closed:
             for send in publish:
@@ -216,15 +221,16 @@ class ContextStore:
         for barrier in barriers:
             if not barrier.done():
                 barrier.set_result(None)
+        if not self._closed:
+            self._kick()  # what changed while this transaction was written
 
     async def barrier(self) -> None:
         """Return once everything staged, scheduled or being written so far is committed."""
-        if self._handle is None and not self._writing:
+        if self._handle is None and not self._writing and not self._scheduled:
             return
         future = asyncio.get_running_loop().create_future()
-        if self._handle is None:  # only writes in flight: a turn with nothing new follows them
-            self._handle = asyncio.get_running_loop().call_soon(self._commit_turn)
         self._barriers.append(future)
+        self._kick()
         await future
 
     def _run(self, call: Callable[..., object], *args: object) -> object:
@@ -299,7 +305,9 @@ class ContextStore:
             return
         if self._handle is not None:
             self._handle.cancel()
-            self._commit_turn()
+            self._handle = None
+        if self._scheduled:
+            self._commit_turn()  # queued behind any transaction in flight
         self._closed = True
         self._run(self._db.close)  # after every transaction handed to the writer
         self._writer.shutdown(wait=True)
