@@ -16,10 +16,11 @@ transaction, and publishes their views once it committed. The event loop never w
 for the disk (a WAL checkpoint's fsync takes tens of milliseconds). One transaction is
 in flight at a time: changes made meanwhile wait for it and go in the next one, so under
 a storm of writes each transaction carries everything since the last (group commit),
-and a burst of messages read in one turn costs one transaction. So the durability rule holds: a write acknowledged by a
-view is in the journal. A commit in WAL mode with ``synchronous=NORMAL`` survives the
-process being killed (``kill -9``); a power loss may lose the last transactions. ``delete`` (a clear) commits at once, before the clear is
-answered.
+and a burst of messages read in one turn costs one transaction. So the durability rule
+holds: a write acknowledged by a view is in the journal. A commit in WAL mode with
+``synchronous=NORMAL`` survives the process being killed (``kill -9``); a power loss may
+lose the last transactions. ``delete`` (a clear) commits at once, after every
+transaction in flight and before the clear is answered.
 
 The connection holds the database exclusively (``locking_mode=EXCLUSIVE``: no shared
 memory, and a second process opening the same journal is refused, naming the file).
