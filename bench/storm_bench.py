@@ -81,9 +81,14 @@ def run(ctx: SuiteContext) -> SuiteResult:
     failed, unsettled = 0, 0
     with tempfile.TemporaryDirectory(prefix="xrmq-storm-") as directory, ExitStack() as stack:
         deployments = {
-            mode: stack.enter_context(Deployment(config(participants, journal), sensor=True))
+            mode: Deployment(config(participants, journal), sensor=True)
             for mode, journal in zip(MODES, (None, f"{directory}/context.sqlite3"))
         }
+        for deployment in deployments.values():  # both start at once, then both get ready
+            stack.push(deployment.__exit__)
+            deployment.launch()
+        for deployment in deployments.values():
+            deployment.wait_ready()
         for mode, deployment in deployments.items():
             ctx.progress(
                 f"storm ({mode}): {len(deployment.workers)} processes up; "
@@ -111,7 +116,9 @@ def run(ctx: SuiteContext) -> SuiteResult:
                     if phase == "storm":
                         before = deployment.compactions()["compactions"]
                         deployment.storm(rate, participants)
-                        _until_compacting(deployment, before + participants // 2)
+                        _until_compacting(
+                            deployment, before + (1 if ctx.quick else participants // 2)
+                        )
                     cpu_before, clock = deployment.cpu_seconds(), time.monotonic()
                     result = deployment.turns(turns, measured, PAUSE_MS)
                     elapsed = time.monotonic() - clock
