@@ -7,6 +7,7 @@ from xrmq.schemas import (
     ParticipantLeft,
     ResponseOutput,
     RuntimeMetrics,
+    SupervisorReport,
     UserQuery,
 )
 
@@ -22,6 +23,8 @@ PARTICIPANT_JOINED_TOPIC: Topic[ParticipantJoined] = Topic("participant.joined",
 PARTICIPANT_LEFT_TOPIC: Topic[ParticipantLeft] = Topic("participant.left", ParticipantLeft)
 METRICS_TOPIC: Topic[RuntimeMetrics] = Topic("xrmq.metrics", RuntimeMetrics)
 """Every runtime's periodic counters (its heartbeat); read by ``xrmq top`` and the supervisor."""
+SUPERVISOR_TOPIC: Topic[SupervisorReport] = Topic("xrmq.supervisor", SupervisorReport)
+"""``xrmq up``'s report of every process it supervises (down ones included); read by ``xrmq top``."""
 
 
 def context_topic(name: str) -> Topic[ConversationContextUpdate]:
@@ -36,6 +39,7 @@ STANDARD_TOPICS: tuple[Topic, ...] = (
     PARTICIPANT_JOINED_TOPIC,
     PARTICIPANT_LEFT_TOPIC,
     METRICS_TOPIC,
+    SUPERVISOR_TOPIC,
 )
 
 __all__ = [
@@ -45,6 +49,7 @@ __all__ = [
     "PARTICIPANT_LEFT_TOPIC",
     "QUERY_TOPIC",
     "STANDARD_TOPICS",
+    "SUPERVISOR_TOPIC",
     "Topic",
     "VOICE_OUTPUT_TOPIC",
     "context_topic",
