@@ -4,9 +4,10 @@ The process builds its roles on one ``AgentRuntime`` connected to the configured
 starts it (ready once every subscription is live through the broker), publishes
 ``RuntimeMetrics`` as its heartbeat, prints ``xrmq run: ready <name> pid=<pid>`` on
 stdout (the supervisor's readiness handshake), and runs until SIGINT or SIGTERM. Then
-it shuts down in order: intake stops and in-flight work is cancelled (the runtime
-stops every mailbox), actors drain and finalize in ``on_stop`` while the sockets are
-still open (an answer's final frame still goes out), and the sockets close.
+it shuts down in order: actors finish or finalize their work in ``on_stop`` while the
+runtime still reads, publishes and heartbeats (the router lets answers in flight end,
+an answer's final frame still goes out, a cancelled remote call's end still arrives),
+then intake stops, what is left is cancelled and the sockets close.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ async def run_process(config: EdgeConfig, instance: ProcessInstance, *, out: Tex
         os.nice(instance.spec.nice)  # background roles yield the CPU to the answer path
     runtime = AgentRuntime(config.bus.address, name=instance.runtime_name,
                            metrics_interval=config.supervisor.metrics_interval_s,
+                           stuck_after=config.supervisor.stuck_after_s,
                            ready_timeout=config.supervisor.ready_timeout_s)
     for build in builders:
         build(runtime, config, instance)
