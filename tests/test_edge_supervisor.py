@@ -110,13 +110,14 @@ after = ["echo"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["edge.toml"]  # no socket or lock files
 
 
-def test_a_crash_loop_gives_up_with_the_reason_and_stops_everything(tmp_path):
+def test_a_crash_loop_of_a_stop_box_process_gives_up_with_the_reason_and_stops_everything(tmp_path):
     config = write_config(tmp_path, """
 [processes.steady]
 roles = ["edge_roles:idle"]
 [processes.broken]
 roles = ["edge_roles:fail"]
 after = ["steady"]
+on_give_up = "stop_box"
 """, restart="max_crashes = 3")
     up = start_up(config)
     try:
