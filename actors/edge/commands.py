@@ -90,12 +90,12 @@ async def _supervise(config: EdgeConfig, path: str | None) -> int:
 
 
 def run_run(args: argparse.Namespace) -> int:
-    from .process import run_process, select_instance
+    from .process import exit_process, run_process, select_instance
 
     config = _config(args.config)
     instance = select_instance(config, args.target, args.shard)
     run(run_process(config, instance))
-    return 0
+    exit_process(0)
 
 
 def run_record(args: argparse.Namespace) -> int:

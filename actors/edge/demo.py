@@ -56,14 +56,16 @@ def demo_config() -> EdgeConfig:
     """The embedded default with budgets small enough that a short session compacts.
 
     A section compacts once its uncompacted entries exceed half its budget: a few
-    exchanges or notes. Every process may crash once at most: a crash fails the demo.
+    exchanges or notes. No process may crash: the first crash stops the stack
+    (``on_give_up = "stop_box"``) and fails the demo.
     """
     base = default_config()
     context = msgspec.structs.replace(base.context, dialogue_budget_bytes=900, topic_budget_bytes=700,
                                       compaction_input_budget_bytes=1400)
     supervisor = msgspec.structs.replace(base.supervisor, metrics_interval_s=0.25, ready_timeout_s=20.0,
                                          shutdown_timeout_s=5.0, restart=RestartPolicyConfig(max_crashes=1))
-    return msgspec.structs.replace(base, context=context, supervisor=supervisor)
+    processes = {name: msgspec.structs.replace(spec, on_give_up="stop_box") for name, spec in base.processes.items()}
+    return msgspec.structs.replace(base, context=context, supervisor=supervisor, processes=processes)
 
 
 # ---------------------------------------------------------------------------- the script

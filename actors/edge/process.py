@@ -13,12 +13,14 @@ then intake stops, what is left is cancelled and the sockets close.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import sys
-from typing import TextIO
+from typing import NoReturn, TextIO
 
 from xrmq.actors.runtime import AgentRuntime, get_logger
+from xrmq.actors.runtime.broker import shared_context
 
 from .config import EdgeConfig, ProcessConfig, ProcessInstance
 from .roles import check_roles, resolve_role
@@ -75,3 +77,26 @@ async def run_process(config: EdgeConfig, instance: ProcessInstance, *, out: Tex
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
     print(f"xrmq run: stopped {instance.runtime_name}", file=out, flush=True)
+
+
+EXIT_LINGER_MS = 2000
+"""How long a socket left open at exit may still send what it holds (the runtime's own linger)."""
+
+
+def exit_process(code: int) -> NoReturn:
+    """End a stopped ``xrmq run`` process at once: flush the bus and the output, skip the teardown.
+
+    Why: the interpreter's teardown of the imported module graph takes 0.2-0.4 s per
+    process, and ``xrmq up`` stops its processes layer after layer, so it added about a
+    second to every shutdown. The ZeroMQ context is terminated first (every queued
+    message still goes out, within the sockets' linger), then logging and the standard
+    streams are flushed. Call it only once the runtime has stopped.
+    """
+    shared_context().destroy(linger=EXIT_LINGER_MS)
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
