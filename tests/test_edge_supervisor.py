@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
@@ -13,8 +14,9 @@ import pytest
 
 from buses import PROCS, expect_line, reap
 from xrmq.actors.runtime import AgentRuntime, shard_of
-from xrmq.schemas import ConversationContextUpdate
-from xrmq.topics import context_topic
+from xrmq.actors.runtime import Agent, RuntimeContext
+from xrmq.schemas import ConversationContextUpdate, SupervisorReport
+from xrmq.topics import SUPERVISOR_TOPIC, context_topic
 
 ECHO_TOPIC = context_topic("edge.echo")  # tests/procs/edge_roles.py answers on it
 
@@ -133,5 +135,58 @@ on_give_up = "stop_box"
     assert f"xrmq up: {reason}" in output
     assert output[-1] == f"xrmq up: stopped: {reason}"
     assert "steady | xrmq run: stopped steady" in output
+    assert processes_mentioning(str(tmp_path)) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["edge.toml"]
+
+
+class Reports(Agent):
+    """Keeps the supervisor's reports; ``down`` is set once one shows ``process`` down."""
+
+    def __init__(self, process: str) -> None:
+        self.process = process
+        self.down = asyncio.Event()
+        self.report: SupervisorReport | None = None
+
+    def handlers(self) -> dict:
+        return {SUPERVISOR_TOPIC: "on_report"}
+
+    async def on_report(self, report: SupervisorReport, ctx: RuntimeContext) -> None:
+        state = report.processes.get(self.process)
+        if state is not None and state.state == "down":
+            self.report = report
+            self.down.set()
+
+
+async def test_a_process_over_its_crash_limit_stays_down_while_the_others_keep_answering(tmp_path):
+    config = write_config(tmp_path, """
+[processes.echo]
+roles = ["edge_roles:echo"]
+[processes.flapping]
+roles = ["edge_roles:crash"]
+""", restart="max_crashes = 3")
+    bus = f"ipc://{tmp_path}/bus"
+    up = start_up(config)
+    try:
+        expect_line(up, "xrmq up: started echo")
+        down = expect_line(up, "xrmq up: gave up on flapping")
+        reason = "gave up on flapping: 3 crashes within 60s (limit 3); last exit code 3"
+        assert down.startswith(f"xrmq up: {reason}")
+        assert down.endswith('left DOWN (on_give_up = "stay_down"), the other processes keep running')
+        reports = Reports("flapping")
+        runtime = AgentRuntime(bus)
+        runtime.register("reports", reports)
+        async with runtime:
+            await asyncio.wait_for(reports.down.wait(), 20)  # what `xrmq top` shows
+            assert await echo(bus, "p1", "still here") == "echo:still here"
+        states = reports.report.processes
+        assert states["flapping"].reason.startswith(reason) and states["flapping"].pid == 0
+        assert states["echo"].state == "running" and states["bus"].state == "running"
+        up.send_signal(signal.SIGTERM)
+        rest = up.stdout.read().splitlines()
+        assert up.wait(timeout=30) == 1  # the box ran degraded: its exit status says so
+    finally:
+        reap(up)
+    assert rest[-1].startswith(f"xrmq up: stopped; left down: {reason}")
+    assert "echo | xrmq run: stopped echo" in rest
     assert processes_mentioning(str(tmp_path)) == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["edge.toml"]
