@@ -12,6 +12,8 @@ from test_router_doubles import Destination, FakeContext, Log, OutputRecorder
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import ModelError, ScriptedLLM, ScriptedResponse
 from xrmq.actors.routing import AgentRouter, RemoteAnswerError, SingleDestination, remote, serve
+from xrmq.actors.routing.remote import DestinationDied, DestinationServer
+from xrmq.schemas.routing import RouteSignal
 from xrmq.actors.runtime import AgentRuntime, RuntimeClosedError
 from xrmq.schemas import Admission, AgentTurn, DestinationResult, Interrupted, ResponseOutput, RoutingAid, UserQuery
 from xrmq.topics import INTERRUPTED_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC
@@ -241,3 +243,73 @@ async def test_a_proxy_that_is_not_registered_says_so():
 def test_serve_rejects_an_agent_that_is_not_routable():
     with pytest.raises(ValueError, match=r"DestinationServer.agents\['chat'\]: not a RoutableAgent"):
         serve("chat", object())
+
+
+def dying_stack(front: AgentRuntime, back: AgentRuntime, llm: ScriptedLLM, dead_after_s: float) -> AgentRouter:
+    """A router on ``front`` whose proxy watches the liveness of ``back``'s conversation."""
+    conversation = Conversation(llm, context=FakeContext(), runtime=back, output_topic=VOICE_OUTPUT_TOPIC)
+    back.register("server", serve("conversation", conversation))
+    proxy = front.register("proxy", remote("conversation", dead_after_s=dead_after_s, output_topic=VOICE_OUTPUT_TOPIC))
+    router = AgentRouter({"conversation": proxy}, SingleDestination(), output=lambda *a: asyncio.sleep(0))
+    front.register("router", router)
+    return router
+
+
+async def test_a_silent_destination_fails_its_call_and_its_open_stream_gets_a_final_frame():
+    front, back = pair()  # back publishes no heartbeat: once it stops streaming, it is silent
+    recorder = front.register("recorder", OutputRecorder())
+    router = dying_stack(front, back, ScriptedLLM(ScriptedResponse("A long story", hang=True), "Short."), 0.3)
+    async with two_runtimes(front, back):
+        result = await router.handle(turn("t1"))
+        assert result.status == "failed" and "sent nothing for" in result.error
+        streamed = [frame for _, _, frame in recorder.frames if frame.request_id == "t1"]
+        await recorder.wait_for(lambda frames: recorder.finals() == 1)
+        final = [(source, frame) for _, source, frame in recorder.frames if frame.final]
+        assert final == [("conversation", ResponseOutput(kind="reply", request_id="t1",
+                                                         response_id=streamed[0].response_id, final=True))]
+        assert [frame.text for frame in streamed[:3]] == ["A", " long", " story"]
+
+
+async def test_a_destination_replaced_by_a_new_incarnation_fails_its_call_at_once():
+    front, back = pair()
+    recorder = front.register("recorder", OutputRecorder())
+    router = dying_stack(front, back, ScriptedLLM(ScriptedResponse("A long story", hang=True)), 30.0)
+    async with two_runtimes(front, back):
+        pending = asyncio.create_task(router.handle(turn("t1")))
+        await recorder.wait_for(lambda frames: len(frames) == 3)
+        # The process restarted: a runtime of the same name with a newer epoch heartbeats.
+        async with AgentRuntime(front.address, name="back", metrics_interval=0.05):
+            result = await asyncio.wait_for(pending, 10)  # long before dead_after_s (30 s)
+        assert result.status == "failed" and "restarted" in result.error
+        await recorder.wait_for(lambda frames: recorder.finals() == 1)
+
+
+class DeafToCancel(DestinationServer):
+    """A server that no longer hears cancellations, as a destination that died mid-answer."""
+
+    async def _on_signal(self, signal: RouteSignal, ctx) -> None:
+        if signal.kind != "cancel":
+            await super()._on_signal(signal, ctx)
+
+
+async def test_a_cancelled_call_stops_draining_when_its_destination_dies():
+    front, back = pair()  # back publishes no heartbeat: silent once its answer hangs
+    log = Log()
+    chat = Destination("chat", log, answers=["hang"])
+    back.register("server", DeafToCancel("chat", chat))
+    proxy = front.register("proxy", remote("chat", dead_after_s=0.3, drain_timeout_s=30))
+    router = AgentRouter({"chat": proxy}, SingleDestination(), output=lambda *a: asyncio.sleep(0))
+    async with two_runtimes(front, back):
+        pending = asyncio.create_task(router.handle(turn("t1")))
+        await chat.answering.wait()
+        router.interrupt("p1")
+        assert (await asyncio.wait_for(pending, 10)).status == "canceled"  # not after the 30 s drain timeout
+    assert ("drained", "chat", "t1") in log  # (when back stopped)
+
+
+def test_the_proxy_checks_its_liveness_settings():
+    with pytest.raises(ValueError, match="dead_after_s: must be positive"):
+        remote("conversation", dead_after_s=0)
+    with pytest.raises(ValueError, match="output_topic: must be a Topic carrying ResponseOutput"):
+        remote("conversation", dead_after_s=1.0, output_topic=QUERY_TOPIC)
+    assert DestinationDied.__mro__[1] is RemoteAnswerError
