@@ -230,8 +230,9 @@ class Supervisor:
     def report(self) -> SupervisorReport:
         """Every supervised process's state now (what ``xrmq top`` shows of processes that are down)."""
         processes = {
-            child.label: ProcessState(child.state, pid=child.proc.pid if child.proc is not None and child.state != "down"
-                                      else 0, restarts=child.restarts, reason=child.reason)
+            child.label: ProcessState(child.state, pid=child.proc.pid if child.proc is not None
+                                      and child.state in ("starting", "running") else 0,
+                                      restarts=child.restarts, reason=child.reason)
             for child in self._children.values()
         }
         return SupervisorReport("xrmq up", os.getpid(), time.time_ns() // 1000, processes)
