@@ -21,9 +21,12 @@ from xrmq.actors.edge.replies import ReplyCollector, Turn, ask
 from xrmq.actors.runtime import AgentRuntime
 
 
-def stack_config(directory: Path, *, tokens_per_second: float = 8.0, supervisor: str = "",
-                 router: str = "", extra: str = "") -> Path:
+def stack_config(directory: Path, *, tokens_per_second: float = 8.0, shutdown_timeout_s: float = 5,
+                 supervisor: str = "", router: str = "", extra: str = "") -> Path:
     """A config of the built-in roles (no compaction process) on a private ipc bus in ``directory``.
+
+    Two start layers (context, conversation and renderer; then the router), so the box
+    is up soon and the router still stops first.
 
     The offline model streams ``tokens_per_second`` words a second, so an answer lasts
     long enough to act in the middle of it.
@@ -44,7 +47,7 @@ default = "conversation"
 {router}
 [supervisor]
 metrics_interval_s = 0.2
-shutdown_timeout_s = 5
+shutdown_timeout_s = {shutdown_timeout_s}
 {supervisor}
 [supervisor.restart]
 backoff_initial_s = 0.05
@@ -52,7 +55,6 @@ backoff_initial_s = 0.05
 roles = ["context"]
 [processes.conversation]
 roles = ["conversation"]
-after = ["context"]
 [processes.router]
 roles = ["router"]
 after = ["conversation"]
@@ -83,7 +85,11 @@ class UpProcess:
     def _read(self) -> None:
         for line in self.proc.stdout:
             self._loop.call_soon_threadsafe(self._add, time.monotonic(), line.rstrip("\n"))
-        self._loop.call_soon_threadsafe(self.ended.set)
+        self._loop.call_soon_threadsafe(self._end)
+
+    def _end(self) -> None:
+        self.ended.set()
+        self._changed.set()
 
     def _add(self, at: float, line: str) -> None:
         self.lines.append((at, line))

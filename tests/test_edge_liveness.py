@@ -107,3 +107,25 @@ async def test_sigterm_mid_answer_finishes_the_answer_then_exits_promptly_leavin
     assert processes_mentioning(str(tmp_path)) == []  # no orphans
     assert sorted(p.name for p in tmp_path.iterdir()) == ["edge.toml"]  # no socket or lock files
     print(f"SIGTERM mid-answer: up exited {exited_s:.2f}s after the answer's final frame")
+
+
+async def test_sigterm_with_an_answer_longer_than_the_grace_cancels_it_with_a_final_frame(tmp_path):
+    # shutdown_timeout_s = 2: the router lets the answer run for 1.4 s, then cancels it.
+    up = UpProcess(stack_config(tmp_path, tokens_per_second=1.5, shutdown_timeout_s=2))
+    try:
+        await up.line("xrmq up: ready")
+        async with Front(f"ipc://{tmp_path}/bus") as front:
+            turn = front.turn("p1", QUESTION)
+            await asyncio.wait_for(turn.started.wait(), 20)
+            up.proc.send_signal(signal.SIGTERM)
+            await turn.wait(10)  # the cancelled answer still got its final frame
+            assert turn.answer and turn.answer != NO_MATCH_ANSWER  # cut, not finished
+            assert await up.wait() == 0
+        lines = up.texts()
+        assert lines[-1] == "xrmq up: stopped"
+        # The router heard the cancelled call end (its runtime still read), and nothing was killed.
+        assert not any("drain_timeout" in line or "did not stop" in line for line in lines)
+    finally:
+        up.reap()
+    assert processes_mentioning(str(tmp_path)) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["edge.toml"]

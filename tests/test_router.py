@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from test_router_doubles import Decisions, Destination, Log, router_output
+from test_router_doubles import Decisions, Destination, Finishing, Log, router_output
 from xrmq.actors.routing import AgentRouter, RouteResult, RouterTexts, SingleDestination
 from xrmq.schemas import Admission, AgentTurn, DestinationResult, RoutingAid
 from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC
@@ -372,30 +372,6 @@ def test_constructor_rejects_invalid_arguments_naming_the_field(kwargs, message)
                  "output": router_output(Log()), **kwargs}
     with pytest.raises(ValueError, match=message):
         AgentRouter(arguments.pop("agents"), arguments.pop("decisions"), **arguments)
-
-
-class Finishing:
-    """A destination whose answer ends when ``finish`` is set (a long answer in flight)."""
-
-    def __init__(self) -> None:
-        self.answering = asyncio.Event()
-        self.finish = asyncio.Event()
-
-    def routing_aid(self, participant_id: str) -> RoutingAid:
-        return RoutingAid("finishing")
-
-    async def admit(self, turn: AgentTurn, *, focused: bool) -> Admission:
-        return Admission("accept")
-
-    async def answer(self, turn: AgentTurn, *, started) -> DestinationResult:
-        await started()
-        self.answering.set()
-        await self.finish.wait()
-        return DestinationResult(response="all of it")
-
-    async def release(self, participant_id: str) -> None: ...
-
-    async def participant_left(self, participant_id: str) -> None: ...
 
 
 async def test_stop_lets_a_turn_in_flight_finish_within_the_grace_and_refuses_new_ones():

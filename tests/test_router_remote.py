@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from test_router_doubles import Destination, FakeContext, Log, OutputRecorder
+from test_router_doubles import Destination, FakeContext, Finishing, Log, OutputRecorder
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import ModelError, ScriptedLLM, ScriptedResponse
 from xrmq.actors.routing import AgentRouter, RemoteAnswerError, SingleDestination, remote, serve
@@ -313,3 +313,22 @@ def test_the_proxy_checks_its_liveness_settings():
     with pytest.raises(ValueError, match="output_topic: must be a Topic carrying ResponseOutput"):
         remote("conversation", dead_after_s=1.0, output_topic=QUERY_TOPIC)
     assert DestinationDied.__mro__[1] is RemoteAnswerError
+
+
+async def test_a_stopping_server_lets_the_answer_in_flight_finish_within_its_grace():
+    front, back = pair()
+    chat = Finishing()
+    back.register("server", serve("chat", chat, shutdown_grace_s=30))
+    proxy = front.register("proxy", remote("chat"))
+    router = AgentRouter({"chat": proxy}, SingleDestination(), output=lambda *a: asyncio.sleep(0))
+    async with front:
+        await back.start()
+        pending = asyncio.create_task(router.handle(turn("t1")))
+        await chat.answering.wait()
+        stopping = asyncio.create_task(back.stop())
+        await asyncio.sleep(0)
+        chat.finish.set()  # the answer ends while its process is stopping
+        await stopping
+        assert (await pending).status == "answered"
+    with pytest.raises(ValueError, match="shutdown_grace_s: must be >= 0"):
+        serve("chat", chat, shutdown_grace_s=-1)

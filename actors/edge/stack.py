@@ -11,8 +11,10 @@
 - ``router``: the ``AgentRouter`` actor on the query, interrupted and participant topics,
   reaching every destination through a remote proxy that takes a destination silent
   for ``router.destination_dead_after_s`` as dead (its answer fails, its reply stream
-  gets its final frame). On SIGTERM it lets answers in flight finish for 70% of
-  ``supervisor.shutdown_timeout_s``, then cancels what is left.
+  gets its final frame).
+
+On SIGTERM the router and the conversation servers let answers in flight finish for
+70% of ``supervisor.shutdown_timeout_s``, then cancel what is left.
 - ``renderer``: a ``VoiceRenderer`` with a console sink on the voice output topic.
 
 Every process derives the same ``ContextPlan`` from the config, so the section actors,
@@ -92,6 +94,11 @@ class ClearingDestination:
         await self.context.clear(participant_id)
 
 
+SHUTDOWN_GRACE_SHARE = 0.7
+"""Of ``supervisor.shutdown_timeout_s``, the share the router and each destination let answers in flight finish
+on SIGTERM before it cancels them (each then gets its final frame)."""
+
+
 def conversation_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
     plan = plan_of(config)
     context = ContextManager(create_llm(config.models.compaction), **config.context.manager_kwargs(),
@@ -108,12 +115,8 @@ def conversation_role(runtime: AgentRuntime, config: EdgeConfig, process: Proces
             output_topic=VOICE_OUTPUT_TOPIC,
         )
         agent: RoutableAgent = ClearingDestination(conversation, context)
-        runtime.register(f"{name}-server", serve(name, agent))
-
-
-SHUTDOWN_GRACE_SHARE = 0.7
-"""Of ``supervisor.shutdown_timeout_s``, the share the router lets answers in flight finish
-on SIGTERM before it cancels them (each then gets its final frame)."""
+        grace = SHUTDOWN_GRACE_SHARE * config.supervisor.shutdown_timeout_s
+        runtime.register(f"{name}-server", serve(name, agent, shutdown_grace_s=grace))
 
 
 def router_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:

@@ -354,11 +354,16 @@ class _Call:
 class DestinationServer(Agent):
     """Serve the local ``agent`` on the bus as destination ``name``, for ``RemoteAgent`` proxies.
 
-    Register it with the runtime of the process that hosts the agent.
+    Register it with the runtime of the process that hosts the agent. When it stops it
+    lets the answers in flight finish for up to ``shutdown_grace_s``, then cancels the
+    rest (each reports its end to its proxy: the runtime still publishes and reads).
     """
 
-    def __init__(self, name: str, agent: RoutableAgent) -> None:
+    def __init__(self, name: str, agent: RoutableAgent, *, shutdown_grace_s: float = 0.0) -> None:
         check_routable("DestinationServer", name, agent)
+        if not shutdown_grace_s >= 0:
+            raise ValueError("DestinationServer.shutdown_grace_s: must be >= 0")
+        self.shutdown_grace_s = shutdown_grace_s
         self.destination = name
         self.topics = DestinationTopics.of(name)
         self.agent = agent
@@ -372,6 +377,8 @@ class DestinationServer(Agent):
 
     async def on_stop(self) -> None:
         tasks = [call.task for call in self._calls.values() if call.task is not None]
+        if tasks and self.shutdown_grace_s > 0:
+            await asyncio.wait(tasks, timeout=self.shutdown_grace_s)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -451,6 +458,6 @@ def remote(name: str, *, timeout_s: float = 5.0, drain_timeout_s: float = 5.0, d
                        output_topic=output_topic)
 
 
-def serve(name: str, agent: RoutableAgent) -> DestinationServer:
+def serve(name: str, agent: RoutableAgent, *, shutdown_grace_s: float = 0.0) -> DestinationServer:
     """Expose ``agent`` as destination ``name``; register the result with the agent's runtime."""
-    return DestinationServer(name, agent)
+    return DestinationServer(name, agent, shutdown_grace_s=shutdown_grace_s)
