@@ -2,7 +2,8 @@
 
 ``UpProcess`` runs ``xrmq up CONFIG`` and reads its output on a thread (so the
 supervisor never blocks on a full pipe), handing each line to the test's event loop;
-``line(prefix)`` waits for the next line starting with ``prefix``. ``Front`` is a text
+``line(prefix)`` waits for the next line starting with ``prefix``. The children log at
+WARNING (``XRMQ_CHILD_LOG_LEVEL=INFO`` shows more when a test needs debugging). ``Front`` is a text
 front end on the box's bus: it asks turns and follows their replies (``ReplyCollector``).
 """
 
@@ -72,7 +73,7 @@ class UpProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "xrmq.actors.cli", "up", str(config)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "PYTHONPATH": str(PROCS), "XRMQ_LOG_LEVEL": "WARNING"},
+            env={**os.environ, "PYTHONPATH": str(PROCS), "XRMQ_LOG_LEVEL": os.environ.get("XRMQ_CHILD_LOG_LEVEL", "WARNING")},
         )
         self.lines: list[tuple[float, str]] = []
         """Every line so far, with its ``time.monotonic()`` arrival."""

@@ -41,6 +41,19 @@ def test_while_the_broker_is_silent_only_the_broker_is_judged_then_clocks_restar
     assert watch.hung(10.5) == [("renderer", 4.5)]
 
 
+def test_nobody_is_judged_while_the_broker_is_down_and_clocks_restart_when_it_is_back():
+    watch = LivenessWatch(4.0)
+    watch.started(BUS, 1, now=0.0)
+    watch.started("router", 2, now=0.0)
+    watch.stopped(BUS)  # it died: restarting
+    assert watch.hung(30.0) == []
+    watch.started(BUS, 3, now=31.0)  # ready again: the router's heartbeat can reach us from now on
+    for tick in (32.0, 33.0, 34.0, 35.0):  # its probe comes back every tick; the router stays silent
+        assert watch.hung(tick) == []
+        watch.bus_heard(tick)
+    assert watch.hung(35.5) == [("router", 4.5)]
+
+
 def test_the_timeout_must_be_positive():
     with pytest.raises(ValueError, match="timeout_s: must be > 0"):
         LivenessWatch(0)

@@ -6,8 +6,9 @@ heartbeat); a ready incarnation silent for ``timeout_s`` is hung (stopped, deadl
 its event loop blocked) and the supervisor kills it, then restarts it as after a crash.
 Heartbeats count only from the current incarnation (its pid). The broker has no
 heartbeat of its own: the supervisor's own report coming back through it is its probe.
-While that probe is silent, no heartbeat can arrive, so only the broker is judged;
-once it is heard again every process's clock starts afresh.
+While that probe is silent, or the broker is down (restarting), no heartbeat can
+arrive, so only the broker is judged; once it is heard again (or ready again) every
+process's clock starts afresh.
 """
 
 from __future__ import annotations
@@ -26,14 +27,19 @@ class LivenessWatch:
         self._watched: dict[str, tuple[int, float]] = {}
         """label -> (pid of the ready incarnation, when it was last heard from)."""
         self._bus_resumed = float("-inf")
+        self._bus_down = False
 
     def started(self, label: str, pid: int, now: float) -> None:
         """``label``'s incarnation ``pid`` is ready: its clock starts now."""
         self._watched[label] = (pid, now)
+        if label == BUS:
+            self._bus_down, self._bus_resumed = False, now
 
     def stopped(self, label: str) -> None:
         """``label``'s incarnation has ended (or is being killed): it is not judged any more."""
         self._watched.pop(label, None)
+        if label == BUS:
+            self._bus_down = True
 
     def heard(self, label: str, pid: int, now: float) -> None:
         """A heartbeat from ``label``'s process ``pid`` (ignored unless it is the ready incarnation)."""
@@ -52,6 +58,8 @@ class LivenessWatch:
 
     def hung(self, now: float) -> list[tuple[str, float]]:
         """The ready incarnations silent for ``timeout_s`` at ``now``, with how long they have been."""
+        if self._bus_down:
+            return []
         bus = self._watched.get(BUS)
         if bus is not None and now - bus[1] > self.timeout_s / 2:
             return [(BUS, now - bus[1])] if now - bus[1] > self.timeout_s else []
