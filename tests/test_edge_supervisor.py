@@ -190,3 +190,62 @@ roles = ["edge_roles:crash"]
     assert "echo | xrmq run: stopped echo" in rest
     assert processes_mentioning(str(tmp_path)) == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["edge.toml"]
+
+
+class Ticks(Agent):
+    """Counts the supervisor's reports, keeping the last one."""
+
+    def __init__(self, wanted: int) -> None:
+        self.wanted = wanted
+        self.count = 0
+        self.enough = asyncio.Event()
+        self.last: SupervisorReport | None = None
+
+    def handlers(self) -> dict:
+        return {SUPERVISOR_TOPIC: "on_report"}
+
+    async def on_report(self, report: SupervisorReport, ctx: RuntimeContext) -> None:
+        self.count += 1
+        self.last = report
+        if self.count >= self.wanted:
+            self.enough.set()
+
+
+async def test_a_hung_broker_is_killed_and_restarted_and_nobody_else_is_taken_for_hung(tmp_path):
+    config = tmp_path / "edge.toml"
+    config.write_text(f"""
+[bus]
+address = "ipc://{tmp_path}/bus"
+[supervisor]
+metrics_interval_s = 0.2
+liveness_timeout_s = 1.0
+[supervisor.restart]
+backoff_initial_s = 0.05
+[processes.echo]
+roles = ["edge_roles:echo"]
+""")
+    bus = f"ipc://{tmp_path}/bus"
+    up = start_up(config)
+    try:
+        broker = int(expect_line(up, "xrmq up: started bus pid=").rpartition("=")[2])
+        expect_line(up, "xrmq up: ready")
+        os.kill(broker, signal.SIGSTOP)
+        killed = expect_line(up, "xrmq up: bus: ")
+        assert "its supervisor report did not come back through it" in killed and killed.endswith("killing it")
+        expect_line(up, "xrmq up: restarted bus")
+        # Over two liveness timeouts' worth of reports (a tick is 0.2 s) through the new broker:
+        ticks = Ticks(12)
+        runtime = AgentRuntime(bus)
+        runtime.register("ticks", ticks)
+        async with runtime:
+            await asyncio.wait_for(ticks.enough.wait(), 30)
+        echo_state = ticks.last.processes["echo"]
+        assert (echo_state.state, echo_state.restarts) == ("running", 0)  # its heartbeat was not judged
+        assert ticks.last.processes["bus"].restarts == 1
+        up.send_signal(signal.SIGTERM)
+        rest = up.stdout.read().splitlines()
+        assert up.wait(timeout=30) == 0
+    finally:
+        reap(up)
+    assert not any("echo: no heartbeat" in line for line in rest)
+    assert rest[-1] == "xrmq up: stopped"
