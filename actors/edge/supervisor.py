@@ -214,18 +214,24 @@ class Supervisor:
         runtime = self._bus_runtime
         assert runtime is not None
         while not self._stop.is_set():
-            if runtime.running:
-                runtime.send(SUPERVISOR_TOPIC, self.report(), source="supervisor")
-            for label, silent in self._liveness.hung(loop.time()):
-                child = self._children[label]
-                if child.proc is None or child.proc.returncode is not None or child.terminating:
-                    continue
-                what = "its supervisor report did not come back through it" if label == BUS else "no heartbeat"
-                self.say(f"{label}: {what} for {silent:.1f}s (liveness_timeout_s = "
-                         f"{supervisor.liveness_timeout_s:g}); killing it")
-                self._liveness.stopped(label)
-                self._signal_group(child.proc.pid, signal.SIGKILL)
+            try:
+                if runtime.running:
+                    runtime.send(SUPERVISOR_TOPIC, self.report(), source="supervisor")
+                self._kill_hung(loop.time())
+            except Exception as error:  # a bug here must not end the watch
+                self._log.error("supervisor.watch_failed", error=repr(error))
             await asyncio.sleep(tick)
+
+    def _kill_hung(self, now: float) -> None:
+        timeout = self.config.supervisor.liveness_timeout_s
+        for label, silent in self._liveness.hung(now):
+            child = self._children[label]
+            if child.proc is None or child.proc.returncode is not None or child.terminating:
+                continue
+            what = "its supervisor report did not come back through it" if label == BUS else "no heartbeat"
+            self.say(f"{label}: {what} for {silent:.1f}s (liveness_timeout_s = {timeout:g}); killing it")
+            self._liveness.stopped(label)
+            self._signal_group(child.proc.pid, signal.SIGKILL)
 
     def report(self) -> SupervisorReport:
         """Every supervised process's state now (what ``xrmq top`` shows of processes that are down)."""
