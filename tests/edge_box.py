@@ -37,8 +37,10 @@ def stack_config(directory: Path, *, tokens_per_second: float = 8.0, shutdown_ti
 [bus]
 address = "ipc://{directory}/bus"
 capture = false
-[models]
-answers = {{ model = "offline", time_to_first_token_s = 0.05, tokens_per_second = {tokens_per_second} }}
+[models.answers]
+model = "offline"
+time_to_first_token_s = 0.05
+tokens_per_second = {tokens_per_second}
 [context.topics.notes]
 mode = "incremental"
 [destinations.conversation]
@@ -73,7 +75,8 @@ class UpProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "xrmq.actors.cli", "up", str(config)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "PYTHONPATH": str(PROCS), "XRMQ_LOG_LEVEL": os.environ.get("XRMQ_CHILD_LOG_LEVEL", "WARNING")},
+            env={**os.environ, "PYTHONPATH": str(PROCS),
+                 "XRMQ_LOG_LEVEL": os.environ.get("XRMQ_CHILD_LOG_LEVEL", "WARNING")},
         )
         self.lines: list[tuple[float, str]] = []
         """Every line so far, with its ``time.monotonic()`` arrival."""
@@ -96,8 +99,9 @@ class UpProcess:
         self.lines.append((at, line))
         self._changed.set()
 
-    async def line(self, prefix: str, *, after: int = 0, timeout: float = 40) -> tuple[int, float, str]:
-        """The first line from index ``after`` on that starts with ``prefix``: (index, arrival, text)."""
+    async def line(self, prefix: str, *, after: int = 0,
+                   timeout: float = 40) -> tuple[int, float, str]:
+        """The first line from index ``after`` on starting with ``prefix``: (index, arrival, text)."""
         async def find() -> tuple[int, float, str]:
             index = after
             while True:
@@ -137,7 +141,7 @@ class UpProcess:
 
 
 class Front:
-    """A text front end on the bus: ``turn(pid, text)`` asks, the ``Turn`` fills in as replies arrive."""
+    """A text front end on the bus: ``turn(pid, text)`` asks; the ``Turn`` fills in with replies."""
 
     def __init__(self, bus: str) -> None:
         self.collector = ReplyCollector()

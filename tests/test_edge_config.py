@@ -118,7 +118,8 @@ max_crashes = 2
      " (two missed heartbeats), got 1.5"),
     ("[supervisor]\nstuck_after_s = 0", "edge.toml: supervisor.stuck_after_s: must be > 0"),
     ("[router]\ndestination_dead_after_s = 1",
-     "edge.toml: router.destination_dead_after_s: must be > supervisor.metrics_interval_s (the heartbeat, 1s)"),
+     "edge.toml: router.destination_dead_after_s: must be > supervisor.metrics_interval_s"
+     " (the heartbeat, 1s)"),
     ('[processes.a]\nroles = ["x"]\non_give_up = "retry"',
      "edge.toml: processes.a.on_give_up: must be 'stay_down' or 'stop_box', got 'retry'"),
 ])

@@ -28,9 +28,10 @@ def pids_of(ready_line: str) -> dict[str, int]:
     return {name: int(pid) for name, pid in re.findall(r"(\S+)=(\d+)", ready_line)}
 
 
-async def test_a_stopped_process_is_killed_when_its_heartbeat_stops_then_restarted_and_answers(tmp_path):
+async def test_a_stopped_process_is_killed_when_its_heartbeat_stops_restarted_and_answers(tmp_path):
     timeout_s = 2.0
-    up = UpProcess(stack_config(tmp_path, tokens_per_second=0, supervisor=f"liveness_timeout_s = {timeout_s}"))
+    up = UpProcess(stack_config(tmp_path, tokens_per_second=0,
+                                supervisor=f"liveness_timeout_s = {timeout_s}"))
     try:
         _, _, ready = await up.line("xrmq up: ready")
         conversation = pids_of(ready)["conversation"]
@@ -44,9 +45,10 @@ async def test_a_stopped_process_is_killed_when_its_heartbeat_stops_then_restart
             assert timeout_s <= silent < timeout_s + 1.0, killed  # (printed to 0.1 s)
             _, _, exited = await up.line("xrmq up: conversation exited", after=index)
             assert "killed by SIGKILL" in exited and "restarting in 0.05s" in exited
-            _, restarted_at, restarted = await up.line("xrmq up: restarted conversation", after=index)
+            _, restarted_at, restarted = await up.line("xrmq up: restarted conversation",
+                                                       after=index)
             assert int(restarted.rpartition("pid=")[2]) != conversation
-            assert killed_at - stopped_at < timeout_s + 1.5  # the kill came with the liveness timeout
+            assert killed_at - stopped_at < timeout_s + 1.5  # the kill came with the timeout
             again = front.turn("p1", QUESTION)
             await again.wait(20)
             assert again.answer.strip()  # (it quotes the first exchange, now in p1's context)
@@ -54,11 +56,13 @@ async def test_a_stopped_process_is_killed_when_its_heartbeat_stops_then_restart
         assert others == [killed]  # nothing else was taken for hung
     finally:
         up.reap()
-    print(f"SIGSTOP -> killed {killed_at - stopped_at:.2f}s, -> restarted {restarted_at - stopped_at:.2f}s")
+    print(f"SIGSTOP -> killed {killed_at - stopped_at:.2f}s,"
+          f" -> restarted {restarted_at - stopped_at:.2f}s")
 
 
 async def test_a_destination_killed_mid_answer_costs_its_own_turn_only(tmp_path):
-    up = UpProcess(stack_config(tmp_path, tokens_per_second=4, router="destination_dead_after_s = 1.0"))
+    up = UpProcess(stack_config(tmp_path, tokens_per_second=4,
+                                router="destination_dead_after_s = 1.0"))
     try:
         _, _, ready = await up.line("xrmq up: ready")
         conversation = pids_of(ready)["conversation"]
@@ -70,13 +74,14 @@ async def test_a_destination_killed_mid_answer_costs_its_own_turn_only(tmp_path)
             await cut.wait(10)  # the reply stream got its final frame
             closed_s = time.monotonic() - killed_at
             assert cut.answer and cut.answer != NO_MATCH_ANSWER  # the answer was cut...
-            assert closed_s < 2.0  # ...and its stream closed within 2 s, not at the renderer's 10 s idle timeout
+            # ...and its stream closed within 2 s, not at the renderer's 10 s idle timeout:
+            assert closed_s < 2.0
             await up.line("xrmq up: restarted conversation")
             nxt = front.turn("p1", QUESTION)
             await nxt.wait(20)
             next_s = nxt.first_chunk_s
             assert nxt.answer == NO_MATCH_ANSWER
-            assert next_s < 2.0  # normal latency (to the first chunk): not the 5 s drain of the dead call
+            assert next_s < 2.0  # normal latency (to the first chunk), not the 5 s drain
         lines = up.texts()
         assert any("remote.destination_died" in line for line in lines)
         assert not any("remote.drain_timeout" in line for line in lines)
@@ -100,7 +105,7 @@ async def test_sigterm_mid_answer_finishes_the_answer_then_exits_promptly_leavin
             assert await up.wait() == 0
             exited_s = time.monotonic() - answered_at
         assert up.texts()[-1] == "xrmq up: stopped"
-        assert exited_s < 3.0  # prompt: no drain timeout waited out (the bar is 1 s; see the report)
+        assert exited_s < 3.0  # prompt: no drain timeout waited out (bar: 1 s, see the README)
         assert not any("drain_timeout" in line or "did not stop" in line for line in up.texts())
     finally:
         up.reap()

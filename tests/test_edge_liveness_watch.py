@@ -48,7 +48,7 @@ def test_nobody_is_judged_while_the_broker_is_down_and_clocks_restart_when_it_is
     watch.stopped(BUS)  # it died: restarting
     assert watch.hung(30.0) == []
     watch.started(BUS, 3, now=31.0)  # ready again: the router's heartbeat can reach us from now on
-    for tick in (32.0, 33.0, 34.0, 35.0):  # its probe comes back every tick; the router stays silent
+    for tick in (32.0, 33.0, 34.0, 35.0):  # its probe comes back every tick; the router: silent
         assert watch.hung(tick) == []
         watch.bus_heard(tick)
     assert watch.hung(35.5) == [("router", 4.5)]

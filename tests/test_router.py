@@ -376,7 +376,8 @@ def test_constructor_rejects_invalid_arguments_naming_the_field(kwargs, message)
 
 async def test_stop_lets_a_turn_in_flight_finish_within_the_grace_and_refuses_new_ones():
     chat = Finishing()
-    router = AgentRouter({"chat": chat}, SingleDestination(), output=router_output(Log()), shutdown_grace_s=30)
+    router = AgentRouter({"chat": chat}, SingleDestination(), output=router_output(Log()),
+                         shutdown_grace_s=30)
     pending = router.submit(AgentTurn("p1", "t1", "tell me"))
     await chat.answering.wait()
     stopping = asyncio.create_task(router.stop())
@@ -392,10 +393,12 @@ async def test_stop_lets_a_turn_in_flight_finish_within_the_grace_and_refuses_ne
 async def test_stop_cancels_what_is_still_running_after_the_grace():
     log = Log()
     chat = Destination("chat", log, answers=["hang"])
-    router = AgentRouter({"chat": chat}, SingleDestination(), output=router_output(log), shutdown_grace_s=0.05)
+    router = AgentRouter({"chat": chat}, SingleDestination(), output=router_output(log),
+                         shutdown_grace_s=0.05)
     pending = router.submit(AgentTurn("p1", "t1", "tell me"))
     await chat.answering.wait()
     await router.stop()
     assert pending.cancelled() and ("drained", "chat", "t1") in log
     with pytest.raises(ValueError, match="shutdown_grace_s: must be >= 0"):
-        AgentRouter({"chat": chat}, SingleDestination(), output=router_output(log), shutdown_grace_s=-1)
+        AgentRouter({"chat": chat}, SingleDestination(), output=router_output(log),
+                    shutdown_grace_s=-1)

@@ -245,12 +245,16 @@ def test_serve_rejects_an_agent_that_is_not_routable():
         serve("chat", object())
 
 
-def dying_stack(front: AgentRuntime, back: AgentRuntime, llm: ScriptedLLM, dead_after_s: float) -> AgentRouter:
+def dying_stack(front: AgentRuntime, back: AgentRuntime, llm: ScriptedLLM,
+                dead_after_s: float) -> AgentRouter:
     """A router on ``front`` whose proxy watches the liveness of ``back``'s conversation."""
-    conversation = Conversation(llm, context=FakeContext(), runtime=back, output_topic=VOICE_OUTPUT_TOPIC)
+    conversation = Conversation(llm, context=FakeContext(), runtime=back,
+                                output_topic=VOICE_OUTPUT_TOPIC)
     back.register("server", serve("conversation", conversation))
-    proxy = front.register("proxy", remote("conversation", dead_after_s=dead_after_s, output_topic=VOICE_OUTPUT_TOPIC))
-    router = AgentRouter({"conversation": proxy}, SingleDestination(), output=lambda *a: asyncio.sleep(0))
+    proxy = front.register("proxy", remote("conversation", dead_after_s=dead_after_s,
+                                           output_topic=VOICE_OUTPUT_TOPIC))
+    router = AgentRouter({"conversation": proxy}, SingleDestination(),
+                         output=lambda *a: asyncio.sleep(0))
     front.register("router", router)
     return router
 
@@ -258,22 +262,25 @@ def dying_stack(front: AgentRuntime, back: AgentRuntime, llm: ScriptedLLM, dead_
 async def test_a_silent_destination_fails_its_call_and_its_open_stream_gets_a_final_frame():
     front, back = pair()  # back publishes no heartbeat: once it stops streaming, it is silent
     recorder = front.register("recorder", OutputRecorder())
-    router = dying_stack(front, back, ScriptedLLM(ScriptedResponse("A long story", hang=True), "Short."), 0.3)
+    llm = ScriptedLLM(ScriptedResponse("A long story", hang=True), "Short.")
+    router = dying_stack(front, back, llm, 0.3)
     async with two_runtimes(front, back):
         result = await router.handle(turn("t1"))
         assert result.status == "failed" and "sent nothing for" in result.error
         streamed = [frame for _, _, frame in recorder.frames if frame.request_id == "t1"]
         await recorder.wait_for(lambda frames: recorder.finals() == 1)
         final = [(source, frame) for _, source, frame in recorder.frames if frame.final]
-        assert final == [("conversation", ResponseOutput(kind="reply", request_id="t1",
-                                                         response_id=streamed[0].response_id, final=True))]
+        closing = ResponseOutput(kind="reply", request_id="t1", response_id=streamed[0].response_id,
+                                 final=True)
+        assert final == [("conversation", closing)]
         assert [frame.text for frame in streamed[:3]] == ["A", " long", " story"]
 
 
 async def test_a_destination_replaced_by_a_new_incarnation_fails_its_call_at_once():
     front, back = pair()
     recorder = front.register("recorder", OutputRecorder())
-    router = dying_stack(front, back, ScriptedLLM(ScriptedResponse("A long story", hang=True)), 30.0)
+    llm = ScriptedLLM(ScriptedResponse("A long story", hang=True))
+    router = dying_stack(front, back, llm, 30.0)
     async with two_runtimes(front, back):
         pending = asyncio.create_task(router.handle(turn("t1")))
         await recorder.wait_for(lambda frames: len(frames) == 3)
@@ -303,7 +310,8 @@ async def test_a_cancelled_call_stops_draining_when_its_destination_dies():
         pending = asyncio.create_task(router.handle(turn("t1")))
         await chat.answering.wait()
         router.interrupt("p1")
-        assert (await asyncio.wait_for(pending, 10)).status == "canceled"  # not after the 30 s drain timeout
+        # Not after the 30 s drain timeout:
+        assert (await asyncio.wait_for(pending, 10)).status == "canceled"
     assert ("drained", "chat", "t1") in log  # (when back stopped)
 
 

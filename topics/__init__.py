@@ -24,7 +24,7 @@ PARTICIPANT_LEFT_TOPIC: Topic[ParticipantLeft] = Topic("participant.left", Parti
 METRICS_TOPIC: Topic[RuntimeMetrics] = Topic("xrmq.metrics", RuntimeMetrics)
 """Every runtime's periodic counters (its heartbeat); read by ``xrmq top`` and the supervisor."""
 SUPERVISOR_TOPIC: Topic[SupervisorReport] = Topic("xrmq.supervisor", SupervisorReport)
-"""``xrmq up``'s report of every process it supervises (down ones included); read by ``xrmq top``."""
+"""``xrmq up``'s report of every process it supervises (down ones too); read by ``xrmq top``."""
 
 
 def context_topic(name: str) -> Topic[ConversationContextUpdate]:

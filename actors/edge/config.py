@@ -461,8 +461,9 @@ def _validate(config: EdgeConfig, source: str) -> None:
         raise ConfigError(source, "router.history_limit", "must be >= 1")
     heartbeat = config.supervisor.metrics_interval_s
     if not config.router.destination_dead_after_s > heartbeat:
-        raise ConfigError(source, "router.destination_dead_after_s",
-                          f"must be > supervisor.metrics_interval_s (the heartbeat, {heartbeat:g}s)")
+        raise ConfigError(
+            source, "router.destination_dead_after_s",
+            f"must be > supervisor.metrics_interval_s (the heartbeat, {heartbeat:g}s)")
     for name, destination in config.destinations.items():
         if not destination.description.strip():
             raise ConfigError(source, f"destinations.{name}.description", "must be non-empty text")
@@ -497,8 +498,9 @@ def _validate(config: EdgeConfig, source: str) -> None:
         if process.restart is not None:
             _check_restart(process.restart, f"{key}.restart", source)
         if process.on_give_up not in GIVE_UP_POLICIES:
+            allowed = " or ".join(map(repr, GIVE_UP_POLICIES))
             raise ConfigError(source, f"{key}.on_give_up",
-                              f"must be {' or '.join(map(repr, GIVE_UP_POLICIES))}, got {process.on_give_up!r}")
+                              f"must be {allowed}, got {process.on_give_up!r}")
         if not 0 <= process.nice <= 19:
             raise ConfigError(source, f"{key}.nice", "must be in [0, 19] (a process may lower its priority, not raise it)")
     cycle = _cycle(config)

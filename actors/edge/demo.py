@@ -64,8 +64,10 @@ def demo_config() -> EdgeConfig:
                                       compaction_input_budget_bytes=1400)
     supervisor = msgspec.structs.replace(base.supervisor, metrics_interval_s=0.25, ready_timeout_s=20.0,
                                          shutdown_timeout_s=5.0, restart=RestartPolicyConfig(max_crashes=1))
-    processes = {name: msgspec.structs.replace(spec, on_give_up="stop_box") for name, spec in base.processes.items()}
-    return msgspec.structs.replace(base, context=context, supervisor=supervisor, processes=processes)
+    processes = {name: msgspec.structs.replace(spec, on_give_up="stop_box")
+                 for name, spec in base.processes.items()}
+    return msgspec.structs.replace(base, context=context, supervisor=supervisor,
+                                   processes=processes)
 
 
 # ---------------------------------------------------------------------------- the script

@@ -42,7 +42,7 @@ class LivenessWatch:
             self._bus_down = True
 
     def heard(self, label: str, pid: int, now: float) -> None:
-        """A heartbeat from ``label``'s process ``pid`` (ignored unless it is the ready incarnation)."""
+        """A heartbeat from ``label``'s process ``pid`` (ignored unless it is the ready one)."""
         watched = self._watched.get(label)
         if watched is not None and watched[0] == pid:
             self._watched[label] = (pid, now)
@@ -52,12 +52,12 @@ class LivenessWatch:
         watched = self._watched.get(BUS)
         if watched is None:
             return
-        if now - watched[1] > self.timeout_s / 2:  # it was silent: the others could not be heard either
+        if now - watched[1] > self.timeout_s / 2:  # it was silent: so was everyone's heartbeat
             self._bus_resumed = now
         self._watched[BUS] = (watched[0], now)
 
     def hung(self, now: float) -> list[tuple[str, float]]:
-        """The ready incarnations silent for ``timeout_s`` at ``now``, with how long they have been."""
+        """The ready incarnations silent for ``timeout_s`` at ``now``, with for how long."""
         if self._bus_down:
             return []
         bus = self._watched.get(BUS)

@@ -95,8 +95,8 @@ class ClearingDestination:
 
 
 SHUTDOWN_GRACE_SHARE = 0.7
-"""Of ``supervisor.shutdown_timeout_s``, the share the router and each destination let answers in flight finish
-on SIGTERM before it cancels them (each then gets its final frame)."""
+"""Of ``supervisor.shutdown_timeout_s``, the share the router and each destination let
+answers in flight finish on SIGTERM before they cancel them (each gets its final frame)."""
 
 
 def conversation_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
@@ -121,9 +121,11 @@ def conversation_role(runtime: AgentRuntime, config: EdgeConfig, process: Proces
 
 def router_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
     dead_after = config.router.destination_dead_after_s
-    destinations = {name: runtime.register(f"{name}-proxy", remote(name, dead_after_s=dead_after,
-                                                                    output_topic=VOICE_OUTPUT_TOPIC))
-                    for name in config.destinations}
+    destinations = {
+        name: runtime.register(f"{name}-proxy", remote(name, dead_after_s=dead_after,
+                                                       output_topic=VOICE_OUTPUT_TOPIC))
+        for name in config.destinations
+    }
     decisions = {
         "first": lambda: SingleDestination(),
         "rules": lambda: KeywordDecisions(),
@@ -132,8 +134,8 @@ def router_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInsta
     options = {} if config.router.history_limit is None else {"history_limit": config.router.history_limit}
     runtime.register("router", AgentRouter(
         destinations, decisions, default=config.router.default or next(iter(config.destinations), None),
-        query_topic=QUERY_TOPIC, output_topic=VOICE_OUTPUT_TOPIC, interrupted_topic=INTERRUPTED_TOPIC,
-        shutdown_grace_s=SHUTDOWN_GRACE_SHARE * config.supervisor.shutdown_timeout_s, **options,
+        query_topic=QUERY_TOPIC, output_topic=VOICE_OUTPUT_TOPIC,
+        interrupted_topic=INTERRUPTED_TOPIC, shutdown_grace_s=SHUTDOWN_GRACE_SHARE * config.supervisor.shutdown_timeout_s, **options,
     ))
 
 

@@ -149,7 +149,8 @@ class Supervisor:
         broker = self._broker_child()
         layers = [[self._process_child(name, shard) for name in layer for shard in range(self.config.processes[name].replicas)]
                   for layer in self.config.startup_layers()]
-        self._children = {child.label: child for child in (broker, *(c for layer in layers for c in layer))}
+        everyone = (broker, *(child for layer in layers for child in layer))
+        self._children = {child.label: child for child in everyone}
         started: list[list[Child]] = []
         try:
             if await self._start_layer([broker]):
@@ -160,8 +161,9 @@ class Supervisor:
                     if not await self._start_layer(layer):
                         break
                 else:
-                    pids = " ".join(f"{child.label}={child.proc.pid if child.state != 'down' else 'down'}"
-                                    for layer in layers for child in layer)
+                    pids = " ".join(
+                        f"{child.label}={'down' if child.state == 'down' else child.proc.pid}"
+                        for layer in layers for child in layer)
                     self.say(f"ready bus={self.address.subscribe} {pids}".rstrip())
                     await self._stop.wait()
         finally:
@@ -207,7 +209,7 @@ class Supervisor:
             self._watch_task = None
 
     async def _watch(self) -> None:
-        """Every tick: publish the report (the broker's probe) and kill what has stopped heartbeating."""
+        """Every tick: publish the report (the broker's probe), kill what stopped heartbeating."""
         supervisor = self.config.supervisor
         tick = min(supervisor.metrics_interval_s, supervisor.liveness_timeout_s / 4)
         loop = asyncio.get_running_loop()
@@ -228,13 +230,15 @@ class Supervisor:
             child = self._children[label]
             if child.proc is None or child.proc.returncode is not None or child.terminating:
                 continue
-            what = "its supervisor report did not come back through it" if label == BUS else "no heartbeat"
-            self.say(f"{label}: {what} for {silent:.1f}s (liveness_timeout_s = {timeout:g}); killing it")
+            what = ("its supervisor report did not come back through it" if label == BUS
+                    else "no heartbeat")
+            self.say(f"{label}: {what} for {silent:.1f}s (liveness_timeout_s = {timeout:g});"
+                     " killing it")
             self._liveness.stopped(label)
             self._signal_group(child.proc.pid, signal.SIGKILL)
 
     def report(self) -> SupervisorReport:
-        """Every supervised process's state now (what ``xrmq top`` shows of processes that are down)."""
+        """Every supervised process's state now (``xrmq top`` shows the ones down from it)."""
         processes = {
             child.label: ProcessState(child.state, pid=child.proc.pid if child.proc is not None
                                       and child.state in ("starting", "running") else 0,
@@ -254,7 +258,8 @@ class Supervisor:
         argv = [self.python, "-m", "xrmq.actors.cli", "bus", "--bus", self.config.bus.address]
         if not self.config.bus.capture:
             argv.append("--no-capture")
-        return Child(BUS, argv, BUS_READY_PREFIX, self.config.supervisor.restart, on_give_up="stop_box")
+        return Child(BUS, argv, BUS_READY_PREFIX, self.config.supervisor.restart,
+                     on_give_up="stop_box")
 
     def _process_child(self, name: str, shard: int) -> Child:
         instance = self.config.instances(name)[shard]
@@ -322,7 +327,8 @@ class Supervisor:
                 decision = child.policy.crashed(loop.time())
                 last = f": {child.last_line}" if child.last_line else ""
                 if not decision.restart:
-                    reason = f"gave up on {child.label}: {decision.reason}; last {describe_exit(returncode)}{last}"
+                    reason = (f"gave up on {child.label}: {decision.reason};"
+                              f" last {describe_exit(returncode)}{last}")
                     if child.on_give_up == "stop_box":
                         self._gave_up = reason
                         self.say(self._gave_up)
@@ -330,7 +336,8 @@ class Supervisor:
                         return
                     child.state, child.reason = "down", reason
                     child.ready.set()  # startup goes on without it
-                    self.say(f"{reason}; left DOWN (on_give_up = \"stay_down\"), the other processes keep running")
+                    self.say(f"{reason}; left DOWN (on_give_up = \"stay_down\"),"
+                             " the other processes keep running")
                     self._log.error("supervisor.process_down", process=child.label, reason=reason)
                     return
                 child.state = "restarting"

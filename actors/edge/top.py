@@ -5,8 +5,9 @@
 epoch means the process restarted). It also keeps the last ``SupervisorReport`` of
 ``xrmq up``: a process it left down (over its crash limit) or is restarting gets its
 state and reason on its row, and a row of its own if it never reported. Actors the
-runtime reports stuck (non-empty mailbox, no progress) are marked. ``render`` draws the rows as plain text with ANSI
-emphasis; ``--json`` prints the rows for scripts and tests.
+runtime reports stuck (non-empty mailbox, no progress) are marked. ``render`` draws
+the rows as plain text with ANSI emphasis; ``--json`` prints the rows for scripts and
+tests.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class RuntimeRow(msgspec.Struct, frozen=True):
     stuck: dict[str, float] = {}
     """Actors with a non-empty mailbox that has not moved, and for how many seconds."""
     state: str = "running"
-    """The supervisor's word on the process: ``running``, ``starting``, ``restarting`` or ``down``."""
+    """The supervisor's word on it: ``running``, ``starting``, ``restarting`` or ``down``."""
     reason: str = ""
     """Why it is down."""
 
@@ -99,9 +100,9 @@ class TopView:
                           if name not in self._runtimes and state.state != "running"}
         for name, state in never_reported.items():
             rows.append(RuntimeRow(
-                runtime=name, pid=state.pid, age_s=0.0, restarts=state.restarts, published_per_s=None,
-                delivered_per_s=None, published=0, delivered=0, gaps=0, stale=0, rejected=0, overflow=0,
-                handler_errors=0, actors={}, gauges={}, state=state.state, reason=state.reason,
+                runtime=name, pid=state.pid, age_s=0.0, restarts=state.restarts,
+                published_per_s=None, delivered_per_s=None, published=0, delivered=0, gaps=0,
+                stale=0, rejected=0, overflow=0, handler_errors=0, actors={}, gauges={}, state=state.state, reason=state.reason,
             ))
         for name in sorted(self._runtimes):
             seen = self._runtimes[name]
@@ -142,7 +143,8 @@ def render(rows: list[RuntimeRow], *, stale_after_s: float = 5.0, color: bool = 
     for row in rows:
         age = f"{row.age_s:.1f}s ago"
         if row.state == "down":
-            lines.append(f"{paint(BOLD, row.runtime)}  {paint(RED, 'DOWN: ' + (row.reason or 'left down'))}")
+            down = "DOWN: " + (row.reason or "left down")
+            lines.append(f"{paint(BOLD, row.runtime)}  {paint(RED, down)}")
             continue
         header = f"{paint(BOLD, row.runtime)}  pid {row.pid}  {paint(RED, age + ' (stale)') if row.age_s > stale_after_s else age}"
         if row.state != "running":

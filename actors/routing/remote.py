@@ -60,8 +60,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from xrmq.actors.runtime import Agent, RuntimeClosedError, RuntimeContext, get_logger
-from xrmq.schemas import Admission, AgentTurn, DestinationResult, ResponseOutput, RoutingAid, RuntimeMetrics
-from xrmq.schemas.routing import RouteAccepted, RouteAdmit, RouteAnswer, RouteEvent, RouteRequest, RouteSignal
+from xrmq.schemas import (
+    Admission,
+    AgentTurn,
+    DestinationResult,
+    ResponseOutput,
+    RoutingAid,
+    RuntimeMetrics,
+)
+from xrmq.schemas.routing import (
+    RouteAccepted,
+    RouteAdmit,
+    RouteAnswer,
+    RouteEvent,
+    RouteRequest,
+    RouteSignal,
+)
 from xrmq.topics import METRICS_TOPIC, Topic
 
 from .agent import RoutableAgent, RoutingTurnContext, Started, check_routable, current_turn_context, routed_turn, routing_aid_of
@@ -85,8 +99,8 @@ _CHECKS_PER_DEADLINE = 8
 class _ProxyCall:
     """One answer call in flight at the proxy: its events, and what death detection needs."""
 
-    __slots__ = ("participant_id", "turn_id", "events", "arrived", "runtime", "epoch", "seen_at", "died",
-                 "streams")
+    __slots__ = ("participant_id", "turn_id", "events", "arrived", "runtime", "epoch", "seen_at",
+                 "died", "streams")
 
     def __init__(self, participant_id: str, turn_id: str) -> None:
         self.participant_id = participant_id
@@ -192,12 +206,14 @@ class RemoteAgent(Agent):
         pid = turn.participant_id
         routed = current_turn_context()
         call_id = uuid.uuid4().hex
-        call = self._calls[call_id] = self._by_turn[pid, turn.turn_id] = _ProxyCall(pid, turn.turn_id)
+        call = _ProxyCall(pid, turn.turn_id)
+        self._calls[call_id] = self._by_turn[pid, turn.turn_id] = call
         request = RouteAnswer(call_id, turn, self._route(), self.events.name, routed.focused if routed else False)
         try:
             try:
                 accepted = await runtime.ask(self.topics.answer, request, reply_type=RouteAccepted,
-                                             participant_id=pid, source=self.name, timeout=self.timeout_s)
+                                             participant_id=pid, source=self.name,
+                                             timeout=self.timeout_s)
             except TimeoutError as error:
                 self._signal(call_id, "cancel", pid)  # in case the request arrives late
                 raise RemoteAnswerError(f"remote {self.remote_name}: the answer was not accepted: {error}") from None
@@ -251,7 +267,7 @@ class RemoteAgent(Agent):
                 call.arrived.set()
 
     async def _on_output(self, message: ResponseOutput, ctx: RuntimeContext) -> None:
-        """Follow the reply streams of the calls in flight, to close them if their destination dies."""
+        """Follow the reply streams of the calls in flight, to close them if their runtime dies."""
         if message.response_id is None or ctx.participant_id is None:
             return
         call = self._by_turn.get((ctx.participant_id, message.request_id or ""))
@@ -267,7 +283,8 @@ class RemoteAgent(Agent):
         if ctx.metadata.sender == call.runtime and ctx.metadata.epoch == call.epoch:
             call.seen_at = asyncio.get_running_loop().time()
 
-    async def _next_event(self, call: _ProxyCall, deadline: float | None = None) -> RouteEvent | None:
+    async def _next_event(self, call: _ProxyCall,
+                          deadline: float | None = None) -> RouteEvent | None:
         """The call's next event; None once ``deadline`` (loop time) passed; ``DestinationDied``
         as soon as the runtime running the call is found dead (with ``dead_after_s``)."""
         loop = asyncio.get_running_loop()
@@ -276,11 +293,14 @@ class RemoteAgent(Agent):
             if call.events:
                 return call.events.popleft()
             if watch and call.runtime is not None:
-                if call.died is None and loop.time() - call.seen_at > self.dead_after_s:
-                    call.died = f"its process {call.runtime!r} sent nothing for {loop.time() - call.seen_at:.1f}s"
+                silent = loop.time() - call.seen_at
+                if call.died is None and silent > self.dead_after_s:
+                    call.died = f"its process {call.runtime!r} sent nothing for {silent:.1f}s"
                 if call.died is not None:
                     raise DestinationDied(f"remote {self.remote_name}: {call.died}")
-            wait = self.dead_after_s / _CHECKS_PER_DEADLINE if watch and call.runtime is not None else None
+            wait = None
+            if watch and call.runtime is not None:
+                wait = self.dead_after_s / _CHECKS_PER_DEADLINE
             if deadline is not None:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
@@ -296,7 +316,7 @@ class RemoteAgent(Agent):
                 pass
 
     async def _cancel(self, call_id: str, call: _ProxyCall) -> None:
-        """Cancel a call and wait (bounded) until the remote answer has ended, or its runtime died."""
+        """Cancel a call and wait (bounded) until the remote answer ended, or its runtime died."""
         self._signal(call_id, "cancel", call.participant_id)
         deadline = asyncio.get_running_loop().time() + self.drain_timeout_s
         while True:
@@ -306,15 +326,16 @@ class RemoteAgent(Agent):
                 self._close_streams(call)
                 return
             if event is None:
-                self._log.warning("remote.drain_timeout", participant=call.participant_id, call=call_id)
+                self._log.warning("remote.drain_timeout", participant=call.participant_id,
+                                  call=call_id)
                 return
             if event.kind != "started":
                 return
 
     def _close_streams(self, call: _ProxyCall) -> None:
         """The destination died: publish the final frame of each reply stream it left open."""
-        self._log.warning("remote.destination_died", participant=call.participant_id, turn=call.turn_id,
-                          reason=call.died, streams_closed=len(call.streams))
+        self._log.warning("remote.destination_died", participant=call.participant_id,
+                          turn=call.turn_id, reason=call.died, streams_closed=len(call.streams))
         runtime = self.runtime
         if self.output_topic is None or runtime is None or not runtime.running:
             return
@@ -451,11 +472,12 @@ def _participant(ctx: RuntimeContext) -> str:
     return ctx.participant_id
 
 
-def remote(name: str, *, timeout_s: float = 5.0, drain_timeout_s: float = 5.0, dead_after_s: float | None = None,
+def remote(name: str, *, timeout_s: float = 5.0, drain_timeout_s: float = 5.0,
+           dead_after_s: float | None = None,
            output_topic: Topic[ResponseOutput] | None = None) -> RemoteAgent:
     """A proxy for destination ``name`` served in another process; register it with the router's runtime."""
-    return RemoteAgent(name, timeout_s=timeout_s, drain_timeout_s=drain_timeout_s, dead_after_s=dead_after_s,
-                       output_topic=output_topic)
+    return RemoteAgent(name, timeout_s=timeout_s, drain_timeout_s=drain_timeout_s,
+                       dead_after_s=dead_after_s, output_topic=output_topic)
 
 
 def serve(name: str, agent: RoutableAgent, *, shutdown_grace_s: float = 0.0) -> DestinationServer:

@@ -247,7 +247,8 @@ class AgentRouter(Agent):
         self._stopped = True
         pending = [task for lane in self._lanes.values() for task in lane.pending]
         if pending and self.shutdown_grace_s > 0:
-            self._log.info("router.stopping", turns_in_flight=len(pending), grace_s=self.shutdown_grace_s)
+            self._log.info("router.stopping", turns_in_flight=len(pending),
+                           grace_s=self.shutdown_grace_s)
             await asyncio.wait(pending, timeout=self.shutdown_grace_s)
         self.interrupt()
         pending = [task for lane in self._lanes.values() for task in lane.pending]
@@ -268,7 +269,8 @@ class AgentRouter(Agent):
             return
         turn = AgentTurn(ctx.participant_id, ctx.metadata.message_id, query.text, timestamp_us=query.timestamp_us)
         if self._stopped:
-            self._log.warning("router.query_refused_stopping", participant=turn.participant_id, turn=turn.turn_id)
+            self._log.warning("router.query_refused_stopping", participant=turn.participant_id,
+                              turn=turn.turn_id)
             return
         self._watch(self.submit(turn), turn.participant_id, turn.turn_id)
 

@@ -61,7 +61,7 @@ class Mailbox:
 
     @property
     def head(self) -> Delivery | None:
-        """The delivery the actor takes next (None when empty): the same one for long means stuck."""
+        """The delivery the actor takes next (None when empty); the same one for long: stuck."""
         return self._items[0] if self._items else None
 
     def offer(self, delivery: Delivery, start: bool = False) -> bool:

@@ -145,7 +145,7 @@ class AgentRuntime:
         self._metrics_task: asyncio.Task[None] | None = None
         self._progress = ProgressWatch(stuck_after)
         self._finished: set[str] = set()
-        """Actors whose ``on_stop`` has run while the runtime stops: nothing more is delivered to them."""
+        """Actors whose ``on_stop`` has run while the runtime stops: nothing more reaches them."""
         self.gaps: deque[Gap] = deque(maxlen=1000)
         """The most recent gaps (the ``gaps`` counter counts all of them)."""
         self._log = get_logger(runtime=self.name)
