@@ -80,7 +80,9 @@ def run_up(args: argparse.Namespace) -> int:
         check_roles(config)
         print(f"xrmq up: {config.source}: ok ({len(config.processes)} processes)")
         return 0
-    return run(_supervise(config, args.config))
+    from .process import exit_process
+
+    exit_process(run(_supervise(config, args.config)))  # every child is gone: no teardown needed
 
 
 async def _supervise(config: EdgeConfig, path: str | None) -> int:

@@ -84,7 +84,7 @@ EXIT_LINGER_MS = 2000
 
 
 def exit_process(code: int) -> NoReturn:
-    """End a stopped ``xrmq run`` process at once: flush the bus and the output, skip the teardown.
+    """End a stopped ``xrmq run`` (or ``xrmq up``) process at once: flush, skip the teardown.
 
     Why: the interpreter's teardown of the imported module graph takes 0.2-0.4 s per
     process, and ``xrmq up`` stops its processes layer after layer, so it added about a
