@@ -4,6 +4,8 @@ on one bus. The router behaves as with the local agent."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from contextlib import asynccontextmanager
 
 import pytest
@@ -14,9 +16,18 @@ from xrmq.actors.models import ModelError, ScriptedLLM, ScriptedResponse
 from xrmq.actors.routing import AgentRouter, RemoteAnswerError, SingleDestination, remote, serve
 from xrmq.actors.routing.remote import DestinationDied, DestinationServer
 from xrmq.schemas.routing import RouteSignal
-from xrmq.actors.runtime import AgentRuntime, RuntimeClosedError
-from xrmq.schemas import Admission, AgentTurn, DestinationResult, Interrupted, ResponseOutput, RoutingAid, UserQuery
-from xrmq.topics import INTERRUPTED_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC
+from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeClosedError
+from xrmq.schemas import (
+    Admission,
+    AgentTurn,
+    DestinationResult,
+    Interrupted,
+    ResponseOutput,
+    RoutingAid,
+    RuntimeMetrics,
+    UserQuery,
+)
+from xrmq.topics import INTERRUPTED_TOPIC, METRICS_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC
 
 
 @asynccontextmanager
@@ -340,3 +351,76 @@ async def test_a_stopping_server_lets_the_answer_in_flight_finish_within_its_gra
         assert (await pending).status == "answered"
     with pytest.raises(ValueError, match="shutdown_grace_s: must be >= 0"):
         serve("chat", chat, shutdown_grace_s=-1)
+
+
+class Heartbeats(Agent):
+    """Sets ``beat`` on every heartbeat of runtime ``name``."""
+
+    def __init__(self, name: str) -> None:
+        self.watched = name
+        self.beat = asyncio.Event()
+
+    def handlers(self) -> dict:
+        return {METRICS_TOPIC: "on_metrics"}
+
+    async def on_metrics(self, metrics: RuntimeMetrics, ctx) -> None:
+        if metrics.runtime == self.watched:
+            self.beat.set()
+
+
+class Backstage:
+    """A destination runtime on a thread of its own (own event loop): it keeps heartbeating
+    while the test's loop is stalled, as a destination in another process would."""
+
+    def __init__(self, address, build) -> None:
+        self.runtime = AgentRuntime(address, name="back", metrics_interval=0.05)
+        build(self.runtime)
+        self.ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    async def _main(self) -> None:
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        async with self.runtime:
+            self.ready.set()
+            await self._stop.wait()
+
+    async def __aenter__(self) -> "Backstage":
+        self._thread.start()
+        await asyncio.to_thread(self.ready.wait)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._loop.call_soon_threadsafe(self._stop.set)
+        await asyncio.to_thread(self._thread.join)
+
+
+async def test_a_stall_of_the_routers_own_loop_is_not_taken_for_a_dead_destination():
+    front = AgentRuntime(name="front")
+    recorder = front.register("recorder", OutputRecorder())
+    beats = front.register("beats", Heartbeats("back"))
+    llm = ScriptedLLM(ScriptedResponse("A long story", hang=True))
+
+    def build(back: AgentRuntime) -> None:
+        conversation = Conversation(llm, context=FakeContext(), runtime=back,
+                                    output_topic=VOICE_OUTPUT_TOPIC)
+        back.register("server", serve("conversation", conversation))
+
+    proxy = front.register("proxy", remote("conversation", dead_after_s=0.3,
+                                           output_topic=VOICE_OUTPUT_TOPIC))
+    router = AgentRouter({"conversation": proxy}, SingleDestination(),
+                         output=lambda *a: asyncio.sleep(0))
+    async with front:
+        async with Backstage(front.address, build):
+            await beats.beat.wait()
+            pending = asyncio.create_task(router.handle(turn("t1")))
+            await recorder.wait_for(lambda frames: len(frames) == 3)
+            # This loop stalls longer than dead_after_s; the destination heartbeats meanwhile.
+            time.sleep(0.6)
+            for _ in range(3):  # what it sent is read; more comes
+                beats.beat.clear()
+                await beats.beat.wait()
+            assert not pending.done()
+            router.interrupt("p1")
+            assert (await pending).status == "canceled"  # not "failed": never taken for dead

@@ -215,14 +215,20 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         runtime = self._bus_runtime
         assert runtime is not None
+        stalled = False
         while not self._stop.is_set():
             try:
                 if runtime.running:
                     runtime.send(SUPERVISOR_TOPIC, self.report(), source="supervisor")
-                self._kill_hung(loop.time())
+                if not stalled:
+                    self._kill_hung(loop.time())
             except Exception as error:  # a bug here must not end the watch
                 self._log.error("supervisor.watch_failed", error=repr(error))
+            woke_by = loop.time() + tick
             await asyncio.sleep(tick)
+            # Woken much later than asked, this process was stalled: heartbeats that arrived
+            # meanwhile are not read yet, so nobody is judged until the next tick.
+            stalled = loop.time() - woke_by > tick
 
     def _kill_hung(self, now: float) -> None:
         timeout = self.config.supervisor.liveness_timeout_s
