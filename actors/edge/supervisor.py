@@ -42,7 +42,7 @@ from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, get_logger
 from xrmq.actors.runtime.address import parse_bus
 from xrmq.schemas import ProcessState, RuntimeMetrics, SupervisorReport
 from xrmq.schemas.metrics import ProcessStateName
-from xrmq.topics import METRICS_TOPIC, SUPERVISOR_TOPIC
+from xrmq.topics import METRICS_TOPIC, SUPERVISOR_TOPIC, Topic
 
 from .config import EdgeConfig, RestartPolicyConfig
 from .liveness import BUS, LivenessWatch
@@ -196,8 +196,8 @@ class Supervisor:
         runtime.register("supervisor", _Heartbeats(self))
         try:
             await runtime.start()
-        except (TimeoutError, OSError) as error:
-            self.say(f"cannot join the bus to watch heartbeats ({error}); liveness is not watched")
+        except Exception as error:  # the box runs without the watch, as it did before it
+            self.say(f"cannot join the bus to watch heartbeats ({error!r}); liveness is not watched")
             return
         self._bus_runtime = runtime
         self._watch_task = asyncio.create_task(self._watch(), name="xrmq-supervisor-liveness")
@@ -428,7 +428,7 @@ class _Heartbeats(Agent):
     def __init__(self, supervisor: Supervisor) -> None:
         self.supervisor = supervisor
 
-    def handlers(self) -> dict:
+    def handlers(self) -> dict[Topic, str]:
         return {METRICS_TOPIC: "on_metrics", SUPERVISOR_TOPIC: "on_report"}
 
     async def on_metrics(self, message: RuntimeMetrics, ctx: RuntimeContext) -> None:
