@@ -115,8 +115,8 @@ async def test_sigterm_mid_answer_finishes_the_answer_then_exits_promptly_leavin
 
 
 async def test_sigterm_with_an_answer_longer_than_the_grace_cancels_it_with_a_final_frame(tmp_path):
-    # shutdown_timeout_s = 2: the router lets the answer run for 1.4 s, then cancels it.
-    up = UpProcess(stack_config(tmp_path, tokens_per_second=1.5, shutdown_timeout_s=2))
+    # shutdown_timeout_s = 4: the router lets the 7 s answer run for 2.8 s, then cancels it.
+    up = UpProcess(stack_config(tmp_path, tokens_per_second=1.5, shutdown_timeout_s=4))
     try:
         await up.line("xrmq up: ready")
         async with Front(f"ipc://{tmp_path}/bus") as front:
