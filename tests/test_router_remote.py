@@ -424,3 +424,37 @@ async def test_a_stall_of_the_routers_own_loop_is_not_taken_for_a_dead_destinati
             assert not pending.done()
             router.interrupt("p1")
             assert (await pending).status == "canceled"  # not "failed": never taken for dead
+
+
+async def test_after_a_death_the_next_requests_wait_for_the_destination_to_heartbeat_again():
+    front, back = pair()  # back publishes no heartbeat: once it stops streaming, it is silent
+    beats = front.register("beats", Heartbeats("back"))
+    llm = ScriptedLLM(ScriptedResponse("A long story", hang=True), "Short.")
+    router = dying_stack(front, back, llm, 0.3)
+    proxy = front.agent("proxy")
+    order: list[str] = []
+    async with two_runtimes(front, back):
+        assert (await router.handle(turn("t1"))).status == "failed"  # taken for dead
+        aid = asyncio.create_task(proxy.routing_aid("p1"))
+        aid.add_done_callback(lambda _: order.append("answered"))
+        async with AgentRuntime(front.address, name="back", metrics_interval=0.05):  # back: restarted
+            await beats.beat.wait()
+            order.append("heartbeat")
+            assert (await aid).description
+            assert (await router.handle(turn("t2"))).status == "answered"
+    assert order == ["heartbeat", "answered"]  # nothing was sent to a process that was not back
+
+
+async def test_a_dead_destination_that_never_comes_back_fails_requests_after_the_timeout():
+    front, back = pair()
+    llm = ScriptedLLM(ScriptedResponse("A long story", hang=True))
+    conversation = Conversation(llm, context=FakeContext(), runtime=back,
+                                output_topic=VOICE_OUTPUT_TOPIC)
+    back.register("server", serve("conversation", conversation))
+    proxy = front.register("proxy", remote("conversation", dead_after_s=0.3, timeout_s=0.5))
+    router = AgentRouter({"conversation": proxy}, SingleDestination(),
+                         output=lambda *a: asyncio.sleep(0))
+    async with two_runtimes(front, back):
+        assert (await router.handle(turn("t1"))).status == "failed"
+        with pytest.raises(TimeoutError, match="died and was not back within 0.5s"):
+            await proxy.routing_aid("p1")

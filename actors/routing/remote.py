@@ -42,7 +42,10 @@ new incarnation (a heartbeat with a newer epoch), it is dead: the call fails at
 once with ``DestinationDied`` (a cancelled call stops draining), and with
 ``output_topic`` the proxy publishes the final frame of every reply stream the call
 had open, under the destination's source, so the renderer closes it now instead of
-waiting out its idle timeout.
+waiting out its idle timeout. Until that runtime heartbeats again (a new incarnation,
+once its supervisor restarted it; or the same one, if it was only silent), the proxy's
+next requests wait for it (at most ``timeout_s``) instead of being sent to nobody, so
+the next turn is answered as soon as it is back.
 
 Asks time out after ``timeout_s``: a routing aid that cannot be had makes the
 destination ineligible, a failed admission counts as a decline, an unanswered ``answer``
@@ -178,6 +181,9 @@ class RemoteAgent(Agent):
         self._calls: dict[str, _ProxyCall] = {}
         self._by_turn: dict[tuple[str, str], _ProxyCall] = {}
         """The same calls by (participant, turn id): what their reply fragments carry."""
+        self._dead: tuple[str, int] | None = None
+        """The (runtime, epoch) found dead, until that runtime heartbeats again."""
+        self._revived = asyncio.Event()
         self._log = get_logger(actor=f"remote.{name}")
 
     def handlers(self) -> dict[Topic, str]:
@@ -210,6 +216,9 @@ class RemoteAgent(Agent):
         self._calls[call_id] = self._by_turn[pid, turn.turn_id] = call
         request = RouteAnswer(call_id, turn, self._route(), self.events.name, routed.focused if routed else False)
         try:
+            if not await self._revival():
+                raise RemoteAnswerError(f"remote {self.remote_name}: the answer was not accepted:"
+                                        f" {self._dead_reason()}")
             try:
                 accepted = await runtime.ask(self.topics.answer, request, reply_type=RouteAccepted,
                                              participant_id=pid, source=self.name,
@@ -234,7 +243,7 @@ class RemoteAgent(Agent):
                     else:
                         raise RemoteAnswerError(f"remote {self.remote_name}: {event.error or 'the answer was cancelled'}")
             except DestinationDied:
-                self._close_streams(call)
+                self._buried(call)
                 raise
             except (asyncio.CancelledError, Exception) as error:
                 if not isinstance(error, RemoteAnswerError):
@@ -257,6 +266,9 @@ class RemoteAgent(Agent):
     async def _on_heartbeat(self, metrics: RuntimeMetrics, ctx: RuntimeContext) -> None:
         """A runtime's heartbeat: its calls' destination is alive, or restarted (a newer epoch)."""
         sender, epoch = ctx.metadata.sender, ctx.metadata.epoch
+        if self._dead is not None and self._dead[0] == sender and epoch >= self._dead[1]:
+            self._dead = None
+            self._revived.set()
         for call in self._calls.values():
             if call.runtime != sender:
                 continue
@@ -323,7 +335,7 @@ class RemoteAgent(Agent):
             try:
                 event = await self._next_event(call, deadline)
             except DestinationDied:
-                self._close_streams(call)
+                self._buried(call)
                 return
             if event is None:
                 self._log.warning("remote.drain_timeout", participant=call.participant_id,
@@ -332,8 +344,12 @@ class RemoteAgent(Agent):
             if event.kind != "started":
                 return
 
-    def _close_streams(self, call: _ProxyCall) -> None:
-        """The destination died: publish the final frame of each reply stream it left open."""
+    def _buried(self, call: _ProxyCall) -> None:
+        """The call's runtime died: remember it, and publish the final frame of each reply
+        stream it left open."""
+        if call.runtime is not None:
+            self._dead = (call.runtime, call.epoch)
+            self._revived.clear()
         self._log.warning("remote.destination_died", participant=call.participant_id,
                           turn=call.turn_id, reason=call.died, streams_closed=len(call.streams))
         runtime = self.runtime
@@ -350,7 +366,23 @@ class RemoteAgent(Agent):
         if runtime is not None and runtime.running:
             runtime.send(self.topics.signal, RouteSignal(call_id, kind), participant_id=participant_id, source=self.name)
 
+    async def _revival(self) -> bool:
+        """Wait (at most ``timeout_s``) for a dead destination to heartbeat again; False if not."""
+        if self._dead is None:
+            return True
+        try:
+            await asyncio.wait_for(self._revived.wait(), self.timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    def _dead_reason(self) -> str:
+        runtime = self._dead[0] if self._dead is not None else "?"
+        return f"its process {runtime!r} died and was not back within {self.timeout_s:g}s"
+
     async def _ask(self, topic: Topic, message: Any, participant_id: str, reply_type: Any) -> Any:
+        if not await self._revival():
+            raise TimeoutError(f"remote {self.remote_name}: {self._dead_reason()}")
         return await self._runtime().ask(topic, message, reply_type=reply_type, participant_id=participant_id,
                                          source=self.name, timeout=self.timeout_s)
 
