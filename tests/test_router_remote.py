@@ -292,14 +292,18 @@ async def test_a_destination_replaced_by_a_new_incarnation_fails_its_call_at_onc
     recorder = front.register("recorder", OutputRecorder())
     llm = ScriptedLLM(ScriptedResponse("A long story", hang=True))
     router = dying_stack(front, back, llm, 30.0)
+    proxy = front.agent("proxy")
     async with two_runtimes(front, back):
         pending = asyncio.create_task(router.handle(turn("t1")))
         await recorder.wait_for(lambda frames: len(frames) == 3)
-        # The process restarted: a runtime of the same name with a newer epoch heartbeats.
-        async with AgentRuntime(front.address, name="back", metrics_interval=0.05):
+        # The process restarted: a runtime of the same name with a newer epoch heartbeats
+        # (once at start, the next one only in 30 s).
+        async with AgentRuntime(front.address, name="back", metrics_interval=30):
             result = await asyncio.wait_for(pending, 10)  # long before dead_after_s (30 s)
-        assert result.status == "failed" and "restarted" in result.error
-        await recorder.wait_for(lambda frames: recorder.finals() == 1)
+            assert result.status == "failed" and "restarted" in result.error
+            await recorder.wait_for(lambda frames: recorder.finals() == 1)
+            # The new incarnation is up: the next request goes at once, it waits for nothing.
+            assert (await proxy.routing_aid("p1")).description
 
 
 class DeafToCancel(DestinationServer):

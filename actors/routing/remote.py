@@ -103,7 +103,7 @@ class _ProxyCall:
     """One answer call in flight at the proxy: its events, and what death detection needs."""
 
     __slots__ = ("participant_id", "turn_id", "events", "arrived", "runtime", "epoch", "seen_at",
-                 "died", "streams")
+                 "died", "replaced", "streams")
 
     def __init__(self, participant_id: str, turn_id: str) -> None:
         self.participant_id = participant_id
@@ -117,6 +117,8 @@ class _ProxyCall:
         self.seen_at = 0.0
         """When that runtime was last heard from (loop time)."""
         self.died: str | None = None
+        self.replaced = False
+        """Whether it died by being replaced: a new incarnation has heartbeat already."""
         self.streams: dict[str, str] = {}
         """Reply streams the call has open: response id -> the source publishing it."""
 
@@ -276,6 +278,7 @@ class RemoteAgent(Agent):
                 call.seen_at = asyncio.get_running_loop().time()
             elif epoch > call.epoch and call.died is None:
                 call.died = f"its process {sender!r} was restarted (a new incarnation)"
+                call.replaced = True
                 call.arrived.set()
 
     async def _on_output(self, message: ResponseOutput, ctx: RuntimeContext) -> None:
@@ -347,7 +350,7 @@ class RemoteAgent(Agent):
     def _buried(self, call: _ProxyCall) -> None:
         """The call's runtime died: remember it, and publish the final frame of each reply
         stream it left open."""
-        if call.runtime is not None:
+        if call.runtime is not None and not call.replaced:  # replaced: the new one is up already
             self._dead = (call.runtime, call.epoch)
             self._revived.clear()
         self._log.warning("remote.destination_died", participant=call.participant_id,
