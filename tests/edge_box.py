@@ -101,7 +101,7 @@ class UpProcess:
 
     async def line(self, prefix: str, *, after: int = 0,
                    timeout: float = 40) -> tuple[int, float, str]:
-        """The first line from index ``after`` on starting with ``prefix``: (index, arrival, text)."""
+        """The first line from index ``after`` on with ``prefix``: (index, arrival, text)."""
         async def find() -> tuple[int, float, str]:
             index = after
             while True:

@@ -441,7 +441,8 @@ async def test_after_a_death_the_next_requests_wait_for_the_destination_to_heart
         assert (await router.handle(turn("t1"))).status == "failed"  # taken for dead
         aid = asyncio.create_task(proxy.routing_aid("p1"))
         aid.add_done_callback(lambda _: order.append("answered"))
-        async with AgentRuntime(front.address, name="back", metrics_interval=0.05):  # back: restarted
+        # back, restarted:
+        async with AgentRuntime(front.address, name="back", metrics_interval=0.05):
             await beats.beat.wait()
             order.append("heartbeat")
             assert (await aid).description

@@ -135,7 +135,8 @@ def router_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInsta
     runtime.register("router", AgentRouter(
         destinations, decisions, default=config.router.default or next(iter(config.destinations), None),
         query_topic=QUERY_TOPIC, output_topic=VOICE_OUTPUT_TOPIC,
-        interrupted_topic=INTERRUPTED_TOPIC, shutdown_grace_s=SHUTDOWN_GRACE_SHARE * config.supervisor.shutdown_timeout_s, **options,
+        interrupted_topic=INTERRUPTED_TOPIC,
+        shutdown_grace_s=SHUTDOWN_GRACE_SHARE * config.supervisor.shutdown_timeout_s, **options,
     ))
 
 

@@ -197,7 +197,8 @@ class Supervisor:
         try:
             await runtime.start()
         except Exception as error:  # the box runs without the watch, as it did before it
-            self.say(f"cannot join the bus to watch heartbeats ({error!r}); liveness is not watched")
+            self.say(f"cannot join the bus to watch heartbeats ({error!r});"
+                     " liveness is not watched")
             return
         self._bus_runtime = runtime
         self._watch_task = asyncio.create_task(self._watch(), name="xrmq-supervisor-liveness")

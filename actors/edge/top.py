@@ -102,7 +102,8 @@ class TopView:
             rows.append(RuntimeRow(
                 runtime=name, pid=state.pid, age_s=0.0, restarts=state.restarts,
                 published_per_s=None, delivered_per_s=None, published=0, delivered=0, gaps=0,
-                stale=0, rejected=0, overflow=0, handler_errors=0, actors={}, gauges={}, state=state.state, reason=state.reason,
+                stale=0, rejected=0, overflow=0, handler_errors=0, actors={}, gauges={},
+                state=state.state, reason=state.reason,
             ))
         for name in sorted(self._runtimes):
             seen = self._runtimes[name]
