@@ -44,6 +44,8 @@ class ProcessState(msgspec.Struct, frozen=True, omit_defaults=True):
     "stay_down"``): it is left down, and ``reason`` says why.
     """
 
+    process: str
+    """The process's label (its runtime's name; ``bus`` for the broker)."""
     state: ProcessStateName
     pid: int = 0
     restarts: int = 0
@@ -54,10 +56,15 @@ class SupervisorReport(msgspec.Struct, frozen=True, omit_defaults=True):
     """The supervisor's periodic report (``xrmq up``): every process it runs and its state.
 
     It is also the supervisor's probe of the broker: its own report coming back through
-    the broker shows the broker is alive.
+    the broker shows the broker is alive. Immutable all the way down (a tuple), so every
+    local subscriber shares one decoded report.
     """
 
     supervisor: str
     pid: int
     timestamp_us: int
-    processes: dict[str, ProcessState] = {}
+    processes: tuple[ProcessState, ...] = ()
+
+    def by_process(self) -> dict[str, ProcessState]:
+        """The processes by label."""
+        return {state.process: state for state in self.processes}

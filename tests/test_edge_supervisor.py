@@ -151,7 +151,7 @@ class Reports(Agent):
         return {SUPERVISOR_TOPIC: "on_report"}
 
     async def on_report(self, report: SupervisorReport, ctx: RuntimeContext) -> None:
-        state = report.processes.get(self.process)
+        state = report.by_process().get(self.process)
         if state is not None and state.state == "down":
             self.report = report
             self.down.set()
@@ -179,7 +179,7 @@ roles = ["edge_roles:crash"]
         async with runtime:
             await asyncio.wait_for(reports.down.wait(), 20)  # what `xrmq top` shows
             assert await echo(bus, "p1", "still here") == "echo:still here"
-        states = reports.report.processes
+        states = reports.report.by_process()
         assert states["flapping"].reason.startswith(reason) and states["flapping"].pid == 0
         assert states["echo"].state == "running" and states["bus"].state == "running"
         up.send_signal(signal.SIGTERM)
@@ -241,10 +241,10 @@ roles = ["edge_roles:echo"]
         runtime.register("ticks", ticks)
         async with runtime:
             await asyncio.wait_for(ticks.enough.wait(), 30)
-        echo_state = ticks.last.processes["echo"]
+        echo_state = ticks.last.by_process()["echo"]
         # Its heartbeat was not judged while the broker was down:
         assert (echo_state.state, echo_state.restarts) == ("running", 0)
-        assert ticks.last.processes["bus"].restarts == 1
+        assert ticks.last.by_process()["bus"].restarts == 1
         up.send_signal(signal.SIGTERM)
         rest = up.stdout.read().splitlines()
         assert up.wait(timeout=30) == 0

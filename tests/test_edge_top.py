@@ -83,11 +83,11 @@ def test_a_process_left_down_a_restarting_one_and_a_stuck_actor_are_shown():
     view.observe(metrics("router", at_s=1.0, actors={"router": 3, "proxy": 0},
                          stuck={"router": 12.0}), received_at=0.0)
     view.observe(metrics("conversation", at_s=1.0), received_at=0.0)
-    view.observe_supervisor(SupervisorReport("xrmq up", 7, 0, {
-        "router": ProcessState("running", pid=42),
-        "conversation": ProcessState("restarting", restarts=2),
-        "renderer": ProcessState("down", reason="gave up on renderer: 5 crashes (limit 5)"),
-    }))
+    view.observe_supervisor(SupervisorReport("xrmq up", 7, 0, (
+        ProcessState("router", "running", pid=42),
+        ProcessState("conversation", "restarting", restarts=2),
+        ProcessState("renderer", "down", reason="gave up on renderer: 5 crashes (limit 5)"),
+    )))
     rows = {row.runtime: row for row in view.rows(now=1.0)}
     # It never reported: a row of its own.
     assert (rows["renderer"].state, rows["renderer"].pid) == ("down", 0)

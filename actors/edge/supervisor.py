@@ -246,12 +246,13 @@ class Supervisor:
 
     def report(self) -> SupervisorReport:
         """Every supervised process's state now (``xrmq top`` shows the ones down from it)."""
-        processes = {
-            child.label: ProcessState(child.state, pid=child.proc.pid if child.proc is not None
-                                      and child.state in ("starting", "running") else 0,
-                                      restarts=child.restarts, reason=child.reason)
+        processes = tuple(
+            ProcessState(child.label, child.state,
+                         pid=child.proc.pid if child.proc is not None
+                         and child.state in ("starting", "running") else 0,
+                         restarts=child.restarts, reason=child.reason)
             for child in self._children.values()
-        }
+        )
         return SupervisorReport("xrmq up", os.getpid(), time.time_ns() // 1000, processes)
 
     def heartbeat(self, metrics: RuntimeMetrics) -> None:

@@ -95,7 +95,7 @@ class TopView:
     def rows(self, now: float) -> list[RuntimeRow]:
         """One row per runtime, by name; ``now`` is on the clock ``observe`` was given."""
         rows = []
-        processes = self._supervisor.processes if self._supervisor is not None else {}
+        processes = self._supervisor.by_process() if self._supervisor is not None else {}
         never_reported = {name: state for name, state in processes.items()
                           if name not in self._runtimes and state.state != "running"}
         for name, state in never_reported.items():
