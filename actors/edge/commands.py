@@ -82,7 +82,9 @@ def run_up(args: argparse.Namespace) -> int:
         check_roles(config)
         print(f"xrmq up: {config.source}: ok ({len(config.processes)} processes)")
         return 0
-    return run(_supervise(config, args.config))
+    from .process import exit_process
+
+    exit_process(run(_supervise(config, args.config)))  # every child is gone: no teardown needed
 
 
 async def _supervise(config: EdgeConfig, path: str | None) -> int:
@@ -92,12 +94,12 @@ async def _supervise(config: EdgeConfig, path: str | None) -> int:
 
 
 def run_run(args: argparse.Namespace) -> int:
-    from .process import run_process, select_instance
+    from .process import exit_process, run_process, select_instance
 
     config = _config(args.config)
     instance = select_instance(config, args.target, args.shard)
     run(run_process(config, instance))
-    return 0
+    exit_process(0)
 
 
 def run_record(args: argparse.Namespace) -> int:

@@ -11,7 +11,12 @@
   context: the router calls it after cancelling and draining that participant's turns,
   which is when seed 000 says the context may be cleared.
 - ``router``: the ``AgentRouter`` actor on the query, interrupted and participant topics,
-  reaching every destination through a remote proxy.
+  reaching every destination through a remote proxy that takes a destination silent
+  for ``router.destination_dead_after_s`` as dead (its answer fails, its reply stream
+  gets its final frame).
+
+On SIGTERM the router and the conversation servers let answers in flight finish for
+70% of ``supervisor.shutdown_timeout_s``, then cancel what is left.
 - ``renderer``: a ``VoiceRenderer`` with a console sink on the voice output topic.
 
 Every process derives the same ``ContextPlan`` from the config, so the section actors,
@@ -128,6 +133,11 @@ class ClearingDestination:
         await self.context.clear(participant_id)
 
 
+SHUTDOWN_GRACE_SHARE = 0.7
+"""Of ``supervisor.shutdown_timeout_s``, the share the router and each destination let
+answers in flight finish on SIGTERM before they cancel them (each gets its final frame)."""
+
+
 def conversation_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
     plan = plan_of(config)
     context = ContextManager(create_llm(config.models.compaction), **config.context.manager_kwargs(),
@@ -145,11 +155,17 @@ def conversation_role(runtime: AgentRuntime, config: EdgeConfig, process: Proces
             output_topic=VOICE_OUTPUT_TOPIC,
         )
         agent: RoutableAgent = ClearingDestination(conversation, context)
-        runtime.register(f"{name}-server", serve(name, agent))
+        grace = SHUTDOWN_GRACE_SHARE * config.supervisor.shutdown_timeout_s
+        runtime.register(f"{name}-server", serve(name, agent, shutdown_grace_s=grace))
 
 
 def router_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
-    destinations = {name: runtime.register(f"{name}-proxy", remote(name)) for name in config.destinations}
+    dead_after = config.router.destination_dead_after_s
+    destinations = {
+        name: runtime.register(f"{name}-proxy", remote(name, dead_after_s=dead_after,
+                                                       output_topic=VOICE_OUTPUT_TOPIC))
+        for name in config.destinations
+    }
     decisions = {
         "first": lambda: SingleDestination(),
         "rules": lambda: KeywordDecisions(),
@@ -158,7 +174,9 @@ def router_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInsta
     options = {} if config.router.history_limit is None else {"history_limit": config.router.history_limit}
     runtime.register("router", AgentRouter(
         destinations, decisions, default=config.router.default or next(iter(config.destinations), None),
-        query_topic=QUERY_TOPIC, output_topic=VOICE_OUTPUT_TOPIC, interrupted_topic=INTERRUPTED_TOPIC, **options,
+        query_topic=QUERY_TOPIC, output_topic=VOICE_OUTPUT_TOPIC,
+        interrupted_topic=INTERRUPTED_TOPIC,
+        shutdown_grace_s=SHUTDOWN_GRACE_SHARE * config.supervisor.shutdown_timeout_s, **options,
     ))
 
 
