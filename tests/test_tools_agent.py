@@ -308,8 +308,8 @@ async def test_slash_compact_in_chat_compacts_at_the_tools_destination_over_the_
         for index in range(1, 15):
             await agent.answer(turn(f"t{index}", f"Read probe {index}."), started=never_started)
         toolcall = await compact(front, "p1", "/compact toolcall", "lab-tools")
-        summary = await compact(front, "p1", "/compact lab-tools", None)
-        unnamed = await compact(front, "p1", "/compact", None)
+        summary = await compact(front, "p1", "/compact summary lab-tools", None)
+        unnamed = await compact(front, "p1", "/compact summary", None)
         missing = await compact(front, "p1", "/compact toolcall nowhere", None, timeout=0.5)
     assert toolcall.startswith("xrmq chat: compacted tool results at lab-tools: 2 reclaimed (")
     assert summary.startswith("xrmq chat: summary at lab-tools: compacted (")

@@ -6,12 +6,13 @@ when no complete answer came within ``--timeout``.
 
 ``chat`` reads lines from stdin and asks each as a query of one participant, printing
 the reply as it streams (``conversation: ...``); the next line is asked once the
-reply is complete. ``/quit`` or end of input leaves. ``/compact [toolcall] [DESTINATION]``
-compacts this participant's transcript at a tools destination (seed 002: tier 1 with
-``toolcall``, else a summary), by default the destination that answered last. It talks
-to a running ``xrmq up`` on ``--bus``, or with ``--embedded`` to a stack of the embedded
-default it starts itself on a private bus (``EmbeddedStack``). It prints ``xrmq chat:
-ready ...`` once it can take the first line.
+reply is complete. ``/quit`` or end of input leaves; ``/compact [SECTION]`` compacts the
+participant's context now and prints what happened (seed 002), and ``/compact toolcall
+[DESTINATION]`` or ``/compact summary [DESTINATION]`` compacts the participant's
+transcript at a tools destination (tier 1, or a summary), by default the destination
+that answered last. It talks to a running ``xrmq up`` on ``--bus``, or with
+``--embedded`` to a stack of the embedded default it starts itself on a private bus
+(``EmbeddedStack``). It prints ``xrmq chat: ready ...`` once it can take the first line.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from xrmq.actors.runtime import AgentRuntime, AskError
 from xrmq.actors.tools.control import compact_topic
 from xrmq.schemas.tools import CompactReply, CompactRequest
 
-from .config import default_config
+from .config import EdgeConfig, default_config
 from .embedded import EmbeddedStack
 from .replies import ReplyCollector, Turn, ask
 
@@ -91,7 +92,7 @@ def _read_lines(stream: TextIO, queue: asyncio.Queue[str | None], loop: asyncio.
 
 
 async def chat(bus: str, participant_id: str, *, timeout: float, stdin: TextIO = sys.stdin,
-               out: TextIO = sys.stdout) -> int:
+               out: TextIO = sys.stdout, config: EdgeConfig | None = None) -> int:
     """The chat loop on ``bus`` (see the module docstring); 0 when the user leaves."""
     printer = _StreamPrinter(out)
     collector = ReplyCollector(on_fragment=printer)
@@ -111,9 +112,17 @@ async def chat(bus: str, participant_id: str, *, timeout: float, stdin: TextIO =
                 break
             if not line.strip():
                 continue
-            if line.strip().split()[0] == COMPACT:
+            command, _, argument = line.strip().partition(" ")
+            if command == COMPACT and argument.split()[:1] in (["toolcall"], ["summary"]):
                 done = await compact(runtime, participant_id, line.strip(), printer.last_source)
                 print(done, file=out, flush=True)
+                continue
+            if command == COMPACT:
+                from .context_commands import compact_in_chat
+
+                outcome = await compact_in_chat(config or default_config(), bus, participant_id,
+                                                argument)
+                print(outcome, file=out, flush=True)
                 continue
             turn = ask(runtime, collector, participant_id, line.strip())
             try:
@@ -126,14 +135,14 @@ async def chat(bus: str, participant_id: str, *, timeout: float, stdin: TextIO =
 
 async def compact(runtime: AgentRuntime, participant_id: str, line: str, last: str | None, *,
                   timeout: float = 10.0) -> str:
-    """Run ``/compact [toolcall] [DESTINATION]``; the line to print."""
+    """Run ``/compact toolcall|summary [DESTINATION]``; the line to print."""
     words = line.split()[1:]
     tier = "toolcall" if words[:1] == ["toolcall"] else "summary"
     words = words[1:] if words[:1] in (["toolcall"], ["summary"]) else words
     destination = words[0] if words else last
     if destination is None:
         return ("xrmq chat: /compact: no destination answered yet; "
-                "name one: /compact [toolcall] DESTINATION")
+                "name one: /compact toolcall|summary DESTINATION")
     try:
         reply = await runtime.ask(compact_topic(destination), CompactRequest(tier),
                                   reply_type=CompactReply, participant_id=participant_id,
@@ -156,7 +165,8 @@ async def chat_embedded(participant_id: str, *, timeout: float, stdin: TextIO = 
     """``chat`` against a stack of the embedded default started here; 1 if the stack stops by itself."""
     print("xrmq chat: starting an embedded edge stack...", file=out, flush=True)
     async with EmbeddedStack(default_config()) as stack:
-        session = asyncio.create_task(chat(stack.bus, participant_id, timeout=timeout, stdin=stdin, out=out))
+        session = asyncio.create_task(chat(stack.bus, participant_id, timeout=timeout, stdin=stdin,
+                                           out=out, config=stack.config))
         failed = asyncio.create_task(stack.wait_failed())
         await asyncio.wait([session, failed], return_when=asyncio.FIRST_COMPLETED)
         if session.done():
