@@ -1,12 +1,15 @@
 """``xrmq say`` and ``xrmq chat``: text front ends of an edge box.
 
-``say`` publishes one ``UserQuery`` and prints the whole reply to it (every fragment
-with its request id, router text first), then exits: 0, or non-zero with a message
-when no complete answer came within ``--timeout``.
+``say`` publishes one ``UserQuery`` and prints the whole reply to it (router text
+first), then exits: 0; 1 when the router ended the turn without an answer (a failed
+model, no destination, a destination that restarted mid-turn), printing
+``xrmq say: turn <status>: <Kind>: <cause>`` on stderr as soon as the router's
+``TurnEnded`` arrives; 2 when no complete answer came within ``--timeout``.
 
 ``chat`` reads lines from stdin and asks each as a query of one participant, printing
 the reply as it streams (``conversation: ...``); the next line is asked once the
-reply is complete. ``/quit`` or end of input leaves. It talks to a running ``xrmq up``
+reply is complete; a failed turn is shown (``xrmq chat: turn failed: ...`` on stderr)
+and the chat goes on. ``/quit`` or end of input leaves. It talks to a running ``xrmq up``
 on ``--bus``, or with ``--embedded`` to a stack of the embedded default it starts
 itself on a private bus (``EmbeddedStack``). It prints ``xrmq chat: ready ...`` once it
 can take the first line.
@@ -26,6 +29,8 @@ from .embedded import EmbeddedStack
 from .replies import ReplyCollector, Turn, ask
 
 QUIT = "/quit"
+OUTCOME_GRACE_S = 1.0
+"""How long ``say`` waits after a destination's final frame for the router's ``TurnEnded``."""
 
 
 async def say(bus: str, participant_id: str, text: str, *, timeout: float, out: TextIO = sys.stdout) -> int:
@@ -36,7 +41,13 @@ async def say(bus: str, participant_id: str, text: str, *, timeout: float, out: 
     async with runtime:
         turn = ask(runtime, collector, participant_id, text)
         await turn.wait(timeout)
-    print(turn.spoken, file=out, flush=True)
+        if turn.outcome is None:
+            await turn.wait_outcome(OUTCOME_GRACE_S)
+    if turn.spoken:
+        print(turn.spoken, file=out, flush=True)
+    if turn.failure is not None:
+        print(f"xrmq say: {turn.failure}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 
@@ -108,6 +119,10 @@ async def chat(bus: str, participant_id: str, *, timeout: float, stdin: TextIO =
             except TimeoutError as error:
                 printer.close()
                 print(f"xrmq chat: {error}", file=sys.stderr, flush=True)
+                continue
+            printer.close()
+            if turn.failure is not None:
+                print(f"xrmq chat: {turn.failure}", file=sys.stderr, flush=True)
     return 0
 
 

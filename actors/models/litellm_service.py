@@ -104,6 +104,15 @@ class LiteLLMService(LLMService):
     def __repr__(self) -> str:  # never shows the key
         return f"LiteLLMService({self.model!r}, api_base={self.api_base!r})"
 
+    def prepare(self) -> None:
+        """Import litellm and resolve the model's provider now: seconds, paid before ready
+        instead of in the first turn (and never inside the event loop of a live process)."""
+        litellm = import_litellm()
+        try:
+            litellm.get_llm_provider(model=self.model, api_base=self.api_base)
+        except Exception as error:  # an unknown provider fails the first call with its own error
+            self._log.warning("model_prepare_failed", error=repr(error))
+
     def _arguments(self, litellm: ModuleType, request: ChatRequest, timeout_s: float) -> dict[str, Any]:
         options = request.options
         arguments: dict[str, Any] = dict(self.provider_options)
@@ -165,7 +174,7 @@ class LiteLLMService(LLMService):
                     if response is not None:
                         await response.aclose()
             except Exception as exc:
-                error = _model_error(litellm, self.model, exc, timeout_s)
+                error = _model_error(litellm, self.model, exc, timeout_s, self.api_base)
                 if not delivered and error.retryable and attempt < self.retries:
                     attempt += 1
                     self._log.warning("model_retry", attempt=attempt, reason=error.reason)
@@ -177,11 +186,19 @@ class LiteLLMService(LLMService):
             return
 
 
-def _model_error(litellm: ModuleType, model: str, exc: Exception, timeout_s: float) -> ModelError:
+_CONNECT_FAILURES = ("cannot connect to host", "connection refused", "connect call failed",
+                     "connection error", "name or service not known", "nodename nor servname")
+"""Texts by which litellm's wrapped exceptions say the server could not be reached at all."""
+
+
+def _model_error(litellm: ModuleType, model: str, exc: Exception, timeout_s: float,
+                 api_base: str | None = None) -> ModelError:
     """Map a litellm (or asyncio) exception to the ``ModelError`` family.
 
     litellm wraps a failure raised while streaming in ``MidStreamFallbackError``; the
-    kind of failure is that of the exception it wraps.
+    kind of failure is that of the exception it wraps. A server that cannot be reached
+    at all (litellm reports it as a connection or an internal server error, depending on
+    the provider) reads ``cannot connect to <api_base>``.
     """
     errors = litellm.exceptions
     while isinstance(exc, errors.MidStreamFallbackError) and exc.original_exception is not None:
@@ -197,6 +214,10 @@ def _model_error(litellm: ModuleType, model: str, exc: Exception, timeout_s: flo
         exc,
         errors.APIConnectionError | errors.InternalServerError | errors.ServiceUnavailableError,
     ):
+        if isinstance(exc, errors.APIConnectionError) or any(
+            text in str(exc).lower() for text in _CONNECT_FAILURES
+        ):
+            return ModelUnavailable(model, f"cannot connect to {api_base or 'the provider'} ({detail})")
         return ModelUnavailable(model, f"provider unavailable ({detail})")
     if isinstance(
         exc,

@@ -18,6 +18,7 @@ route.NAME.admit    RouteAdmit      ask      Admission
 route.NAME.release  RouteRequest    ask      None, after ``release()`` returned
 route.NAME.left     RouteRequest    ask      None, after ``participant_left()`` returned
 route.NAME.answer   RouteAnswer     ask      True once the answer task runs
+route.NAME.status   RouteCallStatus ask      CallState of one answer call
 route.NAME.signal   RouteSignal     publish  ``proceed`` / ``cancel`` one call
 (RouteAnswer.events) RouteEvent     publish  ``started``, then one of ``done`` /
                                              ``failed`` / ``cancelled``
@@ -33,6 +34,15 @@ raises ``RemoteAnswerError``) or ``cancelled``, each published after the destina
 finished, so after its final frame. When the router cancels the proxy's ``answer()``,
 the proxy publishes ``cancel`` and waits up to ``drain_timeout_s`` for the call to end
 before it re-raises: the remote answer is cancelled and drained like a local one.
+
+While it waits for a call's events, the proxy asks ``status`` after every
+``liveness_s`` of silence: a destination that restarted mid-turn answers ``unknown``
+and one that is gone does not answer, and either fails the call at once
+(``RemoteAnswerError`` naming ``DestinationLost``) instead of leaving the turn open.
+
+Failures travel as ``"<Kind>: <message>"`` (the destination's exception type and
+text): the proxy raises ``RemoteAnswerError`` whose ``cause`` is that string, which the
+router reports in the turn's ``TurnEnded``.
 
 Asks time out after ``timeout_s``: a routing aid that cannot be had makes the
 destination ineligible, a failed admission counts as a decline, an unanswered ``answer``
@@ -50,15 +60,35 @@ from typing import Any
 
 from xrmq.actors.runtime import Agent, RuntimeClosedError, RuntimeContext, get_logger
 from xrmq.schemas import Admission, AgentTurn, DestinationResult, RoutingAid
-from xrmq.schemas.routing import RouteAdmit, RouteAnswer, RouteEvent, RouteRequest, RouteSignal
+from xrmq.schemas.routing import (
+    CallState,
+    RouteAdmit,
+    RouteAnswer,
+    RouteCallStatus,
+    RouteEvent,
+    RouteRequest,
+    RouteSignal,
+)
 from xrmq.topics import Topic
 
 from .agent import RoutableAgent, RoutingTurnContext, Started, check_routable, current_turn_context, routed_turn, routing_aid_of
+from .failure import describe_failure
+
+_FINISHED_KEPT = 256
+"""How many ended call ids a server remembers, to answer ``finished`` to a late status ask."""
 
 
 class RemoteAnswerError(RuntimeError):
-    """A remote destination's answer failed (the message names the remote error), or its
-    server did not accept the call."""
+    """A remote destination's answer failed, or its server did not accept or lost the call.
+
+    ``str(error)`` reads ``remote <name>: <cause>``; ``cause`` is ``"<Kind>: <message>"``
+    (the remote exception's type and text, or ``DestinationLost``/``DestinationUnreachable``
+    when the destination itself failed the call).
+    """
+
+    def __init__(self, name: str, cause: str) -> None:
+        super().__init__(f"remote {name}: {cause}")
+        self.cause = cause
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +101,7 @@ class DestinationTopics:
     left: Topic[RouteRequest]
     answer: Topic[RouteAnswer]
     signal: Topic[RouteSignal]
+    status: Topic[RouteCallStatus]
 
     @classmethod
     def of(cls, name: str) -> DestinationTopics:
@@ -84,6 +115,7 @@ class DestinationTopics:
             left=Topic(prefix + "left", RouteRequest),
             answer=Topic(prefix + "answer", RouteAnswer),
             signal=Topic(prefix + "signal", RouteSignal),
+            status=Topic(prefix + "status", RouteCallStatus),
         )
 
 
@@ -92,20 +124,25 @@ class RemoteAgent(Agent):
 
     Register it with the router's runtime (any actor name) before the runtime starts;
     it receives its answer calls' events there. ``timeout_s`` bounds every ask;
-    ``drain_timeout_s`` bounds the wait for a cancelled answer to end.
+    ``drain_timeout_s`` bounds the wait for a cancelled answer to end; ``liveness_s`` is
+    the silence after which a running call's destination is asked whether it still runs it.
     """
 
-    def __init__(self, name: str, *, timeout_s: float = 5.0, drain_timeout_s: float = 5.0) -> None:
+    def __init__(self, name: str, *, timeout_s: float = 5.0, drain_timeout_s: float = 5.0,
+                 liveness_s: float = 1.0) -> None:
         if not timeout_s > 0:
             raise ValueError("RemoteAgent.timeout_s: must be positive")
         if not drain_timeout_s > 0:
             raise ValueError("RemoteAgent.drain_timeout_s: must be positive")
+        if not liveness_s > 0:
+            raise ValueError("RemoteAgent.liveness_s: must be positive")
         self.remote_name = name
         self.topics = DestinationTopics.of(name)
         self.events = Topic(f"route.{name}.events.{uuid.uuid4().hex}", RouteEvent)
         """This proxy's own topic for its answer calls' events."""
         self.timeout_s = timeout_s
         self.drain_timeout_s = drain_timeout_s
+        self.liveness_s = liveness_s
         self._calls: dict[str, asyncio.Queue[RouteEvent]] = {}
         self._log = get_logger(actor=f"remote.{name}")
 
@@ -139,26 +176,43 @@ class RemoteAgent(Agent):
                                   timeout=self.timeout_s)
             except TimeoutError as error:
                 self._signal(call_id, "cancel", pid)  # in case the request arrives late
-                raise RemoteAnswerError(f"remote {self.remote_name}: the answer was not accepted: {error}") from None
+                raise RemoteAnswerError(self.remote_name, f"DestinationUnreachable: the answer was not accepted: {error}") from None
             except asyncio.CancelledError:
                 await self._cancel(call_id, events, pid)
                 raise
             try:
                 while True:
-                    event = await events.get()
+                    try:
+                        event = await asyncio.wait_for(events.get(), self.liveness_s)
+                    except TimeoutError:
+                        await self._check_alive(call_id, pid)
+                        continue
                     if event.kind == "started":
                         await started()
                         self._signal(call_id, "proceed", pid)
                     elif event.kind == "done":
                         return event.result or DestinationResult()
                     else:
-                        raise RemoteAnswerError(f"remote {self.remote_name}: {event.error or 'the answer was cancelled'}")
+                        raise RemoteAnswerError(self.remote_name, event.error or "Cancelled: the answer was cancelled")
             except (asyncio.CancelledError, Exception) as error:
                 if not isinstance(error, RemoteAnswerError):
                     await self._cancel(call_id, events, pid)
                 raise
         finally:
             del self._calls[call_id]
+
+    async def _check_alive(self, call_id: str, participant_id: str) -> None:
+        """Raise ``RemoteAnswerError`` (``DestinationLost``) unless the destination still runs the call."""
+        try:
+            state = await self._ask(self.topics.status, RouteCallStatus(call_id), participant_id, CallState)
+        except TimeoutError:
+            state = None
+        if state == "unknown":
+            raise RemoteAnswerError(self.remote_name, "DestinationLost: the destination no longer knows this "
+                                    "answer (it restarted mid-turn)")
+        if state is None:
+            raise RemoteAnswerError(self.remote_name, f"DestinationLost: the destination stopped answering "
+                                    f"(no reply to a status check within {self.timeout_s:g}s)")
 
     async def _on_event(self, event: RouteEvent, ctx: RuntimeContext) -> None:
         events = self._calls.get(event.call_id)
@@ -220,12 +274,14 @@ class DestinationServer(Agent):
         self.topics = DestinationTopics.of(name)
         self.agent = agent
         self._calls: dict[str, _Call] = {}
+        self._finished_calls: dict[str, None] = {}
         self._log = get_logger(actor=f"serve.{name}")
 
     def handlers(self) -> dict[Topic, str]:
         topics = self.topics
         return {topics.aid: "_on_aid", topics.admit: "_on_admit", topics.release: "_on_release",
-                topics.left: "_on_left", topics.answer: "_on_answer", topics.signal: "_on_signal"}
+                topics.left: "_on_left", topics.answer: "_on_answer", topics.signal: "_on_signal",
+                topics.status: "_on_status"}
 
     async def on_stop(self) -> None:
         tasks = [call.task for call in self._calls.values() if call.task is not None]
@@ -256,6 +312,11 @@ class DestinationServer(Agent):
         call.task.add_done_callback(lambda task: self._finished(request, events, task))
         return True
 
+    async def _on_status(self, request: RouteCallStatus, ctx: RuntimeContext) -> CallState:
+        if request.call_id in self._calls:
+            return "running"
+        return "finished" if request.call_id in self._finished_calls else "unknown"
+
     async def _on_signal(self, signal: RouteSignal, ctx: RuntimeContext) -> None:
         call = self._calls.get(signal.call_id)
         if call is None:
@@ -279,14 +340,18 @@ class DestinationServer(Agent):
     def _finished(self, request: RouteAnswer, events: Topic[RouteEvent], task: asyncio.Task[DestinationResult]) -> None:
         """Report how the call ended; the destination has finished, so its final frame is out."""
         del self._calls[request.call_id]
+        self._finished_calls[request.call_id] = None
+        if len(self._finished_calls) > _FINISHED_KEPT:
+            del self._finished_calls[next(iter(self._finished_calls))]
         log = self._log.bind(participant=request.turn.participant_id, turn=request.turn.turn_id)
         if task.cancelled():
             event = RouteEvent(request.call_id, "cancelled")
         elif task.exception() is not None:
             log.error("serve.answer_failed", error=repr(task.exception()))
-            event = RouteEvent(request.call_id, "failed", error=repr(task.exception()))
+            event = RouteEvent(request.call_id, "failed", error=describe_failure(task.exception()))
         elif not isinstance(task.result(), DestinationResult):
-            event = RouteEvent(request.call_id, "failed", error=f"answer returned {type(task.result()).__name__}")
+            event = RouteEvent(request.call_id, "failed",
+                               error=f"InvalidResult: answer returned {type(task.result()).__name__}")
         else:
             event = RouteEvent(request.call_id, "done", result=task.result())
         if self.runtime is not None and self.runtime.running:
@@ -301,9 +366,9 @@ def _participant(ctx: RuntimeContext) -> str:
     return ctx.participant_id
 
 
-def remote(name: str, *, timeout_s: float = 5.0, drain_timeout_s: float = 5.0) -> RemoteAgent:
+def remote(name: str, *, timeout_s: float = 5.0, drain_timeout_s: float = 5.0, liveness_s: float = 1.0) -> RemoteAgent:
     """A proxy for destination ``name`` served in another process; register it with the router's runtime."""
-    return RemoteAgent(name, timeout_s=timeout_s, drain_timeout_s=drain_timeout_s)
+    return RemoteAgent(name, timeout_s=timeout_s, drain_timeout_s=drain_timeout_s, liveness_s=liveness_s)
 
 
 def serve(name: str, agent: RoutableAgent) -> DestinationServer:
