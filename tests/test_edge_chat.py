@@ -31,6 +31,6 @@ def test_chat_answers_a_typed_line_from_the_participants_context_and_quits(tmp_p
         assert chat.wait(timeout=30) == 0, chat.stderr.read()[-3000:]
     finally:
         reap(chat)
-    assert answer == "conversation: From what I have: My locker is number 318."
+    assert answer == "conversation: Your locker is number 318."
     assert processes_mentioning(str(tmp_path)) == []
     assert list(tmp_path.iterdir()) == []

@@ -227,3 +227,20 @@ async def first_fragment(bus: str) -> str:
     runtime.register("watch", Watcher())
     async with runtime:
         return await asyncio.wait_for(seen, 30)
+
+
+async def test_chat_shows_a_failed_turn_and_takes_the_next_line(capsys):
+    import io
+
+    from xrmq.actors.edge.chat import chat
+
+    front, _, _ = front_and_back(proxy_timeout_s=0.3)  # nothing serves "conversation"
+    out = io.StringIO()
+    async with front:
+        code = await chat(front.address, "p1", timeout=10,
+                          stdin=io.StringIO("Hello?\nStill nobody?\n/quit\n"), out=out)
+    assert code == 0
+    assert out.getvalue().count("router: Sorry, I can't help with that.\n") == 2
+    errors = capsys.readouterr().err.splitlines()
+    failures = [line for line in errors if line.startswith("xrmq chat: turn unanswered: NoDestination: conversation")]
+    assert len(failures) == 2, errors
