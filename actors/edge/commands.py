@@ -73,13 +73,16 @@ def _config(path: str | None) -> EdgeConfig:
 
 
 def run_up(args: argparse.Namespace) -> int:
+    from .checks import check_bus_free, check_can_answer
     from .roles import check_roles
 
     config = _config(args.config)
+    check_roles(config)
+    check_can_answer(config)
     if args.check:
-        check_roles(config)
         print(f"xrmq up: {config.source}: ok ({len(config.processes)} processes)")
         return 0
+    check_bus_free(config)
     return run(_supervise(config, args.config))
 
 

@@ -6,7 +6,9 @@ supervisor and the supervisor decides the order. Startup follows the ``after``
 dependencies: the broker, then each layer of processes once the previous layer has
 printed its readiness line. Every line a child prints is forwarded, prefixed with its
 name. A child that dies is restarted per its ``RestartPolicy``; when the policy gives
-up, the supervisor says why, stops everything and exits 1. On SIGINT/SIGTERM it stops
+up, the supervisor says why, stops everything and exits 1. A child that exits cleanly
+(exit code 0: someone stopped it) is restarted after the policy's initial delay but
+is not counted as a crash. The ready line names the bus as the string ``--bus`` takes. On SIGINT/SIGTERM it stops
 the processes in reverse dependency order (SIGTERM, then SIGKILL after
 ``supervisor.shutdown_timeout_s``), the broker last, and removes the bus's ipc socket
 files; no process of a child's group outlives it. On Linux each child also gets
@@ -129,7 +131,7 @@ class Supervisor:
                         break
                 else:
                     pids = " ".join(f"{child.label}={child.proc.pid}" for layer in layers for child in layer)
-                    self.say(f"ready bus={self.address.subscribe} {pids}".rstrip())
+                    self.say(f"ready bus={self.config.bus.address} {pids}".rstrip())
                     await self._stop.wait()
         finally:
             self._stop.set()
@@ -208,6 +210,14 @@ class Supervisor:
                 await asyncio.gather(*child.forwarders)  # every line it printed is out
                 if child.terminating or self._stop.is_set():
                     return
+                if returncode == 0:  # a clean stop (SIGTERM from outside): not a crash
+                    delay = child.policy.config.backoff_initial_s
+                    self.say(f"{child.label} exited cleanly (exit code 0), not a crash; restarting in {delay:g}s")
+                    try:
+                        await asyncio.wait_for(self._stop.wait(), delay)
+                    except TimeoutError:
+                        pass
+                    continue
                 decision = child.policy.crashed(loop.time())
                 last = f": {child.last_line}" if child.last_line else ""
                 if not decision.restart:
