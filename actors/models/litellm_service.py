@@ -28,7 +28,7 @@ from .errors import (
 )
 from .reasoning import reasoning_off
 from .service import LLMService
-from .types import ChatRequest, ChatResult, FinishReason, Usage
+from .types import ChatMessage, ChatOptions, ChatRequest, ChatResult, FinishReason, Usage
 
 REASONING_OFF: Mapping[str, Any] = {"reasoning_effort": "none"}
 """What a request with ``thinking=False`` sends to an Anthropic or Gemini reasoning model
@@ -115,12 +115,19 @@ class LiteLLMService(LLMService):
         return f"LiteLLMService({self.model!r}, api_base={self.api_base!r})"
 
     def prepare(self) -> None:
-        """Import litellm and resolve the model's provider now: seconds, paid before ready
-        instead of in the first turn (and never inside the event loop of a live process)."""
+        """Do the first call's one-time work now: import litellm (seconds) and run one
+        streamed completion on litellm's ``mock_response`` with this service's model and
+        arguments (its provider mapping, parameter checks and stream wrapper load lazily
+        on the first call: seconds more). Nothing reaches the network. A process calls it
+        before it reports ready, so its first turn is no slower than the second."""
         litellm = import_litellm()
+        request = ChatRequest((ChatMessage("user", "warm-up"),), ChatOptions(thinking=False))
+        arguments = self._arguments(litellm, request, self.timeout_s)
+        arguments["mock_response"] = "ok"
         try:
-            litellm.get_llm_provider(model=self.model, api_base=self.api_base)
-        except Exception as error:  # an unknown provider fails the first call with its own error
+            for _ in litellm.completion(**arguments):
+                pass
+        except Exception as error:  # the first real call reports its own error
             self._log.warning("model_prepare_failed", error=repr(error))
 
     def _arguments(self, litellm: ModuleType, request: ChatRequest, timeout_s: float) -> dict[str, Any]:
