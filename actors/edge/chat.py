@@ -9,7 +9,11 @@ model, no destination, a destination that restarted mid-turn), printing
 ``chat`` reads lines from stdin and asks each as a query of one participant, printing
 the reply as it streams (``conversation: ...``); the next line is asked once the
 reply is complete; a failed turn is shown (``xrmq chat: turn failed: ...`` on stderr)
-and the chat goes on. ``/quit`` or end of input leaves. It talks to a running ``xrmq up``
+and the chat goes on. A line starting with ``/`` is a chat command, never a query:
+``/help`` lists them, ``/clear`` makes the edge box forget the participant (their
+dialogue and context, as when they leave), ``/quit`` (or end of input) leaves. On a
+terminal, what is typed while a reply streams is not echoed into it: it is asked (and
+shown) once the reply is complete. It talks to a running ``xrmq up``
 on ``--bus``, or with ``--embedded`` to a stack of the embedded default it starts
 itself on a private bus (``EmbeddedStack``). It prints ``xrmq chat: ready ...`` once it
 can take the first line.
@@ -18,17 +22,26 @@ can take the first line.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import threading
+from collections.abc import Iterator
 from typing import TextIO
 
 from xrmq.actors.runtime import AgentRuntime
+from xrmq.schemas import ParticipantLeft
+from xrmq.topics import PARTICIPANT_LEFT_TOPIC
 
 from .config import default_config
 from .embedded import EmbeddedStack
 from .replies import ReplyCollector, Turn, ask
 
 QUIT = "/quit"
+HELP = """chat commands:
+  /help   this list
+  /clear  forget this participant: the edge box drops their dialogue and context
+  /quit   leave (end of input does the same)
+anything else is asked as a query"""
 OUTCOME_GRACE_S = 1.0
 """How long ``say`` waits after a destination's final frame for the router's ``TurnEnded``."""
 
@@ -92,6 +105,29 @@ def _read_lines(stream: TextIO, queue: asyncio.Queue[str | None], loop: asyncio.
     threading.Thread(target=run, name="xrmq-chat-stdin", daemon=True).start()
 
 
+@contextlib.contextmanager
+def _no_echo(stream: TextIO) -> Iterator[None]:
+    """On a terminal, do not echo typed input while a reply streams (it stays buffered
+    and is read, and shown, after the reply)."""
+    try:
+        import termios
+
+        fd = stream.fileno()
+        saved = termios.tcgetattr(fd) if stream.isatty() else None
+    except (ImportError, OSError, ValueError, AttributeError):
+        saved = None
+    if saved is None:
+        yield
+        return
+    quiet = list(saved)
+    quiet[3] &= ~termios.ECHO
+    termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, saved)
+
+
 async def chat(bus: str, participant_id: str, *, timeout: float, stdin: TextIO = sys.stdin,
                out: TextIO = sys.stdout) -> int:
     """The chat loop on ``bus`` (see the module docstring); 0 when the user leaves."""
@@ -103,23 +139,40 @@ async def chat(bus: str, participant_id: str, *, timeout: float, stdin: TextIO =
     prompt = "you> " if stdin.isatty() else ""
     async with runtime:
         _read_lines(stdin, lines, asyncio.get_running_loop())
-        print(f"xrmq chat: ready participant={participant_id} bus={bus} (type {QUIT} or end input to leave)",
-              file=out, flush=True)
+        print(f"xrmq chat: ready participant={participant_id} bus={bus} (type /help for commands, {QUIT} or "
+              "end input to leave)", file=out, flush=True)
         while True:
             out.write(prompt)
             out.flush()
+            typed_while_muted = bool(prompt) and not lines.empty()  # not echoed by the terminal
             line = await lines.get()
-            if line is None or line.strip() == QUIT:
+            text = "" if line is None else line.strip()
+            if typed_while_muted and line is not None:
+                print(line, file=out, flush=True)
+            if line is None or text == QUIT:
                 break
-            if not line.strip():
+            if not text:
                 continue
-            turn = ask(runtime, collector, participant_id, line.strip())
-            try:
-                await turn.wait(timeout)
-            except TimeoutError as error:
-                printer.close()
-                print(f"xrmq chat: {error}", file=sys.stderr, flush=True)
+            if text.startswith("/"):
+                command = text.split()[0]
+                if command == "/help":
+                    print(HELP, file=out, flush=True)
+                elif command == "/clear":
+                    runtime.send(PARTICIPANT_LEFT_TOPIC, ParticipantLeft(), participant_id=participant_id,
+                                 source="text-input")
+                    print(f"xrmq chat: cleared {participant_id}: the edge box forgets their dialogue and context",
+                          file=out, flush=True)
+                else:
+                    print(f"xrmq chat: unknown command {command!r} (/help lists them)", file=out, flush=True)
                 continue
+            turn = ask(runtime, collector, participant_id, text)
+            with _no_echo(stdin):
+                try:
+                    await turn.wait(timeout)
+                except TimeoutError as error:
+                    printer.close()
+                    print(f"xrmq chat: {error}", file=sys.stderr, flush=True)
+                    continue
             printer.close()
             if turn.failure is not None:
                 print(f"xrmq chat: {turn.failure}", file=sys.stderr, flush=True)

@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from xrmq.actors.runtime import run
-from xrmq.actors.runtime.commands import add_bus_argument
+from xrmq.actors.runtime.commands import add_bus_argument, require_broker
 
 from .config import EdgeConfig, default_config, load_config
 
@@ -108,12 +108,16 @@ def run_record(args: argparse.Namespace) -> int:
         raise ValueError("--count: must be >= 1")
     if args.duration is not None and args.duration <= 0:
         raise ValueError("--duration: must be > 0")
+    require_broker(args.bus, endpoint="capture")
     return record(args.bus, args.file, count=args.count, duration=args.duration, out=sys.stdout)
 
 
 def run_replay(args: argparse.Namespace) -> int:
     from .capture import replay
 
+    if not Path(args.file).is_file():
+        raise ValueError(f"{args.file}: no such recording (make one with `xrmq record FILE`)")
+    require_broker(args.bus, endpoint="publish")
     return replay(args.bus, args.file, speed=args.speed, out=sys.stdout)
 
 
@@ -124,16 +128,14 @@ def run_top(args: argparse.Namespace) -> int:
         raise ValueError("--interval and --window: must be > 0")
     if args.expect is not None and args.expect < 1:
         raise ValueError("--expect: must be >= 1")
+    require_broker(args.bus)
     return run(watch(args.bus, once=args.once, as_json=args.json, interval=args.interval,
                      window=args.window, expect=args.expect))
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from xrmq.actors.runtime import configure_logging
-
     from .demo import run_demo as demo
 
-    configure_logging(level=os.environ.get("XRMQ_LOG_LEVEL", "WARNING"))  # this process's own logs: problems only
     return run(demo(sys.stdout, verbose=args.verbose))
 
 
@@ -144,6 +146,7 @@ def run_chat(args: argparse.Namespace) -> int:
         raise ValueError("--timeout: must be > 0")
     if args.embedded:
         return run(chat_embedded(args.participant, timeout=args.timeout))
+    require_broker(args.bus)
     return run(chat(args.bus, args.participant, timeout=args.timeout))
 
 
@@ -154,4 +157,5 @@ def run_say(args: argparse.Namespace) -> int:
         raise ValueError("--timeout: must be > 0")
     if not args.text.strip():
         raise ValueError("TEXT: must be non-empty")
+    require_broker(args.bus)
     return run(say(args.bus, args.participant, args.text, timeout=args.timeout))

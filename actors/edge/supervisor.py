@@ -233,9 +233,16 @@ class Supervisor:
         finally:
             child.finished.set()
 
+    def _child_env(self) -> dict[str, str] | None:
+        """On a terminal, the children log human lines too (their own output is a pipe)."""
+        isatty = getattr(self.out, "isatty", None)
+        if "XRMQ_LOG_FORMAT" in os.environ or not (callable(isatty) and isatty()):
+            return None
+        return {**os.environ, "XRMQ_LOG_FORMAT": "console"}
+
     async def _spawn(self, child: Child, ready: asyncio.Event) -> asyncio.subprocess.Process:
         proc = await asyncio.create_subprocess_exec(
-            *child.argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            *child.argv, env=self._child_env(), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, start_new_session=True, preexec_fn=_die_with_parent(os.getpid()),
             limit=_LINE_LIMIT,
         )

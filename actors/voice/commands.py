@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from xrmq.actors.runtime import AgentRuntime, run
-from xrmq.actors.runtime.commands import add_bus_argument
+from xrmq.actors.runtime.commands import add_bus_argument, require_broker
 from xrmq.schemas import ResponseOutput
 from xrmq.topics import INTERRUPTED_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC, Topic
 
@@ -45,6 +45,7 @@ def build_sink(args: argparse.Namespace) -> Sink:
 
 
 def run_listen(args: argparse.Namespace) -> int:
+    require_broker(args.bus)
     topic = Topic(args.topic, ResponseOutput)
     try:
         sink = build_sink(args)
