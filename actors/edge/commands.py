@@ -18,6 +18,8 @@ def add_commands(subparsers: Any) -> None:
     up = subparsers.add_parser("up", help="start the broker and every process of an edge-box config, supervised")
     up.add_argument("config", nargs="?", help="TOML config (default: the embedded default; see examples/edge-box.toml)")
     up.add_argument("--check", action="store_true", help="validate the config and its roles, start nothing")
+    up.add_argument("--print-systemd", action="store_true",
+                    help="print one systemd unit per process of CONFIG (and xrmq.target), start nothing")
     up.set_defaults(func=run_up)
 
     run = subparsers.add_parser("run", help="run one process of an edge-box config (what 'up' starts)")
@@ -81,6 +83,13 @@ def run_up(args: argparse.Namespace) -> int:
     check_can_answer(config)
     if args.check:
         print(f"xrmq up: {config.source}: ok ({len(config.processes)} processes)")
+        return 0
+    if args.print_systemd:
+        from .systemd import render_units, systemd_units
+
+        if args.config is None:
+            raise ValueError("--print-systemd: name the CONFIG file the units run (e.g. examples/edge-box.toml)")
+        print(render_units(systemd_units(config, args.config)), end="")
         return 0
     check_bus_free(config)
     return run(_supervise(config, args.config))
