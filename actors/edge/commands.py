@@ -1,5 +1,5 @@
-"""Edge-box commands: ``xrmq up``, ``xrmq run``, ``xrmq record``, ``xrmq replay``, ``xrmq top``,
-``xrmq demo``, ``xrmq chat``, ``xrmq say``."""
+"""Edge-box commands: ``xrmq up``, ``xrmq run``, ``xrmq record``, ``xrmq replay``, ``xrmq echo``,
+``xrmq topics``, ``xrmq capture show``, ``xrmq top``, ``xrmq demo``, ``xrmq chat``, ``xrmq say``."""
 
 from __future__ import annotations
 
@@ -33,13 +33,40 @@ def add_commands(subparsers: Any) -> None:
     record.add_argument("file")
     record.add_argument("--count", type=int, help="stop after this many messages")
     record.add_argument("--duration", type=float, help="stop after this many seconds")
+    record.add_argument("--topic", action="append", default=[], metavar="PATTERN",
+                        help="record only topics matching this glob (repeatable; default: every topic)")
     record.set_defaults(func=run_record)
 
     replay = subparsers.add_parser("replay", help="publish a recorded capture file onto a bus, in order and pace")
     add_bus_argument(replay)
     replay.add_argument("file")
     replay.add_argument("--speed", type=float, default=1.0, help="pace factor: 2 is twice as fast, inf back to back")
+    replay.add_argument("--only", action="append", default=[], metavar="PATTERN",
+                        help="replay only topics matching this glob (repeatable; default: every topic but "
+                             "those the box derives: route.*, _inbox.*, context.*, xrmq.*, voice.output, ...)")
+    replay.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
+                        help="also leave out topics matching this glob (repeatable)")
     replay.set_defaults(func=run_replay)
+
+    echo = subparsers.add_parser("echo", help="print every message of one topic as it arrives")
+    add_bus_argument(echo)
+    echo.add_argument("topic", help="topic name (standard topics are decoded with their schema)")
+    echo.add_argument("--participant", help="only this participant's messages")
+    echo.add_argument("--json", action="store_true", help="one JSON object per line")
+    echo.add_argument("--count", type=int, help="stop after this many messages")
+    echo.set_defaults(func=run_echo)
+
+    topics = subparsers.add_parser("topics", help="topics seen on the bus: messages, rates, publishers, participants")
+    add_bus_argument(topics)
+    topics.add_argument("--window", type=float, default=3.0, help="seconds to watch (default 3)")
+    topics.set_defaults(func=run_topics)
+
+    capture = subparsers.add_parser("capture", help="work with recordings of 'xrmq record'")
+    capture_commands = capture.add_subparsers(dest="capture_command", required=True)
+    show = capture_commands.add_parser("show", help="print a recording, one message per line")
+    show.add_argument("file")
+    show.add_argument("--json", action="store_true", help="one JSON object per line")
+    show.set_defaults(func=run_capture_show)
 
     top = subparsers.add_parser("top", help="live view of every runtime: actors, mailboxes, rates, gaps, gauges")
     add_bus_argument(top)
@@ -118,7 +145,10 @@ def run_record(args: argparse.Namespace) -> int:
     if args.duration is not None and args.duration <= 0:
         raise ValueError("--duration: must be > 0")
     require_broker(args.bus, endpoint="capture")
-    return record(args.bus, args.file, count=args.count, duration=args.duration, out=sys.stdout)
+    from .topicfilter import TopicFilter
+
+    return record(args.bus, args.file, count=args.count, duration=args.duration, out=sys.stdout,
+                  topics=TopicFilter(tuple(args.topic)))
 
 
 def run_replay(args: argparse.Namespace) -> int:
@@ -127,7 +157,36 @@ def run_replay(args: argparse.Namespace) -> int:
     if not Path(args.file).is_file():
         raise ValueError(f"{args.file}: no such recording (make one with `xrmq record FILE`)")
     require_broker(args.bus, endpoint="publish")
-    return replay(args.bus, args.file, speed=args.speed, out=sys.stdout)
+    from .topicfilter import replay_filter
+
+    return replay(args.bus, args.file, speed=args.speed, out=sys.stdout, topics=replay_filter(args.only, args.exclude))
+
+
+def run_echo(args: argparse.Namespace) -> int:
+    from .topictools import echo
+
+    if args.count is not None and args.count < 1:
+        raise ValueError("--count: must be >= 1")
+    require_broker(args.bus)
+    return echo(args.bus, args.topic, participant=args.participant, as_json=args.json, out=sys.stdout,
+                count=args.count)
+
+
+def run_topics(args: argparse.Namespace) -> int:
+    from .topictools import topics
+
+    if args.window <= 0:
+        raise ValueError("--window: must be > 0")
+    require_broker(args.bus, endpoint="capture")
+    return topics(args.bus, window=args.window, out=sys.stdout)
+
+
+def run_capture_show(args: argparse.Namespace) -> int:
+    from .topictools import show
+
+    if not Path(args.file).is_file():
+        raise ValueError(f"{args.file}: no such recording (make one with `xrmq record FILE`)")
+    return show(args.file, as_json=args.json, out=sys.stdout)
 
 
 def run_top(args: argparse.Namespace) -> int:
