@@ -2,8 +2,9 @@
 
 The renderer also follows the standard query and interrupted topics, as the voice
 process of an edge box does, so a new query or a barge-in drops stale replies. It
-prints ``xrmq listen: ready ...`` on stdout once its subscriptions are live, and
-stops cleanly on SIGINT/SIGTERM.
+prints ``xrmq listen: ready ...`` on stdout once its subscriptions are live, shows each
+reply on one line as it streams (console), prints ``xrmq listen: wrote PATH`` for each
+WAV file (``--wav-dir``), and stops cleanly on SIGINT/SIGTERM.
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ def build_sink(args: argparse.Namespace) -> Sink:
     if args.sink == "console":
         if args.wav_dir is not None:
             raise ValueError("--wav-dir: only with --sink espeak")
-        return ConsoleSink(words_per_minute=args.wpm)
-    return EspeakSink(wav_dir=args.wav_dir, words_per_minute=args.wpm)
+        return ConsoleSink(words_per_minute=args.wpm, one_line=True)
+    return EspeakSink(wav_dir=args.wav_dir, words_per_minute=args.wpm,
+                      on_written=lambda path: print(f"xrmq listen: wrote {path}", flush=True))
 
 
 def run_listen(args: argparse.Namespace) -> int:
