@@ -22,6 +22,7 @@ _COMMAND_MODULES = (
     "xrmq.actors.runtime.commands",
     "xrmq.actors.edge.commands",
     "xrmq.actors.voice.commands",
+    "xrmq.actors.eval.cli",
 )
 LONG_RUNNING = frozenset({"up", "run", "bus"})
 """Commands whose logs are their output: INFO by default."""
