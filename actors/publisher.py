@@ -30,14 +30,16 @@ APPLICATION = "application"
 
 
 class Publisher:
-    """A synchronous publisher on ``bus`` (default ``$XRMQ_BUS``, else ``default``); see the module docstring.
+    """A synchronous publisher on ``bus`` (default ``$XRMQ_BUS``, else ``default``).
 
     ``name`` names its runtime (the envelope's ``sender``); ``ready_timeout`` bounds the
     wait for the broker on entry (``TimeoutError``). Use it as a context manager, or call
     ``start()`` and ``close()``.
     """
 
-    def __init__(self, bus: str | None = None, *, name: str | None = None, ready_timeout: float = 10.0) -> None:
+    def __init__(
+        self, bus: str | None = None, *, name: str | None = None, ready_timeout: float = 10.0
+    ) -> None:
         self.bus = bus or os.environ.get("XRMQ_BUS", DEFAULT_BUS)
         self._runtime = AgentRuntime(self.bus, name=name, ready_timeout=ready_timeout)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -57,12 +59,20 @@ class Publisher:
             raise
         return self
 
-    def publish(self, topic: Topic | str, content: Any, *, participant: str | None = None,
-                source: str = APPLICATION) -> str:
+    def publish(
+        self,
+        topic: Topic | str,
+        content: Any,
+        *,
+        participant: str | None = None,
+        source: str = APPLICATION,
+    ) -> str:
         """Publish one message; returns its message id. ``ValueError`` for content the topic's
         schema rejects, ``RuntimeError`` when not started."""
         if self._loop is None:
-            raise RuntimeError("Publisher.publish: start the publisher first (use it in a 'with' block)")
+            raise RuntimeError(
+                "Publisher.publish: start the publisher first (use it in a 'with' block)"
+            )
         resolved = topic if isinstance(topic, Topic) else topic_for(topic)
         message = parse_content(resolved, content) if isinstance(content, str) else content
 
@@ -92,6 +102,10 @@ class Publisher:
     def __enter__(self) -> Publisher:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
         self.close()

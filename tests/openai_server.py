@@ -43,7 +43,7 @@ class Request:
 
 
 class OpenAIServer:
-    """``with OpenAIServer(Reply(...), ...) as server:`` then ``server.api_base``; see the module docstring."""
+    """``with OpenAIServer(Reply(...), ...) as server:``, then ``server.api_base``."""
 
     def __init__(self, *replies: Reply) -> None:
         self.replies = list(replies) or [Reply()]
@@ -52,7 +52,9 @@ class OpenAIServer:
         self._lock = threading.Lock()
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._http.daemon_threads = True
-        self._thread = threading.Thread(target=self._http.serve_forever, name="openai-server", daemon=True)
+        self._thread = threading.Thread(
+            target=self._http.serve_forever, name="openai-server", daemon=True
+        )
 
     @property
     def api_base(self) -> str:
@@ -94,10 +96,20 @@ class OpenAIServer:
                     server.closed.wait()
                     return
                 if reply.status != 200:
-                    payload = json.dumps({"error": {"message": f"scripted {reply.status}", "type": "scripted",
-                                                    "code": str(reply.status)}}).encode()
+                    payload = json.dumps(
+                        {
+                            "error": {
+                                "message": f"scripted {reply.status}",
+                                "type": "scripted",
+                                "code": str(reply.status),
+                            }
+                        }
+                    ).encode()
                     self.send_response(reply.status)
-                    for name, value in {"content-type": "application/json", **reply.headers}.items():
+                    for name, value in {
+                        "content-type": "application/json",
+                        **reply.headers,
+                    }.items():
                         self.send_header(name, value)
                     self.send_header("content-length", str(len(payload)))
                     self.end_headers()
@@ -111,14 +123,33 @@ class OpenAIServer:
                 model = body.get("model", "m")
                 try:
                     for index, text in enumerate(reply.chunks):
-                        self._event({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": model,
-                                     "choices": [{"index": 0, "delta": {"role": "assistant", "content": text},
-                                                  "finish_reason": None}]})
+                        self._event(
+                            {
+                                "id": "c1",
+                                "object": "chat.completion.chunk",
+                                "created": 1,
+                                "model": model,
+                                "choices": [
+                                    {
+                                        "index": 0,
+                                        "delta": {"role": "assistant", "content": text},
+                                        "finish_reason": None,
+                                    }
+                                ],
+                            }
+                        )
                         if index == 0 and reply.hang == "after_first":
                             server.closed.wait()
                             return
-                    self._event({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": model,
-                                 "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+                    self._event(
+                        {
+                            "id": "c1",
+                            "object": "chat.completion.chunk",
+                            "created": 1,
+                            "model": model,
+                            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                        }
+                    )
                     self.wfile.write(b"data: [DONE]\n\n")
                     self.wfile.flush()
                 except (BrokenPipeError, ConnectionResetError):

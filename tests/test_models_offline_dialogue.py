@@ -14,7 +14,9 @@ from xrmq.actors.models import ChatRequest, OfflineLLM
 from xrmq.actors.models.extractive import GREETING_ANSWER, NO_MATCH_ANSWER, reply
 from xrmq.schemas import ContextBlock
 
-NOW_US = 1_796_123_000_000_000  # 2026-12-01 11:03:20 UTC: its day (01) and month (12) must never match
+NOW_US = (
+    1_796_123_000_000_000  # 2026-12-01 11:03:20 UTC: its day (01) and month (12) must never match
+)
 
 
 class Participant:
@@ -47,21 +49,38 @@ def test_the_demo_dialogue_of_alice_reads_as_a_plausible_conversation():
     alice.sense("scene", "Alice is at the workbench in lab 3 with the oscilloscope on.", state=True)
     alice.sense("notes", "The kettle in lab 3 is set to 85 degrees.")
     assert alice.say("I left the spare key in drawer 12 of the blue cabinet.") == (
-        "Noted: you left the spare key in drawer 12 of the blue cabinet.")
-    assert alice.say("What temperature is the kettle set to?") == "The kettle in lab 3 is set to 85 degrees."
+        "Noted: you left the spare key in drawer 12 of the blue cabinet."
+    )
+    assert (
+        alice.say("What temperature is the kettle set to?")
+        == "The kettle in lab 3 is set to 85 degrees."
+    )
     alice.sense("notes", "The fire drill starts at 14:30 today, assemble at gate B.")
-    assert alice.say("When does the fire drill start?") == "The fire drill starts at 14:30 today, assemble at gate B."
-    assert alice.say("Where did I leave the spare key?") == "You left the spare key in drawer 12 of the blue cabinet."
-    assert alice.say("Which drawer holds the spare key?") == "You left the spare key in drawer 12 of the blue cabinet."
+    assert (
+        alice.say("When does the fire drill start?")
+        == "The fire drill starts at 14:30 today, assemble at gate B."
+    )
+    assert (
+        alice.say("Where did I leave the spare key?")
+        == "You left the spare key in drawer 12 of the blue cabinet."
+    )
+    assert (
+        alice.say("Which drawer holds the spare key?")
+        == "You left the spare key in drawer 12 of the blue cabinet."
+    )
 
 
 def test_the_demo_dialogue_of_bob_acknowledges_then_recalls_in_the_second_person():
     bob = Participant()
     bob.sense("scene", "Bob is at the loading dock next to pallet P-12.", state=True)
-    assert bob.say("My badge number is 4471, please remember it.") == "Noted: your badge number is 4471."
+    assert (
+        bob.say("My badge number is 4471, please remember it.")
+        == "Noted: your badge number is 4471."
+    )
     assert bob.say("What is my badge number?") == "Your badge number is 4471."
     assert bob.say("Which pallet is next to me at the loading dock?") == (
-        "Bob is at the loading dock next to pallet P-12.")
+        "Bob is at the loading dock next to pallet P-12."
+    )
 
 
 def test_a_number_inside_a_date_or_the_clock_line_is_never_a_match():
@@ -81,7 +100,10 @@ def test_the_users_earlier_question_is_never_quoted_as_a_fact():
 def test_a_greeting_is_greeted_and_thanks_are_acknowledged():
     ann = Participant()
     assert ann.say("Hello!") == GREETING_ANSWER
-    assert ann.say("Good morning, my locker is number 318.") == "Hello! Noted: your locker is number 318."
+    assert (
+        ann.say("Good morning, my locker is number 318.")
+        == "Hello! Noted: your locker is number 318."
+    )
     assert ann.say("Hi, which number is my locker?") == "Hello! Your locker is number 318."
     assert ann.say("Thanks!") == "You're welcome."
 
@@ -89,18 +111,31 @@ def test_a_greeting_is_greeted_and_thanks_are_acknowledged():
 def test_it_says_plainly_when_it_does_not_know():
     ann = Participant()
     ann.sense("notes", "The kettle in lab 3 is set to 85 degrees.")
-    assert ann.say("What is the weather in Paris?") == NO_MATCH_ANSWER == "I have nothing about that in what I was given."
+    assert (
+        ann.say("What is the weather in Paris?")
+        == NO_MATCH_ANSWER
+        == "I have nothing about that in what I was given."
+    )
 
 
 def test_a_dialogue_summary_keeps_the_users_fact_not_a_bad_answer():
     """What the demo's compaction keeps of a dialogue (rendered exchanges) still answers right."""
-    summary = ("Summary of earlier conversation: [2026-12-01 12:32:56 UTC] User: I left the spare key in drawer 12 "
-               "of the blue cabinet.\nAssistant: Noted: you left the spare key in drawer 12 of the blue cabinet.\n"
-               "[2026-12-01 12:32:57 UTC] User: What temperature is the kettle set to?")
+    summary = (
+        "Summary of earlier conversation: [2026-12-01 12:32:56 UTC] User: I left the spare key "
+        "in drawer 12 of the blue cabinet.\n"
+        "Assistant: Noted: you left the spare key in drawer 12 of the blue cabinet.\n"
+        "[2026-12-01 12:32:57 UTC] User: What temperature is the kettle set to?"
+    )
     context = [*summary.splitlines(), "Current time: 2026-12-01 12:40:00 UTC"]
-    assert reply("Where is the spare key?", context) == "You left the spare key in drawer 12 of the blue cabinet."
+    assert (
+        reply("Where is the spare key?", context)
+        == "You left the spare key in drawer 12 of the blue cabinet."
+    )
     assert reply("What is the kettle set to?", context) == NO_MATCH_ANSWER
 
 
 def test_the_time_is_told_from_the_clock_line():
-    assert reply("What time is it?", ["Current time: 2026-12-01 12:40:00 UTC"]) == "It is 2026-12-01 12:40:00 UTC."
+    assert (
+        reply("What time is it?", ["Current time: 2026-12-01 12:40:00 UTC"])
+        == "It is 2026-12-01 12:40:00 UTC."
+    )

@@ -13,7 +13,13 @@ import time
 import pytest
 
 from openai_server import OpenAIServer, Reply
-from xrmq.actors.models import ChatMessage, ChatOptions, LiteLLMService, ModelRateLimited, ModelTimeout
+from xrmq.actors.models import (
+    ChatMessage,
+    ChatOptions,
+    LiteLLMService,
+    ModelRateLimited,
+    ModelTimeout,
+)
 from xrmq.actors.models import ModelUnavailable, create_llm, parse_model_spec
 from xrmq.actors.models.litellm_service import import_litellm
 
@@ -28,7 +34,9 @@ def litellm():
     return import_litellm()
 
 
-def openai_service(server: OpenAIServer, model: str = "openai/gpt-4o-mini", **options) -> LiteLLMService:
+def openai_service(
+    server: OpenAIServer, model: str = "openai/gpt-4o-mini", **options
+) -> LiteLLMService:
     options.setdefault("retry_backoff_s", 0)
     return LiteLLMService(model, api_base=server.api_base, api_key="sk-test", **options)
 
@@ -48,7 +56,9 @@ async def test_without_retries_a_server_error_is_one_request():
 
 
 async def test_retry_after_is_honoured_before_the_retry():
-    with OpenAIServer(Reply(status=429, headers={"retry-after": "0.3"}), Reply(chunks=("ok",))) as server:
+    with OpenAIServer(
+        Reply(status=429, headers={"retry-after": "0.3"}), Reply(chunks=("ok",))
+    ) as server:
         completion = await openai_service(server, retries=1, timeout_s=10).complete(QUESTION)
     assert completion.text == "ok"
     first, second = server.requests
@@ -58,7 +68,9 @@ async def test_retry_after_is_honoured_before_the_retry():
 async def test_a_429_whose_retry_after_passes_the_deadline_is_rate_limited_at_once():
     with OpenAIServer(Reply(status=429, headers={"retry-after": "30"})) as server:
         began = time.monotonic()
-        with pytest.raises(ModelRateLimited, match=r"asks to retry after 30 s, past the 2 s deadline"):
+        with pytest.raises(
+            ModelRateLimited, match=r"asks to retry after 30 s, past the 2 s deadline"
+        ):
             await openai_service(server, retries=3, timeout_s=2).complete(QUESTION)
         assert time.monotonic() - began < 2  # no wait for a retry that could not be made in time
     assert len(server.requests) == 1
@@ -92,21 +104,31 @@ async def test_a_stall_between_chunks_is_a_timeout_after_the_first_chunk():
 async def sent_body(model: str, **options) -> tuple[dict, dict]:
     """The bodies litellm sent for a compaction-like request (thinking off) and an answer."""
     with OpenAIServer(Reply(chunks=("ok",))) as server:
-        llm = LiteLLMService(model, api_base=server.api_base, api_key="sk-test", retries=0, **options)
+        llm = LiteLLMService(
+            model, api_base=server.api_base, api_key="sk-test", retries=0, **options
+        )
         for options_ in (OFF, ChatOptions()):
             try:
                 await llm.complete(QUESTION, options_)
-            except Exception:  # a non-OpenAI family cannot read the OpenAI reply; its request is what counts
+            except (
+                Exception
+            ):  # a non-OpenAI family cannot read the OpenAI reply; its request is what counts
                 pass
     off, on = (request.body for request in server.requests)
     return off, on
 
 
-@pytest.mark.parametrize(("model", "effort"), [
-    ("openai/gpt-5-mini", "minimal"),  # accepts no "none": litellm would drop it and reasoning stays on
-    ("openai/gpt-5.1", "none"),
-    ("openai/o4-mini", "low"),
-])
+@pytest.mark.parametrize(
+    ("model", "effort"),
+    [
+        (
+            "openai/gpt-5-mini",
+            "minimal",
+        ),  # accepts no "none": litellm would drop it and reasoning stays on
+        ("openai/gpt-5.1", "none"),
+        ("openai/o4-mini", "low"),
+    ],
+)
 async def test_openai_reasoning_models_get_the_lowest_effort_they_accept(model, effort):
     off, on = await sent_body(model)
     assert off["reasoning_effort"] == effort
@@ -121,12 +143,18 @@ async def test_an_openai_compatible_host_of_a_gpt_5_model_gets_minimal_effort():
 async def test_anthropic_requests_with_thinking_off_do_not_think():
     off, _ = await sent_body("anthropic/claude-sonnet-4-5")
     assert off.get("thinking", {"type": "disabled"}) == {"type": "disabled"}
-    assert "reasoning_effort" not in off and off["messages"][-1]["content"][0]["text"] == "Where is the mug?"
+    assert (
+        "reasoning_effort" not in off
+        and off["messages"][-1]["content"][0]["text"] == "Where is the mug?"
+    )
 
 
-@pytest.mark.parametrize(("model", "config"), [
-    ("gemini/gemini-2.5-flash", {"thinkingBudget": 0, "includeThoughts": False}),
-])
+@pytest.mark.parametrize(
+    ("model", "config"),
+    [
+        ("gemini/gemini-2.5-flash", {"thinkingBudget": 0, "includeThoughts": False}),
+    ],
+)
 async def test_gemini_requests_with_thinking_off_have_no_thinking_budget(model, config):
     off, on = await sent_body(model)
     assert off["generationConfig"]["thinkingConfig"] == config

@@ -32,7 +32,7 @@ class DocClient:
     """The README's "Asking and reading the answer", step by step, for participant ``p1``."""
 
     def __init__(self, bus: str, participant: str = "p1") -> None:
-        prefix = bus[len("ipc://"):]  # `ipc:///path/prefix`: prefix.in, prefix.out
+        prefix = bus[len("ipc://") :]  # `ipc:///path/prefix`: prefix.in, prefix.out
         self.context = zmq.Context()
         self.pub = self.context.socket(zmq.PUB)
         self.pub.connect(f"ipc://{prefix}.in")
@@ -59,13 +59,27 @@ class DocClient:
         self.seq += 1
         message_id = uuid.uuid4().hex
         now_us = time.time_ns() // 1000
-        metadata = {"message_id": message_id, "source": "doc-client", "sender": self.sender, "epoch": now_us,
-                    "seq": self.seq, "timestamp_us": now_us, "participant_id": self.participant.decode()}
-        self.pub.send_multipart([b"voice.query" + NUL + self.participant + NUL, msgspec.msgpack.encode(metadata),
-                                 msgspec.msgpack.encode({"text": text, "timestamp_us": now_us})])
+        metadata = {
+            "message_id": message_id,
+            "source": "doc-client",
+            "sender": self.sender,
+            "epoch": now_us,
+            "seq": self.seq,
+            "timestamp_us": now_us,
+            "participant_id": self.participant.decode(),
+        }
+        self.pub.send_multipart(
+            [
+                b"voice.query" + NUL + self.participant + NUL,
+                msgspec.msgpack.encode(metadata),
+                msgspec.msgpack.encode({"text": text, "timestamp_us": now_us}),
+            ]
+        )
         return message_id
 
-    def read_turn(self, message_id: str, timeout: float = 20) -> tuple[dict[tuple[str, str], str], dict]:
+    def read_turn(
+        self, message_id: str, timeout: float = 20
+    ) -> tuple[dict[tuple[str, str], str], dict]:
         """3. and 4.: the text of every stream (by source and response_id), and the TurnEnded."""
         streams: dict[tuple[str, str], str] = {}
         answered = False
@@ -101,10 +115,21 @@ async def test_a_client_that_follows_the_readme_reads_a_whole_streamed_answer_an
         runtime = AgentRuntime(bus, name="box")
         context = FakeContext()
         context.blocks = lambda participant: ()
-        conversation = Conversation(OfflineLLM(time_to_first_token_s=0, tokens_per_second=0), context=context,
-                                    runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC)
-        runtime.register("router", AgentRouter({"conversation": conversation}, SingleDestination(),
-                                               query_topic=QUERY_TOPIC, output_topic=VOICE_OUTPUT_TOPIC))
+        conversation = Conversation(
+            OfflineLLM(time_to_first_token_s=0, tokens_per_second=0),
+            context=context,
+            runtime=runtime,
+            output_topic=VOICE_OUTPUT_TOPIC,
+        )
+        runtime.register(
+            "router",
+            AgentRouter(
+                {"conversation": conversation},
+                SingleDestination(),
+                query_topic=QUERY_TOPIC,
+                output_topic=VOICE_OUTPUT_TOPIC,
+            ),
+        )
         async with runtime:
             client = DocClient(bus)
             try:
@@ -115,5 +140,12 @@ async def test_a_client_that_follows_the_readme_reads_a_whole_streamed_answer_an
                 client.close()
     [(source, _)] = streams
     assert source == "conversation"
-    assert list(streams.values()) == ["Noted: your badge number is 4471."]  # every fragment, in order
-    assert ended == {"request_id": message_id, "status": "answered", "route": "conversation", "error": None}
+    assert list(streams.values()) == [
+        "Noted: your badge number is 4471."
+    ]  # every fragment, in order
+    assert ended == {
+        "request_id": message_id,
+        "status": "answered",
+        "route": "conversation",
+        "error": None,
+    }

@@ -23,14 +23,23 @@ async def test_a_publisher_publishes_text_and_messages_in_order_from_plain_code(
 
             def sensor() -> list[str]:  # what a script without asyncio does
                 with Publisher(bus, name="lab-sensor") as pub:
-                    return [pub.publish("notes", "Kettle on.", participant="p1", source="kettle"),
-                            pub.publish(context_topic("notes"), ConversationContextUpdate("Kettle off."),
-                                        participant="p1", source="kettle")]
+                    return [
+                        pub.publish("notes", "Kettle on.", participant="p1", source="kettle"),
+                        pub.publish(
+                            context_topic("notes"),
+                            ConversationContextUpdate("Kettle off."),
+                            participant="p1",
+                            source="kettle",
+                        ),
+                    ]
 
             ids = await asyncio.to_thread(sensor)
             await recorder.until(2)
     assert len(set(ids)) == 2 and all(ids)
-    assert recorder.updates == [("notes", "p1", "kettle", "Kettle on."), ("notes", "p1", "kettle", "Kettle off.")]
+    assert recorder.updates == [
+        ("notes", "p1", "kettle", "Kettle on."),
+        ("notes", "p1", "kettle", "Kettle off."),
+    ]
 
 
 def test_a_publisher_refuses_bad_content_and_use_outside_its_block(tmp_path):

@@ -40,20 +40,29 @@ FAILURE_TEXT = "Sorry, something went wrong. Please try again."
 
 @contextmanager
 def refused_port() -> Iterator[int]:
-    """A loopback TCP port that refuses connections: bound (so nobody else takes it), not listening."""
+    """A loopback TCP port that refuses connections: bound (nobody else takes it), not listening."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         yield sock.getsockname()[1]
 
 
-def front_and_back(*, proxy_timeout_s: float = 5.0) -> tuple[AgentRuntime, AgentRuntime, ReplyCollector]:
-    """A router (with a proxy to ``conversation``) and a collector in front; ``back`` for the destination."""
+def front_and_back(
+    *, proxy_timeout_s: float = 5.0
+) -> tuple[AgentRuntime, AgentRuntime, ReplyCollector]:
+    """A router (a proxy to ``conversation``) and a collector in front; ``back`` for the rest."""
     front = AgentRuntime(name="front")
     back = AgentRuntime(front.address, name="back")
     collector = front.register("replies", ReplyCollector())
     proxy = front.register("conversation-proxy", remote("conversation", timeout_s=proxy_timeout_s))
-    front.register("router", AgentRouter({"conversation": proxy}, SingleDestination(), query_topic=QUERY_TOPIC,
-                                         output_topic=VOICE_OUTPUT_TOPIC))
+    front.register(
+        "router",
+        AgentRouter(
+            {"conversation": proxy},
+            SingleDestination(),
+            query_topic=QUERY_TOPIC,
+            output_topic=VOICE_OUTPUT_TOPIC,
+        ),
+    )
     return front, back, collector
 
 
@@ -64,14 +73,18 @@ async def test_a_turn_whose_model_is_unreachable_ends_with_the_models_error_afte
     with refused_port() as port:
         api_base = f"http://127.0.0.1:{port}/v1"
         llm = LiteLLMService("hosted_vllm/m", api_base=api_base, retries=0)
-        conversation = Conversation(llm, context=FakeContext(), runtime=back, output_topic=VOICE_OUTPUT_TOPIC)
+        conversation = Conversation(
+            llm, context=FakeContext(), runtime=back, output_topic=VOICE_OUTPUT_TOPIC
+        )
         back.register("conversation-server", serve("conversation", conversation))
         async with front, back:
             turn = ask(front, collector, "p1", "Where is the key?")
             await turn.wait(60)
     assert turn.router_text == FAILURE_TEXT
     assert turn.outcome.status == "failed" and turn.outcome.route == "conversation"
-    assert turn.outcome.error.startswith(f"ModelUnavailable: model hosted_vllm/m: cannot connect to {api_base} (")
+    assert turn.outcome.error.startswith(
+        f"ModelUnavailable: model hosted_vllm/m: cannot connect to {api_base} ("
+    )
     assert turn.failure == f"turn failed: {turn.outcome.error}"
 
 
@@ -82,8 +95,10 @@ async def test_a_turn_without_its_destination_ends_unanswered_naming_the_unreach
         await turn.wait(10)
     assert turn.router_text == "Sorry, I can't help with that."
     assert turn.outcome.status == "unanswered"
-    assert re.fullmatch(r"NoDestination: conversation: unreachable \(TimeoutError: .*route\.conversation\.aid.*\)",
-                        turn.outcome.error), turn.outcome.error
+    assert re.fullmatch(
+        r"NoDestination: conversation: unreachable \(TimeoutError: .*route\.conversation\.aid.*\)",
+        turn.outcome.error,
+    ), turn.outcome.error
 
 
 async def test_a_destination_that_forgets_a_running_answer_fails_the_turn_as_lost():
@@ -98,8 +113,9 @@ async def test_a_destination_that_forgets_a_running_answer_fails_the_turn_as_los
         server._calls.clear()  # what a new incarnation knows of the call: nothing
         await turn.wait(10)
     assert turn.outcome.status == "failed"
-    assert turn.outcome.error == ("DestinationLost: the destination no longer knows this answer "
-                                  "(it restarted mid-turn)")
+    assert turn.outcome.error == (
+        "DestinationLost: the destination no longer knows this answer " "(it restarted mid-turn)"
+    )
 
 
 async def test_an_answered_turn_ends_answered_after_its_final_frame():
@@ -117,9 +133,11 @@ async def test_an_answered_turn_ends_answered_after_its_final_frame():
 
 
 def write_config(path: Path, bus: str, answers: str, processes: str) -> Path:
-    path.write_text(f'[bus]\naddress = "{bus}"\n\n[models]\nanswers = {answers}\n\n'
-                    '[context.topics.notes]\nmode = "incremental"\n\n'
-                    '[destinations.conversation]\ndescription = "General assistant."\n\n' + processes)
+    path.write_text(
+        f'[bus]\naddress = "{bus}"\n\n[models]\nanswers = {answers}\n\n'
+        '[context.topics.notes]\nmode = "incremental"\n\n'
+        '[destinations.conversation]\ndescription = "General assistant."\n\n' + processes
+    )
     return path
 
 
@@ -137,19 +155,33 @@ after = ["conversation"]
 
 @contextmanager
 def edge_box(config: Path, env: dict) -> Iterator[tuple[subprocess.Popen, dict[str, int]]]:
-    up = subprocess.Popen([*CLI, "up", str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env=env)
+    up = subprocess.Popen(
+        [*CLI, "up", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     try:
         ready = expect_line(up, "xrmq up: ready")
-        yield up, {name: int(pid) for name, pid in re.findall(r"(\S+)=(\d+)", ready) if name != "bus"}
+        yield up, {
+            name: int(pid) for name, pid in re.findall(r"(\S+)=(\d+)", ready) if name != "bus"
+        }
     finally:
         reap(up)
 
 
-def say(env: dict, bus: str, text: str, timeout: float = 60) -> tuple[subprocess.CompletedProcess, float]:
+def say(
+    env: dict, bus: str, text: str, timeout: float = 60
+) -> tuple[subprocess.CompletedProcess, float]:
     began = time.monotonic()
-    result = subprocess.run([*CLI, "say", "--bus", bus, "--timeout", str(timeout), text], capture_output=True,
-                            text=True, env=env, timeout=timeout + 30)
+    result = subprocess.run(
+        [*CLI, "say", "--bus", bus, "--timeout", str(timeout), text],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout + 30,
+    )
     return result, time.monotonic() - began
 
 
@@ -169,7 +201,8 @@ def test_say_exits_with_the_cause_when_the_model_is_unreachable(tmp_path):
     assert result.returncode == 1, result.stderr
     assert result.stdout.strip() == FAILURE_TEXT
     assert result.stderr.startswith(
-        f"xrmq say: turn failed: ModelUnavailable: model hosted_vllm/Qwen/Qwen3-4B: cannot connect to {api_base} ("
+        "xrmq say: turn failed: ModelUnavailable: model hosted_vllm/Qwen/Qwen3-4B: "
+        f"cannot connect to {api_base} ("
     ), result.stderr
     assert elapsed < 30  # the turn ended with the failure, not with say's 60 s timeout
 
@@ -179,8 +212,13 @@ def test_say_exits_with_the_cause_when_no_destination_answers(tmp_path):
     env = quiet_env(tmp_path)
     with broker_process() as bus:
         config = write_config(tmp_path / "edge.toml", bus, '"offline"', "")
-        router = subprocess.Popen([*CLI, "run", "router", "--config", str(config)], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, env=env)
+        router = subprocess.Popen(
+            [*CLI, "run", "router", "--config", str(config)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         try:
             expect_line(router, "xrmq run: ready")
             result, elapsed = say(env, bus, "Anyone home?", timeout=30)
@@ -188,8 +226,9 @@ def test_say_exits_with_the_cause_when_no_destination_answers(tmp_path):
             reap(router)
     assert result.returncode == 1, result.stderr
     assert result.stdout.strip() == "Sorry, I can't help with that."
-    assert result.stderr.startswith("xrmq say: turn unanswered: NoDestination: conversation: unreachable ("), \
-        result.stderr
+    assert result.stderr.startswith(
+        "xrmq say: turn unanswered: NoDestination: conversation: unreachable ("
+    ), result.stderr
     assert elapsed < 25
 
 
@@ -197,11 +236,18 @@ def test_say_exits_with_the_cause_when_no_destination_answers(tmp_path):
 def test_say_exits_with_the_cause_when_the_destination_restarts_mid_turn(tmp_path):
     env = quiet_env(tmp_path)
     bus = f"ipc://{tmp_path}/bus"
-    slow = '{ model = "offline", time_to_first_token_s = 0, tokens_per_second = 1 }'  # a long answer
+    slow = (
+        '{ model = "offline", time_to_first_token_s = 0, tokens_per_second = 1 }'  # a long answer
+    )
     config = write_config(tmp_path / "edge.toml", bus, slow, STACK)
     with edge_box(config, env) as (up, pids):
-        sayer = subprocess.Popen([*CLI, "say", "--bus", bus, "--timeout", "60", "I left my keys in drawer 12."],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        sayer = subprocess.Popen(
+            [*CLI, "say", "--bus", bus, "--timeout", "60", "I left my keys in drawer 12."],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         try:
             listener = asyncio.run(first_fragment(bus))  # the answer is streaming
             os.kill(pids["conversation"], signal.SIGKILL)
@@ -237,10 +283,19 @@ async def test_chat_shows_a_failed_turn_and_takes_the_next_line(capsys):
     front, _, _ = front_and_back(proxy_timeout_s=0.3)  # nothing serves "conversation"
     out = io.StringIO()
     async with front:
-        code = await chat(front.address, "p1", timeout=10,
-                          stdin=io.StringIO("Hello?\nStill nobody?\n/quit\n"), out=out)
+        code = await chat(
+            front.address,
+            "p1",
+            timeout=10,
+            stdin=io.StringIO("Hello?\nStill nobody?\n/quit\n"),
+            out=out,
+        )
     assert code == 0
     assert out.getvalue().count("router: Sorry, I can't help with that.\n") == 2
     errors = capsys.readouterr().err.splitlines()
-    failures = [line for line in errors if line.startswith("xrmq chat: turn unanswered: NoDestination: conversation")]
+    failures = [
+        line
+        for line in errors
+        if line.startswith("xrmq chat: turn unanswered: NoDestination: conversation")
+    ]
     assert len(failures) == 2, errors

@@ -34,17 +34,27 @@ print(before, "litellm" in sys.modules, "litellm.llms.openai.openai" in sys.modu
 
 def test_the_conversation_role_prepares_its_model_before_the_process_is_ready():
     with OpenAIServer(Reply()) as server:
-        result = subprocess.run([sys.executable, "-c", BUILD_ROLE.format(api_base=server.api_base)],
-                                capture_output=True, text=True, timeout=100, env={"PATH": "/usr/bin:/bin",
-                                                                                   "OPENAI_API_KEY": "sk-test"})
+        result = subprocess.run(
+            [sys.executable, "-c", BUILD_ROLE.format(api_base=server.api_base)],
+            capture_output=True,
+            text=True,
+            timeout=100,
+            env={"PATH": "/usr/bin:/bin", "OPENAI_API_KEY": "sk-test"},
+        )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.split() == ["False", "True", "True"]  # imported, and the provider's code loaded
+    assert result.stdout.split() == [
+        "False",
+        "True",
+        "True",
+    ]  # imported, and the provider's code loaded
     assert server.requests == []  # preparing reaches no provider
 
 
 async def test_a_prepared_service_answers_through_the_provider_as_before():
     with OpenAIServer(Reply(chunks=("Hello", " there"))) as server:
-        llm = LiteLLMService("openai/gpt-4o-mini", api_base=server.api_base, api_key="sk-test", retries=0)
+        llm = LiteLLMService(
+            "openai/gpt-4o-mini", api_base=server.api_base, api_key="sk-test", retries=0
+        )
         llm.prepare()
         assert server.requests == []
         completion = await llm.complete([ChatMessage("user", "Hi")])

@@ -42,8 +42,12 @@ def check_can_answer(config: EdgeConfig) -> None:
     """
     source = config.source
     if not config.processes:
-        raise ConfigError(source, "processes", "none configured: `xrmq up` would start a bus that answers "
-                                               "nothing (examples/edge-box.toml lists the processes)")
+        raise ConfigError(
+            source,
+            "processes",
+            "none configured: `xrmq up` would start a bus that answers "
+            "nothing (examples/edge-box.toml lists the processes)",
+        )
     runs: dict[str, str] = {}
     custom = False
     for name, process in config.processes.items():
@@ -51,24 +55,36 @@ def check_can_answer(config: EdgeConfig) -> None:
             custom = custom or ":" in role
             if role in ONCE_ROLES:
                 if role in runs:
-                    raise ConfigError(source, f"processes.{name}.roles[{index}]",
-                                      f"role {role!r} already runs in process {runs[role]!r}: "
-                                      "a role of the answer path runs in one process")
+                    raise ConfigError(
+                        source,
+                        f"processes.{name}.roles[{index}]",
+                        f"role {role!r} already runs in process {runs[role]!r}: "
+                        "a role of the answer path runs in one process",
+                    )
                 runs[role] = name
             if role in UNSHARDED_ROLES and process.replicas != 1:
-                raise ConfigError(source, f"processes.{name}.replicas",
-                                  f"must be 1 for role {role!r}: its replicas do not shard, each would "
-                                  "take every turn")
+                raise ConfigError(
+                    source,
+                    f"processes.{name}.replicas",
+                    f"must be 1 for role {role!r}: its replicas do not shard, each would "
+                    "take every turn",
+                )
     if not custom:
-        for role, why in (("router", "queries on voice.query would get no answer"),
-                          ("conversation", "the router's destinations would be served by nobody")):
+        for role, why in (
+            ("router", "queries on voice.query would get no answer"),
+            ("conversation", "the router's destinations would be served by nobody"),
+        ):
             if role not in runs:
                 raise ConfigError(source, "processes", f"no process runs the {role!r} role: {why}")
     if ("router" in runs or "conversation" in runs) and not config.destinations:
-        raise ConfigError(source, "destinations", "none configured: the router has no destination for a turn")
+        raise ConfigError(
+            source, "destinations", "none configured: the router has no destination for a turn"
+        )
     for key, spec in _models_in_use(config, _all_roles(config)):
         if spec.api_key_env is not None and not os.environ.get(spec.api_key_env):
-            raise ConfigError(source, f"{key}.api_key_env", f"environment variable {spec.api_key_env} is not set")
+            raise ConfigError(
+                source, f"{key}.api_key_env", f"environment variable {spec.api_key_env} is not set"
+            )
 
 
 def _all_roles(config: EdgeConfig) -> set[str]:
@@ -109,19 +125,26 @@ def check_bus_free(config: EdgeConfig) -> None:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             fcntl.flock(fd, fcntl.LOCK_UN)
         except BlockingIOError:
-            raise ConfigError(config.source, "bus.address", f"{config.bus.address!r} is already served by a "
-                                                            "running broker (another `xrmq up`?)") from None
+            raise ConfigError(
+                config.source,
+                "bus.address",
+                f"{config.bus.address!r} is already served by a "
+                "running broker (another `xrmq up`?)",
+            ) from None
         finally:
             os.close(fd)
         return
     if address.publish.startswith("tcp://"):
-        host, _, port = address.publish[len("tcp://"):].rpartition(":")
+        host, _, port = address.publish[len("tcp://") :].rpartition(":")
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind((host.strip("[]") if host not in ("*", "") else "", int(port)))
             except OSError as error:
                 if error.errno == errno.EADDRINUSE:
-                    raise ConfigError(config.source, "bus.address",
-                                      f"{config.bus.address!r}: port {port} is already in use "
-                                      "(another `xrmq up`?)") from None
+                    raise ConfigError(
+                        config.source,
+                        "bus.address",
+                        f"{config.bus.address!r}: port {port} is already in use "
+                        "(another `xrmq up`?)",
+                    ) from None

@@ -45,37 +45,84 @@ def _limits(policy: RestartPolicyConfig) -> list[str]:
 
 
 def _unit(description: str, unit: list[str], service: list[str]) -> str:
-    lines = ["[Unit]", f"Description={description}", f"PartOf={TARGET}", *unit, "", "[Service]",
-             "Type=simple", *service, "", "[Install]", f"WantedBy={TARGET}", ""]
+    lines = [
+        "[Unit]",
+        f"Description={description}",
+        f"PartOf={TARGET}",
+        *unit,
+        "",
+        "[Service]",
+        "Type=simple",
+        *service,
+        "",
+        "[Install]",
+        f"WantedBy={TARGET}",
+        "",
+    ]
     return "\n".join(lines)
 
 
-def systemd_units(config: EdgeConfig, config_path: str, *, python: str = sys.executable) -> dict[str, str]:
+def systemd_units(
+    config: EdgeConfig, config_path: str, *, python: str = sys.executable
+) -> dict[str, str]:
     """Unit file name -> text, for every process of ``config`` (see the module docstring)."""
     command = [python, "-m", "xrmq.actors.cli"]
     config_file = str(Path(config_path).resolve())
     policy = config.supervisor.restart
-    bus = [*command, "bus", "--bus", config.bus.address] + ([] if config.bus.capture else ["--no-capture"])
+    bus = [*command, "bus", "--bus", config.bus.address] + (
+        [] if config.bus.capture else ["--no-capture"]
+    )
     check = [*command, "up", "--check", config_file]
-    units = {BUS_UNIT: _unit(f"xrmq bus broker ({config_file})", _limits(policy),
-                             [f"ExecStartPre={shlex.join(check)}", f"ExecStart={shlex.join(bus)}",
-                              *_restart(policy)])}
+    units = {
+        BUS_UNIT: _unit(
+            f"xrmq bus broker ({config_file})",
+            _limits(policy),
+            [
+                f"ExecStartPre={shlex.join(check)}",
+                f"ExecStart={shlex.join(bus)}",
+                *_restart(policy),
+            ],
+        )
+    }
     for name in config.processes:
         process_policy = config.restart_policy(name)
         spec = config.processes[name]
-        needs = [BUS_UNIT, *(unit_name(instance) for dependency in spec.after
-                             for instance in config.instances(dependency))]
+        needs = [
+            BUS_UNIT,
+            *(
+                unit_name(instance)
+                for dependency in spec.after
+                for instance in config.instances(dependency)
+            ),
+        ]
         for instance in config.instances(name):
             argv = [*command, "run", name, "--shard", str(instance.shard), "--config", config_file]
-            service = [f"ExecStart={shlex.join(argv)}", *_restart(process_policy),
-                       f"TimeoutStopSec={config.supervisor.shutdown_timeout_s:g}"]
+            service = [
+                f"ExecStart={shlex.join(argv)}",
+                *_restart(process_policy),
+                f"TimeoutStopSec={config.supervisor.shutdown_timeout_s:g}",
+            ]
             if spec.nice:
                 service.append(f"Nice={spec.nice}")
-            unit = [f"After={' '.join(needs)}", f"Requires={' '.join(needs)}", *_limits(process_policy)]
-            units[unit_name(instance)] = _unit(f"xrmq {instance.runtime_name}: {', '.join(spec.roles)} "
-                                               f"({config_file})", unit, service)
-    target = ["[Unit]", f"Description=xrmq edge box ({config_file})", f"Wants={' '.join(units)}", "",
-              "[Install]", "WantedBy=multi-user.target", ""]
+            unit = [
+                f"After={' '.join(needs)}",
+                f"Requires={' '.join(needs)}",
+                *_limits(process_policy),
+            ]
+            units[unit_name(instance)] = _unit(
+                f"xrmq {instance.runtime_name}: {', '.join(spec.roles)} " f"({config_file})",
+                unit,
+                service,
+            )
+    target = [
+        "[Unit]",
+        f"Description=xrmq edge box ({config_file})",
+        f"Wants={' '.join(units)}",
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+        "",
+    ]
     units[TARGET] = "\n".join(target)
     return units
 

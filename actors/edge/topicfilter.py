@@ -16,13 +16,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-DERIVED = ("route.*", "_inbox.*", "_probe.*", "context.*", "xrmq.*", "voice.output", "voice.turn_ended")
+DERIVED = (
+    "route.*",
+    "_inbox.*",
+    "_probe.*",
+    "context.*",
+    "xrmq.*",
+    "voice.output",
+    "voice.turn_ended",
+)
 """Topics an edge box makes itself: left out of a replay unless asked for."""
 
 
 @dataclass(frozen=True)
 class TopicFilter:
-    """Admits a topic that matches one of ``only`` (every topic when empty) and none of ``exclude``."""
+    """Admits a topic matching one of ``only`` (any topic when empty) and none of ``exclude``."""
 
     only: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()

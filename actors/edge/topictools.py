@@ -63,11 +63,21 @@ def describe(frames: Sequence[bytes]) -> dict[str, Any] | None:
     payload: Any
     known = _STANDARD.get(topic)
     try:
-        payload = _every_field(known.decode(frames[2])) if known is not None else msgspec.msgpack.decode(frames[2])
+        payload = (
+            _every_field(known.decode(frames[2]))
+            if known is not None
+            else msgspec.msgpack.decode(frames[2])
+        )
     except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
         payload = {"raw": frames[2].hex()}
-    return {"topic": topic, "participant": participant, "source": metadata.source,
-            "message_id": metadata.message_id, "timestamp_us": metadata.timestamp_us, "payload": payload}
+    return {
+        "topic": topic,
+        "participant": participant,
+        "source": metadata.source,
+        "message_id": metadata.message_id,
+        "timestamp_us": metadata.timestamp_us,
+        "payload": payload,
+    }
 
 
 def _line(message: dict[str, Any], as_json: bool) -> str:
@@ -86,7 +96,9 @@ def _stop_event() -> threading.Event:
     return stop
 
 
-def _connect(bus: str, *, capture: bool, prefixes: Sequence[bytes], ready_timeout: float) -> tuple[zmq.Socket, zmq.Socket]:
+def _connect(
+    bus: str, *, capture: bool, prefixes: Sequence[bytes], ready_timeout: float
+) -> tuple[zmq.Socket, zmq.Socket]:
     """A SUB on the subscribe (or capture) endpoint, ready: a probe published through the
     broker came back on it."""
     address = parse_bus(bus)
@@ -106,22 +118,34 @@ def _connect(bus: str, *, capture: bool, prefixes: Sequence[bytes], ready_timeou
             if sub.poll(50) and sub.recv_multipart()[0] == probe:
                 return sub, pub
             if time.monotonic() > deadline:
-                raise TimeoutError(f"no broker answered at {bus} within {ready_timeout:g}s (is `xrmq up` running?)")
+                raise TimeoutError(
+                    f"no broker answered at {bus} within {ready_timeout:g}s (is `xrmq up` running?)"
+                )
     except BaseException:
         sub.close(linger=0)
         pub.close(linger=0)
         raise
 
 
-def echo(bus: str, topic: str, *, participant: str | None, as_json: bool, out: TextIO,
-         count: int | None = None, ready_timeout: float = 10.0) -> int:
-    """Print ``topic``'s messages (one participant's with ``participant``) until a signal or ``count``."""
+def echo(
+    bus: str,
+    topic: str,
+    *,
+    participant: str | None,
+    as_json: bool,
+    out: TextIO,
+    count: int | None = None,
+    ready_timeout: float = 10.0,
+) -> int:
+    """Print ``topic``'s messages (only ``participant``'s with one) until a signal or ``count``."""
     prefix = topic.encode() + b"\x00" + (participant.encode() + b"\x00" if participant else b"")
     sub, pub = _connect(bus, capture=False, prefixes=[prefix], ready_timeout=ready_timeout)
     printed = 0
     try:
         stop = _stop_event()
-        print(f"xrmq echo: ready topic={topic} participant={participant or '*'}", file=out, flush=True)
+        print(
+            f"xrmq echo: ready topic={topic} participant={participant or '*'}", file=out, flush=True
+        )
         while not stop.is_set() and (count is None or printed < count):
             if not sub.poll(100):
                 continue
@@ -150,7 +174,9 @@ def topics(bus: str, *, window: float, out: TextIO, ready_timeout: float = 10.0)
             message = describe(frames)
             if message is None:
                 continue
-            stats = seen.setdefault(message["topic"], {"messages": 0, "senders": set(), "participants": set()})
+            stats = seen.setdefault(
+                message["topic"], {"messages": 0, "senders": set(), "participants": set()}
+            )
             stats["messages"] += 1
             stats["senders"].add(_metadata.decode(frames[1]).sender)
             if message["participant"]:
@@ -159,13 +185,21 @@ def topics(bus: str, *, window: float, out: TextIO, ready_timeout: float = 10.0)
     finally:
         sub.close(linger=0)
         pub.close(linger=0)
-    print(f"{'TOPIC':40} {'MSGS':>7} {'MSG/S':>8} {'PUBLISHERS':>10} {'PARTICIPANTS':>12}", file=out)
+    print(
+        f"{'TOPIC':40} {'MSGS':>7} {'MSG/S':>8} {'PUBLISHERS':>10} {'PARTICIPANTS':>12}", file=out
+    )
     for name in sorted(seen):
         stats = seen[name]
-        print(f"{name:40} {stats['messages']:>7} {stats['messages'] / elapsed:>8.1f} {len(stats['senders']):>10} "
-              f"{len(stats['participants']):>12}", file=out)
-    print(f"{len(seen)} topics in {elapsed:.1f}s (subscriber counts: not reported by the broker)", file=out,
-          flush=True)
+        print(
+            f"{name:40} {stats['messages']:>7} {stats['messages'] / elapsed:>8.1f} "
+            f"{len(stats['senders']):>10} {len(stats['participants']):>12}",
+            file=out,
+        )
+    print(
+        f"{len(seen)} topics in {elapsed:.1f}s (subscriber counts: not reported by the broker)",
+        file=out,
+        flush=True,
+    )
     return 0
 
 

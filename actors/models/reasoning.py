@@ -22,8 +22,9 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-_NONE_FAMILIES = frozenset({"anthropic", "bedrock", "bedrock_converse", "gemini", "vertex_ai",
-                            "vertex_ai_beta"})
+_NONE_FAMILIES = frozenset(
+    {"anthropic", "bedrock", "bedrock_converse", "gemini", "vertex_ai", "vertex_ai_beta"}
+)
 _ORDER = ("none", "minimal")
 
 
@@ -34,9 +35,10 @@ def _model_info(litellm: ModuleType, model: str, provider: str) -> Mapping[str, 
     name = model.split("/", 1)[1] if model.startswith(f"{provider}/") else model
     for key in (model, name, name.split("/", 1)[-1]):
         entry = cost.get(key)
-        if isinstance(entry, Mapping) and any(flag in entry for flag in
-                                              ("supports_none_reasoning_effort",
-                                               "supports_minimal_reasoning_effort")):
+        if isinstance(entry, Mapping) and any(
+            flag in entry
+            for flag in ("supports_none_reasoning_effort", "supports_minimal_reasoning_effort")
+        ):
             return entry
     for key in (model, name):
         entry = cost.get(key)
