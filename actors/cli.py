@@ -44,15 +44,24 @@ def build_parser() -> argparse.ArgumentParser:
         importlib.import_module(module_name).add_commands(subparsers)
     for command in subparsers.choices.values():
         verbosity = command.add_mutually_exclusive_group()
-        verbosity.add_argument("-q", "--quiet", action="store_true", help="log problems only (ERROR)")
-        verbosity.add_argument("-v", dest="verbosity", action="count", default=0,
-                               help="log more: INFO, or DEBUG with -vv (default: $XRMQ_LOG_LEVEL, else "
-                                    "INFO for up/run/bus and WARNING for the rest)")
+        verbosity.add_argument(
+            "-q", "--quiet", action="store_true", help="log problems only (ERROR)"
+        )
+        verbosity.add_argument(
+            "-v",
+            dest="verbosity",
+            action="count",
+            default=0,
+            help="log more: INFO, or DEBUG with -vv (default: $XRMQ_LOG_LEVEL, else "
+            "INFO for up/run/bus and WARNING for the rest)",
+        )
     return parser
 
 
-def log_level(command: str, quiet: bool, verbose: int, environ: dict[str, str] | os._Environ[str]) -> str:
-    """The level a command logs at: ``-q``/``-v`` win, then ``$XRMQ_LOG_LEVEL``, then the command's default."""
+def log_level(
+    command: str, quiet: bool, verbose: int, environ: dict[str, str] | os._Environ[str]
+) -> str:
+    """A command's log level: ``-q``/``-v``, else ``$XRMQ_LOG_LEVEL``, else its default."""
     if quiet:
         return "ERROR"
     if verbose:

@@ -117,18 +117,38 @@ def warm_start(ctx: SuiteContext, deployment: Deployment) -> list[Row]:
             participant = f"w{rep}{'p' if prepared else 'c'}"
             for into in (first, second):
                 result = deployment.turns(1, [participant], 0)
-                into[prepared].append(result["first_us"][0] / 1000 if result["first_us"] else float("nan"))
-            ctx.progress(f"turn: rep {rep + 1}/{ctx.repetitions} after a restart ({'prepared' if prepared else 'cold'}"
-                         f"): first turn {first[prepared][-1]:.1f} ms, second {second[prepared][-1]:.1f} ms")
+                into[prepared].append(
+                    result["first_us"][0] / 1000 if result["first_us"] else float("nan")
+                )
+            ctx.progress(
+                f"turn: rep {rep + 1}/{ctx.repetitions} after a restart "
+                f"({'prepared' if prepared else 'cold'}): first turn {first[prepared][-1]:.1f} ms, "
+                f"second {second[prepared][-1]:.1f} ms"
+            )
     model = "litellm mock model" if litellm else "zero-delay OfflineLLM (--quick)"
     group = f"first turn after a conversation restart, {model}"
     rows = []
     for prepared in variants:
         ratios = [a / b for a, b in zip(first[prepared], second[prepared])]
-        subject = "model prepared before ready" if prepared else "model not prepared (imported by the first turn)"
-        rows.append(Row(group=group, subject=subject, unit="ms", median=median(first[prepared]),
-                        repetitions=first[prepared], higher_is_better=False,
-                        extra={"second turn ms": median(second[prepared]), "first / second": median(ratios)}))
+        subject = (
+            "model prepared before ready"
+            if prepared
+            else "model not prepared (imported by the first turn)"
+        )
+        rows.append(
+            Row(
+                group=group,
+                subject=subject,
+                unit="ms",
+                median=median(first[prepared]),
+                repetitions=first[prepared],
+                higher_is_better=False,
+                extra={
+                    "second turn ms": median(second[prepared]),
+                    "first / second": median(ratios),
+                },
+            )
+        )
     return rows
 
 

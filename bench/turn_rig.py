@@ -83,8 +83,12 @@ class Deployment:
         ``litellm``, on litellm's mock model, prepared before ready unless not ``prepare``);
         returns once the new process is ready."""
         self.workers["conversation"].close()
-        config = replace(self.config, answer_model=answer_model, answer_litellm=litellm, answer_prepare=prepare)
-        self._start("conversation", config).expect("ready", timeout=120 if litellm else 30)  # the import: seconds
+        config = replace(
+            self.config, answer_model=answer_model, answer_litellm=litellm, answer_prepare=prepare
+        )
+        self._start("conversation", config).expect(
+            "ready", timeout=120 if litellm else 30
+        )  # the import: seconds
 
     def raw_rtt(self, count: int) -> list[float]:
         """``count`` sequential raw pyzmq ping-pongs through the broker, in us."""

@@ -138,7 +138,9 @@ MOCK_ANSWER = "I have nothing about that in what I was given."
 async def conversation(bus: str, config: dict) -> None:
     llm: LLMService = model(config["answer_model"])
     if config.get("answer_litellm"):
-        llm = LiteLLMService("openai/gpt-4o-mini", api_key="sk-bench", mock_response=MOCK_ANSWER, retries=0)
+        llm = LiteLLMService(
+            "openai/gpt-4o-mini", api_key="sk-bench", mock_response=MOCK_ANSWER, retries=0
+        )
     if config.get("answer_prepare", True):
         llm.prepare()
     context = ContextManager(model(config["answer_model"]), **config["plan"], deployment="split")

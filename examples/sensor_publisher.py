@@ -15,5 +15,7 @@ from xrmq.actors import Publisher
 bus = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("XRMQ_BUS", "default")
 with Publisher(bus, name="lab-sensor") as pub:
     pub.publish("scene", "p1 is at the workbench in lab 3.", participant="p1", source="camera")
-    pub.publish("notes", "The kettle in lab 3 is set to 85 degrees.", participant="p1", source="kettle")
+    pub.publish(
+        "notes", "The kettle in lab 3 is set to 85 degrees.", participant="p1", source="kettle"
+    )
 print("sensor: published scene and notes for p1", flush=True)

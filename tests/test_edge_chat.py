@@ -57,12 +57,24 @@ async def test_chat_commands_are_never_sent_as_queries():
     log = Log()
     front = AgentRuntime(name="box")
     destination = Leaving("conversation", log, answers=[DestinationResult("fine")])
-    router = front.register("router", AgentRouter({"conversation": destination}, SingleDestination(),
-                                                  query_topic=QUERY_TOPIC, output_topic=VOICE_OUTPUT_TOPIC))
+    router = front.register(
+        "router",
+        AgentRouter(
+            {"conversation": destination},
+            SingleDestination(),
+            query_topic=QUERY_TOPIC,
+            output_topic=VOICE_OUTPUT_TOPIC,
+        ),
+    )
     out = io.StringIO()
     async with front:
-        code = await chat(front.address, "ann", timeout=10, stdin=io.StringIO("/help\n/nope\nHello?\n/clear\n/quit\n"),
-                          out=out)
+        code = await chat(
+            front.address,
+            "ann",
+            timeout=10,
+            stdin=io.StringIO("/help\n/nope\nHello?\n/clear\n/quit\n"),
+            out=out,
+        )
         await asyncio.wait_for(destination.left.wait(), 10)
         await router.stop()
     assert code == 0
@@ -70,5 +82,7 @@ async def test_chat_commands_are_never_sent_as_queries():
     assert HELP in text
     assert "xrmq chat: unknown command '/nope' (/help lists them)" in text
     assert "xrmq chat: cleared ann: the edge box forgets their dialogue and context" in text
-    assert [entry[2] for entry in log.of("answer")] and len(log.of("answer")) == 1  # only "Hello?" was asked
+    assert [entry[2] for entry in log.of("answer")] and len(
+        log.of("answer")
+    ) == 1  # only "Hello?" was asked
     assert ("left", "conversation", "ann") in [entry[:3] for entry in log]

@@ -84,9 +84,14 @@ def test_the_header_names_the_bus_and_totals_every_runtime():
     view = TopView()
     for runtime, rejected in (("router", 0), ("context.0", 2)):
         view.observe(metrics(runtime, at_s=1.0, published=10, delivered=20), received_at=0.0)
-        view.observe(metrics(runtime, at_s=2.0, published=20, delivered=40, rejected=rejected), received_at=1.0)
+        view.observe(
+            metrics(runtime, at_s=2.0, published=20, delivered=40, rejected=rejected),
+            received_at=1.0,
+        )
     view.observe(metrics("router", epoch=2, at_s=3.0), received_at=2.0)
     text = summary(view.rows(now=2.0), "ipc:///run/box/bus", color=False)
     first, second = text.splitlines()[:2]
-    assert first == "xrmq top  bus ipc:///run/box/bus  broker: up  2 runtimes  in 20.0/s  out 10.0/s"
+    assert (
+        first == "xrmq top  bus ipc:///run/box/bus  broker: up  2 runtimes  in 20.0/s  out 10.0/s"
+    )
     assert second == "  gaps 0  rejected 2  overflow 0  handler errors 0  restarts 1"

@@ -184,7 +184,10 @@ def test_offline_answer_does_not_read_out_summary_and_state_labels():
         "Summary of earlier conversation: [2026-11-29 20:30:19 UTC] User: I left the spare key in drawer 12.",
         "[2026-11-29 20:30:20 UTC] [scene] Current state: Bob is at the loading dock next to pallet P-12.",
     ]
-    assert answer_from_context("Where is the spare key?", context) == "You left the spare key in drawer 12."
+    assert (
+        answer_from_context("Where is the spare key?", context)
+        == "You left the spare key in drawer 12."
+    )
     assert answer_from_context("Which pallet is at the dock?", context) == (
         "Bob is at the loading dock next to pallet P-12."
     )

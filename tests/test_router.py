@@ -197,8 +197,13 @@ async def test_without_an_eligible_default_the_router_says_the_decline_text():
     chat = Destination("chat", log, aid=RoutingAid("chat", eligible=False))
     router = make_router(log, [chat, camera], "camera", default="chat")
     result = await router.handle(turn("t1"))
-    assert result == RouteResult("t1", "unanswered", None, "The camera is off.",
-                                 error="NoDestination: camera: declined (The camera is off.); chat: not eligible")
+    assert result == RouteResult(
+        "t1",
+        "unanswered",
+        None,
+        "The camera is off.",
+        error="NoDestination: camera: declined (The camera is off.); chat: not eligible",
+    )
     assert log.of("say") == [("say", None, "t1", "The camera is off.")]
 
 

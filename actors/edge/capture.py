@@ -133,6 +133,12 @@ def replay(bus: str, path: str, *, speed: float, out: TextIO, ready_timeout: flo
     finally:
         sub.close(linger=0)
         pub.close(linger=5000)  # let the replayed messages reach the broker
-    left_out = f" ({len(every) - len(records)} left out by topic)" if len(every) > len(records) else ""
-    print(f"xrmq replay: sent {sent} of {len(records)} messages from {path}{left_out}", file=out, flush=True)
+    left_out = (
+        f" ({len(every) - len(records)} left out by topic)" if len(every) > len(records) else ""
+    )
+    print(
+        f"xrmq replay: sent {sent} of {len(records)} messages from {path}{left_out}",
+        file=out,
+        flush=True,
+    )
     return 0

@@ -139,8 +139,12 @@ async def chat(bus: str, participant_id: str, *, timeout: float, stdin: TextIO =
     prompt = "you> " if stdin.isatty() else ""
     async with runtime:
         _read_lines(stdin, lines, asyncio.get_running_loop())
-        print(f"xrmq chat: ready participant={participant_id} bus={bus} (type /help for commands, {QUIT} or "
-              "end input to leave)", file=out, flush=True)
+        print(
+            f"xrmq chat: ready participant={participant_id} bus={bus} "
+            f"(type /help for commands, {QUIT} or end input to leave)",
+            file=out,
+            flush=True,
+        )
         while True:
             out.write(prompt)
             out.flush()
@@ -158,12 +162,24 @@ async def chat(bus: str, participant_id: str, *, timeout: float, stdin: TextIO =
                 if command == "/help":
                     print(HELP, file=out, flush=True)
                 elif command == "/clear":
-                    runtime.send(PARTICIPANT_LEFT_TOPIC, ParticipantLeft(), participant_id=participant_id,
-                                 source="text-input")
-                    print(f"xrmq chat: cleared {participant_id}: the edge box forgets their dialogue and context",
-                          file=out, flush=True)
+                    runtime.send(
+                        PARTICIPANT_LEFT_TOPIC,
+                        ParticipantLeft(),
+                        participant_id=participant_id,
+                        source="text-input",
+                    )
+                    print(
+                        f"xrmq chat: cleared {participant_id}: "
+                        "the edge box forgets their dialogue and context",
+                        file=out,
+                        flush=True,
+                    )
                 else:
-                    print(f"xrmq chat: unknown command {command!r} (/help lists them)", file=out, flush=True)
+                    print(
+                        f"xrmq chat: unknown command {command!r} (/help lists them)",
+                        file=out,
+                        flush=True,
+                    )
                 continue
             turn = ask(runtime, collector, participant_id, text)
             with _no_echo(stdin):

@@ -18,8 +18,11 @@ def add_commands(subparsers: Any) -> None:
     up = subparsers.add_parser("up", help="start the broker and every process of an edge-box config, supervised")
     up.add_argument("config", nargs="?", help="TOML config (default: the embedded default; see examples/edge-box.toml)")
     up.add_argument("--check", action="store_true", help="validate the config and its roles, start nothing")
-    up.add_argument("--print-systemd", action="store_true",
-                    help="print one systemd unit per process of CONFIG (and xrmq.target), start nothing")
+    up.add_argument(
+        "--print-systemd",
+        action="store_true",
+        help="print one systemd unit per process of CONFIG (and xrmq.target), start nothing",
+    )
     up.set_defaults(func=run_up)
 
     run = subparsers.add_parser("run", help="run one process of an edge-box config (what 'up' starts)")
@@ -33,17 +36,27 @@ def add_commands(subparsers: Any) -> None:
     record.add_argument("file")
     record.add_argument("--count", type=int, help="stop after this many messages")
     record.add_argument("--duration", type=float, help="stop after this many seconds")
-    record.add_argument("--topic", action="append", default=[], metavar="PATTERN",
-                        help="record only topics matching this glob (repeatable; default: every topic)")
+    record.add_argument(
+        "--topic",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="record only topics matching this glob (repeatable; default: every topic)",
+    )
     record.set_defaults(func=run_record)
 
     replay = subparsers.add_parser("replay", help="publish a recorded capture file onto a bus, in order and pace")
     add_bus_argument(replay)
     replay.add_argument("file")
     replay.add_argument("--speed", type=float, default=1.0, help="pace factor: 2 is twice as fast, inf back to back")
-    replay.add_argument("--only", action="append", default=[], metavar="PATTERN",
-                        help="replay only topics matching this glob (repeatable; default: every topic but "
-                             "those the box derives: route.*, _inbox.*, context.*, xrmq.*, voice.output, ...)")
+    replay.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="replay only topics matching this glob (repeatable; default: every topic but "
+        "those the box derives: route.*, _inbox.*, context.*, xrmq.*, voice.output, ...)",
+    )
     replay.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
                         help="also leave out topics matching this glob (repeatable)")
     replay.set_defaults(func=run_replay)
@@ -56,7 +69,9 @@ def add_commands(subparsers: Any) -> None:
     echo.add_argument("--count", type=int, help="stop after this many messages")
     echo.set_defaults(func=run_echo)
 
-    topics = subparsers.add_parser("topics", help="topics seen on the bus: messages, rates, publishers, participants")
+    topics = subparsers.add_parser(
+        "topics", help="topics seen on the bus: messages, rates, publishers, participants"
+    )
     add_bus_argument(topics)
     topics.add_argument("--window", type=float, default=3.0, help="seconds to watch (default 3)")
     topics.set_defaults(func=run_topics)
@@ -115,7 +130,9 @@ def run_up(args: argparse.Namespace) -> int:
         from .systemd import render_units, systemd_units
 
         if args.config is None:
-            raise ValueError("--print-systemd: name the CONFIG file the units run (e.g. examples/edge-box.toml)")
+            raise ValueError(
+                "--print-systemd: name the CONFIG file the units run (e.g. examples/edge-box.toml)"
+            )
         print(render_units(systemd_units(config, args.config)), end="")
         return 0
     check_bus_free(config)
@@ -159,7 +176,13 @@ def run_replay(args: argparse.Namespace) -> int:
     require_broker(args.bus, endpoint="publish")
     from .topicfilter import replay_filter
 
-    return replay(args.bus, args.file, speed=args.speed, out=sys.stdout, topics=replay_filter(args.only, args.exclude))
+    return replay(
+        args.bus,
+        args.file,
+        speed=args.speed,
+        out=sys.stdout,
+        topics=replay_filter(args.only, args.exclude),
+    )
 
 
 def run_echo(args: argparse.Namespace) -> int:
@@ -168,8 +191,14 @@ def run_echo(args: argparse.Namespace) -> int:
     if args.count is not None and args.count < 1:
         raise ValueError("--count: must be >= 1")
     require_broker(args.bus)
-    return echo(args.bus, args.topic, participant=args.participant, as_json=args.json, out=sys.stdout,
-                count=args.count)
+    return echo(
+        args.bus,
+        args.topic,
+        participant=args.participant,
+        as_json=args.json,
+        out=sys.stdout,
+        count=args.count,
+    )
 
 
 def run_topics(args: argparse.Namespace) -> int:

@@ -80,8 +80,10 @@ class Turn:
             await asyncio.wait_for(self.done.wait(), timeout)
         except TimeoutError:
             heard = f" (heard so far: {self.spoken!r})" if self.parts else " (no reply at all)"
-            raise TimeoutError(f"no complete answer to {self.participant_id}'s {self.text!r} within "
-                               f"{timeout:g}s{heard}") from None
+            raise TimeoutError(
+                f"no complete answer to {self.participant_id}'s {self.text!r} within "
+                f"{timeout:g}s{heard}"
+            ) from None
 
     async def wait_outcome(self, grace: float) -> TurnEnded | None:
         """After ``wait``: the router's ``TurnEnded``, waiting at most ``grace`` seconds for it

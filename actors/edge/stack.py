@@ -65,7 +65,9 @@ def context_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInst
 
 def compaction_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
     indices = worker_slices(config)[(process.process, process.shard)]
-    register_workers(runtime, plan_of(config), prepared_llm(config.models.compaction), indices=indices)
+    register_workers(
+        runtime, plan_of(config), prepared_llm(config.models.compaction), indices=indices
+    )
 
 
 class ClearingDestination:
@@ -98,8 +100,12 @@ class ClearingDestination:
 
 def conversation_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
     plan = plan_of(config)
-    context = ContextManager(prepared_llm(config.models.compaction), **config.context.manager_kwargs(),
-                             compaction_workers=plan.compaction_workers, deployment="split")
+    context = ContextManager(
+        prepared_llm(config.models.compaction),
+        **config.context.manager_kwargs(),
+        compaction_workers=plan.compaction_workers,
+        deployment="split",
+    )
     runtime.register("context", context.subscriber())
     for name, destination in config.destinations.items():
         conversation = Conversation(

@@ -8,8 +8,8 @@ printed its readiness line. Every line a child prints is forwarded, prefixed wit
 name. A child that dies is restarted per its ``RestartPolicy``; when the policy gives
 up, the supervisor says why, stops everything and exits 1. A child that exits cleanly
 (exit code 0: someone stopped it) is restarted after the policy's initial delay but
-is not counted as a crash. The ready line names the bus as the string ``--bus`` takes. On SIGINT/SIGTERM it stops
-the processes in reverse dependency order (SIGTERM, then SIGKILL after
+is not counted as a crash. The ready line names the bus as the string ``--bus`` takes.
+On SIGINT/SIGTERM it stops the processes in reverse dependency order (SIGTERM, then SIGKILL after
 ``supervisor.shutdown_timeout_s``), the broker last, and removes the bus's ipc socket
 files; no process of a child's group outlives it. On Linux each child also gets
 SIGTERM if the supervisor itself dies (``PR_SET_PDEATHSIG``).
@@ -212,7 +212,8 @@ class Supervisor:
                     return
                 if returncode == 0:  # a clean stop (SIGTERM from outside): not a crash
                     delay = child.policy.config.backoff_initial_s
-                    self.say(f"{child.label} exited cleanly (exit code 0), not a crash; restarting in {delay:g}s")
+                    self.say(f"{child.label} exited cleanly (exit code 0), not a crash; "
+                             f"restarting in {delay:g}s")
                     try:
                         await asyncio.wait_for(self._stop.wait(), delay)
                     except TimeoutError:
@@ -242,8 +243,13 @@ class Supervisor:
 
     async def _spawn(self, child: Child, ready: asyncio.Event) -> asyncio.subprocess.Process:
         proc = await asyncio.create_subprocess_exec(
-            *child.argv, env=self._child_env(), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, start_new_session=True, preexec_fn=_die_with_parent(os.getpid()),
+            *child.argv,
+            env=self._child_env(),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=_die_with_parent(os.getpid()),
             limit=_LINE_LIMIT,
         )
         child.proc = proc

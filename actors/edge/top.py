@@ -142,8 +142,15 @@ def summary(rows: list[RuntimeRow], bus: str, *, color: bool = True) -> str:
 
     inbound = sum(row.delivered_per_s or 0.0 for row in rows)
     outbound = sum(row.published_per_s or 0.0 for row in rows)
-    problems = {label: sum(getattr(row, field) for row in rows) for label, field in (
-        ("gaps", "gaps"), ("rejected", "rejected"), ("overflow", "overflow"), ("handler errors", "handler_errors"))}
+    problems = {
+        label: sum(getattr(row, field) for row in rows)
+        for label, field in (
+            ("gaps", "gaps"),
+            ("rejected", "rejected"),
+            ("overflow", "overflow"),
+            ("handler errors", "handler_errors"),
+        )
+    }
     restarts = sum(row.restarts for row in rows)
     text = "  ".join(paint(RED, f"{label} {value}") if value else f"{label} {value}"
                      for label, value in (*problems.items(), ("restarts", restarts)))
@@ -151,7 +158,9 @@ def summary(rows: list[RuntimeRow], bus: str, *, color: bool = True) -> str:
             f"in {inbound:.1f}/s  out {outbound:.1f}/s\n  {text}\n\n")
 
 
-def _quit_on_q(loop: asyncio.AbstractEventLoop, stop: asyncio.Event, stream: TextIO) -> object | None:
+def _quit_on_q(
+    loop: asyncio.AbstractEventLoop, stop: asyncio.Event, stream: TextIO
+) -> object | None:
     """On a terminal, read single keys and set ``stop`` on ``q``; returns the state to restore."""
     try:
         import termios
@@ -238,7 +247,9 @@ async def watch(bus: str, *, once: bool, as_json: bool, interval: float, window:
     return 0
 
 
-def _print(rows: list[RuntimeRow], bus: str, *, as_json: bool, live: bool, out: TextIO, hint: str = "") -> None:
+def _print(
+    rows: list[RuntimeRow], bus: str, *, as_json: bool, live: bool, out: TextIO, hint: str = ""
+) -> None:
     if as_json:
         out.write(msgspec.json.encode(rows).decode() + "\n")
     else:

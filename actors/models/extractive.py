@@ -72,22 +72,34 @@ _DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}:\d{2}:\d{2}\b|\bUTC\b")
 
 GREETING_ANSWER = "Hello! What can I do for you?"
 THANKS_ANSWER = "You're welcome."
-_GREETING = re.compile(r"^(?:hello|hi|hey|hiya|howdy|greetings|good (?:morning|afternoon|evening))\b[\s,!.]*",
-                       re.I)
+_GREETING = re.compile(
+    r"^(?:hello|hi|hey|hiya|howdy|greetings|good (?:morning|afternoon|evening))\b[\s,!.]*", re.I
+)
 _THANKS = re.compile(r"^(?:thanks|thank you|cheers|many thanks)\b[\w\s,]*[.!]*$", re.I)
 _QUESTION_START = re.compile(
-    r"^(?:what|where|when|who|whom|whose|which|why|how|is|are|was|were|am|do|does|did|can|could|will|"
-    r"would|should|shall|may|have|has|had|tell me|remind me|show me|list|describe|explain)\b", re.I)
-_TIME_QUESTION = re.compile(r"\b(?:what(?:'s| is)? (?:the )?(?:time|date|day)|time is it|today's date)\b", re.I)
-_DISCOURSE = re.compile(r"^(?:(?:actually|so|well|oh|ok|okay|also|btw|by the way|fyi|just so you know|"
-                        r"note that|please note that|remember that|please remember that)\b[\s,:]*)+", re.I)
+    r"^(?:what|where|when|who|whom|whose|which|why|how|is|are|was|were|am|do|does|did|can|"
+    r"could|will|"
+    r"would|should|shall|may|have|has|had|tell me|remind me|show me|list|describe|explain)\b",
+    re.I,
+)
+_TIME_QUESTION = re.compile(
+    r"\b(?:what(?:'s| is)? (?:the )?(?:time|date|day)|time is it|today's date)\b", re.I
+)
+_DISCOURSE = re.compile(
+    r"^(?:(?:actually|so|well|oh|ok|okay|also|btw|by the way|fyi|just so you know|"
+    r"note that|please note that|remember that|please remember that)\b[\s,:]*)+",
+    re.I,
+)
 _REQUEST_TAIL = re.compile(r"[,;]?\s*(?:(?:and|so)\s+)?(?:please\b.*|(?:can|could) you\b.*|"
                            r"(?:remember|note) (?:it|that|this)\b.*|ok\??|okay\??)$", re.I)
 _FIRST_PERSON = {"i": "you", "me": "you", "my": "your", "mine": "yours", "myself": "yourself",
                  "i'm": "you're", "i've": "you've", "i'll": "you'll", "i'd": "you'd", "am": "are"}
-_PRONOUN_WORD = re.compile(r"\b(?:i'm|i've|i'll|i'd|i|me|my|mine|myself)\b|(?<=\bI )am\b|(?<=\bI )was\b",
-                           re.I)
-_LOWER_FIRST = frozenset("you your yours the a an this that these those it its there we our".split())
+_PRONOUN_WORD = re.compile(
+    r"\b(?:i'm|i've|i'll|i'd|i|me|my|mine|myself)\b|(?<=\bI )am\b|(?<=\bI )was\b", re.I
+)
+_LOWER_FIRST = frozenset(
+    "you your yours the a an this that these those it its there we our".split()
+)
 
 
 def is_question(text: str) -> bool:

@@ -69,8 +69,9 @@ class LiteLLMService(LLMService):
     (provider parameters, e.g. ``{"reasoning_effort": "minimal"}`` or
     ``{"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}}``), or, if
     that is ``None``, the lowest reasoning effort the model accepts
-    (``reasoning.reasoning_off``). ``provider_options`` go to every ``acompletion`` call unchanged. Parameters
-    a provider does not support (temperature on some reasoning models) are dropped.
+    (``reasoning.reasoning_off``). ``provider_options`` go to every ``acompletion``
+    call unchanged. Parameters a provider does not support (temperature on some
+    reasoning models) are dropped.
     """
 
     def __init__(
@@ -175,7 +176,11 @@ class LiteLLMService(LLMService):
                         response = await litellm.acompletion(**arguments)
                     chunks = aiter(response)
                     while True:
-                        async with (asyncio.timeout(timeout_s) if delivered else asyncio.timeout_at(deadline)):
+                        async with (
+                            asyncio.timeout(timeout_s)
+                            if delivered
+                            else asyncio.timeout_at(deadline)
+                        ):
                             chunk = await anext(chunks, None)
                         if chunk is None:
                             break
@@ -194,18 +199,25 @@ class LiteLLMService(LLMService):
                     if response is not None:
                         await response.aclose()
             except Exception as exc:
-                error = _model_error(litellm, self.model, exc, timeout_s, self.api_base, delivered=delivered)
+                error = _model_error(
+                    litellm, self.model, exc, timeout_s, self.api_base, delivered=delivered
+                )
                 if not delivered and error.retryable and attempt < self.retries:
                     wait = retry_after_s(exc)
                     delay = wait if wait is not None else self.retry_backoff_s * 2 ** attempt
                     if loop.time() + delay < deadline:
                         attempt += 1
-                        self._log.warning("model_retry", attempt=attempt, reason=error.reason, wait_s=delay)
+                        self._log.warning(
+                            "model_retry", attempt=attempt, reason=error.reason, wait_s=delay
+                        )
                         await asyncio.sleep(delay)
                         continue
                     if wait is not None:
-                        error = type(error)(self.model, f"{error.reason}; the provider asks to retry after "
-                                                        f"{wait:g} s, past the {timeout_s:g} s deadline")
+                        error = type(error)(
+                            self.model,
+                            f"{error.reason}; the provider asks to retry after "
+                            f"{wait:g} s, past the {timeout_s:g} s deadline",
+                        )
                 self._log.warning("model_failed", reason=error.reason, after_first_chunk=delivered)
                 raise error from exc
             yield ChatResult(finish, usage)
@@ -255,7 +267,9 @@ def _model_error(litellm: ModuleType, model: str, exc: Exception, timeout_s: flo
     detail = f"{type(exc).__name__}: {exc}"[:500]
     if isinstance(exc, TimeoutError | errors.Timeout):
         if delivered:
-            return ModelTimeout(model, f"the stream stalled: no chunk for {timeout_s:g} s ({detail})")
+            return ModelTimeout(
+                model, f"the stream stalled: no chunk for {timeout_s:g} s ({detail})"
+            )
         return ModelTimeout(model, f"no chunk within {timeout_s:g} s ({detail})")
     if isinstance(exc, errors.ContextWindowExceededError):
         return ContextWindowExceeded(model, f"request exceeds the context window ({detail})")
@@ -268,7 +282,9 @@ def _model_error(litellm: ModuleType, model: str, exc: Exception, timeout_s: flo
         if isinstance(exc, errors.APIConnectionError) or any(
             text in str(exc).lower() for text in _CONNECT_FAILURES
         ):
-            return ModelUnavailable(model, f"cannot connect to {api_base or 'the provider'} ({detail})")
+            return ModelUnavailable(
+                model, f"cannot connect to {api_base or 'the provider'} ({detail})"
+            )
         return ModelUnavailable(model, f"provider unavailable ({detail})")
     if isinstance(
         exc,

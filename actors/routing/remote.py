@@ -176,7 +176,10 @@ class RemoteAgent(Agent):
                                   timeout=self.timeout_s)
             except TimeoutError as error:
                 self._signal(call_id, "cancel", pid)  # in case the request arrives late
-                raise RemoteAnswerError(self.remote_name, f"DestinationUnreachable: the answer was not accepted: {error}") from None
+                raise RemoteAnswerError(
+                    self.remote_name,
+                    f"DestinationUnreachable: the answer was not accepted: {error}",
+                ) from None
             except asyncio.CancelledError:
                 await self._cancel(call_id, events, pid)
                 raise
@@ -193,7 +196,9 @@ class RemoteAgent(Agent):
                     elif event.kind == "done":
                         return event.result or DestinationResult()
                     else:
-                        raise RemoteAnswerError(self.remote_name, event.error or "Cancelled: the answer was cancelled")
+                        raise RemoteAnswerError(
+                            self.remote_name, event.error or "Cancelled: the answer was cancelled"
+                        )
             except (asyncio.CancelledError, Exception) as error:
                 if not isinstance(error, RemoteAnswerError):
                     await self._cancel(call_id, events, pid)
@@ -202,17 +207,25 @@ class RemoteAgent(Agent):
             del self._calls[call_id]
 
     async def _check_alive(self, call_id: str, participant_id: str) -> None:
-        """Raise ``RemoteAnswerError`` (``DestinationLost``) unless the destination still runs the call."""
+        """``RemoteAnswerError`` (``DestinationLost``) unless the destination runs the call."""
         try:
-            state = await self._ask(self.topics.status, RouteCallStatus(call_id), participant_id, CallState)
+            state = await self._ask(
+                self.topics.status, RouteCallStatus(call_id), participant_id, CallState
+            )
         except TimeoutError:
             state = None
         if state == "unknown":
-            raise RemoteAnswerError(self.remote_name, "DestinationLost: the destination no longer knows this "
-                                    "answer (it restarted mid-turn)")
+            raise RemoteAnswerError(
+                self.remote_name,
+                "DestinationLost: the destination no longer knows this "
+                "answer (it restarted mid-turn)",
+            )
         if state is None:
-            raise RemoteAnswerError(self.remote_name, f"DestinationLost: the destination stopped answering "
-                                    f"(no reply to a status check within {self.timeout_s:g}s)")
+            raise RemoteAnswerError(
+                self.remote_name,
+                f"DestinationLost: the destination stopped answering "
+                f"(no reply to a status check within {self.timeout_s:g}s)",
+            )
 
     async def _on_event(self, event: RouteEvent, ctx: RuntimeContext) -> None:
         events = self._calls.get(event.call_id)
@@ -350,8 +363,11 @@ class DestinationServer(Agent):
             log.error("serve.answer_failed", error=repr(task.exception()))
             event = RouteEvent(request.call_id, "failed", error=describe_failure(task.exception()))
         elif not isinstance(task.result(), DestinationResult):
-            event = RouteEvent(request.call_id, "failed",
-                               error=f"InvalidResult: answer returned {type(task.result()).__name__}")
+            event = RouteEvent(
+                request.call_id,
+                "failed",
+                error=f"InvalidResult: answer returned {type(task.result()).__name__}",
+            )
         else:
             event = RouteEvent(request.call_id, "done", result=task.result())
         if self.runtime is not None and self.runtime.running:
@@ -366,9 +382,13 @@ def _participant(ctx: RuntimeContext) -> str:
     return ctx.participant_id
 
 
-def remote(name: str, *, timeout_s: float = 5.0, drain_timeout_s: float = 5.0, liveness_s: float = 1.0) -> RemoteAgent:
+def remote(
+    name: str, *, timeout_s: float = 5.0, drain_timeout_s: float = 5.0, liveness_s: float = 1.0
+) -> RemoteAgent:
     """A proxy for destination ``name`` served in another process; register it with the router's runtime."""
-    return RemoteAgent(name, timeout_s=timeout_s, drain_timeout_s=drain_timeout_s, liveness_s=liveness_s)
+    return RemoteAgent(
+        name, timeout_s=timeout_s, drain_timeout_s=drain_timeout_s, liveness_s=liveness_s
+    )
 
 
 def serve(name: str, agent: RoutableAgent) -> DestinationServer:

@@ -234,7 +234,9 @@ class AgentRouter(Agent):
             raise RuntimeError("AgentRouter.handle: the router is stopped")
         if not isinstance(turn, AgentTurn):
             raise ValueError("AgentRouter.handle: turn must be an AgentTurn")
-        return self._enqueue(turn.participant_id, lambda lane: self._route_and_report(turn, lane), turn=True)
+        return self._enqueue(
+            turn.participant_id, lambda lane: self._route_and_report(turn, lane), turn=True
+        )
 
     def interrupt(self, participant_id: str | None = None) -> None:
         """Cancel a participant's turns in flight (every participant's for None); they drain on their own."""
@@ -353,8 +355,12 @@ class AgentRouter(Agent):
         runtime = self.runtime
         if self.turn_topic is None or runtime is None or not runtime.running:
             return
-        runtime.send(self.turn_topic, TurnEnded(turn.turn_id, result.status, result.route, result.error),
-                     participant_id=turn.participant_id, source=ROUTER_SOURCE)
+        runtime.send(
+            self.turn_topic,
+            TurnEnded(turn.turn_id, result.status, result.route, result.error),
+            participant_id=turn.participant_id,
+            source=ROUTER_SOURCE,
+        )
 
     async def _route(self, turn: AgentTurn, lane: _Lane) -> RouteResult:
         state = lane.state
@@ -401,7 +407,9 @@ class AgentRouter(Agent):
                 log.info("router.focus_released", route=target)
             else:
                 excluded.add(target)
-                why[target] = "declined" + (f" ({admission.text.strip()})" if admission.text.strip() else "")
+                why[target] = "declined" + (
+                    f" ({admission.text.strip()})" if admission.text.strip() else ""
+                )
                 decline_text = admission.text if admission.text.strip() else decline_text
             target = None
         default = self.default
@@ -413,10 +421,17 @@ class AgentRouter(Agent):
         for name, aid in aids.items():
             if not aid.eligible:
                 why.setdefault(name, "not eligible")
-        reasons = "; ".join(f"{name}: {reason}" for name, reason in why.items()) or "no destination was chosen"
-        return RouteResult(turn.turn_id, "unanswered", None, text, error=f"NoDestination: {reasons}")
+        reasons = (
+            "; ".join(f"{name}: {reason}" for name, reason in why.items())
+            or "no destination was chosen"
+        )
+        return RouteResult(
+            turn.turn_id, "unanswered", None, text, error=f"NoDestination: {reasons}"
+        )
 
-    async def _aids(self, participant_id: str, log: Any, why: dict[str, str]) -> dict[str, RoutingAid]:
+    async def _aids(
+        self, participant_id: str, log: Any, why: dict[str, str]
+    ) -> dict[str, RoutingAid]:
         """Every destination's routing aid; one that cannot be had makes it ineligible
         (logged, and the reason kept in ``why``)."""
 
@@ -468,7 +483,12 @@ class AgentRouter(Agent):
                 return RouteResult(turn.turn_id, "failed", name, error=describe_failure(error))
         if not isinstance(result, DestinationResult):
             log.error("router.answer_invalid", route=name, result=type(result).__name__)
-            return RouteResult(turn.turn_id, "failed", name, error=f"InvalidResult: answer returned {type(result).__name__}")
+            return RouteResult(
+                turn.turn_id,
+                "failed",
+                name,
+                error=f"InvalidResult: answer returned {type(result).__name__}",
+            )
         if result.focus == "take":
             await self._take_focus(state, name, turn.participant_id, log)
         elif result.focus == "release" and state.clear_focus(name):

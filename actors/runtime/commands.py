@@ -115,11 +115,15 @@ def publish_warnings(topic: Topic, participant: str | None) -> list[str]:
     warnings = []
     standard = any(topic.name == known.name for known in STANDARD_TOPICS)
     if not standard and topic.name not in KNOWN_CONTEXT_TOPICS:
-        warnings.append(f"{topic.name!r} is neither a standard topic nor a context topic of the default config "
-                        f"({', '.join(KNOWN_CONTEXT_TOPICS)}): only a box configured with it reads it")
+        warnings.append(
+            f"{topic.name!r} is neither a standard topic nor a context topic of the default config "
+            f"({', '.join(KNOWN_CONTEXT_TOPICS)}): only a box configured with it reads it"
+        )
     if participant is None and topic.name not in GLOBAL_TOPICS:
-        warnings.append(f"no --participant: {topic.name!r} is participant-scoped, so no participant's "
-                        "context or turn receives a global message")
+        warnings.append(
+            f"no --participant: {topic.name!r} is participant-scoped, so no participant's "
+            "context or turn receives a global message"
+        )
     return warnings
 
 
@@ -136,7 +140,10 @@ def run_publish(args: argparse.Namespace) -> int:
             return runtime.send(topic, message, participant_id=args.participant, source=args.source)
 
     message_id = run(publish())
-    print(f"xrmq publish: {topic.name} participant={args.participant or '-'} message_id={message_id}", flush=True)
+    print(
+        f"xrmq publish: {topic.name} participant={args.participant or '-'} message_id={message_id}",
+        flush=True,
+    )
     return 0
 
 

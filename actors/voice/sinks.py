@@ -105,7 +105,8 @@ class ConsoleSink(PacedSink):
                 latency_ms = (self._clock() * 1e6 - segment.timestamp_us) / 1000.0
                 label += f" +{latency_ms:.0f}ms"
             self._close_line()
-            text = f"[{segment.participant_id}] {label}: {segment.text.strip() if self.one_line else segment.text}"
+            spoken = segment.text.strip() if self.one_line else segment.text
+            text = f"[{segment.participant_id}] {label}: {spoken}"
             if self.one_line:
                 self._write(text)
                 self._open = key
