@@ -25,16 +25,16 @@ NOTES = context_topic("notes")
 
 
 def frames(
-    topic: Topic, message, participant: str | None, seq: int, source: str = "test"
+    topic: Topic | str, message, participant: str | None, seq: int, source: str = "test"
 ) -> list[bytes]:
+    """A message's wire frames; an internal topic by name only (binding a ``Topic`` to a name
+    is process-wide, and the box binds these names to their own types)."""
     metadata = MessageMetadata(
         f"m{seq}", source, "rec", 1, seq, 1_000_000 + seq, participant_id=participant
     )
-    return [
-        topic_key(topic.name, participant),
-        msgspec.msgpack.encode(metadata),
-        topic.encode(message),
-    ]
+    name = topic if isinstance(topic, str) else topic.name
+    payload = msgspec.msgpack.encode(message) if isinstance(topic, str) else topic.encode(message)
+    return [topic_key(name, participant), msgspec.msgpack.encode(metadata), payload]
 
 
 def write_capture(path, messages) -> None:
@@ -44,16 +44,9 @@ def write_capture(path, messages) -> None:
 SESSION = [
     frames(NOTES, ConversationContextUpdate("Kettle on."), "p1", 1, "kettle"),
     frames(QUERY_TOPIC, UserQuery("Is the kettle on?", 5), "p1", 2, "text-input"),
-    frames(
-        Topic("route.conversation.aid", ConversationContextUpdate),
-        ConversationContextUpdate("x"),
-        "p1",
-        3,
-    ),
-    frames(Topic("_inbox.box", ConversationContextUpdate), ConversationContextUpdate("x"), "p1", 4),
-    frames(
-        Topic("context.view", ConversationContextUpdate), ConversationContextUpdate("x"), "p1", 5
-    ),
+    frames("route.conversation.aid", {}, "p1", 3),
+    frames("_inbox.box", None, "p1", 4),
+    frames("context.view", {"section": "x"}, "p1", 5),
     frames(
         VOICE_OUTPUT_TOPIC,
         ResponseOutput("reply", "Yes.", request_id="m2", response_id="r1", final=False),
