@@ -21,7 +21,8 @@ waiting for its turn's final frame before the next turn.
   ``LiteLLMService`` over litellm's ``mock_response`` (litellm's real import and code
   path, no network), with the model prepared before the process reports ready (what
   the edge box does) and, for contrast, without (litellm imported by the first turn).
-  ``--quick`` restarts on the zero-delay OfflineLLM instead, to stay quick.
+  ``--quick`` does not restart again: it measures the first turns of a new participant on
+  the conversation the previous phase restarted (OfflineLLM), to stay quick.
 
 Repetition 0 warms up and is discarded; figures are medians over the repetitions.
 """
@@ -113,7 +114,8 @@ def warm_start(ctx: SuiteContext, deployment: Deployment) -> list[Row]:
     second: dict[bool, list[float]] = {prepared: [] for prepared in variants}
     for rep in range(ctx.repetitions):
         for prepared in variants:
-            deployment.restart_conversation((0.0, 0.0), litellm=litellm, prepare=prepared)
+            if litellm:  # --quick keeps CI's quick run short: the process the last phase restarted
+                deployment.restart_conversation((0.0, 0.0), litellm=True, prepare=prepared)
             participant = f"w{rep}{'p' if prepared else 'c'}"
             for into in (first, second):
                 result = deployment.turns(1, [participant], 0)
@@ -125,7 +127,7 @@ def warm_start(ctx: SuiteContext, deployment: Deployment) -> list[Row]:
                 f"({'prepared' if prepared else 'cold'}): first turn {first[prepared][-1]:.1f} ms, "
                 f"second {second[prepared][-1]:.1f} ms"
             )
-    model = "litellm mock model" if litellm else "zero-delay OfflineLLM (--quick)"
+    model = "litellm mock model" if litellm else "OfflineLLM defaults, no new restart (--quick)"
     group = f"first turn after a conversation restart, {model}"
     rows = []
     for prepared in variants:
