@@ -16,6 +16,7 @@ _EXPORTS = {
     "RuntimeClosedError": "xrmq.actors.runtime",
     "subscribe": "xrmq.actors.runtime",
     "Publisher": "xrmq.actors.publisher",
+    "GLOBAL": "xrmq.actors.runtime",
     "ResponseOutputs": "xrmq.actors.interaction",
     "ContextManager": "xrmq.actors.context",
     "Conversation": "xrmq.actors.conversation",

@@ -11,6 +11,7 @@ from xrmq.schemas import (
     UserQuery,
 )
 
+from ._immutable import deeply_immutable
 from ._topic import Topic, split_key, topic_key
 
 VOICE_OUTPUT_TOPIC: Topic[ResponseOutput] = Topic("voice.output", ResponseOutput)
@@ -53,6 +54,7 @@ __all__ = [
     "Topic",
     "VOICE_OUTPUT_TOPIC",
     "context_topic",
+    "deeply_immutable",
     "split_key",
     "topic_key",
 ]
