@@ -108,6 +108,13 @@ class LLMService(abc.ABC):
     def __init__(self, model: str) -> None:
         self.model = model
 
+    def prepare(self) -> None:
+        """Do the slow one-time work of the first call now (imports, client set-up).
+
+        A process calls it before it reports ready, so its first turn is no slower than
+        the next. The default has nothing to prepare.
+        """
+
     def stream(
         self,
         messages: Sequence[ChatMessage],
