@@ -39,7 +39,7 @@ async def test_after_the_tool_result_it_answers_from_it_and_calls_nothing_more()
                 ChatMessage("tool", json.dumps({"bench": ["a red multimeter", "a probe"]}), tool_call_id="c1")]
     completion = await LLM.complete(messages, tools=[CAMERA])
     assert completion.tool_calls == ()
-    assert completion.text == "From what I have: bench: a red multimeter, a probe."
+    assert completion.text == "Bench: a red multimeter, a probe."  # the tool result, quoted
 
 
 async def test_scripted_tool_calls_and_reasoning_arrive_in_the_result() -> None:
