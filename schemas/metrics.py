@@ -12,6 +12,15 @@ class RuntimeMetrics(msgspec.Struct, frozen=True, omit_defaults=True):
     reports). ``actors`` maps each actor (keyed instances as ``kind[key]``) to its
     mailbox depth; ``gauges`` carries what actors report of themselves (for example
     ``context.participants`` or ``context.compaction_backlog``).
+
+    Robustness counters: ``faults`` (exceptions in an actor's path: handler, reply,
+    hooks, gauges; ``actor_faults`` per actor), ``actor_restarts`` (mailbox tasks that
+    ended and were started again), ``rejected_by`` (rejected messages per category, see
+    ``xrmq.actors.runtime.edge_checks``), ``oversize`` (payloads refused for exceeding
+    ``max_message_bytes``), ``evicted``/``evicted_by`` (entries evicted from bounded
+    tables, per table) and ``tables`` (their sizes now). ``last_seq`` maps the wire key
+    (``topic NUL participant NUL``) of each stream this runtime sent on lately to its
+    last seq, so receivers detect a lost tail within one heartbeat.
     """
 
     runtime: str
@@ -27,3 +36,12 @@ class RuntimeMetrics(msgspec.Struct, frozen=True, omit_defaults=True):
     handler_errors: int
     actors: dict[str, int] = {}
     gauges: dict[str, float] = {}
+    faults: int = 0
+    actor_restarts: int = 0
+    oversize: int = 0
+    evicted: int = 0
+    rejected_by: dict[str, int] = {}
+    evicted_by: dict[str, int] = {}
+    actor_faults: dict[str, int] = {}
+    tables: dict[str, int] = {}
+    last_seq: dict[str, int] = {}

@@ -26,6 +26,20 @@ from .logs import get_logger
 
 DEFAULT_HWM = 1_000_000
 """High-water mark for bus sockets: large and explicit (PUB/XPUB drop past it; receivers count the gap)."""
+DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+"""``ZMQ_MAXMSGSIZE`` of every receiving socket: a larger frame drops the sender's connection
+(libzmq does not read it; the sender reconnects and receivers see the messages lost meanwhile
+as gaps)."""
+DEFAULT_SUBSCRIBER_BUDGET_BYTES = 64 * 1024 * 1024
+"""What the broker may hold for one subscriber that stopped reading."""
+MESSAGE_BYTES_ESTIMATE = 1024
+"""A typical bus message, for turning the byte budget into a send HWM (counted in messages)."""
+
+
+def subscriber_hwm(budget_bytes: int) -> int:
+    """The broker's per-subscriber send HWM for a byte budget: what a stalled subscriber can
+    cost (at typical message sizes) before the broker drops its messages (its gaps)."""
+    return max(1000, budget_bytes // MESSAGE_BYTES_ESTIMATE)
 
 
 def shared_context() -> zmq.Context:
@@ -46,10 +60,14 @@ class Broker:
     another thread (the ``xrmq bus`` command).
     """
 
-    def __init__(self, address: BusAddress, *, capture: bool = False, hwm: int = DEFAULT_HWM) -> None:
+    def __init__(self, address: BusAddress, *, capture: bool = False, hwm: int = DEFAULT_HWM,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                 subscriber_budget_bytes: int = DEFAULT_SUBSCRIBER_BUDGET_BYTES) -> None:
         self.address = address
         self.capture = capture
         self.hwm = hwm
+        self.max_message_bytes = max_message_bytes
+        self.subscriber_hwm = min(hwm, subscriber_hwm(subscriber_budget_bytes))
         self._control = f"inproc://xrmq-broker-control-{uuid.uuid4().hex}"
         self._bound = threading.Event()
         self._stopped = threading.Event()
@@ -115,11 +133,13 @@ class Broker:
             frontend = socket(zmq.XSUB)
             frontend.setsockopt(zmq.RCVHWM, self.hwm)
             frontend.setsockopt(zmq.SNDHWM, self.hwm)
+            frontend.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
             frontend.bind(self.address.publish)
             frontend.send(b"\x01")  # subscribe to everything, upstream
             backend = socket(zmq.XPUB)
-            backend.setsockopt(zmq.SNDHWM, self.hwm)
+            backend.setsockopt(zmq.SNDHWM, self.subscriber_hwm)  # per subscriber: a stalled one is bounded
             backend.setsockopt(zmq.RCVHWM, self.hwm)
+            backend.setsockopt(zmq.MAXMSGSIZE, 64 * 1024)  # subscriptions only
             backend.bind(self.address.subscribe)
             capture = None
             if self.capture:
