@@ -21,7 +21,7 @@ from pathlib import Path
 
 import zmq
 
-from .address import BusAddress
+from .address import BusAddress, UnsafeDirectoryError, check_ipc_directories
 from .logs import get_logger
 
 DEFAULT_HWM = 1_000_000
@@ -128,8 +128,11 @@ class Broker:
             sock.setsockopt(zmq.LINGER, 0)
             return sock
 
+        umask = None
         try:
             self._claim_ipc_paths()
+            if self.address.ipc_paths:
+                umask = os.umask(0o177)  # sockets are created 0600, whatever the process's umask
             frontend = socket(zmq.XSUB)
             frontend.setsockopt(zmq.RCVHWM, self.hwm)
             frontend.setsockopt(zmq.SNDHWM, self.hwm)
@@ -148,13 +151,21 @@ class Broker:
                 capture.bind(self.address.capture)
             control = socket(zmq.PAIR)
             control.bind(self._control)
+            for path in self.address.ipc_paths:
+                if path.exists():
+                    os.chmod(path, 0o600)  # and stay so, for a umask changed under us
         except BaseException as error:  # reported to start(); nothing else holds the sockets
             for sock in sockets:
                 sock.close()
             self._release_ipc_paths()
-            self._bind_error = BrokerError(f"bus: cannot bind {self.address.publish}: {error}")
+            if umask is not None:
+                os.umask(umask)
+            self._bind_error = (error if isinstance(error, UnsafeDirectoryError)
+                                else BrokerError(f"bus: cannot bind {self.address.publish}: {error}"))
             self._bound.set()
             return
+        if umask is not None:
+            os.umask(umask)
         self._log.info("broker.ready", subscribe=self.address.subscribe, capture=self.capture)
         self._bound.set()
         try:
@@ -173,6 +184,7 @@ class Broker:
         paths = self.address.ipc_paths
         if not paths:
             return
+        check_ipc_directories(self.address)
         lock_path = Path(str(paths[0]).removesuffix(".in") + ".lock")
         fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o600)
         try:

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import time
 
-import msgspec
-
 from xrmq.schemas import MessageMetadata
 
 INBOX_PREFIX = "_inbox."
@@ -34,7 +32,7 @@ DEFAULT_EPOCH_SKEW_S = 300.0
 REJECT_CATEGORIES = ("frames", "key", "metadata", "seq", "epoch", "participant", "reply_to", "payload")
 
 
-def metadata_category(error: msgspec.MsgspecError) -> str:
+def metadata_category(error: Exception) -> str:
     """The category of a metadata frame that failed to decode: ``seq``, ``epoch`` or ``metadata``."""
     text = str(error)
     if text.endswith("`$.seq`"):

@@ -28,7 +28,7 @@ import zmq
 from xrmq.schemas import MessageMetadata, RuntimeMetrics
 from xrmq.topics import METRICS_TOPIC, Topic, topic_key
 
-from .address import BusAddress, parse_bus
+from .address import BusAddress, check_ipc_directories, parse_bus
 from .agent import Agent, check_handlers, subscriptions
 from .broker import DEFAULT_HWM, DEFAULT_MAX_MESSAGE_BYTES, Broker, shared_context
 from .deadlines import AskDeadlines
@@ -58,6 +58,8 @@ _metadata_encoder = msgspec.msgpack.Encoder()
 _metadata_decoder = msgspec.msgpack.Decoder(MessageMetadata)
 _reply_encoder = msgspec.msgpack.Encoder()
 _heartbeat_decoder = msgspec.msgpack.Decoder(RuntimeMetrics)
+_DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
+"""What decoding an untrusted frame can raise (deeply nested MessagePack: RecursionError)."""
 _METRICS_NAME = METRICS_TOPIC.name.encode()
 
 DEFAULT_OUTGOING_STREAMS = 4096
@@ -338,6 +340,7 @@ class AgentRuntime:
             return
         if self._closed:
             raise RuntimeClosedError("start: this runtime was stopped; create a new one")
+        check_ipc_directories(self.address)
         if self._embedded:
             self._broker = Broker(self.address, hwm=self.hwm, max_message_bytes=self.max_message_bytes).start()
         context = shared_context()
@@ -707,7 +710,7 @@ class AgentRuntime:
             return
         try:
             metadata = _metadata_decoder.decode(metadata_frame)
-        except (msgspec.DecodeError, msgspec.ValidationError) as error:
+        except _DECODE_ERRORS as error:
             self._reject(metadata_category(error), key, error=str(error))
             return
         category = self._check.reject(pid, metadata)
@@ -735,7 +738,7 @@ class AgentRuntime:
             return
         try:
             message = routes[0].topic.decode(payload)
-        except (msgspec.DecodeError, msgspec.ValidationError) as error:
+        except _DECODE_ERRORS as error:
             self._reject("payload", key, metadata.sender, error=str(error))
             return
         start = first and metadata.reply_to is not None
@@ -810,7 +813,7 @@ class AgentRuntime:
         """Another runtime's heartbeat: report the lost tail of every stream it lists."""
         try:
             heartbeat = _heartbeat_decoder.decode(payload)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except _DECODE_ERRORS:
             return  # counted as a payload reject by the routes that decode it (xrmq top)
         for wire_key, last_sent in heartbeat.last_seq.items():
             key = wire_key.encode()
