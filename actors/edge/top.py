@@ -46,6 +46,17 @@ class RuntimeRow(msgspec.Struct, frozen=True):
     actors: dict[str, int]
     """Mailbox depth of each actor."""
     gauges: dict[str, float]
+    faults: int = 0
+    """Exceptions survived in actors' paths (``actor_faults``: per actor)."""
+    actor_faults: dict[str, int] = {}
+    actor_restarts: int = 0
+    """Mailbox tasks that ended and were started again."""
+    rejected_by: dict[str, int] = {}
+    """Rejected messages per category (``edge_checks``)."""
+    oversize: int = 0
+    evicted: int = 0
+    """Entries evicted from bounded tables (``evicted_by``: per table)."""
+    evicted_by: dict[str, int] = {}
 
 
 class _Seen:
@@ -93,7 +104,10 @@ class TopView:
                 published_per_s=None if rate is None else rate[0], delivered_per_s=None if rate is None else rate[1],
                 published=last.published, delivered=last.delivered, gaps=last.gaps, stale=last.stale,
                 rejected=last.rejected, overflow=last.overflow, handler_errors=last.handler_errors,
-                actors=dict(last.actors), gauges=dict(last.gauges),
+                actors=dict(last.actors), gauges=dict(last.gauges), faults=last.faults,
+                actor_faults=dict(last.actor_faults), actor_restarts=last.actor_restarts,
+                rejected_by=dict(last.rejected_by), oversize=last.oversize, evicted=last.evicted,
+                evicted_by=dict(last.evicted_by),
             ))
         return rows
 
@@ -121,15 +135,23 @@ def render(rows: list[RuntimeRow], *, stale_after_s: float = 5.0, color: bool = 
         lines.append(header)
         problems = []
         for label, value in (("gaps", row.gaps), ("rejected", row.rejected), ("overflow", row.overflow),
-                             ("handler errors", row.handler_errors), ("stale", row.stale)):
+                             ("handler errors", row.handler_errors), ("faults", row.faults),
+                             ("actor restarts", row.actor_restarts), ("stale", row.stale)):
             text = f"{label} {value}"
             problems.append(paint(RED, text) if value and label != "stale" else text)
         lines.append(f"  in {rate(row.delivered_per_s)} ({row.delivered})  out {rate(row.published_per_s)}"
                      f" ({row.published})  " + "  ".join(problems))
+        if row.rejected_by:
+            lines.append("  rejected: " + "  ".join(f"{name} {count}" for name, count in sorted(row.rejected_by.items())))
+        if row.evicted_by or row.oversize:
+            lines.append("  evicted: " + "  ".join(f"{name} {count}" for name, count in sorted(row.evicted_by.items()))
+                         + (f"  oversize refused {row.oversize}" if row.oversize else ""))
         if row.gauges:
             lines.append("  " + "  ".join(f"{name} {value:g}" for name, value in sorted(row.gauges.items())))
         for actor, depth in sorted(row.actors.items()):
-            lines.append(f"  {paint(DIM, 'mailbox')} {depth:>6}  {actor}")
+            faults = row.actor_faults.get(actor)
+            lines.append(f"  {paint(DIM, 'mailbox')} {depth:>6}  {actor}"
+                         + (f"  {paint(RED, f'faults {faults}')}" if faults else ""))
     return "\n".join(lines) + "\n"
 
 
