@@ -56,6 +56,7 @@ async def run_process(config: EdgeConfig, instance: ProcessInstance, *, out: Tex
         os.nice(instance.spec.nice)  # background roles yield the CPU to the answer path
     runtime = AgentRuntime(config.bus.address, name=instance.runtime_name,
                            metrics_interval=config.supervisor.metrics_interval_s,
+                           max_message_bytes=config.bus.max_message_bytes,
                            ready_timeout=config.supervisor.ready_timeout_s)
     for build in builders:
         build(runtime, config, instance)

@@ -22,6 +22,7 @@ from pathlib import Path
 import zmq
 
 from .address import BusAddress, UnsafeDirectoryError, check_ipc_directories
+from .broker_report import BrokerReport
 from .logs import get_logger
 
 DEFAULT_HWM = 1_000_000
@@ -62,12 +63,15 @@ class Broker:
 
     def __init__(self, address: BusAddress, *, capture: bool = False, hwm: int = DEFAULT_HWM,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-                 subscriber_budget_bytes: int = DEFAULT_SUBSCRIBER_BUDGET_BYTES) -> None:
+                 subscriber_budget_bytes: int = DEFAULT_SUBSCRIBER_BUDGET_BYTES,
+                 metrics_interval: float | None = None) -> None:
         self.address = address
         self.capture = capture
         self.hwm = hwm
         self.max_message_bytes = max_message_bytes
         self.subscriber_hwm = min(hwm, subscriber_hwm(subscriber_budget_bytes))
+        self.metrics_interval = metrics_interval
+        self._report: BrokerReport | None = None
         self._control = f"inproc://xrmq-broker-control-{uuid.uuid4().hex}"
         self._bound = threading.Event()
         self._stopped = threading.Event()
@@ -93,6 +97,12 @@ class Broker:
 
     def wait_bound(self, timeout: float | None = None) -> bool:
         return self._bound.wait(timeout)
+
+    @property
+    def publishers_dropped(self) -> int | None:
+        """Publisher connections dropped (a frame over ``max_message_bytes``, a protocol error,
+        or the publisher went away); None without ``metrics_interval`` (nothing counts them)."""
+        return None if self._report is None else self._report.publishers_dropped
 
     def stop(self) -> None:
         if not self._bound.is_set() or self._bind_error is not None:
@@ -138,6 +148,12 @@ class Broker:
             frontend.setsockopt(zmq.SNDHWM, self.hwm)
             frontend.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
             frontend.bind(self.address.publish)
+            if self.metrics_interval:
+                monitor = f"inproc://xrmq-broker-monitor-{uuid.uuid4().hex}"
+                frontend.monitor(monitor, zmq.EVENT_DISCONNECTED)
+                self._report = BrokerReport(context, self.address.publish, monitor, self.metrics_interval,
+                                            {"broker.subscriber_hwm": float(self.subscriber_hwm),
+                                             "broker.max_message_bytes": float(self.max_message_bytes)})
             frontend.send(b"\x01")  # subscribe to everything, upstream
             backend = socket(zmq.XPUB)
             backend.setsockopt(zmq.SNDHWM, self.subscriber_hwm)  # per subscriber: a stalled one is bounded
@@ -166,13 +182,18 @@ class Broker:
             return
         if umask is not None:
             os.umask(umask)
-        self._log.info("broker.ready", subscribe=self.address.subscribe, capture=self.capture)
+        if self._report is not None:
+            self._report.start()
+        self._log.info("broker.ready", subscribe=self.address.subscribe, capture=self.capture,
+                       subscriber_hwm=self.subscriber_hwm, max_message_bytes=self.max_message_bytes)
         self._bound.set()
         try:
             zmq.proxy_steerable(frontend, backend, capture, control)
         except zmq.ContextTerminated:
             pass
         finally:
+            if self._report is not None:
+                self._report.stop()
             for sock in sockets:
                 sock.close()
             self._release_ipc_paths()

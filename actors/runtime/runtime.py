@@ -68,9 +68,12 @@ eviction beyond (a retired stream that sends again restarts at seq 1)."""
 DEFAULT_KEYED_INSTANCES = 4096
 """Live instances of one keyed kind in one runtime; the least recently used idle one is
 retired (``on_stop``) beyond."""
-# An outgoing stream: [wire key, last seq, seq at the last eviction look, seq at the last
-# heartbeat, seq at the heartbeat before]. The heartbeat lists what changed in two intervals.
-_KEY, _SEQ, _SEEN, _BEAT1, _BEAT2 = range(5)
+HEARTBEAT_KEYS = 256
+"""Streams a heartbeat lists beyond those that changed since the last one: all of them when
+there are this few, else the next slice in turn, so every stream's last seq is announced again
+and again (a receiver that lost the heartbeats of an overload still learns of the lost tail)."""
+# An outgoing stream: [wire key, last seq, seq at the last eviction look, seq at the last heartbeat].
+_KEY, _SEQ, _SEEN, _BEAT = range(4)
 
 
 class RuntimeClosedError(RuntimeError):
@@ -187,6 +190,7 @@ class AgentRuntime:
         self.max_keyed_instances = keyed_instances
         self._check = EnvelopeCheck(epoch_skew_s)
         self._retiring: set[asyncio.Task[None]] = set()
+        self._beat_cursor = 0
         self._agents: dict[str, Mailbox] = {}
         self._keyed: dict[str, _KeyedKind] = {}
         self._routes: dict[bytes, list[_Route]] = {}
@@ -505,7 +509,7 @@ class AgentRuntime:
         """
         if participant_id is not None and (not participant_id or "\x00" in participant_id):
             raise ValueError("participant_id: must be a non-empty string without NUL")
-        stream = self._streams[name, participant_id] = [topic_key(name, participant_id), 0, 0, 0, 0]
+        stream = self._streams[name, participant_id] = [topic_key(name, participant_id), 0, 0, 0]
         if len(self._streams) > self.outgoing_streams:
             self._count_eviction("outgoing_streams", evict_over(self._streams, self.outgoing_streams, _SEQ, _SEEN))
         return stream
@@ -853,15 +857,24 @@ class AgentRuntime:
         )
 
     def _recent_last_seqs(self) -> dict[str, int]:
-        """The last seq sent on every stream that sent in the last two heartbeat intervals
-        (two, so one lost heartbeat does not hide a tail); advances the interval marks."""
-        recent: dict[str, int] = {}
-        for stream in self._streams.values():
-            seq = stream[_SEQ]
-            if seq != stream[_BEAT2]:
-                recent[stream[_KEY].decode()] = seq
-            stream[_BEAT2], stream[_BEAT1] = stream[_BEAT1], seq
-        return recent
+        """The heartbeat's ``last_seq``: every stream that sent since the last heartbeat, and the
+        others up to ``HEARTBEAT_KEYS`` of them, in turn (see ``HEARTBEAT_KEYS``)."""
+        streams = list(self._streams.values())
+        listed: dict[str, int] = {}
+        for stream in streams:
+            if stream[_SEQ] != stream[_BEAT]:
+                stream[_BEAT] = stream[_SEQ]
+                listed[stream[_KEY].decode()] = stream[_SEQ]
+        if len(streams) <= HEARTBEAT_KEYS:
+            chosen = streams
+        else:
+            start = self._beat_cursor % len(streams)
+            chosen = (streams[start:] + streams[:start])[:HEARTBEAT_KEYS]
+            self._beat_cursor = start + HEARTBEAT_KEYS
+        for stream in chosen:
+            if stream[_SEQ]:
+                listed[stream[_KEY].decode()] = stream[_SEQ]
+        return listed
 
     async def _publish_metrics(self) -> None:
         while True:
