@@ -19,8 +19,9 @@ class RuntimeMetrics(msgspec.Struct, frozen=True, omit_defaults=True):
     ``xrmq.actors.runtime.edge_checks``), ``oversize`` (payloads refused for exceeding
     ``max_message_bytes``), ``evicted``/``evicted_by`` (entries evicted from bounded
     tables, per table) and ``tables`` (their sizes now). ``last_seq`` maps the wire key
-    (``topic NUL participant NUL``) of each stream this runtime sent on lately to its
-    last seq, so receivers detect a lost tail within one heartbeat.
+    (``topic NUL participant NUL``) of each stream this runtime sent on since its last
+    heartbeat, and of up to 256 others in turn, to its last seq, so a receiver detects
+    a lost tail within one heartbeat.
     """
 
     runtime: str

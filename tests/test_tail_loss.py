@@ -83,3 +83,39 @@ async def test_a_senders_dropped_last_messages_are_reported_as_a_gap_by_its_next
     late = [value for kind, value in watcher.events[:gap_at] if kind == "heartbeat" and value > sent_us]
     assert late == []
     assert metrics.gaps == 3
+
+
+async def test_a_reply_stream_that_lost_a_fragment_plays_what_arrived_and_ends_incomplete(tmp_path):
+    """Issue 13, item 5's last sentence: the renderer never presents such a reply as complete."""
+    from xrmq.actors.voice import VoiceRenderer
+    from xrmq.actors.voice.sinks import RecordingSink
+    from xrmq.schemas import ResponseOutput
+    from xrmq.topics import VOICE_OUTPUT_TOPIC
+
+    def drop(frames: list[bytes]) -> bool:  # the producer's second fragment for p1
+        return (len(frames) == 3 and frames[0] == VOICE_OUTPUT_TOPIC.key("p1") and frames[1]
+                and _metadata.decode(frames[1]).sender == "producer" and _metadata.decode(frames[1]).seq == 2)
+
+    bus = LossyBus(f"{tmp_path}/bus", drop)
+    sink = RecordingSink(words_per_minute=None)
+    renderer = VoiceRenderer(sink)
+    try:
+        listener = AgentRuntime(bus.address)
+        listener.register("renderer", renderer)
+        async with listener:
+            async with AgentRuntime(bus.address, name="producer") as producer:
+                for text, final in (("Hello ", False), ("lost ", False), ("world.", True)):
+                    await producer.publish(VOICE_OUTPUT_TOPIC, ResponseOutput(
+                        kind="reply", text=text, request_id="q1", response_id="s1", final=final), participant_id="p1")
+                await asyncio.wait_for(sink.wait_until(lambda s: s.ended("p1")), 10)
+                # An intact reply after it still ends completed.
+                for text, final in (("All ", False), ("there.", True)):
+                    await producer.publish(VOICE_OUTPUT_TOPIC, ResponseOutput(
+                        kind="reply", text=text, request_id="q2", response_id="s2", final=final), participant_id="p1")
+                await asyncio.wait_for(sink.wait_until(lambda s: len(s.ended("p1")) == 2), 10)
+            gauges = listener.metrics().gauges
+    finally:
+        bus.close()
+    assert " ".join(sink.heard("p1")) == "Hello world. All there."
+    assert sink.ended("p1") == ["incomplete", "completed"]
+    assert gauges["voice.incomplete"] == 1

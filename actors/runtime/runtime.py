@@ -135,8 +135,9 @@ class AgentRuntime:
     as a sender (stable across restarts of the same process role; the epoch changes).
     With ``metrics_interval`` (seconds) it publishes ``RuntimeMetrics`` on
     ``METRICS_TOPIC`` that often: its heartbeat and what ``xrmq top`` shows. The
-    heartbeat lists the last seq this runtime sent on each key that changed lately, so
-    a receiver reports a lost tail of a stream within one interval.
+    heartbeat lists the last seq this runtime sent on each key that sent since the last
+    one (and the others in turn, ``HEARTBEAT_KEYS``), so a receiver reports a lost tail of
+    a stream within one interval.
 
     Limits (every table fed by the bus is bounded, and what is dropped is counted):
     ``max_message_bytes`` (``ZMQ_MAXMSGSIZE`` of the SUB socket; a larger payload is

@@ -21,7 +21,7 @@ import msgspec
 
 from .tables import evict_over
 
-DEFAULT_STREAM_CAPACITY = 65_536
+DEFAULT_STREAM_CAPACITY = 16_384
 """Streams one runtime tracks: senders x keys it receives (CLOCK eviction beyond)."""
 
 
