@@ -247,3 +247,37 @@ def test_repeated_warnings_are_logged_once_per_kind_topic_and_sender_per_interva
                 if event.endswith(".repeated")}
     assert repeated == {("notes", "fuzz"): 999, ("*", "*"): 99}
     assert len(warnings) == 0
+
+
+async def test_a_keyed_kind_over_its_bound_retires_the_least_recently_used_idle_instance(bus):
+    stopped: list[str] = []
+    retired = asyncio.Event()
+
+    class Counter(Agent):
+        def __init__(self, key: str) -> None:
+            self.key, self.count = key, 0
+
+        async def on_stop(self) -> None:
+            stopped.append(self.key)
+            retired.set()
+
+        @subscribe(ECHO)
+        async def on_echo(self, message, ctx) -> int:
+            self.count += 1
+            return self.count
+
+    runtime = AgentRuntime(bus)
+    runtime.register_keyed("counter", Counter, max_instances=2)
+    async with runtime:
+        async def ask(key: str) -> int:
+            return await runtime.ask(ECHO, ConversationContextUpdate("x"), participant_id=key, reply_type=int,
+                                     timeout=10)
+
+        assert [await ask("a"), await ask("b"), await ask("a")] == [1, 1, 2]
+        assert await ask("c") == 1  # "b" is the least recently used: retired
+        await asyncio.wait_for(retired.wait(), 10)  # the retirement's on_stop runs in a task of its own
+        assert sorted(runtime.keyed_instances("counter")) == ["a", "c"]
+        assert await ask("a") == 3 and await ask("b") == 1  # "b" starts afresh; now "c" goes
+        metrics = runtime.metrics()
+    assert stopped[:2] == ["b", "c"]
+    assert metrics.evicted_by["keyed"] == 2 and metrics.tables["keyed[counter]"] == 2
