@@ -83,7 +83,9 @@ class MetricsWatch(Agent):
         """A heartbeat of each of ``names`` sent after this call."""
         since = time.time_ns() // 1000
         deadline = time.monotonic() + timeout
-        while not all(name in self.latest and self.latest[name].timestamp_us > since for name in names):
+        while not all(
+            name in self.latest and self.latest[name].timestamp_us > since for name in names
+        ):
             self.changed.clear()
             await asyncio.wait_for(self.changed.wait(), max(0.01, deadline - time.monotonic()))
         return {name: self.latest[name] for name in names}
@@ -100,8 +102,14 @@ class Stack:
         if quick:
             config = self.directory / "box.toml"
             config.write_text(QUICK_CONFIG)
-        self.up = Worker("xrmq up", "-m", "xrmq.actors.cli", "up", str(config),
-                         env={"XRMQ_RUNTIME_DIR": str(self.directory)})
+        self.up = Worker(
+            "xrmq up",
+            "-m",
+            "xrmq.actors.cli",
+            "up",
+            str(config),
+            env={"XRMQ_RUNTIME_DIR": str(self.directory)},
+        )
         ready = self.up.expect("xrmq up: ready", timeout=120)
         self.pids = {name: int(pid) for name, pid in re.findall(r"(\S+)=(\d+)", ready)}
         self.processes = [name for name in self.pids if name != "bus"]
@@ -126,8 +134,24 @@ class Stack:
 
 def fuzz(bus: str, count: int, seed: int) -> dict[str, int]:
     """``fuzz_frames`` in a process of its own (raw pyzmq, no xrmq)."""
-    done = subprocess.run([sys.executable, "-m", "bench.fuzz_frames", "--bus", bus, "--count", str(count),
-                           "--seed", str(seed)], capture_output=True, text=True, cwd=ROOT, timeout=300, check=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.fuzz_frames",
+            "--bus",
+            bus,
+            "--count",
+            str(count),
+            "--seed",
+            str(seed),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        check=True,
+    )
     return json.loads(done.stdout.removeprefix("fuzz: sent "))
 
 
@@ -146,7 +170,9 @@ async def measure(ctx: SuiteContext, stack: Stack, count: int, turns: int) -> di
             ok = 0
             for index in range(turns):
                 participant = f"fz{rep}-{index}"
-                await client.publish(NOTES, ConversationContextUpdate(NOTE), participant_id=participant)
+                await client.publish(
+                    NOTES, ConversationContextUpdate(NOTE), participant_id=participant
+                )
                 turn = ask(client, collector, participant, QUESTION)
                 try:
                     await turn.wait(30)
@@ -157,17 +183,36 @@ async def measure(ctx: SuiteContext, stack: Stack, count: int, turns: int) -> di
             figures["answered"].append(ok / turns)
             died = len(stack.pids) - stack.alive()
             restarted = sum(now[name].epoch != previous[name].epoch for name in processes)
-            mailbox_restarts = sum(now[name].actor_restarts - previous[name].actor_restarts for name in processes)
+            mailbox_restarts = sum(
+                now[name].actor_restarts - previous[name].actor_restarts for name in processes
+            )
             figures["dead"].append(float(died + restarted + mailbox_restarts))
-            for category in ("frames", "key", "metadata", "seq", "epoch", "participant", "reply_to", "payload"):
-                total = sum(now[name].rejected_by.get(category, 0) - previous[name].rejected_by.get(category, 0)
-                            for name in processes)
+            for category in (
+                "frames",
+                "key",
+                "metadata",
+                "seq",
+                "epoch",
+                "participant",
+                "reply_to",
+                "payload",
+            ):
+                total = sum(
+                    now[name].rejected_by.get(category, 0)
+                    - previous[name].rejected_by.get(category, 0)
+                    for name in processes
+                )
                 figures["rejected"].setdefault(category, []).append(float(total))
-            figures["dropped"].append(now["broker"].gauges["broker.publishers_dropped"]
-                                      - previous["broker"].gauges["broker.publishers_dropped"])
+            figures["dropped"].append(
+                now["broker"].gauges["broker.publishers_dropped"]
+                - previous["broker"].gauges["broker.publishers_dropped"]
+            )
             previous = now
-            ctx.progress(f"fuzz: rep {rep + 1}/{ctx.repetitions} sent {sum(sent.values())}, answered {ok}/{turns}, "
-                         f"dead {figures['dead'][-1]:.0f}")
+            ctx.progress(
+                f"fuzz: rep {rep + 1}/{ctx.repetitions} sent {sum(sent.values())}, "
+                f"answered {ok}/{turns}, "
+                f"dead {figures['dead'][-1]:.0f}"
+            )
         figures["rss_after"] = stack.rss_mib()
     return figures
 
@@ -177,38 +222,85 @@ def run(ctx: SuiteContext) -> SuiteResult:
     turns = 1 if ctx.quick else 4
     stack = Stack(ctx.quick)
     try:
-        ctx.progress(f"fuzz: stack up ({len(stack.processes)} processes); {count} fuzz messages and {turns} turns "
-                     f"per repetition")
+        ctx.progress(
+            f"fuzz: stack up ({len(stack.processes)} processes); {count} fuzz messages and "
+            f"{turns} turns "
+            f"per repetition"
+        )
         figures = run_loop(measure(ctx, stack, count, turns))
     finally:
         stack.close()
-    answered, dead, rejected, dropped = figures["answered"], figures["dead"], figures["rejected"], figures["dropped"]
+    answered, dead, rejected, dropped = (
+        figures["answered"],
+        figures["dead"],
+        figures["rejected"],
+        figures["dropped"],
+    )
     rss_before, rss_after = figures["rss_before"], figures["rss_after"]
     processes = stack.processes
     group = "fuzz at a running edge box"
     result_rows = [
-        Row(group=group, subject="turns answered after the fuzz", unit="fraction", median=max(median(answered), 1e-9),
-            repetitions=answered, higher_is_better=True),
+        Row(
+            group=group,
+            subject="turns answered after the fuzz",
+            unit="fraction",
+            median=max(median(answered), 1e-9),
+            repetitions=answered,
+            higher_is_better=True,
+        ),
     ]
-    notes = [f"{count} fuzz messages per repetition, a round-robin mix of {len(fuzz_frames.CATEGORIES)} categories "
-             f"({', '.join(fuzz_frames.CATEGORIES)}); {turns} turns of new participants after each"]
+    notes = [
+        f"{count} fuzz messages per repetition, a round-robin mix of "
+        f"{len(fuzz_frames.CATEGORIES)} categories "
+        f"({', '.join(fuzz_frames.CATEGORIES)}); {turns} turns of new participants after each"
+    ]
     for category, values in rejected.items():
         if median(values) > 0:
-            result_rows.append(Row(group="fuzz: rejected by the runtimes, per category", subject=category,
-                                   unit="messages", median=median(values), repetitions=values, higher_is_better=True))
+            result_rows.append(
+                Row(
+                    group="fuzz: rejected by the runtimes, per category",
+                    subject=category,
+                    unit="messages",
+                    median=median(values),
+                    repetitions=values,
+                    higher_is_better=True,
+                )
+            )
         else:
             notes.append(f"category {category!r}: nothing rejected under it")
     if median(dropped) > 0:
-        result_rows.append(Row(group="fuzz: rejected by the runtimes, per category", subject="oversize (broker)",
-                               unit="connections dropped", median=median(dropped), repetitions=dropped,
-                               higher_is_better=True))
+        result_rows.append(
+            Row(
+                group="fuzz: rejected by the runtimes, per category",
+                subject="oversize (broker)",
+                unit="connections dropped",
+                median=median(dropped),
+                repetitions=dropped,
+                higher_is_better=True,
+            )
+        )
     for name in processes:
-        result_rows.append(Row(group="fuzz: resident memory after", subject=name, unit="MiB",
-                               median=max(rss_after[name], 1e-9), repetitions=[rss_after[name]] * ctx.repetitions,
-                               higher_is_better=False, extra={"growth MiB": rss_after[name] - rss_before[name]}))
-    bars = [bar("dead actors after the fuzz", median(dead), "<=", 0,
-                "processes died or restarted, mailbox tasks ended"),
-            bar("turns answered after the fuzz", median(answered), ">=", 1.0, "all")]
+        result_rows.append(
+            Row(
+                group="fuzz: resident memory after",
+                subject=name,
+                unit="MiB",
+                median=max(rss_after[name], 1e-9),
+                repetitions=[rss_after[name]] * ctx.repetitions,
+                higher_is_better=False,
+                extra={"growth MiB": rss_after[name] - rss_before[name]},
+            )
+        )
+    bars = [
+        bar(
+            "dead actors after the fuzz",
+            median(dead),
+            "<=",
+            0,
+            "processes died or restarted, mailbox tasks ended",
+        ),
+        bar("turns answered after the fuzz", median(answered), ">=", 1.0, "all"),
+    ]
     return SuiteResult(rows=result_rows, bars=bars, notes=notes)
 
 

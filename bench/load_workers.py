@@ -19,7 +19,7 @@ import json
 import sys
 import time
 
-from xrmq.actors.runtime import Agent, AgentRuntime, run, subscribe
+from xrmq.actors.runtime import Agent, AgentRuntime, run
 from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import context_topic
 
@@ -89,7 +89,10 @@ async def subscriber(bus: str, topic_name: str, hwm: int) -> None:
                 except TimeoutError:
                     break
             now = (accounting.received, accounting.lost)
-            print(json.dumps({"received": now[0] - reported[0], "lost": now[1] - reported[1]}), flush=True)
+            print(
+                json.dumps({"received": now[0] - reported[0], "lost": now[1] - reported[1]}),
+                flush=True,
+            )
             reported = now
 
 

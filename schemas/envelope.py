@@ -9,7 +9,7 @@ import msgspec
 MAX_SEQ = 2**53
 """The largest sequence number a sender may use (a larger one is rejected as out of range)."""
 MAX_EPOCH = 2**63 - 1
-"""The largest epoch (receivers also reject an epoch in the future beyond a clock-skew allowance)."""
+"""The largest epoch (receivers also reject one in the future beyond a clock-skew allowance)."""
 
 
 class MessageMetadata(msgspec.Struct, frozen=True, omit_defaults=True):

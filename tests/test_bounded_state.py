@@ -76,19 +76,38 @@ class Flood:
         self.sub.setsockopt(zmq.SUBSCRIBE, self.inbox.encode() + b"\x00")
         self.syncs = 0
 
-    def envelope(self, sender: str, seq: int, participant: str, message_id: str | None = None, **extra) -> bytes:
-        return _encode({"message_id": message_id or uuid.uuid4().hex, "source": "flood", "sender": sender,
-                        "epoch": 1, "seq": seq, "timestamp_us": 1, "participant_id": participant, **extra})
+    def envelope(
+        self, sender: str, seq: int, participant: str, message_id: str | None = None, **extra
+    ) -> bytes:
+        return _encode(
+            {
+                "message_id": message_id or uuid.uuid4().hex,
+                "source": "flood",
+                "sender": sender,
+                "epoch": 1,
+                "seq": seq,
+                "timestamp_us": 1,
+                "participant_id": participant,
+                **extra,
+            }
+        )
 
     def sync(self, timeout_s: float = 60.0) -> None:
         key = ECHO.key("sync")
-        tries: set[str] = set()  # answers to an earlier sync's tries can still arrive: only these count
+        tries: set[str] = (
+            set()
+        )  # answers to an earlier sync's tries can still arrive: only these count
         for _ in range(int(timeout_s * 20)):
             self.syncs += 1
             message_id = uuid.uuid4().hex
             tries.add(message_id)
-            self.pub.send_multipart([key, self.envelope(self.inbox, self.syncs, "sync", message_id, reply_to=self.inbox),
-                                     _encode({"text": "sync"})])
+            self.pub.send_multipart(
+                [
+                    key,
+                    self.envelope(self.inbox, self.syncs, "sync", message_id, reply_to=self.inbox),
+                    _encode({"text": "sync"}),
+                ]
+            )
             while self.sub.poll(50):
                 metadata = msgspec.msgpack.decode(self.sub.recv_multipart()[1])
                 if metadata.get("correlation_id") in tries:
@@ -101,16 +120,37 @@ class Flood:
             sender, participant = f"fake{index}", f"p{index}"
             kind = index % 4
             if kind == 0:  # a barge-in for a participant nobody knows
-                frames = [INTERRUPTED_TOPIC.key(participant), self.envelope(sender, 1, participant), _encode({})]
+                frames = [
+                    INTERRUPTED_TOPIC.key(participant),
+                    self.envelope(sender, 1, participant),
+                    _encode({}),
+                ]
             elif kind == 1:  # the first fragment of a reply stream for a new participant
-                frames = [VOICE_OUTPUT_TOPIC.key(participant), self.envelope(sender, 1, participant),
-                          _encode({"kind": "reply", "text": "hello", "request_id": "q", "response_id": "r",
-                                   "final": False})]
+                frames = [
+                    VOICE_OUTPUT_TOPIC.key(participant),
+                    self.envelope(sender, 1, participant),
+                    _encode(
+                        {
+                            "kind": "reply",
+                            "text": "hello",
+                            "request_id": "q",
+                            "response_id": "r",
+                            "final": False,
+                        }
+                    ),
+                ]
             elif kind == 2:  # an ask with a reply_to of its own
-                frames = [ECHO.key(participant), self.envelope(sender, 1, participant, reply_to=f"_inbox.{sender}"),
-                          _encode({"text": "x"})]
+                frames = [
+                    ECHO.key(participant),
+                    self.envelope(sender, 1, participant, reply_to=f"_inbox.{sender}"),
+                    _encode({"text": "x"}),
+                ]
             else:  # a write that spawns a keyed instance
-                frames = [KEYED.key(participant), self.envelope(sender, 1, participant), _encode({"text": "x"})]
+                frames = [
+                    KEYED.key(participant),
+                    self.envelope(sender, 1, participant),
+                    _encode({"text": "x"}),
+                ]
             pub.send_multipart(frames)
 
     def close(self) -> None:
@@ -122,8 +162,11 @@ class Flood:
 async def test_100k_distinct_senders_participants_and_inboxes_stay_within_every_bound(tmp_path):
     bus = f"ipc://{tmp_path}/bus"
     broker = Broker(parse_bus(bus)).start()
-    renderer = VoiceRenderer(RecordingSink(words_per_minute=None), interrupted_topic=INTERRUPTED_TOPIC,
-                             max_participants=RENDERER_PARTICIPANTS)
+    renderer = VoiceRenderer(
+        RecordingSink(words_per_minute=None),
+        interrupted_topic=INTERRUPTED_TOPIC,
+        max_participants=RENDERER_PARTICIPANTS,
+    )
     runtime = AgentRuntime(bus, **BOUNDS)
     runtime.register("renderer", renderer)
     runtime.register("echo", Echo())
@@ -157,7 +200,10 @@ async def test_100k_distinct_senders_participants_and_inboxes_stay_within_every_
     assert metrics.evicted_by["outgoing_streams"] >= TOTAL // 4 - BOUNDS["outgoing_streams"]
     assert metrics.evicted_by["keyed"] >= TOTAL // 4 - BOUNDS["keyed_instances"]
     assert renderer.ordering.counts["participants_evicted"] >= TOTAL // 4 - RENDERER_PARTICIPANTS
-    assert metrics.gauges["voice.participants_evicted"] == renderer.ordering.counts["participants_evicted"]
+    assert (
+        metrics.gauges["voice.participants_evicted"]
+        == renderer.ordering.counts["participants_evicted"]
+    )
     assert metrics.faults == 0 and metrics.actor_restarts == 0
     assert grown < 16 * 2**20, f"RSS grew {grown / 2**20:.1f} MiB after the tables were full"
 
@@ -165,8 +211,12 @@ async def test_100k_distinct_senders_participants_and_inboxes_stay_within_every_
 async def test_the_router_keeps_state_for_at_most_max_participants_and_counts_the_rest():
     log = Log()
     chat = Destination("chat", log)
-    router = AgentRouter({"chat": chat}, Decisions(log, *["chat"] * 500), output=router_output(log),
-                         max_participants=50)
+    router = AgentRouter(
+        {"chat": chat},
+        Decisions(log, *["chat"] * 500),
+        output=router_output(log),
+        max_participants=50,
+    )
     for index in range(500):
         await router.handle(AgentTurn(f"p{index}", f"t{index}", "hello", timestamp_us=1))
     assert len(router._lanes) == 50

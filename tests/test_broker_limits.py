@@ -37,9 +37,13 @@ NOTES = context_topic("limits.notes")
 def bus_process(*extra: str) -> Iterator[tuple[str, subprocess.Popen]]:
     directory = tempfile.mkdtemp(prefix="xrmq-")
     bus = f"ipc://{directory}/bus"
-    proc = subprocess.Popen([sys.executable, "-m", "xrmq.actors.cli", "bus", "--bus", bus, *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "XRMQ_LOG_LEVEL": "WARNING"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xrmq.actors.cli", "bus", "--bus", bus, *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "XRMQ_LOG_LEVEL": "WARNING"},
+    )
     try:
         expect_line(proc, "xrmq bus: ready")
         yield bus, proc
@@ -88,7 +92,9 @@ async def test_an_oversize_frame_drops_its_publishers_connection_is_counted_and_
             try:
                 client.wait_ready()
                 key = NOTES.key("p1")
-                client.send_frames([key, client.metadata(1, "p1"), msgspec.msgpack.encode({"text": "x" * 100_000})])
+                client.send_frames(
+                    [key, client.metadata(1, "p1"), msgspec.msgpack.encode({"text": "x" * 100_000})]
+                )
                 await watch.wait(lambda: watch.last.gauges["broker.publishers_dropped"] > before)
                 client.wait_ready()  # its connection is back
                 client.send(NOTES.name, "p1", 2, {"text": "after"})
@@ -97,7 +103,9 @@ async def test_an_oversize_frame_drops_its_publishers_connection_is_counted_and_
                 client.close()
             assert watch.notes == ["after"]  # the oversize one never reached anybody
             with pytest.raises(ValueError, match="exceed max_message_bytes"):
-                await runtime.publish(NOTES, ConversationContextUpdate("y" * 70_000), participant_id="p1")
+                await runtime.publish(
+                    NOTES, ConversationContextUpdate("y" * 70_000), participant_id="p1"
+                )
             assert runtime.metrics().oversize == 1
 
 
@@ -107,7 +115,9 @@ async def test_a_stalled_subscriber_costs_the_broker_a_bounded_amount_and_sees_i
         stalled = python("loss_accounting_subscriber.py", bus, NOTES.name, str(total))
         try:
             expect_line(stalled, "ready")
-            watch = BrokerWatch()  # a subscriber that keeps reading: when it has all, the broker has too
+            watch = (
+                BrokerWatch()
+            )  # a subscriber that keeps reading: when it has all, the broker has too
             runtime = AgentRuntime(bus, name="limits-publisher", metrics_interval=0.2)
             runtime.register("watch", watch)
             async with runtime:

@@ -64,7 +64,8 @@ def test_render_shows_faults_per_actor_restarts_rejections_by_category_and_evict
                          evicted_by={"incoming_streams": 5}), received_at=0.0)
     row = view.rows(now=1.0)[0]
     assert (row.faults, row.actor_faults, row.actor_restarts) == (2, {"renderer": 2}, 1)
-    assert row.rejected_by == {"participant": 2, "epoch": 1} and row.evicted_by == {"incoming_streams": 5}
+    assert row.rejected_by == {"participant": 2, "epoch": 1}
+    assert row.evicted_by == {"incoming_streams": 5}
     text = render([row], color=False)
     assert "faults 2" in text and "actor restarts 1" in text
     assert "rejected: epoch 1  participant 2" in text and "evicted: incoming_streams 5" in text

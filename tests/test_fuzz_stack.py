@@ -34,7 +34,9 @@ def cli(env: dict, *args: str, timeout: float = 60) -> subprocess.CompletedProce
 
 
 def top(env: dict) -> dict[str, dict]:
-    result = cli(env, "top", "--once", "--json", "--expect", str(len(PROCESSES) + 1), "--window", "30")
+    result = cli(
+        env, "top", "--once", "--json", "--expect", str(len(PROCESSES) + 1), "--window", "30"
+    )
     assert result.returncode == 0, result.stderr
     return {row["runtime"]: row for row in json.loads(result.stdout)}
 
@@ -43,22 +45,55 @@ def test_every_fuzz_category_is_counted_and_every_actor_still_answers(tmp_path):
     runtime_dir = tmp_path / "run"
     runtime_dir.mkdir(mode=0o700)
     env = {**os.environ, "XRMQ_RUNTIME_DIR": str(runtime_dir), "XRMQ_LOG_LEVEL": "ERROR"}
-    up = subprocess.Popen([*CLI, "up", str(CONFIG)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env=env)
+    up = subprocess.Popen(
+        [*CLI, "up", str(CONFIG)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     try:
         ready = expect_line(up, "xrmq up: ready")
         pids = {name: int(pid) for name, pid in re.findall(r"(\S+)=(\d+)", ready)}
         before = top(env)
 
-        fuzz = subprocess.run([sys.executable, "-m", "bench.fuzz_frames", "--bus", f"ipc://{runtime_dir}/default",
-                               "--count", "1100"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+        fuzz = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bench.fuzz_frames",
+                "--bus",
+                f"ipc://{runtime_dir}/default",
+                "--count",
+                "1100",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+        )
         assert fuzz.returncode == 0, fuzz.stderr
         sent = json.loads(fuzz.stdout.removeprefix("fuzz: sent "))
         assert all(count > 0 for count in sent.values()), sent
 
-        note = cli(env, "publish", "notes", "--participant", "fz-check", "The kettle in lab 3 is set to 85 degrees.")
+        note = cli(
+            env,
+            "publish",
+            "notes",
+            "--participant",
+            "fz-check",
+            "The kettle in lab 3 is set to 85 degrees.",
+        )
         assert note.returncode == 0, note.stderr
-        answer = cli(env, "say", "--participant", "fz-check", "--timeout", "30", "What is the kettle in lab 3 set to?")
+        answer = cli(
+            env,
+            "say",
+            "--participant",
+            "fz-check",
+            "--timeout",
+            "30",
+            "What is the kettle in lab 3 set to?",
+        )
         assert answer.returncode == 0, answer.stderr
         assert "85" in answer.stdout
         after = top(env)
@@ -73,13 +108,25 @@ def test_every_fuzz_category_is_counted_and_every_actor_still_answers(tmp_path):
         rejected: dict[str, int] = {}
         for name in PROCESSES:
             for category, count in after[name]["rejected_by"].items():
-                rejected[category] = rejected.get(category, 0) + count - before[name]["rejected_by"].get(category, 0)
-        for category in ("frames", "metadata", "payload", "participant", "reply_to", "seq", "epoch"):
+                rejected[category] = (
+                    rejected.get(category, 0) + count - before[name]["rejected_by"].get(category, 0)
+                )
+        for category in (
+            "frames",
+            "metadata",
+            "payload",
+            "participant",
+            "reply_to",
+            "seq",
+            "epoch",
+        ):
             assert rejected.get(category, 0) > 0, (category, rejected)
         dropped = after["broker"]["gauges"]["broker.publishers_dropped"]
         assert dropped - before["broker"]["gauges"]["broker.publishers_dropped"] >= sent["oversize"]
         renderer = after["renderer"]
-        assert renderer["delivered"] > before["renderer"]["delivered"]  # it took the answer's fragments
+        assert (
+            renderer["delivered"] > before["renderer"]["delivered"]
+        )  # it took the answer's fragments
         assert renderer["gauges"]["voice.participants"] >= 1
     finally:
         up.terminate()

@@ -1,4 +1,4 @@
-"""Issue 13, in one process: no frame or fault ends an actor; the edge rejects and counts by category.
+"""Issue 13 in one process: no frame or fault ends an actor; the edge rejects, by category.
 
 A real broker on an ipc bus under ``tmp_path``, runtimes in this process, and the raw
 protocol client (``raw_client.py``) for the frames no xrmq runtime would send.
@@ -74,18 +74,27 @@ def text(value: str) -> bytes:
 
 async def settle(runtime: AgentRuntime, participant: str = "p1") -> str:
     """An ask after the frames under test: it is answered only once they were all read."""
-    return await runtime.ask(ECHO, ConversationContextUpdate("still here"), participant_id=participant,
-                             reply_type=str, timeout=10)
+    return await runtime.ask(
+        ECHO,
+        ConversationContextUpdate("still here"),
+        participant_id=participant,
+        reply_type=str,
+        timeout=10,
+    )
 
 
-async def test_an_empty_participant_with_reply_to_is_rejected_twice_and_the_actor_still_answers(bus):
+async def test_an_empty_participant_with_reply_to_is_rejected_twice_and_the_actor_still_answers(
+    bus,
+):
     runtime = AgentRuntime(bus)
     runtime.register("echo", Echo())
     async with runtime:
         client = raw_client(bus)
         try:
             for seq in (1, 2):  # the two frames that used to end the actor's mailbox task
-                client.send_frames([key(ECHO, None), client.metadata(seq, "", reply_to="_inbox.x"), text("boom")])
+                client.send_frames(
+                    [key(ECHO, None), client.metadata(seq, "", reply_to="_inbox.x"), text("boom")]
+                )
             assert await settle(runtime) == "p1:still here"
         finally:
             client.close()
@@ -104,23 +113,44 @@ async def test_every_edge_rule_rejects_and_counts_its_category_and_good_frames_s
         now_us = time.time_ns() // 1000
         meta = client.metadata
         bad = {
-            "frames": [[key(NOTES, "p1")], [key(NOTES, "p1"), meta(1, "p1")],
-                       [key(NOTES, "p1"), meta(1, "p1"), text("a"), b"extra"]],
+            "frames": [
+                [key(NOTES, "p1")],
+                [key(NOTES, "p1"), meta(1, "p1")],
+                [key(NOTES, "p1"), meta(1, "p1"), text("a"), b"extra"],
+            ],
             "key": [[b"robust.notes\x00p1", meta(1, "p1"), text("a")]],
-            "metadata": [[key(NOTES, "p1"), b"\xc1garbage", text("a")],
-                         [key(NOTES, "p1"), b"\x81\xa4text" + b"\x91" * 100_000 + b"\xc0", text("a")],
-                         [key(NOTES, "p1"), meta(1, "p1", source="FUZZ").replace(b"\xa4FUZZ", b"\xa4\xff\xfe\xfd\xfc"),
-                          text("a")]],
-            "seq": [[key(NOTES, "p1"), meta(0, "p1"), text("a")], [key(NOTES, "p1"), meta(2**53 + 1, "p1"), text("a")]],
-            "epoch": [[key(NOTES, "p1"), meta(1, "p1", epoch=2**63, sender="router"), text("a")],
-                      [key(NOTES, "p1"), meta(1, "p1", epoch=now_us + 3600 * 10**6), text("a")]],
-            "participant": [[key(NOTES, "p1"), meta(1, "p2"), text("a")], [key(NOTES, "p1"), meta(1, None), text("a")],
-                            [key(NOTES, None), meta(1, "p1"), text("a")], [key(NOTES, None), meta(1, ""), text("a")],
-                            [b"robust.notes\x00\xff\xfe\x00", meta(1, "p1"), text("a")]],
-            "reply_to": [[key(ECHO, "p1"), meta(1, "p1", reply_to=reply_to), text("a")]
-                         for reply_to in ("robust.notes", "_inbox.", "")],
-            "payload": [[key(NOTES, "p1"), meta(1, "p1"), msgspec.msgpack.encode({"nope": 1})],
-                        [key(NOTES, "p1"), meta(1, "p1"), b"\x81\xa4text" + b"\x91" * 100_000 + b"\xc0"]],
+            "metadata": [
+                [key(NOTES, "p1"), b"\xc1garbage", text("a")],
+                [key(NOTES, "p1"), b"\x81\xa4text" + b"\x91" * 100_000 + b"\xc0", text("a")],
+                [
+                    key(NOTES, "p1"),
+                    meta(1, "p1", source="FUZZ").replace(b"\xa4FUZZ", b"\xa4\xff\xfe\xfd\xfc"),
+                    text("a"),
+                ],
+            ],
+            "seq": [
+                [key(NOTES, "p1"), meta(0, "p1"), text("a")],
+                [key(NOTES, "p1"), meta(2**53 + 1, "p1"), text("a")],
+            ],
+            "epoch": [
+                [key(NOTES, "p1"), meta(1, "p1", epoch=2**63, sender="router"), text("a")],
+                [key(NOTES, "p1"), meta(1, "p1", epoch=now_us + 3600 * 10**6), text("a")],
+            ],
+            "participant": [
+                [key(NOTES, "p1"), meta(1, "p2"), text("a")],
+                [key(NOTES, "p1"), meta(1, None), text("a")],
+                [key(NOTES, None), meta(1, "p1"), text("a")],
+                [key(NOTES, None), meta(1, ""), text("a")],
+                [b"robust.notes\x00\xff\xfe\x00", meta(1, "p1"), text("a")],
+            ],
+            "reply_to": [
+                [key(ECHO, "p1"), meta(1, "p1", reply_to=reply_to), text("a")]
+                for reply_to in ("robust.notes", "_inbox.", "")
+            ],
+            "payload": [
+                [key(NOTES, "p1"), meta(1, "p1"), msgspec.msgpack.encode({"nope": 1})],
+                [key(NOTES, "p1"), meta(1, "p1"), b"\x81\xa4text" + b"\x91" * 100_000 + b"\xc0"],
+            ],
         }
         try:
             for messages in bad.values():
@@ -138,22 +168,31 @@ async def test_every_edge_rule_rejects_and_counts_its_category_and_good_frames_s
     assert metrics.faults == 0
 
 
-async def test_a_forged_epoch_never_makes_the_real_senders_messages_stale_nor_after_its_restart(bus):
+async def test_a_forged_epoch_never_makes_the_real_senders_messages_stale_nor_after_its_restart(
+    bus,
+):
     collector = Collector()
     receiver = AgentRuntime(bus)
     receiver.register("notes", collector)
     async with receiver:
         client = raw_client(bus)
         try:
+
             async def real_sender_says(*texts: str) -> None:
                 async with AgentRuntime(bus, name="router") as real:
-                    # The forgeries under the real sender's name: 2**63, and a plausible newer epoch.
+                    # Forgeries under the real sender's name: 2**63 and a plausible newer epoch.
                     for epoch in (2**63, real.epoch + 1_000_000):
-                        client.send_frames([key(NOTES, "p1"),
-                                            client.metadata(10**9, "p1", sender="router", epoch=epoch),
-                                            text("forged")])
+                        client.send_frames(
+                            [
+                                key(NOTES, "p1"),
+                                client.metadata(10**9, "p1", sender="router", epoch=epoch),
+                                text("forged"),
+                            ]
+                        )
                     for value in texts:
-                        await real.publish(NOTES, ConversationContextUpdate(value), participant_id="p1")
+                        await real.publish(
+                            NOTES, ConversationContextUpdate(value), participant_id="p1"
+                        )
                         await collector.wait_for(value)
 
             await real_sender_says("one", "two")
@@ -166,7 +205,9 @@ async def test_a_forged_epoch_never_makes_the_real_senders_messages_stale_nor_af
     assert metrics.stale == 0 and metrics.rejected_by == {"epoch": 2}
 
 
-async def test_a_reply_that_cannot_be_sent_is_a_fault_of_the_actor_which_takes_the_next_message(bus):
+async def test_a_reply_that_cannot_be_sent_is_a_fault_of_the_actor_which_takes_the_next_message(
+    bus,
+):
     runtime = AgentRuntime(bus)
     runtime.register("echo", Echo())
     async with runtime:
@@ -181,7 +222,9 @@ async def test_a_reply_that_cannot_be_sent_is_a_fault_of_the_actor_which_takes_t
 
         runtime.reply = reply
         with pytest.raises(TimeoutError):
-            await runtime.ask(ECHO, ConversationContextUpdate("lost"), participant_id="p1", timeout=0.5)
+            await runtime.ask(
+                ECHO, ConversationContextUpdate("lost"), participant_id="p1", timeout=0.5
+            )
         assert await settle(runtime) == "p1:still here"
         metrics = runtime.metrics()
     assert metrics.actor_faults == {"echo": 1} and metrics.faults == 1
@@ -203,9 +246,19 @@ async def test_a_failing_handler_and_hook_are_counted_per_actor(bus):
     runtime.register("failing", Failing())
     async with runtime:
         with pytest.raises(Exception, match="handler failed"):
-            await runtime.ask(ECHO, ConversationContextUpdate("fail"), participant_id="p1", timeout=10)
-        assert await runtime.ask(ECHO, ConversationContextUpdate("x"), participant_id="p1", reply_type=str,
-                                 timeout=10) == "ok"
+            await runtime.ask(
+                ECHO, ConversationContextUpdate("fail"), participant_id="p1", timeout=10
+            )
+        assert (
+            await runtime.ask(
+                ECHO,
+                ConversationContextUpdate("x"),
+                participant_id="p1",
+                reply_type=str,
+                timeout=10,
+            )
+            == "ok"
+        )
         metrics = runtime.metrics()
     assert metrics.actor_faults == {"failing": 2} and metrics.handler_errors == 2
 
@@ -238,13 +291,18 @@ def test_repeated_warnings_are_logged_once_per_kind_topic_and_sender_per_interva
     warnings.warn("bus.frame_rejected", "notes", "other", category="participant")
     warnings.warn("bus.gap", "notes", "fuzz", first_missing=3)
     assert [event for event, _ in lines] == ["bus.frame_rejected", "bus.frame_rejected", "bus.gap"]
-    for sender in range(100):  # more (kind, topic, sender) than the table holds: aggregated under "*"
+    for sender in range(
+        100
+    ):  # more (kind, topic, sender) than the table holds: aggregated under "*"
         warnings.warn("bus.stale", "notes", f"s{sender}")
     assert len(warnings) == 4 and lines[-1][0] == "bus.stale"
     now[0] = 10.0
     warnings.flush()
-    repeated = {(fields["topic"], fields["sender"]): fields["count"] for event, fields in lines
-                if event.endswith(".repeated")}
+    repeated = {
+        (fields["topic"], fields["sender"]): fields["count"]
+        for event, fields in lines
+        if event.endswith(".repeated")
+    }
     assert repeated == {("notes", "fuzz"): 999, ("*", "*"): 99}
     assert len(warnings) == 0
 
@@ -269,13 +327,17 @@ async def test_a_keyed_kind_over_its_bound_retires_the_least_recently_used_idle_
     runtime = AgentRuntime(bus)
     runtime.register_keyed("counter", Counter, max_instances=2)
     async with runtime:
+
         async def ask(key: str) -> int:
-            return await runtime.ask(ECHO, ConversationContextUpdate("x"), participant_id=key, reply_type=int,
-                                     timeout=10)
+            return await runtime.ask(
+                ECHO, ConversationContextUpdate("x"), participant_id=key, reply_type=int, timeout=10
+            )
 
         assert [await ask("a"), await ask("b"), await ask("a")] == [1, 1, 2]
         assert await ask("c") == 1  # "b" is the least recently used: retired
-        await asyncio.wait_for(retired.wait(), 10)  # the retirement's on_stop runs in a task of its own
+        await asyncio.wait_for(
+            retired.wait(), 10
+        )  # the retirement's on_stop runs in a task of its own
         assert sorted(runtime.keyed_instances("counter")) == ["a", "c"]
         assert await ask("a") == 3 and await ask("b") == 1  # "b" starts afresh; now "c" goes
         metrics = runtime.metrics()

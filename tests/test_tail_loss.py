@@ -53,10 +53,17 @@ class Watcher(Agent):
             await asyncio.wait_for(self.changed.wait(), 10)
 
 
-async def test_a_senders_dropped_last_messages_are_reported_as_a_gap_by_its_next_heartbeat(tmp_path):
+async def test_a_senders_dropped_last_messages_are_reported_as_a_gap_by_its_next_heartbeat(
+    tmp_path,
+):
     def drop(frames: list[bytes]) -> bool:  # the sender's messages 6, 7 and 8 on tail.notes for p1
-        return (len(frames) == 3 and frames[0] == NOTES.key("p1") and frames[1]
-                and _metadata.decode(frames[1]).sender == SENDER and _metadata.decode(frames[1]).seq > 5)
+        return (
+            len(frames) == 3
+            and frames[0] == NOTES.key("p1")
+            and frames[1]
+            and _metadata.decode(frames[1]).sender == SENDER
+            and _metadata.decode(frames[1]).seq > 5
+        )
 
     bus = LossyBus(f"{tmp_path}/bus", drop)
     try:
@@ -66,7 +73,9 @@ async def test_a_senders_dropped_last_messages_are_reported_as_a_gap_by_its_next
         async with receiver:
             async with AgentRuntime(bus.address, name=SENDER, metrics_interval=0.2) as sender:
                 for index in range(1, 9):  # no loop pass in between: no heartbeat among them
-                    await sender.publish(NOTES, ConversationContextUpdate(f"n{index}"), participant_id="p1")
+                    await sender.publish(
+                        NOTES, ConversationContextUpdate(f"n{index}"), participant_id="p1"
+                    )
                 sent_us = time.time_ns() // 1000
                 await watcher.wait(lambda: any(kind == "gap" for kind, _ in watcher.events))
             metrics = receiver.metrics()
@@ -78,9 +87,16 @@ async def test_a_senders_dropped_last_messages_are_reported_as_a_gap_by_its_next
     gap_at = next(index for index, (kind, _) in enumerate(watcher.events) if kind == "gap")
     gap = watcher.events[gap_at][1]
     assert (gap.topic, gap.participant_id, gap.sender, gap.first_missing, gap.last_missing) == (
-        NOTES.name, "p1", SENDER, 6, 8)
-    # Within one heartbeat interval: no heartbeat sent after the loss arrived before the gap was known.
-    late = [value for kind, value in watcher.events[:gap_at] if kind == "heartbeat" and value > sent_us]
+        NOTES.name,
+        "p1",
+        SENDER,
+        6,
+        8,
+    )
+    # Within one heartbeat interval: no heartbeat sent after the loss came before the gap.
+    late = [
+        value for kind, value in watcher.events[:gap_at] if kind == "heartbeat" and value > sent_us
+    ]
     assert late == []
     assert metrics.gaps == 3
 
@@ -93,8 +109,13 @@ async def test_a_reply_stream_that_lost_a_fragment_plays_what_arrived_and_ends_i
     from xrmq.topics import VOICE_OUTPUT_TOPIC
 
     def drop(frames: list[bytes]) -> bool:  # the producer's second fragment for p1
-        return (len(frames) == 3 and frames[0] == VOICE_OUTPUT_TOPIC.key("p1") and frames[1]
-                and _metadata.decode(frames[1]).sender == "producer" and _metadata.decode(frames[1]).seq == 2)
+        return (
+            len(frames) == 3
+            and frames[0] == VOICE_OUTPUT_TOPIC.key("p1")
+            and frames[1]
+            and _metadata.decode(frames[1]).sender == "producer"
+            and _metadata.decode(frames[1]).seq == 2
+        )
 
     bus = LossyBus(f"{tmp_path}/bus", drop)
     sink = RecordingSink(words_per_minute=None)
@@ -105,13 +126,23 @@ async def test_a_reply_stream_that_lost_a_fragment_plays_what_arrived_and_ends_i
         async with listener:
             async with AgentRuntime(bus.address, name="producer") as producer:
                 for text, final in (("Hello ", False), ("lost ", False), ("world.", True)):
-                    await producer.publish(VOICE_OUTPUT_TOPIC, ResponseOutput(
-                        kind="reply", text=text, request_id="q1", response_id="s1", final=final), participant_id="p1")
+                    await producer.publish(
+                        VOICE_OUTPUT_TOPIC,
+                        ResponseOutput(
+                            kind="reply", text=text, request_id="q1", response_id="s1", final=final
+                        ),
+                        participant_id="p1",
+                    )
                 await asyncio.wait_for(sink.wait_until(lambda s: s.ended("p1")), 10)
                 # An intact reply after it still ends completed.
                 for text, final in (("All ", False), ("there.", True)):
-                    await producer.publish(VOICE_OUTPUT_TOPIC, ResponseOutput(
-                        kind="reply", text=text, request_id="q2", response_id="s2", final=final), participant_id="p1")
+                    await producer.publish(
+                        VOICE_OUTPUT_TOPIC,
+                        ResponseOutput(
+                            kind="reply", text=text, request_id="q2", response_id="s2", final=final
+                        ),
+                        participant_id="p1",
+                    )
                 await asyncio.wait_for(sink.wait_until(lambda s: len(s.ended("p1")) == 2), 10)
             gauges = listener.metrics().gauges
     finally:

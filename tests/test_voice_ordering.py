@@ -501,7 +501,7 @@ def test_a_gap_before_a_streams_first_surviving_fragment_marks_that_stream():
     assert drain(ordering) == [("conversation", "rest of it"), ("end", "incomplete")]
 
 
-def test_a_gap_of_another_sender_or_participant_leaves_a_stream_complete():
+def test_a_gap_of_another_sender_or_participant_leaves_the_stream_complete():
     ordering = VoiceOrdering()
     ordering.output("p1", "conversation", chunk("All ", "s1"), now=0, sender="conv.0")
     ordering.output("p2", "conversation", chunk("Other ", "s1"), now=0, sender="conv.0")
@@ -509,7 +509,7 @@ def test_a_gap_of_another_sender_or_participant_leaves_a_stream_complete():
     ordering.gap("p2", "conv.0")
     ordering.output("p1", "conversation", end("s1", text="here."), now=0, sender="conv.0")
     assert drain(ordering) == [("conversation", "All here."), ("end", "completed")]
-    assert ordering.gap("nobody", "conv.0") == [] and len(ordering) == 2  # no state for an unknown participant
+    assert ordering.gap("nobody", "conv.0") == [] and len(ordering) == 2  # no state for a stranger
 
 
 def test_participants_are_bounded_the_least_recently_active_idle_one_is_forgotten_first():

@@ -63,7 +63,8 @@ class BusConfig(_Section):
     max_message_bytes: Annotated[int, msgspec.Meta(ge=1024)] = DEFAULT_MAX_MESSAGE_BYTES
     """The largest frame a socket on the bus accepts (``ZMQ_MAXMSGSIZE``); a publisher sending a
     larger one has its connection dropped by the broker, and a runtime refuses to send one."""
-    subscriber_budget_bytes: Annotated[int, msgspec.Meta(ge=1 << 20)] = DEFAULT_SUBSCRIBER_BUDGET_BYTES
+    subscriber_budget_bytes: Annotated[int, msgspec.Meta(ge=1 << 20)] = (
+        DEFAULT_SUBSCRIBER_BUDGET_BYTES)
     """What one subscriber that stopped reading may cost the broker; beyond, the broker drops its
     messages (the subscriber reports them as gaps)."""
 

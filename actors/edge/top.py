@@ -142,9 +142,9 @@ def render(rows: list[RuntimeRow], *, stale_after_s: float = 5.0, color: bool = 
         lines.append(f"  in {rate(row.delivered_per_s)} ({row.delivered})  out {rate(row.published_per_s)}"
                      f" ({row.published})  " + "  ".join(problems))
         if row.rejected_by:
-            lines.append("  rejected: " + "  ".join(f"{name} {count}" for name, count in sorted(row.rejected_by.items())))
+            lines.append("  rejected: " + _counts(row.rejected_by))
         if row.evicted_by or row.oversize:
-            lines.append("  evicted: " + "  ".join(f"{name} {count}" for name, count in sorted(row.evicted_by.items()))
+            lines.append("  evicted: " + _counts(row.evicted_by)
                          + (f"  oversize refused {row.oversize}" if row.oversize else ""))
         if row.gauges:
             lines.append("  " + "  ".join(f"{name} {value:g}" for name, value in sorted(row.gauges.items())))
@@ -153,6 +153,10 @@ def render(rows: list[RuntimeRow], *, stale_after_s: float = 5.0, color: bool = 
             lines.append(f"  {paint(DIM, 'mailbox')} {depth:>6}  {actor}"
                          + (f"  {paint(RED, f'faults {faults}')}" if faults else ""))
     return "\n".join(lines) + "\n"
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return "  ".join(f"{name} {count}" for name, count in sorted(counts.items()))
 
 
 class _MetricsWatcher(Agent):

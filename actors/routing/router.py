@@ -178,7 +178,8 @@ class AgentRouter(Agent):
             raise ValueError(f"AgentRouter.default: {default!r} is not one of the agents")
         if isinstance(history_limit, bool) or not isinstance(history_limit, int) or history_limit < 0:
             raise ValueError("AgentRouter.history_limit: must be an int >= 0")
-        if isinstance(max_participants, bool) or not isinstance(max_participants, int) or max_participants < 1:
+        if isinstance(max_participants, bool) or not isinstance(max_participants, int) \
+                or max_participants < 1:
             raise ValueError("AgentRouter.max_participants: must be an int >= 1")
         self.agents: dict[str, RoutableAgent] = dict(agents)
         self.decisions = decisions
@@ -207,7 +208,8 @@ class AgentRouter(Agent):
         return self._handlers
 
     def gauges(self) -> dict[str, float]:
-        return {"router.participants": len(self._lanes), "router.participants_evicted": self.participants_evicted}
+        return {"router.participants": len(self._lanes),
+                "router.participants_evicted": self.participants_evicted}
 
     # -- direct use -----------------------------------------------------------------------
 

@@ -61,15 +61,17 @@ def runtime_dir() -> Path:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
     info = os.lstat(path)
     if stat.S_ISLNK(info.st_mode):
-        raise UnsafeDirectoryError(f"bus: runtime directory {path} is a symlink (refused: it could point "
-                                   "anywhere); set XRMQ_RUNTIME_DIR to a real directory of mode 0700")
+        raise UnsafeDirectoryError(
+            f"bus: runtime directory {path} is a symlink (refused: it could point anywhere); "
+            "set XRMQ_RUNTIME_DIR to a real directory of mode 0700")
     if info.st_uid != os.getuid():
-        raise UnsafeDirectoryError(f"bus: runtime directory {path} must be owned by uid {os.getuid()}; "
-                                   "set XRMQ_RUNTIME_DIR to a directory of yours")
+        raise UnsafeDirectoryError(
+            f"bus: runtime directory {path} must be owned by uid {os.getuid()}; "
+            "set XRMQ_RUNTIME_DIR to a directory of yours")
     if stat.S_IMODE(info.st_mode) & 0o077:
-        raise UnsafeDirectoryError(f"bus: runtime directory {path} must not be accessible to other users "
-                                   f"(mode {stat.S_IMODE(info.st_mode):04o}, needs 0700); fix it or set "
-                                   "XRMQ_RUNTIME_DIR")
+        raise UnsafeDirectoryError(
+            f"bus: runtime directory {path} must not be accessible to other users "
+            f"(mode {stat.S_IMODE(info.st_mode):04o}, needs 0700); fix it or set XRMQ_RUNTIME_DIR")
     return path
 
 
@@ -85,9 +87,9 @@ def check_ipc_directories(address: BusAddress) -> None:
         try:
             info = os.lstat(directory)
         except FileNotFoundError:
-            raise UnsafeDirectoryError(f"bus: directory {directory} of the ipc endpoints does not exist; "
-                                       "create it (mode 0700) or use a bus name (sockets in "
-                                       "XRMQ_RUNTIME_DIR)") from None
+            raise UnsafeDirectoryError(
+                f"bus: directory {directory} of the ipc endpoints does not exist; create it "
+                "(mode 0700) or use a bus name (sockets in XRMQ_RUNTIME_DIR)") from None
         mode = stat.S_IMODE(info.st_mode)
         if stat.S_ISLNK(info.st_mode):
             problem = "is a symlink"
@@ -97,9 +99,9 @@ def check_ipc_directories(address: BusAddress) -> None:
             problem = f"is writable by other users (mode {mode:04o})"
         else:
             continue
-        raise UnsafeDirectoryError(f"bus: directory {directory} of the ipc endpoints {problem}; use a "
-                                   "directory only you can write (mode 0700), or a bus name (sockets in "
-                                   "XRMQ_RUNTIME_DIR)")
+        raise UnsafeDirectoryError(
+            f"bus: directory {directory} of the ipc endpoints {problem}; use a directory only "
+            "you can write (mode 0700), or a bus name (sockets in XRMQ_RUNTIME_DIR)")
 
 
 def parse_bus(bus: str) -> BusAddress:

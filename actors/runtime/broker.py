@@ -151,12 +151,13 @@ class Broker:
             if self.metrics_interval:
                 monitor = f"inproc://xrmq-broker-monitor-{uuid.uuid4().hex}"
                 frontend.monitor(monitor, zmq.EVENT_DISCONNECTED)
-                self._report = BrokerReport(context, self.address.publish, monitor, self.metrics_interval,
-                                            {"broker.subscriber_hwm": float(self.subscriber_hwm),
-                                             "broker.max_message_bytes": float(self.max_message_bytes)})
+                gauges = {"broker.subscriber_hwm": float(self.subscriber_hwm),
+                          "broker.max_message_bytes": float(self.max_message_bytes)}
+                self._report = BrokerReport(context, self.address.publish, monitor,
+                                            self.metrics_interval, gauges)
             frontend.send(b"\x01")  # subscribe to everything, upstream
             backend = socket(zmq.XPUB)
-            backend.setsockopt(zmq.SNDHWM, self.subscriber_hwm)  # per subscriber: a stalled one is bounded
+            backend.setsockopt(zmq.SNDHWM, self.subscriber_hwm)  # per subscriber, bounds a stall
             backend.setsockopt(zmq.RCVHWM, self.hwm)
             backend.setsockopt(zmq.MAXMSGSIZE, 64 * 1024)  # subscriptions only
             backend.bind(self.address.subscribe)
@@ -176,8 +177,8 @@ class Broker:
             self._release_ipc_paths()
             if umask is not None:
                 os.umask(umask)
-            self._bind_error = (error if isinstance(error, UnsafeDirectoryError)
-                                else BrokerError(f"bus: cannot bind {self.address.publish}: {error}"))
+            self._bind_error = error if isinstance(error, UnsafeDirectoryError) else BrokerError(
+                f"bus: cannot bind {self.address.publish}: {error}")
             self._bound.set()
             return
         if umask is not None:

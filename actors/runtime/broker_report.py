@@ -30,8 +30,14 @@ BROKER_NAME = "broker"
 class BrokerReport:
     """Counts dropped publisher connections and publishes the broker's heartbeat."""
 
-    def __init__(self, context: zmq.Context, publish: str, monitor: str, interval: float,
-                 gauges: dict[str, float]) -> None:
+    def __init__(
+        self,
+        context: zmq.Context,
+        publish: str,
+        monitor: str,
+        interval: float,
+        gauges: dict[str, float],
+    ) -> None:
         self.publishers_dropped = 0
         self._context = context
         self._publish = publish
@@ -76,11 +82,25 @@ class BrokerReport:
                 seq += 1
                 now_us = time.time_ns() // 1000
                 metrics = RuntimeMetrics(
-                    runtime=BROKER_NAME, epoch=epoch, pid=os.getpid(), timestamp_us=now_us, published=0,
-                    delivered=0, gaps=0, stale=0, rejected=0, overflow=0, handler_errors=0,
-                    gauges={**self._gauges, "broker.publishers_dropped": float(self.publishers_dropped)},
+                    runtime=BROKER_NAME,
+                    epoch=epoch,
+                    pid=os.getpid(),
+                    timestamp_us=now_us,
+                    published=0,
+                    delivered=0,
+                    gaps=0,
+                    stale=0,
+                    rejected=0,
+                    overflow=0,
+                    handler_errors=0,
+                    gauges={
+                        **self._gauges,
+                        "broker.publishers_dropped": float(self.publishers_dropped),
+                    },
                 )
-                metadata = MessageMetadata(uuid.uuid4().hex, BROKER_NAME, BROKER_NAME, epoch, seq, now_us)
+                metadata = MessageMetadata(
+                    uuid.uuid4().hex, BROKER_NAME, BROKER_NAME, epoch, seq, now_us
+                )
                 pub.send_multipart([key, encoder.encode(metadata), encoder.encode(metrics)])
         finally:
             events.close(linger=0)

@@ -29,11 +29,20 @@ INBOX_PREFIX = "_inbox."
 DEFAULT_EPOCH_SKEW_S = 300.0
 """Clock skew allowed between a sender and this receiver, for the epoch check."""
 
-REJECT_CATEGORIES = ("frames", "key", "metadata", "seq", "epoch", "participant", "reply_to", "payload")
+REJECT_CATEGORIES = (
+    "frames",
+    "key",
+    "metadata",
+    "seq",
+    "epoch",
+    "participant",
+    "reply_to",
+    "payload",
+)
 
 
 def metadata_category(error: Exception) -> str:
-    """The category of a metadata frame that failed to decode: ``seq``, ``epoch`` or ``metadata``."""
+    """The category of a metadata frame that did not decode: ``seq``, ``epoch`` or ``metadata``."""
     text = str(error)
     if text.endswith("`$.seq`"):
         return "seq"
@@ -62,8 +71,11 @@ class EnvelopeCheck:
         elif not participant or participant.encode() != pid:
             return "participant"
         reply_to = metadata.reply_to
-        if reply_to is not None and (len(reply_to) <= len(INBOX_PREFIX) or not reply_to.startswith(INBOX_PREFIX)
-                                     or "\x00" in reply_to):
+        if reply_to is not None and (
+            len(reply_to) <= len(INBOX_PREFIX)
+            or not reply_to.startswith(INBOX_PREFIX)
+            or "\x00" in reply_to
+        ):
             return "reply_to"
         if metadata.epoch > self._ceiling:
             self._ceiling = time.time_ns() // 1000 + self.skew_us

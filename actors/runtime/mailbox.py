@@ -44,8 +44,8 @@ class Mailbox:
     queue is kept) and the runtime counts the restart.
     """
 
-    __slots__ = ("agent", "name", "runtime", "capacity", "faults", "_items", "_waiter", "_task", "_context",
-                 "_loop", "_handoff", "_stopping")
+    __slots__ = ("agent", "name", "runtime", "capacity", "faults", "_items", "_waiter", "_task",
+                 "_context", "_loop", "_handoff", "_stopping")
 
     def __init__(self, runtime: "AgentRuntime", agent: Agent, name: str, capacity: int) -> None:
         if capacity < 1:
@@ -104,7 +104,9 @@ class Mailbox:
 
     def _worker_ended(self, task: asyncio.Task[None]) -> None:
         """Start the worker again if it ended while nobody stopped it."""
-        if self._stopping or task is not self._task or self._loop.is_closed() or not self.runtime.running:
+        if self._stopping or task is not self._task or self._loop.is_closed():
+            return
+        if not self.runtime.running:
             return
         error = None if task.cancelled() else task.exception()
         self._waiter = None

@@ -29,8 +29,14 @@ class AggregatedWarnings:
 
     __slots__ = ("_log", "interval_s", "capacity", "_clock", "_windows")
 
-    def __init__(self, log: structlog.typing.FilteringBoundLogger, *, interval_s: float = DEFAULT_INTERVAL_S,
-                 capacity: int = DEFAULT_CAPACITY, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        log: structlog.typing.FilteringBoundLogger,
+        *,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        capacity: int = DEFAULT_CAPACITY,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._log = log
         self.interval_s = interval_s
         self.capacity = capacity
@@ -41,8 +47,15 @@ class AggregatedWarnings:
     def __len__(self) -> int:
         return len(self._windows)
 
-    def warn(self, event: str, topic: str | None, sender: str | None, *, level: str = "warning",
-             **fields: Any) -> None:
+    def warn(
+        self,
+        event: str,
+        topic: str | None,
+        sender: str | None,
+        *,
+        level: str = "warning",
+        **fields: Any,
+    ) -> None:
         """Log ``event`` (at ``level``) now if it is the first of its (event, topic, sender) in
         this interval, else count it."""
         key = (event, topic or "", sender or "")
@@ -64,7 +77,7 @@ class AggregatedWarnings:
         getattr(self._log, level)(event, topic=topic, sender=sender, **fields)
 
     def flush(self) -> None:
-        """Log the counts of every interval that is over, and forget those (event, topic, sender)."""
+        """Log the counts of every interval that is over; forget those (event, topic, sender)."""
         now = self._clock()
         for key, window in list(self._windows.items()):
             if now - window[0] >= self.interval_s:
@@ -80,5 +93,10 @@ class AggregatedWarnings:
     def _emit(self, key: tuple[str, str, str], window: list[float]) -> None:
         if window[1]:
             event, topic, sender = key
-            self._log.warning(f"{event}.repeated", topic=topic, sender=sender, count=int(window[1]),
-                              interval_s=self.interval_s)
+            self._log.warning(
+                f"{event}.repeated",
+                topic=topic,
+                sender=sender,
+                count=int(window[1]),
+                interval_s=self.interval_s,
+            )

@@ -72,7 +72,8 @@ HEARTBEAT_KEYS = 256
 """Streams a heartbeat lists beyond those that changed since the last one: all of them when
 there are this few, else the next slice in turn, so every stream's last seq is announced again
 and again (a receiver that lost the heartbeats of an overload still learns of the lost tail)."""
-# An outgoing stream: [wire key, last seq, seq at the last eviction look, seq at the last heartbeat].
+# An outgoing stream: [wire key, last seq, seq at the last eviction look, seq at the last
+# heartbeat].
 _KEY, _SEQ, _SEEN, _BEAT = range(4)
 
 
@@ -107,8 +108,8 @@ class _KeyedKind:
 
     __slots__ = ("kind", "factory", "shard", "shards", "capacity", "max_instances", "instances")
 
-    def __init__(self, kind: str, factory: Callable[[str], Agent], shard: int, shards: int, capacity: int,
-                 max_instances: int) -> None:
+    def __init__(self, kind: str, factory: Callable[[str], Agent], shard: int, shards: int,
+                 capacity: int, max_instances: int) -> None:
         self.kind = kind
         self.factory = factory
         self.shard = shard
@@ -165,8 +166,9 @@ class AgentRuntime:
     ) -> None:
         if mailbox_capacity < 1:
             raise ValueError("mailbox_capacity: must be >= 1")
-        for field, value in (("max_message_bytes", max_message_bytes), ("outgoing_streams", outgoing_streams),
-                             ("keyed_instances", keyed_instances)):
+        limits = (("max_message_bytes", max_message_bytes), ("outgoing_streams", outgoing_streams),
+                  ("keyed_instances", keyed_instances))
+        for field, value in limits:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{field}: must be an int >= 1")
         if name is not None and (not name or SEP.decode() in name):
@@ -218,8 +220,8 @@ class AgentRuntime:
         self._inbox = f"_inbox.{self.name}"
         self._inbox_bytes = self._inbox.encode()
         self._counters = dict.fromkeys(
-            ("published", "delivered", "gaps", "stale", "rejected", "overflow", "handler_errors", "faults",
-             "actor_restarts", "oversize", "evicted"), 0
+            ("published", "delivered", "gaps", "stale", "rejected", "overflow", "handler_errors",
+             "faults", "actor_restarts", "oversize", "evicted"), 0
         )
         self._rejected_by: dict[str, int] = {}
         self._evicted_by: dict[str, int] = {}
@@ -255,7 +257,8 @@ class AgentRuntime:
 
     def register_keyed(self, kind: str, agent_type: type[Agent], *, factory: Callable[[str], Agent] | None = None,
                        shard: int = 0, shards: int = 1, mailbox_capacity: int | None = None,
-                       handlers: Mapping[Topic, str] | None = None, max_instances: int | None = None) -> None:
+                       handlers: Mapping[Topic, str] | None = None,
+                       max_instances: int | None = None) -> None:
         """Host a keyed kind: one ``agent_type`` instance per participant, spawned on first message.
 
         Several processes can host one kind; each owns the keys whose ``shard_of`` is its
@@ -272,7 +275,8 @@ class AgentRuntime:
             raise TypeError(f"register_keyed: {kind!r} needs an Agent subclass")
         if not 0 <= shard < shards:
             raise ValueError(f"register_keyed: shard must be in [0, {shards}), got {shard}")
-        keyed = _KeyedKind(kind, factory or agent_type, shard, shards, mailbox_capacity or self.mailbox_capacity,
+        keyed = _KeyedKind(kind, factory or agent_type, shard, shards,
+                           mailbox_capacity or self.mailbox_capacity,
                            max_instances or self.max_keyed_instances)
         self._keyed[kind] = keyed
         chosen = subscriptions(agent_type) if handlers is None else check_handlers(agent_type, handlers)
@@ -347,7 +351,8 @@ class AgentRuntime:
             raise RuntimeClosedError("start: this runtime was stopped; create a new one")
         check_ipc_directories(self.address)
         if self._embedded:
-            self._broker = Broker(self.address, hwm=self.hwm, max_message_bytes=self.max_message_bytes).start()
+            self._broker = Broker(self.address, hwm=self.hwm,
+                                  max_message_bytes=self.max_message_bytes).start()
         context = shared_context()
         self._pub = context.socket(zmq.PUB)
         self._pub.setsockopt(zmq.SNDHWM, self.hwm)
@@ -499,8 +504,8 @@ class AgentRuntime:
 
     def _refuse_oversize(self, name: str, size: int) -> None:
         self._counters["oversize"] += 1
-        raise ValueError(f"payload: {size} bytes on {name!r} exceed max_message_bytes ({self.max_message_bytes}); "
-                         "receivers would drop the connection")
+        raise ValueError(f"payload: {size} bytes on {name!r} exceed max_message_bytes "
+                         f"({self.max_message_bytes}); receivers would drop the connection")
 
     def _open_stream(self, name: str, participant_id: str | None) -> list[Any]:
         """The sequence of messages this runtime sends under one wire key, numbered from 1.
@@ -512,7 +517,8 @@ class AgentRuntime:
             raise ValueError("participant_id: must be a non-empty string without NUL")
         stream = self._streams[name, participant_id] = [topic_key(name, participant_id), 0, 0, 0]
         if len(self._streams) > self.outgoing_streams:
-            self._count_eviction("outgoing_streams", evict_over(self._streams, self.outgoing_streams, _SEQ, _SEEN))
+            evicted = evict_over(self._streams, self.outgoing_streams, _SEQ, _SEEN)
+            self._count_eviction("outgoing_streams", evicted)
         return stream
 
     def _send_frames(self, stream: list[Any], payload: bytes, participant_id: str | None, source: str,
@@ -547,8 +553,8 @@ class AgentRuntime:
         payload = topic.encode(message)
         if len(payload) > self.max_message_bytes:
             self._refuse_oversize(topic.name, len(payload))
-        message_id = self._send_frames(stream, payload, participant_id, source, correlation_id, None,
-                                       self._inbox, None)
+        message_id = self._send_frames(stream, payload, participant_id, source, correlation_id,
+                                       None, self._inbox, None)
         self._pending[message_id] = future
         # The reader resolves the future and this task resumes in the next loop pass;
         # the shared deadline timer fails it on timeout. asyncio.wait_for would add a
@@ -580,7 +586,8 @@ class AgentRuntime:
             payload, error = _reply_encoder.encode(None), f"reply not encodable: {encode_error}"
         if len(payload) > self.max_message_bytes:
             self._counters["oversize"] += 1
-            payload, error = _reply_encoder.encode(None), f"reply of {len(payload)} bytes exceeds max_message_bytes"
+            error = f"reply of {len(payload)} bytes exceeds max_message_bytes"
+            payload = _reply_encoder.encode(None)
         stream = (self._streams.get((request.reply_to, request.participant_id))
                   or self._open_stream(request.reply_to, request.participant_id))
         self._send_frames(stream, payload, request.participant_id, request.source,
@@ -592,8 +599,9 @@ class AgentRuntime:
         self._counters["handler_errors"] += 1
         self.actor_fault(actor, "handler", topic, metadata, error)
         if metadata.reply_to is not None:
+            text = repr(error) if isinstance(error, BaseException) else error
             try:
-                self.reply(metadata, None, error=repr(error) if isinstance(error, BaseException) else error)
+                self.reply(metadata, None, error=text)
             except Exception as reply_error:
                 self.actor_fault(actor, "reply", topic, metadata, reply_error)
 
@@ -657,7 +665,8 @@ class AgentRuntime:
                         except Exception as error:  # a bug here must not stop the reader (edge-triggered)
                             answered = False
                             self._counters["faults"] += 1
-                            self._warnings.warn("bus.dispatch_failed", key[:200].decode(errors="replace"), None,
+                            self._warnings.warn("bus.dispatch_failed",
+                                                key[:200].decode(errors="replace"), None,
                                                 level="error", error=repr(error))
                         if (answered or position == 0) and not self._readable():
                             return
@@ -688,9 +697,9 @@ class AgentRuntime:
         self._counters["rejected"] += 1
         self._rejected_by[category] = self._rejected_by.get(category, 0) + 1
         topic = key[:key.find(SEP)] if SEP in key else key[:64]
-        self._warnings.warn("bus.frame_rejected", topic.decode(errors="replace"), sender, category=category,
-                            rule=EnvelopeCheck.describe(category), key=key[:200].decode(errors="replace"),
-                            **fields)
+        self._warnings.warn("bus.frame_rejected", topic.decode(errors="replace"), sender,
+                            category=category, rule=EnvelopeCheck.describe(category),
+                            key=key[:200].decode(errors="replace"), **fields)
 
     def _dispatch(self, key: bytes, metadata_frame: zmq.Frame, payload: zmq.Frame, first: bool) -> bool | None:
         """Validate one message and hand it on; True if it was an ask's reply, or a request
@@ -727,9 +736,11 @@ class AgentRuntime:
             if first_missing == STALE:
                 self._counters["stale"] += 1
                 self._warnings.warn("bus.stale", name.decode(errors="replace"), metadata.sender,
-                                    key=key.decode(errors="replace"), epoch=metadata.epoch, seq=metadata.seq)
+                                    key=key.decode(errors="replace"), epoch=metadata.epoch,
+                                    seq=metadata.seq)
                 return
-            self._record_gap(name, metadata.participant_id, metadata, first_missing, metadata.seq - 1)
+            self._record_gap(name, metadata.participant_id, metadata, first_missing,
+                             metadata.seq - 1)
         if name == _METRICS_NAME and metadata.sender != self.name:
             self._on_heartbeat(payload, metadata)
         if name == self._inbox_bytes:
@@ -782,19 +793,21 @@ class AgentRuntime:
             return
         self._counters["overflow"] += 1
         metadata = delivery[2]
-        self._warnings.warn("actor.mailbox_overflow", delivery[3].name, metadata.sender, actor=mailbox.name,
-                            participant=metadata.participant_id, seq=metadata.seq)
+        self._warnings.warn("actor.mailbox_overflow", delivery[3].name, metadata.sender,
+                            actor=mailbox.name, participant=metadata.participant_id,
+                            seq=metadata.seq)
 
-    def _record_gap(self, name: bytes, participant_id: str | None, metadata: MessageMetadata, first_missing: int,
-                    last_missing: int) -> None:
+    def _record_gap(self, name: bytes, participant_id: str | None, metadata: MessageMetadata,
+                    first_missing: int, last_missing: int) -> None:
         """Count and log a gap, and tell the actors of its topic that override ``on_gap``,
         in order with their messages (before the message that revealed it)."""
         gap = Gap(name.decode(errors="replace"), participant_id, metadata.sender, metadata.epoch,
                   first_missing, last_missing)
         self.gaps.append(gap)
         self._counters["gaps"] += gap.count
-        self._warnings.warn("bus.gap", gap.topic, gap.sender, participant=gap.participant_id, epoch=gap.epoch,
-                            first_missing=gap.first_missing, last_missing=gap.last_missing)
+        self._warnings.warn("bus.gap", gap.topic, gap.sender, participant=gap.participant_id,
+                            epoch=gap.epoch, first_missing=gap.first_missing,
+                            last_missing=gap.last_missing)
         routes = self._routes.get(name)
         if not routes:
             return
@@ -841,8 +854,8 @@ class AgentRuntime:
             except Exception as error:  # an actor's gauges() must not stop the heartbeat
                 mailbox.faults += 1
                 self._counters["faults"] += 1
-                self._warnings.warn("actor.gauges_failed", None, None, level="error", actor=mailbox.name,
-                                    error=repr(error))
+                self._warnings.warn("actor.gauges_failed", None, None, level="error",
+                                    actor=mailbox.name, error=repr(error))
         tables = {"incoming_streams": len(self._tracker), "outgoing_streams": len(self._streams),
                   "warnings": len(self._warnings)}
         for kind, keyed in self._keyed.items():

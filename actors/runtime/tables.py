@@ -19,8 +19,13 @@ from typing import Any
 EvictHook = Callable[[Any, list[Any]], None]
 
 
-def evict_over(table: dict[Any, list[Any]], capacity: int, activity: int, seen: int,
-               on_evict: EvictHook | None = None) -> int:
+def evict_over(
+    table: dict[Any, list[Any]],
+    capacity: int,
+    activity: int,
+    seen: int,
+    on_evict: EvictHook | None = None,
+) -> int:
     """Evict until ``len(table) <= capacity``; return how many entries were evicted.
 
     ``value[activity]`` is what changes while an entry is in use and ``value[seen]`` is

@@ -361,8 +361,9 @@ class VoiceOrdering:
         if state is None:
             state = _Participant(participant_id)
             if len(participants) >= self.max_participants:
-                victim = next((pid for pid, other in participants.items() if other.idle()), None)
-                self._forget(participants.pop(victim if victim is not None else next(iter(participants))))
+                victim = next((pid for pid, other in participants.items() if other.idle()),
+                              next(iter(participants)))
+                self._forget(participants.pop(victim))
         participants[participant_id] = state
         return state
 

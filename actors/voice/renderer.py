@@ -23,7 +23,9 @@ from xrmq.actors.runtime import Agent, RuntimeContext, get_logger
 from xrmq.schemas import Interrupted, ResponseOutput, UserQuery
 from xrmq.topics import VOICE_OUTPUT_TOPIC, Topic
 
-from .ordering import Cut, Dropped, Effect, Forgotten, ResponseEnded, StreamClosed, VoiceOrdering, Wake
+from .ordering import (
+    Cut, Dropped, Effect, Forgotten, ResponseEnded, StreamClosed, VoiceOrdering, Wake,
+)
 from .sinks import Sink, Sleep
 
 
@@ -67,8 +69,10 @@ class VoiceRenderer(Agent):
         self.output_topic = output_topic
         self.query_topic = query_topic
         self.interrupted_topic = interrupted_topic
-        self.ordering = VoiceOrdering(idle_timeout_s=idle_timeout_s, queue_capacity=queue_capacity,
-                                      max_participants=max_participants, combine_updates=combine_updates)
+        self.ordering = VoiceOrdering(
+            idle_timeout_s=idle_timeout_s, queue_capacity=queue_capacity,
+            max_participants=max_participants, combine_updates=combine_updates,
+        )
         self.sink_failures = 0
         self._clock = clock
         self._sleep = sleep
@@ -102,16 +106,18 @@ class VoiceRenderer(Agent):
         return {topic: name for topic, name in chosen.items() if topic is not None}
 
     async def handle_output(self, message: ResponseOutput, ctx: RuntimeContext) -> None:
-        self._apply(self.ordering.output(ctx.participant_id, ctx.metadata.source, message, self._clock(),
-                                         ctx.metadata.sender))
+        metadata = ctx.metadata
+        self._apply(self.ordering.output(ctx.participant_id, metadata.source, message,
+                                         self._clock(), metadata.sender))
 
     async def on_gap(self, gap: Any, ctx: RuntimeContext) -> None:
         if gap.participant_id is not None and gap.topic == self.output_topic.name:
             self._apply(self.ordering.gap(gap.participant_id, gap.sender))
 
     def gauges(self) -> dict[str, float]:
-        return {"voice.participants": len(self.ordering), "voice.incomplete": self.ordering.counts["incomplete"],
-                "voice.participants_evicted": self.ordering.counts["participants_evicted"]}
+        counts = self.ordering.counts
+        return {"voice.participants": len(self.ordering), "voice.incomplete": counts["incomplete"],
+                "voice.participants_evicted": counts["participants_evicted"]}
 
     async def handle_query(self, message: UserQuery, ctx: RuntimeContext) -> None:
         if ctx.participant_id is None:
