@@ -34,6 +34,7 @@ from typing import Any
 from xrmq.actors.edge.replies import ReplyCollector, ask
 from xrmq.actors.runtime import Agent, AgentRuntime, subscribe
 from xrmq.actors.runtime import run as run_loop
+from xrmq.actors.runtime.edge_checks import REJECT_CATEGORIES
 from xrmq.schemas import ConversationContextUpdate, RuntimeMetrics
 from xrmq.topics import METRICS_TOPIC, context_topic
 
@@ -187,16 +188,7 @@ async def measure(ctx: SuiteContext, stack: Stack, count: int, turns: int) -> di
                 now[name].actor_restarts - previous[name].actor_restarts for name in processes
             )
             figures["dead"].append(float(died + restarted + mailbox_restarts))
-            for category in (
-                "frames",
-                "key",
-                "metadata",
-                "seq",
-                "epoch",
-                "participant",
-                "reply_to",
-                "payload",
-            ):
+            for category in REJECT_CATEGORIES:
                 total = sum(
                     now[name].rejected_by.get(category, 0)
                     - previous[name].rejected_by.get(category, 0)
