@@ -162,13 +162,19 @@ async def measure(ctx: SuiteContext, stack: Stack, count: int, turns: int) -> di
     client = AgentRuntime(stack.bus, name="fuzz-bench-client")
     client.register("watch", watch)
     client.register("replies", collector)
-    figures: dict[str, Any] = {"answered": [], "dead": [], "rejected": {}, "dropped": []}
+    figures: dict[str, Any] = {
+        "answered": [],
+        "quoted": [],
+        "dead": [],
+        "rejected": {},
+        "dropped": [],
+    }
     async with client:
         previous = await watch.fresh([*processes, "broker"])
         figures["rss_before"] = stack.rss_mib()
         for rep in range(ctx.repetitions):
             sent = await asyncio.to_thread(fuzz, stack.bus, count, rep)
-            ok = 0
+            ok = quoted = 0
             for index in range(turns):
                 participant = f"fz{rep}-{index}"
                 await client.publish(
@@ -177,11 +183,13 @@ async def measure(ctx: SuiteContext, stack: Stack, count: int, turns: int) -> di
                 turn = ask(client, collector, participant, QUESTION)
                 try:
                     await turn.wait(30)
-                    ok += "85" in turn.spoken
                 except TimeoutError:
-                    pass
+                    continue
+                ok += 1  # a complete answer
+                quoted += "85" in turn.spoken  # the note had reached the context in time
             now = await watch.fresh([*processes, "broker"])
             figures["answered"].append(ok / turns)
+            figures["quoted"].append(quoted / turns)
             died = len(stack.pids) - stack.alive()
             restarted = sum(now[name].epoch != previous[name].epoch for name in processes)
             mailbox_restarts = sum(
@@ -202,7 +210,7 @@ async def measure(ctx: SuiteContext, stack: Stack, count: int, turns: int) -> di
             previous = now
             ctx.progress(
                 f"fuzz: rep {rep + 1}/{ctx.repetitions} sent {sum(sent.values())}, "
-                f"answered {ok}/{turns}, "
+                f"answered {ok}/{turns} ({quoted} quoting the note), "
                 f"dead {figures['dead'][-1]:.0f}"
             )
         figures["rss_after"] = stack.rss_mib()
@@ -239,6 +247,7 @@ def run(ctx: SuiteContext) -> SuiteResult:
             median=max(median(answered), 1e-9),
             repetitions=answered,
             higher_is_better=True,
+            extra={"quoting the note just published": median(figures["quoted"])},
         ),
     ]
     notes = [
