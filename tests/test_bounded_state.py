@@ -94,9 +94,8 @@ class Flood:
 
     def sync(self, timeout_s: float = 60.0) -> None:
         key = ECHO.key("sync")
-        tries: set[str] = (
-            set()
-        )  # answers to an earlier sync's tries can still arrive: only these count
+        # Answers to an earlier sync's tries can still arrive: only these count.
+        tries: set[str] = set()
         for _ in range(int(timeout_s * 20)):
             self.syncs += 1
             message_id = uuid.uuid4().hex

@@ -61,6 +61,7 @@ class BrokerWatch(Agent):
         self.last: RuntimeMetrics | None = None
         self.changed = asyncio.Event()
         self.notes: list[str] = []
+        self.lost = 0
 
     @subscribe(METRICS_TOPIC)
     async def on_metrics(self, message: RuntimeMetrics, ctx) -> None:
@@ -71,6 +72,10 @@ class BrokerWatch(Agent):
     @subscribe(NOTES)
     async def on_note(self, message: ConversationContextUpdate, ctx) -> None:
         self.notes.append(message.text)
+        self.changed.set()
+
+    async def on_gap(self, gap, ctx) -> None:
+        self.lost += gap.count
         self.changed.set()
 
     async def wait(self, predicate) -> None:
@@ -115,9 +120,10 @@ async def test_a_stalled_subscriber_costs_the_broker_a_bounded_amount_and_sees_i
         stalled = python("loss_accounting_subscriber.py", bus, NOTES.name, str(total))
         try:
             expect_line(stalled, "ready")
-            watch = (
-                BrokerWatch()
-            )  # a subscriber that keeps reading: when it has all, the broker has too
+            # A subscriber that keeps reading: once it has accounted for every message
+            # (received, or reported lost: the broker's HWM holds for it as well), the
+            # broker has handled them all.
+            watch = BrokerWatch()
             runtime = AgentRuntime(bus, name="limits-publisher", metrics_interval=0.2)
             runtime.register("watch", watch)
             async with runtime:
@@ -128,7 +134,7 @@ async def test_a_stalled_subscriber_costs_the_broker_a_bounded_amount_and_sees_i
                         runtime.send(NOTES, ConversationContextUpdate(text), participant_id="p1")
                         if index % 500 == 499:
                             await asyncio.sleep(0)  # let the reader of ``watch`` keep up
-                    await watch.wait(lambda: len(watch.notes) == total)
+                    await watch.wait(lambda: len(watch.notes) + watch.lost == total)
                     held = rss_bytes(broker.pid) - base
                 finally:
                     os.kill(stalled.pid, signal.SIGCONT)

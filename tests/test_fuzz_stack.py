@@ -124,9 +124,8 @@ def test_every_fuzz_category_is_counted_and_every_actor_still_answers(tmp_path):
         dropped = after["broker"]["gauges"]["broker.publishers_dropped"]
         assert dropped - before["broker"]["gauges"]["broker.publishers_dropped"] >= sent["oversize"]
         renderer = after["renderer"]
-        assert (
-            renderer["delivered"] > before["renderer"]["delivered"]
-        )  # it took the answer's fragments
+        # It took the answer's fragments.
+        assert renderer["delivered"] > before["renderer"]["delivered"]
         assert renderer["gauges"]["voice.participants"] >= 1
     finally:
         up.terminate()

@@ -335,9 +335,8 @@ async def test_a_keyed_kind_over_its_bound_retires_the_least_recently_used_idle_
 
         assert [await ask("a"), await ask("b"), await ask("a")] == [1, 1, 2]
         assert await ask("c") == 1  # "b" is the least recently used: retired
-        await asyncio.wait_for(
-            retired.wait(), 10
-        )  # the retirement's on_stop runs in a task of its own
+        # The retirement's on_stop runs in a task of its own.
+        await asyncio.wait_for(retired.wait(), 10)
         assert sorted(runtime.keyed_instances("counter")) == ["a", "c"]
         assert await ask("a") == 3 and await ask("b") == 1  # "b" starts afresh; now "c" goes
         metrics = runtime.metrics()
