@@ -18,10 +18,11 @@ class RuntimeMetrics(msgspec.Struct, frozen=True, omit_defaults=True):
     ended and were started again), ``rejected_by`` (rejected messages per category, see
     ``xrmq.actors.runtime.edge_checks``), ``oversize`` (payloads refused for exceeding
     ``max_message_bytes``), ``evicted``/``evicted_by`` (entries evicted from bounded
-    tables, per table) and ``tables`` (their sizes now). ``last_seq`` maps the wire key
-    (``topic NUL participant NUL``) of each stream this runtime sent on since its last
-    heartbeat, and of up to 256 others in turn, to its last seq, so a receiver detects
-    a lost tail within one heartbeat.
+    tables, per table), ``tables`` (their sizes now) and ``resynced`` (streams that
+    followed their sender again after a forged higher seq, see ``sequence``).
+    ``last_seq`` maps the wire key (``topic NUL participant NUL``) of each stream this
+    runtime sent on since its last heartbeat, and of up to 256 others in turn, to its
+    last seq, so a receiver detects a lost tail within one heartbeat.
     """
 
     runtime: str
@@ -46,3 +47,4 @@ class RuntimeMetrics(msgspec.Struct, frozen=True, omit_defaults=True):
     actor_faults: dict[str, int] = {}
     tables: dict[str, int] = {}
     last_seq: dict[str, int] = {}
+    resynced: int = 0

@@ -342,3 +342,26 @@ async def test_a_keyed_kind_over_its_bound_retires_the_least_recently_used_idle_
         metrics = runtime.metrics()
     assert stopped[:2] == ["b", "c"]
     assert metrics.evicted_by["keyed"] == 2 and metrics.tables["keyed[counter]"] == 2
+
+
+async def test_a_forged_higher_seq_under_the_real_epoch_costs_the_real_sender_two_messages_only(bus):
+    collector = Collector()
+    receiver = AgentRuntime(bus)
+    receiver.register("notes", collector)
+    async with receiver:
+        async with AgentRuntime(bus, name="router") as real:
+            await real.publish(NOTES, ConversationContextUpdate("one"), participant_id="p1")
+            await collector.wait_for("one")
+            client = raw_client(bus)
+            try:  # the real sender's name and epoch, read off the bus, and a seq far ahead
+                forged = client.metadata(10**9, "p1", sender="router", epoch=real.epoch)
+                client.send_frames([key(NOTES, "p1"), forged, text("forged")])
+                await collector.wait_for("forged")
+            finally:
+                client.close()
+            for value in ("two", "three", "four", "five"):
+                await real.publish(NOTES, ConversationContextUpdate(value), participant_id="p1")
+            await collector.wait_for("five")
+        metrics = receiver.metrics()
+    assert [value for _, value in collector.texts] == ["one", "forged", "four", "five"]
+    assert metrics.stale == 2 and metrics.resynced == 1

@@ -867,7 +867,7 @@ class AgentRuntime:
             evicted_by={**self._evicted_by, **({"incoming_streams": self._tracker.evicted}
                                                if self._tracker.evicted else {})},
             actor_faults={mailbox.name: mailbox.faults for mailbox in mailboxes if mailbox.faults},
-            tables=tables, last_seq=last_seq or {},
+            tables=tables, last_seq=last_seq or {}, resynced=self._tracker.resynced,
         )
 
     def _recent_last_seqs(self) -> dict[str, int]:

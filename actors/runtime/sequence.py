@@ -10,6 +10,12 @@ after the real sender restarts. The first message seen on a stream sets its base
 ``seq`` 1 always starts the stream afresh (a sender that retired an idle stream from its
 bounded table and sends on it again numbers it from 1).
 
+A frame that copies a real sender's name and epoch with a higher ``seq`` would make
+the real messages that follow look stale. So a stream whose "stale" messages arrive
+in order, ``RESYNC_AFTER`` of them in a row, takes them as the real stream again (the
+forged frame cost those few messages, counted as stale, and the jump is counted in
+``resynced``); duplicates and reorderings are never in order like that.
+
 The table is bounded (``capacity`` streams, CLOCK eviction, see ``tables``); an evicted
 stream that is still in use sets a new baseline on its next message. Evictions are
 counted in ``evicted``.
@@ -44,20 +50,25 @@ IN_ORDER = 0
 STALE = -1
 """A duplicate or a reordered message of one stream: dropped and counted."""
 
-_SEQ, _SEEN = 0, 1
+RESYNC_AFTER = 3
+"""In-order "stale" messages in a row after which a stream follows them again."""
+
+# A stream: [last seq, seq at the last eviction look, last stale seq, stale messages in order].
+_SEQ, _SEEN, _STALE_SEQ, _STALE_RUN = 0, 1, 2, 3
 
 
 class SequenceTracker:
     """Remembers the last seq of each stream and classifies each arrival."""
 
-    __slots__ = ("_streams", "capacity", "evicted")
+    __slots__ = ("_streams", "capacity", "evicted", "resynced")
 
     def __init__(self, capacity: int = DEFAULT_STREAM_CAPACITY) -> None:
         if capacity < 1:
             raise ValueError("SequenceTracker.capacity: must be >= 1")
         self.capacity = capacity
         self.evicted = 0
-        # (wire key, sender, epoch) -> [last seq, seq at the last eviction look], updated in place.
+        self.resynced = 0
+        # (wire key, sender, epoch) -> a stream (see _SEQ...), updated in place.
         self._streams: dict[tuple[bytes, str, int], list[int]] = {}
 
     def __len__(self) -> int:
@@ -69,17 +80,26 @@ class SequenceTracker:
         last = self._streams.get(stream)
         if last is None or seq == 1:
             if last is None:
-                self._streams[stream] = [seq, 0]
+                self._streams[stream] = [seq, 0, 0, 0]
                 if len(self._streams) > self.capacity:
                     self.evicted += evict_over(self._streams, self.capacity, _SEQ, _SEEN)
             else:
                 last[_SEQ] = seq
             return IN_ORDER
         if seq <= last[_SEQ]:
-            return STALE
+            return self._stale(last, seq)
         expected = last[_SEQ] + 1
         last[_SEQ] = seq
         return IN_ORDER if seq == expected else expected
+
+    def _stale(self, last: list[int], seq: int) -> int:
+        run = last[_STALE_RUN] + 1 if seq == last[_STALE_SEQ] + 1 else 1
+        last[_STALE_SEQ], last[_STALE_RUN] = seq, run
+        if run < RESYNC_AFTER:
+            return STALE
+        last[_SEQ], last[_STALE_RUN] = seq, 0  # the real stream, behind a forged higher seq
+        self.resynced += 1
+        return IN_ORDER
 
     def catch_up(self, key: bytes, sender: str, epoch: int, last_sent: int) -> int:
         """A heartbeat says the sender's last seq on ``key`` is ``last_sent``; return the
