@@ -58,6 +58,8 @@ def add_commands(subparsers: Any) -> None:
     chat.add_argument("--embedded", action="store_true",
                       help="start an edge stack of the embedded default on a private bus instead of using --bus")
     chat.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each reply (default 30)")
+    chat.add_argument("--config",
+                      help="the edge box's TOML config, for /compact (default: the built-in one)")
     chat.set_defaults(func=run_chat)
 
     say = subparsers.add_parser("say", help="ask one query, print the reply, exit")
@@ -141,7 +143,8 @@ def run_chat(args: argparse.Namespace) -> int:
         raise ValueError("--timeout: must be > 0")
     if args.embedded:
         return run(chat_embedded(args.participant, timeout=args.timeout))
-    return run(chat(args.bus, args.participant, timeout=args.timeout))
+    config = None if args.config is None else load_config(args.config)
+    return run(chat(args.bus, args.participant, timeout=args.timeout, config=config))
 
 
 def run_say(args: argparse.Namespace) -> int:

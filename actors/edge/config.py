@@ -28,6 +28,7 @@ from xrmq.actors.context.config import (
     DEFAULT_DIALOGUE_BUDGET_BYTES,
     DEFAULT_TOPIC_BUDGET_BYTES,
 )
+from xrmq.actors.context.store import ON_CORRUPT
 from xrmq.actors.models import ModelSpec, parse_model_spec
 from xrmq.actors.runtime.address import DEFAULT_BUS, parse_bus
 from xrmq.actors.runtime.broker import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_SUBSCRIBER_BUDGET_BYTES
@@ -104,6 +105,15 @@ class ContextSettings(_Section):
     """Budget of every topic that does not set its own ``budget_bytes``."""
     compaction_input_budget_bytes: int = DEFAULT_COMPACTION_INPUT_BUDGET_BYTES
     prompts: PromptsConfig = PromptsConfig()
+    persist: bool = True
+    """Whether the context processes journal every section state (SQLite) and restore it
+    after a restart."""
+    state_dir: str | None = None
+    """Where the journals live (one per context process); None: a per-bus directory
+    under ``$XDG_STATE_HOME/xrmq``, else ``~/.local/state/xrmq``."""
+    on_corrupt: str = "error"
+    """A journal that cannot be read: ``error`` (the process does not start, naming the
+    file) or ``backup_and_start_empty`` (moved aside, the process starts empty)."""
 
     def manager_kwargs(self) -> dict[str, Any]:
         """The ``ContextManager`` constructor's keyword arguments this section describes."""
@@ -416,6 +426,12 @@ def _context(raw: dict[str, Any], source: str) -> ContextSettings:
         if topic.mode not in TOPIC_MODES:
             raise ConfigError(source, f"context.topics.{name}.mode",
                               f"must be {' or '.join(map(repr, TOPIC_MODES))}, got {topic.mode!r}")
+    if settings.on_corrupt not in ON_CORRUPT:
+        allowed = " or ".join(map(repr, ON_CORRUPT))
+        raise ConfigError(source, "context.on_corrupt",
+                          f"must be {allowed}, got {settings.on_corrupt!r}")
+    if settings.state_dir is not None and not settings.state_dir.strip():
+        raise ConfigError(source, "context.state_dir", "must be a non-empty path")
     try:
         settings.prompts.prompts()
     except ValueError as error:

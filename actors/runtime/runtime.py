@@ -325,6 +325,18 @@ class AgentRuntime:
         """The live instances of a keyed kind in this runtime, by key."""
         return {key: mailbox.agent for key, mailbox in self._keyed[kind].instances.items()}
 
+    def spawn(self, kind: str, key: str) -> Agent:
+        """The live instance of keyed ``kind`` for ``key``, spawned now as a first message
+        would spawn it (e.g. to restore state at start). Only while running;
+        ``ValueError`` if this runtime's shard does not own ``key``."""
+        if not self._running:
+            raise RuntimeError("spawn: only while the runtime runs")
+        keyed = self._keyed[kind]
+        if key not in keyed.instances and not keyed.owns(key):
+            owner = shard_of(key, keyed.shards)
+            raise ValueError(f"spawn: key {key!r} belongs to shard {owner}, not {keyed.shard}")
+        return self._keyed_targets(keyed, key)[0].agent
+
     async def retire(self, kind: str, key: str) -> bool:
         """Stop and forget the instance of ``kind`` for ``key``; True if there was one."""
         mailbox = self._keyed[kind].instances.pop(key, None)
