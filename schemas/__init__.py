@@ -7,9 +7,9 @@ process without copies) and validates its rules on construction and on decode, r
 
 from .context import CompactionPrompts, ContextBlock, ConversationContextUpdate
 from .envelope import MessageMetadata
-from .metrics import RuntimeMetrics
+from .metrics import ProcessState, RuntimeMetrics, SupervisorReport
 from .interaction import Interrupted, ParticipantJoined, ParticipantLeft, ResponseOutput, UserQuery
-from .routing import Admission, AgentExchange, AgentTurn, DestinationResult, RoutingAid
+from .routing import Admission, AgentExchange, AgentTurn, DestinationResult, RoutingAid, TurnEnded
 
 __all__ = [
     "Admission",
@@ -23,8 +23,11 @@ __all__ = [
     "MessageMetadata",
     "ParticipantJoined",
     "ParticipantLeft",
+    "ProcessState",
     "ResponseOutput",
     "RoutingAid",
     "RuntimeMetrics",
+    "SupervisorReport",
+    "TurnEnded",
     "UserQuery",
 ]

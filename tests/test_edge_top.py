@@ -11,7 +11,7 @@ import pytest
 from buses import broker_process
 from xrmq.actors.edge.top import RED, RESET, TopView, render
 from xrmq.actors.runtime import Agent, AgentRuntime
-from xrmq.schemas import RuntimeMetrics
+from xrmq.schemas import ProcessState, RuntimeMetrics, SupervisorReport
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -94,3 +94,43 @@ async def test_top_once_json_shows_a_runtime_publishing_metrics():
     assert row["gauges"] == {"context.participants": 2.0}
     assert row["published_per_s"] > 0  # two reports arrived: it publishes at least its heartbeat
     assert row["gaps"] == row["rejected"] == 0
+
+
+def test_a_process_left_down_a_restarting_one_and_a_stuck_actor_are_shown():
+    view = TopView()
+    view.observe(metrics("router", at_s=1.0, actors={"router": 3, "proxy": 0},
+                         stuck={"router": 12.0}), received_at=0.0)
+    view.observe(metrics("conversation", at_s=1.0), received_at=0.0)
+    view.observe_supervisor(SupervisorReport("xrmq up", 7, 0, (
+        ProcessState("router", "running", pid=42),
+        ProcessState("conversation", "restarting", restarts=2),
+        ProcessState("renderer", "down", reason="gave up on renderer: 5 crashes (limit 5)"),
+    )))
+    rows = {row.runtime: row for row in view.rows(now=1.0)}
+    # It never reported: a row of its own.
+    assert (rows["renderer"].state, rows["renderer"].pid) == ("down", 0)
+    assert rows["conversation"].state == "restarting" and rows["router"].stuck == {"router": 12.0}
+    text = render(list(rows.values()), color=True)
+    assert f"renderer{RESET}  {RED}DOWN: gave up on renderer: 5 crashes (limit 5){RESET}" in text
+    assert f"{RED}restarting{RESET}" in text
+    assert any(line.endswith(f"router  {RED}STUCK 12s{RESET}") for line in text.splitlines())
+    assert not any("STUCK" in line and line.endswith("proxy") for line in text.splitlines())
+
+
+def test_the_header_names_the_bus_and_totals_every_runtime():
+    from xrmq.actors.edge.top import summary
+
+    view = TopView()
+    for runtime, rejected in (("router", 0), ("context.0", 2)):
+        view.observe(metrics(runtime, at_s=1.0, published=10, delivered=20), received_at=0.0)
+        view.observe(
+            metrics(runtime, at_s=2.0, published=20, delivered=40, rejected=rejected),
+            received_at=1.0,
+        )
+    view.observe(metrics("router", epoch=2, at_s=3.0), received_at=2.0)
+    text = summary(view.rows(now=2.0), "ipc:///run/box/bus", color=False)
+    first, second = text.splitlines()[:2]
+    assert (
+        first == "xrmq top  bus ipc:///run/box/bus  broker: up  2 runtimes  in 20.0/s  out 10.0/s"
+    )
+    assert second == "  gaps 0  rejected 2  overflow 0  handler errors 0  restarts 1"

@@ -7,6 +7,8 @@ from xrmq.schemas import (
     ParticipantLeft,
     ResponseOutput,
     RuntimeMetrics,
+    SupervisorReport,
+    TurnEnded,
     UserQuery,
 )
 
@@ -21,8 +23,12 @@ INTERRUPTED_TOPIC: Topic[Interrupted] = Topic("voice.interrupted", Interrupted)
 """The participant interrupted (barge-in): in-flight work for them stops."""
 PARTICIPANT_JOINED_TOPIC: Topic[ParticipantJoined] = Topic("participant.joined", ParticipantJoined)
 PARTICIPANT_LEFT_TOPIC: Topic[ParticipantLeft] = Topic("participant.left", ParticipantLeft)
+TURN_ENDED_TOPIC: Topic[TurnEnded] = Topic("voice.turn_ended", TurnEnded)
+"""The router's ``TurnEnded`` for each turn, participant-scoped: how it ended and why."""
 METRICS_TOPIC: Topic[RuntimeMetrics] = Topic("xrmq.metrics", RuntimeMetrics)
 """Every runtime's periodic counters (its heartbeat); read by ``xrmq top`` and the supervisor."""
+SUPERVISOR_TOPIC: Topic[SupervisorReport] = Topic("xrmq.supervisor", SupervisorReport)
+"""``xrmq up``'s report of every process it supervises (down ones too); read by ``xrmq top``."""
 
 
 def context_topic(name: str) -> Topic[ConversationContextUpdate]:
@@ -36,7 +42,9 @@ STANDARD_TOPICS: tuple[Topic, ...] = (
     INTERRUPTED_TOPIC,
     PARTICIPANT_JOINED_TOPIC,
     PARTICIPANT_LEFT_TOPIC,
+    TURN_ENDED_TOPIC,
     METRICS_TOPIC,
+    SUPERVISOR_TOPIC,
 )
 
 __all__ = [
@@ -46,6 +54,8 @@ __all__ = [
     "PARTICIPANT_LEFT_TOPIC",
     "QUERY_TOPIC",
     "STANDARD_TOPICS",
+    "SUPERVISOR_TOPIC",
+    "TURN_ENDED_TOPIC",
     "Topic",
     "VOICE_OUTPUT_TOPIC",
     "context_topic",

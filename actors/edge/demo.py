@@ -61,17 +61,20 @@ def demo_config() -> EdgeConfig:
     """The embedded default with budgets small enough that a short session compacts.
 
     A section compacts once its uncompacted entries exceed half its budget: a few
-    exchanges or notes. Every process may crash once at most: a crash fails the demo.
+    exchanges or notes. No process may crash: the first crash stops the stack
+    (``on_give_up = "stop_box"``) and fails the demo.
     """
     base = default_config()
     context = msgspec.structs.replace(base.context, dialogue_budget_bytes=900, topic_budget_bytes=700,
                                       compaction_input_budget_bytes=1400)
     supervisor = msgspec.structs.replace(base.supervisor, metrics_interval_s=0.25, ready_timeout_s=20.0,
                                          shutdown_timeout_s=5.0, restart=RestartPolicyConfig(max_crashes=1))
-    # The context process is killed once on purpose: it may be restarted once, at once.
-    killed = msgspec.structs.replace(base.processes[KILLED], restart=RestartPolicyConfig(
+    # Any crash fails the demo (stop_box); the context process is killed once on
+    # purpose: it may be restarted once, at once.
+    processes = {name: msgspec.structs.replace(spec, on_give_up="stop_box")
+                 for name, spec in base.processes.items()}
+    processes[KILLED] = msgspec.structs.replace(processes[KILLED], restart=RestartPolicyConfig(
         max_crashes=2, backoff_initial_s=0.05, backoff_max_s=0.05))
-    processes = {**base.processes, KILLED: killed}
     return msgspec.structs.replace(base, context=context, supervisor=supervisor,
                                    processes=processes)
 

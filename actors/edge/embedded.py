@@ -9,8 +9,9 @@ and so are the context journals (unless the config names a ``state_dir``).
 The supervisor's lines (its own and every child's) are kept, not printed, unless an
 ``echo`` stream is given: a command shows its own output, and names the last lines
 when something fails. ``failed`` is set when the supervisor stops by itself (a
-process it gave up on, a child that could not start); with ``max_crashes = 1`` in
-the config that is the first crash of any process.
+process it gave up on with ``on_give_up = "stop_box"``, a child that could not
+start); with ``max_crashes = 1`` and ``stop_box`` (the demo's config) that is the
+first crash of any process.
 """
 
 from __future__ import annotations

@@ -11,7 +11,12 @@
   context: the router calls it after cancelling and draining that participant's turns,
   which is when seed 000 says the context may be cleared.
 - ``router``: the ``AgentRouter`` actor on the query, interrupted and participant topics,
-  reaching every destination through a remote proxy.
+  reaching every destination through a remote proxy that takes a destination silent
+  for ``router.destination_dead_after_s`` as dead (its answer fails, its reply stream
+  gets its final frame).
+
+On SIGTERM the router and the conversation servers let answers in flight finish for
+70% of ``supervisor.shutdown_timeout_s``, then cancel what is left.
 - ``renderer``: a ``VoiceRenderer`` with a console sink on the voice output topic.
 
 Every process derives the same ``ContextPlan`` from the config, so the section actors,
@@ -29,7 +34,7 @@ from xrmq.actors.context import ContextManager, context_plan, register_sections,
 from xrmq.actors.context.plan import ContextPlan
 from xrmq.actors.context.store import ContextStore, open_store
 from xrmq.actors.conversation import Conversation
-from xrmq.actors.models import create_llm
+from xrmq.actors.models import LLMService, ModelSpec, create_llm
 from xrmq.actors.routing import AgentRouter, KeywordDecisions, LLMDecisions, SingleDestination, remote, serve
 from xrmq.actors.routing.agent import RoutableAgent
 from xrmq.actors.runtime import AgentRuntime
@@ -89,6 +94,13 @@ def open_context_store(config: EdgeConfig, shard: int) -> ContextStore | None:
     return open_store(context_store_path(config, shard), on_corrupt=on_corrupt)
 
 
+def prepared_llm(spec: ModelSpec) -> LLMService:
+    """``create_llm(spec)``, prepared (litellm imported) while the process is not yet ready."""
+    llm = create_llm(spec)
+    llm.prepare()
+    return llm
+
+
 def context_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
     topics = None if process.shard == 0 else []
     register_sections(runtime, plan_of(config), shard=process.shard, shards=process.shards,
@@ -97,7 +109,9 @@ def context_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInst
 
 def compaction_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
     indices = worker_slices(config)[(process.process, process.shard)]
-    register_workers(runtime, plan_of(config), create_llm(config.models.compaction), indices=indices)
+    register_workers(
+        runtime, plan_of(config), prepared_llm(config.models.compaction), indices=indices
+    )
 
 
 class ClearingDestination:
@@ -128,15 +142,24 @@ class ClearingDestination:
         await self.context.clear(participant_id)
 
 
+SHUTDOWN_GRACE_SHARE = 0.7
+"""Of ``supervisor.shutdown_timeout_s``, the share the router and each destination let
+answers in flight finish on SIGTERM before they cancel them (each gets its final frame)."""
+
+
 def conversation_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
     plan = plan_of(config)
-    context = ContextManager(create_llm(config.models.compaction), **config.context.manager_kwargs(),
-                             compaction_workers=plan.compaction_workers,
-                             section_hosts=plan.section_hosts, deployment="split")
+    context = ContextManager(
+        prepared_llm(config.models.compaction),
+        **config.context.manager_kwargs(),
+        compaction_workers=plan.compaction_workers,
+        section_hosts=plan.section_hosts,
+        deployment="split",
+    )
     runtime.register("context", context.subscriber())
     for name, destination in config.destinations.items():
         conversation = Conversation(
-            create_llm(destination.model or config.models.answers),
+            prepared_llm(destination.model or config.models.answers),
             context=context,
             instructions=destination.instructions,
             system_prompt=destination.system_prompt,
@@ -145,20 +168,28 @@ def conversation_role(runtime: AgentRuntime, config: EdgeConfig, process: Proces
             output_topic=VOICE_OUTPUT_TOPIC,
         )
         agent: RoutableAgent = ClearingDestination(conversation, context)
-        runtime.register(f"{name}-server", serve(name, agent))
+        grace = SHUTDOWN_GRACE_SHARE * config.supervisor.shutdown_timeout_s
+        runtime.register(f"{name}-server", serve(name, agent, shutdown_grace_s=grace))
 
 
 def router_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
-    destinations = {name: runtime.register(f"{name}-proxy", remote(name)) for name in config.destinations}
+    dead_after = config.router.destination_dead_after_s
+    destinations = {
+        name: runtime.register(f"{name}-proxy", remote(name, dead_after_s=dead_after,
+                                                       output_topic=VOICE_OUTPUT_TOPIC))
+        for name in config.destinations
+    }
     decisions = {
         "first": lambda: SingleDestination(),
         "rules": lambda: KeywordDecisions(),
-        "llm": lambda: LLMDecisions(create_llm(config.models.routing)),
+        "llm": lambda: LLMDecisions(prepared_llm(config.models.routing)),
     }[config.router.decisions]()
     options = {} if config.router.history_limit is None else {"history_limit": config.router.history_limit}
     runtime.register("router", AgentRouter(
         destinations, decisions, default=config.router.default or next(iter(config.destinations), None),
-        query_topic=QUERY_TOPIC, output_topic=VOICE_OUTPUT_TOPIC, interrupted_topic=INTERRUPTED_TOPIC, **options,
+        query_topic=QUERY_TOPIC, output_topic=VOICE_OUTPUT_TOPIC,
+        interrupted_topic=INTERRUPTED_TOPIC,
+        shutdown_grace_s=SHUTDOWN_GRACE_SHARE * config.supervisor.shutdown_timeout_s, **options,
     ))
 
 

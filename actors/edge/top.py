@@ -2,8 +2,14 @@
 
 ``TopView`` is pure: it keeps each runtime's last two reports and turns them into rows
 (message rates are differences between two reports of the same incarnation; a new
-epoch means the process restarted). ``render`` draws the rows as plain text with ANSI
-emphasis; ``--json`` prints the rows for scripts and tests.
+epoch means the process restarted). It also keeps the last ``SupervisorReport`` of
+``xrmq up``: a process it left down (over its crash limit) or is restarting gets its
+state and reason on its row, and a row of its own if it never reported. Actors the
+runtime reports stuck (non-empty mailbox, no progress) are marked. ``render`` draws
+the rows as plain text with ANSI emphasis, under ``summary``'s header (the bus and its
+broker, totals over every runtime); ``--json`` prints the rows for scripts and tests.
+Live on a terminal, ``q`` quits. Restarts count what ``top`` saw (new epochs while it
+watched).
 """
 
 from __future__ import annotations
@@ -17,8 +23,8 @@ from typing import TextIO
 import msgspec
 
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
-from xrmq.schemas import RuntimeMetrics
-from xrmq.topics import METRICS_TOPIC
+from xrmq.schemas import RuntimeMetrics, SupervisorReport
+from xrmq.topics import METRICS_TOPIC, SUPERVISOR_TOPIC
 
 BOLD, DIM, RED, RESET = "\x1b[1m", "\x1b[2m", "\x1b[31m", "\x1b[0m"
 CLEAR = "\x1b[H\x1b[2J"
@@ -57,6 +63,12 @@ class RuntimeRow(msgspec.Struct, frozen=True):
     evicted: int = 0
     """Entries evicted from bounded tables (``evicted_by``: per table)."""
     evicted_by: dict[str, int] = {}
+    stuck: dict[str, float] = {}
+    """Actors with a non-empty mailbox that has not moved, and for how many seconds."""
+    state: str = "running"
+    """The supervisor's word on it: ``running``, ``starting``, ``restarting`` or ``down``."""
+    reason: str = ""
+    """Why it is down."""
 
 
 class _Seen:
@@ -71,6 +83,10 @@ class TopView:
 
     def __init__(self) -> None:
         self._runtimes: dict[str, _Seen] = {}
+        self._supervisor: SupervisorReport | None = None
+
+    def observe_supervisor(self, report: SupervisorReport) -> None:
+        self._supervisor = report
 
     def observe(self, metrics: RuntimeMetrics, received_at: float) -> None:
         seen = self._runtimes.get(metrics.runtime)
@@ -92,8 +108,19 @@ class TopView:
     def rows(self, now: float) -> list[RuntimeRow]:
         """One row per runtime, by name; ``now`` is on the clock ``observe`` was given."""
         rows = []
+        processes = self._supervisor.by_process() if self._supervisor is not None else {}
+        never_reported = {name: state for name, state in processes.items()
+                          if name not in self._runtimes and state.state != "running"}
+        for name, state in never_reported.items():
+            rows.append(RuntimeRow(
+                runtime=name, pid=state.pid, age_s=0.0, restarts=state.restarts,
+                published_per_s=None, delivered_per_s=None, published=0, delivered=0, gaps=0,
+                stale=0, rejected=0, overflow=0, handler_errors=0, actors={}, gauges={},
+                state=state.state, reason=state.reason,
+            ))
         for name in sorted(self._runtimes):
             seen = self._runtimes[name]
+            supervised = processes.get(name)
             last, previous = seen.last, seen.previous
             rate = None
             if previous is not None and last.timestamp_us > previous.timestamp_us:
@@ -107,16 +134,19 @@ class TopView:
                 actors=dict(last.actors), gauges=dict(last.gauges), faults=last.faults,
                 actor_faults=dict(last.actor_faults), actor_restarts=last.actor_restarts,
                 rejected_by=dict(last.rejected_by), oversize=last.oversize, evicted=last.evicted,
-                evicted_by=dict(last.evicted_by),
+                evicted_by=dict(last.evicted_by), stuck=dict(last.stuck),
+                state=supervised.state if supervised is not None else "running",
+                reason=supervised.reason if supervised is not None else "",
             ))
-        return rows
+        return sorted(rows, key=lambda row: row.runtime)
 
 
 def render(rows: list[RuntimeRow], *, stale_after_s: float = 5.0, color: bool = True) -> str:
     """The rows as text: a header per runtime, its counters, gauges and actors with mailbox depths.
 
     Problems (gaps, rejected frames, overflow, handler errors, a runtime silent for
-    ``stale_after_s``) are shown in red when ``color`` is on.
+    ``stale_after_s``, a stuck actor, a process down or restarting) are shown in red
+    when ``color`` is on.
     """
     def paint(code: str, text: str) -> str:
         return f"{code}{text}{RESET}" if color else text
@@ -129,7 +159,13 @@ def render(rows: list[RuntimeRow], *, stale_after_s: float = 5.0, color: bool = 
     lines = []
     for row in rows:
         age = f"{row.age_s:.1f}s ago"
+        if row.state == "down":
+            down = "DOWN: " + (row.reason or "left down")
+            lines.append(f"{paint(BOLD, row.runtime)}  {paint(RED, down)}")
+            continue
         header = f"{paint(BOLD, row.runtime)}  pid {row.pid}  {paint(RED, age + ' (stale)') if row.age_s > stale_after_s else age}"
+        if row.state != "running":
+            header += f"  {paint(RED, row.state)}"
         if row.restarts:
             header += f"  {paint(RED, f'restarted {row.restarts}x')}"
         lines.append(header)
@@ -150,13 +186,73 @@ def render(rows: list[RuntimeRow], *, stale_after_s: float = 5.0, color: bool = 
             lines.append("  " + "  ".join(f"{name} {value:g}" for name, value in sorted(row.gauges.items())))
         for actor, depth in sorted(row.actors.items()):
             faults = row.actor_faults.get(actor)
-            lines.append(f"  {paint(DIM, 'mailbox')} {depth:>6}  {actor}"
-                         + (f"  {paint(RED, f'faults {faults}')}" if faults else ""))
+            stuck = row.stuck.get(actor)
+            mark = f"  {paint(RED, f'STUCK {stuck:.0f}s')}" if stuck is not None else ""
+            if faults:
+                mark += f"  {paint(RED, f'faults {faults}')}"
+            lines.append(f"  {paint(DIM, 'mailbox')} {depth:>6}  {actor}{mark}")
     return "\n".join(lines) + "\n"
 
 
 def _counts(counts: dict[str, int]) -> str:
     return "  ".join(f"{name} {count}" for name, count in sorted(counts.items()))
+
+
+def summary(rows: list[RuntimeRow], bus: str, *, color: bool = True) -> str:
+    """The header: the bus (its broker answered ``top``'s readiness probe) and totals."""
+    def paint(code: str, text: str) -> str:
+        return f"{code}{text}{RESET}" if color else text
+
+    inbound = sum(row.delivered_per_s or 0.0 for row in rows)
+    outbound = sum(row.published_per_s or 0.0 for row in rows)
+    problems = {
+        label: sum(getattr(row, field) for row in rows)
+        for label, field in (
+            ("gaps", "gaps"),
+            ("rejected", "rejected"),
+            ("overflow", "overflow"),
+            ("handler errors", "handler_errors"),
+        )
+    }
+    restarts = sum(row.restarts for row in rows)
+    text = "  ".join(paint(RED, f"{label} {value}") if value else f"{label} {value}"
+                     for label, value in (*problems.items(), ("restarts", restarts)))
+    return (f"{paint(BOLD, 'xrmq top')}  bus {bus}  broker: up  {len(rows)} runtimes  "
+            f"in {inbound:.1f}/s  out {outbound:.1f}/s\n  {text}\n\n")
+
+
+def _quit_on_q(
+    loop: asyncio.AbstractEventLoop, stop: asyncio.Event, stream: TextIO
+) -> object | None:
+    """On a terminal, read single keys and set ``stop`` on ``q``; returns the state to restore."""
+    try:
+        import termios
+        import tty
+
+        if not stream.isatty():
+            return None
+        fd = stream.fileno()
+        saved = termios.tcgetattr(fd)
+        tty.setcbreak(fd)
+    except (ImportError, OSError, ValueError, AttributeError):
+        return None
+
+    def key() -> None:
+        if os.read(fd, 1) in (b"q", b"Q"):
+            stop.set()
+
+    loop.add_reader(fd, key)
+    return fd, saved
+
+
+def _restore(loop: asyncio.AbstractEventLoop, state: object | None) -> None:
+    if state is None:
+        return
+    import termios
+
+    fd, saved = state  # type: ignore[misc]
+    loop.remove_reader(fd)
+    termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
 class _MetricsWatcher(Agent):
@@ -167,6 +263,11 @@ class _MetricsWatcher(Agent):
     @subscribe(METRICS_TOPIC)
     async def on_metrics(self, message: RuntimeMetrics, ctx: RuntimeContext) -> None:
         self.view.observe(message, asyncio.get_running_loop().time())
+        self.changed.set()
+
+    @subscribe(SUPERVISOR_TOPIC)
+    async def on_supervisor(self, message: SupervisorReport, ctx: RuntimeContext) -> None:
+        self.view.observe_supervisor(message)
         self.changed.set()
 
 
@@ -198,21 +299,31 @@ async def watch(bus: str, *, once: bool, as_json: bool, interval: float, window:
                     await asyncio.wait_for(changed.wait(), remaining)
                 except TimeoutError:
                     break
-            _print(view.rows(loop.time()), as_json=as_json, live=False, out=out)
+            _print(view.rows(loop.time()), bus, as_json=as_json, live=False, out=out)
             return 0
-        while not stop.is_set():
-            _print(view.rows(loop.time()), as_json=as_json, live=True, out=out)
-            try:
-                await asyncio.wait_for(stop.wait(), interval)
-            except TimeoutError:
-                pass
+        keys = None if as_json else _quit_on_q(loop, stop, sys.stdin)
+        try:
+            while not stop.is_set():
+                _print(view.rows(loop.time()), bus, as_json=as_json, live=True, out=out,
+                       hint="q or Ctrl-C quits" if keys is not None else "Ctrl-C quits")
+                try:
+                    await asyncio.wait_for(stop.wait(), interval)
+                except TimeoutError:
+                    pass
+        finally:
+            _restore(loop, keys)
     return 0
 
 
-def _print(rows: list[RuntimeRow], *, as_json: bool, live: bool, out: TextIO) -> None:
+def _print(
+    rows: list[RuntimeRow], bus: str, *, as_json: bool, live: bool, out: TextIO, hint: str = ""
+) -> None:
     if as_json:
         out.write(msgspec.json.encode(rows).decode() + "\n")
     else:
         color = out.isatty()
-        out.write((CLEAR if live and color else "") + render(rows, color=color))
+        header = summary(rows, bus, color=color)
+        if hint:
+            header = header.rstrip("\n") + f"  ({hint})\n\n"
+        out.write((CLEAR if live and color else "") + header + render(rows, color=color))
     out.flush()

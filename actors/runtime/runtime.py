@@ -35,6 +35,7 @@ from .deadlines import AskDeadlines
 from .edge_checks import DEFAULT_EPOCH_SKEW_S, EnvelopeCheck, metadata_category
 from .logs import get_logger
 from .mailbox import Mailbox
+from .progress import ProgressWatch
 from .ratelimit import DEFAULT_INTERVAL_S, AggregatedWarnings
 from .sequence import DEFAULT_STREAM_CAPACITY, STALE, Gap, SequenceTracker
 from .tables import evict_over
@@ -143,7 +144,9 @@ class AgentRuntime:
     ``METRICS_TOPIC`` that often: its heartbeat and what ``xrmq top`` shows. The
     heartbeat lists the last seq this runtime sent on each key that sent since the last
     one (and the others in turn, ``HEARTBEAT_KEYS``), so a receiver reports a lost tail of
-    a stream within one interval.
+    a stream within one interval. An actor whose mailbox is non-empty and has not moved
+    for ``stuck_after`` seconds is reported in ``RuntimeMetrics.stuck`` and logged once
+    (``actor.stuck``).
 
     Limits (every table fed by the bus is bounded, and what is dropped is counted):
     ``max_message_bytes`` (``ZMQ_MAXMSGSIZE`` of the SUB socket; a larger payload is
@@ -162,6 +165,7 @@ class AgentRuntime:
         mailbox_capacity: int = 10_000,
         ready_timeout: float = 10.0,
         metrics_interval: float | None = None,
+        stuck_after: float = 10.0,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         stream_capacity: int = DEFAULT_STREAM_CAPACITY,
         outgoing_streams: int = DEFAULT_OUTGOING_STREAMS,
@@ -189,6 +193,9 @@ class AgentRuntime:
         self.ready_timeout = ready_timeout
         self.metrics_interval = metrics_interval
         self._metrics_task: asyncio.Task[None] | None = None
+        self._progress = ProgressWatch(stuck_after)
+        self._finished: set[str] = set()
+        """Actors whose ``on_stop`` has run while the runtime stops: nothing more reaches them."""
         self.gaps: deque[Gap] = deque(maxlen=1000)
         """The most recent gaps (the ``gaps`` counter counts all of them)."""
         self._log = get_logger(runtime=self.name)
@@ -426,16 +433,25 @@ class AgentRuntime:
                        keyed=sorted(self._keyed))
 
     async def stop(self) -> None:
-        """Stop in order: intake, pending asks, actors (``on_stop``, then their mailboxes), sockets.
+        """Stop in order: actors (``on_stop``), intake and pending asks, mailboxes, sockets.
 
-        Intake stops first, so no message is dispatched (and no keyed instance spawned)
-        while actors stop. ``on_stop`` runs while publishing still works, so an actor
-        can finalize what it owns (an open reply stream gets its terminator) before its
-        in-flight handler is cancelled.
+        ``on_stop`` runs while the runtime still publishes, reads and heartbeats, so an
+        actor can finish or finalize what it owns (an open reply stream gets its
+        terminator) and still receive what that takes (an ask's reply, a remote call's
+        end): no actor waits on a message that can no longer arrive. Actors stop in the
+        reverse order of registration, so one may rely on an actor registered before it
+        while it stops (a router on its remote proxies); an actor whose ``on_stop`` has
+        run gets no further message, and no keyed instance is spawned meanwhile. Then
+        intake stops, pending asks fail, and in-flight handlers are cancelled.
         """
         if self._closed:
             return
         self._closed = True
+        mailboxes = self._all_mailboxes()
+        if self._running:
+            for mailbox in reversed(mailboxes):
+                await self.guarded_hook(mailbox.agent, "on_stop", mailbox)
+                self._finished.add(mailbox.name)
         if self._reader_fd is not None:
             asyncio.get_running_loop().remove_reader(self._reader_fd)
             self._reader_fd = None
@@ -453,10 +469,6 @@ class AgentRuntime:
         self._pending.clear()
         if self._deadlines is not None:
             self._deadlines.close()
-        mailboxes = self._all_mailboxes()
-        if self._running:
-            for mailbox in mailboxes:
-                await self.guarded_hook(mailbox.agent, "on_stop", mailbox)
         self._running = False
         for mailbox in mailboxes:
             await mailbox.stop()
@@ -589,7 +601,7 @@ class AgentRuntime:
         ``TimeoutError`` after ``timeout`` seconds, ``AskError`` if the handler failed,
         ``RuntimeClosedError`` if the runtime stops first.
         """
-        if not self._running or self._closed:
+        if not self._running:  # still True while actors stop: an on_stop may ask
             raise RuntimeClosedError(f"ask: runtime {self.name!r} is not running")
         if not source or source.isspace():
             raise ValueError(f"source: must be a non-empty name, not {source!r}")
@@ -856,7 +868,7 @@ class AgentRuntime:
             return list(instances.values())
         mailbox = instances.pop(key, None)
         if mailbox is None:
-            if not keyed.owns(key):
+            if self._closed or not keyed.owns(key):  # closed: no instance is spawned while stopping
                 return []
             agent = keyed.factory(key)
             name = f"{keyed.kind}[{key}]"
@@ -869,6 +881,8 @@ class AgentRuntime:
         return [mailbox]
 
     def _offer(self, mailbox: Mailbox, delivery: Any, start: bool) -> None:
+        if self._closed and mailbox.name in self._finished:  # stopping, and this actor has stopped
+            return
         if mailbox.offer(delivery, start):
             self._counters["delivered"] += 1
             return
@@ -937,6 +951,11 @@ class AgentRuntime:
                 self._counters["faults"] += 1
                 self._warnings.warn("actor.gauges_failed", None, None, level="error",
                                     actor=mailbox.name, error=repr(error))
+        stuck, newly = self._progress.check(((mailbox.name, mailbox.head) for mailbox in mailboxes),
+                                            time.monotonic())
+        for name in newly:
+            self._log.warning("actor.stuck", actor=name, seconds=round(stuck[name], 1),
+                              depth=next(m.depth for m in mailboxes if m.name == name))
         tables = {"incoming_streams": len(self._tracker), "outgoing_streams": len(self._streams),
                   "warnings": len(self._warnings)}
         for kind, keyed in self._keyed.items():
@@ -949,6 +968,7 @@ class AgentRuntime:
                                                if self._tracker.evicted else {})},
             actor_faults={mailbox.name: mailbox.faults for mailbox in mailboxes if mailbox.faults},
             tables=tables, last_seq=last_seq or {}, resynced=self._tracker.resynced,
+            stuck=stuck,
         )
 
     def _recent_last_seqs(self) -> dict[str, int]:
