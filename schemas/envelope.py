@@ -6,6 +6,11 @@ from typing import Annotated
 
 import msgspec
 
+MAX_SEQ = 2**53
+"""The largest sequence number a sender may use (a larger one is rejected as out of range)."""
+MAX_EPOCH = 2**63 - 1
+"""The largest epoch (receivers also reject one in the future beyond a clock-skew allowance)."""
+
 
 class MessageMetadata(msgspec.Struct, frozen=True, omit_defaults=True):
     """Metadata frame of one bus message (frame 1 of ``[key, metadata, payload]``).
@@ -22,9 +27,9 @@ class MessageMetadata(msgspec.Struct, frozen=True, omit_defaults=True):
     """Runtime-local name of the publishing agent; "application" for external publishes."""
     sender: str
     """Id of the publishing runtime instance; with ``epoch`` and ``seq`` it orders delivery."""
-    epoch: Annotated[int, msgspec.Meta(ge=0)]
+    epoch: Annotated[int, msgspec.Meta(ge=0, le=MAX_EPOCH)]
     """Incarnation of the sender; a restarted sender starts a new epoch."""
-    seq: Annotated[int, msgspec.Meta(ge=1)]
+    seq: Annotated[int, msgspec.Meta(ge=1, le=MAX_SEQ)]
     """Per (sender, epoch, topic, participant) sequence number, starting at 1."""
     timestamp_us: int
     """Unix microseconds when the message was published."""

@@ -14,6 +14,17 @@ class RuntimeMetrics(msgspec.Struct, frozen=True, omit_defaults=True):
     reports). ``actors`` maps each actor (keyed instances as ``kind[key]``) to its
     mailbox depth; ``gauges`` carries what actors report of themselves (for example
     ``context.participants`` or ``context.compaction_backlog``).
+
+    Robustness counters: ``faults`` (exceptions in an actor's path: handler, reply,
+    hooks, gauges; ``actor_faults`` per actor), ``actor_restarts`` (mailbox tasks that
+    ended and were started again), ``rejected_by`` (rejected messages per category, see
+    ``xrmq.actors.runtime.edge_checks``), ``oversize`` (payloads refused for exceeding
+    ``max_message_bytes``), ``evicted``/``evicted_by`` (entries evicted from bounded
+    tables, per table), ``tables`` (their sizes now) and ``resynced`` (streams that
+    followed their sender again after a forged higher seq, see ``sequence``).
+    ``last_seq`` maps the wire key (``topic NUL participant NUL``) of each stream this
+    runtime sent on since its last heartbeat, and of up to 256 others in turn, to its
+    last seq, so a receiver detects a lost tail within one heartbeat.
     """
 
     runtime: str
@@ -29,6 +40,16 @@ class RuntimeMetrics(msgspec.Struct, frozen=True, omit_defaults=True):
     handler_errors: int
     actors: dict[str, int] = {}
     gauges: dict[str, float] = {}
+    faults: int = 0
+    actor_restarts: int = 0
+    oversize: int = 0
+    evicted: int = 0
+    rejected_by: dict[str, int] = {}
+    evicted_by: dict[str, int] = {}
+    actor_faults: dict[str, int] = {}
+    tables: dict[str, int] = {}
+    last_seq: dict[str, int] = {}
+    resynced: int = 0
     stuck: dict[str, float] = {}
     """Actors whose mailbox is non-empty and has not moved for the runtime's
     ``stuck_after`` seconds, with the seconds since it last moved (``xrmq top``)."""

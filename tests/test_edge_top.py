@@ -56,6 +56,24 @@ def test_render_shows_each_runtime_its_actors_gauges_and_problems():
     assert render([], color=False) == "no runtime has reported on the bus yet\n"
 
 
+def test_render_shows_faults_per_actor_restarts_rejections_by_category_and_evictions():
+    view = TopView()
+    view.observe(metrics("renderer", at_s=1.0, rejected=3, faults=2, actor_restarts=1,
+                         actor_faults={"renderer": 2}, actors={"renderer": 0, "other": 0},
+                         rejected_by={"participant": 2, "epoch": 1}, evicted=5,
+                         evicted_by={"incoming_streams": 5}), received_at=0.0)
+    row = view.rows(now=1.0)[0]
+    assert (row.faults, row.actor_faults, row.actor_restarts) == (2, {"renderer": 2}, 1)
+    assert row.rejected_by == {"participant": 2, "epoch": 1}
+    assert row.evicted_by == {"incoming_streams": 5}
+    text = render([row], color=False)
+    assert "faults 2" in text and "actor restarts 1" in text
+    assert "rejected: epoch 1  participant 2" in text and "evicted: incoming_streams 5" in text
+    lines = text.splitlines()
+    assert any(line.endswith("renderer  faults 2") for line in lines)
+    assert any(line.endswith("  other") for line in lines)
+
+
 class Sensor(Agent):
     def gauges(self) -> dict[str, float]:
         return {"context.participants": 2.0}

@@ -6,7 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xrmq.actors.voice.ordering import Cut, Dropped, ResponseEnded, Segment, StreamClosed, VoiceOrdering, Wake
+from xrmq.actors.voice.ordering import (
+    Cut, Dropped, Forgotten, ResponseEnded, Segment, StreamClosed, VoiceOrdering, Wake,
+)
 from xrmq.schemas import ResponseOutput
 
 
@@ -474,3 +476,57 @@ def test_any_input_sequence_never_raises_and_never_interleaves_responses(operati
                 assert step.first == (current[pid] is None)
                 current[pid] = step.response
                 playing[pid] = step
+
+
+# -- robustness (issue 13): gaps, bounded participants -------------------------------------
+
+
+def test_a_stream_that_had_a_gap_plays_what_arrived_but_ends_incomplete_and_is_counted():
+    ordering = VoiceOrdering()
+    ordering.output("p1", "conversation", chunk("The kettle is ", "s1"), now=0, sender="conv.0")
+    ordering.gap("p1", "conv.0")  # a fragment between these two never arrived
+    ordering.output("p1", "conversation", chunk("degrees. ", "s1"), now=0, sender="conv.0")
+    ordering.output("p1", "conversation", end("s1"), now=0, sender="conv.0")
+    assert drain(ordering) == [("conversation", "The kettle is degrees."), ("end", "incomplete")]
+    assert ordering.counts["incomplete"] == 1
+
+
+def test_a_gap_before_a_streams_first_surviving_fragment_marks_that_stream():
+    ordering = VoiceOrdering()
+    ordering.output("p1", "conversation", reply("Earlier, complete."), now=0, sender="conv.0")
+    assert drain(ordering) == [("conversation", "Earlier, complete."), ("end", "completed")]
+    ordering.gap("p1", "conv.0")  # the stream's first fragment was lost
+    ordering.output("p1", "conversation", chunk("rest of it ", "s2", "r2"), now=0, sender="conv.0")
+    ordering.output("p1", "conversation", end("s2", "r2"), now=0, sender="conv.0")
+    assert drain(ordering) == [("conversation", "rest of it"), ("end", "incomplete")]
+
+
+def test_a_gap_of_another_sender_or_participant_leaves_the_stream_complete():
+    ordering = VoiceOrdering()
+    ordering.output("p1", "conversation", chunk("All ", "s1"), now=0, sender="conv.0")
+    ordering.output("p2", "conversation", chunk("Other ", "s1"), now=0, sender="conv.0")
+    ordering.gap("p1", "router")
+    ordering.gap("p2", "conv.0")
+    ordering.output("p1", "conversation", end("s1", text="here."), now=0, sender="conv.0")
+    assert drain(ordering) == [("conversation", "All here."), ("end", "completed")]
+    assert ordering.gap("nobody", "conv.0") == [] and len(ordering) == 2  # no state for a stranger
+
+
+def test_participants_are_bounded_the_least_recently_active_idle_one_is_forgotten_first():
+    ordering = VoiceOrdering(max_participants=3)
+    ordering.output("busy", "conversation", chunk("Still talking ", "s1"), now=0)
+    start(ordering, "busy")
+    for pid in ("a", "b"):
+        ordering.query(pid, f"q-{pid}")
+    effects = ordering.query("c", "q-c")  # over the bound: "a", idle and least recent, goes
+    assert Forgotten("a") in effects and len(ordering) == 3
+    effects = ordering.output("d", "conversation", reply("Hi."), now=0)
+    assert Forgotten("b") in effects and "busy" in ordering._participants
+    assert ordering.counts["participants_evicted"] == 2
+
+
+def test_an_interruption_for_an_unknown_participant_creates_no_state():
+    ordering = VoiceOrdering()
+    for index in range(1000):
+        assert ordering.interrupted(f"stranger{index}") == []
+    assert len(ordering) == 0

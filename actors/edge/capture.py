@@ -22,8 +22,8 @@ from typing import TextIO
 
 import zmq
 
-from xrmq.actors.runtime.address import parse_bus
-from xrmq.actors.runtime.broker import shared_context
+from xrmq.actors.runtime.address import check_ipc_directories, parse_bus
+from xrmq.actors.runtime.broker import DEFAULT_MAX_MESSAGE_BYTES, shared_context
 from xrmq.topics import split_key
 
 from .recording import MAGIC, encode_record, read_records, replay_offsets
@@ -72,12 +72,14 @@ def record(bus: str, path: str, *, count: int | None, duration: float | None, ou
     """Write the bus's capture stream to ``path`` until SIGINT/SIGTERM, ``count`` messages or
     ``duration`` seconds; only messages whose topic ``topics`` admits."""
     address = parse_bus(bus)
+    check_ipc_directories(address)
     context = shared_context()
     sub = context.socket(zmq.SUB)
     pub = context.socket(zmq.PUB)
     written = 0
     try:
         sub.setsockopt(zmq.RCVHWM, 0)
+        sub.setsockopt(zmq.MAXMSGSIZE, DEFAULT_MAX_MESSAGE_BYTES)
         sub.setsockopt(zmq.SUBSCRIBE, b"")
         sub.connect(address.capture)
         pub.connect(address.publish)
@@ -113,10 +115,12 @@ def replay(bus: str, path: str, *, speed: float, out: TextIO, ready_timeout: flo
                and topics.admits(_topic_of(record_.frames))]
     offsets = replay_offsets([record.timestamp_us for record in records], speed)
     address = parse_bus(bus)
+    check_ipc_directories(address)
     context = shared_context()
     pub = context.socket(zmq.PUB)
     sub = context.socket(zmq.SUB)
     try:
+        sub.setsockopt(zmq.MAXMSGSIZE, DEFAULT_MAX_MESSAGE_BYTES)
         pub.setsockopt(zmq.SNDHWM, 0)
         pub.connect(address.publish)
         sub.setsockopt(zmq.SUBSCRIBE, _PROBE_TOPIC)

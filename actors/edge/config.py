@@ -18,7 +18,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -31,6 +31,7 @@ from xrmq.actors.context.config import (
 from xrmq.actors.context.store import ON_CORRUPT
 from xrmq.actors.models import ModelSpec, parse_model_spec
 from xrmq.actors.runtime.address import DEFAULT_BUS, parse_bus
+from xrmq.actors.runtime.broker import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_SUBSCRIBER_BUDGET_BYTES
 from xrmq.schemas import CompactionPrompts
 
 DEFAULT_SOURCE = "<embedded default>"
@@ -64,6 +65,13 @@ class BusConfig(_Section):
     """A bus name (ipc sockets in the per-user runtime directory), ``ipc://PREFIX`` or ``tcp://HOST:PORT``."""
     capture: bool = True
     """Whether the broker binds the capture socket that ``xrmq record`` reads."""
+    max_message_bytes: Annotated[int, msgspec.Meta(ge=1024)] = DEFAULT_MAX_MESSAGE_BYTES
+    """The largest frame a socket on the bus accepts (``ZMQ_MAXMSGSIZE``); a publisher sending a
+    larger one has its connection dropped by the broker, and a runtime refuses to send one."""
+    subscriber_budget_bytes: Annotated[int, msgspec.Meta(ge=1 << 20)] = (
+        DEFAULT_SUBSCRIBER_BUDGET_BYTES)
+    """What one subscriber that stopped reading may cost the broker; beyond, the broker drops its
+    messages (the subscriber reports them as gaps)."""
 
 
 class ModelsConfig(_Section):

@@ -59,6 +59,7 @@ async def run_process(config: EdgeConfig, instance: ProcessInstance, *, out: Tex
         os.nice(instance.spec.nice)  # background roles yield the CPU to the answer path
     runtime = AgentRuntime(config.bus.address, name=instance.runtime_name,
                            metrics_interval=config.supervisor.metrics_interval_s,
+                           max_message_bytes=config.bus.max_message_bytes,
                            stuck_after=config.supervisor.stuck_after_s,
                            ready_timeout=config.supervisor.ready_timeout_s)
     for build in builders:

@@ -266,7 +266,11 @@ class Supervisor:
             self._liveness.bus_heard(asyncio.get_running_loop().time())
 
     def _broker_child(self) -> Child:
-        argv = [self.python, "-m", "xrmq.actors.cli", "bus", "--bus", self.config.bus.address]
+        bus = self.config.bus
+        argv = [self.python, "-m", "xrmq.actors.cli", "bus", "--bus", bus.address,
+                "--max-message-bytes", str(bus.max_message_bytes),
+                "--subscriber-budget-bytes", str(bus.subscriber_budget_bytes),
+                "--metrics-interval", str(self.config.supervisor.metrics_interval_s)]
         if not self.config.bus.capture:
             argv.append("--no-capture")
         return Child(BUS, argv, BUS_READY_PREFIX, self.config.supervisor.restart,

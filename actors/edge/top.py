@@ -52,6 +52,17 @@ class RuntimeRow(msgspec.Struct, frozen=True):
     actors: dict[str, int]
     """Mailbox depth of each actor."""
     gauges: dict[str, float]
+    faults: int = 0
+    """Exceptions survived in actors' paths (``actor_faults``: per actor)."""
+    actor_faults: dict[str, int] = {}
+    actor_restarts: int = 0
+    """Mailbox tasks that ended and were started again."""
+    rejected_by: dict[str, int] = {}
+    """Rejected messages per category (``edge_checks``)."""
+    oversize: int = 0
+    evicted: int = 0
+    """Entries evicted from bounded tables (``evicted_by``: per table)."""
+    evicted_by: dict[str, int] = {}
     stuck: dict[str, float] = {}
     """Actors with a non-empty mailbox that has not moved, and for how many seconds."""
     state: str = "running"
@@ -120,7 +131,10 @@ class TopView:
                 published_per_s=None if rate is None else rate[0], delivered_per_s=None if rate is None else rate[1],
                 published=last.published, delivered=last.delivered, gaps=last.gaps, stale=last.stale,
                 rejected=last.rejected, overflow=last.overflow, handler_errors=last.handler_errors,
-                actors=dict(last.actors), gauges=dict(last.gauges), stuck=dict(last.stuck),
+                actors=dict(last.actors), gauges=dict(last.gauges), faults=last.faults,
+                actor_faults=dict(last.actor_faults), actor_restarts=last.actor_restarts,
+                rejected_by=dict(last.rejected_by), oversize=last.oversize, evicted=last.evicted,
+                evicted_by=dict(last.evicted_by), stuck=dict(last.stuck),
                 state=supervised.state if supervised is not None else "running",
                 reason=supervised.reason if supervised is not None else "",
             ))
@@ -157,18 +171,31 @@ def render(rows: list[RuntimeRow], *, stale_after_s: float = 5.0, color: bool = 
         lines.append(header)
         problems = []
         for label, value in (("gaps", row.gaps), ("rejected", row.rejected), ("overflow", row.overflow),
-                             ("handler errors", row.handler_errors), ("stale", row.stale)):
+                             ("handler errors", row.handler_errors), ("faults", row.faults),
+                             ("actor restarts", row.actor_restarts), ("stale", row.stale)):
             text = f"{label} {value}"
             problems.append(paint(RED, text) if value and label != "stale" else text)
         lines.append(f"  in {rate(row.delivered_per_s)} ({row.delivered})  out {rate(row.published_per_s)}"
                      f" ({row.published})  " + "  ".join(problems))
+        if row.rejected_by:
+            lines.append("  rejected: " + _counts(row.rejected_by))
+        if row.evicted_by or row.oversize:
+            lines.append("  evicted: " + _counts(row.evicted_by)
+                         + (f"  oversize refused {row.oversize}" if row.oversize else ""))
         if row.gauges:
             lines.append("  " + "  ".join(f"{name} {value:g}" for name, value in sorted(row.gauges.items())))
         for actor, depth in sorted(row.actors.items()):
+            faults = row.actor_faults.get(actor)
             stuck = row.stuck.get(actor)
             mark = f"  {paint(RED, f'STUCK {stuck:.0f}s')}" if stuck is not None else ""
+            if faults:
+                mark += f"  {paint(RED, f'faults {faults}')}"
             lines.append(f"  {paint(DIM, 'mailbox')} {depth:>6}  {actor}{mark}")
     return "\n".join(lines) + "\n"
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return "  ".join(f"{name} {count}" for name, count in sorted(counts.items()))
 
 
 def summary(rows: list[RuntimeRow], bus: str, *, color: bool = True) -> str:

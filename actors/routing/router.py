@@ -78,6 +78,9 @@ T = TypeVar("T")
 ROUTER_SOURCE = "router"
 """Source of the router's own published output."""
 DEFAULT_HISTORY_LIMIT = 8
+DEFAULT_MAX_PARTICIPANTS = 1024
+"""Participants the router keeps state (a lane) for; beyond, the least recently active idle
+lane is forgotten (else the least recently active one, its turns cancelled)."""
 
 RouterOutput = Callable[[AgentTurn, "str | None", str], Awaitable[None]]
 """``output(turn, route, text)``: say router-owned text for ``turn``; ``route`` is the
@@ -166,6 +169,7 @@ class AgentRouter(Agent):
         default: str | None = None,
         history_limit: int = DEFAULT_HISTORY_LIMIT,
         texts: RouterTexts = RouterTexts(),
+        max_participants: int = DEFAULT_MAX_PARTICIPANTS,
         shutdown_grace_s: float = 0.0,
         turn_topic: Topic[TurnEnded] | None = TURN_ENDED_TOPIC,
     ) -> None:
@@ -190,6 +194,9 @@ class AgentRouter(Agent):
             raise ValueError(f"AgentRouter.default: {default!r} is not one of the agents")
         if isinstance(history_limit, bool) or not isinstance(history_limit, int) or history_limit < 0:
             raise ValueError("AgentRouter.history_limit: must be an int >= 0")
+        if isinstance(max_participants, bool) or not isinstance(max_participants, int) \
+                or max_participants < 1:
+            raise ValueError("AgentRouter.max_participants: must be an int >= 1")
         self.agents: dict[str, RoutableAgent] = dict(agents)
         self.decisions = decisions
         self.output = output
@@ -198,11 +205,14 @@ class AgentRouter(Agent):
         self.default = default
         self.history_limit = history_limit
         self.texts = texts
+        self.max_participants = max_participants
+        self.participants_evicted = 0
         if not shutdown_grace_s >= 0:
             raise ValueError("AgentRouter.shutdown_grace_s: must be >= 0")
         self.shutdown_grace_s = shutdown_grace_s
         self.turn_topic = turn_topic
         self._lanes: dict[str, _Lane] = {}
+        """By participant, least recently active first (bounded by ``max_participants``)."""
         self._stopped = False
         self._log = get_logger(actor="router")
         self._handlers: dict[Topic, str] = {}
@@ -216,6 +226,10 @@ class AgentRouter(Agent):
     def handlers(self) -> dict[Topic, str]:
         """With ``query_topic``: the query, interrupted and participant topics."""
         return self._handlers
+
+    def gauges(self) -> dict[str, float]:
+        return {"router.participants": len(self._lanes),
+                "router.participants_evicted": self.participants_evicted}
 
     # -- direct use -----------------------------------------------------------------------
 
@@ -317,9 +331,16 @@ class AgentRouter(Agent):
 
     def _enqueue(self, participant_id: str, work: Callable[[_Lane], Awaitable[T]], *, turn: bool) -> asyncio.Task[T]:
         """Run ``work`` after every earlier task of the participant ended, cancelling earlier turns."""
-        lane = self._lanes.get(participant_id)
+        lanes = self._lanes
+        lane = lanes.pop(participant_id, None)
         if lane is None:
-            lane = self._lanes[participant_id] = _Lane(self.history_limit)
+            lane = _Lane(self.history_limit)
+            if len(lanes) >= self.max_participants:
+                victim = next((pid for pid, other in lanes.items() if not other.pending), None)
+                for task in lanes.pop(victim if victim is not None else next(iter(lanes))).turns:
+                    task.cancel()
+                self.participants_evicted += 1
+        lanes[participant_id] = lane  # the most recently active
         earlier = set(lane.pending)
         for task in lane.turns:
             task.cancel()

@@ -39,12 +39,16 @@ class BusAddress(msgspec.Struct, frozen=True):
         )
 
 
+class UnsafeDirectoryError(ValueError):
+    """An ipc endpoint's directory could let another local user reach or replace the sockets."""
+
+
 def runtime_dir() -> Path:
     """The per-user directory for ipc sockets, created with mode 0700.
 
     ``$XRMQ_RUNTIME_DIR``, else ``$XDG_RUNTIME_DIR/xrmq``, else ``/tmp/xrmq-<uid>``.
-    Refuses a directory owned by another user or open to others: anyone who can reach
-    the sockets can publish on the bus.
+    Refuses a symlink, a directory owned by another user or one open to others: anyone
+    who can reach the sockets can publish on the bus.
     """
     base = os.environ.get("XRMQ_RUNTIME_DIR")
     if base:
@@ -53,13 +57,51 @@ def runtime_dir() -> Path:
         path = Path(os.environ["XDG_RUNTIME_DIR"]) / "xrmq"
     else:
         path = Path(f"/tmp/xrmq-{os.getuid()}")
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = path.stat()
+    if not path.is_symlink():
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        raise UnsafeDirectoryError(
+            f"bus: runtime directory {path} is a symlink (refused: it could point anywhere); "
+            "set XRMQ_RUNTIME_DIR to a real directory of mode 0700")
     if info.st_uid != os.getuid():
-        raise ValueError(f"bus: runtime directory {path} must be owned by uid {os.getuid()}")
+        raise UnsafeDirectoryError(
+            f"bus: runtime directory {path} must be owned by uid {os.getuid()}; "
+            "set XRMQ_RUNTIME_DIR to a directory of yours")
     if stat.S_IMODE(info.st_mode) & 0o077:
-        raise ValueError(f"bus: runtime directory {path} must not be accessible to other users (mode 0700)")
+        raise UnsafeDirectoryError(
+            f"bus: runtime directory {path} must not be accessible to other users "
+            f"(mode {stat.S_IMODE(info.st_mode):04o}, needs 0700); fix it or set XRMQ_RUNTIME_DIR")
     return path
+
+
+def check_ipc_directories(address: BusAddress) -> None:
+    """Refuse an ipc bus whose socket directory another local user could write to.
+
+    The directory of each endpoint (an explicit ``ipc:///path/prefix`` included) must be
+    a real directory (not a symlink) owned by this user and writable by nobody else;
+    otherwise another user could replace the sockets. Called before binding or
+    connecting; ``UnsafeDirectoryError`` names the path and ``XRMQ_RUNTIME_DIR``.
+    """
+    for directory in {path.parent for path in address.ipc_paths}:
+        try:
+            info = os.lstat(directory)
+        except FileNotFoundError:
+            raise UnsafeDirectoryError(
+                f"bus: directory {directory} of the ipc endpoints does not exist; create it "
+                "(mode 0700) or use a bus name (sockets in XRMQ_RUNTIME_DIR)") from None
+        mode = stat.S_IMODE(info.st_mode)
+        if stat.S_ISLNK(info.st_mode):
+            problem = "is a symlink"
+        elif info.st_uid != os.getuid():
+            problem = f"is owned by uid {info.st_uid}, not {os.getuid()}"
+        elif mode & 0o022:
+            problem = f"is writable by other users (mode {mode:04o})"
+        else:
+            continue
+        raise UnsafeDirectoryError(
+            f"bus: directory {directory} of the ipc endpoints {problem}; use a directory only "
+            "you can write (mode 0700), or a bus name (sockets in XRMQ_RUNTIME_DIR)")
 
 
 def parse_bus(bus: str) -> BusAddress:

@@ -145,6 +145,14 @@ class Agent:
         """
         return subscriptions(type(self))
 
+    async def on_gap(self, gap: Any, ctx: "RuntimeContext") -> None:
+        """Messages of a topic this actor handles were lost (``gap`` is a ``sequence.Gap``).
+
+        Called in order with the actor's messages, before the message that revealed the
+        gap (or when a sender's heartbeat revealed a lost tail). Only actors that override
+        it are told; the default does nothing.
+        """
+
     def gauges(self) -> dict[str, float]:
         """Numbers this actor reports in its runtime's metrics (``xrmq top``); summed over keyed instances."""
         return {}

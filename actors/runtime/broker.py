@@ -21,11 +21,26 @@ from pathlib import Path
 
 import zmq
 
-from .address import BusAddress
+from .address import BusAddress, UnsafeDirectoryError, check_ipc_directories
+from .broker_report import BrokerReport
 from .logs import get_logger
 
 DEFAULT_HWM = 1_000_000
 """High-water mark for bus sockets: large and explicit (PUB/XPUB drop past it; receivers count the gap)."""
+DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+"""``ZMQ_MAXMSGSIZE`` of every receiving socket: a larger frame drops the sender's connection
+(libzmq does not read it; the sender reconnects and receivers see the messages lost meanwhile
+as gaps)."""
+DEFAULT_SUBSCRIBER_BUDGET_BYTES = 64 * 1024 * 1024
+"""What the broker may hold for one subscriber that stopped reading."""
+MESSAGE_BYTES_ESTIMATE = 1024
+"""A typical bus message, for turning the byte budget into a send HWM (counted in messages)."""
+
+
+def subscriber_hwm(budget_bytes: int) -> int:
+    """The broker's per-subscriber send HWM for a byte budget: what a stalled subscriber can
+    cost (at typical message sizes) before the broker drops its messages (its gaps)."""
+    return max(1000, budget_bytes // MESSAGE_BYTES_ESTIMATE)
 
 
 def shared_context() -> zmq.Context:
@@ -46,10 +61,17 @@ class Broker:
     another thread (the ``xrmq bus`` command).
     """
 
-    def __init__(self, address: BusAddress, *, capture: bool = False, hwm: int = DEFAULT_HWM) -> None:
+    def __init__(self, address: BusAddress, *, capture: bool = False, hwm: int = DEFAULT_HWM,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                 subscriber_budget_bytes: int = DEFAULT_SUBSCRIBER_BUDGET_BYTES,
+                 metrics_interval: float | None = None) -> None:
         self.address = address
         self.capture = capture
         self.hwm = hwm
+        self.max_message_bytes = max_message_bytes
+        self.subscriber_hwm = min(hwm, subscriber_hwm(subscriber_budget_bytes))
+        self.metrics_interval = metrics_interval
+        self._report: BrokerReport | None = None
         self._control = f"inproc://xrmq-broker-control-{uuid.uuid4().hex}"
         self._bound = threading.Event()
         self._stopped = threading.Event()
@@ -75,6 +97,12 @@ class Broker:
 
     def wait_bound(self, timeout: float | None = None) -> bool:
         return self._bound.wait(timeout)
+
+    @property
+    def publishers_dropped(self) -> int | None:
+        """Publisher connections dropped (a frame over ``max_message_bytes``, a protocol error,
+        or the publisher went away); None without ``metrics_interval`` (nothing counts them)."""
+        return None if self._report is None else self._report.publishers_dropped
 
     def stop(self) -> None:
         if not self._bound.is_set() or self._bind_error is not None:
@@ -110,16 +138,28 @@ class Broker:
             sock.setsockopt(zmq.LINGER, 0)
             return sock
 
+        umask = None
         try:
             self._claim_ipc_paths()
+            if self.address.ipc_paths:
+                umask = os.umask(0o177)  # sockets are created 0600, whatever the process's umask
             frontend = socket(zmq.XSUB)
             frontend.setsockopt(zmq.RCVHWM, self.hwm)
             frontend.setsockopt(zmq.SNDHWM, self.hwm)
+            frontend.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
             frontend.bind(self.address.publish)
+            if self.metrics_interval:
+                monitor = f"inproc://xrmq-broker-monitor-{uuid.uuid4().hex}"
+                frontend.monitor(monitor, zmq.EVENT_DISCONNECTED)
+                gauges = {"broker.subscriber_hwm": float(self.subscriber_hwm),
+                          "broker.max_message_bytes": float(self.max_message_bytes)}
+                self._report = BrokerReport(context, self.address.publish, monitor,
+                                            self.metrics_interval, gauges)
             frontend.send(b"\x01")  # subscribe to everything, upstream
             backend = socket(zmq.XPUB)
-            backend.setsockopt(zmq.SNDHWM, self.hwm)
+            backend.setsockopt(zmq.SNDHWM, self.subscriber_hwm)  # per subscriber, bounds a stall
             backend.setsockopt(zmq.RCVHWM, self.hwm)
+            backend.setsockopt(zmq.MAXMSGSIZE, 64 * 1024)  # subscriptions only
             backend.bind(self.address.subscribe)
             capture = None
             if self.capture:
@@ -128,20 +168,33 @@ class Broker:
                 capture.bind(self.address.capture)
             control = socket(zmq.PAIR)
             control.bind(self._control)
+            for path in self.address.ipc_paths:
+                if path.exists():
+                    os.chmod(path, 0o600)  # and stay so, for a umask changed under us
         except BaseException as error:  # reported to start(); nothing else holds the sockets
             for sock in sockets:
                 sock.close()
             self._release_ipc_paths()
-            self._bind_error = BrokerError(f"bus: cannot bind {self.address.publish}: {error}")
+            if umask is not None:
+                os.umask(umask)
+            self._bind_error = error if isinstance(error, UnsafeDirectoryError) else BrokerError(
+                f"bus: cannot bind {self.address.publish}: {error}")
             self._bound.set()
             return
-        self._log.info("broker.ready", subscribe=self.address.subscribe, capture=self.capture)
+        if umask is not None:
+            os.umask(umask)
+        if self._report is not None:
+            self._report.start()
+        self._log.info("broker.ready", subscribe=self.address.subscribe, capture=self.capture,
+                       subscriber_hwm=self.subscriber_hwm, max_message_bytes=self.max_message_bytes)
         self._bound.set()
         try:
             zmq.proxy_steerable(frontend, backend, capture, control)
         except zmq.ContextTerminated:
             pass
         finally:
+            if self._report is not None:
+                self._report.stop()
             for sock in sockets:
                 sock.close()
             self._release_ipc_paths()
@@ -153,6 +206,7 @@ class Broker:
         paths = self.address.ipc_paths
         if not paths:
             return
+        check_ipc_directories(self.address)
         lock_path = Path(str(paths[0]).removesuffix(".in") + ".lock")
         fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o600)
         try:

@@ -18,7 +18,7 @@ from xrmq.schemas import ConversationContextUpdate, MessageMetadata, UserQuery
 from xrmq.topics import STANDARD_TOPICS, Topic, context_topic
 
 from .address import DEFAULT_BUS, parse_bus
-from .broker import Broker
+from .broker import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_SUBSCRIBER_BUDGET_BYTES, Broker
 from .loop import run
 from .runtime import AgentRuntime
 
@@ -50,6 +50,12 @@ def add_commands(subparsers: Any) -> None:
     bus = subparsers.add_parser("bus", help="run the bus broker (XSUB/XPUB proxy with capture)")
     add_bus_argument(bus)
     bus.add_argument("--no-capture", action="store_true", help="do not bind the capture socket")
+    bus.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES,
+                     help="ZMQ_MAXMSGSIZE: a larger frame drops its publisher's connection")
+    bus.add_argument("--subscriber-budget-bytes", type=int, default=DEFAULT_SUBSCRIBER_BUDGET_BYTES,
+                     help="what one stalled subscriber may cost the broker (its send HWM)")
+    bus.add_argument("--metrics-interval", type=float, default=None,
+                     help="publish the broker's heartbeat (dropped connections) every N seconds")
     bus.set_defaults(func=run_bus)
 
     publish = subparsers.add_parser("publish", help="publish one message (a query or a context update)")
@@ -66,7 +72,9 @@ def add_commands(subparsers: Any) -> None:
 
 def run_bus(args: argparse.Namespace) -> int:
     address = parse_bus(args.bus)
-    broker = Broker(address, capture=not args.no_capture)
+    broker = Broker(address, capture=not args.no_capture, max_message_bytes=args.max_message_bytes,
+                    subscriber_budget_bytes=args.subscriber_budget_bytes,
+                    metrics_interval=args.metrics_interval)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())

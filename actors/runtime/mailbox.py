@@ -36,10 +36,16 @@ class Mailbox:
     (most do, and so does the reply to an ask) costs no event-loop pass; one that
     suspends is handed to the task, which resumes it where it stopped. One message at
     a time still holds: a handler only starts inline when no other is running or queued.
+
+    No message ends the worker: an exception anywhere in its path (starting the handler,
+    the handler, encoding and sending the reply) is a fault, counted in ``faults`` and
+    logged by the runtime, and the worker takes the next message. If the worker task ends
+    anyway, it is started again at once (one-for-one supervision inside the process; the
+    queue is kept) and the runtime counts the restart.
     """
 
-    __slots__ = ("agent", "name", "runtime", "capacity", "_items", "_waiter", "_task", "_context",
-                 "_loop", "_handoff")
+    __slots__ = ("agent", "name", "runtime", "capacity", "faults", "_items", "_waiter", "_task",
+                 "_context", "_loop", "_handoff", "_stopping")
 
     def __init__(self, runtime: "AgentRuntime", agent: Agent, name: str, capacity: int) -> None:
         if capacity < 1:
@@ -48,6 +54,9 @@ class Mailbox:
         self.agent = agent
         self.name = name
         self.capacity = capacity
+        self.faults = 0
+        """Exceptions in this actor's path (handler, reply, hooks), each survived."""
+        self._stopping = False
         self._items: deque[Delivery] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -58,6 +67,12 @@ class Mailbox:
     @property
     def depth(self) -> int:
         return len(self._items)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued and the worker parked (no handler running)."""
+        waiter = self._waiter
+        return not self._items and waiter is not None and not waiter.done()
 
     @property
     def head(self) -> Delivery | None:
@@ -85,11 +100,28 @@ class Mailbox:
     def start(self, *, call_on_start: bool) -> None:
         self._loop = asyncio.get_running_loop()
         self._context = contextvars.copy_context()
+        self._spawn(call_on_start)
+
+    def _spawn(self, call_on_start: bool) -> None:
         self._task = self._loop.create_task(self._run(call_on_start), name=f"xrmq-actor-{self.name}",
                                             context=self._context)
+        self._task.add_done_callback(self._worker_ended)
+
+    def _worker_ended(self, task: asyncio.Task[None]) -> None:
+        """Start the worker again if it ended while nobody stopped it."""
+        if self._stopping or task is not self._task or self._loop.is_closed():
+            return
+        if not self.runtime.running:
+            return
+        error = None if task.cancelled() else task.exception()
+        self._waiter = None
+        self._handoff = None
+        self.runtime.mailbox_restarted(self.name, error)
+        self._spawn(False)
 
     async def stop(self) -> None:
         """Cancel the worker (an in-flight handler is cancelled) and wait for it."""
+        self._stopping = True
         if self._task is None:
             return
         self._task.cancel()
@@ -114,11 +146,11 @@ class Mailbox:
             yielded = self._context.run(coro.send, None)
         except StopIteration as done:
             if metadata.reply_to is not None:
-                self.runtime.reply(metadata, done.value)
+                self._reply(metadata, topic, done.value)
         except asyncio.CancelledError:
-            self.runtime.handler_failed(self.name, topic, metadata, "cancelled")
+            self._failed(topic, metadata, "cancelled")
         except Exception as error:  # an actor never dies of its handler
-            self.runtime.handler_failed(self.name, topic, metadata, error)
+            self._failed(topic, metadata, error)
         else:
             self._handoff = _Suspended(coro, yielded, metadata, topic)
             if not waiter.done():  # done: the handler cancelled the task; the task wakes to that anyway
@@ -126,16 +158,34 @@ class Mailbox:
         finally:
             _leave_task(loop, task)
 
+    def _failed(self, topic: Topic, metadata: MessageMetadata, error: BaseException | str) -> None:
+        self.faults += 1
+        try:
+            self.runtime.handler_failed(self.name, topic, metadata, error)
+        except Exception as report_error:  # the report itself must not end the worker either
+            self.runtime.actor_fault(self.name, "report", topic, metadata, report_error)
+
+    def _reply(self, metadata: MessageMetadata, topic: Topic, result: Any) -> None:
+        try:
+            self.runtime.reply(metadata, result)
+        except Exception as error:  # e.g. an envelope no edge check caught: a fault, not the end
+            self.faults += 1
+            self.runtime.actor_fault(self.name, "reply", topic, metadata, error)
+
     async def _run(self, call_on_start: bool) -> None:
         runtime = self.runtime
         if call_on_start:
-            await runtime.guarded_hook(self.agent, "on_start")
+            await runtime.guarded_hook(self.agent, "on_start", self)
         items = self._items
         loop = self._loop
         while True:
             if items:
                 handler, message, metadata, topic = items.popleft()
-                handling = handler(message, RuntimeContext(runtime, self.name, metadata, topic))
+                try:
+                    handling = handler(message, RuntimeContext(runtime, self.name, metadata, topic))
+                except Exception as error:  # not even a coroutine: a fault of this message
+                    self._failed(topic, metadata, error)
+                    continue
             else:
                 self._waiter = loop.create_future()
                 try:
@@ -155,12 +205,12 @@ class Mailbox:
             except asyncio.CancelledError:
                 if asyncio.current_task().cancelling():  # this task is being cancelled: stop
                     raise
-                runtime.handler_failed(self.name, topic, metadata, "cancelled")
+                self._failed(topic, metadata, "cancelled")
             except Exception as error:  # an actor never dies of its handler
-                runtime.handler_failed(self.name, topic, metadata, error)
+                self._failed(topic, metadata, error)
             else:
                 if metadata.reply_to is not None:
-                    runtime.reply(metadata, result)
+                    self._reply(metadata, topic, result)
 
 
 class _Suspended:

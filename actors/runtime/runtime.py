@@ -28,14 +28,17 @@ import zmq
 from xrmq.schemas import MessageMetadata, RuntimeMetrics
 from xrmq.topics import METRICS_TOPIC, Topic, topic_key
 
-from .address import BusAddress, parse_bus
+from .address import BusAddress, check_ipc_directories, parse_bus
 from .agent import GLOBAL, Agent, Scope, check_handlers, subscriptions
-from .broker import DEFAULT_HWM, Broker, shared_context
+from .broker import DEFAULT_HWM, DEFAULT_MAX_MESSAGE_BYTES, Broker, shared_context
 from .deadlines import AskDeadlines
+from .edge_checks import DEFAULT_EPOCH_SKEW_S, EnvelopeCheck, metadata_category
 from .logs import get_logger
 from .mailbox import Mailbox
 from .progress import ProgressWatch
-from .sequence import STALE, Gap, SequenceTracker
+from .ratelimit import DEFAULT_INTERVAL_S, AggregatedWarnings
+from .sequence import DEFAULT_STREAM_CAPACITY, STALE, Gap, SequenceTracker
+from .tables import evict_over
 
 SEP = b"\x00"
 PROBE_MARK = b"?"
@@ -55,6 +58,24 @@ _POLLIN = int(zmq.POLLIN)
 _metadata_encoder = msgspec.msgpack.Encoder()
 _metadata_decoder = msgspec.msgpack.Decoder(MessageMetadata)
 _reply_encoder = msgspec.msgpack.Encoder()
+_heartbeat_decoder = msgspec.msgpack.Decoder(RuntimeMetrics)
+_DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
+"""What decoding an untrusted frame can raise (deeply nested MessagePack: RecursionError)."""
+_METRICS_NAME = METRICS_TOPIC.name.encode()
+
+DEFAULT_OUTGOING_STREAMS = 4096
+"""Outgoing streams (topic x participant, inbox x participant) one runtime numbers; CLOCK
+eviction beyond (a retired stream that sends again restarts at seq 1)."""
+DEFAULT_KEYED_INSTANCES = 4096
+"""Live instances of one keyed kind in one runtime; the least recently used idle one is
+retired (``on_stop``) beyond."""
+HEARTBEAT_KEYS = 256
+"""Streams a heartbeat lists beyond those that changed since the last one: all of them when
+there are this few, else the next slice in turn, so every stream's last seq is announced again
+and again (a receiver that lost the heartbeats of an overload still learns of the lost tail)."""
+# An outgoing stream: [wire key, last seq, seq at the last eviction look, seq at the last
+# heartbeat].
+_KEY, _SEQ, _SEEN, _BEAT = range(4)
 
 
 class _DeferredReply:
@@ -99,15 +120,18 @@ class _Route:
 class _KeyedKind:
     """A kind of actor spawned per key (the message's participant id) on first message."""
 
-    __slots__ = ("kind", "factory", "shard", "shards", "capacity", "instances")
+    __slots__ = ("kind", "factory", "shard", "shards", "capacity", "max_instances", "instances")
 
-    def __init__(self, kind: str, factory: Callable[[str], Agent], shard: int, shards: int, capacity: int) -> None:
+    def __init__(self, kind: str, factory: Callable[[str], Agent], shard: int, shards: int,
+                 capacity: int, max_instances: int) -> None:
         self.kind = kind
         self.factory = factory
         self.shard = shard
         self.shards = shards
         self.capacity = capacity
+        self.max_instances = max_instances
         self.instances: dict[str, Mailbox] = {}
+        """By key, least recently used first."""
 
     def owns(self, key: str) -> bool:
         return shard_of(key, self.shards) == self.shard
@@ -130,9 +154,19 @@ class AgentRuntime:
     None starts an embedded broker in this process. ``name`` identifies this runtime
     as a sender (stable across restarts of the same process role; the epoch changes).
     With ``metrics_interval`` (seconds) it publishes ``RuntimeMetrics`` on
-    ``METRICS_TOPIC`` that often: its heartbeat and what ``xrmq top`` shows. An actor
-    whose mailbox is non-empty and has not moved for ``stuck_after`` seconds is
-    reported in ``RuntimeMetrics.stuck`` and logged once (``actor.stuck``).
+    ``METRICS_TOPIC`` that often: its heartbeat and what ``xrmq top`` shows. The
+    heartbeat lists the last seq this runtime sent on each key that sent since the last
+    one (and the others in turn, ``HEARTBEAT_KEYS``), so a receiver reports a lost tail of
+    a stream within one interval. An actor whose mailbox is non-empty and has not moved
+    for ``stuck_after`` seconds is reported in ``RuntimeMetrics.stuck`` and logged once
+    (``actor.stuck``).
+
+    Limits (every table fed by the bus is bounded, and what is dropped is counted):
+    ``max_message_bytes`` (``ZMQ_MAXMSGSIZE`` of the SUB socket; a larger payload is
+    refused on send), ``stream_capacity`` (incoming streams tracked),
+    ``outgoing_streams``, ``keyed_instances`` (per keyed kind), ``epoch_skew_s`` (the
+    clock skew the epoch check allows) and ``warn_interval_s`` (a repeated warning is
+    logged once per interval per kind, topic and sender, with a count).
     """
 
     def __init__(
@@ -145,9 +179,20 @@ class AgentRuntime:
         ready_timeout: float = 10.0,
         metrics_interval: float | None = None,
         stuck_after: float = 10.0,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        stream_capacity: int = DEFAULT_STREAM_CAPACITY,
+        outgoing_streams: int = DEFAULT_OUTGOING_STREAMS,
+        keyed_instances: int = DEFAULT_KEYED_INSTANCES,
+        epoch_skew_s: float = DEFAULT_EPOCH_SKEW_S,
+        warn_interval_s: float = DEFAULT_INTERVAL_S,
     ) -> None:
         if mailbox_capacity < 1:
             raise ValueError("mailbox_capacity: must be >= 1")
+        limits = (("max_message_bytes", max_message_bytes), ("outgoing_streams", outgoing_streams),
+                  ("keyed_instances", keyed_instances))
+        for field, value in limits:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{field}: must be an int >= 1")
         if name is not None and not _is_name(name):
             raise ValueError("name: must be a non-empty string without NUL, not only whitespace")
         self._embedded = bus is None
@@ -167,6 +212,13 @@ class AgentRuntime:
         self.gaps: deque[Gap] = deque(maxlen=1000)
         """The most recent gaps (the ``gaps`` counter counts all of them)."""
         self._log = get_logger(runtime=self.name)
+        self._warnings = AggregatedWarnings(self._log, interval_s=warn_interval_s)
+        self.max_message_bytes = max_message_bytes
+        self.outgoing_streams = outgoing_streams
+        self.max_keyed_instances = keyed_instances
+        self._check = EnvelopeCheck(epoch_skew_s)
+        self._retiring: set[asyncio.Task[None]] = set()
+        self._beat_cursor = 0
         self._agents: dict[str, Mailbox] = {}
         self._keyed: dict[str, _KeyedKind] = {}
         self._routes: dict[bytes, list[_Route]] = {}
@@ -186,9 +238,9 @@ class AgentRuntime:
         self._reply_decoders: dict[Any, msgspec.msgpack.Decoder] = {}
         self._probes: dict[bytes, bytes] = {}
         self._probe_event: asyncio.Event | None = None
-        self._tracker = SequenceTracker()
+        self._tracker = SequenceTracker(stream_capacity)
         self._streams: dict[tuple[str, str | None], list[Any]] = {}
-        """Outgoing streams by (topic name, participant): [wire key, last seq sent]."""
+        """Outgoing streams by (topic name, participant): [wire key, last seq sent, ...]."""
         self._ids = itertools.count(1)
         self._running = False
         self._closed = False
@@ -197,8 +249,11 @@ class AgentRuntime:
         self._inbox = f"_inbox.{self.name}"
         self._inbox_bytes = self._inbox.encode()
         self._counters = dict.fromkeys(
-            ("published", "delivered", "gaps", "stale", "rejected", "overflow", "handler_errors"), 0
+            ("published", "delivered", "gaps", "stale", "rejected", "overflow", "handler_errors",
+             "faults", "actor_restarts", "oversize", "evicted"), 0
         )
+        self._rejected_by: dict[str, int] = {}
+        self._evicted_by: dict[str, int] = {}
 
     # ------------------------------------------------------------------ registration
 
@@ -234,7 +289,8 @@ class AgentRuntime:
 
     def register_keyed(self, kind: str, agent_type: type[Agent], *, factory: Callable[[str], Agent] | None = None,
                        shard: int = 0, shards: int = 1, mailbox_capacity: int | None = None,
-                       handlers: Mapping[Topic, str | Sequence[str]] | None = None) -> None:
+                       handlers: Mapping[Topic, str | Sequence[str]] | None = None,
+                       max_instances: int | None = None) -> None:
         """Host a keyed kind: one ``agent_type`` instance per participant, spawned on first message.
 
         Several processes can host one kind; each owns the keys whose ``shard_of`` is its
@@ -242,13 +298,18 @@ class AgentRuntime:
         instance in this runtime. ``factory(key)`` builds an instance (default
         ``agent_type(key)``). ``handlers`` maps topics to handler method names when
         they come from configuration (default: the class's ``@subscribe`` methods).
+        ``max_instances`` (default the runtime's ``keyed_instances``) bounds the live
+        instances: beyond it the least recently used idle one is retired (``on_stop``),
+        and counted (``evicted_by["keyed"]``).
         """
         self._check_registrable(kind)
         if not (isinstance(agent_type, type) and issubclass(agent_type, Agent)):
             raise TypeError(f"register_keyed: {kind!r} needs an Agent subclass")
         if not 0 <= shard < shards:
             raise ValueError(f"register_keyed: shard must be in [0, {shards}), got {shard}")
-        keyed = _KeyedKind(kind, factory or agent_type, shard, shards, mailbox_capacity or self.mailbox_capacity)
+        keyed = _KeyedKind(kind, factory or agent_type, shard, shards,
+                           mailbox_capacity or self.mailbox_capacity,
+                           max_instances or self.max_keyed_instances)
         self._keyed[kind] = keyed
         if handlers is None:
             handlers = subscriptions(agent_type)
@@ -301,9 +362,31 @@ class AgentRuntime:
         mailbox = self._keyed[kind].instances.pop(key, None)
         if mailbox is None:
             return False
-        await self.guarded_hook(mailbox.agent, "on_stop")
+        await self.guarded_hook(mailbox.agent, "on_stop", mailbox)
         await mailbox.stop()
         return True
+
+    def _retire_least_used(self, keyed: _KeyedKind) -> None:
+        """Retire one instance of a kind over its bound: the least recently used idle one
+        (else the least recently used); its ``on_stop`` and mailbox stop run in a task."""
+        instances = keyed.instances
+        victim = next((key for key, mailbox in instances.items() if mailbox.idle), None)
+        if victim is None:
+            victim = next(iter(instances))
+        mailbox = instances.pop(victim)
+        self._count_eviction("keyed")
+
+        async def retire() -> None:
+            await self.guarded_hook(mailbox.agent, "on_stop", mailbox)
+            await mailbox.stop()
+
+        task = self._loop.create_task(retire(), name=f"xrmq-retire-{mailbox.name}")
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    def _count_eviction(self, table: str, count: int = 1) -> None:
+        self._counters["evicted"] += count
+        self._evicted_by[table] = self._evicted_by.get(table, 0) + count
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -320,8 +403,10 @@ class AgentRuntime:
             return
         if self._closed:
             raise RuntimeClosedError("start: this runtime was stopped; create a new one")
+        check_ipc_directories(self.address)
         if self._embedded:
-            self._broker = Broker(self.address, hwm=self.hwm).start()
+            self._broker = Broker(self.address, hwm=self.hwm,
+                                  max_message_bytes=self.max_message_bytes).start()
         context = shared_context()
         self._pub = context.socket(zmq.PUB)
         self._pub.setsockopt(zmq.SNDHWM, self.hwm)
@@ -330,8 +415,10 @@ class AgentRuntime:
         self._sub = context.socket(zmq.SUB)
         self._sub.setsockopt(zmq.RCVHWM, self.hwm)
         self._sub.setsockopt(zmq.LINGER, 0)
+        self._sub.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
         self._sub.connect(self.address.subscribe)
         self._subscriptions.add(self._inbox_bytes + SEP)
+        self._subscriptions.add(METRICS_TOPIC.subscription())  # heartbeats: the tails of streams
         for prefix in sorted(self._subscriptions):
             self._sub.setsockopt(zmq.SUBSCRIBE, prefix)
         self.epoch = time.time_ns() // 1000
@@ -350,7 +437,7 @@ class AgentRuntime:
             raise
         self._running = True  # ``running`` means ready: every subscription is live through the broker
         for mailbox in self._agents.values():
-            await self.guarded_hook(mailbox.agent, "on_start")
+            await self.guarded_hook(mailbox.agent, "on_start", mailbox)
         for mailbox in self._agents.values():
             mailbox.start(call_on_start=False)
         if self.metrics_interval:
@@ -376,7 +463,7 @@ class AgentRuntime:
         mailboxes = self._all_mailboxes()
         if self._running:
             for mailbox in reversed(mailboxes):
-                await self.guarded_hook(mailbox.agent, "on_stop")
+                await self.guarded_hook(mailbox.agent, "on_stop", mailbox)
                 self._finished.add(mailbox.name)
         if self._reader_fd is not None:
             asyncio.get_running_loop().remove_reader(self._reader_fd)
@@ -398,6 +485,9 @@ class AgentRuntime:
         self._running = False
         for mailbox in mailboxes:
             await mailbox.stop()
+        if self._retiring:
+            await asyncio.gather(*self._retiring, return_exceptions=True)
+        self._warnings.flush_all()
         if self._sub is not None:
             self._sub.close()
         if self._pub is not None:
@@ -406,12 +496,16 @@ class AgentRuntime:
             await asyncio.to_thread(self._broker.stop)
         self._log.info("runtime.stopped", **{k: v for k, v in self._counters.items() if v})
 
-    async def guarded_hook(self, agent: Agent, hook: str) -> None:
-        """Run ``agent.on_start``/``on_stop``; a failure is logged, never propagated."""
+    async def guarded_hook(self, agent: Agent, hook: str, mailbox: Mailbox | None = None) -> None:
+        """Run ``agent.on_start``/``on_stop``; a failure is logged and counted (a fault of
+        ``mailbox``'s actor), never propagated."""
         try:
             await getattr(agent, hook)()
         except Exception as error:
             self._counters["handler_errors"] += 1
+            self._counters["faults"] += 1
+            if mailbox is not None:
+                mailbox.faults += 1
             self._log.error(f"actor.{hook}_failed", actor=agent.name, error=repr(error))
 
     async def _await_ready(self) -> None:
@@ -466,17 +560,32 @@ class AgentRuntime:
         if not source or source.isspace():
             raise ValueError(f"source: must be a non-empty name, not {source!r}")
         stream = self._streams.get((topic.name, participant_id)) or self._open_stream(topic.name, participant_id)
-        return self._send_frames(stream, topic.encode(message), participant_id, source,
+        payload = topic.encode(message)
+        if len(payload) > self.max_message_bytes:
+            self._refuse_oversize(topic.name, len(payload))
+        return self._send_frames(stream, payload, participant_id, source,
                                  correlation_id, parent_message_id, reply_to, None)
 
+    def _refuse_oversize(self, name: str, size: int) -> None:
+        self._counters["oversize"] += 1
+        raise ValueError(f"payload: {size} bytes on {name!r} exceed max_message_bytes "
+                         f"({self.max_message_bytes}); receivers would drop the connection")
+
     def _open_stream(self, name: str, participant_id: str | None) -> list[Any]:
-        """The sequence of messages this runtime sends under one wire key, numbered from 1."""
+        """The sequence of messages this runtime sends under one wire key, numbered from 1.
+
+        The table is bounded (``outgoing_streams``, CLOCK eviction): a retired stream
+        that sends again starts at 1, which receivers take as a fresh start.
+        """
         if participant_id is GLOBAL:
             raise ValueError("participant_id: send() takes None for a global message, not GLOBAL")
         if participant_id is not None and not _is_name(participant_id):
             raise ValueError(f"participant_id: must be None or a non-empty string without NUL, "
                              f"not only whitespace; got {participant_id!r}")
-        stream = self._streams[name, participant_id] = [topic_key(name, participant_id), 0]
+        stream = self._streams[name, participant_id] = [topic_key(name, participant_id), 0, 0, 0]
+        if len(self._streams) > self.outgoing_streams:
+            evicted = evict_over(self._streams, self.outgoing_streams, _SEQ, _SEEN)
+            self._count_eviction("outgoing_streams", evicted)
         return stream
 
     def _send_frames(self, stream: list[Any], payload: bytes, participant_id: str | None, source: str,
@@ -513,8 +622,11 @@ class AgentRuntime:
             participant_id = None
         future: asyncio.Future[tuple[bytes, MessageMetadata]] = self._loop.create_future()
         stream = self._streams.get((topic.name, participant_id)) or self._open_stream(topic.name, participant_id)
-        message_id = self._send_frames(stream, topic.encode(message), participant_id, source, correlation_id, None,
-                                       self._inbox, None)
+        payload = topic.encode(message)
+        if len(payload) > self.max_message_bytes:
+            self._refuse_oversize(topic.name, len(payload))
+        message_id = self._send_frames(stream, payload, participant_id, source, correlation_id,
+                                       None, self._inbox, None)
         self._pending[message_id] = future
         # The reader resolves the future and this task resumes in the next loop pass;
         # the shared deadline timer fails it on timeout. asyncio.wait_for would add a
@@ -535,7 +647,9 @@ class AgentRuntime:
     def reply(self, request: MessageMetadata, result: Any, *, error: str | None = None) -> None:
         """Send a handler's result (or failure) to the asker's inbox.
 
-        Nothing for ``DEFERRED_REPLY``: that handler replies later itself.
+        Nothing for ``DEFERRED_REPLY``: that handler replies later itself. Raises only
+        for a request no edge check let through (say, an empty participant); the mailbox
+        counts that as a fault of the actor.
         """
         if not self._running or request.reply_to is None or result is DEFERRED_REPLY:
             return
@@ -543,17 +657,41 @@ class AgentRuntime:
             payload = _reply_encoder.encode(result)
         except TypeError as encode_error:
             payload, error = _reply_encoder.encode(None), f"reply not encodable: {encode_error}"
+        if len(payload) > self.max_message_bytes:
+            self._counters["oversize"] += 1
+            error = f"reply of {len(payload)} bytes exceeds max_message_bytes"
+            payload = _reply_encoder.encode(None)
         stream = (self._streams.get((request.reply_to, request.participant_id))
                   or self._open_stream(request.reply_to, request.participant_id))
         self._send_frames(stream, payload, request.participant_id, request.source,
                           request.message_id, request.message_id, None, error)
 
     def handler_failed(self, actor: str, topic: Topic, metadata: MessageMetadata, error: BaseException | str) -> None:
+        """Count and log a handler's failure (aggregated per actor, topic and sender) and
+        answer an ask with the error."""
         self._counters["handler_errors"] += 1
-        self._log.error("actor.handler_failed", actor=actor, topic=topic.name, participant=metadata.participant_id,
-                        sender=metadata.sender, error=repr(error) if isinstance(error, BaseException) else error)
+        self.actor_fault(actor, "handler", topic, metadata, error)
         if metadata.reply_to is not None:
-            self.reply(metadata, None, error=repr(error) if isinstance(error, BaseException) else error)
+            text = repr(error) if isinstance(error, BaseException) else error
+            try:
+                self.reply(metadata, None, error=text)
+            except Exception as reply_error:
+                self.actor_fault(actor, "reply", topic, metadata, reply_error)
+
+    def actor_fault(self, actor: str, step: str, topic: Topic, metadata: MessageMetadata,
+                    error: BaseException | str) -> None:
+        """Count a fault in an actor's path (``step``: handler, reply, dispatch...) and log it,
+        once per actor, topic and sender per interval; the actor goes on with its next message.
+        The mailbox counts it for the actor itself (``RuntimeMetrics.actor_faults``)."""
+        self._counters["faults"] += 1
+        self._warnings.warn(f"actor.{step}_failed", topic.name, metadata.sender, actor=actor,
+                            participant=metadata.participant_id,
+                            error=repr(error) if isinstance(error, BaseException) else error)
+
+    def mailbox_restarted(self, actor: str, error: BaseException | None) -> None:
+        """A mailbox task ended although it never should: the mailbox started a new one."""
+        self._counters["actor_restarts"] += 1
+        self._log.error("actor.mailbox_restarted", actor=actor, error=repr(error))
 
     # ------------------------------------------------------------------ receiving
 
@@ -599,7 +737,10 @@ class AgentRuntime:
                             answered = dispatch(key, metadata, payload, position == 0)
                         except Exception as error:  # a bug here must not stop the reader (edge-triggered)
                             answered = False
-                            self._reject(f"dispatch failed: {error!r}", key)
+                            self._counters["faults"] += 1
+                            self._warnings.warn("bus.dispatch_failed",
+                                                key[:200].decode(errors="replace"), None,
+                                                level="error", error=repr(error))
                         if (answered or position == 0) and not self._readable():
                             return
                         if answered:
@@ -608,7 +749,7 @@ class AgentRuntime:
                     while payload.more:
                         payload = recv(_NOBLOCK, copy=False)
                         frames += 1
-            self._reject(f"expected 3 frames, got {frames}", key)
+            self._reject("frames", key, frames=frames)
         self._drain_handle = self._loop.call_soon(self._resume_drain)
 
     def _resume_drain(self) -> None:
@@ -624,10 +765,14 @@ class AgentRuntime:
         except zmq.ZMQError:  # closed during stop()
             return False
 
-    def _reject(self, reason: str, key: bytes, sender: str | None = None, **fields: Any) -> None:
+    def _reject(self, category: str, key: bytes, sender: str | None = None, **fields: Any) -> None:
+        """Count a rejected message under its category (``edge_checks``) and log it, aggregated."""
         self._counters["rejected"] += 1
-        self._log.warning("bus.frame_rejected", reason=reason, key=key[:200].decode(errors="replace"),
-                          sender=sender, **fields)
+        self._rejected_by[category] = self._rejected_by.get(category, 0) + 1
+        topic = key[:key.find(SEP)] if SEP in key else key[:64]
+        self._warnings.warn("bus.frame_rejected", topic.decode(errors="replace"), sender,
+                            category=category, rule=EnvelopeCheck.describe(category),
+                            key=key[:200].decode(errors="replace"), **fields)
 
     def _dispatch(self, key: bytes, metadata_frame: zmq.Frame, payload: zmq.Frame, first: bool) -> bool | None:
         """Validate one message and hand it on; True if it was an ask's reply, or a request
@@ -643,7 +788,7 @@ class AgentRuntime:
         """
         parts = key.split(SEP, 2)
         if len(parts) != 3 or not parts[0]:
-            self._reject("key must be <topic> NUL <participant> NUL", key)
+            self._reject("key", key)
             return
         name, pid, suffix = parts
         if suffix:
@@ -652,20 +797,25 @@ class AgentRuntime:
             return
         try:
             metadata = _metadata_decoder.decode(metadata_frame)
-        except (msgspec.DecodeError, msgspec.ValidationError) as error:
-            self._reject(f"metadata: {error}", key)
+        except _DECODE_ERRORS as error:
+            self._reject(metadata_category(error), key, error=str(error))
             return
-        if (metadata.participant_id or "").encode() != pid:
-            self._reject("metadata.participant_id does not match the key", key, metadata.sender)
+        category = self._check.reject(pid, metadata)
+        if category is not None:
+            self._reject(category, key, metadata.sender)
             return
         first_missing = self._tracker.observe(key, metadata.sender, metadata.epoch, metadata.seq)
         if first_missing:
             if first_missing == STALE:
                 self._counters["stale"] += 1
-                self._log.warning("bus.stale", key=key.decode(errors="replace"), sender=metadata.sender,
-                                  epoch=metadata.epoch, seq=metadata.seq)
+                self._warnings.warn("bus.stale", name.decode(errors="replace"), metadata.sender,
+                                    key=key.decode(errors="replace"), epoch=metadata.epoch,
+                                    seq=metadata.seq)
                 return
-            self._record_gap(name, metadata, first_missing)
+            self._record_gap(name, metadata.participant_id, metadata, first_missing,
+                             metadata.seq - 1)
+        if name == _METRICS_NAME and metadata.sender != self.name:
+            self._on_heartbeat(payload, metadata)
         if name == self._inbox_bytes:
             future = self._pending.get(metadata.correlation_id or "")
             if future is not None and not future.done():
@@ -680,8 +830,8 @@ class AgentRuntime:
             return
         try:
             message = routes[0].topic.decode(payload)
-        except (msgspec.DecodeError, msgspec.ValidationError) as error:
-            self._reject(f"payload: {error}", key, metadata.sender, topic=name.decode(errors="replace"))
+        except _DECODE_ERRORS as error:
+            self._reject("payload", key, metadata.sender, error=str(error))
             return
         start = first and metadata.reply_to is not None
         for route in routes:
@@ -705,8 +855,8 @@ class AgentRuntime:
         topic = routes[0].topic
         try:
             message = topic.decode(payload)
-        except (msgspec.DecodeError, msgspec.ValidationError) as error:
-            self._reject(f"payload: {error}", key, metadata.sender, topic=topic.name)
+        except _DECODE_ERRORS as error:
+            self._reject("payload", key, metadata.sender, error=str(error))
             return None
         start = first and metadata.reply_to is not None
         fresh = False
@@ -727,17 +877,21 @@ class AgentRuntime:
         return metadata.reply_to is not None and not start
 
     def _keyed_targets(self, keyed: _KeyedKind, key: str | None) -> list[Mailbox]:
+        instances = keyed.instances
         if key is None:
-            return list(keyed.instances.values())
-        mailbox = keyed.instances.get(key)
+            return list(instances.values())
+        mailbox = instances.pop(key, None)
         if mailbox is None:
             if self._closed or not keyed.owns(key):  # closed: no instance is spawned while stopping
                 return []
             agent = keyed.factory(key)
             name = f"{keyed.kind}[{key}]"
             agent.name, agent.runtime = name, self
-            mailbox = keyed.instances[key] = Mailbox(self, agent, name, keyed.capacity)
+            mailbox = Mailbox(self, agent, name, keyed.capacity)
             mailbox.start(call_on_start=True)
+            if len(instances) >= keyed.max_instances:
+                self._retire_least_used(keyed)
+        instances[key] = mailbox  # to the end: most recently used
         return [mailbox]
 
     def _offer(self, mailbox: Mailbox, delivery: Any, start: bool) -> None:
@@ -748,43 +902,116 @@ class AgentRuntime:
             return
         self._counters["overflow"] += 1
         metadata = delivery[2]
-        self._log.warning("actor.mailbox_overflow", actor=mailbox.name, topic=delivery[3].name,
-                          participant=metadata.participant_id, sender=metadata.sender, seq=metadata.seq)
+        self._warnings.warn("actor.mailbox_overflow", delivery[3].name, metadata.sender,
+                            actor=mailbox.name, participant=metadata.participant_id,
+                            seq=metadata.seq)
 
-    def _record_gap(self, name: bytes, metadata: MessageMetadata, first_missing: int) -> None:
-        gap = Gap(name.decode(errors="replace"), metadata.participant_id, metadata.sender, metadata.epoch,
-                  first_missing, metadata.seq - 1)
+    def _record_gap(self, name: bytes, participant_id: str | None, metadata: MessageMetadata,
+                    first_missing: int, last_missing: int) -> None:
+        """Count and log a gap, and tell the actors of its topic that override ``on_gap``,
+        in order with their messages (before the message that revealed it)."""
+        gap = Gap(name.decode(errors="replace"), participant_id, metadata.sender, metadata.epoch,
+                  first_missing, last_missing)
         self.gaps.append(gap)
         self._counters["gaps"] += gap.count
-        self._log.warning("bus.gap", topic=gap.topic, participant=gap.participant_id, sender=gap.sender,
-                          epoch=gap.epoch, first_missing=gap.first_missing, last_missing=gap.last_missing)
+        self._warnings.warn("bus.gap", gap.topic, gap.sender, participant=gap.participant_id,
+                            epoch=gap.epoch, first_missing=gap.first_missing,
+                            last_missing=gap.last_missing)
+        routes = self._routes.get(name) or self._private_routes.get(name)
+        if not routes:
+            return
+        notice = msgspec.structs.replace(metadata, reply_to=None, participant_id=participant_id)
+        for route in routes:
+            if route.participant is not None and participant_id is not None \
+                    and route.participant != participant_id.encode():
+                continue
+            if route.mailbox is not None:
+                targets = [route.mailbox]
+            elif participant_id is None:
+                targets = list(cast(_KeyedKind, route.keyed).instances.values())
+            else:
+                found = cast(_KeyedKind, route.keyed).instances.get(participant_id)
+                targets = [] if found is None else [found]
+            for mailbox in targets:
+                if type(mailbox.agent).on_gap is not Agent.on_gap:
+                    self._offer(mailbox, (mailbox.agent.on_gap, gap, notice, route.topic), False)
+
+    def _on_heartbeat(self, payload: zmq.Frame, metadata: MessageMetadata) -> None:
+        """Another runtime's heartbeat: report the lost tail of every stream it lists."""
+        try:
+            heartbeat = _heartbeat_decoder.decode(payload)
+        except _DECODE_ERRORS:
+            return  # counted as a payload reject by the routes that decode it (xrmq top)
+        for wire_key, last_sent in heartbeat.last_seq.items():
+            key = wire_key.encode()
+            first_missing = self._tracker.catch_up(key, metadata.sender, metadata.epoch, last_sent)
+            if first_missing:
+                name, _, rest = key.partition(SEP)
+                participant = rest[:-1].decode(errors="replace") or None
+                self._record_gap(name, participant, metadata, first_missing, last_sent)
 
     # ------------------------------------------------------------------ observation
 
-    def metrics(self) -> RuntimeMetrics:
-        """This runtime's counters, mailbox depths and actor gauges, now."""
+    def metrics(self, last_seq: dict[str, int] | None = None) -> RuntimeMetrics:
+        """This runtime's counters, mailbox depths, faults, table sizes and actor gauges, now."""
         mailboxes = self._all_mailboxes()
         gauges: dict[str, float] = {}
         for mailbox in mailboxes:
-            for name, value in mailbox.agent.gauges().items():
-                gauges[name] = gauges.get(name, 0) + value
+            try:
+                for name, value in mailbox.agent.gauges().items():
+                    gauges[name] = gauges.get(name, 0) + value
+            except Exception as error:  # an actor's gauges() must not stop the heartbeat
+                mailbox.faults += 1
+                self._counters["faults"] += 1
+                self._warnings.warn("actor.gauges_failed", None, None, level="error",
+                                    actor=mailbox.name, error=repr(error))
         stuck, newly = self._progress.check(((mailbox.name, mailbox.head) for mailbox in mailboxes),
                                             time.monotonic())
         for name in newly:
             self._log.warning("actor.stuck", actor=name, seconds=round(stuck[name], 1),
                               depth=next(m.depth for m in mailboxes if m.name == name))
+        tables = {"incoming_streams": len(self._tracker), "outgoing_streams": len(self._streams),
+                  "warnings": len(self._warnings)}
+        for kind, keyed in self._keyed.items():
+            tables[f"keyed[{kind}]"] = len(keyed.instances)
         return RuntimeMetrics(
             runtime=self.name, epoch=self.epoch, pid=os.getpid(), timestamp_us=time.time_ns() // 1000,
             actors={mailbox.name: mailbox.depth for mailbox in mailboxes}, gauges=gauges, **self._counters,
+            rejected_by=dict(self._rejected_by),
+            evicted_by={**self._evicted_by, **({"incoming_streams": self._tracker.evicted}
+                                               if self._tracker.evicted else {})},
+            actor_faults={mailbox.name: mailbox.faults for mailbox in mailboxes if mailbox.faults},
+            tables=tables, last_seq=last_seq or {}, resynced=self._tracker.resynced,
             stuck=stuck,
         )
+
+    def _recent_last_seqs(self) -> dict[str, int]:
+        """The heartbeat's ``last_seq``: every stream that sent since the last heartbeat, and the
+        others up to ``HEARTBEAT_KEYS`` of them, in turn (see ``HEARTBEAT_KEYS``)."""
+        streams = list(self._streams.values())
+        listed: dict[str, int] = {}
+        for stream in streams:
+            if stream[_SEQ] != stream[_BEAT]:
+                stream[_BEAT] = stream[_SEQ]
+                listed[stream[_KEY].decode()] = stream[_SEQ]
+        if len(streams) <= HEARTBEAT_KEYS:
+            chosen = streams
+        else:
+            start = self._beat_cursor % len(streams)
+            chosen = (streams[start:] + streams[:start])[:HEARTBEAT_KEYS]
+            self._beat_cursor = start + HEARTBEAT_KEYS
+        for stream in chosen:
+            if stream[_SEQ]:
+                listed[stream[_KEY].decode()] = stream[_SEQ]
+        return listed
 
     async def _publish_metrics(self) -> None:
         while True:
             try:
-                self.send(METRICS_TOPIC, self.metrics(), source="runtime")
-            except Exception as error:  # an actor's gauges() must not stop the heartbeat
+                self.send(METRICS_TOPIC, self.metrics(self._recent_last_seqs()), source="runtime")
+            except Exception as error:
                 self._log.error("runtime.metrics_failed", error=repr(error))
+            self._warnings.flush()
             await asyncio.sleep(self.metrics_interval)
 
     def _all_mailboxes(self) -> list[Mailbox]:

@@ -33,8 +33,13 @@ Rules (upstream xr_ai_voice / xr_ai_interaction, seed 004):
   and nothing else.
 * A stream with no fragment for ``idle_timeout_s`` is closed (what it received still
   plays); late fragments of a closed stream are dropped and counted.
-* Queues, open streams and the memory of closed streams and requests are bounded;
-  evictions are counted.
+* Queues, open streams, participants and the memory of closed streams and requests are
+  bounded; evictions are counted. Beyond ``max_participants`` the least recently active
+  idle participant is forgotten (:class:`Forgotten`; else the least recently active).
+  An interruption of a participant the ordering does not know creates no state.
+* A reply stream that may have lost a fragment (:meth:`VoiceOrdering.gap`: the bus
+  reported a gap in its producer's messages for the participant) still plays what
+  arrived, but ends ``incomplete``, never ``completed``; counted as ``incomplete``.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from typing import Literal
 
 from xrmq.schemas import ResponseOutput
 
-EndReason = Literal["completed", "cut", "superseded", "interrupted"]
+EndReason = Literal["completed", "incomplete", "cut", "superseded", "interrupted"]
 
 _LAST_WORD_BREAK = re.compile(r"\s(?=\S*\Z)")
 
@@ -117,7 +122,14 @@ class StreamClosed:
     reason: Literal["idle_timeout", "evicted"]
 
 
-Effect = Cut | Wake | Dropped | StreamClosed
+@dataclass(frozen=True, slots=True)
+class Forgotten:
+    """The ordering forgot ``participant_id`` (over ``max_participants``): stop its player."""
+
+    participant_id: str
+
+
+Effect = Cut | Wake | Dropped | StreamClosed | Forgotten
 StreamKey = tuple[str, str, str]
 
 
@@ -137,6 +149,10 @@ class _Item:
     closed: bool = True
     last_fragment_at: float = 0.0
     started: bool = False
+    sender: str = ""
+    """The bus sender (runtime) of the stream's fragments."""
+    gapped: bool = False
+    """A fragment of this stream may have been lost: it cannot end ``completed``."""
 
 
 @dataclass(slots=True)
@@ -151,9 +167,14 @@ class _Participant:
     ended: deque[ResponseEnded] = field(default_factory=deque)
     requests: OrderedDict[str, bool] = field(default_factory=OrderedDict)
     """Request ids seen for this participant -> superseded?"""
+    gap_from: set[str] = field(default_factory=set)
+    """Senders whose next fragment for this participant follows a reported gap."""
 
     def queued(self) -> int:
         return len(self.urgent) + len(self.replies) + len(self.updates)
+
+    def idle(self) -> bool:
+        return self.active is None and self.playing is None and not self.ended and not self.queued()
 
 
 class VoiceOrdering:
@@ -167,6 +188,7 @@ class VoiceOrdering:
         max_open_streams: int = 1024,
         closed_capacity: int = 1024,
         request_capacity: int = 64,
+        max_participants: int = 1024,
         combine_updates: bool = True,
     ) -> None:
         if not idle_timeout_s > 0:
@@ -176,6 +198,7 @@ class VoiceOrdering:
             ("max_open_streams", max_open_streams),
             ("closed_capacity", closed_capacity),
             ("request_capacity", request_capacity),
+            ("max_participants", max_participants),
         ):
             if value < 1:
                 raise ValueError(f"VoiceOrdering.{name}: must be >= 1")
@@ -184,6 +207,7 @@ class VoiceOrdering:
         self.max_open_streams = max_open_streams
         self.closed_capacity = closed_capacity
         self.request_capacity = request_capacity
+        self.max_participants = max_participants
         self.combine_updates = combine_updates
         self.counts: Counter[str] = Counter()
         """Dropped messages, evictions, cuts and timeouts by reason."""
@@ -192,11 +216,25 @@ class VoiceOrdering:
         self._closed: OrderedDict[StreamKey, str] = OrderedDict()
         self._numbers = 0
         self._tokens = 0
+        self._forgotten: list[Effect] = []
+
+    def __len__(self) -> int:
+        """Participants with state (bounded by ``max_participants``)."""
+        return len(self._participants)
 
     # -- inputs -----------------------------------------------------------------------
 
-    def output(self, participant_id: str | None, source: str, message: ResponseOutput, now: float) -> list[Effect]:
-        """Accept one ``ResponseOutput`` published by ``source`` for ``participant_id``."""
+    def output(self, participant_id: str | None, source: str, message: ResponseOutput, now: float,
+               sender: str = "") -> list[Effect]:
+        """Accept one ``ResponseOutput`` published by ``source`` (on bus runtime ``sender``)
+        for ``participant_id``."""
+        effects = self._output(participant_id, source, message, now, sender)
+        if self._forgotten:
+            effects, self._forgotten = self._forgotten + effects, []
+        return effects
+
+    def _output(self, participant_id: str | None, source: str, message: ResponseOutput, now: float,
+                sender: str) -> list[Effect]:
         try:
             message.validate_boundary()
         except ValueError as error:
@@ -210,7 +248,19 @@ class VoiceOrdering:
             item = self._new_item(state, "update", source, None, message)
             item.urgent = message.urgent
             return self._enqueue(state, item)
-        return self._reply(state, source, message, now)
+        return self._reply(state, source, message, now, sender)
+
+    def gap(self, participant_id: str, sender: str) -> list[Effect]:
+        """The bus lost messages from ``sender`` for ``participant_id``: its open streams, and
+        the stream its next fragment belongs to, may miss a fragment (they end ``incomplete``)."""
+        state = self._participants.get(participant_id)
+        if state is None:
+            return []
+        for item in self._open.values():
+            if item.participant_id == participant_id and item.sender == sender:
+                item.gapped = True
+        state.gap_from.add(sender)
+        return []
 
     def query(self, participant_id: str, request_id: str) -> list[Effect]:
         """A new user query: every earlier request of the participant is superseded.
@@ -221,6 +271,8 @@ class VoiceOrdering:
         state = self._participant(participant_id)
         effects = self._supersede(state, "superseded", keep=request_id)
         self._remember_request(state, request_id)
+        if self._forgotten:
+            effects, self._forgotten = self._forgotten + effects, []
         return effects
 
     def interrupted(self, participant_id: str | None) -> list[Effect]:
@@ -229,7 +281,11 @@ class VoiceOrdering:
         Every request seen so far is superseded (its replies dropped) and the playing
         output, reply or update, is cut; queued updates stay queued.
         """
-        targets = list(self._participants.values()) if participant_id is None else [self._participant(participant_id)]
+        if participant_id is None:
+            targets = list(self._participants.values())
+        else:  # one the ordering does not know has nothing to stop: no state for it
+            known = self._participants.get(participant_id)
+            targets = [] if known is None else [known]
         effects: list[Effect] = []
         for state in targets:
             effects += self._supersede(state, "interrupted", keep=None)
@@ -281,7 +337,9 @@ class VoiceOrdering:
                 )
             if not item.closed:
                 return None
-            self._finish_active(state, "completed")
+            if item.gapped:
+                self.counts["incomplete"] += 1
+            self._finish_active(state, "incomplete" if item.gapped else "completed")
             if state.ended:
                 return state.ended.popleft()
 
@@ -296,10 +354,25 @@ class VoiceOrdering:
     # -- internals --------------------------------------------------------------------
 
     def _participant(self, participant_id: str) -> _Participant:
-        state = self._participants.get(participant_id)
+        """The participant's state, made the most recently active; a new one may make the
+        ordering forget the least recently active idle participant (else the least recent)."""
+        participants = self._participants
+        state = participants.pop(participant_id, None)
         if state is None:
-            state = self._participants[participant_id] = _Participant(participant_id)
+            state = _Participant(participant_id)
+            if len(participants) >= self.max_participants:
+                victim = next((pid for pid, other in participants.items() if other.idle()),
+                              next(iter(participants)))
+                self._forget(participants.pop(victim))
+        participants[participant_id] = state
         return state
+
+    def _forget(self, state: _Participant) -> None:
+        for item in (state.active, *state.urgent, *state.replies, *state.updates):
+            if item is not None:
+                self._discard_stream(item, "evicted")
+        self.counts["participants_evicted"] += 1
+        self._forgotten.append(Forgotten(state.participant_id))
 
     def _new_item(self, state: _Participant, kind, source: str, request_id: str | None, message: ResponseOutput) -> _Item:
         self._numbers += 1
@@ -309,8 +382,12 @@ class VoiceOrdering:
         self.counts[reason] += 1
         return Dropped(participant_id, source, reason, detail)
 
-    def _reply(self, state: _Participant, source: str, message: ResponseOutput, now: float) -> list[Effect]:
+    def _reply(self, state: _Participant, source: str, message: ResponseOutput, now: float,
+               sender: str) -> list[Effect]:
         participant_id = state.participant_id
+        after_gap = sender in state.gap_from
+        if after_gap:
+            state.gap_from.discard(sender)
         request_id = message.request_id
         assert request_id is not None  # ResponseOutput requires it for replies
         if state.requests.get(request_id):
@@ -325,6 +402,7 @@ class VoiceOrdering:
         if item is not None:
             item.pending += message.text
             item.last_fragment_at = now
+            item.gapped = item.gapped or after_gap
             self._open.move_to_end(key)
             if message.final:
                 return self._close_stream(item, "completed")
@@ -334,6 +412,7 @@ class VoiceOrdering:
             return [self._drop(participant_id, source, "unknown_terminator", f"stream {message.response_id}")]
         item = self._new_item(state, "reply", source, request_id, message)
         item.key = key
+        item.sender, item.gapped = sender, after_gap
         if message.final:
             self._remember_closed(key, "completed")
             return self._enqueue(state, item)

@@ -23,7 +23,9 @@ from xrmq.actors.runtime import Agent, RuntimeContext, get_logger
 from xrmq.schemas import Interrupted, ResponseOutput, UserQuery
 from xrmq.topics import VOICE_OUTPUT_TOPIC, Topic
 
-from .ordering import Cut, Dropped, Effect, ResponseEnded, StreamClosed, VoiceOrdering, Wake
+from .ordering import (
+    Cut, Dropped, Effect, Forgotten, ResponseEnded, StreamClosed, VoiceOrdering, Wake,
+)
 from .sinks import Sink, Sleep
 
 
@@ -37,7 +39,11 @@ class VoiceRenderer(Agent):
     the participant's output (every participant's, for a global message).
 
     ``clock`` (monotonic seconds) and ``sleep`` drive the idle-stream timer; tests pass
-    their own. The ordering settings are those of ``VoiceOrdering``.
+    their own. The ordering settings are those of ``VoiceOrdering``; ``max_participants``
+    also bounds the player tasks (one per participant the ordering remembers).
+
+    A gap the bus reports in a producer's messages for a participant marks that
+    participant's streams from the producer: they end ``incomplete`` (``on_gap``).
     """
 
     def __init__(
@@ -49,6 +55,7 @@ class VoiceRenderer(Agent):
         interrupted_topic: Topic[Interrupted] | None = None,
         idle_timeout_s: float = 10.0,
         queue_capacity: int = 32,
+        max_participants: int = 1024,
         combine_updates: bool = True,
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
@@ -62,7 +69,10 @@ class VoiceRenderer(Agent):
         self.output_topic = output_topic
         self.query_topic = query_topic
         self.interrupted_topic = interrupted_topic
-        self.ordering = VoiceOrdering(idle_timeout_s=idle_timeout_s, queue_capacity=queue_capacity, combine_updates=combine_updates)
+        self.ordering = VoiceOrdering(
+            idle_timeout_s=idle_timeout_s, queue_capacity=queue_capacity,
+            max_participants=max_participants, combine_updates=combine_updates,
+        )
         self.sink_failures = 0
         self._clock = clock
         self._sleep = sleep
@@ -96,7 +106,18 @@ class VoiceRenderer(Agent):
         return {topic: name for topic, name in chosen.items() if topic is not None}
 
     async def handle_output(self, message: ResponseOutput, ctx: RuntimeContext) -> None:
-        self._apply(self.ordering.output(ctx.participant_id, ctx.metadata.source, message, self._clock()))
+        metadata = ctx.metadata
+        self._apply(self.ordering.output(ctx.participant_id, metadata.source, message,
+                                         self._clock(), metadata.sender))
+
+    async def on_gap(self, gap: Any, ctx: RuntimeContext) -> None:
+        if gap.participant_id is not None and gap.topic == self.output_topic.name:
+            self._apply(self.ordering.gap(gap.participant_id, gap.sender))
+
+    def gauges(self) -> dict[str, float]:
+        counts = self.ordering.counts
+        return {"voice.participants": len(self.ordering), "voice.incomplete": counts["incomplete"],
+                "voice.participants_evicted": counts["participants_evicted"]}
 
     async def handle_query(self, message: UserQuery, ctx: RuntimeContext) -> None:
         if ctx.participant_id is None:
@@ -120,11 +141,20 @@ class VoiceRenderer(Agent):
             elif isinstance(effect, Dropped):
                 self._log.info("voice.dropped", participant=effect.participant_id, source=effect.source,
                                reason=effect.reason, detail=effect.detail)
+            elif isinstance(effect, Forgotten):
+                self._forget(effect.participant_id)
             elif isinstance(effect, StreamClosed):
                 self._log.warning("voice.stream_closed", participant=effect.participant_id, source=effect.source,
                                   response_id=effect.response_id, reason=effect.reason)
         if self.ordering.next_deadline() is not None:
             self._streams_opened.set()
+
+    def _forget(self, participant_id: str) -> None:
+        """Stop the player of a participant the ordering forgot."""
+        self._wakes.pop(participant_id, None)
+        player = self._players.pop(participant_id, None)
+        if player is not None:
+            player.cancel()
 
     def _wake(self, participant_id: str) -> None:
         wake = self._wakes.get(participant_id)

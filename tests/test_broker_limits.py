@@ -1,0 +1,145 @@
+"""Issue 13, item 3 at the broker: an oversize frame and a stalled subscriber cost a bounded amount.
+
+``xrmq bus`` runs as its own process; ``--max-message-bytes`` is ``ZMQ_MAXMSGSIZE`` of
+its publish socket (a larger frame drops the publisher's connection, counted in the
+broker's heartbeat) and ``--subscriber-budget-bytes`` sizes the per-subscriber send
+HWM, so a subscriber that stops reading cannot make the broker hold everything; what
+the broker drops for it, the subscriber reports as gaps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from contextlib import contextmanager
+from typing import Iterator
+
+import msgspec
+import pytest
+
+from buses import expect_line, python, reap
+from raw_client import RawClient
+from xrmq.actors.runtime import Agent, AgentRuntime, subscribe
+from xrmq.schemas import ConversationContextUpdate, RuntimeMetrics
+from xrmq.topics import METRICS_TOPIC, context_topic
+
+pytestmark = pytest.mark.timeout(120)
+
+NOTES = context_topic("limits.notes")
+
+
+@contextmanager
+def bus_process(*extra: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    directory = tempfile.mkdtemp(prefix="xrmq-")
+    bus = f"ipc://{directory}/bus"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xrmq.actors.cli", "bus", "--bus", bus, *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "XRMQ_LOG_LEVEL": "WARNING"},
+    )
+    try:
+        expect_line(proc, "xrmq bus: ready")
+        yield bus, proc
+    finally:
+        reap(proc)
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class BrokerWatch(Agent):
+    def __init__(self) -> None:
+        self.last: RuntimeMetrics | None = None
+        self.changed = asyncio.Event()
+        self.notes: list[str] = []
+        self.lost = 0
+
+    @subscribe(METRICS_TOPIC)
+    async def on_metrics(self, message: RuntimeMetrics, ctx) -> None:
+        if message.runtime == "broker":
+            self.last = message
+            self.changed.set()
+
+    @subscribe(NOTES)
+    async def on_note(self, message: ConversationContextUpdate, ctx) -> None:
+        self.notes.append(message.text)
+        self.changed.set()
+
+    async def on_gap(self, gap, ctx) -> None:
+        self.lost += gap.count
+        self.changed.set()
+
+    async def wait(self, predicate) -> None:
+        while not predicate():
+            self.changed.clear()
+            await asyncio.wait_for(self.changed.wait(), 20)
+
+
+async def test_an_oversize_frame_drops_its_publishers_connection_is_counted_and_the_bus_goes_on():
+    with bus_process("--max-message-bytes", "65536", "--metrics-interval", "0.1") as (bus, _):
+        watch = BrokerWatch()
+        runtime = AgentRuntime(bus, max_message_bytes=65536)
+        runtime.register("watch", watch)
+        async with runtime:
+            await watch.wait(lambda: watch.last is not None)
+            before = watch.last.gauges["broker.publishers_dropped"]
+            assert watch.last.gauges["broker.max_message_bytes"] == 65536
+            client = RawClient(bus)
+            try:
+                client.wait_ready()
+                key = NOTES.key("p1")
+                client.send_frames(
+                    [key, client.metadata(1, "p1"), msgspec.msgpack.encode({"text": "x" * 100_000})]
+                )
+                await watch.wait(lambda: watch.last.gauges["broker.publishers_dropped"] > before)
+                client.wait_ready()  # its connection is back
+                client.send(NOTES.name, "p1", 2, {"text": "after"})
+                await watch.wait(lambda: "after" in watch.notes)
+            finally:
+                client.close()
+            assert watch.notes == ["after"]  # the oversize one never reached anybody
+            with pytest.raises(ValueError, match="exceed max_message_bytes"):
+                await runtime.publish(
+                    NOTES, ConversationContextUpdate("y" * 70_000), participant_id="p1"
+                )
+            assert runtime.metrics().oversize == 1
+
+
+async def test_a_stalled_subscriber_costs_the_broker_a_bounded_amount_and_sees_its_losses_as_gaps():
+    total, text = 20_000, "z" * 2000  # 40 MB for a subscriber that is not reading
+    with bus_process("--subscriber-budget-bytes", str(1 << 20)) as (bus, broker):
+        stalled = python("loss_accounting_subscriber.py", bus, NOTES.name, str(total))
+        try:
+            expect_line(stalled, "ready")
+            # A subscriber that keeps reading: once it has accounted for every message
+            # (received, or reported lost: the broker's HWM holds for it as well), the
+            # broker has handled them all.
+            watch = BrokerWatch()
+            runtime = AgentRuntime(bus, name="limits-publisher", metrics_interval=0.2)
+            runtime.register("watch", watch)
+            async with runtime:
+                base = rss_bytes(broker.pid)
+                os.kill(stalled.pid, signal.SIGSTOP)
+                try:
+                    for index in range(total):
+                        runtime.send(NOTES, ConversationContextUpdate(text), participant_id="p1")
+                        if index % 500 == 499:
+                            await asyncio.sleep(0)  # let the reader of ``watch`` keep up
+                    await watch.wait(lambda: len(watch.notes) + watch.lost == total)
+                    held = rss_bytes(broker.pid) - base
+                finally:
+                    os.kill(stalled.pid, signal.SIGCONT)
+                report = json.loads(await asyncio.to_thread(expect_line, stalled, "{"))
+        finally:
+            reap(stalled)
+    assert held < 24 * 2**20, f"the broker held {held / 2**20:.1f} MiB for a stalled subscriber"
+    assert report["gaps"] > 0 and report["received"] + report["gaps"] == total
