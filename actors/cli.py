@@ -29,6 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        from xrmq.actors.runtime.commands import export_keys
+
+        export_keys(args)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130

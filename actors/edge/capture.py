@@ -23,6 +23,7 @@ import zmq
 
 from xrmq.actors.runtime.address import parse_bus
 from xrmq.actors.runtime.broker import shared_context
+from xrmq.actors.runtime.security.keys import client_credentials
 from xrmq.topics import split_key
 
 from .recording import MAGIC, encode_record, read_records, replay_offsets
@@ -54,6 +55,14 @@ def _probe_until_seen(pub: zmq.Socket, sub: zmq.Socket, timeout: float, what: st
     raise TimeoutError(f"no broker answered {what} within {timeout:g}s")
 
 
+def _secure(*sockets: zmq.Socket) -> None:
+    """CURVE client sockets when ``$XRMQ_KEY``/``$XRMQ_SERVER_KEY`` (``--key``, ``--server-key``) say so."""
+    credentials = client_credentials()
+    if credentials is not None:
+        for socket in sockets:
+            credentials.apply(socket)
+
+
 def _stop_on_signals() -> threading.Event:
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -69,6 +78,7 @@ def record(bus: str, path: str, *, count: int | None, duration: float | None, ou
     sub = context.socket(zmq.SUB)
     pub = context.socket(zmq.PUB)
     written = 0
+    _secure(sub, pub)
     try:
         sub.setsockopt(zmq.RCVHWM, 0)
         sub.setsockopt(zmq.SUBSCRIBE, b"")
@@ -105,6 +115,7 @@ def replay(bus: str, path: str, *, speed: float, out: TextIO, ready_timeout: flo
     context = shared_context()
     pub = context.socket(zmq.PUB)
     sub = context.socket(zmq.SUB)
+    _secure(sub, pub)
     try:
         pub.setsockopt(zmq.SNDHWM, 0)
         pub.connect(address.publish)

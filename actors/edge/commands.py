@@ -11,13 +11,15 @@ from typing import Any
 from xrmq.actors.runtime import run
 from xrmq.actors.runtime.commands import add_bus_argument
 
-from .config import EdgeConfig, default_config, load_config
+from .config import EdgeConfig, default_config, is_loopback_tcp, load_config
 
 
 def add_commands(subparsers: Any) -> None:
     up = subparsers.add_parser("up", help="start the broker and every process of an edge-box config, supervised")
     up.add_argument("config", nargs="?", help="TOML config (default: the embedded default; see examples/edge-box.toml)")
     up.add_argument("--check", action="store_true", help="validate the config and its roles, start nothing")
+    up.add_argument("--init-keys", action="store_true",
+                    help="with [bus.security] mode = 'curve': create missing key pairs (broker, processes)")
     up.set_defaults(func=run_up)
 
     run = subparsers.add_parser("run", help="run one process of an edge-box config (what 'up' starts)")
@@ -76,9 +78,25 @@ def run_up(args: argparse.Namespace) -> int:
     from .roles import check_roles
 
     config = _config(args.config)
+    check_roles(config)
+    security = config.bus.security
+    if security.mode == "curve":
+        from .identities import broker_security, init_keys, keys_dir
+
+        if args.init_keys:
+            created = init_keys(config)
+            if created:
+                print(f"xrmq up: created key pairs in {keys_dir(config)}: {', '.join(created)}")
+        identities = len(broker_security(config).identities)  # every key it needs is there
+        posture = f"bus security curve, {identities} identities"
+    else:
+        if args.init_keys:
+            raise ValueError("--init-keys: the config's [bus.security] mode is not 'curve'")
+        posture = "bus security none"
+        if security.insecure and is_loopback_tcp(config.bus.address) is False:
+            posture += f"; WARNING: insecure = true: {config.bus.address} is open to anyone who reaches it"
     if args.check:
-        check_roles(config)
-        print(f"xrmq up: {config.source}: ok ({len(config.processes)} processes)")
+        print(f"xrmq up: {config.source}: ok ({len(config.processes)} processes; {posture})")
         return 0
     return run(_supervise(config, args.config))
 

@@ -54,11 +54,44 @@ class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
     """Base of every config table: misspelled keys are errors, fields are keyword-only."""
 
 
+SECURITY_MODES = ("none", "curve")
+
+
+class SecurityConfig(_Section):
+    mode: str = "none"
+    """``curve``: every bus socket authenticated and encrypted, per-identity ACLs; ``none``: plain."""
+    keys: str = "keys"
+    """Directory of the key pairs (the broker's, each process identity's; ``xrmq up --init-keys``
+    writes them there). Relative paths are relative to the config file."""
+    secret_key: str | None = None
+    """The broker's secret key file; None: ``<keys>/broker.key_secret``."""
+    authorized: str | None = None
+    """Directory of admitted clients' public keys (``NAME.key`` is identity ``NAME``); None: ``keys``."""
+    insecure: bool = False
+    """Allow a plain (``mode = "none"``) bus on a tcp address that is not loopback."""
+
+
+class IdentityConfig(_Section):
+    key: str | None = None
+    """Its Z85 public key; None: ``NAME.key`` in the ``authorized`` directory."""
+    publish: list[str] | None = None
+    """Topic patterns it may publish on (``name``, ``prefix*``, ``*``); None: its role defaults."""
+    sources: list[str] | None = None
+    """``source`` patterns its messages may carry; None: its role defaults."""
+    subscribe: list[str] | None = None
+    """Topic patterns it may subscribe to; None: its role defaults."""
+    capture: bool = False
+    """Whether it may read the capture socket (``xrmq record``)."""
+
+
 class BusConfig(_Section):
     address: str = DEFAULT_BUS
     """A bus name (ipc sockets in the per-user runtime directory), ``ipc://PREFIX`` or ``tcp://HOST:PORT``."""
     capture: bool = True
     """Whether the broker binds the capture socket that ``xrmq record`` reads."""
+    security: SecurityConfig = SecurityConfig()
+    identities: dict[str, IdentityConfig] = {}
+    """Bus identities by name: clients' keys and any identity's permissions."""
 
 
 class ModelsConfig(_Section):
@@ -165,6 +198,8 @@ class ProcessConfig(_Section):
     """Processes that must be ready before this one starts (and stop after it)."""
     restart: RestartPolicyConfig | None = None
     """None uses ``supervisor.restart``."""
+    identity: str | None = None
+    """The bus identity (key pair ``<keys>/<identity>.key_secret``) it connects as; None: its name."""
     nice: int = 0
     """OS scheduling niceness (0-19): the background roles (context, compaction) run at 19
     by default, so on a busy box the answer path (router, conversation, renderer) gets
@@ -196,6 +231,18 @@ class EdgeConfig(_Section):
     processes: dict[str, ProcessConfig] = {}
     source: str = DEFAULT_SOURCE
     """The file this config came from (set by the loader; not a TOML key)."""
+
+    def path(self, value: str) -> Path:
+        """A path of the config: relative ones are relative to the config file's directory."""
+        path = Path(value).expanduser()
+        if path.is_absolute() or self.source == DEFAULT_SOURCE:
+            return path
+        return Path(self.source).parent / path
+
+    def identity(self, process: str) -> str:
+        """The bus identity of a process: its ``identity`` key, else its name (a role run alone too)."""
+        spec = self.processes.get(process)
+        return (spec.identity if spec is not None else None) or process
 
     def restart_policy(self, process: str) -> RestartPolicyConfig:
         return self.processes[process].restart or self.supervisor.restart
@@ -439,6 +486,8 @@ def _context_error(message: str, settings: ContextSettings, source: str) -> Conf
 def _validate(config: EdgeConfig, source: str) -> None:
     """Rules across keys: names that refer to each other, counts, timings, the bus string."""
     _check_bus(config.bus.address, source)
+    _table(config.bus.identities, "bus.identities", source)
+    _check_security(config, source)
     if config.router.default is not None and config.router.default not in config.destinations:
         raise ConfigError(source, "router.default", f"must name a destination ({', '.join(config.destinations) or 'none configured'}), got {config.router.default!r}")
     if config.router.decisions not in DECISION_SERVICES:
@@ -479,6 +528,48 @@ def _validate(config: EdgeConfig, source: str) -> None:
     cycle = _cycle(config)
     if cycle:
         raise ConfigError(source, f"processes.{cycle[0]}.after", f"dependency cycle: {' -> '.join(cycle)}")
+
+
+_LOOPBACK = re.compile(r"^(?:127(?:\.\d{1,3}){3}|localhost|::1|\[::1\])$")
+
+
+def is_loopback_tcp(address: str) -> bool | None:
+    """For a tcp:// bus, whether its host is loopback only; None for other transports."""
+    if not address.startswith("tcp://"):
+        return None
+    host = address[len("tcp://"):].rpartition(":")[0]
+    return bool(_LOOPBACK.match(host))
+
+
+def _check_security(config: EdgeConfig, source: str) -> None:
+    from xrmq.actors.runtime.security.acl import Patterns
+
+    security = config.bus.security
+    if security.mode not in SECURITY_MODES:
+        raise ConfigError(source, "bus.security.mode", f"must be 'none' or 'curve', got {security.mode!r}")
+    if security.mode == "none" and is_loopback_tcp(config.bus.address) is False and not security.insecure:
+        raise ConfigError(source, "bus.address",
+                          f"{config.bus.address!r} binds tcp beyond loopback without security: anyone who "
+                          "can reach it owns the bus; set [bus.security] mode = \"curve\" "
+                          "(or insecure = true to accept that)")
+    if security.mode == "curve" and not config.bus.address.startswith(("tcp://", "ipc://")) \
+            and "://" in config.bus.address:
+        raise ConfigError(source, "bus.security.mode", "curve needs an ipc:// or tcp:// bus")
+    for name, identity in config.bus.identities.items():
+        key = f"bus.identities.{name}"
+        if name == "broker":
+            raise ConfigError(source, key, "'broker' is the broker's own key, not a client identity")
+        if identity.key is not None and len(identity.key) != 40:
+            raise ConfigError(source, f"{key}.key", "must be a Z85 public key (40 characters)")
+        for field in ("publish", "sources", "subscribe"):
+            try:
+                Patterns(getattr(identity, field) or ())
+            except ValueError as error:
+                raise ConfigError(source, f"{key}.{field}", str(error)) from None
+    for name, process in config.processes.items():
+        if process.identity is not None and not _NAME.match(process.identity):
+            raise ConfigError(source, f"processes.{name}.identity",
+                              "names use letters, digits, '-' and '_', starting with a letter or digit")
 
 
 def _check_bus(address: str, source: str) -> None:

@@ -54,9 +54,14 @@ async def run_process(config: EdgeConfig, instance: ProcessInstance, *, out: Tex
     log = get_logger(process=instance.runtime_name)
     if instance.spec.nice:
         os.nice(instance.spec.nice)  # background roles yield the CPU to the answer path
+    keys = {}
+    if config.bus.security.mode == "curve":
+        from .identities import broker_public_file, process_key_file
+
+        keys = {"key": process_key_file(config, instance.process), "server_key": broker_public_file(config)}
     runtime = AgentRuntime(config.bus.address, name=instance.runtime_name,
                            metrics_interval=config.supervisor.metrics_interval_s,
-                           ready_timeout=config.supervisor.ready_timeout_s)
+                           ready_timeout=config.supervisor.ready_timeout_s, **keys)
     for build in builders:
         build(runtime, config, instance)
     stop = asyncio.Event()

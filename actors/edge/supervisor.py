@@ -149,6 +149,8 @@ class Supervisor:
         argv = [self.python, "-m", "xrmq.actors.cli", "bus", "--bus", self.config.bus.address]
         if not self.config.bus.capture:
             argv.append("--no-capture")
+        if self.config_path is not None:  # the broker reads [bus.security] from it
+            argv += ["--config", self.config_path]
         return Child("bus", argv, BUS_READY_PREFIX, self.config.supervisor.restart)
 
     def _process_child(self, name: str, shard: int) -> Child:

@@ -17,6 +17,7 @@ from typing import TextIO
 import msgspec
 
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
+from xrmq.actors.runtime.security.keys import client_credentials
 from xrmq.schemas import RuntimeMetrics
 from xrmq.topics import METRICS_TOPIC
 
@@ -46,6 +47,12 @@ class RuntimeRow(msgspec.Struct, frozen=True):
     actors: dict[str, int]
     """Mailbox depth of each actor."""
     gauges: dict[str, float]
+    identity: str | None = None
+    """The bus identity it connected as (a CURVE bus), else None."""
+    dropped: dict[str, int] = {}
+    """The secure broker's row: messages it dropped, by sending identity."""
+    denied: dict[str, int] = {}
+    """The secure broker's row: subscriptions it refused, by identity."""
 
 
 class _Seen:
@@ -93,7 +100,8 @@ class TopView:
                 published_per_s=None if rate is None else rate[0], delivered_per_s=None if rate is None else rate[1],
                 published=last.published, delivered=last.delivered, gaps=last.gaps, stale=last.stale,
                 rejected=last.rejected, overflow=last.overflow, handler_errors=last.handler_errors,
-                actors=dict(last.actors), gauges=dict(last.gauges),
+                actors=dict(last.actors), gauges=dict(last.gauges), identity=last.identity,
+                dropped=dict(last.dropped), denied=dict(last.denied),
             ))
         return rows
 
@@ -116,9 +124,15 @@ def render(rows: list[RuntimeRow], *, stale_after_s: float = 5.0, color: bool = 
     for row in rows:
         age = f"{row.age_s:.1f}s ago"
         header = f"{paint(BOLD, row.runtime)}  pid {row.pid}  {paint(RED, age + ' (stale)') if row.age_s > stale_after_s else age}"
+        if row.identity is not None:
+            header += f"  identity {row.identity}"
         if row.restarts:
             header += f"  {paint(RED, f'restarted {row.restarts}x')}"
         lines.append(header)
+        for label, counts in (("dropped from", row.dropped), ("subscriptions denied to", row.denied)):
+            if counts:
+                lines.append(f"  {paint(RED, label)} " + "  ".join(
+                    f"{identity} {count}" for identity, count in sorted(counts.items())))
         problems = []
         for label, value in (("gaps", row.gaps), ("rejected", row.rejected), ("overflow", row.overflow),
                              ("handler errors", row.handler_errors), ("stale", row.stale)):
@@ -155,7 +169,8 @@ async def watch(bus: str, *, once: bool, as_json: bool, interval: float, window:
     view = TopView()
     changed = asyncio.Event()
     loop = asyncio.get_running_loop()
-    runtime = AgentRuntime(bus, name=f"top-{os.getpid()}")
+    keyed = client_credentials() is not None  # then its name must start with its identity's
+    runtime = AgentRuntime(bus, name=None if keyed else f"top-{os.getpid()}")
     runtime.register("top", _MetricsWatcher(view, changed))
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):

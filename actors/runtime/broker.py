@@ -8,7 +8,10 @@ has come back through the broker, every later message on that subscription, from
 any publisher, reaches the subscriber.
 
 The proxy loop is libzmq's own (``zmq.proxy_steerable``) on a thread of its own; it
-never decodes payloads.
+never decodes payloads. With ``security`` (``mode = "curve"``) every socket is a CURVE
+server, pyzmq's authenticator admits the configured identities, and the loop is
+``security.forwarder``'s, which checks each message's metadata and each subscription
+against the identity's permissions (the plain bus keeps libzmq's loop: no cost there).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import zmq
 
 from .address import BusAddress
 from .logs import get_logger
+from .security.acl import AccessPolicy
+from .security.forwarder import BUS_DOMAIN, CAPTURE_DOMAIN, BrokerSecurity, Forwarder, IdentityAuthenticator
 
 DEFAULT_HWM = 1_000_000
 """High-water mark for bus sockets: large and explicit (PUB/XPUB drop past it; receivers count the gap)."""
@@ -46,10 +51,18 @@ class Broker:
     another thread (the ``xrmq bus`` command).
     """
 
-    def __init__(self, address: BusAddress, *, capture: bool = False, hwm: int = DEFAULT_HWM) -> None:
+    def __init__(self, address: BusAddress, *, capture: bool = False, hwm: int = DEFAULT_HWM,
+                 security: BrokerSecurity | None = None) -> None:
+        if security is not None and address.publish.startswith("inproc://"):
+            raise BrokerError("bus: CURVE needs an ipc:// or tcp:// bus, not inproc://")
         self.address = address
         self.capture = capture
         self.hwm = hwm
+        self.security = security
+        self.forwarder: Forwarder | None = None
+        """The secure loop (its drop counters) while a secure broker serves."""
+        # A secure broker has a context of its own: ZAP's handler is one per context.
+        self._context = shared_context() if security is None else zmq.Context()
         self._control = f"inproc://xrmq-broker-control-{uuid.uuid4().hex}"
         self._bound = threading.Event()
         self._stopped = threading.Event()
@@ -81,7 +94,7 @@ class Broker:
             return
         # libzmq 4.3.5's steerable proxy can miss a single TERMINATE (seen here about
         # once in fifty stops), so it is repeated until the proxy thread has ended.
-        stopper = shared_context().socket(zmq.PAIR)
+        stopper = self._context.socket(zmq.PAIR)
         stopper.connect(self._control)
         try:
             while True:
@@ -99,10 +112,18 @@ class Broker:
                         return
         finally:
             stopper.close(linger=0)
+            if self.security is not None:
+                self._context.term()
 
     def _serve(self) -> None:
-        context = shared_context()
+        context = self._context
         sockets: list[zmq.Socket] = []
+        security = self.security
+        policy = authenticator = None
+        if security is not None:
+            policy = AccessPolicy({name: perms for name, (_, perms) in security.identities.items()})
+            authenticator = IdentityAuthenticator(context, security, policy)
+            authenticator.start()
 
         def socket(kind: int) -> zmq.Socket:
             sock = context.socket(kind)
@@ -115,35 +136,52 @@ class Broker:
             frontend = socket(zmq.XSUB)
             frontend.setsockopt(zmq.RCVHWM, self.hwm)
             frontend.setsockopt(zmq.SNDHWM, self.hwm)
+            if security is not None:
+                security.serve(frontend, BUS_DOMAIN)
             frontend.bind(self.address.publish)
             frontend.send(b"\x01")  # subscribe to everything, upstream
             backend = socket(zmq.XPUB)
             backend.setsockopt(zmq.SNDHWM, self.hwm)
             backend.setsockopt(zmq.RCVHWM, self.hwm)
+            if security is not None:
+                security.serve(backend, BUS_DOMAIN)
+                backend.setsockopt(zmq.XPUB_MANUAL, 1)  # the forwarder applies permitted ones
             backend.bind(self.address.subscribe)
             capture = None
             if self.capture:
                 capture = socket(zmq.PUB)
                 capture.setsockopt(zmq.SNDHWM, self.hwm)
+                if security is not None:
+                    security.serve(capture, CAPTURE_DOMAIN)
                 capture.bind(self.address.capture)
             control = socket(zmq.PAIR)
             control.bind(self._control)
         except BaseException as error:  # reported to start(); nothing else holds the sockets
             for sock in sockets:
                 sock.close()
+            if authenticator is not None:
+                authenticator.stop()
             self._release_ipc_paths()
             self._bind_error = BrokerError(f"bus: cannot bind {self.address.publish}: {error}")
             self._bound.set()
             return
-        self._log.info("broker.ready", subscribe=self.address.subscribe, capture=self.capture)
+        self._log.info("broker.ready", subscribe=self.address.subscribe, capture=self.capture,
+                       security="curve" if security is not None else "none")
+        if policy is not None:
+            self.forwarder = Forwarder(policy, frontend, backend, capture, control, self._log)
         self._bound.set()
         try:
-            zmq.proxy_steerable(frontend, backend, capture, control)
+            if self.forwarder is not None:
+                self.forwarder.run()
+            else:
+                zmq.proxy_steerable(frontend, backend, capture, control)
         except zmq.ContextTerminated:
             pass
         finally:
             for sock in sockets:
                 sock.close()
+            if authenticator is not None:
+                authenticator.stop()
             self._release_ipc_paths()
             self._stopped.set()
             self._log.info("broker.stopped")

@@ -34,6 +34,7 @@ from .broker import DEFAULT_HWM, Broker, shared_context
 from .deadlines import AskDeadlines
 from .logs import get_logger
 from .mailbox import Mailbox
+from .security.keys import ClientCredentials, client_credentials
 from .sequence import STALE, Gap, SequenceTracker
 
 SEP = b"\x00"
@@ -112,6 +113,11 @@ class AgentRuntime:
     as a sender (stable across restarts of the same process role; the epoch changes).
     With ``metrics_interval`` (seconds) it publishes ``RuntimeMetrics`` on
     ``METRICS_TOPIC`` that often: its heartbeat and what ``xrmq top`` shows.
+
+    On a CURVE bus, ``key`` is this runtime's secret key file (``NAME.key_secret``) and
+    ``server_key`` the broker's public key (its file or Z85 text); None takes them from
+    ``$XRMQ_KEY`` and ``$XRMQ_SERVER_KEY`` if set. The runtime is then identity ``NAME``,
+    and its default name is ``NAME-<random>`` (a runtime name belongs to its identity).
     """
 
     def __init__(
@@ -123,6 +129,8 @@ class AgentRuntime:
         mailbox_capacity: int = 10_000,
         ready_timeout: float = 10.0,
         metrics_interval: float | None = None,
+        key: str | os.PathLike[str] | None = None,
+        server_key: str | os.PathLike[str] | bytes | None = None,
     ) -> None:
         if mailbox_capacity < 1:
             raise ValueError("mailbox_capacity: must be >= 1")
@@ -133,7 +141,11 @@ class AgentRuntime:
             self.address = parse_bus(f"inproc://xrmq-embedded-{uuid.uuid4().hex}")
         else:
             self.address = bus if isinstance(bus, BusAddress) else parse_bus(bus)
-        self.name = name or f"rt-{uuid.uuid4().hex[:10]}"
+        self.credentials: ClientCredentials | None = None if bus is None else client_credentials(key, server_key)
+        if bus is None and (key is not None or server_key is not None):
+            raise ValueError("key: an embedded bus has no broker to authenticate to")
+        prefix = self.credentials.identity if self.credentials is not None else "rt"
+        self.name = name or f"{prefix}-{uuid.uuid4().hex[:10]}"
         self.hwm = hwm
         self.mailbox_capacity = mailbox_capacity
         self.ready_timeout = ready_timeout
@@ -272,10 +284,13 @@ class AgentRuntime:
         self._pub = context.socket(zmq.PUB)
         self._pub.setsockopt(zmq.SNDHWM, self.hwm)
         self._pub.setsockopt(zmq.LINGER, 2000)
-        self._pub.connect(self.address.publish)
         self._sub = context.socket(zmq.SUB)
         self._sub.setsockopt(zmq.RCVHWM, self.hwm)
         self._sub.setsockopt(zmq.LINGER, 0)
+        if self.credentials is not None:
+            self.credentials.apply(self._pub)
+            self.credentials.apply(self._sub)
+        self._pub.connect(self.address.publish)
         self._sub.connect(self.address.subscribe)
         self._subscriptions.add(self._inbox_bytes + SEP)
         for prefix in sorted(self._subscriptions):
@@ -660,6 +675,7 @@ class AgentRuntime:
         return RuntimeMetrics(
             runtime=self.name, epoch=self.epoch, pid=os.getpid(), timestamp_us=time.time_ns() // 1000,
             actors={mailbox.name: mailbox.depth for mailbox in mailboxes}, gauges=gauges, **self._counters,
+            identity=self.credentials.identity if self.credentials is not None else None,
         )
 
     async def _publish_metrics(self) -> None:
