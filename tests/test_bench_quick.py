@@ -14,7 +14,7 @@ def test_quick_run_writes_results_for_every_suite(tmp_path: Path) -> None:
     listed = subprocess.run([sys.executable, "-m", "bench", "--list"], cwd=ROOT, capture_output=True, text=True,
                             timeout=30, check=True)
     suites = [line.split()[0] for line in listed.stdout.splitlines()]
-    assert {"bus", "codec", "turn", "storm", "context", "models"} <= set(suites)
+    assert {"bus", "codec", "turn", "storm", "context", "models", "curve"} <= set(suites)
 
     run = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)], cwd=ROOT,
                          capture_output=True, text=True, timeout=55)
@@ -39,6 +39,9 @@ def test_quick_run_writes_results_for_every_suite(tmp_path: Path) -> None:
         assert ("one-way throughput, cross-process (shared cores)", subject) in subjects
         assert ("ask round trip p50, cross-process (shared cores)", subject) in subjects
     assert all(row["extra"]["lost"] == 0 for row in bus["rows"] if row["group"].startswith("one-way throughput, cross"))
+    curve = next(suite["result"] for suite in results["suites"] if suite["name"] == "curve")
+    assert {row["subject"] for row in curve["rows"]} == {"tcp", "tcp+curve+acl"}
+    assert all(row["extra"]["lost"] == 0 for row in curve["rows"] if row["group"].startswith("one-way"))
     storm = next(suite["result"] for suite in results["suites"] if suite["name"] == "storm")
     assert [bar["name"] for bar in storm["bars"]] == ["storm p99 / idle p99"]
     assert "### bus" in run.stdout
