@@ -320,7 +320,7 @@ def decode_config(raw: Mapping[str, Any], *, source: str = DEFAULT_SOURCE) -> Ed
         for name, value in _table(top.processes, "processes", source).items()
     }
     config = EdgeConfig(
-        bus=_convert(top.bus, BusConfig, "bus", source),
+        bus=_bus(top.bus, source),
         models=models,
         context=context,
         destinations=destinations,
@@ -341,6 +341,17 @@ class _RawTop(_Section):
     router: dict[str, Any] = {}
     supervisor: dict[str, Any] = {}
     processes: dict[str, Any] = {}
+
+
+def _bus(raw: dict[str, Any], source: str) -> BusConfig:
+    """``[bus]``, its identities converted one by one so an error names ``bus.identities.NAME``."""
+    identities_raw = raw.get("identities", {})
+    if not isinstance(identities_raw, dict):
+        raise ConfigError(source, "bus.identities", f"must be a table, got {_kind(type(identities_raw).__name__)}")
+    identities = {name: _convert(value, IdentityConfig, f"bus.identities.{name}", source)
+                  for name, value in _table(identities_raw, "bus.identities", source).items()}
+    bus: BusConfig = _convert({**raw, "identities": {}}, BusConfig, "bus", source)
+    return msgspec.structs.replace(bus, identities=identities)
 
 
 def _table(value: dict[str, Any], key: str, source: str) -> dict[str, Any]:
@@ -486,7 +497,6 @@ def _context_error(message: str, settings: ContextSettings, source: str) -> Conf
 def _validate(config: EdgeConfig, source: str) -> None:
     """Rules across keys: names that refer to each other, counts, timings, the bus string."""
     _check_bus(config.bus.address, source)
-    _table(config.bus.identities, "bus.identities", source)
     _check_security(config, source)
     if config.router.default is not None and config.router.default not in config.destinations:
         raise ConfigError(source, "router.default", f"must name a destination ({', '.join(config.destinations) or 'none configured'}), got {config.router.default!r}")

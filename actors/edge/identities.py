@@ -46,7 +46,8 @@ def role_permissions(config: EdgeConfig, role: str) -> Permissions:
     destinations = list(config.destinations)
     route_topics = [f"route.{name}.*" for name in destinations]
     if role == "context":  # sections: context topics in, views and compaction jobs out
-        return Permissions(publish=[_NS], sources=[_NS], subscribe=[_NS, *topics])
+        return Permissions(publish=[_NS], sources=[_NS], subscribe=[
+            f"{DEFAULT_NAMESPACE}.dialogue.*", f"{DEFAULT_NAMESPACE}.topic.*", *topics])
     if role == "compaction":  # workers: jobs in, results out
         return Permissions(publish=[_NS], sources=[_NS], subscribe=[f"{DEFAULT_NAMESPACE}.worker.*"])
     if role == "conversation":  # answers out as the destination; the context replica in
