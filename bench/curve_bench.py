@@ -12,7 +12,8 @@ measured in turn in every repetition:
   ``mode = "curve"`` (each message's metadata and each subscription checked).
 
 Figures: one-way throughput (msg/s) and ask round trip p50 (us), each with its paired
-per-repetition ratio to ``ipc`` and to ``tcp``, and the broker's CPU per message. The
+per-repetition ratio to ``ipc`` and to ``tcp``, and the broker's CPU per message; and the
+check alone, in-process (``AccessPolicy.check_message``, us per message). The
 cost of encryption is ``proxy`` over ``tcp``; of the check, ``acl`` over ``proxy``
 (split by ``loop`` into Python forwarding and the check itself). A quick run (CI) measures
 only ``tcp`` and ``tcp+curve+acl``.
@@ -78,6 +79,28 @@ def _broker(variant: str, directory: Path, keys: Path) -> tuple[str, Worker]:
         config.write_text(CONFIG.format(bus=bus, keys=keys))
         return bus, Worker("broker-acl", *cli, bus, "--config", str(config))
     return bus, Worker(f"broker-{variant}", "-m", "bench.curve_workers", f"curve-{variant}", bus, str(keys))
+
+
+def _check_cost(calls: int) -> float:
+    """Microseconds per ``check_message`` of a typical allowed message (key split, metadata
+    decoded, sender owner, topic and source patterns)."""
+    import time
+
+    import msgspec
+
+    from xrmq.actors.runtime.security import AccessPolicy, Permissions
+    from xrmq.schemas import MessageMetadata
+
+    policy = AccessPolicy({"bench": Permissions(publish=["bench.*"], sources=["*"]),
+                           "other": Permissions(), "bench-2": Permissions()})
+    key = b"bench.fragment.x\x00p1\x00"
+    metadata = msgspec.msgpack.encode(MessageMetadata("bench-xrmq-sender:1:1", "application",
+                                                      "bench-xrmq-sender", 1, 1, 1, "c", None, "p1"))
+    check = policy.check_message
+    start = time.perf_counter_ns()
+    for _ in range(calls):
+        check("bench", key, metadata, False)
+    return (time.perf_counter_ns() - start) / calls / 1000
 
 
 def run(ctx: SuiteContext) -> SuiteResult:
@@ -158,6 +181,9 @@ def run(ctx: SuiteContext) -> SuiteResult:
         rows.append(Row(group="ask round trip p50, xrmq actors, cross-process", subject=subject, unit="us",
                         median=median(p50[variant]), repetitions=p50[variant], higher_is_better=False,
                         extra={**ratios(p50, variant), "p99 us": median(p99[variant])}, samples=thin(rtts[variant])))
+    checks = [_check_cost(20_000 if ctx.quick else 200_000) for _ in range(ctx.repetitions)]
+    rows.append(Row(group="broker metadata check per message, in-process", subject="AccessPolicy.check_message",
+                    unit="us", median=median(checks), repetitions=checks, higher_is_better=False))
     notes = [f"{VARIANTS[v]}: {n} messages lost" for v, n in lost.items() if n]
     return SuiteResult(rows=rows, bars=[], notes=notes)
 

@@ -37,6 +37,9 @@ BROKER_NAME = "broker"
 _BATCH = 256
 _METRICS_KEY = b"xrmq.metrics\x00\x00"
 _LOG_EVERY_S = 1.0
+_NOBLOCK, _SNDMORE = int(zmq.NOBLOCK), int(zmq.SNDMORE)
+_frame_send = zmq.backend.Socket.send
+"""pyzmq's Cython send, without the Python wrapper (as the runtime's own sends)."""
 
 
 class BrokerSecurity(msgspec.Struct, frozen=True):
@@ -137,11 +140,14 @@ class Forwarder:
                 next_metrics = time.monotonic() + self.metrics_interval
 
     def _messages(self) -> None:
+        """Forward or drop what publishers sent, a batch at a time (frames are never copied;
+        per-frame sends with integer flags cost a third of ``send_multipart``'s)."""
         recv, check = self.frontend.recv, self.policy.check_message
         backend, capture = self.backend, self.capture
+        send = _frame_send
         for _ in range(_BATCH):
             try:
-                first = recv(zmq.NOBLOCK, copy=False)
+                first = recv(_NOBLOCK, copy=False)
             except zmq.Again:
                 return
             frames = [first]
@@ -158,9 +164,14 @@ class Forwarder:
                 self._drop_log("broker.message_dropped", identity, reason,
                                key=key[:200].decode(errors="replace"))
                 continue
-            backend.send_multipart(frames, copy=False)
+            _, metadata, payload = frames
+            send(backend, first, _SNDMORE, copy=False)
+            send(backend, metadata, _SNDMORE, copy=False)
+            send(backend, payload, 0, copy=False)
             if capture is not None:
-                capture.send_multipart(frames, copy=False)
+                send(capture, first, _SNDMORE, copy=False)
+                send(capture, metadata, _SNDMORE, copy=False)
+                send(capture, payload, 0, copy=False)
             self.forwarded += 1
 
     def _subscriptions(self) -> None:
