@@ -31,8 +31,13 @@ from .procs import Worker
 from .stats import median, percentile, thin
 from .suite import Row, Suite, SuiteContext, SuiteResult
 
-VARIANTS = {"ipc": "ipc", "tcp": "tcp", "proxy": "tcp+curve, proxy", "loop": "tcp+curve, loop",
-            "acl": "tcp+curve+acl"}
+VARIANTS = {
+    "ipc": "ipc",
+    "tcp": "tcp",
+    "proxy": "tcp+curve, proxy",
+    "loop": "tcp+curve, loop",
+    "acl": "tcp+curve+acl",
+}
 CONFIG = """
 [bus]
 address = "{bus}"
@@ -78,7 +83,9 @@ def _broker(variant: str, directory: Path, keys: Path) -> tuple[str, Worker]:
         config = directory / "curve.toml"
         config.write_text(CONFIG.format(bus=bus, keys=keys))
         return bus, Worker("broker-acl", *cli, bus, "--config", str(config))
-    return bus, Worker(f"broker-{variant}", "-m", "bench.curve_workers", f"curve-{variant}", bus, str(keys))
+    return bus, Worker(
+        f"broker-{variant}", "-m", "bench.curve_workers", f"curve-{variant}", bus, str(keys)
+    )
 
 
 def _check_cost(calls: int) -> float:
@@ -91,11 +98,19 @@ def _check_cost(calls: int) -> float:
     from xrmq.actors.runtime.security import AccessPolicy, Permissions
     from xrmq.schemas import MessageMetadata
 
-    policy = AccessPolicy({"bench": Permissions(publish=["bench.*"], sources=["*"]),
-                           "other": Permissions(), "bench-2": Permissions()})
+    policy = AccessPolicy(
+        {
+            "bench": Permissions(publish=["bench.*"], sources=["*"]),
+            "other": Permissions(),
+            "bench-2": Permissions(),
+        }
+    )
     key = b"bench.fragment.x\x00p1\x00"
-    metadata = msgspec.msgpack.encode(MessageMetadata("bench-xrmq-sender:1:1", "application",
-                                                      "bench-xrmq-sender", 1, 1, 1, "c", None, "p1"))
+    metadata = msgspec.msgpack.encode(
+        MessageMetadata(
+            "bench-xrmq-sender:1:1", "application", "bench-xrmq-sender", 1, 1, 1, "c", None, "p1"
+        )
+    )
     check = policy.check_message
     start = time.perf_counter_ns()
     for _ in range(calls):
@@ -114,7 +129,10 @@ def run(ctx: SuiteContext) -> SuiteResult:
     keys = directory / "keys"
     for name in ("broker", "bench"):
         create_keypair(name, keys)
-    curve_env = {"XRMQ_KEY": str(keys / "bench.key_secret"), "XRMQ_SERVER_KEY": str(keys / "broker.key")}
+    curve_env = {
+        "XRMQ_KEY": str(keys / "bench.key_secret"),
+        "XRMQ_SERVER_KEY": str(keys / "broker.key"),
+    }
     throughput: dict[str, list[float]] = defaultdict(list)
     p50: dict[str, list[float]] = defaultdict(list)
     p99: dict[str, list[float]] = defaultdict(list)
@@ -128,12 +146,30 @@ def run(ctx: SuiteContext) -> SuiteResult:
                 bus, broker = _broker(variant, directory, keys)
                 stack.callback(broker.close)
                 broker.expect("xrmq bus: ready")
-                env = curve_env if variant not in ("ipc", "tcp") else {"XRMQ_KEY": "", "XRMQ_SERVER_KEY": ""}
-                receiver = Worker(f"{variant}-receiver", "-m", "bench.bus_workers", "xrmq-receiver", bus,
-                                  str(count), env=env)
+                env = (
+                    curve_env
+                    if variant not in ("ipc", "tcp")
+                    else {"XRMQ_KEY": "", "XRMQ_SERVER_KEY": ""}
+                )
+                receiver = Worker(
+                    f"{variant}-receiver",
+                    "-m",
+                    "bench.bus_workers",
+                    "xrmq-receiver",
+                    bus,
+                    str(count),
+                    env=env,
+                )
                 stack.callback(receiver.close)
-                sender = Worker(f"{variant}-sender", "-m", "bench.bus_workers", "xrmq-sender", bus,
-                                str(count), env=env)
+                sender = Worker(
+                    f"{variant}-sender",
+                    "-m",
+                    "bench.bus_workers",
+                    "xrmq-sender",
+                    bus,
+                    str(count),
+                    env=env,
+                )
                 stack.callback(sender.close)
                 workers[variant] = (broker, sender, receiver)
             for _, sender, receiver in workers.values():
@@ -153,39 +189,74 @@ def run(ctx: SuiteContext) -> SuiteResult:
                     asked = sender.result()["rtt_us"]
                     if rep == 0:
                         continue
-                    throughput[variant].append(got["received"] / ((got["last_ns"] - sent["start_ns"]) / 1e9))
+                    throughput[variant].append(
+                        got["received"] / ((got["last_ns"] - sent["start_ns"]) / 1e9)
+                    )
                     lost[variant] += count - got["received"]
                     broker_cpu[variant].append(cpu)
                     p50[variant].append(percentile(asked, 0.5))
                     p99[variant].append(percentile(asked, 0.99))
                     rtts[variant].extend(asked)
-                    ctx.progress(f"curve: rep {rep} {variant:5}: {throughput[variant][-1]:,.0f} msg/s, "
-                                 f"ask p50 {p50[variant][-1]:.0f} us, broker {cpu:.1f} us/msg")
+                    ctx.progress(
+                        f"curve: rep {rep} {variant:5}: {throughput[variant][-1]:,.0f} msg/s, "
+                        f"ask p50 {p50[variant][-1]:.0f} us, broker {cpu:.1f} us/msg"
+                    )
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
     def ratio(series: dict[str, list[float]], variant: str, base: str) -> float:
-        return median([x / b for x, b in zip(series[variant], series[base])])
+        return median([x / b for x, b in zip(series[variant], series[base], strict=True)])
 
     def ratios(series: dict[str, list[float]], variant: str) -> dict[str, float]:
-        return {f"x {base}": ratio(series, variant, base) for base in ("ipc", "tcp") if base in series}
+        return {
+            f"x {base}": ratio(series, variant, base) for base in ("ipc", "tcp") if base in series
+        }
 
     rows = []
     for variant in variants:
         subject = VARIANTS[variant]
-        rows.append(Row(group="one-way throughput, xrmq actors, cross-process", subject=subject,
-                        unit="msg/s", median=median(throughput[variant]), repetitions=throughput[variant],
-                        higher_is_better=True, extra={
-                            **ratios(throughput, variant),
-                            "broker cpu us/msg": median(broker_cpu[variant]), "lost": lost[variant]}))
-        rows.append(Row(group="ask round trip p50, xrmq actors, cross-process", subject=subject, unit="us",
-                        median=median(p50[variant]), repetitions=p50[variant], higher_is_better=False,
-                        extra={**ratios(p50, variant), "p99 us": median(p99[variant])}, samples=thin(rtts[variant])))
+        rows.append(
+            Row(
+                group="one-way throughput, xrmq actors, cross-process",
+                subject=subject,
+                unit="msg/s",
+                median=median(throughput[variant]),
+                repetitions=throughput[variant],
+                higher_is_better=True,
+                extra={
+                    **ratios(throughput, variant),
+                    "broker cpu us/msg": median(broker_cpu[variant]),
+                    "lost": lost[variant],
+                },
+            )
+        )
+        rows.append(
+            Row(
+                group="ask round trip p50, xrmq actors, cross-process",
+                subject=subject,
+                unit="us",
+                median=median(p50[variant]),
+                repetitions=p50[variant],
+                higher_is_better=False,
+                extra={**ratios(p50, variant), "p99 us": median(p99[variant])},
+                samples=thin(rtts[variant]),
+            )
+        )
     checks = [_check_cost(20_000 if ctx.quick else 200_000) for _ in range(ctx.repetitions)]
-    rows.append(Row(group="broker metadata check per message, in-process", subject="AccessPolicy.check_message",
-                    unit="us", median=median(checks), repetitions=checks, higher_is_better=False))
+    rows.append(
+        Row(
+            group="broker metadata check per message, in-process",
+            subject="AccessPolicy.check_message",
+            unit="us",
+            median=median(checks),
+            repetitions=checks,
+            higher_is_better=False,
+        )
+    )
     notes = [f"{VARIANTS[v]}: {n} messages lost" for v, n in lost.items() if n]
     return SuiteResult(rows=rows, bars=[], notes=notes)
 
 
-SUITE = Suite("curve", "Curve: the bus over tcp with CURVE and the broker's ACL, vs plain tcp and ipc", run)
+SUITE = Suite(
+    "curve", "Curve: the bus over tcp with CURVE and the broker's ACL, vs plain tcp and ipc", run
+)

@@ -56,7 +56,10 @@ def curve_loop(bus: str, keys: Path) -> None:
     AccessPolicy.check_message = lambda self, *args: None  # type: ignore[method-assign]
     AccessPolicy.check_subscription = lambda self, *args: None  # type: ignore[method-assign]
     broker = Broker(parse_bus(bus), security=security(keys)).start()
-    print(f"xrmq bus: ready publish={broker.address.publish} (curve, Python loop, no check)", flush=True)
+    print(
+        f"xrmq bus: ready publish={broker.address.publish} (curve, Python loop, no check)",
+        flush=True,
+    )
     signal.sigwait({signal.SIGTERM, signal.SIGINT})
     broker.stop()
 

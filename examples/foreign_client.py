@@ -46,7 +46,8 @@ def main(bus: str, participant: str, text: str) -> None:
         public, secret = zmq.auth.load_certificate(os.environ["XRMQ_KEY"])
         server, _ = zmq.auth.load_certificate(os.environ["XRMQ_SERVER_KEY"])
         for sock in (pub, sub):
-            sock.curve_publickey, sock.curve_secretkey, sock.curve_serverkey = public, secret, server
+            sock.curve_publickey, sock.curve_secretkey = public, secret
+            sock.curve_serverkey = server
         identity = Path(os.environ["XRMQ_KEY"]).name.removesuffix(".key_secret")
     pub.connect(publish)
     sub.connect(subscribe)

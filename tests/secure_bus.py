@@ -19,8 +19,11 @@ from xrmq.actors.runtime.broker import Broker, BrokerError
 from xrmq.actors.runtime.security import BrokerSecurity, Permissions, create_keypair
 from xrmq.actors.runtime.security.keys import load_public, load_secret
 
-HANDSHAKE_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-                    | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+HANDSHAKE_FAILED = (
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
 
 
 def free_tcp_bus(host: str = "127.0.0.1") -> str:
@@ -62,19 +65,23 @@ class SecureBus:
     def server_key(self) -> Path:
         return self.keys / "broker.key"
 
-    def client(self, name: str | None, **kwargs) -> "CurveClient":
+    def client(self, name: str | None, **kwargs) -> CurveClient:
         """A raw client with ``name``'s key pair (None: no key at all)."""
         return CurveClient(self, name, **kwargs)
 
 
 @contextmanager
-def secure_broker(keys: Path, identities: Mapping[str, Permissions], *, capture: bool = True
-                  ) -> Iterator[SecureBus]:
+def secure_broker(
+    keys: Path, identities: Mapping[str, Permissions], *, capture: bool = True
+) -> Iterator[SecureBus]:
     """An in-process CURVE broker on a free loopback tcp bus; ``keys`` must hold ``broker`` and each
     identity's pair."""
     public, secret = load_secret(keys / "broker.key_secret")
-    security = BrokerSecurity(public, secret, {
-        name: (load_public(keys / f"{name}.key"), perms) for name, perms in identities.items()})
+    security = BrokerSecurity(
+        public,
+        secret,
+        {name: (load_public(keys / f"{name}.key"), perms) for name, perms in identities.items()},
+    )
     for attempt in range(5):
         bus = free_tcp_bus()
         try:
@@ -142,7 +149,9 @@ class CurveClient:
                         return
         raise TimeoutError("curve client: no capture probe came back")
 
-    def wait_for(self, topic: str, sock: zmq.Socket | None = None, timeout: float = 10.0) -> list[list[bytes]]:
+    def wait_for(
+        self, topic: str, sock: zmq.Socket | None = None, timeout: float = 10.0
+    ) -> list[list[bytes]]:
         """Receive until a message of ``topic`` arrives; every message received, in order."""
         sock = sock or self.sub
         prefix = topic.encode() + b"\x00"
@@ -179,8 +188,14 @@ class CurveClient:
 
     def metadata(self, **fields) -> bytes:
         self.seq += 1
-        base = {"message_id": uuid.uuid4().hex, "source": "test", "sender": self.sender,
-                "epoch": self.epoch, "seq": self.seq, "timestamp_us": time.time_ns() // 1000}
+        base = {
+            "message_id": uuid.uuid4().hex,
+            "source": "test",
+            "sender": self.sender,
+            "epoch": self.epoch,
+            "seq": self.seq,
+            "timestamp_us": time.time_ns() // 1000,
+        }
         return msgspec.msgpack.encode({**base, **fields})
 
     def send(self, topic: str, participant: str | None, payload: dict, **fields) -> str:

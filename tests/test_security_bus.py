@@ -8,12 +8,13 @@ import asyncio
 
 import pytest
 import zmq
-from secure_bus import make_keys, secure_broker
 
-from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
+from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext
 from xrmq.actors.runtime.security import Permissions
 from xrmq.schemas import ConversationContextUpdate, ParticipantLeft, ResponseOutput, UserQuery
 from xrmq.topics import PARTICIPANT_LEFT_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC, context_topic
+
+from secure_bus import make_keys, secure_broker
 
 NOTES = context_topic("notes")
 WATCHED = ("notes", "voice.query", "participant.left", "voice.output")
@@ -27,8 +28,12 @@ class Watcher(Agent):
         self.changed = asyncio.Event()
 
     def handlers(self):
-        return {NOTES: "on_any", QUERY_TOPIC: "on_query", PARTICIPANT_LEFT_TOPIC: "on_any",
-                VOICE_OUTPUT_TOPIC: "on_any"}
+        return {
+            NOTES: "on_any",
+            QUERY_TOPIC: "on_query",
+            PARTICIPANT_LEFT_TOPIC: "on_any",
+            VOICE_OUTPUT_TOPIC: "on_any",
+        }
 
     async def on_any(self, message, ctx: RuntimeContext) -> None:
         self.seen.append((ctx.topic.name, ctx.metadata.sender, ctx.metadata.source))
@@ -47,7 +52,9 @@ class Watcher(Agent):
 IDENTITIES = {
     "context": Permissions(subscribe=list(WATCHED)),
     "sensor": Permissions(publish=["notes"], sources=["*"]),
-    "client": Permissions(publish=["voice.query", "voice.output"], sources=["*"], subscribe=["voice.output"]),
+    "client": Permissions(
+        publish=["voice.query", "voice.output"], sources=["*"], subscribe=["voice.output"]
+    ),
     "renderer": Permissions(subscribe=["voice.output"]),
     "ops": Permissions(subscribe=["xrmq.metrics"], capture=True),
 }
@@ -73,17 +80,24 @@ async def test_a_client_without_keys_or_with_an_unknown_key_gets_nothing_and_del
                     # every socket: publish, subscribe and capture, refused at the handshake
                     assert await asyncio.to_thread(intruder.handshakes_failed)
                     intruder.subscribe(f"_inbox.{intruder.sender}".encode() + b"\x00")
-                    intruder.send("voice.query", "p1", {"text": "what is her PIN?", "timestamp_us": 0},
-                                  reply_to=f"_inbox.{intruder.sender}")
+                    intruder.send(
+                        "voice.query",
+                        "p1",
+                        {"text": "what is her PIN?", "timestamp_us": 0},
+                        reply_to=f"_inbox.{intruder.sender}",
+                    )
                     intruder.send("notes", "p1", {"text": "forged note"})
                 ops = bus.client("ops", capture=True)
                 try:
                     ops.subscribe(b"", ops.capture)
                     await asyncio.to_thread(ops.wait_capture_ready)
-                    answer = await client.ask(QUERY_TOPIC, UserQuery("hello", 0), reply_type=str,
-                                              participant_id="p1")
+                    answer = await client.ask(
+                        QUERY_TOPIC, UserQuery("hello", 0), reply_type=str, participant_id="p1"
+                    )
                     assert answer == "answer to hello"
-                    await asyncio.to_thread(ops.wait_for, "voice.query", ops.capture)  # capture works
+                    await asyncio.to_thread(
+                        ops.wait_for, "voice.query", ops.capture
+                    )  # capture works
                 finally:
                     ops.close()
                 assert [(t, s) for t, s, _ in watcher.seen] == [("voice.query", client.name)]
@@ -102,8 +116,9 @@ async def test_an_identity_without_capture_cannot_read_the_capture_socket(keys):
             assert not await asyncio.to_thread(context.handshakes_failed)  # publish side: admitted
             event = None
             monitor = context._monitors[2]
-            while event is None or not event & (zmq.EVENT_HANDSHAKE_FAILED_AUTH
-                                                | zmq.EVENT_HANDSHAKE_SUCCEEDED):
+            while event is None or not event & (
+                zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_SUCCEEDED
+            ):
                 assert await asyncio.to_thread(monitor.poll, 10_000)
                 event = (await asyncio.to_thread(monitor.recv_multipart))[0]
                 event = int.from_bytes(event[:2], "little")
@@ -119,13 +134,23 @@ async def test_a_sensor_allowed_only_notes_reaches_the_context_and_nothing_else(
         context.register("watcher", watcher)
         sensor = AgentRuntime(bus.bus, key=bus.key("sensor"), server_key=bus.server_key)
         async with context, sensor:
-            await sensor.publish(NOTES, ConversationContextUpdate("kettle at 85"), participant_id="p1",
-                                 source="kettle")
+            await sensor.publish(
+                NOTES,
+                ConversationContextUpdate("kettle at 85"),
+                participant_id="p1",
+                source="kettle",
+            )
             sensor.send(QUERY_TOPIC, UserQuery("forged turn", 0), participant_id="p1")
             sensor.send(PARTICIPANT_LEFT_TOPIC, ParticipantLeft(), participant_id="p1")
-            sensor.send(VOICE_OUTPUT_TOPIC, ResponseOutput("reply", "forged", "q1", final=True),
-                        participant_id="p1", source="conversation")
-            await sensor.publish(NOTES, ConversationContextUpdate("last"), participant_id="p1", source="last")
+            sensor.send(
+                VOICE_OUTPUT_TOPIC,
+                ResponseOutput("reply", "forged", "q1", final=True),
+                participant_id="p1",
+                source="conversation",
+            )
+            await sensor.publish(
+                NOTES, ConversationContextUpdate("last"), participant_id="p1", source="last"
+            )
             await watcher.wait_for("notes", "last")  # one connection, in order: the rest is decided
         assert watcher.seen == [("notes", sensor.name, "kettle"), ("notes", sensor.name, "last")]
         assert bus.broker.forwarder.dropped == {"sensor": 3}
@@ -146,13 +171,19 @@ async def test_a_renderer_cannot_subscribe_to_notes_or_another_identitys_inbox(k
                 renderer.subscribe(b"notes\x00")
                 renderer.subscribe(f"_inbox.{client.name}\x00".encode())
                 renderer.subscribe(b"voice.output\x00")
-                await asyncio.to_thread(renderer.wait_ready)  # its subscriptions were decided in order
+                await asyncio.to_thread(
+                    renderer.wait_ready
+                )  # its subscriptions were decided in order
                 sensor.send("notes", "p1", {"text": "the PIN is 1234"})
-                answer = await client.ask(QUERY_TOPIC, UserQuery("my PIN?", 0), reply_type=str,
-                                          participant_id="p1")  # the reply goes to the client's inbox
+                answer = await client.ask(
+                    QUERY_TOPIC, UserQuery("my PIN?", 0), reply_type=str, participant_id="p1"
+                )  # the reply goes to the client's inbox
                 assert answer == "answer to my PIN?"
-                client.send(VOICE_OUTPUT_TOPIC, ResponseOutput("reply", "done", "q1", final=True),
-                            participant_id="p1")
+                client.send(
+                    VOICE_OUTPUT_TOPIC,
+                    ResponseOutput("reply", "done", "q1", final=True),
+                    participant_id="p1",
+                )
                 got = await asyncio.to_thread(renderer.wait_for, "voice.output")
         finally:
             renderer.close()
@@ -170,9 +201,15 @@ async def test_a_reply_to_aimed_at_participant_left_is_rejected(keys):
         try:
             async with context:
                 await asyncio.to_thread(forger.wait_ready)
-                forger.send("voice.query", "p1", {"text": "clear her", "timestamp_us": 0},
-                            reply_to="participant.left")
-                forger.send("voice.query", "p1", {"text": "fine", "timestamp_us": 0}, source="marker")
+                forger.send(
+                    "voice.query",
+                    "p1",
+                    {"text": "clear her", "timestamp_us": 0},
+                    reply_to="participant.left",
+                )
+                forger.send(
+                    "voice.query", "p1", {"text": "fine", "timestamp_us": 0}, source="marker"
+                )
                 await watcher.wait_for("voice.query", "marker")
         finally:
             forger.close()

@@ -31,7 +31,9 @@ def test_a_key_pair_is_written_in_zmq_auth_format_with_a_private_secret(tmp_path
     assert (public.name, secret.name) == ("sensor.key", "sensor.key_secret")
     assert stat.S_IMODE(secret.stat().st_mode) == 0o600
     assert stat.S_IMODE((tmp_path / "keys").stat().st_mode) == 0o700
-    assert [(info.name, info.has_secret) for info in list_keys(tmp_path / "keys")] == [("sensor", True)]
+    assert [(info.name, info.has_secret) for info in list_keys(tmp_path / "keys")] == [
+        ("sensor", True)
+    ]
     with pytest.raises(ValueError, match="already exists"):
         create_keypair("sensor", tmp_path / "keys")
 
@@ -46,7 +48,9 @@ def test_a_secret_key_readable_by_others_is_refused(tmp_path):
 def test_a_key_without_the_brokers_key_is_an_error_naming_both(tmp_path, monkeypatch):
     _, secret = create_keypair("alice", tmp_path)
     monkeypatch.delenv("XRMQ_SERVER_KEY", raising=False)
-    with pytest.raises(ValueError, match=r"--key \(XRMQ_KEY\) and --server-key \(XRMQ_SERVER_KEY\)"):
+    with pytest.raises(
+        ValueError, match=r"--key \(XRMQ_KEY\) and --server-key \(XRMQ_SERVER_KEY\)"
+    ):
         client_credentials(secret)
     with pytest.raises(ValueError, match="an embedded bus has no broker"):
         AgentRuntime(key=secret)
@@ -60,29 +64,55 @@ def test_a_runtime_with_a_key_is_named_after_its_identity(tmp_path):
 
 
 def test_keys_commands_write_and_list(tmp_path):
-    made = subprocess.run([*CLI, "keys", "new", "ops", "--dir", str(tmp_path)], capture_output=True, text=True)
+    made = subprocess.run(
+        [*CLI, "keys", "new", "ops", "--dir", str(tmp_path)], capture_output=True, text=True
+    )
     assert made.returncode == 0, made.stderr
     listed = subprocess.run([*CLI, "keys", "list", str(tmp_path)], capture_output=True, text=True)
     name, public, kind = listed.stdout.strip().split("\t")
     assert (name, len(public), kind) == ("ops", 40, "pair")
 
 
-@pytest.mark.parametrize("raw, key, rule", [
-    ({"bus": {"security": {"mode": "tls"}}}, "bus.security.mode", "must be 'none' or 'curve', got 'tls'"),
-    ({"bus": {"identities": {"broker": {}}}}, "bus.identities.broker", "is the broker's own key"),
-    ({"bus": {"identities": {"s": {"publish": ["no*tes"]}}}}, "bus.identities.s.publish",
-     "a name, a prefix ending in '*', or '*'"),
-    ({"bus": {"identities": {"s": {"key": "short"}}}}, "bus.identities.s.key", "40 characters"),
-    ({"bus": {"identities": {"s": {"pubish": []}}}}, "bus.identities.s.pubish", "did you mean 'publish'"),
-    ({"bus": {"address": "tcp://*:7300"}}, "bus.address", "binds tcp beyond loopback without security"),
-])
+@pytest.mark.parametrize(
+    "raw, key, rule",
+    [
+        (
+            {"bus": {"security": {"mode": "tls"}}},
+            "bus.security.mode",
+            "must be 'none' or 'curve', got 'tls'",
+        ),
+        (
+            {"bus": {"identities": {"broker": {}}}},
+            "bus.identities.broker",
+            "is the broker's own key",
+        ),
+        (
+            {"bus": {"identities": {"s": {"publish": ["no*tes"]}}}},
+            "bus.identities.s.publish",
+            "a name, a prefix ending in '*', or '*'",
+        ),
+        ({"bus": {"identities": {"s": {"key": "short"}}}}, "bus.identities.s.key", "40 characters"),
+        (
+            {"bus": {"identities": {"s": {"pubish": []}}}},
+            "bus.identities.s.pubish",
+            "did you mean 'publish'",
+        ),
+        (
+            {"bus": {"address": "tcp://*:7300"}},
+            "bus.address",
+            "binds tcp beyond loopback without security",
+        ),
+    ],
+)
 def test_security_config_errors_name_the_key_and_the_rule(raw, key, rule):
     with pytest.raises(ConfigError) as caught:
         decode_config(raw, source="edge.toml")
     assert caught.value.key == key and rule in caught.value.rule
 
 
-@pytest.mark.parametrize("address", ["tcp://127.0.0.1:7300", "tcp://localhost:7300", "tcp://[::1]:7300"])
+@pytest.mark.parametrize(
+    "address", ["tcp://127.0.0.1:7300", "tcp://localhost:7300", "tcp://[::1]:7300"]
+)
 def test_a_plain_tcp_bus_on_loopback_is_accepted(address):
     assert decode_config({"bus": {"address": address}}).bus.address == address
 
@@ -110,8 +140,17 @@ def test_role_defaults_are_least_privilege():
 
 
 def test_an_identity_table_replaces_the_derived_lists_it_names():
-    config = decode_config({**_processes(), "bus": {"identities": {
-        "renderer": {"subscribe": ["voice.output"]}, "alice": {"publish": ["voice.query"]}}}})
+    config = decode_config(
+        {
+            **_processes(),
+            "bus": {
+                "identities": {
+                    "renderer": {"subscribe": ["voice.output"]},
+                    "alice": {"publish": ["voice.query"]},
+                }
+            },
+        }
+    )
     granted = permissions(config)
     assert granted["renderer"].subscribe == ["voice.output"]
     assert granted["alice"].publish == ["voice.query"] and granted["alice"].subscribe == []
@@ -127,23 +166,53 @@ def test_the_secure_example_is_ready_after_init_keys(tmp_path):
     for client in ("alice", "sensor", "ops"):
         create_keypair(client, tmp_path / "keys")
     config = load_config(config_path)
-    assert init_keys(config) == ["broker", "context", "compaction", "conversation", "router", "renderer"]
+    assert init_keys(config) == [
+        "broker",
+        "context",
+        "compaction",
+        "conversation",
+        "router",
+        "renderer",
+    ]
     assert init_keys(config) == []  # only what is missing
     security = broker_security(config)
     assert sorted(security.identities) == sorted(
-        ["alice", "sensor", "ops", "context", "compaction", "conversation", "router", "renderer"])
-    checked = subprocess.run([*CLI, "up", "--check", str(config_path)], capture_output=True, text=True)
+        ["alice", "sensor", "ops", "context", "compaction", "conversation", "router", "renderer"]
+    )
+    checked = subprocess.run(
+        [*CLI, "up", "--check", str(config_path)], capture_output=True, text=True
+    )
     assert checked.returncode == 0, checked.stderr
     assert checked.stdout.strip().endswith("ok (5 processes; bus security curve, 8 identities)")
 
 
 def test_top_shows_identities_and_the_brokers_per_identity_counters():
     view = TopView()
-    view.observe(RuntimeMetrics("broker", 1, 10, 0, 0, 5, 0, 0, 4, 0, 0, identity="broker",
-                                dropped={"sensor": 3}, denied={"renderer": 1}), 0.0)
+    view.observe(
+        RuntimeMetrics(
+            "broker",
+            1,
+            10,
+            0,
+            0,
+            5,
+            0,
+            0,
+            4,
+            0,
+            0,
+            identity="broker",
+            dropped={"sensor": 3},
+            denied={"renderer": 1},
+        ),
+        0.0,
+    )
     view.observe(RuntimeMetrics("router", 1, 11, 0, 2, 2, 0, 0, 0, 0, 0, identity="router"), 0.0)
     rows = view.rows(0.5)
-    assert [(row.runtime, row.identity) for row in rows] == [("broker", "broker"), ("router", "router")]
+    assert [(row.runtime, row.identity) for row in rows] == [
+        ("broker", "broker"),
+        ("router", "router"),
+    ]
     text = render(rows, color=False)
     assert "broker  pid 10  0.5s ago  identity broker" in text
     assert "  dropped from sensor 3" in text and "  subscriptions denied to renderer 1" in text

@@ -14,19 +14,19 @@ import sys
 from pathlib import Path
 
 import pytest
-from buses import expect_line, reap
-from secure_bus import free_tcp_bus
 
 from xrmq.actors import runtime as xrmq_runtime
-from xrmq.actors.models import ScriptedLLM
-from xrmq.actors.routing import SingleDestination
 
 # -- seed 000's imports, changed to xrmq ----------------------------------------------------
 from xrmq.actors.context import ContextManager
 from xrmq.actors.conversation import Conversation
-from xrmq.actors.routing import AgentRouter
+from xrmq.actors.models import ScriptedLLM
+from xrmq.actors.routing import AgentRouter, SingleDestination
 from xrmq.schemas import AgentTurn
 from xrmq.topics import VOICE_OUTPUT_TOPIC
+
+from buses import expect_line, reap
+from secure_bus import free_tcp_bus
 
 CLI = [sys.executable, "-m", "xrmq.actors.cli"]
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -104,43 +104,129 @@ async def test_a_curve_edge_box_from_init_keys_answers_say_with_a_key_and_runs_s
         made = cli(env, "keys", "new", client, "--dir", str(keys))
         assert made.returncode == 0, made.stderr
     assert stat.S_IMODE((keys / "alice.key_secret").stat().st_mode) == 0o600
-    up = subprocess.Popen([*CLI, "up", "--init-keys", str(config)], stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, env=env)
+    up = subprocess.Popen(
+        [*CLI, "up", "--init-keys", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     try:
         created = expect_line(up, "xrmq up: created key pairs")
         assert created.endswith("broker, context, compaction, conversation, router, renderer")
         expect_line(up, "xrmq up: ready")
         listed = cli(env, "keys", "list", str(keys)).stdout.splitlines()
         assert [line.split("\t")[0] for line in listed] == sorted(
-            ["alice", "broker", "compaction", "context", "conversation", "ops", "renderer", "router",
-             "seed", "sensor"])
+            [
+                "alice",
+                "broker",
+                "compaction",
+                "context",
+                "conversation",
+                "ops",
+                "renderer",
+                "router",
+                "seed",
+                "sensor",
+            ]
+        )
 
-        as_alice = ["--bus", bus, "--key", str(keys / "alice.key_secret"),
-                    "--server-key", str(keys / "broker.key")]
+        as_alice = [
+            "--bus",
+            bus,
+            "--key",
+            str(keys / "alice.key_secret"),
+            "--server-key",
+            str(keys / "broker.key"),
+        ]
         answer = cli(env, "say", *as_alice, "--timeout", "30", "Hello there.")
         assert answer.returncode == 0, answer.stderr
         assert answer.stdout.strip()
 
-        sensor_env = {**env, "XRMQ_KEY": str(keys / "sensor.key_secret"),
-                      "XRMQ_SERVER_KEY": str(keys / "broker.key")}
-        sensor = subprocess.run([sys.executable, str(EXAMPLES / "sensor_publisher.py"), bus],
-                                capture_output=True, text=True, env=sensor_env, timeout=60)
-        assert sensor.returncode == 0, sensor.stderr
-        forged = cli(sensor_env, "publish", "--bus", bus, "voice.query", "--participant", "p1",
-                     "--source", "router", "forged turn")
+        sensor_env = {
+            **env,
+            "XRMQ_KEY": str(keys / "sensor.key_secret"),
+            "XRMQ_SERVER_KEY": str(keys / "broker.key"),
+        }
+        as_ops = [
+            "--bus",
+            bus,
+            "--key",
+            str(keys / "ops.key_secret"),
+            "--server-key",
+            str(keys / "broker.key"),
+        ]
+        record = subprocess.Popen(
+            [*CLI, "record", *as_ops, str(tmp_path / "capture.xrmq"), "--count", "2"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        try:
+            expect_line(
+                record, "xrmq record: ready"
+            )  # the ops identity may read the capture socket
+            sensor = subprocess.run(
+                [sys.executable, str(EXAMPLES / "sensor_publisher.py"), bus],
+                capture_output=True,
+                text=True,
+                env=sensor_env,
+                timeout=60,
+            )
+            assert sensor.returncode == 0, sensor.stderr
+            assert record.wait(timeout=30) == 0
+            wrote = expect_line(record, "xrmq record: wrote")
+            assert wrote == f"xrmq record: wrote 2 messages to {tmp_path / 'capture.xrmq'}"
+        finally:
+            reap(record)
+        foreign = subprocess.run(
+            [
+                sys.executable,
+                str(EXAMPLES / "foreign_client.py"),
+                bus,
+                "p1",
+                "The reagent kit is in fridge 2.",
+            ],
+            capture_output=True,
+            text=True,
+            env=sensor_env,
+            timeout=60,
+        )
+        assert foreign.returncode == 0, foreign.stderr
+        forged = cli(
+            sensor_env,
+            "publish",
+            "--bus",
+            bus,
+            "voice.query",
+            "--participant",
+            "p1",
+            "--source",
+            "router",
+            "forged turn",
+        )
         assert forged.returncode == 0, forged.stderr  # fire and forget: the broker drops it
-        kettle = cli(env, "say", *as_alice, "--timeout", "30", "What temperature is the kettle set to?")
+        kettle = cli(
+            env, "say", *as_alice, "--timeout", "30", "What temperature is the kettle set to?"
+        )
         assert kettle.returncode == 0, kettle.stderr
         assert "85" in kettle.stdout  # the sensor's note reached the participant's context
 
-        top = cli(env, "top", "--bus", bus, "--key", str(keys / "ops.key_secret"), "--server-key",
-                  str(keys / "broker.key"), "--once", "--json", "--expect", "6", "--window", "30")
+        top = cli(env, "top", *as_ops, "--once", "--json", "--expect", "6", "--window", "30")
         assert top.returncode == 0, top.stderr
         rows = {row["runtime"]: row for row in json.loads(top.stdout)}
-        assert {name: rows[name]["identity"] for name in
-                ("broker", "context", "compaction", "conversation", "router", "renderer")} == {
-            "broker": "broker", "context": "context", "compaction": "compaction",
-            "conversation": "conversation", "router": "router", "renderer": "renderer"}
+        assert {
+            name: rows[name]["identity"]
+            for name in ("broker", "context", "compaction", "conversation", "router", "renderer")
+        } == {
+            "broker": "broker",
+            "context": "context",
+            "compaction": "compaction",
+            "conversation": "conversation",
+            "router": "router",
+            "renderer": "renderer",
+        }
         assert rows["broker"]["dropped"] == {"sensor": 1}
         assert rows["broker"]["denied"] == {}
 
@@ -168,7 +254,7 @@ class SeedRuntime(xrmq_runtime.AgentRuntime):
 
 async def run_seed_example(bus: str, keys: Path, up: subprocess.Popen):
     SeedRuntime.connection = (bus, keys)
-    AgentRuntime = SeedRuntime  # noqa: N806 - the seed's name
+    AgentRuntime = SeedRuntime
     llm = ScriptedLLM("The calibration meeting is at 15:30 in lab 2.")
     decisions = SingleDestination()
 
@@ -186,7 +272,9 @@ async def run_seed_example(bus: str, keys: Path, up: subprocess.Popen):
         runtime=runtime,
         output_topic=VOICE_OUTPUT_TOPIC,
     )
-    front_end = AgentRouter({"conversation": conversation}, decisions, output=publish_router_control)
+    front_end = AgentRouter(
+        {"conversation": conversation}, decisions, output=publish_router_control
+    )
 
     async def participant_left(participant_id: str) -> None:
         await front_end.participant_left(participant_id)
@@ -216,8 +304,9 @@ def test_a_plain_tcp_bus_beyond_loopback_is_refused_naming_the_fix(tmp_path, add
     assert result.returncode == 2
     assert result.stderr.strip() == (
         f"xrmq up: {config}: bus.address: '{address}' binds tcp beyond loopback without security: "
-        "anyone who can reach it owns the bus; set [bus.security] mode = \"curve\" "
-        "(or insecure = true to accept that)")
+        'anyone who can reach it owns the bus; set [bus.security] mode = "curve" '
+        "(or insecure = true to accept that)"
+    )
 
 
 def test_insecure_true_accepts_it_and_check_says_so(tmp_path):
@@ -225,7 +314,10 @@ def test_insecure_true_accepts_it_and_check_says_so(tmp_path):
     config.write_text('[bus]\naddress = "tcp://0.0.0.0:7300"\n\n[bus.security]\ninsecure = true\n')
     result = cli({**os.environ}, "up", "--check", str(config))
     assert result.returncode == 0, result.stderr
-    assert "WARNING: insecure = true: tcp://0.0.0.0:7300 is open to anyone who reaches it" in result.stdout
+    assert (
+        "WARNING: insecure = true: tcp://0.0.0.0:7300 is open to anyone who reaches it"
+        in result.stdout
+    )
 
 
 def test_check_of_a_curve_config_without_keys_names_init_keys(tmp_path):

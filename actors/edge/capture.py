@@ -56,7 +56,8 @@ def _probe_until_seen(pub: zmq.Socket, sub: zmq.Socket, timeout: float, what: st
 
 
 def _secure(*sockets: zmq.Socket) -> None:
-    """CURVE client sockets when ``$XRMQ_KEY``/``$XRMQ_SERVER_KEY`` (``--key``, ``--server-key``) say so."""
+    """Make the sockets CURVE clients when ``$XRMQ_KEY``/``$XRMQ_SERVER_KEY`` say so
+    (``--key``, ``--server-key``)."""
     credentials = client_credentials()
     if credentials is not None:
         for socket in sockets:

@@ -19,7 +19,8 @@ def add_commands(subparsers: Any) -> None:
     up.add_argument("config", nargs="?", help="TOML config (default: the embedded default; see examples/edge-box.toml)")
     up.add_argument("--check", action="store_true", help="validate the config and its roles, start nothing")
     up.add_argument("--init-keys", action="store_true",
-                    help="with [bus.security] mode = 'curve': create missing key pairs (broker, processes)")
+                    help="with [bus.security] mode = 'curve': create missing key pairs "
+                         "(broker, processes)")
     up.set_defaults(func=run_up)
 
     run = subparsers.add_parser("run", help="run one process of an edge-box config (what 'up' starts)")
@@ -94,7 +95,8 @@ def run_up(args: argparse.Namespace) -> int:
             raise ValueError("--init-keys: the config's [bus.security] mode is not 'curve'")
         posture = "bus security none"
         if security.insecure and is_loopback_tcp(config.bus.address) is False:
-            posture += f"; WARNING: insecure = true: {config.bus.address} is open to anyone who reaches it"
+            posture += (f"; WARNING: insecure = true: {config.bus.address} is open to anyone "
+                        "who reaches it")
     if args.check:
         print(f"xrmq up: {config.source}: ok ({len(config.processes)} processes; {posture})")
         return 0

@@ -59,14 +59,16 @@ SECURITY_MODES = ("none", "curve")
 
 class SecurityConfig(_Section):
     mode: str = "none"
-    """``curve``: every bus socket authenticated and encrypted, per-identity ACLs; ``none``: plain."""
+    """``curve``: every bus socket authenticated and encrypted, per-identity ACLs;
+    ``none``: plain."""
     keys: str = "keys"
     """Directory of the key pairs (the broker's, each process identity's; ``xrmq up --init-keys``
     writes them there). Relative paths are relative to the config file."""
     secret_key: str | None = None
     """The broker's secret key file; None: ``<keys>/broker.key_secret``."""
     authorized: str | None = None
-    """Directory of admitted clients' public keys (``NAME.key`` is identity ``NAME``); None: ``keys``."""
+    """Directory of admitted clients' public keys (``NAME.key`` is identity ``NAME``);
+    None: ``keys``."""
     insecure: bool = False
     """Allow a plain (``mode = "none"``) bus on a tcp address that is not loopback."""
 
@@ -199,7 +201,8 @@ class ProcessConfig(_Section):
     restart: RestartPolicyConfig | None = None
     """None uses ``supervisor.restart``."""
     identity: str | None = None
-    """The bus identity (key pair ``<keys>/<identity>.key_secret``) it connects as; None: its name."""
+    """The bus identity (key pair ``<keys>/<identity>.key_secret``) it connects as;
+    None: its name."""
     nice: int = 0
     """OS scheduling niceness (0-19): the background roles (context, compaction) run at 19
     by default, so on a busy box the answer path (router, conversation, renderer) gets
@@ -240,7 +243,7 @@ class EdgeConfig(_Section):
         return Path(self.source).parent / path
 
     def identity(self, process: str) -> str:
-        """The bus identity of a process: its ``identity`` key, else its name (a role run alone too)."""
+        """A process's bus identity: its ``identity`` key, else its name (a role run alone too)."""
         spec = self.processes.get(process)
         return (spec.identity if spec is not None else None) or process
 
@@ -347,7 +350,8 @@ def _bus(raw: dict[str, Any], source: str) -> BusConfig:
     """``[bus]``, its identities converted one by one so an error names ``bus.identities.NAME``."""
     identities_raw = raw.get("identities", {})
     if not isinstance(identities_raw, dict):
-        raise ConfigError(source, "bus.identities", f"must be a table, got {_kind(type(identities_raw).__name__)}")
+        kind = _kind(type(identities_raw).__name__)
+        raise ConfigError(source, "bus.identities", f"must be a table, got {kind}")
     identities = {name: _convert(value, IdentityConfig, f"bus.identities.{name}", source)
                   for name, value in _table(identities_raw, "bus.identities", source).items()}
     bus: BusConfig = _convert({**raw, "identities": {}}, BusConfig, "bus", source)
@@ -556,19 +560,22 @@ def _check_security(config: EdgeConfig, source: str) -> None:
 
     security = config.bus.security
     if security.mode not in SECURITY_MODES:
-        raise ConfigError(source, "bus.security.mode", f"must be 'none' or 'curve', got {security.mode!r}")
-    if security.mode == "none" and is_loopback_tcp(config.bus.address) is False and not security.insecure:
+        raise ConfigError(source, "bus.security.mode",
+                          f"must be 'none' or 'curve', got {security.mode!r}")
+    beyond_loopback = is_loopback_tcp(config.bus.address) is False
+    if security.mode == "none" and beyond_loopback and not security.insecure:
         raise ConfigError(source, "bus.address",
-                          f"{config.bus.address!r} binds tcp beyond loopback without security: anyone who "
-                          "can reach it owns the bus; set [bus.security] mode = \"curve\" "
-                          "(or insecure = true to accept that)")
+                          f"{config.bus.address!r} binds tcp beyond loopback without security: "
+                          "anyone who can reach it owns the bus; "
+                          "set [bus.security] mode = \"curve\" (or insecure = true to accept that)")
     if security.mode == "curve" and not config.bus.address.startswith(("tcp://", "ipc://")) \
             and "://" in config.bus.address:
         raise ConfigError(source, "bus.security.mode", "curve needs an ipc:// or tcp:// bus")
     for name, identity in config.bus.identities.items():
         key = f"bus.identities.{name}"
         if name == "broker":
-            raise ConfigError(source, key, "'broker' is the broker's own key, not a client identity")
+            raise ConfigError(source, key,
+                              "'broker' is the broker's own key, not a client identity")
         if identity.key is not None and len(identity.key) != 40:
             raise ConfigError(source, f"{key}.key", "must be a Z85 public key (40 characters)")
         for field in ("publish", "sources", "subscribe"):
@@ -578,8 +585,8 @@ def _check_security(config: EdgeConfig, source: str) -> None:
                 raise ConfigError(source, f"{key}.{field}", str(error)) from None
     for name, process in config.processes.items():
         if process.identity is not None and not _NAME.match(process.identity):
-            raise ConfigError(source, f"processes.{name}.identity",
-                              "names use letters, digits, '-' and '_', starting with a letter or digit")
+            raise ConfigError(source, f"processes.{name}.identity", "names use letters, digits, "
+                              "'-' and '_', starting with a letter or digit")
 
 
 def _check_bus(address: str, source: str) -> None:

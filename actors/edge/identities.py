@@ -46,26 +46,47 @@ def role_permissions(config: EdgeConfig, role: str) -> Permissions:
     destinations = list(config.destinations)
     route_topics = [f"route.{name}.*" for name in destinations]
     if role == "context":  # sections: context topics in, views and compaction jobs out
-        return Permissions(publish=[_NS], sources=[_NS], subscribe=[
-            f"{DEFAULT_NAMESPACE}.dialogue.*", f"{DEFAULT_NAMESPACE}.topic.*", *topics])
+        return Permissions(
+            publish=[_NS],
+            sources=[_NS],
+            subscribe=[f"{DEFAULT_NAMESPACE}.dialogue.*", f"{DEFAULT_NAMESPACE}.topic.*", *topics],
+        )
     if role == "compaction":  # workers: jobs in, results out
-        return Permissions(publish=[_NS], sources=[_NS], subscribe=[f"{DEFAULT_NAMESPACE}.worker.*"])
+        return Permissions(
+            publish=[_NS], sources=[_NS], subscribe=[f"{DEFAULT_NAMESPACE}.worker.*"]
+        )
     if role == "conversation":  # answers out as the destination; the context replica in
         return Permissions(
             publish=[VOICE_OUTPUT_TOPIC.name, _NS, *route_topics],
-            sources=[*destinations, "conversation", *(f"{name}-*" for name in destinations),
-                     DEFAULT_NAMESPACE, _NS],
-            subscribe=[f"{DEFAULT_NAMESPACE}.view", f"{DEFAULT_NAMESPACE}.replica.*", *route_topics],
+            sources=[
+                *destinations,
+                "conversation",
+                *(f"{name}-*" for name in destinations),
+                DEFAULT_NAMESPACE,
+                _NS,
+            ],
+            subscribe=[
+                f"{DEFAULT_NAMESPACE}.view",
+                f"{DEFAULT_NAMESPACE}.replica.*",
+                *route_topics,
+            ],
         )
     if role == "router":
         return Permissions(
             publish=[VOICE_OUTPUT_TOPIC.name, *route_topics],
             sources=["router", *(f"{name}-*" for name in destinations)],
-            subscribe=[QUERY_TOPIC.name, INTERRUPTED_TOPIC.name, PARTICIPANT_JOINED_TOPIC.name,
-                       PARTICIPANT_LEFT_TOPIC.name, *route_topics],
+            subscribe=[
+                QUERY_TOPIC.name,
+                INTERRUPTED_TOPIC.name,
+                PARTICIPANT_JOINED_TOPIC.name,
+                PARTICIPANT_LEFT_TOPIC.name,
+                *route_topics,
+            ],
         )
     if role == "renderer":
-        return Permissions(subscribe=[VOICE_OUTPUT_TOPIC.name, QUERY_TOPIC.name, INTERRUPTED_TOPIC.name])
+        return Permissions(
+            subscribe=[VOICE_OUTPUT_TOPIC.name, QUERY_TOPIC.name, INTERRUPTED_TOPIC.name]
+        )
     return Permissions()
 
 
@@ -73,8 +94,12 @@ def _union(permissions: list[Permissions]) -> Permissions:
     def merged(field: str) -> list[str]:
         return list(dict.fromkeys(p for perms in permissions for p in getattr(perms, field)))
 
-    return Permissions(publish=merged("publish"), sources=merged("sources"),
-                       subscribe=merged("subscribe"), capture=any(p.capture for p in permissions))
+    return Permissions(
+        publish=merged("publish"),
+        sources=merged("sources"),
+        subscribe=merged("subscribe"),
+        capture=any(p.capture for p in permissions),
+    )
 
 
 def keys_dir(config: EdgeConfig) -> Path:
@@ -114,7 +139,8 @@ def permissions(config: EdgeConfig) -> dict[str, Permissions]:
     by_identity: dict[str, list[Permissions]] = {}
     for name, spec in config.processes.items():
         by_identity.setdefault(config.identity(name), []).extend(
-            role_permissions(config, role) for role in spec.roles)
+            role_permissions(config, role) for role in spec.roles
+        )
     derived = {name: _union(perms) for name, perms in by_identity.items()}
     for name, table in config.bus.identities.items():
         base = derived.get(name, Permissions())
@@ -134,8 +160,9 @@ def broker_security(config: EdgeConfig) -> BrokerSecurity:
     try:
         public, secret = load_secret(secret_file)
     except ValueError as error:
-        raise ConfigError(source, "bus.security.secret_key",
-                          f"{error} (xrmq up --init-keys creates it)") from None
+        raise ConfigError(
+            source, "bus.security.secret_key", f"{error} (xrmq up --init-keys creates it)"
+        ) from None
     authorized = config.path(config.bus.security.authorized or config.bus.security.keys)
     on_file: dict[str, bytes] = {}
     for folder in dict.fromkeys((keys_dir(config), authorized)):
@@ -152,7 +179,11 @@ def broker_security(config: EdgeConfig) -> BrokerSecurity:
             key = on_file[name]
         else:
             where = f"bus.identities.{name}.key" if table is not None else "bus.security.keys"
-            raise ConfigError(source, where, f"no public key for identity {name!r}: "
-                              f"no {name}{PUBLIC_SUFFIX} in {authorized} (xrmq up --init-keys)")
+            raise ConfigError(
+                source,
+                where,
+                f"no public key for identity {name!r}: "
+                f"no {name}{PUBLIC_SUFFIX} in {authorized} (xrmq up --init-keys)",
+            )
         identities[name] = (key, granted.get(name, Permissions()))
     return BrokerSecurity(public, secret, identities)

@@ -58,7 +58,8 @@ async def run_process(config: EdgeConfig, instance: ProcessInstance, *, out: Tex
     if config.bus.security.mode == "curve":
         from .identities import broker_public_file, process_key_file
 
-        keys = {"key": process_key_file(config, instance.process), "server_key": broker_public_file(config)}
+        keys = {"key": process_key_file(config, instance.process),
+                "server_key": broker_public_file(config)}
     runtime = AgentRuntime(config.bus.address, name=instance.runtime_name,
                            metrics_interval=config.supervisor.metrics_interval_s,
                            ready_timeout=config.supervisor.ready_timeout_s, **keys)

@@ -129,7 +129,8 @@ def render(rows: list[RuntimeRow], *, stale_after_s: float = 5.0, color: bool = 
         if row.restarts:
             header += f"  {paint(RED, f'restarted {row.restarts}x')}"
         lines.append(header)
-        for label, counts in (("dropped from", row.dropped), ("subscriptions denied to", row.denied)):
+        for label, counts in (("dropped from", row.dropped),
+                              ("subscriptions denied to", row.denied)):
             if counts:
                 lines.append(f"  {paint(RED, label)} " + "  ".join(
                     f"{identity} {count}" for identity, count in sorted(counts.items())))

@@ -27,7 +27,13 @@ import zmq
 from .address import BusAddress
 from .logs import get_logger
 from .security.acl import AccessPolicy
-from .security.forwarder import BUS_DOMAIN, CAPTURE_DOMAIN, BrokerSecurity, Forwarder, IdentityAuthenticator
+from .security.forwarder import (
+    BUS_DOMAIN,
+    CAPTURE_DOMAIN,
+    BrokerSecurity,
+    Forwarder,
+    IdentityAuthenticator,
+)
 
 DEFAULT_HWM = 1_000_000
 """High-water mark for bus sockets: large and explicit (PUB/XPUB drop past it; receivers count the gap)."""

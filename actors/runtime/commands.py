@@ -34,7 +34,8 @@ def add_bus_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--key", metavar="FILE",
                         help=f"CURVE bus: this client's NAME.key_secret (default: ${KEY_ENV})")
     parser.add_argument("--server-key", metavar="FILE",
-                        help=f"CURVE bus: the broker's public key file (default: ${SERVER_KEY_ENV})")
+                        help=f"CURVE bus: the broker's public key file "
+                             f"(default: ${SERVER_KEY_ENV})")
 
 
 def export_keys(args: argparse.Namespace) -> None:
@@ -95,7 +96,8 @@ def run_bus(args: argparse.Namespace) -> int:
     broker.start()
     print(f"xrmq bus: ready publish={address.publish} subscribe={address.subscribe}"
           + (f" capture={address.capture}" if broker.capture else "")
-          + (f" security=curve identities={len(security.identities)}" if security else ""), flush=True)
+          + (f" security=curve identities={len(security.identities)}" if security else ""),
+          flush=True)
     stop.wait()
     broker.stop()
     return 0
@@ -155,7 +157,8 @@ def run_schema(args: argparse.Namespace) -> int:
 
 def run_keys_new(args: argparse.Namespace) -> int:
     public, secret = create_keypair(args.name, args.dir)
-    print(f"xrmq keys: wrote {public} (give it to the broker's authorized directory) and {secret} (mode 0600)")
+    print(f"xrmq keys: wrote {public} (for the broker's authorized directory) "
+          f"and {secret} (mode 0600)")
     return 0
 
 

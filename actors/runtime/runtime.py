@@ -141,7 +141,8 @@ class AgentRuntime:
             self.address = parse_bus(f"inproc://xrmq-embedded-{uuid.uuid4().hex}")
         else:
             self.address = bus if isinstance(bus, BusAddress) else parse_bus(bus)
-        self.credentials: ClientCredentials | None = None if bus is None else client_credentials(key, server_key)
+        self.credentials: ClientCredentials | None = (
+            None if bus is None else client_credentials(key, server_key))
         if bus is None and (key is not None or server_key is not None):
             raise ValueError("key: an embedded bus has no broker to authenticate to")
         prefix = self.credentials.identity if self.credentials is not None else "rt"

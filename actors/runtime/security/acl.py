@@ -82,7 +82,7 @@ class Patterns:
 
 
 class _Compiled:
-    __slots__ = ("name", "publish", "sources", "subscribe", "capture")
+    __slots__ = ("capture", "name", "publish", "sources", "subscribe")
 
     def __init__(self, name: str, permissions: Permissions) -> None:
         self.name = name
@@ -98,8 +98,9 @@ class AccessPolicy:
     It remembers the asks it let through (bounded, ``PENDING_ASKS``) to authorize replies.
     """
 
-    def __init__(self, identities: Mapping[str, Permissions], *,
-                 pending_asks: int = PENDING_ASKS) -> None:
+    def __init__(
+        self, identities: Mapping[str, Permissions], *, pending_asks: int = PENDING_ASKS
+    ) -> None:
         self._identities = {name: _Compiled(name, perms) for name, perms in identities.items()}
         self._by_length = sorted(self._identities, key=len, reverse=True)
         self._owners: dict[str, str | None] = {}
@@ -136,7 +137,7 @@ class AccessPolicy:
             return False
         for private in (INBOX_PREFIX, PROBE_PREFIX):
             if topic.startswith(private):
-                return self.owner(topic[len(private):]) == identity
+                return self.owner(topic[len(private) :]) == identity
         if topic == CAPTURE_PROBE_TOPIC:
             return compiled.capture
         return topic in compiled.subscribe
@@ -151,8 +152,9 @@ class AccessPolicy:
             return f"may not subscribe to {name!r}"
         return None
 
-    def check_message(self, identity: str, key: bytes, metadata_frame: bytes | memoryview,
-                      payload_empty: bool) -> str | None:
+    def check_message(
+        self, identity: str, key: bytes, metadata_frame: bytes | memoryview, payload_empty: bool
+    ) -> str | None:
         """None if ``identity`` may publish this message, else why it is dropped."""
         compiled = self._identities.get(identity)
         if compiled is None:

@@ -72,7 +72,9 @@ class _Admission:
 class IdentityAuthenticator(ThreadAuthenticator):
     """pyzmq's ZAP handler, with the identity's name as the connection's ``User-Id``."""
 
-    def __init__(self, context: zmq.Context, security: BrokerSecurity, policy: AccessPolicy) -> None:
+    def __init__(
+        self, context: zmq.Context, security: BrokerSecurity, policy: AccessPolicy
+    ) -> None:
         super().__init__(context)
         self._names = {public: name for name, (public, _) in security.identities.items()}
         self.configure_curve_callback(BUS_DOMAIN, _Admission(self._names, lambda name: True))
@@ -105,11 +107,23 @@ class _DropLog:
 class Forwarder:
     """The secure broker's loop over bound sockets, until ``TERMINATE`` on ``control``."""
 
-    def __init__(self, policy: AccessPolicy, frontend: zmq.Socket, backend: zmq.Socket,
-                 capture: zmq.Socket | None, control: zmq.Socket, log: Any,
-                 metrics_interval: float = 1.0) -> None:
+    def __init__(
+        self,
+        policy: AccessPolicy,
+        frontend: zmq.Socket,
+        backend: zmq.Socket,
+        capture: zmq.Socket | None,
+        control: zmq.Socket,
+        log: Any,
+        metrics_interval: float = 1.0,
+    ) -> None:
         self.policy = policy
-        self.frontend, self.backend, self.capture, self.control = frontend, backend, capture, control
+        self.frontend, self.backend, self.capture, self.control = (
+            frontend,
+            backend,
+            capture,
+            control,
+        )
         self.metrics_interval = metrics_interval
         self.forwarded = 0
         self.dropped: dict[str, int] = {}
@@ -161,8 +175,12 @@ class Forwarder:
                 reason = check(identity, key, frames[1].buffer, len(frames[2]) == 0)
             if reason is not None:
                 self.dropped[identity] = self.dropped.get(identity, 0) + 1
-                self._drop_log("broker.message_dropped", identity, reason,
-                               key=key[:200].decode(errors="replace"))
+                self._drop_log(
+                    "broker.message_dropped",
+                    identity,
+                    reason,
+                    key=key[:200].decode(errors="replace"),
+                )
                 continue
             _, metadata, payload = frames
             send(backend, first, _SNDMORE, copy=False)
@@ -194,27 +212,47 @@ class Forwarder:
                 backend.setsockopt(zmq.SUBSCRIBE, prefix)  # applies to the peer just read
                 continue
             self.denied[identity] = self.denied.get(identity, 0) + 1
-            self._drop_log("broker.subscription_denied", identity, reason,
-                           prefix=prefix[:200].decode(errors="replace"))
+            self._drop_log(
+                "broker.subscription_denied",
+                identity,
+                reason,
+                prefix=prefix[:200].decode(errors="replace"),
+            )
 
     def metrics(self) -> RuntimeMetrics:
         """The broker's counters: forwarded messages and per-identity drops and denials."""
         return RuntimeMetrics(
-            runtime=BROKER_NAME, epoch=self._epoch, pid=os.getpid(), timestamp_us=time.time_ns() // 1000,
-            published=0, delivered=self.forwarded, gaps=0, stale=0,
-            rejected=sum(self.dropped.values()) + sum(self.denied.values()), overflow=0,
-            handler_errors=0, identity=BROKER_NAME, dropped=dict(self.dropped), denied=dict(self.denied),
+            runtime=BROKER_NAME,
+            epoch=self._epoch,
+            pid=os.getpid(),
+            timestamp_us=time.time_ns() // 1000,
+            published=0,
+            delivered=self.forwarded,
+            gaps=0,
+            stale=0,
+            rejected=sum(self.dropped.values()) + sum(self.denied.values()),
+            overflow=0,
+            handler_errors=0,
+            identity=BROKER_NAME,
+            dropped=dict(self.dropped),
+            denied=dict(self.denied),
         )
 
     def _publish_metrics(self) -> None:
         self._seq += 1
         now = time.time_ns() // 1000
         message_id = f"{BROKER_NAME}:{self._epoch:x}:{self._seq:x}"
-        metadata = MessageMetadata(message_id, "runtime", BROKER_NAME, self._epoch, self._seq, now,
-                                   message_id)
+        metadata = MessageMetadata(
+            message_id, "runtime", BROKER_NAME, self._epoch, self._seq, now, message_id
+        )
         try:
             self.backend.send_multipart(
-                (_METRICS_KEY, self._encoder.encode(metadata), self._encoder.encode(self.metrics())),
-                zmq.NOBLOCK)
+                (
+                    _METRICS_KEY,
+                    self._encoder.encode(metadata),
+                    self._encoder.encode(self.metrics()),
+                ),
+                zmq.NOBLOCK,
+            )
         except zmq.Again:
             pass

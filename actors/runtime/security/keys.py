@@ -50,7 +50,9 @@ class ClientCredentials(msgspec.Struct, frozen=True):
 
 def require_curve() -> None:
     if not zmq.has("curve"):
-        raise RuntimeError("bus.security: this libzmq has no CURVE support (zmq.has('curve') is False)")
+        raise RuntimeError(
+            "bus.security: this libzmq has no CURVE support (zmq.has('curve') is False)"
+        )
 
 
 def create_keypair(name: str, directory: str | os.PathLike[str]) -> tuple[Path, Path]:
@@ -92,7 +94,9 @@ def list_keys(directory: str | os.PathLike[str]) -> list[KeyInfo]:
     found = []
     for path in sorted(folder.glob(f"*{PUBLIC_SUFFIX}")):
         name = path.name[: -len(PUBLIC_SUFFIX)]
-        found.append(KeyInfo(name, load_public(path).decode(), (folder / f"{name}{SECRET_SUFFIX}").exists()))
+        found.append(
+            KeyInfo(name, load_public(path).decode(), (folder / f"{name}{SECRET_SUFFIX}").exists())
+        )
     return found
 
 
@@ -135,9 +139,10 @@ def identity_of(path: str | os.PathLike[str]) -> str:
     return Path(path).stem
 
 
-def client_credentials(key: str | os.PathLike[str] | None = None,
-                       server_key: str | os.PathLike[str] | bytes | None = None
-                       ) -> ClientCredentials | None:
+def client_credentials(
+    key: str | os.PathLike[str] | None = None,
+    server_key: str | os.PathLike[str] | bytes | None = None,
+) -> ClientCredentials | None:
     """The credentials of ``key``/``server_key``, else of ``$XRMQ_KEY``/``$XRMQ_SERVER_KEY``.
 
     None when neither names a key (a plain bus). A key without the broker's key (or the
@@ -148,7 +153,9 @@ def client_credentials(key: str | os.PathLike[str] | None = None,
     if key is None and server_key is None:
         return None
     if key is None or server_key is None:
-        raise ValueError(f"--key ({KEY_ENV}) and --server-key ({SERVER_KEY_ENV}): give both or neither")
+        raise ValueError(
+            f"--key ({KEY_ENV}) and --server-key ({SERVER_KEY_ENV}): give both or neither"
+        )
     require_curve()
     public, secret = load_secret(key)
     return ClientCredentials(identity_of(key), public, secret, load_public(server_key))
