@@ -215,3 +215,15 @@ async def test_a_reply_to_aimed_at_participant_left_is_rejected(keys):
             forger.close()
         assert watcher.seen == [("voice.query", forger.sender, "marker")]
         assert bus.broker.forwarder.dropped == {"client": 1}
+
+
+async def test_a_runtime_whose_subscription_is_denied_says_which_when_it_gives_up(keys):
+    with secure_broker(keys, IDENTITIES) as bus:
+        renderer = AgentRuntime(bus.bus, key=bus.key("renderer"), server_key=bus.server_key,
+                                ready_timeout=1.0)
+        renderer.register("watcher", Watcher())  # notes, voice.query, participant.left: not its own
+        with pytest.raises(TimeoutError) as caught:
+            await renderer.start()
+        assert "CURVE identity 'renderer'" in str(caught.value)
+        assert "may it subscribe to notes, participant.left, voice.query?" in str(caught.value)
+        assert bus.broker.forwarder.denied["renderer"] >= 3

@@ -28,9 +28,12 @@ def default_bus() -> str:
     return os.environ.get("XRMQ_BUS", DEFAULT_BUS)
 
 
-def add_bus_argument(parser: argparse.ArgumentParser) -> None:
+def add_bus_argument(parser: argparse.ArgumentParser, *, keys: bool = True) -> None:
+    """``--bus``, and for a client of the bus (``keys``) ``--key`` and ``--server-key``."""
     parser.add_argument("--bus", default=default_bus(),
                         help="bus name, ipc://PREFIX, tcp://HOST:PORT (default: $XRMQ_BUS or 'default')")
+    if not keys:
+        return
     parser.add_argument("--key", metavar="FILE",
                         help=f"CURVE bus: this client's NAME.key_secret (default: ${KEY_ENV})")
     parser.add_argument("--server-key", metavar="FILE",
@@ -51,7 +54,7 @@ def export_keys(args: argparse.Namespace) -> None:
 
 def add_commands(subparsers: Any) -> None:
     bus = subparsers.add_parser("bus", help="run the bus broker (XSUB/XPUB proxy with capture)")
-    add_bus_argument(bus)
+    add_bus_argument(bus, keys=False)
     bus.add_argument("--no-capture", action="store_true", help="do not bind the capture socket")
     bus.add_argument("--config", help="edge-box TOML whose [bus.security] the broker enforces")
     bus.set_defaults(func=run_bus)

@@ -392,11 +392,22 @@ class AgentRuntime:
             self._probe_event.clear()
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise TimeoutError(f"bus: no broker answered at {self.address.subscribe} within {self.ready_timeout}s")
+                raise TimeoutError(self._not_ready())
             try:
                 await asyncio.wait_for(self._probe_event.wait(), min(interval, remaining))
             except TimeoutError:
                 interval = min(interval * 2, 0.5)
+
+    def _not_ready(self) -> str:
+        """Why ``start`` gives up; on a CURVE bus, naming the subscriptions still unanswered."""
+        where = f"bus: no broker answered at {self.address.subscribe}"
+        message = f"{where} within {self.ready_timeout}s"
+        if self.credentials is None:
+            return message
+        pending = sorted({prefix.split(SEP)[0].decode(errors="replace")
+                          for prefix in self._probes.values()})
+        return (f"{message} (CURVE identity {self.credentials.identity!r}: is its key admitted, "
+                f"and may it subscribe to {', '.join(pending)}?)")
 
     # ------------------------------------------------------------------ publishing
 
