@@ -48,6 +48,11 @@ PENDING_ASKS = 65_536
 """Asks remembered for reply authorization; the oldest is forgotten past this many."""
 
 _metadata = msgspec.msgpack.Decoder(MessageMetadata)
+_UNDECIDED = object()
+_REPLY = object()
+"""Decision marker: a message on an inbox, judged per message by the ask it answers."""
+_DECISIONS = 65_536
+"""Decisions remembered per (identity, topic, sender, source); all forgotten past this many."""
 
 
 class Permissions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -105,6 +110,7 @@ class AccessPolicy:
         self._by_length = sorted(self._identities, key=len, reverse=True)
         self._owners: dict[str, str | None] = {}
         self._asks: OrderedDict[str, str] = OrderedDict()
+        self._decisions: dict[tuple[str, bytes, str, str], object] = {}
         self._ask_limit = pending_asks
 
     @property
@@ -155,44 +161,74 @@ class AccessPolicy:
     def check_message(
         self, identity: str, key: bytes, metadata_frame: bytes | memoryview, payload_empty: bool
     ) -> str | None:
-        """None if ``identity`` may publish this message, else why it is dropped."""
-        compiled = self._identities.get(identity)
-        if compiled is None:
-            return "unknown identity"
+        """None if ``identity`` may publish this message, else why it is dropped.
+
+        The decision on (identity, topic, sender, source) is remembered (bounded), so a
+        stream of like messages costs a key split, a metadata decode and a dict lookup.
+        """
         parts = key.split(SEP, 2)
         if len(parts) != 3 or not parts[0]:
             return "key must be <topic> NUL <participant> NUL"
-        topic = parts[0].decode(errors="replace")
         if parts[2]:
-            if len(metadata_frame) or not payload_empty:
-                return "a control frame carries no metadata or payload"
-            if self.may_subscribe(identity, topic):
-                return None
-            return f"probe on {topic!r}, which it may not subscribe to"
+            return self._check_control(identity, parts[0], metadata_frame, payload_empty)
         try:
             metadata = _metadata.decode(metadata_frame)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return "metadata does not decode"
+        reply_to = metadata.reply_to
+        if reply_to is not None and reply_to != INBOX_PREFIX + metadata.sender:
+            return f"reply_to {reply_to!r} is not the sender's own inbox"
+        slot = (identity, parts[0], metadata.sender, metadata.source)
+        decision = self._decisions.get(slot, _UNDECIDED)
+        if decision is _UNDECIDED:
+            decision = self._decide(identity, parts[0].decode(errors="replace"), metadata)
+            if len(self._decisions) >= _DECISIONS:
+                self._decisions.clear()
+            self._decisions[slot] = decision
+        if decision is _REPLY:
+            return self._check_reply(identity, metadata)
+        if decision is None and reply_to is not None:
+            self._remember_ask(metadata.message_id, parts[0].decode(errors="replace"))
+        return decision  # type: ignore[return-value]
+
+    def _decide(self, identity: str, topic: str, metadata: MessageMetadata) -> str | object | None:
+        """The part of the decision that depends on identity, topic, sender and source only."""
+        compiled = self._identities.get(identity)
+        if compiled is None:
+            return "unknown identity"
         if self.owner(metadata.sender) != identity:
             return f"sender {metadata.sender!r} is not a runtime of this identity"
-        if metadata.reply_to is not None and metadata.reply_to != INBOX_PREFIX + metadata.sender:
-            return f"reply_to {metadata.reply_to!r} is not the sender's own inbox"
         if topic.startswith(INBOX_PREFIX):
-            asked = self._asks.get(metadata.correlation_id or "")
-            if asked is None:
-                return "a reply to no ask the broker forwarded"
-            if not self.may_subscribe(identity, asked):
-                return f"a reply to an ask on {asked!r}, which it may not receive"
-            return None
+            return _REPLY
         if topic == METRICS_TOPIC_NAME and metadata.source == METRICS_SOURCE:
             return None
         if topic not in compiled.publish:
             return f"may not publish on {topic!r}"
         if metadata.source not in compiled.sources:
             return f"may not use source {metadata.source!r}"
-        if metadata.reply_to is not None:
-            self._remember_ask(metadata.message_id, topic)
         return None
+
+    def _check_reply(self, identity: str, metadata: MessageMetadata) -> str | None:
+        asked = self._asks.get(metadata.correlation_id or "")
+        if asked is None:
+            return "a reply to no ask the broker forwarded"
+        if not self.may_subscribe(identity, asked):
+            return f"a reply to an ask on {asked!r}, which it may not receive"
+        return None
+
+    def _check_control(
+        self,
+        identity: str,
+        topic_bytes: bytes,
+        metadata_frame: bytes | memoryview,
+        payload_empty: bool,
+    ) -> str | None:
+        if len(metadata_frame) or not payload_empty:
+            return "a control frame carries no metadata or payload"
+        topic = topic_bytes.decode(errors="replace")
+        if self.may_subscribe(identity, topic):
+            return None
+        return f"probe on {topic!r}, which it may not subscribe to"
 
     def _remember_ask(self, message_id: str, topic: str) -> None:
         asks = self._asks
