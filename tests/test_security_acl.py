@@ -209,3 +209,21 @@ def test_patterns_match_names_prefixes_and_everything(patterns, name, matched):
 def test_a_malformed_pattern_is_refused_naming_the_rule(pattern):
     with pytest.raises(ValueError, match="a name, a prefix ending in"):
         Patterns([pattern])
+
+
+def test_a_remembered_decision_still_records_every_ask_and_checks_every_reply():
+    acl = policy()
+    for n in range(2):  # the second ask is decided from memory
+        ask = metadata(
+            "router", "conversation-proxy", message_id=f"ask-{n}", reply_to="_inbox.router"
+        )
+        assert acl.check_message("router", key("route.conversation.answer"), ask, False) is None
+    for n in range(2):
+        reply = metadata("conversation", "conversation-proxy", correlation_id=f"ask-{n}")
+        assert acl.check_message("conversation", key("_inbox.router"), reply, False) is None
+    stray = metadata("conversation", "conversation-proxy", correlation_id="ask-9")
+    assert "no ask" in acl.check_message("conversation", key("_inbox.router"), stray, False)
+    bad_reply_to = metadata("router", "conversation-proxy", reply_to="participant.left")
+    assert "own inbox" in acl.check_message(
+        "router", key("route.conversation.answer"), bad_reply_to, False
+    )
