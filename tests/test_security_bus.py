@@ -10,7 +10,10 @@ import pytest
 import zmq
 
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext
-from xrmq.actors.runtime.security import Permissions
+from xrmq.actors.runtime.address import parse_bus
+from xrmq.actors.runtime.broker import Broker
+from xrmq.actors.runtime.security import BrokerSecurity, Permissions
+from xrmq.actors.runtime.security.keys import load_public, load_secret
 from xrmq.schemas import ConversationContextUpdate, ParticipantLeft, ResponseOutput, UserQuery
 from xrmq.topics import PARTICIPANT_LEFT_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC, context_topic
 
@@ -219,11 +222,39 @@ async def test_a_reply_to_aimed_at_participant_left_is_rejected(keys):
 
 async def test_a_runtime_whose_subscription_is_denied_says_which_when_it_gives_up(keys):
     with secure_broker(keys, IDENTITIES) as bus:
-        renderer = AgentRuntime(bus.bus, key=bus.key("renderer"), server_key=bus.server_key,
-                                ready_timeout=1.0)
+        renderer = AgentRuntime(
+            bus.bus, key=bus.key("renderer"), server_key=bus.server_key, ready_timeout=1.0
+        )
         renderer.register("watcher", Watcher())  # notes, voice.query, participant.left: not its own
         with pytest.raises(TimeoutError) as caught:
             await renderer.start()
         assert "CURVE identity 'renderer'" in str(caught.value)
         assert "may it subscribe to notes, participant.left, voice.query?" in str(caught.value)
         assert bus.broker.forwarder.denied["renderer"] >= 3
+
+
+async def test_curve_works_on_an_ipc_bus_too(keys, tmp_path):
+    public, secret = load_secret(keys / "broker.key_secret")
+    security = BrokerSecurity(
+        public,
+        secret,
+        {
+            name: (load_public(keys / f"{name}.key"), IDENTITIES[name])
+            for name in ("context", "sensor")
+        },
+    )
+    bus = f"ipc://{tmp_path}/bus"
+    broker = Broker(parse_bus(bus), security=security).start()
+    try:
+        watcher = Watcher()
+        context = AgentRuntime(bus, key=keys / "context.key_secret", server_key=keys / "broker.key")
+        context.register("watcher", watcher)
+        sensor = AgentRuntime(bus, key=keys / "sensor.key_secret", server_key=keys / "broker.key")
+        async with context, sensor:
+            await sensor.publish(
+                NOTES, ConversationContextUpdate("on ipc"), participant_id="p1", source="s"
+            )
+            await watcher.wait_for("notes", "s")
+    finally:
+        broker.stop()
+    assert not list(tmp_path.glob("bus.*"))  # socket files and lock removed
