@@ -104,6 +104,14 @@ class _DropLog:
         self._log.warning(event, identity=identity, reason=reason, folded=folded, **fields)
 
 
+def _user_id(frame: zmq.Frame) -> str:
+    """The identity ZAP named for the frame's connection ("" if none: then nothing passes)."""
+    try:
+        return frame.get("User-Id")
+    except zmq.ZMQError:
+        return ""
+
+
 class Forwarder:
     """The secure broker's loop over bound sockets, until ``TERMINATE`` on ``control``."""
 
@@ -167,12 +175,15 @@ class Forwarder:
             frames = [first]
             while frames[-1].more:
                 frames.append(recv(copy=False))
-            identity = first.get("User-Id")
+            identity = _user_id(first)
             key = first.bytes
             if len(frames) != 3:
                 reason: str | None = f"expected 3 frames, got {len(frames)}"
             else:
-                reason = check(identity, key, frames[1].buffer, len(frames[2]) == 0)
+                try:
+                    reason = check(identity, key, frames[1].buffer, len(frames[2]) == 0)
+                except Exception as error:  # a bug in a check must not stop the bus: drop
+                    reason = f"check failed: {error!r}"
             if reason is not None:
                 self.dropped[identity] = self.dropped.get(identity, 0) + 1
                 self._drop_log(
@@ -206,8 +217,11 @@ class Forwarder:
             if data[0] == 0:
                 backend.setsockopt(zmq.UNSUBSCRIBE, prefix)
                 continue
-            identity = message.get("User-Id")
-            reason = self.policy.check_subscription(identity, prefix)
+            identity = _user_id(message)
+            try:
+                reason = self.policy.check_subscription(identity, prefix)
+            except Exception as error:  # a bug in a check must not stop the bus: deny
+                reason = f"check failed: {error!r}"
             if reason is None:
                 backend.setsockopt(zmq.SUBSCRIBE, prefix)  # applies to the peer just read
                 continue
