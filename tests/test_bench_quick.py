@@ -40,7 +40,8 @@ def test_quick_run_writes_results_for_every_suite(tmp_path: Path) -> None:
         assert ("ask round trip p50, cross-process (shared cores)", subject) in subjects
     assert all(row["extra"]["lost"] == 0 for row in bus["rows"] if row["group"].startswith("one-way throughput, cross"))
     curve = next(suite["result"] for suite in results["suites"] if suite["name"] == "curve")
-    assert {row["subject"] for row in curve["rows"]} == {"tcp+curve+acl", "AccessPolicy.check_message"}
+    subjects = {row["subject"] for row in curve["rows"]}
+    assert subjects == {"tcp+curve+acl", "AccessPolicy.check_message"}
     assert all(row["extra"]["lost"] == 0 for row in curve["rows"] if row["group"].startswith("one-way"))
     storm = next(suite["result"] for suite in results["suites"] if suite["name"] == "storm")
     assert [bar["name"] for bar in storm["bars"]] == ["storm p99 / idle p99"]
