@@ -18,6 +18,7 @@ import sys
 from typing import TextIO
 
 from xrmq.actors.runtime import AgentRuntime, get_logger
+from xrmq.actors.runtime.security.keys import KEY_ENV, SERVER_KEY_ENV
 
 from .config import EdgeConfig, ProcessConfig, ProcessInstance
 from .roles import check_roles, resolve_role
@@ -55,6 +56,9 @@ async def run_process(config: EdgeConfig, instance: ProcessInstance, *, out: Tex
     if instance.spec.nice:
         os.nice(instance.spec.nice)  # background roles yield the CPU to the answer path
     keys = {}
+    if config.bus.security.mode == "none":  # a client's $XRMQ_KEY is not this process's
+        for variable in (KEY_ENV, SERVER_KEY_ENV):
+            os.environ.pop(variable, None)
     if config.bus.security.mode == "curve":
         from .identities import broker_public_file, process_key_file
 
