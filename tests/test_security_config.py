@@ -216,3 +216,10 @@ def test_top_shows_identities_and_the_brokers_per_identity_counters():
     text = render(rows, color=False)
     assert "broker  pid 10  0.5s ago  identity broker" in text
     assert "  dropped from sensor 3" in text and "  subscriptions denied to renderer 1" in text
+
+
+def test_credentials_never_show_their_secret_key(tmp_path):
+    create_keypair("broker", tmp_path)
+    _, secret_file = create_keypair("alice", tmp_path)
+    credentials = client_credentials(secret_file, tmp_path / "broker.key")
+    assert credentials.secret_key.decode() not in repr(credentials)

@@ -49,6 +49,11 @@ class BrokerSecurity(msgspec.Struct, frozen=True):
     secret_key: bytes
     identities: dict[str, tuple[bytes, Permissions]]
 
+    def __repr__(self) -> str:  # never the secret key, in a log line or a traceback
+        return (
+            f"BrokerSecurity(public_key={self.public_key!r}, identities={sorted(self.identities)})"
+        )
+
     def serve(self, socket: zmq.Socket, domain: str) -> None:
         """Make ``socket`` a CURVE server in ``domain`` (before it binds)."""
         socket.zap_domain = domain.encode()

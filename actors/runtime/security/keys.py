@@ -41,6 +41,9 @@ class ClientCredentials(msgspec.Struct, frozen=True):
     secret_key: bytes
     server_key: bytes
 
+    def __repr__(self) -> str:  # never the secret key, in a log line or a traceback
+        return f"ClientCredentials(identity={self.identity!r}, public_key={self.public_key!r})"
+
     def apply(self, socket: zmq.Socket) -> None:
         """Make ``socket`` a CURVE client of the broker (before it connects)."""
         socket.curve_secretkey = self.secret_key
