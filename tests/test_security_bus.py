@@ -110,6 +110,9 @@ async def test_a_client_without_keys_or_with_an_unknown_key_gets_nothing_and_del
                 for intruder in intruders:
                     intruder.close()
         assert bus.broker.forwarder.dropped == {}  # they never got as far as the broker's ACL
+        # the stranger's three handshakes were refused by ZAP, and counted (the keyless
+        # client's never reach ZAP: its NULL mechanism does not match CURVE)
+        assert bus.broker.forwarder.metrics().gauges["broker.handshakes_refused"] >= 3
 
 
 async def test_an_identity_without_capture_cannot_read_the_capture_socket(keys):

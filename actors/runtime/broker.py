@@ -128,7 +128,7 @@ class Broker:
         policy = authenticator = None
         if security is not None:
             policy = AccessPolicy({name: perms for name, (_, perms) in security.identities.items()})
-            authenticator = IdentityAuthenticator(context, security, policy)
+            authenticator = IdentityAuthenticator(context, security, policy, self._log)
             authenticator.start()
 
         def socket(kind: int) -> zmq.Socket:
@@ -174,7 +174,8 @@ class Broker:
         self._log.info("broker.ready", subscribe=self.address.subscribe, capture=self.capture,
                        security="curve" if security is not None else "none")
         if policy is not None:
-            self.forwarder = Forwarder(policy, frontend, backend, capture, control, self._log)
+            self.forwarder = Forwarder(policy, frontend, backend, capture, control, self._log,
+                                       authenticator=authenticator)
         self._bound.set()
         try:
             if self.forwarder is not None:

@@ -65,28 +65,58 @@ class BrokerSecurity(msgspec.Struct, frozen=True):
 class _Admission:
     """pyzmq's credentials-provider protocol: is this Z85 key admitted in this domain?"""
 
-    def __init__(self, names: Mapping[bytes, str], allowed: Callable[[str], bool]) -> None:
+    def __init__(
+        self,
+        names: Mapping[bytes, str],
+        allowed: Callable[[str], bool],
+        refused: Callable[[str, bytes, str], None],
+    ) -> None:
         self._names = names
         self._allowed = allowed
+        self._refused = refused
 
     def callback(self, domain: str, key: bytes) -> bool:
         name = self._names.get(key)
-        return name is not None and self._allowed(name)
+        if name is not None and self._allowed(name):
+            return True
+        self._refused(domain, key, name or "")
+        return False
 
 
 class IdentityAuthenticator(ThreadAuthenticator):
-    """pyzmq's ZAP handler, with the identity's name as the connection's ``User-Id``."""
+    """pyzmq's ZAP handler, with the identity's name as the connection's ``User-Id``.
+
+    A refused handshake (an unknown key, or a known one without ``capture`` on the
+    capture socket) is counted (``refused``) and logged at most once a second per key.
+    """
 
     def __init__(
-        self, context: zmq.Context, security: BrokerSecurity, policy: AccessPolicy
+        self, context: zmq.Context, security: BrokerSecurity, policy: AccessPolicy, log: Any = None
     ) -> None:
         super().__init__(context)
         self._names = {public: name for name, (public, _) in security.identities.items()}
-        self.configure_curve_callback(BUS_DOMAIN, _Admission(self._names, lambda name: True))
-        self.configure_curve_callback(CAPTURE_DOMAIN, _Admission(self._names, policy.may_capture))
+        self.refused = 0
+        self._refusals = _DropLog(log) if log is not None else None
+        self.configure_curve_callback(
+            BUS_DOMAIN, _Admission(self._names, lambda name: True, self._refuse)
+        )
+        self.configure_curve_callback(
+            CAPTURE_DOMAIN, _Admission(self._names, policy.may_capture, self._refuse)
+        )
 
     def curve_user_id(self, client_public_key: bytes) -> str:
         return self._names[z85.encode(client_public_key)]
+
+    def _refuse(self, domain: str, key: bytes, name: str) -> None:
+        self.refused += 1
+        if self._refusals is not None:
+            reason = "unknown key" if not name else f"identity {name!r} may not use {domain}"
+            self._refusals(
+                "broker.handshake_refused",
+                name or key.decode(errors="replace"),
+                reason,
+                domain=domain,
+            )
 
 
 class _DropLog:
@@ -129,8 +159,10 @@ class Forwarder:
         control: zmq.Socket,
         log: Any,
         metrics_interval: float = 1.0,
+        authenticator: IdentityAuthenticator | None = None,
     ) -> None:
         self.policy = policy
+        self.authenticator = authenticator
         self.frontend, self.backend, self.capture, self.control = (
             frontend,
             backend,
@@ -255,6 +287,9 @@ class Forwarder:
             identity=BROKER_NAME,
             dropped=dict(self.dropped),
             denied=dict(self.denied),
+            gauges={"broker.handshakes_refused": self.authenticator.refused}
+            if self.authenticator is not None
+            else {},
         )
 
     def _publish_metrics(self) -> None:
