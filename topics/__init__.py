@@ -10,6 +10,7 @@ from xrmq.schemas import (
     UserQuery,
 )
 
+from ._immutable import deeply_immutable
 from ._topic import Topic, split_key, topic_key
 
 VOICE_OUTPUT_TOPIC: Topic[ResponseOutput] = Topic("voice.output", ResponseOutput)
@@ -48,6 +49,7 @@ __all__ = [
     "Topic",
     "VOICE_OUTPUT_TOPIC",
     "context_topic",
+    "deeply_immutable",
     "split_key",
     "topic_key",
 ]
