@@ -326,3 +326,13 @@ def test_check_of_a_curve_config_without_keys_names_init_keys(tmp_path):
     result = cli({**os.environ}, "up", "--check", str(config))
     assert result.returncode == 2
     assert "bus.security.secret_key" in result.stderr and "xrmq up --init-keys" in result.stderr
+
+
+def test_xrmq_bus_alone_refuses_a_plain_tcp_bind_beyond_loopback():
+    result = cli({**os.environ}, "bus", "--bus", "tcp://0.0.0.0:7300")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "xrmq bus: --bus: 'tcp://0.0.0.0:7300' binds tcp beyond loopback without security: "
+        "anyone who can reach it owns the bus; give --config with [bus.security] "
+        'mode = "curve" (or --insecure to accept that)'
+    )

@@ -9,9 +9,10 @@ import sys
 from typing import Any
 
 from xrmq.actors.runtime import run
+from xrmq.actors.runtime.address import is_loopback_tcp
 from xrmq.actors.runtime.commands import add_bus_argument
 
-from .config import EdgeConfig, default_config, is_loopback_tcp, load_config
+from .config import EdgeConfig, default_config, load_config
 
 
 def add_commands(subparsers: Any) -> None:

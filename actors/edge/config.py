@@ -29,7 +29,7 @@ from xrmq.actors.context.config import (
     DEFAULT_TOPIC_BUDGET_BYTES,
 )
 from xrmq.actors.models import ModelSpec, parse_model_spec
-from xrmq.actors.runtime.address import DEFAULT_BUS, parse_bus
+from xrmq.actors.runtime.address import DEFAULT_BUS, is_loopback_tcp, parse_bus
 from xrmq.schemas import CompactionPrompts
 
 DEFAULT_SOURCE = "<embedded default>"
@@ -542,17 +542,6 @@ def _validate(config: EdgeConfig, source: str) -> None:
     cycle = _cycle(config)
     if cycle:
         raise ConfigError(source, f"processes.{cycle[0]}.after", f"dependency cycle: {' -> '.join(cycle)}")
-
-
-_LOOPBACK = re.compile(r"^(?:127(?:\.\d{1,3}){3}|localhost|::1|\[::1\])$")
-
-
-def is_loopback_tcp(address: str) -> bool | None:
-    """For a tcp:// bus, whether its host is loopback only; None for other transports."""
-    if not address.startswith("tcp://"):
-        return None
-    host = address[len("tcp://"):].rpartition(":")[0]
-    return bool(_LOOPBACK.match(host))
 
 
 def _check_security(config: EdgeConfig, source: str) -> None:

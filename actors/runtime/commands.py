@@ -16,7 +16,7 @@ import msgspec
 from xrmq.schemas import ConversationContextUpdate, MessageMetadata, UserQuery
 from xrmq.topics import STANDARD_TOPICS, Topic, context_topic
 
-from .address import DEFAULT_BUS, parse_bus
+from .address import DEFAULT_BUS, is_loopback_tcp, parse_bus
 from .broker import Broker
 from .loop import run
 from .runtime import AgentRuntime
@@ -57,6 +57,8 @@ def add_commands(subparsers: Any) -> None:
     add_bus_argument(bus, keys=False)
     bus.add_argument("--no-capture", action="store_true", help="do not bind the capture socket")
     bus.add_argument("--config", help="edge-box TOML whose [bus.security] the broker enforces")
+    bus.add_argument("--insecure", action="store_true",
+                     help="allow a plain tcp bus beyond loopback (anyone who reaches it owns it)")
     bus.set_defaults(func=run_bus)
 
     keys = subparsers.add_parser("keys", help="CURVE key pairs for a secure bus")
@@ -92,6 +94,11 @@ def run_bus(args: argparse.Namespace) -> int:
         if config.bus.security.mode == "curve":
             require_curve()
             security = broker_security(config)
+        args.insecure = args.insecure or config.bus.security.insecure
+    if security is None and is_loopback_tcp(args.bus) is False and not args.insecure:
+        raise ValueError(f"--bus: {args.bus!r} binds tcp beyond loopback without security: anyone "
+                         "who can reach it owns the bus; give --config with [bus.security] "
+                         "mode = \"curve\" (or --insecure to accept that)")
     broker = Broker(address, capture=not args.no_capture, security=security)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
