@@ -261,3 +261,9 @@ async def test_curve_works_on_an_ipc_bus_too(keys, tmp_path):
     finally:
         broker.stop()
     assert not list(tmp_path.glob("bus.*"))  # socket files and lock removed
+
+
+def test_a_secure_broker_stops_twice_without_error(keys):
+    with secure_broker(keys, IDENTITIES) as bus:
+        bus.broker.stop()
+    bus.broker.stop()  # the context manager's stop came second; a third is harmless too

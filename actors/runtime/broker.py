@@ -96,7 +96,7 @@ class Broker:
         return self._bound.wait(timeout)
 
     def stop(self) -> None:
-        if not self._bound.is_set() or self._bind_error is not None:
+        if not self._bound.is_set() or self._bind_error is not None or self._stopped.is_set():
             return
         # libzmq 4.3.5's steerable proxy can miss a single TERMINATE (seen here about
         # once in fifty stops), so it is repeated until the proxy thread has ended.
