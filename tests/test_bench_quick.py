@@ -44,5 +44,6 @@ def test_quick_run_writes_results_for_every_suite(tmp_path: Path) -> None:
     assert subjects == {"tcp+curve+acl", "AccessPolicy.check_message"}
     assert all(row["extra"]["lost"] == 0 for row in curve["rows"] if row["group"].startswith("one-way"))
     storm = next(suite["result"] for suite in results["suites"] if suite["name"] == "storm")
-    assert [bar["name"] for bar in storm["bars"]] == ["storm p99 / idle p99"]
+    assert [bar["name"] for bar in storm["bars"]] == ["storm p99 / idle p99",
+                                                      "storm p99 journal on / off"]
     assert "### bus" in run.stdout

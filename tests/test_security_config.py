@@ -173,17 +173,28 @@ def test_the_secure_example_is_ready_after_init_keys(tmp_path):
         "conversation",
         "router",
         "renderer",
+        "xrmq-up",
     ]
     assert init_keys(config) == []  # only what is missing
     security = broker_security(config)
     assert sorted(security.identities) == sorted(
-        ["alice", "sensor", "ops", "context", "compaction", "conversation", "router", "renderer"]
+        [
+            "alice",
+            "sensor",
+            "ops",
+            "context",
+            "compaction",
+            "conversation",
+            "router",
+            "renderer",
+            "xrmq-up",
+        ]
     )
     checked = subprocess.run(
         [*CLI, "up", "--check", str(config_path)], capture_output=True, text=True
     )
     assert checked.returncode == 0, checked.stderr
-    assert checked.stdout.strip().endswith("ok (5 processes; bus security curve, 8 identities)")
+    assert checked.stdout.strip().endswith("ok (5 processes; bus security curve, 9 identities)")
 
 
 def test_top_shows_identities_and_the_brokers_per_identity_counters():

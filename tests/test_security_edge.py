@@ -54,7 +54,7 @@ sources = ["conversation"]
 subscribe = ["voice.output"]
 
 [bus.identities.ops]
-subscribe = ["xrmq.metrics"]
+subscribe = ["xrmq.metrics", "xrmq.supervisor"]
 capture = true
 
 [context.topics.scene]
@@ -113,7 +113,9 @@ async def test_a_curve_edge_box_from_init_keys_answers_say_with_a_key_and_runs_s
     )
     try:
         created = expect_line(up, "xrmq up: created key pairs")
-        assert created.endswith("broker, context, compaction, conversation, router, renderer")
+        assert created.endswith(
+            "broker, context, compaction, conversation, router, renderer, xrmq-up"
+        )
         expect_line(up, "xrmq up: ready")
         listed = cli(env, "keys", "list", str(keys)).stdout.splitlines()
         assert [line.split("\t")[0] for line in listed] == sorted(
@@ -128,6 +130,7 @@ async def test_a_curve_edge_box_from_init_keys_answers_say_with_a_key_and_runs_s
                 "router",
                 "seed",
                 "sensor",
+                "xrmq-up",
             ]
         )
 

@@ -7,6 +7,7 @@ from xrmq.schemas import (
     ParticipantLeft,
     ResponseOutput,
     RuntimeMetrics,
+    SupervisorReport,
     UserQuery,
 )
 
@@ -23,6 +24,8 @@ PARTICIPANT_JOINED_TOPIC: Topic[ParticipantJoined] = Topic("participant.joined",
 PARTICIPANT_LEFT_TOPIC: Topic[ParticipantLeft] = Topic("participant.left", ParticipantLeft)
 METRICS_TOPIC: Topic[RuntimeMetrics] = Topic("xrmq.metrics", RuntimeMetrics)
 """Every runtime's periodic counters (its heartbeat); read by ``xrmq top`` and the supervisor."""
+SUPERVISOR_TOPIC: Topic[SupervisorReport] = Topic("xrmq.supervisor", SupervisorReport)
+"""``xrmq up``'s report of every process it supervises (down ones too); read by ``xrmq top``."""
 
 
 def context_topic(name: str) -> Topic[ConversationContextUpdate]:
@@ -37,6 +40,7 @@ STANDARD_TOPICS: tuple[Topic, ...] = (
     PARTICIPANT_JOINED_TOPIC,
     PARTICIPANT_LEFT_TOPIC,
     METRICS_TOPIC,
+    SUPERVISOR_TOPIC,
 )
 
 __all__ = [
@@ -46,6 +50,7 @@ __all__ = [
     "PARTICIPANT_LEFT_TOPIC",
     "QUERY_TOPIC",
     "STANDARD_TOPICS",
+    "SUPERVISOR_TOPIC",
     "Topic",
     "VOICE_OUTPUT_TOPIC",
     "context_topic",

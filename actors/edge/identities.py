@@ -29,15 +29,25 @@ from xrmq.actors.runtime.security.keys import (
 )
 from xrmq.topics import (
     INTERRUPTED_TOPIC,
+    METRICS_TOPIC,
     PARTICIPANT_JOINED_TOPIC,
     PARTICIPANT_LEFT_TOPIC,
     QUERY_TOPIC,
+    SUPERVISOR_TOPIC,
     VOICE_OUTPUT_TOPIC,
 )
 
 from .config import ConfigError, EdgeConfig
 
 _NS = DEFAULT_NAMESPACE + ".*"
+SUPERVISOR_IDENTITY = "xrmq-up"
+"""The identity of ``xrmq up`` itself on the bus (runtime ``xrmq-up.<pid>``): it reads every
+heartbeat and publishes its report, which is also its probe of the broker."""
+SUPERVISOR_PERMISSIONS = Permissions(
+    publish=[SUPERVISOR_TOPIC.name],
+    sources=["supervisor"],
+    subscribe=[METRICS_TOPIC.name, SUPERVISOR_TOPIC.name],
+)
 
 
 def role_permissions(config: EdgeConfig, role: str) -> Permissions:
@@ -49,7 +59,12 @@ def role_permissions(config: EdgeConfig, role: str) -> Permissions:
         return Permissions(
             publish=[_NS],
             sources=[_NS],
-            subscribe=[f"{DEFAULT_NAMESPACE}.dialogue.*", f"{DEFAULT_NAMESPACE}.topic.*", *topics],
+            subscribe=[
+                f"{DEFAULT_NAMESPACE}.dialogue.*",
+                f"{DEFAULT_NAMESPACE}.topic.*",
+                f"{DEFAULT_NAMESPACE}.host.*",
+                *topics,
+            ],
         )
     if role == "compaction":  # workers: jobs in, results out
         return Permissions(
@@ -68,6 +83,7 @@ def role_permissions(config: EdgeConfig, role: str) -> Permissions:
             subscribe=[
                 f"{DEFAULT_NAMESPACE}.view",
                 f"{DEFAULT_NAMESPACE}.replica.*",
+                f"{DEFAULT_NAMESPACE}.host.started",
                 *route_topics,
             ],
         )
@@ -75,7 +91,9 @@ def role_permissions(config: EdgeConfig, role: str) -> Permissions:
         return Permissions(
             publish=[VOICE_OUTPUT_TOPIC.name, *route_topics],
             sources=["router", *(f"{name}-*" for name in destinations)],
-            subscribe=[
+            subscribe=[  # the output topic and heartbeats: its proxies watch their destinations
+                VOICE_OUTPUT_TOPIC.name,
+                METRICS_TOPIC.name,
                 QUERY_TOPIC.name,
                 INTERRUPTED_TOPIC.name,
                 PARTICIPANT_JOINED_TOPIC.name,
@@ -121,6 +139,16 @@ def process_key_file(config: EdgeConfig, process: str) -> Path:
     return keys_dir(config) / f"{config.identity(process)}{SECRET_SUFFIX}"
 
 
+def supervisor_keys(config: EdgeConfig) -> dict[str, Path]:
+    """``AgentRuntime`` key arguments of ``xrmq up``'s own runtime ({} on a plain bus)."""
+    if config.bus.security.mode != "curve":
+        return {}
+    return {
+        "key": keys_dir(config) / f"{SUPERVISOR_IDENTITY}{SECRET_SUFFIX}",
+        "server_key": broker_public_file(config),
+    }
+
+
 def init_keys(config: EdgeConfig) -> list[str]:
     """Create the broker's and every process identity's key pair where missing; their names."""
     folder = keys_dir(config)
@@ -128,7 +156,9 @@ def init_keys(config: EdgeConfig) -> list[str]:
     secret = broker_secret_file(config)
     if ensure_keypair(secret.name.removesuffix(SECRET_SUFFIX), secret.parent):
         created.append(BROKER_NAME)
-    for identity in dict.fromkeys(config.identity(name) for name in config.processes):
+    for identity in dict.fromkeys(
+        [*(config.identity(name) for name in config.processes), SUPERVISOR_IDENTITY]
+    ):
         if ensure_keypair(identity, folder):
             created.append(identity)
     return created
@@ -142,6 +172,7 @@ def permissions(config: EdgeConfig) -> dict[str, Permissions]:
             role_permissions(config, role) for role in spec.roles
         )
     derived = {name: _union(perms) for name, perms in by_identity.items()}
+    derived.setdefault(SUPERVISOR_IDENTITY, SUPERVISOR_PERMISSIONS)
     for name, table in config.bus.identities.items():
         base = derived.get(name, Permissions())
         derived[name] = Permissions(
@@ -179,11 +210,19 @@ def broker_security(config: EdgeConfig) -> BrokerSecurity:
             key = on_file[name]
         else:
             where = f"bus.identities.{name}.key" if table is not None else "bus.security.keys"
+            own = name == SUPERVISOR_IDENTITY or name in {
+                config.identity(process) for process in config.processes
+            }
+            fix = (
+                "xrmq up --init-keys creates it"
+                if own
+                else f"a client's: xrmq keys new {name} --dir {keys_dir(config)}"
+            )
             raise ConfigError(
                 source,
                 where,
                 f"no public key for identity {name!r}: "
-                f"no {name}{PUBLIC_SUFFIX} in {authorized} (xrmq up --init-keys)",
+                f"no {name}{PUBLIC_SUFFIX} in {authorized} ({fix})",
             )
         identities[name] = (key, granted.get(name, Permissions()))
     return BrokerSecurity(public, secret, identities)
