@@ -42,7 +42,7 @@ keys = "keys"
 [bus.identities.alice]
 publish = ["voice.query"]
 sources = ["text-input"]
-subscribe = ["voice.output"]
+subscribe = ["voice.output", "voice.turn_ended"]
 
 [bus.identities.sensor]
 publish = ["notes", "scene"]

@@ -34,6 +34,7 @@ from xrmq.topics import (
     PARTICIPANT_LEFT_TOPIC,
     QUERY_TOPIC,
     SUPERVISOR_TOPIC,
+    TURN_ENDED_TOPIC,
     VOICE_OUTPUT_TOPIC,
 )
 
@@ -89,7 +90,7 @@ def role_permissions(config: EdgeConfig, role: str) -> Permissions:
         )
     if role == "router":
         return Permissions(
-            publish=[VOICE_OUTPUT_TOPIC.name, *route_topics],
+            publish=[VOICE_OUTPUT_TOPIC.name, TURN_ENDED_TOPIC.name, *route_topics],
             sources=["router", *(f"{name}-*" for name in destinations)],
             subscribe=[  # the output topic and heartbeats: its proxies watch their destinations
                 VOICE_OUTPUT_TOPIC.name,
