@@ -82,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
 
     configure_logging(level=level)
     try:
+        from xrmq.actors.runtime.commands import export_keys
+
+        export_keys(args)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130

@@ -6,6 +6,10 @@ No xrmq import: this is what a C#, C++ or Rust client does, following the README
 protocol section. Every message is three frames [key, metadata, payload]; the key is
 "<topic> NUL <participant> NUL". A ZeroMQ connection drops what is sent before it is
 up, so the client first publishes a probe under a private key until it comes back.
+
+On a CURVE bus set XRMQ_KEY (this client's NAME.key_secret) and XRMQ_SERVER_KEY (the
+broker's public key file): the sockets become CURVE clients, and the sender name starts
+with NAME, the identity the broker knows the key by.
 """
 
 import os
@@ -16,6 +20,7 @@ from pathlib import Path
 
 import msgspec
 import zmq
+import zmq.auth
 
 
 def endpoints(bus: str) -> tuple[str, str]:
@@ -36,9 +41,17 @@ def main(bus: str, participant: str, text: str) -> None:
     publish, subscribe = endpoints(bus)
     context = zmq.Context()
     pub, sub = context.socket(zmq.PUB), context.socket(zmq.SUB)
+    identity = "foreign"
+    if os.environ.get("XRMQ_KEY"):
+        public, secret = zmq.auth.load_certificate(os.environ["XRMQ_KEY"])
+        server, _ = zmq.auth.load_certificate(os.environ["XRMQ_SERVER_KEY"])
+        for sock in (pub, sub):
+            sock.curve_publickey, sock.curve_secretkey = public, secret
+            sock.curve_serverkey = server
+        identity = Path(os.environ["XRMQ_KEY"]).name.removesuffix(".key_secret")
     pub.connect(publish)
     sub.connect(subscribe)
-    sender = f"foreign-{uuid.uuid4().hex[:8]}"
+    sender = f"{identity}-{uuid.uuid4().hex[:8]}"
 
     # Readiness: publish a probe under a private key until the broker hands it back.
     private = f"_probe.{sender}".encode() + b"\x00"

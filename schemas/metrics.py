@@ -13,7 +13,8 @@ class RuntimeMetrics(msgspec.Struct, frozen=True, omit_defaults=True):
     Counters are totals since the runtime started (rates are differences between two
     reports). ``actors`` maps each actor (keyed instances as ``kind[key]``) to its
     mailbox depth; ``gauges`` carries what actors report of themselves (for example
-    ``context.participants`` or ``context.compaction_backlog``).
+    ``context.participants`` or ``context.compaction_backlog``). The broker of a secure
+    bus reports too (runtime ``broker``), with its per-identity ``dropped`` and ``denied``.
 
     Robustness counters: ``faults`` (exceptions in an actor's path: handler, reply,
     hooks, gauges; ``actor_faults`` per actor), ``actor_restarts`` (mailbox tasks that
@@ -53,6 +54,12 @@ class RuntimeMetrics(msgspec.Struct, frozen=True, omit_defaults=True):
     stuck: dict[str, float] = {}
     """Actors whose mailbox is non-empty and has not moved for the runtime's
     ``stuck_after`` seconds, with the seconds since it last moved (``xrmq top``)."""
+    identity: str | None = None
+    """The bus identity the runtime connected as (CURVE: its key's name); None on a plain bus."""
+    dropped: dict[str, int] = {}
+    """Only the secure broker's report: messages it dropped, by the identity that sent them."""
+    denied: dict[str, int] = {}
+    """Only the secure broker's report: subscriptions it refused, by the identity that asked."""
 
 
 ProcessStateName = Literal["starting", "running", "restarting", "down"]

@@ -25,7 +25,7 @@ def test_the_runner_lists_every_suite_it_discovers() -> None:
                             text=True, timeout=60, check=True)
     suites = [line.split()[0] for line in listed.stdout.splitlines()]
     assert suites == SUITES
-    assert {"bus", "codec", "turn", "storm", "context", "models"} <= set(suites)
+    assert {"bus", "codec", "turn", "storm", "context", "models", "curve"} <= set(suites)
 
 
 @pytest.mark.timeout(200)
@@ -59,3 +59,7 @@ def test_quick_run_writes_results_for_the_suite(name: str, tmp_path: Path) -> No
     if name == "storm":
         assert [bar["name"] for bar in suite["result"]["bars"]] == ["storm p99 / idle p99",
                                                                     "storm p99 journal on / off"]
+    if name == "curve":
+        subjects = {row["subject"] for row in rows}
+        assert subjects == {"tcp+curve+acl", "AccessPolicy.check_message"}
+        assert all(row["extra"]["lost"] == 0 for row in rows if row["group"].startswith("one-way"))

@@ -24,6 +24,7 @@ import zmq
 
 from xrmq.actors.runtime.address import check_ipc_directories, parse_bus
 from xrmq.actors.runtime.broker import DEFAULT_MAX_MESSAGE_BYTES, shared_context
+from xrmq.actors.runtime.security.keys import client_credentials
 from xrmq.topics import split_key
 
 from .recording import MAGIC, encode_record, read_records, replay_offsets
@@ -56,6 +57,15 @@ def _probe_until_seen(pub: zmq.Socket, sub: zmq.Socket, timeout: float, what: st
     raise TimeoutError(f"no broker answered {what} within {timeout:g}s")
 
 
+def _secure(*sockets: zmq.Socket) -> None:
+    """Make the sockets CURVE clients when ``$XRMQ_KEY``/``$XRMQ_SERVER_KEY`` say so
+    (``--key``, ``--server-key``)."""
+    credentials = client_credentials()
+    if credentials is not None:
+        for socket in sockets:
+            credentials.apply(socket)
+
+
 def _stop_on_signals() -> threading.Event:
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -77,6 +87,7 @@ def record(bus: str, path: str, *, count: int | None, duration: float | None, ou
     sub = context.socket(zmq.SUB)
     pub = context.socket(zmq.PUB)
     written = 0
+    _secure(sub, pub)
     try:
         sub.setsockopt(zmq.RCVHWM, 0)
         sub.setsockopt(zmq.MAXMSGSIZE, DEFAULT_MAX_MESSAGE_BYTES)
@@ -119,6 +130,7 @@ def replay(bus: str, path: str, *, speed: float, out: TextIO, ready_timeout: flo
     context = shared_context()
     pub = context.socket(zmq.PUB)
     sub = context.socket(zmq.SUB)
+    _secure(sub, pub)
     try:
         sub.setsockopt(zmq.MAXMSGSIZE, DEFAULT_MAX_MESSAGE_BYTES)
         pub.setsockopt(zmq.SNDHWM, 0)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from xrmq.actors.runtime import run
+from xrmq.actors.runtime.address import is_loopback_tcp
 from xrmq.actors.runtime.commands import add_bus_argument, require_broker
 
 from .config import EdgeConfig, default_config, load_config
@@ -19,6 +20,9 @@ def add_commands(subparsers: Any) -> None:
     up = subparsers.add_parser("up", help="start the broker and every process of an edge-box config, supervised")
     up.add_argument("config", nargs="?", help="TOML config (default: the embedded default; see examples/edge-box.toml)")
     up.add_argument("--check", action="store_true", help="validate the config and its roles, start nothing")
+    up.add_argument("--init-keys", action="store_true",
+                    help="with [bus.security] mode = 'curve': create missing key pairs "
+                         "(broker, processes)")
     up.add_argument(
         "--print-systemd",
         action="store_true",
@@ -135,8 +139,25 @@ def run_up(args: argparse.Namespace) -> int:
     config = _config(args.config)
     check_roles(config)
     check_can_answer(config)
+    security = config.bus.security
+    if security.mode == "curve":
+        from .identities import broker_security, init_keys, keys_dir
+
+        if args.init_keys:
+            created = init_keys(config)
+            if created:
+                print(f"xrmq up: created key pairs in {keys_dir(config)}: {', '.join(created)}")
+        identities = len(broker_security(config).identities)  # every key it needs is there
+        posture = f"bus security curve, {identities} identities"
+    else:
+        if args.init_keys:
+            raise ValueError("--init-keys: the config's [bus.security] mode is not 'curve'")
+        posture = "bus security none"
+        if security.insecure and is_loopback_tcp(config.bus.address) is False:
+            posture += (f"; WARNING: insecure = true: {config.bus.address} is open to anyone "
+                        "who reaches it")
     if args.check:
-        print(f"xrmq up: {config.source}: ok ({len(config.processes)} processes)")
+        print(f"xrmq up: {config.source}: ok ({len(config.processes)} processes; {posture})")
         return 0
     if args.print_systemd:
         from .systemd import render_units, systemd_units

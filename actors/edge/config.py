@@ -30,7 +30,7 @@ from xrmq.actors.context.config import (
 )
 from xrmq.actors.context.store import ON_CORRUPT
 from xrmq.actors.models import ModelSpec, parse_model_spec
-from xrmq.actors.runtime.address import DEFAULT_BUS, parse_bus
+from xrmq.actors.runtime.address import DEFAULT_BUS, is_loopback_tcp, parse_bus
 from xrmq.actors.runtime.broker import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_SUBSCRIBER_BUDGET_BYTES
 from xrmq.schemas import CompactionPrompts
 
@@ -60,6 +60,38 @@ class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
     """Base of every config table: misspelled keys are errors, fields are keyword-only."""
 
 
+SECURITY_MODES = ("none", "curve")
+
+
+class SecurityConfig(_Section):
+    mode: str = "none"
+    """``curve``: every bus socket authenticated and encrypted, per-identity ACLs;
+    ``none``: plain."""
+    keys: str = "keys"
+    """Directory of the key pairs (the broker's, each process identity's; ``xrmq up --init-keys``
+    writes them there). Relative paths are relative to the config file."""
+    secret_key: str | None = None
+    """The broker's secret key file; None: ``<keys>/broker.key_secret``."""
+    authorized: str | None = None
+    """Directory of admitted clients' public keys (``NAME.key`` is identity ``NAME``);
+    None: ``keys``."""
+    insecure: bool = False
+    """Allow a plain (``mode = "none"``) bus on a tcp address that is not loopback."""
+
+
+class IdentityConfig(_Section):
+    key: str | None = None
+    """Its Z85 public key; None: ``NAME.key`` in the ``authorized`` directory."""
+    publish: list[str] | None = None
+    """Topic patterns it may publish on (``name``, ``prefix*``, ``*``); None: its role defaults."""
+    sources: list[str] | None = None
+    """``source`` patterns its messages may carry; None: its role defaults."""
+    subscribe: list[str] | None = None
+    """Topic patterns it may subscribe to; None: its role defaults."""
+    capture: bool = False
+    """Whether it may read the capture socket (``xrmq record``)."""
+
+
 class BusConfig(_Section):
     address: str = DEFAULT_BUS
     """A bus name (ipc sockets in the per-user runtime directory), ``ipc://PREFIX`` or ``tcp://HOST:PORT``."""
@@ -72,6 +104,9 @@ class BusConfig(_Section):
         DEFAULT_SUBSCRIBER_BUDGET_BYTES)
     """What one subscriber that stopped reading may cost the broker; beyond, the broker drops its
     messages (the subscriber reports them as gaps)."""
+    security: SecurityConfig = SecurityConfig()
+    identities: dict[str, IdentityConfig] = {}
+    """Bus identities by name: clients' keys and any identity's permissions."""
 
 
 class ModelsConfig(_Section):
@@ -207,6 +242,9 @@ class ProcessConfig(_Section):
     """Processes that must be ready before this one starts (and stop after it)."""
     restart: RestartPolicyConfig | None = None
     """None uses ``supervisor.restart``."""
+    identity: str | None = None
+    """The bus identity (key pair ``<keys>/<identity>.key_secret``) it connects as;
+    None: its name."""
     on_give_up: str = DEFAULT_GIVE_UP
     """Over its crash limit: ``stay_down`` (left down and reported; the rest keeps
     running; ``xrmq up`` exits 1 when the box stops) or ``stop_box`` (stop everything)."""
@@ -241,6 +279,18 @@ class EdgeConfig(_Section):
     processes: dict[str, ProcessConfig] = {}
     source: str = DEFAULT_SOURCE
     """The file this config came from (set by the loader; not a TOML key)."""
+
+    def path(self, value: str) -> Path:
+        """A path of the config: relative ones are relative to the config file's directory."""
+        path = Path(value).expanduser()
+        if path.is_absolute() or self.source == DEFAULT_SOURCE:
+            return path
+        return Path(self.source).parent / path
+
+    def identity(self, process: str) -> str:
+        """A process's bus identity: its ``identity`` key, else its name (a role run alone too)."""
+        spec = self.processes.get(process)
+        return (spec.identity if spec is not None else None) or process
 
     def restart_policy(self, process: str) -> RestartPolicyConfig:
         return self.processes[process].restart or self.supervisor.restart
@@ -318,7 +368,7 @@ def decode_config(raw: Mapping[str, Any], *, source: str = DEFAULT_SOURCE) -> Ed
         for name, value in _table(top.processes, "processes", source).items()
     }
     config = EdgeConfig(
-        bus=_convert(top.bus, BusConfig, "bus", source),
+        bus=_bus(top.bus, source),
         models=models,
         context=context,
         destinations=destinations,
@@ -339,6 +389,18 @@ class _RawTop(_Section):
     router: dict[str, Any] = {}
     supervisor: dict[str, Any] = {}
     processes: dict[str, Any] = {}
+
+
+def _bus(raw: dict[str, Any], source: str) -> BusConfig:
+    """``[bus]``, its identities converted one by one so an error names ``bus.identities.NAME``."""
+    identities_raw = raw.get("identities", {})
+    if not isinstance(identities_raw, dict):
+        kind = _kind(type(identities_raw).__name__)
+        raise ConfigError(source, "bus.identities", f"must be a table, got {kind}")
+    identities = {name: _convert(value, IdentityConfig, f"bus.identities.{name}", source)
+                  for name, value in _table(identities_raw, "bus.identities", source).items()}
+    bus: BusConfig = _convert({**raw, "identities": {}}, BusConfig, "bus", source)
+    return msgspec.structs.replace(bus, identities=identities)
 
 
 def _table(value: dict[str, Any], key: str, source: str) -> dict[str, Any]:
@@ -510,6 +572,7 @@ def _check_destination_kind(name: str, destination: DestinationConfig, source: s
 def _validate(config: EdgeConfig, source: str) -> None:
     """Rules across keys: names that refer to each other, counts, timings, the bus string."""
     _check_bus(config.bus.address, source)
+    _check_security(config, source)
     if config.router.default is not None and config.router.default not in config.destinations:
         raise ConfigError(source, "router.default", f"must name a destination ({', '.join(config.destinations) or 'none configured'}), got {config.router.default!r}")
     if config.router.decisions not in DECISION_SERVICES:
@@ -564,6 +627,40 @@ def _validate(config: EdgeConfig, source: str) -> None:
     cycle = _cycle(config)
     if cycle:
         raise ConfigError(source, f"processes.{cycle[0]}.after", f"dependency cycle: {' -> '.join(cycle)}")
+
+
+def _check_security(config: EdgeConfig, source: str) -> None:
+    from xrmq.actors.runtime.security.acl import Patterns
+
+    security = config.bus.security
+    if security.mode not in SECURITY_MODES:
+        raise ConfigError(source, "bus.security.mode",
+                          f"must be 'none' or 'curve', got {security.mode!r}")
+    beyond_loopback = is_loopback_tcp(config.bus.address) is False
+    if security.mode == "none" and beyond_loopback and not security.insecure:
+        raise ConfigError(source, "bus.address",
+                          f"{config.bus.address!r} binds tcp beyond loopback without security: "
+                          "anyone who can reach it owns the bus; "
+                          "set [bus.security] mode = \"curve\" (or insecure = true to accept that)")
+    if security.mode == "curve" and not config.bus.address.startswith(("tcp://", "ipc://")) \
+            and "://" in config.bus.address:
+        raise ConfigError(source, "bus.security.mode", "curve needs an ipc:// or tcp:// bus")
+    for name, identity in config.bus.identities.items():
+        key = f"bus.identities.{name}"
+        if name == "broker":
+            raise ConfigError(source, key,
+                              "'broker' is the broker's own key, not a client identity")
+        if identity.key is not None and len(identity.key) != 40:
+            raise ConfigError(source, f"{key}.key", "must be a Z85 public key (40 characters)")
+        for field in ("publish", "sources", "subscribe"):
+            try:
+                Patterns(getattr(identity, field) or ())
+            except ValueError as error:
+                raise ConfigError(source, f"{key}.{field}", str(error)) from None
+    for name, process in config.processes.items():
+        if process.identity is not None and not _NAME.match(process.identity):
+            raise ConfigError(source, f"processes.{name}.identity", "names use letters, digits, "
+                              "'-' and '_', starting with a letter or digit")
 
 
 def _check_bus(address: str, source: str) -> None:

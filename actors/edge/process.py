@@ -21,6 +21,7 @@ from typing import NoReturn, TextIO
 
 from xrmq.actors.runtime import AgentRuntime, get_logger
 from xrmq.actors.runtime.broker import shared_context
+from xrmq.actors.runtime.security.keys import KEY_ENV, SERVER_KEY_ENV
 
 from .config import EdgeConfig, ProcessConfig, ProcessInstance
 from .roles import check_roles, resolve_role
@@ -57,11 +58,20 @@ async def run_process(config: EdgeConfig, instance: ProcessInstance, *, out: Tex
     log = get_logger(process=instance.runtime_name)
     if instance.spec.nice:
         os.nice(instance.spec.nice)  # background roles yield the CPU to the answer path
+    keys = {}
+    if config.bus.security.mode == "none":  # a client's $XRMQ_KEY is not this process's
+        for variable in (KEY_ENV, SERVER_KEY_ENV):
+            os.environ.pop(variable, None)
+    if config.bus.security.mode == "curve":
+        from .identities import broker_public_file, process_key_file
+
+        keys = {"key": process_key_file(config, instance.process),
+                "server_key": broker_public_file(config)}
     runtime = AgentRuntime(config.bus.address, name=instance.runtime_name,
                            metrics_interval=config.supervisor.metrics_interval_s,
                            max_message_bytes=config.bus.max_message_bytes,
                            stuck_after=config.supervisor.stuck_after_s,
-                           ready_timeout=config.supervisor.ready_timeout_s)
+                           ready_timeout=config.supervisor.ready_timeout_s, **keys)
     for build in builders:
         build(runtime, config, instance)
     stop = asyncio.Event()

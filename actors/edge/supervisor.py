@@ -194,8 +194,16 @@ class Supervisor:
 
     async def _join_bus(self) -> None:
         """Join the bus to read heartbeats and publish reports; without it, no liveness watch."""
-        runtime = AgentRuntime(self.config.bus.address, name=f"xrmq-up.{os.getpid()}",
-                               ready_timeout=self.config.supervisor.ready_timeout_s)
+        from .identities import supervisor_keys
+
+        try:
+            keys = supervisor_keys(self.config)
+            runtime = AgentRuntime(self.config.bus.address, name=f"xrmq-up.{os.getpid()}",
+                                   ready_timeout=self.config.supervisor.ready_timeout_s, **keys)
+        except ValueError as error:  # a key missing or unreadable: the box runs unwatched
+            self.say(f"cannot join the bus to watch heartbeats ({error});"
+                     " liveness is not watched")
+            return
         runtime.register("supervisor", _Heartbeats(self))
         try:
             await runtime.start()
@@ -273,6 +281,8 @@ class Supervisor:
                 "--metrics-interval", str(self.config.supervisor.metrics_interval_s)]
         if not self.config.bus.capture:
             argv.append("--no-capture")
+        if self.config_path is not None:  # the broker reads [bus.security] from it
+            argv += ["--config", self.config_path]
         return Child(BUS, argv, BUS_READY_PREFIX, self.config.supervisor.restart,
                      on_give_up="stop_box")
 

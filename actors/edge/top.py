@@ -23,6 +23,7 @@ from typing import TextIO
 import msgspec
 
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
+from xrmq.actors.runtime.security.keys import client_credentials
 from xrmq.schemas import RuntimeMetrics, SupervisorReport
 from xrmq.topics import METRICS_TOPIC, SUPERVISOR_TOPIC
 
@@ -69,6 +70,12 @@ class RuntimeRow(msgspec.Struct, frozen=True):
     """The supervisor's word on it: ``running``, ``starting``, ``restarting`` or ``down``."""
     reason: str = ""
     """Why it is down."""
+    identity: str | None = None
+    """The bus identity it connected as (a CURVE bus), else None."""
+    dropped: dict[str, int] = {}
+    """The secure broker's row: messages it dropped, by sending identity."""
+    denied: dict[str, int] = {}
+    """The secure broker's row: subscriptions it refused, by identity."""
 
 
 class _Seen:
@@ -137,6 +144,7 @@ class TopView:
                 evicted_by=dict(last.evicted_by), stuck=dict(last.stuck),
                 state=supervised.state if supervised is not None else "running",
                 reason=supervised.reason if supervised is not None else "",
+                identity=last.identity, dropped=dict(last.dropped), denied=dict(last.denied),
             ))
         return sorted(rows, key=lambda row: row.runtime)
 
@@ -164,11 +172,18 @@ def render(rows: list[RuntimeRow], *, stale_after_s: float = 5.0, color: bool = 
             lines.append(f"{paint(BOLD, row.runtime)}  {paint(RED, down)}")
             continue
         header = f"{paint(BOLD, row.runtime)}  pid {row.pid}  {paint(RED, age + ' (stale)') if row.age_s > stale_after_s else age}"
+        if row.identity is not None:
+            header += f"  identity {row.identity}"
         if row.state != "running":
             header += f"  {paint(RED, row.state)}"
         if row.restarts:
             header += f"  {paint(RED, f'restarted {row.restarts}x')}"
         lines.append(header)
+        for label, counts in (("dropped from", row.dropped),
+                              ("subscriptions denied to", row.denied)):
+            if counts:
+                lines.append(f"  {paint(RED, label)} " + "  ".join(
+                    f"{identity} {count}" for identity, count in sorted(counts.items())))
         problems = []
         for label, value in (("gaps", row.gaps), ("rejected", row.rejected), ("overflow", row.overflow),
                              ("handler errors", row.handler_errors), ("faults", row.faults),
@@ -282,7 +297,8 @@ async def watch(bus: str, *, once: bool, as_json: bool, interval: float, window:
     view = TopView()
     changed = asyncio.Event()
     loop = asyncio.get_running_loop()
-    runtime = AgentRuntime(bus, name=f"top-{os.getpid()}")
+    keyed = client_credentials() is not None  # then its name must start with its identity's
+    runtime = AgentRuntime(bus, name=None if keyed else f"top-{os.getpid()}")
     runtime.register("top", _MetricsWatcher(view, changed))
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):

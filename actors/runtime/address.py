@@ -14,6 +14,7 @@ copy of every message, for record/replay). A bus is named by one string:
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -129,3 +130,17 @@ def parse_bus(bus: str) -> BusAddress:
     if "/" in bus:
         raise ValueError(f"bus: name {bus!r} must not contain '/'")
     return parse_bus(f"ipc://{runtime_dir() / bus}")
+
+
+_LOOPBACK = re.compile(r"^(?:127(?:\.\d{1,3}){3}|localhost|::1|\[::1\])$")
+
+
+def is_loopback_tcp(bus: str) -> bool | None:
+    """For a ``tcp://`` bus, whether its host is loopback only; None for other transports.
+
+    A broker bound beyond loopback without CURVE is reachable by anyone on the network.
+    """
+    if not bus.startswith("tcp://"):
+        return None
+    host = bus[len("tcp://") :].rpartition(":")[0]
+    return bool(_LOOPBACK.match(host))

@@ -8,7 +8,10 @@ has come back through the broker, every later message on that subscription, from
 any publisher, reaches the subscriber.
 
 The proxy loop is libzmq's own (``zmq.proxy_steerable``) on a thread of its own; it
-never decodes payloads.
+never decodes payloads. With ``security`` (``mode = "curve"``) every socket is a CURVE
+server, pyzmq's authenticator admits the configured identities, and the loop is
+``security.forwarder``'s, which checks each message's metadata and each subscription
+against the identity's permissions (the plain bus keeps libzmq's loop: no cost there).
 """
 
 from __future__ import annotations
@@ -24,6 +27,14 @@ import zmq
 from .address import BusAddress, UnsafeDirectoryError, check_ipc_directories
 from .broker_report import BrokerReport
 from .logs import get_logger
+from .security.acl import AccessPolicy
+from .security.forwarder import (
+    BUS_DOMAIN,
+    CAPTURE_DOMAIN,
+    BrokerSecurity,
+    Forwarder,
+    IdentityAuthenticator,
+)
 
 DEFAULT_HWM = 1_000_000
 """High-water mark for bus sockets: large and explicit (PUB/XPUB drop past it; receivers count the gap)."""
@@ -64,7 +75,10 @@ class Broker:
     def __init__(self, address: BusAddress, *, capture: bool = False, hwm: int = DEFAULT_HWM,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
                  subscriber_budget_bytes: int = DEFAULT_SUBSCRIBER_BUDGET_BYTES,
-                 metrics_interval: float | None = None) -> None:
+                 metrics_interval: float | None = None,
+                 security: BrokerSecurity | None = None) -> None:
+        if security is not None and address.publish.startswith("inproc://"):
+            raise BrokerError("bus: CURVE needs an ipc:// or tcp:// bus, not inproc://")
         self.address = address
         self.capture = capture
         self.hwm = hwm
@@ -72,6 +86,11 @@ class Broker:
         self.subscriber_hwm = min(hwm, subscriber_hwm(subscriber_budget_bytes))
         self.metrics_interval = metrics_interval
         self._report: BrokerReport | None = None
+        self.security = security
+        self.forwarder: Forwarder | None = None
+        """The secure loop (its drop counters) while a secure broker serves."""
+        # A secure broker has a context of its own: ZAP's handler is one per context.
+        self._context = shared_context() if security is None else zmq.Context()
         self._control = f"inproc://xrmq-broker-control-{uuid.uuid4().hex}"
         self._bound = threading.Event()
         self._stopped = threading.Event()
@@ -105,11 +124,11 @@ class Broker:
         return None if self._report is None else self._report.publishers_dropped
 
     def stop(self) -> None:
-        if not self._bound.is_set() or self._bind_error is not None:
+        if not self._bound.is_set() or self._bind_error is not None or self._stopped.is_set():
             return
         # libzmq 4.3.5's steerable proxy can miss a single TERMINATE (seen here about
         # once in fifty stops), so it is repeated until the proxy thread has ended.
-        stopper = shared_context().socket(zmq.PAIR)
+        stopper = self._context.socket(zmq.PAIR)
         stopper.connect(self._control)
         try:
             while True:
@@ -127,10 +146,18 @@ class Broker:
                         return
         finally:
             stopper.close(linger=0)
+            if self.security is not None:
+                self._context.term()
 
     def _serve(self) -> None:
-        context = shared_context()
+        context = self._context
         sockets: list[zmq.Socket] = []
+        security = self.security
+        policy = authenticator = None
+        if security is not None:
+            policy = AccessPolicy({name: perms for name, (_, perms) in security.identities.items()})
+            authenticator = IdentityAuthenticator(context, security, policy, self._log)
+            authenticator.start()
 
         def socket(kind: int) -> zmq.Socket:
             sock = context.socket(kind)
@@ -147,6 +174,8 @@ class Broker:
             frontend.setsockopt(zmq.RCVHWM, self.hwm)
             frontend.setsockopt(zmq.SNDHWM, self.hwm)
             frontend.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
+            if security is not None:
+                security.serve(frontend, BUS_DOMAIN)
             frontend.bind(self.address.publish)
             if self.metrics_interval:
                 monitor = f"inproc://xrmq-broker-monitor-{uuid.uuid4().hex}"
@@ -160,11 +189,16 @@ class Broker:
             backend.setsockopt(zmq.SNDHWM, self.subscriber_hwm)  # per subscriber, bounds a stall
             backend.setsockopt(zmq.RCVHWM, self.hwm)
             backend.setsockopt(zmq.MAXMSGSIZE, 64 * 1024)  # subscriptions only
+            if security is not None:
+                security.serve(backend, BUS_DOMAIN)
+                backend.setsockopt(zmq.XPUB_MANUAL, 1)  # the forwarder applies permitted ones
             backend.bind(self.address.subscribe)
             capture = None
             if self.capture:
                 capture = socket(zmq.PUB)
                 capture.setsockopt(zmq.SNDHWM, self.hwm)
+                if security is not None:
+                    security.serve(capture, CAPTURE_DOMAIN)
                 capture.bind(self.address.capture)
             control = socket(zmq.PAIR)
             control.bind(self._control)
@@ -174,6 +208,8 @@ class Broker:
         except BaseException as error:  # reported to start(); nothing else holds the sockets
             for sock in sockets:
                 sock.close()
+            if authenticator is not None:
+                authenticator.stop()
             self._release_ipc_paths()
             if umask is not None:
                 os.umask(umask)
@@ -186,10 +222,17 @@ class Broker:
         if self._report is not None:
             self._report.start()
         self._log.info("broker.ready", subscribe=self.address.subscribe, capture=self.capture,
-                       subscriber_hwm=self.subscriber_hwm, max_message_bytes=self.max_message_bytes)
+                       subscriber_hwm=self.subscriber_hwm, max_message_bytes=self.max_message_bytes,
+                       security="curve" if security is not None else "none")
+        if policy is not None:
+            self.forwarder = Forwarder(policy, frontend, backend, capture, control, self._log,
+                                       authenticator=authenticator)
         self._bound.set()
         try:
-            zmq.proxy_steerable(frontend, backend, capture, control)
+            if self.forwarder is not None:
+                self.forwarder.run()
+            else:
+                zmq.proxy_steerable(frontend, backend, capture, control)
         except zmq.ContextTerminated:
             pass
         finally:
@@ -197,6 +240,8 @@ class Broker:
                 self._report.stop()
             for sock in sockets:
                 sock.close()
+            if authenticator is not None:
+                authenticator.stop()
             self._release_ipc_paths()
             self._stopped.set()
             self._log.info("broker.stopped")

@@ -1,4 +1,4 @@
-"""Bus-level commands: ``xrmq bus``, ``xrmq publish``, ``xrmq schema``."""
+"""Bus-level commands: ``xrmq bus``, ``xrmq publish``, ``xrmq schema``, ``xrmq keys``."""
 
 from __future__ import annotations
 
@@ -17,10 +17,11 @@ import msgspec
 from xrmq.schemas import ConversationContextUpdate, MessageMetadata, UserQuery
 from xrmq.topics import STANDARD_TOPICS, Topic, context_topic
 
-from .address import DEFAULT_BUS, parse_bus
+from .address import DEFAULT_BUS, is_loopback_tcp, parse_bus
 from .broker import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_SUBSCRIBER_BUDGET_BYTES, Broker
 from .loop import run
 from .runtime import AgentRuntime
+from .security.keys import KEY_ENV, SERVER_KEY_ENV, create_keypair, list_keys, require_curve
 
 
 def default_bus() -> str:
@@ -28,9 +29,28 @@ def default_bus() -> str:
     return os.environ.get("XRMQ_BUS", DEFAULT_BUS)
 
 
-def add_bus_argument(parser: argparse.ArgumentParser) -> None:
+def add_bus_argument(parser: argparse.ArgumentParser, *, keys: bool = True) -> None:
+    """``--bus``, and for a client of the bus (``keys``) ``--key`` and ``--server-key``."""
     parser.add_argument("--bus", default=default_bus(),
                         help="bus name, ipc://PREFIX, tcp://HOST:PORT (default: $XRMQ_BUS or 'default')")
+    if not keys:
+        return
+    parser.add_argument("--key", metavar="FILE",
+                        help=f"CURVE bus: this client's NAME.key_secret (default: ${KEY_ENV})")
+    parser.add_argument("--server-key", metavar="FILE",
+                        help=f"CURVE bus: the broker's public key file "
+                             f"(default: ${SERVER_KEY_ENV})")
+
+
+def export_keys(args: argparse.Namespace) -> None:
+    """Make ``--key``/``--server-key`` the process's ``$XRMQ_KEY``/``$XRMQ_SERVER_KEY``.
+
+    Every runtime and socket a command opens takes its CURVE credentials from there.
+    """
+    for option, variable in (("key", KEY_ENV), ("server_key", SERVER_KEY_ENV)):
+        value = getattr(args, option, None)
+        if value is not None:
+            os.environ[variable] = value
 
 
 def require_broker(bus: str, *, endpoint: str = "subscribe") -> None:
@@ -48,7 +68,7 @@ def require_broker(bus: str, *, endpoint: str = "subscribe") -> None:
 
 def add_commands(subparsers: Any) -> None:
     bus = subparsers.add_parser("bus", help="run the bus broker (XSUB/XPUB proxy with capture)")
-    add_bus_argument(bus)
+    add_bus_argument(bus, keys=False)
     bus.add_argument("--no-capture", action="store_true", help="do not bind the capture socket")
     bus.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES,
                      help="ZMQ_MAXMSGSIZE: a larger frame drops its publisher's connection")
@@ -56,7 +76,20 @@ def add_commands(subparsers: Any) -> None:
                      help="what one stalled subscriber may cost the broker (its send HWM)")
     bus.add_argument("--metrics-interval", type=float, default=None,
                      help="publish the broker's heartbeat (dropped connections) every N seconds")
+    bus.add_argument("--config", help="edge-box TOML whose [bus.security] the broker enforces")
+    bus.add_argument("--insecure", action="store_true",
+                     help="allow a plain tcp bus beyond loopback (anyone who reaches it owns it)")
     bus.set_defaults(func=run_bus)
+
+    keys = subparsers.add_parser("keys", help="CURVE key pairs for a secure bus")
+    keys_commands = keys.add_subparsers(dest="keys_command", required=True)
+    new = keys_commands.add_parser("new", help="write NAME.key and NAME.key_secret (mode 0600)")
+    new.add_argument("name", help="the identity's name (the file names)")
+    new.add_argument("--dir", default=".", help="directory to write them in (default: here)")
+    new.set_defaults(func=run_keys_new)
+    listing = keys_commands.add_parser("list", help="the public keys in a directory")
+    listing.add_argument("dir")
+    listing.set_defaults(func=run_keys_list)
 
     publish = subparsers.add_parser("publish", help="publish one message (a query or a context update)")
     add_bus_argument(publish)
@@ -72,15 +105,31 @@ def add_commands(subparsers: Any) -> None:
 
 def run_bus(args: argparse.Namespace) -> int:
     address = parse_bus(args.bus)
+    security = None
+    if args.config is not None:
+        from xrmq.actors.edge.config import load_config  # the config file is the edge box's
+        from xrmq.actors.edge.identities import broker_security
+
+        config = load_config(args.config)
+        if config.bus.security.mode == "curve":
+            require_curve()
+            security = broker_security(config)
+        args.insecure = args.insecure or config.bus.security.insecure
+    if security is None and is_loopback_tcp(args.bus) is False and not args.insecure:
+        raise ValueError(f"--bus: {args.bus!r} binds tcp beyond loopback without security: anyone "
+                         "who can reach it owns the bus; give --config with [bus.security] "
+                         "mode = \"curve\" (or --insecure to accept that)")
     broker = Broker(address, capture=not args.no_capture, max_message_bytes=args.max_message_bytes,
                     subscriber_budget_bytes=args.subscriber_budget_bytes,
-                    metrics_interval=args.metrics_interval)
+                    metrics_interval=args.metrics_interval, security=security)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     broker.start()
     print(f"xrmq bus: ready publish={address.publish} subscribe={address.subscribe}"
-          + (f" capture={address.capture}" if broker.capture else ""), flush=True)
+          + (f" capture={address.capture}" if broker.capture else "")
+          + (f" security=curve identities={len(security.identities)}" if security else ""),
+          flush=True)
     stop.wait()
     broker.stop()
     return 0
@@ -167,4 +216,17 @@ def schemas() -> dict[str, Any]:
 def run_schema(args: argparse.Namespace) -> int:
     json.dump(schemas(), sys.stdout, indent=2)
     print()
+    return 0
+
+
+def run_keys_new(args: argparse.Namespace) -> int:
+    public, secret = create_keypair(args.name, args.dir)
+    print(f"xrmq keys: wrote {public} (for the broker's authorized directory) "
+          f"and {secret} (mode 0600)")
+    return 0
+
+
+def run_keys_list(args: argparse.Namespace) -> int:
+    for info in list_keys(args.dir):
+        print(f"{info.name}\t{info.public_key}\t{'pair' if info.has_secret else 'public only'}")
     return 0

@@ -37,6 +37,7 @@ from .logs import get_logger
 from .mailbox import Mailbox
 from .progress import ProgressWatch
 from .ratelimit import DEFAULT_INTERVAL_S, AggregatedWarnings
+from .security.keys import ClientCredentials, client_credentials
 from .sequence import DEFAULT_STREAM_CAPACITY, STALE, Gap, SequenceTracker
 from .tables import evict_over
 
@@ -167,6 +168,11 @@ class AgentRuntime:
     ``outgoing_streams``, ``keyed_instances`` (per keyed kind), ``epoch_skew_s`` (the
     clock skew the epoch check allows) and ``warn_interval_s`` (a repeated warning is
     logged once per interval per kind, topic and sender, with a count).
+
+    On a CURVE bus, ``key`` is this runtime's secret key file (``NAME.key_secret``) and
+    ``server_key`` the broker's public key (its file or Z85 text); None takes them from
+    ``$XRMQ_KEY`` and ``$XRMQ_SERVER_KEY`` if set. The runtime is then identity ``NAME``,
+    and its default name is ``NAME-<random>`` (a runtime name belongs to its identity).
     """
 
     def __init__(
@@ -185,6 +191,8 @@ class AgentRuntime:
         keyed_instances: int = DEFAULT_KEYED_INSTANCES,
         epoch_skew_s: float = DEFAULT_EPOCH_SKEW_S,
         warn_interval_s: float = DEFAULT_INTERVAL_S,
+        key: str | os.PathLike[str] | None = None,
+        server_key: str | os.PathLike[str] | bytes | None = None,
     ) -> None:
         if mailbox_capacity < 1:
             raise ValueError("mailbox_capacity: must be >= 1")
@@ -200,7 +208,12 @@ class AgentRuntime:
             self.address = parse_bus(f"inproc://xrmq-embedded-{uuid.uuid4().hex}")
         else:
             self.address = bus if isinstance(bus, BusAddress) else parse_bus(bus)
-        self.name = name or f"rt-{uuid.uuid4().hex[:10]}"
+        self.credentials: ClientCredentials | None = (
+            None if bus is None else client_credentials(key, server_key))
+        if bus is None and (key is not None or server_key is not None):
+            raise ValueError("key: an embedded bus has no broker to authenticate to")
+        prefix = self.credentials.identity if self.credentials is not None else "rt"
+        self.name = name or f"{prefix}-{uuid.uuid4().hex[:10]}"
         self.hwm = hwm
         self.mailbox_capacity = mailbox_capacity
         self.ready_timeout = ready_timeout
@@ -411,11 +424,14 @@ class AgentRuntime:
         self._pub = context.socket(zmq.PUB)
         self._pub.setsockopt(zmq.SNDHWM, self.hwm)
         self._pub.setsockopt(zmq.LINGER, 2000)
-        self._pub.connect(self.address.publish)
         self._sub = context.socket(zmq.SUB)
         self._sub.setsockopt(zmq.RCVHWM, self.hwm)
         self._sub.setsockopt(zmq.LINGER, 0)
         self._sub.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
+        if self.credentials is not None:
+            self.credentials.apply(self._pub)
+            self.credentials.apply(self._sub)
+        self._pub.connect(self.address.publish)
         self._sub.connect(self.address.subscribe)
         self._subscriptions.add(self._inbox_bytes + SEP)
         self._subscriptions.add(METRICS_TOPIC.subscription())  # heartbeats: the tails of streams
@@ -529,11 +545,22 @@ class AgentRuntime:
             self._probe_event.clear()
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise TimeoutError(f"bus: no broker answered at {self.address.subscribe} within {self.ready_timeout}s")
+                raise TimeoutError(self._not_ready())
             try:
                 await asyncio.wait_for(self._probe_event.wait(), min(interval, remaining))
             except TimeoutError:
                 interval = min(interval * 2, 0.5)
+
+    def _not_ready(self) -> str:
+        """Why ``start`` gives up; on a CURVE bus, naming the subscriptions still unanswered."""
+        where = f"bus: no broker answered at {self.address.subscribe}"
+        message = f"{where} within {self.ready_timeout}s"
+        if self.credentials is None:
+            return message
+        pending = sorted({prefix.split(SEP)[0].decode(errors="replace")
+                          for prefix in self._probes.values()})
+        return (f"{message} (CURVE identity {self.credentials.identity!r}: is its key admitted, "
+                f"and may it subscribe to {', '.join(pending)}?)")
 
     # ------------------------------------------------------------------ publishing
 
@@ -983,6 +1010,7 @@ class AgentRuntime:
             actor_faults={mailbox.name: mailbox.faults for mailbox in mailboxes if mailbox.faults},
             tables=tables, last_seq=last_seq or {}, resynced=self._tracker.resynced,
             stuck=stuck,
+            identity=self.credentials.identity if self.credentials is not None else None,
         )
 
     def _recent_last_seqs(self) -> dict[str, int]:

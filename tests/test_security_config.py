@@ -1,0 +1,236 @@
+"""Keys on disk, the ``[bus.security]`` and ``[bus.identities]`` config, role-derived
+permissions and what ``xrmq top`` shows of identities: the parts that need no bus."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from xrmq.actors.edge.config import ConfigError, decode_config, default_config, load_config
+from xrmq.actors.edge.identities import broker_security, init_keys, permissions, role_permissions
+from xrmq.actors.edge.roles import check_roles
+from xrmq.actors.edge.top import TopView, render
+from xrmq.actors.runtime import AgentRuntime
+from xrmq.actors.runtime.security import create_keypair, list_keys
+from xrmq.actors.runtime.security.acl import Patterns
+from xrmq.actors.runtime.security.keys import KeyFileError, client_credentials, load_secret
+from xrmq.schemas import RuntimeMetrics
+
+CLI = [sys.executable, "-m", "xrmq.actors.cli"]
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def test_a_key_pair_is_written_in_zmq_auth_format_with_a_private_secret(tmp_path):
+    public, secret = create_keypair("sensor", tmp_path / "keys")
+    assert (public.name, secret.name) == ("sensor.key", "sensor.key_secret")
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "keys").stat().st_mode) == 0o700
+    assert [(info.name, info.has_secret) for info in list_keys(tmp_path / "keys")] == [
+        ("sensor", True)
+    ]
+    with pytest.raises(ValueError, match="already exists"):
+        create_keypair("sensor", tmp_path / "keys")
+
+
+def test_a_secret_key_readable_by_others_is_refused(tmp_path):
+    _, secret = create_keypair("alice", tmp_path)
+    os.chmod(secret, 0o640)
+    with pytest.raises(KeyFileError, match="must not be readable by other users"):
+        load_secret(secret)
+
+
+def test_a_key_without_the_brokers_key_is_an_error_naming_both(tmp_path, monkeypatch):
+    _, secret = create_keypair("alice", tmp_path)
+    monkeypatch.delenv("XRMQ_SERVER_KEY", raising=False)
+    with pytest.raises(
+        ValueError, match=r"--key \(XRMQ_KEY\) and --server-key \(XRMQ_SERVER_KEY\)"
+    ):
+        client_credentials(secret)
+    with pytest.raises(ValueError, match="an embedded bus has no broker"):
+        AgentRuntime(key=secret)
+
+
+def test_a_runtime_with_a_key_is_named_after_its_identity(tmp_path):
+    create_keypair("broker", tmp_path)
+    _, secret = create_keypair("alice", tmp_path)
+    runtime = AgentRuntime("tcp://127.0.0.1:7300", key=secret, server_key=tmp_path / "broker.key")
+    assert runtime.name.startswith("alice-") and runtime.credentials.identity == "alice"
+
+
+def test_keys_commands_write_and_list(tmp_path):
+    made = subprocess.run(
+        [*CLI, "keys", "new", "ops", "--dir", str(tmp_path)], capture_output=True, text=True
+    )
+    assert made.returncode == 0, made.stderr
+    listed = subprocess.run([*CLI, "keys", "list", str(tmp_path)], capture_output=True, text=True)
+    name, public, kind = listed.stdout.strip().split("\t")
+    assert (name, len(public), kind) == ("ops", 40, "pair")
+
+
+@pytest.mark.parametrize(
+    "raw, key, rule",
+    [
+        (
+            {"bus": {"security": {"mode": "tls"}}},
+            "bus.security.mode",
+            "must be 'none' or 'curve', got 'tls'",
+        ),
+        (
+            {"bus": {"identities": {"broker": {}}}},
+            "bus.identities.broker",
+            "is the broker's own key",
+        ),
+        (
+            {"bus": {"identities": {"s": {"publish": ["no*tes"]}}}},
+            "bus.identities.s.publish",
+            "a name, a prefix ending in '*', or '*'",
+        ),
+        ({"bus": {"identities": {"s": {"key": "short"}}}}, "bus.identities.s.key", "40 characters"),
+        (
+            {"bus": {"identities": {"s": {"pubish": []}}}},
+            "bus.identities.s.pubish",
+            "did you mean 'publish'",
+        ),
+        (
+            {"bus": {"address": "tcp://*:7300"}},
+            "bus.address",
+            "binds tcp beyond loopback without security",
+        ),
+    ],
+)
+def test_security_config_errors_name_the_key_and_the_rule(raw, key, rule):
+    with pytest.raises(ConfigError) as caught:
+        decode_config(raw, source="edge.toml")
+    assert caught.value.key == key and rule in caught.value.rule
+
+
+@pytest.mark.parametrize(
+    "address", ["tcp://127.0.0.1:7300", "tcp://localhost:7300", "tcp://[::1]:7300"]
+)
+def test_a_plain_tcp_bus_on_loopback_is_accepted(address):
+    assert decode_config({"bus": {"address": address}}).bus.address == address
+
+
+def test_every_subscription_a_built_in_role_makes_is_within_its_derived_permissions():
+    config = default_config()
+    for name, builders in check_roles(config).items():
+        runtime = AgentRuntime("ipc:///nonexistent/bus", name=name)
+        for build in builders:
+            build(runtime, config, config.instances(name)[0])
+        topics = {prefix.split(b"\x00")[0].decode() for prefix in runtime._subscriptions}
+        allowed = Patterns(role_permissions(config, config.processes[name].roles[0]).subscribe)
+        assert [topic for topic in topics if topic not in allowed] == [], name
+
+
+def test_role_defaults_are_least_privilege():
+    config = default_config()
+    renderer = role_permissions(config, "renderer")
+    assert (renderer.publish, renderer.sources) == ([], [])
+    assert "notes" not in Patterns(renderer.subscribe)
+    router = role_permissions(config, "router")
+    assert "voice.output" in Patterns(router.publish) and "router" in Patterns(router.sources)
+    assert "conversation" not in Patterns(router.sources)
+    assert role_permissions(config, "my.module:role") == role_permissions(config, "unknown")
+
+
+def test_an_identity_table_replaces_the_derived_lists_it_names():
+    config = decode_config(
+        {
+            **_processes(),
+            "bus": {
+                "identities": {
+                    "renderer": {"subscribe": ["voice.output"]},
+                    "alice": {"publish": ["voice.query"]},
+                }
+            },
+        }
+    )
+    granted = permissions(config)
+    assert granted["renderer"].subscribe == ["voice.output"]
+    assert granted["alice"].publish == ["voice.query"] and granted["alice"].subscribe == []
+
+
+def _processes() -> dict:
+    return {"processes": {"renderer": {"roles": ["renderer"]}}}
+
+
+def test_the_secure_example_is_ready_after_init_keys(tmp_path):
+    config_path = tmp_path / "secure.toml"
+    shutil.copy(EXAMPLES / "secure-edge-box.toml", config_path)
+    for client in ("alice", "sensor", "ops"):
+        create_keypair(client, tmp_path / "keys")
+    config = load_config(config_path)
+    assert init_keys(config) == [
+        "broker",
+        "context",
+        "compaction",
+        "conversation",
+        "router",
+        "renderer",
+        "xrmq-up",
+    ]
+    assert init_keys(config) == []  # only what is missing
+    security = broker_security(config)
+    assert sorted(security.identities) == sorted(
+        [
+            "alice",
+            "sensor",
+            "ops",
+            "context",
+            "compaction",
+            "conversation",
+            "router",
+            "renderer",
+            "xrmq-up",
+        ]
+    )
+    checked = subprocess.run(
+        [*CLI, "up", "--check", str(config_path)], capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout.strip().endswith("ok (5 processes; bus security curve, 9 identities)")
+
+
+def test_top_shows_identities_and_the_brokers_per_identity_counters():
+    view = TopView()
+    view.observe(
+        RuntimeMetrics(
+            "broker",
+            1,
+            10,
+            0,
+            0,
+            5,
+            0,
+            0,
+            4,
+            0,
+            0,
+            identity="broker",
+            dropped={"sensor": 3},
+            denied={"renderer": 1},
+        ),
+        0.0,
+    )
+    view.observe(RuntimeMetrics("router", 1, 11, 0, 2, 2, 0, 0, 0, 0, 0, identity="router"), 0.0)
+    rows = view.rows(0.5)
+    assert [(row.runtime, row.identity) for row in rows] == [
+        ("broker", "broker"),
+        ("router", "router"),
+    ]
+    text = render(rows, color=False)
+    assert "broker  pid 10  0.5s ago  identity broker" in text
+    assert "  dropped from sensor 3" in text and "  subscriptions denied to renderer 1" in text
+
+
+def test_credentials_never_show_their_secret_key(tmp_path):
+    create_keypair("broker", tmp_path)
+    _, secret_file = create_keypair("alice", tmp_path)
+    credentials = client_credentials(secret_file, tmp_path / "broker.key")
+    assert credentials.secret_key.decode() not in repr(credentials)
