@@ -1,6 +1,8 @@
 """Typed topics: names bound to schemas, and the standard topics of the XR conversation layer."""
 
 from xrmq.schemas import (
+    AudioFrame,
+    AudioPlayback,
     ConversationContextUpdate,
     Interrupted,
     ParticipantJoined,
@@ -21,6 +23,12 @@ INTERRUPTED_TOPIC: Topic[Interrupted] = Topic("voice.interrupted", Interrupted)
 """The participant interrupted (barge-in): in-flight work for them stops."""
 PARTICIPANT_JOINED_TOPIC: Topic[ParticipantJoined] = Topic("participant.joined", ParticipantJoined)
 PARTICIPANT_LEFT_TOPIC: Topic[ParticipantLeft] = Topic("participant.left", ParticipantLeft)
+AUDIO_IN_TOPIC: Topic[AudioFrame] = Topic("audio.in", AudioFrame)
+"""Microphone audio from each participant's client (20 ms PCM16 frames by default)."""
+AUDIO_OUT_TOPIC: Topic[AudioFrame] = Topic("audio.out", AudioFrame)
+"""Synthesized assistant speech for each participant, paced in real time."""
+AUDIO_PLAYBACK_TOPIC: Topic[AudioPlayback] = Topic("audio.playback", AudioPlayback)
+"""When a participant's assistant audio starts and stops playing."""
 METRICS_TOPIC: Topic[RuntimeMetrics] = Topic("xrmq.metrics", RuntimeMetrics)
 """Every runtime's periodic counters (its heartbeat); read by ``xrmq top`` and the supervisor."""
 
@@ -36,10 +44,16 @@ STANDARD_TOPICS: tuple[Topic, ...] = (
     INTERRUPTED_TOPIC,
     PARTICIPANT_JOINED_TOPIC,
     PARTICIPANT_LEFT_TOPIC,
+    AUDIO_IN_TOPIC,
+    AUDIO_OUT_TOPIC,
+    AUDIO_PLAYBACK_TOPIC,
     METRICS_TOPIC,
 )
 
 __all__ = [
+    "AUDIO_IN_TOPIC",
+    "AUDIO_OUT_TOPIC",
+    "AUDIO_PLAYBACK_TOPIC",
     "INTERRUPTED_TOPIC",
     "METRICS_TOPIC",
     "PARTICIPANT_JOINED_TOPIC",
