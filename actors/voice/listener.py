@@ -93,6 +93,7 @@ class VoiceInput(Agent):
         self._queue: deque[Utterance] = deque()
         self._ready = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
+        self._changed: asyncio.Event | None = None
         self._log = get_logger(actor=VOICE_INPUT_KIND, participant=participant_id)
 
     async def on_start(self) -> None:
@@ -114,6 +115,17 @@ class VoiceInput(Agent):
     def held_samples(self) -> int:
         """Audio samples this participant's input holds now (bounded by the settings)."""
         return self._segmenter.held_samples + self._pending.size + sum(u.audio.size for u in self._queue)
+
+    async def wait_until(self, condition: Callable[[VoiceCounts], bool]) -> VoiceCounts:
+        """Return the counts once ``condition(counts)`` holds (checked after each decision)."""
+        while not condition(self.counts):
+            self._changed = asyncio.Event()
+            await self._changed.wait()
+        return self.counts
+
+    def _decided(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
 
     # -- handlers ---------------------------------------------------------------------
 
@@ -174,6 +186,7 @@ class VoiceInput(Agent):
         self.counts.interruptions += 1
         self._log.info("voice.barge_in", why=why)
         self._send(INTERRUPTED_TOPIC, Interrupted())
+        self._decided()
 
     async def _recognize(self) -> None:
         while True:
@@ -194,14 +207,17 @@ class VoiceInput(Agent):
         except Exception as error:
             self.counts.stt_failures += 1
             self._log.error("voice.stt_failed", error=repr(error))
+            self._decided()
             return
         verdict = self._gate.finished(speech_s, len(text.split()))
         if not text:
             self.counts.empty_transcripts += 1
+            self._decided()
             return
         if verdict == "backchannel":
             self.counts.backchannels += 1
             self._log.info("voice.backchannel", text=text)
+            self._decided()
             return
         if verdict == "interrupt":
             self._interrupt("words")
@@ -209,6 +225,7 @@ class VoiceInput(Agent):
         self.counts.queries += 1
         self._log.info("voice.query", text=text, speech_s=round(speech_s, 2))
         self._send(QUERY_TOPIC, query)
+        self._decided()
 
     def _send(self, topic: object, message: object) -> None:
         if self.runtime is not None:

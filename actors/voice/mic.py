@@ -24,7 +24,11 @@ from .pcm import FRAME_MS, SAMPLE_RATE, float_to_pcm16, frames, read_wav, resamp
 
 
 class FrameSender:
-    """Numbers and timestamps one participant's frames and publishes them in real time."""
+    """Numbers and timestamps one participant's frames and publishes them in real time.
+
+    A frame's ``timestamp_us`` is the stream's start plus the audio sent before it, so
+    it is the time of its first sample whether or not the frames are paced.
+    """
 
     def __init__(self, runtime: AgentRuntime, participant_id: str, *, frame_ms: int = FRAME_MS,
                  realtime: bool = True) -> None:
@@ -34,18 +38,21 @@ class FrameSender:
         self.realtime = realtime
         self.sent = 0
         self._start: float | None = None
+        self._start_us = 0
 
     async def send(self, pcm: bytes) -> None:
         """Send mono 16 kHz PCM16 bytes as frames, waiting for each frame's time."""
         period = self.frame_ms / 1000.0
         for chunk in frames(pcm, SAMPLE_RATE, self.frame_ms):
             if self._start is None:
-                self._start = time.monotonic()
+                self._start, self._start_us = time.monotonic(), time.time_ns() // 1000
             if self.realtime:
                 delay = self._start + self.sent * period - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
-            self.runtime.send(AUDIO_IN_TOPIC, AudioFrame(chunk, SAMPLE_RATE, 1, self.sent, time.time_ns() // 1000),
+            # The first sample's time: the stream's start plus the audio before it.
+            timestamp_us = self._start_us + self.sent * self.frame_ms * 1000
+            self.runtime.send(AUDIO_IN_TOPIC, AudioFrame(chunk, SAMPLE_RATE, 1, self.sent, timestamp_us),
                               participant_id=self.participant_id, source="mic")
             self.sent += 1
             if not self.realtime and self.sent % 50 == 0:
