@@ -117,7 +117,7 @@ class VoiceInput(Agent):
         return self._segmenter.held_samples + self._pending.size + sum(u.audio.size for u in self._queue)
 
     async def wait_until(self, condition: Callable[[VoiceCounts], bool]) -> VoiceCounts:
-        """Return the counts once ``condition(counts)`` holds (checked after each decision)."""
+        """Return the counts once ``condition(counts)`` holds (checked after each frame and decision)."""
         while not condition(self.counts):
             self._changed = asyncio.Event()
             await self._changed.wait()
@@ -152,6 +152,8 @@ class VoiceInput(Agent):
             self._next_us += CHUNK_SAMPLES * 1_000_000 // SAMPLE_RATE
             self._events(self._segmenter.push(chunk, self._vad.probability(chunk), chunk_us))
         self._pending = pending[offset:].copy() if offset else pending
+        if self._changed is not None:
+            self._changed.set()
 
     @subscribe(AUDIO_PLAYBACK_TOPIC)
     async def on_playback(self, message: AudioPlayback, ctx: RuntimeContext) -> None:
