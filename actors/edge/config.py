@@ -172,6 +172,30 @@ class ProcessConfig(_Section):
     answer path leaves idle."""
 
 
+class VoiceConfig(_Section):
+    """The ``voice`` role (speech in) and the renderer's speech out (``actors/voice``)."""
+
+    stt: str = "whisper"
+    """``whisper`` (the bundled tiny.en weights), ``whisper:/path/to/model-dir`` (any
+    faster-whisper model directory) or a litellm transcription model (``openai/whisper-1``)."""
+    api_base: str | None = None
+    """For a litellm model: the provider's base URL (a local OpenAI-compatible server)."""
+    api_key_env: str | None = None
+    """For a litellm model: the variable holding its key."""
+    vad_threshold: float = 0.5
+    min_speech_s: float = 0.25
+    trailing_silence_s: float = 0.4
+    max_utterance_s: float = 15.0
+    barge_in_min_s: float = 0.6
+    """Voiced seconds over the assistant's playback before the speech interrupts it."""
+    barge_in_min_words: int = 0
+    """Words the transcript must also have to interrupt (0: duration alone)."""
+    context_bias: bool = True
+    """Give the recognizer the participant's context (names, numbers, places) as its prompt."""
+    speech_out: bool = False
+    """The ``renderer`` role speaks onto ``audio.out`` (espeak-ng) instead of the console."""
+
+
 class ProcessInstance(msgspec.Struct, frozen=True):
     """One OS process of a config entry: replica ``shard`` of ``shards``."""
 
@@ -194,6 +218,7 @@ class EdgeConfig(_Section):
     router: RouterConfig = RouterConfig()
     supervisor: SupervisorConfig = SupervisorConfig()
     processes: dict[str, ProcessConfig] = {}
+    voice: VoiceConfig = VoiceConfig()
     source: str = DEFAULT_SOURCE
     """The file this config came from (set by the loader; not a TOML key)."""
 
@@ -280,6 +305,7 @@ def decode_config(raw: Mapping[str, Any], *, source: str = DEFAULT_SOURCE) -> Ed
         router=_convert(top.router, RouterConfig, "router", source),
         supervisor=_convert(top.supervisor, SupervisorConfig, "supervisor", source),
         processes=processes,
+        voice=_convert(top.voice, VoiceConfig, "voice", source),
         source=source,
     )
     _validate(config, source)
@@ -294,6 +320,7 @@ class _RawTop(_Section):
     router: dict[str, Any] = {}
     supervisor: dict[str, Any] = {}
     processes: dict[str, Any] = {}
+    voice: dict[str, Any] = {}
 
 
 def _table(value: dict[str, Any], key: str, source: str) -> dict[str, Any]:
@@ -436,6 +463,24 @@ def _context_error(message: str, settings: ContextSettings, source: str) -> Conf
     return ConfigError(source, key, rule)
 
 
+def _check_voice(voice: VoiceConfig, source: str) -> None:
+    rules = {
+        "stt": bool(voice.stt.strip()) and voice.stt != "whisper:",
+        "vad_threshold": 0.15 < voice.vad_threshold < 1.0,
+        "min_speech_s": voice.min_speech_s >= 0,
+        "trailing_silence_s": voice.trailing_silence_s > 0,
+        "max_utterance_s": voice.max_utterance_s > voice.min_speech_s,
+        "barge_in_min_s": voice.barge_in_min_s >= 0,
+        "barge_in_min_words": voice.barge_in_min_words >= 0,
+    }
+    texts = {"stt": "must be 'whisper', 'whisper:DIR' or a litellm model string",
+             "vad_threshold": "must be in (0.15, 1)", "trailing_silence_s": "must be > 0",
+             "max_utterance_s": "must be > voice.min_speech_s"}
+    for field, ok in rules.items():
+        if not ok:
+            raise ConfigError(source, f"voice.{field}", texts.get(field, "must be >= 0"))
+
+
 def _validate(config: EdgeConfig, source: str) -> None:
     """Rules across keys: names that refer to each other, counts, timings, the bus string."""
     _check_bus(config.bus.address, source)
@@ -453,6 +498,7 @@ def _validate(config: EdgeConfig, source: str) -> None:
         if getattr(supervisor, field) <= 0:
             raise ConfigError(source, f"supervisor.{field}", "must be > 0")
     _check_restart(supervisor.restart, "supervisor.restart", source)
+    _check_voice(config.voice, source)
     for name, process in config.processes.items():
         key = f"processes.{name}"
         if not process.roles:

@@ -10,7 +10,10 @@
   which is when seed 000 says the context may be cleared.
 - ``router``: the ``AgentRouter`` actor on the query, interrupted and participant topics,
   reaching every destination through a remote proxy.
-- ``renderer``: a ``VoiceRenderer`` with a console sink on the voice output topic.
+- ``renderer``: a ``VoiceRenderer`` with a console sink on the voice output topic (with
+  ``voice.speech_out``: espeak-ng speech as ``audio.out`` frames).
+- ``voice``: speech in (``xrmq.actors.voice.role``): one ``VoiceInput`` per participant
+  on ``audio.in`` (VAD, speech-to-text), publishing queries and barge-in interruptions.
 
 Every process derives the same ``ContextPlan`` from the config, so the section actors,
 the workers and the managers agree on topics, budgets and the worker pool.
@@ -25,7 +28,7 @@ from xrmq.actors.models import create_llm
 from xrmq.actors.routing import AgentRouter, KeywordDecisions, LLMDecisions, SingleDestination, remote, serve
 from xrmq.actors.routing.agent import RoutableAgent
 from xrmq.actors.runtime import AgentRuntime
-from xrmq.actors.voice import ConsoleSink, VoiceRenderer
+from xrmq.actors.voice import ConsoleSink, Sink, VoiceRenderer
 from xrmq.schemas import RoutingAid
 from xrmq.topics import INTERRUPTED_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC
 
@@ -123,8 +126,19 @@ def router_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInsta
 
 
 def renderer_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
-    runtime.register("renderer", VoiceRenderer(ConsoleSink(), query_topic=QUERY_TOPIC,
+    sink: Sink = ConsoleSink()
+    if config.voice.speech_out:
+        from xrmq.actors.voice.role import speech_out_sink  # numpy: the voice extra
+
+        sink = speech_out_sink(runtime)
+    runtime.register("renderer", VoiceRenderer(sink, query_topic=QUERY_TOPIC,
                                                 interrupted_topic=INTERRUPTED_TOPIC))
+
+
+def voice_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
+    from xrmq.actors.voice.role import voice_role as build  # the voice extra, imported only here
+
+    build(runtime, config, process)
 
 
 BUILTIN_ROLES = {
@@ -133,4 +147,5 @@ BUILTIN_ROLES = {
     "conversation": conversation_role,
     "router": router_role,
     "renderer": renderer_role,
+    "voice": voice_role,
 }
