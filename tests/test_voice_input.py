@@ -99,3 +99,31 @@ async def test_spoken_question_from_another_process_becomes_a_query_and_is_answe
     spoken_duration, _ = wav_stats(speak(tmp_path, "answer", ANSWER, wpm=175))
     assert abs(duration - spoken_duration) < 0.1 + 0.02, (duration, spoken_duration)
     assert rms > 0.02, rms
+
+
+@pytest.mark.timeout(120)
+async def test_the_voice_client_example_sends_a_wav_and_saves_the_spoken_answer(tmp_path):
+    wav = speak(tmp_path, "question", SENTENCE)
+    with broker_process() as bus:
+        runtime = AgentRuntime(bus)
+        register_voice_input(runtime, shared_stt())
+        answerer = runtime.register("answerer", Answerer())
+        runtime.register("renderer", VoiceRenderer(AudioTopicSink(runtime.publish), query_topic=QUERY_TOPIC,
+                                                   interrupted_topic=INTERRUPTED_TOPIC))
+        async with runtime:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, str(Path(__file__).parent.parent / "examples" / "voice_client.py"), bus, "p1",
+                str(wav), str(tmp_path / "answers"), stdout=asyncio.subprocess.PIPE,
+                env={**os.environ, "XRMQ_LOG_LEVEL": "WARNING"})
+            try:
+                stdout, _ = await asyncio.wait_for(process.communicate(), WAIT_S)
+            finally:
+                if process.returncode is None:
+                    process.kill()
+                    await process.wait()
+    assert process.returncode == 0
+    lines = stdout.decode().splitlines()
+    assert lines[0].startswith("sent ") and lines[1].startswith("answer ")
+    assert answerer.queries and answerer.queries[0][0] == "p1"
+    duration, rms = wav_stats(Path(lines[1].removeprefix("answer ")))
+    assert duration > 2.0 and rms > 0.02
