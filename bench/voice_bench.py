@@ -93,6 +93,50 @@ async def stack_turns(turns: int) -> tuple[list, list]:
     return voice, text
 
 
+BIAS_SENTENCES = (
+    "Where did I leave the spare key?",
+    "What temperature is the kettle set to?",
+    "When does the fire drill start?",
+    "What is my badge number?",
+    "Which pallet is next to me at the loading dock?",
+    "Tell me about the forklift battery and the charging bay.",
+)
+BIAS_CONTEXT = ("Alice is at the workbench in lab 3. Bob is at the loading dock next to pallet P-12. "
+                "The kettle in lab 3 is set to 85 degrees. The fire drill starts at 14:30 at gate B. "
+                "My badge number is 4471. Forklift F2 battery is at 20 percent and charging at bay 4. "
+                "I left the spare key in drawer 12 of the blue cabinet.")
+
+
+def bias_wer() -> tuple[float, float, float]:
+    """Mean WER of the bundled recognizer on espeak-ng speech: (biased, unbiased, s per utterance)."""
+    import subprocess
+
+    import numpy as np
+
+    from xrmq.actors.voice.bias import bias_prompt
+    from xrmq.actors.voice.pcm import read_wav, resample
+    from xrmq.actors.voice.stt import WhisperSTT
+    from xrmq.actors.voice.wer import word_error_rate
+    from xrmq.schemas import ContextBlock
+
+    stt = WhisperSTT()
+    stt.load()
+    prompt = bias_prompt((ContextBlock(None, BIAS_CONTEXT),))
+    pad = np.zeros(3200, np.float32)
+    biased, plain, spent = [], [], 0.0
+    with tempfile.TemporaryDirectory() as directory:
+        for index, sentence in enumerate(BIAS_SENTENCES):
+            path = Path(directory) / f"{index}.wav"
+            subprocess.run(["espeak-ng", "-s", "165", "-w", str(path), sentence], check=True)
+            samples, rate = read_wav(path)
+            audio = np.concatenate([pad, resample(samples, rate), pad])
+            started = time.monotonic()
+            biased.append(word_error_rate(sentence, stt._transcribe(audio, prompt)))
+            spent += time.monotonic() - started
+            plain.append(word_error_rate(sentence, stt._transcribe(audio, None)))
+    return statistics.mean(biased), statistics.mean(plain), spent / len(BIAS_SENTENCES)
+
+
 def _p(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
@@ -123,6 +167,17 @@ def run(ctx: SuiteContext) -> SuiteResult:
     if ctx.quick:
         notes.append("quick: the stack rows (end of speech -> first audio frame, voice vs text) are skipped")
         return SuiteResult(rows=rows, notes=notes)
+    biased, plain, per_utterance = [], [], []
+    for rep in range(ctx.repetitions):
+        ctx.progress(f"voice: WER with and without context biasing, repetition {rep + 1}/{ctx.repetitions}")
+        on, off, seconds = bias_wer()
+        biased.append(max(on, 1e-6))
+        plain.append(max(off, 1e-6))
+        per_utterance.append(seconds * 1000)
+    group = f"speech-to-text, {len(BIAS_SENTENCES)} espeak-ng questions (tiny.en int8)"
+    rows.append(_row(group, "mean WER, context biasing on", "WER", biased))
+    rows.append(_row(group, "mean WER, context biasing off", "WER", plain))
+    rows.append(_row(group, "recognition time per utterance (biased)", "ms", per_utterance))
     hangover = SegmenterSettings().trailing_silence_s
     stages: dict[str, list[list[float]]] = {}
     for rep in range(ctx.repetitions):

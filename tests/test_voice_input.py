@@ -21,6 +21,7 @@ from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
 from xrmq.actors.voice import VoiceRenderer
 from xrmq.actors.voice.audio_sink import AudioTopicSink
 from xrmq.actors.voice.listener import VOICE_INPUT_KIND, VoiceInput, register_voice_input
+from xrmq.actors.voice.pcm import read_wav, resample
 from xrmq.actors.voice.playback import AudioRecorder
 from xrmq.actors.voice.wer import word_error_rate
 from xrmq.schemas import ContextBlock, ResponseOutput, UserQuery
@@ -90,7 +91,10 @@ async def test_spoken_question_from_another_process_becomes_a_query_and_is_answe
                     await process.wait()
     assert participant == "p1"
     error = word_error_rate(SENTENCE, query.text)
-    print(f"heard {query.text!r}: WER {error:.2f} (context biasing on)")
+    samples, rate = read_wav(wav)
+    plain = await stt.transcribe(np.concatenate([np.zeros(4800, np.float32), resample(samples, rate)]))
+    print(f"heard {query.text!r}: WER {error:.2f} (context biasing on); "
+          f"biasing off: {plain!r}, WER {word_error_rate(SENTENCE, plain):.2f}")
     assert error <= 0.25, query.text
     assert query.timestamp_us > 0
     assert voice.counts.frame_gaps == 0 and voice.counts.queries == 1
