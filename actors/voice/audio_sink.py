@@ -43,12 +43,14 @@ class EspeakSynthesizer:
         if found is None:
             raise SinkUnavailableError(f"EspeakSynthesizer: {executable!r} was not found on PATH; "
                                        "install the 'espeak-ng' package")
-        self._command = [found, "--stdout", "-s", str(round(words_per_minute))] + (["-v", voice] if voice else [])
+        self._command = [found, "--stdout", "-s", str(round(words_per_minute))]
+        if voice:
+            self._command += ["-v", voice]
 
     async def synthesize(self, text: str) -> tuple[np.ndarray, int]:
         process = await asyncio.create_subprocess_exec(
-            *self._command, "--stdin", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE)
+            *self._command, "--stdin", stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         try:
             out, err = await process.communicate(text.encode())
         except asyncio.CancelledError:
@@ -57,7 +59,8 @@ class EspeakSynthesizer:
                 await process.wait()
             raise
         if process.returncode != 0:
-            raise SinkError(f"espeak-ng exited with {process.returncode}: {err.decode(errors='replace').strip()}")
+            detail = err.decode(errors="replace").strip()
+            raise SinkError(f"espeak-ng exited with {process.returncode}: {detail}")
         return read_wav(out)
 
 

@@ -26,7 +26,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, get_logger, subscribe
-from xrmq.schemas import AudioFrame, AudioPlayback, ContextBlock, Interrupted, ParticipantLeft, UserQuery
+from xrmq.schemas import (
+    AudioFrame,
+    AudioPlayback,
+    ContextBlock,
+    Interrupted,
+    ParticipantLeft,
+    UserQuery,
+)
 from xrmq.topics import (
     AUDIO_IN_TOPIC,
     AUDIO_PLAYBACK_TOPIC,
@@ -78,7 +85,8 @@ class VoiceInput(Agent):
     """One participant's voice input (see the module docstring)."""
 
     def __init__(self, participant_id: str, stt: SpeechToText, *, vad: SileroModel,
-                 settings: VoiceSettings = VoiceSettings(), context: ContextSource | None = None) -> None:
+                 settings: VoiceSettings = VoiceSettings(),
+                 context: ContextSource | None = None) -> None:
         self.participant_id = participant_id
         self.stt = stt
         self.settings = settings
@@ -97,7 +105,8 @@ class VoiceInput(Agent):
         self._log = get_logger(actor=VOICE_INPUT_KIND, participant=participant_id)
 
     async def on_start(self) -> None:
-        self._worker = asyncio.create_task(self._recognize(), name=f"voice-stt-{self.participant_id}")
+        self._worker = asyncio.create_task(self._recognize(),
+                                           name=f"voice-stt-{self.participant_id}")
 
     async def on_stop(self) -> None:
         if self._worker is not None:
@@ -114,10 +123,12 @@ class VoiceInput(Agent):
     @property
     def held_samples(self) -> int:
         """Audio samples this participant's input holds now (bounded by the settings)."""
-        return self._segmenter.held_samples + self._pending.size + sum(u.audio.size for u in self._queue)
+        queued = sum(utterance.audio.size for utterance in self._queue)
+        return self._segmenter.held_samples + self._pending.size + queued
 
     async def wait_until(self, condition: Callable[[VoiceCounts], bool]) -> VoiceCounts:
-        """Return the counts once ``condition(counts)`` holds (checked after each frame and decision)."""
+        """Return the counts once ``condition(counts)`` holds (checked after each frame and
+        each decision)."""
         while not condition(self.counts):
             self._changed = asyncio.Event()
             await self._changed.wait()
@@ -165,7 +176,8 @@ class VoiceInput(Agent):
         runtime = self.runtime
         if runtime is not None and ctx.participant_id == self.participant_id:
             # Retiring stops this mailbox, so it cannot be awaited from its own handler.
-            asyncio.get_running_loop().create_task(runtime.retire(VOICE_INPUT_KIND, self.participant_id))
+            retire = runtime.retire(VOICE_INPUT_KIND, self.participant_id)
+            asyncio.get_running_loop().create_task(retire)
 
     # -- segmentation events, recognition ---------------------------------------------
 
@@ -231,8 +243,8 @@ class VoiceInput(Agent):
 
     def _send(self, topic: object, message: object) -> None:
         if self.runtime is not None:
-            self.runtime.send(topic, message, participant_id=self.participant_id,  # type: ignore[arg-type]
-                              source=VOICE_INPUT_KIND)
+            self.runtime.send(topic, message,  # type: ignore[arg-type]
+                              participant_id=self.participant_id, source=VOICE_INPUT_KIND)
 
     def _release(self) -> None:
         self._queue.clear()
@@ -242,7 +254,8 @@ class VoiceInput(Agent):
         self._next_frame = None
 
 
-def register_voice_input(runtime: AgentRuntime, stt: SpeechToText, *, settings: VoiceSettings = VoiceSettings(),
+def register_voice_input(runtime: AgentRuntime, stt: SpeechToText, *,
+                         settings: VoiceSettings = VoiceSettings(),
                          context: ContextSource | None = None, vad: SileroModel | None = None,
                          shard: int = 0, shards: int = 1) -> None:
     """Host the keyed ``voice`` kind: one ``VoiceInput`` per participant that sends audio."""

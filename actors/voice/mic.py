@@ -52,8 +52,9 @@ class FrameSender:
                     await asyncio.sleep(delay)
             # The first sample's time: the stream's start plus the audio before it.
             timestamp_us = self._start_us + self.sent * self.frame_ms * 1000
-            self.runtime.send(AUDIO_IN_TOPIC, AudioFrame(chunk, SAMPLE_RATE, 1, self.sent, timestamp_us),
-                              participant_id=self.participant_id, source="mic")
+            frame = AudioFrame(chunk, SAMPLE_RATE, 1, self.sent, timestamp_us)
+            self.runtime.send(AUDIO_IN_TOPIC, frame, participant_id=self.participant_id,
+                              source="mic")
             self.sent += 1
             if not self.realtime and self.sent % 50 == 0:
                 await asyncio.sleep(0)
@@ -63,7 +64,8 @@ def wav_pcm(path: str | Path, *, lead_s: float = 0.3, tail_s: float = 0.8) -> by
     """A WAV file as 16 kHz mono PCM16, with silence before and after."""
     samples, rate = read_wav(path)
     samples = resample(samples, rate)
-    lead, tail = np.zeros(round(lead_s * SAMPLE_RATE), np.float32), np.zeros(round(tail_s * SAMPLE_RATE), np.float32)
+    lead = np.zeros(round(lead_s * SAMPLE_RATE), np.float32)
+    tail = np.zeros(round(tail_s * SAMPLE_RATE), np.float32)
     return float_to_pcm16(np.concatenate([lead, samples, tail]))
 
 

@@ -52,7 +52,8 @@ def read_wav(source: str | Path | bytes) -> tuple[np.ndarray, int]:
     handle = io.BytesIO(source) if isinstance(source, bytes) else open(source, "rb")
     with handle, wave.open(handle, "rb") as reader:
         if reader.getsampwidth() != 2:
-            raise ValueError(f"read_wav: sample width must be 16 bits, got {8 * reader.getsampwidth()}")
+            bits = 8 * reader.getsampwidth()
+            raise ValueError(f"read_wav: sample width must be 16 bits, got {bits}")
         data = reader.readframes(reader.getnframes())
         return pcm16_to_float(data, reader.getnchannels()), reader.getframerate()
 

@@ -53,8 +53,10 @@ def voice_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstan
         stt.load()  # once per process, before it reports ready
     context = None
     if config.voice.context_bias and config.context.topics:
-        manager = ContextManager(create_llm(config.models.compaction), **config.context.manager_kwargs(),
-                                 compaction_workers=plan_of(config).compaction_workers, deployment="split")
+        manager = ContextManager(create_llm(config.models.compaction),
+                                 **config.context.manager_kwargs(),
+                                 compaction_workers=plan_of(config).compaction_workers,
+                                 deployment="split")
         runtime.register("voice-context", manager.subscriber())
         context = manager.blocks
     register_voice_input(runtime, stt, settings=voice_settings(config.voice), context=context,

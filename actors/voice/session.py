@@ -38,7 +38,8 @@ from .wer import word_error_rate
 TURN_TIMEOUT_S = 60.0
 PARTICIPANT = "alice"
 CONTEXT_NOTE = ("The spare key is in drawer 12 of the blue cabinet in lab 3. "
-                "The kettle in lab 3 is set to 85 degrees. The fire drill starts at 14:30 at gate B.")
+                "The kettle in lab 3 is set to 85 degrees. "
+                "The fire drill starts at 14:30 at gate B.")
 QUESTIONS = (
     "Where did I leave the spare key?",
     "What temperature is the kettle set to?",
@@ -150,7 +151,8 @@ class VoiceSession:
         assert probe.query is not None
         end_of_speech = started + LEAD_S + speech_s
         heard_at, request_id, heard = probe.query
-        await probe.until(lambda: request_id in probe.chunk_at and probe.audio_at is not None, "reply audio")
+        await probe.until(lambda: request_id in probe.chunk_at and probe.audio_at is not None,
+                          "reply audio")
         await sending
         await asyncio.wait_for(recorder.wait_written(written + 1), TURN_TIMEOUT_S)
         assert probe.audio_at is not None
@@ -163,14 +165,17 @@ class VoiceSession:
         probe.reset()
         written = len(recorder.written)
         sent = time.time()
-        await self.runtime.publish(QUERY_TOPIC, UserQuery(text, int(sent * 1e6)), participant_id=PARTICIPANT)
+        await self.runtime.publish(QUERY_TOPIC, UserQuery(text, int(sent * 1e6)),
+                                   participant_id=PARTICIPANT)
         await probe.until(lambda: probe.query is not None, "query")
         assert probe.query is not None
         request_id = probe.query[1]
-        await probe.until(lambda: request_id in probe.chunk_at and probe.audio_at is not None, "reply audio")
+        await probe.until(lambda: request_id in probe.chunk_at and probe.audio_at is not None,
+                          "reply audio")
         await asyncio.wait_for(recorder.wait_written(written + 1), TURN_TIMEOUT_S)
         assert probe.audio_at is not None
-        return VoiceTurn(text, text, 0.0, 0.0, probe.chunk_at[request_id] - sent, probe.audio_at - sent)
+        return VoiceTurn(text, text, 0.0, 0.0, probe.chunk_at[request_id] - sent,
+                         probe.audio_at - sent)
 
 
 async def run_voice_demo(out: TextIO = sys.stdout, *, verbose: bool = False) -> int:
@@ -192,16 +197,20 @@ async def run_voice_demo(out: TextIO = sys.stdout, *, verbose: bool = False) -> 
             for index, question in enumerate(QUESTIONS):
                 turn = await session.voice_turn(index, question)
                 turns.append(turn)
-                out.write(f"[{PARTICIPANT}] said:  {turn.script}\n[{PARTICIPANT}] heard: {turn.heard} "
-                          f"(WER {turn.wer:.2f})\n  end of speech -> text {turn.to_text_s * 1000:.0f} ms, "
+                out.write(f"[{PARTICIPANT}] said:  {turn.script}\n"
+                          f"[{PARTICIPANT}] heard: {turn.heard} (WER {turn.wer:.2f})\n"
+                          f"  end of speech -> text {turn.to_text_s * 1000:.0f} ms, "
                           f"-> first chunk {turn.to_chunk_s * 1000:.0f} ms, "
-                          f"-> first audio frame {turn.to_audio_s * 1000:.0f} ms; answer: {turn.answer_wav}\n")
+                          f"-> first audio frame {turn.to_audio_s * 1000:.0f} ms; "
+                          f"answer: {turn.answer_wav}\n")
                 out.flush()
     except (TimeoutError, RuntimeError) as error:
-        out.write(f"\nxrmq demo --voice: FAILED: {error}\nlast lines of the stack:\n{stack.tail(15)}\n")
+        out.write(f"\nxrmq demo --voice: FAILED: {error}\n"
+                  f"last lines of the stack:\n{stack.tail(15)}\n")
         return 1
     mean_wer = sum(turn.wer for turn in turns) / len(turns)
-    out.write(f"xrmq demo --voice: {len(turns)} spoken turns, mean WER {mean_wer:.2f}; answers in {directory}\n")
+    out.write(f"xrmq demo --voice: {len(turns)} spoken turns, mean WER {mean_wer:.2f}; "
+              f"answers in {directory}\n")
     if mean_wer > 0.5:
         out.write("xrmq demo --voice: FAILED: the recognizer heard too little\n")
         return 1

@@ -66,7 +66,8 @@ def verify_model(directory: Path, sha256: str) -> None:
             digest.update(block)
     if digest.hexdigest() != sha256:
         raise ModelIntegrityError(
-            f"{weights}: SHA-256 {digest.hexdigest()} is not the expected {sha256}; refusing to load it")
+            f"{weights}: SHA-256 {digest.hexdigest()} is not the expected {sha256}; "
+            "refusing to load it")
 
 
 class WhisperSTT:
@@ -89,10 +90,12 @@ class WhisperSTT:
         try:
             from faster_whisper import WhisperModel
         except ImportError:
-            raise VoiceDependencyError("WhisperSTT needs the voice extra: pip install 'xrmq[voice]'") from None
+            raise VoiceDependencyError(
+                "WhisperSTT needs the voice extra: pip install 'xrmq[voice]'") from None
         directory = self.model_dir if self.model_dir is not None else bundled_model_dir()
         if not (directory / "model.bin").is_file():
-            raise ValueError(f"WhisperSTT.model_dir: {directory} is not a faster-whisper model directory "
+            raise ValueError(f"WhisperSTT.model_dir: {directory} is not a faster-whisper model "
+                             "directory "
                              "(no model.bin)")
         self._model = WhisperModel(str(directory), device="cpu", compute_type=self.compute_type,
                                    cpu_threads=self.cpu_threads)
@@ -118,7 +121,8 @@ class LiteLLMSTT:
     def __init__(self, model: str, *, api_base: str | None = None, api_key: str | None = None,
                  language: str = "en", timeout_s: float = 30.0) -> None:
         if not model or not model.strip():
-            raise ValueError("LiteLLMSTT.model: must be a litellm model string, e.g. 'openai/whisper-1'")
+            raise ValueError(
+                "LiteLLMSTT.model: must be a litellm model string, e.g. 'openai/whisper-1'")
         self.model = model
         self.api_base = api_base
         self.api_key = api_key

@@ -135,7 +135,9 @@ class UtteranceSegmenter:
         self._held += chunk.size
         events: list[SegmentEvent] = []
         if probability >= settings.threshold:
-            self._voiced += seconds + self._silence if self._silence < settings.trailing_silence_s else seconds
+            # A pause shorter than the hangover counts as part of the speech.
+            gap = self._silence if self._silence < settings.trailing_silence_s else 0.0
+            self._voiced += seconds + gap
             self._silence = 0.0
             self._end_us = end_us
         elif probability < settings.threshold - 0.15:

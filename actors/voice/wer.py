@@ -21,6 +21,7 @@ def word_error_rate(reference: str, hypothesis: str) -> float:
     for i, expected in enumerate(ref, 1):
         current = [i]
         for j, heard in enumerate(hyp, 1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (expected != heard)))
+            substitution = previous[j - 1] + (expected != heard)
+            current.append(min(previous[j] + 1, current[j - 1] + 1, substitution))
         previous = current
     return previous[-1] / len(ref)
