@@ -240,3 +240,78 @@ async def test_a_litellm_transcription_model_receives_the_utterances_audio(tmp_p
     assert speech.size / rate <= audio.size / rate <= speech.size / rate + 1.0  # the utterance, with its margins
     assert float(np.sqrt(np.mean(audio ** 2))) > 0.02
     assert seen.queries[0][1].text == "Where did I leave the spare key?"
+
+
+@pytest.mark.timeout(60)
+async def test_a_participant_leaving_releases_their_voice_input(tmp_path):
+    from xrmq.schemas import ParticipantLeft
+    from xrmq.topics import PARTICIPANT_LEFT_TOPIC
+
+    speech = spoken(tmp_path, "q", "Where did I leave the spare key?")
+    runtime = AgentRuntime()
+    register_voice_input(runtime, shared_stt())
+    async with runtime:
+        sender = FrameSender(runtime, "p1", realtime=False)
+        await sender.send(float_to_pcm16(np.concatenate([SILENCE, speech[: speech.size // 2]])))
+        held = voice(runtime, "p1")
+        await held.wait_until(lambda c: c.frames >= sender.sent)
+        assert held.held_samples > 0  # mid-utterance: audio is buffered
+        await runtime.publish(PARTICIPANT_LEFT_TOPIC, ParticipantLeft(), participant_id="p1")
+        await asyncio.wait_for(held.stopped.wait(), WAIT_S)
+        assert "p1" not in runtime.keyed_instances(VOICE_INPUT_KIND)
+    assert held.held_samples == 0 and held.counts.queries == 0
+
+
+class SpeechServer(BaseHTTPRequestHandler):
+    """The OpenAI speech API on loopback: answers every request with ``wav`` (an espeak WAV)."""
+
+    wav = b""
+    requests: list[tuple[str, dict]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.requests.append((self.path, json.loads(body)))
+        self.send_response(200)
+        self.send_header("Content-Type", "audio/wav")
+        self.send_header("Content-Length", str(len(self.wav)))
+        self.end_headers()
+        self.wfile.write(self.wav)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.timeout(60)
+async def test_a_litellm_speech_model_is_asked_for_the_segment_and_its_audio_is_published(tmp_path):
+    from voice_support import speak
+    from xrmq.actors.voice.audio_sink import LiteLLMSynthesizer
+    from xrmq.actors.voice.ordering import Segment
+
+    SpeechServer.wav = speak(tmp_path, "answer", "The key is in drawer twelve.").read_bytes()
+    SpeechServer.requests = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SpeechServer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    published: list[AudioFrame] = []
+
+    async def publish(topic, message, **kwargs) -> None:
+        if isinstance(message, AudioFrame):
+            published.append(message)
+
+    try:
+        synthesizer = LiteLLMSynthesizer("openai/tts-1", api_key="sk-local",
+                                         api_base=f"http://127.0.0.1:{server.server_address[1]}/v1")
+        sink = AudioTopicSink(publish, synthesizer)
+        await sink.play(Segment(participant_id="p1", response=1, kind="reply", sources=("t",), request_id="r",
+                                text="The key is in drawer twelve.", timestamp_us=None, first=True,
+                                urgent=False, token=1))
+    finally:
+        server.shutdown()
+        thread.join()
+    [(path, request)] = SpeechServer.requests
+    assert path == "/v1/audio/speech"
+    assert (request["input"], request["model"], request["response_format"]) == (
+        "The key is in drawer twelve.", "tts-1", "wav")
+    expected, rate = read_wav(SpeechServer.wav)
+    assert abs(len(published) * 0.02 - expected.size / rate) <= 0.02
+    assert [frame.frame for frame in published] == list(range(len(published)))

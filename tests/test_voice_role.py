@@ -81,3 +81,16 @@ def test_the_cli_offers_mic_and_audio_listening():
     assert listen.func is run_listen and (listen.sink, listen.wav_dir) == ("wav", "out")
     with pytest.raises(ValueError, match="--sink wav: needs --wav-dir"):
         run_listen(build_parser().parse_args(["listen", "--sink", "wav"]))
+
+
+def test_voice_tts_names_the_synthesizer():
+    from xrmq.actors.runtime import AgentRuntime
+    from xrmq.actors.voice.audio_sink import EspeakSynthesizer, LiteLLMSynthesizer
+    from xrmq.actors.voice.role import speech_out_sink
+
+    runtime = AgentRuntime()
+    assert isinstance(speech_out_sink(runtime, decode_config({}).voice).synthesizer, EspeakSynthesizer)
+    voice = decode_config({"voice": {"tts": "openai/tts-1", "tts_voice": "nova"}}).voice
+    synthesizer = speech_out_sink(runtime, voice).synthesizer
+    assert isinstance(synthesizer, LiteLLMSynthesizer)
+    assert (synthesizer.model, synthesizer.voice) == ("openai/tts-1", "nova")

@@ -193,7 +193,12 @@ class VoiceConfig(_Section):
     context_bias: bool = True
     """Give the recognizer the participant's context (names, numbers, places) as its prompt."""
     speech_out: bool = False
-    """The ``renderer`` role speaks onto ``audio.out`` (espeak-ng) instead of the console."""
+    """The ``renderer`` role speaks onto ``audio.out`` instead of the console."""
+    tts: str = "espeak"
+    """Speech out: ``espeak`` (espeak-ng, offline) or a litellm speech model (``openai/tts-1``,
+    with ``api_base`` and ``api_key_env``)."""
+    tts_voice: str = "alloy"
+    """The litellm speech model's voice."""
 
 
 class ProcessInstance(msgspec.Struct, frozen=True):
@@ -466,6 +471,7 @@ def _context_error(message: str, settings: ContextSettings, source: str) -> Conf
 def _check_voice(voice: VoiceConfig, source: str) -> None:
     rules = {
         "stt": bool(voice.stt.strip()) and voice.stt != "whisper:",
+        "tts": bool(voice.tts.strip()),
         "vad_threshold": 0.15 < voice.vad_threshold < 1.0,
         "min_speech_s": voice.min_speech_s >= 0,
         "trailing_silence_s": voice.trailing_silence_s > 0,
@@ -474,6 +480,7 @@ def _check_voice(voice: VoiceConfig, source: str) -> None:
         "barge_in_min_words": voice.barge_in_min_words >= 0,
     }
     texts = {"stt": "must be 'whisper', 'whisper:DIR' or a litellm model string",
+             "tts": "must be 'espeak' or a litellm model string",
              "vad_threshold": "must be in (0.15, 1)", "trailing_silence_s": "must be > 0",
              "max_utterance_s": "must be > voice.min_speech_s"}
     for field, ok in rules.items():

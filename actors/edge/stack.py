@@ -130,7 +130,7 @@ def renderer_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessIns
     if config.voice.speech_out:
         from xrmq.actors.voice.role import speech_out_sink  # numpy: the voice extra
 
-        sink = speech_out_sink(runtime)
+        sink = speech_out_sink(runtime, config.voice)
     runtime.register("renderer", VoiceRenderer(sink, query_topic=QUERY_TOPIC,
                                                 interrupted_topic=INTERRUPTED_TOPIC))
 

@@ -1,7 +1,8 @@
 """AudioTopicSink: the renderer's sink that speaks onto the bus as ``audio.out`` frames.
 
-Each segment is synthesized (``EspeakSynthesizer``: espeak-ng offline; any object with
-``async synthesize(text) -> (samples, rate)`` for a provider), resampled to 16 kHz and
+Each segment is synthesized (``EspeakSynthesizer``: espeak-ng offline;
+``LiteLLMSynthesizer``: any litellm speech model; or any object with
+``async synthesize(text) -> (samples, rate)``), resampled to 16 kHz and
 published as 20 ms ``AudioFrame``s paced in real time against the monotonic clock, so
 "playing" lasts as long as the audio. Cancelling ``play`` (an interruption, an urgent
 update, a new query) stops between two frames: the last frame leaves at most one frame
@@ -13,6 +14,7 @@ audio is playing is known on the bus (the voice gate listens to it).
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import time
 from collections.abc import Awaitable, Callable
@@ -62,6 +64,31 @@ class EspeakSynthesizer:
             detail = err.decode(errors="replace").strip()
             raise SinkError(f"espeak-ng exited with {process.returncode}: {detail}")
         return read_wav(out)
+
+
+class LiteLLMSynthesizer:
+    """Any litellm speech model (``litellm.aspeech``, e.g. ``openai/tts-1``), asked for WAV."""
+
+    def __init__(self, model: str, *, voice: str = "alloy", api_base: str | None = None,
+                 api_key: str | None = None, timeout_s: float = 30.0) -> None:
+        if not model or not model.strip():
+            raise ValueError("LiteLLMSynthesizer.model: must be a litellm model string, "
+                             "e.g. 'openai/tts-1'")
+        self.model, self.voice = model, voice
+        self.api_base, self.api_key, self.timeout_s = api_base, api_key, timeout_s
+
+    async def synthesize(self, text: str) -> tuple[np.ndarray, int]:
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        import litellm
+
+        options: dict[str, Any] = {"timeout": self.timeout_s}
+        if self.api_base is not None:
+            options["api_base"] = self.api_base
+        if self.api_key is not None:
+            options["api_key"] = self.api_key
+        response = await litellm.aspeech(model=self.model, input=text, voice=self.voice,
+                                         response_format="wav", **options)
+        return read_wav(bytes(response.content))
 
 
 class AudioTopicSink:

@@ -102,6 +102,8 @@ class VoiceInput(Agent):
         self._ready = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
         self._changed: asyncio.Event | None = None
+        self.stopped = asyncio.Event()
+        """Set once the instance stopped and released its buffers (retired or shut down)."""
         self._log = get_logger(actor=VOICE_INPUT_KIND, participant=participant_id)
 
     async def on_start(self) -> None:
@@ -114,6 +116,7 @@ class VoiceInput(Agent):
             await asyncio.gather(self._worker, return_exceptions=True)
             self._worker = None
         self._release()
+        self.stopped.set()
 
     def gauges(self) -> dict[str, float]:
         return {"voice.held_samples": float(self._segmenter.held_samples + self._pending.size),

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from xrmq.actors.runtime import AgentRuntime
 
-from .audio_sink import AudioTopicSink
+from .audio_sink import AudioTopicSink, EspeakSynthesizer, LiteLLMSynthesizer
 from .gate import GateSettings
 from .listener import VoiceSettings, register_voice_input
 from .stt import LiteLLMSTT, SpeechToText, WhisperSTT
@@ -63,6 +63,10 @@ def voice_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstan
                          shard=process.shard, shards=process.shards)
 
 
-def speech_out_sink(runtime: AgentRuntime) -> AudioTopicSink:
-    """The renderer's sink for ``voice.speech_out``: espeak-ng speech on ``audio.out``."""
-    return AudioTopicSink(runtime.publish)
+def speech_out_sink(runtime: AgentRuntime, voice: VoiceConfig) -> AudioTopicSink:
+    """The renderer's sink for ``voice.speech_out``: ``voice.tts`` speech on ``audio.out``."""
+    if voice.tts == "espeak":
+        return AudioTopicSink(runtime.publish, EspeakSynthesizer())
+    api_key = os.environ.get(voice.api_key_env) if voice.api_key_env else None
+    return AudioTopicSink(runtime.publish, LiteLLMSynthesizer(
+        voice.tts, voice=voice.tts_voice, api_base=voice.api_base, api_key=api_key))

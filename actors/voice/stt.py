@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import threading
 from pathlib import Path
 from typing import Any, Protocol
@@ -130,6 +131,7 @@ class LiteLLMSTT:
         self.timeout_s = timeout_s
 
     async def transcribe(self, audio: np.ndarray, prompt: str | None = None) -> str:
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch at import
         import litellm
 
         options: dict[str, Any] = {"language": self.language, "timeout": self.timeout_s}
