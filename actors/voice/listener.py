@@ -175,9 +175,11 @@ class VoiceInput(Agent):
 
     @subscribe(PARTICIPANT_LEFT_TOPIC)
     async def on_left(self, message: ParticipantLeft, ctx: RuntimeContext) -> None:
+        if ctx.participant_id != self.participant_id:
+            return  # a global message: not this participant's leaving
         self._release()
         runtime = self.runtime
-        if runtime is not None and ctx.participant_id == self.participant_id:
+        if runtime is not None:
             # Retiring stops this mailbox, so it cannot be awaited from its own handler.
             retire = runtime.retire(VOICE_INPUT_KIND, self.participant_id)
             asyncio.get_running_loop().create_task(retire)
