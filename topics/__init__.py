@@ -9,6 +9,7 @@ from xrmq.schemas import (
     ParticipantLeft,
     ResponseOutput,
     RuntimeMetrics,
+    SupervisorReport,
     UserQuery,
 )
 
@@ -31,6 +32,8 @@ AUDIO_PLAYBACK_TOPIC: Topic[AudioPlayback] = Topic("audio.playback", AudioPlayba
 """When a participant's assistant audio starts and stops playing."""
 METRICS_TOPIC: Topic[RuntimeMetrics] = Topic("xrmq.metrics", RuntimeMetrics)
 """Every runtime's periodic counters (its heartbeat); read by ``xrmq top`` and the supervisor."""
+SUPERVISOR_TOPIC: Topic[SupervisorReport] = Topic("xrmq.supervisor", SupervisorReport)
+"""``xrmq up``'s report of every process it supervises (down ones too); read by ``xrmq top``."""
 
 
 def context_topic(name: str) -> Topic[ConversationContextUpdate]:
@@ -48,6 +51,7 @@ STANDARD_TOPICS: tuple[Topic, ...] = (
     AUDIO_OUT_TOPIC,
     AUDIO_PLAYBACK_TOPIC,
     METRICS_TOPIC,
+    SUPERVISOR_TOPIC,
 )
 
 __all__ = [
@@ -60,6 +64,7 @@ __all__ = [
     "PARTICIPANT_LEFT_TOPIC",
     "QUERY_TOPIC",
     "STANDARD_TOPICS",
+    "SUPERVISOR_TOPIC",
     "Topic",
     "VOICE_OUTPUT_TOPIC",
     "context_topic",

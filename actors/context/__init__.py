@@ -15,6 +15,9 @@ The actors around it (thin shells, see DESIGN.md "Context as actors"):
 - ``sections``: the dialogue actor per participant and the actor per context topic.
 - ``workers``: the compaction-worker pool that calls the model.
 - ``replica``: the manager's local, never half-updated copy of the section views.
+- ``store``: the journal of one section host (SQLite, WAL), a thin I/O shell.
+- ``dump``: the versioned dump format of ``dump()``/``load()`` (seed 002).
+- ``manual``: the outcomes of a manual ``compact()`` (seed 002).
 - ``manager``: ``ContextManager``, the seed's facade.
 """
 
@@ -37,11 +40,14 @@ from .engine import (
     SectionSpec,
     SectionState,
 )
+from .dump import ContextDump, decode_dump, encode_dump
 from .manager import ContextManager, ContextSubscriber
+from .manual import CompactOutcome, CompactStatus, SectionOutcome
 from .messages import ContextTopics
 from .plan import ContextPlan, context_plan
 from .render import DIALOGUE_SECTION, render_participant
-from .sections import register_sections
+from .sections import ContextHost, register_sections
+from .store import SCHEMA_VERSION, ContextStore, StoreError, open_store
 from .workers import CompactionWorker, register_workers
 
 __all__ = [
@@ -50,7 +56,13 @@ __all__ = [
     "DEFAULT_TOPIC_BUDGET_BYTES",
     "DIALOGUE_SECTION",
     "OMISSION_MARKER",
+    "SCHEMA_VERSION",
     "ApplyStatus",
+    "CompactOutcome",
+    "CompactStatus",
+    "ContextDump",
+    "ContextHost",
+    "ContextStore",
     "CompactionRequest",
     "CompactionResult",
     "CompactionSettings",
@@ -66,10 +78,15 @@ __all__ = [
     "RenderedSection",
     "Section",
     "SectionSpec",
+    "SectionOutcome",
     "SectionState",
+    "StoreError",
     "clip_middle",
     "context_config",
     "context_plan",
+    "decode_dump",
+    "encode_dump",
+    "open_store",
     "register_sections",
     "register_workers",
     "render_participant",
