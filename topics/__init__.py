@@ -10,6 +10,7 @@ from xrmq.schemas import (
     ResponseOutput,
     RuntimeMetrics,
     SupervisorReport,
+    TurnEnded,
     UserQuery,
 )
 
@@ -24,6 +25,8 @@ INTERRUPTED_TOPIC: Topic[Interrupted] = Topic("voice.interrupted", Interrupted)
 """The participant interrupted (barge-in): in-flight work for them stops."""
 PARTICIPANT_JOINED_TOPIC: Topic[ParticipantJoined] = Topic("participant.joined", ParticipantJoined)
 PARTICIPANT_LEFT_TOPIC: Topic[ParticipantLeft] = Topic("participant.left", ParticipantLeft)
+TURN_ENDED_TOPIC: Topic[TurnEnded] = Topic("voice.turn_ended", TurnEnded)
+"""The router's ``TurnEnded`` for each turn, participant-scoped: how it ended and why."""
 AUDIO_IN_TOPIC: Topic[AudioFrame] = Topic("audio.in", AudioFrame)
 """Microphone audio from each participant's client (20 ms PCM16 frames by default)."""
 AUDIO_OUT_TOPIC: Topic[AudioFrame] = Topic("audio.out", AudioFrame)
@@ -47,6 +50,7 @@ STANDARD_TOPICS: tuple[Topic, ...] = (
     INTERRUPTED_TOPIC,
     PARTICIPANT_JOINED_TOPIC,
     PARTICIPANT_LEFT_TOPIC,
+    TURN_ENDED_TOPIC,
     AUDIO_IN_TOPIC,
     AUDIO_OUT_TOPIC,
     AUDIO_PLAYBACK_TOPIC,
@@ -65,6 +69,7 @@ __all__ = [
     "QUERY_TOPIC",
     "STANDARD_TOPICS",
     "SUPERVISOR_TOPIC",
+    "TURN_ENDED_TOPIC",
     "Topic",
     "VOICE_OUTPUT_TOPIC",
     "context_topic",

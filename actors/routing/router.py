@@ -34,6 +34,12 @@ With ``query_topic`` the router is an actor: register it with the runtime; it tu
 each ``UserQuery`` into a turn whose id is the query's message id (the id the voice
 renderer supersedes by), cancels a participant's turn on ``interrupted_topic``, and
 follows the participant lifecycle topics. Without topics, call ``handle()`` directly.
+
+9. Registered with a running runtime, the router publishes one ``TurnEnded`` per turn
+   on ``turn_topic`` after everything it said for the turn: how the turn ended and,
+   for a failed or unanswered turn, the cause (``"<Kind>: <message>"``; a remote
+   destination's error arrives as it was raised there). A front end ends the turn on
+   it, so a failure said by the router never leaves a client waiting.
 """
 
 from __future__ import annotations
@@ -57,12 +63,14 @@ from xrmq.schemas import (
     ParticipantLeft,
     ResponseOutput,
     RoutingAid,
+    TurnEnded,
     UserQuery,
 )
-from xrmq.topics import PARTICIPANT_JOINED_TOPIC, PARTICIPANT_LEFT_TOPIC, Topic
+from xrmq.topics import PARTICIPANT_JOINED_TOPIC, PARTICIPANT_LEFT_TOPIC, TURN_ENDED_TOPIC, Topic
 
 from .agent import RoutableAgent, RoutingTurnContext, check_routable, routed_turn, routing_aid_of
 from .decisions import DecisionService
+from .failure import describe_failure
 from .state import ParticipantRouting, candidates
 
 T = TypeVar("T")
@@ -99,9 +107,11 @@ class RouteResult:
 
     ``answered``: ``route`` answered, ``response`` is its response context.
     ``clarified``: ``route`` asked the clarification ``response``.
-    ``unanswered``: nobody took the turn; the router said ``response``.
-    ``failed``: ``route`` raised ``error``. ``canceled``: a newer turn, an interruption,
-    the participant's departure or ``stop()`` cancelled it.
+    ``unanswered``: nobody took the turn; the router said ``response``; ``error`` says
+    why (``"NoDestination: <route>: <reason>; ..."``).
+    ``failed``: ``route`` raised; ``error`` is ``"<Kind>: <message>"`` of what it raised.
+    ``canceled``: a newer turn, an interruption, the participant's departure or
+    ``stop()`` cancelled it.
     """
 
     turn_id: str
@@ -133,7 +143,8 @@ class AgentRouter(Agent):
     still holds state for is handled as a departure first, so a reused id starts
     afresh). ``cleanup_participant(pid)`` runs after a departure has drained the
     participant's turns; it requires ``query_topic`` and ``output_topic``. ``default``
-    names the fallback destination; ``history_limit`` bounds the shared history.
+    names the fallback destination; ``history_limit`` bounds the shared history;
+    ``turn_topic`` (carrying ``TurnEnded``; None: not published) receives each turn's end.
     ``shutdown_grace_s`` is how long ``stop()`` (and so the actor's ``on_stop``) lets
     the turns in flight finish before it cancels them (0: cancel at once).
     """
@@ -156,6 +167,7 @@ class AgentRouter(Agent):
         history_limit: int = DEFAULT_HISTORY_LIMIT,
         texts: RouterTexts = RouterTexts(),
         shutdown_grace_s: float = 0.0,
+        turn_topic: Topic[TurnEnded] | None = TURN_ENDED_TOPIC,
     ) -> None:
         if not isinstance(agents, Mapping) or not agents:
             raise ValueError("AgentRouter.agents: must map at least one name to a RoutableAgent")
@@ -166,6 +178,7 @@ class AgentRouter(Agent):
         _check_topic(query_topic, UserQuery, "query_topic")
         _check_topic(output_topic, ResponseOutput, "output_topic")
         _check_topic(interrupted_topic, Interrupted, "interrupted_topic")
+        _check_topic(turn_topic, TurnEnded, "turn_topic")
         for topic in participant_topics or ():
             if not (isinstance(topic, Topic) and topic.message_type in (ParticipantJoined, ParticipantLeft)):
                 raise ValueError("AgentRouter.participant_topics: each must be a Topic carrying ParticipantJoined or ParticipantLeft")
@@ -188,6 +201,7 @@ class AgentRouter(Agent):
         if not shutdown_grace_s >= 0:
             raise ValueError("AgentRouter.shutdown_grace_s: must be >= 0")
         self.shutdown_grace_s = shutdown_grace_s
+        self.turn_topic = turn_topic
         self._lanes: dict[str, _Lane] = {}
         self._stopped = False
         self._log = get_logger(actor="router")
@@ -226,7 +240,9 @@ class AgentRouter(Agent):
             raise RuntimeError("AgentRouter.handle: the router is stopped")
         if not isinstance(turn, AgentTurn):
             raise ValueError("AgentRouter.handle: turn must be an AgentTurn")
-        return self._enqueue(turn.participant_id, lambda lane: self._route(turn, lane), turn=True)
+        return self._enqueue(
+            turn.participant_id, lambda lane: self._route_and_report(turn, lane), turn=True
+        )
 
     def interrupt(self, participant_id: str | None = None) -> None:
         """Cancel a participant's turns in flight (every participant's for None); they drain on their own."""
@@ -337,11 +353,36 @@ class AgentRouter(Agent):
 
     # -- one turn ---------------------------------------------------------------------------
 
+    async def _route_and_report(self, turn: AgentTurn, lane: _Lane) -> RouteResult:
+        """``_route``, then the turn's ``TurnEnded`` (also for a cancelled or crashed turn)."""
+        try:
+            result = await self._route(turn, lane)
+        except asyncio.CancelledError:
+            self._report(turn, RouteResult(turn.turn_id, "canceled"))
+            raise
+        except Exception as error:
+            self._report(turn, RouteResult(turn.turn_id, "failed", error=describe_failure(error)))
+            raise
+        self._report(turn, result)
+        return result
+
+    def _report(self, turn: AgentTurn, result: RouteResult) -> None:
+        runtime = self.runtime
+        if self.turn_topic is None or runtime is None or not runtime.running:
+            return
+        runtime.send(
+            self.turn_topic,
+            TurnEnded(turn.turn_id, result.status, result.route, result.error),
+            participant_id=turn.participant_id,
+            source=ROUTER_SOURCE,
+        )
+
     async def _route(self, turn: AgentTurn, lane: _Lane) -> RouteResult:
         state = lane.state
         turn = msgspec.structs.replace(turn, history=tuple(state.history))
         log = self._log.bind(participant=turn.participant_id, turn=turn.turn_id)
-        aids = await self._aids(turn.participant_id, log)
+        why: dict[str, str] = {}
+        aids = await self._aids(turn.participant_id, log, why)
         excluded: set[str] = set()
         decline_text: str | None = None
         decisions_left = 2  # the first selection and one reroute after a decline
@@ -381,6 +422,9 @@ class AgentRouter(Agent):
                 log.info("router.focus_released", route=target)
             else:
                 excluded.add(target)
+                why[target] = "declined" + (
+                    f" ({admission.text.strip()})" if admission.text.strip() else ""
+                )
                 decline_text = admission.text if admission.text.strip() else decline_text
             target = None
         default = self.default
@@ -389,16 +433,29 @@ class AgentRouter(Agent):
             return await self._answer(default, turn, state, False, log)
         text = decline_text or self.texts.unavailable
         await self._say(turn, None, text)
-        return RouteResult(turn.turn_id, "unanswered", None, text)
+        for name, aid in aids.items():
+            if not aid.eligible:
+                why.setdefault(name, "not eligible")
+        reasons = (
+            "; ".join(f"{name}: {reason}" for name, reason in why.items())
+            or "no destination was chosen"
+        )
+        return RouteResult(
+            turn.turn_id, "unanswered", None, text, error=f"NoDestination: {reasons}"
+        )
 
-    async def _aids(self, participant_id: str, log: Any) -> dict[str, RoutingAid]:
-        """Every destination's routing aid; one that cannot be had makes it ineligible (logged)."""
+    async def _aids(
+        self, participant_id: str, log: Any, why: dict[str, str]
+    ) -> dict[str, RoutingAid]:
+        """Every destination's routing aid; one that cannot be had makes it ineligible
+        (logged, and the reason kept in ``why``)."""
 
         async def aid(name: str, agent: RoutableAgent) -> RoutingAid:
             try:
                 return await routing_aid_of(agent, participant_id)
             except Exception as error:
                 log.warning("router.routing_aid_failed", route=name, error=repr(error))
+                why[name] = f"unreachable ({describe_failure(error)})"
                 return _INELIGIBLE
 
         found = await asyncio.gather(*(aid(name, agent) for name, agent in self.agents.items()))
@@ -438,10 +495,15 @@ class AgentRouter(Agent):
                 log.error("router.answer_failed", route=name, started=began, error=repr(error))
                 if not began:
                     await self._say(turn, name, self.texts.failure)
-                return RouteResult(turn.turn_id, "failed", name, error=repr(error))
+                return RouteResult(turn.turn_id, "failed", name, error=describe_failure(error))
         if not isinstance(result, DestinationResult):
             log.error("router.answer_invalid", route=name, result=type(result).__name__)
-            return RouteResult(turn.turn_id, "failed", name, error=f"answer returned {type(result).__name__}")
+            return RouteResult(
+                turn.turn_id,
+                "failed",
+                name,
+                error=f"InvalidResult: answer returned {type(result).__name__}",
+            )
         if result.focus == "take":
             await self._take_focus(state, name, turn.participant_id, log)
         elif result.focus == "release" and state.clear_focus(name):
