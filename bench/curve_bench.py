@@ -119,6 +119,7 @@ def _check_cost(calls: int) -> float:
 
 
 def run(ctx: SuiteContext) -> SuiteResult:
+    from xrmq.actors.edge.identities import SUPERVISOR_IDENTITY
     from xrmq.actors.runtime.security import create_keypair
 
     count = 300 if ctx.quick else 50_000
@@ -127,7 +128,8 @@ def run(ctx: SuiteContext) -> SuiteResult:
     directory = Path(tempfile.mkdtemp(prefix="xrmq-bench-curve-"))
     directory.chmod(0o700)
     keys = directory / "keys"
-    for name in ("broker", "bench"):
+    # The broker's config always knows xrmq up's own identity, so it needs its key too.
+    for name in ("broker", "bench", SUPERVISOR_IDENTITY):
         create_keypair(name, keys)
     curve_env = {
         "XRMQ_KEY": str(keys / "bench.key_secret"),

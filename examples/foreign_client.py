@@ -1,6 +1,9 @@
 """A client in any language: publish a context update with pyzmq and MessagePack only.
 
-python examples/foreign_client.py [BUS] [PARTICIPANT] [TEXT]
+python examples/foreign_client.py [BUS] [PARTICIPANT] [TEXT] [SPEECH.wav]
+
+With a WAV (16 kHz mono PCM16), it also sends it as microphone audio: AudioFrame maps
+on "audio.in", 20 ms (640 bytes) per frame, paced in real time, as a headset would.
 
 No xrmq import: this is what a C#, C++ or Rust client does, following the README's
 protocol section. Every message is three frames [key, metadata, payload]; the key is
@@ -14,6 +17,7 @@ with NAME, the identity the broker knows the key by.
 
 import os
 import sys
+import wave
 import time
 import uuid
 from pathlib import Path
@@ -37,7 +41,28 @@ def endpoints(bus: str) -> tuple[str, str]:
     return f"ipc://{prefix}.in", f"ipc://{prefix}.out"
 
 
-def main(bus: str, participant: str, text: str) -> None:
+def send_audio(pub, sender: str, participant: str, path: str) -> int:
+    """Publish a 16 kHz mono PCM16 WAV as 20 ms AudioFrames on audio.in; return the count."""
+    with wave.open(path, "rb") as reader:
+        if (reader.getframerate(), reader.getnchannels(), reader.getsampwidth()) != (16000, 1, 2):
+            sys.exit("foreign client: the WAV must be 16 kHz mono 16-bit (sox in.wav -r 16000 -c 1 out.wav)")
+        pcm = reader.readframes(reader.getnframes())
+    key = b"audio.in\x00" + participant.encode() + b"\x00"
+    epoch, start, count = time.time_ns() // 1000, time.monotonic(), 0
+    for offset in range(0, len(pcm), 640):
+        chunk = pcm[offset:offset + 640].ljust(640, b"\x00")
+        time.sleep(max(0.0, start + count * 0.02 - time.monotonic()))  # real time, like a microphone
+        metadata = {"message_id": uuid.uuid4().hex, "source": "foreign-client", "sender": sender,
+                    "epoch": epoch, "seq": count + 1, "timestamp_us": time.time_ns() // 1000,
+                    "participant_id": participant}
+        frame = {"pcm": chunk, "sample_rate": 16000, "channels": 1, "frame": count,
+                 "timestamp_us": epoch + count * 20_000}
+        pub.send_multipart([key, msgspec.msgpack.encode(metadata), msgspec.msgpack.encode(frame)])
+        count += 1
+    return count
+
+
+def main(bus: str, participant: str, text: str, speech: str | None = None) -> None:
     publish, subscribe = endpoints(bus)
     context = zmq.Context()
     pub, sub = context.socket(zmq.PUB), context.socket(zmq.SUB)
@@ -68,12 +93,15 @@ def main(bus: str, participant: str, text: str) -> None:
                 "epoch": time.time_ns() // 1000, "seq": 1, "timestamp_us": time.time_ns() // 1000,
                 "participant_id": participant}
     pub.send_multipart([key, msgspec.msgpack.encode(metadata), msgspec.msgpack.encode({"text": text})])
+    if speech is not None:
+        frames = send_audio(pub, sender, participant, speech)
+        print(f"foreign client: sent {frames} audio frames for {participant}", flush=True)
     pub.close(linger=2000)  # let the message leave before the process exits
     sub.close(linger=0)
     context.term()
     print(f"foreign client: published notes for {participant}: {text}", flush=True)
 
 
-args = sys.argv[1:] + [None] * 3
+args = sys.argv[1:] + [None] * 4
 main(args[0] or os.environ.get("XRMQ_BUS", "default"), args[1] or "p1",
-     args[2] or "The lab 3 fridge holds the reagent kit R-88.")
+     args[2] or "The lab 3 fridge holds the reagent kit R-88.", args[3])

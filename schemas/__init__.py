@@ -5,6 +5,7 @@ process without copies) and validates its rules on construction and on decode, r
 ``ValueError`` that names the field and the rule.
 """
 
+from .audio import AudioFrame, AudioPlayback
 from .context import CompactionPrompts, ContextBlock, ConversationContextUpdate
 from .envelope import MessageMetadata
 from .metrics import ProcessState, RuntimeMetrics, SupervisorReport
@@ -13,6 +14,8 @@ from .routing import Admission, AgentExchange, AgentTurn, DestinationResult, Rou
 
 __all__ = [
     "Admission",
+    "AudioFrame",
+    "AudioPlayback",
     "AgentExchange",
     "AgentTurn",
     "CompactionPrompts",

@@ -85,6 +85,52 @@ async def test_foreign_client_publishes_a_context_update_with_pyzmq_and_msgpack_
     assert stdout == "foreign client: published notes for p7: Reagent kit R-88 is in fridge 2.\n"
 
 
+async def test_foreign_client_sends_a_wav_as_audio_frames_with_pyzmq_and_msgpack_only(tmp_path):
+    import math
+    import wave
+
+    from xrmq.schemas import AudioFrame
+    from xrmq.topics import AUDIO_IN_TOPIC
+
+    path = tmp_path / "tone.wav"
+    samples = b"".join(int(8000 * math.sin(i / 10)).to_bytes(2, "little", signed=True) for i in range(8000))
+    with wave.open(str(path), "wb") as writer:
+        writer.setnchannels(1)
+        writer.setsampwidth(2)
+        writer.setframerate(16000)
+        writer.writeframes(samples)
+
+    class Frames(Agent):
+        def __init__(self) -> None:
+            self.frames: list[tuple[str | None, AudioFrame]] = []
+            self.all = asyncio.Event()
+
+        def handlers(self):
+            return {AUDIO_IN_TOPIC: "on_frame"}
+
+        async def on_frame(self, frame: AudioFrame, ctx: RuntimeContext) -> None:
+            self.frames.append((ctx.participant_id, frame))
+            if len(self.frames) == 25:
+                self.all.set()
+
+    with broker_process() as bus:
+        runtime = AgentRuntime(bus)
+        recorder = runtime.register("frames", Frames())
+        async with runtime:
+            proc = example("foreign_client.py", bus, "p7", "Speech follows.", str(path))
+            try:
+                stdout, stderr = await asyncio.to_thread(proc.communicate, timeout=30)
+            finally:
+                reap(proc)
+            assert proc.returncode == 0, stderr[-3000:]
+            await asyncio.wait_for(recorder.all.wait(), 20)
+            metrics = runtime.metrics()
+    assert "sent 25 audio frames for p7" in stdout
+    assert [frame.frame for _, frame in recorder.frames] == list(range(25))
+    assert {participant for participant, _ in recorder.frames} == {"p7"} and metrics.gaps == 0
+    assert b"".join(frame.pcm for _, frame in recorder.frames) == samples
+
+
 async def test_voice_renderer_prints_a_streamed_reply_as_one_subtitle_and_stops_on_sigterm():
     with broker_process() as bus:
         renderer = example("voice_renderer.py", bus)

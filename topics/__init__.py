@@ -1,6 +1,8 @@
 """Typed topics: names bound to schemas, and the standard topics of the XR conversation layer."""
 
 from xrmq.schemas import (
+    AudioFrame,
+    AudioPlayback,
     ConversationContextUpdate,
     Interrupted,
     ParticipantJoined,
@@ -25,6 +27,12 @@ PARTICIPANT_JOINED_TOPIC: Topic[ParticipantJoined] = Topic("participant.joined",
 PARTICIPANT_LEFT_TOPIC: Topic[ParticipantLeft] = Topic("participant.left", ParticipantLeft)
 TURN_ENDED_TOPIC: Topic[TurnEnded] = Topic("voice.turn_ended", TurnEnded)
 """The router's ``TurnEnded`` for each turn, participant-scoped: how it ended and why."""
+AUDIO_IN_TOPIC: Topic[AudioFrame] = Topic("audio.in", AudioFrame)
+"""Microphone audio from each participant's client (20 ms PCM16 frames by default)."""
+AUDIO_OUT_TOPIC: Topic[AudioFrame] = Topic("audio.out", AudioFrame)
+"""Synthesized assistant speech for each participant, paced in real time."""
+AUDIO_PLAYBACK_TOPIC: Topic[AudioPlayback] = Topic("audio.playback", AudioPlayback)
+"""When a participant's assistant audio starts and stops playing."""
 METRICS_TOPIC: Topic[RuntimeMetrics] = Topic("xrmq.metrics", RuntimeMetrics)
 """Every runtime's periodic counters (its heartbeat); read by ``xrmq top`` and the supervisor."""
 SUPERVISOR_TOPIC: Topic[SupervisorReport] = Topic("xrmq.supervisor", SupervisorReport)
@@ -43,11 +51,17 @@ STANDARD_TOPICS: tuple[Topic, ...] = (
     PARTICIPANT_JOINED_TOPIC,
     PARTICIPANT_LEFT_TOPIC,
     TURN_ENDED_TOPIC,
+    AUDIO_IN_TOPIC,
+    AUDIO_OUT_TOPIC,
+    AUDIO_PLAYBACK_TOPIC,
     METRICS_TOPIC,
     SUPERVISOR_TOPIC,
 )
 
 __all__ = [
+    "AUDIO_IN_TOPIC",
+    "AUDIO_OUT_TOPIC",
+    "AUDIO_PLAYBACK_TOPIC",
     "INTERRUPTED_TOPIC",
     "METRICS_TOPIC",
     "PARTICIPANT_JOINED_TOPIC",

@@ -99,6 +99,8 @@ def add_commands(subparsers: Any) -> None:
 
     demo = subparsers.add_parser("demo", help="a scripted two-participant session on an edge stack it starts itself")
     demo.add_argument("--verbose", action="store_true", help="also print every line of the stack's processes (stderr)")
+    demo.add_argument("--voice", action="store_true",
+                      help="spoken questions (espeak-ng) as audio in, answers as audio out (the voice extra)")
     demo.set_defaults(func=run_demo)
 
     chat = subparsers.add_parser("chat", help="interactive text front end: type queries, read the streamed replies")
@@ -268,6 +270,10 @@ def run_top(args: argparse.Namespace) -> int:
 def run_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo as demo
 
+    if getattr(args, "voice", False):
+        from xrmq.actors.voice.session import run_voice_demo  # the voice extra
+
+        return run(run_voice_demo(sys.stdout, verbose=args.verbose))
     return run(demo(sys.stdout, verbose=args.verbose))
 
 

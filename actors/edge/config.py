@@ -255,6 +255,35 @@ class ProcessConfig(_Section):
     answer path leaves idle."""
 
 
+class VoiceConfig(_Section):
+    """The ``voice`` role (speech in) and the renderer's speech out (``actors/voice``)."""
+
+    stt: str = "whisper"
+    """``whisper`` (the bundled tiny.en weights), ``whisper:/path/to/model-dir`` (any
+    faster-whisper model directory) or a litellm transcription model (``openai/whisper-1``)."""
+    api_base: str | None = None
+    """For a litellm model: the provider's base URL (a local OpenAI-compatible server)."""
+    api_key_env: str | None = None
+    """For a litellm model: the variable holding its key."""
+    vad_threshold: float = 0.5
+    min_speech_s: float = 0.25
+    trailing_silence_s: float = 0.4
+    max_utterance_s: float = 15.0
+    barge_in_min_s: float = 0.6
+    """Voiced seconds over the assistant's playback before the speech interrupts it."""
+    barge_in_min_words: int = 0
+    """Words the transcript must also have to interrupt (0: duration alone)."""
+    context_bias: bool = True
+    """Give the recognizer the participant's context (names, numbers, places) as its prompt."""
+    speech_out: bool = False
+    """The ``renderer`` role speaks onto ``audio.out`` instead of the console."""
+    tts: str = "espeak"
+    """Speech out: ``espeak`` (espeak-ng, offline) or a litellm speech model (``openai/tts-1``,
+    with ``api_base`` and ``api_key_env``)."""
+    tts_voice: str = "alloy"
+    """The litellm speech model's voice."""
+
+
 class ProcessInstance(msgspec.Struct, frozen=True):
     """One OS process of a config entry: replica ``shard`` of ``shards``."""
 
@@ -277,6 +306,7 @@ class EdgeConfig(_Section):
     router: RouterConfig = RouterConfig()
     supervisor: SupervisorConfig = SupervisorConfig()
     processes: dict[str, ProcessConfig] = {}
+    voice: VoiceConfig = VoiceConfig()
     source: str = DEFAULT_SOURCE
     """The file this config came from (set by the loader; not a TOML key)."""
 
@@ -375,6 +405,7 @@ def decode_config(raw: Mapping[str, Any], *, source: str = DEFAULT_SOURCE) -> Ed
         router=_convert(top.router, RouterConfig, "router", source),
         supervisor=_convert(top.supervisor, SupervisorConfig, "supervisor", source),
         processes=processes,
+        voice=_convert(top.voice, VoiceConfig, "voice", source),
         source=source,
     )
     _validate(config, source)
@@ -389,6 +420,7 @@ class _RawTop(_Section):
     router: dict[str, Any] = {}
     supervisor: dict[str, Any] = {}
     processes: dict[str, Any] = {}
+    voice: dict[str, Any] = {}
 
 
 def _bus(raw: dict[str, Any], source: str) -> BusConfig:
@@ -569,6 +601,26 @@ def _check_destination_kind(name: str, destination: DestinationConfig, source: s
         raise ConfigError(source, f"{key}.token_threshold", "must be > 0")
 
 
+def _check_voice(voice: VoiceConfig, source: str) -> None:
+    rules = {
+        "stt": bool(voice.stt.strip()) and voice.stt != "whisper:",
+        "tts": bool(voice.tts.strip()),
+        "vad_threshold": 0.15 < voice.vad_threshold < 1.0,
+        "min_speech_s": voice.min_speech_s >= 0,
+        "trailing_silence_s": voice.trailing_silence_s > 0,
+        "max_utterance_s": voice.max_utterance_s > voice.min_speech_s,
+        "barge_in_min_s": voice.barge_in_min_s >= 0,
+        "barge_in_min_words": voice.barge_in_min_words >= 0,
+    }
+    texts = {"stt": "must be 'whisper', 'whisper:DIR' or a litellm model string",
+             "tts": "must be 'espeak' or a litellm model string",
+             "vad_threshold": "must be in (0.15, 1)", "trailing_silence_s": "must be > 0",
+             "max_utterance_s": "must be > voice.min_speech_s"}
+    for field, ok in rules.items():
+        if not ok:
+            raise ConfigError(source, f"voice.{field}", texts.get(field, "must be >= 0"))
+
+
 def _validate(config: EdgeConfig, source: str) -> None:
     """Rules across keys: names that refer to each other, counts, timings, the bus string."""
     _check_bus(config.bus.address, source)
@@ -597,6 +649,7 @@ def _validate(config: EdgeConfig, source: str) -> None:
                           "must be >= 2 x supervisor.metrics_interval_s (two missed heartbeats),"
                           f" got {supervisor.liveness_timeout_s:g}")
     _check_restart(supervisor.restart, "supervisor.restart", source)
+    _check_voice(config.voice, source)
     for name, process in config.processes.items():
         key = f"processes.{name}"
         if not process.roles:

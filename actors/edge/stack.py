@@ -20,7 +20,10 @@
 
 On SIGTERM the router and the conversation servers let answers in flight finish for
 70% of ``supervisor.shutdown_timeout_s``, then cancel what is left.
-- ``renderer``: a ``VoiceRenderer`` with a console sink on the voice output topic.
+- ``renderer``: a ``VoiceRenderer`` with a console sink on the voice output topic (with
+  ``voice.speech_out``: ``voice.tts`` speech as ``audio.out`` frames).
+- ``voice``: speech in (``xrmq.actors.voice.role``): one ``VoiceInput`` per participant
+  on ``audio.in`` (VAD, speech-to-text), publishing queries and barge-in interruptions.
 
 Every process derives the same ``ContextPlan`` from the config, so the section actors,
 the workers and the managers agree on topics, budgets and the worker pool.
@@ -45,7 +48,7 @@ from xrmq.actors.tools import AutoCompactor, ToolAgent
 from xrmq.actors.tools.control import CompactServer
 from xrmq.actors.tools.store import register_transcripts
 from xrmq.actors.tools.workers import WorkerSummarizer
-from xrmq.actors.voice import ConsoleSink, VoiceRenderer
+from xrmq.actors.voice import ConsoleSink, Sink, VoiceRenderer
 from xrmq.schemas import RoutingAid
 from xrmq.topics import INTERRUPTED_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC
 
@@ -226,8 +229,19 @@ def router_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInsta
 
 
 def renderer_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
-    runtime.register("renderer", VoiceRenderer(ConsoleSink(), query_topic=QUERY_TOPIC,
+    sink: Sink = ConsoleSink()
+    if config.voice.speech_out:
+        from xrmq.actors.voice.role import speech_out_sink  # numpy: the voice extra
+
+        sink = speech_out_sink(runtime, config.voice)
+    runtime.register("renderer", VoiceRenderer(sink, query_topic=QUERY_TOPIC,
                                                 interrupted_topic=INTERRUPTED_TOPIC))
+
+
+def voice_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
+    from xrmq.actors.voice.role import voice_role as build  # the voice extra, imported only here
+
+    build(runtime, config, process)
 
 
 BUILTIN_ROLES = {
@@ -236,4 +250,5 @@ BUILTIN_ROLES = {
     "conversation": conversation_role,
     "router": router_role,
     "renderer": renderer_role,
+    "voice": voice_role,
 }

@@ -1,8 +1,15 @@
-"""Voice output: the renderer actor, its pure ordering rules, and its sinks.
+"""Voice: the renderer actor, its pure ordering rules, and its sinks; speech in and out.
 
 ``VoiceRenderer`` subscribes to a ``ResponseOutput`` topic and plays it through a sink;
-``VoiceOrdering`` holds the ordering rules on their own; ``xrmq listen`` (``commands``)
-runs a renderer against a running bus.
+``VoiceOrdering`` holds the ordering rules on their own; ``xrmq listen`` and ``xrmq mic``
+(``commands``) are clients of a running bus.
+
+The voice front end needs the ``voice`` extra (numpy, faster-whisper), so its modules
+are imported by name, not from here: ``listener`` (``VoiceInput``, the keyed ``voice``
+actor), ``vad`` (the pure ``UtteranceSegmenter``) and ``silero`` (its VAD shell),
+``stt`` (``WhisperSTT``, ``LiteLLMSTT``), ``gate`` (``BargeInGate``), ``bias``
+(``bias_prompt``), ``audio_sink`` (``AudioTopicSink``), ``mic`` and ``playback``
+(client sides), ``role`` (the edge role), ``session`` (``xrmq demo --voice``).
 """
 
 from .ordering import Cut, Dropped, ResponseEnded, Segment, StreamClosed, VoiceOrdering, Wake

@@ -1,4 +1,8 @@
-"""``xrmq listen``: connect a voice renderer to a running bus and render what it hears.
+"""``xrmq listen`` and ``xrmq mic``: voice clients of a running bus.
+
+``xrmq listen`` connects a voice renderer and renders what it hears (``--sink console`` or
+``espeak``), or, with ``--sink wav|speaker``, saves or plays the synthesized ``audio.out``
+frames. ``xrmq mic`` publishes a WAV file (or the microphone) on ``audio.in``.
 
 The renderer also follows the standard query and interrupted topics, as the voice
 process of an edge box does, so a new query or a barge-in drops stale replies. It
@@ -29,11 +33,18 @@ def add_commands(subparsers: Any) -> None:
     add_bus_argument(listen)
     listen.add_argument("--topic", default=VOICE_OUTPUT_TOPIC.name, help="ResponseOutput topic (default: %(default)s)")
     listen.add_argument("--participant", help="render only this participant (default: everyone)")
-    listen.add_argument("--sink", choices=("console", "espeak"), default="console", help="where output goes")
-    listen.add_argument("--wav-dir", help="with --sink espeak: write one WAV per response here instead of playing")
+    listen.add_argument("--sink", choices=("console", "espeak", "wav", "speaker"), default="console",
+                        help="console/espeak render the text topic; wav/speaker save or play audio.out")
+    listen.add_argument("--wav-dir", help="with --sink espeak or wav: write one WAV per response here")
     listen.add_argument("--wpm", type=float, default=DEFAULT_WORDS_PER_MINUTE, help="speaking rate in words per minute")
     listen.add_argument("--idle-timeout", type=float, default=10.0, help="seconds before an abandoned stream is closed")
     listen.set_defaults(func=run_listen)
+    mic = subparsers.add_parser("mic", help="publish microphone audio (or a WAV file) on audio.in")
+    add_bus_argument(mic)
+    mic.add_argument("--participant", required=True, help="whose audio this is")
+    mic.add_argument("--wav", action="append", help="publish this WAV file in real time (repeatable)")
+    mic.add_argument("--fast", action="store_true", help="with --wav: do not pace in real time")
+    mic.set_defaults(func=run_mic)
 
 
 def build_sink(args: argparse.Namespace) -> Sink:
@@ -47,6 +58,8 @@ def build_sink(args: argparse.Namespace) -> Sink:
 
 
 def run_listen(args: argparse.Namespace) -> int:
+    if args.sink in ("wav", "speaker"):
+        return _listen_audio(args)
     require_broker(args.bus)
     topic = Topic(args.topic, ResponseOutput)
     try:
@@ -79,3 +92,57 @@ async def _listen(bus: str, renderer: VoiceRenderer, participant_id: str | None)
             flush=True,
         )
         await stop.wait()
+
+
+def _listen_audio(args: argparse.Namespace) -> int:
+    from .playback import AudioRecorder, speaker_player  # numpy: the voice extra
+
+    if args.sink == "wav" and args.wav_dir is None:
+        raise ValueError("--sink wav: needs --wav-dir DIR")
+    require_broker(args.bus)
+    on_frame = speaker_player() if args.sink == "speaker" else None
+    recorder = AudioRecorder(args.wav_dir, on_frame=on_frame)
+
+    async def main() -> None:
+        stop = _stop_on_signals()
+        runtime = AgentRuntime(args.bus)
+        runtime.register("audio_listener", recorder, participant_id=args.participant)
+        async with runtime:
+            print(f"xrmq listen: ready topic=audio.out participant={args.participant or '*'} "
+                  f"bus={runtime.address.subscribe}", flush=True)
+            await stop.wait()
+        for participant in list(recorder.last_frame_at):
+            recorder.flush(participant)
+        for path in recorder.written:
+            print(f"xrmq listen: wrote {path}", flush=True)
+
+    run(main())
+    return 0
+
+
+def run_mic(args: argparse.Namespace) -> int:
+    from .mic import publish_device, publish_wav  # numpy: the voice extra
+
+    require_broker(args.bus, endpoint="publish")
+
+    async def main() -> None:
+        runtime = AgentRuntime(args.bus)
+        async with runtime:
+            print(f"xrmq mic: ready participant={args.participant} bus={runtime.address.publish}", flush=True)
+            if args.wav:
+                for path in args.wav:
+                    sent = await publish_wav(runtime, path, args.participant, realtime=not args.fast)
+                    print(f"xrmq mic: sent {path} frames={sent}", flush=True)
+            else:
+                await publish_device(runtime, args.participant, _stop_on_signals())
+
+    run(main())
+    return 0
+
+
+def _stop_on_signals() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    return stop

@@ -1,0 +1,270 @@
+"""VoiceInput: one participant's speech in, as ``UserQuery`` (and ``Interrupted``) out.
+
+A keyed actor (one per participant, ``register_voice_input``) on ``audio.in``: each frame
+is converted to 16 kHz mono, cut into 512-sample VAD chunks, scored by Silero
+(``SileroStream``, the thin shell) and fed to the pure ``UtteranceSegmenter``. A finished
+utterance goes to a bounded queue; the actor's recognizer task transcribes it with the
+participant's context as the prompt (``bias_prompt``) and publishes a ``UserQuery``
+whose ``timestamp_us`` is when the speech started. The ``BargeInGate`` decides, from
+``audio.playback``, whether speech over the assistant's audio interrupts it (publishes
+``Interrupted`` at once) or is a backchannel (dropped, counted).
+
+Bounded: the segmenter holds at most ``max_utterance_s`` of audio, the recognition queue
+``queue_capacity`` utterances (the oldest is dropped, counted, when it is full). A frame
+whose counter skips is counted in ``frame_gaps``. ``participant.left`` releases
+everything: the instance is retired, its task cancelled, its buffers dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, get_logger, subscribe
+from xrmq.schemas import (
+    AudioFrame,
+    AudioPlayback,
+    ContextBlock,
+    Interrupted,
+    ParticipantLeft,
+    UserQuery,
+)
+from xrmq.topics import (
+    AUDIO_IN_TOPIC,
+    AUDIO_PLAYBACK_TOPIC,
+    INTERRUPTED_TOPIC,
+    PARTICIPANT_LEFT_TOPIC,
+    QUERY_TOPIC,
+)
+
+from .bias import bias_prompt
+from .gate import BargeInGate, GateSettings
+from .pcm import SAMPLE_RATE, pcm16_to_float, resample
+from .silero import CHUNK_SAMPLES, SileroModel, SileroStream
+from .stt import SpeechToText
+from .vad import Discarded, SegmenterSettings, SpeechStarted, Utterance, UtteranceSegmenter
+
+VOICE_INPUT_KIND = "voice"
+ContextSource = Callable[[str], Sequence[ContextBlock]]
+
+
+@dataclass(frozen=True)
+class VoiceSettings:
+    segmenter: SegmenterSettings = field(default_factory=SegmenterSettings)
+    gate: GateSettings = field(default_factory=GateSettings)
+    queue_capacity: int = 4
+    """Utterances waiting for recognition per participant."""
+    context_bias: bool = True
+    """Give the recognizer the participant's context as its prompt."""
+
+    def __post_init__(self) -> None:
+        if self.queue_capacity < 1:
+            raise ValueError("VoiceSettings.queue_capacity: must be >= 1")
+
+
+@dataclass
+class VoiceCounts:
+    frames: int = 0
+    frame_gaps: int = 0
+    utterances: int = 0
+    discarded: int = 0
+    queries: int = 0
+    interruptions: int = 0
+    backchannels: int = 0
+    empty_transcripts: int = 0
+    queue_dropped: int = 0
+    stt_failures: int = 0
+
+
+class VoiceInput(Agent):
+    """One participant's voice input (see the module docstring)."""
+
+    def __init__(self, participant_id: str, stt: SpeechToText, *, vad: SileroModel,
+                 settings: VoiceSettings = VoiceSettings(),
+                 context: ContextSource | None = None) -> None:
+        self.participant_id = participant_id
+        self.stt = stt
+        self.settings = settings
+        self.context = context
+        self.counts = VoiceCounts()
+        self._vad = SileroStream(vad)
+        self._segmenter = UtteranceSegmenter(settings.segmenter)
+        self._gate = BargeInGate(settings.gate)
+        self._pending = np.zeros(0, np.float32)
+        self._next_frame: int | None = None
+        self._next_us = 0
+        self._queue: deque[Utterance] = deque()
+        self._ready = asyncio.Event()
+        self._worker: asyncio.Task[None] | None = None
+        self._changed: asyncio.Event | None = None
+        self.stopped = asyncio.Event()
+        """Set once the instance stopped and released its buffers (retired or shut down)."""
+        self._log = get_logger(actor=VOICE_INPUT_KIND, participant=participant_id)
+
+    async def on_start(self) -> None:
+        self._worker = asyncio.create_task(self._recognize(),
+                                           name=f"voice-stt-{self.participant_id}")
+
+    async def on_stop(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel()
+            await asyncio.gather(self._worker, return_exceptions=True)
+            self._worker = None
+        self._release()
+        self.stopped.set()
+
+    def gauges(self) -> dict[str, float]:
+        return {"voice.held_samples": float(self._segmenter.held_samples + self._pending.size),
+                "voice.queued_utterances": float(len(self._queue)),
+                "voice.frame_gaps": float(self.counts.frame_gaps)}
+
+    @property
+    def held_samples(self) -> int:
+        """Audio samples this participant's input holds now (bounded by the settings)."""
+        queued = sum(utterance.audio.size for utterance in self._queue)
+        return self._segmenter.held_samples + self._pending.size + queued
+
+    async def wait_until(self, condition: Callable[[VoiceCounts], bool]) -> VoiceCounts:
+        """Return the counts once ``condition(counts)`` holds (checked after each frame and
+        each decision)."""
+        while not condition(self.counts):
+            self._changed = asyncio.Event()
+            await self._changed.wait()
+        return self.counts
+
+    def _decided(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+
+    # -- handlers ---------------------------------------------------------------------
+
+    @subscribe(AUDIO_IN_TOPIC)
+    async def on_audio(self, frame: AudioFrame, ctx: RuntimeContext) -> None:
+        counts = self.counts
+        counts.frames += 1
+        if self._next_frame is not None and frame.frame != self._next_frame:
+            if frame.frame > self._next_frame:
+                counts.frame_gaps += frame.frame - self._next_frame
+            self._log.info("voice.frame_gap", expected=self._next_frame, got=frame.frame)
+        self._next_frame = frame.frame + 1
+        samples = pcm16_to_float(frame.pcm, frame.channels)
+        if frame.sample_rate != SAMPLE_RATE:
+            samples = resample(samples, frame.sample_rate)
+        if self._pending.size == 0:
+            self._next_us = frame.timestamp_us
+        pending = np.concatenate([self._pending, samples]) if self._pending.size else samples
+        offset = 0
+        while pending.size - offset >= CHUNK_SAMPLES:
+            chunk = pending[offset:offset + CHUNK_SAMPLES]
+            offset += CHUNK_SAMPLES
+            chunk_us = self._next_us
+            self._next_us += CHUNK_SAMPLES * 1_000_000 // SAMPLE_RATE
+            self._events(self._segmenter.push(chunk, self._vad.probability(chunk), chunk_us))
+        self._pending = pending[offset:].copy() if offset else pending
+        if self._changed is not None:
+            self._changed.set()
+
+    @subscribe(AUDIO_PLAYBACK_TOPIC)
+    async def on_playback(self, message: AudioPlayback, ctx: RuntimeContext) -> None:
+        self._gate.playback(message.state == "started")
+
+    @subscribe(PARTICIPANT_LEFT_TOPIC)
+    async def on_left(self, message: ParticipantLeft, ctx: RuntimeContext) -> None:
+        if ctx.participant_id != self.participant_id:
+            return  # a global message: not this participant's leaving
+        self._release()
+        runtime = self.runtime
+        if runtime is not None:
+            # Retiring stops this mailbox, so it cannot be awaited from its own handler.
+            retire = runtime.retire(VOICE_INPUT_KIND, self.participant_id)
+            asyncio.get_running_loop().create_task(retire)
+
+    # -- segmentation events, recognition ---------------------------------------------
+
+    def _events(self, events: list[Utterance | SpeechStarted | Discarded]) -> None:
+        if self._segmenter.in_speech and self._gate.voiced(self._segmenter.speech_s):
+            self._interrupt("duration")
+        for event in events:
+            if isinstance(event, Utterance):
+                self.counts.utterances += 1
+                if len(self._queue) >= self.settings.queue_capacity:
+                    self._queue.popleft()
+                    self.counts.queue_dropped += 1
+                    self._log.warning("voice.queue_full", capacity=self.settings.queue_capacity)
+                self._queue.append(event)
+                self._ready.set()
+            elif isinstance(event, Discarded):
+                self.counts.discarded += 1
+
+    def _interrupt(self, why: str) -> None:
+        self.counts.interruptions += 1
+        self._log.info("voice.barge_in", why=why)
+        self._send(INTERRUPTED_TOPIC, Interrupted())
+        self._decided()
+
+    async def _recognize(self) -> None:
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            while self._queue:
+                await self._transcribe(self._queue.popleft())
+
+    async def _transcribe(self, utterance: Utterance) -> None:
+        speech_s = (utterance.end_us - utterance.start_us) / 1e6
+        prompt = None
+        if self.settings.context_bias and self.context is not None:
+            prompt = bias_prompt(self.context(self.participant_id))
+        try:
+            text = (await self.stt.transcribe(utterance.audio, prompt)).strip()
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            self.counts.stt_failures += 1
+            self._log.error("voice.stt_failed", error=repr(error))
+            self._decided()
+            return
+        verdict = self._gate.finished(speech_s, len(text.split()))
+        if not text:
+            self.counts.empty_transcripts += 1
+            self._decided()
+            return
+        if verdict == "backchannel":
+            self.counts.backchannels += 1
+            self._log.info("voice.backchannel", text=text)
+            self._decided()
+            return
+        if verdict == "interrupt":
+            self._interrupt("words")
+        query = UserQuery(text, utterance.start_us)
+        self.counts.queries += 1
+        self._log.info("voice.query", text=text, speech_s=round(speech_s, 2))
+        self._send(QUERY_TOPIC, query)
+        self._decided()
+
+    def _send(self, topic: object, message: object) -> None:
+        if self.runtime is not None:
+            self.runtime.send(topic, message,  # type: ignore[arg-type]
+                              participant_id=self.participant_id, source=VOICE_INPUT_KIND)
+
+    def _release(self) -> None:
+        self._queue.clear()
+        self._segmenter.reset()
+        self._vad.reset()
+        self._pending = np.zeros(0, np.float32)
+        self._next_frame = None
+
+
+def register_voice_input(runtime: AgentRuntime, stt: SpeechToText, *,
+                         settings: VoiceSettings = VoiceSettings(),
+                         context: ContextSource | None = None, vad: SileroModel | None = None,
+                         shard: int = 0, shards: int = 1) -> None:
+    """Host the keyed ``voice`` kind: one ``VoiceInput`` per participant that sends audio."""
+    model = vad or SileroModel.shared()
+    runtime.register_keyed(
+        VOICE_INPUT_KIND, VoiceInput, shard=shard, shards=shards,
+        factory=lambda key: VoiceInput(key, stt, vad=model, settings=settings, context=context))

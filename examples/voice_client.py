@@ -1,0 +1,31 @@
+"""A voice client in a page: speak a WAV into the bus, save the spoken answer as a WAV.
+
+python examples/voice_client.py BUS PARTICIPANT QUESTION.wav OUT_DIR
+
+It publishes the WAV on ``audio.in`` as 20 ms frames in real time (what a headset's
+microphone would send), and writes the ``audio.out`` frames of the answer to OUT_DIR
+once ``audio.playback`` says it is done. Needs a stack with the ``voice`` role and
+``voice.speech_out = true`` (``xrmq demo --voice`` runs one).
+"""
+
+import asyncio
+import sys
+
+from xrmq.actors.runtime import AgentRuntime, run
+from xrmq.actors.voice.mic import publish_wav
+from xrmq.actors.voice.playback import AudioRecorder
+
+
+async def main(bus: str, participant: str, wav: str, out_dir: str) -> None:
+    recorder = AudioRecorder(out_dir)
+    runtime = AgentRuntime(bus)
+    runtime.register("speaker", recorder, participant_id=participant)
+    async with runtime:
+        frames = await publish_wav(runtime, wav, participant)
+        print(f"sent {frames} frames", flush=True)
+        [answer] = await asyncio.wait_for(recorder.wait_written(1), 120)
+        print(f"answer {answer}", flush=True)
+
+
+if __name__ == "__main__":
+    run(main(*sys.argv[1:5]))
