@@ -434,9 +434,15 @@ class AgentRuntime:
         self._pub.connect(self.address.publish)
         self._sub.connect(self.address.subscribe)
         self._subscriptions.add(self._inbox_bytes + SEP)
-        self._subscriptions.add(METRICS_TOPIC.subscription())  # heartbeats: the tails of streams
         for prefix in sorted(self._subscriptions):
             self._sub.setsockopt(zmq.SUBSCRIBE, prefix)
+        heartbeats = METRICS_TOPIC.subscription()
+        if heartbeats not in self._subscriptions and self.credentials is None:
+            # Heartbeats reveal the lost tails of streams. Not a readiness condition, and
+            # not asked for on a CURVE bus, where reading them is a permission of its own
+            # (they name every stream's key): there an identity detects lost tails only if
+            # one of its actors subscribes to xrmq.metrics.
+            self._sub.setsockopt(zmq.SUBSCRIBE, heartbeats)
         self.epoch = time.time_ns() // 1000
         self._id_prefix = f"{self.name}:{self.epoch:x}:"
         # The loop, once: on Python 3.11 every asyncio.get_running_loop() makes a getpid()
