@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import inspect
 import os
+from collections.abc import Iterator
 
 import pytest
+import structlog
 
 from xrmq.actors.runtime import event_loop_name, run
 
@@ -23,6 +25,31 @@ def private_state_home(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Context journals of edge stacks started without a ``state_dir`` (their default is
     under ``$XDG_STATE_HOME``) go to the session's temporary directory, never the home."""
     os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state-home"))
+
+
+@pytest.fixture(autouse=True)
+def isolated_logging(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Undo what a test running the CLI in-process does to the whole process's logging.
+
+    ``xrmq.actors.cli.main`` configures structlog once per process at the command's level
+    (WARNING for one-shot commands, ERROR with ``-q``) and exports ``-q``/``-v`` as
+    ``XRMQ_LOG_LEVEL`` for the processes it starts: left in place, later tests would see
+    no warnings in ``capture_logs`` and start subprocesses that log nothing below ERROR.
+    Logging is configured before the test, so a first ``get_logger`` inside a test's
+    ``capture_logs`` block cannot replace the capturing configuration.
+    """
+    from xrmq.actors.runtime import logs
+
+    logs.configure_logging()
+    if "XRMQ_LOG_LEVEL" in os.environ:  # recorded, so the test's changes are undone
+        monkeypatch.setenv("XRMQ_LOG_LEVEL", os.environ["XRMQ_LOG_LEVEL"])
+    else:
+        monkeypatch.delenv("XRMQ_LOG_LEVEL", raising=False)
+    config, configured = structlog.get_config(), logs._configured
+    yield
+    if logs._configured != configured or structlog.get_config() != config:
+        structlog.configure(**config)
+        logs._configured = configured
 
 
 @pytest.fixture(autouse=True)

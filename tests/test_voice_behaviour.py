@@ -251,9 +251,12 @@ async def test_a_participant_leaving_releases_their_voice_input(tmp_path):
     runtime = AgentRuntime()
     register_voice_input(runtime, shared_stt())
     async with runtime:
+        # The instance the frames go to, spawned as their first frame would spawn it, so
+        # the test holds it before anything is delivered (a publish returns before that).
+        held = runtime.spawn(VOICE_INPUT_KIND, "p1")
+        assert isinstance(held, VoiceInput)
         sender = FrameSender(runtime, "p1", realtime=False)
         await sender.send(float_to_pcm16(np.concatenate([SILENCE, speech[: speech.size // 2]])))
-        held = voice(runtime, "p1")
         await held.wait_until(lambda c: c.frames >= sender.sent)
         assert held.held_samples > 0  # mid-utterance: audio is buffered
         await runtime.publish(PARTICIPANT_LEFT_TOPIC, ParticipantLeft(), participant_id="p1")
