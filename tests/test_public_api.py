@@ -1,4 +1,4 @@
-"""The public names DESIGN.md promises are importable from their packages."""
+"""The public names docs/design.md promises are importable from their packages."""
 
 import xrmq.actors
 import xrmq.schemas

@@ -1,4 +1,4 @@
-"""Participant context (seeds 000 and 001): the pure engine the context actors run.
+"""Participant context (docs/context.md): the pure engine the context actors run.
 
 - ``clip``: UTF-8 sizes and start-and-end clipping that never splits a character.
 - ``render``: the rendered text of every block kind and the merge of a participant's
@@ -8,14 +8,18 @@
   compaction snapshots, the Situation/Handling table, rendering).
 - ``config``: validation of the ContextManager's constructor arguments.
 
-The actors around it (thin shells, see DESIGN.md "Context as actors"):
+The actors around it (thin shells, see docs/design.md "Context as actors"):
 
 - ``messages``: the bus messages and topics between the context actors.
 - ``plan``: ``ContextPlan``, what every process of one deployment agrees on.
 - ``sections``: the dialogue actor per participant and the actor per context topic.
 - ``workers``: the compaction-worker pool that calls the model.
 - ``replica``: the manager's local, never half-updated copy of the section views.
-- ``manager``: ``ContextManager``, the seed's facade.
+- ``manager``: ``ContextManager``, the SDK's facade.
+
+The names below are loaded on first use (PEP 562): importing the pure core
+(``xrmq.actors.context.engine``) or one of its names does not load the actors around it,
+nor ZeroMQ and the runtime they need.
 """
 
 from .clip import OMISSION_MARKER, clip_middle, utf8_size
