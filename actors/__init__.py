@@ -6,8 +6,43 @@ needs the runtime does not import the conversation, voice or model code.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_exports
+
+if TYPE_CHECKING:  # the same names, typed, for type checkers
+    from xrmq.actors.context import ContextManager
+    from xrmq.actors.conversation import Conversation
+    from xrmq.actors.interaction import Reply, ResponseOutputs
+    from xrmq.actors.models import (
+        ChatMessage,
+        ChatOptions,
+        LLMService,
+        LiteLLMService,
+        ModelError,
+        ModelSpec,
+        OfflineLLM,
+        ScriptedLLM,
+        ScriptedResponse,
+        create_llm,
+    )
+    from xrmq.actors.routing import (
+        AgentRouter,
+        KeywordDecisions,
+        LLMDecisions,
+        RoutableAgent,
+        SingleDestination,
+        remote,
+        serve,
+    )
+    from xrmq.actors.runtime import (
+        Agent,
+        AgentRuntime,
+        RuntimeClosedError,
+        RuntimeContext,
+        subscribe,
+    )
+    from xrmq.actors.voice import VoiceRenderer
 
 _EXPORTS = {
     "AgentRuntime": "xrmq.actors.runtime",
@@ -41,15 +76,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'xrmq.actors' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

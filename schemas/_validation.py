@@ -24,3 +24,25 @@ def require_name(value: str, type_name: str, field: str) -> None:
     """Require a non-empty identifier without NUL bytes (NUL terminates wire keys)."""
     require(bool(value), type_name, field, "must be a non-empty string")
     require("\x00" not in value, type_name, field, "must not contain NUL characters")
+
+
+def check_name(value: object, label: str) -> str:
+    """``value`` if it is a non-empty string without NUL (NUL ends the fields of a wire key).
+
+    ``ValueError("<label>: must be a non-empty string without NUL")`` otherwise. The one
+    check every identifier that reaches a wire key goes through (runtime, actor and
+    participant names, namespaces, destination names).
+    """
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise ValueError(f"{label}: must be a non-empty string without NUL")
+    return value
+
+
+def check_positive(value: object, label: str) -> int:
+    """``value`` if it is an int of at least 1 (not a bool): a capacity or a count.
+
+    ``ValueError("<label>: must be >= 1")`` otherwise.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{label}: must be >= 1")
+    return value

@@ -10,7 +10,7 @@ from xrmq.schemas import (
     UserQuery,
 )
 
-from ._topic import Topic, split_key, topic_key
+from ._topic import SEP, Topic, check_topic, split_key, topic_key
 
 VOICE_OUTPUT_TOPIC: Topic[ResponseOutput] = Topic("voice.output", ResponseOutput)
 """Replies and updates that the voice renderer plays."""
@@ -22,6 +22,11 @@ PARTICIPANT_JOINED_TOPIC: Topic[ParticipantJoined] = Topic("participant.joined",
 PARTICIPANT_LEFT_TOPIC: Topic[ParticipantLeft] = Topic("participant.left", ParticipantLeft)
 METRICS_TOPIC: Topic[RuntimeMetrics] = Topic("xrmq.metrics", RuntimeMetrics)
 """Every runtime's periodic counters (its heartbeat); read by ``xrmq top`` and the supervisor."""
+
+ROUTER_SOURCE = "router"
+"""The envelope ``source`` of the router's own text on ``VOICE_OUTPUT_TOPIC`` (an
+acknowledgement, or a failure said instead of an answer): front ends tell it apart
+from a destination's answer by this name."""
 
 
 def context_topic(name: str) -> Topic[ConversationContextUpdate]:
@@ -44,9 +49,12 @@ __all__ = [
     "PARTICIPANT_JOINED_TOPIC",
     "PARTICIPANT_LEFT_TOPIC",
     "QUERY_TOPIC",
+    "ROUTER_SOURCE",
+    "SEP",
     "STANDARD_TOPICS",
     "Topic",
     "VOICE_OUTPUT_TOPIC",
+    "check_topic",
     "context_topic",
     "split_key",
     "topic_key",

@@ -18,9 +18,12 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
+from xrmq.schemas._validation import require, require_name
+
 T = TypeVar("T")
 
 SEP = b"\x00"
+"""Ends each field of a wire key."""
 
 _registry: dict[str, type] = {}
 _registry_lock = threading.Lock()
@@ -60,10 +63,8 @@ class Topic(Generic[T]):
     __slots__ = ("name", "message_type", "_decoder", "_key_prefix")
 
     def __init__(self, name: str, message_type: type[T]) -> None:
-        if not isinstance(name, str) or not name:
-            raise ValueError("Topic.name: must be a non-empty string")
-        if "\x00" in name:
-            raise ValueError("Topic.name: must not contain NUL characters")
+        require(isinstance(name, str), "Topic", "name", "must be a non-empty string")
+        require_name(name, "Topic", "name")
         if not (isinstance(message_type, type) and issubclass(message_type, msgspec.Struct)):
             raise ValueError("Topic.message_type: must be a msgspec.Struct subclass")
         with _registry_lock:
@@ -109,3 +110,13 @@ class Topic(Generic[T]):
 
     def __hash__(self) -> int:
         return hash(self.name)
+
+
+def check_topic(topic: object, message_type: type, label: str) -> None:
+    """Require ``topic`` to be None or a ``Topic`` carrying ``message_type``.
+
+    ``ValueError("<label>: must be a Topic carrying <type>")`` otherwise: a component's
+    constructor checks the topics it is given this way.
+    """
+    if topic is not None and not (isinstance(topic, Topic) and topic.message_type is message_type):
+        raise ValueError(f"{label}: must be a Topic carrying {message_type.__name__}")

@@ -22,60 +22,71 @@ The names below are loaded on first use (PEP 562): importing the pure core
 nor ZeroMQ and the runtime they need.
 """
 
-from .clip import OMISSION_MARKER, clip_middle, utf8_size
-from .compaction import CompactionRequest, CompactionResult, JobRef
-from .config import (
-    DEFAULT_COMPACTION_INPUT_BUDGET_BYTES,
-    DEFAULT_DIALOGUE_BUDGET_BYTES,
-    DEFAULT_TOPIC_BUDGET_BYTES,
-    ContextConfig,
-    context_config,
-)
-from .engine import (
-    ApplyStatus,
-    CompactionSettings,
-    Entry,
-    OverBudget,
-    RenderedSection,
-    Section,
-    SectionSpec,
-    SectionState,
-)
-from .manager import ContextManager, ContextSubscriber
-from .messages import ContextTopics
-from .plan import ContextPlan, context_plan
-from .render import DIALOGUE_SECTION, render_participant
-from .sections import register_sections
-from .workers import CompactionWorker, register_workers
+from __future__ import annotations
 
-__all__ = [
-    "DEFAULT_COMPACTION_INPUT_BUDGET_BYTES",
-    "DEFAULT_DIALOGUE_BUDGET_BYTES",
-    "DEFAULT_TOPIC_BUDGET_BYTES",
-    "DIALOGUE_SECTION",
-    "OMISSION_MARKER",
-    "ApplyStatus",
-    "CompactionRequest",
-    "CompactionResult",
-    "CompactionSettings",
-    "CompactionWorker",
-    "ContextConfig",
-    "ContextManager",
-    "ContextPlan",
-    "ContextSubscriber",
-    "ContextTopics",
-    "Entry",
-    "JobRef",
-    "OverBudget",
-    "RenderedSection",
-    "Section",
-    "SectionSpec",
-    "SectionState",
-    "clip_middle",
-    "context_config",
-    "context_plan",
-    "register_sections",
-    "register_workers",
-    "render_participant",
-    "utf8_size",
-]
+from typing import TYPE_CHECKING
+
+from xrmq.actors._lazy import lazy_exports
+
+if TYPE_CHECKING:  # the same names, typed, for type checkers
+    from .clip import OMISSION_MARKER, clip_middle, utf8_size
+    from .compaction import CompactionRequest, CompactionResult, JobRef
+    from .config import (
+        ContextConfig,
+        DEFAULT_COMPACTION_INPUT_BUDGET_BYTES,
+        DEFAULT_DIALOGUE_BUDGET_BYTES,
+        DEFAULT_TOPIC_BUDGET_BYTES,
+        context_config,
+    )
+    from .engine import (
+        ApplyStatus,
+        CompactionSettings,
+        Entry,
+        OverBudget,
+        RenderedSection,
+        Section,
+        SectionSpec,
+        SectionState,
+    )
+    from .manager import ContextManager, ContextSubscriber
+    from .messages import ContextTopics
+    from .plan import ContextPlan, context_plan
+    from .render import DIALOGUE_SECTION, render_participant
+    from .sections import register_sections
+    from .workers import CompactionWorker, register_workers
+
+_EXPORTS = {
+    "OMISSION_MARKER": ".clip",
+    "clip_middle": ".clip",
+    "utf8_size": ".clip",
+    "CompactionRequest": ".compaction",
+    "CompactionResult": ".compaction",
+    "JobRef": ".compaction",
+    "DEFAULT_COMPACTION_INPUT_BUDGET_BYTES": ".config",
+    "DEFAULT_DIALOGUE_BUDGET_BYTES": ".config",
+    "DEFAULT_TOPIC_BUDGET_BYTES": ".config",
+    "ContextConfig": ".config",
+    "context_config": ".config",
+    "ApplyStatus": ".engine",
+    "CompactionSettings": ".engine",
+    "Entry": ".engine",
+    "OverBudget": ".engine",
+    "RenderedSection": ".engine",
+    "Section": ".engine",
+    "SectionSpec": ".engine",
+    "SectionState": ".engine",
+    "ContextManager": ".manager",
+    "ContextSubscriber": ".manager",
+    "ContextTopics": ".messages",
+    "ContextPlan": ".plan",
+    "context_plan": ".plan",
+    "DIALOGUE_SECTION": ".render",
+    "render_participant": ".render",
+    "register_sections": ".sections",
+    "CompactionWorker": ".workers",
+    "register_workers": ".workers",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -27,9 +27,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 from uuid import uuid4
+from xrmq.actors.clock import now_us
 
 from xrmq.actors.models import LLMService
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeClosedError, RuntimeContext, get_logger
+from xrmq.schemas._validation import check_name
 from xrmq.schemas import CompactionPrompts, ContextBlock, ConversationContextUpdate
 from xrmq.topics import Topic
 
@@ -63,16 +65,13 @@ from .replica import ParticipantReplica
 from .sections import register_sections
 from .workers import register_workers
 
-Deployment = Literal["embedded", "split"]
-
-
-def _now_us() -> int:
-    return time.time_ns() // 1000
+Deployment = Literal["local", "split"]
+"""Where the section actors and compaction workers run: ``local``, in the runtime that
+registers the subscriber; ``split``, in other processes (see the module docstring)."""
 
 
 def _check_participant(participant_id: object) -> str:
-    if not isinstance(participant_id, str) or not participant_id or "\x00" in participant_id:
-        raise ValueError("participant_id: must be a non-empty string without NUL")
+    check_name(participant_id, "participant_id")
     return participant_id
 
 
@@ -332,7 +331,7 @@ class ContextManager:
         _check_participant(participant_id)
         replica = self._replicas.get(participant_id)
         known = replica.identities if replica is not None else frozenset()
-        tail = history_tail(known, exchanges, exchange_ids=exchange_ids, now_us=_now_us())
+        tail = history_tail(known, exchanges, exchange_ids=exchange_ids, now_us=now_us())
         if self._closed or not tail:
             return
         self._write_exchanges(participant_id, self._replica(participant_id), tail)
@@ -361,7 +360,7 @@ class ContextManager:
         if not isinstance(update, ConversationContextUpdate):
             raise ValueError("update: must be a ConversationContextUpdate")
         _check_participant(participant_id)
-        when = _now_us() if timestamp_us is None else check_timestamp(timestamp_us)
+        when = now_us() if timestamp_us is None else check_timestamp(timestamp_us)
         if self._closed:
             return
         seq = next(self._seq)

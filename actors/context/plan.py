@@ -14,6 +14,8 @@ from typing import Any
 
 import msgspec
 
+from xrmq.schemas._validation import check_name
+
 from .config import ContextConfig, context_config
 from .messages import ContextTopics
 
@@ -76,8 +78,7 @@ def context_plan(
     validated by ``context_config`` with its defaults.
     """
     config = context_config(**context)
-    if not isinstance(namespace, str) or not namespace or "\x00" in namespace:
-        raise ValueError(f"namespace: must be a non-empty string without NUL, got {namespace!r}")
+    check_name(namespace, "namespace")
     return ContextPlan(
         config=config,
         namespace=namespace,

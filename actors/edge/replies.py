@@ -18,10 +18,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from xrmq.actors.routing.router import ROUTER_SOURCE
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext
 from xrmq.schemas import ResponseOutput, UserQuery
-from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC, Topic
+from xrmq.topics import QUERY_TOPIC, ROUTER_SOURCE, VOICE_OUTPUT_TOPIC, Topic
 
 
 @dataclass

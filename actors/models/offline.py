@@ -1,4 +1,4 @@
-"""``OfflineLLM``: the embedded default model, so the demo and the tests need no network.
+"""``OfflineLLM``: the built-in default model, so the demo and the tests need no network.
 
 Deterministic and visibly dependent on its input (see ``extractive``):
 
@@ -20,8 +20,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, Awaitable, Callable
 
+from xrmq.actors.prompts.compaction import compaction_limit
+
 from .chunking import word_chunks
-from .compaction import compaction_limit
 from .extractive import answer_from_context, content_lines, extractive_summary
 from .service import LLMService
 from .types import ChatRequest, ChatResult, FinishReason, Usage

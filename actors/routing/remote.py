@@ -50,6 +50,7 @@ from typing import Any
 
 from xrmq.actors.runtime import Agent, RuntimeClosedError, RuntimeContext, get_logger
 from xrmq.schemas import Admission, AgentTurn, DestinationResult, RoutingAid
+from xrmq.schemas._validation import check_name
 from xrmq.schemas.routing import RouteAdmit, RouteAnswer, RouteEvent, RouteRequest, RouteSignal
 from xrmq.topics import Topic
 
@@ -74,8 +75,7 @@ class DestinationTopics:
 
     @classmethod
     def of(cls, name: str) -> DestinationTopics:
-        if not isinstance(name, str) or not name or "\x00" in name:
-            raise ValueError("name: must be a non-empty string without NUL")
+        check_name(name, "name")
         prefix = f"route.{name}."
         return cls(
             aid=Topic(prefix + "aid", RouteRequest),

@@ -59,7 +59,13 @@ from xrmq.schemas import (
     RoutingAid,
     UserQuery,
 )
-from xrmq.topics import PARTICIPANT_JOINED_TOPIC, PARTICIPANT_LEFT_TOPIC, Topic
+from xrmq.topics import (
+    PARTICIPANT_JOINED_TOPIC,
+    PARTICIPANT_LEFT_TOPIC,
+    ROUTER_SOURCE,
+    Topic,
+    check_topic,
+)
 
 from .agent import RoutableAgent, RoutingTurnContext, check_routable, routed_turn, routing_aid_of
 from .decisions import DecisionService
@@ -67,8 +73,6 @@ from .state import ParticipantRouting, candidates
 
 T = TypeVar("T")
 
-ROUTER_SOURCE = "router"
-"""Source of the router's own published output."""
 DEFAULT_HISTORY_LIMIT = 8
 
 RouterOutput = Callable[[AgentTurn, "str | None", str], Awaitable[None]]
@@ -160,9 +164,9 @@ class AgentRouter(Agent):
             check_routable("AgentRouter", name, agent)
         if not callable(getattr(decisions, "decide", None)):
             raise ValueError("AgentRouter.decisions: must have an async decide(turn, candidates) method")
-        _check_topic(query_topic, UserQuery, "query_topic")
-        _check_topic(output_topic, ResponseOutput, "output_topic")
-        _check_topic(interrupted_topic, Interrupted, "interrupted_topic")
+        check_topic(query_topic, UserQuery, "AgentRouter.query_topic")
+        check_topic(output_topic, ResponseOutput, "AgentRouter.output_topic")
+        check_topic(interrupted_topic, Interrupted, "AgentRouter.interrupted_topic")
         for topic in participant_topics or ():
             if not (isinstance(topic, Topic) and topic.message_type in (ParticipantJoined, ParticipantLeft)):
                 raise ValueError("AgentRouter.participant_topics: each must be a Topic carrying ParticipantJoined or ParticipantLeft")
@@ -461,7 +465,3 @@ class AgentRouter(Agent):
 
 _INELIGIBLE = RoutingAid("unavailable", eligible=False)
 
-
-def _check_topic(topic: Topic | None, message_type: type, field: str) -> None:
-    if topic is not None and not (isinstance(topic, Topic) and topic.message_type is message_type):
-        raise ValueError(f"AgentRouter.{field}: must be a Topic carrying {message_type.__name__}")

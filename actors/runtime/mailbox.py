@@ -13,6 +13,7 @@ from xrmq.schemas import MessageMetadata
 from xrmq.topics import Topic
 
 from .agent import Agent, RuntimeContext
+from xrmq.schemas._validation import check_positive
 
 if TYPE_CHECKING:
     from .runtime import AgentRuntime
@@ -42,8 +43,7 @@ class Mailbox:
                  "_loop", "_handoff")
 
     def __init__(self, runtime: "AgentRuntime", agent: Agent, name: str, capacity: int) -> None:
-        if capacity < 1:
-            raise ValueError("mailbox_capacity: must be >= 1")
+        check_positive(capacity, "mailbox_capacity")
         self.runtime = runtime
         self.agent = agent
         self.name = name

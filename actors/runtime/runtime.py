@@ -26,7 +26,8 @@ import msgspec
 import zmq
 
 from xrmq.schemas import MessageMetadata, RuntimeMetrics
-from xrmq.topics import METRICS_TOPIC, Topic, topic_key
+from xrmq.schemas._validation import check_name, check_positive
+from xrmq.topics import METRICS_TOPIC, SEP, Topic, topic_key
 
 from .address import BusAddress, parse_bus
 from .agent import Agent, check_handlers, subscriptions
@@ -36,7 +37,6 @@ from .logs import get_logger
 from .mailbox import Mailbox
 from .sequence import STALE, Gap, SequenceTracker
 
-SEP = b"\x00"
 PROBE_MARK = b"?"
 APPLICATION = "application"
 _DRAIN_BATCH = 512
@@ -124,10 +124,9 @@ class AgentRuntime:
         ready_timeout: float = 10.0,
         metrics_interval: float | None = None,
     ) -> None:
-        if mailbox_capacity < 1:
-            raise ValueError("mailbox_capacity: must be >= 1")
-        if name is not None and (not name or SEP.decode() in name):
-            raise ValueError("name: must be a non-empty string without NUL")
+        check_positive(mailbox_capacity, "mailbox_capacity")
+        if name is not None:
+            check_name(name, "name")
         self._embedded = bus is None
         if bus is None:
             self.address = parse_bus(f"inproc://xrmq-embedded-{uuid.uuid4().hex}")
@@ -225,8 +224,7 @@ class AgentRuntime:
     def _check_registrable(self, name: str) -> None:
         if self._running or self._closed:
             raise RuntimeError("register: only before start()")
-        if not name or SEP.decode() in name:
-            raise ValueError("register: name must be a non-empty string without NUL")
+        check_name(name, "register.name")
         if name in self._agents or name in self._keyed:
             raise ValueError(f"register: name {name!r} is already registered")
 
@@ -407,8 +405,8 @@ class AgentRuntime:
 
     def _open_stream(self, name: str, participant_id: str | None) -> list[Any]:
         """The sequence of messages this runtime sends under one wire key, numbered from 1."""
-        if participant_id is not None and (not participant_id or "\x00" in participant_id):
-            raise ValueError("participant_id: must be a non-empty string without NUL")
+        if participant_id is not None:
+            check_name(participant_id, "participant_id")
         stream = self._streams[name, participant_id] = [topic_key(name, participant_id), 0]
         return stream
 

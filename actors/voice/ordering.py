@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from xrmq.schemas import ResponseOutput
+from xrmq.schemas._validation import check_positive
 
 EndReason = Literal["completed", "cut", "superseded", "interrupted"]
 
@@ -177,8 +178,7 @@ class VoiceOrdering:
             ("closed_capacity", closed_capacity),
             ("request_capacity", request_capacity),
         ):
-            if value < 1:
-                raise ValueError(f"VoiceOrdering.{name}: must be >= 1")
+            check_positive(value, f"VoiceOrdering.{name}")
         self.idle_timeout_s = idle_timeout_s
         self.queue_capacity = queue_capacity
         self.max_open_streams = max_open_streams

@@ -1,7 +1,7 @@
 """The phrase that marks a request as a compaction request, and states its size limit.
 
 The context manager appends ``compaction_limit_instruction(limit)`` to every compaction
-system prompt (the seed: "the manager adds the size limit and the plain-text output
+system prompt (docs/context.md: "the manager adds the size limit and the plain-text output
 format to every prompt"). ``OfflineLLM`` recognises a compaction request by this same
 phrase through ``compaction_limit``, so the two stay in step by construction.
 """
