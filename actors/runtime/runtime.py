@@ -1,5 +1,8 @@
 """AgentRuntime: hosts actors in one process and connects them to the bus.
 
+Hot path (``send``, ``ask``, ``_on_readable``, ``_dispatch``): benchmark before and after a
+change here (``python -m bench bus turn storm``, see ``bench/README.md``).
+
 One runtime owns one PUB socket (to the broker's XSUB) and one SUB socket (from the
 broker's XPUB). Inbound messages are demultiplexed to actor mailboxes by topic (and
 participant, for filtered actors and keyed kinds). Publishing never blocks on
@@ -29,6 +32,7 @@ from xrmq.schemas import MessageMetadata, RuntimeMetrics
 from xrmq.schemas._validation import check_name, check_positive
 from xrmq.topics import METRICS_TOPIC, SEP, Topic, topic_key
 
+from ._compat import INLINE_START, frame_send
 from .address import BusAddress, parse_bus
 from .agent import Agent, check_handlers, subscriptions
 from .broker import DEFAULT_HWM, Broker, shared_context
@@ -44,10 +48,8 @@ _DRAIN_BATCH = 512
 # calls cost a third as much (measured: send 2.9 -> 1.0 us, receive 2.6 -> 1.8 us).
 _SNDMORE = int(zmq.SNDMORE)
 _NOBLOCK = int(zmq.NOBLOCK)
-# zmq.Socket.send is a Python wrapper that only adds the DRAFT routing_id/group
-# arguments before calling its Cython base class; calling the base directly halves
-# the cost of a three-frame send (measured: 0.98 -> 0.44 us).
-_frame_send = zmq.backend.Socket.send
+# pyzmq's Cython send without its Python wrapper, where available (see _compat).
+_frame_send = frame_send
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 
@@ -603,7 +605,7 @@ class AgentRuntime:
         except (msgspec.DecodeError, msgspec.ValidationError) as error:
             self._reject(f"payload: {error}", key, metadata.sender, topic=name.decode(errors="replace"))
             return
-        start = first and metadata.reply_to is not None
+        start = first and INLINE_START and metadata.reply_to is not None
         for route in routes:
             if route.participant is not None and pid and route.participant != pid:
                 continue
