@@ -9,11 +9,11 @@ once, and drops that overlay when the dialogue section's view acknowledges the w
 
 Deployment:
 
-- ``embedded`` (default): ``runtime.register("context", context.subscriber())`` also
+- ``local`` (default): ``runtime.register("context", context.subscriber())`` also
   registers the section actors and the compaction workers in that runtime (the
   subscriber attaches the manager when the runtime registers it). A manager used before
   any subscriber was registered (e.g. one without topics, which has no subscriber)
-  hosts the same actors on a private embedded runtime of its own, closed by ``close()``.
+  hosts the same actors on a private runtime of its own (on an embedded bus), closed by ``close()``.
 - ``split``: the subscriber is only the replica; other processes host the sections
   (``register_sections``) and the workers (``register_workers``) from the same
   ``ContextPlan`` (``context_plan`` with the same keyword arguments).
@@ -23,16 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 from uuid import uuid4
-from xrmq.actors.clock import now_us
 
+from xrmq.actors.clock import now_us
 from xrmq.actors.models import LLMService
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeClosedError, RuntimeContext, get_logger
-from xrmq.schemas._validation import check_name
 from xrmq.schemas import CompactionPrompts, ContextBlock, ConversationContextUpdate
+from xrmq.schemas._validation import check_name
 from xrmq.topics import Topic
 
 from .config import (
@@ -78,7 +77,7 @@ def _check_participant(participant_id: object) -> str:
 class ContextSubscriber(Agent):
     """The agent ``subscriber()`` returns: the manager's replica of the section views.
 
-    Registering it attaches the manager to that runtime (and, embedded, registers the
+    Registering it attaches the manager to that runtime (and, local, registers the
     section actors and compaction workers there too): the runtime assigns
     ``agent.runtime`` during ``register``, before it starts.
     """
@@ -141,15 +140,15 @@ class ContextManager:
         topic_budget_bytes: int | Mapping[str, int] = DEFAULT_TOPIC_BUDGET_BYTES,
         compaction_input_budget_bytes: int = DEFAULT_COMPACTION_INPUT_BUDGET_BYTES,
         compaction_prompts: CompactionPrompts | None = None,
-        deployment: Deployment = "embedded",
+        deployment: Deployment = "local",
         namespace: str = DEFAULT_NAMESPACE,
         compaction_workers: int = DEFAULT_COMPACTION_WORKERS,
         worker_concurrency: int = DEFAULT_WORKER_CONCURRENCY,
         compaction_timeout_s: float = DEFAULT_COMPACTION_TIMEOUT_S,
         control_timeout_s: float = DEFAULT_CONTROL_TIMEOUT_S,
     ) -> None:
-        if deployment not in ("embedded", "split"):
-            raise ValueError(f"deployment: must be 'embedded' or 'split', got {deployment!r}")
+        if deployment not in ("local", "split"):
+            raise ValueError(f"deployment: must be 'local' or 'split', got {deployment!r}")
         self.plan: ContextPlan = context_plan(
             summary_context_topics=summary_context_topics,
             incremental_context_topics=incremental_context_topics,
@@ -185,7 +184,7 @@ class ContextManager:
         """Return an Agent that applies the configured context topics to this manager.
 
         Register it with the same AgentRuntime that delivers the updates, before the
-        runtime starts. Embedded, it brings the section actors and compaction workers
+        runtime starts. Local, it brings the section actors and compaction workers
         into that runtime. Requires at least one configured topic.
         """
         if not self.plan.config.topics:
@@ -202,7 +201,7 @@ class ContextManager:
         if self._runtime is not None:
             raise RuntimeError(f"subscriber: this ContextManager is already attached to runtime {self._runtime.name!r}")
         self._runtime, self._name = runtime, name
-        if self.deployment == "embedded":
+        if self.deployment == "local":
             register_sections(runtime, self.plan, name=name)
             register_workers(runtime, self.plan, self.llm, name=name)
 
@@ -416,7 +415,7 @@ class ContextManager:
             await asyncio.gather(self._private_start, return_exceptions=True)
         runtime = self._runtime
         if runtime is not None and runtime.running:
-            for error in await self._clear_remote(runtime, list(self._replicas), close=self.deployment == "embedded"):
+            for error in await self._clear_remote(runtime, list(self._replicas), close=self.deployment == "local"):
                 self._log.warning("context.close_incomplete", error=repr(error))
         self._replicas.clear()
         self._outbox.clear()

@@ -7,8 +7,8 @@ when no complete answer came within ``--timeout``.
 ``chat`` reads lines from stdin and asks each as a query of one participant, printing
 the reply as it streams (``conversation: ...``); the next line is asked once the
 reply is complete. ``/quit`` or end of input leaves. It talks to a running ``xrmq up``
-on ``--bus``, or with ``--embedded`` to a stack of the embedded default it starts
-itself on a private bus (``EmbeddedStack``). It prints ``xrmq chat: ready ...`` once it
+on ``--bus``, or with ``--private-stack`` to a stack of the built-in default it starts
+itself on a private bus (``PrivateStack``). It prints ``xrmq chat: ready ...`` once it
 can take the first line.
 """
 
@@ -22,7 +22,7 @@ from typing import TextIO
 from xrmq.actors.runtime import AgentRuntime
 
 from .config import default_config
-from .embedded import EmbeddedStack
+from .private_stack import PrivateStack
 from .replies import ReplyCollector, Turn, ask
 
 QUIT = "/quit"
@@ -111,11 +111,11 @@ async def chat(bus: str, participant_id: str, *, timeout: float, stdin: TextIO =
     return 0
 
 
-async def chat_embedded(participant_id: str, *, timeout: float, stdin: TextIO = sys.stdin,
+async def chat_private_stack(participant_id: str, *, timeout: float, stdin: TextIO = sys.stdin,
                         out: TextIO = sys.stdout) -> int:
-    """``chat`` against a stack of the embedded default started here; 1 if the stack stops by itself."""
-    print("xrmq chat: starting an embedded edge stack...", file=out, flush=True)
-    async with EmbeddedStack(default_config()) as stack:
+    """``chat`` against a stack of the built-in default started here; 1 if the stack stops by itself."""
+    print("xrmq chat: starting a private edge stack...", file=out, flush=True)
+    async with PrivateStack(default_config()) as stack:
         session = asyncio.create_task(chat(stack.bus, participant_id, timeout=timeout, stdin=stdin, out=out))
         failed = asyncio.create_task(stack.wait_failed())
         await asyncio.wait([session, failed], return_when=asyncio.FIRST_COMPLETED)
