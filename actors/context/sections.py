@@ -256,6 +256,7 @@ class DialogueSectionActor(Agent):
         self.kind = kind
         self.host = SectionHost(self, plan.config.dialogue, plan, plan.topics.dialogue_result)
         self._retiring: asyncio.Task[None] | None = None
+        """The retirement after a clear: held, since the loop keeps only weak references to tasks."""
 
     def gauges(self) -> dict[str, float]:
         return {**self.host.gauges(), "context.participants": len(self.host.participants)}

@@ -42,8 +42,7 @@ class Broker:
 
     ``start()`` runs the proxy on a daemon thread and returns once the endpoints are
     bound; ``stop()`` terminates it, closes the sockets and removes ipc socket files.
-    ``serve_forever()`` runs it on the calling thread until ``stop()`` is called from
-    another thread (the ``xrmq bus`` command).
+    ``xrmq bus`` starts one and stops it on SIGINT/SIGTERM.
     """
 
     def __init__(self, address: BusAddress, *, capture: bool = False, hwm: int = DEFAULT_HWM) -> None:
@@ -52,7 +51,6 @@ class Broker:
         self.hwm = hwm
         self._control = f"inproc://xrmq-broker-control-{uuid.uuid4().hex}"
         self._bound = threading.Event()
-        self._stopped = threading.Event()
         self._bind_error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._lock_file: int | None = None
@@ -67,15 +65,6 @@ class Broker:
             raise self._bind_error
         return self
 
-    def serve_forever(self) -> None:
-        """Serve on this thread until ``stop()`` is called from another one."""
-        self._serve()
-        if self._bind_error is not None:
-            raise self._bind_error
-
-    def wait_bound(self, timeout: float | None = None) -> bool:
-        return self._bound.wait(timeout)
-
     def stop(self) -> None:
         if not self._bound.is_set() or self._bind_error is not None:
             return
@@ -89,14 +78,10 @@ class Broker:
                     stopper.send(b"TERMINATE", zmq.NOBLOCK)
                 except zmq.Again:
                     pass
-                if self._thread is None:
-                    self._stopped.wait(0.05)
-                    if self._stopped.is_set():
-                        return
-                else:
-                    self._thread.join(0.05)
-                    if not self._thread.is_alive():
-                        return
+                assert self._thread is not None  # bound: start() ran
+                self._thread.join(0.05)
+                if not self._thread.is_alive():
+                    return
         finally:
             stopper.close(linger=0)
 
@@ -145,7 +130,6 @@ class Broker:
             for sock in sockets:
                 sock.close()
             self._release_ipc_paths()
-            self._stopped.set()
             self._log.info("broker.stopped")
 
     def _claim_ipc_paths(self) -> None:

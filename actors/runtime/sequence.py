@@ -56,8 +56,3 @@ class SequenceTracker:
         expected = last[1] + 1
         last[1] = seq
         return IN_ORDER if seq == expected else expected
-
-    def forget_sender(self, sender: str) -> None:
-        """Drop every stream of ``sender`` (it stopped for good)."""
-        for senders in self._streams.values():
-            senders.pop(sender, None)
