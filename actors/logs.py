@@ -53,4 +53,5 @@ def configure_logging(*, json: bool | None = None, level: str | int | None = Non
 def get_logger(**bindings: object) -> structlog.typing.FilteringBoundLogger:
     """A logger bound to ``bindings`` (runtime, actor, participant, turn...)."""
     configure_logging()
-    return structlog.get_logger("xrmq").bind(**bindings)
+    logger: structlog.typing.FilteringBoundLogger = structlog.get_logger("xrmq").bind(**bindings)
+    return logger

@@ -47,11 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     ctx = SuiteContext(quick=args.quick, repetitions=repetitions, out_dir=args.out)
     records = []
     for name in wanted:
-        suite = suites.get(name)
-        if suite is None:
+        found = suites.get(name)
+        if found is None:
             print(f"bench: no suite {name!r}; known: {', '.join(suites)}", file=sys.stderr)
             records.append(report.SuiteRecord(name=name, title="", status="missing", seconds=0.0))
             continue
+        suite = found
         print(f"[{name}] {suite.title}", file=sys.stderr, flush=True)
         began = time.perf_counter()
         try:

@@ -184,8 +184,14 @@ def _bars(rows: list[Row]) -> list:
     def find(group: str, subject_prefix: str) -> Row | None:
         return next((row for row in rows if row.group == group and row.subject.startswith(subject_prefix)), None)
 
+    def get(group: str, subject_prefix: str) -> Row:
+        row = find(group, subject_prefix)
+        if row is None:
+            raise LookupError(f"bus: no row {subject_prefix!r} in {group!r}")
+        return row
+
     tp_group, rtt_group = "one-way throughput, cross-process (shared cores)", "ask round trip p50, cross-process (shared cores)"
-    xrmq_tp, xrmq_rtt = find(tp_group, "xrmq actors"), find(rtt_group, "xrmq actors")
+    xrmq_tp, xrmq_rtt = get(tp_group, "xrmq actors"), get(rtt_group, "xrmq actors")
     bars = [
         # The throughput bar compares with a raw pyzmq client of the same protocol: it
         # encodes and decodes the same messages, so the ratio is the runtime's own cost.
@@ -199,7 +205,7 @@ def _bars(rows: list[Row]) -> list:
     for prefix in ("autogen-core", "Pykka"):
         peer_tp = find("one-way throughput, in-process", prefix)
         peer_rtt = find("ask round trip p50, in-process", prefix)
-        if peer_tp is None:
+        if peer_tp is None or peer_rtt is None:
             continue
         bars.append(bar(f"throughput ahead of {prefix} (x peer)", xrmq_tp.median / peer_tp.median, ">=", 1.0,
                         "xrmq cross-process vs the peer in-process"))

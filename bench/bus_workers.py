@@ -169,7 +169,7 @@ async def xrmq_sender(bus: str, count: int) -> None:
 def raw_sockets(bus: str, *subscriptions: bytes) -> tuple[zmq.Socket, zmq.Socket]:
     """A PUB to the broker and a SUB from it, live through the broker when returned."""
     prefix = bus[len("ipc://"):]
-    context = zmq.Context.instance()
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     pub = context.socket(zmq.PUB)
     pub.setsockopt(zmq.SNDHWM, 1_000_000)
     pub.connect(f"ipc://{prefix}.in")
@@ -258,7 +258,7 @@ METADATA_DECODER = msgspec.msgpack.Decoder(MessageMetadata)
 def codec_receive(sub: zmq.Socket) -> tuple[bytes, MessageMetadata, zmq.Frame]:
     """One message of three frames (trusted, not checked): its key, decoded metadata, payload frame."""
     key = sub.recv(copy=False).bytes
-    metadata = METADATA_DECODER.decode(sub.recv(copy=False))
+    metadata = METADATA_DECODER.decode(sub.recv(copy=False))  # type: ignore[arg-type]  # a Frame is a buffer
     return key, metadata, sub.recv(copy=False)
 
 
@@ -277,10 +277,11 @@ def codec_receiver(bus: str, count: int) -> None:
                 batches.close()
             continue
         if key == CODEC_PING_KEY:
-            queries(payload)
+            queries(payload)  # type: ignore[arg-type]  # a Frame is a buffer
+            assert metadata.reply_to is not None  # every ping is an ask
             send_frames(pub, [metadata.reply_to.encode() + b"\x00p1\x00", envelopes.next(), ENCODE(ANSWER)])
         else:
-            fragments(payload)
+            fragments(payload)  # type: ignore[arg-type]  # a Frame is a buffer
             if batches.arrived():
                 batches.close()
 
@@ -301,7 +302,7 @@ def codec_sender(bus: str, count: int) -> None:
             for _ in range(int(command[1])):
                 began = time.perf_counter_ns()
                 send_frames(pub, [CODEC_PING_KEY, envelopes.next("_inbox.bench-codec-sender"), ENCODE(QUERY)])
-                answers(codec_receive(sub)[2])
+                answers(codec_receive(sub)[2])  # type: ignore[arg-type]  # a Frame is a buffer
                 rtts.append((time.perf_counter_ns() - began) / 1000)
             emit({"rtt_us": rtts})
 

@@ -69,11 +69,12 @@ def run(ctx: SuiteContext) -> SuiteResult:
     for name, message in MESSAGES.items():
         codecs = subjects(message)
         for direction, index in (("encode", 0), ("decode", 1)):
-            for subject, parts in codecs.items():
-                per_op_ns(parts[index], loops // 10)  # warm-up
-                reps = [per_op_ns(parts[index], loops) for _ in range(ctx.repetitions)]
+            for subject, (encode, decode, size) in codecs.items():
+                operation = encode if index == 0 else decode
+                per_op_ns(operation, loops // 10)  # warm-up
+                reps = [per_op_ns(operation, loops) for _ in range(ctx.repetitions)]
                 rows.append(Row(group=f"{direction} {name}", subject=subject, unit="ns/op", median=median(reps),
-                                repetitions=reps, higher_is_better=False, extra={"bytes": parts[2]}))
+                                repetitions=reps, higher_is_better=False, extra={"bytes": size}))
         ctx.progress(f"codec: {name} done")
     for row in rows:
         baseline = next(r for r in rows if r.group == row.group and r.subject == "stdlib json")

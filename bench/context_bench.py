@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from typing import Any
 
 os.environ.setdefault("XRMQ_LOG_LEVEL", "ERROR")
 
@@ -35,7 +36,10 @@ from xrmq.actors.runtime import AgentRuntime  # noqa: E402
 from xrmq.schemas import ConversationContextUpdate  # noqa: E402
 
 T0 = 1_714_572_785_000_000
-TOPICS = {"summary_context_topics": ("sample.monitor-window",), "incremental_context_topics": ("sample.notes",)}
+TOPICS: dict[str, Any] = {
+    "summary_context_topics": ("sample.monitor-window",),
+    "incremental_context_topics": ("sample.notes",),
+}
 
 
 async def fill(context: ContextManager, participant: str, exchanges: int = 45) -> None:
@@ -65,7 +69,7 @@ async def bench_blocks(iterations: int) -> dict:
     async with runtime:
         await fill(context, "p1")
         size = sum(len(block.text.encode()) for block in context.blocks("p1"))
-        results = {"rendered_bytes": size, "blocks": len(context.blocks("p1"))}
+        results: dict[str, Any] = {"rendered_bytes": size, "blocks": len(context.blocks("p1"))}
         for label in ("synced", "overlay"):
             if label == "overlay":
                 context.record_exchange("p1", "unacknowledged", "yet", timestamp_us=T0 + 10_000, exchange_id="new")
@@ -127,7 +131,7 @@ async def bench_long_session(exchanges: int, every: int) -> list[tuple[int, int,
 async def settle(runtime: AgentRuntime, context: ContextManager, participant: str) -> None:
     """Wait until the participant's dialogue section has no compaction due or in flight."""
     await context.synced()
-    host = runtime.keyed_instances("context.dialogue")[participant].host
+    host = runtime.keyed_instances("context.dialogue")[participant].host  # type: ignore[attr-defined]
     state = host.participants[participant].state
     while state.pending is not None or state.condense_due is not None or host.section.compaction_due(state):
         await context.changed()
@@ -153,7 +157,8 @@ asyncio.run(main())
 """
 
 
-def _line(proc: subprocess.Popen, prefix: str) -> str:
+def _line(proc: subprocess.Popen[str], prefix: str) -> str:
+    assert proc.stdout is not None and proc.stderr is not None  # started with both piped
     for line in proc.stdout:
         if line.startswith(prefix):
             return line.strip()

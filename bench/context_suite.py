@@ -48,8 +48,10 @@ def run(ctx: SuiteContext) -> SuiteResult:
     ]
     (start_x, start_bytes, _), (end_x, end_bytes, end_ids) = session[1], session[-1]
     per_exchange = (end_bytes - start_bytes) / (end_x - start_x)
-    rows.append(_row("memory over a session", f"growth per exchange after {start_x:,}", "B", [per_exchange],
-                     **{"identities": end_ids, "KiB at end": end_bytes / 1024}))
+    growth = _row("memory over a session", f"growth per exchange after {start_x:,}", "B", [per_exchange],
+                  identities=end_ids)
+    growth.extra["KiB at end"] = end_bytes / 1024
+    rows.append(growth)
     return SuiteResult(
         rows=rows,
         bars=[bar("session memory growth per exchange (exchange identities only) (B)", per_exchange, "<=",

@@ -19,6 +19,7 @@ import json
 import sys
 import threading
 import time
+from typing import Any
 from dataclasses import dataclass
 
 from .bus_workers import ANSWER, FRAGMENT, QUERY
@@ -58,10 +59,12 @@ def run_autogen(count: int, asks: int, reps: int) -> dict:
         text: str
         request_id: str
 
-    fragment = Fragment(FRAGMENT.kind, FRAGMENT.text, FRAGMENT.request_id, FRAGMENT.response_id, FRAGMENT.final)
+    # autogen-core's dataclass messages take no unions: the ids (set in these) as plain str.
+    fragment = Fragment(FRAGMENT.kind, FRAGMENT.text, FRAGMENT.request_id or "", FRAGMENT.response_id or "",
+                        FRAGMENT.final)
     query = Query(QUERY.text, QUERY.timestamp_us)
-    answer = Answer(ANSWER.kind, ANSWER.text, ANSWER.request_id)
-    state = {"count": 0, "target": 0, "done": None}
+    answer = Answer(ANSWER.kind, ANSWER.text, ANSWER.request_id or "")
+    state: dict[str, Any] = {"count": 0, "target": 0, "done": None}
 
     class Counter(RoutedAgent):
         @message_handler
@@ -157,7 +160,7 @@ def run_xrmq_embedded(count: int, asks: int, reps: int) -> dict:
     fragments, pings = Topic("bench.fragment.e", ResponseOutput), Topic("bench.ping.e", UserQuery)
 
     class Counter(Agent):
-        count, target, done = 0, 0, None
+        count, target, done = 0, 0, asyncio.Event()  # done: a fresh Event per repetition
 
         @subscribe(fragments)
         async def on_fragment(self, message, ctx) -> None:

@@ -46,6 +46,7 @@ class Worker:
         threading.Thread(target=self._pump, name=f"bench-{name}-stdout", daemon=True).start()
 
     def _pump(self) -> None:
+        assert self.proc.stdout is not None  # started with stdout=PIPE
         for line in self.proc.stdout:
             self._lines.put(line.rstrip("\n"))
         self._lines.put(None)
@@ -67,6 +68,7 @@ class Worker:
         return json.loads(self.expect("{", timeout))
 
     def command(self, line: str) -> None:
+        assert self.proc.stdin is not None  # started with stdin=PIPE
         self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
 

@@ -58,6 +58,8 @@ def table(results: Results) -> str:
             lines += ["", "```", record.error.strip(), "```", ""]
             continue
         result = record.result
+        if result is None:
+            continue
         if result.rows:
             lines += ["", "| group | subject | median | unit | details |", "|---|---|---|---|---|"]
             for row in result.rows:

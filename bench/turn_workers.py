@@ -142,7 +142,8 @@ async def conversation(bus: str, config: dict) -> None:
 
 async def router(bus: str, config: dict) -> None:
     runtime = AgentRuntime(bus, name="bench-router")
-    destination = runtime.register("conversation-proxy", remote("conversation"))
+    destination = remote("conversation")
+    runtime.register("conversation-proxy", destination)
     runtime.register("router", AgentRouter(
         {"conversation": destination}, SingleDestination(), default="conversation",
         query_topic=QUERY_TOPIC, output_topic=VOICE_OUTPUT_TOPIC, interrupted_topic=INTERRUPTED_TOPIC,
@@ -162,6 +163,8 @@ class Turns:
 
     def on_segment(self, segment: Segment) -> None:
         now = time.monotonic_ns()
+        if segment.request_id is None:  # an update: no turn of ours
+            return
         self._requests[segment.response] = segment.request_id
         if segment.request_id in self.began:
             self.first.setdefault(segment.request_id, now)
@@ -250,8 +253,9 @@ class Storm:
         self._task = asyncio.create_task(self._run(float(rate), int(participants)))
 
     async def stop(self) -> None:
-        self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
         emit({"published": self.published, "seconds": time.monotonic() - self._began})
 
     async def _run(self, rate: float, participants: int) -> None:

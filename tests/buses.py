@@ -24,6 +24,7 @@ def python(script: str, *args: str, **kwargs) -> subprocess.Popen:
 
 def expect_line(proc: subprocess.Popen, prefix: str) -> str:
     """Read stdout lines until one starts with ``prefix`` (the process's readiness handshake)."""
+    assert proc.stdout is not None and proc.stderr is not None  # started with both piped
     for line in proc.stdout:
         if line.startswith(prefix):
             return line.strip()

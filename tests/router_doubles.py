@@ -46,6 +46,7 @@ class Destination:
 
     async def answer(self, turn: AgentTurn, *, started) -> DestinationResult:
         context = current_turn_context()
+        assert context is not None  # the router sets it around answer()
         self.log.append(("answer", self.name, turn.turn_id, tuple(e.exchange_id for e in turn.history), context.route))
         script = self.answers.popleft() if self.answers else DestinationResult(response=f"{self.name} answers {turn.turn_id}")
         if isinstance(script, Exception):

@@ -8,6 +8,7 @@ changes the other participants meanwhile.
 from __future__ import annotations
 
 import asyncio
+from typing import Any, Literal
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,7 +24,8 @@ pytestmark = pytest.mark.timeout(60)
 
 T0 = 1_714_572_785_000_000
 PARTICIPANTS = ("p1", "p2", "p3")
-TOPICS = {"sample.notes": "incremental", "sample.monitor-window": "summary"}
+TOPICS: dict[str, Literal["summary", "incremental"]] = {
+    "sample.notes": "incremental", "sample.monitor-window": "summary"}
 
 participant = st.sampled_from(PARTICIPANTS)
 operation = st.one_of(
@@ -60,7 +62,8 @@ async def run(operations, target) -> None:
             await context.synced()  # every manager write is in its section's view
             await context.clear("barrier")  # and every sensor update before this is in the replica
             sections = [_agent(runtime, f"context.topic.{name}").host for name in TOPICS]
-            sections += [actor.host for actor in runtime.keyed_instances("context.dialogue").values()]
+            dialogues: list[Any] = list(runtime.keyed_instances("context.dialogue").values())
+            sections += [actor.host for actor in dialogues]
             generations = {host.participants[target].state.generation for host in sections
                            if target in host.participants}
             others = {pid: context.blocks(pid) for pid in PARTICIPANTS if pid != target}
@@ -79,7 +82,7 @@ async def run(operations, target) -> None:
     assert llm.open_streams == 0
 
 
-def _agent(runtime: AgentRuntime, name: str):
+def _agent(runtime: AgentRuntime, name: str) -> Any:
     return runtime.agent(name)
 
 

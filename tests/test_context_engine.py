@@ -22,6 +22,7 @@ from xrmq.actors.context import (
     utf8_size,
 )
 from xrmq.actors.context.compaction import compact_message
+from xrmq.actors.context.engine import SectionKind
 from xrmq.actors.models import compaction_limit
 from xrmq.schemas import CompactionPrompts
 
@@ -36,7 +37,7 @@ def make_dialogue(budget: int = 1000, input_budget: int | None = None, prompts: 
     return Section(SectionSpec("dialogue", "dialogue", budget), settings)
 
 
-def make_topic(budget: int = 1000, input_budget: int | None = None, kind: str = "incremental"):
+def make_topic(budget: int = 1000, input_budget: int | None = None, kind: SectionKind = "incremental"):
     return Section(SectionSpec("sample.notes", kind, budget), CompactionSettings(input_budget or budget // 2 + 256))
 
 

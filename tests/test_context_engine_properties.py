@@ -87,6 +87,7 @@ def check_rendering(section: Section, state) -> None:
     assert dated, "the newest entry is always shown"
     tail = state.entries[len(state.entries) - len(dated) :]
     if len(dated) == 1 and dated[0].text != tail[0].text:
+        assert rendered.warning is not None
         assert OMISSION_MARKER in dated[0].text and rendered.warning.clipped_newest
     else:
         assert [block.text for block in dated] == [entry.text for entry in tail]

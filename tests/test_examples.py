@@ -49,7 +49,7 @@ class ContextRecorder(Agent):
             await asyncio.wait_for(self.changed.wait(), 20)
 
 
-async def run_publisher(script: str, topics: tuple[str, ...], count: int, *args: str) -> list[tuple]:
+async def run_publisher(script: str, topics: tuple[str, ...], count: int, *args: str) -> tuple[list[tuple], str]:
     """Run a publishing example against a fresh broker; return what a subscriber received."""
     with broker_process() as bus:
         recorder = ContextRecorder(*topics)

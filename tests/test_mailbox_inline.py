@@ -42,8 +42,10 @@ class Observer(Agent):
 
     @subscribe(NOTES)
     async def on_notes(self, message, ctx) -> str:
-        self.seen.append((message.text, asyncio.current_task(), HANDLED.get()))
-        self.from_task.append(asyncio.current_task().get_coro().cr_running)
+        task = asyncio.current_task()
+        assert task is not None
+        self.seen.append((message.text, task, HANDLED.get()))
+        self.from_task.append(task.get_coro().cr_running)  # type: ignore[union-attr]  # a coroutine
         HANDLED.set(HANDLED.get() + 1)
         if message.text == "hold":
             self.holding.set()
@@ -121,11 +123,13 @@ class Patient(Agent):
             except TimeoutError:
                 return "timed out"
         if message.text == "cancel-self":
-            asyncio.current_task().cancel()  # lands before the actor's task has taken the handler over
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()  # lands before the actor's task has taken the handler over
             try:
                 await asyncio.sleep(0)
             except asyncio.CancelledError:
-                asyncio.current_task().uncancel()
+                task.uncancel()
                 return "cancellation caught"
         self.waiting.set()
         try:

@@ -133,7 +133,7 @@ async def test_mock_response_complete_collects_the_whole_text() -> None:
         ("litellm.InternalServerError", ModelUnavailable),
     ],
 )
-async def test_mocked_litellm_errors_map_to_the_documented_exceptions(mock: str, error_type: type) -> None:
+async def test_mocked_litellm_errors_map_to_the_documented_exceptions(mock: str, error_type: type[ModelError]) -> None:
     llm = LiteLLMService("openai/gpt-4o-mini", mock_response=mock, retries=0)
     stream = llm.stream(ANSWER_REQUEST)
     with pytest.raises(error_type) as raised:

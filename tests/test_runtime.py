@@ -10,7 +10,7 @@ from buses import broker_process
 from raw_client import RawClient
 from xrmq.actors.runtime import Agent, AgentRuntime, AskError, RuntimeClosedError, subscribe
 from xrmq.schemas import ConversationContextUpdate as Update
-from xrmq.schemas import UserQuery
+from xrmq.schemas import RuntimeMetrics, UserQuery
 from xrmq.topics import METRICS_TOPIC, Topic, context_topic
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.both_loops]
@@ -321,7 +321,7 @@ class Gauged(Agent):
 
 class MetricsWatcher(Agent):
     def __init__(self) -> None:
-        self.reports = []
+        self.reports: list[RuntimeMetrics] = []
         self.got = asyncio.Event()
 
     @subscribe(METRICS_TOPIC)
@@ -350,6 +350,7 @@ class Finalizer(Agent):
     """Publishes a closing note from on_stop, as an actor finalizing an open stream would."""
 
     async def on_stop(self) -> None:
+        assert self.runtime is not None  # registered
         await self.runtime.publish(NOTES, Update("closing note"), participant_id="p1", source=self.name)
 
 

@@ -36,6 +36,7 @@ class Voice:
         self.responses: dict[int, dict] = {}
 
     def read_until(self, predicate) -> None:
+        assert self.proc.stdout is not None and self.proc.stderr is not None  # both piped
         while not predicate(self):
             line = self.proc.stdout.readline()
             if not line:
@@ -62,6 +63,7 @@ class Voice:
 
 
 def send(proc: subprocess.Popen, command: str) -> str:
+    assert proc.stdin is not None  # started with stdin=PIPE
     proc.stdin.write(command + "\n")
     proc.stdin.flush()
     return expect_line(proc, "sent ").split(" ", 1)[1]

@@ -64,6 +64,7 @@ class Process:
 
     async def read_until(self, condition) -> list[str]:
         lines: list[str] = []
+        assert self.process.stdout is not None  # started with stdout=PIPE
         while True:
             try:
                 raw = await asyncio.wait_for(self.process.stdout.readline(), LINE_TIMEOUT_S)
@@ -83,7 +84,7 @@ class Process:
             except TimeoutError:
                 self.process.kill()
                 await self.process.wait()
-        return self.process.returncode
+        return await self.process.wait()
 
 
 async def test_xrmq_listen_in_another_process_renders_replies_published_by_this_one(tmp_path):

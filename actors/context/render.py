@@ -81,5 +81,5 @@ def render_participant(sections: Iterable[Sequence[ContextBlock]]) -> tuple[Cont
     for blocks in sections:
         for block in blocks:
             (summaries if block.timestamp_us is None else dated).append(block)
-    dated.sort(key=lambda block: block.timestamp_us)
+    dated.sort(key=lambda block: block.timestamp_us or 0)  # every one is dated
     return (*summaries, *dated)

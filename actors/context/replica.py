@@ -61,7 +61,7 @@ class ParticipantReplica:
         summaries = [block for block in view_blocks if block.timestamp_us is None]
         dated = [block for block in view_blocks if block.timestamp_us is not None]
         dated.extend(block for _, block in self.pending)
-        dated.sort(key=lambda block: block.timestamp_us)
+        dated.sort(key=lambda block: block.timestamp_us or 0)  # every one is dated
         room = budget_bytes - sum(utf8_size(block.text) for block in summaries)
         kept, _, _ = fit_newest(dated, room)
         return (*summaries, *kept)

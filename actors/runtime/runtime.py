@@ -23,7 +23,7 @@ import uuid
 import zlib
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import zmq
@@ -52,6 +52,8 @@ _NOBLOCK = int(zmq.NOBLOCK)
 _frame_send = frame_send
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
+
+A = TypeVar("A", bound=Agent)
 
 _metadata_encoder = msgspec.msgpack.Encoder()
 _metadata_decoder = msgspec.msgpack.Decoder(MessageMetadata)
@@ -178,8 +180,8 @@ class AgentRuntime:
     def running(self) -> bool:
         return self._running
 
-    def register(self, name: str, agent: Agent, *, participant_id: str | None = None,
-                 mailbox_capacity: int | None = None) -> Agent:
+    def register(self, name: str, agent: A, *, participant_id: str | None = None,
+                 mailbox_capacity: int | None = None) -> A:
         """Host ``agent`` under ``name``; only before ``start()``.
 
         ``participant_id`` filters its subscriptions at the socket to that participant's

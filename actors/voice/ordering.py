@@ -301,7 +301,7 @@ class VoiceOrdering:
             state = self._participants[participant_id] = _Participant(participant_id)
         return state
 
-    def _new_item(self, state: _Participant, kind, source: str, request_id: str | None, message: ResponseOutput) -> _Item:
+    def _new_item(self, state: _Participant, kind: Literal["reply", "update"], source: str, request_id: str | None, message: ResponseOutput) -> _Item:
         self._numbers += 1
         return _Item(self._numbers, state.participant_id, kind, (source,), request_id, message.timestamp_us, message.text)
 
