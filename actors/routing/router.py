@@ -30,6 +30,10 @@ Rules (upstream xr_ai_routing, docs/design.md "Conversation, routing, voice"):
 8. A departure cancels and drains the participant's turns, forgets focus and history,
    calls every destination's ``participant_left()`` and then ``cleanup_participant``.
 
+Where the rules live: rules 2-7 are the pure turn policy, ``policy.turn_policy`` (table
+tests: ``tests/test_router_policy.py``), which this class only performs; rules 1 and 8
+are the lanes below (one task chain per participant) and ``participant_left``.
+
 With ``query_topic`` the router is an actor: register it with the runtime; it turns
 each ``UserQuery`` into a turn whose id is the query's message id (the id the voice
 renderer supersedes by), cancels a participant's turn on ``interrupted_topic``, and
@@ -41,17 +45,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
-
-import msgspec
+from typing import Any, TypeVar
 
 from xrmq.actors.interaction import ResponseOutputs
 from xrmq.actors.runtime import Agent, RuntimeClosedError, RuntimeContext, get_logger
 from xrmq.schemas import (
     Admission,
-    AgentExchange,
     AgentTurn,
-    DestinationResult,
     Interrupted,
     ParticipantJoined,
     ParticipantLeft,
@@ -69,7 +69,20 @@ from xrmq.topics import (
 
 from .agent import RoutableAgent, RoutingTurnContext, check_routable, routed_turn, routing_aid_of
 from .decisions import DecisionService
-from .state import ParticipantRouting, candidates
+from .policy import (
+    Action,
+    Admit,
+    Answer,
+    Answered,
+    Decide,
+    Note,
+    Release,
+    RouteResult,
+    RouteStatus,
+    Say,
+    turn_policy,
+)
+from .state import ParticipantRouting
 
 T = TypeVar("T")
 
@@ -79,7 +92,6 @@ RouterOutput = Callable[[AgentTurn, "str | None", str], Awaitable[None]]
 """``output(turn, route, text)``: say router-owned text for ``turn``; ``route`` is the
 destination it concerns, None when no destination is involved."""
 
-RouteStatus = Literal["answered", "clarified", "unanswered", "failed", "canceled"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,24 +107,6 @@ class RouterTexts:
         for field in ("failure", "unavailable"):
             if not getattr(self, field).strip():
                 raise ValueError(f"RouterTexts.{field}: must be non-empty text")
-
-
-@dataclass(frozen=True, slots=True)
-class RouteResult:
-    """How one turn ended.
-
-    ``answered``: ``route`` answered, ``response`` is its response context.
-    ``clarified``: ``route`` asked the clarification ``response``.
-    ``unanswered``: nobody took the turn; the router said ``response``.
-    ``failed``: ``route`` raised ``error``. ``canceled``: a newer turn, an interruption,
-    the participant's departure or ``stop()`` cancelled it.
-    """
-
-    turn_id: str
-    status: RouteStatus
-    route: str | None = None
-    response: str | None = None
-    error: str | None = None
 
 
 class _Lane:
@@ -327,58 +321,35 @@ class AgentRouter(Agent):
     # -- one turn ---------------------------------------------------------------------------
 
     async def _route(self, turn: AgentTurn, lane: _Lane) -> RouteResult:
-        state = lane.state
-        turn = msgspec.structs.replace(turn, history=tuple(state.history))
+        """Run the turn policy (``policy.turn_policy``), performing each action it yields."""
         log = self._log.bind(participant=turn.participant_id, turn=turn.turn_id)
         aids = await self._aids(turn.participant_id, log)
-        excluded: set[str] = set()
-        decline_text: str | None = None
-        decisions_left = 2  # the first selection and one reroute after a decline
-        target: str | None = None
-        if state.focus is not None:
-            if aids.get(state.focus, _INELIGIBLE).eligible:
-                target = state.focus
-            else:
-                holder = state.focus
-                state.clear_focus(holder)
-                log.info("router.focus_lost", route=holder, reason="ineligible")
-                await self._release(holder, turn.participant_id, log)
+        policy = turn_policy(turn, lane.state, aids, default=self.default,
+                             unavailable=self.texts.unavailable, failure=self.texts.failure)
+        outcome: Any = None
         while True:
-            if target is None:
-                choices = candidates(aids, excluded)
-                if decisions_left == 0 or not choices:
-                    break
-                decisions_left -= 1
-                target = await self._decide(turn, choices, log)
-                if target is None:
-                    break
-            focused = target == state.focus
-            admission = await self._admit(target, turn, focused, log)
-            log.info("router.admission", route=target, disposition=admission.disposition, focused=focused)
-            if admission.disposition == "accept":
-                if admission.focus:
-                    await self._take_focus(state, target, turn.participant_id, log)
-                if admission.text.strip():
-                    await self._say(turn, target, admission.text)
-                return await self._answer(target, turn, state, focused, log)
-            if admission.disposition == "clarify":
-                await self._say(turn, target, admission.text)
-                state.remember(AgentExchange(turn.text, admission.text, turn.timestamp_us, turn.turn_id, target))
-                return RouteResult(turn.turn_id, "clarified", target, admission.text)
-            if admission.disposition == "release" and focused:
-                state.clear_focus(target)
-                log.info("router.focus_released", route=target)
-            else:
-                excluded.add(target)
-                decline_text = admission.text if admission.text.strip() else decline_text
-            target = None
-        default = self.default
-        if default is not None and default not in excluded and aids[default].eligible:
-            log.info("router.fallback", route=default)
-            return await self._answer(default, turn, state, False, log)
-        text = decline_text or self.texts.unavailable
-        await self._say(turn, None, text)
-        return RouteResult(turn.turn_id, "unanswered", None, text)
+            try:
+                action = policy.send(outcome)
+            except StopIteration as done:
+                result: RouteResult = done.value
+                return result
+            outcome = await self._perform(action, turn, log)
+
+    async def _perform(self, action: Action, turn: AgentTurn, log: Any) -> Any:
+        """Do what the policy asked; the outcome it needs back (None for most)."""
+        if isinstance(action, Note):
+            getattr(log, action.level)(action.event, **action.fields)
+        elif isinstance(action, Say):
+            await self._say(turn, action.route, action.text)
+        elif isinstance(action, Release):
+            await self._release(action.route, turn.participant_id, log)
+        elif isinstance(action, Decide):
+            return await self._decide(action.turn, action.choices, log)
+        elif isinstance(action, Admit):
+            return await self._admit(action.route, action.turn, action.focused, log)
+        elif isinstance(action, Answer):
+            return await self._answer(action.route, action.turn, action.focused, log)
+        return None
 
     async def _aids(self, participant_id: str, log: Any) -> dict[str, RoutingAid]:
         """Every destination's routing aid; one that cannot be had makes it ineligible (logged)."""
@@ -413,7 +384,8 @@ class AgentRouter(Agent):
                 log.warning("router.admit_failed", route=name, error=repr(error))
                 return Admission("decline")
 
-    async def _answer(self, name: str, turn: AgentTurn, state: ParticipantRouting, focused: bool, log: Any) -> RouteResult:
+    async def _answer(self, name: str, turn: AgentTurn, focused: bool, log: Any) -> Answered:
+        """Run the destination's ``answer()``; whether its output began, and what it returned or raised."""
         began = False
 
         async def started() -> None:
@@ -424,26 +396,8 @@ class AgentRouter(Agent):
             try:
                 result = await self.agents[name].answer(turn, started=started)
             except Exception as error:
-                log.error("router.answer_failed", route=name, started=began, error=repr(error))
-                if not began:
-                    await self._say(turn, name, self.texts.failure)
-                return RouteResult(turn.turn_id, "failed", name, error=repr(error))
-        if not isinstance(result, DestinationResult):
-            log.error("router.answer_invalid", route=name, result=type(result).__name__)
-            return RouteResult(turn.turn_id, "failed", name, error=f"answer returned {type(result).__name__}")
-        if result.focus == "take":
-            await self._take_focus(state, name, turn.participant_id, log)
-        elif result.focus == "release" and state.clear_focus(name):
-            log.info("router.focus_released", route=name)
-        if result.response is not None and result.response.strip():
-            state.remember(AgentExchange(turn.text, result.response, turn.timestamp_us, turn.turn_id, name))
-        return RouteResult(turn.turn_id, "answered", name, result.response)
-
-    async def _take_focus(self, state: ParticipantRouting, name: str, participant_id: str, log: Any) -> None:
-        previous = state.take_focus(name)
-        log.info("router.focus_taken", route=name, previous=previous)
-        if previous is not None:
-            await self._release(previous, participant_id, log)
+                return Answered(error=repr(error), began=began)
+        return Answered(result=result, began=began)
 
     async def _release(self, name: str, participant_id: str, log: Any) -> None:
         try:
@@ -458,10 +412,13 @@ class AgentRouter(Agent):
             return
         if self.runtime is None or not self.runtime.running:
             raise RuntimeClosedError("AgentRouter: publishing on output_topic needs the router registered with a running runtime")
+        assert self.output_topic is not None  # the constructor requires output or output_topic
         outputs = ResponseOutputs(self.runtime, self.output_topic, source=ROUTER_SOURCE)
         async with outputs.reply(turn.participant_id, request_id=turn.turn_id, timestamp_us=turn.timestamp_us) as reply:
             await reply.send(text)
 
 
 _INELIGIBLE = RoutingAid("unavailable", eligible=False)
+
+__all__ = ["AgentRouter", "RouteResult", "RouteStatus", "RouterTexts"]
 
