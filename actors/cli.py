@@ -15,6 +15,7 @@ _COMMAND_MODULES = (
     "xrmq.actors.runtime.commands",
     "xrmq.actors.edge.commands",
     "xrmq.actors.voice.commands",
+    "xrmq.actors.eval.cli",
 )
 
 
