@@ -1,4 +1,5 @@
-"""The SDK's "Compose a conversation" example (docs/context.md), runnable: only its imports are changed.
+"""The SDK's "Compose a conversation" example (docs/context.md), runnable: only its imports are
+changed.
 
 python examples/seed_example.py
 
@@ -12,6 +13,7 @@ import asyncio
 from xrmq.actors.models import ScriptedLLM
 from xrmq.actors.routing import SingleDestination
 
+# isort: split
 # -- the SDK's imports, changed to xrmq --------------------------------------------------
 from xrmq.actors.context import ContextManager
 from xrmq.actors.conversation import Conversation
@@ -30,7 +32,8 @@ async def publish_router_control(turn: AgentTurn, route: str | None, text: str) 
 
 
 async def seed_example():
-    # ---- the SDK's example, verbatim from here ------------------------------------------------------
+    # ---- the SDK's example, verbatim from here ---------------------------------------------------
+    # fmt: off
     runtime = AgentRuntime()
 
     context = ContextManager(llm)
@@ -56,6 +59,7 @@ async def seed_example():
             await front_end.stop()
     await conversation.close()
     await context.close()
+    # fmt: on
     # ---- end of the SDK's example ---------------------------------------------------------
     return result
 

@@ -7,9 +7,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 PROCS = Path(__file__).parent / "procs"
 
@@ -18,17 +18,21 @@ def python(script: str, *args: str, **kwargs) -> subprocess.Popen:
     """Start ``tests/procs/<script>`` in a new Python process with piped text output."""
     return subprocess.Popen(
         [sys.executable, str(PROCS / script), *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
     )
 
 
 def expect_line(proc: subprocess.Popen, prefix: str) -> str:
     """Read stdout lines until one starts with ``prefix`` (the process's readiness handshake)."""
-    assert proc.stdout is not None and proc.stderr is not None  # started with both piped
+    assert proc.stdout is not None  # started with stdout=PIPE
     for line in proc.stdout:
         if line.startswith(prefix):
             return line.strip()
-    raise AssertionError(f"process exited without printing {prefix!r}: {proc.stderr.read()[-3000:]}")
+    stderr = proc.stderr.read() if proc.stderr is not None else "(not captured)"
+    raise AssertionError(f"process exited without printing {prefix!r}: {stderr[-3000:]}")
 
 
 def reap(*procs: subprocess.Popen) -> None:
@@ -51,7 +55,10 @@ def broker_process(*extra: str) -> Iterator[str]:
     bus = f"ipc://{directory}/bus"
     proc = subprocess.Popen(
         [sys.executable, "-m", "xrmq.actors.cli", "bus", "--bus", bus, *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "XRMQ_LOG_LEVEL": "WARNING"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "XRMQ_LOG_LEVEL": "WARNING"},
     )
     try:
         expect_line(proc, "xrmq bus: ready")

@@ -22,19 +22,23 @@ HEAVY = ("zmq", "uvloop", "litellm", "xrmq.actors.runtime", "xrmq.actors.models"
 
 def loaded_by(statement: str) -> set[str]:
     probe = f"import json, sys\n{statement}\nprint(json.dumps(sorted(sys.modules)))"
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                            timeout=60, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
     return set(json.loads(result.stdout))
 
 
-@pytest.mark.parametrize("statement", [
-    "import xrmq.actors.context.engine",
-    "from xrmq.actors.context import Section, SectionSpec, render_participant, context_config",
-    "import xrmq.actors.voice.ordering",
-    "from xrmq.actors.voice import VoiceOrdering",
-    "import xrmq.actors",
-    "import xrmq.topics",
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "import xrmq.actors.context.engine",
+        "from xrmq.actors.context import Section, SectionSpec, render_participant, context_config",
+        "import xrmq.actors.voice.ordering",
+        "from xrmq.actors.voice import VoiceOrdering",
+        "import xrmq.actors",
+        "import xrmq.topics",
+    ],
+)
 def test_a_pure_import_loads_no_zmq_runtime_or_models(statement: str) -> None:
     loaded = loaded_by(statement)
     assert sorted(name for name in HEAVY if name in loaded) == []
@@ -47,8 +51,14 @@ def test_the_model_services_load_no_zmq_and_no_runtime() -> None:
 
 def test_the_schemas_load_nothing_else_of_xrmq() -> None:
     loaded = loaded_by("import xrmq.schemas")
-    assert sorted(name for name in loaded if name.startswith("xrmq.") and
-                  not name.startswith("xrmq.schemas")) == []
+    assert (
+        sorted(
+            name
+            for name in loaded
+            if name.startswith("xrmq.") and not name.startswith("xrmq.schemas")
+        )
+        == []
+    )
 
 
 def test_the_lazy_packages_still_export_every_name() -> None:

@@ -35,7 +35,9 @@ ELIGIBLE = RoutingAid("a destination")
 INELIGIBLE = RoutingAid("unavailable", eligible=False)
 
 
-def answered(route: str, *, focus: FocusTransition | None = None, response: str | None = "ok") -> Answered:
+def answered(
+    route: str, *, focus: FocusTransition | None = None, response: str | None = "ok"
+) -> Answered:
     return Answered(DestinationResult(response=response, focus=focus), began=True)
 
 
@@ -53,9 +55,12 @@ class Script:
     history_limit: int = 8
 
 
-def run(script: Script, text: str = "hello", turn_id: str = "t1",
-        state: ParticipantRouting | None = None) -> tuple[list[tuple[Any, ...]], RouteResult,
-                                                          ParticipantRouting, list[Any]]:
+def run(
+    script: Script,
+    text: str = "hello",
+    turn_id: str = "t1",
+    state: ParticipantRouting | None = None,
+) -> tuple[list[tuple[Any, ...]], RouteResult, ParticipantRouting, list[Any]]:
     """Drive the policy: (the actions as tuples, the result, the state, every action)."""
     if state is None:
         state = ParticipantRouting(script.history_limit)
@@ -64,8 +69,14 @@ def run(script: Script, text: str = "hello", turn_id: str = "t1",
             state.remember(exchange)
     decisions = deque(script.decisions)
     admissions = {route: deque(items) for route, items in script.admissions.items()}
-    policy = turn_policy(AgentTurn("p1", turn_id, text, timestamp_us=1), state, script.aids,
-                         default=script.default, unavailable=UNAVAILABLE, failure=FAILURE)
+    policy = turn_policy(
+        AgentTurn("p1", turn_id, text, timestamp_us=1),
+        state,
+        script.aids,
+        default=script.default,
+        unavailable=UNAVAILABLE,
+        failure=FAILURE,
+    )
     trace: list[tuple[Any, ...]] = []
     actions: list[Any] = []
     outcome: Any = None
@@ -98,91 +109,258 @@ ACCEPT, DECLINE = Admission("accept"), Admission("decline")
 
 # (rule, what it shows, script, expected actions, expected (status, route), focus after)
 TABLE = [
-    ("2", "the focus holder is tried first, without a decision, and keeps focus",
-     Script(focus="a"), [("admit", "a", True), ("answer", "a", True)], ("answered", "a"), "a"),
-    ("2", "a focus holder that became ineligible loses focus, is released, then the rest decide",
-     Script(focus="a", aids={"a": INELIGIBLE, "b": ELIGIBLE}, decisions=["b"]),
-     [("release", "a"), ("decide", ("b",)), ("admit", "b", False), ("answer", "b", False)],
-     ("answered", "b"), None),
-    ("2", "declining does not clear focus",
-     Script(focus="a", admissions={"a": [DECLINE]}, decisions=["b"]),
-     [("admit", "a", True), ("decide", ("b",)), ("admit", "b", False), ("answer", "b", False)],
-     ("answered", "b"), "a"),
-    ("2", "a release admission from the holder clears focus and routes the same turn normally",
-     Script(focus="a", admissions={"a": [Admission("release")]}, decisions=["b"]),
-     [("admit", "a", True), ("decide", ("a", "b")), ("admit", "b", False), ("answer", "b", False)],
-     ("answered", "b"), None),
-    ("2", "a result that releases gives the focus up after the answer",
-     Script(focus="a", answers={"a": answered("a", focus="release")}),
-     [("admit", "a", True), ("answer", "a", True)], ("answered", "a"), None),
-    ("2", "a result that takes focus releases the previous holder",
-     Script(focus="a", admissions={"a": [DECLINE]}, decisions=["b"],
-            answers={"b": answered("b", focus="take")}),
-     [("admit", "a", True), ("decide", ("b",)), ("admit", "b", False), ("answer", "b", False),
-      ("release", "a")], ("answered", "b"), "b"),
-    ("2", "an accept with focus takes it, and the previous holder is released before the answer",
-     Script(focus="a", admissions={"a": [DECLINE], "b": [Admission("accept", focus=True)]},
-            decisions=["b"]),
-     [("admit", "a", True), ("decide", ("b",)), ("admit", "b", False), ("release", "a"),
-      ("answer", "b", False)], ("answered", "b"), "b"),
-    ("3", "the decision service chooses among the eligible destinations only",
-     Script(aids={"a": INELIGIBLE, "b": ELIGIBLE}, decisions=["b"]),
-     [("decide", ("b",)), ("admit", "b", False), ("answer", "b", False)], ("answered", "b"), None),
-    ("3", "a choice that is not a candidate is no choice",
-     Script(aids={"a": INELIGIBLE, "b": ELIGIBLE}, decisions=["a"]),
-     [("decide", ("b",)), ("say", None, UNAVAILABLE)], ("unanswered", None), None),
-    ("3", "no eligible destination: no decision is asked for",
-     Script(aids={"a": INELIGIBLE}), [("say", None, UNAVAILABLE)], ("unanswered", None), None),
-    ("4", "accept answers; its text is an acknowledgement said before the answer",
-     Script(decisions=["a"], admissions={"a": [Admission("accept", text="On it.")]}),
-     [("decide", ("a", "b")), ("admit", "a", False), ("say", "a", "On it."),
-      ("answer", "a", False)], ("answered", "a"), None),
-    ("4", "a decline excludes the destination and allows exactly one reroute",
-     Script(aids={"a": ELIGIBLE, "b": ELIGIBLE, "c": ELIGIBLE}, decisions=["a", "b", "c"],
-            admissions={"a": [DECLINE], "b": [Admission("decline", text="Not me.")]}),
-     [("decide", ("a", "b", "c")), ("admit", "a", False), ("decide", ("b", "c")),
-      ("admit", "b", False), ("say", None, "Not me.")], ("unanswered", None), None),
-    ("4", "clarify ends the turn with the router saying the question",
-     Script(decisions=["a"], admissions={"a": [Admission("clarify", text="Which lab?")]}),
-     [("decide", ("a", "b")), ("admit", "a", False), ("say", "a", "Which lab?")],
-     ("clarified", "a"), None),
-    ("4", "release from a destination without focus counts as a decline",
-     Script(decisions=["a", "b"], admissions={"a": [Admission("release")]}),
-     [("decide", ("a", "b")), ("admit", "a", False), ("decide", ("b",)), ("admit", "b", False),
-      ("answer", "b", False)], ("answered", "b"), None),
-    ("5", "after the declines, an eligible default answers without admission",
-     Script(aids={"a": ELIGIBLE, "b": ELIGIBLE, "c": ELIGIBLE}, default="c", decisions=["a", "b"],
-            admissions={"a": [DECLINE], "b": [DECLINE]}),
-     [("decide", ("a", "b", "c")), ("admit", "a", False), ("decide", ("b", "c")),
-      ("admit", "b", False), ("answer", "c", False)], ("answered", "c"), None),
-    ("5", "no choice at all goes to the default",
-     Script(default="b"), [("decide", ("a", "b")), ("answer", "b", False)], ("answered", "b"), None),
-    ("5", "a default that declined gets no fallback attempt; the decline's text is said",
-     Script(default="a", decisions=["a"], admissions={"a": [Admission("decline", text="No.")]}),
-     [("decide", ("a", "b")), ("admit", "a", False), ("decide", ("b",)), ("say", None, "No.")],
-     ("unanswered", None), None),
-    ("5", "an ineligible default gets no fallback; without a decline text, unavailable",
-     Script(aids={"a": ELIGIBLE, "b": INELIGIBLE}, default="b", decisions=["a"],
-            admissions={"a": [DECLINE]}),
-     [("decide", ("a",)), ("admit", "a", False), ("say", None, UNAVAILABLE)],
-     ("unanswered", None), None),
-    ("6", "a failure before the first output is said by the router",
-     Script(decisions=["a"], answers={"a": Answered(error="RuntimeError('down')", began=False)}),
-     [("decide", ("a", "b")), ("admit", "a", False), ("answer", "a", False),
-      ("say", "a", FAILURE)], ("failed", "a"), None),
-    ("6", "a failure after the first output is left to the destination",
-     Script(decisions=["a"], answers={"a": Answered(error="RuntimeError('mid')", began=True)}),
-     [("decide", ("a", "b")), ("admit", "a", False), ("answer", "a", False)], ("failed", "a"), None),
-    ("6", "an answer that returns no DestinationResult failed",
-     Script(decisions=["a"], answers={"a": Answered(result="text", began=True)}),
-     [("decide", ("a", "b")), ("admit", "a", False), ("answer", "a", False)], ("failed", "a"), None),
+    (
+        "2",
+        "the focus holder is tried first, without a decision, and keeps focus",
+        Script(focus="a"),
+        [("admit", "a", True), ("answer", "a", True)],
+        ("answered", "a"),
+        "a",
+    ),
+    (
+        "2",
+        "a focus holder that became ineligible loses focus, is released, then the rest decide",
+        Script(focus="a", aids={"a": INELIGIBLE, "b": ELIGIBLE}, decisions=["b"]),
+        [("release", "a"), ("decide", ("b",)), ("admit", "b", False), ("answer", "b", False)],
+        ("answered", "b"),
+        None,
+    ),
+    (
+        "2",
+        "declining does not clear focus",
+        Script(focus="a", admissions={"a": [DECLINE]}, decisions=["b"]),
+        [("admit", "a", True), ("decide", ("b",)), ("admit", "b", False), ("answer", "b", False)],
+        ("answered", "b"),
+        "a",
+    ),
+    (
+        "2",
+        "a release admission from the holder clears focus and routes the same turn normally",
+        Script(focus="a", admissions={"a": [Admission("release")]}, decisions=["b"]),
+        [
+            ("admit", "a", True),
+            ("decide", ("a", "b")),
+            ("admit", "b", False),
+            ("answer", "b", False),
+        ],
+        ("answered", "b"),
+        None,
+    ),
+    (
+        "2",
+        "a result that releases gives the focus up after the answer",
+        Script(focus="a", answers={"a": answered("a", focus="release")}),
+        [("admit", "a", True), ("answer", "a", True)],
+        ("answered", "a"),
+        None,
+    ),
+    (
+        "2",
+        "a result that takes focus releases the previous holder",
+        Script(
+            focus="a",
+            admissions={"a": [DECLINE]},
+            decisions=["b"],
+            answers={"b": answered("b", focus="take")},
+        ),
+        [
+            ("admit", "a", True),
+            ("decide", ("b",)),
+            ("admit", "b", False),
+            ("answer", "b", False),
+            ("release", "a"),
+        ],
+        ("answered", "b"),
+        "b",
+    ),
+    (
+        "2",
+        "an accept with focus takes it, and the previous holder is released before the answer",
+        Script(
+            focus="a",
+            admissions={"a": [DECLINE], "b": [Admission("accept", focus=True)]},
+            decisions=["b"],
+        ),
+        [
+            ("admit", "a", True),
+            ("decide", ("b",)),
+            ("admit", "b", False),
+            ("release", "a"),
+            ("answer", "b", False),
+        ],
+        ("answered", "b"),
+        "b",
+    ),
+    (
+        "3",
+        "the decision service chooses among the eligible destinations only",
+        Script(aids={"a": INELIGIBLE, "b": ELIGIBLE}, decisions=["b"]),
+        [("decide", ("b",)), ("admit", "b", False), ("answer", "b", False)],
+        ("answered", "b"),
+        None,
+    ),
+    (
+        "3",
+        "a choice that is not a candidate is no choice",
+        Script(aids={"a": INELIGIBLE, "b": ELIGIBLE}, decisions=["a"]),
+        [("decide", ("b",)), ("say", None, UNAVAILABLE)],
+        ("unanswered", None),
+        None,
+    ),
+    (
+        "3",
+        "no eligible destination: no decision is asked for",
+        Script(aids={"a": INELIGIBLE}),
+        [("say", None, UNAVAILABLE)],
+        ("unanswered", None),
+        None,
+    ),
+    (
+        "4",
+        "accept answers; its text is an acknowledgement said before the answer",
+        Script(decisions=["a"], admissions={"a": [Admission("accept", text="On it.")]}),
+        [
+            ("decide", ("a", "b")),
+            ("admit", "a", False),
+            ("say", "a", "On it."),
+            ("answer", "a", False),
+        ],
+        ("answered", "a"),
+        None,
+    ),
+    (
+        "4",
+        "a decline excludes the destination and allows exactly one reroute",
+        Script(
+            aids={"a": ELIGIBLE, "b": ELIGIBLE, "c": ELIGIBLE},
+            decisions=["a", "b", "c"],
+            admissions={"a": [DECLINE], "b": [Admission("decline", text="Not me.")]},
+        ),
+        [
+            ("decide", ("a", "b", "c")),
+            ("admit", "a", False),
+            ("decide", ("b", "c")),
+            ("admit", "b", False),
+            ("say", None, "Not me."),
+        ],
+        ("unanswered", None),
+        None,
+    ),
+    (
+        "4",
+        "clarify ends the turn with the router saying the question",
+        Script(decisions=["a"], admissions={"a": [Admission("clarify", text="Which lab?")]}),
+        [("decide", ("a", "b")), ("admit", "a", False), ("say", "a", "Which lab?")],
+        ("clarified", "a"),
+        None,
+    ),
+    (
+        "4",
+        "release from a destination without focus counts as a decline",
+        Script(decisions=["a", "b"], admissions={"a": [Admission("release")]}),
+        [
+            ("decide", ("a", "b")),
+            ("admit", "a", False),
+            ("decide", ("b",)),
+            ("admit", "b", False),
+            ("answer", "b", False),
+        ],
+        ("answered", "b"),
+        None,
+    ),
+    (
+        "5",
+        "after the declines, an eligible default answers without admission",
+        Script(
+            aids={"a": ELIGIBLE, "b": ELIGIBLE, "c": ELIGIBLE},
+            default="c",
+            decisions=["a", "b"],
+            admissions={"a": [DECLINE], "b": [DECLINE]},
+        ),
+        [
+            ("decide", ("a", "b", "c")),
+            ("admit", "a", False),
+            ("decide", ("b", "c")),
+            ("admit", "b", False),
+            ("answer", "c", False),
+        ],
+        ("answered", "c"),
+        None,
+    ),
+    (
+        "5",
+        "no choice at all goes to the default",
+        Script(default="b"),
+        [("decide", ("a", "b")), ("answer", "b", False)],
+        ("answered", "b"),
+        None,
+    ),
+    (
+        "5",
+        "a default that declined gets no fallback attempt; the decline's text is said",
+        Script(default="a", decisions=["a"], admissions={"a": [Admission("decline", text="No.")]}),
+        [("decide", ("a", "b")), ("admit", "a", False), ("decide", ("b",)), ("say", None, "No.")],
+        ("unanswered", None),
+        None,
+    ),
+    (
+        "5",
+        "an ineligible default gets no fallback; without a decline text, unavailable",
+        Script(
+            aids={"a": ELIGIBLE, "b": INELIGIBLE},
+            default="b",
+            decisions=["a"],
+            admissions={"a": [DECLINE]},
+        ),
+        [("decide", ("a",)), ("admit", "a", False), ("say", None, UNAVAILABLE)],
+        ("unanswered", None),
+        None,
+    ),
+    (
+        "6",
+        "a failure before the first output is said by the router",
+        Script(decisions=["a"], answers={"a": Answered(error="RuntimeError('down')", began=False)}),
+        [
+            ("decide", ("a", "b")),
+            ("admit", "a", False),
+            ("answer", "a", False),
+            ("say", "a", FAILURE),
+        ],
+        ("failed", "a"),
+        None,
+    ),
+    (
+        "6",
+        "a failure after the first output is left to the destination",
+        Script(decisions=["a"], answers={"a": Answered(error="RuntimeError('mid')", began=True)}),
+        [("decide", ("a", "b")), ("admit", "a", False), ("answer", "a", False)],
+        ("failed", "a"),
+        None,
+    ),
+    (
+        "6",
+        "an answer that returns no DestinationResult failed",
+        Script(decisions=["a"], answers={"a": Answered(result="text", began=True)}),
+        [("decide", ("a", "b")), ("admit", "a", False), ("answer", "a", False)],
+        ("failed", "a"),
+        None,
+    ),
 ]
 
 
-@pytest.mark.parametrize(("rule", "shows", "script", "actions", "ends", "focus"), TABLE,
-                         ids=[f"rule {row[0]}: {row[1]}" for row in TABLE])
-def test_rule(rule: str, shows: str, script: Script, actions: list[tuple[Any, ...]],
-              ends: tuple[str, str | None], focus: str | None) -> None:
+@pytest.mark.parametrize(
+    ("rule", "shows", "script", "actions", "ends", "focus"),
+    TABLE,
+    ids=[f"rule {row[0]}: {row[1]}" for row in TABLE],
+)
+def test_rule(
+    rule: str,
+    shows: str,
+    script: Script,
+    actions: list[tuple[Any, ...]],
+    ends: tuple[str, str | None],
+    focus: str | None,
+) -> None:
     trace, result, state, _ = run(script)
     assert trace == actions
     assert (result.status, result.route) == ends
@@ -199,19 +377,27 @@ def test_rule_7_every_destination_sees_the_same_history_without_the_current_turn
     earlier = AgentExchange("before", "answer", 0, "t0", "a")
     script = Script(history=[earlier], decisions=["a", "b"], admissions={"a": [DECLINE]})
     _, _, _, actions = run(script)
-    seen = [action.turn.history for action in actions if isinstance(action, Admit | Answer | Decide)]
+    seen = [
+        action.turn.history for action in actions if isinstance(action, Admit | Answer | Decide)
+    ]
     assert seen and all(history == (earlier,) for history in seen)
 
 
 def test_rule_7_history_keeps_answers_and_clarifications_not_failures_or_empty_answers() -> None:
     state = ParticipantRouting(8)
     run(Script(decisions=["a"]), "q1", "t1", state)
-    run(Script(decisions=["a"], admissions={"a": [Admission("clarify", text="Which?")]}), "q2", "t2",
-        state)
+    run(
+        Script(decisions=["a"], admissions={"a": [Admission("clarify", text="Which?")]}),
+        "q2",
+        "t2",
+        state,
+    )
     run(Script(decisions=["a"], answers={"a": Answered(error="E()")}), "q3", "t3", state)
     run(Script(decisions=["a"], answers={"a": answered("a", response="  ")}), "q4", "t4", state)
     assert [(e.request, e.response, e.exchange_id) for e in state.history] == [
-        ("q1", "ok", "t1"), ("q2", "Which?", "t2")]
+        ("q1", "ok", "t1"),
+        ("q2", "Which?", "t2"),
+    ]
 
 
 def test_rule_7_history_is_bounded_by_its_limit() -> None:

@@ -6,12 +6,13 @@ import asyncio
 
 import pytest
 
-from buses import broker_process
-from raw_client import RawClient
 from xrmq.actors.runtime import Agent, AgentRuntime, AskError, RuntimeClosedError, subscribe
 from xrmq.schemas import ConversationContextUpdate as Update
 from xrmq.schemas import RuntimeMetrics, UserQuery
 from xrmq.topics import METRICS_TOPIC, Topic, context_topic
+
+from buses import broker_process
+from raw_client import RawClient
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.both_loops]
 
@@ -128,7 +129,7 @@ async def test_a_full_mailbox_counts_and_refuses_overflow():
 
 
 class Section(Agent):
-    instances: list["Section"] = []
+    instances: list[Section] = []
 
     def __init__(self, key: str) -> None:
         self.key = key
@@ -175,7 +176,9 @@ async def test_keyed_kind_in_a_runtime_ignores_keys_of_other_shards():
         for key in mine:
             await runtime.ask(NOTES, Update("x"), participant_id=key, reply_type=int)
         with pytest.raises(TimeoutError):
-            await runtime.ask(NOTES, Update("x"), participant_id=theirs[0], reply_type=int, timeout=0.2)
+            await runtime.ask(
+                NOTES, Update("x"), participant_id=theirs[0], reply_type=int, timeout=0.2
+            )
         assert sorted(runtime.keyed_instances("section")) == sorted(mine)
 
 
@@ -304,7 +307,12 @@ async def test_an_injected_loss_is_reported_as_a_gap_with_its_range():
     assert [text for text, _ in recorder.seen] == ["m1", "m2", "m5", "m6"]
     assert stats.gaps == 2
     assert len(gaps) == 1
-    assert (gaps[0].topic, gaps[0].participant_id, gaps[0].first_missing, gaps[0].last_missing) == ("notes", "p1", 3, 4)
+    assert (gaps[0].topic, gaps[0].participant_id, gaps[0].first_missing, gaps[0].last_missing) == (
+        "notes",
+        "p1",
+        3,
+        4,
+    )
     assert gaps[0].sender == client.sender
 
 
@@ -351,7 +359,9 @@ class Finalizer(Agent):
 
     async def on_stop(self) -> None:
         assert self.runtime is not None  # registered
-        await self.runtime.publish(NOTES, Update("closing note"), participant_id="p1", source=self.name)
+        await self.runtime.publish(
+            NOTES, Update("closing note"), participant_id="p1", source=self.name
+        )
 
 
 async def test_on_stop_can_still_publish_before_the_runtime_closes():
@@ -408,8 +418,12 @@ async def test_an_actor_can_name_its_subscriptions_at_registration():
 async def test_a_keyed_kind_can_take_its_handlers_from_configuration():
     topic = context_topic("configured.keyed")
     runtime = AgentRuntime()
-    runtime.register_keyed("configured", Configured, factory=lambda key: Configured(topic, key),
-                           handlers={topic: "on_text"})
+    runtime.register_keyed(
+        "configured",
+        Configured,
+        factory=lambda key: Configured(topic, key),
+        handlers={topic: "on_text"},
+    )
     async with runtime:
         assert await runtime.ask(topic, Update("hi"), participant_id="p1", reply_type=str) == "hi"
 

@@ -20,7 +20,15 @@ from xrmq.actors.voice.sinks import (
 )
 
 
-def segment(text: str = "one two three", *, pid: str = "p1", response: int = 1, ts: int | None = None, token: int = 1, urgent=False):
+def segment(
+    text: str = "one two three",
+    *,
+    pid: str = "p1",
+    response: int = 1,
+    ts: int | None = None,
+    token: int = 1,
+    urgent=False,
+):
     return Segment(pid, response, "reply", ("conversation",), "r1", text, ts, True, urgent, token)
 
 
@@ -128,7 +136,10 @@ def test_espeak_sink_names_the_package_to_install_when_espeak_is_missing():
         EspeakSink(executable="espeak-ng-not-installed-here")
 
 
-@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed (apt-get install espeak-ng)")
+@pytest.mark.skipif(
+    shutil.which("espeak-ng") is None,
+    reason="espeak-ng is not installed (apt-get install espeak-ng)",
+)
 async def test_espeak_sink_writes_one_non_empty_wav_per_response(tmp_path):
     sleep = RecordedSleep()
     sink = EspeakSink(wav_dir=tmp_path, words_per_minute=175, sleep=sleep)

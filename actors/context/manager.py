@@ -70,8 +70,7 @@ registers the subscriber; ``split``, in other processes (see the module docstrin
 
 
 def _check_participant(participant_id: object) -> str:
-    check_name(participant_id, "participant_id")
-    return participant_id
+    return check_name(participant_id, "participant_id")
 
 
 class ContextSubscriber(Agent):

@@ -156,8 +156,11 @@ def turn_policy(
             target = choice
         focused = target == state.focus
         admission: Admission = yield Admit(target, turn, focused)  # rule 4
-        yield Note("info", "router.admission",
-                   {"route": target, "disposition": admission.disposition, "focused": focused})
+        yield Note(
+            "info",
+            "router.admission",
+            {"route": target, "disposition": admission.disposition, "focused": focused},
+        )
         if admission.disposition == "accept":
             if admission.focus:
                 yield from _take_focus(state, target)
@@ -166,8 +169,9 @@ def turn_policy(
             return (yield from _answer(turn, state, target, focused, failure))
         if admission.disposition == "clarify":
             yield Say(target, admission.text)
-            state.remember(AgentExchange(turn.text, admission.text, turn.timestamp_us, turn.turn_id,
-                                         target))
+            state.remember(
+                AgentExchange(turn.text, admission.text, turn.timestamp_us, turn.turn_id, target)
+            )
             return RouteResult(turn.turn_id, "clarified", target, admission.text)
         if admission.disposition == "release" and focused:
             state.clear_focus(target)
@@ -192,12 +196,18 @@ def _take_focus(state: ParticipantRouting, route: str) -> Generator[Action, Any,
         yield Release(previous)
 
 
-def _answer(turn: AgentTurn, state: ParticipantRouting, route: str, focused: bool,
-            failure: str) -> Generator[Action, Any, RouteResult]:
+def _answer(
+    turn: AgentTurn, state: ParticipantRouting, route: str, focused: bool, failure: str
+) -> Generator[Action, Any, RouteResult]:
     outcome: Answered = yield Answer(route, turn, focused)
-    if outcome.error is not None:  # rule 6: a failure before the first output is the router's to say
-        yield Note("error", "router.answer_failed",
-                   {"route": route, "started": outcome.began, "error": outcome.error})
+    if (
+        outcome.error is not None
+    ):  # rule 6: a failure before the first output is the router's to say
+        yield Note(
+            "error",
+            "router.answer_failed",
+            {"route": route, "started": outcome.began, "error": outcome.error},
+        )
         if not outcome.began:
             yield Say(route, failure)
         return RouteResult(turn.turn_id, "failed", route, error=outcome.error)
@@ -211,5 +221,7 @@ def _answer(turn: AgentTurn, state: ParticipantRouting, route: str, focused: boo
     elif result.focus == "release" and state.clear_focus(route):
         yield Note("info", "router.focus_released", {"route": route})
     if result.response is not None and result.response.strip():  # rule 7
-        state.remember(AgentExchange(turn.text, result.response, turn.timestamp_us, turn.turn_id, route))
+        state.remember(
+            AgentExchange(turn.text, result.response, turn.timestamp_us, turn.turn_id, route)
+        )
     return RouteResult(turn.turn_id, "answered", route, result.response)
