@@ -25,6 +25,13 @@ run, "pinned" (broker and senders on CPU 0, receivers on CPU 1). The bars use th
 paired per-repetition ratios (xrmq to the client, xrmq to raw), median over
 repetitions, shared placement.
 
+Local fan-out (shared placement): the xrmq sender sends the same fragments to a third
+receiving process, where two actors subscribe to one topic, once on ``ResponseOutput``
+(deeply immutable: both actors share one decoded message) and once on a type with the
+same fields and validation that is not frozen (each actor gets its own decode, so
+neither can change the other's message). The receiver's CPU per message, paired per
+repetition, is the price of private copies.
+
 In-process peers (autogen-core's ``SingleThreadedAgentRuntime``, Pykka
 ``ThreadingActor``s) and xrmq with its embedded broker run afterwards, each in a
 fresh process (``bench.peer_workers``). "Ahead of both peers" is judged with xrmq's
@@ -67,6 +74,7 @@ def run(ctx: SuiteContext) -> SuiteResult:
     p99: dict[tuple[str, str], list[float]] = defaultdict(list)
     rtts: dict[tuple[str, str], list[float]] = defaultdict(list)
     cpu_us: dict[tuple[tuple[str, str], str], list[float]] = defaultdict(list)
+    fanout: dict[str, dict[str, list[float]]] = {kind: defaultdict(list) for kind in FANOUT_KINDS}
     notes: list[str] = []
     with broker() as (bus, broker_worker), ExitStack() as stack:
         workers = {}
@@ -76,9 +84,13 @@ def run(ctx: SuiteContext) -> SuiteResult:
             sender = Worker(f"{impl}-sender", "-m", "bench.bus_workers", f"{impl}-sender", bus, str(count))
             stack.callback(sender.close)
             workers[impl] = (sender, receiver)
+        fanout_receiver = Worker("xrmq-fanout-receiver", "-m", "bench.bus_workers",
+                                 "xrmq-fanout-receiver", bus, str(count))
+        stack.callback(fanout_receiver.close)
         for sender, receiver in workers.values():
             receiver.expect("ready")
             sender.expect("ready")
+        fanout_receiver.expect("ready")
         ctx.progress(f"bus: broker and {len(workers) * 2} workers up; {count} messages and {asks} asks per measurement")
         for rep in range(ctx.repetitions + 1):  # repetition 0 warms up and is discarded
             for layout_name, layout in layouts.items():
@@ -103,6 +115,8 @@ def run(ctx: SuiteContext) -> SuiteResult:
                     for part, value in zip(CPU_PARTS, cpu):
                         cpu_us[key, part].append(value)
                     loss[key] += count - got["received"]
+                if layout_name == "shared":
+                    _fan_out(workers["xrmq"][0], fanout_receiver, count, rep, fanout)
                 asked = _interleaved_asks(workers, order, asks)
                 if rep == 0:
                     continue
@@ -133,12 +147,53 @@ def run(ctx: SuiteContext) -> SuiteResult:
     for name, count_lost in loss.items():
         if count_lost:
             notes.append(f"{IMPLEMENTATIONS[name[0]]} ({name[1]}): {count_lost} messages lost")
+    rows += _fanout_rows(fanout)
+    for kind, figures in fanout.items():
+        if sum(figures["lost"]):
+            notes.append(f"local fan-out ({kind}): {sum(figures['lost']):.0f} deliveries lost")
     peer_rows = _peers(ctx, count, asks, notes)
     rows += peer_rows
     return SuiteResult(rows=rows, bars=_bars(rows), notes=notes)
 
 
 ASK_CHUNKS = 10
+FANOUT_KINDS = {
+    "shared": "ResponseOutput (deeply immutable): one decode, shared",
+    "private": "ResponseOutput's fields, not frozen: a decode per actor",
+}
+FANOUT_GROUP = "local fan-out to two actors of one process, cross-process (shared cores)"
+
+
+def _fan_out(sender: Worker, receiver: Worker, count: int, rep: int,
+             fanout: dict[str, dict[str, list[float]]]) -> None:
+    """COUNT fragments to two actors of one receiving process, once per kind (in alternating
+    order): the receiver's CPU per message is the price of private copies for a mutable
+    type, against sharing for an immutable one."""
+    for kind in (FANOUT_KINDS if rep % 2 else reversed(FANOUT_KINDS)):
+        before = receiver.cpu_ns()
+        sender.command(f"fanout {kind}")
+        sent = sender.result()
+        got = receiver.result()
+        if rep == 0:
+            continue
+        figures = fanout[kind]
+        figures["receiver cpu"].append((receiver.cpu_ns() - before) / count / 1e3)
+        figures["rate"].append(got["received"] / 2 / ((got["last_ns"] - sent["start_ns"]) / 1e9))
+        figures["lost"].append(count * 2 - got["received"])
+
+
+def _fanout_rows(fanout: dict[str, dict[str, list[float]]]) -> list[Row]:
+    shared_cpu = fanout["shared"]["receiver cpu"]
+    rows = []
+    for kind, subject in FANOUT_KINDS.items():
+        figures = fanout[kind]
+        paired = [x / s for x, s in zip(figures["receiver cpu"], shared_cpu)]
+        rows.append(Row(group=FANOUT_GROUP, subject=subject, unit="receiver cpu us/msg",
+                        median=median(figures["receiver cpu"]), repetitions=figures["receiver cpu"],
+                        higher_is_better=False,
+                        extra={"x shared": median(paired),
+                               "msg/s": median(figures["rate"]), "lost": sum(figures["lost"])}))
+    return rows
 
 
 def _interleaved_asks(workers: dict[str, tuple[Worker, Worker]], order: list[str], asks: int) -> dict[str, list[float]]:

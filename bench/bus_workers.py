@@ -18,7 +18,9 @@ through the broker, then one JSON line per batch of COUNT one-way messages:
 ``{"received", "first_ns", "last_ns", ...}`` (``time.monotonic_ns``, comparable
 across processes). A batch that stalls for a second is reported with what arrived,
 so a loss shows up as ``received < COUNT`` instead of a hang. Senders take
-``send`` (prints ``{"start_ns", "end_ns"}``) and ``ask N`` (prints ``{"rtt_us": [...]}``).
+``send`` (prints ``{"start_ns", "end_ns"}``) and ``ask N`` (prints ``{"rtt_us": [...]}``);
+the xrmq sender also takes ``fanout shared|private``: COUNT fragments to the fan-out
+receiver's two actors, on a deeply immutable type or on a mutable copy of it.
 """
 
 from __future__ import annotations
@@ -46,6 +48,22 @@ IDLE_MS = 1000
 
 XRMQ_FRAGMENT = Topic("bench.fragment.x", ResponseOutput)
 XRMQ_PING = Topic("bench.ping.x", UserQuery)
+
+# Local fan-out: two actors of one process on one topic. ResponseOutput is deeply
+# immutable, so both share one decoded message; MutableOutput has the same fields and
+# validation (the same payload bytes, the same decode) but is not frozen, so each
+# actor gets its own decode.
+MutableOutput = msgspec.defstruct(
+    "MutableOutput", [(field.encode_name, field.type, field.default)
+                      for field in msgspec.structs.fields(ResponseOutput)],
+    omit_defaults=True,
+    namespace={name: ResponseOutput.__dict__[name] for name in ("__post_init__", "_explain")})
+FANOUT = {
+    "shared": (Topic("bench.fanout.shared", ResponseOutput), FRAGMENT),
+    "private": (Topic("bench.fanout.private", MutableOutput),
+                msgspec.convert(msgspec.to_builtins(FRAGMENT), MutableOutput)),
+}
+FANOUT_ACTORS = 2
 RAW_FRAGMENT_KEY = b"bench.fragment.r\x00p1\x00"
 RAW_PING_KEY = b"bench.ping.r\x00p1\x00"
 RAW_REPLY_KEY = b"_inbox.bench-raw-sender\x00p1\x00"
@@ -117,6 +135,20 @@ class Counter(Agent):
             self.full.set()
 
 
+class FanoutCounter(Agent):
+    """One of the fan-out actors: its topic comes from the constructor."""
+
+    def __init__(self, topic: Topic, batches: Batches, full: asyncio.Event) -> None:
+        self.topic, self.batches, self.full = topic, batches, full
+
+    def handlers(self) -> dict[Topic, str]:
+        return {self.topic: "on_fragment"}
+
+    async def on_fragment(self, message: ResponseOutput | MutableOutput, ctx) -> None:
+        if self.batches.arrived():
+            self.full.set()
+
+
 class Pong(Agent):
     @subscribe(XRMQ_PING)
     async def on_ping(self, message: UserQuery, ctx) -> ResponseOutput:
@@ -145,6 +177,33 @@ async def xrmq_receiver(bus: str, count: int) -> None:
             seen = 0
 
 
+async def xrmq_fanout_receiver(bus: str, count: int) -> None:
+    """FANOUT_ACTORS actors on each fan-out topic; a batch is COUNT messages (each handled by
+    every actor), reported as the kinds alternate (the sender sends one kind at a time)."""
+    batches = Batches(count * FANOUT_ACTORS)
+    full = asyncio.Event()
+    # Mailboxes hold a whole batch: a burst faster than two actors take it is queued, not
+    # refused (a refusal would be counted as loss, and the batch would stall).
+    runtime = AgentRuntime(bus, name="bench-xrmq-fanout-receiver", mailbox_capacity=count)
+    for kind, (topic, _) in FANOUT.items():
+        for i in range(FANOUT_ACTORS):
+            runtime.register(f"{kind}-{i}", FanoutCounter(topic, batches, full))
+    async with runtime:
+        print("ready", flush=True)
+        seen = 0
+        while True:
+            try:
+                await asyncio.wait_for(full.wait(), IDLE_MS / 1000)
+            except TimeoutError:
+                if batches.count == 0 or batches.count != seen:  # idle, or still arriving
+                    seen = batches.count
+                    continue
+            full.clear()
+            stats = runtime.metrics()
+            batches.close(gaps=stats.gaps, overflow=stats.overflow)
+            seen = 0
+
+
 async def xrmq_sender(bus: str, count: int) -> None:
     loop = asyncio.get_running_loop()
     async with AgentRuntime(bus, name="bench-xrmq-sender") as runtime:
@@ -154,6 +213,12 @@ async def xrmq_sender(bus: str, count: int) -> None:
                 start = time.monotonic_ns()
                 for _ in range(count):  # send: publish without the coroutine, for loops (0.14 us less)
                     runtime.send(XRMQ_FRAGMENT, FRAGMENT, participant_id=PARTICIPANT)
+                emit({"start_ns": start, "end_ns": time.monotonic_ns()})
+            elif command[0] == "fanout":
+                topic, message = FANOUT[command[1]]
+                start = time.monotonic_ns()
+                for _ in range(count):
+                    runtime.send(topic, message, participant_id=PARTICIPANT)
                 emit({"start_ns": start, "end_ns": time.monotonic_ns()})
             elif command[0] == "ask":
                 rtts = []
@@ -310,6 +375,7 @@ def codec_sender(bus: str, count: int) -> None:
 ROLES = {
     "xrmq-receiver": lambda bus, count: run(xrmq_receiver(bus, count)),
     "xrmq-sender": lambda bus, count: run(xrmq_sender(bus, count)),
+    "xrmq-fanout-receiver": lambda bus, count: run(xrmq_fanout_receiver(bus, count)),
     "raw-receiver": raw_receiver,
     "raw-sender": raw_sender,
     "codec-receiver": codec_receiver,

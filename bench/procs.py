@@ -85,6 +85,19 @@ class Worker:
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
+    def cpu_ns(self) -> int:
+        """CPU time the worker's live threads have run, in ns (``/proc/PID/task/*/schedstat``):
+        finer than ``cpu_seconds``' 10 ms ticks, for short measurements; a thread that has
+        ended no longer counts."""
+        total = 0
+        for tid in os.listdir(f"/proc/{self.proc.pid}/task"):
+            try:
+                stat = Path(f"/proc/{self.proc.pid}/task/{tid}/schedstat").read_text()
+                total += int(stat.split()[0])
+            except (FileNotFoundError, ProcessLookupError):
+                pass  # a thread that just ended
+        return total
+
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()

@@ -26,15 +26,19 @@ def require_name(value: str, type_name: str, field: str) -> None:
     require("\x00" not in value, type_name, field, "must not contain NUL characters")
 
 
-def check_name(value: object, label: str) -> str:
-    """``value`` if it is a non-empty string without NUL (NUL ends the fields of a wire key).
+def is_name(value: object) -> bool:
+    """A name the bus can carry: a string, not empty or only whitespace, without NUL (NUL
+    ends the fields of a wire key). The one rule for every identifier that reaches a wire
+    key: runtime, actor and participant names, namespaces, destination names."""
+    return isinstance(value, str) and bool(value) and not value.isspace() and "\x00" not in value
 
-    ``ValueError("<label>: must be a non-empty string without NUL")`` otherwise. The one
-    check every identifier that reaches a wire key goes through (runtime, actor and
-    participant names, namespaces, destination names).
-    """
-    if not isinstance(value, str) or not value or "\x00" in value:
-        raise ValueError(f"{label}: must be a non-empty string without NUL")
+
+def check_name(value: object, label: str) -> str:
+    """``value`` if ``is_name(value)``; otherwise ``ValueError("<label>: must be a non-empty
+    string without NUL, not only whitespace")``."""
+    if not is_name(value):
+        raise ValueError(f"{label}: must be a non-empty string without NUL, not only whitespace")
+    assert isinstance(value, str)
     return value
 
 

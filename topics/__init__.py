@@ -12,6 +12,7 @@ from xrmq.schemas import (
     UserQuery,
 )
 
+from ._immutable import deeply_immutable
 from ._topic import SEP, Topic, check_topic, split_key, topic_key
 
 VOICE_OUTPUT_TOPIC: Topic[ResponseOutput] = Topic("voice.output", ResponseOutput)
@@ -58,6 +59,7 @@ __all__ = [
     "VOICE_OUTPUT_TOPIC",
     "check_topic",
     "context_topic",
+    "deeply_immutable",
     "split_key",
     "topic_key",
 ]

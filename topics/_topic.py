@@ -14,11 +14,12 @@ receivers that did not send it ignore it.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
 import msgspec
 
-from xrmq.schemas._validation import require, require_name
+from ._immutable import deeply_immutable
 
 T = TypeVar("T")
 
@@ -60,11 +61,13 @@ class Topic(Generic[T]):
     owns a reused encoder and decoder for its payload type.
     """
 
-    __slots__ = ("name", "message_type", "_decoder", "_key_prefix")
+    __slots__ = ("name", "message_type", "shared", "_decoder", "_key_prefix")
 
     def __init__(self, name: str, message_type: type[T]) -> None:
-        require(isinstance(name, str), "Topic", "name", "must be a non-empty string")
-        require_name(name, "Topic", "name")
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError("Topic.name: must be a non-empty string, not only whitespace")
+        if "\x00" in name:
+            raise ValueError("Topic.name: must not contain NUL characters")
         if not (isinstance(message_type, type) and issubclass(message_type, msgspec.Struct)):
             raise ValueError("Topic.message_type: must be a msgspec.Struct subclass")
         with _registry_lock:
@@ -76,6 +79,10 @@ class Topic(Generic[T]):
             )
         self.name = name
         self.message_type = message_type
+        self.shared = deeply_immutable(message_type)
+        """Whether one decoded message may be shared by every local subscriber: the type is
+        deeply immutable (``deeply_immutable``, decided once per type). Otherwise each
+        subscriber gets its own decode, so none can change another's message."""
         self._decoder = msgspec.msgpack.Decoder(message_type)
         self._key_prefix = name.encode() + SEP
 
@@ -89,14 +96,37 @@ class Topic(Generic[T]):
         """The ZeroMQ subscription prefix: the whole topic, or one participant's messages."""
         return self._key_prefix if participant_id is None else self.key(participant_id)
 
-    def encode(self, message: T) -> bytes:
-        """MessagePack bytes of ``message``; ``TypeError`` if it is not this topic's type."""
+    def encode(self, message: T | Mapping[str, Any]) -> bytes:
+        """MessagePack bytes of ``message``, this topic's type or a mapping (``validate``)."""
         if type(message) is not self.message_type:
-            raise TypeError(
-                f"topic {self.name!r} carries {self.message_type.__qualname__}, "
-                f"not {type(message).__qualname__}"
-            )
+            message = self.validate(message)
         return _encoder.encode(message)
+
+    def validate(self, message: T | Mapping[str, Any]) -> T:
+        """``message`` as this topic's type: an instance as it is, a mapping converted with
+        ``msgspec.convert`` (field names as on the wire; every field and constraint checked).
+
+        ``ValueError`` naming the topic and the field when a mapping does not fit (a
+        missing, mistyped or unknown field, a failed constraint); ``TypeError`` for
+        anything else.
+        """
+        if type(message) is self.message_type:
+            return message  # type: ignore[return-value]
+        if isinstance(message, Mapping):
+            carries = f"topic {self.name!r} carries {self.message_type.__qualname__}"
+            kind: Any = self.message_type  # a msgspec.Struct subclass (checked in __init__)
+            fields, tag_field = kind.__struct_encode_fields__, kind.__struct_config__.tag_field
+            unknown = [key for key in message if key not in fields and key != tag_field]
+            if unknown:  # a typo would otherwise drop a field silently (it has a default)
+                raise ValueError(f"{carries}: no field {unknown[0]!r}; its fields are {fields}")
+            try:
+                return msgspec.convert(message, self.message_type)
+            except msgspec.ValidationError as error:
+                raise ValueError(f"{carries}: {error}") from error
+        raise TypeError(
+            f"topic {self.name!r} carries {self.message_type.__qualname__}, "
+            f"not {type(message).__qualname__}"
+        )
 
     def decode(self, payload: bytes) -> T:
         """Decode and validate a payload; raises ``msgspec.ValidationError`` or ``DecodeError``."""

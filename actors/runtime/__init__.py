@@ -1,7 +1,7 @@
 """The actor runtime: bus addresses, broker, agents, mailboxes and AgentRuntime."""
 
 from .address import DEFAULT_BUS, BusAddress, parse_bus, runtime_dir
-from .agent import Agent, RuntimeContext, subscribe
+from .agent import GLOBAL, Agent, RuntimeContext, Scope, subscribe
 from .broker import Broker, BrokerError
 from .logs import configure_logging, get_logger
 from .loop import event_loop_name, run
@@ -10,6 +10,7 @@ from .sequence import Gap
 
 __all__ = [
     "DEFAULT_BUS",
+    "GLOBAL",
     "Agent",
     "AgentRuntime",
     "AskError",
@@ -19,6 +20,7 @@ __all__ = [
     "Gap",
     "RuntimeClosedError",
     "RuntimeContext",
+    "Scope",
     "configure_logging",
     "event_loop_name",
     "get_logger",

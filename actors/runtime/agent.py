@@ -8,14 +8,17 @@ the agent owns, started in ``on_start`` or from a handler and cancelled in ``on_
 
 from __future__ import annotations
 
+import enum
 import inspect
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Final, TypeVar
 
 import msgspec
 
 from xrmq.schemas import MessageMetadata
 from xrmq.topics import Topic
+
+from .annotations import EMPTY, admits, describe, message_annotation
 
 if TYPE_CHECKING:
     from .runtime import AgentRuntime
@@ -23,6 +26,7 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 _TOPICS_ATTR = "__xrmq_topics__"
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 
 def subscribe(topic: Topic) -> Callable[[F], F]:
@@ -40,35 +44,80 @@ def subscribe(topic: Topic) -> Callable[[F], F]:
     return decorate
 
 
-def subscriptions(agent_type: type) -> dict[Topic, str]:
-    """Map each topic an agent class subscribes to (``@subscribe``) onto its handler's name.
+def subscriptions(agent_type: type) -> dict[Topic, tuple[str, ...]]:
+    """Map each topic an agent class subscribes to (``@subscribe``) onto its handlers' names.
 
-    Raises ``TypeError`` for a handler that is not ``async def (self, message, ctx)`` or
-    for two handlers of one topic.
+    Two handlers of one class may subscribe to one topic: both are called, each with its
+    own delivery, in name order. Raises ``TypeError`` for a handler that is not
+    ``async def (self, message, ctx)``, whose message annotation does not admit its
+    topic's type, or that subscribes to one topic twice.
     """
-    found: dict[Topic, str] = {}
+    found: dict[Topic, tuple[str, ...]] = {}
     for name, member in inspect.getmembers(agent_type, inspect.isfunction):
         for topic in getattr(member, _TOPICS_ATTR, ()):
-            if topic in found:
-                raise TypeError(f"{agent_type.__qualname__}: topic {topic.name!r} has two handlers ({found[topic]}, {name})")
-            found[topic] = name
-    return check_handlers(agent_type, found)
+            names = found.get(topic, ())
+            if name in names:
+                raise TypeError(
+                    f"{agent_type.__qualname__}.{name}: subscribes to topic {topic.name!r} twice"
+                )
+            found[topic] = (*names, name)
+    check_handlers(agent_type, found)
+    return found
 
 
-def check_handlers(agent_type: type, handlers: Mapping[Topic, str]) -> dict[Topic, str]:
-    """Check that each named handler is an ``async def (self, message, ctx)`` method of ``agent_type``."""
-    for topic, name in handlers.items():
+def check_handlers(
+    agent_type: type, handlers: Mapping[Topic, str | Sequence[str]]
+) -> list[tuple[Topic, str]]:
+    """Check each named handler of ``agent_type``; the (topic, handler name) pairs, in order.
+
+    A topic maps to one handler name or a sequence of them. Each must be an
+    ``async def (self, message, ctx)`` method whose message annotation, if any, admits the
+    topic's type (``annotations.admits``); otherwise ``TypeError`` naming the handler, the
+    topic and both types.
+    """
+    pairs: list[tuple[Topic, str]] = []
+    owner = agent_type.__qualname__
+    for topic, chosen in handlers.items():
         if not isinstance(topic, Topic):
-            raise TypeError(f"{agent_type.__qualname__}: handlers keys must be Topics, got {topic!r}")
-        member = getattr(agent_type, name, None)
-        if member is None or not inspect.isfunction(member):
-            raise TypeError(f"{agent_type.__qualname__}.{name}: no such handler method")
-        if not inspect.iscoroutinefunction(member):
-            raise TypeError(f"{agent_type.__qualname__}.{name}: a subscriber must be 'async def'")
-        params = list(inspect.signature(member).parameters.values())
-        if len(params) != 3 or any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params):
-            raise TypeError(f"{agent_type.__qualname__}.{name}: a subscriber takes exactly (self, message, ctx)")
-    return dict(handlers)
+            raise TypeError(f"{owner}: handlers keys must be Topics, got {topic!r}")
+        names = (chosen,) if isinstance(chosen, str) else tuple(chosen)
+        if not names:
+            raise TypeError(f"{owner}: topic {topic.name!r} is mapped to no handler")
+        for name in names:
+            member = getattr(agent_type, name, None) if isinstance(name, str) else None
+            if member is None or not inspect.isfunction(member):
+                raise TypeError(f"{owner}.{name}: no such handler method")
+            if not inspect.iscoroutinefunction(member):
+                raise TypeError(f"{owner}.{name}: a subscriber must be 'async def'")
+            params = list(inspect.signature(member).parameters.values())
+            if len(params) != 3 or any(p.kind not in _POSITIONAL for p in params):
+                raise TypeError(f"{owner}.{name}: a subscriber takes exactly (self, message, ctx)")
+            annotation = message_annotation(member, agent_type)
+            if annotation is not EMPTY and not admits(annotation, topic.message_type):
+                raise TypeError(
+                    f"{owner}.{name}: its message is annotated {describe(annotation)}, but topic "
+                    f"{topic.name!r} carries {topic.message_type.__qualname__}"
+                )
+            pairs.append((topic, name))
+    return pairs
+
+
+class Scope(enum.Enum):
+    """The type of ``GLOBAL``."""
+
+    GLOBAL = "global"
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+GLOBAL: Final = Scope.GLOBAL
+"""``participant_id=GLOBAL``: publish to everyone, from a handler of one participant's message.
+
+In ``RuntimeContext.publish`` and ``ask``, None (the default) keeps the current message's
+participant, as upstream; GLOBAL is the explicit way out of it. ``AgentRuntime.publish``
+accepts it too (there, None is already global: no message is being handled).
+"""
 
 
 class Agent:
@@ -87,8 +136,8 @@ class Agent:
     async def on_stop(self) -> None:
         """Called when the runtime stops, before its sockets close; cancel owned tasks here."""
 
-    def handlers(self) -> Mapping[Topic, str]:
-        """The topics this actor handles, mapped to its handler methods' names.
+    def handlers(self) -> Mapping[Topic, str | Sequence[str]]:
+        """The topics this actor handles, each mapped to its handler method's name (or names).
 
         By default the ``@subscribe``-tagged methods of its class. An actor whose topics
         come from configuration (a renderer told its output topic, a context actor
@@ -121,31 +170,45 @@ class RuntimeContext(msgspec.Struct, eq=False):
     def participant_id(self) -> str | None:
         return self.metadata.participant_id
 
+    def _participant(self, participant_id: str | Scope | None) -> str | None:
+        if participant_id is None:
+            return self.metadata.participant_id
+        return None if isinstance(participant_id, Scope) else participant_id
+
     async def publish(
         self,
         topic: Topic,
         message: Any,
         *,
-        participant_id: str | None | type[Ellipsis] = ...,
+        participant_id: str | Scope | None = None,
         source: str | None = None,
     ) -> None:
-        """Publish ``message`` on ``topic`` as this agent, in reply to the current message."""
+        """Publish ``message`` on ``topic`` as this agent, in reply to the current message.
+
+        ``participant_id`` omitted or None keeps the current message's participant (as
+        upstream); ``GLOBAL`` publishes to everyone; a string names another participant.
+        ``message`` may be a mapping, converted into the topic's type (``Topic.validate``).
+        """
         self.runtime.send(
             topic,
             message,
-            participant_id=self.metadata.participant_id if participant_id is ... else participant_id,
-            source=source or self.agent_name,
+            participant_id=self._participant(participant_id),
+            source=self.agent_name if source is None else source,
             correlation_id=self.metadata.correlation_id or self.metadata.message_id,
             parent_message_id=self.metadata.message_id,
         )
 
-    async def ask(self, topic: Topic, message: Any, *, reply_type: Any = Any, participant_id: Any = ..., timeout: float = 5.0) -> Any:
-        """Ask another actor, as this agent, within the current message's correlation."""
+    async def ask(self, topic: Topic, message: Any, *, reply_type: Any = Any,
+                  participant_id: str | Scope | None = None, timeout: float = 5.0) -> Any:
+        """Ask another actor, as this agent, within the current message's correlation.
+
+        ``participant_id`` as for ``publish``: None keeps the current participant.
+        """
         return await self.runtime.ask(
             topic,
             message,
             reply_type=reply_type,
-            participant_id=self.metadata.participant_id if participant_id is ... else participant_id,
+            participant_id=self._participant(participant_id),
             source=self.agent_name,
             timeout=timeout,
             correlation_id=self.metadata.correlation_id or self.metadata.message_id,

@@ -22,19 +22,19 @@ import time
 import uuid
 import zlib
 from collections import deque
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar, cast
 
 import msgspec
 import zmq
 
 from xrmq.schemas import MessageMetadata, RuntimeMetrics
-from xrmq.schemas._validation import check_name, check_positive
+from xrmq.schemas._validation import check_name, check_positive, is_name
 from xrmq.topics import METRICS_TOPIC, SEP, Topic, topic_key
 
 from ._compat import INLINE_START, frame_send
 from .address import BusAddress, parse_bus
-from .agent import Agent, check_handlers, subscriptions
+from .agent import GLOBAL, Agent, Scope, check_handlers, subscriptions
 from .broker import DEFAULT_HWM, Broker, shared_context
 from .deadlines import AskDeadlines
 from .logs import get_logger
@@ -148,6 +148,10 @@ class AgentRuntime:
         self._agents: dict[str, Mailbox] = {}
         self._keyed: dict[str, _KeyedKind] = {}
         self._routes: dict[bytes, list[_Route]] = {}
+        """Routes by topic name, where every delivery may share one decoded message."""
+        self._private_routes: dict[bytes, list[_Route]] = {}
+        """Routes of topics whose type is not deeply immutable and that reach more than one
+        delivery here: each delivery gets its own decode (``_dispatch_private``)."""
         self._subscriptions: set[bytes] = set()
         self._broker: Broker | None = None
         self._pub: zmq.Socket | None = None
@@ -191,12 +195,15 @@ class AgentRuntime:
         self._check_registrable(name)
         if not isinstance(agent, Agent):
             raise TypeError(f"register: {name!r} must be an Agent, got {type(agent).__qualname__}")
+        if participant_id is not None and not is_name(participant_id):
+            raise ValueError("register: participant_id must be a non-empty string without NUL, "
+                             "not only whitespace")
         handlers = check_handlers(type(agent), agent.handlers())
         mailbox = Mailbox(self, agent, name, mailbox_capacity or self.mailbox_capacity)
         agent.name, agent.runtime = name, self
         self._agents[name] = mailbox
         pid = participant_id.encode() if participant_id is not None else None
-        for topic, handler_name in handlers.items():
+        for topic, handler_name in handlers:
             self._add_route(_Route(topic, handler_name, mailbox=mailbox, participant=pid),
                             topic.subscription(participant_id))
             if participant_id is not None:
@@ -205,7 +212,7 @@ class AgentRuntime:
 
     def register_keyed(self, kind: str, agent_type: type[Agent], *, factory: Callable[[str], Agent] | None = None,
                        shard: int = 0, shards: int = 1, mailbox_capacity: int | None = None,
-                       handlers: Mapping[Topic, str] | None = None) -> None:
+                       handlers: Mapping[Topic, str | Sequence[str]] | None = None) -> None:
         """Host a keyed kind: one ``agent_type`` instance per participant, spawned on first message.
 
         Several processes can host one kind; each owns the keys whose ``shard_of`` is its
@@ -221,19 +228,30 @@ class AgentRuntime:
             raise ValueError(f"register_keyed: shard must be in [0, {shards}), got {shard}")
         keyed = _KeyedKind(kind, factory or agent_type, shard, shards, mailbox_capacity or self.mailbox_capacity)
         self._keyed[kind] = keyed
-        chosen = subscriptions(agent_type) if handlers is None else check_handlers(agent_type, handlers)
-        for topic, handler_name in chosen.items():
+        if handlers is None:
+            handlers = subscriptions(agent_type)
+        chosen = check_handlers(agent_type, handlers)
+        for topic, handler_name in chosen:
             self._add_route(_Route(topic, handler_name, keyed=keyed), topic.subscription())
 
     def _check_registrable(self, name: str) -> None:
         if self._running or self._closed:
             raise RuntimeError("register: only before start()")
-        check_name(name, "register.name")
+        if not is_name(name):
+            raise ValueError("register: name must be a non-empty string without NUL, "
+                             "not only whitespace")
         if name in self._agents or name in self._keyed:
             raise ValueError(f"register: name {name!r} is already registered")
 
     def _add_route(self, route: _Route, subscription: bytes) -> None:
-        self._routes.setdefault(route.topic.name.encode(), []).append(route)
+        """Add a route to the table its topic belongs in: shared, unless the type is not
+        deeply immutable and the topic reaches more than one delivery (two routes, or a
+        keyed kind, whose global messages reach every live instance)."""
+        name = route.topic.name.encode()
+        routes = self._routes.pop(name, None) or self._private_routes.pop(name, None) or []
+        routes.append(route)
+        private = not route.topic.shared and (len(routes) > 1 or any(r.keyed for r in routes))
+        (self._private_routes if private else self._routes)[name] = routes
         self._subscriptions.add(subscription)
 
     def agent(self, name: str) -> Agent:
@@ -386,12 +404,15 @@ class AgentRuntime:
 
     # ------------------------------------------------------------------ publishing
 
-    async def publish(self, topic: Topic, message: Any, *, participant_id: str | None = None,
-                      source: str = APPLICATION) -> None:
-        """Publish ``message`` on ``topic`` for ``participant_id`` (None: global).
+    async def publish(self, topic: Topic, message: Any, *,
+                      participant_id: str | Scope | None = None, source: str = APPLICATION) -> None:
+        """Publish ``message`` on ``topic`` for ``participant_id`` (None or ``GLOBAL``: global).
 
+        ``message`` is the topic's type or a mapping converted into it (``Topic.validate``).
         Returns once the message is handed to the bus; delivery is asynchronous.
         """
+        if participant_id is GLOBAL:
+            participant_id = None
         self.send(topic, message, participant_id=participant_id, source=source)
 
     def send(self, topic: Topic, message: Any, *, participant_id: str | None = None, source: str = APPLICATION,
@@ -403,14 +424,19 @@ class AgentRuntime:
         """
         if not self._running:
             raise RuntimeClosedError(f"publish: runtime {self.name!r} is not running")
+        if not source or source.isspace():
+            raise ValueError(f"source: must be a non-empty name, not {source!r}")
         stream = self._streams.get((topic.name, participant_id)) or self._open_stream(topic.name, participant_id)
         return self._send_frames(stream, topic.encode(message), participant_id, source,
                                  correlation_id, parent_message_id, reply_to, None)
 
     def _open_stream(self, name: str, participant_id: str | None) -> list[Any]:
         """The sequence of messages this runtime sends under one wire key, numbered from 1."""
-        if participant_id is not None:
-            check_name(participant_id, "participant_id")
+        if participant_id is GLOBAL:
+            raise ValueError("participant_id: send() takes None for a global message, not GLOBAL")
+        if participant_id is not None and not is_name(participant_id):
+            raise ValueError(f"participant_id: must be None or a non-empty string without NUL, "
+                             f"not only whitespace; got {participant_id!r}")
         stream = self._streams[name, participant_id] = [topic_key(name, participant_id), 0]
         return stream
 
@@ -431,7 +457,8 @@ class AgentRuntime:
         self._counters["published"] += 1
         return message_id
 
-    async def ask(self, topic: Topic, message: Any, *, reply_type: Any = Any, participant_id: str | None = None,
+    async def ask(self, topic: Topic, message: Any, *, reply_type: Any = Any,
+                  participant_id: str | Scope | None = None,
                   source: str = APPLICATION, timeout: float = 5.0, correlation_id: str | None = None) -> Any:
         """Send ``message`` to the actor(s) handling ``topic`` and await the first reply.
 
@@ -441,6 +468,10 @@ class AgentRuntime:
         """
         if not self._running or self._closed:
             raise RuntimeClosedError(f"ask: runtime {self.name!r} is not running")
+        if not source or source.isspace():
+            raise ValueError(f"source: must be a non-empty name, not {source!r}")
+        if participant_id is GLOBAL:
+            participant_id = None
         future: asyncio.Future[tuple[bytes, MessageMetadata]] = self._loop.create_future()
         stream = self._streams.get((topic.name, participant_id)) or self._open_stream(topic.name, participant_id)
         message_id = self._send_frames(stream, topic.encode(message), participant_id, source, correlation_id, None,
@@ -601,6 +632,9 @@ class AgentRuntime:
             return
         routes = self._routes.get(name)
         if not routes:
+            routes = self._private_routes.get(name)
+            if routes:
+                return self._dispatch_private(key, pid, routes, metadata, payload, first)
             return
         try:
             message = routes[0].topic.decode(payload)
@@ -617,6 +651,37 @@ class AgentRuntime:
                 for mailbox in self._keyed_targets(route.keyed, metadata.participant_id):
                     self._offer(mailbox, (getattr(mailbox.agent, route.handler_name), message, metadata, route.topic),
                                 start)
+        return metadata.reply_to is not None and not start
+
+    def _dispatch_private(self, key: bytes, pid: bytes, routes: list[_Route],
+                          metadata: MessageMetadata, payload: zmq.Frame,
+                          first: bool) -> bool | None:
+        """``_dispatch``'s delivery for a topic whose type is not deeply immutable: the first
+        delivery takes the message decoded to validate it, every further one decodes its own,
+        so no subscriber can change what another receives. (Shared topics never come here:
+        their path is the one above, with no per-route cost.)"""
+        topic = routes[0].topic
+        try:
+            message = topic.decode(payload)
+        except (msgspec.DecodeError, msgspec.ValidationError) as error:
+            self._reject(f"payload: {error}", key, metadata.sender, topic=topic.name)
+            return None
+        start = first and metadata.reply_to is not None
+        fresh = False
+        for route in routes:
+            if route.participant is not None and pid and route.participant != pid:
+                continue
+            if route.mailbox is not None:
+                targets = [(route.mailbox, route.handler)]
+            else:  # a route has a mailbox or a keyed kind
+                keyed = cast(_KeyedKind, route.keyed)
+                targets = [(mailbox, getattr(mailbox.agent, route.handler_name))
+                           for mailbox in self._keyed_targets(keyed, metadata.participant_id)]
+            for mailbox, handler in targets:
+                if fresh:
+                    message = topic.decode(payload)
+                fresh = True
+                self._offer(mailbox, (handler, message, metadata, route.topic), start)
         return metadata.reply_to is not None and not start
 
     def _keyed_targets(self, keyed: _KeyedKind, key: str | None) -> list[Mailbox]:
