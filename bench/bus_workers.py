@@ -36,6 +36,7 @@ import zmq
 
 from xrmq.actors.runtime import Agent, AgentRuntime, run, subscribe
 from xrmq.actors.runtime._compat import frame_send
+from xrmq.actors.runtime.agent import Handlers
 from xrmq.schemas import MessageMetadata, ResponseOutput, UserQuery
 from xrmq.topics import Topic
 
@@ -141,8 +142,8 @@ class FanoutCounter(Agent):
     def __init__(self, topic: Topic, batches: Batches, full: asyncio.Event) -> None:
         self.topic, self.batches, self.full = topic, batches, full
 
-    def handlers(self) -> dict[Topic, str]:
-        return {self.topic: "on_fragment"}
+    def handlers(self) -> Handlers:
+        return {self.topic: self.on_fragment}
 
     async def on_fragment(self, message: ResponseOutput | MutableOutput, ctx) -> None:
         if self.batches.arrived():

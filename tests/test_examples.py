@@ -39,7 +39,7 @@ class ContextRecorder(Agent):
     """Records every update of the given context topics as (topic, participant, source, text)."""
 
     def __init__(self, *topics: str) -> None:
-        self._handlers = {context_topic(name): "on_update" for name in topics}
+        self._handlers = {context_topic(name): self.on_update for name in topics}
         self.updates: list[tuple[str, str | None, str, str]] = []
         self.changed = asyncio.Event()
 

@@ -30,6 +30,7 @@ from uuid import uuid4
 from xrmq.actors.clock import now_us
 from xrmq.actors.models import LLMService
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeClosedError, RuntimeContext, get_logger
+from xrmq.actors.runtime.agent import Handlers
 from xrmq.schemas import CompactionPrompts, ContextBlock, ConversationContextUpdate
 from xrmq.schemas._validation import check_name
 from xrmq.topics import Topic
@@ -42,8 +43,8 @@ from .config import (
 from .engine import exchange_identity, history_tail
 from .messages import (
     CancelJobs,
-    ClearSection,
     Cleared,
+    ClearSection,
     ExchangeRecord,
     ForgetParticipant,
     RecordExchanges,
@@ -95,10 +96,10 @@ class ContextSubscriber(Agent):
             self._manager._attach(runtime, self.name or self._manager.plan.namespace)
         self._runtime = runtime
 
-    def handlers(self) -> dict[Topic, str]:
+    def handlers(self) -> Handlers:
         """The section views every replica follows, and this manager's own forget barrier."""
         topics = self._manager.plan.topics
-        return {topics.view: "on_view", topics.replica(self._manager.id): "on_forget"}
+        return {topics.view: self.on_view, topics.replica(self._manager.id): self.on_forget}
 
     async def on_view(self, message: SectionView, ctx: RuntimeContext) -> None:
         if ctx.participant_id is not None:

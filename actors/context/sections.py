@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from uuid import uuid4
 
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, get_logger
+from xrmq.actors.runtime.agent import Handler, Handlers
 from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import Topic
 
@@ -35,8 +36,8 @@ from .compaction import CompactionRequest, CompactionResult, JobRef
 from .engine import ApplyStatus, Section, SectionState
 from .messages import (
     CancelJobs,
-    ClearSection,
     Cleared,
+    ClearSection,
     CompactionDone,
     CompactionJob,
     JobAt,
@@ -304,10 +305,10 @@ class TopicSectionActor(Agent):
         self.host = SectionHost(self, section, plan, plan.topics.topic_result(section.spec.name))
         self.closed = False
         t, topic = plan.topics, section.spec.name
-        self._handlers = {t.updates(topic): "on_update", t.topic_write(topic): "on_write",
-                          t.topic_result(topic): "on_result", t.topic_clear(topic): "on_clear"}
+        self._handlers: dict[Topic, Handler] = {t.updates(topic): self.on_update, t.topic_write(topic): self.on_write,
+                          t.topic_result(topic): self.on_result, t.topic_clear(topic): self.on_clear}
 
-    def handlers(self) -> dict[Topic, str]:
+    def handlers(self) -> Handlers:
         """Its topic (sensor updates), plus the manager's writes, compaction results and clears for it."""
         return self._handlers
 
@@ -376,7 +377,9 @@ def register_sections(runtime: AgentRuntime, plan: ContextPlan, *, name: str = "
     runtime.register_keyed(
         kind, DialogueSectionActor, factory=lambda key: DialogueSectionActor(key, plan, kind),
         shard=shard, shards=shards,
-        handlers={t.dialogue_write: "on_write", t.dialogue_result: "on_result", t.dialogue_clear: "on_clear"},
+        handlers={t.dialogue_write: DialogueSectionActor.on_write,
+                  t.dialogue_result: DialogueSectionActor.on_result,
+                  t.dialogue_clear: DialogueSectionActor.on_clear},
     )
     for section in plan.config.topics:
         if section.spec.name in chosen:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from xrmq.actors.models import ChatMessage, ChatOptions, LLMService
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, get_logger
+from xrmq.actors.runtime.agent import Handlers
 from xrmq.schemas._validation import check_positive
 from xrmq.topics import Topic
 
@@ -58,11 +59,11 @@ class CompactionWorker(Agent):
         self._reply_topics: dict[str, Topic[CompactionDone]] = {}
         self._stopping = False
 
-    def handlers(self) -> dict[Topic, str]:
+    def handlers(self) -> Handlers:
         """Its own job and cancel topics: each worker is a mailbox of its own."""
         return {
-            self._topics.worker_jobs(self.index): "on_job",
-            self._topics.worker_cancel(self.index): "on_cancel",
+            self._topics.worker_jobs(self.index): self.on_job,
+            self._topics.worker_cancel(self.index): self.on_cancel,
         }
 
     @property

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext
+from xrmq.actors.runtime.agent import Handlers
 from xrmq.schemas import ResponseOutput, UserQuery
 from xrmq.topics import QUERY_TOPIC, ROUTER_SOURCE, VOICE_OUTPUT_TOPIC, Topic
 
@@ -76,8 +77,8 @@ class ReplyCollector(Agent):
         self.on_fragment = on_fragment
         self.turns: dict[str, Turn] = {}
 
-    def handlers(self) -> dict[Topic, str]:
-        return {self.output_topic: "on_output"}
+    def handlers(self) -> Handlers:
+        return {self.output_topic: self.on_output}
 
     def expect(self, turn: Turn) -> Turn:
         self.turns[turn.request_id] = turn

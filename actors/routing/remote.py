@@ -49,12 +49,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from xrmq.actors.runtime import Agent, RuntimeClosedError, RuntimeContext, get_logger
+from xrmq.actors.runtime.agent import Handlers
 from xrmq.schemas import Admission, AgentTurn, DestinationResult, RoutingAid
 from xrmq.schemas._validation import check_name
 from xrmq.schemas.routing import RouteAdmit, RouteAnswer, RouteEvent, RouteRequest, RouteSignal
 from xrmq.topics import Topic
 
-from .agent import RoutableAgent, RoutingTurnContext, Started, check_routable, current_turn_context, routed_turn, routing_aid_of
+from .agent import (
+    RoutableAgent,
+    RoutingTurnContext,
+    Started,
+    check_routable,
+    current_turn_context,
+    routed_turn,
+    routing_aid_of,
+)
 
 
 class RemoteAnswerError(RuntimeError):
@@ -109,8 +118,8 @@ class RemoteAgent(Agent):
         self._calls: dict[str, asyncio.Queue[RouteEvent]] = {}
         self._log = get_logger(actor=f"remote.{name}")
 
-    def handlers(self) -> dict[Topic, str]:
-        return {self.events: "_on_event"}
+    def handlers(self) -> Handlers:
+        return {self.events: self._on_event}
 
     async def routing_aid(self, participant_id: str) -> RoutingAid:
         return await self._ask(self.topics.aid, RouteRequest(), participant_id, RoutingAid)
@@ -222,10 +231,10 @@ class DestinationServer(Agent):
         self._calls: dict[str, _Call] = {}
         self._log = get_logger(actor=f"serve.{name}")
 
-    def handlers(self) -> dict[Topic, str]:
+    def handlers(self) -> Handlers:
         topics = self.topics
-        return {topics.aid: "_on_aid", topics.admit: "_on_admit", topics.release: "_on_release",
-                topics.left: "_on_left", topics.answer: "_on_answer", topics.signal: "_on_signal"}
+        return {topics.aid: self._on_aid, topics.admit: self._on_admit, topics.release: self._on_release,
+                topics.left: self._on_left, topics.answer: self._on_answer, topics.signal: self._on_signal}
 
     async def on_stop(self) -> None:
         tasks = [call.task for call in self._calls.values() if call.task is not None]

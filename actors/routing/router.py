@@ -49,6 +49,7 @@ from typing import Any, TypeVar
 
 from xrmq.actors.interaction import ResponseOutputs
 from xrmq.actors.runtime import Agent, RuntimeClosedError, RuntimeContext, get_logger
+from xrmq.actors.runtime.agent import Handler, Handlers
 from xrmq.schemas import (
     Admission,
     AgentTurn,
@@ -183,15 +184,15 @@ class AgentRouter(Agent):
         self._lanes: dict[str, _Lane] = {}
         self._stopped = False
         self._log = get_logger(actor="router")
-        self._handlers: dict[Topic, str] = {}
+        self._handlers: dict[Topic, Handler] = {}
         if query_topic is not None:
-            self._handlers[query_topic] = "_on_query"
+            self._handlers[query_topic] = self._on_query
             if interrupted_topic is not None:
-                self._handlers[interrupted_topic] = "_on_interrupted"
+                self._handlers[interrupted_topic] = self._on_interrupted
             for topic in participant_topics or ():
-                self._handlers[topic] = "_on_joined" if topic.message_type is ParticipantJoined else "_on_left"
+                self._handlers[topic] = self._on_joined if topic.message_type is ParticipantJoined else self._on_left
 
-    def handlers(self) -> dict[Topic, str]:
+    def handlers(self) -> Handlers:
         """With ``query_topic``: the query, interrupted and participant topics."""
         return self._handlers
 

@@ -22,7 +22,7 @@ import time
 import uuid
 import zlib
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 import msgspec
@@ -34,7 +34,7 @@ from xrmq.topics import METRICS_TOPIC, SEP, Topic, topic_key
 
 from ._compat import INLINE_START, frame_send
 from .address import BusAddress, parse_bus
-from .agent import GLOBAL, Agent, Scope, check_handlers, subscriptions
+from .agent import GLOBAL, Agent, Handlers, Scope, check_handlers, subscriptions
 from .broker import DEFAULT_HWM, Broker, shared_context
 from .deadlines import AskDeadlines
 from .logs import get_logger
@@ -212,14 +212,15 @@ class AgentRuntime:
 
     def register_keyed(self, kind: str, agent_type: type[Agent], *, factory: Callable[[str], Agent] | None = None,
                        shard: int = 0, shards: int = 1, mailbox_capacity: int | None = None,
-                       handlers: Mapping[Topic, str | Sequence[str]] | None = None) -> None:
+                       handlers: Handlers | None = None) -> None:
         """Host a keyed kind: one ``agent_type`` instance per participant, spawned on first message.
 
         Several processes can host one kind; each owns the keys whose ``shard_of`` is its
         ``shard`` (of ``shards``). A global message (no participant) goes to every live
         instance in this runtime. ``factory(key)`` builds an instance (default
-        ``agent_type(key)``). ``handlers`` maps topics to handler method names when
-        they come from configuration (default: the class's ``@subscribe`` methods).
+        ``agent_type(key)``). ``handlers`` maps topics to the class's handler functions
+        (``{topic: Kind.on_write}``) when they come from configuration (default: the
+        class's ``@subscribe`` methods).
         """
         self._check_registrable(kind)
         if not (isinstance(agent_type, type) and issubclass(agent_type, Agent)):
