@@ -14,6 +14,7 @@ import sys
 _COMMAND_MODULES = (
     "xrmq.actors.runtime.commands",
     "xrmq.actors.edge.commands",
+    "xrmq.actors.edge.context_commands",
     "xrmq.actors.voice.commands",
     "xrmq.actors.eval.cli",
 )

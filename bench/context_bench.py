@@ -11,6 +11,10 @@
 - Update throughput of one topic actor fed by a sensor in another process through a
   broker process: updates applied per second, from the sensor's first publish to the
   view of its last update in the manager's replica.
+- The journal (issue 15): its bytes per participant at full budgets, its growth over
+  the 10,000-exchange session (checkpointed, so the figure is the database itself),
+  and the recovery of a context process with 50 participants at full budgets: from
+  spawning the process to its runtime being ready with every section restored.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import os
 import shutil
 import statistics
@@ -126,6 +131,100 @@ async def bench_long_session(exchanges: int, every: int) -> list[tuple[int, int,
         tracemalloc.stop()
         await context.close()
     return samples
+
+
+async def bench_journal_full(participants: int, directory: str) -> float:
+    """Journal bytes per participant at full budgets (checkpointed database file)."""
+    llm = ScriptedLLM(default=ScriptedResponse(hang=True))
+    runtime = AgentRuntime()
+    context = ContextManager(llm, store=tempfile.mktemp(".sqlite3", "full-", directory), **TOPICS)
+    runtime.register("context", context.subscriber())
+    async with runtime:
+        await fill(context, "warmup")
+        context.store.checkpoint()
+        before = context.store.size_bytes()
+        for i in range(participants):
+            await fill(context, f"p{i}")
+        context.store.checkpoint()
+        after = context.store.size_bytes()
+        await context.close()
+    return (after - before) / participants
+
+
+async def bench_journal_session(exchanges: int, every: int,
+                                directory: str) -> list[tuple[int, int]]:
+    """(exchanges, journal bytes) of one participant's session, every ``every`` exchanges."""
+    llm = OfflineLLM(time_to_first_token_s=0, tokens_per_second=0)
+    runtime = AgentRuntime()
+    context = ContextManager(llm, store=tempfile.mktemp(".sqlite3", "session-", directory), **TOPICS)
+    runtime.register("context", context.subscriber())
+    samples = []
+    async with runtime:
+        for i in range(exchanges):
+            context.record_exchange("p1", f"question {i} about bay {i % 7}", f"answer {i}: " + "a" * 120,
+                                    timestamp_us=T0 + i * 1_000_000, exchange_id=f"turn-{i}")
+            if (i + 1) % 20 == 0:
+                await settle(runtime, context, "p1")
+            if (i + 1) % every == 0:
+                await context.synced()
+                context.store.checkpoint()
+                samples.append((i + 1, context.store.size_bytes()))
+        await context.close()
+    return samples
+
+
+RECOVER = """
+import asyncio, json, sys, time
+from xrmq.actors.context import context_plan, register_sections
+from xrmq.actors.context.store import open_store
+from xrmq.actors.runtime import AgentRuntime
+path, plan = sys.argv[1], context_plan(**json.loads(sys.argv[2]))
+async def main():
+    start = time.perf_counter()
+    runtime = AgentRuntime(name="bench-recovery")
+    register_sections(runtime, plan, store=open_store(path))
+    await runtime.start()
+    ready = time.perf_counter() - start
+    dialogues = len(runtime.keyed_instances("context.dialogue"))
+    print("ready " + json.dumps({"open_to_ready_s": ready, "dialogues": dialogues}), flush=True)
+    await runtime.stop()
+asyncio.run(main())
+"""
+
+
+async def bench_recovery(participants: int, directory: str) -> dict:
+    """A context process restoring ``participants`` at full budgets: seconds from spawn to
+    ready (and from opening the journal to ready, without the interpreter's start)."""
+    path = tempfile.mktemp(".sqlite3", "recovery-", directory)  # a fresh journal per call
+    llm = ScriptedLLM(default=ScriptedResponse(hang=True))
+    runtime = AgentRuntime()
+    context = ContextManager(llm, store=path, **TOPICS)
+    runtime.register("context", context.subscriber())
+    async with runtime:
+        for i in range(participants):
+            await fill(context, f"p{i}")
+        expected = {f"p{i}": context.blocks(f"p{i}") for i in range(participants)}
+    assert all(expected.values())
+    empty = await _recover(tempfile.mktemp(".sqlite3", "empty-", directory))  # nothing to restore
+    full = await _recover(path)
+    if full["dialogues"] != participants:
+        raise RuntimeError(f"recovery restored {full['dialogues']} of {participants} dialogues")
+    return {**full, "empty_spawn_to_ready_s": empty["spawn_to_ready_s"],
+            "empty_open_to_ready_s": empty["open_to_ready_s"],
+            "journal_bytes": os.path.getsize(path)}
+
+
+async def _recover(path: str) -> dict:
+    plan = json.dumps({name: list(value) for name, value in TOPICS.items()})
+    spawned = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-c", RECOVER, path, plan], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = await asyncio.to_thread(_line, proc, "ready")
+        wall = time.perf_counter() - spawned
+    finally:
+        proc.wait(timeout=30)
+    return {"spawn_to_ready_s": wall, **json.loads(line.split(" ", 1)[1])}
 
 
 async def settle(runtime: AgentRuntime, context: ContextManager, participant: str) -> None:

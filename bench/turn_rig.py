@@ -26,11 +26,14 @@ ROLES = ("sections", "workers", "conversation", "router", "client")
 @dataclass(frozen=True)
 class Config:
     """What every process of one deployment agrees on: the ``context_plan`` keyword
-    arguments and the (time to first token s, tokens per second) of each model."""
+    arguments, the (time to first token s, tokens per second) of each model and the
+    sections' journal."""
 
     plan: dict[str, Any] = field(default_factory=lambda: {"incremental_context_topics": [TOPIC]})
     answer_model: tuple[float, float] = (0.0, 0.0)
     compaction_model: tuple[float, float] = (0.0, 0.0)
+    journal: str | None = None
+    """The sections process's journal (a SQLite file), or None: memory only."""
 
 
 class Deployment:
@@ -43,19 +46,31 @@ class Deployment:
         self.workers: dict[str, Worker] = {}
 
     def __enter__(self) -> "Deployment":
+        self.launch()
+        self.wait_ready()
+        return self
+
+    def launch(self) -> None:
+        """Start every process without waiting for them (several deployments start at once)."""
         try:
             self.bus, self.workers["broker"] = self._stack.enter_context(broker())
             roles = (*ROLES, "sensor") if self._sensor else ROLES
             for role in roles:
                 self._start(role, self.config)
             self._start_raw()
+        except BaseException:
+            self._stack.close()
+            raise
+
+    def wait_ready(self) -> None:
+        """Wait until every process of ``launch`` is ready."""
+        try:
             for worker in self.workers.values():
                 if worker.name != "broker":
                     worker.expect("ready")
         except BaseException:
             self._stack.close()
             raise
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self._stack.close()

@@ -4,7 +4,8 @@
 ``turn_rig.Config`` (the context plan's keyword arguments and the two models' delays),
 the same for every process of one deployment. Roles, built from the public APIs only:
 
-- ``sections``: the context section actors (``register_sections``).
+- ``sections``: the context section actors (``register_sections``), journaling to the
+  config's ``journal`` when it names one.
 - ``workers``: the compaction workers (``register_workers``) on the compaction model,
   and a tally of the ``CompactionDone`` results on the bus; ``stats`` prints
   ``{"compactions", "failed", "busy"}`` (results seen; jobs queued or running here).
@@ -42,6 +43,7 @@ from collections.abc import Awaitable, Callable
 
 from xrmq.actors.context import ContextManager, context_plan, register_sections, register_workers
 from xrmq.actors.context.messages import CompactionDone
+from xrmq.actors.context.store import open_store
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import OfflineLLM
 from xrmq.actors.routing import AgentRouter, SingleDestination, remote, serve
@@ -94,7 +96,9 @@ async def serve_commands(runtime: AgentRuntime, commands: dict[str, Callable[...
 
 async def sections(bus: str, config: dict) -> None:
     runtime = AgentRuntime(bus, name="bench-sections")
-    register_sections(runtime, context_plan(**config["plan"]))
+    journal = config.get("journal")
+    store = open_store(journal) if journal else None
+    register_sections(runtime, context_plan(**config["plan"]), store=store)
     await serve_commands(runtime, {})
 
 

@@ -7,7 +7,7 @@ process without copies) and validates its rules on construction and on decode, r
 
 from .context import CompactionPrompts, ContextBlock, ConversationContextUpdate
 from .envelope import MessageMetadata
-from .metrics import RuntimeMetrics
+from .metrics import ProcessState, RuntimeMetrics, SupervisorReport
 from .interaction import Interrupted, ParticipantJoined, ParticipantLeft, ResponseOutput, UserQuery
 from .routing import Admission, AgentExchange, AgentTurn, DestinationResult, RoutingAid
 
@@ -23,8 +23,10 @@ __all__ = [
     "MessageMetadata",
     "ParticipantJoined",
     "ParticipantLeft",
+    "ProcessState",
     "ResponseOutput",
     "RoutingAid",
     "RuntimeMetrics",
+    "SupervisorReport",
     "UserQuery",
 ]

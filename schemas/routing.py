@@ -124,6 +124,14 @@ class RouteAnswer(msgspec.Struct, frozen=True):
         require_name(self.events, "RouteAnswer", "events")
 
 
+class RouteAccepted(msgspec.Struct, frozen=True):
+    """A destination's reply to ``RouteAnswer``: the runtime (and its incarnation) running
+    the call, so the proxy can tell from that runtime's heartbeat when it dies."""
+
+    runtime: str
+    epoch: int
+
+
 RouteSignalKind = Literal["proceed", "cancel"]
 
 

@@ -11,10 +11,18 @@ the asyncio support the suite needs (pytest-timeout bounds every test).
 from __future__ import annotations
 
 import inspect
+import os
 
 import pytest
 
 from xrmq.actors.runtime import event_loop_name, run
+
+
+@pytest.fixture(autouse=True, scope="session")
+def private_state_home(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Context journals of edge stacks started without a ``state_dir`` (their default is
+    under ``$XDG_STATE_HOME``) go to the session's temporary directory, never the home."""
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state-home"))
 
 
 @pytest.fixture(autouse=True)

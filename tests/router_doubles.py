@@ -144,3 +144,27 @@ class FakeContext:
     async def clear(self, participant_id: str) -> None:
         self.log.append(("clear", participant_id))
         self.exchanges.pop(participant_id, None)
+
+
+class Finishing:
+    """A destination whose answer ends when ``finish`` is set (a long answer in flight)."""
+
+    def __init__(self) -> None:
+        self.answering = asyncio.Event()
+        self.finish = asyncio.Event()
+
+    def routing_aid(self, participant_id: str) -> RoutingAid:
+        return RoutingAid("finishing")
+
+    async def admit(self, turn: AgentTurn, *, focused: bool) -> Admission:
+        return Admission("accept")
+
+    async def answer(self, turn: AgentTurn, *, started) -> DestinationResult:
+        await started()
+        self.answering.set()
+        await self.finish.wait()
+        return DestinationResult(response="all of it")
+
+    async def release(self, participant_id: str) -> None: ...
+
+    async def participant_left(self, participant_id: str) -> None: ...

@@ -40,5 +40,6 @@ def test_quick_run_writes_results_for_every_suite(tmp_path: Path) -> None:
         assert ("ask round trip p50, cross-process (shared cores)", subject) in subjects
     assert all(row["extra"]["lost"] == 0 for row in bus["rows"] if row["group"].startswith("one-way throughput, cross"))
     storm = next(suite["result"] for suite in results["suites"] if suite["name"] == "storm")
-    assert [bar["name"] for bar in storm["bars"]] == ["storm p99 / idle p99"]
+    assert [bar["name"] for bar in storm["bars"]] == ["storm p99 / idle p99",
+                                                      "storm p99 journal on / off"]
     assert "### bus" in run.stdout

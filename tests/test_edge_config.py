@@ -112,6 +112,16 @@ max_crashes = 2
     ("[context.prompts]\ndialogue = ' '", "edge.toml: context.prompts.dialogue: must be non-empty text"),
     ('[processes.a]\nroles = ["x"]\nnice = 20',
      "edge.toml: processes.a.nice: must be in [0, 19] (a process may lower its priority, not raise it)"),
+    # liveness, stuck actors, dead destinations, give-up policy
+    ("[supervisor]\nliveness_timeout_s = 1.5",
+     "edge.toml: supervisor.liveness_timeout_s: must be >= 2 x supervisor.metrics_interval_s"
+     " (two missed heartbeats), got 1.5"),
+    ("[supervisor]\nstuck_after_s = 0", "edge.toml: supervisor.stuck_after_s: must be > 0"),
+    ("[router]\ndestination_dead_after_s = 1",
+     "edge.toml: router.destination_dead_after_s: must be > supervisor.metrics_interval_s"
+     " (the heartbeat, 1s)"),
+    ('[processes.a]\nroles = ["x"]\non_give_up = "retry"',
+     "edge.toml: processes.a.on_give_up: must be 'stay_down' or 'stop_box', got 'retry'"),
 ])
 def test_each_broken_rule_names_file_key_and_rule(tmp_path, text, message):
     # The default destination is kept so that only the rule under test is broken.

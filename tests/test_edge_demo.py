@@ -42,6 +42,14 @@ def test_demo_runs_the_session_and_exits_0_leaving_nothing_behind(tmp_path):
     assert SENSOR_FACT in sensor_answer and sensor_answer.lstrip().startswith("[alice]")
     asked = lines.index("  [alice] > Where did I leave the spare key?")
     assert FOLLOW_UP_FACT in lines[asked + 1] and "conversation +" in lines[asked + 1]
+    killed = lines.index("  kill -9 context")  # mid-session, before follow-ups that need context
+    assert killed < lines.index("  [bob] > What is my badge number?") < asked
+    assert "4471" in lines[lines.index("  [bob] > What is my badge number?") + 1]
+    restarted = "  context restarted by the supervisor and ready again after "
+    assert lines[killed + 1].startswith(restarted)
+    summary = "  context process: killed mid-session (SIGKILL), ready again after "
+    assert any(line.startswith(summary) and line.endswith("the session continued with its context")
+               for line in lines)
     assert any(line.endswith("<interrupted>") for line in lines)
     assert "  [bob] context cleared (the context process holds no actor of theirs)" in lines
     forgotten = lines.index("  [bob] > What is my badge number?", lines.index("  [bob] leaves"))

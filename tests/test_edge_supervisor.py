@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
@@ -13,8 +14,9 @@ import pytest
 
 from buses import PROCS, expect_line, processes_mentioning, reap
 from xrmq.actors.runtime import AgentRuntime, shard_of
-from xrmq.schemas import ConversationContextUpdate
-from xrmq.topics import context_topic
+from xrmq.actors.runtime import Agent, RuntimeContext
+from xrmq.schemas import ConversationContextUpdate, SupervisorReport
+from xrmq.topics import SUPERVISOR_TOPIC, context_topic
 
 ECHO_TOPIC = context_topic("edge.echo")  # tests/procs/edge_roles.py answers on it
 
@@ -97,13 +99,14 @@ after = ["echo"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["edge.toml"]  # no socket or lock files
 
 
-def test_a_crash_loop_gives_up_with_the_reason_and_stops_everything(tmp_path):
+def test_a_crash_loop_of_a_stop_box_process_gives_up_with_the_reason_and_stops_everything(tmp_path):
     config = write_config(tmp_path, """
 [processes.steady]
 roles = ["edge_roles:idle"]
 [processes.broken]
 roles = ["edge_roles:fail"]
 after = ["steady"]
+on_give_up = "stop_box"
 """, restart="max_crashes = 3")
     up = start_up(config)
     try:
@@ -121,3 +124,118 @@ after = ["steady"]
     assert "steady | xrmq run: stopped steady" in output
     assert processes_mentioning(str(tmp_path)) == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["edge.toml"]
+
+
+class Reports(Agent):
+    """Keeps the supervisor's reports; ``down`` is set once one shows ``process`` down."""
+
+    def __init__(self, process: str) -> None:
+        self.process = process
+        self.down = asyncio.Event()
+        self.report: SupervisorReport | None = None
+
+    def handlers(self) -> dict:
+        return {SUPERVISOR_TOPIC: self.on_report}
+
+    async def on_report(self, report: SupervisorReport, ctx: RuntimeContext) -> None:
+        state = report.by_process().get(self.process)
+        if state is not None and state.state == "down":
+            self.report = report
+            self.down.set()
+
+
+async def test_a_process_over_its_crash_limit_stays_down_while_the_others_keep_answering(tmp_path):
+    config = write_config(tmp_path, """
+[processes.echo]
+roles = ["edge_roles:echo"]
+[processes.flapping]
+roles = ["edge_roles:crash"]
+""", restart="max_crashes = 3")
+    bus = f"ipc://{tmp_path}/bus"
+    up = start_up(config)
+    try:
+        expect_line(up, "xrmq up: started echo")
+        down = expect_line(up, "xrmq up: gave up on flapping")
+        reason = "gave up on flapping: 3 crashes within 60s (limit 3); last exit code 3"
+        assert down.startswith(f"xrmq up: {reason}")
+        assert down.endswith('left DOWN (on_give_up = "stay_down"),'
+                             " the other processes keep running")
+        reports = Reports("flapping")
+        runtime = AgentRuntime(bus)
+        runtime.register("reports", reports)
+        async with runtime:
+            await asyncio.wait_for(reports.down.wait(), 20)  # what `xrmq top` shows
+            assert await echo(bus, "p1", "still here") == "echo:still here"
+        states = reports.report.by_process()
+        assert states["flapping"].reason.startswith(reason) and states["flapping"].pid == 0
+        assert states["echo"].state == "running" and states["bus"].state == "running"
+        up.send_signal(signal.SIGTERM)
+        rest = up.stdout.read().splitlines()
+        assert up.wait(timeout=30) == 1  # the box ran degraded: its exit status says so
+    finally:
+        reap(up)
+    assert rest[-1].startswith(f"xrmq up: stopped; left down: {reason}")
+    assert "echo | xrmq run: stopped echo" in rest
+    assert processes_mentioning(str(tmp_path)) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["edge.toml"]
+
+
+class Ticks(Agent):
+    """Counts the supervisor's reports, keeping the last one."""
+
+    def __init__(self, wanted: int) -> None:
+        self.wanted = wanted
+        self.count = 0
+        self.enough = asyncio.Event()
+        self.last: SupervisorReport | None = None
+
+    def handlers(self) -> dict:
+        return {SUPERVISOR_TOPIC: self.on_report}
+
+    async def on_report(self, report: SupervisorReport, ctx: RuntimeContext) -> None:
+        self.count += 1
+        self.last = report
+        if self.count >= self.wanted:
+            self.enough.set()
+
+
+async def test_a_hung_broker_is_killed_and_restarted_and_nobody_else_is_taken_for_hung(tmp_path):
+    config = tmp_path / "edge.toml"
+    config.write_text(f"""
+[bus]
+address = "ipc://{tmp_path}/bus"
+[supervisor]
+metrics_interval_s = 0.2
+liveness_timeout_s = 2.0
+[supervisor.restart]
+backoff_initial_s = 0.05
+[processes.echo]
+roles = ["edge_roles:echo"]
+""")
+    bus = f"ipc://{tmp_path}/bus"
+    up = start_up(config)
+    try:
+        broker = int(expect_line(up, "xrmq up: started bus pid=").rpartition("=")[2])
+        expect_line(up, "xrmq up: ready")
+        os.kill(broker, signal.SIGSTOP)
+        killed = expect_line(up, "xrmq up: bus: ")
+        assert "its supervisor report did not come back through it" in killed
+        assert killed.endswith("killing it")
+        expect_line(up, "xrmq up: restarted bus")
+        # Over two liveness timeouts' worth of reports (a tick is 0.2 s) through the new broker:
+        ticks = Ticks(25)
+        runtime = AgentRuntime(bus)
+        runtime.register("ticks", ticks)
+        async with runtime:
+            await asyncio.wait_for(ticks.enough.wait(), 30)
+        echo_state = ticks.last.by_process()["echo"]
+        # Its heartbeat was not judged while the broker was down:
+        assert (echo_state.state, echo_state.restarts) == ("running", 0)
+        assert ticks.last.by_process()["bus"].restarts == 1
+        up.send_signal(signal.SIGTERM)
+        rest = up.stdout.read().splitlines()
+        assert up.wait(timeout=30) == 0
+    finally:
+        reap(up)
+    assert not any("echo: no heartbeat" in line for line in rest)
+    assert rest[-1] == "xrmq up: stopped"

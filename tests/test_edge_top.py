@@ -11,7 +11,7 @@ import pytest
 from buses import broker_process
 from xrmq.actors.edge.top import RED, RESET, TopView, render
 from xrmq.actors.runtime import Agent, AgentRuntime
-from xrmq.schemas import RuntimeMetrics
+from xrmq.schemas import ProcessState, RuntimeMetrics, SupervisorReport
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -76,3 +76,24 @@ async def test_top_once_json_shows_a_runtime_publishing_metrics():
     assert row["gauges"] == {"context.participants": 2.0}
     assert row["published_per_s"] > 0  # two reports arrived: it publishes at least its heartbeat
     assert row["gaps"] == row["rejected"] == 0
+
+
+def test_a_process_left_down_a_restarting_one_and_a_stuck_actor_are_shown():
+    view = TopView()
+    view.observe(metrics("router", at_s=1.0, actors={"router": 3, "proxy": 0},
+                         stuck={"router": 12.0}), received_at=0.0)
+    view.observe(metrics("conversation", at_s=1.0), received_at=0.0)
+    view.observe_supervisor(SupervisorReport("xrmq up", 7, 0, (
+        ProcessState("router", "running", pid=42),
+        ProcessState("conversation", "restarting", restarts=2),
+        ProcessState("renderer", "down", reason="gave up on renderer: 5 crashes (limit 5)"),
+    )))
+    rows = {row.runtime: row for row in view.rows(now=1.0)}
+    # It never reported: a row of its own.
+    assert (rows["renderer"].state, rows["renderer"].pid) == ("down", 0)
+    assert rows["conversation"].state == "restarting" and rows["router"].stuck == {"router": 12.0}
+    text = render(list(rows.values()), color=True)
+    assert f"renderer{RESET}  {RED}DOWN: gave up on renderer: 5 crashes (limit 5){RESET}" in text
+    assert f"{RED}restarting{RESET}" in text
+    assert any(line.endswith(f"router  {RED}STUCK 12s{RESET}") for line in text.splitlines())
+    assert not any("STUCK" in line and line.endswith("proxy") for line in text.splitlines())

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from router_doubles import Decisions, Destination, Log, router_output
+from router_doubles import Decisions, Destination, Finishing, Log, router_output
 from xrmq.actors.routing import AgentRouter, RouteResult, RouterTexts, SingleDestination
 from xrmq.schemas import Admission, AgentTurn, DestinationResult, RoutingAid
 from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC
@@ -372,3 +372,33 @@ def test_constructor_rejects_invalid_arguments_naming_the_field(kwargs, message)
                  "output": router_output(Log()), **kwargs}
     with pytest.raises(ValueError, match=message):
         AgentRouter(arguments.pop("agents"), arguments.pop("decisions"), **arguments)
+
+
+async def test_stop_lets_a_turn_in_flight_finish_within_the_grace_and_refuses_new_ones():
+    chat = Finishing()
+    router = AgentRouter({"chat": chat}, SingleDestination(), output=router_output(Log()),
+                         shutdown_grace_s=30)
+    pending = router.submit(AgentTurn("p1", "t1", "tell me"))
+    await chat.answering.wait()
+    stopping = asyncio.create_task(router.stop())
+    await asyncio.sleep(0)
+    assert not stopping.done()  # it waits for the answer, it does not cancel it
+    with pytest.raises(RuntimeError, match="stopped"):
+        router.submit(AgentTurn("p1", "t2", "more"))
+    chat.finish.set()
+    await stopping
+    assert (await pending) == RouteResult("t1", "answered", "chat", "all of it")
+
+
+async def test_stop_cancels_what_is_still_running_after_the_grace():
+    log = Log()
+    chat = Destination("chat", log, answers=["hang"])
+    router = AgentRouter({"chat": chat}, SingleDestination(), output=router_output(log),
+                         shutdown_grace_s=0.05)
+    pending = router.submit(AgentTurn("p1", "t1", "tell me"))
+    await chat.answering.wait()
+    await router.stop()
+    assert pending.cancelled() and ("drained", "chat", "t1") in log
+    with pytest.raises(ValueError, match="shutdown_grace_s: must be >= 0"):
+        AgentRouter({"chat": chat}, SingleDestination(), output=router_output(log),
+                    shutdown_grace_s=-1)

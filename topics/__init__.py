@@ -9,6 +9,7 @@ from xrmq.schemas import (
     ParticipantLeft,
     ResponseOutput,
     RuntimeMetrics,
+    SupervisorReport,
     UserQuery,
 )
 
@@ -25,6 +26,8 @@ PARTICIPANT_JOINED_TOPIC: Topic[ParticipantJoined] = Topic("participant.joined",
 PARTICIPANT_LEFT_TOPIC: Topic[ParticipantLeft] = Topic("participant.left", ParticipantLeft)
 METRICS_TOPIC: Topic[RuntimeMetrics] = Topic("xrmq.metrics", RuntimeMetrics)
 """Every runtime's periodic counters (its heartbeat); read by ``xrmq top`` and the supervisor."""
+SUPERVISOR_TOPIC: Topic[SupervisorReport] = Topic("xrmq.supervisor", SupervisorReport)
+"""``xrmq up``'s report of every process it supervises (down ones too); read by ``xrmq top``."""
 
 ROUTER_SOURCE = "router"
 """The envelope ``source`` of the router's own text on ``VOICE_OUTPUT_TOPIC`` (an
@@ -44,6 +47,7 @@ STANDARD_TOPICS: tuple[Topic[Any], ...] = (
     PARTICIPANT_JOINED_TOPIC,
     PARTICIPANT_LEFT_TOPIC,
     METRICS_TOPIC,
+    SUPERVISOR_TOPIC,
 )
 
 __all__ = [
@@ -55,6 +59,7 @@ __all__ = [
     "ROUTER_SOURCE",
     "SEP",
     "STANDARD_TOPICS",
+    "SUPERVISOR_TOPIC",
     "Topic",
     "VOICE_OUTPUT_TOPIC",
     "check_topic",

@@ -15,6 +15,9 @@ The actors around it (thin shells, see docs/design.md "Context as actors"):
 - ``sections``: the dialogue actor per participant and the actor per context topic.
 - ``workers``: the compaction-worker pool that calls the model.
 - ``replica``: the manager's local, never half-updated copy of the section views.
+- ``store``: the journal of one section host (SQLite, WAL), a thin I/O shell.
+- ``dump``: the versioned dump format of ``dump()``/``load()`` (docs/context.md).
+- ``manual``: the outcomes of a manual ``compact()`` (docs/context.md).
 - ``manager``: ``ContextManager``, the SDK's facade.
 
 The names below are loaded on first use (PEP 562): importing the pure core
@@ -38,6 +41,7 @@ if TYPE_CHECKING:  # the same names, typed, for type checkers
         DEFAULT_TOPIC_BUDGET_BYTES,
         context_config,
     )
+    from .dump import ContextDump, decode_dump, encode_dump
     from .engine import (
         ApplyStatus,
         CompactionSettings,
@@ -49,10 +53,12 @@ if TYPE_CHECKING:  # the same names, typed, for type checkers
         SectionState,
     )
     from .manager import ContextManager, ContextSubscriber
+    from .manual import CompactOutcome, CompactStatus, SectionOutcome
     from .messages import ContextTopics
     from .plan import ContextPlan, context_plan
     from .render import DIALOGUE_SECTION, render_participant
-    from .sections import register_sections
+    from .sections import ContextHost, register_sections
+    from .store import SCHEMA_VERSION, ContextStore, StoreError, open_store
     from .workers import CompactionWorker, register_workers
 
 _EXPORTS = {
@@ -75,6 +81,17 @@ _EXPORTS = {
     "Section": ".engine",
     "SectionSpec": ".engine",
     "SectionState": ".engine",
+    "ContextDump": ".dump",
+    "decode_dump": ".dump",
+    "encode_dump": ".dump",
+    "CompactOutcome": ".manual",
+    "CompactStatus": ".manual",
+    "SectionOutcome": ".manual",
+    "ContextHost": ".sections",
+    "SCHEMA_VERSION": ".store",
+    "ContextStore": ".store",
+    "StoreError": ".store",
+    "open_store": ".store",
     "ContextManager": ".manager",
     "ContextSubscriber": ".manager",
     "ContextTopics": ".messages",

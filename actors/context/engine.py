@@ -108,6 +108,10 @@ class Entry(msgspec.Struct, frozen=True):
     timestamp_us: int
     text: str
     size: int
+    identity: bytes = b""
+    """A dialogue entry's exchange identity (``exchange_identity``), so a dump of the
+    section can be merged into another without duplicating an exchange; empty for
+    topic entries."""
 
 
 class PendingJob(msgspec.Struct, frozen=True):
@@ -304,8 +308,9 @@ class Section(msgspec.Struct, frozen=True):
         if self.spec.kind != kind:
             raise ValueError(f"{operation}: section {self.spec.name!r} is a {self.spec.kind} section, not {kind}")
 
-    def _add_entry(self, state: SectionState, text: str, timestamp_us: int) -> None:
-        entry = Entry(state.next_entry_id, timestamp_us, text, utf8_size(text))
+    def _add_entry(self, state: SectionState, text: str, timestamp_us: int,
+                   identity: bytes = b"") -> None:
+        entry = Entry(state.next_entry_id, timestamp_us, text, utf8_size(text), identity)
         state.next_entry_id += 1
         bisect.insort(state.entries, entry, key=_order)
         state.awaiting_entry = False
@@ -339,7 +344,7 @@ class Section(msgspec.Struct, frozen=True):
         if identity in state.exchange_identities:
             return False
         state.exchange_identities.add(identity)
-        self._add_entry(state, exchange_text(request, answer, timestamp_us), timestamp_us)
+        self._add_entry(state, exchange_text(request, answer, timestamp_us), timestamp_us, identity)
         return True
 
     def reconcile_history(
@@ -361,7 +366,7 @@ class Section(msgspec.Struct, frozen=True):
         tail = history_tail(state.exchange_identities, exchanges, exchange_ids=exchange_ids, now_us=now_us)
         for identity, request, answer, when in tail:
             state.exchange_identities.add(identity)
-            self._add_entry(state, exchange_text(request, answer, when), when)
+            self._add_entry(state, exchange_text(request, answer, when), when, identity)
         return len(tail)
 
     def append_update(self, state: SectionState, text: str, *, timestamp_us: int) -> None:
@@ -468,6 +473,76 @@ class Section(msgspec.Struct, frozen=True):
         state.next_job_id += 1
         state.pending = PendingJob(request, entry_ids, candidate)
         return request
+
+    def start_run(self, state: SectionState) -> bool:
+        """Manual compaction (docs/context.md, "Tiered compaction"): make every eligible entry due now.
+
+        Whatever the half-budget trigger says, and even after a failure that waits for a
+        new entry, the next ``next_compaction`` calls compact every entry the automatic
+        run would take. A run already in progress counts as started. False, and nothing
+        changes, when there is nothing to compact (a summary topic, or no eligible entry).
+        """
+        if self.spec.kind == "summary":
+            return False
+        if self.run_active(state):
+            return True
+        eligible = self._eligible(state)
+        if not eligible:
+            return False
+        state.backlog = [entry.entry_id for entry in eligible]
+        state.awaiting_entry = False
+        return True
+
+    def run_active(self, state: SectionState) -> bool:
+        """A compaction run is in progress: a job in flight, a condense due or a backlog."""
+        return state.pending is not None or state.condense_due is not None or bool(state.backlog)
+
+    def merge(self, state: SectionState, summary: str, entries: Sequence[Entry],
+              identities: Sequence[bytes]) -> list[bytes]:
+        """Merge a dumped section into ``state``; return the exchange identities it added.
+
+        Never duplicates: a dialogue entry whose identity is known, or a topic entry with
+        the same time and text as a stored one, is skipped. A summary topic keeps the
+        newer state. A dumped summary joins the stored one unless it is the same text
+        (the next compaction condenses them). Loading the same dump twice changes nothing.
+        """
+        added: list[bytes] = []
+        known = state.exchange_identities
+        changed = False
+        if self.spec.kind == "summary":
+            newest = max(entries, key=_order, default=None)
+            current = state.entries[-1] if state.entries else None
+            if newest is not None and (current is None or _order(newest) > _order(current)) and (
+                    current is None or newest.text != current.text):
+                state.entries = [
+                    Entry(state.next_entry_id, newest.timestamp_us, newest.text, newest.size)]
+                state.next_entry_id += 1
+                state.revision += 1
+            return added
+        stored = {(entry.timestamp_us, entry.text) for entry in state.entries}
+        for entry in entries:
+            check_timestamp(entry.timestamp_us)
+            if entry.identity:
+                if entry.identity in known:
+                    continue
+                known.add(entry.identity)
+                added.append(entry.identity)
+            elif (entry.timestamp_us, entry.text) in stored:
+                continue
+            stored.add((entry.timestamp_us, entry.text))
+            self._add_entry(state, entry.text, entry.timestamp_us, entry.identity)
+            changed = True
+        for identity in identities:
+            if identity not in known:
+                known.add(identity)
+                added.append(identity)
+        summary = summary.strip()
+        if summary and summary != state.summary and summary not in state.summary:
+            state.summary = f"{state.summary}\n{summary}" if state.summary else summary
+            changed = True
+        if changed:
+            state.revision += 1
+        return added
 
     def apply_result(self, state: SectionState, result: CompactionResult) -> ApplyStatus:
         """Apply a worker's result to the pending job's snapshot (the Situation/Handling table, docs/context.md).

@@ -17,12 +17,28 @@ Deployment:
 - ``split``: the subscriber is only the replica; other processes host the sections
   (``register_sections``) and the workers (``register_workers``) from the same
   ``ContextPlan`` (``context_plan`` with the same keyword arguments).
+
+Durability (``store=PATH`` local; ``[context] state_dir``/``persist`` for an edge
+box): a write a section acknowledged (an ``update`` that returned, an exchange that
+``synced()`` waited for) is in the section host's journal. ``clear`` removes the
+participant's rows before it returns; ``close`` removes every row of this manager.
+
+Restarts: every view carries its section host's index and epoch. A replica that sees a
+host's new epoch (its views or its ``HostStarted``) resyncs that host from a full
+snapshot (``HostSync``), drops the views the host no longer has, and re-sends its writes
+the host has not acknowledged (applied once: exchanges by identity, other writes by
+their sequence number). ``resyncing`` tells whether such a resync is under way, and
+``synced()`` waits for it. A split manager builds its replica from every host's
+snapshot when its runtime starts, so a restarted conversation process keeps every
+participant's context in its prompts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 from uuid import uuid4
@@ -40,13 +56,22 @@ from .config import (
     DEFAULT_DIALOGUE_BUDGET_BYTES,
     DEFAULT_TOPIC_BUDGET_BYTES,
 )
+from .dump import ContextDump, ParticipantDump, decode_dump, encode_dump
 from .engine import exchange_identity, history_tail
+from .manual import CompactOutcome, CompactStatus, SectionOutcome
 from .messages import (
     CancelJobs,
     Cleared,
     ClearSection,
+    CompactReport,
+    CompactSection,
     ExchangeRecord,
     ForgetParticipant,
+    HostDump,
+    HostStarted,
+    HostSync,
+    HostViews,
+    LoadSection,
     RecordExchanges,
     SectionView,
     TopicWrite,
@@ -62,12 +87,16 @@ from .plan import (
 )
 from .render import check_timestamp, exchange_text
 from .replica import ParticipantReplica
-from .sections import register_sections
+from .sections import ContextHost, journal_name, register_sections
+from .store import ContextStore, OnCorrupt, open_store
 from .workers import register_workers
 
 Deployment = Literal["local", "split"]
 """Where the section actors and compaction workers run: ``local``, in the runtime that
 registers the subscriber; ``split``, in other processes (see the module docstring)."""
+
+DIALOGUE_KEY = "\x00"
+"""The dialogue's key among a manager's writes (never a topic name: those have no NUL)."""
 
 
 def _check_participant(participant_id: object) -> str:
@@ -97,13 +126,25 @@ class ContextSubscriber(Agent):
         self._runtime = runtime
 
     def handlers(self) -> Handlers:
-        """The section views every replica follows, and this manager's own forget barrier."""
-        topics = self._manager.plan.topics
-        return {topics.view: self.on_view, topics.replica(self._manager.id): self.on_forget}
+        """The section views and host restarts every replica follows, and this manager's
+        own forget barrier and compaction reports."""
+        topics, manager_id = self._manager.plan.topics, self._manager.id
+        return {
+            topics.view: self.on_view,
+            topics.replica(manager_id): self.on_forget,
+            topics.host_started: self.on_host_started,
+            topics.compacted(manager_id): self.on_compacted,
+        }
 
     async def on_view(self, message: SectionView, ctx: RuntimeContext) -> None:
         if ctx.participant_id is not None:
             self._manager._on_view(ctx.participant_id, message)
+
+    async def on_host_started(self, message: HostStarted, ctx: RuntimeContext) -> None:
+        self._manager._on_host_started(message)
+
+    async def on_compacted(self, message: CompactReport, ctx: RuntimeContext) -> None:
+        self._manager._on_compacted(message)
 
     async def on_forget(self, message: ForgetParticipant, ctx: RuntimeContext) -> bool:
         if ctx.participant_id is not None:
@@ -111,7 +152,7 @@ class ContextSubscriber(Agent):
         return True
 
     async def on_start(self) -> None:
-        self._manager._on_ready()
+        await self._manager._on_ready()
 
     async def on_stop(self) -> None:
         self._manager._on_stopped()
@@ -128,6 +169,11 @@ class ContextManager:
     topic lists hold non-empty names, unique within and across both lists; a per-topic
     budget mapping covers every configured topic; the compaction input budget is at
     least half the largest section budget plus 256 bytes.
+
+    ``store``: the journal's path for a local manager (None: memory only); a
+    manager given the path of an earlier one's journal starts with its context.
+    ``on_corrupt``: ``"error"`` (a ``StoreError`` naming the file) or
+    ``"backup_and_start_empty"`` for a journal that cannot be read.
     """
 
     def __init__(
@@ -146,9 +192,17 @@ class ContextManager:
         worker_concurrency: int = DEFAULT_WORKER_CONCURRENCY,
         compaction_timeout_s: float = DEFAULT_COMPACTION_TIMEOUT_S,
         control_timeout_s: float = DEFAULT_CONTROL_TIMEOUT_S,
+        store: str | os.PathLike[str] | None = None,
+        on_corrupt: OnCorrupt = "error",
+        section_hosts: int = 1,
     ) -> None:
         if deployment not in ("local", "split"):
             raise ValueError(f"deployment: must be 'local' or 'split', got {deployment!r}")
+        if store is not None and deployment != "local":
+            raise ValueError(
+                "store: only a local manager hosts sections; a split deployment's section "
+                "processes journal ([context] state_dir)"
+            )
         self.plan: ContextPlan = context_plan(
             summary_context_topics=summary_context_topics,
             incremental_context_topics=incremental_context_topics,
@@ -161,6 +215,7 @@ class ContextManager:
             worker_concurrency=worker_concurrency,
             compaction_timeout_s=compaction_timeout_s,
             control_timeout_s=control_timeout_s,
+            section_hosts=section_hosts,
         )
         self.llm = llm
         self.deployment = deployment
@@ -177,6 +232,19 @@ class ContextManager:
         self._change: asyncio.Future[None] | None = None
         self._closed = False
         self._closing: asyncio.Task[None] | None = None
+        self._inflight: dict[int, tuple[Topic, Any, str, str]] = {}
+        """Writes not yet acknowledged: seq -> (topic, message, participant, section)."""
+        self._host_epochs: dict[int, int] = {}
+        self._resyncs: dict[int, asyncio.Task[None]] = {}
+        self._reports: dict[int, asyncio.Future[CompactReport]] = {}
+        self.resyncs = 0
+        """Full-snapshot resyncs completed (a host restarted, or this manager started)."""
+        self.host: ContextHost | None = None
+        """The local deployment's section host, once attached."""
+        self.store: ContextStore | None = None
+        if store is not None:
+            self.store = open_store(store, on_corrupt=on_corrupt)
+            self._replicate_recovered(self.store)
 
     # --- attachment --------------------------------------------------------------------
 
@@ -185,9 +253,10 @@ class ContextManager:
 
         Register it with the same AgentRuntime that delivers the updates, before the
         runtime starts. Local, it brings the section actors and compaction workers
-        into that runtime. Requires at least one configured topic.
+        into that runtime. Requires at least one configured topic when local (a
+        split manager's subscriber is its replica, topics or not).
         """
-        if not self.plan.config.topics:
+        if not self.plan.config.topics and self.deployment == "local":
             raise ValueError(
                 "subscriber: configure at least one topic (summary_context_topics or "
                 "incremental_context_topics) before calling this method"
@@ -199,16 +268,40 @@ class ContextManager:
 
     def _attach(self, runtime: AgentRuntime, name: str) -> None:
         if self._runtime is not None:
-            raise RuntimeError(f"subscriber: this ContextManager is already attached to runtime {self._runtime.name!r}")
+            raise RuntimeError(
+                f"subscriber: this ContextManager is already attached to runtime {self._runtime.name!r}"
+            )
         self._runtime, self._name = runtime, name
         if self.deployment == "local":
-            register_sections(runtime, self.plan, name=name)
+            self.host = register_sections(runtime, self.plan, name=name, store=self.store)
             register_workers(runtime, self.plan, self.llm, name=name)
 
-    def _on_ready(self) -> None:
+    def _replicate_recovered(self, store: ContextStore) -> None:
+        """The replica of a journal's states, rendered here, before any actor runs."""
+        sections = {journal_name(section): section for section in self.plan.config.sections}
+        for (participant_id, name), recovered in store.recovered.items():
+            section = sections.get(name)
+            if section is None:
+                continue
+            state = recovered.state
+            view = SectionView(
+                section.spec.name,
+                section.spec.kind == "dialogue",
+                state.generation,
+                state.revision,
+                section.render(state).blocks,
+                *recovered.ack,
+            )
+            self._replica(participant_id).apply_view(view, self.id)
+
+    async def _on_ready(self) -> None:
         runtime, outbox, self._outbox = self._runtime, self._outbox, []
         for topic, message, participant_id in outbox:
             runtime.send(topic, message, participant_id=participant_id, source=self._name)
+        if (
+            self.deployment == "split"
+        ):  # a (re)started process: its replica from every host's snapshot
+            await asyncio.gather(*(self._resync(host) for host in range(self.plan.section_hosts)))
 
     def _on_stopped(self) -> None:
         for _, _, future in self._waiters.values():
@@ -226,7 +319,14 @@ class ContextManager:
         runtime = AgentRuntime(name=f"{self.plan.namespace}-{self.id}")
         runtime.register(self.plan.namespace, self._new_subscriber())
         self._private = runtime
-        self._private_start = loop.create_task(runtime.start(), name=f"xrmq-context-{self.id}-start")
+        self._private_start = loop.create_task(
+            runtime.start(), name=f"xrmq-context-{self.id}-start"
+        )
+
+    def _send_write(self, topic: Topic, message: Any, participant_id: str, section: str) -> bool:
+        """Send a write the section acknowledges; kept until then, to re-send after a restart."""
+        self._inflight[message.seq] = (topic, message, participant_id, section)
+        return self._send(topic, message, participant_id)
 
     def _send(self, topic: Topic, message: Any, participant_id: str) -> bool:
         """Send now if the runtime runs (True), else queue until it starts (False)."""
@@ -244,13 +344,101 @@ class ContextManager:
     def _on_view(self, participant_id: str, view: SectionView) -> None:
         if self._closed:
             return
+        known = self._host_epochs.get(view.host)
+        if known is not None and view.epoch < known:
+            return  # from an incarnation before the host's restart
+        if known is None or view.epoch > known:
+            self._host_epochs[view.host] = view.epoch
+            if known is not None:
+                self._start_resync(view.host)
+        self._apply(participant_id, view)
+        self._changed()
+
+    def _apply(self, participant_id: str, view: SectionView) -> None:
         replica = self._replicas.get(participant_id)
         if replica is None:
             replica = self._replicas[participant_id] = ParticipantReplica()
         replica.apply_view(view, self.id)
-        if view.writer == self.id and not view.dialogue:
-            self._release(lambda section, pid, seq: pid == participant_id and section == view.section
-                          and seq <= view.seq)
+        if view.writer == self.id:
+            self._acknowledged(
+                participant_id, DIALOGUE_KEY if view.dialogue else view.section, view.seq
+            )
+
+    def _acknowledged(self, participant_id: str, section: str, upto: int) -> None:
+        for seq in [
+            seq
+            for seq, (_, _, pid, name) in self._inflight.items()
+            if seq <= upto and pid == participant_id and name == section
+        ]:
+            del self._inflight[seq]
+        self._release(
+            lambda name, pid, seq: pid == participant_id and name == section and seq <= upto
+        )
+
+    # --- restarts ------------------------------------------------------------------------
+
+    def _on_host_started(self, started: HostStarted) -> None:
+        if self._host_epochs.get(started.host) != started.epoch:
+            self._start_resync(started.host)
+
+    @property
+    def resyncing(self) -> bool:
+        """A resync from a restarted section host's full snapshot is under way."""
+        return bool(self._resyncs)
+
+    def _start_resync(self, host: int) -> None:
+        if host in self._resyncs or self._closed:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._resync(host), name=f"xrmq-context-resync-{host}"
+        )
+        self._resyncs[host] = task
+        task.add_done_callback(lambda _: self._resync_done(host, task))
+
+    def _resync_done(self, host: int, task: asyncio.Task[None]) -> None:
+        if self._resyncs.get(host) is task:
+            del self._resyncs[host]
+        self._changed()
+
+    async def _resync(self, host: int) -> None:
+        """Replace every view of ``host`` by its full snapshot; re-send unacknowledged writes."""
+        runtime = self._runtime
+        if runtime is None or not runtime.running:
+            return
+        try:
+            snapshot = await runtime.ask(
+                self.plan.topics.host_sync(host),
+                HostSync(),
+                reply_type=HostViews,
+                source=self._name,
+                timeout=self.plan.control_timeout_s,
+            )
+        except (TimeoutError, RuntimeError) as error:
+            self._log.warning("context.resync_unanswered", host=host, error=repr(error))
+            return
+        if self._closed:
+            return
+        self._host_epochs[host] = max(self._host_epochs.get(host, 0), snapshot.epoch)
+        present: set[tuple[str, str]] = set()
+        for participant_id, view in snapshot.views:
+            self._apply(participant_id, view)
+            present.add((participant_id, view.section))
+        for participant_id, replica in list(self._replicas.items()):
+            replica.drop_host(
+                host, snapshot.epoch, {name for pid, name in present if pid == participant_id}
+            )
+            if replica.empty:
+                del self._replicas[participant_id]
+        for topic, message, participant_id, _ in list(self._inflight.values()):
+            runtime.send(topic, message, participant_id=participant_id, source=self._name)
+        self.resyncs += 1
+        self._log.info(
+            "context.resynced",
+            host=host,
+            epoch=snapshot.epoch,
+            views=len(snapshot.views),
+            resent=len(self._inflight),
+        )
         self._changed()
 
     def _on_forget(self, participant_id: str, generations: tuple[str, ...]) -> None:
@@ -283,8 +471,13 @@ class ContextManager:
         await asyncio.shield(self._change)
 
     async def synced(self) -> None:
-        """Wait until every write made through this manager is in its section's view."""
-        while self._waiters or any(replica.pending for replica in self._replicas.values()):
+        """Wait until every write made through this manager is in its section's view
+        (so in its journal), and no resync is under way."""
+        while (
+            self._waiters
+            or self._resyncs
+            or any(replica.pending for replica in self._replicas.values())
+        ):
             await self.changed()
 
     def _replica(self, participant_id: str) -> ParticipantReplica:
@@ -301,8 +494,31 @@ class ContextManager:
         replica = self._replicas.get(_check_participant(participant_id))
         return () if replica is None else replica.blocks(self.plan.config)
 
-    def record_exchange(self, participant_id: str, request: str, answer: str, *, timestamp_us: int,
-                        exchange_id: object | None) -> None:
+    def section_blocks(self, participant_id: str) -> dict[str, tuple[ContextBlock, ...]]:
+        """Each section's blocks for a participant as its section renders them (the
+        dialogue with this manager's pending writes), by section name; for sizes."""
+        replica = self._replicas.get(_check_participant(participant_id))
+        if replica is None:
+            return {}
+        config = self.plan.config
+        sections = {
+            config.dialogue.spec.name: replica.dialogue_blocks(config.dialogue.spec.budget_bytes)
+        }
+        for section in config.topics:
+            view = replica.topics.get(section.spec.name)
+            if view is not None:
+                sections[section.spec.name] = view.blocks
+        return sections
+
+    def record_exchange(
+        self,
+        participant_id: str,
+        request: str,
+        answer: str,
+        *,
+        timestamp_us: int,
+        exchange_id: object | None,
+    ) -> None:
         """Add one completed exchange to a participant's dialogue; dropped once closed.
 
         The next ``blocks()`` contains it. An exchange whose identity (its id, else its
@@ -320,8 +536,13 @@ class ContextManager:
             return
         self._write_exchanges(participant_id, replica, [(identity, request, answer, timestamp_us)])
 
-    def reconcile_history(self, participant_id: str, exchanges: Sequence[tuple[str, str, int | None]], *,
-                          exchange_ids: Sequence[object | None]) -> None:
+    def reconcile_history(
+        self,
+        participant_id: str,
+        exchanges: Sequence[tuple[str, str, int | None]],
+        *,
+        exchange_ids: Sequence[object | None],
+    ) -> None:
         """Merge a front-end window of completed exchanges without replaying known ones.
 
         Only the contiguous tail after the window's last known exchange is added; an
@@ -335,19 +556,45 @@ class ContextManager:
             return
         self._write_exchanges(participant_id, self._replica(participant_id), tail)
 
-    def _write_exchanges(self, participant_id: str, replica: ParticipantReplica,
-                         exchanges: list[tuple[bytes, str, str, int]]) -> None:
+    def _write_exchanges(
+        self,
+        participant_id: str,
+        replica: ParticipantReplica,
+        exchanges: list[tuple[bytes, str, str, int]],
+    ) -> None:
         seq = next(self._seq)
-        records = tuple(ExchangeRecord(identity, request, answer, when) for identity, request, answer, when in exchanges)
+        records = tuple(
+            ExchangeRecord(identity, request, answer, when)
+            for identity, request, answer, when in exchanges
+        )
         for record in records:
             replica.identities.add(record.identity)
-            replica.pending.append((seq, ContextBlock(record.timestamp_us,
-                                                      exchange_text(record.request, record.answer, record.timestamp_us))))
-        self._send(self.plan.topics.dialogue_write, RecordExchanges(self.id, seq, records), participant_id)
+            replica.pending.append(
+                (
+                    seq,
+                    ContextBlock(
+                        record.timestamp_us,
+                        exchange_text(record.request, record.answer, record.timestamp_us),
+                    ),
+                )
+            )
+        self._send_write(
+            self.plan.topics.dialogue_write,
+            RecordExchanges(self.id, seq, records),
+            participant_id,
+            DIALOGUE_KEY,
+        )
         self._changed()
 
-    async def update(self, participant_id: str, source: str, update: ConversationContextUpdate, *,
-                     mode: Literal["summary", "incremental"], timestamp_us: int | None = None) -> None:
+    async def update(
+        self,
+        participant_id: str,
+        source: str,
+        update: ConversationContextUpdate,
+        *,
+        mode: Literal["summary", "incremental"],
+        timestamp_us: int | None = None,
+    ) -> None:
         """Apply one configured topic update to a participant's context.
 
         Returns once the topic's section applied it (the next ``blocks()`` shows it);
@@ -366,8 +613,12 @@ class ContextManager:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters[seq] = (source, participant_id, future)
         try:
-            if self._send(self.plan.topics.topic_write(source), TopicWrite(self.id, seq, update.text, when),
-                          participant_id):
+            if self._send_write(
+                self.plan.topics.topic_write(source),
+                TopicWrite(self.id, seq, update.text, when),
+                participant_id,
+                source,
+            ):
                 try:
                     await asyncio.wait_for(asyncio.shield(future), self.plan.control_timeout_s)
                 except TimeoutError:
@@ -379,6 +630,7 @@ class ContextManager:
                 await future
         finally:
             self._waiters.pop(seq, None)
+            self._inflight.pop(seq, None)
 
     async def clear(self, participant_id: str) -> None:
         """Forget a participant's context after cancelling its compaction jobs.
@@ -388,6 +640,8 @@ class ContextManager:
         for the participant start new context.
         """
         _check_participant(participant_id)
+        for seq in [seq for seq, item in self._inflight.items() if item[2] == participant_id]:
+            del self._inflight[seq]
         replica = self._replicas.get(participant_id)
         if replica is not None:
             replica.pending.clear()
@@ -397,6 +651,9 @@ class ContextManager:
             self._outbox = [item for item in self._outbox if item[2] != participant_id]
             self._on_forget(participant_id, ())
             self._replicas.pop(participant_id, None)
+            if self.store is not None and self.store.open:  # no section runs: the rows go here
+                for section in self.plan.config.sections:
+                    self.store.delete(participant_id, journal_name(section))
             return
         errors = await self._clear_remote(runtime, [participant_id], close=False)
         if errors:
@@ -415,16 +672,190 @@ class ContextManager:
             await asyncio.gather(self._private_start, return_exceptions=True)
         runtime = self._runtime
         if runtime is not None and runtime.running:
-            for error in await self._clear_remote(runtime, list(self._replicas), close=self.deployment == "local"):
+            for error in await self._clear_remote(
+                runtime, list(self._replicas), close=self.deployment == "local"
+            ):
                 self._log.warning("context.close_incomplete", error=repr(error))
         self._replicas.clear()
         self._outbox.clear()
+        self._inflight.clear()
         self._release(lambda section, pid, seq: True)
+        for task in list(self._resyncs.values()):
+            task.cancel()
         self._changed()
         if self._private is not None:
             await self._private.stop()
+        if self.store is not None and self.store.open:
+            self.store.delete_all()  # close() leaves no row, even of participants never loaded here
+            if self._runtime is None or not self._runtime.running:
+                self.store.close()  # not running: no host closes it
 
-    async def _clear_remote(self, runtime: AgentRuntime, participants: list[str], *, close: bool) -> list[BaseException]:
+    # --- serialization and manual compaction (docs/context.md) ---------------------------------
+
+    async def _running_runtime(self, operation: str) -> AgentRuntime:
+        if self._closed:
+            raise RuntimeError(f"{operation}: the ContextManager is closed")
+        if self._runtime is None:
+            self._start_private()
+        if self._private_start is not None:
+            await asyncio.shield(self._private_start)
+        runtime = self._runtime
+        if runtime is None or not runtime.running:
+            raise RuntimeError(f"{operation}: the context runtime is not running")
+        return runtime
+
+    async def dump(self, participant_id: str | None = None) -> bytes:
+        """Serialize every participant's context (or one participant's) to bytes.
+
+        The versioned msgspec format of ``dump.ContextDump``: per section the summary,
+        the verbatim entries and the exchange identities, as the section actors hold
+        them (their journaled state). ``load`` reads it back.
+        """
+        if participant_id is not None:
+            _check_participant(participant_id)
+        runtime = await self._running_runtime("dump")
+        replies = await asyncio.gather(
+            *(
+                runtime.ask(
+                    self.plan.topics.host_dump(host),
+                    HostSync(participant_id),
+                    reply_type=HostDump,
+                    source=self._name,
+                    timeout=self.plan.control_timeout_s,
+                )
+                for host in range(self.plan.section_hosts)
+            )
+        )
+        merged: dict[str, list] = {}
+        for reply in replies:
+            for participant in reply.participants:
+                merged.setdefault(participant.participant_id, []).extend(participant.sections)
+        participants = tuple(
+            ParticipantDump(
+                pid,
+                tuple(sorted(sections, key=lambda dump: (dump.kind != "dialogue", dump.section))),
+            )
+            for pid, sections in sorted(merged.items())
+        )
+        return encode_dump(ContextDump(participants))
+
+    async def load(self, data: bytes) -> int:
+        """Merge a ``dump()`` into this manager's context; return the sections loaded.
+
+        Merged by exchange identity (and, for topic entries, time and text), so loading
+        the same dump twice records nothing twice. Returns once every section
+        acknowledged its part (so it is journaled). A section this manager does not
+        configure (another topic, another mode) is skipped with a warning.
+        ``ValueError`` for data that is not a dump of a version this xrmq reads.
+        """
+        dump = decode_dump(data)
+        await self._running_runtime("load")
+        topics = self.plan.topics
+        modes = {section.spec.name: section.spec.kind for section in self.plan.config.topics}
+        waits: list[asyncio.Future[None]] = []
+        seqs: list[int] = []
+        for participant in dump.participants:
+            pid = _check_participant(participant.participant_id)
+            for section in participant.sections:
+                if section.kind == "dialogue":
+                    topic, key = topics.dialogue_load, DIALOGUE_KEY
+                    self._replica(pid).identities.update(section.identities)
+                elif modes.get(section.section) == section.kind:
+                    topic, key = topics.topic_load(section.section), section.section
+                else:
+                    self._log.warning(
+                        "context.load_skipped",
+                        participant=pid,
+                        section=section.section,
+                        kind=section.kind,
+                    )
+                    continue
+                seq = next(self._seq)
+                future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                self._waiters[seq] = (key, pid, future)
+                seqs.append(seq)
+                waits.append(future)
+                self._send_write(topic, LoadSection(self.id, seq, section), pid, key)
+        try:
+            await asyncio.wait_for(asyncio.gather(*waits), self.plan.control_timeout_s)
+        except TimeoutError:
+            raise TimeoutError(
+                f"load: the sections did not apply it within {self.plan.control_timeout_s}s"
+            ) from None
+        finally:
+            for seq in seqs:
+                self._waiters.pop(seq, None)
+        return len(waits)
+
+    async def compact(self, participant_id: str, section: str | None = None) -> CompactOutcome:
+        """Compact a participant's context now, whatever the half-budget trigger says.
+
+        ``section``: ``"dialogue"`` or a configured incremental topic; None: the dialogue
+        and every incremental topic (a summary topic is never compacted). Returns, per
+        section, COMPACTED (the entries are in the rolling summary), NOTHING_TO_CONDENSE
+        (nothing changed) or SUMMARIZE_FAILED (the model failed; the entries stay).
+        """
+        _check_participant(participant_id)
+        topics = self.plan.topics
+        incremental = [s.spec.name for s in self.plan.config.topics if s.spec.kind == "incremental"]
+        if section is None:
+            targets = [(self.plan.config.dialogue.spec.name, topics.dialogue_compact)]
+            targets += [(name, topics.topic_compact(name)) for name in incremental]
+        elif section == self.plan.config.dialogue.spec.name:
+            targets = [(section, topics.dialogue_compact)]
+        elif section in incremental:
+            targets = [(section, topics.topic_compact(section))]
+        else:
+            raise ValueError(
+                f"section: must be 'dialogue' or an incremental topic "
+                f"({', '.join(incremental) or 'none configured'}), got {section!r}"
+            )
+        runtime = await self._running_runtime("compact")
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[CompactReport]] = []
+        seqs = []
+        for _, topic in targets:
+            seq = next(self._seq)
+            future: asyncio.Future[CompactReport] = loop.create_future()
+            self._reports[seq] = future
+            seqs.append(seq)
+            futures.append(future)
+            runtime.send(
+                topic,
+                CompactSection(self.id, seq),
+                participant_id=participant_id,
+                source=self._name,
+            )
+        timeout = (
+            self.plan.compaction_timeout_s * (self.plan.compaction_workers + 1)
+            + self.plan.control_timeout_s
+        )
+        try:
+            reports = await asyncio.wait_for(asyncio.gather(*futures), timeout)
+        except TimeoutError:
+            raise TimeoutError(
+                f"compact: no report from the sections within {timeout:g}s"
+            ) from None
+        finally:
+            for seq in seqs:
+                self._reports.pop(seq, None)
+        await self.synced()
+        return CompactOutcome(
+            participant_id,
+            tuple(
+                SectionOutcome(name, CompactStatus(report.status), report.detail)
+                for (name, _), report in zip(targets, reports)
+            ),
+        )
+
+    def _on_compacted(self, report: CompactReport) -> None:
+        future = self._reports.get(report.seq)
+        if future is not None and not future.done():
+            future.set_result(report)
+
+    async def _clear_remote(
+        self, runtime: AgentRuntime, participants: list[str], *, close: bool
+    ) -> list[BaseException]:
         """Clear sections, cancel and await the jobs they held, then drop the replica's views.
 
         Returns the failures of sections that did not answer (their state may remain).
@@ -432,17 +863,48 @@ class ContextManager:
         topics, timeout = self.plan.topics, self.plan.control_timeout_s
         asks: list[tuple[str | None, Any]] = []
         for participant_id in participants:
-            asks.append((participant_id, runtime.ask(topics.dialogue_clear, ClearSection(), reply_type=Cleared,
-                                                     participant_id=participant_id, source=self._name, timeout=timeout)))
+            asks.append(
+                (
+                    participant_id,
+                    runtime.ask(
+                        topics.dialogue_clear,
+                        ClearSection(),
+                        reply_type=Cleared,
+                        participant_id=participant_id,
+                        source=self._name,
+                        timeout=timeout,
+                    ),
+                )
+            )
             if not close:
                 for section in self.plan.config.topics:
-                    asks.append((participant_id, runtime.ask(
-                        topics.topic_clear(section.spec.name), ClearSection(), reply_type=Cleared,
-                        participant_id=participant_id, source=self._name, timeout=timeout)))
+                    asks.append(
+                        (
+                            participant_id,
+                            runtime.ask(
+                                topics.topic_clear(section.spec.name),
+                                ClearSection(),
+                                reply_type=Cleared,
+                                participant_id=participant_id,
+                                source=self._name,
+                                timeout=timeout,
+                            ),
+                        )
+                    )
         if close:
             for section in self.plan.config.topics:
-                asks.append((None, runtime.ask(topics.topic_clear(section.spec.name), ClearSection(close=True),
-                                               reply_type=Cleared, source=self._name, timeout=timeout)))
+                asks.append(
+                    (
+                        None,
+                        runtime.ask(
+                            topics.topic_clear(section.spec.name),
+                            ClearSection(close=True),
+                            reply_type=Cleared,
+                            source=self._name,
+                            timeout=timeout,
+                        ),
+                    )
+                )
         replies = await asyncio.gather(*(ask for _, ask in asks), return_exceptions=True)
         errors = [reply for reply in replies if isinstance(reply, BaseException)]
         generations: dict[str, list[str]] = {participant_id: [] for participant_id in participants}
@@ -455,14 +917,32 @@ class ContextManager:
             for job in reply.jobs:
                 for worker in job.workers:
                     by_worker.setdefault(worker, []).append(job.job)
-        cancels = [runtime.ask(topics.worker_cancel(worker), CancelJobs(tuple(jobs)), reply_type=int,
-                               source=self._name, timeout=timeout) for worker, jobs in sorted(by_worker.items())]
-        for worker, outcome in zip(sorted(by_worker), await asyncio.gather(*cancels, return_exceptions=True)):
+        cancels = [
+            runtime.ask(
+                topics.worker_cancel(worker),
+                CancelJobs(tuple(jobs)),
+                reply_type=int,
+                source=self._name,
+                timeout=timeout,
+            )
+            for worker, jobs in sorted(by_worker.items())
+        ]
+        for worker, outcome in zip(
+            sorted(by_worker), await asyncio.gather(*cancels, return_exceptions=True)
+        ):
             if isinstance(outcome, BaseException):  # a dead worker runs nothing
                 self._log.warning("context.cancel_unanswered", worker=worker, error=repr(outcome))
-        forgets = [runtime.ask(topics.replica(self.id), ForgetParticipant(tuple(gens)), reply_type=bool,
-                               participant_id=participant_id, source=self._name, timeout=timeout)
-                   for participant_id, gens in generations.items()]
+        forgets = [
+            runtime.ask(
+                topics.replica(self.id),
+                ForgetParticipant(tuple(gens)),
+                reply_type=bool,
+                participant_id=participant_id,
+                source=self._name,
+                timeout=timeout,
+            )
+            for participant_id, gens in generations.items()
+        ]
         for outcome in await asyncio.gather(*forgets, return_exceptions=True):
             if isinstance(outcome, BaseException):
                 errors.append(outcome)

@@ -22,7 +22,17 @@ topic                                       message                 handled by
 ``<ns>.worker.<i>.cancel`` (ask)            CancelJobs              compaction worker ``i``
 ``<ns>.view``                               SectionView             every manager's replica
 ``<ns>.replica.<manager id>`` (ask)         ForgetParticipant       one manager's replica
+``<ns>.dialogue.load``, ``...topic.<t>.load``  LoadSection           the section's actor
+``<ns>.dialogue.compact``, ``...<t>.compact``  CompactSection        the section's actor
+``<ns>.replica.<manager id>.compacted``     CompactReport           one manager's replica
+``<ns>.host.started``                       HostStarted             every manager's replica
+``<ns>.host.<i>.sync`` (ask)                HostSync                section host ``i`` (its views)
+``<ns>.host.<i>.dump`` (ask)                HostSync                section host ``i`` (its states)
 ==========================================  ======================  ==================================
+
+A section host is one process (shard) of section actors, with its journal. Its views
+carry its index and epoch (incarnation); a new epoch tells every replica that the host
+restarted, and the replica resyncs from the host's full snapshot (``HostSync``).
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ from xrmq.schemas._validation import check_name
 from xrmq.topics import Topic, context_topic
 
 from .compaction import CompactionRequest, CompactionResult, JobRef
+from .dump import ParticipantDump, SectionDump
 
 
 class ExchangeRecord(msgspec.Struct, frozen=True):
@@ -129,12 +140,68 @@ class SectionView(msgspec.Struct, frozen=True):
     blocks: tuple[ContextBlock, ...]
     writer: str = ""
     seq: int = 0
+    host: int = 0
+    """The index of the section host (context process) that published it."""
+    epoch: int = 0
+    """That host's incarnation (its runtime's epoch); 0 for a view rendered locally."""
 
 
 class ForgetParticipant(msgspec.Struct, frozen=True):
     """Drop the replica's views of these (cleared) generations for the envelope's participant."""
 
     generations: tuple[str, ...]
+
+
+class LoadSection(msgspec.Struct, frozen=True):
+    """A manager's ``load()`` of one section of the envelope's participant (acked by a view)."""
+
+    writer: str
+    seq: int
+    dump: SectionDump
+
+
+class CompactSection(msgspec.Struct, frozen=True):
+    """A manager's ``compact()`` of one section; answered by a ``CompactReport``."""
+
+    writer: str
+    seq: int
+
+
+class CompactReport(msgspec.Struct, frozen=True):
+    """How a manual compaction of one section ended: ``CompactStatus`` values."""
+
+    section: str
+    seq: int
+    status: str
+    detail: str = ""
+
+
+class HostStarted(msgspec.Struct, frozen=True):
+    """A section host finished recovery (published once its journal is restored)."""
+
+    host: int
+    epoch: int
+    participants: int
+
+
+class HostSync(msgspec.Struct, frozen=True):
+    """Ask a section host for its full snapshot (views, or dumps), optionally of one participant."""
+
+    participant_id: str | None = None
+
+
+class HostViews(msgspec.Struct, frozen=True):
+    """A host's full snapshot: every view it holds, as (participant, view)."""
+
+    host: int
+    epoch: int
+    views: tuple[tuple[str, SectionView], ...]
+
+
+class HostDump(msgspec.Struct, frozen=True):
+    """A host's section states in dump form."""
+
+    participants: tuple[ParticipantDump, ...]
 
 
 class ContextTopics:
@@ -181,6 +248,33 @@ class ContextTopics:
 
     def replica(self, manager_id: str) -> Topic[ForgetParticipant]:
         return Topic(f"{self.namespace}.replica.{manager_id}", ForgetParticipant)
+
+    def compacted(self, manager_id: str) -> Topic[CompactReport]:
+        return Topic(f"{self.namespace}.replica.{manager_id}.compacted", CompactReport)
+
+    @cached_property
+    def dialogue_load(self) -> Topic[LoadSection]:
+        return Topic(f"{self.namespace}.dialogue.load", LoadSection)
+
+    @cached_property
+    def dialogue_compact(self) -> Topic[CompactSection]:
+        return Topic(f"{self.namespace}.dialogue.compact", CompactSection)
+
+    def topic_load(self, topic: str) -> Topic[LoadSection]:
+        return Topic(f"{self.namespace}.topic.{topic}.load", LoadSection)
+
+    def topic_compact(self, topic: str) -> Topic[CompactSection]:
+        return Topic(f"{self.namespace}.topic.{topic}.compact", CompactSection)
+
+    @cached_property
+    def host_started(self) -> Topic[HostStarted]:
+        return Topic(f"{self.namespace}.host.started", HostStarted)
+
+    def host_sync(self, host: int) -> Topic[HostSync]:
+        return Topic(f"{self.namespace}.host.{host}.sync", HostSync)
+
+    def host_dump(self, host: int) -> Topic[HostSync]:
+        return Topic(f"{self.namespace}.host.{host}.dump", HostSync)
 
     def is_result_topic(self, name: str) -> bool:
         """Whether a worker may publish a result on ``name`` (it never publishes elsewhere)."""

@@ -37,6 +37,8 @@ class ContextPlan(msgspec.Struct, frozen=True):
       worker (its entries stay meanwhile); after every worker was tried it fails and is
       retried after the section's next entry.
     - ``control_timeout_s`` bounds each clear/cancel round trip of ``clear``/``close``.
+    - ``section_hosts``: how many processes (shards) host section actors; host ``i``
+      owns dialogue shard ``i`` and answers a replica's resync on its own topics.
     """
 
     config: ContextConfig
@@ -45,6 +47,7 @@ class ContextPlan(msgspec.Struct, frozen=True):
     worker_concurrency: int = DEFAULT_WORKER_CONCURRENCY
     compaction_timeout_s: float = DEFAULT_COMPACTION_TIMEOUT_S
     control_timeout_s: float = DEFAULT_CONTROL_TIMEOUT_S
+    section_hosts: int = 1
 
     @property
     def topics(self) -> ContextTopics:
@@ -70,6 +73,7 @@ def context_plan(
     worker_concurrency: int = DEFAULT_WORKER_CONCURRENCY,
     compaction_timeout_s: float = DEFAULT_COMPACTION_TIMEOUT_S,
     control_timeout_s: float = DEFAULT_CONTROL_TIMEOUT_S,
+    section_hosts: int = 1,
     **context: Any,
 ) -> ContextPlan:
     """Validate a deployment; ``ValueError`` naming the parameter and the rule.
@@ -86,4 +90,5 @@ def context_plan(
         worker_concurrency=_count(worker_concurrency, "worker_concurrency"),
         compaction_timeout_s=_seconds(compaction_timeout_s, "compaction_timeout_s"),
         control_timeout_s=_seconds(control_timeout_s, "control_timeout_s"),
+        section_hosts=_count(section_hosts, "section_hosts"),
     )

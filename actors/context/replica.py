@@ -38,6 +38,23 @@ class ParticipantReplica:
         if view.writer == writer and self.pending:
             self.pending = [item for item in self.pending if item[0] > view.seq]
 
+    def drop_host(self, host: int, epoch: int, keep: set[str]) -> None:
+        """After a resync from ``host``'s snapshot at ``epoch``: drop its older views of
+        sections the snapshot does not hold (the restarted host no longer has them)."""
+        if (
+            self.dialogue is not None
+            and self.dialogue.host == host
+            and self.dialogue.epoch < epoch
+            and self.dialogue.section not in keep
+        ):
+            self.dialogue = None
+        for name in [
+            name
+            for name, view in self.topics.items()
+            if view.host == host and view.epoch < epoch and name not in keep
+        ]:
+            del self.topics[name]
+
     def forget(self, generations: tuple[str, ...]) -> None:
         """Drop the views of cleared section states."""
         if self.dialogue is not None and self.dialogue.generation in generations:
@@ -47,7 +64,9 @@ class ParticipantReplica:
 
     @property
     def empty(self) -> bool:
-        return self.dialogue is None and not self.topics and not self.pending and not self.identities
+        return (
+            self.dialogue is None and not self.topics and not self.pending and not self.identities
+        )
 
     def dialogue_blocks(self, budget_bytes: int) -> tuple[ContextBlock, ...]:
         """The dialogue as its section renders it, with this manager's pending writes in it.
@@ -60,7 +79,8 @@ class ParticipantReplica:
             return view_blocks
         summaries = [block for block in view_blocks if block.timestamp_us is None]
         dated = [block for block in view_blocks if block.timestamp_us is not None]
-        dated.extend(block for _, block in self.pending)
+        shown = set(dated)  # a write re-sent by a new manager may already be in the view
+        dated.extend(block for _, block in self.pending if block not in shown)
         dated.sort(key=lambda block: block.timestamp_us or 0)  # every one is dated
         room = budget_bytes - sum(utf8_size(block.text) for block in summaries)
         kept, _, _ = fit_newest(dated, room)

@@ -18,6 +18,14 @@ meanwhile: entries stay until a summary replaces them.
 
 Views are coalesced: changes mark the participant dirty and one callback per loop turn
 publishes one view per dirty participant, so a burst of sensor updates costs one render.
+
+With a journal (``store.ContextStore``), that callback is the store's commit: every
+section actor of the process stages its dirty participants, they are committed in one
+transaction, and only then are their views published, so a write a view acknowledges
+is durable. A ``ContextHost`` per process restores the journal before the runtime
+reports ready: each participant's state, re-issuing its pending compaction, and
+publishing its views under the new epoch; then it announces ``HostStarted`` and
+answers every replica's request for a full snapshot.
 """
 
 from __future__ import annotations
@@ -27,25 +35,37 @@ import zlib
 from collections.abc import Callable, Sequence
 from uuid import uuid4
 
+import msgspec
+
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, get_logger
 from xrmq.actors.runtime.agent import Handler, Handlers
 from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import Topic
 
 from .compaction import CompactionRequest, CompactionResult, JobRef
-from .engine import ApplyStatus, Section, SectionState
+from .manual import CompactStatus
+from .dump import ParticipantDump, SectionDump, dump_entries, export_section
+from .engine import ApplyStatus, PendingJob, Section, SectionState
 from .messages import (
     CancelJobs,
     Cleared,
     ClearSection,
     CompactionDone,
     CompactionJob,
+    CompactReport,
+    CompactSection,
+    HostDump,
+    HostStarted,
+    HostSync,
+    HostViews,
     JobAt,
+    LoadSection,
     RecordExchanges,
     SectionView,
     TopicWrite,
 )
 from .plan import ContextPlan
+from .store import ContextStore, Recovered
 
 
 class _Job:
@@ -60,28 +80,81 @@ class _Job:
 
 
 class _Participant:
-    __slots__ = ("state", "job", "ack", "published", "warned")
+    __slots__ = (
+        "state",
+        "job",
+        "ack",
+        "published",
+        "warned",
+        "identities",
+        "journaled",
+        "stored_job",
+        "manual",
+        "view",
+    )
 
-    def __init__(self, state: SectionState) -> None:
+    def __init__(self, state: SectionState, ack: tuple[str, int] = ("", 0)) -> None:
         self.state = state
         self.job: _Job | None = None
-        self.ack: tuple[str, int] = ("", 0)
+        self.ack = ack
         self.published: tuple[int, tuple[str, int]] | None = None
         self.warned = -1
+        self.identities: list[bytes] = []
+        """Exchange identities added since the journal last stored this state."""
+        self.journaled: tuple | None = None
+        self.stored_job: PendingJob | None = state.pending
+        self.manual: list[tuple[str, int]] = []
+        """Manual compactions (writer, seq) waiting for the run to end."""
+        self.view: SectionView | None = None
+        """The latest view published (so journaled): what a snapshot shows."""
+
+
+def journal_name(section: Section) -> str:
+    """A section's name in the journal: ``dialogue``, or ``topic:<name>`` (a topic may
+    itself be called "dialogue")."""
+    return "dialogue" if section.spec.kind == "dialogue" else f"topic:{section.spec.name}"
+
+
+def _journal_key(record: _Participant) -> tuple:
+    state = record.state
+    return (
+        state.revision,
+        record.ack,
+        state.next_job_id,
+        state.next_entry_id,
+        len(state.backlog),
+        state.awaiting_entry,
+        id(state.pending),
+        id(state.condense_due),
+        state.generation,
+    )
 
 
 class SectionHost:
     """One configured section's states for the participants an actor holds."""
 
-    def __init__(self, agent: Agent, section: Section, plan: ContextPlan, result_topic: Topic) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        section: Section,
+        plan: ContextPlan,
+        result_topic: Topic,
+        *,
+        store: ContextStore | None = None,
+        host: int = 0,
+    ) -> None:
         self._agent = agent
         self.section = section
         self._plan = plan
         self._result_topic = result_topic
         self._dialogue = section.spec.kind == "dialogue"
+        self._store = store
+        self.host = host
+        self.journal_name = journal_name(section)
         self.participants: dict[str, _Participant] = {}
         self._dirty: set[str] = set()
         self._flush_handle: asyncio.Handle | None = None
+        self._reports: list[tuple[Topic, CompactReport, str]] = []
         self.compactions = 0
         """Compaction results applied (a summary replaced entries), for ``xrmq top``."""
 
@@ -96,26 +169,148 @@ class SectionHost:
         return runtime if runtime is not None and runtime.running else None
 
     def _log(self, participant_id: str):
-        return get_logger(actor=self._agent.name, participant=participant_id, section=self.section.spec.name)
+        return get_logger(
+            actor=self._agent.name, participant=participant_id, section=self.section.spec.name
+        )
 
     # --- changes --------------------------------------------------------------------
 
-    def write(self, participant_id: str, change: Callable[[SectionState], object],
-              ack: tuple[str, int] | None = None) -> None:
-        """Apply ``change`` to the participant's state (created empty on first write)."""
+    def write(
+        self,
+        participant_id: str,
+        change: Callable[[SectionState], object],
+        ack: tuple[str, int] | None = None,
+        identities: Sequence[bytes] = (),
+    ) -> None:
+        """Apply ``change`` to the participant's state (created empty on first write).
+
+        ``identities`` names the exchange identities ``change`` added (the journal
+        stores them as rows of their own).
+        """
         record = self.participants.get(participant_id)
         if record is None:
-            record = self.participants[participant_id] = _Participant(self.section.new_state(uuid4().hex))
+            record = self.participants[participant_id] = _Participant(
+                self.section.new_state(uuid4().hex)
+            )
         change(record.state)
+        record.identities.extend(identities)
         if ack is not None:
             record.ack = ack
         self._advance(participant_id, record)
+
+    def acknowledged(self, participant_id: str, writer: str, seq: int) -> bool:
+        """Whether the participant's state already holds write ``seq`` of ``writer`` (a
+        write re-sent after a restart is applied once)."""
+        record = self.participants.get(participant_id)
+        return record is not None and record.ack[0] == writer and seq <= record.ack[1]
+
+    def touch(self, participant_id: str, ack: tuple[str, int]) -> None:
+        """Acknowledge a write that changed nothing (its view still tells the writer)."""
+        record = self.participants.get(participant_id)
+        if record is None:
+            record = self.participants[participant_id] = _Participant(
+                self.section.new_state(uuid4().hex)
+            )
+        record.ack = ack
+        self._mark_dirty(participant_id)
+
+    def restore(self, participant_id: str, recovered: Recovered) -> None:
+        """Take a participant's state from the journal (call ``resume`` once the loop runs)."""
+        record = _Participant(recovered.state, recovered.ack)
+        record.journaled = _journal_key(record)
+        record.view = self._view(record, self.section.render(record.state).blocks)
+        self.participants[participant_id] = record
+
+    def resume(self) -> None:
+        """After ``restore``: re-issue pending compactions and publish every view anew."""
+        for participant_id, record in self.participants.items():
+            pending = record.state.pending
+            if pending is not None and record.job is None:
+                self._dispatch(participant_id, record, pending.request)
+                self._mark_dirty(participant_id)
+            else:
+                self._advance(participant_id, record)
+
+    def compact_now(self, participant_id: str, writer: str, seq: int) -> None:
+        """Manual compaction: compact every eligible entry now; report to ``writer`` when done."""
+        record = self.participants.get(participant_id)
+        if record is None or not self.section.start_run(record.state):
+            self._report(participant_id, writer, seq, CompactStatus.NOTHING_TO_CONDENSE)
+            return
+        record.manual.append((writer, seq))
+        self._advance(participant_id, record)
+
+    def load(self, participant_id: str, dump: SectionDump, ack: tuple[str, int]) -> None:
+        """Merge a dumped section into the participant's state (``Section.merge``)."""
+        if dump.kind != self.section.spec.kind:
+            self._log(participant_id).warning("context.load_kind_mismatch", dumped=dump.kind)
+            self.touch(participant_id, ack)
+            return
+        added: list[bytes] = []
+
+        def merge(state: SectionState) -> None:
+            added.extend(
+                self.section.merge(state, dump.summary, dump_entries(dump), dump.identities)
+            )
+
+        self.write(participant_id, merge, ack, added)
+
+    def export(self, participant_id: str) -> SectionDump | None:
+        record = self.participants.get(participant_id)
+        return None if record is None else export_section(self.section, record.state)
+
+    def views(self, participant_id: str | None = None) -> list[tuple[str, SectionView]]:
+        """The latest published view of every participant (or of one), for a replica's
+        snapshot: what the journal holds, never a change it has not committed yet."""
+        ids = list(self.participants) if participant_id is None else [participant_id]
+        runtime = self._agent.runtime
+        epoch = runtime.epoch if runtime is not None and runtime.running else 0
+        views = []
+        for pid in ids:
+            record = self.participants.get(pid)
+            if record is not None and record.view is not None:
+                views.append((pid, msgspec.structs.replace(record.view, epoch=epoch)))
+        return views
+
+    def _view(self, record: _Participant, blocks) -> SectionView:
+        runtime = self._agent.runtime
+        epoch = runtime.epoch if runtime is not None and runtime.running else 0
+        state = record.state
+        return SectionView(
+            self.section.spec.name,
+            self._dialogue,
+            state.generation,
+            state.revision,
+            blocks,
+            *record.ack,
+            host=self.host,
+            epoch=epoch,
+        )
+
+    def _report(
+        self, participant_id: str, writer: str, seq: int, status: CompactStatus, detail: str = ""
+    ) -> None:
+        """Report a manual compaction after the views of this turn (so the writer's next
+        ``blocks()`` shows what it did)."""
+        report = CompactReport(self.section.spec.name, seq, status.value, detail)
+        self._reports.append((self._plan.topics.compacted(writer), report, participant_id))
+        self._mark_dirty(participant_id)
+
+    def _manual_done(self, participant_id: str, record: _Participant, failed: str | None) -> None:
+        if not record.manual or (failed is None and self.section.run_active(record.state)):
+            return
+        waiting, record.manual = record.manual, []
+        status = CompactStatus.COMPACTED if failed is None else CompactStatus.SUMMARIZE_FAILED
+        for writer, seq in waiting:
+            self._report(participant_id, writer, seq, status, failed or "")
 
     def result(self, participant_id: str, done: CompactionDone) -> None:
         """Apply a worker's result; a result for a forgotten state is dropped."""
         record = self.participants.get(participant_id)
         if record is None:
-            self._log(participant_id).debug("compaction.stale", job=done.result.job.job_id, reason="cleared")
+            self._log(participant_id).debug(
+                "compaction.stale", job=done.result.job.job_id, reason="cleared"
+            )
             return
         job = record.job
         status = self.section.apply_result(record.state, done.result)
@@ -126,9 +321,19 @@ class SectionHost:
             record.job = None
             for worker in job.workers:
                 if worker != done.worker:  # a retried copy still running elsewhere
-                    self._send(self._plan.topics.worker_cancel(worker), CancelJobs((job.job,)), participant_id)
+                    self._send(
+                        self._plan.topics.worker_cancel(worker),
+                        CancelJobs((job.job,)),
+                        participant_id,
+                    )
         self._log_status(participant_id, status, done.result)
         self._advance(participant_id, record)
+        if status is not ApplyStatus.STALE:
+            self._manual_done(
+                participant_id,
+                record,
+                _failure(done.result) if status is ApplyStatus.FAILED else None,
+            )
 
     def clear(self, participant_id: str | None) -> Cleared:
         """Forget one participant (every participant for None); return what was forgotten."""
@@ -144,6 +349,12 @@ class SectionHost:
             if record.job is not None:
                 record.job.timer.cancel()
                 jobs.append(JobAt(record.job.job, pid, tuple(record.job.workers)))
+            for writer, seq in record.manual:
+                self._report(
+                    pid, writer, seq, CompactStatus.SUMMARIZE_FAILED, "the participant was cleared"
+                )
+        if self._store is not None:
+            self._store.delete(participant_id, self.journal_name)
         return Cleared(tuple(generations), tuple(jobs))
 
     def stop(self) -> None:
@@ -163,7 +374,9 @@ class SectionHost:
             self._dispatch(participant_id, record, request)
         self._mark_dirty(participant_id)
 
-    def _dispatch(self, participant_id: str, record: _Participant, request: CompactionRequest) -> None:
+    def _dispatch(
+        self, participant_id: str, record: _Participant, request: CompactionRequest
+    ) -> None:
         workers = self._plan.compaction_workers
         seed = zlib.crc32(f"{self.section.spec.name}\x00{participant_id}".encode())
         worker = (seed + request.job.job_id) % workers
@@ -173,7 +386,9 @@ class SectionHost:
         record.job = _Job(request.job, worker, timer)
         self._send_job(participant_id, request, worker, attempt=0)
 
-    def _send_job(self, participant_id: str, request: CompactionRequest, worker: int, attempt: int) -> None:
+    def _send_job(
+        self, participant_id: str, request: CompactionRequest, worker: int, attempt: int
+    ) -> None:
         job = CompactionJob(request, self._result_topic.name, attempt)
         self._send(self._plan.topics.worker_jobs(worker), job, participant_id)
 
@@ -187,7 +402,9 @@ class SectionHost:
         self._send(self._plan.topics.worker_cancel(tried[-1]), CancelJobs((job,)), participant_id)
         if pending is not None and len(tried) < self._plan.compaction_workers:
             worker = (tried[0] + len(tried)) % self._plan.compaction_workers
-            log.warning("compaction.retry", job=job.job_id, timed_out_worker=tried[-1], worker=worker)
+            log.warning(
+                "compaction.retry", job=job.job_id, timed_out_worker=tried[-1], worker=worker
+            )
             tried.append(worker)
             record.job.timer = asyncio.get_running_loop().call_later(
                 self._plan.compaction_timeout_s, self._timed_out, participant_id, job
@@ -196,15 +413,28 @@ class SectionHost:
             return
         log.warning("compaction.gave_up", job=job.job_id, workers=list(tried))
         record.job = None
-        result = CompactionResult(job, error=f"timeout after {self._plan.compaction_timeout_s}s at workers {tried}")
-        self._log_status(participant_id, self.section.apply_result(record.state, result), result)
+        result = CompactionResult(
+            job, error=f"timeout after {self._plan.compaction_timeout_s}s at workers {tried}"
+        )
+        status = self.section.apply_result(record.state, result)
+        self._log_status(participant_id, status, result)
         self._advance(participant_id, record)
+        self._manual_done(
+            participant_id, record, result.error if status is ApplyStatus.FAILED else None
+        )
 
-    def _log_status(self, participant_id: str, status: ApplyStatus, result: CompactionResult) -> None:
+    def _log_status(
+        self, participant_id: str, status: ApplyStatus, result: CompactionResult
+    ) -> None:
         log = self._log(participant_id)
         if status is ApplyStatus.FAILED:
-            log.warning("compaction.failed", job=result.job.job_id, error=result.error,
-                        finish_reason=result.finish_reason, empty=not result.text.strip())
+            log.warning(
+                "compaction.failed",
+                job=result.job.job_id,
+                error=result.error,
+                finish_reason=result.finish_reason,
+                empty=not result.text.strip(),
+            )
         elif status is ApplyStatus.CLIPPED:
             log.warning("compaction.clipped", job=result.job.job_id)
         elif status is ApplyStatus.STALE:
@@ -216,28 +446,85 @@ class SectionHost:
 
     def _mark_dirty(self, participant_id: str) -> None:
         self._dirty.add(participant_id)
-        if self._flush_handle is None:
+        if self._store is not None:
+            self._store.schedule(self)
+        elif self._flush_handle is None:
             self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_handle = None
+        reports, self._reports = self._reports, []
+        self._publish(self._collect(None), reports)
+
+    def _publish(
+        self, views: list[tuple[str, SectionView]], reports: list[tuple[Topic, CompactReport, str]]
+    ) -> None:
+        topic = self._plan.topics.view
+        for participant_id, view in views:
+            record = self.participants.get(participant_id)
+            if record is not None and record.state.generation == view.generation:
+                record.view = view
+            self._send(topic, view, participant_id)
+        for report_topic, report, participant_id in reports:
+            self._send(report_topic, report, participant_id)
+
+    def stage(self, store: ContextStore) -> tuple[list[Callable[[], None]], Callable[[], None]]:
+        """The journal's commit of this turn: stage every dirty participant's state;
+        return the sending of their views, which the store runs once committed, and
+        what undoes the staging if the commit fails (the next commit stages all again)."""
+        staged: list[tuple[str, list[bytes], PendingJob | None]] = []
+        views = self._collect(store, staged)
+        reports, self._reports = self._reports, []
+
+        def failed() -> None:
+            for participant_id, identities, stored_job in staged:
+                record = self.participants.get(participant_id)
+                if record is not None:
+                    record.identities[:0] = identities
+                    record.stored_job = stored_job
+                    record.journaled = record.published = None
+                    self._dirty.add(participant_id)
+            self._reports[:0] = reports
+
+        return ([lambda: self._publish(views, reports)] if views or reports else []), failed
+
+    def _collect(
+        self,
+        store: ContextStore | None,
+        staged: list[tuple[str, list[bytes], PendingJob | None]] | None = None,
+    ) -> list[tuple[str, SectionView]]:
         dirty, self._dirty = self._dirty, set()
+        views: list[tuple[str, SectionView]] = []
+        name = self.journal_name
         for participant_id in dirty:
             record = self.participants.get(participant_id)
             if record is None:
                 continue
             state = record.state
+            if store is not None:
+                journal_key = _journal_key(record)
+                if journal_key != record.journaled or record.identities:
+                    job: PendingJob | None | bool = (
+                        True if state.pending is record.stored_job else state.pending
+                    )
+                    store.put(participant_id, name, state, record.ack, record.identities, job)
+                    if staged is not None:
+                        staged.append((participant_id, record.identities, record.stored_job))
+                    record.identities = []
+                    record.stored_job = state.pending
+                    record.journaled = journal_key
             key = (state.revision, record.ack)
             if key == record.published:
                 continue
             rendered = self.section.render(state)
             if rendered.warning is not None and record.warned != state.revision:
                 record.warned = state.revision
-                self._log(participant_id).warning("context.over_budget", message=rendered.warning.message())
-            view = SectionView(self.section.spec.name, self._dialogue, state.generation, state.revision,
-                               rendered.blocks, *record.ack)
-            self._send(self._plan.topics.view, view, participant_id)
+                self._log(participant_id).warning(
+                    "context.over_budget", message=rendered.warning.message()
+                )
+            views.append((participant_id, self._view(record, rendered.blocks)))
             record.published = key
+        return views
 
     def _send(self, topic: Topic, message: object, participant_id: str) -> None:
         runtime = self._runtime
@@ -245,17 +532,39 @@ class SectionHost:
             runtime.send(topic, message, participant_id=participant_id, source=self._agent.name)
 
 
+def _failure(result: CompactionResult) -> str:
+    if result.error is not None:
+        return result.error
+    if result.finish_reason not in (None, "stop"):
+        return f"the model stopped: {result.finish_reason}"
+    return "the model returned no summary"
+
+
 class DialogueSectionActor(Agent):
     """The dialogue section of one participant (a keyed actor, spawned on first message).
 
     After a clear it holds nothing, and it retires itself once its mailbox is idle, so
-    a departed participant leaves no actor behind.
+    a departed participant leaves no actor behind. A participant the journal holds is
+    spawned at start with its recovered state.
     """
 
-    def __init__(self, participant_id: str, plan: ContextPlan, kind: str) -> None:
+    def __init__(
+        self,
+        participant_id: str,
+        plan: ContextPlan,
+        kind: str,
+        *,
+        store: ContextStore | None = None,
+        host: int = 0,
+        recovered: Recovered | None = None,
+    ) -> None:
         self.key = participant_id
         self.kind = kind
-        self.host = SectionHost(self, plan.config.dialogue, plan, plan.topics.dialogue_result)
+        self.host = SectionHost(
+            self, plan.config.dialogue, plan, plan.topics.dialogue_result, store=store, host=host
+        )
+        if recovered is not None:
+            self.host.restore(participant_id, recovered)
         self._retiring: asyncio.Task[None] | None = None
         """The retirement after a clear: held, since the loop keeps only weak references to tasks."""
 
@@ -264,13 +573,28 @@ class DialogueSectionActor(Agent):
 
     async def on_write(self, message: RecordExchanges, ctx: RuntimeContext) -> None:
         section = self.host.section
+        added: list[bytes] = []
 
         def add(state: SectionState) -> None:
             for record in message.exchanges:
-                section.add_exchange(state, record.identity, record.request, record.answer,
-                                     timestamp_us=record.timestamp_us)
+                if section.add_exchange(
+                    state,
+                    record.identity,
+                    record.request,
+                    record.answer,
+                    timestamp_us=record.timestamp_us,
+                ):
+                    added.append(record.identity)
 
-        self.host.write(self.key, add, ack=(message.writer, message.seq))
+        self.host.write(self.key, add, ack=(message.writer, message.seq), identities=added)
+
+    async def on_load(self, message: LoadSection, ctx: RuntimeContext) -> None:
+        if self.host.acknowledged(self.key, message.writer, message.seq):
+            return
+        self.host.load(self.key, message.dump, (message.writer, message.seq))
+
+    async def on_compact(self, message: CompactSection, ctx: RuntimeContext) -> None:
+        self.host.compact_now(self.key, message.writer, message.seq)
 
     async def on_result(self, message: CompactionDone, ctx: RuntimeContext) -> None:
         self.host.result(self.key, message)
@@ -301,27 +625,46 @@ class TopicSectionActor(Agent):
     update replaces that participant's state, an incremental one appends to it.
     """
 
-    def __init__(self, plan: ContextPlan, section: Section) -> None:
-        self.host = SectionHost(self, section, plan, plan.topics.topic_result(section.spec.name))
+    def __init__(
+        self,
+        plan: ContextPlan,
+        section: Section,
+        *,
+        store: ContextStore | None = None,
+        host: int = 0,
+    ) -> None:
+        self.host = SectionHost(
+            self, section, plan, plan.topics.topic_result(section.spec.name), store=store, host=host
+        )
         self.closed = False
         t, topic = plan.topics, section.spec.name
-        self._handlers: dict[Topic, Handler] = {t.updates(topic): self.on_update, t.topic_write(topic): self.on_write,
-                          t.topic_result(topic): self.on_result, t.topic_clear(topic): self.on_clear}
+        self._handlers: dict[Topic, Handler] = {
+            t.updates(topic): self.on_update,
+            t.topic_write(topic): self.on_write,
+            t.topic_result(topic): self.on_result,
+            t.topic_clear(topic): self.on_clear,
+            t.topic_load(topic): self.on_load,
+            t.topic_compact(topic): self.on_compact,
+        }
 
     def handlers(self) -> Handlers:
-        """Its topic (sensor updates), plus the manager's writes, compaction results and clears for it."""
+        """Its topic (sensor updates), plus the manager's writes, loads, compactions,
+        compaction results and clears for it."""
         return self._handlers
 
     def gauges(self) -> dict[str, float]:
         return self.host.gauges()
 
-    def _apply(self, participant_id: str | None, text: str, timestamp_us: int,
-               ack: tuple[str, int] | None) -> None:
+    def _apply(
+        self, participant_id: str | None, text: str, timestamp_us: int, ack: tuple[str, int] | None
+    ) -> None:
         if self.closed:
             return
         if participant_id is None:
             get_logger(actor=self.name).warning("context.update_without_participant")
             return
+        if ack is not None and self.host.acknowledged(participant_id, *ack):
+            return  # re-sent after a restart, and already applied
         section = self.host.section
         if section.spec.kind == "summary":
             change = lambda state: section.replace_state(state, text, timestamp_us=timestamp_us)  # noqa: E731
@@ -333,7 +676,19 @@ class TopicSectionActor(Agent):
         self._apply(ctx.participant_id, message.text, ctx.metadata.timestamp_us, None)
 
     async def on_write(self, message: TopicWrite, ctx: RuntimeContext) -> None:
-        self._apply(ctx.participant_id, message.text, message.timestamp_us, (message.writer, message.seq))
+        self._apply(
+            ctx.participant_id, message.text, message.timestamp_us, (message.writer, message.seq)
+        )
+
+    async def on_load(self, message: LoadSection, ctx: RuntimeContext) -> None:
+        pid = ctx.participant_id
+        if self.closed or pid is None or self.host.acknowledged(pid, message.writer, message.seq):
+            return
+        self.host.load(pid, message.dump, (message.writer, message.seq))
+
+    async def on_compact(self, message: CompactSection, ctx: RuntimeContext) -> None:
+        if ctx.participant_id is not None:
+            self.host.compact_now(ctx.participant_id, message.writer, message.seq)
 
     async def on_result(self, message: CompactionDone, ctx: RuntimeContext) -> None:
         if ctx.participant_id is not None:
@@ -344,8 +699,130 @@ class TopicSectionActor(Agent):
             self.closed = True
         return self.host.clear(ctx.participant_id)
 
+    async def on_start(self) -> None:
+        self.host.resume()
+
     async def on_stop(self) -> None:
         self.host.stop()
+
+
+class ContextHost(Agent):
+    """One section host (process, shard): its journal, recovery and full snapshots.
+
+    At start (before the runtime reports ready) it spawns the dialogue actor of every
+    participant its journal holds, with the recovered state, and has every section
+    re-issue pending compactions and publish its views under this runtime's epoch;
+    then it publishes ``HostStarted``. It answers ``HostSync`` asks with every view it
+    holds (a replica's resync) or every state as a dump (``ContextManager.dump``).
+    """
+
+    def __init__(
+        self,
+        plan: ContextPlan,
+        kind: str,
+        index: int,
+        topics: list[TopicSectionActor],
+        store: ContextStore | None,
+    ) -> None:
+        self._plan = plan
+        self.kind = kind
+        self.index = index
+        self.topics = topics
+        self.store = store
+        dialogue = journal_name(plan.config.dialogue)
+        recovered = store.recovered if store is not None else {}
+        self.recovered: dict[str, Recovered] = {
+            pid: item for (pid, name), item in recovered.items() if name == dialogue
+        }
+        """Dialogue states waiting for their actor (spawned at start)."""
+        t = plan.topics
+        self._handlers: dict[Topic, Handler] = {t.host_sync(index): self.on_sync, t.host_dump(index): self.on_dump}
+
+    def handlers(self) -> Handlers:
+        return self._handlers
+
+    def take(self, participant_id: str) -> Recovered | None:
+        """The recovered dialogue state of a participant whose actor is being built."""
+        return self.recovered.pop(participant_id, None)
+
+    def _dialogues(self) -> list[DialogueSectionActor]:
+        runtime = self.runtime
+        if runtime is None:
+            return []
+        return [
+            agent
+            for agent in runtime.keyed_instances(self.kind).values()
+            if isinstance(agent, DialogueSectionActor)
+        ]
+
+    async def on_start(self) -> None:
+        runtime = self.runtime
+        assert runtime is not None
+        log = get_logger(actor=self.name)
+        for participant_id in list(self.recovered):
+            try:
+                agent = runtime.spawn(self.kind, participant_id)
+            except ValueError as error:  # the journal of another shard layout
+                log.warning(
+                    "context.recovery_skipped", participant=participant_id, error=str(error)
+                )
+                continue
+            if isinstance(agent, DialogueSectionActor):
+                agent.host.resume()
+        participants = {pid for topic in self.topics for pid in topic.host.participants}
+        participants.update(agent.key for agent in self._dialogues())
+        if self.store is not None:
+            log.info("context.recovered", participants=len(participants), path=str(self.store.path))
+            await self.store.barrier()
+        runtime.send(
+            self._plan.topics.host_started,
+            HostStarted(self.index, runtime.epoch, len(participants)),
+            source=self.name,
+        )
+
+    def views(self, participant_id: str | None = None) -> list[tuple[str, SectionView]]:
+        """Every view this host holds (of one participant), as (participant, view)."""
+        views: list[tuple[str, SectionView]] = []
+        for agent in self._dialogues():
+            if participant_id is None or agent.key == participant_id:
+                views.extend(agent.host.views(agent.key))
+        for topic in self.topics:
+            views.extend(topic.host.views(participant_id))
+        return views
+
+    async def on_sync(self, message: HostSync, ctx: RuntimeContext) -> HostViews:
+        if self.store is not None:
+            await self.store.barrier()  # a snapshot shows only what is in the journal
+        runtime = self.runtime
+        epoch = runtime.epoch if runtime is not None else 0
+        return HostViews(self.index, epoch, tuple(self.views(message.participant_id)))
+
+    async def on_dump(self, message: HostSync, ctx: RuntimeContext) -> HostDump:
+        if self.store is not None:
+            await self.store.barrier()
+        sections: dict[str, list[SectionDump]] = {}
+        for agent in self._dialogues():
+            if message.participant_id is None or agent.key == message.participant_id:
+                dump = agent.host.export(agent.key)
+                if dump is not None:
+                    sections.setdefault(agent.key, []).append(dump)
+        for topic in self.topics:
+            ids = (
+                list(topic.host.participants)
+                if message.participant_id is None
+                else [message.participant_id]
+            )
+            for pid in ids:
+                dump = topic.host.export(pid)
+                if dump is not None:
+                    sections.setdefault(pid, []).append(dump)
+        return HostDump(
+            tuple(ParticipantDump(pid, tuple(dumps)) for pid, dumps in sorted(sections.items()))
+        )
+
+    async def on_stop(self) -> None:
+        if self.store is not None:
+            self.store.close()
 
 
 def dialogue_kind(name: str) -> str:
@@ -358,29 +835,71 @@ def topic_actor_name(name: str, topic: str) -> str:
     return f"{name}.topic.{topic}"
 
 
-def register_sections(runtime: AgentRuntime, plan: ContextPlan, *, name: str = "context", shard: int = 0,
-                      shards: int = 1, topics: Sequence[str] | None = None) -> None:
-    """Host section actors in ``runtime`` (before it starts).
+def host_actor_name(name: str, shard: int) -> str:
+    """The registered name of the ``ContextHost`` of ``shard``."""
+    return f"{name}.host.{shard}"
+
+
+def register_sections(
+    runtime: AgentRuntime,
+    plan: ContextPlan,
+    *,
+    name: str = "context",
+    shard: int = 0,
+    shards: int = 1,
+    topics: Sequence[str] | None = None,
+    store: ContextStore | None = None,
+) -> ContextHost:
+    """Host section actors in ``runtime`` (before it starts); return its ``ContextHost``.
 
     Registers the keyed dialogue kind ``<name>.dialogue`` for the participants whose
     stable hash falls in ``shard`` of ``shards``, and one actor ``<name>.topic.<topic>``
     per configured topic (``topics`` selects some, for spreading topics over processes;
-    host each topic in exactly one process).
+    host each topic in exactly one process), and the host ``<name>.host.<shard>``
+    (section host ``shard`` of ``plan.section_hosts``). With ``store`` (an opened
+    journal, ``store.open_store``) every change is journaled and the journal's
+    states are restored at start.
     """
     names = [section.spec.name for section in plan.config.topics]
     chosen = names if topics is None else list(topics)
     unknown = [topic for topic in chosen if topic not in names]
     if unknown:
         raise ValueError(f"topics: not configured topics: {unknown}")
+    if not 0 <= shard < plan.section_hosts:
+        raise ValueError(
+            f"shard: section host {shard} is outside the plan's {plan.section_hosts} section hosts"
+        )
     t = plan.topics
     kind = dialogue_kind(name)
+    actors = [
+        TopicSectionActor(plan, section, store=store, host=shard)
+        for section in plan.config.topics
+        if section.spec.name in chosen
+    ]
+    host = ContextHost(plan, kind, shard, actors, store)
+    if store is not None:
+        by_name = {actor.host.journal_name: actor for actor in actors}
+        for (pid, section_name), recovered in store.recovered.items():
+            actor = by_name.get(section_name)
+            if actor is not None:
+                actor.host.restore(pid, recovered)
     runtime.register_keyed(
-        kind, DialogueSectionActor, factory=lambda key: DialogueSectionActor(key, plan, kind),
-        shard=shard, shards=shards,
-        handlers={t.dialogue_write: DialogueSectionActor.on_write,
-                  t.dialogue_result: DialogueSectionActor.on_result,
-                  t.dialogue_clear: DialogueSectionActor.on_clear},
+        kind,
+        DialogueSectionActor,
+        factory=lambda key: DialogueSectionActor(
+            key, plan, kind, store=store, host=shard, recovered=host.take(key)
+        ),
+        shard=shard,
+        shards=shards,
+        handlers={
+            t.dialogue_write: DialogueSectionActor.on_write,
+            t.dialogue_result: DialogueSectionActor.on_result,
+            t.dialogue_clear: DialogueSectionActor.on_clear,
+            t.dialogue_load: DialogueSectionActor.on_load,
+            t.dialogue_compact: DialogueSectionActor.on_compact,
+        },
     )
-    for section in plan.config.topics:
-        if section.spec.name in chosen:
-            runtime.register(topic_actor_name(name, section.spec.name), TopicSectionActor(plan, section))
+    for actor in actors:
+        runtime.register(topic_actor_name(name, actor.host.section.spec.name), actor)
+    runtime.register(host_actor_name(name, shard), host)
+    return host

@@ -6,9 +6,10 @@ when no complete answer came within ``--timeout``.
 
 ``chat`` reads lines from stdin and asks each as a query of one participant, printing
 the reply as it streams (``conversation: ...``); the next line is asked once the
-reply is complete. ``/quit`` or end of input leaves. It talks to a running ``xrmq up``
-on ``--bus``, or with ``--private-stack`` to a stack of the built-in default it starts
-itself on a private bus (``PrivateStack``). It prints ``xrmq chat: ready ...`` once it
+reply is complete. ``/quit`` or end of input leaves; ``/compact [SECTION]`` compacts the
+participant's context now and prints what happened (docs/context.md). It talks to a running
+``xrmq up`` on ``--bus``, or with ``--private-stack`` to a stack of the built-in default it
+starts itself on a private bus (``PrivateStack``). It prints ``xrmq chat: ready ...`` once it
 can take the first line.
 """
 
@@ -21,11 +22,12 @@ from typing import TextIO
 
 from xrmq.actors.runtime import AgentRuntime
 
-from .config import default_config
+from .config import EdgeConfig, default_config
 from .private_stack import PrivateStack
 from .replies import ReplyCollector, Turn, ask
 
 QUIT = "/quit"
+COMPACT = "/compact"
 
 
 async def say(bus: str, participant_id: str, text: str, *, timeout: float, out: TextIO = sys.stdout) -> int:
@@ -82,7 +84,7 @@ def _read_lines(stream: TextIO, queue: asyncio.Queue[str | None], loop: asyncio.
 
 
 async def chat(bus: str, participant_id: str, *, timeout: float, stdin: TextIO = sys.stdin,
-               out: TextIO = sys.stdout) -> int:
+               out: TextIO = sys.stdout, config: EdgeConfig | None = None) -> int:
     """The chat loop on ``bus`` (see the module docstring); 0 when the user leaves."""
     printer = _StreamPrinter(out)
     collector = ReplyCollector(on_fragment=printer)
@@ -102,6 +104,14 @@ async def chat(bus: str, participant_id: str, *, timeout: float, stdin: TextIO =
                 break
             if not line.strip():
                 continue
+            command, _, argument = line.strip().partition(" ")
+            if command == COMPACT:
+                from .context_commands import compact_in_chat
+
+                outcome = await compact_in_chat(config or default_config(), bus, participant_id,
+                                                argument)
+                print(outcome, file=out, flush=True)
+                continue
             turn = ask(runtime, collector, participant_id, line.strip())
             try:
                 await turn.wait(timeout)
@@ -116,7 +126,8 @@ async def chat_private_stack(participant_id: str, *, timeout: float, stdin: Text
     """``chat`` against a stack of the built-in default started here; 1 if the stack stops by itself."""
     print("xrmq chat: starting a private edge stack...", file=out, flush=True)
     async with PrivateStack(default_config()) as stack:
-        session = asyncio.create_task(chat(stack.bus, participant_id, timeout=timeout, stdin=stdin, out=out))
+        session = asyncio.create_task(chat(stack.bus, participant_id, timeout=timeout, stdin=stdin,
+                                           out=out, config=stack.config))
         failed = asyncio.create_task(stack.wait_failed())
         await asyncio.wait([session, failed], return_when=asyncio.FIRST_COMPLETED)
         if session.done():

@@ -59,6 +59,8 @@ def add_commands(subparsers: Any) -> None:
                       help="start an edge stack of the built-in default on a private bus instead of "
                            "using --bus (--embedded: the former name)")
     chat.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each reply (default 30)")
+    chat.add_argument("--config",
+                      help="the edge box's TOML config, for /compact (default: the built-in one)")
     chat.set_defaults(func=run_chat)
 
     say = subparsers.add_parser("say", help="ask one query, print the reply, exit")
@@ -81,7 +83,9 @@ def run_up(args: argparse.Namespace) -> int:
         check_roles(config)
         print(f"xrmq up: {config.source}: ok ({len(config.processes)} processes)")
         return 0
-    return run(_supervise(config, args.config))
+    from .process import exit_process
+
+    exit_process(run(_supervise(config, args.config)))  # every child is gone: no teardown needed
 
 
 async def _supervise(config: EdgeConfig, path: str | None) -> int:
@@ -91,12 +95,12 @@ async def _supervise(config: EdgeConfig, path: str | None) -> int:
 
 
 def run_run(args: argparse.Namespace) -> int:
-    from .process import run_process, select_instance
+    from .process import exit_process, run_process, select_instance
 
     config = _config(args.config)
     instance = select_instance(config, args.target, args.shard)
     run(run_process(config, instance))
-    return 0
+    exit_process(0)
 
 
 def run_record(args: argparse.Namespace) -> int:
@@ -142,7 +146,8 @@ def run_chat(args: argparse.Namespace) -> int:
         raise ValueError("--timeout: must be > 0")
     if args.private_stack:
         return run(chat_private_stack(args.participant, timeout=args.timeout))
-    return run(chat(args.bus, args.participant, timeout=args.timeout))
+    config = None if args.config is None else load_config(args.config)
+    return run(chat(args.bus, args.participant, timeout=args.timeout, config=config))
 
 
 def run_say(args: argparse.Namespace) -> int:

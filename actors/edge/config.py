@@ -28,6 +28,7 @@ from xrmq.actors.context.config import (
     DEFAULT_DIALOGUE_BUDGET_BYTES,
     DEFAULT_TOPIC_BUDGET_BYTES,
 )
+from xrmq.actors.context.store import ON_CORRUPT
 from xrmq.actors.models import ModelSpec, parse_model_spec
 from xrmq.actors.runtime.address import DEFAULT_BUS, parse_bus
 from xrmq.schemas import CompactionPrompts
@@ -37,6 +38,10 @@ DEFAULT_SOURCE = "<built-in default>"
 
 TOPIC_MODES = ("summary", "incremental")
 DECISION_SERVICES = ("first", "rules", "llm")
+GIVE_UP_POLICIES = ("stay_down", "stop_box")
+DEFAULT_GIVE_UP = "stay_down"
+"""A process over its crash limit is left down, reported, and the rest keeps running
+(the broker is the exception: without it nothing runs, so giving up on it stops the box)."""
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _ROLE = re.compile(r"^(?:[a-z][a-z0-9-]*|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
@@ -96,6 +101,15 @@ class ContextSettings(_Section):
     """Budget of every topic that does not set its own ``budget_bytes``."""
     compaction_input_budget_bytes: int = DEFAULT_COMPACTION_INPUT_BUDGET_BYTES
     prompts: PromptsConfig = PromptsConfig()
+    persist: bool = True
+    """Whether the context processes journal every section state (SQLite) and restore it
+    after a restart."""
+    state_dir: str | None = None
+    """Where the journals live (one per context process); None: a per-bus directory
+    under ``$XDG_STATE_HOME/xrmq``, else ``~/.local/state/xrmq``."""
+    on_corrupt: str = "error"
+    """A journal that cannot be read: ``error`` (the process does not start, naming the
+    file) or ``backup_and_start_empty`` (moved aside, the process starts empty)."""
 
     def manager_kwargs(self) -> dict[str, Any]:
         """The ``ContextManager`` constructor's keyword arguments this section describes."""
@@ -133,6 +147,9 @@ class RouterConfig(_Section):
     """The destination tried when no other fits; None: the first destination."""
     history_limit: int | None = None
     """Exchanges of shared history passed with each turn; None: the router's default."""
+    destination_dead_after_s: float = 1.5
+    """A destination process silent this long (no heartbeat) is taken as dead by the
+    router's proxy: its answer in flight fails and its open reply stream is closed."""
 
 
 class RestartPolicyConfig(_Section):
@@ -151,6 +168,10 @@ class SupervisorConfig(_Section):
     """How long a process may take to drain and exit after SIGTERM before it is killed."""
     metrics_interval_s: float = 1.0
     """How often every runtime publishes ``RuntimeMetrics`` (its heartbeat; ``xrmq top``)."""
+    liveness_timeout_s: float = 5.0
+    """A ready process whose heartbeat stops this long is killed (SIGKILL) and restarted."""
+    stuck_after_s: float = 10.0
+    """An actor whose mailbox is non-empty and has not moved this long is reported stuck."""
     restart: RestartPolicyConfig = RestartPolicyConfig()
 
 
@@ -165,6 +186,9 @@ class ProcessConfig(_Section):
     """Processes that must be ready before this one starts (and stop after it)."""
     restart: RestartPolicyConfig | None = None
     """None uses ``supervisor.restart``."""
+    on_give_up: str = DEFAULT_GIVE_UP
+    """Over its crash limit: ``stay_down`` (left down and reported; the rest keeps
+    running; ``xrmq up`` exits 1 when the box stops) or ``stop_box`` (stop everything)."""
     nice: int = 0
     """OS scheduling niceness (0-19): the background roles (context, compaction) run at 19
     by default, so on a busy box the answer path (router, conversation, renderer) gets
@@ -408,6 +432,12 @@ def _context(raw: dict[str, Any], source: str) -> ContextSettings:
         if topic.mode not in TOPIC_MODES:
             raise ConfigError(source, f"context.topics.{name}.mode",
                               f"must be {' or '.join(map(repr, TOPIC_MODES))}, got {topic.mode!r}")
+    if settings.on_corrupt not in ON_CORRUPT:
+        allowed = " or ".join(map(repr, ON_CORRUPT))
+        raise ConfigError(source, "context.on_corrupt",
+                          f"must be {allowed}, got {settings.on_corrupt!r}")
+    if settings.state_dir is not None and not settings.state_dir.strip():
+        raise ConfigError(source, "context.state_dir", "must be a non-empty path")
     try:
         settings.prompts.prompts()
     except ValueError as error:
@@ -445,13 +475,22 @@ def _validate(config: EdgeConfig, source: str) -> None:
         raise ConfigError(source, "router.decisions", f"must be one of {', '.join(map(repr, DECISION_SERVICES))}, got {config.router.decisions!r}")
     if config.router.history_limit is not None and config.router.history_limit < 1:
         raise ConfigError(source, "router.history_limit", "must be >= 1")
+    heartbeat = config.supervisor.metrics_interval_s
+    if not config.router.destination_dead_after_s > heartbeat:
+        raise ConfigError(
+            source, "router.destination_dead_after_s",
+            f"must be > supervisor.metrics_interval_s (the heartbeat, {heartbeat:g}s)")
     for name, destination in config.destinations.items():
         if not destination.description.strip():
             raise ConfigError(source, f"destinations.{name}.description", "must be non-empty text")
     supervisor = config.supervisor
-    for field in ("ready_timeout_s", "shutdown_timeout_s", "metrics_interval_s"):
+    for field in ("ready_timeout_s", "shutdown_timeout_s", "metrics_interval_s", "stuck_after_s"):
         if getattr(supervisor, field) <= 0:
             raise ConfigError(source, f"supervisor.{field}", "must be > 0")
+    if supervisor.liveness_timeout_s < 2 * supervisor.metrics_interval_s:
+        raise ConfigError(source, "supervisor.liveness_timeout_s",
+                          "must be >= 2 x supervisor.metrics_interval_s (two missed heartbeats),"
+                          f" got {supervisor.liveness_timeout_s:g}")
     _check_restart(supervisor.restart, "supervisor.restart", source)
     for name, process in config.processes.items():
         key = f"processes.{name}"
@@ -474,6 +513,10 @@ def _validate(config: EdgeConfig, source: str) -> None:
                 raise ConfigError(source, f"{key}.after[{index}]", "a process cannot wait for itself")
         if process.restart is not None:
             _check_restart(process.restart, f"{key}.restart", source)
+        if process.on_give_up not in GIVE_UP_POLICIES:
+            allowed = " or ".join(map(repr, GIVE_UP_POLICIES))
+            raise ConfigError(source, f"{key}.on_give_up",
+                              f"must be {allowed}, got {process.on_give_up!r}")
         if not 0 <= process.nice <= 19:
             raise ConfigError(source, f"{key}.nice", "must be in [0, 19] (a process may lower its priority, not raise it)")
     cycle = _cycle(config)

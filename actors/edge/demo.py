@@ -6,8 +6,10 @@ with small context budgets so that compaction visibly runs. Then a scripted sess
 two participants; a simulated sensor (a runtime of its own) publishing the summary
 topic ``scene`` and the incremental topic ``notes``; turns that need a sensor fact, a
 follow-up that needs earlier dialogue (a fact the participant stated turns before, by
-then compacted into a summary), an interruption mid-answer, and a participant who
-leaves (their context is cleared: asked again after rejoining, nothing is known).
+then compacted into a summary), the context process killed with SIGKILL mid-session
+(the supervisor restarts it, it restores every participant's context from its journal,
+and the follow-ups still answer from it), an interruption mid-answer, and a participant
+who leaves (their context is cleared: asked again after rejoining, nothing is known).
 
 The voice output is printed as it plays by a ``VoiceRenderer`` in this process, with
 each response's latency. The end summary gives the turns, first-chunk latency p50/p95
@@ -28,7 +30,7 @@ import math
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -52,6 +54,9 @@ from .private_stack import PrivateStack
 from .replies import ReplyCollector, Turn, ask
 from .stack import plan_of
 
+KILLED = "context"
+"""The process the demo kills mid-session."""
+
 TURN_TIMEOUT_S = 10.0
 """The longest a scripted turn, a sensor update or the final metrics may take."""
 
@@ -64,14 +69,22 @@ def demo_config() -> EdgeConfig:
     """The built-in default with budgets small enough that a short session compacts.
 
     A section compacts once its uncompacted entries exceed half its budget: a few
-    exchanges or notes. Every process may crash once at most: a crash fails the demo.
+    exchanges or notes. No process may crash: the first crash stops the stack
+    (``on_give_up = "stop_box"``) and fails the demo.
     """
     base = default_config()
     context = msgspec.structs.replace(base.context, dialogue_budget_bytes=900, topic_budget_bytes=700,
                                       compaction_input_budget_bytes=1400)
     supervisor = msgspec.structs.replace(base.supervisor, metrics_interval_s=0.25, ready_timeout_s=20.0,
                                          shutdown_timeout_s=5.0, restart=RestartPolicyConfig(max_crashes=1))
-    return msgspec.structs.replace(base, context=context, supervisor=supervisor)
+    # Any crash fails the demo (stop_box); the context process is killed once on
+    # purpose: it may be restarted once, at once.
+    processes = {name: msgspec.structs.replace(spec, on_give_up="stop_box")
+                 for name, spec in base.processes.items()}
+    processes[KILLED] = msgspec.structs.replace(processes[KILLED], restart=RestartPolicyConfig(
+        max_crashes=2, backoff_initial_s=0.05, backoff_max_s=0.05))
+    return msgspec.structs.replace(base, context=context, supervisor=supervisor,
+                                   processes=processes)
 
 
 # ---------------------------------------------------------------------------- the script
@@ -112,6 +125,13 @@ class Interrupt:
 
 
 @dataclass(frozen=True)
+class Kill:
+    """SIGKILL ``process``; wait until the supervisor restarted it (from its journal)."""
+
+    process: str
+
+
+@dataclass(frozen=True)
 class Leave:
     """``participant`` leaves: wait until the context process holds nothing of theirs."""
 
@@ -121,7 +141,7 @@ class Leave:
 SENSOR_FACT = "85 degrees"
 FOLLOW_UP_FACT = "drawer 12"
 
-SCRIPT: tuple[Step | Sense | Ask | Interrupt | Leave, ...] = (
+SCRIPT: tuple[Step | Sense | Ask | Interrupt | Kill | Leave, ...] = (
     Step("the sensor reports the scene and a note"),
     Sense("alice", "scene", "Alice is at the workbench in lab 3 with the oscilloscope on."),
     Sense("bob", "scene", "Bob is at the loading dock next to pallet P-12."),
@@ -136,7 +156,9 @@ SCRIPT: tuple[Step | Sense | Ask | Interrupt | Leave, ...] = (
     Sense("alice", "notes", "The freezer alarm in room 210 was reset at 09:15 by facilities."),
     Sense("alice", "notes", "The fire drill starts at 14:30 today, assemble at gate B."),
     Ask("alice", "When does the fire drill start?", expect="14:30"),
-    Step("follow-ups that need earlier dialogue"),
+    Step("the context process is killed (SIGKILL) mid-session"),
+    Kill(KILLED),
+    Step("follow-ups that need earlier dialogue, from the restarted context process"),
     Ask("bob", "What is my badge number?", expect="4471"),
     Ask("alice", "Where did I leave the spare key?", expect=FOLLOW_UP_FACT),
     Step("bob barges in on a long answer"),
@@ -289,13 +311,18 @@ class Results:
     summaries: dict[tuple[str, str], list[str]]
     gaps: int
     runtimes: int
+    restarts: list[tuple[str, float]]
+    """Processes killed on purpose, with the seconds until they were ready again."""
 
 
 class Session:
     """Runs ``SCRIPT`` against a started stack (see the module docstring)."""
 
-    def __init__(self, config: EdgeConfig, bus: str, out: TextIO, *, script=SCRIPT) -> None:
+    def __init__(self, config: EdgeConfig, bus: str, out: TextIO, *, script=SCRIPT,
+                 kill: Callable[[str], Awaitable[float]] | None = None) -> None:
         self.config = config
+        self.kill = kill
+        self.restarts: list[tuple[str, float]] = []
         self.out = out
         self.script = script
         self.sink = PrintingSink(out)
@@ -330,6 +357,8 @@ class Session:
             await self._interrupt(step)
         elif isinstance(step, Leave):
             await self._leave(step)
+        elif isinstance(step, Kill):
+            await self._kill(step)
         else:
             raise TypeError(f"unknown script step {step!r}")
 
@@ -369,6 +398,15 @@ class Session:
             raise DemoFailure(f"{step.participant}'s barge-in: the answer ended {reason}, not interrupted")
         self.say(f"  [{step.participant}] (barged in after {len(turn.answer.split())} words)")
 
+    async def _kill(self, step: Kill) -> None:
+        if self.kill is None:
+            raise DemoFailure(f"killing {step.process}: this session cannot kill processes")
+        self.say(f"  kill -9 {step.process}")
+        seconds = await self.kill(step.process)
+        self.restarts.append((step.process, seconds))
+        self.say(f"  {step.process} restarted by the supervisor and ready again after "
+                 f"{seconds * 1000:.0f} ms, its context restored from its journal")
+
     async def _leave(self, step: Leave) -> None:
         self.say(f"  [{step.participant}] leaves")
         left_us = time.time_ns() // 1000
@@ -394,7 +432,8 @@ class Session:
             TURN_TIMEOUT_S, f"a metrics report from every process ({', '.join(names)})")
         gaps = sum(self.observer.metrics[name].gaps for name in names)
         gaps += self.client.metrics().gaps + self.sensor.metrics().gaps
-        return Results(self.turns, dict(self.observer.compactions), dict(self.observer.summaries), gaps, len(names) + 2)
+        return Results(self.turns, dict(self.observer.compactions), dict(self.observer.summaries),
+                       gaps, len(names) + 2, self.restarts)
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -419,6 +458,9 @@ def summary(results: Results, elapsed_s: float) -> list[str]:
         f"  first-chunk latency: p50 {percentile(firsts, 0.5):.0f} ms, p95 {percentile(firsts, 0.95):.0f} ms",
         f"  compactions run: {compactions}" + (f" ({by_section})" if by_section else ""),
         f"  gaps: {results.gaps} (over {results.runtimes} runtimes)",
+        *(f"  {process} process: killed mid-session (SIGKILL), ready again after "
+          f"{seconds * 1000:.0f} ms; the session continued with its context"
+          for process, seconds in results.restarts),
         f"  elapsed: {elapsed_s:.1f} s",
     ]
 
@@ -433,7 +475,8 @@ async def run_demo(out: TextIO = sys.stdout, *, verbose: bool = False) -> int:
     try:
         async with stack:
             out.write(f"xrmq demo: {stack.ready_line.removeprefix('xrmq up: ')}\n")
-            session = asyncio.create_task(Session(stack.config, stack.bus, out).run())
+            session = asyncio.create_task(
+                Session(stack.config, stack.bus, out, kill=stack.kill).run())
             failed = asyncio.create_task(stack.wait_failed())
             await asyncio.wait([session, failed], return_when=asyncio.FIRST_COMPLETED)
             if not session.done():

@@ -3,21 +3,27 @@
 It is ``xrmq up`` run programmatically: the same ``Supervisor`` starts the broker and
 every process of the config as separate OS processes, but on a private ipc bus in a
 fresh temporary directory (mode 0700), so it never meets a running ``xrmq up`` on the
-default bus. The config is written there for the children (``xrmq run NAME --config``).
+default bus. The config is written there for the children (``xrmq run NAME --config``),
+and so are the context journals (unless the config names a ``state_dir``).
 
 The supervisor's lines (its own and every child's) are kept, not printed, unless an
 ``echo`` stream is given: a command shows its own output, and names the last lines
 when something fails. ``failed`` is set when the supervisor stops by itself (a
-process it gave up on, a child that could not start); with ``max_crashes = 1`` in
-the config that is the first crash of any process.
+process it gave up on with ``on_give_up = "stop_box"``, a child that could not
+start); with ``max_crashes = 1`` and ``stop_box`` (the demo's config) that is the
+first crash of any process.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import re
 import shutil
+import signal
 import sys
 import tempfile
+import time
 from collections import deque
 from pathlib import Path
 from typing import TextIO
@@ -44,6 +50,9 @@ class _Lines:
         self.ready = asyncio.Event()
         self.ready_line = ""
         self._partial = ""
+        self.written = 0
+        """Complete lines so far (``lines`` keeps only the latest)."""
+        self._changed = asyncio.Event()
 
     def write(self, text: str) -> int:
         *complete, self._partial = (self._partial + text).split("\n")
@@ -54,7 +63,19 @@ class _Lines:
             if line.startswith(_READY):
                 self.ready_line = line
                 self.ready.set()
+            self.written += 1
+            self._changed.set()
         return len(text)
+
+    async def wait_line(self, prefix: str, after: int) -> str:
+        """The first line starting with ``prefix`` written after the ``after``-th line."""
+        while True:
+            fresh = list(self.lines)[max(0, len(self.lines) - (self.written - after)):]
+            for line in fresh:
+                if line.startswith(prefix):
+                    return line
+            self._changed.clear()
+            await self._changed.wait()
 
     def flush(self) -> None:
         pass
@@ -89,6 +110,28 @@ class PrivateStack:
         """The supervisor's readiness line: the bus and each process's pid."""
         return self._out.ready_line
 
+    def pid(self, label: str) -> int:
+        """The pid of the process ``label`` (``context``, ``conversation.1``...) now running."""
+        pattern = re.compile(rf"(?:^|\s){re.escape(label)}(?:=| pid=)(\d+)")
+        for line in reversed(self._out.lines):
+            starts = ("xrmq up: ready", f"xrmq up: started {label} ",
+                      f"xrmq up: restarted {label} ")
+            if line.startswith(starts):
+                found = pattern.search(line)
+                if found:
+                    return int(found[1])
+        raise StackError(f"no process {label!r} in the stack")
+
+    async def kill(self, label: str, *, timeout: float = 30.0) -> float:
+        """SIGKILL the process ``label`` and wait until the supervisor restarted it and it
+        reported ready again; return the seconds from the kill to ready."""
+        after = self._out.written
+        started = time.monotonic()
+        os.killpg(self.pid(label), signal.SIGKILL)  # the process leads its own group
+        async with asyncio.timeout(timeout):
+            await self._out.wait_line(f"xrmq up: restarted {label} pid=", after)
+        return time.monotonic() - started
+
     def tail(self, count: int = 30) -> str:
         """The last ``count`` supervisor lines (its own and the children's), for error messages."""
         return "\n".join(list(self._out.lines)[-count:])
@@ -97,7 +140,12 @@ class PrivateStack:
         self.directory = Path(tempfile.mkdtemp(prefix="xrmq-stack-"))  # mode 0700
         try:
             bus = BusConfig(address=f"ipc://{self.directory}/bus", capture=False)
-            self.config = write_config(msgspec.structs.replace(self._requested, bus=bus), self.directory / "edge.toml")
+            requested = msgspec.structs.replace(self._requested, bus=bus)
+            if requested.context.state_dir is None:  # the journals go with the stack
+                journals = str(self.directory / "state")
+                context = msgspec.structs.replace(requested.context, state_dir=journals)
+                requested = msgspec.structs.replace(requested, context=context)
+            self.config = write_config(requested, self.directory / "edge.toml")
             self._supervisor = Supervisor(self.config, str(self.directory / "edge.toml"), out=self._out,
                                           python=self._python)
             self._task = asyncio.create_task(self._supervisor.run(), name="xrmq-private-stack-supervisor")

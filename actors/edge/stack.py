@@ -1,7 +1,9 @@
 """The built-in roles of the edge box: the conversation stack split over processes.
 
 - ``context``: the context section actors (one dialogue section per participant,
-  sharded over the process's replicas, and one actor per context topic on replica 0).
+  sharded over the process's replicas, and one actor per context topic on replica 0),
+  each replica journaling to its own database (``context_store_path``) unless
+  ``[context] persist = false``, and restoring it before it reports ready.
 - ``compaction``: compaction workers; each replica hosts its own slice of the pool.
 - ``conversation``: one ``Conversation`` per configured destination, served on the bus
   under the destination's name, over one split ``ContextManager`` (its replica of the
@@ -9,7 +11,12 @@
   context: the router calls it after cancelling and draining that participant's turns,
   which is when docs/context.md ("Lifecycle") says the context may be cleared.
 - ``router``: the ``AgentRouter`` actor on the query, interrupted and participant topics,
-  reaching every destination through a remote proxy.
+  reaching every destination through a remote proxy that takes a destination silent
+  for ``router.destination_dead_after_s`` as dead (its answer fails, its reply stream
+  gets its final frame).
+
+On SIGTERM the router and the conversation servers let answers in flight finish for
+70% of ``supervisor.shutdown_timeout_s``, then cancel what is left.
 - ``renderer``: a ``VoiceRenderer`` with a console sink on the voice output topic.
 
 Every process derives the same ``ContextPlan`` from the config, so the section actors,
@@ -18,8 +25,14 @@ the workers and the managers agree on topics, budgets and the worker pool.
 
 from __future__ import annotations
 
+import os
+import re
+from pathlib import Path
+from typing import Any
+
 from xrmq.actors.context import ContextManager, context_plan, register_sections, register_workers
 from xrmq.actors.context.plan import ContextPlan
+from xrmq.actors.context.store import ContextStore, open_store
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import create_llm
 from xrmq.actors.routing import AgentRouter, KeywordDecisions, LLMDecisions, SingleDestination, remote, serve
@@ -45,15 +58,46 @@ def worker_slices(config: EdgeConfig) -> dict[tuple[str, int], list[int]]:
     return slices
 
 
+def section_hosts(config: EdgeConfig) -> int:
+    """How many processes host context sections: the replicas of the ``context`` process."""
+    replicas = [spec.replicas for spec in config.processes.values() if "context" in spec.roles]
+    return max(replicas, default=1)
+
+
 def plan_of(config: EdgeConfig) -> ContextPlan:
     """The context plan every process of ``config`` shares."""
     workers = sum(len(indices) for indices in worker_slices(config).values())
-    return context_plan(**config.context.manager_kwargs(), compaction_workers=max(workers, 1))
+    return context_plan(**config.context.manager_kwargs(), compaction_workers=max(workers, 1),
+                        section_hosts=section_hosts(config))
+
+
+def state_dir(config: EdgeConfig) -> Path:
+    """Where the context journals of ``config`` live: ``[context] state_dir``, else a
+    directory per bus under ``$XDG_STATE_HOME/xrmq`` (else ``~/.local/state/xrmq``)."""
+    if config.context.state_dir is not None:
+        return Path(config.context.state_dir).expanduser()
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    bus = re.sub(r"[^A-Za-z0-9._-]+", "_", config.bus.address).strip("_") or "default"
+    return Path(base) / "xrmq" / bus
+
+
+def context_store_path(config: EdgeConfig, shard: int) -> Path:
+    """The journal of context process ``shard``."""
+    return state_dir(config) / f"{plan_of(config).namespace}-{shard}.sqlite3"
+
+
+def open_context_store(config: EdgeConfig, shard: int) -> ContextStore | None:
+    """Open (and read) the journal of context process ``shard``; None with ``persist = false``."""
+    if not config.context.persist:
+        return None
+    on_corrupt: Any = config.context.on_corrupt  # validated by the config's decoding
+    return open_store(context_store_path(config, shard), on_corrupt=on_corrupt)
 
 
 def context_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
     topics = None if process.shard == 0 else []
-    register_sections(runtime, plan_of(config), shard=process.shard, shards=process.shards, topics=topics)
+    register_sections(runtime, plan_of(config), shard=process.shard, shards=process.shards,
+                      topics=topics, store=open_context_store(config, process.shard))
 
 
 def compaction_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
@@ -89,10 +133,16 @@ class ClearingDestination:
         await self.context.clear(participant_id)
 
 
+SHUTDOWN_GRACE_SHARE = 0.7
+"""Of ``supervisor.shutdown_timeout_s``, the share the router and each destination let
+answers in flight finish on SIGTERM before they cancel them (each gets its final frame)."""
+
+
 def conversation_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
     plan = plan_of(config)
     context = ContextManager(create_llm(config.models.compaction), **config.context.manager_kwargs(),
-                             compaction_workers=plan.compaction_workers, deployment="split")
+                             compaction_workers=plan.compaction_workers,
+                             section_hosts=plan.section_hosts, deployment="split")
     runtime.register("context", context.subscriber())
     for name, destination in config.destinations.items():
         conversation = Conversation(
@@ -105,11 +155,17 @@ def conversation_role(runtime: AgentRuntime, config: EdgeConfig, process: Proces
             output_topic=VOICE_OUTPUT_TOPIC,
         )
         agent: RoutableAgent = ClearingDestination(conversation, context)
-        runtime.register(f"{name}-server", serve(name, agent))
+        grace = SHUTDOWN_GRACE_SHARE * config.supervisor.shutdown_timeout_s
+        runtime.register(f"{name}-server", serve(name, agent, shutdown_grace_s=grace))
 
 
 def router_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
-    destinations = {name: runtime.register(f"{name}-proxy", remote(name)) for name in config.destinations}
+    dead_after = config.router.destination_dead_after_s
+    destinations = {
+        name: runtime.register(f"{name}-proxy", remote(name, dead_after_s=dead_after,
+                                                       output_topic=VOICE_OUTPUT_TOPIC))
+        for name in config.destinations
+    }
     decisions = {
         "first": lambda: SingleDestination(),
         "rules": lambda: KeywordDecisions(),
@@ -118,7 +174,9 @@ def router_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInsta
     options = {} if config.router.history_limit is None else {"history_limit": config.router.history_limit}
     runtime.register("router", AgentRouter(
         destinations, decisions, default=config.router.default or next(iter(config.destinations), None),
-        query_topic=QUERY_TOPIC, output_topic=VOICE_OUTPUT_TOPIC, interrupted_topic=INTERRUPTED_TOPIC, **options,
+        query_topic=QUERY_TOPIC, output_topic=VOICE_OUTPUT_TOPIC,
+        interrupted_topic=INTERRUPTED_TOPIC,
+        shutdown_grace_s=SHUTDOWN_GRACE_SHARE * config.supervisor.shutdown_timeout_s, **options,
     ))
 
 

@@ -5,12 +5,25 @@ each in a session (process group) of its own, so a terminal's Ctrl-C reaches onl
 supervisor and the supervisor decides the order. Startup follows the ``after``
 dependencies: the broker, then each layer of processes once the previous layer has
 printed its readiness line. Every line a child prints is forwarded, prefixed with its
-name. A child that dies is restarted per its ``RestartPolicy``; when the policy gives
-up, the supervisor says why, stops everything and exits 1. On SIGINT/SIGTERM it stops
-the processes in reverse dependency order (SIGTERM, then SIGKILL after
-``supervisor.shutdown_timeout_s``), the broker last, and removes the bus's ipc socket
-files; no process of a child's group outlives it. On Linux each child also gets
-SIGTERM if the supervisor itself dies (``PR_SET_PDEATHSIG``).
+name. A child that dies is restarted per its ``RestartPolicy``.
+
+Liveness: once the broker is up the supervisor joins the bus itself. It reads every
+process's heartbeat (``RuntimeMetrics``) and publishes a ``SupervisorReport`` (the
+state of every process, for ``xrmq top``) whose return through the broker is the
+broker's own heartbeat. A ready process silent for ``supervisor.liveness_timeout_s``
+is killed (SIGKILL) and restarted like a crash (``liveness.LivenessWatch``).
+
+Giving up: a process over its crash limit is handled per its ``on_give_up``:
+``stay_down`` leaves it down, says so loudly (a line here, state ``down`` in the
+report) and keeps the rest running, and ``xrmq up`` exits 1 when it is stopped;
+``stop_box`` (always for the broker) stops everything and exits 1 at once.
+
+On SIGINT/SIGTERM it stops the processes in reverse dependency order (SIGTERM, then
+SIGKILL after ``supervisor.shutdown_timeout_s``), the broker last, and removes the
+bus's ipc socket files; no process of a child's group outlives it. A process drains
+on SIGTERM (the router lets answers in flight finish), so the next layer is stopped
+as soon as it has exited. On Linux each child also gets SIGTERM if the supervisor
+itself dies (``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
@@ -20,13 +33,20 @@ import ctypes
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
+from xrmq.actors.runtime.agent import Handlers
+from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, get_logger
 from xrmq.actors.runtime.address import parse_bus
+from xrmq.schemas import ProcessState, RuntimeMetrics, SupervisorReport
+from xrmq.schemas.metrics import ProcessStateName
+from xrmq.topics import METRICS_TOPIC, SUPERVISOR_TOPIC, Topic
 
 from .config import EdgeConfig, RestartPolicyConfig
+from .liveness import BUS, LivenessWatch
 from .process import READY_PREFIX
 from .restart import RestartPolicy
 from .roles import check_roles
@@ -63,11 +83,17 @@ def describe_exit(returncode: int) -> str:
 class Child:
     """One supervised OS process: its command, readiness handshake and restart policy."""
 
-    def __init__(self, label: str, argv: list[str], ready_prefix: str, policy: RestartPolicyConfig) -> None:
+    def __init__(self, label: str, argv: list[str], ready_prefix: str, policy: RestartPolicyConfig,
+                 on_give_up: str = "stop_box") -> None:
         self.label = label
         self.argv = argv
         self.ready_prefix = ready_prefix
         self.policy = RestartPolicy(policy)
+        self.on_give_up = on_give_up
+        self.state: ProcessStateName = "starting"
+        self.restarts = 0
+        self.reason = ""
+        """Why it is down (state ``down``)."""
         self.proc: asyncio.subprocess.Process | None = None
         self.ready = asyncio.Event()
         """Set once the first incarnation is ready (startup waits on it)."""
@@ -100,6 +126,11 @@ class Supervisor:
         self._stop = asyncio.Event()
         self._gave_up: str | None = None
         self._broker_started = False
+        self._children: dict[str, Child] = {}
+        self._liveness = LivenessWatch(config.supervisor.liveness_timeout_s)
+        self._bus_runtime: AgentRuntime | None = None
+        self._watch_task: asyncio.Task[None] | None = None
+        self._log = get_logger(component="supervisor")
 
     def stop(self) -> None:
         """Ask ``run()`` to shut everything down in order, as SIGINT/SIGTERM do."""
@@ -119,22 +150,30 @@ class Supervisor:
         broker = self._broker_child()
         layers = [[self._process_child(name, shard) for name in layer for shard in range(self.config.processes[name].replicas)]
                   for layer in self.config.startup_layers()]
+        everyone = (broker, *(child for layer in layers for child in layer))
+        self._children = {child.label: child for child in everyone}
         started: list[list[Child]] = []
         try:
             if await self._start_layer([broker]):
                 self._broker_started = True
+                await self._join_bus()
                 for layer in layers:
                     started.append(layer)
                     if not await self._start_layer(layer):
                         break
                 else:
-                    pids = " ".join(f"{child.label}={child.proc.pid}" for layer in layers for child in layer)
+                    pids = " ".join(
+                        f"{child.label}={'down' if child.state == 'down' else child.proc.pid}"
+                        for layer in layers for child in layer)
                     self.say(f"ready bus={self.address.subscribe} {pids}".rstrip())
                     await self._stop.wait()
         finally:
             self._stop.set()
+            await self._leave_bus_watch()
             for layer in reversed(started):
                 await asyncio.gather(*(self._terminate(child) for child in layer))
+            if self._bus_runtime is not None:
+                await self._bus_runtime.stop()
             await self._terminate(broker)
             self._remove_socket_files()
             for signum in (signal.SIGINT, signal.SIGTERM):
@@ -142,21 +181,102 @@ class Supervisor:
         if self._gave_up is not None:
             self.say(f"stopped: {self._gave_up}")
             return 1
+        down = [child for child in self._children.values() if child.state == "down"]
+        if down:
+            self.say(f"stopped; left down: {'; '.join(child.reason for child in down)}")
+            return 1
         self.say("stopped")
         return 0
+
+    # ------------------------------------------------------------------ liveness
+
+    async def _join_bus(self) -> None:
+        """Join the bus to read heartbeats and publish reports; without it, no liveness watch."""
+        runtime = AgentRuntime(self.config.bus.address, name=f"xrmq-up.{os.getpid()}",
+                               ready_timeout=self.config.supervisor.ready_timeout_s)
+        runtime.register("supervisor", _Heartbeats(self))
+        try:
+            await runtime.start()
+        except Exception as error:  # the box runs without the watch, as it did before it
+            self.say(f"cannot join the bus to watch heartbeats ({error!r});"
+                     " liveness is not watched")
+            return
+        self._bus_runtime = runtime
+        self._watch_task = asyncio.create_task(self._watch(), name="xrmq-supervisor-liveness")
+
+    async def _leave_bus_watch(self) -> None:
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            await asyncio.gather(self._watch_task, return_exceptions=True)
+            self._watch_task = None
+
+    async def _watch(self) -> None:
+        """Every tick: publish the report (the broker's probe), kill what stopped heartbeating."""
+        supervisor = self.config.supervisor
+        tick = min(supervisor.metrics_interval_s, supervisor.liveness_timeout_s / 4)
+        loop = asyncio.get_running_loop()
+        runtime = self._bus_runtime
+        assert runtime is not None
+        stalled = False
+        while not self._stop.is_set():
+            try:
+                if runtime.running:
+                    runtime.send(SUPERVISOR_TOPIC, self.report(), source="supervisor")
+                if not stalled:
+                    self._kill_hung(loop.time())
+            except Exception as error:  # a bug here must not end the watch
+                self._log.error("supervisor.watch_failed", error=repr(error))
+            woke_by = loop.time() + tick
+            await asyncio.sleep(tick)
+            # Woken much later than asked, this process was stalled: heartbeats that arrived
+            # meanwhile are not read yet, so nobody is judged until the next tick.
+            stalled = loop.time() - woke_by > tick
+
+    def _kill_hung(self, now: float) -> None:
+        timeout = self.config.supervisor.liveness_timeout_s
+        for label, silent in self._liveness.hung(now):
+            child = self._children[label]
+            if child.proc is None or child.proc.returncode is not None or child.terminating:
+                continue
+            what = ("its supervisor report did not come back through it" if label == BUS
+                    else "no heartbeat")
+            self.say(f"{label}: {what} for {silent:.1f}s (liveness_timeout_s = {timeout:g});"
+                     " killing it")
+            self._liveness.stopped(label)
+            self._signal_group(child.proc.pid, signal.SIGKILL)
+
+    def report(self) -> SupervisorReport:
+        """Every supervised process's state now (``xrmq top`` shows the ones down from it)."""
+        processes = tuple(
+            ProcessState(child.label, child.state,
+                         pid=child.proc.pid if child.proc is not None
+                         and child.state in ("starting", "running") else 0,
+                         restarts=child.restarts, reason=child.reason)
+            for child in self._children.values()
+        )
+        return SupervisorReport("xrmq up", os.getpid(), time.time_ns() // 1000, processes)
+
+    def heartbeat(self, metrics: RuntimeMetrics) -> None:
+        self._liveness.heard(metrics.runtime, metrics.pid, asyncio.get_running_loop().time())
+
+    def report_returned(self, report: SupervisorReport, sender: str) -> None:
+        if self._bus_runtime is not None and sender == self._bus_runtime.name:
+            self._liveness.bus_heard(asyncio.get_running_loop().time())
 
     def _broker_child(self) -> Child:
         argv = [self.python, "-m", "xrmq.actors.cli", "bus", "--bus", self.config.bus.address]
         if not self.config.bus.capture:
             argv.append("--no-capture")
-        return Child("bus", argv, BUS_READY_PREFIX, self.config.supervisor.restart)
+        return Child(BUS, argv, BUS_READY_PREFIX, self.config.supervisor.restart,
+                     on_give_up="stop_box")
 
     def _process_child(self, name: str, shard: int) -> Child:
         instance = self.config.instances(name)[shard]
         argv = [self.python, "-m", "xrmq.actors.cli", "run", name, "--shard", str(shard)]
         if self.config_path is not None:
             argv += ["--config", self.config_path]
-        return Child(instance.runtime_name, argv, READY_PREFIX, self.config.restart_policy(name))
+        return Child(instance.runtime_name, argv, READY_PREFIX, self.config.restart_policy(name),
+                     on_give_up=self.config.processes[name].on_give_up)
 
     async def _start_layer(self, layer: list[Child]) -> bool:
         """Start every child of ``layer`` and wait until each is ready; False if stopping meanwhile."""
@@ -180,6 +300,7 @@ class Supervisor:
         timeout = self.config.supervisor.ready_timeout_s
         try:
             while not (child.terminating or self._stop.is_set()):
+                child.state = "starting"
                 incarnation_ready = asyncio.Event()
                 try:
                     proc = await self._spawn(child, incarnation_ready)
@@ -199,11 +320,15 @@ class Supervisor:
                 if became_ready in done:
                     restarted = child.ready.is_set()
                     child.ready.set()
+                    child.state = "running"
+                    child.restarts += restarted
+                    self._liveness.started(child.label, proc.pid, loop.time())
                     self.say(f"{'restarted' if restarted else 'started'} {child.label} pid={proc.pid}")
                 elif not done:
                     self.say(f"{child.label} not ready within {timeout:g}s; killing it")
                     self._signal_group(proc.pid, signal.SIGKILL)
                 returncode = await exited
+                self._liveness.stopped(child.label)
                 self._signal_group(proc.pid, signal.SIGKILL)  # nothing of its group outlives it
                 await asyncio.gather(*child.forwarders)  # every line it printed is out
                 if child.terminating or self._stop.is_set():
@@ -211,10 +336,20 @@ class Supervisor:
                 decision = child.policy.crashed(loop.time())
                 last = f": {child.last_line}" if child.last_line else ""
                 if not decision.restart:
-                    self._gave_up = f"gave up on {child.label}: {decision.reason}; last {describe_exit(returncode)}{last}"
-                    self.say(self._gave_up)
-                    self._stop.set()
+                    reason = (f"gave up on {child.label}: {decision.reason};"
+                              f" last {describe_exit(returncode)}{last}")
+                    if child.on_give_up == "stop_box":
+                        self._gave_up = reason
+                        self.say(self._gave_up)
+                        self._stop.set()
+                        return
+                    child.state, child.reason = "down", reason
+                    child.ready.set()  # startup goes on without it
+                    self.say(f"{reason}; left DOWN (on_give_up = \"stay_down\"),"
+                             " the other processes keep running")
+                    self._log.error("supervisor.process_down", process=child.label, reason=reason)
                     return
+                child.state = "restarting"
                 self.say(f"{child.label} exited ({describe_exit(returncode)}); {decision.reason}")
                 try:
                     await asyncio.wait_for(self._stop.wait(), decision.delay_s)
@@ -288,3 +423,19 @@ class Supervisor:
         if paths:
             for path in (*paths, Path(str(paths[0]).removesuffix(".in") + ".lock")):
                 path.unlink(missing_ok=True)
+
+
+class _Heartbeats(Agent):
+    """The supervisor's actor on the bus: every heartbeat, and its own reports coming back."""
+
+    def __init__(self, supervisor: Supervisor) -> None:
+        self.supervisor = supervisor
+
+    def handlers(self) -> Handlers:
+        return {METRICS_TOPIC: self.on_metrics, SUPERVISOR_TOPIC: self.on_report}
+
+    async def on_metrics(self, message: RuntimeMetrics, ctx: RuntimeContext) -> None:
+        self.supervisor.heartbeat(message)
+
+    async def on_report(self, message: SupervisorReport, ctx: RuntimeContext) -> None:
+        self.supervisor.report_returned(message, ctx.metadata.sender)

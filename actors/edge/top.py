@@ -2,8 +2,12 @@
 
 ``TopView`` is pure: it keeps each runtime's last two reports and turns them into rows
 (message rates are differences between two reports of the same incarnation; a new
-epoch means the process restarted). ``render`` draws the rows as plain text with ANSI
-emphasis; ``--json`` prints the rows for scripts and tests.
+epoch means the process restarted). It also keeps the last ``SupervisorReport`` of
+``xrmq up``: a process it left down (over its crash limit) or is restarting gets its
+state and reason on its row, and a row of its own if it never reported. Actors the
+runtime reports stuck (non-empty mailbox, no progress) are marked. ``render`` draws
+the rows as plain text with ANSI emphasis; ``--json`` prints the rows for scripts and
+tests.
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ from typing import TextIO
 import msgspec
 
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
-from xrmq.schemas import RuntimeMetrics
-from xrmq.topics import METRICS_TOPIC
+from xrmq.schemas import RuntimeMetrics, SupervisorReport
+from xrmq.topics import METRICS_TOPIC, SUPERVISOR_TOPIC
 
 BOLD, DIM, RED, RESET = "\x1b[1m", "\x1b[2m", "\x1b[31m", "\x1b[0m"
 CLEAR = "\x1b[H\x1b[2J"
@@ -46,6 +50,12 @@ class RuntimeRow(msgspec.Struct, frozen=True):
     actors: dict[str, int]
     """Mailbox depth of each actor."""
     gauges: dict[str, float]
+    stuck: dict[str, float] = {}
+    """Actors with a non-empty mailbox that has not moved, and for how many seconds."""
+    state: str = "running"
+    """The supervisor's word on it: ``running``, ``starting``, ``restarting`` or ``down``."""
+    reason: str = ""
+    """Why it is down."""
 
 
 class _Seen:
@@ -60,6 +70,10 @@ class TopView:
 
     def __init__(self) -> None:
         self._runtimes: dict[str, _Seen] = {}
+        self._supervisor: SupervisorReport | None = None
+
+    def observe_supervisor(self, report: SupervisorReport) -> None:
+        self._supervisor = report
 
     def observe(self, metrics: RuntimeMetrics, received_at: float) -> None:
         seen = self._runtimes.get(metrics.runtime)
@@ -81,8 +95,19 @@ class TopView:
     def rows(self, now: float) -> list[RuntimeRow]:
         """One row per runtime, by name; ``now`` is on the clock ``observe`` was given."""
         rows = []
+        processes = self._supervisor.by_process() if self._supervisor is not None else {}
+        never_reported = {name: state for name, state in processes.items()
+                          if name not in self._runtimes and state.state != "running"}
+        for name, state in never_reported.items():
+            rows.append(RuntimeRow(
+                runtime=name, pid=state.pid, age_s=0.0, restarts=state.restarts,
+                published_per_s=None, delivered_per_s=None, published=0, delivered=0, gaps=0,
+                stale=0, rejected=0, overflow=0, handler_errors=0, actors={}, gauges={},
+                state=state.state, reason=state.reason,
+            ))
         for name in sorted(self._runtimes):
             seen = self._runtimes[name]
+            supervised = processes.get(name)
             last, previous = seen.last, seen.previous
             rate = None
             if previous is not None and last.timestamp_us > previous.timestamp_us:
@@ -93,16 +118,19 @@ class TopView:
                 published_per_s=None if rate is None else rate[0], delivered_per_s=None if rate is None else rate[1],
                 published=last.published, delivered=last.delivered, gaps=last.gaps, stale=last.stale,
                 rejected=last.rejected, overflow=last.overflow, handler_errors=last.handler_errors,
-                actors=dict(last.actors), gauges=dict(last.gauges),
+                actors=dict(last.actors), gauges=dict(last.gauges), stuck=dict(last.stuck),
+                state=supervised.state if supervised is not None else "running",
+                reason=supervised.reason if supervised is not None else "",
             ))
-        return rows
+        return sorted(rows, key=lambda row: row.runtime)
 
 
 def render(rows: list[RuntimeRow], *, stale_after_s: float = 5.0, color: bool = True) -> str:
     """The rows as text: a header per runtime, its counters, gauges and actors with mailbox depths.
 
     Problems (gaps, rejected frames, overflow, handler errors, a runtime silent for
-    ``stale_after_s``) are shown in red when ``color`` is on.
+    ``stale_after_s``, a stuck actor, a process down or restarting) are shown in red
+    when ``color`` is on.
     """
     def paint(code: str, text: str) -> str:
         return f"{code}{text}{RESET}" if color else text
@@ -115,7 +143,13 @@ def render(rows: list[RuntimeRow], *, stale_after_s: float = 5.0, color: bool = 
     lines = []
     for row in rows:
         age = f"{row.age_s:.1f}s ago"
+        if row.state == "down":
+            down = "DOWN: " + (row.reason or "left down")
+            lines.append(f"{paint(BOLD, row.runtime)}  {paint(RED, down)}")
+            continue
         header = f"{paint(BOLD, row.runtime)}  pid {row.pid}  {paint(RED, age + ' (stale)') if row.age_s > stale_after_s else age}"
+        if row.state != "running":
+            header += f"  {paint(RED, row.state)}"
         if row.restarts:
             header += f"  {paint(RED, f'restarted {row.restarts}x')}"
         lines.append(header)
@@ -129,7 +163,9 @@ def render(rows: list[RuntimeRow], *, stale_after_s: float = 5.0, color: bool = 
         if row.gauges:
             lines.append("  " + "  ".join(f"{name} {value:g}" for name, value in sorted(row.gauges.items())))
         for actor, depth in sorted(row.actors.items()):
-            lines.append(f"  {paint(DIM, 'mailbox')} {depth:>6}  {actor}")
+            stuck = row.stuck.get(actor)
+            mark = f"  {paint(RED, f'STUCK {stuck:.0f}s')}" if stuck is not None else ""
+            lines.append(f"  {paint(DIM, 'mailbox')} {depth:>6}  {actor}{mark}")
     return "\n".join(lines) + "\n"
 
 
@@ -141,6 +177,11 @@ class _MetricsWatcher(Agent):
     @subscribe(METRICS_TOPIC)
     async def on_metrics(self, message: RuntimeMetrics, ctx: RuntimeContext) -> None:
         self.view.observe(message, asyncio.get_running_loop().time())
+        self.changed.set()
+
+    @subscribe(SUPERVISOR_TOPIC)
+    async def on_supervisor(self, message: SupervisorReport, ctx: RuntimeContext) -> None:
+        self.view.observe_supervisor(message)
         self.changed.set()
 
 

@@ -133,6 +133,8 @@ class AgentRouter(Agent):
     afresh). ``cleanup_participant(pid)`` runs after a departure has drained the
     participant's turns; it requires ``query_topic`` and ``output_topic``. ``default``
     names the fallback destination; ``history_limit`` bounds the shared history.
+    ``shutdown_grace_s`` is how long ``stop()`` (and so the actor's ``on_stop``) lets
+    the turns in flight finish before it cancels them (0: cancel at once).
     """
 
     def __init__(
@@ -152,6 +154,7 @@ class AgentRouter(Agent):
         default: str | None = None,
         history_limit: int = DEFAULT_HISTORY_LIMIT,
         texts: RouterTexts = RouterTexts(),
+        shutdown_grace_s: float = 0.0,
     ) -> None:
         if not isinstance(agents, Mapping) or not agents:
             raise ValueError("AgentRouter.agents: must map at least one name to a RoutableAgent")
@@ -181,6 +184,9 @@ class AgentRouter(Agent):
         self.default = default
         self.history_limit = history_limit
         self.texts = texts
+        if not shutdown_grace_s >= 0:
+            raise ValueError("AgentRouter.shutdown_grace_s: must be >= 0")
+        self.shutdown_grace_s = shutdown_grace_s
         self._lanes: dict[str, _Lane] = {}
         self._stopped = False
         self._log = get_logger(actor="router")
@@ -235,8 +241,14 @@ class AgentRouter(Agent):
         await self._enqueue(participant_id, lambda lane: self._depart(participant_id, lane), turn=False)
 
     async def stop(self) -> None:
-        """Refuse new turns, cancel every turn in flight and wait until all have drained."""
+        """Refuse new turns, let the turns in flight finish for up to ``shutdown_grace_s``,
+        cancel what is left and wait until all have drained."""
         self._stopped = True
+        pending = [task for lane in self._lanes.values() for task in lane.pending]
+        if pending and self.shutdown_grace_s > 0:
+            self._log.info("router.stopping", turns_in_flight=len(pending),
+                           grace_s=self.shutdown_grace_s)
+            await asyncio.wait(pending, timeout=self.shutdown_grace_s)
         self.interrupt()
         pending = [task for lane in self._lanes.values() for task in lane.pending]
         if pending:
@@ -255,8 +267,11 @@ class AgentRouter(Agent):
             self._log.warning("router.query_without_participant", sender=ctx.metadata.sender)
             return
         turn = AgentTurn(ctx.participant_id, ctx.metadata.message_id, query.text, timestamp_us=query.timestamp_us)
-        if not self._stopped:
-            self._watch(self.submit(turn), turn.participant_id, turn.turn_id)
+        if self._stopped:
+            self._log.warning("router.query_refused_stopping", participant=turn.participant_id,
+                              turn=turn.turn_id)
+            return
+        self._watch(self.submit(turn), turn.participant_id, turn.turn_id)
 
     async def _on_interrupted(self, message: Interrupted, ctx: RuntimeContext) -> None:
         self._log.info("router.interrupted", participant=ctx.participant_id)

@@ -65,6 +65,11 @@ class Mailbox:
     def depth(self) -> int:
         return len(self._items)
 
+    @property
+    def head(self) -> Delivery | None:
+        """The delivery the actor takes next (None when empty); the same one for long: stuck."""
+        return self._items[0] if self._items else None
+
     def offer(self, delivery: Delivery, start: bool = False) -> bool:
         """Take a delivery; False (refused) when full.
 

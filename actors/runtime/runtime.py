@@ -39,6 +39,7 @@ from .broker import DEFAULT_HWM, Broker, shared_context
 from .deadlines import AskDeadlines
 from .logs import get_logger
 from .mailbox import Mailbox
+from .progress import ProgressWatch
 from .sequence import STALE, Gap, SequenceTracker
 
 PROBE_MARK = b"?"
@@ -115,7 +116,9 @@ class AgentRuntime:
     None starts an embedded broker in this process. ``name`` identifies this runtime
     as a sender (stable across restarts of the same process role; the epoch changes).
     With ``metrics_interval`` (seconds) it publishes ``RuntimeMetrics`` on
-    ``METRICS_TOPIC`` that often: its heartbeat and what ``xrmq top`` shows.
+    ``METRICS_TOPIC`` that often: its heartbeat and what ``xrmq top`` shows. An actor
+    whose mailbox is non-empty and has not moved for ``stuck_after`` seconds is
+    reported in ``RuntimeMetrics.stuck`` and logged once (``actor.stuck``).
     """
 
     def __init__(
@@ -127,6 +130,7 @@ class AgentRuntime:
         mailbox_capacity: int = 10_000,
         ready_timeout: float = 10.0,
         metrics_interval: float | None = None,
+        stuck_after: float = 10.0,
     ) -> None:
         check_positive(mailbox_capacity, "mailbox_capacity")
         if name is not None:
@@ -142,6 +146,9 @@ class AgentRuntime:
         self.ready_timeout = ready_timeout
         self.metrics_interval = metrics_interval
         self._metrics_task: asyncio.Task[None] | None = None
+        self._progress = ProgressWatch(stuck_after)
+        self._finished: set[str] = set()
+        """Actors whose ``on_stop`` has run while the runtime stops: nothing more reaches them."""
         self.gaps: deque[Gap] = deque(maxlen=1000)
         """The most recent gaps (the ``gaps`` counter counts all of them)."""
         self._log = get_logger(runtime=self.name)
@@ -263,6 +270,18 @@ class AgentRuntime:
         """The live instances of a keyed kind in this runtime, by key."""
         return {key: mailbox.agent for key, mailbox in self._keyed[kind].instances.items()}
 
+    def spawn(self, kind: str, key: str) -> Agent:
+        """The live instance of keyed ``kind`` for ``key``, spawned now as a first message
+        would spawn it (e.g. to restore state at start). Only while running;
+        ``ValueError`` if this runtime's shard does not own ``key``."""
+        if not self._running:
+            raise RuntimeError("spawn: only while the runtime runs")
+        keyed = self._keyed[kind]
+        if key not in keyed.instances and not keyed.owns(key):
+            owner = shard_of(key, keyed.shards)
+            raise ValueError(f"spawn: key {key!r} belongs to shard {owner}, not {keyed.shard}")
+        return self._keyed_targets(keyed, key)[0].agent
+
     async def retire(self, kind: str, key: str) -> bool:
         """Stop and forget the instance of ``kind`` for ``key``; True if there was one."""
         mailbox = self._keyed[kind].instances.pop(key, None)
@@ -326,16 +345,25 @@ class AgentRuntime:
                        keyed=sorted(self._keyed))
 
     async def stop(self) -> None:
-        """Stop in order: intake, pending asks, actors (``on_stop``, then their mailboxes), sockets.
+        """Stop in order: actors (``on_stop``), intake and pending asks, mailboxes, sockets.
 
-        Intake stops first, so no message is dispatched (and no keyed instance spawned)
-        while actors stop. ``on_stop`` runs while publishing still works, so an actor
-        can finalize what it owns (an open reply stream gets its terminator) before its
-        in-flight handler is cancelled.
+        ``on_stop`` runs while the runtime still publishes, reads and heartbeats, so an
+        actor can finish or finalize what it owns (an open reply stream gets its
+        terminator) and still receive what that takes (an ask's reply, a remote call's
+        end): no actor waits on a message that can no longer arrive. Actors stop in the
+        reverse order of registration, so one may rely on an actor registered before it
+        while it stops (a router on its remote proxies); an actor whose ``on_stop`` has
+        run gets no further message, and no keyed instance is spawned meanwhile. Then
+        intake stops, pending asks fail, and in-flight handlers are cancelled.
         """
         if self._closed:
             return
         self._closed = True
+        mailboxes = self._all_mailboxes()
+        if self._running:
+            for mailbox in reversed(mailboxes):
+                await self.guarded_hook(mailbox.agent, "on_stop")
+                self._finished.add(mailbox.name)
         if self._reader_fd is not None:
             asyncio.get_running_loop().remove_reader(self._reader_fd)
             self._reader_fd = None
@@ -353,10 +381,6 @@ class AgentRuntime:
         self._pending.clear()
         if self._deadlines is not None:
             self._deadlines.close()
-        mailboxes = self._all_mailboxes()
-        if self._running:
-            for mailbox in mailboxes:
-                await self.guarded_hook(mailbox.agent, "on_stop")
         self._running = False
         for mailbox in mailboxes:
             await mailbox.stop()
@@ -467,7 +491,7 @@ class AgentRuntime:
         ``TimeoutError`` after ``timeout`` seconds, ``AskError`` if the handler failed,
         ``RuntimeClosedError`` if the runtime stops first.
         """
-        if not self._running or self._closed:
+        if not self._running:  # still True while actors stop: an on_stop may ask
             raise RuntimeClosedError(f"ask: runtime {self.name!r} is not running")
         if not source or source.isspace():
             raise ValueError(f"source: must be a non-empty name, not {source!r}")
@@ -690,7 +714,7 @@ class AgentRuntime:
             return list(keyed.instances.values())
         mailbox = keyed.instances.get(key)
         if mailbox is None:
-            if not keyed.owns(key):
+            if self._closed or not keyed.owns(key):  # closed: no instance is spawned while stopping
                 return []
             agent = keyed.factory(key)
             name = f"{keyed.kind}[{key}]"
@@ -700,6 +724,8 @@ class AgentRuntime:
         return [mailbox]
 
     def _offer(self, mailbox: Mailbox, delivery: Any, start: bool) -> None:
+        if self._closed and mailbox.name in self._finished:  # stopping, and this actor has stopped
+            return
         if mailbox.offer(delivery, start):
             self._counters["delivered"] += 1
             return
@@ -725,9 +751,15 @@ class AgentRuntime:
         for mailbox in mailboxes:
             for name, value in mailbox.agent.gauges().items():
                 gauges[name] = gauges.get(name, 0) + value
+        stuck, newly = self._progress.check(((mailbox.name, mailbox.head) for mailbox in mailboxes),
+                                            time.monotonic())
+        for name in newly:
+            self._log.warning("actor.stuck", actor=name, seconds=round(stuck[name], 1),
+                              depth=next(m.depth for m in mailboxes if m.name == name))
         return RuntimeMetrics(
             runtime=self.name, epoch=self.epoch, pid=os.getpid(), timestamp_us=time.time_ns() // 1000,
             actors={mailbox.name: mailbox.depth for mailbox in mailboxes}, gauges=gauges, **self._counters,
+            stuck=stuck,
         )
 
     async def _publish_metrics(self) -> None:

@@ -3,10 +3,13 @@
 ``echo`` hosts a keyed kind answering asks on ``edge.echo`` with the runtime's name,
 on this replica's shard, so a test sees which process (and which shard) answered;
 ``idle`` hosts nothing (a process that only heartbeats); ``fail`` makes its process
-exit before it is ready.
+exit before it is ready; ``crash`` makes it crash (exit 3) just after it is ready.
 """
 
 from __future__ import annotations
+
+import asyncio
+import os
 
 from xrmq.actors.runtime import Agent, RuntimeContext, subscribe
 from xrmq.schemas import ConversationContextUpdate
@@ -34,3 +37,13 @@ def idle(runtime, config, process) -> None:
 
 def fail(runtime, config, process) -> None:
     raise RuntimeError("this role always fails")
+
+
+class _Crasher(Agent):
+    async def on_start(self) -> None:
+        # Runs once the process has printed its readiness line: the first time it yields.
+        asyncio.get_running_loop().call_soon(os._exit, 3)
+
+
+def crash(runtime, config, process) -> None:
+    runtime.register("crasher", _Crasher())

@@ -1,0 +1,58 @@
+"""Outcomes of a manual compaction (docs/context.md, "Tiered compaction"): ``ContextManager.compact``.
+
+A manual compaction compacts every eligible entry of a section now, whatever the
+half-budget trigger says (``Section.start_run``), and reports how it ended: the
+entries were replaced by the rolling summary, there was nothing to compact, or the
+model failed and the entries stayed (docs/context.md: NOTHING_TO_CONDENSE and
+SUMMARIZE_FAILED, the conversation left untouched).
+"""
+
+from __future__ import annotations
+
+import enum
+
+import msgspec
+
+
+class CompactStatus(enum.Enum):
+    COMPACTED = "compacted"
+    NOTHING_TO_CONDENSE = "NOTHING_TO_CONDENSE"
+    SUMMARIZE_FAILED = "SUMMARIZE_FAILED"
+
+
+class SectionOutcome(msgspec.Struct, frozen=True):
+    section: str
+    status: CompactStatus
+    detail: str = ""
+    """Why it failed (the model's error), or empty."""
+
+
+class CompactOutcome(msgspec.Struct, frozen=True):
+    """What ``compact()`` did, per section, and overall (``status``)."""
+
+    participant_id: str
+    sections: tuple[SectionOutcome, ...]
+
+    @property
+    def status(self) -> CompactStatus:
+        """SUMMARIZE_FAILED if any section failed, else COMPACTED if any compacted, else
+        NOTHING_TO_CONDENSE."""
+        statuses = {outcome.status for outcome in self.sections}
+        for status in (CompactStatus.SUMMARIZE_FAILED, CompactStatus.COMPACTED):
+            if status in statuses:
+                return status
+        return CompactStatus.NOTHING_TO_CONDENSE
+
+    def message(self) -> str:
+        """One line per section, for the CLI and ``/compact``."""
+        lines = []
+        for outcome in self.sections:
+            text = {
+                CompactStatus.COMPACTED: "compacted into its summary",
+                CompactStatus.NOTHING_TO_CONDENSE: "nothing to compact (NOTHING_TO_CONDENSE)",
+                CompactStatus.SUMMARIZE_FAILED: "failed, entries kept (SUMMARIZE_FAILED)",
+            }[outcome.status]
+            lines.append(
+                f"{outcome.section}: {text}" + (f": {outcome.detail}" if outcome.detail else "")
+            )
+        return "\n".join(lines)

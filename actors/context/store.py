@@ -1,0 +1,447 @@
+"""The context journal: SQLite (standard library, WAL mode), one database per section host.
+
+A thin I/O shell over the engine's state: it stores what the section actors hold, and
+decides nothing. Three tables, keyed by (participant, section):
+
+- ``sections``: the ``SectionState`` (MessagePack, without identities and pending job)
+  and the latest acknowledged manager write (writer, seq);
+- ``identities``: the exchange identities of the session, one row each (append-only,
+  so a write costs its new identities, not the whole set);
+- ``jobs``: the pending compaction job, re-issued after a restart.
+
+Writes are batched per event-loop turn: section actors ``schedule`` themselves when a
+participant changed; one callback per turn lets each stage its changes (encoded there,
+so nothing mutable leaves the loop), hands them to the store's writer thread as one
+transaction, and publishes their views once it committed. The event loop never waits
+for the disk (a WAL checkpoint's fsync takes tens of milliseconds). One transaction is
+in flight at a time: changes made meanwhile wait for it and go in the next one, so under
+a storm of writes each transaction carries everything since the last (group commit),
+and a burst of messages read in one turn costs one transaction. So the durability rule
+holds: a write acknowledged by a view is in the journal. A commit in WAL mode with
+``synchronous=NORMAL`` survives the process being killed (``kill -9``); a power loss may
+lose the last transactions. ``delete`` (a clear) commits at once, after every
+transaction in flight and before the clear is answered.
+
+The connection holds the database exclusively (``locking_mode=EXCLUSIVE``: no shared
+memory, and a second process opening the same journal is refused, naming the file).
+``PRAGMA user_version`` stores the schema version; ``MIGRATIONS`` upgrades an older
+journal step by step, a newer one is refused. A corrupt, truncated or foreign file
+raises ``StoreError`` naming it, or with ``on_corrupt="backup_and_start_empty"`` is
+moved aside (``<file>.corrupt-<UTC time>``) and the journal starts empty, loudly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import time
+from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Literal, Protocol
+
+import msgspec
+
+from xrmq.actors.runtime import get_logger
+
+from .engine import PendingJob, SectionState
+
+SCHEMA_VERSION = 1
+"""The journal's schema version (``PRAGMA user_version``)."""
+
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {}
+"""``MIGRATIONS[v]`` upgrades a journal at version ``v`` to ``v + 1`` (none yet: version 1
+is the first; a change of the tables adds a step here and bumps ``SCHEMA_VERSION``)."""
+
+OnCorrupt = Literal["error", "backup_and_start_empty"]
+ON_CORRUPT: tuple[str, ...] = ("error", "backup_and_start_empty")
+
+_SCHEMA = (
+    "CREATE TABLE sections (participant TEXT NOT NULL, section TEXT NOT NULL, "
+    "state BLOB NOT NULL, ack_writer TEXT NOT NULL, ack_seq INTEGER NOT NULL, "
+    "PRIMARY KEY (participant, section)) WITHOUT ROWID",
+    "CREATE TABLE identities (participant TEXT NOT NULL, section TEXT NOT NULL, "
+    "identity BLOB NOT NULL, PRIMARY KEY (participant, section, identity)) WITHOUT ROWID",
+    "CREATE TABLE jobs (participant TEXT NOT NULL, section TEXT NOT NULL, job BLOB NOT NULL, "
+    "PRIMARY KEY (participant, section)) WITHOUT ROWID",
+)
+
+_encode = msgspec.msgpack.Encoder().encode
+_decode_state = msgspec.msgpack.Decoder(SectionState).decode
+_decode_job = msgspec.msgpack.Decoder(PendingJob).decode
+
+
+class StoreError(RuntimeError):
+    """The journal at ``path`` cannot be used: corrupt, truncated, foreign or of another version."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        self.path, self.problem = path, problem
+        super().__init__(
+            f"context journal {path}: {problem}; move the file aside, or set [context] "
+            f'on_corrupt = "backup_and_start_empty" to do so and start empty'
+        )
+
+
+class InUseError(StoreError):
+    """Another process holds the journal: never moved aside, whatever ``on_corrupt`` says."""
+
+
+class Recovered(msgspec.Struct):
+    """One section of one participant as the journal holds it."""
+
+    state: SectionState
+    ack: tuple[str, int]
+
+
+class Journaled(Protocol):
+    """A section actor's part of a commit: stage its changes; return what to publish once
+    they are committed, and what to do if the commit fails (stage them again later)."""
+
+    def stage(
+        self, store: "ContextStore"
+    ) -> tuple[list[Callable[[], None]], Callable[[], None]]: ...
+
+
+class ContextStore:
+    """One section host's journal (see the module docstring). Use ``open_store``."""
+
+    def __init__(
+        self,
+        connection: sqlite3.Connection,
+        path: Path,
+        recovered: dict[tuple[str, str], Recovered],
+        backup_path: Path | None,
+    ) -> None:
+        self._db = connection
+        self.path = path
+        self.recovered = recovered
+        """What the journal held when opened, by (participant, section)."""
+        self.backup_path = backup_path
+        """Where a corrupt journal was moved (``backup_and_start_empty``), else None."""
+        self._scheduled: dict[int, Journaled] = {}
+        self._handle: asyncio.Handle | None = None
+        self._rows: list[tuple[str, tuple]] = []
+        self._barriers: list[asyncio.Future[None]] = []
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="xrmq-journal")
+        self._writing = 0
+        """Transactions handed to the writer and not yet committed."""
+        self.commits = 0
+        self.failures = 0
+        self._closed = False
+        self._log = get_logger(actor="context.store", path=str(path))
+
+    # --- batching ---------------------------------------------------------------------
+
+    def schedule(self, owner: Journaled) -> None:
+        """Have ``owner`` stage its changes in this turn's commit."""
+        self._scheduled[id(owner)] = owner
+        self._kick()
+
+    def _kick(self) -> None:
+        """Start the next commit on the next loop turn, unless one is due or in flight."""
+        if self._handle is None and not self._writing and (self._scheduled or self._barriers):
+            self._handle = asyncio.get_running_loop().call_soon(self._commit_turn)
+
+    def put(
+        self,
+        participant: str,
+        section: str,
+        state: SectionState,
+        ack: tuple[str, int],
+        identities: Iterable[bytes],
+        job: PendingJob | None | bool,
+    ) -> None:
+        """Stage a section's state; ``job`` True keeps the stored job, else replaces it."""
+        body = msgspec.structs.replace(state, exchange_identities=set(), pending=None)
+        self._rows.append(
+            (
+                "INSERT OR REPLACE INTO sections VALUES (?, ?, ?, ?, ?)",
+                (participant, section, _encode(body), ack[0], ack[1]),
+            )
+        )
+        for identity in identities:
+            self._rows.append(
+                (
+                    "INSERT OR IGNORE INTO identities VALUES (?, ?, ?)",
+                    (participant, section, identity),
+                )
+            )
+        if job is None:
+            self._rows.append(
+                ("DELETE FROM jobs WHERE participant = ? AND section = ?", (participant, section))
+            )
+        elif job is not True:
+            self._rows.append(
+                (
+                    "INSERT OR REPLACE INTO jobs VALUES (?, ?, ?)",
+                    (participant, section, _encode(job)),
+                )
+            )
+
+    def _commit_turn(self) -> None:
+        self._handle = None
+        if self._closed:
+            return
+        owners, self._scheduled = list(self._scheduled.values()), {}
+        publish: list[Callable[[], None]] = []
+        undo: list[Callable[[], None]] = []
+        for owner in owners:
+            sends, failed = owner.stage(self)
+            publish.extend(sends)
+            undo.append(failed)
+        rows, self._rows = self._rows, []
+        barriers, self._barriers = self._barriers, []
+        loop = asyncio.get_running_loop()
+        self._writing += 1
+        done = asyncio.wrap_future(self._writer.submit(self._write, rows), loop=loop)
+        done.add_done_callback(lambda _: self._committed(done, owners, publish, undo, barriers))
+
+    def _committed(
+        self,
+        done: asyncio.Future[None],
+        owners: list[Journaled],
+        publish: list[Callable[[], None]],
+        undo: list[Callable[[], None]],
+        barriers: list[asyncio.Future[None]],
+    ) -> None:
+        self._writing -= 1
+        error = done.exception() if not done.cancelled() else None
+        if done.cancelled() or error is not None:
+            self.failures += 1
+            self._log.error("context.journal_write_failed", error=repr(error), retry_s=1.0)
+            loop = asyncio.get_running_loop()
+            for owner, failed in zip(owners, undo):  # nothing unjournaled is acknowledged
+                failed()
+                loop.call_later(1.0, self.schedule, owner)
+            self._barriers[:0] = barriers  # resolved by the retry's commit
+            return
+        if not self._closed:
+            for send in publish:
+                send()
+        for barrier in barriers:
+            if not barrier.done():
+                barrier.set_result(None)
+        if not self._closed:
+            self._kick()  # what changed while this transaction was written
+
+    async def barrier(self) -> None:
+        """Return once everything staged, scheduled or being written so far is committed."""
+        if self._handle is None and not self._writing and not self._scheduled:
+            return
+        future = asyncio.get_running_loop().create_future()
+        self._barriers.append(future)
+        self._kick()
+        await future
+
+    def _run(self, call: Callable[..., object], *args: object) -> object:
+        """Run ``call`` on the writer thread, after every transaction handed to it, and wait."""
+        return self._writer.submit(call, *args).result()
+
+    def _write(self, rows: list[tuple[str, tuple]]) -> None:
+        if not rows:
+            return
+        db = self._db
+        db.execute("BEGIN")
+        try:
+            for sql, parameters in rows:
+                db.execute(sql, parameters)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        self.commits += 1
+
+    def delete(self, participant: str | None, section: str) -> None:
+        """Remove a participant's rows of ``section`` (every participant's for None), now."""
+        where, parameters = (
+            ("section = ?", (section,))
+            if participant is None
+            else ("participant = ? AND section = ?", (participant, section))
+        )
+        self._run(
+            self._write,
+            [
+                (f"DELETE FROM {table} WHERE {where}", parameters)
+                for table in ("sections", "identities", "jobs")
+            ],
+        )
+
+    def delete_all(self) -> None:
+        """Remove every row (a manager's ``close()``)."""
+        self._rows = []
+        self._run(
+            self._write,
+            [(f"DELETE FROM {table}", ()) for table in ("sections", "identities", "jobs")],
+        )
+
+    @property
+    def open(self) -> bool:
+        return not self._closed
+
+    def rows(self) -> int:
+        """Rows in all tables (tests, ``close()`` leaves none)."""
+
+        def count() -> int:
+            return sum(
+                self._db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+                for table in ("sections", "identities", "jobs")
+            )
+
+        return int(self._run(count))  # type: ignore[call-overload]
+
+    def checkpoint(self) -> None:
+        """Move the write-ahead log into the database file and truncate the log."""
+        self._run(self._db.execute, "PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def size_bytes(self) -> int:
+        """Bytes on disk: the database file and its write-ahead log."""
+        return sum(
+            os.path.getsize(p) for p in (self.path, Path(f"{self.path}-wal")) if os.path.exists(p)
+        )
+
+    def close(self) -> None:
+        """Commit what this turn staged (a stopping process keeps it), then close."""
+        if self._closed:
+            return
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        if self._scheduled:
+            self._commit_turn()  # queued behind any transaction in flight
+        self._closed = True
+        self._run(self._db.close)  # after every transaction handed to the writer
+        self._writer.shutdown(wait=True)
+
+
+# ---------------------------------------------------------------------------- opening
+
+
+def open_store(path: str | os.PathLike[str], *, on_corrupt: OnCorrupt = "error") -> ContextStore:
+    """Open (creating it and its directory) the journal at ``path`` and read it whole.
+
+    Raises ``StoreError`` naming the file for a corrupt, truncated or foreign database
+    or one of a newer schema; with ``on_corrupt="backup_and_start_empty"`` the file is
+    moved aside and an empty journal is started, with an error logged.
+    """
+    if on_corrupt not in ON_CORRUPT:
+        raise ValueError(
+            f"on_corrupt: must be one of {', '.join(map(repr, ON_CORRUPT))}, got {on_corrupt!r}"
+        )
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        connection, recovered = _open(path)
+        return ContextStore(connection, path, recovered, None)
+    except StoreError as error:
+        if on_corrupt == "error" or isinstance(error, InUseError):
+            raise
+        backup = _move_aside(path)
+        get_logger(actor="context.store", path=str(path)).error(
+            "context.journal_corrupt",
+            problem=error.problem,
+            backup=str(backup),
+            action="moved aside; starting with an empty journal",
+        )
+        connection, recovered = _open(path)
+        return ContextStore(connection, path, recovered, backup)
+
+
+def _open(path: Path) -> tuple[sqlite3.Connection, dict[tuple[str, str], Recovered]]:
+    try:
+        # One thread uses it at a time: this one to open and read, then the writer thread.
+        connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    except sqlite3.Error as error:
+        raise StoreError(path, f"cannot open ({error})") from None
+    try:
+        connection.execute(
+            "PRAGMA locking_mode=EXCLUSIVE"
+        )  # before any access: WAL without shared memory
+        version = connection.execute("PRAGMA user_version").fetchone()[0]
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=NORMAL")
+        connection.execute("PRAGMA journal_size_limit=4194304")
+        tables = {
+            row[0]
+            for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        if version == 0 and not tables:
+            connection.execute("BEGIN")
+            for statement in _SCHEMA:
+                connection.execute(statement)
+            connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            connection.execute("COMMIT")
+        else:
+            version = migrate(connection, path, version)
+            connection.execute(
+                f"PRAGMA user_version = {version}"
+            )  # a write: the exclusive lock, now
+        check = connection.execute("PRAGMA quick_check").fetchone()[0]
+        if check != "ok":
+            raise StoreError(path, f"corrupt database ({check})")
+        return connection, _read(connection, path)
+    except sqlite3.OperationalError as error:
+        connection.close()
+        if "locked" in str(error):
+            raise InUseError(
+                path, "in use by another process (each context process has its own journal)"
+            ) from None
+        raise StoreError(path, f"cannot read ({error})") from None
+    except sqlite3.DatabaseError as error:
+        connection.close()
+        raise StoreError(path, f"corrupt or not a context journal ({error})") from None
+    except StoreError:
+        connection.close()
+        raise
+
+
+def migrate(connection: sqlite3.Connection, path: Path, version: int) -> int:
+    """Upgrade a journal from ``version`` to ``SCHEMA_VERSION`` through ``MIGRATIONS``."""
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            path, f"written by schema version {version}; this xrmq reads up to {SCHEMA_VERSION}"
+        )
+    if version < 1:
+        raise StoreError(path, f"not a context journal (schema version {version})")
+    while version < SCHEMA_VERSION:
+        step = MIGRATIONS.get(version)
+        if step is None:
+            raise StoreError(path, f"no migration from schema version {version}")
+        connection.execute("BEGIN")
+        step(connection)
+        version += 1
+        connection.execute(f"PRAGMA user_version = {version}")
+        connection.execute("COMMIT")
+    return version
+
+
+def _read(connection: sqlite3.Connection, path: Path) -> dict[tuple[str, str], Recovered]:
+    recovered: dict[tuple[str, str], Recovered] = {}
+    try:
+        for participant, section, blob, writer, seq in connection.execute("SELECT * FROM sections"):
+            recovered[(participant, section)] = Recovered(_decode_state(blob), (writer, seq))
+        for participant, section, identity in connection.execute("SELECT * FROM identities"):
+            item = recovered.get((participant, section))
+            if item is not None:
+                item.state.exchange_identities.add(identity)
+        for participant, section, blob in connection.execute("SELECT * FROM jobs"):
+            item = recovered.get((participant, section))
+            if item is not None:
+                item.state.pending = _decode_job(blob)
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError) as error:
+        raise StoreError(path, f"corrupt row ({error})") from None
+    return recovered
+
+
+def _move_aside(path: Path) -> Path:
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    backup = path.with_name(f"{path.name}.corrupt-{stamp}")
+    n = 1
+    while backup.exists():
+        backup = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+        n += 1
+    for suffix in ("", "-wal", "-shm"):
+        source = Path(f"{path}{suffix}")
+        if source.exists():
+            os.replace(source, f"{backup}{suffix}")
+    return backup

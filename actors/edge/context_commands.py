@@ -1,0 +1,211 @@
+"""``xrmq context dump|load|show|clear|compact``: a running edge box's participant context.
+
+Each command joins the bus with a split ``ContextManager`` built from the config (the
+same plan as the box's processes), whose replica starts from every context process's
+full snapshot; it never calls ``close()`` (that would forget every participant).
+
+- ``dump [--participant P] [--output FILE]``: the versioned dump (``ContextManager.dump``)
+  on stdout or in FILE.
+- ``load FILE``: merge a dump (by exchange identity: loading twice records nothing twice).
+- ``show --participant P``: each section's size against its budget, then the context
+  exactly as a prompt renders it.
+- ``clear --participant P``: forget the participant (their journal rows go too).
+- ``compact --participant P [--section S]``: compact now (docs/context.md, "Tiered compaction"); exit
+  1 when the model failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, BinaryIO, TextIO, TypeVar
+
+from xrmq.actors.context import ContextManager, utf8_size
+from xrmq.actors.context.manual import CompactOutcome, CompactStatus
+from xrmq.actors.runtime import AgentRuntime, run
+from xrmq.actors.runtime.commands import default_bus
+
+from .config import EdgeConfig, default_config, load_config
+from .stack import plan_of
+
+T = TypeVar("T")
+
+
+def add_commands(subparsers: Any) -> None:
+    context = subparsers.add_parser(
+        "context", help="dump, load, show, clear or compact participant context"
+    )
+    commands = context.add_subparsers(dest="context_command", required=True)
+
+    def common(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--config", help="TOML config of the edge box (default: the built-in default)"
+        )
+        parser.add_argument("--bus", help="bus of the edge box (default: the config's bus)")
+        parser.add_argument(
+            "--timeout", type=float, default=10.0, help="seconds to wait for the bus (default 10)"
+        )
+
+    dump = commands.add_parser("dump", help="write the context (of one participant) as a dump")
+    common(dump)
+    dump.add_argument("--participant", help="only this participant")
+    dump.add_argument("--output", help="write to this file instead of stdout")
+    dump.set_defaults(func=run_context)
+
+    load = commands.add_parser("load", help="merge a dump into the context")
+    common(load)
+    load.add_argument("file")
+    load.set_defaults(func=run_context)
+
+    show = commands.add_parser(
+        "show", help="a participant's context as prompts render it, with sizes"
+    )
+    common(show)
+    show.add_argument("--participant", required=True)
+    show.set_defaults(func=run_context)
+
+    clear = commands.add_parser("clear", help="forget a participant's context")
+    common(clear)
+    clear.add_argument("--participant", required=True)
+    clear.set_defaults(func=run_context)
+
+    compact = commands.add_parser("compact", help="compact a participant's context now")
+    common(compact)
+    compact.add_argument("--participant", required=True)
+    compact.add_argument("--section", help="'dialogue' or an incremental topic (default: all)")
+    compact.set_defaults(func=run_context)
+
+
+def run_context(args: argparse.Namespace) -> int:
+    config = default_config() if args.config is None else load_config(args.config)
+    bus = args.bus or (config.bus.address if args.config is not None else default_bus())
+    if args.timeout <= 0:
+        raise ValueError("--timeout: must be > 0")
+    command = args.context_command
+    if command == "dump":
+        return run(
+            with_manager(
+                config, bus, lambda m: dump(m, args.participant, args.output), timeout=args.timeout
+            )
+        )
+    if command == "load":
+        data = Path(args.file).read_bytes()
+        return run(
+            with_manager(config, bus, lambda m: load(m, data, args.file), timeout=args.timeout)
+        )
+    if command == "show":
+        return run(
+            with_manager(config, bus, lambda m: show(m, args.participant), timeout=args.timeout)
+        )
+    if command == "clear":
+        return run(
+            with_manager(config, bus, lambda m: clear(m, args.participant), timeout=args.timeout)
+        )
+    return run(
+        with_manager(
+            config, bus, lambda m: compact(m, args.participant, args.section), timeout=args.timeout
+        )
+    )
+
+
+def manager_for(config: EdgeConfig) -> ContextManager:
+    """A split manager with the plan of ``config``'s processes (it hosts nothing)."""
+    plan = plan_of(config)
+    return ContextManager(
+        None,
+        deployment="split",
+        **config.context.manager_kwargs(),  # type: ignore[arg-type]
+        compaction_workers=plan.compaction_workers,
+        section_hosts=plan.section_hosts,
+        namespace=plan.namespace,
+    )
+
+
+async def with_manager(
+    config: EdgeConfig,
+    bus: str,
+    use: Callable[[ContextManager], Awaitable[T]],
+    *,
+    timeout: float = 10.0,
+) -> T:
+    """Run ``use`` with a manager whose replica holds every context process's snapshot."""
+    manager = manager_for(config)
+    runtime = AgentRuntime(bus, name=f"xrmq-context-{manager.id}", ready_timeout=timeout)
+    runtime.register("context", manager.subscriber())
+    async with runtime:
+        hosts = manager.plan.section_hosts
+        if manager.resyncs < hosts:
+            raise RuntimeError(
+                f"{hosts - manager.resyncs} of {hosts} context process(es) did not answer on {bus} "
+                "(is `xrmq up` running with this config?)"
+            )
+        return await use(manager)
+
+
+async def dump(
+    manager: ContextManager,
+    participant: str | None,
+    output: str | None,
+    stdout: BinaryIO | None = None,
+) -> int:
+    data = await manager.dump(participant)
+    if output is not None:
+        Path(output).write_bytes(data)
+    else:
+        stream = stdout or sys.stdout.buffer
+        stream.write(data)
+        stream.flush()
+    return 0
+
+
+async def load(manager: ContextManager, data: bytes, name: str, out: TextIO = sys.stdout) -> int:
+    sections = await manager.load(data)
+    print(f"xrmq context: loaded {sections} section(s) from {name}", file=out)
+    return 0
+
+
+async def show(manager: ContextManager, participant: str, out: TextIO = sys.stdout) -> int:
+    from xrmq.actors.conversation import context_message
+
+    config = manager.plan.config
+    sections = manager.section_blocks(participant)
+    for section in config.sections:
+        name = section.spec.name
+        size = sum(utf8_size(block.text) for block in sections.get(name, ()))
+        print(f"{name} ({section.spec.kind}): {size} / {section.spec.budget_bytes} bytes", file=out)
+    blocks = manager.blocks(participant)
+    print(
+        f"-- the context of {participant} as a prompt renders it "
+        f"({sum(utf8_size(b.text) for b in blocks)} bytes in {len(blocks)} blocks)",
+        file=out,
+    )
+    print(context_message(blocks, time.time_ns() // 1000), file=out)
+    return 0
+
+
+async def clear(manager: ContextManager, participant: str, out: TextIO = sys.stdout) -> int:
+    await manager.clear(participant)
+    print(f"xrmq context: cleared {participant}", file=out)
+    return 0
+
+
+async def compact(
+    manager: ContextManager, participant: str, section: str | None, out: TextIO = sys.stdout
+) -> int:
+    outcome: CompactOutcome = await manager.compact(participant, section)
+    print(outcome.message(), file=out)
+    return 1 if outcome.status is CompactStatus.SUMMARIZE_FAILED else 0
+
+
+async def compact_in_chat(config: EdgeConfig, bus: str, participant: str, argument: str) -> str:
+    """``/compact [SECTION]`` in ``xrmq chat``: compact the participant's context now."""
+    try:
+        outcome = await with_manager(
+            config, bus, lambda m: m.compact(participant, argument.strip() or None)
+        )
+    except (ValueError, TimeoutError, RuntimeError) as error:
+        return f"/compact: {error}"
+    return outcome.message()

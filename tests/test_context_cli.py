@@ -1,0 +1,148 @@
+"""``xrmq context dump|load|show|clear|compact`` and ``/compact`` in ``xrmq chat`` against a
+running edge stack (issue 15, docs/context.md). Every command is a real ``xrmq`` process on the
+stack's bus with the stack's config file."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import pytest
+
+from xrmq.actors.context.dump import decode_dump
+from xrmq.actors.edge.config import default_config
+from xrmq.actors.edge.private_stack import PrivateStack
+from xrmq.actors.edge.replies import ReplyCollector, ask
+from xrmq.actors.runtime import AgentRuntime
+from xrmq.schemas import ConversationContextUpdate
+from xrmq.topics import context_topic
+
+pytestmark = pytest.mark.timeout(120)
+
+
+async def xrmq(*args: str, stdin: bytes | None = None) -> tuple[int, bytes, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "xrmq.actors.cli",
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate(stdin)
+    return proc.returncode, out, err.decode()
+
+
+async def test_dump_clear_load_show_and_compact_a_participant_of_a_running_box(tmp_path):
+    async with PrivateStack(default_config()) as stack:
+        config = str(stack.directory / "edge.toml")
+        collector = ReplyCollector()
+        client = AgentRuntime(stack.bus, name="test-client")
+        client.register("replies", collector)
+        async with client:
+            for text in (
+                "The kettle in lab 3 is set to 85 degrees.",
+                "Printer PR-7 is out of toner.",
+            ):
+                await client.publish(
+                    context_topic("notes"),
+                    ConversationContextUpdate(text),
+                    participant_id="p1",
+                    source="sensor",
+                )
+            for text in ("My badge number is 4471.", "Where is the kettle?"):
+                await ask(client, collector, "p1", text).wait(20)
+
+            async def show() -> str:
+                code, out, err = await xrmq(
+                    "context", "show", "--participant", "p1", "--config", config
+                )
+                assert code == 0, err
+                return out.decode()
+
+            shown = await show()
+            assert "dialogue (dialogue): " in shown and " / 8000 bytes" in shown
+            assert "notes (incremental): " in shown and " / 4000 bytes" in shown
+            assert "85 degrees" in shown and "My badge number is 4471." in shown
+            assert shown.rstrip().splitlines()[-1].startswith("Current time: ")
+
+            code, data, err = await xrmq(
+                "context", "dump", "--participant", "p1", "--config", config
+            )
+            assert code == 0, err
+            assert [p.participant_id for p in decode_dump(data).participants] == ["p1"]
+            (tmp_path / "p1.dump").write_bytes(data)
+
+            code, out, err = await xrmq(
+                "context", "clear", "--participant", "p1", "--config", config
+            )
+            assert (code, out.decode().strip()) == (0, "xrmq context: cleared p1"), err
+            assert "[notes] The kettle" not in await show()
+
+            for _ in range(2):  # loading twice records nothing twice
+                code, out, err = await xrmq(
+                    "context", "load", str(tmp_path / "p1.dump"), "--config", config
+                )
+                assert code == 0 and "loaded 2 section(s)" in out.decode(), err
+            restored = await show()
+            assert restored.count("[notes] The kettle in lab 3 is set to 85 degrees.") == 1
+            assert restored.count("User: My badge number is 4471.") == 1
+            assert (
+                restored.splitlines()[:3] == shown.splitlines()[:3]
+            )  # the same sizes as before the clear
+
+            code, out, err = await xrmq(
+                "context", "compact", "--participant", "p1", "--config", config
+            )
+            assert code == 0, err
+            assert "dialogue: compacted into its summary" in out.decode()
+            assert "notes: compacted into its summary" in out.decode()
+            assert "Summary of earlier [notes] context:" in await show()
+
+            code, out, err = await xrmq(
+                "context",
+                "compact",
+                "--participant",
+                "p1",
+                "--section",
+                "notes",
+                "--config",
+                config,
+            )
+            assert (code, out.decode().strip()) == (
+                0,
+                "notes: nothing to compact (NOTHING_TO_CONDENSE)",
+            ), err
+
+            code, out, _ = await xrmq(
+                "chat",
+                "--bus",
+                stack.bus,
+                "--config",
+                config,
+                "--participant",
+                "p2",
+                stdin=b"/compact\n/compact nowhere\n/quit\n",
+            )
+            lines = out.decode().splitlines()
+            assert code == 0
+            assert "dialogue: nothing to compact (NOTHING_TO_CONDENSE)" in lines
+            assert any(
+                line.startswith("/compact: section: must be 'dialogue' or an incremental topic")
+                for line in lines
+            )
+
+
+async def test_a_context_command_without_a_running_box_says_so(tmp_path):
+    code, _, err = await xrmq(
+        "context",
+        "show",
+        "--participant",
+        "p1",
+        "--bus",
+        f"ipc://{tmp_path}/none",
+        "--timeout",
+        "0.5",
+    )
+    assert code == 2 and "xrmq context:" in err
