@@ -26,6 +26,7 @@ receiver's two actors, on a deeply immutable type or on a mutable copy of it.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 import json
 import sys
 import time
@@ -59,7 +60,7 @@ MutableOutput = msgspec.defstruct(
                       for field in msgspec.structs.fields(ResponseOutput)],
     omit_defaults=True,
     namespace={name: ResponseOutput.__dict__[name] for name in ("__post_init__", "_explain")})
-FANOUT = {
+FANOUT: dict[str, tuple[Topic[Any], Any]] = {
     "shared": (Topic("bench.fanout.shared", ResponseOutput), FRAGMENT),
     "private": (Topic("bench.fanout.private", MutableOutput),
                 msgspec.convert(msgspec.to_builtins(FRAGMENT), MutableOutput)),
@@ -145,7 +146,7 @@ class FanoutCounter(Agent):
     def handlers(self) -> Handlers:
         return {self.topic: self.on_fragment}
 
-    async def on_fragment(self, message: ResponseOutput | MutableOutput, ctx) -> None:
+    async def on_fragment(self, message: Any, ctx) -> None:  # ResponseOutput or MutableOutput
         if self.batches.arrived():
             self.full.set()
 

@@ -141,12 +141,14 @@ async def bench_journal_full(participants: int, directory: str) -> float:
     runtime.register("context", context.subscriber())
     async with runtime:
         await fill(context, "warmup")
-        context.store.checkpoint()
-        before = context.store.size_bytes()
+        store = context.store
+        assert store is not None  # opened with store=
+        store.checkpoint()
+        before = store.size_bytes()
         for i in range(participants):
             await fill(context, f"p{i}")
-        context.store.checkpoint()
-        after = context.store.size_bytes()
+        store.checkpoint()
+        after = store.size_bytes()
         await context.close()
     return (after - before) / participants
 
@@ -167,6 +169,7 @@ async def bench_journal_session(exchanges: int, every: int,
                 await settle(runtime, context, "p1")
             if (i + 1) % every == 0:
                 await context.synced()
+                assert context.store is not None  # opened with store=
                 context.store.checkpoint()
                 samples.append((i + 1, context.store.size_bytes()))
         await context.close()

@@ -26,8 +26,10 @@ def _row(
     values: list[float],
     *,
     higher: bool = False,
-    **extra: float,
+    extra: dict[str, float] | None = None,
+    **more: float,
 ) -> Row:
+    """A row; ``extra`` (names that are not identifiers) and ``more`` are its details."""
     ordered = sorted(values)
     return Row(
         group=group,
@@ -36,7 +38,7 @@ def _row(
         median=ordered[len(ordered) // 2],
         repetitions=values,
         higher_is_better=higher,
-        extra=extra,
+        extra={**(extra or {}), **more},
     )
 
 
@@ -85,7 +87,7 @@ def run(ctx: SuiteContext) -> SuiteResult:
             "replica in sync",
             "us",
             [run["synced"][0] for run in blocks_runs],
-            **{
+            extra={
                 "p99 us": blocks_runs[0]["synced"][1],
                 "blocks": first["blocks"],
                 "bytes": first["rendered_bytes"],
@@ -96,7 +98,7 @@ def run(ctx: SuiteContext) -> SuiteResult:
             "one exchange not yet acknowledged",
             "us",
             [run["overlay"][0] for run in blocks_runs],
-            **{"p99 us": blocks_runs[0]["overlay"][1]},
+            extra={"p99 us": blocks_runs[0]["overlay"][1]},
         ),
         _row(
             "memory per participant",
@@ -122,7 +124,7 @@ def run(ctx: SuiteContext) -> SuiteResult:
             f"growth per exchange after {start_x:,}",
             "B",
             [per_exchange],
-            **{"identities": end_ids, "KiB at end": end_bytes / 1024},
+            extra={"identities": end_ids, "KiB at end": end_bytes / 1024},
         )
     )
     rows.append(
@@ -141,7 +143,7 @@ def run(ctx: SuiteContext) -> SuiteResult:
             f"growth per exchange after {j_start_x:,}",
             "B",
             [journal_per_exchange],
-            **{"KiB at end": j_end / 1024},
+            extra={"KiB at end": j_end / 1024},
         )
     )
 
@@ -155,7 +157,7 @@ def run(ctx: SuiteContext) -> SuiteResult:
             f"{recovering} participants at full budgets, open journal to ready",
             "ms",
             recovery,
-            **{
+            extra={
                 "spawn to ready ms": mid("spawn_to_ready_s"),
                 "empty journal: open to ready ms": mid("empty_open_to_ready_s"),
                 "empty journal: spawn to ready ms": mid("empty_spawn_to_ready_s"),

@@ -65,6 +65,7 @@ class Lines:
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
+        assert self.proc.stdout is not None  # started with stdout=PIPE
         for line in self.proc.stdout:
             with self._changed:
                 self.lines.append(line.strip())
@@ -100,6 +101,7 @@ def gate_worker(bus: str, state: str) -> tuple[subprocess.Popen, Lines]:
 
 
 def control(proc: subprocess.Popen, command: str) -> None:
+    assert proc.stdin is not None  # started with stdin=PIPE
     proc.stdin.write(command + "\n")
     proc.stdin.flush()
 

@@ -116,7 +116,7 @@ class ContextSubscriber(Agent):
         self._runtime: AgentRuntime | None = None
 
     @property
-    def runtime(self) -> AgentRuntime | None:  # type: ignore[override]
+    def runtime(self) -> AgentRuntime | None:
         return self._runtime
 
     @runtime.setter
@@ -178,7 +178,7 @@ class ContextManager:
 
     def __init__(
         self,
-        llm: LLMService,
+        llm: LLMService | None,
         *,
         summary_context_topics: Sequence[str] = (),
         incremental_context_topics: Sequence[str] = (),
@@ -274,6 +274,8 @@ class ContextManager:
         self._runtime, self._name = runtime, name
         if self.deployment == "local":
             self.host = register_sections(runtime, self.plan, name=name, store=self.store)
+            if self.llm is None:
+                raise ValueError("llm: a local ContextManager runs compaction workers; give it a model")
             register_workers(runtime, self.plan, self.llm, name=name)
 
     def _replicate_recovered(self, store: ContextStore) -> None:
@@ -296,6 +298,7 @@ class ContextManager:
 
     async def _on_ready(self) -> None:
         runtime, outbox, self._outbox = self._runtime, self._outbox, []
+        assert runtime is not None  # ready: attached to a started runtime
         for topic, message, participant_id in outbox:
             runtime.send(topic, message, participant_id=participant_id, source=self._name)
         if (
@@ -909,11 +912,11 @@ class ContextManager:
         errors = [reply for reply in replies if isinstance(reply, BaseException)]
         generations: dict[str, list[str]] = {participant_id: [] for participant_id in participants}
         by_worker: dict[int, list] = {}
-        for (participant_id, _), reply in zip(asks, replies):
+        for (owner, _), reply in zip(asks, replies):
             if isinstance(reply, BaseException):
                 continue
-            if participant_id is not None:
-                generations[participant_id].extend(reply.generations)
+            if owner is not None:  # a dialogue section's clear (a topic's is None)
+                generations[owner].extend(reply.generations)
             for job in reply.jobs:
                 for worker in job.workers:
                     by_worker.setdefault(worker, []).append(job.job)

@@ -117,7 +117,7 @@ def manager_for(config: EdgeConfig) -> ContextManager:
     return ContextManager(
         None,
         deployment="split",
-        **config.context.manager_kwargs(),  # type: ignore[arg-type]
+        **config.context.manager_kwargs(),
         compaction_workers=plan.compaction_workers,
         section_hosts=plan.section_hosts,
         namespace=plan.namespace,

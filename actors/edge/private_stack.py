@@ -26,7 +26,7 @@ import tempfile
 import time
 from collections import deque
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, cast
 
 import msgspec
 
@@ -95,14 +95,19 @@ class PrivateStack:
         self._python = python
         self._out = _Lines(echo)
         self.directory: Path | None = None
-        self.config: EdgeConfig | None = None
+        self._config: EdgeConfig | None = None
         self._supervisor: Supervisor | None = None
         self._task: asyncio.Task[int] | None = None
 
     @property
-    def bus(self) -> str:
-        if self.config is None:
+    def config(self) -> EdgeConfig:
+        """The config as the children read it; ``StackError`` before the stack started."""
+        if self._config is None:
             raise StackError("the private stack is not started")
+        return self._config
+
+    @property
+    def bus(self) -> str:
         return self.config.bus.address
 
     @property
@@ -145,8 +150,9 @@ class PrivateStack:
                 journals = str(self.directory / "state")
                 context = msgspec.structs.replace(requested.context, state_dir=journals)
                 requested = msgspec.structs.replace(requested, context=context)
-            self.config = write_config(requested, self.directory / "edge.toml")
-            self._supervisor = Supervisor(self.config, str(self.directory / "edge.toml"), out=self._out,
+            self._config = write_config(requested, self.directory / "edge.toml")
+            self._supervisor = Supervisor(self.config, str(self.directory / "edge.toml"),
+                                          out=cast(TextIO, self._out),  # write() and flush()
                                           python=self._python)
             self._task = asyncio.create_task(self._supervisor.run(), name="xrmq-private-stack-supervisor")
             ready = asyncio.create_task(self._out.ready.wait())
@@ -171,7 +177,7 @@ class PrivateStack:
 
     async def __aexit__(self, *exc: object) -> None:
         try:
-            if self._task is not None:
+            if self._task is not None and self._supervisor is not None:
                 # Supervisor.run() stops on its stop event (what SIGINT/SIGTERM set for `xrmq up`).
                 self._supervisor.stop()
                 await self._task

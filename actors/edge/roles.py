@@ -43,10 +43,10 @@ def resolve_role(name: str) -> RoleBuilder:
         module = importlib.import_module(module_name)
     except ImportError as error:
         raise LookupError(f"cannot import {module_name!r}: {error}") from None
-    builder = getattr(module, attribute, None)
-    if not callable(builder):
+    found: RoleBuilder | None = getattr(module, attribute, None)
+    if not callable(found):
         raise LookupError(f"{module_name!r} has no function {attribute!r}")
-    return builder
+    return found
 
 
 def check_roles(config: EdgeConfig, process: str | None = None) -> dict[str, list[RoleBuilder]]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from xrmq.actors.context import ContextManager, context_plan, register_sections, register_workers
@@ -37,6 +38,7 @@ from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import create_llm
 from xrmq.actors.routing import AgentRouter, KeywordDecisions, LLMDecisions, SingleDestination, remote, serve
 from xrmq.actors.routing.agent import RoutableAgent
+from xrmq.actors.routing.decisions import DecisionService
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.voice import ConsoleSink, VoiceRenderer
 from xrmq.schemas import RoutingAid
@@ -95,7 +97,7 @@ def open_context_store(config: EdgeConfig, shard: int) -> ContextStore | None:
 
 
 def context_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
-    topics = None if process.shard == 0 else []
+    topics: list[str] | None = None if process.shard == 0 else []
     register_sections(runtime, plan_of(config), shard=process.shard, shards=process.shards,
                       topics=topics, store=open_context_store(config, process.shard))
 
@@ -166,12 +168,15 @@ def router_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInsta
                                                        output_topic=VOICE_OUTPUT_TOPIC))
         for name in config.destinations
     }
-    decisions = {
+    services: dict[str, Callable[[], DecisionService]] = {
         "first": lambda: SingleDestination(),
         "rules": lambda: KeywordDecisions(),
         "llm": lambda: LLMDecisions(create_llm(config.models.routing)),
-    }[config.router.decisions]()
-    options = {} if config.router.history_limit is None else {"history_limit": config.router.history_limit}
+    }
+    decisions = services[config.router.decisions]()
+    options: dict[str, Any] = (
+        {} if config.router.history_limit is None else {"history_limit": config.router.history_limit}
+    )
     runtime.register("router", AgentRouter(
         destinations, decisions, default=config.router.default or next(iter(config.destinations), None),
         query_topic=QUERY_TOPIC, output_topic=VOICE_OUTPUT_TOPIC,

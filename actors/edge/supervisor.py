@@ -36,7 +36,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from xrmq.actors.runtime.agent import Handlers
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, get_logger
@@ -163,7 +163,7 @@ class Supervisor:
                         break
                 else:
                     pids = " ".join(
-                        f"{child.label}={'down' if child.state == 'down' else child.proc.pid}"
+                        f"{child.label}={'down' if child.state == 'down' or child.proc is None else child.proc.pid}"
                         for layer in layers for child in layer)
                     self.say(f"ready bus={self.address.subscribe} {pids}".rstrip())
                     await self._stop.wait()
@@ -285,7 +285,9 @@ class Supervisor:
         stop = asyncio.create_task(self._stop.wait())
         ready = [asyncio.create_task(child.ready.wait()) for child in layer]
         try:
-            await asyncio.wait([stop, asyncio.gather(*ready)], return_when=asyncio.FIRST_COMPLETED)
+            gathered: asyncio.Future[Any] = asyncio.gather(*ready)
+            waiting: list[asyncio.Future[Any]] = [stop, gathered]
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stop.cancel()
             for waiter in ready:
@@ -365,6 +367,7 @@ class Supervisor:
             limit=_LINE_LIMIT,
         )
         child.proc = proc
+        assert proc.stdout is not None and proc.stderr is not None  # both piped
         child.forwarders = [asyncio.create_task(self._forward(child, proc.stdout, ready)),
                             asyncio.create_task(self._forward(child, proc.stderr, None))]
         return proc

@@ -62,7 +62,8 @@ class _Seen:
     __slots__ = ("last", "previous", "received_at", "restarts", "reports")
 
     def __init__(self, metrics: RuntimeMetrics, received_at: float) -> None:
-        self.last, self.previous, self.received_at, self.restarts, self.reports = metrics, None, received_at, 0, 1
+        self.last, self.received_at, self.restarts, self.reports = metrics, received_at, 0, 1
+        self.previous: RuntimeMetrics | None = None
 
 
 class TopView:

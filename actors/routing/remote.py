@@ -80,6 +80,7 @@ from xrmq.schemas.routing import (
     RouteEvent,
     RouteRequest,
     RouteSignal,
+    RouteSignalKind,
 )
 from xrmq.topics import METRICS_TOPIC, Topic
 
@@ -317,6 +318,7 @@ class RemoteAgent(Agent):
             if call.events:
                 return call.events.popleft()
             if watch and call.runtime is not None:
+                assert self.dead_after_s is not None  # watch
                 silent = loop.time() - call.seen_at
                 if call.died is None and silent > self.dead_after_s:
                     call.died = f"its process {call.runtime!r} sent nothing for {silent:.1f}s"
@@ -324,6 +326,7 @@ class RemoteAgent(Agent):
                     raise DestinationDied(f"remote {self.remote_name}: {call.died}")
             wait = None
             if watch and call.runtime is not None:
+                assert self.dead_after_s is not None  # watch
                 wait = self.dead_after_s / _CHECKS_PER_DEADLINE
             if deadline is not None:
                 remaining = deadline - loop.time()
@@ -373,7 +376,7 @@ class RemoteAgent(Agent):
                          participant_id=call.participant_id, source=source)
         call.streams.clear()
 
-    def _signal(self, call_id: str, kind: str, participant_id: str) -> None:
+    def _signal(self, call_id: str, kind: RouteSignalKind, participant_id: str) -> None:
         runtime = self.runtime
         if runtime is not None and runtime.running:
             runtime.send(self.topics.signal, RouteSignal(call_id, kind), participant_id=participant_id, source=self.name)
@@ -469,14 +472,17 @@ class DestinationServer(Agent):
         call = self._calls[request.call_id] = _Call()
         call.task = asyncio.create_task(self._run(request, events, call), name=f"{self.name}-answer-{request.call_id}")
         call.task.add_done_callback(lambda task: self._finished(request, events, task))
-        return RouteAccepted(self.runtime.name, self.runtime.epoch)
+        runtime = self.runtime
+        assert runtime is not None  # a handler runs only in a registered actor
+        return RouteAccepted(runtime.name, runtime.epoch)
 
     async def _on_signal(self, signal: RouteSignal, ctx: RuntimeContext) -> None:
         call = self._calls.get(signal.call_id)
         if call is None:
             return
         if signal.kind == "cancel":
-            call.task.cancel()
+            if call.task is not None:
+                call.task.cancel()
         elif not call.proceed.done():
             call.proceed.set_result(None)
 
@@ -484,8 +490,11 @@ class DestinationServer(Agent):
         turn = request.turn
         pid = turn.participant_id
 
+        runtime = self.runtime
+        assert runtime is not None  # a handler runs only in a registered actor
+
         async def started() -> None:
-            self.runtime.send(events, RouteEvent(request.call_id, "started"), participant_id=pid, source=self.name)
+            runtime.send(events, RouteEvent(request.call_id, "started"), participant_id=pid, source=self.name)
             await call.proceed
 
         with routed_turn(RoutingTurnContext(request.route, pid, turn.turn_id, request.focused)):

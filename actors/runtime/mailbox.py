@@ -22,7 +22,7 @@ from .agent import Agent, RuntimeContext
 if TYPE_CHECKING:
     from .runtime import AgentRuntime
 
-Delivery = tuple[Callable[[Any, RuntimeContext], Awaitable[Any]], Any, MessageMetadata, Topic]
+Delivery = tuple[Callable[[Any, RuntimeContext], Coroutine[Any, Any, Any]], Any, MessageMetadata, Topic]
 
 
 class Mailbox:
@@ -107,7 +107,9 @@ class Mailbox:
 
     def _start_inline(self, delivery: Delivery, waiter: asyncio.Future[None]) -> None:
         """Run a handler's first step now, as the actor's (parked) task; hand it over if it suspends."""
-        loop, task = self._loop, self._task
+        loop, task, context = self._loop, self._task, self._context
+        if TYPE_CHECKING:  # started: the offer found the task's waiter (no cost at run time)
+            assert loop is not None and task is not None and context is not None
         try:
             enter_task(loop, task)
         except RuntimeError:  # offered from inside another task (or no inline start): queue it
@@ -117,7 +119,7 @@ class Mailbox:
         handler, message, metadata, topic = delivery
         try:
             coro = handler(message, RuntimeContext(self.runtime, self.name, metadata, topic))
-            yielded = self._context.run(coro.send, None)
+            yielded = context.run(coro.send, None)
         except StopIteration as done:
             if metadata.reply_to is not None:
                 self.runtime.reply(metadata, done.value)
@@ -138,6 +140,9 @@ class Mailbox:
             await runtime.guarded_hook(self.agent, "on_start")
         items = self._items
         loop = self._loop
+        if TYPE_CHECKING:  # start() set it before creating this task
+            assert loop is not None
+        handling: Awaitable[Any]
         while True:
             if items:
                 handler, message, metadata, topic = items.popleft()
@@ -152,14 +157,15 @@ class Mailbox:
                     self._handoff.pending_error = cancel  # meant for the handler started inline
                 finally:
                     self._waiter = None
-                handling, self._handoff = self._handoff, None
-                if handling is None:
+                suspended, self._handoff = self._handoff, None
+                if suspended is None:
                     continue
-                metadata, topic = handling.metadata, handling.topic
+                handling, metadata, topic = suspended, suspended.metadata, suspended.topic
             try:
                 result = await handling
             except asyncio.CancelledError:
-                if asyncio.current_task().cancelling():  # this task is being cancelled: stop
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():  # this task is being cancelled: stop
                     raise
                 runtime.handler_failed(self.name, topic, metadata, "cancelled")
             except Exception as error:  # an actor never dies of its handler

@@ -23,7 +23,7 @@ import uuid
 import zlib
 from collections import deque
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import msgspec
 import zmq
@@ -166,7 +166,7 @@ class AgentRuntime:
         self._reader_fd: int | None = None
         self._drain_handle: asyncio.Handle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._pending: dict[str, asyncio.Future[tuple[bytes, MessageMetadata]]] = {}
+        self._pending: dict[str, asyncio.Future[tuple[zmq.Frame, MessageMetadata]]] = {}
         self._deadlines: AskDeadlines | None = None
         self._reply_decoders: dict[Any, msgspec.msgpack.Decoder] = {}
         self._probes: dict[bytes, bytes] = {}
@@ -326,8 +326,10 @@ class AgentRuntime:
         # system call (a fork check), twice per ask on the round trip.
         self._loop = loop = asyncio.get_running_loop()
         self._deadlines = AskDeadlines(loop)
-        self._reader_fd = self._sub.getsockopt(zmq.FD)
-        loop.add_reader(self._reader_fd, self._on_readable)
+        fd = self._sub.getsockopt(zmq.FD)
+        assert isinstance(fd, int)  # ZeroMQ's descriptor
+        self._reader_fd = fd
+        loop.add_reader(fd, self._on_readable)
         self._drain_handle = loop.call_soon(self._on_readable)  # what arrived before the registration
         try:
             await self._await_ready()
@@ -415,9 +417,11 @@ class AgentRuntime:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.ready_timeout
         interval = 0.005
+        pub = self._pub
+        assert pub is not None  # connected by start()
         while self._probes:
             for probe_key in list(self._probes):
-                self._pub.send_multipart((probe_key, b"", b""))
+                pub.send_multipart((probe_key, b"", b""))
             self._probe_event.clear()
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -497,7 +501,9 @@ class AgentRuntime:
             raise ValueError(f"source: must be a non-empty name, not {source!r}")
         if participant_id is GLOBAL:
             participant_id = None
-        future: asyncio.Future[tuple[bytes, MessageMetadata]] = self._loop.create_future()
+        if TYPE_CHECKING:  # running: start() set them (no cost at run time)
+            assert self._loop is not None and self._deadlines is not None
+        future: asyncio.Future[tuple[zmq.Frame, MessageMetadata]] = self._loop.create_future()
         stream = self._streams.get((topic.name, participant_id)) or self._open_stream(topic.name, participant_id)
         message_id = self._send_frames(stream, topic.encode(message), participant_id, source, correlation_id, None,
                                        self._inbox, None)
@@ -516,7 +522,7 @@ class AgentRuntime:
         decoder = self._reply_decoders.get(reply_type)
         if decoder is None:
             decoder = self._reply_decoders[reply_type] = msgspec.msgpack.Decoder(reply_type)
-        return decoder.decode(payload)
+        return decoder.decode(payload)  # type: ignore[arg-type]  # a Frame is a buffer
 
     def reply(self, request: MessageMetadata, result: Any, *, error: str | None = None) -> None:
         """Send a handler's result (or failure) to the asker's inbox."""
@@ -561,6 +567,8 @@ class AgentRuntime:
         frames is rejected alone and never takes its neighbours with it. The metadata
         and payload frames are decoded straight from ZeroMQ's buffers, never copied.
         """
+        if TYPE_CHECKING:  # the reader is registered only while the socket is open
+            assert self._sub is not None and self._loop is not None
         recv, dispatch = self._sub.recv, self._dispatch
         for position in range(_DRAIN_BATCH):
             try:
@@ -602,8 +610,13 @@ class AgentRuntime:
     def _readable(self) -> bool:
         """Whether a message is waiting: ZeroMQ's EVENTS, which also re-arms the edge-triggered
         descriptor, as a drain that ends in EAGAIN does, for less than the EAGAIN costs."""
+        if TYPE_CHECKING:  # called from the reader only
+            assert self._sub is not None
         try:
-            return bool(self._sub.get(_EVENTS) & _POLLIN)
+            events = self._sub.get(_EVENTS)
+            if TYPE_CHECKING:
+                assert isinstance(events, int)
+            return bool(events & _POLLIN)
         except zmq.ZMQError:  # closed during stop()
             return False
 
@@ -627,45 +640,47 @@ class AgentRuntime:
         parts = key.split(SEP, 2)
         if len(parts) != 3 or not parts[0]:
             self._reject("key must be <topic> NUL <participant> NUL", key)
-            return
+            return None
         name, pid, suffix = parts
         if suffix:
             if self._probes.pop(key, None) is not None and not self._probes:
+                if TYPE_CHECKING:  # probes are only pending while start() waits on the event
+                    assert self._probe_event is not None
                 self._probe_event.set()
-            return
+            return None
         try:
-            metadata = _metadata_decoder.decode(metadata_frame)
+            metadata = _metadata_decoder.decode(metadata_frame)  # type: ignore[arg-type]  # a Frame is a buffer
         except (msgspec.DecodeError, msgspec.ValidationError) as error:
             self._reject(f"metadata: {error}", key)
-            return
+            return None
         if (metadata.participant_id or "").encode() != pid:
             self._reject("metadata.participant_id does not match the key", key, metadata.sender)
-            return
+            return None
         first_missing = self._tracker.observe(key, metadata.sender, metadata.epoch, metadata.seq)
         if first_missing:
             if first_missing == STALE:
                 self._counters["stale"] += 1
                 self._log.warning("bus.stale", key=key.decode(errors="replace"), sender=metadata.sender,
                                   epoch=metadata.epoch, seq=metadata.seq)
-                return
+                return None
             self._record_gap(name, metadata, first_missing)
         if name == self._inbox_bytes:
             future = self._pending.get(metadata.correlation_id or "")
             if future is not None and not future.done():
                 future.set_result((payload, metadata))
                 return True
-            return
+            return None
         routes = self._routes.get(name)
         if not routes:
             routes = self._private_routes.get(name)
             if routes:
                 return self._dispatch_private(key, pid, routes, metadata, payload, first)
-            return
+            return None
         try:
-            message = routes[0].topic.decode(payload)
+            message = routes[0].topic.decode(payload)  # type: ignore[arg-type]  # a Frame is a buffer
         except (msgspec.DecodeError, msgspec.ValidationError) as error:
             self._reject(f"payload: {error}", key, metadata.sender, topic=name.decode(errors="replace"))
-            return
+            return None
         start = first and INLINE_START and metadata.reply_to is not None
         for route in routes:
             if route.participant is not None and pid and route.participant != pid:
@@ -673,6 +688,8 @@ class AgentRuntime:
             if route.mailbox is not None:
                 self._offer(route.mailbox, (route.handler, message, metadata, route.topic), start)
             else:
+                if TYPE_CHECKING:  # a route has a mailbox or a keyed kind
+                    assert route.keyed is not None
                 for mailbox in self._keyed_targets(route.keyed, metadata.participant_id):
                     self._offer(mailbox, (getattr(mailbox.agent, route.handler_name), message, metadata, route.topic),
                                 start)
@@ -687,11 +704,11 @@ class AgentRuntime:
         their path is the one above, with no per-route cost.)"""
         topic = routes[0].topic
         try:
-            message = topic.decode(payload)
+            message = topic.decode(payload)  # type: ignore[arg-type]  # a Frame is a buffer
         except (msgspec.DecodeError, msgspec.ValidationError) as error:
             self._reject(f"payload: {error}", key, metadata.sender, topic=topic.name)
             return None
-        start = first and metadata.reply_to is not None
+        start = first and INLINE_START and metadata.reply_to is not None
         fresh = False
         for route in routes:
             if route.participant is not None and pid and route.participant != pid:
@@ -704,7 +721,7 @@ class AgentRuntime:
                            for mailbox in self._keyed_targets(keyed, metadata.participant_id)]
             for mailbox, handler in targets:
                 if fresh:
-                    message = topic.decode(payload)
+                    message = topic.decode(payload)  # type: ignore[arg-type]  # a Frame is a buffer
                 fresh = True
                 self._offer(mailbox, (handler, message, metadata, route.topic), start)
         return metadata.reply_to is not None and not start
@@ -763,12 +780,14 @@ class AgentRuntime:
         )
 
     async def _publish_metrics(self) -> None:
+        interval = self.metrics_interval
+        assert interval is not None  # started only with one
         while True:
             try:
                 self.send(METRICS_TOPIC, self.metrics(), source="runtime")
             except Exception as error:  # an actor's gauges() must not stop the heartbeat
                 self._log.error("runtime.metrics_failed", error=repr(error))
-            await asyncio.sleep(self.metrics_interval)
+            await asyncio.sleep(interval)
 
     def _all_mailboxes(self) -> list[Mailbox]:
         mailboxes = list(self._agents.values())
