@@ -50,6 +50,7 @@ _EXPORTS = {
     "RuntimeContext": "xrmq.actors.runtime",
     "RuntimeClosedError": "xrmq.actors.runtime",
     "subscribe": "xrmq.actors.runtime",
+    "Publisher": "xrmq.actors.publisher",
     "GLOBAL": "xrmq.actors.runtime",
     "ResponseOutputs": "xrmq.actors.interaction",
     "ContextManager": "xrmq.actors.context",

@@ -1,8 +1,9 @@
 """structlog, configured once per process (a leaf module: it imports nothing of xrmq).
 
 Console rendering on a terminal, JSON lines otherwise (a supervisor, CI or a log
-shipper reads them). Loggers are bound to runtime, actor, participant and turn by the
-code that knows them: ``get_logger(actor="router").bind(participant="p1", turn="t3")``.
+shipper reads them); ``XRMQ_LOG_FORMAT=console|json`` overrides the choice (``xrmq up``
+on a terminal sets ``console`` for the processes it starts, whose output is a pipe).
+Loggers are bound to runtime, actor, participant and turn by the code that knows them: ``get_logger(actor="router").bind(participant="p1", turn="t3")``.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ _lock = threading.Lock()
 def configure_logging(*, json: bool | None = None, level: str | int | None = None) -> None:
     """Configure structlog for this process; later calls are no-ops.
 
-    ``json`` defaults to "stderr is not a terminal"; ``level`` defaults to the
-    ``XRMQ_LOG_LEVEL`` environment variable, else INFO.
+    ``json`` defaults to ``XRMQ_LOG_FORMAT`` (``json`` or ``console``), else "stderr is
+    not a terminal"; ``level`` defaults to the ``XRMQ_LOG_LEVEL`` environment variable,
+    else INFO.
     """
     global _configured
     with _lock:
@@ -30,7 +32,8 @@ def configure_logging(*, json: bool | None = None, level: str | int | None = Non
             return
         _configured = True
         if json is None:
-            json = not sys.stderr.isatty()
+            chosen = os.environ.get("XRMQ_LOG_FORMAT", "").lower()
+            json = chosen == "json" if chosen in ("json", "console") else not sys.stderr.isatty()
         if level is None:
             level = os.environ.get("XRMQ_LOG_LEVEL", "INFO")
         if isinstance(level, str):

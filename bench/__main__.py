@@ -3,8 +3,9 @@
 Runs the named suites (default: all discovered), prints progress on stderr and the
 table on stdout, and writes ``results.json`` and PNG plots to DIR. A suite that fails
 is recorded as failed with its traceback and the others still run; the exit status is
-1 if any suite failed or was missing. Bars never change the exit status: a missed bar
-is a figure to read, not a broken benchmark.
+1 if any suite failed, 2 (before anything runs) for a suite name that does not exist.
+Bars never change the exit status: a missed bar is a figure to read, not a broken
+benchmark.
 """
 
 from __future__ import annotations
@@ -47,6 +48,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:10} {suite.title}")
         return 0
     wanted = args.suites or list(suites)
+    unknown = [name for name in wanted if name not in suites]
+    if unknown:
+        print(
+            f"python -m bench: no suite {', '.join(map(repr, unknown))} "
+            f"(known: {', '.join(suites)})",
+            file=sys.stderr,
+        )
+        return 2
     repetitions = args.repetitions or (1 if args.quick else 5)
     args.out.mkdir(parents=True, exist_ok=True)
     ctx = SuiteContext(quick=args.quick, repetitions=repetitions, out_dir=args.out)

@@ -11,7 +11,7 @@ from .suite import SuiteResult
 
 
 class SuiteRecord(msgspec.Struct, kw_only=True):
-    """One suite's outcome in ``results.json``: ``status`` is ok, failed or missing."""
+    """One suite's outcome in ``results.json``: ``status`` is ok or failed."""
 
     name: str
     title: str

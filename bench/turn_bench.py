@@ -17,6 +17,12 @@ waiting for its turn's final frame before the next turn.
   routing-aid, admit and answer asks and their replies; started; proceed; the chunk);
 - OfflineLLM's defaults (250 ms to the first token, 40 tokens/s): what a user waits for
   with a small local model; the conversation process is restarted on that model.
+- warm start: the first turn after a conversation restart against the second, on a
+  ``LiteLLMService`` over litellm's ``mock_response`` (litellm's real import and code
+  path, no network), with the model prepared before the process reports ready (what
+  the edge box does) and, for contrast, without (litellm imported by the first turn).
+  ``--quick`` does not restart again: it measures the first turns of a new participant on
+  the conversation the previous phase restarted (OfflineLLM), to stay quick.
 
 Repetition 0 warms up and is discarded; figures are medians over the repetitions.
 """
@@ -72,6 +78,7 @@ def run(ctx: SuiteContext) -> SuiteResult:
             real_firsts += ms
             ctx.progress(f"turn: rep {rep + 1}/{ctx.repetitions} OfflineLLM defaults p50 {real_p50[-1]:.1f} ms "
                          f"p99 {real_p99[-1]:.1f} ms")
+        warm = warm_start(ctx, deployment)
     x50 = [x / r for x, r in zip(p50, raw_p50)]
     x99 = [x / r for x, r in zip(p99, raw_p99)]
     group = "turn to first chunk at the renderer, zero-delay model"
@@ -85,6 +92,7 @@ def run(ctx: SuiteContext) -> SuiteResult:
         Row(group="turn to first chunk at the renderer, OfflineLLM defaults", subject="xrmq turn path", unit="ms",
             median=median(real_p50), repetitions=real_p50, higher_is_better=False, samples=thin(real_firsts),
             extra={"p99 ms": median(real_p99), "model first token ms": realistic[0] * 1000}),
+        *warm,
     ]
     notes = [
         f"{PARTICIPANTS} participants at once, {turns} sequential turns each per repetition (zero-delay), "
@@ -96,6 +104,54 @@ def run(ctx: SuiteContext) -> SuiteResult:
     if failed:
         notes.append(f"{failed} turns failed (no completed reply within the timeout) and are not in the figures")
     return SuiteResult(rows=rows, notes=notes)
+
+
+def warm_start(ctx: SuiteContext, deployment: Deployment) -> list[Row]:
+    """First and second turn after each restart of the conversation, per repetition (ms)."""
+    litellm = not ctx.quick
+    variants = (True, False) if litellm else (True,)
+    first: dict[bool, list[float]] = {prepared: [] for prepared in variants}
+    second: dict[bool, list[float]] = {prepared: [] for prepared in variants}
+    for rep in range(ctx.repetitions):
+        for prepared in variants:
+            if litellm:  # --quick keeps CI's quick run short: the process the last phase restarted
+                deployment.restart_conversation((0.0, 0.0), litellm=True, prepare=prepared)
+            participant = f"w{rep}{'p' if prepared else 'c'}"
+            for into in (first, second):
+                result = deployment.turns(1, [participant], 0)
+                into[prepared].append(
+                    result["first_us"][0] / 1000 if result["first_us"] else float("nan")
+                )
+            ctx.progress(
+                f"turn: rep {rep + 1}/{ctx.repetitions} after a restart "
+                f"({'prepared' if prepared else 'cold'}): first turn {first[prepared][-1]:.1f} ms, "
+                f"second {second[prepared][-1]:.1f} ms"
+            )
+    model = "litellm mock model" if litellm else "OfflineLLM defaults, no new restart (--quick)"
+    group = f"first turn after a conversation restart, {model}"
+    rows = []
+    for prepared in variants:
+        ratios = [a / b for a, b in zip(first[prepared], second[prepared])]
+        subject = (
+            "model prepared before ready"
+            if prepared
+            else "model not prepared (imported by the first turn)"
+        )
+        rows.append(
+            Row(
+                group=group,
+                subject=subject,
+                unit="ms",
+                median=median(first[prepared]),
+                repetitions=first[prepared],
+                higher_is_better=False,
+                extra={
+                    "second turn ms": median(second[prepared]),
+                    "first / second": median(ratios),
+                },
+            )
+        )
+    return rows
 
 
 SUITE = Suite("turn", "Turn: query to first reply chunk at the renderer, across processes", run)

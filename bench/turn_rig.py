@@ -34,6 +34,11 @@ class Config:
     compaction_model: tuple[float, float] = (0.0, 0.0)
     journal: str | None = None
     """The sections process's journal (a SQLite file), or None: memory only."""
+    answer_litellm: bool = False
+    """Answer through ``LiteLLMService`` on litellm's ``mock_response`` (the real import and
+    code path, no network) instead of ``OfflineLLM``."""
+    answer_prepare: bool = True
+    """Prepare the answer model (``LLMService.prepare``) before the process reports ready."""
 
 
 class Deployment:
@@ -87,10 +92,18 @@ class Deployment:
             self._stack.callback(worker.close)
             self.workers[name] = worker
 
-    def restart_conversation(self, answer_model: tuple[float, float]) -> None:
-        """Replace the conversation process by one answering on ``answer_model``."""
+    def restart_conversation(self, answer_model: tuple[float, float], *, litellm: bool = False,
+                             prepare: bool = True) -> None:
+        """Replace the conversation process by one answering on ``answer_model`` (or, with
+        ``litellm``, on litellm's mock model, prepared before ready unless not ``prepare``);
+        returns once the new process is ready."""
         self.workers["conversation"].close()
-        self._start("conversation", replace(self.config, answer_model=answer_model)).expect("ready")
+        config = replace(
+            self.config, answer_model=answer_model, answer_litellm=litellm, answer_prepare=prepare
+        )
+        self._start("conversation", config).expect(
+            "ready", timeout=120 if litellm else 30
+        )  # the import: seconds
 
     def raw_rtt(self, count: int) -> list[float]:
         """``count`` sequential raw pyzmq ping-pongs through the broker, in us."""

@@ -10,7 +10,9 @@ the same for every process of one deployment. Roles, built from the public APIs 
   and a tally of the ``CompactionDone`` results on the bus; ``stats`` prints
   ``{"compactions", "failed", "busy"}`` (results seen; jobs queued or running here).
 - ``conversation``: a ``Conversation`` over a split ``ContextManager`` (the replica),
-  served on the bus as "conversation", on the answer model.
+  served on the bus as "conversation", on the answer model (``answer_litellm``: a
+  ``LiteLLMService`` on litellm's ``mock_response``, prepared before ``ready`` as the
+  edge box's roles prepare theirs).
 - ``router``: an ``AgentRouter`` actor whose one destination is ``remote("conversation")``.
 - ``client``: the renderer side, where turns are measured. A ``VoiceRenderer`` (query
   and output topics) plays into a ``CallbackSink``; ``turns N P1,P2,.. PAUSE_MS`` runs
@@ -45,7 +47,7 @@ from xrmq.actors.context import ContextManager, context_plan, register_sections,
 from xrmq.actors.context.messages import CompactionDone
 from xrmq.actors.context.store import open_store
 from xrmq.actors.conversation import Conversation
-from xrmq.actors.models import OfflineLLM
+from xrmq.actors.models import LiteLLMService, LLMService, OfflineLLM
 from xrmq.actors.routing import AgentRouter, SingleDestination, remote, serve
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, run
 from xrmq.actors.runtime.agent import Handlers
@@ -134,9 +136,19 @@ async def workers(bus: str, config: dict) -> None:
 
 # ---------------------------------------------------------------- turn path
 
+MOCK_ANSWER = "I have nothing about that in what I was given."
+"""The mock model's answer: the same words OfflineLLM says when nothing matches."""
+
+
 async def conversation(bus: str, config: dict) -> None:
-    llm = model(config["answer_model"])
-    context = ContextManager(llm, **config["plan"], deployment="split")
+    llm: LLMService = model(config["answer_model"])
+    if config.get("answer_litellm"):
+        llm = LiteLLMService(
+            "openai/gpt-4o-mini", api_key="sk-bench", mock_response=MOCK_ANSWER, retries=0
+        )
+    if config.get("answer_prepare", True):
+        llm.prepare()
+    context = ContextManager(model(config["answer_model"]), **config["plan"], deployment="split")
     runtime = AgentRuntime(bus, name="bench-conversation")
     runtime.register("context", context.subscriber())
     agent = Conversation(llm, context=context, runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC,

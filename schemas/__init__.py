@@ -9,7 +9,7 @@ from .context import CompactionPrompts, ContextBlock, ConversationContextUpdate
 from .envelope import MessageMetadata
 from .metrics import ProcessState, RuntimeMetrics, SupervisorReport
 from .interaction import Interrupted, ParticipantJoined, ParticipantLeft, ResponseOutput, UserQuery
-from .routing import Admission, AgentExchange, AgentTurn, DestinationResult, RoutingAid
+from .routing import Admission, AgentExchange, AgentTurn, DestinationResult, RoutingAid, TurnEnded
 
 __all__ = [
     "Admission",
@@ -28,5 +28,6 @@ __all__ = [
     "RoutingAid",
     "RuntimeMetrics",
     "SupervisorReport",
+    "TurnEnded",
     "UserQuery",
 ]

@@ -143,6 +143,17 @@ class RouteSignal(msgspec.Struct, frozen=True):
     kind: RouteSignalKind
 
 
+class RouteCallStatus(msgspec.Struct, frozen=True):
+    """Ask a remote destination whether it still runs answer ``call_id``; the reply is a
+    ``CallState``: ``running``, ``finished`` (its end event is on the way) or ``unknown``
+    (this incarnation never ran it: the destination restarted mid-turn)."""
+
+    call_id: str
+
+
+CallState = Literal["running", "finished", "unknown"]
+
+
 RouteEventKind = Literal["started", "done", "failed", "cancelled"]
 
 
@@ -159,3 +170,31 @@ class RouteEvent(msgspec.Struct, frozen=True):
     kind: RouteEventKind
     result: DestinationResult | None = None
     error: str | None = None
+
+
+# -- How a turn ended ------------------------------------------------------------------
+
+TurnStatus = Literal["answered", "clarified", "unanswered", "failed", "canceled"]
+
+
+class TurnEnded(msgspec.Struct, frozen=True):
+    """The router's last word on one turn, published after everything said for it.
+
+    ``request_id`` is the turn id: the envelope ``message_id`` of the ``UserQuery``
+    (every reply fragment of the turn carries it as ``request_id`` too). ``status``:
+    ``answered`` (``route`` answered; its final frame came first), ``clarified``
+    (``route`` asked a question), ``unanswered`` (no destination took the turn; the
+    router said why), ``failed`` (``route`` failed; the router said so unless the
+    destination had started its reply), ``canceled`` (a newer turn, an interruption or a
+    departure ended it). ``error`` is the cause of ``failed`` and ``unanswered`` as
+    ``"<Kind>: <what happened>"``, e.g. ``"ModelUnavailable: model local: cannot connect
+    to http://127.0.0.1:8000/v1"``. Every field is always on the wire.
+    """
+
+    request_id: str
+    status: TurnStatus
+    route: str | None = None
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        require_name(self.request_id, "TurnEnded", "request_id")

@@ -30,7 +30,7 @@ def test_chat_answers_a_typed_line_from_the_participants_context_and_quits(tmp_p
         assert chat.wait(timeout=30) == 0, chat.stderr.read()[-3000:]
     finally:
         reap(chat)
-    assert answer == "conversation: From what I have: My locker is number 318."
+    assert answer == "conversation: Your locker is number 318."
     assert processes_mentioning(str(tmp_path)) == []
     assert list(tmp_path.iterdir()) == []
 
@@ -41,3 +41,55 @@ def test_the_former_flag_name_embedded_still_selects_a_private_stack():
     for flag in ("--private-stack", "--embedded"):
         assert build_parser().parse_args(["chat", flag]).private_stack is True
     assert build_parser().parse_args(["chat"]).private_stack is False
+
+
+async def test_chat_commands_are_never_sent_as_queries():
+    import asyncio
+    import io
+
+    from router_doubles import Destination, Log
+    from xrmq.actors.edge.chat import HELP, chat
+    from xrmq.actors.routing import AgentRouter, SingleDestination
+    from xrmq.actors.runtime import AgentRuntime
+    from xrmq.schemas import DestinationResult
+    from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC
+
+    class Leaving(Destination):
+        left = asyncio.Event()
+
+        async def participant_left(self, participant_id: str) -> None:
+            await super().participant_left(participant_id)
+            self.left.set()
+
+    log = Log()
+    front = AgentRuntime(name="box")
+    destination = Leaving("conversation", log, answers=[DestinationResult("fine")])
+    router = front.register(
+        "router",
+        AgentRouter(
+            {"conversation": destination},
+            SingleDestination(),
+            query_topic=QUERY_TOPIC,
+            output_topic=VOICE_OUTPUT_TOPIC,
+        ),
+    )
+    out = io.StringIO()
+    async with front:
+        code = await chat(
+            front.address,
+            "ann",
+            timeout=10,
+            stdin=io.StringIO("/help\n/nope\nHello?\n/clear\n/quit\n"),
+            out=out,
+        )
+        await asyncio.wait_for(destination.left.wait(), 10)
+        await router.stop()
+    assert code == 0
+    text = out.getvalue()
+    assert HELP in text
+    assert "xrmq chat: unknown command '/nope' (/help lists them)" in text
+    assert "xrmq chat: cleared ann: the edge box forgets their dialogue and context" in text
+    assert [entry[2] for entry in log.of("answer")] and len(
+        log.of("answer")
+    ) == 1  # only "Hello?" was asked
+    assert ("left", "conversation", "ann") in [entry[:3] for entry in log]

@@ -97,3 +97,22 @@ def test_a_process_left_down_a_restarting_one_and_a_stuck_actor_are_shown():
     assert f"{RED}restarting{RESET}" in text
     assert any(line.endswith(f"router  {RED}STUCK 12s{RESET}") for line in text.splitlines())
     assert not any("STUCK" in line and line.endswith("proxy") for line in text.splitlines())
+
+
+def test_the_header_names_the_bus_and_totals_every_runtime():
+    from xrmq.actors.edge.top import summary
+
+    view = TopView()
+    for runtime, rejected in (("router", 0), ("context.0", 2)):
+        view.observe(metrics(runtime, at_s=1.0, published=10, delivered=20), received_at=0.0)
+        view.observe(
+            metrics(runtime, at_s=2.0, published=20, delivered=40, rejected=rejected),
+            received_at=1.0,
+        )
+    view.observe(metrics("router", epoch=2, at_s=3.0), received_at=2.0)
+    text = summary(view.rows(now=2.0), "ipc:///run/box/bus", color=False)
+    first, second = text.splitlines()[:2]
+    assert (
+        first == "xrmq top  bus ipc:///run/box/bus  broker: up  2 runtimes  in 20.0/s  out 10.0/s"
+    )
+    assert second == "  gaps 0  rejected 2  overflow 0  handler errors 0  restarts 1"

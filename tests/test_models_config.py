@@ -112,4 +112,4 @@ async def test_a_configured_offline_model_answers_offline() -> None:
 
     llm = create_llm(parse_model_spec({"preset": "offline", "time_to_first_token_s": 0, "tokens_per_second": 0}))
     completion = await llm.complete([ChatMessage("system", "s"), ChatMessage("user", "lamp: blue"), ChatMessage("user", "What colour is the lamp?")])
-    assert completion.text == "From what I have: lamp: blue."
+    assert completion.text == "Lamp: blue."

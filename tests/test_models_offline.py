@@ -42,7 +42,7 @@ def compaction(material: str, limit: int, prompt: str = DIALOGUE_PROMPT) -> list
 
 async def test_answers_from_the_context_line_matching_the_question() -> None:
     completion = await instant().complete(ask("Which room did Alice book?"))
-    assert completion.text == "From what I have: notes: Alice booked room 4B for the design review at 15:30."
+    assert completion.text == "Notes: Alice booked room 4B for the design review at 15:30."
 
 
 async def test_answer_uses_only_context_it_was_given() -> None:
@@ -62,7 +62,7 @@ async def test_says_plainly_when_nothing_in_context_matches() -> None:
 async def test_second_line_is_added_for_question_words_the_first_does_not_cover() -> None:
     completion = await instant().complete(ask("Where is the laptop and what does Bob prefer?"))
     assert completion.text == (
-        "From what I have: Summary: Bob prefers tea. Also: camera: a red mug on the desk next to the laptop."
+        "Summary: Bob prefers tea. Camera: a red mug on the desk next to the laptop."
     )
 
 
@@ -120,7 +120,7 @@ async def test_streams_word_sized_chunks_with_usage() -> None:
 
 async def test_max_tokens_cuts_the_reply_off_with_finish_reason_length() -> None:
     completion = await instant().complete(ask("Where is the mug?"), ChatOptions(max_tokens=3))
-    assert completion.text == "From what I"
+    assert completion.text == "Camera: a red"
     assert completion.finish_reason == "length"
 
 
@@ -163,18 +163,18 @@ def test_offline_answer_does_not_read_out_the_time_and_source_tags_of_a_context_
 
     line = "[2026-11-29 19:42:12 UTC] [notes] The kettle in lab 3 is set to 85 degrees."
     assert answer_from_context("What is the kettle set to?", [line]) == (
-        "From what I have: The kettle in lab 3 is set to 85 degrees."
+        "The kettle in lab 3 is set to 85 degrees."
     )
 
 
-def test_offline_answer_quotes_what_the_user_said_not_its_own_earlier_answers():
+def test_offline_answer_says_what_the_user_said_not_its_own_earlier_answers():
     from xrmq.actors.models.extractive import answer_from_context
 
     context = [
         "[2026-11-29 19:42:12 UTC] User: My badge number is 4471.",
         "Assistant: From what I have: your badge number is 4471.",
     ]
-    assert answer_from_context("What is my badge number?", context) == "From what I have: My badge number is 4471."
+    assert answer_from_context("What is my badge number?", context) == "Your badge number is 4471."
 
 
 def test_offline_answer_does_not_read_out_summary_and_state_labels():
@@ -184,7 +184,10 @@ def test_offline_answer_does_not_read_out_summary_and_state_labels():
         "Summary of earlier conversation: [2026-11-29 20:30:19 UTC] User: I left the spare key in drawer 12.",
         "[2026-11-29 20:30:20 UTC] [scene] Current state: Bob is at the loading dock next to pallet P-12.",
     ]
-    assert answer_from_context("Where is the spare key?", context) == "From what I have: I left the spare key in drawer 12."
+    assert (
+        answer_from_context("Where is the spare key?", context)
+        == "You left the spare key in drawer 12."
+    )
     assert answer_from_context("Which pallet is at the dock?", context) == (
-        "From what I have: Bob is at the loading dock next to pallet P-12."
+        "Bob is at the loading dock next to pallet P-12."
     )

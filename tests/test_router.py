@@ -197,7 +197,13 @@ async def test_without_an_eligible_default_the_router_says_the_decline_text():
     chat = Destination("chat", log, aid=RoutingAid("chat", eligible=False))
     router = make_router(log, [chat, camera], "camera", default="chat")
     result = await router.handle(turn("t1"))
-    assert result == RouteResult("t1", "unanswered", None, "The camera is off.")
+    assert result == RouteResult(
+        "t1",
+        "unanswered",
+        None,
+        "The camera is off.",
+        error="NoDestination: camera: declined (The camera is off.); chat: not eligible",
+    )
     assert log.of("say") == [("say", None, "t1", "The camera is off.")]
 
 
@@ -205,7 +211,8 @@ async def test_a_default_that_declined_gets_no_fallback_attempt():
     log = Log()
     chat = Destination("chat", log, admissions=[Admission("decline")])
     router = make_router(log, [chat], "chat", default="chat", texts=RouterTexts(unavailable="Nobody can."))
-    assert await router.handle(turn("t1")) == RouteResult("t1", "unanswered", None, "Nobody can.")
+    assert await router.handle(turn("t1")) == RouteResult("t1", "unanswered", None, "Nobody can.",
+                                                          error="NoDestination: chat: declined")
     assert log.of("answer") == []
 
 

@@ -154,3 +154,36 @@ async def test_espeak_sink_writes_one_non_empty_wav_per_response(tmp_path):
     assert len(sleep.durations) == 2 and all(d > 0 for d in sleep.durations)
     assert seconds == pytest.approx(sum(sleep.durations), abs=1e-3)
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+async def test_a_one_line_console_sink_streams_a_response_onto_one_line():
+    out = io.StringIO()
+    sink = ConsoleSink(out, words_per_minute=None, one_line=True, clock=lambda: 10.0)
+    await sink.play(segment("Hello", ts=9_880_000))
+    assert (
+        out.getvalue() == "[p1] conversation +120ms: Hello"
+    )  # shown as it streams, line still open
+    await sink.play(segment("from the lab.", token=2))
+    await sink.end(ended())
+    await sink.play(segment("Stop", pid="p2", response=2))
+    await sink.play(segment("Other", pid="p3", response=3))  # another response closes the open line
+    await sink.end(ended("cut", pid="p3", response=3))
+    assert out.getvalue().splitlines() == [
+        "[p1] conversation +120ms: Hello from the lab.",
+        "[p2] conversation: Stop",
+        "[p3] conversation: Other <cut>",
+    ]
+
+
+@pytest.mark.skipif(
+    shutil.which("espeak-ng") is None,
+    reason="espeak-ng is not installed (apt-get install espeak-ng)",
+)
+async def test_espeak_sink_reports_each_wav_it_wrote(tmp_path):
+    written = []
+    sink = EspeakSink(
+        wav_dir=tmp_path, words_per_minute=175, sleep=RecordedSleep(), on_written=written.append
+    )
+    await sink.play(segment("The kettle is on."))
+    await sink.end(ended())
+    assert written == sink.written == [tmp_path / "p1-000001-conversation.wav"]

@@ -10,6 +10,7 @@ from xrmq.schemas import (
     ResponseOutput,
     RuntimeMetrics,
     SupervisorReport,
+    TurnEnded,
     UserQuery,
 )
 
@@ -24,6 +25,8 @@ INTERRUPTED_TOPIC: Topic[Interrupted] = Topic("voice.interrupted", Interrupted)
 """The participant interrupted (barge-in): in-flight work for them stops."""
 PARTICIPANT_JOINED_TOPIC: Topic[ParticipantJoined] = Topic("participant.joined", ParticipantJoined)
 PARTICIPANT_LEFT_TOPIC: Topic[ParticipantLeft] = Topic("participant.left", ParticipantLeft)
+TURN_ENDED_TOPIC: Topic[TurnEnded] = Topic("voice.turn_ended", TurnEnded)
+"""The router's ``TurnEnded`` for each turn, participant-scoped: how it ended and why."""
 METRICS_TOPIC: Topic[RuntimeMetrics] = Topic("xrmq.metrics", RuntimeMetrics)
 """Every runtime's periodic counters (its heartbeat); read by ``xrmq top`` and the supervisor."""
 SUPERVISOR_TOPIC: Topic[SupervisorReport] = Topic("xrmq.supervisor", SupervisorReport)
@@ -46,6 +49,7 @@ STANDARD_TOPICS: tuple[Topic[Any], ...] = (
     INTERRUPTED_TOPIC,
     PARTICIPANT_JOINED_TOPIC,
     PARTICIPANT_LEFT_TOPIC,
+    TURN_ENDED_TOPIC,
     METRICS_TOPIC,
     SUPERVISOR_TOPIC,
 )
@@ -60,6 +64,7 @@ __all__ = [
     "SEP",
     "STANDARD_TOPICS",
     "SUPERVISOR_TOPIC",
+    "TURN_ENDED_TOPIC",
     "Topic",
     "VOICE_OUTPUT_TOPIC",
     "check_topic",

@@ -16,6 +16,7 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -26,6 +27,7 @@ from xrmq.actors.runtime.broker import shared_context
 from xrmq.topics import split_key
 
 from .recording import MAGIC, encode_record, read_records, replay_offsets
+from .topicfilter import TopicFilter
 
 _PROBE_TOPIC = b"xrmq.capture\x00\x00"
 
@@ -61,9 +63,14 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
+def _topic_of(frames: Sequence[bytes]) -> str:
+    return split_key(frames[0])[0]
+
+
 def record(bus: str, path: str, *, count: int | None, duration: float | None, out: TextIO,
-           ready_timeout: float = 10.0) -> int:
-    """Write the bus's capture stream to ``path`` until SIGINT/SIGTERM, ``count`` messages or ``duration`` seconds."""
+           ready_timeout: float = 10.0, topics: TopicFilter = TopicFilter()) -> int:
+    """Write the bus's capture stream to ``path`` until SIGINT/SIGTERM, ``count`` messages or
+    ``duration`` seconds; only messages whose topic ``topics`` admits."""
     address = parse_bus(bus)
     context = shared_context()
     sub = context.socket(zmq.SUB)
@@ -86,7 +93,7 @@ def record(bus: str, path: str, *, count: int | None, duration: float | None, ou
                 if not sub.poll(100):
                     continue
                 frames = sub.recv_multipart()
-                if _is_message(frames):
+                if _is_message(frames) and topics.admits(_topic_of(frames)):
                     file.write(encode_record(time.time_ns() // 1000, frames))
                     written += 1
     finally:
@@ -96,10 +103,14 @@ def record(bus: str, path: str, *, count: int | None, duration: float | None, ou
     return 0
 
 
-def replay(bus: str, path: str, *, speed: float, out: TextIO, ready_timeout: float = 10.0) -> int:
-    """Publish the messages of a capture file onto ``bus`` in order, at recorded pace divided by ``speed``."""
+def replay(bus: str, path: str, *, speed: float, out: TextIO, ready_timeout: float = 10.0,
+           topics: TopicFilter = TopicFilter()) -> int:
+    """Publish the messages of a capture file whose topic ``topics`` admits onto ``bus``, in
+    order, at recorded pace divided by ``speed``."""
     with Path(path).open("rb") as file:
-        records = list(read_records(file, name=path))
+        every = list(read_records(file, name=path))
+    records = [record_ for record_ in every if _is_message(list(record_.frames))
+               and topics.admits(_topic_of(record_.frames))]
     offsets = replay_offsets([record.timestamp_us for record in records], speed)
     address = parse_bus(bus)
     context = shared_context()
@@ -122,5 +133,12 @@ def replay(bus: str, path: str, *, speed: float, out: TextIO, ready_timeout: flo
     finally:
         sub.close(linger=0)
         pub.close(linger=5000)  # let the replayed messages reach the broker
-    print(f"xrmq replay: sent {sent} of {len(records)} messages from {path}", file=out, flush=True)
+    left_out = (
+        f" ({len(every) - len(records)} left out by topic)" if len(every) > len(records) else ""
+    )
+    print(
+        f"xrmq replay: sent {sent} of {len(records)} messages from {path}{left_out}",
+        file=out,
+        flush=True,
+    )
     return 0

@@ -1,14 +1,21 @@
 """``xrmq say`` and ``xrmq chat``: text front ends of an edge box.
 
-``say`` publishes one ``UserQuery`` and prints the whole reply to it (every fragment
-with its request id, router text first), then exits: 0, or non-zero with a message
-when no complete answer came within ``--timeout``.
+``say`` publishes one ``UserQuery`` and prints the whole reply to it (router text
+first), then exits: 0; 1 when the router ended the turn without an answer (a failed
+model, no destination, a destination that restarted mid-turn), printing
+``xrmq say: turn <status>: <Kind>: <cause>`` on stderr as soon as the router's
+``TurnEnded`` arrives; 2 when no complete answer came within ``--timeout``.
 
 ``chat`` reads lines from stdin and asks each as a query of one participant, printing
 the reply as it streams (``conversation: ...``); the next line is asked once the
-reply is complete. ``/quit`` or end of input leaves; ``/compact [SECTION]`` compacts the
-participant's context now and prints what happened (docs/context.md). It talks to a running
-``xrmq up`` on ``--bus``, or with ``--private-stack`` to a stack of the built-in default it
+reply is complete; a failed turn is shown (``xrmq chat: turn failed: ...`` on stderr)
+and the chat goes on. A line starting with ``/`` is a chat command, never a query:
+``/help`` lists them, ``/clear`` makes the edge box forget the participant (their
+dialogue and context, as when they leave), ``/compact [SECTION]`` compacts the
+participant's context now and prints what happened (docs/context.md), ``/quit`` (or end
+of input) leaves. On a terminal, what is typed while a reply streams is not echoed into
+it: it is asked (and shown) once the reply is complete. It talks to a running ``xrmq
+up`` on ``--bus``, or with ``--private-stack`` to a stack of the built-in default it
 starts itself on a private bus (``PrivateStack``). It prints ``xrmq chat: ready ...`` once it
 can take the first line.
 """
@@ -16,11 +23,15 @@ can take the first line.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import threading
+from collections.abc import Iterator
 from typing import TextIO
 
 from xrmq.actors.runtime import AgentRuntime
+from xrmq.schemas import ParticipantLeft
+from xrmq.topics import PARTICIPANT_LEFT_TOPIC
 
 from .config import EdgeConfig, default_config
 from .private_stack import PrivateStack
@@ -28,6 +39,14 @@ from .replies import ReplyCollector, Turn, ask
 
 QUIT = "/quit"
 COMPACT = "/compact"
+HELP = """chat commands:
+  /help   this list
+  /clear  forget this participant: the edge box drops their dialogue and context
+  /compact [SECTION]  compact this participant's context now
+  /quit   leave (end of input does the same)
+anything else is asked as a query"""
+OUTCOME_GRACE_S = 1.0
+"""How long ``say`` waits after a destination's final frame for the router's ``TurnEnded``."""
 
 
 async def say(bus: str, participant_id: str, text: str, *, timeout: float, out: TextIO = sys.stdout) -> int:
@@ -38,7 +57,13 @@ async def say(bus: str, participant_id: str, text: str, *, timeout: float, out: 
     async with runtime:
         turn = ask(runtime, collector, participant_id, text)
         await turn.wait(timeout)
-    print(turn.spoken, file=out, flush=True)
+        if turn.outcome is None:
+            await turn.wait_outcome(OUTCOME_GRACE_S)
+    if turn.spoken:
+        print(turn.spoken, file=out, flush=True)
+    if turn.failure is not None:
+        print(f"xrmq say: {turn.failure}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 
@@ -83,6 +108,29 @@ def _read_lines(stream: TextIO, queue: asyncio.Queue[str | None], loop: asyncio.
     threading.Thread(target=run, name="xrmq-chat-stdin", daemon=True).start()
 
 
+@contextlib.contextmanager
+def _no_echo(stream: TextIO) -> Iterator[None]:
+    """On a terminal, do not echo typed input while a reply streams (it stays buffered
+    and is read, and shown, after the reply)."""
+    try:
+        import termios
+
+        fd = stream.fileno()
+        saved = termios.tcgetattr(fd) if stream.isatty() else None
+    except (ImportError, OSError, ValueError, AttributeError):
+        saved = None
+    if saved is None:
+        yield
+        return
+    quiet = list(saved)
+    quiet[3] &= ~termios.ECHO
+    termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, saved)
+
+
 async def chat(bus: str, participant_id: str, *, timeout: float, stdin: TextIO = sys.stdin,
                out: TextIO = sys.stdout, config: EdgeConfig | None = None) -> int:
     """The chat loop on ``bus`` (see the module docstring); 0 when the user leaves."""
@@ -94,30 +142,66 @@ async def chat(bus: str, participant_id: str, *, timeout: float, stdin: TextIO =
     prompt = "you> " if stdin.isatty() else ""
     async with runtime:
         _read_lines(stdin, lines, asyncio.get_running_loop())
-        print(f"xrmq chat: ready participant={participant_id} bus={bus} (type {QUIT} or end input to leave)",
-              file=out, flush=True)
+        print(
+            f"xrmq chat: ready participant={participant_id} bus={bus} "
+            f"(type /help for commands, {QUIT} or end input to leave)",
+            file=out,
+            flush=True,
+        )
         while True:
             out.write(prompt)
             out.flush()
+            typed_while_muted = bool(prompt) and not lines.empty()  # not echoed by the terminal
             line = await lines.get()
-            if line is None or line.strip() == QUIT:
+            text = "" if line is None else line.strip()
+            if typed_while_muted and line is not None:
+                print(line, file=out, flush=True)
+            if line is None or text == QUIT:
                 break
-            if not line.strip():
+            if not text:
                 continue
-            command, _, argument = line.strip().partition(" ")
-            if command == COMPACT:
-                from .context_commands import compact_in_chat
+            if text.startswith("/"):
+                command = text.split()[0]
+                if command == "/help":
+                    print(HELP, file=out, flush=True)
+                elif command == COMPACT:
+                    from .context_commands import compact_in_chat
 
-                outcome = await compact_in_chat(config or default_config(), bus, participant_id,
-                                                argument)
-                print(outcome, file=out, flush=True)
+                    argument = text[len(COMPACT):].strip()
+                    outcome = await compact_in_chat(config or default_config(), bus,
+                                                    participant_id, argument)
+                    print(outcome, file=out, flush=True)
+                elif command == "/clear":
+                    runtime.send(
+                        PARTICIPANT_LEFT_TOPIC,
+                        ParticipantLeft(),
+                        participant_id=participant_id,
+                        source="text-input",
+                    )
+                    print(
+                        f"xrmq chat: cleared {participant_id}: "
+                        "the edge box forgets their dialogue and context",
+                        file=out,
+                        flush=True,
+                    )
+                else:
+                    print(
+                        f"xrmq chat: unknown command {command!r} (/help lists them)",
+                        file=out,
+                        flush=True,
+                    )
                 continue
-            turn = ask(runtime, collector, participant_id, line.strip())
-            try:
-                await turn.wait(timeout)
-            except TimeoutError as error:
-                printer.close()
-                print(f"xrmq chat: {error}", file=sys.stderr, flush=True)
+            turn = ask(runtime, collector, participant_id, text)
+            with _no_echo(stdin):
+                try:
+                    await turn.wait(timeout)
+                except TimeoutError as error:
+                    printer.close()
+                    print(f"xrmq chat: {error}", file=sys.stderr, flush=True)
+                    continue
+            printer.close()
+            if turn.failure is not None:
+                print(f"xrmq chat: {turn.failure}", file=sys.stderr, flush=True)
     return 0
 
 

@@ -1,15 +1,15 @@
-"""Edge-box commands: ``xrmq up``, ``xrmq run``, ``xrmq record``, ``xrmq replay``, ``xrmq top``,
-``xrmq demo``, ``xrmq chat``, ``xrmq say``."""
+"""Edge-box commands: ``xrmq up``, ``xrmq run``, ``xrmq record``, ``xrmq replay``, ``xrmq echo``,
+``xrmq topics``, ``xrmq capture show``, ``xrmq top``, ``xrmq demo``, ``xrmq chat``, ``xrmq say``."""
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from xrmq.actors.runtime import run
-from xrmq.actors.runtime.commands import add_bus_argument
+from xrmq.actors.runtime.commands import add_bus_argument, require_broker
 
 from .config import EdgeConfig, default_config, load_config
 
@@ -18,6 +18,11 @@ def add_commands(subparsers: Any) -> None:
     up = subparsers.add_parser("up", help="start the broker and every process of an edge-box config, supervised")
     up.add_argument("config", nargs="?", help="TOML config (default: the built-in default; see examples/edge-box.toml)")
     up.add_argument("--check", action="store_true", help="validate the config and its roles, start nothing")
+    up.add_argument(
+        "--print-systemd",
+        action="store_true",
+        help="print one systemd unit per process of CONFIG (and xrmq.target), start nothing",
+    )
     up.set_defaults(func=run_up)
 
     run = subparsers.add_parser("run", help="run one process of an edge-box config (what 'up' starts)")
@@ -31,13 +36,52 @@ def add_commands(subparsers: Any) -> None:
     record.add_argument("file")
     record.add_argument("--count", type=int, help="stop after this many messages")
     record.add_argument("--duration", type=float, help="stop after this many seconds")
+    record.add_argument(
+        "--topic",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="record only topics matching this glob (repeatable; default: every topic)",
+    )
     record.set_defaults(func=run_record)
 
     replay = subparsers.add_parser("replay", help="publish a recorded capture file onto a bus, in order and pace")
     add_bus_argument(replay)
     replay.add_argument("file")
     replay.add_argument("--speed", type=float, default=1.0, help="pace factor: 2 is twice as fast, inf back to back")
+    replay.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="replay only topics matching this glob (repeatable; default: every topic but "
+        "those the box derives: route.*, _inbox.*, context.*, xrmq.*, voice.output, ...)",
+    )
+    replay.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
+                        help="also leave out topics matching this glob (repeatable)")
     replay.set_defaults(func=run_replay)
+
+    echo = subparsers.add_parser("echo", help="print every message of one topic as it arrives")
+    add_bus_argument(echo)
+    echo.add_argument("topic", help="topic name (standard topics are decoded with their schema)")
+    echo.add_argument("--participant", help="only this participant's messages")
+    echo.add_argument("--json", action="store_true", help="one JSON object per line")
+    echo.add_argument("--count", type=int, help="stop after this many messages")
+    echo.set_defaults(func=run_echo)
+
+    topics = subparsers.add_parser(
+        "topics", help="topics seen on the bus: messages, rates, publishers, participants"
+    )
+    add_bus_argument(topics)
+    topics.add_argument("--window", type=float, default=3.0, help="seconds to watch (default 3)")
+    topics.set_defaults(func=run_topics)
+
+    capture = subparsers.add_parser("capture", help="work with recordings of 'xrmq record'")
+    capture_commands = capture.add_subparsers(dest="capture_command", required=True)
+    show = capture_commands.add_parser("show", help="print a recording, one message per line")
+    show.add_argument("file")
+    show.add_argument("--json", action="store_true", help="one JSON object per line")
+    show.set_defaults(func=run_capture_show)
 
     top = subparsers.add_parser("top", help="live view of every runtime: actors, mailboxes, rates, gaps, gauges")
     add_bus_argument(top)
@@ -76,13 +120,25 @@ def _config(path: str | None) -> EdgeConfig:
 
 
 def run_up(args: argparse.Namespace) -> int:
+    from .checks import check_bus_free, check_can_answer
     from .roles import check_roles
 
     config = _config(args.config)
+    check_roles(config)
+    check_can_answer(config)
     if args.check:
-        check_roles(config)
         print(f"xrmq up: {config.source}: ok ({len(config.processes)} processes)")
         return 0
+    if args.print_systemd:
+        from .systemd import render_units, systemd_units
+
+        if args.config is None:
+            raise ValueError(
+                "--print-systemd: name the CONFIG file the units run (e.g. examples/edge-box.toml)"
+            )
+        print(render_units(systemd_units(config, args.config)), end="")
+        return 0
+    check_bus_free(config)
     from .process import exit_process
 
     exit_process(run(_supervise(config, args.config)))  # every child is gone: no teardown needed
@@ -110,13 +166,61 @@ def run_record(args: argparse.Namespace) -> int:
         raise ValueError("--count: must be >= 1")
     if args.duration is not None and args.duration <= 0:
         raise ValueError("--duration: must be > 0")
-    return record(args.bus, args.file, count=args.count, duration=args.duration, out=sys.stdout)
+    require_broker(args.bus, endpoint="capture")
+    from .topicfilter import TopicFilter
+
+    return record(args.bus, args.file, count=args.count, duration=args.duration, out=sys.stdout,
+                  topics=TopicFilter(tuple(args.topic)))
 
 
 def run_replay(args: argparse.Namespace) -> int:
     from .capture import replay
 
-    return replay(args.bus, args.file, speed=args.speed, out=sys.stdout)
+    if not Path(args.file).is_file():
+        raise ValueError(f"{args.file}: no such recording (make one with `xrmq record FILE`)")
+    require_broker(args.bus, endpoint="publish")
+    from .topicfilter import replay_filter
+
+    return replay(
+        args.bus,
+        args.file,
+        speed=args.speed,
+        out=sys.stdout,
+        topics=replay_filter(args.only, args.exclude),
+    )
+
+
+def run_echo(args: argparse.Namespace) -> int:
+    from .topictools import echo
+
+    if args.count is not None and args.count < 1:
+        raise ValueError("--count: must be >= 1")
+    require_broker(args.bus)
+    return echo(
+        args.bus,
+        args.topic,
+        participant=args.participant,
+        as_json=args.json,
+        out=sys.stdout,
+        count=args.count,
+    )
+
+
+def run_topics(args: argparse.Namespace) -> int:
+    from .topictools import topics
+
+    if args.window <= 0:
+        raise ValueError("--window: must be > 0")
+    require_broker(args.bus, endpoint="capture")
+    return topics(args.bus, window=args.window, out=sys.stdout)
+
+
+def run_capture_show(args: argparse.Namespace) -> int:
+    from .topictools import show
+
+    if not Path(args.file).is_file():
+        raise ValueError(f"{args.file}: no such recording (make one with `xrmq record FILE`)")
+    return show(args.file, as_json=args.json, out=sys.stdout)
 
 
 def run_top(args: argparse.Namespace) -> int:
@@ -126,16 +230,14 @@ def run_top(args: argparse.Namespace) -> int:
         raise ValueError("--interval and --window: must be > 0")
     if args.expect is not None and args.expect < 1:
         raise ValueError("--expect: must be >= 1")
+    require_broker(args.bus)
     return run(watch(args.bus, once=args.once, as_json=args.json, interval=args.interval,
                      window=args.window, expect=args.expect))
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from xrmq.actors.runtime import configure_logging
-
     from .demo import run_demo as demo
 
-    configure_logging(level=os.environ.get("XRMQ_LOG_LEVEL", "WARNING"))  # this process's own logs: problems only
     return run(demo(sys.stdout, verbose=args.verbose))
 
 
@@ -146,6 +248,7 @@ def run_chat(args: argparse.Namespace) -> int:
         raise ValueError("--timeout: must be > 0")
     if args.private_stack:
         return run(chat_private_stack(args.participant, timeout=args.timeout))
+    require_broker(args.bus)
     config = None if args.config is None else load_config(args.config)
     return run(chat(args.bus, args.participant, timeout=args.timeout, config=config))
 
@@ -157,4 +260,5 @@ def run_say(args: argparse.Namespace) -> int:
         raise ValueError("--timeout: must be > 0")
     if not args.text.strip():
         raise ValueError("TEXT: must be non-empty")
+    require_broker(args.bus)
     return run(say(args.bus, args.participant, args.text, timeout=args.timeout))

@@ -3,12 +3,16 @@
 Why: ``xrmq say``, ``xrmq chat`` and ``xrmq demo`` all ask the edge box something and
 wait for the answer. The router uses each query's envelope ``message_id`` as the turn
 id, and every reply fragment carries it as ``request_id``; ``ReplyCollector`` (an actor
-on the voice output topic) gathers the fragments of the turns it was told about.
+on the voice output topic and the router's ``TurnEnded`` topic) gathers the fragments
+of the turns it was told about.
 
 A turn is done when a destination sends its final frame (an interrupted answer is
-finalized with an empty one). Router text (source ``router``: an acknowledgement, or a
-failure said instead of an answer) is kept but does not end the turn, since a
-destination's reply may follow it; a caller bounds its wait with a timeout.
+finalized with an empty one) or when the router's ``TurnEnded`` for it arrives,
+whichever comes first. Router text (source ``router``: an acknowledgement, or what the
+router says instead of an answer) does not end the turn by itself, since a
+destination's reply may follow it; the ``TurnEnded`` published right after it does, and
+carries the cause of a failure (``Turn.outcome``). ``Turn.wait_outcome`` waits for that
+last word after the answer, so a failure after the first chunk is seen too.
 """
 
 from __future__ import annotations
@@ -20,8 +24,11 @@ from dataclasses import dataclass, field
 
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext
 from xrmq.actors.runtime.agent import Handlers
-from xrmq.schemas import ResponseOutput, UserQuery
-from xrmq.topics import QUERY_TOPIC, ROUTER_SOURCE, VOICE_OUTPUT_TOPIC, Topic
+from xrmq.schemas import ResponseOutput, TurnEnded, UserQuery
+from xrmq.topics import QUERY_TOPIC, ROUTER_SOURCE, TURN_ENDED_TOPIC, VOICE_OUTPUT_TOPIC, Topic
+
+FAILED_STATUSES = ("failed", "unanswered", "canceled")
+"""``TurnEnded.status`` values a front end reports as a failed turn."""
 
 
 @dataclass
@@ -40,6 +47,10 @@ class Turn:
     started: asyncio.Event = field(default_factory=asyncio.Event)
     """Set with the first fragment that has text."""
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    outcome: TurnEnded | None = None
+    """The router's ``TurnEnded`` for the turn, once it arrived."""
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when ``outcome`` arrived."""
 
     @property
     def answer(self) -> str:
@@ -55,13 +66,33 @@ class Turn:
         """Everything said for the turn, router text first as it is played."""
         return " ".join(part for part in (self.router_text, self.answer.strip()) if part)
 
+    @property
+    def failure(self) -> str | None:
+        """``"<status>: <cause>"`` when the router ended the turn without an answer, else None."""
+        outcome = self.outcome
+        if outcome is None or outcome.status not in FAILED_STATUSES:
+            return None
+        return f"turn {outcome.status}: {outcome.error or 'no cause given'}"
+
     async def wait(self, timeout: float) -> None:
         """Wait until the turn is done; ``TimeoutError`` naming the turn otherwise."""
         try:
             await asyncio.wait_for(self.done.wait(), timeout)
         except TimeoutError:
             heard = f" (heard so far: {self.spoken!r})" if self.parts else " (no reply at all)"
-            raise TimeoutError(f"no complete answer to {self.participant_id}'s {self.text!r} within {timeout:g}s{heard}") from None
+            raise TimeoutError(
+                f"no complete answer to {self.participant_id}'s {self.text!r} within "
+                f"{timeout:g}s{heard}"
+            ) from None
+
+    async def wait_outcome(self, grace: float) -> TurnEnded | None:
+        """After ``wait``: the router's ``TurnEnded``, waiting at most ``grace`` seconds for it
+        (it follows a destination's final frame at once; None if it never comes)."""
+        try:
+            await asyncio.wait_for(self.ended.wait(), grace)
+        except TimeoutError:
+            pass
+        return self.outcome
 
 
 Fragment = Callable[[Turn, str, str, bool], None]
@@ -69,16 +100,19 @@ Fragment = Callable[[Turn, str, str, bool], None]
 
 
 class ReplyCollector(Agent):
-    """Follows the replies on ``output_topic`` to the turns registered with ``expect``."""
+    """Follows the replies on ``output_topic`` (and the router's ``TurnEnded`` on
+    ``turn_topic``) to the turns registered with ``expect``."""
 
     def __init__(self, output_topic: Topic[ResponseOutput] = VOICE_OUTPUT_TOPIC, *,
-                 on_fragment: Fragment | None = None) -> None:
+                 on_fragment: Fragment | None = None,
+                 turn_topic: Topic[TurnEnded] = TURN_ENDED_TOPIC) -> None:
         self.output_topic = output_topic
+        self.turn_topic = turn_topic
         self.on_fragment = on_fragment
         self.turns: dict[str, Turn] = {}
 
     def handlers(self) -> Handlers:
-        return {self.output_topic: self.on_output}
+        return {self.output_topic: self.on_output, self.turn_topic: self.on_turn_ended}
 
     def expect(self, turn: Turn) -> Turn:
         self.turns[turn.request_id] = turn
@@ -98,6 +132,14 @@ class ReplyCollector(Agent):
             self.on_fragment(turn, source, message.text, message.final)
         if message.final and source != ROUTER_SOURCE:
             turn.done.set()
+
+    async def on_turn_ended(self, message: TurnEnded, ctx: RuntimeContext) -> None:
+        turn = self.turns.pop(message.request_id, None)  # nothing follows a turn's end
+        if turn is None:
+            return
+        turn.outcome = message
+        turn.ended.set()
+        turn.done.set()
 
 
 def ask(runtime: AgentRuntime, collector: ReplyCollector, participant_id: str, text: str,

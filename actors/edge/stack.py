@@ -35,7 +35,7 @@ from xrmq.actors.context import ContextManager, context_plan, register_sections,
 from xrmq.actors.context.plan import ContextPlan
 from xrmq.actors.context.store import ContextStore, open_store
 from xrmq.actors.conversation import Conversation
-from xrmq.actors.models import create_llm
+from xrmq.actors.models import LLMService, ModelSpec, create_llm
 from xrmq.actors.routing import AgentRouter, KeywordDecisions, LLMDecisions, SingleDestination, remote, serve
 from xrmq.actors.routing.agent import RoutableAgent
 from xrmq.actors.routing.decisions import DecisionService
@@ -96,6 +96,13 @@ def open_context_store(config: EdgeConfig, shard: int) -> ContextStore | None:
     return open_store(context_store_path(config, shard), on_corrupt=on_corrupt)
 
 
+def prepared_llm(spec: ModelSpec) -> LLMService:
+    """``create_llm(spec)``, prepared (litellm imported) while the process is not yet ready."""
+    llm = create_llm(spec)
+    llm.prepare()
+    return llm
+
+
 def context_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
     topics: list[str] | None = None if process.shard == 0 else []
     register_sections(runtime, plan_of(config), shard=process.shard, shards=process.shards,
@@ -104,7 +111,9 @@ def context_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInst
 
 def compaction_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
     indices = worker_slices(config)[(process.process, process.shard)]
-    register_workers(runtime, plan_of(config), create_llm(config.models.compaction), indices=indices)
+    register_workers(
+        runtime, plan_of(config), prepared_llm(config.models.compaction), indices=indices
+    )
 
 
 class ClearingDestination:
@@ -142,13 +151,17 @@ answers in flight finish on SIGTERM before they cancel them (each gets its final
 
 def conversation_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
     plan = plan_of(config)
-    context = ContextManager(create_llm(config.models.compaction), **config.context.manager_kwargs(),
-                             compaction_workers=plan.compaction_workers,
-                             section_hosts=plan.section_hosts, deployment="split")
+    context = ContextManager(
+        prepared_llm(config.models.compaction),
+        **config.context.manager_kwargs(),
+        compaction_workers=plan.compaction_workers,
+        section_hosts=plan.section_hosts,
+        deployment="split",
+    )
     runtime.register("context", context.subscriber())
     for name, destination in config.destinations.items():
         conversation = Conversation(
-            create_llm(destination.model or config.models.answers),
+            prepared_llm(destination.model or config.models.answers),
             context=context,
             instructions=destination.instructions,
             system_prompt=destination.system_prompt,
@@ -171,7 +184,7 @@ def router_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInsta
     services: dict[str, Callable[[], DecisionService]] = {
         "first": lambda: SingleDestination(),
         "rules": lambda: KeywordDecisions(),
-        "llm": lambda: LLMDecisions(create_llm(config.models.routing)),
+        "llm": lambda: LLMDecisions(prepared_llm(config.models.routing)),
     }
     decisions = services[config.router.decisions]()
     options: dict[str, Any] = (

@@ -5,7 +5,10 @@ each in a session (process group) of its own, so a terminal's Ctrl-C reaches onl
 supervisor and the supervisor decides the order. Startup follows the ``after``
 dependencies: the broker, then each layer of processes once the previous layer has
 printed its readiness line. Every line a child prints is forwarded, prefixed with its
-name. A child that dies is restarted per its ``RestartPolicy``.
+name. A child that dies is restarted per its ``RestartPolicy``. A child that exits
+cleanly (exit code 0: someone stopped it) is restarted after the policy's initial delay
+but is not counted as a crash. The ready line names the bus as the string ``--bus``
+takes.
 
 Liveness: once the broker is up the supervisor joins the bus itself. It reads every
 process's heartbeat (``RuntimeMetrics``) and publishes a ``SupervisorReport`` (the
@@ -165,7 +168,7 @@ class Supervisor:
                     pids = " ".join(
                         f"{child.label}={'down' if child.state == 'down' or child.proc is None else child.proc.pid}"
                         for layer in layers for child in layer)
-                    self.say(f"ready bus={self.address.subscribe} {pids}".rstrip())
+                    self.say(f"ready bus={self.config.bus.address} {pids}".rstrip())
                     await self._stop.wait()
         finally:
             self._stop.set()
@@ -335,6 +338,16 @@ class Supervisor:
                 await asyncio.gather(*child.forwarders)  # every line it printed is out
                 if child.terminating or self._stop.is_set():
                     return
+                if returncode == 0:  # a clean stop (SIGTERM from outside): not a crash
+                    delay = child.policy.config.backoff_initial_s
+                    child.state = "restarting"
+                    self.say(f"{child.label} exited cleanly (exit code 0), not a crash; "
+                             f"restarting in {delay:g}s")
+                    try:
+                        await asyncio.wait_for(self._stop.wait(), delay)
+                    except TimeoutError:
+                        pass
+                    continue
                 decision = child.policy.crashed(loop.time())
                 last = f": {child.last_line}" if child.last_line else ""
                 if not decision.restart:
@@ -360,10 +373,22 @@ class Supervisor:
         finally:
             child.finished.set()
 
+    def _child_env(self) -> dict[str, str] | None:
+        """On a terminal, the children log human lines too (their own output is a pipe)."""
+        isatty = getattr(self.out, "isatty", None)
+        if "XRMQ_LOG_FORMAT" in os.environ or not (callable(isatty) and isatty()):
+            return None
+        return {**os.environ, "XRMQ_LOG_FORMAT": "console"}
+
     async def _spawn(self, child: Child, ready: asyncio.Event) -> asyncio.subprocess.Process:
         proc = await asyncio.create_subprocess_exec(
-            *child.argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, start_new_session=True, preexec_fn=_die_with_parent(os.getpid()),
+            *child.argv,
+            env=self._child_env(),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=_die_with_parent(os.getpid()),
             limit=_LINE_LIMIT,
         )
         child.proc = proc

@@ -6,8 +6,10 @@ epoch means the process restarted). It also keeps the last ``SupervisorReport`` 
 ``xrmq up``: a process it left down (over its crash limit) or is restarting gets its
 state and reason on its row, and a row of its own if it never reported. Actors the
 runtime reports stuck (non-empty mailbox, no progress) are marked. ``render`` draws
-the rows as plain text with ANSI emphasis; ``--json`` prints the rows for scripts and
-tests.
+the rows as plain text with ANSI emphasis, under ``summary``'s header (the bus and its
+broker, totals over every runtime); ``--json`` prints the rows for scripts and tests.
+Live on a terminal, ``q`` quits. Restarts count what ``top`` saw (new epochs while it
+watched).
 """
 
 from __future__ import annotations
@@ -170,6 +172,63 @@ def render(rows: list[RuntimeRow], *, stale_after_s: float = 5.0, color: bool = 
     return "\n".join(lines) + "\n"
 
 
+def summary(rows: list[RuntimeRow], bus: str, *, color: bool = True) -> str:
+    """The header: the bus (its broker answered ``top``'s readiness probe) and totals."""
+    def paint(code: str, text: str) -> str:
+        return f"{code}{text}{RESET}" if color else text
+
+    inbound = sum(row.delivered_per_s or 0.0 for row in rows)
+    outbound = sum(row.published_per_s or 0.0 for row in rows)
+    problems = {
+        label: sum(getattr(row, field) for row in rows)
+        for label, field in (
+            ("gaps", "gaps"),
+            ("rejected", "rejected"),
+            ("overflow", "overflow"),
+            ("handler errors", "handler_errors"),
+        )
+    }
+    restarts = sum(row.restarts for row in rows)
+    text = "  ".join(paint(RED, f"{label} {value}") if value else f"{label} {value}"
+                     for label, value in (*problems.items(), ("restarts", restarts)))
+    return (f"{paint(BOLD, 'xrmq top')}  bus {bus}  broker: up  {len(rows)} runtimes  "
+            f"in {inbound:.1f}/s  out {outbound:.1f}/s\n  {text}\n\n")
+
+
+def _quit_on_q(
+    loop: asyncio.AbstractEventLoop, stop: asyncio.Event, stream: TextIO
+) -> object | None:
+    """On a terminal, read single keys and set ``stop`` on ``q``; returns the state to restore."""
+    try:
+        import termios
+        import tty
+
+        if not stream.isatty():
+            return None
+        fd = stream.fileno()
+        saved = termios.tcgetattr(fd)
+        tty.setcbreak(fd)
+    except (ImportError, OSError, ValueError, AttributeError):
+        return None
+
+    def key() -> None:
+        if os.read(fd, 1) in (b"q", b"Q"):
+            stop.set()
+
+    loop.add_reader(fd, key)
+    return fd, saved
+
+
+def _restore(loop: asyncio.AbstractEventLoop, state: object | None) -> None:
+    if state is None:
+        return
+    import termios
+
+    fd, saved = state  # type: ignore[misc]
+    loop.remove_reader(fd)
+    termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
 class _MetricsWatcher(Agent):
     def __init__(self, view: TopView, changed: asyncio.Event) -> None:
         self.view = view
@@ -214,21 +273,31 @@ async def watch(bus: str, *, once: bool, as_json: bool, interval: float, window:
                     await asyncio.wait_for(changed.wait(), remaining)
                 except TimeoutError:
                     break
-            _print(view.rows(loop.time()), as_json=as_json, live=False, out=out)
+            _print(view.rows(loop.time()), bus, as_json=as_json, live=False, out=out)
             return 0
-        while not stop.is_set():
-            _print(view.rows(loop.time()), as_json=as_json, live=True, out=out)
-            try:
-                await asyncio.wait_for(stop.wait(), interval)
-            except TimeoutError:
-                pass
+        keys = None if as_json else _quit_on_q(loop, stop, sys.stdin)
+        try:
+            while not stop.is_set():
+                _print(view.rows(loop.time()), bus, as_json=as_json, live=True, out=out,
+                       hint="q or Ctrl-C quits" if keys is not None else "Ctrl-C quits")
+                try:
+                    await asyncio.wait_for(stop.wait(), interval)
+                except TimeoutError:
+                    pass
+        finally:
+            _restore(loop, keys)
     return 0
 
 
-def _print(rows: list[RuntimeRow], *, as_json: bool, live: bool, out: TextIO) -> None:
+def _print(
+    rows: list[RuntimeRow], bus: str, *, as_json: bool, live: bool, out: TextIO, hint: str = ""
+) -> None:
     if as_json:
         out.write(msgspec.json.encode(rows).decode() + "\n")
     else:
         color = out.isatty()
-        out.write((CLEAR if live and color else "") + render(rows, color=color))
+        header = summary(rows, bus, color=color)
+        if hint:
+            header = header.rstrip("\n") + f"  ({hint})\n\n"
+        out.write((CLEAR if live and color else "") + header + render(rows, color=color))
     out.flush()

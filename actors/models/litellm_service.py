@@ -9,7 +9,9 @@ reported compromised).
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import os
+import time
 from collections.abc import AsyncGenerator, Mapping
 from types import ModuleType
 from typing import Any
@@ -24,14 +26,18 @@ from .errors import (
     ModelTimeout,
     ModelUnavailable,
 )
+from .reasoning import reasoning_off
 from .service import LLMService
-from .types import ChatRequest, ChatResult, FinishReason, Usage
+from .types import ChatMessage, ChatOptions, ChatRequest, ChatResult, FinishReason, Usage
 
 REASONING_OFF: Mapping[str, Any] = {"reasoning_effort": "none"}
-"""What a request with ``thinking=False`` sends to a model that litellm reports as a
-reasoning model, when the service has no ``thinking_off`` of its own. litellm maps it per
-provider (Anthropic: thinking disabled; Gemini: the lowest thinking level; OpenAI:
-``reasoning_effort="none"`` where the model accepts it)."""
+"""What a request with ``thinking=False`` sends to an Anthropic or Gemini reasoning model
+when the service has no ``thinking_off`` of its own; other families get the lowest effort
+they accept (``reasoning.reasoning_off``)."""
+
+SDK_RETRIES_OFF: Mapping[str, Any] = {"num_retries": 0, "max_retries": 0}
+"""Sent with every call: litellm's and the provider SDK's own retries are off (the OpenAI
+SDK alone would try 3 times), so ``retries`` is the only retry layer."""
 
 _FINISH_REASONS: Mapping[str, FinishReason] = {"length": "length", "content_filter": "content_filter"}
 
@@ -51,16 +57,21 @@ class LiteLLMService(LLMService):
     ``model`` is any litellm model string (``openai/...``, ``anthropic/...``,
     ``ollama/...``, ``hosted_vllm/...`` with ``api_base`` for an OpenAI-compatible
     server). ``temperature`` and ``max_tokens`` are defaults a request's options
-    override. ``timeout_s`` bounds the wait for the first chunk and for each later chunk
-    (a request's ``timeout_s`` overrides it). A failure before the first chunk that can
-    pass (timeout, rate limit, unavailable) is retried up to ``retries`` times, waiting
-    ``retry_backoff_s`` doubling; after the first chunk nothing is retried, since the
-    consumer already has part of the answer. A request with ``thinking=False`` sends
-    ``thinking_off`` (provider parameters, e.g. ``{"reasoning_effort": "minimal"}`` or
+    override. ``timeout_s`` (a request's ``timeout_s`` overrides it) bounds the time to
+    the first chunk in total, every attempt and every wait between them included, and
+    then each stall between two chunks. ``retries`` is the only retry layer (the SDKs'
+    own are off, ``SDK_RETRIES_OFF``): a failure before the first chunk that can pass
+    (rate limit, unavailable) is retried up to ``retries`` times, after the provider's
+    ``Retry-After`` when it sends one, else ``retry_backoff_s`` doubling, and only while
+    the wait ends before the deadline (a 429 is then ``ModelRateLimited`` saying so, never
+    a timeout); after the first chunk nothing is retried, since the consumer already has
+    part of the answer. A request with ``thinking=False`` sends ``thinking_off``
+    (provider parameters, e.g. ``{"reasoning_effort": "minimal"}`` or
     ``{"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}}``), or, if
-    that is ``None``, ``REASONING_OFF`` when litellm reports the model as a reasoning
-    model. ``provider_options`` go to every ``acompletion`` call unchanged. Parameters
-    a provider does not support (temperature on some reasoning models) are dropped.
+    that is ``None``, the lowest reasoning effort the model accepts
+    (``reasoning.reasoning_off``). ``provider_options`` go to every ``acompletion``
+    call unchanged. Parameters a provider does not support (temperature on some
+    reasoning models) are dropped.
     """
 
     def __init__(
@@ -104,6 +115,22 @@ class LiteLLMService(LLMService):
     def __repr__(self) -> str:  # never shows the key
         return f"LiteLLMService({self.model!r}, api_base={self.api_base!r})"
 
+    def prepare(self) -> None:
+        """Do the first call's one-time work now: import litellm (seconds) and run one
+        streamed completion on litellm's ``mock_response`` with this service's model and
+        arguments (its provider mapping, parameter checks and stream wrapper load lazily
+        on the first call: seconds more). Nothing reaches the network. A process calls it
+        before it reports ready, so its first turn is no slower than the second."""
+        litellm = import_litellm()
+        request = ChatRequest((ChatMessage("user", "warm-up"),), ChatOptions(thinking=False))
+        arguments = self._arguments(litellm, request, self.timeout_s)
+        arguments["mock_response"] = "ok"
+        try:
+            for _ in litellm.completion(**arguments):
+                pass
+        except Exception as error:  # the first real call reports its own error
+            self._log.warning("model_prepare_failed", error=repr(error))
+
     def _arguments(self, litellm: ModuleType, request: ChatRequest, timeout_s: float) -> dict[str, Any]:
         options = request.options
         arguments: dict[str, Any] = dict(self.provider_options)
@@ -114,6 +141,7 @@ class LiteLLMService(LLMService):
             stream_options={"include_usage": True},
             timeout=timeout_s,
             drop_params=True,
+            **SDK_RETRIES_OFF,
         )
         for name, value in (
             ("api_base", self.api_base),
@@ -126,27 +154,33 @@ class LiteLLMService(LLMService):
         if not options.thinking:
             if self.thinking_off is not None:
                 arguments.update(self.thinking_off)
-            elif litellm.supports_reasoning(model=self.model):
-                arguments.update(REASONING_OFF)
+            else:
+                arguments.update(reasoning_off(litellm, self.model))
         return arguments
 
     async def _generate(self, request: ChatRequest) -> AsyncGenerator[str | ChatResult, None]:
         litellm = import_litellm()
         timeout_s = request.options.timeout_s or self.timeout_s
-        arguments = self._arguments(litellm, request, timeout_s)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s  # the first chunk's, across every attempt
         attempt = 0
         while True:
+            arguments = self._arguments(litellm, request, max(deadline - loop.time(), 0.001))
             delivered = False
             finish: FinishReason = "stop"
             usage = Usage()
             response = None
             try:
                 try:
-                    async with asyncio.timeout(timeout_s):
+                    async with asyncio.timeout_at(deadline):
                         response = await litellm.acompletion(**arguments)
                     chunks = aiter(response)
                     while True:
-                        async with asyncio.timeout(timeout_s):
+                        async with (
+                            asyncio.timeout(timeout_s)
+                            if delivered
+                            else asyncio.timeout_at(deadline)
+                        ):
                             chunk = await anext(chunks, None)
                         if chunk is None:
                             break
@@ -165,29 +199,77 @@ class LiteLLMService(LLMService):
                     if response is not None:
                         await response.aclose()
             except Exception as exc:
-                error = _model_error(litellm, self.model, exc, timeout_s)
+                error = _model_error(
+                    litellm, self.model, exc, timeout_s, self.api_base, delivered=delivered
+                )
                 if not delivered and error.retryable and attempt < self.retries:
-                    attempt += 1
-                    self._log.warning("model_retry", attempt=attempt, reason=error.reason)
-                    await asyncio.sleep(self.retry_backoff_s * 2 ** (attempt - 1))
-                    continue
+                    wait = retry_after_s(exc)
+                    delay = wait if wait is not None else self.retry_backoff_s * 2 ** attempt
+                    if loop.time() + delay < deadline:
+                        attempt += 1
+                        self._log.warning(
+                            "model_retry", attempt=attempt, reason=error.reason, wait_s=delay
+                        )
+                        await asyncio.sleep(delay)
+                        continue
+                    if wait is not None:
+                        error = type(error)(
+                            self.model,
+                            f"{error.reason}; the provider asks to retry after "
+                            f"{wait:g} s, past the {timeout_s:g} s deadline",
+                        )
                 self._log.warning("model_failed", reason=error.reason, after_first_chunk=delivered)
                 raise error from exc
             yield ChatResult(finish, usage)
             return
 
 
-def _model_error(litellm: ModuleType, model: str, exc: Exception, timeout_s: float) -> ModelError:
+def retry_after_s(exc: BaseException) -> float | None:
+    """Seconds the provider asked to wait (``Retry-After``/``retry-after-ms``), or None."""
+    headers: Any = getattr(exc, "litellm_response_headers", None)
+    response = getattr(exc, "response", None)
+    if not headers and response is not None:
+        headers = getattr(response, "headers", None)
+    if not headers:
+        return None
+    try:
+        if (millis := headers.get("retry-after-ms")) is not None:
+            return max(float(millis) / 1000, 0.0)
+        value = headers.get("retry-after")
+        if value is None:
+            return None
+        try:
+            return max(float(value), 0.0)
+        except ValueError:
+            when = email.utils.parsedate_to_datetime(value)
+            return max(when.timestamp() - time.time(), 0.0)
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+_CONNECT_FAILURES = ("cannot connect to host", "connection refused", "connect call failed",
+                     "connection error", "name or service not known", "nodename nor servname")
+"""Texts by which litellm's wrapped exceptions say the server could not be reached at all."""
+
+
+def _model_error(litellm: ModuleType, model: str, exc: Exception, timeout_s: float,
+                 api_base: str | None = None, *, delivered: bool = False) -> ModelError:
     """Map a litellm (or asyncio) exception to the ``ModelError`` family.
 
     litellm wraps a failure raised while streaming in ``MidStreamFallbackError``; the
-    kind of failure is that of the exception it wraps.
+    kind of failure is that of the exception it wraps. A server that cannot be reached
+    at all (litellm reports it as a connection or an internal server error, depending on
+    the provider) reads ``cannot connect to <api_base>``.
     """
     errors = litellm.exceptions
     while isinstance(exc, errors.MidStreamFallbackError) and exc.original_exception is not None:
         exc = exc.original_exception
     detail = f"{type(exc).__name__}: {exc}"[:500]
     if isinstance(exc, TimeoutError | errors.Timeout):
+        if delivered:
+            return ModelTimeout(
+                model, f"the stream stalled: no chunk for {timeout_s:g} s ({detail})"
+            )
         return ModelTimeout(model, f"no chunk within {timeout_s:g} s ({detail})")
     if isinstance(exc, errors.ContextWindowExceededError):
         return ContextWindowExceeded(model, f"request exceeds the context window ({detail})")
@@ -197,6 +279,12 @@ def _model_error(litellm: ModuleType, model: str, exc: Exception, timeout_s: flo
         exc,
         errors.APIConnectionError | errors.InternalServerError | errors.ServiceUnavailableError,
     ):
+        if isinstance(exc, errors.APIConnectionError) or any(
+            text in str(exc).lower() for text in _CONNECT_FAILURES
+        ):
+            return ModelUnavailable(
+                model, f"cannot connect to {api_base or 'the provider'} ({detail})"
+            )
         return ModelUnavailable(model, f"provider unavailable ({detail})")
     if isinstance(
         exc,

@@ -4,10 +4,13 @@ Deterministic and visibly dependent on its input (see ``extractive``):
 
 - A request whose system prompt states a compaction limit (``compaction_limit``) gets an
   extractive summary of the other messages within that limit.
-- Any other request is a question: the last message is the question and the messages
+- Any other request is a turn: the last message is what the user said and the messages
   between the system prompt and it are the context (the answer layout is system prompt,
-  context, current request). The reply quotes the best-matching context lines, or says
-  plainly that nothing matches.
+  context, current request). A question is answered with the best-matching context
+  facts (the user's own words in the second person; never the clock line, its own
+  earlier answers or the user's earlier questions), or says plainly that nothing
+  matches; a statement is acknowledged ("Noted: your badge number is 4471."), a
+  greeting greeted (``extractive.reply``).
 
 It streams word-sized chunks paced like a small local model, so latency benchmarks that
 run on it are meaningful; ``time_to_first_token_s=0, tokens_per_second=0`` removes
@@ -23,7 +26,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from xrmq.actors.prompts.compaction import compaction_limit
 
 from .chunking import word_chunks
-from .extractive import answer_from_context, content_lines, extractive_summary
+from .extractive import content_lines, extractive_summary, reply
 from .service import LLMService
 from .types import ChatRequest, ChatResult, FinishReason, Usage
 
@@ -62,7 +65,7 @@ class OfflineLLM(LLMService):
             material = "\n".join(message.content for message in messages[1:])
             return extractive_summary(material, limit)
         context = [line for message in messages[int(has_system) : -1] for line in content_lines(message.content)]
-        return answer_from_context(messages[-1].content, context)
+        return reply(messages[-1].content, context)
 
     async def _generate(self, request: ChatRequest) -> AsyncGenerator[str | ChatResult, None]:
         chunks = word_chunks(self.respond(request))

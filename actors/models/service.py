@@ -93,6 +93,13 @@ class LLMService(abc.ABC):
     def __init__(self, model: str) -> None:
         self.model = model
 
+    def prepare(self) -> None:
+        """Do the slow one-time work of the first call now (imports, client set-up).
+
+        A process calls it before it reports ready, so its first turn is no slower than
+        the next. The default has nothing to prepare.
+        """
+
     def stream(self, messages: Sequence[ChatMessage], options: ChatOptions | None = None) -> ChatStream:
         """Start one request. Raises ``ValueError`` for an invalid request, here and now."""
         request = ChatRequest(tuple(messages), ChatOptions() if options is None else options)

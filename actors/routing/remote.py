@@ -18,6 +18,7 @@ route.NAME.admit    RouteAdmit      ask      Admission
 route.NAME.release  RouteRequest    ask      None, after ``release()`` returned
 route.NAME.left     RouteRequest    ask      None, after ``participant_left()`` returned
 route.NAME.answer   RouteAnswer     ask      RouteAccepted once the answer task runs
+route.NAME.status   RouteCallStatus ask      CallState of one answer call
 route.NAME.signal   RouteSignal     publish  ``proceed`` / ``cancel`` one call
 (RouteAnswer.events) RouteEvent     publish  ``started``, then one of ``done`` /
                                              ``failed`` / ``cancelled``
@@ -47,6 +48,16 @@ once its supervisor restarted it; or the same one, if it was only silent), the p
 next requests wait for it (at most ``timeout_s``) instead of being sent to nobody, so
 the next turn is answered as soon as it is back.
 
+Without ``dead_after_s`` (no heartbeats to watch), the proxy instead asks ``status``
+after every ``liveness_s`` of silence while it waits for a call's events: a destination that restarted mid-turn answers ``unknown``
+and one that is gone does not answer, and either fails the call at once like a death
+(``DestinationDied``, its cause naming ``DestinationLost``) instead of leaving the turn
+open.
+
+Failures travel as ``"<Kind>: <message>"`` (the destination's exception type and
+text): the proxy raises ``RemoteAnswerError`` whose ``cause`` is that string, which the
+router reports in the turn's ``TurnEnded``.
+
 Asks time out after ``timeout_s``: a routing aid that cannot be had makes the
 destination ineligible, a failed admission counts as a decline, an unanswered ``answer``
 is a failure before the first chunk (the router reports it). The server runs ``admit``,
@@ -74,9 +85,11 @@ from xrmq.schemas import (
 )
 from xrmq.schemas._validation import check_name
 from xrmq.schemas.routing import (
+    CallState,
     RouteAccepted,
     RouteAdmit,
     RouteAnswer,
+    RouteCallStatus,
     RouteEvent,
     RouteRequest,
     RouteSignal,
@@ -93,11 +106,24 @@ from .agent import (
     routed_turn,
     routing_aid_of,
 )
+from .failure import describe_failure
+
+
+_FINISHED_KEPT = 256
+"""How many ended call ids a server remembers, to answer ``finished`` to a late status ask."""
 
 
 class RemoteAnswerError(RuntimeError):
-    """A remote destination's answer failed (the message names the remote error), or its
-    server did not accept the call."""
+    """A remote destination's answer failed, or its server did not accept or lost the call.
+
+    ``str(error)`` reads ``remote <name>: <cause>``; ``cause`` is ``"<Kind>: <message>"``
+    (the remote exception's type and text, or ``DestinationLost``/``DestinationUnreachable``
+    when the destination itself failed the call).
+    """
+
+    def __init__(self, name: str, cause: str) -> None:
+        super().__init__(f"remote {name}: {cause}")
+        self.cause = cause
 
 
 class DestinationDied(RemoteAnswerError):
@@ -144,6 +170,7 @@ class DestinationTopics:
     left: Topic[RouteRequest]
     answer: Topic[RouteAnswer]
     signal: Topic[RouteSignal]
+    status: Topic[RouteCallStatus]
 
     @classmethod
     def of(cls, name: str) -> DestinationTopics:
@@ -156,6 +183,7 @@ class DestinationTopics:
             left=Topic(prefix + "left", RouteRequest),
             answer=Topic(prefix + "answer", RouteAnswer),
             signal=Topic(prefix + "signal", RouteSignal),
+            status=Topic(prefix + "status", RouteCallStatus),
         )
 
 
@@ -172,7 +200,8 @@ class RemoteAgent(Agent):
 
     def __init__(self, name: str, *, timeout_s: float = 5.0, drain_timeout_s: float = 5.0,
                  dead_after_s: float | None = None,
-                 output_topic: Topic[ResponseOutput] | None = None) -> None:
+                 output_topic: Topic[ResponseOutput] | None = None,
+                 liveness_s: float = 1.0) -> None:
         if not timeout_s > 0:
             raise ValueError("RemoteAgent.timeout_s: must be positive")
         if not drain_timeout_s > 0:
@@ -182,8 +211,11 @@ class RemoteAgent(Agent):
         if output_topic is not None and not (isinstance(output_topic, Topic)
                                              and output_topic.message_type is ResponseOutput):
             raise ValueError("RemoteAgent.output_topic: must be a Topic carrying ResponseOutput")
+        if not liveness_s > 0:
+            raise ValueError("RemoteAgent.liveness_s: must be positive")
         self.dead_after_s = dead_after_s
         self.output_topic = output_topic
+        self.liveness_s = liveness_s
         self.remote_name = name
         self.topics = DestinationTopics.of(name)
         self.events = Topic(f"route.{name}.events.{uuid.uuid4().hex}", RouteEvent)
@@ -229,15 +261,18 @@ class RemoteAgent(Agent):
         request = RouteAnswer(call_id, turn, self._route(), self.events.name, routed.focused if routed else False)
         try:
             if not await self._revival():
-                raise RemoteAnswerError(f"remote {self.remote_name}: the answer was not accepted:"
-                                        f" {self._dead_reason()}")
+                raise RemoteAnswerError(self.remote_name, "DestinationUnreachable: the answer was"
+                                        f" not accepted: {self._dead_reason()}")
             try:
                 accepted = await runtime.ask(self.topics.answer, request, reply_type=RouteAccepted,
                                              participant_id=pid, source=self.name,
                                              timeout=self.timeout_s)
             except TimeoutError as error:
                 self._signal(call_id, "cancel", pid)  # in case the request arrives late
-                raise RemoteAnswerError(f"remote {self.remote_name}: the answer was not accepted: {error}") from None
+                raise RemoteAnswerError(
+                    self.remote_name,
+                    f"DestinationUnreachable: the answer was not accepted: {error}",
+                ) from None
             except asyncio.CancelledError:
                 await self._cancel(call_id, call)
                 raise
@@ -245,15 +280,22 @@ class RemoteAgent(Agent):
             call.seen_at = asyncio.get_running_loop().time()  # the acceptance is a sign of life
             try:
                 while True:
-                    event = await self._next_event(call)
-                    assert event is not None  # no deadline
+                    deadline = None  # heartbeats watch the destination (dead_after_s)
+                    if self.dead_after_s is None:
+                        deadline = asyncio.get_running_loop().time() + self.liveness_s
+                    event = await self._next_event(call, deadline)
+                    if event is None:  # silent for liveness_s: does it still run the call?
+                        await self._check_alive(call_id, call)
+                        continue
                     if event.kind == "started":
                         await started()
                         self._signal(call_id, "proceed", pid)
                     elif event.kind == "done":
                         return event.result or DestinationResult()
                     else:
-                        raise RemoteAnswerError(f"remote {self.remote_name}: {event.error or 'the answer was cancelled'}")
+                        raise RemoteAnswerError(
+                            self.remote_name, event.error or "Cancelled: the answer was cancelled"
+                        )
             except DestinationDied:
                 self._buried(call)
                 raise
@@ -265,6 +307,21 @@ class RemoteAgent(Agent):
             del self._calls[call_id]
             if self._by_turn.get((pid, turn.turn_id)) is call:
                 del self._by_turn[pid, turn.turn_id]
+
+    async def _check_alive(self, call_id: str, call: _ProxyCall) -> None:
+        """``DestinationDied`` (``DestinationLost``) unless the destination still runs the call."""
+        try:
+            state = await self._ask(self.topics.status, RouteCallStatus(call_id),
+                                    call.participant_id, CallState)
+        except TimeoutError:
+            state = None
+        if call.events or state in ("running", "finished"):
+            return  # an event arrived meanwhile, or it is still at work
+        if state == "unknown":
+            raise DestinationDied(self.remote_name, "DestinationLost: the destination no longer "
+                                  "knows this answer (it restarted mid-turn)")
+        raise DestinationDied(self.remote_name, "DestinationLost: the destination stopped "
+                              f"answering (no reply to a status check within {self.timeout_s:g}s)")
 
     async def _on_event(self, event: RouteEvent, ctx: RuntimeContext) -> None:
         call = self._calls.get(event.call_id)
@@ -323,7 +380,7 @@ class RemoteAgent(Agent):
                 if call.died is None and silent > self.dead_after_s:
                     call.died = f"its process {call.runtime!r} sent nothing for {silent:.1f}s"
                 if call.died is not None:
-                    raise DestinationDied(f"remote {self.remote_name}: {call.died}")
+                    raise DestinationDied(self.remote_name, f"DestinationLost: {call.died}")
             wait = None
             if watch and call.runtime is not None:
                 assert self.dead_after_s is not None  # watch
@@ -436,12 +493,14 @@ class DestinationServer(Agent):
         self.topics = DestinationTopics.of(name)
         self.agent = agent
         self._calls: dict[str, _Call] = {}
+        self._finished_calls: dict[str, None] = {}
         self._log = get_logger(actor=f"serve.{name}")
 
     def handlers(self) -> Handlers:
         topics = self.topics
         return {topics.aid: self._on_aid, topics.admit: self._on_admit, topics.release: self._on_release,
-                topics.left: self._on_left, topics.answer: self._on_answer, topics.signal: self._on_signal}
+                topics.left: self._on_left, topics.answer: self._on_answer, topics.signal: self._on_signal,
+                topics.status: self._on_status}
 
     async def on_stop(self) -> None:
         tasks = [call.task for call in self._calls.values() if call.task is not None]
@@ -476,6 +535,11 @@ class DestinationServer(Agent):
         assert runtime is not None  # a handler runs only in a registered actor
         return RouteAccepted(runtime.name, runtime.epoch)
 
+    async def _on_status(self, request: RouteCallStatus, ctx: RuntimeContext) -> CallState:
+        if request.call_id in self._calls:
+            return "running"
+        return "finished" if request.call_id in self._finished_calls else "unknown"
+
     async def _on_signal(self, signal: RouteSignal, ctx: RuntimeContext) -> None:
         call = self._calls.get(signal.call_id)
         if call is None:
@@ -503,14 +567,18 @@ class DestinationServer(Agent):
     def _finished(self, request: RouteAnswer, events: Topic[RouteEvent], task: asyncio.Task[DestinationResult]) -> None:
         """Report how the call ended; the destination has finished, so its final frame is out."""
         del self._calls[request.call_id]
+        self._finished_calls[request.call_id] = None
+        if len(self._finished_calls) > _FINISHED_KEPT:
+            del self._finished_calls[next(iter(self._finished_calls))]
         log = self._log.bind(participant=request.turn.participant_id, turn=request.turn.turn_id)
         if task.cancelled():
             event = RouteEvent(request.call_id, "cancelled")
         elif task.exception() is not None:
             log.error("serve.answer_failed", error=repr(task.exception()))
-            event = RouteEvent(request.call_id, "failed", error=repr(task.exception()))
+            event = RouteEvent(request.call_id, "failed", error=describe_failure(task.exception()))
         elif not isinstance(task.result(), DestinationResult):
-            event = RouteEvent(request.call_id, "failed", error=f"answer returned {type(task.result()).__name__}")
+            event = RouteEvent(request.call_id, "failed",
+                               error=f"InvalidResult: answer returned {type(task.result()).__name__}")
         else:
             event = RouteEvent(request.call_id, "done", result=task.result())
         if self.runtime is not None and self.runtime.running:
@@ -527,10 +595,11 @@ def _participant(ctx: RuntimeContext) -> str:
 
 def remote(name: str, *, timeout_s: float = 5.0, drain_timeout_s: float = 5.0,
            dead_after_s: float | None = None,
-           output_topic: Topic[ResponseOutput] | None = None) -> RemoteAgent:
+           output_topic: Topic[ResponseOutput] | None = None,
+           liveness_s: float = 1.0) -> RemoteAgent:
     """A proxy for destination ``name`` served in another process; register it with the router's runtime."""
     return RemoteAgent(name, timeout_s=timeout_s, drain_timeout_s=drain_timeout_s,
-                       dead_after_s=dead_after_s, output_topic=output_topic)
+                       dead_after_s=dead_after_s, output_topic=output_topic, liveness_s=liveness_s)
 
 
 def serve(name: str, agent: RoutableAgent, *, shutdown_grace_s: float = 0.0) -> DestinationServer:

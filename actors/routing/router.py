@@ -38,6 +38,12 @@ With ``query_topic`` the router is an actor: register it with the runtime; it tu
 each ``UserQuery`` into a turn whose id is the query's message id (the id the voice
 renderer supersedes by), cancels a participant's turn on ``interrupted_topic``, and
 follows the participant lifecycle topics. Without topics, call ``handle()`` directly.
+
+9. Registered with a running runtime, the router publishes one ``TurnEnded`` per turn
+   on ``turn_topic`` after everything it said for the turn: how the turn ended and,
+   for a failed or unanswered turn, the cause (``"<Kind>: <message>"``; a remote
+   destination's error arrives as it was raised there). A front end ends the turn on
+   it, so a failure said by the router never leaves a client waiting.
 """
 
 from __future__ import annotations
@@ -58,18 +64,21 @@ from xrmq.schemas import (
     ParticipantLeft,
     ResponseOutput,
     RoutingAid,
+    TurnEnded,
     UserQuery,
 )
 from xrmq.topics import (
     PARTICIPANT_JOINED_TOPIC,
     PARTICIPANT_LEFT_TOPIC,
     ROUTER_SOURCE,
+    TURN_ENDED_TOPIC,
     Topic,
     check_topic,
 )
 
 from .agent import RoutableAgent, RoutingTurnContext, check_routable, routed_turn, routing_aid_of
 from .decisions import DecisionService
+from .failure import describe_failure
 from .policy import (
     Action,
     Admit,
@@ -132,7 +141,8 @@ class AgentRouter(Agent):
     still holds state for is handled as a departure first, so a reused id starts
     afresh). ``cleanup_participant(pid)`` runs after a departure has drained the
     participant's turns; it requires ``query_topic`` and ``output_topic``. ``default``
-    names the fallback destination; ``history_limit`` bounds the shared history.
+    names the fallback destination; ``history_limit`` bounds the shared history;
+    ``turn_topic`` (carrying ``TurnEnded``; None: not published) receives each turn's end.
     ``shutdown_grace_s`` is how long ``stop()`` (and so the actor's ``on_stop``) lets
     the turns in flight finish before it cancels them (0: cancel at once).
     """
@@ -155,6 +165,7 @@ class AgentRouter(Agent):
         history_limit: int = DEFAULT_HISTORY_LIMIT,
         texts: RouterTexts = RouterTexts(),
         shutdown_grace_s: float = 0.0,
+        turn_topic: Topic[TurnEnded] | None = TURN_ENDED_TOPIC,
     ) -> None:
         if not isinstance(agents, Mapping) or not agents:
             raise ValueError("AgentRouter.agents: must map at least one name to a RoutableAgent")
@@ -165,6 +176,7 @@ class AgentRouter(Agent):
         check_topic(query_topic, UserQuery, "AgentRouter.query_topic")
         check_topic(output_topic, ResponseOutput, "AgentRouter.output_topic")
         check_topic(interrupted_topic, Interrupted, "AgentRouter.interrupted_topic")
+        check_topic(turn_topic, TurnEnded, "AgentRouter.turn_topic")
         for topic in participant_topics or ():
             if not (isinstance(topic, Topic) and topic.message_type in (ParticipantJoined, ParticipantLeft)):
                 raise ValueError("AgentRouter.participant_topics: each must be a Topic carrying ParticipantJoined or ParticipantLeft")
@@ -187,6 +199,7 @@ class AgentRouter(Agent):
         if not shutdown_grace_s >= 0:
             raise ValueError("AgentRouter.shutdown_grace_s: must be >= 0")
         self.shutdown_grace_s = shutdown_grace_s
+        self.turn_topic = turn_topic
         self._lanes: dict[str, _Lane] = {}
         self._stopped = False
         self._log = get_logger(actor="router")
@@ -225,7 +238,9 @@ class AgentRouter(Agent):
             raise RuntimeError("AgentRouter.handle: the router is stopped")
         if not isinstance(turn, AgentTurn):
             raise ValueError("AgentRouter.handle: turn must be an AgentTurn")
-        return self._enqueue(turn.participant_id, lambda lane: self._route(turn, lane), turn=True)
+        return self._enqueue(
+            turn.participant_id, lambda lane: self._route_and_report(turn, lane), turn=True
+        )
 
     def interrupt(self, participant_id: str | None = None) -> None:
         """Cancel a participant's turns in flight (every participant's for None); they drain on their own."""
@@ -336,12 +351,38 @@ class AgentRouter(Agent):
 
     # -- one turn ---------------------------------------------------------------------------
 
+    async def _route_and_report(self, turn: AgentTurn, lane: _Lane) -> RouteResult:
+        """``_route``, then the turn's ``TurnEnded`` (also for a cancelled or crashed turn)."""
+        try:
+            result = await self._route(turn, lane)
+        except asyncio.CancelledError:
+            self._report(turn, RouteResult(turn.turn_id, "canceled"))
+            raise
+        except Exception as error:
+            self._report(turn, RouteResult(turn.turn_id, "failed", error=describe_failure(error)))
+            raise
+        self._report(turn, result)
+        return result
+
+    def _report(self, turn: AgentTurn, result: RouteResult) -> None:
+        runtime = self.runtime
+        if self.turn_topic is None or runtime is None or not runtime.running:
+            return
+        runtime.send(
+            self.turn_topic,
+            TurnEnded(turn.turn_id, result.status, result.route, result.error),
+            participant_id=turn.participant_id,
+            source=ROUTER_SOURCE,
+        )
+
     async def _route(self, turn: AgentTurn, lane: _Lane) -> RouteResult:
         """Run the turn policy (``policy.turn_policy``), performing each action it yields."""
         log = self._log.bind(participant=turn.participant_id, turn=turn.turn_id)
-        aids = await self._aids(turn.participant_id, log)
+        unreachable: dict[str, str] = {}
+        aids = await self._aids(turn.participant_id, log, unreachable)
         policy = turn_policy(turn, lane.state, aids, default=self.default,
-                             unavailable=self.texts.unavailable, failure=self.texts.failure)
+                             unavailable=self.texts.unavailable, failure=self.texts.failure,
+                             unreachable=unreachable)
         outcome: Any = None
         while True:
             try:
@@ -367,14 +408,18 @@ class AgentRouter(Agent):
             return await self._answer(action.route, action.turn, action.focused, log)
         return None
 
-    async def _aids(self, participant_id: str, log: Any) -> dict[str, RoutingAid]:
-        """Every destination's routing aid; one that cannot be had makes it ineligible (logged)."""
+    async def _aids(
+        self, participant_id: str, log: Any, why: dict[str, str]
+    ) -> dict[str, RoutingAid]:
+        """Every destination's routing aid; one that cannot be had makes it ineligible
+        (logged, and the reason kept in ``why``)."""
 
         async def aid(name: str, agent: RoutableAgent) -> RoutingAid:
             try:
                 return await routing_aid_of(agent, participant_id)
             except Exception as error:
                 log.warning("router.routing_aid_failed", route=name, error=repr(error))
+                why[name] = f"unreachable ({describe_failure(error)})"
                 return _INELIGIBLE
 
         found = await asyncio.gather(*(aid(name, agent) for name, agent in self.agents.items()))
@@ -412,7 +457,7 @@ class AgentRouter(Agent):
             try:
                 result = await self.agents[name].answer(turn, started=started)
             except Exception as error:
-                return Answered(error=repr(error), began=began)
+                return Answered(error=describe_failure(error), detail=repr(error), began=began)
         return Answered(result=result, began=began)
 
     async def _release(self, name: str, participant_id: str, log: Any) -> None:

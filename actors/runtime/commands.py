@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -30,6 +31,19 @@ def default_bus() -> str:
 def add_bus_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bus", default=default_bus(),
                         help="bus name, ipc://PREFIX, tcp://HOST:PORT (default: $XRMQ_BUS or 'default')")
+
+
+def require_broker(bus: str, *, endpoint: str = "subscribe") -> None:
+    """Fail at once when an ipc bus's socket file is missing: no broker serves it.
+
+    ``ValueError`` naming the file and ``xrmq up``, instead of a wait for a readiness
+    probe that cannot come back. ``endpoint`` is the one the command connects to
+    (``publish``, ``subscribe`` or ``capture``); tcp buses are not checked.
+    """
+    socket = getattr(parse_bus(bus), endpoint)
+    if socket.startswith("ipc://") and not Path(socket[len("ipc://"):]).exists():
+        raise ValueError(f"no broker serves bus {bus!r} ({socket[len('ipc://'):]} does not exist): "
+                         "start the edge box with `xrmq up` (or a broker with `xrmq bus`)")
 
 
 def add_commands(subparsers: Any) -> None:
@@ -89,15 +103,47 @@ def parse_content(topic: Topic, content: str) -> Any:
     raise ValueError(f"content: topic {topic.name!r} needs a JSON object of {topic.message_type.__name__} fields")
 
 
+KNOWN_CONTEXT_TOPICS = ("scene", "notes")
+"""The context topics of the built-in default config (``xrmq up`` without a file)."""
+GLOBAL_TOPICS = frozenset({"xrmq.metrics"})
+"""Standard topics whose messages concern no participant."""
+
+
+def publish_warnings(topic: Topic, participant: str | None) -> list[str]:
+    """What ``xrmq publish`` warns about before publishing: a topic nothing configured reads
+    (a typo?), a participant-scoped topic without ``--participant``."""
+    warnings = []
+    standard = any(topic.name == known.name for known in STANDARD_TOPICS)
+    if not standard and topic.name not in KNOWN_CONTEXT_TOPICS:
+        warnings.append(
+            f"{topic.name!r} is neither a standard topic nor a context topic of the default config "
+            f"({', '.join(KNOWN_CONTEXT_TOPICS)}): only a box configured with it reads it"
+        )
+    if participant is None and topic.name not in GLOBAL_TOPICS:
+        warnings.append(
+            f"no --participant: {topic.name!r} is participant-scoped, so no participant's "
+            "context or turn receives a global message"
+        )
+    return warnings
+
+
 def run_publish(args: argparse.Namespace) -> int:
+    """Publish one message and print its topic, participant and message id (warnings on stderr)."""
     topic = topic_for(args.topic)
     message = parse_content(topic, args.content)
+    for warning in publish_warnings(topic, args.participant):
+        print(f"xrmq publish: warning: {warning}", file=sys.stderr, flush=True)
+    require_broker(args.bus, endpoint="publish")
 
-    async def publish() -> None:
+    async def publish() -> str:
         async with AgentRuntime(args.bus, ready_timeout=5.0) as runtime:
-            await runtime.publish(topic, message, participant_id=args.participant, source=args.source)
+            return runtime.send(topic, message, participant_id=args.participant, source=args.source)
 
-    run(publish())
+    message_id = run(publish())
+    print(
+        f"xrmq publish: {topic.name} participant={args.participant or '-'} message_id={message_id}",
+        flush=True,
+    )
     return 0
 
 

@@ -2,8 +2,9 @@
 
 The renderer also follows the standard query and interrupted topics, as the voice
 process of an edge box does, so a new query or a barge-in drops stale replies. It
-prints ``xrmq listen: ready ...`` on stdout once its subscriptions are live, and
-stops cleanly on SIGINT/SIGTERM.
+prints ``xrmq listen: ready ...`` on stdout once its subscriptions are live, shows each
+reply on one line as it streams (console), prints ``xrmq listen: wrote PATH`` for each
+WAV file (``--wav-dir``), and stops cleanly on SIGINT/SIGTERM.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 from typing import Any
 
 from xrmq.actors.runtime import AgentRuntime, run
-from xrmq.actors.runtime.commands import add_bus_argument
+from xrmq.actors.runtime.commands import add_bus_argument, require_broker
 from xrmq.schemas import ResponseOutput
 from xrmq.topics import INTERRUPTED_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC, Topic
 
@@ -40,11 +41,13 @@ def build_sink(args: argparse.Namespace) -> Sink:
     if args.sink == "console":
         if args.wav_dir is not None:
             raise ValueError("--wav-dir: only with --sink espeak")
-        return ConsoleSink(words_per_minute=args.wpm)
-    return EspeakSink(wav_dir=args.wav_dir, words_per_minute=args.wpm)
+        return ConsoleSink(words_per_minute=args.wpm, one_line=True)
+    return EspeakSink(wav_dir=args.wav_dir, words_per_minute=args.wpm,
+                      on_written=lambda path: print(f"xrmq listen: wrote {path}", flush=True))
 
 
 def run_listen(args: argparse.Namespace) -> int:
+    require_broker(args.bus)
     topic = Topic(args.topic, ResponseOutput)
     try:
         sink = build_sink(args)

@@ -79,7 +79,9 @@ class ConsoleSink(PacedSink):
 
     Latency is measured from the response's originating ``timestamp_us`` (the user's
     input time) to the moment the segment starts playing, on the wall ``clock``.
-    Responses that end other than by completing are marked (``<cut>``, ...).
+    Responses that end other than by completing are marked (``<cut>``, ...). With
+    ``one_line`` a response streams onto one line (its later segments appended, the line
+    closed when it ends or another response plays); otherwise each segment is a line.
     """
 
     def __init__(
@@ -89,24 +91,54 @@ class ConsoleSink(PacedSink):
         words_per_minute: float | None = DEFAULT_WORDS_PER_MINUTE,
         sleep: Sleep = asyncio.sleep,
         clock: Callable[[], float] = time.time,
+        one_line: bool = False,
     ) -> None:
         super().__init__(words_per_minute=words_per_minute, sleep=sleep)
         self._stream = stream
         self._clock = clock
+        self.one_line = one_line
+        self._open: tuple[str, int] | None = None
+        """(participant, response) whose line is open, in ``one_line`` mode."""
 
     async def play(self, segment: Segment) -> None:
-        label = ",".join(segment.sources) + (" !urgent" if segment.urgent else "")
-        if segment.timestamp_us is not None:
-            latency_ms = (self._clock() * 1e6 - segment.timestamp_us) / 1000.0
-            label += f" +{latency_ms:.0f}ms"
-        self._print(f"[{segment.participant_id}] {label}: {segment.text}")
+        key = (segment.participant_id, segment.response)
+        if self.one_line and self._open == key:
+            self._write(" " + segment.text.strip())
+        else:
+            label = ",".join(segment.sources) + (" !urgent" if segment.urgent else "")
+            if segment.timestamp_us is not None:
+                latency_ms = (self._clock() * 1e6 - segment.timestamp_us) / 1000.0
+                label += f" +{latency_ms:.0f}ms"
+            self._close_line()
+            spoken = segment.text.strip() if self.one_line else segment.text
+            text = f"[{segment.participant_id}] {label}: {spoken}"
+            if self.one_line:
+                self._write(text)
+                self._open = key
+            else:
+                self._print(text)
         await self.pace(segment.text)
 
     async def end(self, ended: ResponseEnded) -> None:
-        if ended.reason != "completed":
+        if self.one_line and self._open == (ended.participant_id, ended.response):
+            if ended.reason != "completed":
+                self._write(f" <{ended.reason}>")
+            self._close_line()
+        elif ended.reason != "completed":
             self._print(f"[{ended.participant_id}] {','.join(ended.sources)}: <{ended.reason}>")
 
+    def _close_line(self) -> None:
+        if self._open is not None:
+            self._write("\n")
+            self._open = None
+
+    def _write(self, text: str) -> None:
+        stream = self._stream or sys.stdout
+        stream.write(text)
+        stream.flush()
+
     def _print(self, line: str) -> None:
+        self._close_line()
         print(line, file=self._stream or sys.stdout, flush=True)
 
 
@@ -212,7 +244,8 @@ class EspeakSink:
     as long as the process (cancelling kills it). ``wav_dir``: each segment is
     synthesised to a part file and playing lasts the part's audio duration; when the
     response ends, its parts are joined into
-    ``<participant>-<response number>-<sources>.wav`` (a cut response keeps what played).
+    ``<participant>-<response number>-<sources>.wav`` (a cut response keeps what played),
+    and ``on_written(path)`` is called with each file written.
     """
 
     PACKAGE = "espeak-ng"
@@ -225,6 +258,7 @@ class EspeakSink:
         voice: str | None = None,
         executable: str = "espeak-ng",
         sleep: Sleep = asyncio.sleep,
+        on_written: Callable[[Path], None] | None = None,
     ) -> None:
         if not words_per_minute > 0:
             raise ValueError("EspeakSink.words_per_minute: must be > 0")
@@ -243,6 +277,7 @@ class EspeakSink:
             ["-v", voice] if voice else []
         )
         self._sleep = sleep
+        self._on_written = on_written
         self._parts: dict[tuple[str, int], list[Path]] = {}
         self.written: list[Path] = []
         """WAV files written so far (``wav_dir`` mode)."""
@@ -275,6 +310,8 @@ class EspeakSink:
         target = self.wav_dir / name
         await asyncio.to_thread(_join_wavs, parts, target)
         self.written.append(target)
+        if self._on_written is not None:
+            self._on_written(target)
 
     async def _speak(self, text: str, extra: list[str]) -> None:
         process = await asyncio.create_subprocess_exec(

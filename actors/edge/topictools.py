@@ -1,0 +1,214 @@
+"""Seeing what is on the bus: ``xrmq echo``, ``xrmq topics``, ``xrmq capture show``.
+
+- ``echo TOPIC [--participant P] [--json]`` prints every message of one topic as it
+  arrives: a standard topic decoded with its schema (defaults filled in: a final frame
+  shows ``"final": true``), any other topic's MessagePack payload as it is, and a
+  payload that is not MessagePack as hex.
+- ``topics [--window S]`` reads the broker's capture stream for a while and prints, per
+  topic seen, its messages, rate, publishers (sender runtimes) and participants.
+  Subscriber counts are not shown: the broker does not report its subscriptions.
+- ``capture show FILE [--json]`` prints a recording made by ``xrmq record``.
+
+The decoding (``describe``) is pure; the commands do the socket I/O, with the same
+readiness probe as ``record``.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import msgspec
+import zmq
+
+from xrmq.actors.runtime.address import parse_bus
+from xrmq.actors.runtime.broker import shared_context
+from xrmq.schemas import MessageMetadata
+from xrmq.topics import STANDARD_TOPICS, split_key
+
+from .recording import read_records
+
+_PROBE = b"xrmq.echo\x00\x00"
+_STANDARD = {topic.name: topic for topic in STANDARD_TOPICS}
+_metadata = msgspec.msgpack.Decoder(MessageMetadata)
+
+
+def _every_field(message: msgspec.Struct) -> dict[str, Any]:
+    """A decoded message's fields, those at their default included (the wire leaves them out)."""
+    return {name: msgspec.to_builtins(getattr(message, name)) for name in message.__struct_fields__}
+
+
+def describe(frames: Sequence[bytes]) -> dict[str, Any] | None:
+    """One message as a JSON-ready dict (topic, participant, source, message_id,
+    timestamp_us, payload), or None for a control frame or a malformed message."""
+    if len(frames) != 3:
+        return None
+    try:
+        topic, participant, control = split_key(frames[0])
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if control:
+        return None
+    try:
+        metadata = _metadata.decode(frames[1])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    payload: Any
+    known = _STANDARD.get(topic)
+    try:
+        payload = (
+            _every_field(known.decode(frames[2]))
+            if known is not None
+            else msgspec.msgpack.decode(frames[2])
+        )
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
+        payload = {"raw": frames[2].hex()}
+    return {
+        "topic": topic,
+        "participant": participant,
+        "source": metadata.source,
+        "message_id": metadata.message_id,
+        "timestamp_us": metadata.timestamp_us,
+        "payload": payload,
+    }
+
+
+def _line(message: dict[str, Any], as_json: bool) -> str:
+    if as_json:
+        return json.dumps(message, ensure_ascii=False)
+    when = datetime.fromtimestamp(message["timestamp_us"] / 1e6, UTC).strftime("%H:%M:%S.%f")[:-3]
+    who = f"[{message['participant']}]" if message["participant"] else "[-]"
+    payload = json.dumps(message["payload"], ensure_ascii=False)
+    return f"{when} {message['topic']} {who} {message['source']}: {payload}"
+
+
+def _stop_event() -> threading.Event:
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    return stop
+
+
+def _connect(
+    bus: str, *, capture: bool, prefixes: Sequence[bytes], ready_timeout: float
+) -> tuple[zmq.Socket, zmq.Socket]:
+    """A SUB on the subscribe (or capture) endpoint, ready: a probe published through the
+    broker came back on it."""
+    address = parse_bus(bus)
+    context = shared_context()
+    sub, pub = context.socket(zmq.SUB), context.socket(zmq.PUB)
+    sub.setsockopt(zmq.RCVHWM, 0)
+    for prefix in prefixes:
+        sub.setsockopt(zmq.SUBSCRIBE, prefix)
+    sub.setsockopt(zmq.SUBSCRIBE, _PROBE)
+    sub.connect(address.capture if capture else address.subscribe)
+    pub.connect(address.publish)
+    probe = _PROBE + b"?" + uuid.uuid4().hex.encode()
+    deadline = time.monotonic() + ready_timeout
+    try:
+        while True:
+            pub.send_multipart((probe, b"", b""))
+            if sub.poll(50) and sub.recv_multipart()[0] == probe:
+                return sub, pub
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"no broker answered at {bus} within {ready_timeout:g}s (is `xrmq up` running?)"
+                )
+    except BaseException:
+        sub.close(linger=0)
+        pub.close(linger=0)
+        raise
+
+
+def echo(
+    bus: str,
+    topic: str,
+    *,
+    participant: str | None,
+    as_json: bool,
+    out: TextIO,
+    count: int | None = None,
+    ready_timeout: float = 10.0,
+) -> int:
+    """Print ``topic``'s messages (only ``participant``'s with one) until a signal or ``count``."""
+    prefix = topic.encode() + b"\x00" + (participant.encode() + b"\x00" if participant else b"")
+    sub, pub = _connect(bus, capture=False, prefixes=[prefix], ready_timeout=ready_timeout)
+    printed = 0
+    try:
+        stop = _stop_event()
+        print(
+            f"xrmq echo: ready topic={topic} participant={participant or '*'}", file=out, flush=True
+        )
+        while not stop.is_set() and (count is None or printed < count):
+            if not sub.poll(100):
+                continue
+            message = describe(sub.recv_multipart())
+            if message is not None and message["topic"] == topic:
+                print(_line(message, as_json), file=out, flush=True)
+                printed += 1
+    finally:
+        sub.close(linger=0)
+        pub.close(linger=0)
+    return 0
+
+
+def topics(bus: str, *, window: float, out: TextIO, ready_timeout: float = 10.0) -> int:
+    """Watch the capture stream for ``window`` seconds and print what each topic carried."""
+    sub, pub = _connect(bus, capture=True, prefixes=[b""], ready_timeout=ready_timeout)
+    seen: dict[str, dict[str, Any]] = {}
+    try:
+        stop = _stop_event()
+        print(f"xrmq topics: ready, watching {bus} for {window:g}s", file=out, flush=True)
+        began = time.monotonic()
+        while not stop.is_set() and time.monotonic() - began < window:
+            if not sub.poll(50):
+                continue
+            frames = sub.recv_multipart()
+            message = describe(frames)
+            if message is None:
+                continue
+            stats = seen.setdefault(
+                message["topic"], {"messages": 0, "senders": set(), "participants": set()}
+            )
+            stats["messages"] += 1
+            stats["senders"].add(_metadata.decode(frames[1]).sender)
+            if message["participant"]:
+                stats["participants"].add(message["participant"])
+        elapsed = max(time.monotonic() - began, 1e-9)
+    finally:
+        sub.close(linger=0)
+        pub.close(linger=0)
+    print(
+        f"{'TOPIC':40} {'MSGS':>7} {'MSG/S':>8} {'PUBLISHERS':>10} {'PARTICIPANTS':>12}", file=out
+    )
+    for name in sorted(seen):
+        stats = seen[name]
+        print(
+            f"{name:40} {stats['messages']:>7} {stats['messages'] / elapsed:>8.1f} "
+            f"{len(stats['senders']):>10} {len(stats['participants']):>12}",
+            file=out,
+        )
+    print(
+        f"{len(seen)} topics in {elapsed:.1f}s (subscriber counts: not reported by the broker)",
+        file=out,
+        flush=True,
+    )
+    return 0
+
+
+def show(path: str, *, as_json: bool, out: TextIO) -> int:
+    """Print every message of the recording at ``path``."""
+    with Path(path).open("rb") as file:
+        for record in read_records(file, name=path):
+            message = describe(record.frames)
+            if message is not None:
+                print(_line(message, as_json), file=out)
+    out.flush()
+    return 0

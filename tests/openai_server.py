@@ -1,0 +1,163 @@
+"""A faithful OpenAI-compatible HTTP server on loopback, standing in for a remote provider.
+
+It speaks the Chat Completions protocol as the OpenAI SDK expects it (``POST
+.../chat/completions``, JSON errors with status codes and headers such as
+``Retry-After``, streamed replies as server-sent events ending with ``data: [DONE]``)
+and records every request it receives (path, headers, JSON body), whatever the path:
+a test of what litellm sends to another provider family reads the recorded body even
+when the reply does not fit that provider.
+
+Each request takes the next scripted ``Reply`` (the last one repeats). A reply can
+``hang`` before answering or after its first chunk until the server is closed, which is
+how a test makes a provider that never answers or stalls mid-stream.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Reply:
+    """One scripted response: an error ``status`` with ``headers``, or a stream of ``chunks``."""
+
+    status: int = 200
+    chunks: tuple[str, ...] = ("ok",)
+    headers: dict[str, str] = field(default_factory=dict)
+    hang: str | None = None
+    """``"before"``: never answer; ``"after_first"``: stall after the first chunk."""
+
+
+@dataclass
+class Request:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+    at: float
+    """``time.monotonic()`` when it arrived."""
+
+
+class OpenAIServer:
+    """``with OpenAIServer(Reply(...), ...) as server:``, then ``server.api_base``."""
+
+    def __init__(self, *replies: Reply) -> None:
+        self.replies = list(replies) or [Reply()]
+        self.requests: list[Request] = []
+        self.closed = threading.Event()
+        self._lock = threading.Lock()
+        self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._http.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._http.serve_forever, name="openai-server", daemon=True
+        )
+
+    @property
+    def api_base(self) -> str:
+        return f"http://127.0.0.1:{self._http.server_address[1]}/v1"
+
+    def __enter__(self) -> OpenAIServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.closed.set()  # releases hanging handlers
+        self._http.shutdown()
+        self._http.server_close()
+        self._thread.join(timeout=10)
+
+    def _next(self, request: Request) -> Reply:
+        with self._lock:
+            self.requests.append(request)
+            return self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length)
+                try:
+                    body = json.loads(raw or b"{}")
+                except ValueError:
+                    body = {"_raw": raw.decode(errors="replace")}
+                reply = server._next(Request(self.path, dict(self.headers), body, time.monotonic()))
+                if reply.hang == "before":
+                    server.closed.wait()
+                    return
+                if reply.status != 200:
+                    payload = json.dumps(
+                        {
+                            "error": {
+                                "message": f"scripted {reply.status}",
+                                "type": "scripted",
+                                "code": str(reply.status),
+                            }
+                        }
+                    ).encode()
+                    self.send_response(reply.status)
+                    for name, value in {
+                        "content-type": "application/json",
+                        **reply.headers,
+                    }.items():
+                        self.send_header(name, value)
+                    self.send_header("content-length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("cache-control", "no-cache")
+                self.send_header("connection", "close")
+                self.end_headers()
+                model = body.get("model", "m")
+                try:
+                    for index, text in enumerate(reply.chunks):
+                        self._event(
+                            {
+                                "id": "c1",
+                                "object": "chat.completion.chunk",
+                                "created": 1,
+                                "model": model,
+                                "choices": [
+                                    {
+                                        "index": 0,
+                                        "delta": {"role": "assistant", "content": text},
+                                        "finish_reason": None,
+                                    }
+                                ],
+                            }
+                        )
+                        if index == 0 and reply.hang == "after_first":
+                            server.closed.wait()
+                            return
+                    self._event(
+                        {
+                            "id": "c1",
+                            "object": "chat.completion.chunk",
+                            "created": 1,
+                            "model": model,
+                            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                        }
+                    )
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+                self.close_connection = True
+
+            def _event(self, data: dict[str, Any]) -> None:
+                self.wfile.write(b"data: " + json.dumps(data).encode() + b"\n\n")
+                self.wfile.flush()
+
+        return Handler

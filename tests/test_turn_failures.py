@@ -1,0 +1,301 @@
+"""A failed turn ends with its cause: the router's ``TurnEnded`` closes the turn for every
+front end, and the destination's error travels with it (issue 17, item 1).
+
+In process (two runtimes on one bus): an unreachable model, a missing destination, a
+destination that forgets the call (a restart). Across processes: ``xrmq say`` against
+``xrmq up`` with an unreachable model and with a conversation killed mid-answer, and
+against a router whose destination never started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from buses import broker_process, expect_line, reap
+from router_doubles import Destination, FakeContext, Log
+from xrmq.actors.conversation import Conversation
+from xrmq.actors.edge.replies import ReplyCollector, ask
+from xrmq.actors.models import LiteLLMService
+from xrmq.actors.models.litellm_service import import_litellm
+from xrmq.actors.routing import AgentRouter, SingleDestination, remote, serve
+from xrmq.actors.runtime import AgentRuntime
+from xrmq.schemas import DestinationResult
+from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC
+
+CLI = [sys.executable, "-m", "xrmq.actors.cli"]
+FAILURE_TEXT = "Sorry, something went wrong. Please try again."
+
+
+@contextmanager
+def refused_port() -> Iterator[int]:
+    """A loopback TCP port that refuses connections: bound (nobody else takes it), not listening."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
+
+
+def front_and_back(
+    *, proxy_timeout_s: float = 5.0
+) -> tuple[AgentRuntime, AgentRuntime, ReplyCollector]:
+    """A router (a proxy to ``conversation``) and a collector in front; ``back`` for the rest."""
+    front = AgentRuntime(name="front")
+    back = AgentRuntime(front.address, name="back")
+    collector = front.register("replies", ReplyCollector())
+    proxy = front.register("conversation-proxy", remote("conversation", timeout_s=proxy_timeout_s))
+    front.register(
+        "router",
+        AgentRouter(
+            {"conversation": proxy},
+            SingleDestination(),
+            query_topic=QUERY_TOPIC,
+            output_topic=VOICE_OUTPUT_TOPIC,
+        ),
+    )
+    return front, back, collector
+
+
+@pytest.mark.timeout(120)  # litellm's import takes seconds on a loaded machine
+async def test_a_turn_whose_model_is_unreachable_ends_with_the_models_error_after_the_router_text():
+    import_litellm()
+    front, back, collector = front_and_back()
+    with refused_port() as port:
+        api_base = f"http://127.0.0.1:{port}/v1"
+        llm = LiteLLMService("hosted_vllm/m", api_base=api_base, retries=0)
+        conversation = Conversation(
+            llm, context=FakeContext(), runtime=back, output_topic=VOICE_OUTPUT_TOPIC
+        )
+        back.register("conversation-server", serve("conversation", conversation))
+        async with front, back:
+            turn = ask(front, collector, "p1", "Where is the key?")
+            await turn.wait(60)
+    assert turn.router_text == FAILURE_TEXT
+    assert turn.outcome.status == "failed" and turn.outcome.route == "conversation"
+    assert turn.outcome.error.startswith(
+        f"ModelUnavailable: model hosted_vllm/m: cannot connect to {api_base} ("
+    )
+    assert turn.failure == f"turn failed: {turn.outcome.error}"
+
+
+async def test_a_turn_without_its_destination_ends_unanswered_naming_the_unreachable_destination():
+    front, back, collector = front_and_back(proxy_timeout_s=0.3)  # nothing serves "conversation"
+    async with front:
+        turn = ask(front, collector, "p1", "Hello?")
+        await turn.wait(10)
+    assert turn.router_text == "Sorry, I can't help with that."
+    assert turn.outcome.status == "unanswered"
+    assert re.fullmatch(
+        r"NoDestination: conversation: unreachable \(TimeoutError: .*route\.conversation\.aid.*\)",
+        turn.outcome.error,
+    ), turn.outcome.error
+
+
+async def test_a_destination_that_forgets_a_running_answer_fails_the_turn_as_lost():
+    """A restarted destination answers ``unknown`` to the proxy's status check."""
+    front, back, collector = front_and_back()
+    log = Log()
+    destination = Destination("conversation", log, answers=["hang"])
+    server = back.register("conversation-server", serve("conversation", destination))
+    async with front, back:
+        turn = ask(front, collector, "p1", "Tell me a long story.")
+        await destination.answering.wait()
+        server._calls.clear()  # what a new incarnation knows of the call: nothing
+        await turn.wait(10)
+    assert turn.outcome.status == "failed"
+    assert turn.outcome.error == (
+        "DestinationLost: the destination no longer knows this answer " "(it restarted mid-turn)"
+    )
+
+
+async def test_an_answered_turn_ends_answered_after_its_final_frame():
+    front, back, collector = front_and_back()
+    destination = Destination("conversation", Log(), answers=[DestinationResult("fine")])
+    back.register("conversation-server", serve("conversation", destination))
+    async with front, back:
+        turn = ask(front, collector, "p1", "All good?")
+        await turn.wait(10)
+        outcome = await turn.wait_outcome(10)
+    assert outcome.status == "answered" and outcome.error is None and turn.failure is None
+
+
+# ---------------------------------------------------------------------------- across processes
+
+
+def write_config(path: Path, bus: str, answers: str, processes: str) -> Path:
+    path.write_text(
+        f'[bus]\naddress = "{bus}"\n\n[models]\nanswers = {answers}\n\n'
+        '[context.topics.notes]\nmode = "incremental"\n\n'
+        '[destinations.conversation]\ndescription = "General assistant."\n\n' + processes
+    )
+    return path
+
+
+STACK = """
+[processes.context]
+roles = ["context"]
+[processes.conversation]
+roles = ["conversation"]
+after = ["context"]
+[processes.router]
+roles = ["router"]
+after = ["conversation"]
+"""
+
+
+@contextmanager
+def edge_box(config: Path, env: dict) -> Iterator[tuple[subprocess.Popen, dict[str, int]]]:
+    up = subprocess.Popen(
+        [*CLI, "up", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    try:
+        ready = expect_line(up, "xrmq up: ready")
+        yield up, {
+            name: int(pid) for name, pid in re.findall(r"(\S+)=(\d+)", ready) if name != "bus"
+        }
+    finally:
+        reap(up)
+
+
+def say(
+    env: dict, bus: str, text: str, timeout: float = 60
+) -> tuple[subprocess.CompletedProcess, float]:
+    began = time.monotonic()
+    result = subprocess.run(
+        [*CLI, "say", "--bus", bus, "--timeout", str(timeout), text],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout + 30,
+    )
+    return result, time.monotonic() - began
+
+
+def quiet_env(tmp_path: Path) -> dict:
+    return {**os.environ, "XRMQ_RUNTIME_DIR": str(tmp_path), "XRMQ_LOG_LEVEL": "ERROR"}
+
+
+@pytest.mark.timeout(150)
+def test_say_exits_with_the_cause_when_the_model_is_unreachable(tmp_path):
+    env = quiet_env(tmp_path)
+    bus = f"ipc://{tmp_path}/bus"
+    with refused_port() as port:
+        api_base = f"http://127.0.0.1:{port}/v1"
+        answers = f'{{ preset = "local", api_base = "{api_base}", retries = 0 }}'
+        with edge_box(write_config(tmp_path / "edge.toml", bus, answers, STACK), env):
+            result, elapsed = say(env, bus, "Where is the spare key?")
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.strip() == FAILURE_TEXT
+    assert result.stderr.startswith(
+        "xrmq say: turn failed: ModelUnavailable: model hosted_vllm/Qwen/Qwen3-4B: "
+        f"cannot connect to {api_base} ("
+    ), result.stderr
+    assert elapsed < 30  # the turn ended with the failure, not with say's 60 s timeout
+
+
+@pytest.mark.timeout(90)
+def test_say_exits_with_the_cause_when_no_destination_answers(tmp_path):
+    env = quiet_env(tmp_path)
+    with broker_process() as bus:
+        config = write_config(tmp_path / "edge.toml", bus, '"offline"', "")
+        router = subprocess.Popen(
+            [*CLI, "run", "router", "--config", str(config)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        try:
+            expect_line(router, "xrmq run: ready")
+            result, elapsed = say(env, bus, "Anyone home?", timeout=30)
+        finally:
+            reap(router)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.strip() == "Sorry, I can't help with that."
+    assert result.stderr.startswith(
+        "xrmq say: turn unanswered: NoDestination: conversation: unreachable ("
+    ), result.stderr
+    assert elapsed < 25
+
+
+@pytest.mark.timeout(120)
+def test_say_exits_with_the_cause_when_the_destination_restarts_mid_turn(tmp_path):
+    env = quiet_env(tmp_path)
+    bus = f"ipc://{tmp_path}/bus"
+    slow = (
+        '{ model = "offline", time_to_first_token_s = 0, tokens_per_second = 1 }'  # a long answer
+    )
+    config = write_config(tmp_path / "edge.toml", bus, slow, STACK)
+    with edge_box(config, env) as (up, pids):
+        sayer = subprocess.Popen(
+            [*CLI, "say", "--bus", bus, "--timeout", "60", "I left my keys in drawer 12."],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        try:
+            listener = asyncio.run(first_fragment(bus))  # the answer is streaming
+            os.kill(pids["conversation"], signal.SIGKILL)
+            expect_line(up, "xrmq up: restarted conversation")
+            stdout, stderr = sayer.communicate(timeout=60)
+        finally:
+            reap(sayer)
+    assert listener
+    assert sayer.returncode == 1, stderr
+    assert stderr.startswith("xrmq say: turn failed: DestinationLost: "), stderr
+
+
+async def first_fragment(bus: str) -> str:
+    """Wait for the first reply fragment with text on ``bus``'s voice output; return its source."""
+    seen: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    class Watcher(ReplyCollector):
+        async def on_output(self, message, ctx) -> None:
+            if message.text and not seen.done() and ctx.metadata.source != "router":
+                seen.set_result(ctx.metadata.source)
+
+    runtime = AgentRuntime(bus)
+    runtime.register("watch", Watcher())
+    async with runtime:
+        return await asyncio.wait_for(seen, 30)
+
+
+async def test_chat_shows_a_failed_turn_and_takes_the_next_line(capsys):
+    import io
+
+    from xrmq.actors.edge.chat import chat
+
+    front, _, _ = front_and_back(proxy_timeout_s=0.3)  # nothing serves "conversation"
+    out = io.StringIO()
+    async with front:
+        code = await chat(
+            front.address,
+            "p1",
+            timeout=10,
+            stdin=io.StringIO("Hello?\nStill nobody?\n/quit\n"),
+            out=out,
+        )
+    assert code == 0
+    assert out.getvalue().count("router: Sorry, I can't help with that.\n") == 2
+    errors = capsys.readouterr().err.splitlines()
+    failures = [
+        line
+        for line in errors
+        if line.startswith("xrmq chat: turn unanswered: NoDestination: conversation")
+    ]
+    assert len(failures) == 2, errors
