@@ -17,8 +17,8 @@ if TYPE_CHECKING:  # the same names, typed, for type checkers
     from xrmq.actors.models import (
         ChatMessage,
         ChatOptions,
-        LLMService,
         LiteLLMService,
+        LLMService,
         ModelError,
         ModelSpec,
         OfflineLLM,

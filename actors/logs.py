@@ -3,7 +3,8 @@
 Console rendering on a terminal, JSON lines otherwise (a supervisor, CI or a log
 shipper reads them); ``XRMQ_LOG_FORMAT=console|json`` overrides the choice (``xrmq up``
 on a terminal sets ``console`` for the processes it starts, whose output is a pipe).
-Loggers are bound to runtime, actor, participant and turn by the code that knows them: ``get_logger(actor="router").bind(participant="p1", turn="t3")``.
+Loggers are bound to runtime, actor, participant and turn by the code that knows them:
+``get_logger(actor="router").bind(participant="p1", turn="t3")``.
 """
 
 from __future__ import annotations

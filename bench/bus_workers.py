@@ -26,11 +26,11 @@ receiver's two actors, on a deeply immutable type or on a mutable copy of it.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 import json
 import sys
 import time
 import uuid
+from typing import Any
 
 import msgspec
 import zmq
@@ -42,9 +42,16 @@ from xrmq.schemas import MessageMetadata, ResponseOutput, UserQuery
 from xrmq.topics import Topic
 
 PARTICIPANT = "p1"
-FRAGMENT = ResponseOutput(kind="reply", text="The meeting room is on the fourth floor, next to ",
-                          request_id="turn-0042", response_id="resp-0042", final=False)
-QUERY = UserQuery(text="Which room did Alice book for the review?", timestamp_us=1_767_000_000_000_000)
+FRAGMENT = ResponseOutput(
+    kind="reply",
+    text="The meeting room is on the fourth floor, next to ",
+    request_id="turn-0042",
+    response_id="resp-0042",
+    final=False,
+)
+QUERY = UserQuery(
+    text="Which room did Alice book for the review?", timestamp_us=1_767_000_000_000_000
+)
 ANSWER = ResponseOutput(kind="reply", text="Room 4B, at half past three.", request_id="turn-0042")
 IDLE_MS = 1000
 
@@ -56,14 +63,20 @@ XRMQ_PING = Topic("bench.ping.x", UserQuery)
 # validation (the same payload bytes, the same decode) but is not frozen, so each
 # actor gets its own decode.
 MutableOutput = msgspec.defstruct(
-    "MutableOutput", [(field.encode_name, field.type, field.default)
-                      for field in msgspec.structs.fields(ResponseOutput)],
+    "MutableOutput",
+    [
+        (field.encode_name, field.type, field.default)
+        for field in msgspec.structs.fields(ResponseOutput)
+    ],
     omit_defaults=True,
-    namespace={name: ResponseOutput.__dict__[name] for name in ("__post_init__", "_explain")})
+    namespace={name: ResponseOutput.__dict__[name] for name in ("__post_init__", "_explain")},
+)
 FANOUT: dict[str, tuple[Topic[Any], Any]] = {
     "shared": (Topic("bench.fanout.shared", ResponseOutput), FRAGMENT),
-    "private": (Topic("bench.fanout.private", MutableOutput),
-                msgspec.convert(msgspec.to_builtins(FRAGMENT), MutableOutput)),
+    "private": (
+        Topic("bench.fanout.private", MutableOutput),
+        msgspec.convert(msgspec.to_builtins(FRAGMENT), MutableOutput),
+    ),
 }
 FANOUT_ACTORS = 2
 RAW_FRAGMENT_KEY = b"bench.fragment.r\x00p1\x00"
@@ -89,9 +102,21 @@ class Envelopes:
 
     def next(self, reply_to: str | None = None) -> bytes:
         self.count += 1
-        message_id = "%s%x" % (self.prefix, self.count)
-        return ENCODE(MessageMetadata(message_id, "application", self.sender, self.epoch, self.count,
-                                      time.time_ns() // 1000, message_id, None, PARTICIPANT, reply_to))
+        message_id = "%s%x" % (self.prefix, self.count)  # noqa: UP031  # as the runtime does
+        return ENCODE(
+            MessageMetadata(
+                message_id,
+                "application",
+                self.sender,
+                self.epoch,
+                self.count,
+                time.time_ns() // 1000,
+                message_id,
+                None,
+                PARTICIPANT,
+                reply_to,
+            )
+        )
 
 
 def emit(record: dict) -> None:
@@ -119,12 +144,15 @@ class Batches:
 
     def close(self, **extra: int) -> None:
         """Report the batch (a partial one after a stall) and start the next."""
-        last = self.last_ns if self.count == self.size else time.monotonic_ns() - IDLE_MS * 1_000_000
+        last = (
+            self.last_ns if self.count == self.size else time.monotonic_ns() - IDLE_MS * 1_000_000
+        )
         emit({"received": self.count, "first_ns": self.first_ns, "last_ns": last, **extra})
         self.count = 0
 
 
 # ---------------------------------------------------------------- xrmq
+
 
 class Counter(Agent):
     def __init__(self, batches: Batches) -> None:
@@ -213,7 +241,9 @@ async def xrmq_sender(bus: str, count: int) -> None:
         while command := (await loop.run_in_executor(None, sys.stdin.readline)).split():
             if command[0] == "send":
                 start = time.monotonic_ns()
-                for _ in range(count):  # send: publish without the coroutine, for loops (0.14 us less)
+                for _ in range(
+                    count
+                ):  # send: publish without the coroutine, for loops (0.14 us less)
                     runtime.send(XRMQ_FRAGMENT, FRAGMENT, participant_id=PARTICIPANT)
                 emit({"start_ns": start, "end_ns": time.monotonic_ns()})
             elif command[0] == "fanout":
@@ -226,16 +256,19 @@ async def xrmq_sender(bus: str, count: int) -> None:
                 rtts = []
                 for _ in range(int(command[1])):
                     began = time.perf_counter_ns()
-                    await runtime.ask(XRMQ_PING, QUERY, reply_type=ResponseOutput, participant_id=PARTICIPANT)
+                    await runtime.ask(
+                        XRMQ_PING, QUERY, reply_type=ResponseOutput, participant_id=PARTICIPANT
+                    )
                     rtts.append((time.perf_counter_ns() - began) / 1000)
                 emit({"rtt_us": rtts})
 
 
 # ---------------------------------------------------------------- raw pyzmq
 
+
 def raw_sockets(bus: str, *subscriptions: bytes) -> tuple[zmq.Socket, zmq.Socket]:
     """A PUB to the broker and a SUB from it, live through the broker when returned."""
-    prefix = bus[len("ipc://"):]
+    prefix = bus[len("ipc://") :]
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     pub = context.socket(zmq.PUB)
     pub.setsockopt(zmq.SNDHWM, 1_000_000)
@@ -244,7 +277,10 @@ def raw_sockets(bus: str, *subscriptions: bytes) -> tuple[zmq.Socket, zmq.Socket
     sub.setsockopt(zmq.RCVHWM, 1_000_000)
     sub.connect(f"ipc://{prefix}.out")
     probe_prefix = f"_probe.{uuid.uuid4().hex}\x00".encode()
-    for subscription in (*subscriptions, probe_prefix):  # in order: the probe's return proves the others
+    for subscription in (
+        *subscriptions,
+        probe_prefix,
+    ):  # in order: the probe's return proves the others
         sub.setsockopt(zmq.SUBSCRIBE, subscription)
     probe = probe_prefix + b"\x00?"
     deadline = time.monotonic() + 10
@@ -323,7 +359,8 @@ METADATA_DECODER = msgspec.msgpack.Decoder(MessageMetadata)
 
 
 def codec_receive(sub: zmq.Socket) -> tuple[bytes, MessageMetadata, zmq.Frame]:
-    """One message of three frames (trusted, not checked): its key, decoded metadata, payload frame."""
+    """One message of three frames (trusted, not checked): its key, decoded metadata, payload
+    frame."""
     key = sub.recv(copy=False).bytes
     metadata = METADATA_DECODER.decode(sub.recv(copy=False))  # type: ignore[arg-type]  # a Frame is a buffer
     return key, metadata, sub.recv(copy=False)
@@ -333,7 +370,10 @@ def codec_receiver(bus: str, count: int) -> None:
     pub, sub = raw_sockets(bus, CODEC_FRAGMENT_KEY, CODEC_PING_KEY)
     sub.setsockopt(zmq.RCVTIMEO, IDLE_MS)
     envelopes = Envelopes("bench-codec-receiver")
-    fragments, queries = msgspec.msgpack.Decoder(ResponseOutput).decode, msgspec.msgpack.Decoder(UserQuery).decode
+    fragments, queries = (
+        msgspec.msgpack.Decoder(ResponseOutput).decode,
+        msgspec.msgpack.Decoder(UserQuery).decode,
+    )
     batches = Batches(count)
     print("ready", flush=True)
     while True:
@@ -346,7 +386,9 @@ def codec_receiver(bus: str, count: int) -> None:
         if key == CODEC_PING_KEY:
             queries(payload)  # type: ignore[arg-type]  # a Frame is a buffer
             assert metadata.reply_to is not None  # every ping is an ask
-            send_frames(pub, [metadata.reply_to.encode() + b"\x00p1\x00", envelopes.next(), ENCODE(ANSWER)])
+            send_frames(
+                pub, [metadata.reply_to.encode() + b"\x00p1\x00", envelopes.next(), ENCODE(ANSWER)]
+            )
         else:
             fragments(payload)  # type: ignore[arg-type]  # a Frame is a buffer
             if batches.arrived():
@@ -368,7 +410,10 @@ def codec_sender(bus: str, count: int) -> None:
             rtts = []
             for _ in range(int(command[1])):
                 began = time.perf_counter_ns()
-                send_frames(pub, [CODEC_PING_KEY, envelopes.next("_inbox.bench-codec-sender"), ENCODE(QUERY)])
+                send_frames(
+                    pub,
+                    [CODEC_PING_KEY, envelopes.next("_inbox.bench-codec-sender"), ENCODE(QUERY)],
+                )
                 answers(codec_receive(sub)[2])  # type: ignore[arg-type]  # a Frame is a buffer
                 rtts.append((time.perf_counter_ns() - began) / 1000)
             emit({"rtt_us": rtts})

@@ -21,13 +21,16 @@ import zmq
 def endpoints(bus: str) -> tuple[str, str]:
     """(publish, subscribe) endpoints of a bus: a name, ipc://PREFIX or tcp://HOST:PORT."""
     if bus.startswith("tcp://"):
-        host, _, port = bus[len("tcp://"):].rpartition(":")
+        host, _, port = bus[len("tcp://") :].rpartition(":")
         return f"tcp://{host}:{port}", f"tcp://{host}:{int(port) + 1}"
     if bus.startswith("ipc://"):
-        prefix = bus[len("ipc://"):]
+        prefix = bus[len("ipc://") :]
     else:  # a bus name: sockets in the per-user runtime directory
         directory = os.environ.get("XRMQ_RUNTIME_DIR") or (
-            Path(os.environ["XDG_RUNTIME_DIR"]) / "xrmq" if os.environ.get("XDG_RUNTIME_DIR") else f"/tmp/xrmq-{os.getuid()}")
+            Path(os.environ["XDG_RUNTIME_DIR"]) / "xrmq"
+            if os.environ.get("XDG_RUNTIME_DIR")
+            else f"/tmp/xrmq-{os.getuid()}"
+        )
         prefix = f"{directory}/{bus}"
     return f"ipc://{prefix}.in", f"ipc://{prefix}.out"
 
@@ -51,10 +54,18 @@ def main(bus: str, participant: str, text: str) -> None:
         pub.send_multipart([probe, b"", b""])
 
     key = b"notes\x00" + participant.encode() + b"\x00"
-    metadata = {"message_id": uuid.uuid4().hex, "source": "foreign-client", "sender": sender,
-                "epoch": time.time_ns() // 1000, "seq": 1, "timestamp_us": time.time_ns() // 1000,
-                "participant_id": participant}
-    pub.send_multipart([key, msgspec.msgpack.encode(metadata), msgspec.msgpack.encode({"text": text})])
+    metadata = {
+        "message_id": uuid.uuid4().hex,
+        "source": "foreign-client",
+        "sender": sender,
+        "epoch": time.time_ns() // 1000,
+        "seq": 1,
+        "timestamp_us": time.time_ns() // 1000,
+        "participant_id": participant,
+    }
+    pub.send_multipart(
+        [key, msgspec.msgpack.encode(metadata), msgspec.msgpack.encode({"text": text})]
+    )
     pub.close(linger=2000)  # let the message leave before the process exits
     sub.close(linger=0)
     context.term()
@@ -62,5 +73,8 @@ def main(bus: str, participant: str, text: str) -> None:
 
 
 args = sys.argv[1:] + [None] * 3
-main(args[0] or os.environ.get("XRMQ_BUS", "default"), args[1] or "p1",
-     args[2] or "The lab 3 fridge holds the reagent kit R-88.")
+main(
+    args[0] or os.environ.get("XRMQ_BUS", "default"),
+    args[1] or "p1",
+    args[2] or "The lab 3 fridge holds the reagent kit R-88.",
+)

@@ -7,8 +7,8 @@ process without copies) and validates its rules on construction and on decode, r
 
 from .context import CompactionPrompts, ContextBlock, ConversationContextUpdate
 from .envelope import MessageMetadata
-from .metrics import ProcessState, RuntimeMetrics, SupervisorReport
 from .interaction import Interrupted, ParticipantJoined, ParticipantLeft, ResponseOutput, UserQuery
+from .metrics import ProcessState, RuntimeMetrics, SupervisorReport
 from .routing import Admission, AgentExchange, AgentTurn, DestinationResult, RoutingAid, TurnEnded
 
 __all__ = [

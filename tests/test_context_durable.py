@@ -10,9 +10,9 @@ sleeps.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 import sqlite3
 from contextlib import asynccontextmanager
+from typing import Any
 
 import msgspec
 import pytest
@@ -30,7 +30,10 @@ pytestmark = pytest.mark.timeout(30)
 T0 = 1_714_572_785_000_000
 SECOND = 1_000_000
 NOTES, SCENE = "sample.notes", "sample.scene"
-TOPICS: dict[str, Any] = {"incremental_context_topics": (NOTES,), "summary_context_topics": (SCENE,)}
+TOPICS: dict[str, Any] = {
+    "incremental_context_topics": (NOTES,),
+    "summary_context_topics": (SCENE,),
+}
 SMALL = {
     "dialogue_budget_bytes": 600,
     "topic_budget_bytes": 600,
@@ -206,7 +209,9 @@ async def test_clear_and_close_of_a_manager_never_started_remove_its_journal_row
     await unstarted.clear("p2")
     assert unstarted.blocks("p2") == ()
     assert {pid for pid, _ in unstarted.store.recovered} == {"p1", "p2"}  # as opened
-    assert unstarted.store._db.execute("SELECT DISTINCT participant FROM sections").fetchall() == [("p1",)]
+    assert unstarted.store._db.execute("SELECT DISTINCT participant FROM sections").fetchall() == [
+        ("p1",)
+    ]
     await unstarted.close()
     assert open_store(store).rows() == 0
 

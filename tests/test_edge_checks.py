@@ -10,11 +10,12 @@ import subprocess
 import sys
 
 import pytest
-
-from buses import broker_process, expect_line, reap
 from test_edge_supervisor import start_up, write_config
+
 from xrmq.actors.edge.checks import check_can_answer
 from xrmq.actors.edge.config import ConfigError, decode_config
+
+from buses import broker_process, expect_line, reap
 
 CLI = [sys.executable, "-m", "xrmq.actors.cli"]
 STACK = {

@@ -17,13 +17,14 @@ import msgspec
 import pytest
 import zmq
 
-from buses import broker_process
-from router_doubles import FakeContext
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import OfflineLLM
 from xrmq.actors.routing import AgentRouter, SingleDestination
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC
+
+from buses import broker_process
+from router_doubles import FakeContext
 
 NUL = b"\x00"
 
@@ -86,7 +87,7 @@ class DocClient:
         ended = None
         deadline = time.monotonic() + timeout
         while not (answered and ended is not None):
-            assert self.sub.poll(max(deadline - time.monotonic(), 0) * 1000), (streams, ended)
+            assert self.sub.poll(int(max(deadline - time.monotonic(), 0) * 1000)), (streams, ended)
             key, raw_metadata, raw_payload = self.sub.recv_multipart()
             topic = key.split(NUL)[0]
             metadata = msgspec.msgpack.decode(raw_metadata)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-from buses import broker_process
 from test_examples import ContextRecorder
+
 from xrmq.actors import Publisher
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import context_topic
+
+from buses import broker_process
 
 
 async def test_a_publisher_publishes_text_and_messages_in_order_from_plain_code():

@@ -370,7 +370,33 @@ def test_rule(
 def test_rule_6_failures_and_invalid_results_carry_their_error() -> None:
     failed = run(Script(decisions=["a"], answers={"a": Answered(error="E('x')")}))[1]
     invalid = run(Script(decisions=["a"], answers={"a": Answered(result=3, began=True)}))[1]
-    assert (failed.error, invalid.error) == ("E('x')", "answer returned int")
+    assert (failed.error, invalid.error) == ("E('x')", "InvalidResult: answer returned int")
+
+
+def test_an_unanswered_turn_says_why_each_destination_did_not_answer() -> None:
+    aids = {"a": ELIGIBLE, "b": INELIGIBLE, "c": INELIGIBLE}
+    policy = turn_policy(
+        AgentTurn("p1", "t1", "hi"),
+        ParticipantRouting(8),
+        aids,
+        default=None,
+        unavailable=UNAVAILABLE,
+        failure=FAILURE,
+        unreachable={"c": "unreachable (TimeoutError: no reply)"},
+    )
+    outcome: Any = None
+    while True:
+        try:
+            action = policy.send(outcome)
+        except StopIteration as done:
+            result = done.value
+            break
+        outcome = {Decide: "a", Admit: Admission("decline", text="Not me.")}.get(type(action))
+    assert result.error == (
+        "NoDestination: c: unreachable (TimeoutError: no reply); "
+        "a: declined (Not me.); b: not eligible"
+    )
+    assert run(Script(aids={"a": INELIGIBLE}))[1].error == "NoDestination: a: not eligible"
 
 
 def test_rule_7_every_destination_sees_the_same_history_without_the_current_turn() -> None:

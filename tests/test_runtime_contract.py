@@ -6,19 +6,20 @@ speaker."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import msgspec
 import pytest
 
-from buses import broker_process, expect_line, python, reap
 from xrmq.actors import GLOBAL
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
-from xrmq.actors.runtime.annotations import admits
 from xrmq.actors.runtime.agent import Handlers
+from xrmq.actors.runtime.annotations import admits
 from xrmq.schemas import ConversationContextUpdate as Update
 from xrmq.schemas import UserQuery
 from xrmq.topics import Topic
+
+from buses import broker_process, expect_line, python, reap
 
 if TYPE_CHECKING:
     from xrmq.schemas import ResponseOutput
@@ -189,8 +190,11 @@ class WrongStruct(Agent):
     async def observe(self, event: Speak, ctx: RuntimeContext) -> None: ...
 
 
-def test_a_handler_annotated_with_another_type_is_a_type_error_naming_handler_topic_and_both_types():
-    message = r"WrongType.observe: its message is annotated str, but topic 'test.observations' carries Observation"
+def test_a_handler_annotated_with_another_type_is_a_type_error_naming_handler_topic_both_types():
+    message = (
+        r"WrongType.observe: its message is annotated str, but topic 'test.observations' "
+        r"carries Observation"
+    )
     with pytest.raises(TypeError, match=message):
         AgentRuntime().register("wrong", WrongType())
     with pytest.raises(TypeError, match=message):
@@ -242,7 +246,7 @@ class Admitting(Agent):
     async def union(self, message: Update | Speak, ctx: RuntimeContext) -> None: ...
 
     @subscribe(NOTES)
-    async def optional(self, message: Optional[Update], ctx: RuntimeContext) -> None: ...
+    async def optional(self, message: Update | None, ctx: RuntimeContext) -> None: ...
 
     @subscribe(NOTES)
     async def typevar(self, message: T, ctx: RuntimeContext) -> None: ...
@@ -588,7 +592,8 @@ async def test_a_bad_mapping_publishes_nothing():
         assert runtime.metrics().published == 0
 
 
-# ------------------------------------------------------------------ more of upstream's tests, ported
+# ------------------------------------------------------------------ more of upstream's tests,
+# ported
 
 
 class PartiallyInvalid(Agent):

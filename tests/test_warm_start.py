@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 import pytest
-
 from openai_server import OpenAIServer, Reply
+
 from xrmq.actors.models import ChatMessage, LiteLLMService, OfflineLLM
 
 pytestmark = pytest.mark.timeout(120)  # litellm's import takes seconds on a loaded machine

@@ -35,10 +35,10 @@ if TYPE_CHECKING:  # the same names, typed, for type checkers
     from .clip import OMISSION_MARKER, clip_middle, utf8_size
     from .compaction import CompactionRequest, CompactionResult, JobRef
     from .config import (
-        ContextConfig,
         DEFAULT_COMPACTION_INPUT_BUDGET_BYTES,
         DEFAULT_DIALOGUE_BUDGET_BYTES,
         DEFAULT_TOPIC_BUDGET_BYTES,
+        ContextConfig,
         context_config,
     )
     from .dump import ContextDump, decode_dump, encode_dump

@@ -38,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 from uuid import uuid4
@@ -111,7 +110,7 @@ class ContextSubscriber(Agent):
     ``agent.runtime`` during ``register``, before it starts.
     """
 
-    def __init__(self, manager: "ContextManager") -> None:
+    def __init__(self, manager: ContextManager) -> None:
         self._manager = manager
         self._runtime: AgentRuntime | None = None
 
@@ -161,8 +160,8 @@ class ContextSubscriber(Agent):
 class ContextManager:
     """Retain participant-scoped context and render it into prompts for any number of agents.
 
-    The SDK's constructor (same names and defaults, docs/context.md), plus xrmq's deployment options:
-    ``deployment`` (``"local"`` or ``"split"``), ``namespace`` of the internal topics,
+    The SDK's constructor (same names and defaults, docs/context.md), plus xrmq's deployment
+    options: ``deployment`` (``"local"`` or ``"split"``), ``namespace`` of the internal topics,
     the worker pool (``compaction_workers``, ``worker_concurrency``), the job timeout
     after which a job goes to another worker (``compaction_timeout_s``) and the bound on
     each clear/cancel round trip (``control_timeout_s``). All budgets must be positive;
@@ -269,13 +268,16 @@ class ContextManager:
     def _attach(self, runtime: AgentRuntime, name: str) -> None:
         if self._runtime is not None:
             raise RuntimeError(
-                f"subscriber: this ContextManager is already attached to runtime {self._runtime.name!r}"
+                "subscriber: this ContextManager is already attached to runtime "
+                f"{self._runtime.name!r}"
             )
         self._runtime, self._name = runtime, name
         if self.deployment == "local":
             self.host = register_sections(runtime, self.plan, name=name, store=self.store)
             if self.llm is None:
-                raise ValueError("llm: a local ContextManager runs compaction workers; give it a model")
+                raise ValueError(
+                    "llm: a local ContextManager runs compaction workers; give it a model"
+                )
             register_workers(runtime, self.plan, self.llm, name=name)
 
     def _replicate_recovered(self, store: ContextStore) -> None:
@@ -316,7 +318,8 @@ class ContextManager:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             raise RuntimeError(
-                "ContextManager: register subscriber() with a runtime, or write from a running event loop "
+                "ContextManager: register subscriber() with a runtime, or write from a running "
+                "event loop "
                 "(the manager then hosts its actors on a private runtime)"
             ) from None
         runtime = AgentRuntime(name=f"{self.plan.namespace}-{self.id}")

@@ -1,4 +1,5 @@
-"""Outcomes of a manual compaction (docs/context.md, "Tiered compaction"): ``ContextManager.compact``.
+"""Outcomes of a manual compaction (docs/context.md, "Tiered compaction"):
+``ContextManager.compact``.
 
 A manual compaction compacts every eligible entry of a section now, whatever the
 half-budget trigger says (``Section.start_run``), and reports how it ended: the

@@ -8,16 +8,16 @@ every field is plain data and the participant always travels in the envelope.
 Topics of a deployment are named under its namespace (default ``context``) so that two
 managers with different configurations can share one bus:
 
-==========================================  ======================  ==================================
+==========================================  ======================  ================================
 topic                                       message                 handled by
-==========================================  ======================  ==================================
+==========================================  ======================  ================================
 ``<topic name>`` (the context topic itself)  ConversationContextUpdate  that topic's section actor
 ``<ns>.topic.<topic>.write``                TopicWrite              that topic's section actor
 ``<ns>.topic.<topic>.clear`` (ask)          ClearSection            that topic's section actor
 ``<ns>.topic.<topic>.result``               CompactionDone          that topic's section actor
-``<ns>.dialogue.write``                     RecordExchanges         the participant's dialogue actor
-``<ns>.dialogue.clear`` (ask)               ClearSection            the participant's dialogue actor
-``<ns>.dialogue.result``                    CompactionDone          the participant's dialogue actor
+``<ns>.dialogue.write``                     RecordExchanges         a participant's dialogue actor
+``<ns>.dialogue.clear`` (ask)               ClearSection            a participant's dialogue actor
+``<ns>.dialogue.result``                    CompactionDone          a participant's dialogue actor
 ``<ns>.worker.<i>.jobs``                    CompactionJob           compaction worker ``i``
 ``<ns>.worker.<i>.cancel`` (ask)            CancelJobs              compaction worker ``i``
 ``<ns>.view``                               SectionView             every manager's replica
@@ -28,7 +28,7 @@ topic                                       message                 handled by
 ``<ns>.host.started``                       HostStarted             every manager's replica
 ``<ns>.host.<i>.sync`` (ask)                HostSync                section host ``i`` (its views)
 ``<ns>.host.<i>.dump`` (ask)                HostSync                section host ``i`` (its states)
-==========================================  ======================  ==================================
+==========================================  ======================  ================================
 
 A section host is one process (shard) of section actors, with its journal. Its views
 carry its index and epoch (incarnation); a new epoch tells every replica that the host

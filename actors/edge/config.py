@@ -61,7 +61,8 @@ class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
 
 class BusConfig(_Section, frozen=True):
     address: str = DEFAULT_BUS
-    """A bus name (ipc sockets in the per-user runtime directory), ``ipc://PREFIX`` or ``tcp://HOST:PORT``."""
+    """A bus name (ipc sockets in the per-user runtime directory), ``ipc://PREFIX`` or
+    ``tcp://HOST:PORT``."""
     capture: bool = True
     """Whether the broker binds the capture socket that ``xrmq record`` reads."""
 
@@ -77,7 +78,8 @@ class ModelsConfig(_Section, frozen=True):
 
 class TopicConfig(_Section, frozen=True):
     mode: str
-    """``summary`` (an update replaces the topic's state) or ``incremental`` (updates append and are compacted)."""
+    """``summary`` (an update replaces the topic's state) or ``incremental`` (updates append and are
+    compacted)."""
     budget_bytes: int | None = None
     """This topic's budget; None uses ``context.topic_budget_bytes``."""
 
@@ -89,7 +91,11 @@ class PromptsConfig(_Section, frozen=True):
 
     def prompts(self) -> CompactionPrompts:
         """The ``CompactionPrompts`` with the defaults for every prompt not given."""
-        given = {name: value for name in ("source", "dialogue", "condense") if (value := getattr(self, name)) is not None}
+        given = {
+            name: value
+            for name in ("source", "dialogue", "condense")
+            if (value := getattr(self, name)) is not None
+        }
         return CompactionPrompts(**given)
 
 
@@ -114,8 +120,12 @@ class ContextSettings(_Section, frozen=True):
     def manager_kwargs(self) -> dict[str, Any]:
         """The ``ContextManager`` constructor's keyword arguments this section describes."""
         return {
-            "summary_context_topics": [name for name, topic in self.topics.items() if topic.mode == "summary"],
-            "incremental_context_topics": [name for name, topic in self.topics.items() if topic.mode == "incremental"],
+            "summary_context_topics": [
+                name for name, topic in self.topics.items() if topic.mode == "summary"
+            ],
+            "incremental_context_topics": [
+                name for name, topic in self.topics.items() if topic.mode == "incremental"
+            ],
             "dialogue_budget_bytes": self.dialogue_budget_bytes,
             "topic_budget_bytes": {name: self.topic_budget(name) for name in self.topics},
             "compaction_input_budget_bytes": self.compaction_input_budget_bytes,
@@ -142,7 +152,8 @@ class DestinationConfig(_Section, frozen=True):
 
 class RouterConfig(_Section, frozen=True):
     decisions: str = "first"
-    """``first`` (the default destination takes every turn), ``rules`` (keywords) or ``llm`` (``models.routing`` chooses)."""
+    """``first`` (the default destination takes every turn), ``rules`` (keywords) or ``llm``
+    (``models.routing`` chooses)."""
     default: str | None = None
     """The destination tried when no other fits; None: the first destination."""
     history_limit: int | None = None
@@ -206,7 +217,8 @@ class ProcessInstance(msgspec.Struct, frozen=True):
 
     @property
     def runtime_name(self) -> str:
-        """The runtime's (and the log prefix's) name: ``process``, or ``process.shard`` with replicas."""
+        """The runtime's (and the log prefix's) name: ``process``, or ``process.shard`` with
+        replicas."""
         return self.process if self.shards == 1 else f"{self.process}.{self.shard}"
 
 
@@ -226,10 +238,13 @@ class EdgeConfig(_Section, frozen=True):
 
     def instances(self, process: str) -> list[ProcessInstance]:
         spec = self.processes[process]
-        return [ProcessInstance(process, shard, spec.replicas, spec) for shard in range(spec.replicas)]
+        return [
+            ProcessInstance(process, shard, spec.replicas, spec) for shard in range(spec.replicas)
+        ]
 
     def startup_layers(self) -> list[list[str]]:
-        """Process names in start order: each layer after every process its members name in ``after``.
+        """Process names in start order: each layer after every process its members name in
+        ``after``.
 
         Stop in the reverse order. Config order is kept within a layer.
         """
@@ -268,29 +283,36 @@ def default_config() -> EdgeConfig:
     destination; context sections, compaction workers, conversation, router and voice
     renderer in processes of their own. ``examples/edge-box.toml`` spells out the same.
     """
-    return decode_config({
-        "context": {"topics": {"scene": {"mode": "summary"}, "notes": {"mode": "incremental"}}},
-        "destinations": {"conversation": {
-            "description": "General assistant: answers questions from its own knowledge and the participant's context.",
-        }},
-        "router": {"default": "conversation"},
-        "processes": {
-            "context": {"roles": ["context"], "nice": 19},
-            "compaction": {"roles": ["compaction"], "after": ["context"], "nice": 19},
-            "conversation": {"roles": ["conversation"], "after": ["context"]},
-            "router": {"roles": ["router"], "after": ["conversation"]},
-            "renderer": {"roles": ["renderer"]},
-        },
-    })
+    return decode_config(
+        {
+            "context": {"topics": {"scene": {"mode": "summary"}, "notes": {"mode": "incremental"}}},
+            "destinations": {
+                "conversation": {
+                    "description": "General assistant: answers questions from its own knowledge "
+                    "and the participant's context.",
+                }
+            },
+            "router": {"default": "conversation"},
+            "processes": {
+                "context": {"roles": ["context"], "nice": 19},
+                "compaction": {"roles": ["compaction"], "after": ["context"], "nice": 19},
+                "conversation": {"roles": ["conversation"], "after": ["context"]},
+                "router": {"roles": ["router"], "after": ["conversation"]},
+                "renderer": {"roles": ["renderer"]},
+            },
+        }
+    )
 
 
 def decode_config(raw: Mapping[str, Any], *, source: str = DEFAULT_SOURCE) -> EdgeConfig:
-    """Validate a decoded TOML document into ``EdgeConfig``; ``ConfigError`` on the first broken rule."""
+    """Validate a decoded TOML document into ``EdgeConfig``; ``ConfigError`` on the first broken
+    rule."""
     top = _convert(raw, _RawTop, "", source)
     models = _models(top.models, source)
     context = _context(top.context, source)
     destinations = {
-        name: _destination(value, f"destinations.{name}", source) for name, value in _table(top.destinations, "destinations", source).items()
+        name: _destination(value, f"destinations.{name}", source)
+        for name, value in _table(top.destinations, "destinations", source).items()
     }
     processes = {
         name: _convert(value, ProcessConfig, f"processes.{name}", source)
@@ -323,7 +345,11 @@ class _RawTop(_Section, frozen=True):
 def _table(value: dict[str, Any], key: str, source: str) -> dict[str, Any]:
     for name in value:
         if not _NAME.match(name):
-            raise ConfigError(source, f"{key}.{name}", "names use letters, digits, '-' and '_', starting with a letter or digit")
+            raise ConfigError(
+                source,
+                f"{key}.{name}",
+                "names use letters, digits, '-' and '_', starting with a letter or digit",
+            )
     return value
 
 
@@ -347,7 +373,11 @@ def _config_error(message: str, key: str, source: str, type_: type | None) -> Co
         field = unknown[1]
         allowed = _fields_at(type_, path)
         close = difflib.get_close_matches(field, allowed, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else (f" (allowed: {', '.join(allowed)})" if allowed else "")
+        hint = (
+            f"; did you mean {close[0]!r}?"
+            if close
+            else (f" (allowed: {', '.join(allowed)})" if allowed else "")
+        )
         return ConfigError(source, _join(full, field), f"unknown key{hint}")
     if (missing := re.fullmatch(r"Object missing required field `(.+)`", rule)) is not None:
         return ConfigError(source, _join(full, missing[1]), "is required")
@@ -363,8 +393,15 @@ def _join(key: str, field: str) -> str:
 
 
 def _kind(name: str) -> str:
-    return {"object": "a table", "array": "an array", "str": "a string", "int": "an integer", "float": "a number",
-            "bool": "a boolean", "null": "nothing"}.get(name, name.replace("`", "").replace(" | ", " or "))
+    return {
+        "object": "a table",
+        "array": "an array",
+        "str": "a string",
+        "int": "an integer",
+        "float": "a number",
+        "bool": "a boolean",
+        "null": "nothing",
+    }.get(name, name.replace("`", "").replace(" | ", " or "))
 
 
 def _fields_at(type_: type | None, path: str) -> list[str]:
@@ -401,16 +438,24 @@ def _model(value: Any, key: str, source: str) -> ModelSpec:
         field = head.removeprefix("ModelSpec").lstrip(".")
         if field == "preset" and isinstance(value, str):
             field = ""  # the value itself is the preset name
-        raise _config_error(rule + (f" - at `$.{field}`" if field else ""), key, source, ModelSpec) from None
+        raise _config_error(
+            rule + (f" - at `$.{field}`" if field else ""), key, source, ModelSpec
+        ) from None
 
 
 def _models(raw: dict[str, Any], source: str) -> ModelsConfig:
     for name in raw:
         if name not in ModelsConfig.__struct_fields__:
             close = difflib.get_close_matches(name, ModelsConfig.__struct_fields__, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f" (allowed: {', '.join(ModelsConfig.__struct_fields__)})"
+            hint = (
+                f"; did you mean {close[0]!r}?"
+                if close
+                else f" (allowed: {', '.join(ModelsConfig.__struct_fields__)})"
+            )
             raise ConfigError(source, f"models.{name}", f"unknown key{hint}")
-    return ModelsConfig(**{name: _model(value, f"models.{name}", source) for name, value in raw.items()})
+    return ModelsConfig(
+        **{name: _model(value, f"models.{name}", source) for name, value in raw.items()}
+    )
 
 
 def _destination(raw: Any, key: str, source: str) -> DestinationConfig:
@@ -423,19 +468,27 @@ def _destination(raw: Any, key: str, source: str) -> DestinationConfig:
 def _context(raw: dict[str, Any], source: str) -> ContextSettings:
     topics_raw = raw.get("topics", {})
     if not isinstance(topics_raw, dict):
-        raise ConfigError(source, "context.topics", f"must be a table, got {_kind(type(topics_raw).__name__)}")
-    topics = {name: _convert(value, TopicConfig, f"context.topics.{name}", source)
-              for name, value in topics_raw.items()}
+        raise ConfigError(
+            source, "context.topics", f"must be a table, got {_kind(type(topics_raw).__name__)}"
+        )
+    topics = {
+        name: _convert(value, TopicConfig, f"context.topics.{name}", source)
+        for name, value in topics_raw.items()
+    }
     settings: ContextSettings = _convert({**raw, "topics": {}}, ContextSettings, "context", source)
     settings = msgspec.structs.replace(settings, topics=topics)
     for name, topic in topics.items():
         if topic.mode not in TOPIC_MODES:
-            raise ConfigError(source, f"context.topics.{name}.mode",
-                              f"must be {' or '.join(map(repr, TOPIC_MODES))}, got {topic.mode!r}")
+            raise ConfigError(
+                source,
+                f"context.topics.{name}.mode",
+                f"must be {' or '.join(map(repr, TOPIC_MODES))}, got {topic.mode!r}",
+            )
     if settings.on_corrupt not in ON_CORRUPT:
         allowed = " or ".join(map(repr, ON_CORRUPT))
-        raise ConfigError(source, "context.on_corrupt",
-                          f"must be {allowed}, got {settings.on_corrupt!r}")
+        raise ConfigError(
+            source, "context.on_corrupt", f"must be {allowed}, got {settings.on_corrupt!r}"
+        )
     if settings.state_dir is not None and not settings.state_dir.strip():
         raise ConfigError(source, "context.state_dir", "must be a non-empty path")
     try:
@@ -456,7 +509,11 @@ def _context_error(message: str, settings: ContextSettings, source: str) -> Conf
     per_topic = re.fullmatch(r"topic_budget_bytes\['(.+)'\]", parameter)
     if per_topic is not None:
         name = per_topic[1]
-        key = f"context.topics.{name}.budget_bytes" if settings.topics[name].budget_bytes is not None else "context.topic_budget_bytes"
+        key = (
+            f"context.topics.{name}.budget_bytes"
+            if settings.topics[name].budget_bytes is not None
+            else "context.topic_budget_bytes"
+        )
         return ConfigError(source, key, rule)
     key = {
         "summary_context_topics": "context.topics",
@@ -470,16 +527,28 @@ def _validate(config: EdgeConfig, source: str) -> None:
     """Rules across keys: names that refer to each other, counts, timings, the bus string."""
     _check_bus(config.bus.address, source)
     if config.router.default is not None and config.router.default not in config.destinations:
-        raise ConfigError(source, "router.default", f"must name a destination ({', '.join(config.destinations) or 'none configured'}), got {config.router.default!r}")
+        raise ConfigError(
+            source,
+            "router.default",
+            f"must name a destination ({', '.join(config.destinations) or 'none configured'}), got "
+            f"{config.router.default!r}",
+        )
     if config.router.decisions not in DECISION_SERVICES:
-        raise ConfigError(source, "router.decisions", f"must be one of {', '.join(map(repr, DECISION_SERVICES))}, got {config.router.decisions!r}")
+        raise ConfigError(
+            source,
+            "router.decisions",
+            f"must be one of {', '.join(map(repr, DECISION_SERVICES))}, got "
+            f"{config.router.decisions!r}",
+        )
     if config.router.history_limit is not None and config.router.history_limit < 1:
         raise ConfigError(source, "router.history_limit", "must be >= 1")
     heartbeat = config.supervisor.metrics_interval_s
     if not config.router.destination_dead_after_s > heartbeat:
         raise ConfigError(
-            source, "router.destination_dead_after_s",
-            f"must be > supervisor.metrics_interval_s (the heartbeat, {heartbeat:g}s)")
+            source,
+            "router.destination_dead_after_s",
+            f"must be > supervisor.metrics_interval_s (the heartbeat, {heartbeat:g}s)",
+        )
     for name, destination in config.destinations.items():
         if not destination.description.strip():
             raise ConfigError(source, f"destinations.{name}.description", "must be non-empty text")
@@ -488,9 +557,12 @@ def _validate(config: EdgeConfig, source: str) -> None:
         if getattr(supervisor, field) <= 0:
             raise ConfigError(source, f"supervisor.{field}", "must be > 0")
     if supervisor.liveness_timeout_s < 2 * supervisor.metrics_interval_s:
-        raise ConfigError(source, "supervisor.liveness_timeout_s",
-                          "must be >= 2 x supervisor.metrics_interval_s (two missed heartbeats),"
-                          f" got {supervisor.liveness_timeout_s:g}")
+        raise ConfigError(
+            source,
+            "supervisor.liveness_timeout_s",
+            "must be >= 2 x supervisor.metrics_interval_s (two missed heartbeats),"
+            f" got {supervisor.liveness_timeout_s:g}",
+        )
     _check_restart(supervisor.restart, "supervisor.restart", source)
     for name, process in config.processes.items():
         key = f"processes.{name}"
@@ -498,8 +570,12 @@ def _validate(config: EdgeConfig, source: str) -> None:
             raise ConfigError(source, f"{key}.roles", "must name at least one role")
         for index, role in enumerate(process.roles):
             if not _ROLE.match(role):
-                raise ConfigError(source, f"{key}.roles[{index}]",
-                                  f"must be a role name (lowercase, '-') or package.module:function, got {role!r}")
+                raise ConfigError(
+                    source,
+                    f"{key}.roles[{index}]",
+                    "must be a role name (lowercase, '-') or package.module:function, got "
+                    f"{role!r}",
+                )
             if role in process.roles[:index]:
                 raise ConfigError(source, f"{key}.roles[{index}]", f"role {role!r} is listed twice")
         if process.replicas < 1:
@@ -508,32 +584,53 @@ def _validate(config: EdgeConfig, source: str) -> None:
             raise ConfigError(source, f"{key}.compaction_workers", "must be >= 1")
         for index, dependency in enumerate(process.after):
             if dependency not in config.processes:
-                raise ConfigError(source, f"{key}.after[{index}]", f"must name a process, got {dependency!r}")
+                raise ConfigError(
+                    source, f"{key}.after[{index}]", f"must name a process, got {dependency!r}"
+                )
             if dependency == name:
-                raise ConfigError(source, f"{key}.after[{index}]", "a process cannot wait for itself")
+                raise ConfigError(
+                    source, f"{key}.after[{index}]", "a process cannot wait for itself"
+                )
         if process.restart is not None:
             _check_restart(process.restart, f"{key}.restart", source)
         if process.on_give_up not in GIVE_UP_POLICIES:
             allowed = " or ".join(map(repr, GIVE_UP_POLICIES))
-            raise ConfigError(source, f"{key}.on_give_up",
-                              f"must be {allowed}, got {process.on_give_up!r}")
+            raise ConfigError(
+                source, f"{key}.on_give_up", f"must be {allowed}, got {process.on_give_up!r}"
+            )
         if not 0 <= process.nice <= 19:
-            raise ConfigError(source, f"{key}.nice", "must be in [0, 19] (a process may lower its priority, not raise it)")
+            raise ConfigError(
+                source,
+                f"{key}.nice",
+                "must be in [0, 19] (a process may lower its priority, not raise it)",
+            )
     cycle = _cycle(config)
     if cycle:
-        raise ConfigError(source, f"processes.{cycle[0]}.after", f"dependency cycle: {' -> '.join(cycle)}")
+        raise ConfigError(
+            source, f"processes.{cycle[0]}.after", f"dependency cycle: {' -> '.join(cycle)}"
+        )
 
 
 def _check_bus(address: str, source: str) -> None:
     if address.startswith("inproc://"):
-        raise ConfigError(source, "bus.address", "must be a name, ipc:// or tcp://: the processes of an edge box are separate OS processes")
+        raise ConfigError(
+            source,
+            "bus.address",
+            "must be a name, ipc:// or tcp://: the processes of an edge box are separate OS "
+            "processes",
+        )
     if "://" in address:
-        try:  # parse_bus is pure for ipc:// and tcp:// (only a bare name touches the runtime directory)
+        # parse_bus is pure for ipc:// and tcp:// (only a bare name touches the runtime directory)
+        try:
             parse_bus(address)
         except ValueError as error:
             raise ConfigError(source, "bus.address", str(error).removeprefix("bus: ")) from None
     elif not address or "/" in address:
-        raise ConfigError(source, "bus.address", f"a bus name must be non-empty and contain no '/', got {address!r}")
+        raise ConfigError(
+            source,
+            "bus.address",
+            f"a bus name must be non-empty and contain no '/', got {address!r}",
+        )
 
 
 def _check_restart(policy: RestartPolicyConfig, key: str, source: str) -> None:
@@ -554,7 +651,7 @@ def _cycle(config: EdgeConfig) -> list[str]:
         state[name] = 1
         for dependency in config.processes[name].after:
             if state.get(dependency) == 1:
-                return [*path[path.index(dependency):], dependency]
+                return [*path[path.index(dependency) :], dependency]
             if dependency not in state and (found := visit(dependency, [*path, dependency])):
                 return found
         state[name] = 2

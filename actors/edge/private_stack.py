@@ -1,4 +1,5 @@
-"""An edge stack started and stopped by the command that needs it (``xrmq demo``, ``xrmq chat --private-stack``).
+"""An edge stack started and stopped by the command that needs it (``xrmq demo``, ``xrmq chat
+--private-stack``).
 
 It is ``xrmq up`` run programmatically: the same ``Supervisor`` starts the broker and
 every process of the config as separate OS processes, but on a private ipc bus in a
@@ -70,7 +71,7 @@ class _Lines:
     async def wait_line(self, prefix: str, after: int) -> str:
         """The first line starting with ``prefix`` written after the ``after``-th line."""
         while True:
-            fresh = list(self.lines)[max(0, len(self.lines) - (self.written - after)):]
+            fresh = list(self.lines)[max(0, len(self.lines) - (self.written - after)) :]
             for line in fresh:
                 if line.startswith(prefix):
                     return line
@@ -90,7 +91,9 @@ class PrivateStack:
     order and removes the directory, bus sockets included.
     """
 
-    def __init__(self, config: EdgeConfig, *, echo: TextIO | None = None, python: str = sys.executable) -> None:
+    def __init__(
+        self, config: EdgeConfig, *, echo: TextIO | None = None, python: str = sys.executable
+    ) -> None:
         self._requested = config
         self._python = python
         self._out = _Lines(echo)
@@ -119,8 +122,11 @@ class PrivateStack:
         """The pid of the process ``label`` (``context``, ``conversation.1``...) now running."""
         pattern = re.compile(rf"(?:^|\s){re.escape(label)}(?:=| pid=)(\d+)")
         for line in reversed(self._out.lines):
-            starts = ("xrmq up: ready", f"xrmq up: started {label} ",
-                      f"xrmq up: restarted {label} ")
+            starts = (
+                "xrmq up: ready",
+                f"xrmq up: started {label} ",
+                f"xrmq up: restarted {label} ",
+            )
             if line.startswith(starts):
                 found = pattern.search(line)
                 if found:
@@ -141,7 +147,7 @@ class PrivateStack:
         """The last ``count`` supervisor lines (its own and the children's), for error messages."""
         return "\n".join(list(self._out.lines)[-count:])
 
-    async def __aenter__(self) -> "PrivateStack":
+    async def __aenter__(self) -> PrivateStack:
         self.directory = Path(tempfile.mkdtemp(prefix="xrmq-stack-"))  # mode 0700
         try:
             bus = BusConfig(address=f"ipc://{self.directory}/bus", capture=False)
@@ -151,10 +157,15 @@ class PrivateStack:
                 context = msgspec.structs.replace(requested.context, state_dir=journals)
                 requested = msgspec.structs.replace(requested, context=context)
             self._config = write_config(requested, self.directory / "edge.toml")
-            self._supervisor = Supervisor(self.config, str(self.directory / "edge.toml"),
-                                          out=cast(TextIO, self._out),  # write() and flush()
-                                          python=self._python)
-            self._task = asyncio.create_task(self._supervisor.run(), name="xrmq-private-stack-supervisor")
+            self._supervisor = Supervisor(
+                self.config,
+                str(self.directory / "edge.toml"),
+                out=cast(TextIO, self._out),  # write() and flush()
+                python=self._python,
+            )
+            self._task = asyncio.create_task(
+                self._supervisor.run(), name="xrmq-private-stack-supervisor"
+            )
             ready = asyncio.create_task(self._out.ready.wait())
             await asyncio.wait([ready, self._task], return_when=asyncio.FIRST_COMPLETED)
             ready.cancel()

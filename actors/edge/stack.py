@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from xrmq.actors.context import ContextManager, context_plan, register_sections, register_workers
@@ -36,7 +36,14 @@ from xrmq.actors.context.plan import ContextPlan
 from xrmq.actors.context.store import ContextStore, open_store
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import LLMService, ModelSpec, create_llm
-from xrmq.actors.routing import AgentRouter, KeywordDecisions, LLMDecisions, SingleDestination, remote, serve
+from xrmq.actors.routing import (
+    AgentRouter,
+    KeywordDecisions,
+    LLMDecisions,
+    SingleDestination,
+    remote,
+    serve,
+)
 from xrmq.actors.routing.agent import RoutableAgent
 from xrmq.actors.routing.decisions import DecisionService
 from xrmq.actors.runtime import AgentRuntime
@@ -69,8 +76,11 @@ def section_hosts(config: EdgeConfig) -> int:
 def plan_of(config: EdgeConfig) -> ContextPlan:
     """The context plan every process of ``config`` shares."""
     workers = sum(len(indices) for indices in worker_slices(config).values())
-    return context_plan(**config.context.manager_kwargs(), compaction_workers=max(workers, 1),
-                        section_hosts=section_hosts(config))
+    return context_plan(
+        **config.context.manager_kwargs(),
+        compaction_workers=max(workers, 1),
+        section_hosts=section_hosts(config),
+    )
 
 
 def state_dir(config: EdgeConfig) -> Path:
@@ -105,8 +115,14 @@ def prepared_llm(spec: ModelSpec) -> LLMService:
 
 def context_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
     topics: list[str] | None = None if process.shard == 0 else []
-    register_sections(runtime, plan_of(config), shard=process.shard, shards=process.shards,
-                      topics=topics, store=open_context_store(config, process.shard))
+    register_sections(
+        runtime,
+        plan_of(config),
+        shard=process.shard,
+        shards=process.shards,
+        topics=topics,
+        store=open_context_store(config, process.shard),
+    )
 
 
 def compaction_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
@@ -177,8 +193,9 @@ def conversation_role(runtime: AgentRuntime, config: EdgeConfig, process: Proces
 def router_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
     dead_after = config.router.destination_dead_after_s
     destinations = {
-        name: runtime.register(f"{name}-proxy", remote(name, dead_after_s=dead_after,
-                                                       output_topic=VOICE_OUTPUT_TOPIC))
+        name: runtime.register(
+            f"{name}-proxy", remote(name, dead_after_s=dead_after, output_topic=VOICE_OUTPUT_TOPIC)
+        )
         for name in config.destinations
     }
     services: dict[str, Callable[[], DecisionService]] = {
@@ -188,19 +205,30 @@ def router_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInsta
     }
     decisions = services[config.router.decisions]()
     options: dict[str, Any] = (
-        {} if config.router.history_limit is None else {"history_limit": config.router.history_limit}
+        {}
+        if config.router.history_limit is None
+        else {"history_limit": config.router.history_limit}
     )
-    runtime.register("router", AgentRouter(
-        destinations, decisions, default=config.router.default or next(iter(config.destinations), None),
-        query_topic=QUERY_TOPIC, output_topic=VOICE_OUTPUT_TOPIC,
-        interrupted_topic=INTERRUPTED_TOPIC,
-        shutdown_grace_s=SHUTDOWN_GRACE_SHARE * config.supervisor.shutdown_timeout_s, **options,
-    ))
+    runtime.register(
+        "router",
+        AgentRouter(
+            destinations,
+            decisions,
+            default=config.router.default or next(iter(config.destinations), None),
+            query_topic=QUERY_TOPIC,
+            output_topic=VOICE_OUTPUT_TOPIC,
+            interrupted_topic=INTERRUPTED_TOPIC,
+            shutdown_grace_s=SHUTDOWN_GRACE_SHARE * config.supervisor.shutdown_timeout_s,
+            **options,
+        ),
+    )
 
 
 def renderer_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
-    runtime.register("renderer", VoiceRenderer(ConsoleSink(), query_topic=QUERY_TOPIC,
-                                                interrupted_topic=INTERRUPTED_TOPIC))
+    runtime.register(
+        "renderer",
+        VoiceRenderer(ConsoleSink(), query_topic=QUERY_TOPIC, interrupted_topic=INTERRUPTED_TOPIC),
+    )
 
 
 BUILTIN_ROLES = {

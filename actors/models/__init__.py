@@ -11,6 +11,7 @@ from xrmq.actors.prompts.compaction import (
     compaction_limit,
     compaction_limit_instruction,
 )
+
 from .config import OFFLINE_MODEL, PRESETS, ModelSpec, create_llm, load_model_spec, parse_model_spec
 from .errors import (
     ContextWindowExceeded,

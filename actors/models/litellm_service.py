@@ -39,7 +39,10 @@ SDK_RETRIES_OFF: Mapping[str, Any] = {"num_retries": 0, "max_retries": 0}
 """Sent with every call: litellm's and the provider SDK's own retries are off (the OpenAI
 SDK alone would try 3 times), so ``retries`` is the only retry layer."""
 
-_FINISH_REASONS: Mapping[str, FinishReason] = {"length": "length", "content_filter": "content_filter"}
+_FINISH_REASONS: Mapping[str, FinishReason] = {
+    "length": "length",
+    "content_filter": "content_filter",
+}
 
 
 def import_litellm() -> ModuleType:
@@ -131,12 +134,16 @@ class LiteLLMService(LLMService):
         except Exception as error:  # the first real call reports its own error
             self._log.warning("model_prepare_failed", error=repr(error))
 
-    def _arguments(self, litellm: ModuleType, request: ChatRequest, timeout_s: float) -> dict[str, Any]:
+    def _arguments(
+        self, litellm: ModuleType, request: ChatRequest, timeout_s: float
+    ) -> dict[str, Any]:
         options = request.options
         arguments: dict[str, Any] = dict(self.provider_options)
         arguments.update(
             model=self.model,
-            messages=[{"role": message.role, "content": message.content} for message in request.messages],
+            messages=[
+                {"role": message.role, "content": message.content} for message in request.messages
+            ],
             stream=True,
             stream_options={"include_usage": True},
             timeout=timeout_s,
@@ -147,7 +154,10 @@ class LiteLLMService(LLMService):
             ("api_base", self.api_base),
             ("api_key", self._api_key),
             ("max_tokens", options.max_tokens or self.max_tokens),
-            ("temperature", self.temperature if options.temperature is None else options.temperature),
+            (
+                "temperature",
+                self.temperature if options.temperature is None else options.temperature,
+            ),
         ):
             if value is not None:
                 arguments[name] = value
@@ -204,7 +214,7 @@ class LiteLLMService(LLMService):
                 )
                 if not delivered and error.retryable and attempt < self.retries:
                     wait = retry_after_s(exc)
-                    delay = wait if wait is not None else self.retry_backoff_s * 2 ** attempt
+                    delay = wait if wait is not None else self.retry_backoff_s * 2**attempt
                     if loop.time() + delay < deadline:
                         attempt += 1
                         self._log.warning(
@@ -247,13 +257,26 @@ def retry_after_s(exc: BaseException) -> float | None:
         return None
 
 
-_CONNECT_FAILURES = ("cannot connect to host", "connection refused", "connect call failed",
-                     "connection error", "name or service not known", "nodename nor servname")
+_CONNECT_FAILURES = (
+    "cannot connect to host",
+    "connection refused",
+    "connect call failed",
+    "connection error",
+    "name or service not known",
+    "nodename nor servname",
+)
 """Texts by which litellm's wrapped exceptions say the server could not be reached at all."""
 
 
-def _model_error(litellm: ModuleType, model: str, exc: Exception, timeout_s: float,
-                 api_base: str | None = None, *, delivered: bool = False) -> ModelError:
+def _model_error(
+    litellm: ModuleType,
+    model: str,
+    exc: Exception,
+    timeout_s: float,
+    api_base: str | None = None,
+    *,
+    delivered: bool = False,
+) -> ModelError:
     """Map a litellm (or asyncio) exception to the ``ModelError`` family.
 
     litellm wraps a failure raised while streaming in ``MidStreamFallbackError``; the

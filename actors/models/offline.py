@@ -36,7 +36,8 @@ class OfflineLLM(LLMService):
 
     ``time_to_first_token_s`` (>= 0) is waited before the first chunk and
     ``1 / tokens_per_second`` between chunks; ``tokens_per_second=0`` streams without
-    pacing (zero delays still yield to the event loop between chunks). ``sleep`` is the awaitable used for waiting (tests inject one that records).
+    pacing (zero delays still yield to the event loop between chunks). ``sleep`` is the awaitable
+    used for waiting (tests inject one that records).
     """
 
     def __init__(
@@ -64,7 +65,11 @@ class OfflineLLM(LLMService):
         if limit is not None:
             material = "\n".join(message.content for message in messages[1:])
             return extractive_summary(material, limit)
-        context = [line for message in messages[int(has_system) : -1] for line in content_lines(message.content)]
+        context = [
+            line
+            for message in messages[int(has_system) : -1]
+            for line in content_lines(message.content)
+        ]
         return reply(messages[-1].content, context)
 
     async def _generate(self, request: ChatRequest) -> AsyncGenerator[str | ChatResult, None]:

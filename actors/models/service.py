@@ -17,7 +17,15 @@ import asyncio
 from collections.abc import AsyncGenerator, Sequence
 from types import TracebackType
 
-from .types import ChatCompletion, ChatMessage, ChatOptions, ChatRequest, ChatResult, FinishReason, Usage
+from .types import (
+    ChatCompletion,
+    ChatMessage,
+    ChatOptions,
+    ChatRequest,
+    ChatResult,
+    FinishReason,
+    Usage,
+)
 
 
 class ChatStream:
@@ -93,19 +101,23 @@ class LLMService(abc.ABC):
     def __init__(self, model: str) -> None:
         self.model = model
 
-    def prepare(self) -> None:
+    def prepare(self) -> None:  # noqa: B027  # optional hook: nothing to prepare by default
         """Do the slow one-time work of the first call now (imports, client set-up).
 
         A process calls it before it reports ready, so its first turn is no slower than
         the next. The default has nothing to prepare.
         """
 
-    def stream(self, messages: Sequence[ChatMessage], options: ChatOptions | None = None) -> ChatStream:
+    def stream(
+        self, messages: Sequence[ChatMessage], options: ChatOptions | None = None
+    ) -> ChatStream:
         """Start one request. Raises ``ValueError`` for an invalid request, here and now."""
         request = ChatRequest(tuple(messages), ChatOptions() if options is None else options)
         return ChatStream(self.model, self._generate(request))
 
-    async def complete(self, messages: Sequence[ChatMessage], options: ChatOptions | None = None) -> ChatCompletion:
+    async def complete(
+        self, messages: Sequence[ChatMessage], options: ChatOptions | None = None
+    ) -> ChatCompletion:
         """Run one request to the end and return its whole text with the finish reason."""
         async with self.stream(messages, options) as stream:
             text = "".join([chunk async for chunk in stream])

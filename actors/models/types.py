@@ -69,7 +69,9 @@ class ChatOptions(msgspec.Struct, frozen=True):
                 "must be positive",
             )
         if self.temperature is not None:
-            _require(0 <= self.temperature <= 2, "ChatOptions", "temperature", "must be between 0 and 2")
+            _require(
+                0 <= self.temperature <= 2, "ChatOptions", "temperature", "must be between 0 and 2"
+            )
         if self.timeout_s is not None:
             _require(self.timeout_s > 0, "ChatOptions", "timeout_s", "must be positive")
 
@@ -89,7 +91,9 @@ class ChatRequest(msgspec.Struct, frozen=True):
                 f"messages[{index}]",
                 "must be a ChatMessage",
             )
-        _require(isinstance(self.options, ChatOptions), "ChatRequest", "options", "must be a ChatOptions")
+        _require(
+            isinstance(self.options, ChatOptions), "ChatRequest", "options", "must be a ChatOptions"
+        )
 
 
 class Usage(msgspec.Struct, frozen=True):

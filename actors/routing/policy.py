@@ -35,9 +35,11 @@ class RouteResult:
 
     ``answered``: ``route`` answered, ``response`` is its response context.
     ``clarified``: ``route`` asked the clarification ``response``.
-    ``unanswered``: nobody took the turn; the router said ``response``.
-    ``failed``: ``route`` raised ``error``. ``canceled``: a newer turn, an interruption,
-    the participant's departure or ``stop()`` cancelled it.
+    ``unanswered``: nobody took the turn; the router said ``response``; ``error`` says
+    why (``"NoDestination: <route>: <reason>; ..."``).
+    ``failed``: ``route`` raised; ``error`` is ``"<Kind>: <message>"`` of what it raised.
+    ``canceled``: a newer turn, an interruption, the participant's departure or
+    ``stop()`` cancelled it.
     """
 
     turn_id: str
@@ -105,11 +107,14 @@ Action = Decide | Admit | Say | Answer | Release | Note
 class Answered:
     """The outcome of an ``Answer``: what ``answer()`` returned, or the error it raised.
 
-    ``began``: whether the destination had called ``started()`` (its output began).
+    ``error`` names the failure as it travels (``"<Kind>: <message>"``, ``failure.py``),
+    ``detail`` is what the log line shows (its ``repr``); ``began``: whether the
+    destination had called ``started()`` (its output began).
     """
 
     result: object = None
     error: str | None = None
+    detail: str | None = None
     began: bool = False
 
 
@@ -124,14 +129,18 @@ def turn_policy(
     default: str | None,
     unavailable: str,
     failure: str,
+    unreachable: Mapping[str, str] | None = None,
 ) -> TurnPolicy:
     """Route ``turn`` of the participant whose routing ``state`` this is.
 
     ``aids`` is every destination's routing aid (in registration order; one that could
-    not be had is ineligible); ``default`` the fallback destination; ``unavailable`` and
-    ``failure`` the router's texts (``RouterTexts``).
+    not be had is ineligible, and ``unreachable`` says why, by name); ``default`` the
+    fallback destination; ``unavailable`` and ``failure`` the router's texts
+    (``RouterTexts``).
     """
     turn = msgspec.structs.replace(turn, history=tuple(state.history))  # rule 7
+    why: dict[str, str] = dict(unreachable or {})
+    """Why each destination did not answer, for an unanswered turn's error."""
     excluded: set[str] = set()
     decline_text: str | None = None
     decisions_left = 2  # rule 4: the first selection and one reroute after a decline
@@ -178,7 +187,9 @@ def turn_policy(
             yield Note("info", "router.focus_released", {"route": target})
         else:  # a decline (and a release from anyone but the focus holder)
             excluded.add(target)
-            decline_text = admission.text if admission.text.strip() else decline_text
+            said = admission.text.strip()
+            why[target] = "declined" + (f" ({said})" if said else "")
+            decline_text = admission.text if said else decline_text
         target = None
     # rule 5: an eligible default that has not declined answers without admission
     if default is not None and default not in excluded and aids.get(default, _INELIGIBLE).eligible:
@@ -186,7 +197,12 @@ def turn_policy(
         return (yield from _answer(turn, state, default, False, failure))
     text = decline_text or unavailable
     yield Say(None, text)
-    return RouteResult(turn.turn_id, "unanswered", None, text)
+    for name, aid in aids.items():
+        if not aid.eligible:
+            why.setdefault(name, "not eligible")
+    reasons = "; ".join(f"{name}: {reason}" for name, reason in why.items())
+    error = f"NoDestination: {reasons or 'no destination was chosen'}"
+    return RouteResult(turn.turn_id, "unanswered", None, text, error=error)
 
 
 def _take_focus(state: ParticipantRouting, route: str) -> Generator[Action, Any, None]:
@@ -206,7 +222,7 @@ def _answer(
         yield Note(
             "error",
             "router.answer_failed",
-            {"route": route, "started": outcome.began, "error": outcome.error},
+            {"route": route, "started": outcome.began, "error": outcome.detail or outcome.error},
         )
         if not outcome.began:
             yield Say(route, failure)
@@ -215,7 +231,9 @@ def _answer(
     if not isinstance(result, DestinationResult):
         kind = type(result).__name__
         yield Note("error", "router.answer_invalid", {"route": route, "result": kind})
-        return RouteResult(turn.turn_id, "failed", route, error=f"answer returned {kind}")
+        return RouteResult(
+            turn.turn_id, "failed", route, error=f"InvalidResult: answer returned {kind}"
+        )
     if result.focus == "take":
         yield from _take_focus(state, route)
     elif result.focus == "release" and state.clear_focus(route):

@@ -103,7 +103,6 @@ RouterOutput = Callable[[AgentTurn, "str | None", str], Awaitable[None]]
 destination it concerns, None when no destination is involved."""
 
 
-
 @dataclass(frozen=True, slots=True)
 class RouterTexts:
     """What the router says itself when no destination can."""
@@ -120,9 +119,10 @@ class RouterTexts:
 
 
 class _Lane:
-    """One participant's serialized work: every unfinished task, the cancellable turns, the state."""
+    """One participant's serialized work: every unfinished task, the cancellable turns, the
+    state."""
 
-    __slots__ = ("pending", "turns", "state")
+    __slots__ = ("pending", "state", "turns")
 
     def __init__(self, history_limit: int) -> None:
         self.pending: set[asyncio.Task[Any]] = set()
@@ -172,21 +172,38 @@ class AgentRouter(Agent):
         for name, agent in agents.items():
             check_routable("AgentRouter", name, agent)
         if not callable(getattr(decisions, "decide", None)):
-            raise ValueError("AgentRouter.decisions: must have an async decide(turn, candidates) method")
+            raise ValueError(
+                "AgentRouter.decisions: must have an async decide(turn, candidates) method"
+            )
         check_topic(query_topic, UserQuery, "AgentRouter.query_topic")
         check_topic(output_topic, ResponseOutput, "AgentRouter.output_topic")
         check_topic(interrupted_topic, Interrupted, "AgentRouter.interrupted_topic")
         check_topic(turn_topic, TurnEnded, "AgentRouter.turn_topic")
         for topic in participant_topics or ():
-            if not (isinstance(topic, Topic) and topic.message_type in (ParticipantJoined, ParticipantLeft)):
-                raise ValueError("AgentRouter.participant_topics: each must be a Topic carrying ParticipantJoined or ParticipantLeft")
+            if not (
+                isinstance(topic, Topic)
+                and topic.message_type in (ParticipantJoined, ParticipantLeft)
+            ):
+                raise ValueError(
+                    "AgentRouter.participant_topics: each must be a Topic carrying "
+                    "ParticipantJoined or ParticipantLeft"
+                )
         if output is None and output_topic is None:
-            raise ValueError("AgentRouter.output: give output or output_topic, so the router can say its own text")
+            raise ValueError(
+                "AgentRouter.output: give output or output_topic, so the router can say its own "
+                "text"
+            )
         if cleanup_participant is not None and (query_topic is None or output_topic is None):
-            raise ValueError("AgentRouter.cleanup_participant: requires query_topic and output_topic")
+            raise ValueError(
+                "AgentRouter.cleanup_participant: requires query_topic and output_topic"
+            )
         if default is not None and default not in agents:
             raise ValueError(f"AgentRouter.default: {default!r} is not one of the agents")
-        if isinstance(history_limit, bool) or not isinstance(history_limit, int) or history_limit < 0:
+        if (
+            isinstance(history_limit, bool)
+            or not isinstance(history_limit, int)
+            or history_limit < 0
+        ):
             raise ValueError("AgentRouter.history_limit: must be an int >= 0")
         self.agents: dict[str, RoutableAgent] = dict(agents)
         self.decisions = decisions
@@ -209,7 +226,9 @@ class AgentRouter(Agent):
             if interrupted_topic is not None:
                 self._handlers[interrupted_topic] = self._on_interrupted
             for topic in participant_topics or ():
-                self._handlers[topic] = self._on_joined if topic.message_type is ParticipantJoined else self._on_left
+                self._handlers[topic] = (
+                    self._on_joined if topic.message_type is ParticipantJoined else self._on_left
+                )
 
     def handlers(self) -> Handlers:
         """With ``query_topic``: the query, interrupted and participant topics."""
@@ -243,8 +262,11 @@ class AgentRouter(Agent):
         )
 
     def interrupt(self, participant_id: str | None = None) -> None:
-        """Cancel a participant's turns in flight (every participant's for None); they drain on their own."""
-        lanes = self._lanes.values() if participant_id is None else [self._lanes.get(participant_id)]
+        """Cancel a participant's turns in flight (every participant's for None); they drain on
+        their own."""
+        lanes = (
+            self._lanes.values() if participant_id is None else [self._lanes.get(participant_id)]
+        )
         for lane in lanes:
             if lane is not None:
                 for task in lane.turns:
@@ -253,7 +275,9 @@ class AgentRouter(Agent):
     async def participant_left(self, participant_id: str) -> None:
         """Cancel and drain the participant's turns, forget their focus and history, tell
         every destination, then run ``cleanup_participant``."""
-        await self._enqueue(participant_id, lambda lane: self._depart(participant_id, lane), turn=False)
+        await self._enqueue(
+            participant_id, lambda lane: self._depart(participant_id, lane), turn=False
+        )
 
     async def stop(self) -> None:
         """Refuse new turns, let the turns in flight finish for up to ``shutdown_grace_s``,
@@ -261,8 +285,9 @@ class AgentRouter(Agent):
         self._stopped = True
         pending = [task for lane in self._lanes.values() for task in lane.pending]
         if pending and self.shutdown_grace_s > 0:
-            self._log.info("router.stopping", turns_in_flight=len(pending),
-                           grace_s=self.shutdown_grace_s)
+            self._log.info(
+                "router.stopping", turns_in_flight=len(pending), grace_s=self.shutdown_grace_s
+            )
             await asyncio.wait(pending, timeout=self.shutdown_grace_s)
         self.interrupt()
         pending = [task for lane in self._lanes.values() for task in lane.pending]
@@ -281,10 +306,13 @@ class AgentRouter(Agent):
         if ctx.participant_id is None:
             self._log.warning("router.query_without_participant", sender=ctx.metadata.sender)
             return
-        turn = AgentTurn(ctx.participant_id, ctx.metadata.message_id, query.text, timestamp_us=query.timestamp_us)
+        turn = AgentTurn(
+            ctx.participant_id, ctx.metadata.message_id, query.text, timestamp_us=query.timestamp_us
+        )
         if self._stopped:
-            self._log.warning("router.query_refused_stopping", participant=turn.participant_id,
-                              turn=turn.turn_id)
+            self._log.warning(
+                "router.query_refused_stopping", participant=turn.participant_id, turn=turn.turn_id
+            )
             return
         self._watch(self.submit(turn), turn.participant_id, turn.turn_id)
 
@@ -294,7 +322,11 @@ class AgentRouter(Agent):
 
     async def _on_left(self, message: ParticipantLeft, ctx: RuntimeContext) -> None:
         if ctx.participant_id is not None:
-            self._watch(asyncio.ensure_future(self.participant_left(ctx.participant_id)), ctx.participant_id, None)
+            self._watch(
+                asyncio.ensure_future(self.participant_left(ctx.participant_id)),
+                ctx.participant_id,
+                None,
+            )
 
     async def _on_joined(self, message: ParticipantJoined, ctx: RuntimeContext) -> None:
         pid = ctx.participant_id
@@ -307,21 +339,31 @@ class AgentRouter(Agent):
 
         def done(task: asyncio.Future[Any]) -> None:
             if not task.cancelled() and task.exception() is not None:
-                self._log.error("router.work_failed", participant=participant_id, turn=turn_id, error=repr(task.exception()))
+                self._log.error(
+                    "router.work_failed",
+                    participant=participant_id,
+                    turn=turn_id,
+                    error=repr(task.exception()),
+                )
 
         task.add_done_callback(done)
 
     # -- lanes ------------------------------------------------------------------------------
 
-    def _enqueue(self, participant_id: str, work: Callable[[_Lane], Awaitable[T]], *, turn: bool) -> asyncio.Task[T]:
-        """Run ``work`` after every earlier task of the participant ended, cancelling earlier turns."""
+    def _enqueue(
+        self, participant_id: str, work: Callable[[_Lane], Awaitable[T]], *, turn: bool
+    ) -> asyncio.Task[T]:
+        """Run ``work`` after every earlier task of the participant ended, cancelling earlier
+        turns."""
         lane = self._lanes.get(participant_id)
         if lane is None:
             lane = self._lanes[participant_id] = _Lane(self.history_limit)
         earlier = set(lane.pending)
         for task in lane.turns:
             task.cancel()
-        task = asyncio.create_task(self._after(earlier, work, lane), name=f"router-{participant_id}")
+        task = asyncio.create_task(
+            self._after(earlier, work, lane), name=f"router-{participant_id}"
+        )
         lane.pending.add(task)
         task.add_done_callback(lane.pending.discard)
         if turn:
@@ -330,7 +372,9 @@ class AgentRouter(Agent):
         return task
 
     @staticmethod
-    async def _after(earlier: set[asyncio.Task[Any]], work: Callable[[_Lane], Awaitable[T]], lane: _Lane) -> T:
+    async def _after(
+        earlier: set[asyncio.Task[Any]], work: Callable[[_Lane], Awaitable[T]], lane: _Lane
+    ) -> T:
         if earlier:
             await asyncio.wait(earlier)
         return await work(lane)
@@ -380,9 +424,15 @@ class AgentRouter(Agent):
         log = self._log.bind(participant=turn.participant_id, turn=turn.turn_id)
         unreachable: dict[str, str] = {}
         aids = await self._aids(turn.participant_id, log, unreachable)
-        policy = turn_policy(turn, lane.state, aids, default=self.default,
-                             unavailable=self.texts.unavailable, failure=self.texts.failure,
-                             unreachable=unreachable)
+        policy = turn_policy(
+            turn,
+            lane.state,
+            aids,
+            default=self.default,
+            unavailable=self.texts.unavailable,
+            failure=self.texts.failure,
+            unreachable=unreachable,
+        )
         outcome: Any = None
         while True:
             try:
@@ -425,7 +475,9 @@ class AgentRouter(Agent):
         found = await asyncio.gather(*(aid(name, agent) for name, agent in self.agents.items()))
         return dict(zip(self.agents, found))
 
-    async def _decide(self, turn: AgentTurn, choices: dict[str, RoutingAid], log: Any) -> str | None:
+    async def _decide(
+        self, turn: AgentTurn, choices: dict[str, RoutingAid], log: Any
+    ) -> str | None:
         try:
             choice = await self.decisions.decide(turn, choices)
         except Exception as error:
@@ -446,7 +498,8 @@ class AgentRouter(Agent):
                 return Admission("decline")
 
     async def _answer(self, name: str, turn: AgentTurn, focused: bool, log: Any) -> Answered:
-        """Run the destination's ``answer()``; whether its output began, and what it returned or raised."""
+        """Run the destination's ``answer()``; whether its output began, and what it returned or
+        raised."""
         began = False
 
         async def started() -> None:
@@ -467,19 +520,24 @@ class AgentRouter(Agent):
             log.error("router.release_failed", route=name, error=repr(error))
 
     async def _say(self, turn: AgentTurn, route: str | None, text: str) -> None:
-        """Say router-owned text for ``turn``: through ``output``, or as a reply on ``output_topic``."""
+        """Say router-owned text for ``turn``: through ``output``, or as a reply on
+        ``output_topic``."""
         if self.output is not None:
             await self.output(turn, route, text)
             return
         if self.runtime is None or not self.runtime.running:
-            raise RuntimeClosedError("AgentRouter: publishing on output_topic needs the router registered with a running runtime")
+            raise RuntimeClosedError(
+                "AgentRouter: publishing on output_topic needs the router registered with a "
+                "running runtime"
+            )
         assert self.output_topic is not None  # the constructor requires output or output_topic
         outputs = ResponseOutputs(self.runtime, self.output_topic, source=ROUTER_SOURCE)
-        async with outputs.reply(turn.participant_id, request_id=turn.turn_id, timestamp_us=turn.timestamp_us) as reply:
+        async with outputs.reply(
+            turn.participant_id, request_id=turn.turn_id, timestamp_us=turn.timestamp_us
+        ) as reply:
             await reply.send(text)
 
 
 _INELIGIBLE = RoutingAid("unavailable", eligible=False)
 
 __all__ = ["AgentRouter", "RouteResult", "RouteStatus", "RouterTexts"]
-

@@ -58,7 +58,9 @@ def runtime_dir() -> Path:
     if info.st_uid != os.getuid():
         raise ValueError(f"bus: runtime directory {path} must be owned by uid {os.getuid()}")
     if stat.S_IMODE(info.st_mode) & 0o077:
-        raise ValueError(f"bus: runtime directory {path} must not be accessible to other users (mode 0700)")
+        raise ValueError(
+            f"bus: runtime directory {path} must not be accessible to other users (mode 0700)"
+        )
     return path
 
 
@@ -83,7 +85,9 @@ def parse_bus(bus: str) -> BusAddress:
             raise ValueError(f"bus: {bus!r} must be inproc://NAME")
         return BusAddress(f"inproc://{name}.in", f"inproc://{name}.out", f"inproc://{name}.capture")
     if "://" in bus:
-        raise ValueError(f"bus: {bus!r} has an unsupported transport (use ipc://, tcp:// or inproc://)")
+        raise ValueError(
+            f"bus: {bus!r} has an unsupported transport (use ipc://, tcp:// or inproc://)"
+        )
     if "/" in bus:
         raise ValueError(f"bus: name {bus!r} must not contain '/'")
     return parse_bus(f"ipc://{runtime_dir() / bus}")

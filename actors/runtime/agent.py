@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import enum
 import inspect
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Callable, Final, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import msgspec
 
@@ -88,7 +88,9 @@ def _method_name(agent_type: type, handler: object, topic: Topic) -> str:
     function = getattr(handler, "__func__", handler)
     name = getattr(function, "__name__", None)
     if not isinstance(name, str) or getattr(agent_type, name, None) is not function:
-        raise TypeError(f"{owner}: {handler!r} (topic {topic.name!r}) is no handler method of {owner}")
+        raise TypeError(
+            f"{owner}: {handler!r} (topic {topic.name!r}) is no handler method of {owner}"
+        )
     return name
 
 
@@ -154,7 +156,7 @@ class Agent:
     """
 
     name: str = ""
-    runtime: "AgentRuntime | None" = None
+    runtime: AgentRuntime | None = None
 
     async def on_start(self) -> None:
         """Called once the runtime is ready (or the keyed instance is spawned)."""
@@ -173,7 +175,8 @@ class Agent:
         return subscriptions(type(self))
 
     def gauges(self) -> dict[str, float]:
-        """Numbers this actor reports in its runtime's metrics (``xrmq top``); summed over keyed instances."""
+        """Numbers this actor reports in its runtime's metrics (``xrmq top``); summed over keyed
+        instances."""
         return {}
 
 
@@ -188,7 +191,7 @@ class RuntimeContext(msgspec.Struct, eq=False):
     the fields are not type-checked and it is never encoded).
     """
 
-    runtime: "AgentRuntime"
+    runtime: AgentRuntime
     agent_name: str
     metadata: MessageMetadata
     topic: Topic
@@ -225,8 +228,15 @@ class RuntimeContext(msgspec.Struct, eq=False):
             parent_message_id=self.metadata.message_id,
         )
 
-    async def ask(self, topic: Topic, message: Any, *, reply_type: Any = Any,
-                  participant_id: str | Scope | None = None, timeout: float = 5.0) -> Any:
+    async def ask(
+        self,
+        topic: Topic,
+        message: Any,
+        *,
+        reply_type: Any = Any,
+        participant_id: str | Scope | None = None,
+        timeout: float = 5.0,
+    ) -> Any:
         """Ask another actor, as this agent, within the current message's correlation.
 
         ``participant_id`` as for ``publish``: None keeps the current participant.

@@ -25,7 +25,8 @@ from .address import BusAddress
 from .logs import get_logger
 
 DEFAULT_HWM = 1_000_000
-"""High-water mark for bus sockets: large and explicit (PUB/XPUB drop past it; receivers count the gap)."""
+"""High-water mark for bus sockets: large and explicit (PUB/XPUB drop past it; receivers count the
+gap)."""
 
 
 def shared_context() -> zmq.Context:
@@ -45,7 +46,9 @@ class Broker:
     ``xrmq bus`` starts one and stops it on SIGINT/SIGTERM.
     """
 
-    def __init__(self, address: BusAddress, *, capture: bool = False, hwm: int = DEFAULT_HWM) -> None:
+    def __init__(
+        self, address: BusAddress, *, capture: bool = False, hwm: int = DEFAULT_HWM
+    ) -> None:
         self.address = address
         self.capture = capture
         self.hwm = hwm
@@ -56,7 +59,7 @@ class Broker:
         self._lock_file: int | None = None
         self._log = get_logger(component="broker", bus=address.publish)
 
-    def start(self) -> "Broker":
+    def start(self) -> Broker:
         self._thread = threading.Thread(target=self._serve, name="xrmq-broker", daemon=True)
         self._thread.start()
         self._bound.wait()

@@ -29,8 +29,11 @@ def default_bus() -> str:
 
 
 def add_bus_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bus", default=default_bus(),
-                        help="bus name, ipc://PREFIX, tcp://HOST:PORT (default: $XRMQ_BUS or 'default')")
+    parser.add_argument(
+        "--bus",
+        default=default_bus(),
+        help="bus name, ipc://PREFIX, tcp://HOST:PORT (default: $XRMQ_BUS or 'default')",
+    )
 
 
 def require_broker(bus: str, *, endpoint: str = "subscribe") -> None:
@@ -41,9 +44,11 @@ def require_broker(bus: str, *, endpoint: str = "subscribe") -> None:
     (``publish``, ``subscribe`` or ``capture``); tcp buses are not checked.
     """
     socket = getattr(parse_bus(bus), endpoint)
-    if socket.startswith("ipc://") and not Path(socket[len("ipc://"):]).exists():
-        raise ValueError(f"no broker serves bus {bus!r} ({socket[len('ipc://'):]} does not exist): "
-                         "start the edge box with `xrmq up` (or a broker with `xrmq bus`)")
+    if socket.startswith("ipc://") and not Path(socket[len("ipc://") :]).exists():
+        raise ValueError(
+            f"no broker serves bus {bus!r} ({socket[len('ipc://') :]} does not exist): "
+            "start the edge box with `xrmq up` (or a broker with `xrmq bus`)"
+        )
 
 
 def add_commands(subparsers: Any) -> None:
@@ -52,15 +57,21 @@ def add_commands(subparsers: Any) -> None:
     bus.add_argument("--no-capture", action="store_true", help="do not bind the capture socket")
     bus.set_defaults(func=run_bus)
 
-    publish = subparsers.add_parser("publish", help="publish one message (a query or a context update)")
+    publish = subparsers.add_parser(
+        "publish", help="publish one message (a query or a context update)"
+    )
     add_bus_argument(publish)
-    publish.add_argument("topic", help="topic name: a standard topic, or any other name for a context topic")
+    publish.add_argument(
+        "topic", help="topic name: a standard topic, or any other name for a context topic"
+    )
     publish.add_argument("content", help="text, or a JSON object with the payload's fields")
     publish.add_argument("--participant", help="participant id (omit for a global message)")
     publish.add_argument("--source", default="application", help="source name in the envelope")
     publish.set_defaults(func=run_publish)
 
-    schema = subparsers.add_parser("schema", help="print the JSON Schema of the envelope and every standard topic")
+    schema = subparsers.add_parser(
+        "schema", help="print the JSON Schema of the envelope and every standard topic"
+    )
     schema.set_defaults(func=run_schema)
 
 
@@ -71,8 +82,11 @@ def run_bus(args: argparse.Namespace) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     broker.start()
-    print(f"xrmq bus: ready publish={address.publish} subscribe={address.subscribe}"
-          + (f" capture={address.capture}" if broker.capture else ""), flush=True)
+    print(
+        f"xrmq bus: ready publish={address.publish} subscribe={address.subscribe}"
+        + (f" capture={address.capture}" if broker.capture else ""),
+        flush=True,
+    )
     stop.wait()
     broker.stop()
     return 0
@@ -100,7 +114,9 @@ def parse_content(topic: Topic, content: str) -> Any:
         return UserQuery(content, time.time_ns() // 1000)
     if topic.message_type is ConversationContextUpdate:
         return ConversationContextUpdate(content)
-    raise ValueError(f"content: topic {topic.name!r} needs a JSON object of {topic.message_type.__name__} fields")
+    raise ValueError(
+        f"content: topic {topic.name!r} needs a JSON object of {topic.message_type.__name__} fields"
+    )
 
 
 KNOWN_CONTEXT_TOPICS = ("scene", "notes")
@@ -149,7 +165,11 @@ def run_publish(args: argparse.Namespace) -> int:
 
 def schemas() -> dict[str, Any]:
     """JSON Schema of the envelope and of each standard topic's payload, by name."""
-    types = [MessageMetadata, *(topic.message_type for topic in STANDARD_TOPICS), ConversationContextUpdate]
+    types = [
+        MessageMetadata,
+        *(topic.message_type for topic in STANDARD_TOPICS),
+        ConversationContextUpdate,
+    ]
     (refs, components) = msgspec.json.schema_components(types, ref_template="#/$defs/{name}")
     topics = {topic.name: refs[i + 1] for i, topic in enumerate(STANDARD_TOPICS)}
     topics["<context topic>"] = refs[-1]

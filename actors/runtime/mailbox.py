@@ -22,7 +22,9 @@ from .agent import Agent, RuntimeContext
 if TYPE_CHECKING:
     from .runtime import AgentRuntime
 
-Delivery = tuple[Callable[[Any, RuntimeContext], Coroutine[Any, Any, Any]], Any, MessageMetadata, Topic]
+Delivery = tuple[
+    Callable[[Any, RuntimeContext], Coroutine[Any, Any, Any]], Any, MessageMetadata, Topic
+]
 
 
 class Mailbox:
@@ -45,10 +47,20 @@ class Mailbox:
     the request is queued for the task like any other message.
     """
 
-    __slots__ = ("agent", "name", "runtime", "capacity", "_items", "_waiter", "_task", "_context",
-                 "_loop", "_handoff")
+    __slots__ = (
+        "_context",
+        "_handoff",
+        "_items",
+        "_loop",
+        "_task",
+        "_waiter",
+        "agent",
+        "capacity",
+        "name",
+        "runtime",
+    )
 
-    def __init__(self, runtime: "AgentRuntime", agent: Agent, name: str, capacity: int) -> None:
+    def __init__(self, runtime: AgentRuntime, agent: Agent, name: str, capacity: int) -> None:
         check_positive(capacity, "mailbox_capacity")
         self.runtime = runtime
         self.agent = agent
@@ -91,8 +103,9 @@ class Mailbox:
     def start(self, *, call_on_start: bool) -> None:
         self._loop = asyncio.get_running_loop()
         self._context = contextvars.copy_context()
-        self._task = self._loop.create_task(self._run(call_on_start), name=f"xrmq-actor-{self.name}",
-                                            context=self._context)
+        self._task = self._loop.create_task(
+            self._run(call_on_start), name=f"xrmq-actor-{self.name}", context=self._context
+        )
 
     async def stop(self) -> None:
         """Cancel the worker (an in-flight handler is cancelled) and wait for it."""
@@ -106,7 +119,8 @@ class Mailbox:
         self._task = None
 
     def _start_inline(self, delivery: Delivery, waiter: asyncio.Future[None]) -> None:
-        """Run a handler's first step now, as the actor's (parked) task; hand it over if it suspends."""
+        """Run a handler's first step now, as the actor's (parked) task; hand it over if it
+        suspends."""
         loop, task, context = self._loop, self._task, self._context
         if TYPE_CHECKING:  # started: the offer found the task's waiter (no cost at run time)
             assert loop is not None and task is not None and context is not None
@@ -129,7 +143,9 @@ class Mailbox:
             self.runtime.handler_failed(self.name, topic, metadata, error)
         else:
             self._handoff = _Suspended(coro, yielded, metadata, topic)
-            if not waiter.done():  # done: the handler cancelled the task; the task wakes to that anyway
+            if (
+                not waiter.done()
+            ):  # done: the handler cancelled the task; the task wakes to that anyway
                 waiter.set_result(None)
         finally:
             leave_task(loop, task)
@@ -165,7 +181,9 @@ class Mailbox:
                 result = await handling
             except asyncio.CancelledError:
                 current = asyncio.current_task()
-                if current is not None and current.cancelling():  # this task is being cancelled: stop
+                if (
+                    current is not None and current.cancelling()
+                ):  # this task is being cancelled: stop
                     raise
                 runtime.handler_failed(self.name, topic, metadata, "cancelled")
             except Exception as error:  # an actor never dies of its handler
@@ -184,9 +202,11 @@ class _Suspended:
     the task before it took the handler over; it is thrown in first.
     """
 
-    __slots__ = ("coro", "yielded", "metadata", "topic", "pending_error")
+    __slots__ = ("coro", "metadata", "pending_error", "topic", "yielded")
 
-    def __init__(self, coro: Coroutine[Any, Any, Any], yielded: Any, metadata: MessageMetadata, topic: Topic) -> None:
+    def __init__(
+        self, coro: Coroutine[Any, Any, Any], yielded: Any, metadata: MessageMetadata, topic: Topic
+    ) -> None:
         self.coro = coro
         self.yielded = yielded
         self.metadata = metadata
@@ -205,7 +225,9 @@ class _Suspended:
                 error = None
             try:
                 sent = yield yielded
-            except BaseException as thrown:  # the task's cancellation, or the awaited future's failure
+            except (
+                BaseException
+            ) as thrown:  # the task's cancellation, or the awaited future's failure
                 error = thrown
                 continue
             try:

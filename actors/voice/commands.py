@@ -25,14 +25,34 @@ from .sinks import DEFAULT_WORDS_PER_MINUTE, ConsoleSink, EspeakSink, Sink, Sink
 
 
 def add_commands(subparsers: Any) -> None:
-    listen = subparsers.add_parser("listen", help="render voice output (console text or espeak-ng speech)")
+    listen = subparsers.add_parser(
+        "listen", help="render voice output (console text or espeak-ng speech)"
+    )
     add_bus_argument(listen)
-    listen.add_argument("--topic", default=VOICE_OUTPUT_TOPIC.name, help="ResponseOutput topic (default: %(default)s)")
+    listen.add_argument(
+        "--topic",
+        default=VOICE_OUTPUT_TOPIC.name,
+        help="ResponseOutput topic (default: %(default)s)",
+    )
     listen.add_argument("--participant", help="render only this participant (default: everyone)")
-    listen.add_argument("--sink", choices=("console", "espeak"), default="console", help="where output goes")
-    listen.add_argument("--wav-dir", help="with --sink espeak: write one WAV per response here instead of playing")
-    listen.add_argument("--wpm", type=float, default=DEFAULT_WORDS_PER_MINUTE, help="speaking rate in words per minute")
-    listen.add_argument("--idle-timeout", type=float, default=10.0, help="seconds before an abandoned stream is closed")
+    listen.add_argument(
+        "--sink", choices=("console", "espeak"), default="console", help="where output goes"
+    )
+    listen.add_argument(
+        "--wav-dir", help="with --sink espeak: write one WAV per response here instead of playing"
+    )
+    listen.add_argument(
+        "--wpm",
+        type=float,
+        default=DEFAULT_WORDS_PER_MINUTE,
+        help="speaking rate in words per minute",
+    )
+    listen.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=10.0,
+        help="seconds before an abandoned stream is closed",
+    )
     listen.set_defaults(func=run_listen)
 
 
@@ -42,8 +62,11 @@ def build_sink(args: argparse.Namespace) -> Sink:
         if args.wav_dir is not None:
             raise ValueError("--wav-dir: only with --sink espeak")
         return ConsoleSink(words_per_minute=args.wpm, one_line=True)
-    return EspeakSink(wav_dir=args.wav_dir, words_per_minute=args.wpm,
-                      on_written=lambda path: print(f"xrmq listen: wrote {path}", flush=True))
+    return EspeakSink(
+        wav_dir=args.wav_dir,
+        words_per_minute=args.wpm,
+        on_written=lambda path: print(f"xrmq listen: wrote {path}", flush=True),
+    )
 
 
 def run_listen(args: argparse.Namespace) -> int:
@@ -74,7 +97,8 @@ async def _listen(bus: str, renderer: VoiceRenderer, participant_id: str | None)
     runtime.register("voice_renderer", renderer, participant_id=participant_id)
     async with runtime:
         print(
-            f"xrmq listen: ready topic={renderer.output_topic.name} participant={participant_id or '*'} "
+            f"xrmq listen: ready topic={renderer.output_topic.name} "
+            f"participant={participant_id or '*'} "
             f"bus={runtime.address.subscribe}",
             flush=True,
         )
