@@ -40,6 +40,8 @@ def isolated_logging(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """
     from xrmq.actors.runtime import logs
 
+    structlog.reset_defaults()  # whatever an earlier test configured or cached
+    logs._configured = False
     logs.configure_logging()
     if "XRMQ_LOG_LEVEL" in os.environ:  # recorded, so the test's changes are undone
         monkeypatch.setenv("XRMQ_LOG_LEVEL", os.environ["XRMQ_LOG_LEVEL"])
