@@ -11,6 +11,7 @@ benchmark.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import traceback
@@ -40,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return eval_main(argv[1:])
     args = parse_args(argv)
+    # Quiet by default, here and in the processes the suites start; importing a suite
+    # module never changes the environment (the test suite imports them all).
+    os.environ.setdefault("XRMQ_LOG_LEVEL", "ERROR")
     suites, import_errors = discover()
     for module, error in import_errors.items():
         print(f"bench: cannot load {module}:\n{error}", file=sys.stderr)

@@ -32,12 +32,10 @@ import tempfile
 import time
 import tracemalloc
 
-os.environ.setdefault("XRMQ_LOG_LEVEL", "ERROR")
-
-from xrmq.actors.context import ContextManager  # noqa: E402
-from xrmq.actors.models import OfflineLLM, ScriptedLLM, ScriptedResponse  # noqa: E402
-from xrmq.actors.runtime import AgentRuntime  # noqa: E402
-from xrmq.schemas import ConversationContextUpdate  # noqa: E402
+from xrmq.actors.context import ContextManager
+from xrmq.actors.models import OfflineLLM, ScriptedLLM, ScriptedResponse
+from xrmq.actors.runtime import AgentRuntime
+from xrmq.schemas import ConversationContextUpdate
 
 T0 = 1_714_572_785_000_000
 TOPICS = {"summary_context_topics": ("sample.monitor-window",), "incremental_context_topics": ("sample.notes",)}
@@ -311,6 +309,7 @@ async def main(quick: bool) -> None:
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("XRMQ_LOG_LEVEL", "ERROR")  # a benchmark's figures, not its logs
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     asyncio.run(main(parser.parse_args().quick))

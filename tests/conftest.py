@@ -27,6 +27,11 @@ def private_state_home(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state-home"))
 
 
+# The log level the suite was started with, read before collection imports anything
+# (a module that changed the environment at import would otherwise set it for every test).
+_LOG_LEVEL = os.environ.get("XRMQ_LOG_LEVEL")
+
+
 @pytest.fixture(autouse=True)
 def isolated_logging(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Undo what a test running the CLI in-process does to the whole process's logging.
@@ -40,13 +45,13 @@ def isolated_logging(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """
     from xrmq.actors.runtime import logs
 
+    if _LOG_LEVEL is None:  # set through monkeypatch, so whatever the test sets is undone
+        monkeypatch.delenv("XRMQ_LOG_LEVEL", raising=False)
+    else:
+        monkeypatch.setenv("XRMQ_LOG_LEVEL", _LOG_LEVEL)
     structlog.reset_defaults()  # whatever an earlier test configured or cached
     logs._configured = False
     logs.configure_logging()
-    if "XRMQ_LOG_LEVEL" in os.environ:  # recorded, so the test's changes are undone
-        monkeypatch.setenv("XRMQ_LOG_LEVEL", os.environ["XRMQ_LOG_LEVEL"])
-    else:
-        monkeypatch.delenv("XRMQ_LOG_LEVEL", raising=False)
     config, configured = structlog.get_config(), logs._configured
     yield
     if logs._configured != configured or structlog.get_config() != config:

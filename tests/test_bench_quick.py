@@ -7,6 +7,7 @@ and a failure names its suite; the set of suites is what the runner discovers.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from bench.registry import discover  # noqa: E402  (bench/ is not installed: the repository's)
 
+_ENVIRONMENT = dict(os.environ)
 SUITES = list(discover()[0])
+_ENVIRONMENT_AFTER_IMPORT = dict(os.environ)
+
+
+def test_importing_the_suites_leaves_the_environment_alone() -> None:
+    """The suite modules are imported here at collection: one that set, say, the log level
+    at import would set it for every test in the run."""
+    assert _ENVIRONMENT_AFTER_IMPORT == _ENVIRONMENT
 
 
 def test_the_runner_lists_every_suite_it_discovers() -> None:

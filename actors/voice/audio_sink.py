@@ -6,7 +6,7 @@ Each segment is synthesized (``EspeakSynthesizer``: espeak-ng offline;
 published as 20 ms ``AudioFrame``s paced in real time against the monotonic clock, so
 "playing" lasts as long as the audio. Cancelling ``play`` (an interruption, an urgent
 update, a new query) stops between two frames: the last frame leaves at most one frame
-period after the cut. ``audio.playback`` says ``started`` before a response's first
+period after the cut, also when the loop fell behind (an overdue frame still yields). ``audio.playback`` says ``started`` before a response's first
 frame and ``done`` when the response ended (completed or cut), so whether assistant
 audio is playing is known on the bus (the voice gate listens to it).
 """
@@ -127,9 +127,10 @@ class AudioTopicSink:
         period = self.frame_ms / 1000.0
         start = self._clock()
         for index, chunk in enumerate(frames(pcm, SAMPLE_RATE, self.frame_ms)):
-            delay = start + index * period - self._clock()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            # A frame already due still yields: after a stall (a busy loop, a GC pause)
+            # every remaining frame is overdue, and without the yield they would all
+            # leave in one burst before a cut requested meanwhile could land.
+            await asyncio.sleep(max(0.0, start + index * period - self._clock()))
             number = self._counters.get(participant, 0)
             self._counters[participant] = number + 1
             await self._publish(self.topic, AudioFrame(chunk, SAMPLE_RATE, 1, number, _now_us()),
