@@ -83,6 +83,7 @@ class ReplyStream(Generic[T]):
     async def __anext__(self) -> T:
         while not self._items:
             if self._error is not None:
+                self.close()  # a failed stream lets go of its entry at once
                 raise self._error
             if self._closed:
                 raise StopAsyncIteration
@@ -101,7 +102,8 @@ class ReplyStream(Generic[T]):
             raise
 
     def close(self) -> None:
-        """Stop receiving: later replies are dropped; iteration ends."""
+        """Stop receiving: later replies are dropped; iteration ends (a failure already
+        raised stays raised)."""
         if not self._closed:
             self._closed = True
             self._items.clear()
