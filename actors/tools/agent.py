@@ -264,8 +264,10 @@ class ToolAgent:
                                                                          transcript.summary)
                 result = transcript.apply_summary(plan, summary)
             self._tally(transcript, before)
-            self._mirror(participant_id, transcript, [])
-            return result
+            answered = self._mirror(participant_id, transcript, [])
+        if answered is not None:
+            await answered  # the store's first answer: journaled, unless it was down
+        return result
 
     def _lock(self, participant_id: str) -> asyncio.Lock:
         lock = self._locks.get(participant_id)
@@ -382,12 +384,15 @@ class ToolAgent:
         restored = self._transcripts[pid] = restore(state)
         return restored
 
-    def _mirror(self, pid: str, transcript: Transcript, turn_messages: list[ChatMessage]) -> None:
+    def _mirror(
+        self, pid: str, transcript: Transcript, turn_messages: list[ChatMessage]
+    ) -> asyncio.Future[None] | None:
         """Send the store what changed: the whole transcript after a rewrite or when the
         store may have missed a write (``resync``), else the turn. A transcript this agent
-        does not hold (its load failed) is not mirrored."""
+        does not hold (its load failed) is not mirrored. Returns what resolves once the
+        store first answered the write (None when nothing was sent)."""
         if self.store is None or self._transcripts.get(pid) is not transcript:
-            return
+            return None
         rewritten = transcript.take_rewritten()
         new_originals = transcript.take_new_originals()
         if transcript.resync:
@@ -398,17 +403,24 @@ class ToolAgent:
             write = write_of(transcript, "replace", tuple(transcript.messages), new_originals)
         else:
             write = write_of(transcript, "append", tuple(turn_messages), new_originals)
-        self._write(pid, write, transcript)
+        return self._write(pid, write, transcript)
 
-    def _write(self, pid: str, write: TranscriptWrite, transcript: Transcript | None) -> None:
+    def _write(
+        self, pid: str, write: TranscriptWrite, transcript: Transcript | None
+    ) -> asyncio.Future[None] | None:
         """Ask the store to apply ``write`` (sent now, so writes and loads keep their
-        order); a refusal or no answer resyncs ``transcript``."""
+        order); a refusal or no answer resyncs ``transcript``. Returns what resolves once
+        the store first answered (or did not, in time)."""
         if self.store is None or not getattr(self.runtime, "running", False):
-            return
-        task = asyncio.create_task(self._acknowledged(pid, write, transcript, self._ask(pid, write)),
-                                   name=f"xrmq-transcript-write-{pid}")
+            return None
+        answered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(
+            self._acknowledged(pid, write, transcript, self._ask(pid, write), answered),
+            name=f"xrmq-transcript-write-{pid}")
         self._acks.add(task)
         task.add_done_callback(self._acks.discard)
+        task.add_done_callback(lambda _: answered.done() or answered.set_result(None))
+        return answered
 
     def _ask(self, pid: str, write: TranscriptWrite) -> ReplyStream[TranscriptAck] | Exception:
         """Send ``write`` to the store now; its reply stream, or why it could not be sent."""
@@ -420,7 +432,8 @@ class ToolAgent:
             return error
 
     async def _acknowledged(self, pid: str, write: TranscriptWrite, transcript: Transcript | None,
-                            sent: ReplyStream[TranscriptAck] | Exception) -> None:
+                            sent: ReplyStream[TranscriptAck] | Exception,
+                            answered: asyncio.Future[None]) -> None:
         """Await the store's answer to ``write``; while it refuses or stays silent and no
         newer write went out, re-send the whole transcript after each ``RESYNC_DELAYS_S``."""
         for attempt, delay in enumerate((0.0, *RESYNC_DELAYS_S)):
@@ -437,6 +450,8 @@ class ToolAgent:
                                      transcript.originals())
                     sent = self._ask(pid, write)
             reason = _refusal(await _first(sent))
+            if not answered.done():
+                answered.set_result(None)
             if reason is None:
                 return
             self.store_refused += 1
