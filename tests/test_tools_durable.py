@@ -10,8 +10,8 @@ import asyncio
 import sqlite3
 
 import pytest
-
 from test_tools_agent import FakeContext, Probe, never_started, probe_reading, session_model, turn
+
 from xrmq.actors.context.store import SCHEMA_VERSION, open_store
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.tools.agent import ToolAgent
@@ -33,14 +33,25 @@ TOPICS = TranscriptTopics.of("lab-tools")
 
 def agent_on(runtime: AgentRuntime, **kwargs) -> ToolAgent:
     options = {"compactor": AutoCompactor(enabled=False), "discovery_timeout_s": 2.0, **kwargs}
-    return ToolAgent(session_model(), context=FakeContext(), runtime=runtime,
-                     output_topic=VOICE_OUTPUT_TOPIC, tools=[PROBE], transcripts="lab-tools",
-                     **options)
+    return ToolAgent(
+        session_model(),
+        context=FakeContext(),
+        runtime=runtime,
+        output_topic=VOICE_OUTPUT_TOPIC,
+        tools=[PROBE],
+        transcripts="lab-tools",
+        **options,
+    )
 
 
 async def load(runtime: AgentRuntime, participant: str = "p1") -> TranscriptState:
-    return await runtime.ask(TOPICS.load, TranscriptLoad(), reply_type=TranscriptState,
-                             participant_id=participant, timeout=10)
+    return await runtime.ask(
+        TOPICS.load,
+        TranscriptLoad(),
+        reply_type=TranscriptState,
+        participant_id=participant,
+        timeout=10,
+    )
 
 
 async def test_a_journaled_transcript_comes_back_whole_with_its_originals_and_counters(tmp_path):
@@ -63,15 +74,16 @@ async def test_a_journaled_transcript_comes_back_whole_with_its_originals_and_co
     assert list(before.messages) == held.messages
 
     reopened = open_store(path)
-    assert {key for key in reopened.transcripts} == {("p1", "lab-tools")}
+    assert set(reopened.transcripts) == {("p1", "lab-tools")}
     front = AgentRuntime(name="front-2")
     back = AgentRuntime(front.address, name="back-2")
     register_transcripts(back, "lab-tools", store=reopened)
     async with front, back:
         after = await load(front)
         second = agent_on(front)
-        answer = await second.answer(turn("t16", "What is the calibration code of probe 1?"),
-                                     started=never_started)
+        answer = await second.answer(
+            turn("t16", "What is the calibration code of probe 1?"), started=never_started
+        )
         await second.mirrored()
         continued = await load(front)
     reopened.close()
@@ -176,28 +188,41 @@ def test_a_version_1_journal_gains_the_transcript_tables(tmp_path):
 def tools_stack_config():
     import msgspec
 
-    from xrmq.actors.edge.config import DestinationConfig, ProcessConfig, RestartPolicyConfig
-    from xrmq.actors.edge.config import default_config
+    from xrmq.actors.edge.config import (
+        DestinationConfig,
+        ProcessConfig,
+        RestartPolicyConfig,
+        default_config,
+    )
 
     base = default_config()
     restart = RestartPolicyConfig(max_crashes=3, backoff_initial_s=0.05, backoff_max_s=0.2)
     supervisor = msgspec.structs.replace(base.supervisor, restart=restart, shutdown_timeout_s=5.0)
-    tools = DestinationConfig(description="Lab tools: looks at the bench through the camera.",
-                              kind="tools", keywords=["bench", "camera"], tool_servers=["camera"],
-                              tool_timeout_s=5.0)
+    tools = DestinationConfig(
+        description="Lab tools: looks at the bench through the camera.",
+        kind="tools",
+        keywords=["bench", "camera"],
+        tool_servers=["camera"],
+        tool_timeout_s=5.0,
+    )
     processes = dict(base.processes)
     processes["camera"] = ProcessConfig(roles=["edge_roles:lab_camera"])
-    processes["conversation"] = msgspec.structs.replace(processes["conversation"],
-                                                        after=["context", "camera"])
+    processes["conversation"] = msgspec.structs.replace(
+        processes["conversation"], after=["context", "camera"]
+    )
     return msgspec.structs.replace(
-        base, supervisor=supervisor, processes=processes,
+        base,
+        supervisor=supervisor,
+        processes=processes,
         destinations={**base.destinations, "lab-tools": tools},
-        router=msgspec.structs.replace(base.router, decisions="rules"))
+        router=msgspec.structs.replace(base.router, decisions="rules"),
+    )
 
 
 @pytest.mark.timeout(240)
-async def test_a_kill_9_of_the_context_process_keeps_the_tools_transcript_placeholders_and_originals(
-        monkeypatch):
+async def test_a_kill_9_of_the_context_process_keeps_the_transcript_placeholders_and_originals(
+    monkeypatch,
+):
     """14 tool turns, a manual tier-1 compaction (``xrmq context compact --tier``'s
     ask), SIGKILL of the context process: the restarted process serves the same
     transcript from its journal; then SIGKILL of the conversation process: the new
@@ -240,6 +265,7 @@ async def test_a_kill_9_of_the_context_process_keeps_the_tools_transcript_placeh
             await compact(client, "p1", "/compact toolcall lab-tools", None, timeout=20)
             continued = await load(client)
         assert not stack.failed
+
     def users(state: TranscriptState) -> list[str]:
         return [m.content for m in state.messages if m.role == "user"]
 

@@ -26,8 +26,9 @@ class Camera(Agent):
 
     def __init__(self, **kwargs) -> None:
         self.scene = "an empty bench"
-        super().__init__(tools=[Tool("describe_view", "Describe the bench.", View, self.describe)],
-                         **kwargs)
+        super().__init__(
+            tools=[Tool("describe_view", "Describe the bench.", View, self.describe)], **kwargs
+        )
 
     def describe(self, args: View) -> str:
         return f"The camera sees {self.scene}."
@@ -50,7 +51,8 @@ async def test_an_agent_declaring_tools_serves_them_on_the_bus_under_its_name() 
         # An ask, so the scene is handled before the next call (the reply is None).
         await caller.ask(SCENE, ConversationContextUpdate("a red multimeter"), timeout=5)
         second = await remote_tool("camera", "describe_view", description="d").call(
-            caller, "{}", call_id="c2")
+            caller, "{}", call_id="c2"
+        )
     assert camera.tools[0].name == "describe_view"
     assert first.content == "The camera sees an empty bench." and first.error is None
     assert second.content == "The camera sees a red multimeter."
@@ -67,7 +69,8 @@ async def test_tool_server_names_the_server_and_an_agent_without_tools_serves_no
     caller = AgentRuntime(box.address, name="caller")
     async with box, caller:
         reply = await remote_tool("front-cam", "describe_view", description="d").call(
-            caller, "{}", call_id="c1")
+            caller, "{}", call_id="c1"
+        )
         with pytest.raises(KeyError):
             box.agent("tools.plain")
     assert reply.content == "The camera sees an empty bench."
@@ -80,9 +83,13 @@ def test_bad_tool_declarations_and_unusable_server_names_are_refused_naming_the_
     with pytest.raises(ValueError, match=r"^Agent.tools: every tool must be a Tool$"):
         Agent(tools=["describe_view"])
     runtime = AgentRuntime(name="box")
-    with pytest.raises(ValueError, match=(
+    with pytest.raises(
+        ValueError,
+        match=(
             r"^register: 'camera.front' serves tools as tool server 'camera.front': "
-            r"ToolServer.server: must be 1-40 letters, digits or '-'.*Agent\(tool_server=...\)$")):
+            r"ToolServer.server: must be 1-40 letters, digits or '-'.*Agent\(tool_server=...\)$"
+        ),
+    ):
         runtime.register("camera.front", Camera())
     runtime.register("camera.front", Camera(tool_server="front"))  # nothing was registered before
     with pytest.raises(ValueError, match=r"^register: name 'tools.front' is already registered$"):

@@ -10,9 +10,8 @@ import json
 
 import msgspec
 import pytest
-
-from buses import broker_process, expect_line, python, reap
 from test_router_doubles import FakeContext
+
 from xrmq.actors.models import ScriptedLLM, ScriptedResponse, ToolCall
 from xrmq.actors.runtime import (
     DEFERRED_REPLY,
@@ -29,6 +28,8 @@ from xrmq.actors.tools.server import serve_tools
 from xrmq.actors.tools.tool import Tool
 from xrmq.schemas import AgentTurn, ConversationContextUpdate
 from xrmq.topics import VOICE_OUTPUT_TOPIC, Topic
+
+from buses import broker_process, expect_line, python, reap
 
 
 async def never_started() -> None:
@@ -66,8 +67,10 @@ async def test_a_local_generator_tools_chunks_reach_on_chunk_before_it_finishes(
     release_now = asyncio.Event()
     release_now.set()
     broken = await Tool("scan", "Scan.", Room, gated(release_now, fail=True)).invoke("{}")
-    assert json.loads(broken.content) == {"error": "scan failed: RuntimeError: scanner unplugged",
-                                          "partial": "lab: door closed; "}
+    assert json.loads(broken.content) == {
+        "error": "scan failed: RuntimeError: scanner unplugged",
+        "partial": "lab: door closed; ",
+    }
 
 
 async def test_over_the_bus_chunks_arrive_while_the_servers_generator_still_runs() -> None:
@@ -84,8 +87,9 @@ async def test_over_the_bus_chunks_arrive_while_the_servers_generator_still_runs
             seen.append(chunk)
             first.set()
 
-        call = asyncio.create_task(scan.call(caller, '{"name": "lab 3"}', call_id="c1",
-                                             on_chunk=on_chunk))
+        call = asyncio.create_task(
+            scan.call(caller, '{"name": "lab 3"}', call_id="c1", on_chunk=on_chunk)
+        )
         await first.wait()
         assert seen == ["lab 3: door closed; "] and not call.done()
         assert server.agent("tools.rooms").gauges()["tool_calls_running"] == 1
@@ -102,8 +106,9 @@ async def test_over_the_bus_chunks_arrive_while_the_servers_generator_still_runs
 
 async def test_a_stream_that_times_out_keeps_its_chunks_as_partial_and_is_cancelled_at_the_server():
     server = AgentRuntime(name="scanner")
-    tools = serve_tools(server, "rooms", [Tool("scan", "Scan a room.", Room,
-                                               gated(asyncio.Event()))])
+    tools = serve_tools(
+        server, "rooms", [Tool("scan", "Scan a room.", Room, gated(asyncio.Event()))]
+    )
     caller = AgentRuntime(server.address, name="caller")
     async with server, caller:
         seen: list[str] = []
@@ -136,24 +141,28 @@ async def test_ask_stream_yields_every_reply_bounds_its_buffer_and_raises_errors
     caller = AgentRuntime(server.address, name="caller")
     async with server, caller:
         got = []
-        async with caller.ask_stream(Parts.TOPIC, ConversationContextUpdate("3"), reply_type=int,
-                                     timeout=5) as replies:
+        async with caller.ask_stream(
+            Parts.TOPIC, ConversationContextUpdate("3"), reply_type=int, timeout=5
+        ) as replies:
             async for reply in replies:
                 got.append(reply)
                 if reply == 2:
                     break
         with pytest.raises(AskError, match="no parts today"):
-            async with caller.ask_stream(Parts.TOPIC, ConversationContextUpdate("fail"),
-                                         timeout=5) as replies:
+            async with caller.ask_stream(
+                Parts.TOPIC, ConversationContextUpdate("fail"), timeout=5
+            ) as replies:
                 await anext(replies)
-        overflowing = caller.ask_stream(Parts.TOPIC, ConversationContextUpdate("5"),
-                                        reply_type=int, timeout=5, max_buffered=2)
+        overflowing = caller.ask_stream(
+            Parts.TOPIC, ConversationContextUpdate("5"), reply_type=int, timeout=5, max_buffered=2
+        )
         with pytest.raises(ReplyOverflow):
             while True:
                 await asyncio.wait_for(anext(overflowing), 5)
         with pytest.raises(TimeoutError):
-            async with caller.ask_stream(Parts.TOPIC, ConversationContextUpdate("0"),
-                                         timeout=0.2) as replies:
+            async with caller.ask_stream(
+                Parts.TOPIC, ConversationContextUpdate("0"), timeout=0.2
+            ) as replies:
                 await anext(replies)
         assert caller._pending == {}  # every stream let go of its entry
     assert got == [0, 1, 2]
@@ -164,8 +173,10 @@ async def test_a_tool_agent_sees_a_streaming_tool_in_another_process_chunk_by_ch
     """The other process's ``trend`` yields a chunk, then waits for ``release``: only
     the agent's ``on_tool_chunk`` having seen that chunk (and calling ``release``) lets
     it finish; the model then gets the whole result, and so does the transcript."""
-    llm = ScriptedLLM(ScriptedResponse(tool_calls=(ToolCall("c1", "lab__trend", "{}"),)),
-                      "The kettle went from 80 to 85 degrees.")
+    llm = ScriptedLLM(
+        ScriptedResponse(tool_calls=(ToolCall("c1", "lab__trend", "{}"),)),
+        "The kettle went from 80 to 85 degrees.",
+    )
     with broker_process() as bus:
         server = python("tool_server.py", bus)
         try:
@@ -178,15 +189,24 @@ async def test_a_tool_agent_sees_a_streaming_tool_in_another_process_chunk_by_ch
                 async def on_tool_chunk(participant: str, call: ToolCall, chunk: str) -> None:
                     chunks.append((participant, call.id, chunk))
                     if len(chunks) == 1:
-                        done = await release.call(runtime, "{}", call_id="r1", participant_id=participant)
+                        done = await release.call(
+                            runtime, "{}", call_id="r1", participant_id=participant
+                        )
                         assert done.content == "released"
 
-                agent = ToolAgent(llm, context=FakeContext(), runtime=runtime,
-                                  output_topic=VOICE_OUTPUT_TOPIC, servers=["lab"],
-                                  discovery_timeout_s=10, tool_timeout_s=20,
-                                  on_tool_chunk=on_tool_chunk)
-                result = await agent.answer(AgentTurn("p1", "t1", "How did the kettle trend?"),
-                                            started=never_started)
+                agent = ToolAgent(
+                    llm,
+                    context=FakeContext(),
+                    runtime=runtime,
+                    output_topic=VOICE_OUTPUT_TOPIC,
+                    servers=["lab"],
+                    discovery_timeout_s=10,
+                    tool_timeout_s=20,
+                    on_tool_chunk=on_tool_chunk,
+                )
+                result = await agent.answer(
+                    AgentTurn("p1", "t1", "How did the kettle trend?"), started=never_started
+                )
         finally:
             reap(server)
     assert chunks == [("p1", "c1", "kettle: 80 C, "), ("p1", "c1", "then 85 C")]
@@ -194,4 +214,5 @@ async def test_a_tool_agent_sees_a_streaming_tool_in_another_process_chunk_by_ch
     tool_result = next(m for m in llm.requests[1].messages if m.role == "tool")
     assert tool_result.content == "kettle: 80 C, then 85 C"
     assert [m.content for m in agent.transcript("p1").messages if m.role == "tool"] == [
-        "kettle: 80 C, then 85 C"]
+        "kettle: 80 C, then 85 C"
+    ]

@@ -200,8 +200,8 @@ def render(rows: list[RuntimeRow], *, stale_after_s: float = 5.0, color: bool = 
         gauges, tiers = _tier_gauges(row.gauges)
         if gauges:
             lines.append("  " + "  ".join(f"{name} {value:g}" for name, value in sorted(gauges.items())))
-        for destination, counts in sorted(tiers.items()):
-            lines.append(f"  tools {destination} compaction: " + _tier_line(counts))
+        for destination, tier_counts in sorted(tiers.items()):
+            lines.append(f"  tools {destination} compaction: " + _tier_line(tier_counts))
         for actor, depth in sorted(row.actors.items()):
             faults = row.actor_faults.get(actor)
             stuck = row.stuck.get(actor)

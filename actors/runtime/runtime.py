@@ -728,7 +728,9 @@ class AgentRuntime:
             lambda metadata: AskError(f"ask: {metadata.source} failed: {metadata.error}"),
             max_buffered)
         self._pending[message_id] = replies  # type: ignore[assignment]  # a future's API
-        self._deadlines.add(replies, timeout, topic.name)  # type: ignore[arg-type]
+        deadlines = self._deadlines
+        assert deadlines is not None  # set while running
+        deadlines.add(replies, timeout, topic.name)  # type: ignore[arg-type]  # a future's API
         return replies
 
     def reply(self, request: MessageMetadata, result: Any, *, error: str | None = None) -> None:

@@ -36,11 +36,24 @@ class ReplyStream(Generic[T]):
     reply, ``RuntimeClosedError`` when the runtime stops, ``ReplyOverflow`` as above.
     """
 
-    __slots__ = ("_decode", "_error", "_items", "_max", "_release", "_waiter", "_closed",
-                 "_ask_error")
+    __slots__ = (
+        "_ask_error",
+        "_closed",
+        "_decode",
+        "_error",
+        "_items",
+        "_max",
+        "_release",
+        "_waiter",
+    )
 
-    def __init__(self, decode: Callable[[Any], T], release: Callable[[], None],
-                 ask_error: Callable[[MessageMetadata], BaseException], max_buffered: int) -> None:
+    def __init__(
+        self,
+        decode: Callable[[Any], T],
+        release: Callable[[], object],
+        ask_error: Callable[[MessageMetadata], BaseException],
+        max_buffered: int,
+    ) -> None:
         self._decode = decode
         self._release = release
         self._ask_error = ask_error
@@ -59,8 +72,9 @@ class ReplyStream(Generic[T]):
         if self.done():
             return
         if len(self._items) >= self._max:
-            self.set_exception(ReplyOverflow(f"ask_stream: more than {self._max} replies "
-                                             "waited for the reader"))
+            self.set_exception(
+                ReplyOverflow(f"ask_stream: more than {self._max} replies waited for the reader")
+            )
             return
         self._items.append(reply)
         self._wake()

@@ -419,7 +419,7 @@ class ToolAgent:
             name=f"xrmq-transcript-write-{pid}")
         self._acks.add(task)
         task.add_done_callback(self._acks.discard)
-        task.add_done_callback(lambda _: answered.done() or answered.set_result(None))
+        task.add_done_callback(lambda _: _resolve(answered))
         return answered
 
     def _ask(self, pid: str, write: TranscriptWrite) -> ReplyStream[TranscriptAck] | Exception:
@@ -450,8 +450,7 @@ class ToolAgent:
                                      transcript.originals())
                     sent = self._ask(pid, write)
             reason = _refusal(await _first(sent))
-            if not answered.done():
-                answered.set_result(None)
+            _resolve(answered)
             if reason is None:
                 return
             self.store_refused += 1
@@ -498,6 +497,11 @@ class ToolAgent:
                 if tool.spec().name not in self.toolset:
                     self.toolset.add(tool)
             self.servers.remove(server)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 async def _first(sent: ReplyStream[TranscriptAck] | Exception) -> TranscriptAck | Exception:

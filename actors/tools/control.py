@@ -8,6 +8,8 @@ reports the agent's seed-002 counters per tier as gauges ``tools.NAME.<counter>`
 
 from __future__ import annotations
 
+from typing import Literal
+
 from xrmq.actors.runtime import Agent, RuntimeContext
 from xrmq.schemas.tools import CompactReply, CompactRequest
 from xrmq.topics import Topic
@@ -39,7 +41,8 @@ class CompactServer(Agent):
     async def on_compact(self, message: CompactRequest, ctx: RuntimeContext) -> CompactReply:
         if ctx.participant_id is None:
             raise ValueError("CompactRequest: the envelope must name the participant")
-        tier = "toolcall" if message.tier == "toolcall" else "summary"
+        tier: Literal["toolcall", "summary"] = (
+            "toolcall" if message.tier == "toolcall" else "summary")
         result = await self.agent.compact(ctx.participant_id, tier=tier)
         if isinstance(result, SummaryCompactResult):
             return CompactReply(tier, result.status.value, result.reclaimed_fraction)
