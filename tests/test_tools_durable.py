@@ -273,3 +273,25 @@ async def test_a_kill_9_of_the_context_process_keeps_the_transcript_placeholders
     assert len(continued.messages) == len(before.messages) + 4  # user, call, result, answer
     assert continued.revision > before.revision
     assert restore(continued).extract(call_ids[1] or "") == restored.extract(call_ids[1] or "")
+
+
+async def test_an_instance_retired_over_its_bound_reads_its_transcript_back_from_the_journal(
+    tmp_path,
+):
+    path = tmp_path / "context-0.sqlite3"
+    front = AgentRuntime(name="front")
+    back = AgentRuntime(front.address, name="back")
+    store = open_store(path)
+    register_transcripts(back, "lab-tools", store=store, max_instances=1)
+    async with front, back:
+        agent = agent_on(front)
+        await agent.answer(turn("t1", "Read probe 1."), started=never_started)
+        await agent.mirrored()  # p1's write is journaled and its instance idle
+        await agent.answer(turn("t1", "Read probe 2.", participant="p2"), started=never_started)
+        await agent.mirrored()
+        while "p1" in back.keyed_instances("lab-tools.transcripts"):
+            await load(front, "p2")  # p2's instance retired p1's (the bound is 1)
+        again = await load(front, "p1")
+    store.close()
+    assert list(again.messages) == agent.transcript("p1").messages and again.revision == 1
+    assert agent.store_refused == 0  # read back whole: nothing had to be re-sent

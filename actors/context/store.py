@@ -372,6 +372,16 @@ class ContextStore:
             [(f"DELETE FROM {table}", ()) for table in ("sections", "identities", "jobs")],
         )
 
+    def read_transcript(self, participant: str, name: str) -> RecoveredTranscript | None:
+        """One transcript as committed now (after every transaction handed to the writer),
+        for an actor re-created after it was retired; None if the journal has none."""
+
+        def read() -> RecoveredTranscript | None:
+            found = _read_transcripts(self._db, self.path, (participant, name))
+            return found.get((participant, name))
+
+        return self._run(read)  # type: ignore[return-value]
+
     @property
     def open(self) -> bool:
         return not self._closed
@@ -537,20 +547,26 @@ def _read(connection: sqlite3.Connection, path: Path) -> dict[tuple[str, str], R
 
 
 def _read_transcripts(
-    connection: sqlite3.Connection, path: Path
+    connection: sqlite3.Connection, path: Path, key: tuple[str, str] | None = None
 ) -> dict[tuple[str, str], RecoveredTranscript]:
+    """Every transcript of the journal, or the one of ``key`` (participant, name)."""
     transcripts: dict[tuple[str, str], RecoveredTranscript] = {}
+    where, parameters = ("", ()) if key is None else (" WHERE participant = ? AND name = ?", key)
     try:
-        for participant, name, header in connection.execute("SELECT * FROM transcripts"):
+        for participant, name, header in connection.execute(
+            "SELECT * FROM transcripts" + where, parameters
+        ):
             transcripts[(participant, name)] = RecoveredTranscript(bytes(header), [], [])
         for participant, name, _, message in connection.execute(
-            "SELECT * FROM transcript_messages ORDER BY participant, name, position"
+            f"SELECT * FROM transcript_messages{where} ORDER BY participant, name, position",
+            parameters,
         ):
             item = transcripts.get((participant, name))
             if item is not None:
                 item.messages.append(bytes(message))
         for participant, name, call_id, _, original in connection.execute(
-            "SELECT * FROM transcript_originals ORDER BY participant, name, position"
+            f"SELECT * FROM transcript_originals{where} ORDER BY participant, name, position",
+            parameters,
         ):
             item = transcripts.get((participant, name))
             if item is not None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -39,8 +40,6 @@ from xrmq.topics import Topic
 from .transcript import CompactionCounters, Transcript
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from xrmq.actors.context.store import ContextStore, RecoveredTranscript
 
 RESYNC_DELAYS_S = (0.5, 1.0, 2.0, 4.0)
@@ -194,12 +193,16 @@ class TranscriptActor(Agent):
     acknowledged; ``recovered`` is the journal's state of this participant. A ``clear``
     empties it (and its journal rows) and retires the instance once its mailbox is
     idle, so a departed participant leaves no actor behind (as the dialogue sections do).
+    ``on_retired(participant)`` is told when an instance holding journaled state stops
+    (retired over the keyed bound), so the next instance reads it back from the journal.
     """
 
     def __init__(self, participant_id: str, kind: str = "", *, name: str = "",
                  store: ContextStore | None = None,
-                 recovered: TranscriptState | None = None) -> None:
+                 recovered: TranscriptState | None = None,
+                 on_retired: Callable[[str], None] | None = None) -> None:
         self.participant_id = participant_id
+        self._on_retired = on_retired
         self.kind = kind
         self.store_name = name
         self.store = store
@@ -285,33 +288,54 @@ class TranscriptActor(Agent):
     async def on_load(self, message: TranscriptLoad, ctx: RuntimeContext) -> TranscriptState:
         return state_of(self.transcript)
 
+    async def on_stop(self) -> None:
+        """Retired (or the runtime stops): a later instance reads the journal again."""
+        if self._on_retired is not None and not self._cleared and self.transcript.revision:
+            self._on_retired(self.participant_id)
+
     def gauges(self) -> dict[str, float]:
         return {"transcript_messages": len(self.transcript.messages)}
 
 
+def _decoded(rows: RecoveredTranscript, kind: str, pid: str, path: object) -> TranscriptState | None:
+    try:
+        return recovered_state(rows)
+    except (msgspec.DecodeError, msgspec.ValidationError) as error:
+        get_logger(actor=kind, participant=pid).error(
+            "tools.transcript_unreadable", path=str(path), error=str(error),
+            action="starting this transcript empty")
+        return None
+
+
 def register_transcripts(
     runtime: AgentRuntime, name: str, *, shard: int = 0, shards: int = 1,
-    store: ContextStore | None = None,
+    store: ContextStore | None = None, max_instances: int | None = None,
 ) -> None:
     """Host the transcripts of store ``name`` (this process's shard of the participants),
-    journaled in ``store`` (the context process's journal) and restored from it."""
+    journaled in ``store`` (the context process's journal) and restored from it: at the
+    first message of each participant the journal held at start, and when an instance
+    retired over ``max_instances`` (the keyed bound) is needed again."""
     topics = TranscriptTopics.of(name)
     kind = f"{name}.transcripts"
     recovered: dict[str, TranscriptState] = {}
+    retired: set[str] = set()
     if store is not None:
         for (pid, store_name) in [key for key in store.transcripts if key[1] == name]:
-            rows = store.transcripts.pop((pid, store_name))
-            try:
-                recovered[pid] = recovered_state(rows)
-            except (msgspec.DecodeError, msgspec.ValidationError) as error:
-                get_logger(actor=kind, participant=pid).error(
-                    "tools.transcript_unreadable", path=str(store.path), error=str(error),
-                    action="starting this transcript empty")
+            state = _decoded(store.transcripts.pop((pid, store_name)), kind, pid, store.path)
+            if state is not None:
+                recovered[pid] = state
     if recovered:
         get_logger(actor=kind).info("tools.transcripts_recovered", transcripts=len(recovered))
 
     def factory(key: str) -> TranscriptActor:
-        return TranscriptActor(key, kind, name=name, store=store, recovered=recovered.pop(key, None))
+        state = recovered.pop(key, None)
+        if state is None and key in retired and store is not None and store.open:
+            retired.discard(key)
+            rows = store.read_transcript(key, name)  # rare: only after a retirement
+            state = None if rows is None else _decoded(rows, kind, key, store.path)
+        return TranscriptActor(key, kind, name=name, store=store, recovered=state,
+                               on_retired=retired.add)
 
     runtime.register_keyed(kind, TranscriptActor, factory=factory, shard=shard, shards=shards,
-                           handlers={topics.write: "on_write", topics.load: "on_load"})
+                           handlers={topics.write: "on_write", topics.load: "on_load"},
+                           max_instances=max_instances)
