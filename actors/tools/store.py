@@ -224,8 +224,7 @@ class TranscriptActor(Agent):
         if message.kind != "append":
             self._reset = True
         apply_write(transcript, message)
-        if message.kind == "clear":
-            self._cleared = True
+        self._cleared = message.kind == "clear"  # until a later write starts a new one
         if message.kind == "clear" and self.kind:
             self._retiring = asyncio.create_task(self._retire_when_idle())
         journaled = await self._journal()
@@ -245,10 +244,10 @@ class TranscriptActor(Agent):
         """The journal's commit: stage what changed since the last commit (``Journaled``)."""
         transcript, key = self.transcript, (self.participant_id, self.store_name)
         new = transcript.take_new_originals()
-        if self._cleared and not transcript.messages and transcript.revision == 0:
+        if self._cleared:
             store.delete_transcript(*key)
             self._journaled_messages, self._journaled_originals = 0, set()
-            self._cleared = self._reset = False
+            self._reset = False
             return [], self._failed
         held = {call_id for call_id, _ in transcript.originals()}
         if self._reset:
@@ -269,11 +268,12 @@ class TranscriptActor(Agent):
                              start, rows, dropped, reset=self._reset)
         self._journaled_messages = len(transcript.messages)
         self._journaled_originals = held
-        self._cleared = self._reset = False
+        self._reset = False
         return [], self._failed
 
     def _failed(self) -> None:
-        """The commit failed: the next one rewrites the whole transcript."""
+        """The commit failed: the next one rewrites the whole transcript (or deletes it
+        again, after a clear); the store retries it."""
         self.journal_failures += 1
         self._reset = True
 
@@ -294,7 +294,8 @@ class TranscriptActor(Agent):
             self._on_retired(self.participant_id)
 
     def gauges(self) -> dict[str, float]:
-        return {"transcript_messages": len(self.transcript.messages)}
+        return {"transcript_messages": len(self.transcript.messages),
+                "transcript_journal_failures": self.journal_failures}
 
 
 def _decoded(rows: RecoveredTranscript, kind: str, pid: str, path: object) -> TranscriptState | None:
