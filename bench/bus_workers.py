@@ -34,7 +34,7 @@ import uuid
 import msgspec
 import zmq
 
-from xrmq.actors.runtime import Agent, AgentRuntime, run, subscribe
+from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, run, subscribe
 from xrmq.schemas import MessageMetadata, ResponseOutput, UserQuery
 from xrmq.topics import Topic
 
@@ -140,8 +140,8 @@ class FanoutCounter(Agent):
     def __init__(self, topic: Topic, batches: Batches, full: asyncio.Event) -> None:
         self.topic, self.batches, self.full = topic, batches, full
 
-    def handlers(self) -> dict[Topic, str]:
-        return {self.topic: "on_fragment"}
+    def handlers(self) -> Handlers:
+        return {self.topic: self.on_fragment}
 
     async def on_fragment(self, message: ResponseOutput | MutableOutput, ctx) -> None:
         if self.batches.arrived():

@@ -35,9 +35,9 @@ through the broker), then reads commands from stdin until it closes.
 from __future__ import annotations
 
 import asyncio
-import os
 import itertools
 import json
+import os
 import random
 import sys
 import time
@@ -49,7 +49,7 @@ from xrmq.actors.context.store import open_store
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import LiteLLMService, LLMService, OfflineLLM
 from xrmq.actors.routing import AgentRouter, SingleDestination, remote, serve
-from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, run
+from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, RuntimeContext, run
 from xrmq.actors.voice import CallbackSink, ResponseEnded, Segment, VoiceRenderer
 from xrmq.schemas import ConversationContextUpdate, ResponseOutput, UserQuery
 from xrmq.topics import INTERRUPTED_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC, Topic, context_topic
@@ -111,8 +111,8 @@ class CompactionTally(Agent):
         self.compactions = 0
         self.failed = 0
 
-    def handlers(self) -> dict[Topic, str]:
-        return dict.fromkeys(self._topics, "on_done")
+    def handlers(self) -> Handlers:
+        return dict.fromkeys(self._topics, self.on_done)
 
     async def on_done(self, message: CompactionDone, ctx: RuntimeContext) -> None:
         self.compactions += 1
@@ -198,8 +198,8 @@ class FirstFragment(Agent):
     def __init__(self, turns: Turns) -> None:
         self._turns = turns
 
-    def handlers(self) -> dict[Topic, str]:
-        return {VOICE_OUTPUT_TOPIC: "on_output"}
+    def handlers(self) -> Handlers:
+        return {VOICE_OUTPUT_TOPIC: self.on_output}
 
     async def on_output(self, message: ResponseOutput, ctx: RuntimeContext) -> None:
         if message.text.strip():

@@ -148,7 +148,7 @@ class Reports(Agent):
         self.report: SupervisorReport | None = None
 
     def handlers(self) -> dict:
-        return {SUPERVISOR_TOPIC: "on_report"}
+        return {SUPERVISOR_TOPIC: self.on_report}
 
     async def on_report(self, report: SupervisorReport, ctx: RuntimeContext) -> None:
         state = report.by_process().get(self.process)
@@ -203,7 +203,7 @@ class Ticks(Agent):
         self.last: SupervisorReport | None = None
 
     def handlers(self) -> dict:
-        return {SUPERVISOR_TOPIC: "on_report"}
+        return {SUPERVISOR_TOPIC: self.on_report}
 
     async def on_report(self, report: SupervisorReport, ctx: RuntimeContext) -> None:
         self.count += 1

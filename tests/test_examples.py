@@ -32,7 +32,7 @@ class ContextRecorder(Agent):
     """Records every update of the given context topics as (topic, participant, source, text)."""
 
     def __init__(self, *topics: str) -> None:
-        self._handlers = {context_topic(name): "on_update" for name in topics}
+        self._handlers = {context_topic(name): self.on_update for name in topics}
         self.updates: list[tuple[str, str | None, str, str]] = []
         self.changed = asyncio.Event()
 
@@ -106,7 +106,7 @@ async def test_foreign_client_sends_a_wav_as_audio_frames_with_pyzmq_and_msgpack
             self.all = asyncio.Event()
 
         def handlers(self):
-            return {AUDIO_IN_TOPIC: "on_frame"}
+            return {AUDIO_IN_TOPIC: self.on_frame}
 
         async def on_frame(self, frame: AudioFrame, ctx: RuntimeContext) -> None:
             self.frames.append((ctx.participant_id, frame))

@@ -365,7 +365,7 @@ class Heartbeats(Agent):
         self.beat = asyncio.Event()
 
     def handlers(self) -> dict:
-        return {METRICS_TOPIC: "on_metrics"}
+        return {METRICS_TOPIC: self.on_metrics}
 
     async def on_metrics(self, metrics: RuntimeMetrics, ctx) -> None:
         if metrics.runtime == self.watched:

@@ -385,7 +385,7 @@ class Configured(Agent):
         self.done = asyncio.Event()
 
     def handlers(self):
-        return {self.topic: "on_text"}
+        return {self.topic: self.on_text}
 
     async def on_text(self, message, ctx) -> str:
         self.texts.append(message.text)
@@ -407,8 +407,12 @@ async def test_an_actor_can_name_its_subscriptions_at_registration():
 async def test_a_keyed_kind_can_take_its_handlers_from_configuration():
     topic = context_topic("configured.keyed")
     runtime = AgentRuntime()
-    runtime.register_keyed("configured", Configured, factory=lambda key: Configured(topic, key),
-                           handlers={topic: "on_text"})
+    runtime.register_keyed(
+        "configured",
+        Configured,
+        factory=lambda key: Configured(topic, key),
+        handlers={topic: Configured.on_text},
+    )
     async with runtime:
         assert await runtime.ask(topic, Update("hi"), participant_id="p1", reply_type=str) == "hi"
 
@@ -416,11 +420,27 @@ async def test_a_keyed_kind_can_take_its_handlers_from_configuration():
 def test_configured_handlers_are_checked_like_decorated_ones():
     class NotAsync(Agent):
         def handlers(self):
-            return {NOTES: "on_text"}
+            return {NOTES: self.on_text}
 
         def on_text(self, message, ctx) -> None: ...
 
+    async def elsewhere(message, ctx) -> None: ...
+
     with pytest.raises(TypeError, match="must be 'async def'"):
         AgentRuntime().register("bad", NotAsync())
-    with pytest.raises(TypeError, match="no such handler method"):
-        AgentRuntime().register_keyed("bad", Configured, handlers={NOTES: "missing"})
+    with pytest.raises(TypeError, match="is no handler method of Configured"):
+        AgentRuntime().register_keyed("bad", Configured, handlers={NOTES: elsewhere})
+    with pytest.raises(TypeError, match="is no handler method of Configured"):
+        AgentRuntime().register_keyed("bad", Configured, handlers={NOTES: NotAsync.on_text})
+
+
+def test_a_handler_is_wired_by_reference_never_by_name():
+    with pytest.raises(TypeError, match=r"mapped to the name 'on_text'; a handler is wired by reference, never by name"):
+        AgentRuntime().register_keyed("named", Configured, handlers={NOTES: "on_text"})
+
+    class Named(Configured):
+        def handlers(self):
+            return {self.topic: "on_text"}
+
+    with pytest.raises(TypeError, match=r"self.on_text or .*Named.on_text"):
+        AgentRuntime().register("named", Named(NOTES))

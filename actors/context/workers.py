@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from xrmq.actors.models import ChatMessage, ChatOptions, LLMService
-from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, get_logger
+from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, RuntimeContext, get_logger
 from xrmq.topics import Topic
 
 from .compaction import CompactionRequest, CompactionResult, JobRef
@@ -53,9 +53,12 @@ class CompactionWorker(Agent):
         self._reply_topics: dict[str, Topic[CompactionDone]] = {}
         self._stopping = False
 
-    def handlers(self) -> dict[Topic, str]:
+    def handlers(self) -> Handlers:
         """Its own job and cancel topics: each worker is a mailbox of its own."""
-        return {self._topics.worker_jobs(self.index): "on_job", self._topics.worker_cancel(self.index): "on_cancel"}
+        return {
+            self._topics.worker_jobs(self.index): self.on_job,
+            self._topics.worker_cancel(self.index): self.on_cancel,
+        }
 
     @property
     def busy(self) -> int:

@@ -37,10 +37,17 @@ from typing import TextIO
 
 import msgspec
 
-from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext
+from xrmq.actors.runtime import Agent, AgentRuntime, Handler, Handlers, RuntimeContext
 from xrmq.actors.voice import ResponseEnded, Segment, VoiceRenderer
 from xrmq.schemas import ConversationContextUpdate, Interrupted, ParticipantLeft, RuntimeMetrics
-from xrmq.topics import INTERRUPTED_TOPIC, METRICS_TOPIC, PARTICIPANT_LEFT_TOPIC, QUERY_TOPIC, Topic, context_topic
+from xrmq.topics import (
+    INTERRUPTED_TOPIC,
+    METRICS_TOPIC,
+    PARTICIPANT_LEFT_TOPIC,
+    QUERY_TOPIC,
+    Topic,
+    context_topic,
+)
 
 from .config import DestinationConfig, EdgeConfig, ProcessConfig, RestartPolicyConfig, default_config
 from .embedded import EmbeddedStack
@@ -191,11 +198,11 @@ class StackObserver(Agent):
 
     def __init__(self, config: EdgeConfig) -> None:
         topics = plan_of(config).topics
-        self._handlers: dict[Topic, str] = {topics.view: "on_view", METRICS_TOPIC: "on_metrics",
-                                            topics.dialogue_result: "on_compaction"}
+        self._handlers: dict[Topic, Handler] = {topics.view: self.on_view, METRICS_TOPIC: self.on_metrics,
+                                            topics.dialogue_result: self.on_compaction}
         for name, topic in config.context.topics.items():
             if topic.mode == "incremental":
-                self._handlers[topics.topic_result(name)] = "on_compaction"
+                self._handlers[topics.topic_result(name)] = self.on_compaction
         self.seen: dict[tuple[str, str], list[str]] = defaultdict(list)
         """Block texts of every view, by (participant, section)."""
         self.summaries: dict[tuple[str, str], list[str]] = {}
@@ -206,7 +213,7 @@ class StackObserver(Agent):
         """The latest report of each runtime."""
         self._changed = asyncio.Condition()
 
-    def handlers(self) -> dict[Topic, str]:
+    def handlers(self) -> Handlers:
         return self._handlers
 
     async def on_view(self, message, ctx: RuntimeContext) -> None:

@@ -22,10 +22,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from xrmq.actors.routing.router import ROUTER_SOURCE
-from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext
+from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, RuntimeContext
 from xrmq.schemas import ResponseOutput, TurnEnded, UserQuery
-from xrmq.topics import QUERY_TOPIC, TURN_ENDED_TOPIC, VOICE_OUTPUT_TOPIC, Topic
+from xrmq.topics import QUERY_TOPIC, ROUTER_SOURCE, TURN_ENDED_TOPIC, VOICE_OUTPUT_TOPIC, Topic
 
 FAILED_STATUSES = ("failed", "unanswered", "canceled")
 """``TurnEnded.status`` values a front end reports as a failed turn."""
@@ -111,8 +110,8 @@ class ReplyCollector(Agent):
         self.on_fragment = on_fragment
         self.turns: dict[str, Turn] = {}
 
-    def handlers(self) -> dict[Topic, str]:
-        return {self.output_topic: "on_output", self.turn_topic: "on_turn_ended"}
+    def handlers(self) -> Handlers:
+        return {self.output_topic: self.on_output, self.turn_topic: self.on_turn_ended}
 
     def expect(self, turn: Turn) -> Turn:
         self.turns[turn.request_id] = turn

@@ -41,11 +41,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, get_logger
+from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, RuntimeContext, get_logger
 from xrmq.actors.runtime.address import parse_bus
 from xrmq.schemas import ProcessState, RuntimeMetrics, SupervisorReport
 from xrmq.schemas.metrics import ProcessStateName
-from xrmq.topics import METRICS_TOPIC, SUPERVISOR_TOPIC, Topic
+from xrmq.topics import METRICS_TOPIC, SUPERVISOR_TOPIC
 
 from .config import EdgeConfig, RestartPolicyConfig
 from .liveness import BUS, LivenessWatch
@@ -469,8 +469,8 @@ class _Heartbeats(Agent):
     def __init__(self, supervisor: Supervisor) -> None:
         self.supervisor = supervisor
 
-    def handlers(self) -> dict[Topic, str]:
-        return {METRICS_TOPIC: "on_metrics", SUPERVISOR_TOPIC: "on_report"}
+    def handlers(self) -> Handlers:
+        return {METRICS_TOPIC: self.on_metrics, SUPERVISOR_TOPIC: self.on_report}
 
     async def on_metrics(self, message: RuntimeMetrics, ctx: RuntimeContext) -> None:
         self.supervisor.heartbeat(message)

@@ -73,7 +73,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from xrmq.actors.runtime import Agent, RuntimeClosedError, RuntimeContext, get_logger
+from xrmq.actors.runtime import Agent, Handler, Handlers, RuntimeClosedError, RuntimeContext, get_logger
 from xrmq.schemas import (
     Admission,
     AgentTurn,
@@ -220,12 +220,12 @@ class RemoteAgent(Agent):
         self._revived = asyncio.Event()
         self._log = get_logger(actor=f"remote.{name}")
 
-    def handlers(self) -> dict[Topic, str]:
-        topics: dict[Topic, str] = {self.events: "_on_event"}
+    def handlers(self) -> Handlers:
+        topics: dict[Topic, Handler] = {self.events: self._on_event}
         if self.dead_after_s is not None:
-            topics[METRICS_TOPIC] = "_on_heartbeat"
+            topics[METRICS_TOPIC] = self._on_heartbeat
             if self.output_topic is not None:
-                topics[self.output_topic] = "_on_output"
+                topics[self.output_topic] = self._on_output
         return topics
 
     async def routing_aid(self, participant_id: str) -> RoutingAid:
@@ -484,11 +484,11 @@ class DestinationServer(Agent):
         self._finished_calls: dict[str, None] = {}
         self._log = get_logger(actor=f"serve.{name}")
 
-    def handlers(self) -> dict[Topic, str]:
+    def handlers(self) -> Handlers:
         topics = self.topics
-        return {topics.aid: "_on_aid", topics.admit: "_on_admit", topics.release: "_on_release",
-                topics.left: "_on_left", topics.answer: "_on_answer", topics.signal: "_on_signal",
-                topics.status: "_on_status"}
+        return {topics.aid: self._on_aid, topics.admit: self._on_admit, topics.release: self._on_release,
+                topics.left: self._on_left, topics.answer: self._on_answer, topics.signal: self._on_signal,
+                topics.status: self._on_status}
 
     async def on_stop(self) -> None:
         tasks = [call.task for call in self._calls.values() if call.task is not None]

@@ -52,7 +52,7 @@ from typing import Any, Literal, TypeVar
 import msgspec
 
 from xrmq.actors.interaction import ResponseOutputs
-from xrmq.actors.runtime import Agent, RuntimeClosedError, RuntimeContext, get_logger
+from xrmq.actors.runtime import Agent, Handler, Handlers, RuntimeClosedError, RuntimeContext, get_logger
 from xrmq.schemas import (
     Admission,
     AgentExchange,
@@ -66,7 +66,13 @@ from xrmq.schemas import (
     TurnEnded,
     UserQuery,
 )
-from xrmq.topics import PARTICIPANT_JOINED_TOPIC, PARTICIPANT_LEFT_TOPIC, TURN_ENDED_TOPIC, Topic
+from xrmq.topics import (
+    PARTICIPANT_JOINED_TOPIC,
+    PARTICIPANT_LEFT_TOPIC,
+    ROUTER_SOURCE,
+    TURN_ENDED_TOPIC,
+    Topic,
+)
 
 from .agent import RoutableAgent, RoutingTurnContext, check_routable, routed_turn, routing_aid_of
 from .decisions import DecisionService
@@ -75,8 +81,6 @@ from .state import ParticipantRouting, candidates
 
 T = TypeVar("T")
 
-ROUTER_SOURCE = "router"
-"""Source of the router's own published output."""
 DEFAULT_HISTORY_LIMIT = 8
 DEFAULT_MAX_PARTICIPANTS = 1024
 """Participants the router keeps state (a lane) for; beyond, the least recently active idle
@@ -215,15 +219,15 @@ class AgentRouter(Agent):
         """By participant, least recently active first (bounded by ``max_participants``)."""
         self._stopped = False
         self._log = get_logger(actor="router")
-        self._handlers: dict[Topic, str] = {}
+        self._handlers: dict[Topic, Handler] = {}
         if query_topic is not None:
-            self._handlers[query_topic] = "_on_query"
+            self._handlers[query_topic] = self._on_query
             if interrupted_topic is not None:
-                self._handlers[interrupted_topic] = "_on_interrupted"
+                self._handlers[interrupted_topic] = self._on_interrupted
             for topic in participant_topics or ():
-                self._handlers[topic] = "_on_joined" if topic.message_type is ParticipantJoined else "_on_left"
+                self._handlers[topic] = self._on_joined if topic.message_type is ParticipantJoined else self._on_left
 
-    def handlers(self) -> dict[Topic, str]:
+    def handlers(self) -> Handlers:
         """With ``query_topic``: the query, interrupted and participant topics."""
         return self._handlers
 

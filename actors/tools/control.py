@@ -6,7 +6,7 @@ Tools destination NAME answers asks on ``tools.NAME.compact`` (``CompactRequest`
 
 from __future__ import annotations
 
-from xrmq.actors.runtime import Agent, RuntimeContext
+from xrmq.actors.runtime import Agent, Handlers, RuntimeContext
 from xrmq.schemas.tools import CompactReply, CompactRequest
 from xrmq.topics import Topic
 
@@ -26,8 +26,8 @@ class CompactServer(Agent):
         self.topic = compact_topic(destination)
         self.agent = agent
 
-    def handlers(self) -> dict[Topic, str]:
-        return {self.topic: "on_compact"}
+    def handlers(self) -> Handlers:
+        return {self.topic: self.on_compact}
 
     async def on_compact(self, message: CompactRequest, ctx: RuntimeContext) -> CompactReply:
         if ctx.participant_id is None:

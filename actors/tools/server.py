@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from xrmq.actors.runtime import DEFERRED_REPLY, Agent, AgentRuntime, RuntimeContext, get_logger
+from xrmq.actors.runtime import Agent, AgentRuntime, DEFERRED_REPLY, Handlers, RuntimeContext, get_logger
 from xrmq.schemas import MessageMetadata
 from xrmq.schemas.tools import (
     ToolCallRequest,
@@ -77,9 +77,9 @@ class ToolServer(Agent):
         self._catalog = ToolCatalog(
             tuple(ToolInfo(t.name, t.description, t.parameters) for t in tools))
 
-    def handlers(self) -> dict[Topic, str]:
+    def handlers(self) -> Handlers:
         topics = self.topics
-        return {topics.list: "on_list", topics.call: "on_call", topics.cancel: "on_cancel"}
+        return {topics.list: self.on_list, topics.call: self.on_call, topics.cancel: self.on_cancel}
 
     def gauges(self) -> dict[str, float]:
         return {"tool_calls": self.calls, "tool_calls_running": len(self._running),

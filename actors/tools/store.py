@@ -146,4 +146,4 @@ def register_transcripts(
     kind = f"{name}.transcripts"
     runtime.register_keyed(kind, TranscriptActor, factory=lambda key: TranscriptActor(key, kind),
                            shard=shard, shards=shards,
-                           handlers={topics.write: "on_write", topics.load: "on_load"})
+                           handlers={topics.write: TranscriptActor.on_write, topics.load: TranscriptActor.on_load})

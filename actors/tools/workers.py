@@ -19,7 +19,7 @@ from xrmq.actors.context.compaction import CompactionRequest, JobRef
 from xrmq.actors.context.messages import CompactionDone, CompactionJob
 from xrmq.actors.context.plan import ContextPlan
 from xrmq.actors.models import ChatMessage
-from xrmq.actors.runtime import Agent, RuntimeContext, get_logger
+from xrmq.actors.runtime import Agent, Handlers, RuntimeContext, get_logger
 from xrmq.topics import Topic
 
 from .summary import SUMMARY_LIMIT_BYTES, summary_request
@@ -44,8 +44,8 @@ class WorkerSummarizer(Agent):
         self._waiting: dict[int, asyncio.Future[CompactionDone]] = {}
         self.failed = 0
 
-    def handlers(self) -> dict[Topic, str]:
-        return {self.results: "on_done"}
+    def handlers(self) -> Handlers:
+        return {self.results: self.on_done}
 
     async def on_done(self, message: CompactionDone, ctx: RuntimeContext) -> None:
         future = self._waiting.pop(message.result.job.job_id, None)

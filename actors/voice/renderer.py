@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from xrmq.actors.runtime import Agent, RuntimeContext, get_logger
+from xrmq.actors.runtime import Agent, Handler, Handlers, RuntimeContext, get_logger
 from xrmq.schemas import Interrupted, ResponseOutput, UserQuery
 from xrmq.topics import VOICE_OUTPUT_TOPIC, Topic
 
@@ -99,11 +99,11 @@ class VoiceRenderer(Agent):
 
     # -- handlers ---------------------------------------------------------------------
 
-    def handlers(self) -> dict[Topic, str]:
+    def handlers(self) -> Handlers:
         """The output topic, and the query and interrupted topics when given."""
-        chosen = {self.output_topic: "handle_output", self.query_topic: "handle_query",
-                  self.interrupted_topic: "handle_interrupted"}
-        return {topic: name for topic, name in chosen.items() if topic is not None}
+        chosen: dict[Topic | None, Handler] = {self.output_topic: self.handle_output, self.query_topic: self.handle_query,
+                  self.interrupted_topic: self.handle_interrupted}
+        return {topic: handler for topic, handler in chosen.items() if topic is not None}
 
     async def handle_output(self, message: ResponseOutput, ctx: RuntimeContext) -> None:
         metadata = ctx.metadata
