@@ -43,7 +43,7 @@ def isolated_logging(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     Logging is configured before the test, so a first ``get_logger`` inside a test's
     ``capture_logs`` block cannot replace the capturing configuration.
     """
-    from xrmq.actors.runtime import logs
+    from xrmq.actors import logs
 
     if _LOG_LEVEL is None:  # set through monkeypatch, so whatever the test sets is undone
         monkeypatch.delenv("XRMQ_LOG_LEVEL", raising=False)

@@ -16,7 +16,7 @@ from collections.abc import AsyncGenerator, Mapping
 from types import ModuleType
 from typing import Any
 
-from xrmq.actors.runtime.logs import get_logger
+from xrmq.actors.logs import get_logger
 
 from .errors import (
     ContextWindowExceeded,

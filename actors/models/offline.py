@@ -25,8 +25,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, Awaitable, Callable
 
+from xrmq.actors.prompts.compaction import compaction_limit
+
 from .chunking import word_chunks
-from .compaction import compaction_limit
 from .extractive import content_lines, extractive_summary, reply
 from .offline_tools import answer_after_tools, choose_tool_call
 from .service import LLMService
