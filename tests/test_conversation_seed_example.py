@@ -54,6 +54,7 @@ async def publish_router_control(turn: AgentTurn, route: str | None, text: str) 
 
 async def seed_example(llm, decisions) -> None:
     # ---- seed 000, verbatim from here --------------------------------------------------
+    # fmt: off
     runtime = AgentRuntime()
 
     context = ContextManager(llm)
@@ -79,6 +80,7 @@ async def seed_example(llm, decisions) -> None:
             await front_end.stop()
     await conversation.close()
     await context.close()
+    # fmt: on
     # ---- end of the seed's example -----------------------------------------------------
     assert result.status == "answered"
 
