@@ -66,8 +66,12 @@ def event_loop_kind(request: pytest.FixtureRequest) -> str:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if metafunc.definition.get_closest_marker("both_loops") and inspect.iscoroutinefunction(metafunc.function):
-        metafunc.parametrize("event_loop_kind", sorted({event_loop_name(), "asyncio"}), indirect=True)
+    if metafunc.definition.get_closest_marker("both_loops") and inspect.iscoroutinefunction(
+        metafunc.function
+    ):
+        metafunc.parametrize(
+            "event_loop_kind", sorted({event_loop_name(), "asyncio"}), indirect=True
+        )
 
 
 @pytest.hookimpl(tryfirst=True)

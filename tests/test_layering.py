@@ -66,4 +66,3 @@ def test_the_lazy_packages_still_export_every_name() -> None:
         missing = [name for name in package.__all__ if getattr(package, name, None) is None]
         assert missing == [], f"{package.__name__} lacks {missing}"
         assert set(package.__all__) <= set(dir(package))
-

@@ -44,7 +44,14 @@ from typing import Any, Literal
 from uuid import uuid4
 
 from xrmq.actors.models import LLMService
-from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, RuntimeClosedError, RuntimeContext, get_logger
+from xrmq.actors.runtime import (
+    Agent,
+    AgentRuntime,
+    Handlers,
+    RuntimeClosedError,
+    RuntimeContext,
+    get_logger,
+)
 from xrmq.schemas import CompactionPrompts, ContextBlock, ConversationContextUpdate
 from xrmq.topics import Topic
 

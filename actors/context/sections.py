@@ -734,7 +734,10 @@ class ContextHost(Agent):
         }
         """Dialogue states waiting for their actor (spawned at start)."""
         t = plan.topics
-        self._handlers: dict[Topic, Handler] = {t.host_sync(index): self.on_sync, t.host_dump(index): self.on_dump}
+        self._handlers: dict[Topic, Handler] = {
+            t.host_sync(index): self.on_sync,
+            t.host_dump(index): self.on_dump,
+        }
 
     def handlers(self) -> Handlers:
         return self._handlers

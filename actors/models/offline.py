@@ -70,7 +70,11 @@ class OfflineLLM(LLMService):
         after_tools = answer_after_tools(request)
         if after_tools is not None:
             return after_tools
-        context = [line for message in messages[int(has_system) : -1] for line in content_lines(message.content)]
+        context = [
+            line
+            for message in messages[int(has_system) : -1]
+            for line in content_lines(message.content)
+        ]
         return reply(messages[-1].content, context)
 
     async def _generate(self, request: ChatRequest) -> AsyncGenerator[str | ChatResult, None]:

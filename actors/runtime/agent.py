@@ -89,7 +89,9 @@ def _method_name(agent_type: type, handler: object, topic: Topic) -> str:
     function = getattr(handler, "__func__", handler)
     name = getattr(function, "__name__", None)
     if not isinstance(name, str) or getattr(agent_type, name, None) is not function:
-        raise TypeError(f"{owner}: {handler!r} (topic {topic.name!r}) is no handler method of {owner}")
+        raise TypeError(
+            f"{owner}: {handler!r} (topic {topic.name!r}) is no handler method of {owner}"
+        )
     return name
 
 
@@ -234,8 +236,15 @@ class RuntimeContext(msgspec.Struct, eq=False):
             parent_message_id=self.metadata.message_id,
         )
 
-    async def ask(self, topic: Topic, message: Any, *, reply_type: Any = Any,
-                  participant_id: str | Scope | None = None, timeout: float = 5.0) -> Any:
+    async def ask(
+        self,
+        topic: Topic,
+        message: Any,
+        *,
+        reply_type: Any = Any,
+        participant_id: str | Scope | None = None,
+        timeout: float = 5.0,
+    ) -> Any:
         """Ask another actor, as this agent, within the current message's correlation.
 
         ``participant_id`` as for ``publish``: None keeps the current participant.

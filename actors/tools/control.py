@@ -36,5 +36,9 @@ class CompactServer(Agent):
         result = await self.agent.compact(ctx.participant_id, tier=tier)
         if isinstance(result, SummaryCompactResult):
             return CompactReply(tier, result.status.value, result.reclaimed_fraction)
-        return CompactReply(tier, "compacted" if result.reclaimed_count else "nothing_to_condense",
-                            result.reclaimed_fraction, result.reclaimed_count)
+        return CompactReply(
+            tier,
+            "compacted" if result.reclaimed_count else "nothing_to_condense",
+            result.reclaimed_fraction,
+            result.reclaimed_count,
+        )

@@ -30,8 +30,9 @@ SECTION = "tools"
 class WorkerSummarizer(Agent):
     """A ``Summarize`` backed by the compaction workers; register it, then call it."""
 
-    def __init__(self, plan: ContextPlan, *, timeout_s: float = 60.0,
-                 limit_bytes: int = SUMMARY_LIMIT_BYTES) -> None:
+    def __init__(
+        self, plan: ContextPlan, *, timeout_s: float = 60.0, limit_bytes: int = SUMMARY_LIMIT_BYTES
+    ) -> None:
         if not timeout_s > 0:
             raise ValueError("WorkerSummarizer.timeout_s: must be positive")
         self.plan = plan
@@ -74,7 +75,9 @@ class WorkerSummarizer(Agent):
         if done is None or done.result.error is not None or not done.result.text.strip():
             self.failed += 1
             get_logger(actor=self.name).warning(
-                "tools.summary_failed", job=job_id,
-                error=None if done is None else done.result.error or "empty summary")
+                "tools.summary_failed",
+                job=job_id,
+                error=None if done is None else done.result.error or "empty summary",
+            )
             return None
         return done.result.text.strip()
