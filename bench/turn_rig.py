@@ -50,7 +50,7 @@ class Deployment:
         self._stack = ExitStack()
         self.workers: dict[str, Worker] = {}
 
-    def __enter__(self) -> "Deployment":
+    def __enter__(self) -> Deployment:
         self.launch()
         self.wait_ready()
         return self

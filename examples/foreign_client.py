@@ -17,9 +17,9 @@ with NAME, the identity the broker knows the key by.
 
 import os
 import sys
-import wave
 import time
 import uuid
+import wave
 from pathlib import Path
 
 import msgspec

@@ -103,7 +103,7 @@ class ResponseOutput(msgspec.Struct, frozen=True, omit_defaults=True):
         if self.timestamp_us is not None:
             require(self.timestamp_us >= 0, name, "timestamp_us", "must be >= 0")
 
-    def validate_boundary(self) -> "ResponseOutput":
+    def validate_boundary(self) -> ResponseOutput:
         """Require identity for streamed replies and text for finite output; return self."""
         name = "ResponseOutput"
         if not self.final:

@@ -17,9 +17,10 @@ import threading
 import time
 from pathlib import Path
 
-from buses import PROCS
 from xrmq.actors.edge.replies import ReplyCollector, Turn, ask
 from xrmq.actors.runtime import AgentRuntime
+
+from buses import PROCS
 
 
 def stack_config(

@@ -45,10 +45,11 @@ def test_participant_filtered_subscriber_receives_only_that_participant():
 
 
 def test_two_processes_sharing_a_keyed_kind_own_disjoint_keys():
+    import asyncio
+
     from xrmq.actors.runtime import AgentRuntime, shard_of
     from xrmq.schemas import ConversationContextUpdate
     from xrmq.topics import context_topic
-    import asyncio
 
     keys = [f"participant-{i}" for i in range(24)]
     with broker_process() as bus:

@@ -10,12 +10,11 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
-from buses import broker_process
 from xrmq.actors import cli
 from xrmq.actors.edge.config import default_config
 from xrmq.actors.edge.supervisor import Supervisor
+
+from buses import broker_process
 
 CLI = [sys.executable, "-m", "xrmq.actors.cli"]
 ROOT = Path(__file__).resolve().parent.parent

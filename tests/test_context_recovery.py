@@ -24,13 +24,14 @@ import threading
 
 import pytest
 
-from buses import broker_process, expect_line, python, reap
 from xrmq.actors.context import ContextManager
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import OfflineLLM
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.schemas import AgentTurn, ConversationContextUpdate
 from xrmq.topics import VOICE_OUTPUT_TOPIC
+
+from buses import broker_process, expect_line, python, reap
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -18,10 +18,11 @@ import subprocess
 
 import pytest
 
-from buses import broker_process, expect_line, python, reap
 from xrmq.actors.context import ContextManager
 from xrmq.actors.models import ScriptedLLM
 from xrmq.actors.runtime import AgentRuntime
+
+from buses import broker_process, expect_line, python, reap
 
 pytestmark = pytest.mark.timeout(60)
 

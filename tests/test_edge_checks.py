@@ -11,10 +11,11 @@ import sys
 
 import pytest
 
-from buses import broker_process, expect_line, reap
-from test_edge_supervisor import start_up, write_config
 from xrmq.actors.edge.checks import check_can_answer
 from xrmq.actors.edge.config import ConfigError, decode_config
+
+from buses import broker_process, expect_line, reap
+from test_edge_supervisor import start_up, write_config
 
 CLI = [sys.executable, "-m", "xrmq.actors.cli"]
 STACK = {

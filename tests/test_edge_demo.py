@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from test_edge_supervisor import processes_mentioning
 from xrmq.actors.edge.config import load_config
 from xrmq.actors.edge.configfile import write_config
 from xrmq.actors.edge.demo import (
@@ -26,6 +25,8 @@ from xrmq.actors.edge.demo import (
     demo_config,
 )
 from xrmq.actors.edge.embedded import EmbeddedStack
+
+from test_edge_supervisor import processes_mentioning
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from buses import broker_process
 from xrmq.actors.edge.config import ConfigError, decode_config, default_config
 from xrmq.actors.edge.configfile import write_config
 from xrmq.actors.edge.stack import context_store_path, open_context_store, state_dir
+
+from buses import broker_process
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -16,8 +16,9 @@ import time
 
 import pytest
 
-from edge_box import Front, UpProcess, processes_mentioning, stack_config
 from xrmq.actors.models.extractive import NO_MATCH_ANSWER
+
+from edge_box import Front, UpProcess, processes_mentioning, stack_config
 
 pytestmark = pytest.mark.timeout(120)
 

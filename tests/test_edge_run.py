@@ -10,13 +10,14 @@ import sys
 
 import pytest
 
-from buses import PROCS, broker_process, expect_line, reap
 from xrmq.actors.edge.config import decode_config, default_config
 from xrmq.actors.edge.process import select_instance
 from xrmq.actors.edge.roles import ROLES, resolve_role
-from xrmq.actors.runtime import Agent, AgentRuntime, subscribe, shard_of
+from xrmq.actors.runtime import Agent, AgentRuntime, shard_of, subscribe
 from xrmq.schemas import ConversationContextUpdate, RuntimeMetrics
 from xrmq.topics import METRICS_TOPIC, context_topic
+
+from buses import PROCS, broker_process, expect_line, reap
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from buses import PROCS, expect_line, reap
-from xrmq.actors.runtime import AgentRuntime, shard_of
-from xrmq.actors.runtime import Agent, RuntimeContext
+from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, shard_of
 from xrmq.schemas import ConversationContextUpdate, SupervisorReport
 from xrmq.topics import SUPERVISOR_TOPIC, context_topic
+
+from buses import PROCS, expect_line, reap
 
 ECHO_TOPIC = context_topic("edge.echo")  # tests/procs/edge_roles.py answers on it
 

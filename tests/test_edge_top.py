@@ -8,10 +8,11 @@ import sys
 
 import pytest
 
-from buses import broker_process
 from xrmq.actors.edge.top import RED, RESET, TopView, render
 from xrmq.actors.runtime import Agent, AgentRuntime
 from xrmq.schemas import ProcessState, RuntimeMetrics, SupervisorReport
+
+from buses import broker_process
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -217,7 +217,7 @@ class ParamsLogger(CustomLogger):
         super().__init__()
         self.params: list[dict[str, Any]] = []
 
-    def log_pre_api_call(self, model, messages, kwargs):  # noqa: ANN001
+    def log_pre_api_call(self, model, messages, kwargs):
         self.params.append(dict(kwargs["optional_params"]))
 
 

@@ -12,16 +12,19 @@ import time
 
 import pytest
 
-from openai_server import OpenAIServer, Reply
 from xrmq.actors.models import (
     ChatMessage,
     ChatOptions,
     LiteLLMService,
     ModelRateLimited,
     ModelTimeout,
+    ModelUnavailable,
+    create_llm,
+    parse_model_spec,
 )
-from xrmq.actors.models import ModelUnavailable, create_llm, parse_model_spec
 from xrmq.actors.models.litellm_service import import_litellm
+
+from openai_server import OpenAIServer, Reply
 
 pytestmark = pytest.mark.timeout(90)  # litellm's import takes seconds on a loaded machine
 

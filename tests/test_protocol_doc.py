@@ -17,13 +17,14 @@ import msgspec
 import pytest
 import zmq
 
-from buses import broker_process
-from test_router_doubles import FakeContext
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import OfflineLLM
 from xrmq.actors.routing import AgentRouter, SingleDestination
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC
+
+from buses import broker_process
+from test_router_doubles import FakeContext
 
 NUL = b"\x00"
 

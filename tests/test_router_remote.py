@@ -10,12 +10,10 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from test_router_doubles import Destination, FakeContext, Finishing, Log, OutputRecorder
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import ModelError, ScriptedLLM, ScriptedResponse
 from xrmq.actors.routing import AgentRouter, RemoteAnswerError, SingleDestination, remote, serve
 from xrmq.actors.routing.remote import DestinationDied, DestinationServer
-from xrmq.schemas.routing import RouteSignal
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeClosedError
 from xrmq.schemas import (
     Admission,
@@ -27,7 +25,10 @@ from xrmq.schemas import (
     RuntimeMetrics,
     UserQuery,
 )
+from xrmq.schemas.routing import RouteSignal
 from xrmq.topics import INTERRUPTED_TOPIC, METRICS_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC
+
+from test_router_doubles import Destination, FakeContext, Finishing, Log, OutputRecorder
 
 
 @asynccontextmanager
@@ -463,7 +464,7 @@ class Backstage:
             self.ready.set()
             await self._stop.wait()
 
-    async def __aenter__(self) -> "Backstage":
+    async def __aenter__(self) -> Backstage:
         self._thread.start()
         await asyncio.to_thread(self.ready.wait)
         return self

@@ -6,18 +6,19 @@ speaker."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import msgspec
 import pytest
 
-from buses import broker_process, expect_line, python, reap
 from xrmq.actors import GLOBAL
 from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, RuntimeContext, subscribe
 from xrmq.actors.runtime.annotations import admits
 from xrmq.schemas import ConversationContextUpdate as Update
 from xrmq.schemas import UserQuery
 from xrmq.topics import Topic
+
+from buses import broker_process, expect_line, python, reap
 
 if TYPE_CHECKING:
     from xrmq.schemas import ResponseOutput
@@ -241,7 +242,7 @@ class Admitting(Agent):
     async def union(self, message: Update | Speak, ctx: RuntimeContext) -> None: ...
 
     @subscribe(NOTES)
-    async def optional(self, message: Optional[Update], ctx: RuntimeContext) -> None: ...
+    async def optional(self, message: Update | None, ctx: RuntimeContext) -> None: ...
 
     @subscribe(NOTES)
     async def typevar(self, message: T, ctx: RuntimeContext) -> None: ...

@@ -12,13 +12,14 @@ import time
 import msgspec
 import pytest
 
-from raw_client import RawClient
 from xrmq.actors.runtime import Agent, AgentRuntime, subscribe
 from xrmq.actors.runtime.address import parse_bus
 from xrmq.actors.runtime.broker import Broker
 from xrmq.actors.runtime.ratelimit import AggregatedWarnings
 from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import context_topic
+
+from raw_client import RawClient
 
 pytestmark = pytest.mark.timeout(60)
 

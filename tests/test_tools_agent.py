@@ -9,7 +9,6 @@ import re
 
 import msgspec
 
-from test_router_doubles import Decisions, FakeContext, Log, OutputRecorder, router_output
 from xrmq.actors.context import ContextManager
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import (
@@ -31,6 +30,8 @@ from xrmq.actors.tools.tiers import ToolCallCompactResult, placeholder
 from xrmq.actors.tools.tool import Tool
 from xrmq.schemas import AgentTurn
 from xrmq.topics import VOICE_OUTPUT_TOPIC
+
+from test_router_doubles import Decisions, FakeContext, Log, OutputRecorder, router_output
 
 
 class View(msgspec.Struct):
@@ -229,8 +230,7 @@ def session_model() -> ScriptedLLM:
                 m
                 for m in request.messages
                 if m.content == placeholder(f"r{index}")
-                or re.search(rf"\br{index}\b", m.content)
-                and m.role == "system"
+                or (re.search(rf"\br{index}\b", m.content) and m.role == "system")
             ]
             assert seen, "the model only extracts what a placeholder or the summary names"
             return ScriptedResponse(

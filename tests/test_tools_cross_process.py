@@ -9,13 +9,14 @@ import signal
 
 import pytest
 
-from buses import broker_process, expect_line, python, reap
-from test_router_doubles import FakeContext
 from xrmq.actors.models import ScriptedLLM, ScriptedResponse, ToolCall
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.tools import ToolAgent
 from xrmq.schemas import AgentTurn
 from xrmq.topics import VOICE_OUTPUT_TOPIC
+
+from buses import broker_process, expect_line, python, reap
+from test_router_doubles import FakeContext
 
 
 async def never_started() -> None:

@@ -131,7 +131,7 @@ def test_summary_cut_never_leaves_the_tail_starting_with_an_orphaned_tool_result
         result("q"),
         ChatMessage("assistant", "ok"),
     ]
-    for keep in range(0, len(messages) + 1):
+    for keep in range(len(messages) + 1):
         plan = plan_summary(messages, keep)
         if plan is None:
             continue

@@ -23,8 +23,6 @@ from pathlib import Path
 
 import pytest
 
-from buses import broker_process, expect_line, reap
-from test_router_doubles import Destination, FakeContext, Log
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.edge.replies import ReplyCollector, ask
 from xrmq.actors.models import LiteLLMService
@@ -33,6 +31,9 @@ from xrmq.actors.routing import AgentRouter, SingleDestination, remote, serve
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.schemas import DestinationResult
 from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC
+
+from buses import broker_process, expect_line, reap
+from test_router_doubles import Destination, FakeContext, Log
 
 CLI = [sys.executable, "-m", "xrmq.actors.cli"]
 FAILURE_TEXT = "Sorry, something went wrong. Please try again."

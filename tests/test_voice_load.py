@@ -12,10 +12,11 @@ import time
 
 import pytest
 
-from buses import broker_process, expect_line, python, reap
-from voice_support import shared_stt
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.voice.listener import VOICE_INPUT_KIND, VoiceInput, register_voice_input
+
+from buses import broker_process, expect_line, python, reap
+from voice_support import shared_stt
 
 PARTICIPANTS = 8
 SECONDS = 60.0

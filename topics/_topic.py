@@ -60,7 +60,7 @@ class Topic(Generic[T]):
     owns a reused encoder and decoder for its payload type.
     """
 
-    __slots__ = ("name", "message_type", "shared", "_decoder", "_key_prefix")
+    __slots__ = ("_decoder", "_key_prefix", "message_type", "name", "shared")
 
     def __init__(self, name: str, message_type: type[T]) -> None:
         if not isinstance(name, str) or not name.strip():

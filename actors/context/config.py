@@ -118,7 +118,7 @@ def context_config(
         }
     else:
         shared = _budget(topic_budget_bytes, "topic_budget_bytes")
-        budgets = {name: shared for name in topics}
+        budgets = dict.fromkeys(topics, shared)
     input_budget = _budget(compaction_input_budget_bytes, "compaction_input_budget_bytes")
     largest = max((dialogue_budget, *budgets.values()))
     if input_budget < min_input_budget(largest):

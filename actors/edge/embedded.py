@@ -141,7 +141,7 @@ class EmbeddedStack:
         """The last ``count`` supervisor lines (its own and the children's), for error messages."""
         return "\n".join(list(self._out.lines)[-count:])
 
-    async def __aenter__(self) -> "EmbeddedStack":
+    async def __aenter__(self) -> EmbeddedStack:
         self.directory = Path(tempfile.mkdtemp(prefix="xrmq-stack-"))  # mode 0700
         try:
             bus = BusConfig(address=f"ipc://{self.directory}/bus", capture=False)

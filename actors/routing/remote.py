@@ -101,7 +101,6 @@ from xrmq.schemas.routing import (
 )
 from xrmq.topics import METRICS_TOPIC, Topic
 
-from .failure import describe_failure
 from .agent import (
     RoutableAgent,
     RoutingTurnContext,
@@ -111,7 +110,7 @@ from .agent import (
     routed_turn,
     routing_aid_of,
 )
-
+from .failure import describe_failure
 
 _FINISHED_KEPT = 256
 """How many ended call ids a server remembers, to answer ``finished`` to a late status ask."""
@@ -144,16 +143,16 @@ class _ProxyCall:
     """One answer call in flight at the proxy: its events, and what death detection needs."""
 
     __slots__ = (
-        "participant_id",
-        "turn_id",
-        "events",
         "arrived",
-        "runtime",
-        "epoch",
-        "seen_at",
         "died",
+        "epoch",
+        "events",
+        "participant_id",
         "replaced",
+        "runtime",
+        "seen_at",
         "streams",
+        "turn_id",
     )
 
     def __init__(self, participant_id: str, turn_id: str) -> None:
@@ -535,7 +534,7 @@ class RemoteAgent(Agent):
 
 
 class _Call:
-    __slots__ = ("task", "proceed")
+    __slots__ = ("proceed", "task")
 
     def __init__(self) -> None:
         self.task: asyncio.Task[DestinationResult] | None = None

@@ -138,7 +138,7 @@ class RouteResult:
 class _Lane:
     """One participant's serialized work: every unfinished task, the cancellable turns, the state."""
 
-    __slots__ = ("pending", "turns", "state")
+    __slots__ = ("pending", "state", "turns")
 
     def __init__(self, history_limit: int) -> None:
         self.pending: set[asyncio.Task[Any]] = set()

@@ -18,7 +18,6 @@ everything: the instance is retired, its task cancelled, its buffers dropped.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
