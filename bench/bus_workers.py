@@ -99,7 +99,7 @@ class Envelopes:
 
     def next(self, reply_to: str | None = None) -> bytes:
         self.count += 1
-        message_id = "%s%x" % (self.prefix, self.count)
+        message_id = "%s%x" % (self.prefix, self.count)  # noqa: UP031  (as the runtime)
         return ENCODE(
             MessageMetadata(
                 message_id,
@@ -358,7 +358,8 @@ METADATA_DECODER = msgspec.msgpack.Decoder(MessageMetadata)
 
 
 def codec_receive(sub: zmq.Socket) -> tuple[bytes, MessageMetadata, zmq.Frame]:
-    """One message of three frames (trusted, not checked): its key, decoded metadata, payload frame."""
+    """One message of three frames (trusted, not checked): its key, decoded metadata, payload
+    frame."""
     key = sub.recv(copy=False).bytes
     metadata = METADATA_DECODER.decode(sub.recv(copy=False))
     return key, metadata, sub.recv(copy=False)

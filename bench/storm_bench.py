@@ -174,22 +174,29 @@ def run(ctx: SuiteContext) -> SuiteResult:
         for phase in phases
     ]
     notes = [
-        f"{participants} participants; the sensor publishes {rate:,.0f} incremental updates/s round-robin over all "
-        f"of them; budgets {BUDGET} bytes, compaction input budget {INPUT_BUDGET}, 2 workers x {participants} "
-        f"concurrent jobs on OfflineLLM({COMPACTION_MODEL[0]:g} s to first token, {COMPACTION_MODEL[1]:g} tokens/s)",
-        f"turns: {len(measured)} of those participants at once, {turns} sequential zero-delay turns each per phase, "
-        f"think time before each uniform in [0, {2 * PAUSE_MS}] ms; compactions counted from the storm's start "
+        f"{participants} participants; the sensor publishes {rate:,.0f} incremental updates/s "
+        "round-robin over all "
+        f"of them; budgets {BUDGET} bytes, compaction input budget {INPUT_BUDGET}, 2 workers x "
+        f"{participants} "
+        f"concurrent jobs on OfflineLLM({COMPACTION_MODEL[0]:g} s to first token, "
+        f"{COMPACTION_MODEL[1]:g} tokens/s)",
+        f"turns: {len(measured)} of those participants at once, {turns} sequential zero-delay "
+        "turns each per phase, "
+        f"think time before each uniform in [0, {2 * PAUSE_MS}] ms; compactions counted from the "
+        "storm's start "
         "(first wave awaited before the turns) to its end",
         "two deployments alive together, the sections of one journaling every state change "
         "to SQLite (WAL, batched per event-loop turn) and of the other not; each repetition "
         "measures both in turn, alternating which goes first; the journal bar is the median "
         "of the paired per-repetition storm p99 ratios",
-        "median column: p50 per repetition, median over repetitions; cpu %: share of one core per process "
+        "median column: p50 per repetition, median over repetitions; cpu %: share of one core per "
+        "process "
         "during the phase's turns (two cores: 200 % in all)",
     ]
     if failed:
         notes.append(
-            f"{failed} turns failed (no completed reply within the timeout) and are not in the figures"
+            f"{failed} turns failed (no completed reply within the timeout) and are not in the "
+            "figures"
         )
     if unsettled:
         notes.append(

@@ -138,7 +138,8 @@ BIAS_CONTEXT = (
 
 
 def bias_wer() -> tuple[float, float, float]:
-    """Mean WER of the bundled recognizer on espeak-ng speech: (biased, unbiased, s per utterance)."""
+    """Mean WER of the bundled recognizer on espeak-ng speech: (biased, unbiased, s per
+    utterance)."""
     import subprocess
 
     import numpy as np

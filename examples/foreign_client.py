@@ -49,7 +49,8 @@ def send_audio(pub, sender: str, participant: str, path: str) -> int:
     with wave.open(path, "rb") as reader:
         if (reader.getframerate(), reader.getnchannels(), reader.getsampwidth()) != (16000, 1, 2):
             sys.exit(
-                "foreign client: the WAV must be 16 kHz mono 16-bit (sox in.wav -r 16000 -c 1 out.wav)"
+                "foreign client: the WAV must be 16 kHz mono 16-bit (sox in.wav -r 16000 -c 1 "
+                "out.wav)"
             )
         pcm = reader.readframes(reader.getnframes())
     key = b"audio.in\x00" + participant.encode() + b"\x00"

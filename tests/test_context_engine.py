@@ -440,7 +440,7 @@ def test_condensed_summary_within_the_limit_is_applied():
 
 
 def test_condense_cut_off_keeps_start_and_end_of_the_summary_within_the_limit():
-    section, state, long_summary = over_limit_setup()
+    section, state, _long_summary = over_limit_setup()
     condense = section.next_compaction(state)
     status = section.apply_result(
         state, CompactionResult(condense.job, "Start of", finish_reason="length")

@@ -1,4 +1,5 @@
-"""``xrmq record`` / ``xrmq replay``: the capture file format, the replay pace, and a real round trip."""
+"""``xrmq record`` / ``xrmq replay``: the capture file format, the replay pace, and a real round
+trip."""
 
 from __future__ import annotations
 

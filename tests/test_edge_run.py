@@ -63,7 +63,7 @@ nice = 7
 """
 
 
-async def test_run_starts_one_replica_at_its_niceness_heartbeats_answers_its_shard_and_stops_on_sigterm(
+async def test_run_starts_a_replica_at_its_niceness_heartbeats_answers_its_shard_stops_on_sigterm(
     tmp_path,
 ):
     with broker_process() as bus:
@@ -111,7 +111,8 @@ def test_run_refuses_an_unknown_target_or_shard(tmp_path):
     for args, message in (
         (
             ("nobody",),
-            f"xrmq run: 'nobody' is neither a process of {config} (echo) nor a role: unknown role 'nobody'",
+            f"xrmq run: 'nobody' is neither a process of {config} (echo) nor a role: unknown role "
+            "'nobody'",
         ),
         (
             ("echo", "--shard", "2"),

@@ -1,4 +1,5 @@
-"""``xrmq up examples/edge-box.toml`` with ``xrmq say``: answers, a kill -9 survived, a clean stop."""
+"""``xrmq up examples/edge-box.toml`` with ``xrmq say``: answers, a kill -9 survived, a clean
+stop."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def test_up_answers_say_survives_kill_9_of_the_conversation_and_stops_cleanly(tm
 
         os.kill(int(pids["conversation"]), signal.SIGKILL)
         assert expect_line(up, "xrmq up: conversation exited").startswith(
-            "xrmq up: conversation exited (killed by SIGKILL); 1 crash within 60s, restarting in 0.5s"
+            "xrmq up: conversation exited (killed by SIGKILL); 1 crash within 60s, restarting in "
+            "0.5s"
         )
         restarted = int(expect_line(up, "xrmq up: restarted conversation").rpartition("pid=")[2])
         assert restarted != int(pids["conversation"])

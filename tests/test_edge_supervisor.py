@@ -1,4 +1,5 @@
-"""``xrmq up`` across real OS processes: startup, restart after kill -9, clean shutdown, crash loops."""
+"""``xrmq up`` across real OS processes: startup, restart after kill -9, clean shutdown, crash
+loops."""
 
 from __future__ import annotations
 
@@ -157,7 +158,10 @@ on_give_up = "stop_box"
         "xrmq up: broken exited (exit code 2); 1 crash within 60s, restarting in 0.05s",
         "xrmq up: broken exited (exit code 2); 2 crashes within 60s, restarting in 0.1s",
     ]
-    reason = "gave up on broken: 3 crashes within 60s (limit 3); last exit code 2: xrmq run: this role always fails"
+    reason = (
+        "gave up on broken: 3 crashes within 60s (limit 3); last exit code 2: xrmq run: this role "
+        "always fails"
+    )
     assert f"xrmq up: {reason}" in output
     assert output[-1] == f"xrmq up: stopped: {reason}"
     assert "steady | xrmq run: stopped steady" in output

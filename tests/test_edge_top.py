@@ -1,4 +1,5 @@
-"""``xrmq top``: rows from RuntimeMetrics (rates, restarts, problems), their rendering, and the command."""
+"""``xrmq top``: rows from RuntimeMetrics (rates, restarts, problems), their rendering, and the
+command."""
 
 from __future__ import annotations
 

@@ -117,7 +117,8 @@ class Patient(Agent):
             except TimeoutError:
                 return "timed out"
         if message.text == "cancel-self":
-            asyncio.current_task().cancel()  # lands before the actor's task has taken the handler over
+            # lands before the actor's task has taken the handler over
+            asyncio.current_task().cancel()
             try:
                 await asyncio.sleep(0)
             except asyncio.CancelledError:

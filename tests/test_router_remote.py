@@ -48,7 +48,7 @@ def turn(turn_id: str, text: str = "hello", participant: str = "p1") -> AgentTur
     return AgentTurn(participant, turn_id, text, timestamp_us=5)
 
 
-async def test_a_remote_conversation_answers_with_the_routers_name_for_it_and_records_the_exchange():
+async def test_a_remote_conversation_answers_with_the_routers_name_and_records_the_exchange():
     front, back = pair()
     recorder = front.register("recorder", OutputRecorder())
     context = FakeContext()

@@ -1,4 +1,5 @@
-"""AgentRouter as an actor on the embedded runtime: queries, router text, interruption, lifecycle."""
+"""AgentRouter as an actor on the embedded runtime: queries, router text, interruption,
+lifecycle."""
 
 from __future__ import annotations
 

@@ -189,8 +189,11 @@ class WrongStruct(Agent):
     async def observe(self, event: Speak, ctx: RuntimeContext) -> None: ...
 
 
-def test_a_handler_annotated_with_another_type_is_a_type_error_naming_handler_topic_and_both_types():
-    message = r"WrongType.observe: its message is annotated str, but topic 'test.observations' carries Observation"
+def test_a_handler_annotated_with_another_type_is_a_type_error_naming_handler_topic_types():
+    message = (
+        r"WrongType.observe: its message is annotated str, but topic 'test.observations' carries "
+        r"Observation"
+    )
     with pytest.raises(TypeError, match=message):
         AgentRuntime().register("wrong", WrongType())
     with pytest.raises(TypeError, match=message):
@@ -588,7 +591,8 @@ async def test_a_bad_mapping_publishes_nothing():
         assert runtime.metrics().published == 0
 
 
-# ------------------------------------------------------------------ more of upstream's tests, ported
+# ------------------------------------------------------------------ more of upstream's tests,
+# ported
 
 
 class PartiallyInvalid(Agent):

@@ -4,6 +4,7 @@ ToolAgent sharing a participant's context with a Conversation behind one router.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import re
 
@@ -135,7 +136,7 @@ async def test_max_iterations_ends_with_a_request_offering_no_tools() -> None:
     assert [len(request.tools) for request in llm.requests] == [2, 2, 0]
 
 
-async def test_barge_in_during_a_long_tool_call_cancels_it_records_nothing_and_the_next_turn_works() -> (
+async def test_barge_in_during_a_long_tool_call_cancels_it_records_nothing_next_turn_works() -> (
     None
 ):
     running, cancelled = asyncio.Event(), asyncio.Event()
@@ -270,7 +271,7 @@ async def test_a_200_call_session_stays_within_its_limit_and_a_reclaimed_origina
             turn("t201", "What is the calibration code of probe 190?"), started=never_started
         )
     sizes = [_request_tokens(request) for request in llm.requests]
-    growth = max(b - a for a, b in zip(sizes, sizes[1:]))
+    growth = max(b - a for a, b in itertools.pairwise(sizes))
     assert max(sizes) <= threshold + growth  # checked before each call: at most one step over
     assert (
         sum(_request_tokens(r) for r in llm.requests[:1]) < threshold < 200 * 500
@@ -310,7 +311,7 @@ async def test_manual_compaction_by_tier() -> None:
     ]
 
 
-async def test_a_tool_agent_and_a_conversation_behind_one_router_share_the_participants_context() -> (
+async def test_a_tool_agent_and_a_conversation_behind_one_router_share_participant_context() -> (
     None
 ):
     log = Log()

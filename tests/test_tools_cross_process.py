@@ -28,7 +28,7 @@ def ask(tool: str, call_id: str) -> ScriptedResponse:
 
 
 @pytest.mark.timeout(120)
-async def test_timeout_exception_and_a_killed_tool_process_become_error_results_and_turns_answer() -> (
+async def test_timeout_exception_and_killed_tool_process_become_error_results_turns_answer() -> (
     None
 ):
     llm = ScriptedLLM(

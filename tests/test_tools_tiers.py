@@ -60,7 +60,8 @@ def test_the_defaults_are_the_seeds() -> None:
         compactor.enabled,
     ) == (12, 16, 2, 2, 192_000, True)
     assert placeholder("call_7") == (
-        "[Compacted, ID: call_7. If this content is still needed, call extract_compacted_tool_result "
+        "[Compacted, ID: call_7. If this content is still needed, call "
+        "extract_compacted_tool_result "
         "with this ID or re-run the tool.]"
     )
     assert PLACEHOLDER.format(toolcall_id="z") == placeholder("z")
@@ -289,7 +290,7 @@ async def test_escalation_after_escalation_rounds_consecutive_tier1_rounds() -> 
     assert transcript.counters.tool_rounds == 0 and transcript.counters.summary_rounds == 1
 
 
-async def test_escalation_in_the_same_round_when_reclaiming_leaves_the_estimate_above_the_ratio() -> (
+async def test_escalation_in_the_same_round_when_reclaiming_leaves_the_estimate_above_ratio() -> (
     None
 ):
     # Every tool result is short: tier 1 reclaims nothing, so the estimate stays over 95 %.

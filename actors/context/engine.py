@@ -578,7 +578,8 @@ class Section(msgspec.Struct, frozen=True):
         """Apply a worker's result to the pending job's snapshot (seed 000's table).
 
         A compact result that is empty, cut off (a finish reason other than ``stop``:
-        ``length``, ``content_filter``, ``cancelled``, ``error``) or an error keeps the entries and waits for the section's next entry; one over the
+        ``length``, ``content_filter``, ``cancelled``, ``error``) or an error keeps the entries and
+        waits for the section's next entry; one over the
         summary limit makes a condense request due. A condense result within the limit
         is applied; a complete one still too long keeps its start and end; an empty,
         cut-off or failed one leaves the original summary to keep its start and end.

@@ -277,7 +277,8 @@ class ContextManager:
     def _attach(self, runtime: AgentRuntime, name: str) -> None:
         if self._runtime is not None:
             raise RuntimeError(
-                f"subscriber: this ContextManager is already attached to runtime {self._runtime.name!r}"
+                "subscriber: this ContextManager is already attached to runtime "
+                f"{self._runtime.name!r}"
             )
         self._runtime, self._name = runtime, name
         if self.deployment == "embedded":
@@ -321,7 +322,8 @@ class ContextManager:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             raise RuntimeError(
-                "ContextManager: register subscriber() with a runtime, or write from a running event loop "
+                "ContextManager: register subscriber() with a runtime, or write from a running "
+                "event loop "
                 "(the manager then hosts its actors on a private runtime)"
             ) from None
         runtime = AgentRuntime(name=f"{self.plan.namespace}-{self.id}")

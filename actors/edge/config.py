@@ -121,7 +121,8 @@ class ModelsConfig(_Section):
 
 class TopicConfig(_Section):
     mode: str
-    """``summary`` (an update replaces the topic's state) or ``incremental`` (updates append and are compacted)."""
+    """``summary`` (an update replaces the topic's state) or ``incremental`` (updates append and are
+    compacted)."""
     budget_bytes: int | None = None
     """This topic's budget; None uses ``context.topic_budget_bytes``."""
 
@@ -207,7 +208,8 @@ DESTINATION_KINDS = ("conversation", "tools")
 
 class RouterConfig(_Section):
     decisions: str = "first"
-    """``first`` (the default destination takes every turn), ``rules`` (keywords) or ``llm`` (``models.routing`` chooses)."""
+    """``first`` (the default destination takes every turn), ``rules`` (keywords) or ``llm``
+    (``models.routing`` chooses)."""
     default: str | None = None
     """The destination tried when no other fits; None: the first destination."""
     history_limit: int | None = None
@@ -303,7 +305,8 @@ class ProcessInstance(msgspec.Struct, frozen=True):
 
     @property
     def runtime_name(self) -> str:
-        """The runtime's (and the log prefix's) name: ``process``, or ``process.shard`` with replicas."""
+        """The runtime's (and the log prefix's) name: ``process``, or ``process.shard`` with
+        replicas."""
         return self.process if self.shards == 1 else f"{self.process}.{self.shard}"
 
 
@@ -341,7 +344,8 @@ class EdgeConfig(_Section):
         ]
 
     def startup_layers(self) -> list[list[str]]:
-        """Process names in start order: each layer after every process its members name in ``after``.
+        """Process names in start order: each layer after every process its members name in
+        ``after``.
 
         Stop in the reverse order. Config order is kept within a layer.
         """
@@ -385,7 +389,10 @@ def default_config() -> EdgeConfig:
             "context": {"topics": {"scene": {"mode": "summary"}, "notes": {"mode": "incremental"}}},
             "destinations": {
                 "conversation": {
-                    "description": "General assistant: answers questions from its own knowledge and the participant's context.",
+                    "description": (
+                        "General assistant: answers questions from its own knowledge and the "
+                        "participant's context."
+                    ),
                 }
             },
             "router": {"default": "conversation"},
@@ -401,7 +408,8 @@ def default_config() -> EdgeConfig:
 
 
 def decode_config(raw: Mapping[str, Any], *, source: str = DEFAULT_SOURCE) -> EdgeConfig:
-    """Validate a decoded TOML document into ``EdgeConfig``; ``ConfigError`` on the first broken rule."""
+    """Validate a decoded TOML document into ``EdgeConfig``; ``ConfigError`` on the first broken
+    rule."""
     top = _convert(raw, _RawTop, "", source)
     models = _models(top.models, source)
     context = _context(top.context, source)
@@ -692,13 +700,15 @@ def _validate(config: EdgeConfig, source: str) -> None:
         raise ConfigError(
             source,
             "router.default",
-            f"must name a destination ({', '.join(config.destinations) or 'none configured'}), got {config.router.default!r}",
+            f"must name a destination ({', '.join(config.destinations) or 'none configured'}), got "
+            f"{config.router.default!r}",
         )
     if config.router.decisions not in DECISION_SERVICES:
         raise ConfigError(
             source,
             "router.decisions",
-            f"must be one of {', '.join(map(repr, DECISION_SERVICES))}, got {config.router.decisions!r}",
+            f"must be one of {', '.join(map(repr, DECISION_SERVICES))}, got "
+            f"{config.router.decisions!r}",
         )
     if config.router.history_limit is not None and config.router.history_limit < 1:
         raise ConfigError(source, "router.history_limit", "must be >= 1")
@@ -735,7 +745,8 @@ def _validate(config: EdgeConfig, source: str) -> None:
                 raise ConfigError(
                     source,
                     f"{key}.roles[{index}]",
-                    f"must be a role name (lowercase, '-') or package.module:function, got {role!r}",
+                    "must be a role name (lowercase, '-') or package.module:function, got "
+                    f"{role!r}",
                 )
             if role in process.roles[:index]:
                 raise ConfigError(source, f"{key}.roles[{index}]", f"role {role!r} is listed twice")
@@ -822,10 +833,12 @@ def _check_bus(address: str, source: str) -> None:
         raise ConfigError(
             source,
             "bus.address",
-            "must be a name, ipc:// or tcp://: the processes of an edge box are separate OS processes",
+            "must be a name, ipc:// or tcp://: the processes of an edge box are separate OS "
+            "processes",
         )
     if "://" in address:
-        try:  # parse_bus is pure for ipc:// and tcp:// (only a bare name touches the runtime directory)
+        # parse_bus is pure for ipc:// and tcp:// (only a bare name touches the runtime dir)
+        try:
             parse_bus(address)
         except ValueError as error:
             raise ConfigError(source, "bus.address", str(error).removeprefix("bus: ")) from None

@@ -1,4 +1,5 @@
-"""An edge stack started and stopped by the command that needs it (``xrmq demo``, ``xrmq chat --embedded``).
+"""An edge stack started and stopped by the command that needs it (``xrmq demo``, ``xrmq chat
+--embedded``).
 
 It is ``xrmq up`` run programmatically: the same ``Supervisor`` starts the broker and
 every process of the config as separate OS processes, but on a private ipc bus in a

@@ -38,7 +38,8 @@ def select_instance(config: EdgeConfig, target: str, shard: int) -> ProcessInsta
         instances = config.instances(target)
         if not 0 <= shard < len(instances):
             raise ValueError(
-                f"--shard: process {target!r} has {len(instances)} replica(s); shard must be in [0, {len(instances)})"
+                f"--shard: process {target!r} has {len(instances)} replica(s); shard must be in "
+                f"[0, {len(instances)})"
             )
         return instances[shard]
     if shard != 0:

@@ -157,7 +157,8 @@ class Supervisor:
     # ------------------------------------------------------------------ the command
 
     async def run(self) -> int:
-        """Start everything, supervise until a signal (0) or a crash loop (1), then stop everything."""
+        """Start everything, supervise until a signal (0) or a crash loop (1), then stop
+        everything."""
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, self._stop.set)
@@ -344,7 +345,8 @@ class Supervisor:
         )
 
     async def _start_layer(self, layer: list[Child]) -> bool:
-        """Start every child of ``layer`` and wait until each is ready; False if stopping meanwhile."""
+        """Start every child of ``layer`` and wait until each is ready; False if stopping
+        meanwhile."""
         for child in layer:
             child.task = asyncio.create_task(
                 self._supervise(child), name=f"xrmq-supervise-{child.label}"
@@ -490,7 +492,8 @@ class Supervisor:
                 ready.set()
 
     async def _terminate(self, child: Child) -> None:
-        """SIGTERM the child's group, SIGKILL it after the shutdown timeout; wait for supervision to end."""
+        """SIGTERM the child's group, SIGKILL it after the shutdown timeout; wait for supervision to
+        end."""
         if child.task is None:
             return
         child.terminating = True
@@ -519,7 +522,8 @@ class Supervisor:
             pass
 
     def _remove_socket_files(self) -> None:
-        """Remove the ipc socket files a killed broker left (only for a bus this supervisor served)."""
+        """Remove the ipc socket files a killed broker left (only for a bus this supervisor
+        served)."""
         if not self._broker_started:
             return
         paths = self.address.ipc_paths

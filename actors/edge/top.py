@@ -218,7 +218,8 @@ def render(rows: list[RuntimeRow], *, stale_after_s: float = 5.0, color: bool = 
             down = "DOWN: " + (row.reason or "left down")
             lines.append(f"{paint(BOLD, row.runtime)}  {paint(RED, down)}")
             continue
-        header = f"{paint(BOLD, row.runtime)}  pid {row.pid}  {paint(RED, age + ' (stale)') if row.age_s > stale_after_s else age}"
+        shown_age = paint(RED, age + " (stale)") if row.age_s > stale_after_s else age
+        header = f"{paint(BOLD, row.runtime)}  pid {row.pid}  {shown_age}"
         if row.identity is not None:
             header += f"  identity {row.identity}"
         if row.state != "running":

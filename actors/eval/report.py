@@ -143,7 +143,8 @@ def table(all_figures: list[VariantFigures]) -> str:
             cells.append(
                 "-"
                 if k is None
-                else f"{k.answer_recall:.0%} / {k.context_recall:.0%} ({k.stale_answers}) n={k.probes}"
+                else f"{k.answer_recall:.0%} / {k.context_recall:.0%} ({k.stale_answers}) "
+                f"n={k.probes}"
             )
         lines.append(f"| {kind} | " + " | ".join(cells) + " |")
     lines.append(
@@ -155,7 +156,8 @@ def table(all_figures: list[VariantFigures]) -> str:
     )
     lines += [
         "",
-        "| variant | section | budget | limit | compactions min/mean | summary max/mean bytes | clipped |",
+        "| variant | section | budget | limit | compactions min/mean | summary max/mean bytes | "
+        "clipped |",
         "|---|---|---|---|---|---|---|",
     ]
     for f in all_figures:

@@ -49,7 +49,8 @@ next requests wait for it (at most ``timeout_s``) instead of being sent to nobod
 the next turn is answered as soon as it is back.
 
 Without ``dead_after_s`` (no heartbeats to watch), the proxy instead asks ``status``
-after every ``liveness_s`` of silence while it waits for a call's events: a destination that restarted mid-turn answers ``unknown``
+after every ``liveness_s`` of silence while it waits for a call's events: a destination that
+restarted mid-turn answers ``unknown``
 and one that is gone does not answer, and either fails the call at once like a death
 (``DestinationDied``, its cause naming ``DestinationLost``) instead of leaving the turn
 open.
@@ -528,7 +529,8 @@ class RemoteAgent(Agent):
     def _runtime(self) -> Any:
         if self.runtime is None or not self.runtime.running:
             raise RuntimeClosedError(
-                f"RemoteAgent({self.remote_name!r}): register it with the router's runtime and start it"
+                f"RemoteAgent({self.remote_name!r}): register it with the router's runtime and "
+                "start it"
             )
         return self.runtime
 
@@ -682,7 +684,8 @@ def remote(
     output_topic: Topic[ResponseOutput] | None = None,
     liveness_s: float = 1.0,
 ) -> RemoteAgent:
-    """A proxy for destination ``name`` served in another process; register it with the router's runtime."""
+    """A proxy for destination ``name`` served in another process; register it with the router's
+    runtime."""
     return RemoteAgent(
         name,
         timeout_s=timeout_s,

@@ -184,7 +184,8 @@ class Agent:
         """
 
     def gauges(self) -> dict[str, float]:
-        """Numbers this actor reports in its runtime's metrics (``xrmq top``); summed over keyed instances."""
+        """Numbers this actor reports in its runtime's metrics (``xrmq top``); summed over keyed
+        instances."""
         return {}
 
 

@@ -145,7 +145,8 @@ class Mailbox:
         self._task = None
 
     def _start_inline(self, delivery: Delivery, waiter: asyncio.Future[None]) -> None:
-        """Run a handler's first step now, as the actor's (parked) task; hand it over if it suspends."""
+        """Run a handler's first step now, as the actor's (parked) task; hand it over if it
+        suspends."""
         loop, task = self._loop, self._task
         try:
             _enter_task(loop, task)

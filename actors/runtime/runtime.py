@@ -736,7 +736,7 @@ class AgentRuntime:
         # One dict lookup for the key and its sequence, validated once per stream, and
         # %-formatting for the id: measured 1.20 -> 1.0 us per send.
         stream[1] = seq = stream[1] + 1
-        message_id = "%s%x" % (self._id_prefix, next(self._ids))
+        message_id = "%s%x" % (self._id_prefix, next(self._ids))  # noqa: UP031  (hot path)
         # Positional: the field order of MessageMetadata (measured 90 -> 64 ns).
         metadata = MessageMetadata(
             message_id,
@@ -945,7 +945,8 @@ class AgentRuntime:
         self._drain_handle = self._loop.call_soon(self._resume_drain)
 
     def _resume_drain(self) -> None:
-        """Continue a drain that yielded, if anything is left (after an ask's reply, usually not)."""
+        """Continue a drain that yielded, if anything is left (after an ask's reply, usually
+        not)."""
         if self._readable():
             self._on_readable()
 

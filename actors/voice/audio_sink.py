@@ -6,7 +6,8 @@ Each segment is synthesized (``EspeakSynthesizer``: espeak-ng offline;
 published as 20 ms ``AudioFrame``s paced in real time against the monotonic clock, so
 "playing" lasts as long as the audio. Cancelling ``play`` (an interruption, an urgent
 update, a new query) stops between two frames: the last frame leaves at most one frame
-period after the cut, also when the loop fell behind (an overdue frame still yields). ``audio.playback`` says ``started`` before a response's first
+period after the cut, also when the loop fell behind (an overdue frame still yields).
+``audio.playback`` says ``started`` before a response's first
 frame and ``done`` when the response ended (completed or cut), so whether assistant
 audio is playing is known on the bus (the voice gate listens to it).
 """

@@ -265,7 +265,8 @@ class EspeakSink:
         found = shutil.which(executable)
         if found is None:
             raise SinkUnavailableError(
-                f"EspeakSink: {executable!r} was not found on PATH; install the '{self.PACKAGE}' package "
+                f"EspeakSink: {executable!r} was not found on PATH; install the '{self.PACKAGE}' "
+                "package "
                 f"(e.g. 'apt-get install {self.PACKAGE}' or 'brew install {self.PACKAGE}')"
             )
         self.wav_dir = Path(wav_dir) if wav_dir is not None else None
@@ -286,10 +287,8 @@ class EspeakSink:
             await self._speak(segment.text, [])
             return
         parts = self._parts.setdefault((segment.participant_id, segment.response), [])
-        part = (
-            self.wav_dir
-            / f".{_UNSAFE.sub('_', segment.participant_id)}-{segment.response}-{len(parts)}.part.wav"
-        )
+        participant = _UNSAFE.sub("_", segment.participant_id)
+        part = self.wav_dir / f".{participant}-{segment.response}-{len(parts)}.part.wav"
         try:
             await self._speak(segment.text, ["-w", str(part)])
         except BaseException:
@@ -302,7 +301,9 @@ class EspeakSink:
         parts = self._parts.pop((ended.participant_id, ended.response), [])
         if self.wav_dir is None or not parts:
             return
-        name = f"{_UNSAFE.sub('_', ended.participant_id)}-{ended.response:06d}-{_UNSAFE.sub('_', '+'.join(ended.sources))}.wav"
+        participant = _UNSAFE.sub("_", ended.participant_id)
+        sources = _UNSAFE.sub("_", "+".join(ended.sources))
+        name = f"{participant}-{ended.response:06d}-{sources}.wav"
         target = self.wav_dir / name
         await asyncio.to_thread(_join_wavs, parts, target)
         self.written.append(target)
@@ -326,7 +327,8 @@ class EspeakSink:
             raise
         if process.returncode != 0:
             raise SinkError(
-                f"espeak-ng exited with {process.returncode}: {stderr.decode(errors='replace').strip()}"
+                f"espeak-ng exited with {process.returncode}: "
+                f"{stderr.decode(errors='replace').strip()}"
             )
 
 
