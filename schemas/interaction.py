@@ -89,7 +89,7 @@ class ResponseOutput(msgspec.Struct, frozen=True, omit_defaults=True):
         name = "ResponseOutput"
         if self.kind == "reply":
             require(self.request_id is not None, name, "request_id", "is required for replies")
-            require_name(self.request_id, name, "request_id")
+            require_name(self.request_id or "", name, "request_id")  # not None: required above
             require(not self.urgent, name, "urgent", "only updates can be urgent")
         else:
             require(self.request_id is None, name, "request_id", f"is forbidden for {self.kind}s")

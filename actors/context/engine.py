@@ -29,6 +29,7 @@ import bisect
 import enum
 import hashlib
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from typing import Literal
 
 import msgspec
@@ -222,7 +223,7 @@ def exchange_identity(
 
 
 def history_tail(
-    known: set[bytes] | frozenset[bytes],
+    known: AbstractSet[bytes],
     exchanges: Sequence[tuple[str, str, int | None]],
     *,
     exchange_ids: Sequence[object | None],

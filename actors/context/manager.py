@@ -124,7 +124,7 @@ class ContextSubscriber(Agent):
         self._runtime: AgentRuntime | None = None
 
     @property
-    def runtime(self) -> AgentRuntime | None:  # type: ignore[override]
+    def runtime(self) -> AgentRuntime | None:
         return self._runtime
 
     @runtime.setter
@@ -305,6 +305,7 @@ class ContextManager:
 
     async def _on_ready(self) -> None:
         runtime, outbox, self._outbox = self._runtime, self._outbox, []
+        assert runtime is not None  # the subscriber is ready only on a runtime
         for topic, message, participant_id in outbox:
             runtime.send(topic, message, participant_id=participant_id, source=self._name)
         if (
@@ -919,11 +920,11 @@ class ContextManager:
         errors = [reply for reply in replies if isinstance(reply, BaseException)]
         generations: dict[str, list[str]] = {participant_id: [] for participant_id in participants}
         by_worker: dict[int, list] = {}
-        for (participant_id, _), reply in zip(asks, replies):
+        for (asked_id, _), reply in zip(asks, replies):
             if isinstance(reply, BaseException):
                 continue
-            if participant_id is not None:
-                generations[participant_id].extend(reply.generations)
+            if asked_id is not None:
+                generations[asked_id].extend(reply.generations)
             for job in reply.jobs:
                 for worker in job.workers:
                     by_worker.setdefault(worker, []).append(job.job)

@@ -63,7 +63,7 @@ class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
 SECURITY_MODES = ("none", "curve")
 
 
-class SecurityConfig(_Section):
+class SecurityConfig(_Section, frozen=True):
     mode: str = "none"
     """``curve``: every bus socket authenticated and encrypted, per-identity ACLs;
     ``none``: plain."""
@@ -79,7 +79,7 @@ class SecurityConfig(_Section):
     """Allow a plain (``mode = "none"``) bus on a tcp address that is not loopback."""
 
 
-class IdentityConfig(_Section):
+class IdentityConfig(_Section, frozen=True):
     key: str | None = None
     """Its Z85 public key; None: ``NAME.key`` in the ``authorized`` directory."""
     publish: list[str] | None = None
@@ -92,7 +92,7 @@ class IdentityConfig(_Section):
     """Whether it may read the capture socket (``xrmq record``)."""
 
 
-class BusConfig(_Section):
+class BusConfig(_Section, frozen=True):
     address: str = DEFAULT_BUS
     """A bus name (ipc sockets in the per-user runtime directory), ``ipc://PREFIX`` or ``tcp://HOST:PORT``."""
     capture: bool = True
@@ -110,7 +110,7 @@ class BusConfig(_Section):
     """Bus identities by name: clients' keys and any identity's permissions."""
 
 
-class ModelsConfig(_Section):
+class ModelsConfig(_Section, frozen=True):
     answers: ModelSpec = parse_model_spec("offline")
     """The model conversations answer with (destinations may override it)."""
     compaction: ModelSpec = parse_model_spec("offline")
@@ -119,7 +119,7 @@ class ModelsConfig(_Section):
     """The model the router's ``llm`` decision service chooses destinations with."""
 
 
-class TopicConfig(_Section):
+class TopicConfig(_Section, frozen=True):
     mode: str
     """``summary`` (an update replaces the topic's state) or ``incremental`` (updates append and are
     compacted)."""
@@ -127,7 +127,7 @@ class TopicConfig(_Section):
     """This topic's budget; None uses ``context.topic_budget_bytes``."""
 
 
-class PromptsConfig(_Section):
+class PromptsConfig(_Section, frozen=True):
     source: str | None = None
     dialogue: str | None = None
     condense: str | None = None
@@ -142,7 +142,7 @@ class PromptsConfig(_Section):
         return CompactionPrompts(**given)
 
 
-class ContextSettings(_Section):
+class ContextSettings(_Section, frozen=True):
     topics: dict[str, TopicConfig] = {}
     """Context topics by name, in the order their summaries are rendered."""
     dialogue_budget_bytes: int = DEFAULT_DIALOGUE_BUDGET_BYTES
@@ -180,7 +180,7 @@ class ContextSettings(_Section):
         return self.topic_budget_bytes if budget is None else budget
 
 
-class DestinationConfig(_Section):
+class DestinationConfig(_Section, frozen=True):
     description: str
     """What the destination answers: the routing aid the router chooses with."""
     instructions: str = ""
@@ -206,7 +206,7 @@ class DestinationConfig(_Section):
 DESTINATION_KINDS = ("conversation", "tools")
 
 
-class RouterConfig(_Section):
+class RouterConfig(_Section, frozen=True):
     decisions: str = "first"
     """``first`` (the default destination takes every turn), ``rules`` (keywords) or ``llm``
     (``models.routing`` chooses)."""
@@ -219,7 +219,7 @@ class RouterConfig(_Section):
     router's proxy: its answer in flight fails and its open reply stream is closed."""
 
 
-class RestartPolicyConfig(_Section):
+class RestartPolicyConfig(_Section, frozen=True):
     max_crashes: int = 5
     """Crashes within ``window_s`` after which the supervisor gives up."""
     window_s: float = 60.0
@@ -228,7 +228,7 @@ class RestartPolicyConfig(_Section):
     backoff_max_s: float = 30.0
 
 
-class SupervisorConfig(_Section):
+class SupervisorConfig(_Section, frozen=True):
     ready_timeout_s: float = 30.0
     """How long a process may take to report ready before it counts as crashed."""
     shutdown_timeout_s: float = 10.0
@@ -242,7 +242,7 @@ class SupervisorConfig(_Section):
     restart: RestartPolicyConfig = RestartPolicyConfig()
 
 
-class ProcessConfig(_Section):
+class ProcessConfig(_Section, frozen=True):
     roles: list[str]
     """Roles this process runs: registered role names, or ``package.module:function``."""
     replicas: int = 1
@@ -266,7 +266,7 @@ class ProcessConfig(_Section):
     answer path leaves idle."""
 
 
-class VoiceConfig(_Section):
+class VoiceConfig(_Section, frozen=True):
     """The ``voice`` role (speech in) and the renderer's speech out (``actors/voice``)."""
 
     stt: str = "whisper"
@@ -310,7 +310,7 @@ class ProcessInstance(msgspec.Struct, frozen=True):
         return self.process if self.shards == 1 else f"{self.process}.{self.shard}"
 
 
-class EdgeConfig(_Section):
+class EdgeConfig(_Section, frozen=True):
     bus: BusConfig = BusConfig()
     models: ModelsConfig = ModelsConfig()
     context: ContextSettings = ContextSettings()
@@ -436,7 +436,7 @@ def decode_config(raw: Mapping[str, Any], *, source: str = DEFAULT_SOURCE) -> Ed
     return config
 
 
-class _RawTop(_Section):
+class _RawTop(_Section, frozen=True):
     bus: dict[str, Any] = {}
     models: dict[str, Any] = {}
     context: dict[str, Any] = {}

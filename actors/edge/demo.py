@@ -33,7 +33,7 @@ import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TextIO
+from typing import TextIO, cast
 
 import msgspec
 
@@ -614,7 +614,7 @@ async def run_demo(out: TextIO = sys.stdout, *, verbose: bool = False) -> int:
         async with stack:
             out.write(f"xrmq demo: {stack.ready_line.removeprefix('xrmq up: ')}\n")
             session = asyncio.create_task(
-                Session(stack.config, stack.bus, out, kill=stack.kill).run()
+                Session(cast(EdgeConfig, stack.config), stack.bus, out, kill=stack.kill).run()
             )
             failed = asyncio.create_task(stack.wait_failed())
             await asyncio.wait([session, failed], return_when=asyncio.FIRST_COMPLETED)

@@ -27,7 +27,7 @@ import tempfile
 import time
 from collections import deque
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, cast
 
 import msgspec
 
@@ -153,7 +153,10 @@ class EmbeddedStack:
                 requested = msgspec.structs.replace(requested, context=context)
             self.config = write_config(requested, self.directory / "edge.toml")
             self._supervisor = Supervisor(
-                self.config, str(self.directory / "edge.toml"), out=self._out, python=self._python
+                self.config,
+                str(self.directory / "edge.toml"),
+                out=cast(TextIO, self._out),  # it only writes lines
+                python=self._python,
             )
             self._task = asyncio.create_task(
                 self._supervisor.run(), name="xrmq-embedded-supervisor"
@@ -182,6 +185,7 @@ class EmbeddedStack:
         try:
             if self._task is not None:
                 # Supervisor.run() stops on its stop event (what SIGINT/SIGTERM set for `xrmq up`).
+                assert self._supervisor is not None  # the task runs it
                 self._supervisor.stop()
                 await self._task
         finally:

@@ -39,7 +39,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, RuntimeContext, get_logger
 from xrmq.actors.runtime.address import parse_bus
@@ -184,7 +184,7 @@ class Supervisor:
                         break
                 else:
                     pids = " ".join(
-                        f"{child.label}={'down' if child.state == 'down' else child.proc.pid}"
+                        f"{child.label}={_pid_or_down(child)}"
                         for layer in layers
                         for child in layer
                     )
@@ -218,7 +218,7 @@ class Supervisor:
         from .identities import supervisor_keys
 
         try:
-            keys = supervisor_keys(self.config)
+            keys: dict[str, Any] = dict(supervisor_keys(self.config))
             runtime = AgentRuntime(
                 self.config.bus.address,
                 name=f"xrmq-up.{os.getpid()}",
@@ -354,7 +354,8 @@ class Supervisor:
         stop = asyncio.create_task(self._stop.wait())
         ready = [asyncio.create_task(child.ready.wait()) for child in layer]
         try:
-            await asyncio.wait([stop, asyncio.gather(*ready)], return_when=asyncio.FIRST_COMPLETED)
+            all_ready: asyncio.Future[Any] = asyncio.gather(*ready)
+            await asyncio.wait([stop, all_ready], return_when=asyncio.FIRST_COMPLETED)
         finally:
             stop.cancel()
             for waiter in ready:
@@ -466,6 +467,7 @@ class Supervisor:
             limit=_LINE_LIMIT,
         )
         child.proc = proc
+        assert proc.stdout is not None and proc.stderr is not None  # both piped
         child.forwarders = [
             asyncio.create_task(self._forward(child, proc.stdout, ready)),
             asyncio.create_task(self._forward(child, proc.stderr, None)),
@@ -546,3 +548,8 @@ class _Heartbeats(Agent):
 
     async def on_report(self, message: SupervisorReport, ctx: RuntimeContext) -> None:
         self.supervisor.report_returned(message, ctx.metadata.sender)
+
+
+def _pid_or_down(child: Child) -> str:
+    """What ``ready`` shows for a child: its pid, or ``down``."""
+    return "down" if child.state == "down" or child.proc is None else str(child.proc.pid)

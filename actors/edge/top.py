@@ -18,7 +18,7 @@ import asyncio
 import os
 import signal
 import sys
-from typing import TextIO
+from typing import Any, TextIO, cast
 
 import msgspec
 
@@ -82,6 +82,7 @@ class _Seen:
     __slots__ = ("last", "previous", "received_at", "reports", "restarts")
 
     def __init__(self, metrics: RuntimeMetrics, received_at: float) -> None:
+        self.previous: RuntimeMetrics | None
         self.last, self.previous, self.received_at, self.restarts, self.reports = (
             metrics,
             None,
@@ -335,7 +336,7 @@ def _restore(loop: asyncio.AbstractEventLoop, state: object | None) -> None:
         return
     import termios
 
-    fd, saved = state  # type: ignore[misc]
+    fd, saved = cast(tuple[int, Any], state)
     loop.remove_reader(fd)
     termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 

@@ -91,7 +91,9 @@ def figures(result: RunResult) -> VariantFigures:
     by_kind: dict[str, list[ProbeResult]] = defaultdict(list)
     for probe in result.probes:
         by_kind[probe.kind].append(probe)
-    kinds = {kind: _kind_figures(probes) for kind in FACT_KINDS if (probes := by_kind.get(kind))}
+    kinds: dict[str, KindFigures] = {
+        kind: _kind_figures(probes) for kind in FACT_KINDS if (probes := by_kind.get(kind))
+    }
     oversized = [p for p in result.probes if p.oversized]
     depth: dict[str, dict[str, list[int]]] = {}
     for probe in result.probes:

@@ -72,7 +72,7 @@ import asyncio
 import uuid
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, cast
 
 from xrmq.actors.runtime import (
     Agent,
@@ -414,19 +414,20 @@ class RemoteAgent(Agent):
         """The call's next event; None once ``deadline`` (loop time) passed; ``DestinationDied``
         as soon as the runtime running the call is found dead (with ``dead_after_s``)."""
         loop = asyncio.get_running_loop()
-        watch = self.dead_after_s is not None
+        dead_after_s = self.dead_after_s
+        watch = dead_after_s is not None
         while True:
             if call.events:
                 return call.events.popleft()
             if watch and call.runtime is not None:
                 silent = loop.time() - call.seen_at
-                if call.died is None and silent > self.dead_after_s:
+                if call.died is None and silent > cast(float, dead_after_s):
                     call.died = f"its process {call.runtime!r} sent nothing for {silent:.1f}s"
                 if call.died is not None:
                     raise DestinationDied(self.remote_name, f"DestinationLost: {call.died}")
             wait = None
             if watch and call.runtime is not None:
-                wait = self.dead_after_s / _CHECKS_PER_DEADLINE
+                wait = cast(float, dead_after_s) / _CHECKS_PER_DEADLINE
             if deadline is not None:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
@@ -486,7 +487,9 @@ class RemoteAgent(Agent):
             )
         call.streams.clear()
 
-    def _signal(self, call_id: str, kind: str, participant_id: str) -> None:
+    def _signal(
+        self, call_id: str, kind: Literal["proceed", "cancel"], participant_id: str
+    ) -> None:
         runtime = self.runtime
         if runtime is not None and runtime.running:
             runtime.send(
@@ -608,7 +611,9 @@ class DestinationServer(Agent):
             self._run(request, events, call), name=f"{self.name}-answer-{request.call_id}"
         )
         call.task.add_done_callback(lambda task: self._finished(request, events, task))
-        return RouteAccepted(self.runtime.name, self.runtime.epoch)
+        runtime = self.runtime
+        assert runtime is not None  # a handler runs on its runtime
+        return RouteAccepted(runtime.name, runtime.epoch)
 
     async def _on_status(self, request: RouteCallStatus, ctx: RuntimeContext) -> CallState:
         if request.call_id in self._calls:
@@ -620,7 +625,8 @@ class DestinationServer(Agent):
         if call is None:
             return
         if signal.kind == "cancel":
-            call.task.cancel()
+            if call.task is not None:
+                call.task.cancel()
         elif not call.proceed.done():
             call.proceed.set_result(None)
 
@@ -630,8 +636,11 @@ class DestinationServer(Agent):
         turn = request.turn
         pid = turn.participant_id
 
+        runtime = self.runtime
+        assert runtime is not None  # a handler runs on its runtime
+
         async def started() -> None:
-            self.runtime.send(
+            runtime.send(
                 events, RouteEvent(request.call_id, "started"), participant_id=pid, source=self.name
             )
             await call.proceed
@@ -650,9 +659,9 @@ class DestinationServer(Agent):
         log = self._log.bind(participant=request.turn.participant_id, turn=request.turn.turn_id)
         if task.cancelled():
             event = RouteEvent(request.call_id, "cancelled")
-        elif task.exception() is not None:
-            log.error("serve.answer_failed", error=repr(task.exception()))
-            event = RouteEvent(request.call_id, "failed", error=describe_failure(task.exception()))
+        elif (error := task.exception()) is not None:
+            log.error("serve.answer_failed", error=repr(error))
+            event = RouteEvent(request.call_id, "failed", error=describe_failure(error))
         elif not isinstance(task.result(), DestinationResult):
             event = RouteEvent(
                 request.call_id,

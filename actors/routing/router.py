@@ -47,7 +47,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import msgspec
 
@@ -631,7 +631,9 @@ class AgentRouter(Agent):
                 "AgentRouter: publishing on output_topic needs the router registered with a "
                 "running runtime"
             )
-        outputs = ResponseOutputs(self.runtime, self.output_topic, source=ROUTER_SOURCE)
+        # the constructor requires output or output_topic
+        output_topic = cast("Topic[ResponseOutput]", self.output_topic)
+        outputs = ResponseOutputs(self.runtime, output_topic, source=ROUTER_SOURCE)
         async with outputs.reply(
             turn.participant_id, request_id=turn.turn_id, timestamp_us=turn.timestamp_us
         ) as reply:

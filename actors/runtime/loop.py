@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 try:
     import uvloop
 except ImportError:  # not installed (it is not built for Windows)
-    uvloop = None
+    uvloop = None  # type: ignore[assignment]
 
 T = TypeVar("T")
 

@@ -17,7 +17,9 @@ from .agent import Agent, RuntimeContext
 if TYPE_CHECKING:
     from .runtime import AgentRuntime
 
-Delivery = tuple[Callable[[Any, RuntimeContext], Awaitable[Any]], Any, MessageMetadata, Topic]
+Delivery = tuple[
+    Callable[[Any, RuntimeContext], Coroutine[Any, Any, Any]], Any, MessageMetadata, Topic
+]
 
 
 class Mailbox:
@@ -115,6 +117,8 @@ class Mailbox:
         self._spawn(call_on_start)
 
     def _spawn(self, call_on_start: bool) -> None:
+        if TYPE_CHECKING:  # start() set it (no cost at run time)
+            assert self._loop is not None
         self._task = self._loop.create_task(
             self._run(call_on_start), name=f"xrmq-actor-{self.name}", context=self._context
         )
@@ -122,6 +126,8 @@ class Mailbox:
 
     def _worker_ended(self, task: asyncio.Task[None]) -> None:
         """Start the worker again if it ended while nobody stopped it."""
+        if TYPE_CHECKING:  # start() set it
+            assert self._loop is not None
         if self._stopping or task is not self._task or self._loop.is_closed():
             return
         if not self.runtime.running:
@@ -147,19 +153,19 @@ class Mailbox:
     def _start_inline(self, delivery: Delivery, waiter: asyncio.Future[None]) -> None:
         """Run a handler's first step now, as the actor's (parked) task; hand it over if it
         suspends."""
-        loop, task = self._loop, self._task
+        loop, task, context = self._loop, self._task, self._context
+        if TYPE_CHECKING:  # started: the offer found the task's waiter (no cost at run time)
+            assert loop is not None and task is not None and context is not None
         try:
             _enter_task(loop, task)
-        except (
-            RuntimeError
-        ):  # offered from inside another task, not the reader: let the actor take it
+        except RuntimeError:  # offered from inside another task, not the reader: the actor takes it
             self._items.append(delivery)
             waiter.set_result(None)
             return
         handler, message, metadata, topic = delivery
         try:
             coro = handler(message, RuntimeContext(self.runtime, self.name, metadata, topic))
-            yielded = self._context.run(coro.send, None)
+            yielded = context.run(coro.send, None)
         except StopIteration as done:
             if metadata.reply_to is not None:
                 self._reply(metadata, topic, done.value)
@@ -169,9 +175,8 @@ class Mailbox:
             self._failed(topic, metadata, error)
         else:
             self._handoff = _Suspended(coro, yielded, metadata, topic)
-            if (
-                not waiter.done()
-            ):  # done: the handler cancelled the task; the task wakes to that anyway
+            # done: the handler cancelled the task; the task wakes to that anyway
+            if not waiter.done():
                 waiter.set_result(None)
         finally:
             _leave_task(loop, task)
@@ -196,6 +201,9 @@ class Mailbox:
             await runtime.guarded_hook(self.agent, "on_start", self)
         items = self._items
         loop = self._loop
+        if TYPE_CHECKING:  # start() set it before creating this task
+            assert loop is not None
+        handling: Awaitable[Any]
         while True:
             if items:
                 handler, message, metadata, topic = items.popleft()
@@ -214,14 +222,15 @@ class Mailbox:
                     self._handoff.pending_error = cancel  # meant for the handler started inline
                 finally:
                     self._waiter = None
-                handling, self._handoff = self._handoff, None
-                if handling is None:
+                suspended, self._handoff = self._handoff, None
+                if suspended is None:
                     continue
-                metadata, topic = handling.metadata, handling.topic
+                handling, metadata, topic = suspended, suspended.metadata, suspended.topic
             try:
                 result = await handling
             except asyncio.CancelledError:
-                if asyncio.current_task().cancelling():  # this task is being cancelled: stop
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():  # this task is being cancelled
                     raise
                 self._failed(topic, metadata, "cancelled")
             except Exception as error:  # an actor never dies of its handler

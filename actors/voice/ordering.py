@@ -401,7 +401,7 @@ class VoiceOrdering:
     def _new_item(
         self,
         state: _Participant,
-        kind,
+        kind: Literal["reply", "update"],
         source: str,
         request_id: str | None,
         message: ResponseOutput,
