@@ -172,9 +172,8 @@ async def main(iterations: int) -> list[dict[str, Any]]:
         iterations,
         warmup=20,
     )
-    await asyncio.sleep(
-        0.5
-    )  # let litellm's background logging tasks finish before timing OfflineLLM
+    # let litellm's background logging tasks finish before timing OfflineLLM
+    await asyncio.sleep(0.5)
     rows += await interleaved(
         {"OfflineLLM (zero delays)": lambda: time_first_chunk(offline_stream, bool)},
         iterations,

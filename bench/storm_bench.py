@@ -67,9 +67,8 @@ def run(ctx: SuiteContext) -> SuiteResult:
     participants = 10 if ctx.quick else 50
     rate = 200.0 if ctx.quick else 1_000.0
     measured = [f"p{i}" for i in range(2 if ctx.quick else 5)]
-    turns = (
-        3 if ctx.quick else 300
-    )  # per measured participant and phase: 1,500 samples, p99 = 15th slowest
+    # per measured participant and phase: 1,500 samples, p99 = 15th slowest
+    turns = 3 if ctx.quick else 300
     phases = ("idle", "storm")
     p50: dict[tuple[str, str], list[float]] = defaultdict(list)
     p99: dict[tuple[str, str], list[float]] = defaultdict(list)

@@ -57,9 +57,8 @@ def send_audio(pub, sender: str, participant: str, path: str) -> int:
     epoch, start, count = time.time_ns() // 1000, time.monotonic(), 0
     for offset in range(0, len(pcm), 640):
         chunk = pcm[offset : offset + 640].ljust(640, b"\x00")
-        time.sleep(
-            max(0.0, start + count * 0.02 - time.monotonic())
-        )  # real time, like a microphone
+        # real time, like a microphone
+        time.sleep(max(0.0, start + count * 0.02 - time.monotonic()))
         metadata = {
             "message_id": uuid.uuid4().hex,
             "source": "foreign-client",

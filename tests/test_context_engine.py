@@ -170,9 +170,8 @@ def test_larger_backlog_is_compacted_oldest_first_in_several_requests_within_the
         assert section.apply_result(state, ok(request, summary)) is ApplyStatus.APPLIED
         request = section.next_compaction(state)
     assert len(snapshots) == 3
-    assert [i for snapshot in snapshots for i in snapshot] == list(
-        range(1, 31)
-    )  # oldest first, all of them
+    # oldest first, all of them
+    assert [i for snapshot in snapshots for i in snapshot] == list(range(1, 31))
     assert [len(s) for s in snapshots] == [12, 11, 7]
     assert state.entries == [] and state.summary == "S3" * 50
 

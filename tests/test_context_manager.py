@@ -361,9 +361,8 @@ async def test_reconcile_history_adds_only_the_tail_after_the_last_known_exchang
         ]
         before = time.time_ns() // 1000
         context.reconcile_history("p1", window, exchange_ids=["t1", "t2", "t3", "t4"])
-        context.reconcile_history(
-            "p1", window, exchange_ids=["t1", "t2", "t3", "t4"]
-        )  # replays nothing
+        # replays nothing
+        context.reconcile_history("p1", window, exchange_ids=["t1", "t2", "t3", "t4"])
         blocks = context.blocks("p1")
         assert [b.text.split("User: ")[1][:2] for b in blocks] == ["q2", "q3", "q4"]
         assert blocks[-1].timestamp_us >= before

@@ -112,9 +112,8 @@ def test_up_on_a_bus_already_served_exits_2_with_one_message_and_starts_nothing(
             '[processes.router]\nroles = ["router"]\n'
         )
         result = subprocess.run([*CLI, "up", str(path)], capture_output=True, text=True, timeout=30)
-        assert os.path.exists(
-            bus[len("ipc://") :] + ".in"
-        )  # the serving broker's sockets are untouched
+        # the serving broker's sockets are untouched
+        assert os.path.exists(bus[len("ipc://") :] + ".in")
     assert result.returncode == 2
     assert result.stderr.strip() == (
         f"xrmq up: {path}: bus.address: {bus!r} is already served by a running "

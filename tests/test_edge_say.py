@@ -42,9 +42,8 @@ def test_up_answers_say_survives_kill_9_of_the_conversation_and_stops_cleanly(tm
             env, "--participant", "p1", "--timeout", "20", "I keep the spare key in drawer 12."
         )
         assert first.returncode == 0, first.stderr
-        assert (
-            first.stdout.strip()
-        )  # the whole reply, e.g. "I have nothing about that in what I was given."
+        # the whole reply, e.g. "I have nothing about that in what I was given."
+        assert first.stdout.strip()
 
         os.kill(int(pids["conversation"]), signal.SIGKILL)
         assert expect_line(up, "xrmq up: conversation exited").startswith(
@@ -56,9 +55,8 @@ def test_up_answers_say_survives_kill_9_of_the_conversation_and_stops_cleanly(tm
 
         second = say(env, "--participant", "p2", "--timeout", "20", "Where is the spare key?")
         assert second.returncode == 0, second.stderr
-        assert (
-            second.stdout.strip() == "I have nothing about that in what I was given."
-        )  # p1's context is not p2's
+        # p1's context is not p2's
+        assert second.stdout.strip() == "I have nothing about that in what I was given."
 
         up.send_signal(signal.SIGTERM)
         rest = up.stdout.read().splitlines()
@@ -66,11 +64,8 @@ def test_up_answers_say_survives_kill_9_of_the_conversation_and_stops_cleanly(tm
     finally:
         reap(up)
     assert rest[-1] == "xrmq up: stopped"
-    for pid in (
-        up.pid,
-        restarted,
-        *map(int, pids.values()),
-    ):  # no orphans: the broker and every incarnation are gone
+    # no orphans: the broker and every incarnation are gone
+    for pid in (up.pid, restarted, *map(int, pids.values())):
         assert not Path(f"/proc/{pid}").exists()
     assert list(runtime_dir.iterdir()) == []  # no stale ipc socket or lock files
 

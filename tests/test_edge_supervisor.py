@@ -126,9 +126,8 @@ after = ["echo"]
     broker_stopped = next(
         i for i, line in enumerate(rest) if line.startswith("bus |") and "broker.stopped" in line
     )
-    assert broker_stopped > max(
-        i for i, line in enumerate(rest) if "xrmq run: stopped" in line
-    )  # broker last
+    # broker last
+    assert broker_stopped > max(i for i, line in enumerate(rest) if "xrmq run: stopped" in line)
     assert processes_mentioning(str(tmp_path)) == []  # no orphans
     for pid in (*pids.values(), new_pid):
         assert not Path(f"/proc/{pid}").exists()

@@ -57,9 +57,8 @@ def test_rates_come_from_two_reports_of_one_incarnation():
         {"context.participants": 2.0},
         0,
     )
-    view.observe(
-        metrics(epoch=2, at_s=13.0, published=5), received_at=103.0
-    )  # the process restarted
+    # the process restarted
+    view.observe(metrics(epoch=2, at_s=13.0, published=5), received_at=103.0)
     [row] = view.rows(now=103.0)
     assert (row.restarts, row.published_per_s, row.published) == (1, None, 5)
     assert view.reports("conversation") == 3 and view.reports("other") == 0

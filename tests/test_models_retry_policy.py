@@ -113,9 +113,8 @@ async def sent_body(model: str, **options) -> tuple[dict, dict]:
         for options_ in (OFF, ChatOptions()):
             try:
                 await llm.complete(QUESTION, options_)
-            except (
-                Exception
-            ):  # a non-OpenAI family cannot read the OpenAI reply; its request is what counts
+            # a non-OpenAI family cannot read the OpenAI reply; its request is what counts
+            except Exception:
                 pass
     off, on = (request.body for request in server.requests)
     return off, on

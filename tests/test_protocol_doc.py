@@ -141,9 +141,8 @@ async def test_a_client_that_follows_the_readme_reads_a_whole_streamed_answer_an
                 client.close()
     [(source, _)] = streams
     assert source == "conversation"
-    assert list(streams.values()) == [
-        "Noted: your badge number is 4471."
-    ]  # every fragment, in order
+    # every fragment, in order
+    assert list(streams.values()) == ["Noted: your badge number is 4471."]
     assert ended == {
         "request_id": message_id,
         "status": "answered",

@@ -189,9 +189,8 @@ async def test_admission_focus_release_and_departure_cross_the_bus():
     async with two_runtimes(front, back):
         assert await proxy.routing_aid("p1") == RoutingAid("Takes notes", keywords=("note",))
         await router.handle(turn("t1", "take a note"))
-        await router.handle(
-            turn("t2", "set a timer")
-        )  # focused notes declines remotely, timer takes focus
+        # focused notes declines remotely, timer takes focus
+        await router.handle(turn("t2", "set a timer"))
         await router.participant_left("p1")
     assert [entry for entry in log if entry[0] != "decide"] == [
         ("admit", "notes", "t1", False),

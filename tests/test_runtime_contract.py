@@ -358,9 +358,8 @@ async def test_context_publish_without_a_participant_keeps_the_deliverys_partici
 
 
 async def test_context_publish_with_global_reaches_everyone_from_a_participant_scoped_handler():
-    forwarder, metadata = await _forwarded(
-        GLOBAL, speaker_for="bob"
-    )  # bob's actor hears global messages
+    # bob's actor hears global messages
+    forwarder, metadata = await _forwarded(GLOBAL, speaker_for="bob")
     assert metadata.participant_id is None
     assert metadata.parent_message_id == forwarder.input_message_id
 

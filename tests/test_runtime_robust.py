@@ -292,9 +292,8 @@ def test_repeated_warnings_are_logged_once_per_kind_topic_and_sender_per_interva
     warnings.warn("bus.frame_rejected", "notes", "other", category="participant")
     warnings.warn("bus.gap", "notes", "fuzz", first_missing=3)
     assert [event for event, _ in lines] == ["bus.frame_rejected", "bus.frame_rejected", "bus.gap"]
-    for sender in range(
-        100
-    ):  # more (kind, topic, sender) than the table holds: aggregated under "*"
+    # more (kind, topic, sender) than the table holds: aggregated under "*"
+    for sender in range(100):
         warnings.warn("bus.stale", "notes", f"s{sender}")
     assert len(warnings) == 4 and lines[-1][0] == "bus.stale"
     now[0] = 10.0

@@ -273,9 +273,8 @@ async def test_a_200_call_session_stays_within_its_limit_and_a_reclaimed_origina
     sizes = [_request_tokens(request) for request in llm.requests]
     growth = max(b - a for a, b in itertools.pairwise(sizes))
     assert max(sizes) <= threshold + growth  # checked before each call: at most one step over
-    assert (
-        sum(_request_tokens(r) for r in llm.requests[:1]) < threshold < 200 * 500
-    )  # it would not fit
+    # it would not fit
+    assert sum(_request_tokens(r) for r in llm.requests[:1]) < threshold < 200 * 500
     assert transcript.counters.toolcall_reclaimed > 0 and transcript.counters.summary_rounds > 0
     extract_request = llm.requests[asked]
     assert all(SECRET[190] not in m.content for m in extract_request.messages)
@@ -372,9 +371,8 @@ async def test_tier2_summaries_come_from_the_compaction_workers() -> None:
         outcome = await agent.compact("p1", tier="summary")
     assert outcome.status.value == "compacted" and summarizer.failed == 0
     summary = agent.transcript("p1").summary or ""
-    assert (
-        "Probe" in summary and len(summary.encode()) <= 4096
-    )  # the offline model's extract, within the limit
+    # the offline model's extract, within the limit
+    assert "Probe" in summary and len(summary.encode()) <= 4096
     assert not any("Summarize the earlier part" in r.messages[0].content for r in llm.requests)
 
 
@@ -427,9 +425,8 @@ async def test_the_transcript_lives_in_a_keyed_actor_and_a_new_agent_continues_f
     held = second.transcript("p1")
     assert list(stored.messages) == held.messages and len(held.messages) == 15 * 4 + 4
     assert held.messages[:60] == first.transcript("p1").messages
-    assert llm.requests[0].messages[2] == ChatMessage(
-        "user", "Read probe 1."
-    )  # after system and context
+    # after system and context
+    assert llm.requests[0].messages[2] == ChatMessage("user", "Read probe 1.")
 
 
 async def test_slash_compact_in_chat_compacts_at_the_tools_destination_over_the_bus() -> None:

@@ -293,9 +293,8 @@ async def test_a_litellm_transcription_model_receives_the_utterances_audio(tmp_p
     assert path == "/v1/audio/transcriptions" and content_type.startswith("multipart/form-data")
     audio, rate = read_wav(multipart_file(content_type, body))
     assert rate == 16000
-    assert (
-        speech.size / rate <= audio.size / rate <= speech.size / rate + 1.0
-    )  # the utterance, with its margins
+    # the utterance, with its margins
+    assert speech.size / rate <= audio.size / rate <= speech.size / rate + 1.0
     assert float(np.sqrt(np.mean(audio**2))) > 0.02
     assert seen.queries[0][1].text == "Where did I leave the spare key?"
 

@@ -308,9 +308,8 @@ class ContextManager:
         assert runtime is not None  # the subscriber is ready only on a runtime
         for topic, message, participant_id in outbox:
             runtime.send(topic, message, participant_id=participant_id, source=self._name)
-        if (
-            self.deployment == "split"
-        ):  # a (re)started process: its replica from every host's snapshot
+        # a (re)started process: its replica from every host's snapshot
+        if self.deployment == "split":
             await asyncio.gather(*(self._resync(host) for host in range(self.plan.section_hosts)))
 
     def _on_stopped(self) -> None:

@@ -512,9 +512,8 @@ class AgentRuntime:
         assert isinstance(fd, int)  # ZeroMQ's descriptor
         self._reader_fd = fd
         loop.add_reader(fd, self._on_readable)
-        self._drain_handle = loop.call_soon(
-            self._on_readable
-        )  # what arrived before the registration
+        # what arrived before the registration
+        self._drain_handle = loop.call_soon(self._on_readable)
         try:
             await self._await_ready()
         except BaseException:
