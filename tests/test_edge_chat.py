@@ -8,8 +8,7 @@ import sys
 
 import pytest
 
-from buses import expect_line, reap
-from test_edge_supervisor import processes_mentioning
+from buses import expect_line, processes_mentioning, reap
 
 pytestmark = pytest.mark.timeout(60)
 

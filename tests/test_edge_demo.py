@@ -26,7 +26,7 @@ from xrmq.actors.edge.demo import (
 )
 from xrmq.actors.edge.embedded import EmbeddedStack
 
-from test_edge_supervisor import processes_mentioning
+from buses import processes_mentioning
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -18,7 +18,8 @@ import pytest
 
 from xrmq.actors.models.extractive import NO_MATCH_ANSWER
 
-from edge_box import Front, UpProcess, processes_mentioning, stack_config
+from buses import processes_mentioning
+from edge_box import Front, UpProcess, stack_config
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -17,7 +17,7 @@ from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, shard_of
 from xrmq.schemas import ConversationContextUpdate, SupervisorReport
 from xrmq.topics import SUPERVISOR_TOPIC, context_topic
 
-from buses import PROCS, expect_line, reap
+from buses import PROCS, expect_line, processes_mentioning, reap
 
 ECHO_TOPIC = context_topic("edge.echo")  # tests/procs/edge_roles.py answers on it
 
@@ -48,19 +48,6 @@ def start_up(config: Path) -> subprocess.Popen:
         text=True,
         env={**os.environ, "PYTHONPATH": str(PROCS)},
     )
-
-
-def processes_mentioning(text: str) -> list[int]:
-    """Live processes (zombies included) whose command line mentions ``text``: the orphan check."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if text in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                    found.append(int(entry.name))
-            except OSError:
-                pass
-    return found
 
 
 async def echo(bus: str, key: str, text: str) -> str:
