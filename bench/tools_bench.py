@@ -30,7 +30,14 @@ import tempfile
 import time
 import tracemalloc
 
-from xrmq.actors.models import ChatMessage, ChatRequest, ScriptedLLM, ScriptedResponse, ToolCall, Usage
+from xrmq.actors.models import (
+    ChatMessage,
+    ChatRequest,
+    ScriptedLLM,
+    ScriptedResponse,
+    ToolCall,
+    Usage,
+)
 from xrmq.actors.runtime import AgentRuntime, run
 from xrmq.actors.tools import AutoCompactor, Tool, ToolAgent, compact_toolcall, remote_tool
 from xrmq.actors.tools.store import TranscriptAck, TranscriptTopics, TranscriptWrite
@@ -46,25 +53,41 @@ ARGS = json.dumps({"text": "bench reading 42"})
 
 
 def _row(group: str, subject: str, unit: str, values: list[float], **extra: float) -> Row:
-    return Row(group=group, subject=subject, unit=unit, median=median(values), repetitions=values,
-               higher_is_better=False, extra=extra)
+    return Row(
+        group=group,
+        subject=subject,
+        unit=unit,
+        median=median(values),
+        repetitions=values,
+        higher_is_better=False,
+        extra=extra,
+    )
 
 
 def _turn_write(index: int) -> TranscriptWrite:
     """One tool turn's append (four messages, about 1 KB), the ``index``-th write."""
     call = ToolCall(f"c{index}", "probe", "{}")
-    messages = (ChatMessage("user", f"Read probe {index}."),
-                ChatMessage("assistant", "", tool_calls=(call,)),
-                ChatMessage("tool", "probe log: " + "steady; " * 110, tool_call_id=call.id),
-                ChatMessage("assistant", "Read."))
+    messages = (
+        ChatMessage("user", f"Read probe {index}."),
+        ChatMessage("assistant", "", tool_calls=(call,)),
+        ChatMessage("tool", "probe log: " + "steady; " * 110, tool_call_id=call.id),
+        ChatMessage("assistant", "Read."),
+    )
     return TranscriptWrite("append", messages, base=index, revision=index + 1)
 
 
 async def round_trips(bus: str, calls: int) -> dict[str, list[float]]:
     """Per-call seconds of each way, interleaved in rounds so load hits all alike."""
-    samples: dict[str, list[float]] = {"direct": [], "ask": [], "tool": [], "streamed": [],
-                                       "first_chunk": [], "chunks": [], "journal": [],
-                                       "memory": []}
+    samples: dict[str, list[float]] = {
+        "direct": [],
+        "ask": [],
+        "tool": [],
+        "streamed": [],
+        "first_chunk": [],
+        "chunks": [],
+        "journal": [],
+        "memory": [],
+    }
     tool = remote_tool("bench", "echo", description="Return the text.", timeout_s=10)
     chunked = remote_tool("bench", "chunks", description="Four chunks.", timeout_s=10)
     stores = {name: TranscriptTopics.of(f"bench-{name}") for name in ("journal", "memory")}
@@ -101,8 +124,13 @@ async def round_trips(bus: str, calls: int) -> dict[str, list[float]]:
             first.clear()
             for name, topics in stores.items():
                 start = clock()
-                ack = await runtime.ask(topics.write, _turn_write(index), reply_type=TranscriptAck,
-                                        participant_id=participant, timeout=10)
+                ack = await runtime.ask(
+                    topics.write,
+                    _turn_write(index),
+                    reply_type=TranscriptAck,
+                    participant_id=participant,
+                    timeout=10,
+                )
                 samples[name].append(clock() - start)
                 assert ack.applied and ack.journaled == (name == "journal"), ack
     return samples
@@ -112,8 +140,12 @@ def tier1_cost(results: int, budget_s: float = 0.2) -> float:
     """Microseconds per reclaimed result of one tier-1 pass (keep 12) over ``results``."""
     messages = [ChatMessage("user", "Read every probe.")]
     for index in range(results):
-        messages.append(ChatMessage("assistant", "", tool_calls=(ToolCall(f"c{index}", "probe", "{}"),)))
-        messages.append(ChatMessage("tool", f"probe {index}: " + "x" * 2048, tool_call_id=f"c{index}"))
+        messages.append(
+            ChatMessage("assistant", "", tool_calls=(ToolCall(f"c{index}", "probe", "{}"),))
+        )
+        messages.append(
+            ChatMessage("tool", f"probe {index}: " + "x" * 2048, tool_call_id=f"c{index}")
+        )
     rounds, elapsed, reclaimed = 0, 0.0, 0
     while elapsed < budget_s or rounds < 3:
         start = time.perf_counter()
@@ -128,7 +160,9 @@ def _session_model() -> ScriptedLLM:
     def respond(request: ChatRequest) -> ScriptedResponse:
         tokens = sum(len(m.content) for m in request.messages) // 4
         if "Summarize the earlier part" in request.messages[0].content:
-            return ScriptedResponse("Probes read in order, all nominal.", usage=Usage(total_tokens=tokens))
+            return ScriptedResponse(
+                "Probes read in order, all nominal.", usage=Usage(total_tokens=tokens)
+            )
         if request.messages[-1].role == "tool":
             return ScriptedResponse("Read.", usage=Usage(total_tokens=tokens))
         call = ToolCall(f"r{len(request.messages)}-{tokens}", "probe", "{}")
@@ -148,16 +182,25 @@ async def session_memory(calls: int, every: int) -> tuple[list[int], list[float]
     xs: list[int] = []
     ys: list[float] = []
     async with AgentRuntime() as runtime:
-        agent = ToolAgent(_session_model(), context=_NoContext(), runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC,
-                          tools=[probe], compactor=AutoCompactor(token_threshold=20_000))
+        agent = ToolAgent(
+            _session_model(),
+            context=_NoContext(),
+            runtime=runtime,
+            output_topic=VOICE_OUTPUT_TOPIC,
+            tools=[probe],
+            compactor=AutoCompactor(token_threshold=20_000),
+        )
         agent.transcript("p1").originals_budget_chars = 40_000
         llm = agent.llm
         tracemalloc.start()
         try:
             for index in range(1, calls + 1):
-                await agent.answer(AgentTurn("p1", f"t{index}", f"Read probe {index}."), started=_started)
+                await agent.answer(
+                    AgentTurn("p1", f"t{index}", f"Read probe {index}."), started=_started
+                )
                 if index % every == 0:
-                    llm.requests.clear()  # the scripted model's request log is the test's, not the agent's
+                    # the scripted model's request log is the test's, not the agent's
+                    llm.requests.clear()
                     gc.collect()
                     xs.append(index)
                     ys.append(tracemalloc.get_traced_memory()[0] / 1024)
@@ -189,7 +232,10 @@ def run_suite(ctx: SuiteContext) -> SuiteResult:
         try:
             worker.expect("ready")
             for rep in range(ctx.repetitions):
-                ctx.progress(f"tools: repetition {rep + 1}/{ctx.repetitions}: {calls} round trips of each kind")
+                ctx.progress(
+                    f"tools: repetition {rep + 1}/{ctx.repetitions}: {calls} round trips of each "
+                    "kind"
+                )
                 samples = run(round_trips(bus, calls))
                 for name, values in samples.items():
                     p50.setdefault(name, []).append(percentile(values, 0.5) * 1e6)
@@ -201,35 +247,72 @@ def run_suite(ctx: SuiteContext) -> SuiteResult:
         _row(group, "direct call (Tool.invoke)", "us", p50["direct"]),
         _row(group, "bus ask", "us", ask),
         _row(group, "remote tool call", "us", tool, ratio_to_ask=median(tool) / median(ask)),
-        _row(group, "remote tool call, streamed (ask_stream)", "us", p50["streamed"],
-             ratio_to_call=median(p50["streamed"]) / median(tool)),
+        _row(
+            group,
+            "remote tool call, streamed (ask_stream)",
+            "us",
+            p50["streamed"],
+            ratio_to_call=median(p50["streamed"]) / median(tool),
+        ),
         _row(group, "generator tool (4 chunks): first chunk", "us", p50["first_chunk"]),
         _row(group, "generator tool (4 chunks): result", "us", p50["chunks"]),
     ]
     journal, memory = p50["journal"], p50["memory"]
     rows += [
         _row("transcript write acknowledged p50 (one tool turn, 1 KB)", "in memory", "us", memory),
-        _row("transcript write acknowledged p50 (one tool turn, 1 KB)", "journaled (SQLite WAL)",
-             "us", journal, ratio_to_memory=median(journal) / median(memory)),
+        _row(
+            "transcript write acknowledged p50 (one tool turn, 1 KB)",
+            "journaled (SQLite WAL)",
+            "us",
+            journal,
+            ratio_to_memory=median(journal) / median(memory),
+        ),
     ]
     for size in (100, 1_000):
         costs = [tier1_cost(size, 0.02 if ctx.quick else 0.2) for _ in range(ctx.repetitions)]
-        rows.append(_row("tier-1 compaction cost per reclaimed result", f"{size} tool results of 2 KB", "us", costs))
+        rows.append(
+            _row(
+                "tier-1 compaction cost per reclaimed result",
+                f"{size} tool results of 2 KB",
+                "us",
+                costs,
+            )
+        )
     session_calls = 100 if ctx.quick else 1_000
     ctx.progress(f"tools: a {session_calls}-call ToolAgent session")
     xs, ys = asyncio.run(session_memory(session_calls, session_calls // (10 if ctx.quick else 50)))
     third = len(ys) // 3
     first, second = max(ys[third : 2 * third]), max(ys[2 * third :])
-    rows.append(Row(group="ToolAgent session memory (tracemalloc)", subject=f"peak, {session_calls} calls",
-                    unit="KiB", median=second, repetitions=[second] * ctx.repetitions, higher_is_better=False,
-                    extra={"peak_middle_third": first, "growth_ratio": second / first}))
+    rows.append(
+        Row(
+            group="ToolAgent session memory (tracemalloc)",
+            subject=f"peak, {session_calls} calls",
+            unit="KiB",
+            median=second,
+            repetitions=[second] * ctx.repetitions,
+            higher_is_better=False,
+            extra={"peak_middle_third": first, "growth_ratio": second / first},
+        )
+    )
     return SuiteResult(
         rows=rows,
-        bars=[bar("session memory: peak of the last third / of the middle third", second / first, "<=", 1.25,
-                  "flat: compaction and the originals' bound keep the transcript's size (it saw-tooths "
-                  "between compactions)")],
-        series=[Series(name="ToolAgent session memory", x_label="tool calls", y_label="KiB", x=xs, y=ys)],
-        notes=["The remote tool call is an ask plus a task per call at the server (DEFERRED_REPLY)."],
+        bars=[
+            bar(
+                "session memory: peak of the last third / of the middle third",
+                second / first,
+                "<=",
+                1.25,
+                "flat: compaction and the originals' bound keep the transcript's size (it "
+                "saw-tooths "
+                "between compactions)",
+            )
+        ],
+        series=[
+            Series(name="ToolAgent session memory", x_label="tool calls", y_label="KiB", x=xs, y=ys)
+        ],
+        notes=[
+            "The remote tool call is an ask plus a task per call at the server (DEFERRED_REPLY)."
+        ],
     )
 
 

@@ -10,7 +10,6 @@ import json
 
 import msgspec
 import pytest
-from test_router_doubles import FakeContext
 
 from xrmq.actors.models import ScriptedLLM, ScriptedResponse, ToolCall
 from xrmq.actors.runtime import (
@@ -30,6 +29,7 @@ from xrmq.schemas import AgentTurn, ConversationContextUpdate
 from xrmq.topics import VOICE_OUTPUT_TOPIC, Topic
 
 from buses import broker_process, expect_line, python, reap
+from test_router_doubles import FakeContext
 
 
 async def never_started() -> None:

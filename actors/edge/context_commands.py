@@ -146,16 +146,22 @@ def tools_destination(config: EdgeConfig, named: str | None) -> str:
 
 
 async def compact_transcript(
-    bus: str, participant: str, destination: str, tier: str, timeout: float,
+    bus: str,
+    participant: str,
+    destination: str,
+    tier: str,
+    timeout: float,
     out: TextIO = sys.stdout,
 ) -> int:
     """One manual compaction of a tool transcript; 0 when the destination answered, else 1."""
     from .chat import compact as compact_at
 
-    async with AgentRuntime(bus, name="xrmq-context-compact",
-                            ready_timeout=min(timeout, 10.0)) as runtime:
-        line = await compact_at(runtime, participant, f"/compact {tier} {destination}", None,
-                                timeout=timeout)
+    async with AgentRuntime(
+        bus, name="xrmq-context-compact", ready_timeout=min(timeout, 10.0)
+    ) as runtime:
+        line = await compact_at(
+            runtime, participant, f"/compact {tier} {destination}", None, timeout=timeout
+        )
     print(line.removeprefix("xrmq chat: ").replace("/compact: ", ""), file=out, flush=True)
     return 1 if "/compact:" in line else 0
 
@@ -164,9 +170,9 @@ def manager_for(config: EdgeConfig) -> ContextManager:
     """A split manager with the plan of ``config``'s processes (it hosts nothing)."""
     plan = plan_of(config)
     return ContextManager(
-        None,
+        None,  # type: ignore[arg-type]  # a split manager calls no model: its workers do
         deployment="split",
-        **config.context.manager_kwargs(),  # type: ignore[arg-type]
+        **config.context.manager_kwargs(),
         compaction_workers=plan.compaction_workers,
         section_hosts=plan.section_hosts,
         namespace=plan.namespace,

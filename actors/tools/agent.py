@@ -68,8 +68,11 @@ EXTRACT_TOOL = ToolSpec(
     "extract_compacted_tool_result",
     "Return the original content of an earlier tool result that was compacted to a placeholder, "
     "by the ID the placeholder names.",
-    {"type": "object", "properties": {"toolcall_id": {"type": "string"}},
-     "required": ["toolcall_id"]},
+    {
+        "type": "object",
+        "properties": {"toolcall_id": {"type": "string"}},
+        "required": ["toolcall_id"],
+    },
 )
 """The built-in tool every ``ToolAgent`` offers (seed 002)."""
 
@@ -79,11 +82,16 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 DEFAULT_ROUTING = RoutingAid(
-    "Tools: answers questions by calling tools (camera view, inventory, ...).")
+    "Tools: answers questions by calling tools (camera view, inventory, ...)."
+)
 
 TIER_COUNTERS = (
-    "toolcall_rounds_total", "toolcall_reclaimed", "summary_rounds", "nothing_to_condense",
-    "summarize_failed", "originals_evicted",
+    "toolcall_rounds_total",
+    "toolcall_reclaimed",
+    "summary_rounds",
+    "nothing_to_condense",
+    "summarize_failed",
+    "originals_evicted",
 )
 """Seed 002's counters per tier and outcome that ``ToolAgent.tier_counters`` totals."""
 
@@ -178,8 +186,12 @@ class ToolAgent:
 
     def routing_aid(self, participant_id: str) -> RoutingAid:
         if self._closed:
-            return RoutingAid(self.routing.description, eligible=False,
-                              priority=self.routing.priority, keywords=self.routing.keywords)
+            return RoutingAid(
+                self.routing.description,
+                eligible=False,
+                priority=self.routing.priority,
+                keywords=self.routing.keywords,
+            )
         return self.routing
 
     async def admit(self, turn: AgentTurn, *, focused: bool) -> Admission:
@@ -241,8 +253,9 @@ class ToolAgent:
             system = f"{system}\n\n{COMPACTED_NOTE}\n\n{transcript.summary}"
         return [
             ChatMessage("system", system),
-            ChatMessage("user", context_message(self.context.blocks(participant_id),
-                                                self._clock())),
+            ChatMessage(
+                "user", context_message(self.context.blocks(participant_id), self._clock())
+            ),
             *transcript.all_messages(),
         ]
 
@@ -260,8 +273,9 @@ class ToolAgent:
                 result = transcript.compact_toolcall(self.compactor.toolcall_keep_max)
             else:
                 plan = transcript.plan_summary(self.compactor.summary_keep_max)
-                summary = None if plan is None else await self.summarize(plan.head,
-                                                                         transcript.summary)
+                summary = (
+                    None if plan is None else await self.summarize(plan.head, transcript.summary)
+                )
                 result = transcript.apply_summary(plan, summary)
             self._tally(transcript, before)
             answered = self._mirror(participant_id, transcript, [])
@@ -290,8 +304,10 @@ class ToolAgent:
         if turn.history:
             self.context.reconcile_history(
                 pid,
-                [(exchange.request, exchange.response, exchange.timestamp_us)
-                 for exchange in turn.history],
+                [
+                    (exchange.request, exchange.response, exchange.timestamp_us)
+                    for exchange in turn.history
+                ],
                 exchange_ids=[exchange.exchange_id for exchange in turn.history],
             )
         await self._discover(log)
@@ -301,8 +317,9 @@ class ToolAgent:
             outputs = ResponseOutputs(self.runtime, self.output_topic, source=route)
             parts: list[str] = []
             try:
-                async with outputs.reply(pid, request_id=turn.turn_id,
-                                         timestamp_us=turn.timestamp_us, started=started) as reply:
+                async with outputs.reply(
+                    pid, request_id=turn.turn_id, timestamp_us=turn.timestamp_us, started=started
+                ) as reply:
                     await self._loop(pid, transcript, reply, parts, log)
                 text = "".join(parts).strip()
                 if not text:
@@ -315,7 +332,9 @@ class ToolAgent:
             transcript.commit()
             self._mirror(pid, transcript, turn_messages)
         self.context.record_exchange(
-            pid, turn.text, text,
+            pid,
+            turn.text,
+            text,
             timestamp_us=turn.timestamp_us if turn.timestamp_us is not None else self._clock(),
             exchange_id=turn.turn_id,
         )
@@ -334,7 +353,12 @@ class ToolAgent:
                 async for chunk in stream:
                     # Text of a later model call continues what was said: a word break between.
                     spoken = chunk
-                    if not said and parts and not parts[-1][-1:].isspace() and not chunk[:1].isspace():
+                    if (
+                        not said
+                        and parts
+                        and not parts[-1][-1:].isspace()
+                        and not chunk[:1].isspace()
+                    ):
                         spoken = f" {chunk}"
                     await reply.send(spoken)
                     said.append(chunk)
@@ -352,10 +376,12 @@ class ToolAgent:
                     log.warning("tools.answer_incomplete", finish_reason=stream.finish_reason)
                 return
             transcript.append(
-                ChatMessage("assistant", content, tool_calls=calls, reasoning=reasoning))
+                ChatMessage("assistant", content, tool_calls=calls, reasoning=reasoning)
+            )
             replies = await asyncio.gather(*(self._call(pid, transcript, call) for call in calls))
-            transcript.append(*(ChatMessage("tool", r.content, tool_call_id=c.id)
-                                for c, r in zip(calls, replies)))
+            transcript.append(
+                *(ChatMessage("tool", r.content, tool_call_id=c.id) for c, r in zip(calls, replies))
+            )
             for call, outcome in zip(calls, replies):
                 if outcome.error is not None:
                     log.info("tools.call_failed", tool=call.name, call=call.id, error=outcome.error)
@@ -373,8 +399,12 @@ class ToolAgent:
             return self.transcript(pid)
         try:
             state = await self.runtime.ask(
-                self.store.load, TranscriptLoad(), reply_type=TranscriptState, participant_id=pid,
-                timeout=self.discovery_timeout_s)
+                self.store.load,
+                TranscriptLoad(),
+                reply_type=TranscriptState,
+                participant_id=pid,
+                timeout=self.discovery_timeout_s,
+            )
         except Exception as error:  # the store is not up: this turn starts afresh, say so
             log.warning("tools.transcript_load_failed", error=f"{type(error).__name__}: {error}")
             # Not held, so never mirrored (a write would replace the stored transcript);
@@ -397,8 +427,9 @@ class ToolAgent:
         new_originals = transcript.take_new_originals()
         if transcript.resync:
             transcript.resync = False
-            write = write_of(transcript, "replace", tuple(transcript.messages),
-                             transcript.originals())
+            write = write_of(
+                transcript, "replace", tuple(transcript.messages), transcript.originals()
+            )
         elif rewritten:
             write = write_of(transcript, "replace", tuple(transcript.messages), new_originals)
         else:
@@ -416,7 +447,8 @@ class ToolAgent:
         answered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         task = asyncio.create_task(
             self._acknowledged(pid, write, transcript, self._ask(pid, write), answered),
-            name=f"xrmq-transcript-write-{pid}")
+            name=f"xrmq-transcript-write-{pid}",
+        )
         self._acks.add(task)
         task.add_done_callback(self._acks.discard)
         task.add_done_callback(lambda _: _resolve(answered))
@@ -426,14 +458,24 @@ class ToolAgent:
         """Send ``write`` to the store now; its reply stream, or why it could not be sent."""
         assert self.store is not None
         try:
-            return self.runtime.ask_stream(self.store.write, write, reply_type=TranscriptAck,
-                                           participant_id=pid, timeout=self.discovery_timeout_s)
+            return self.runtime.ask_stream(
+                self.store.write,
+                write,
+                reply_type=TranscriptAck,
+                participant_id=pid,
+                timeout=self.discovery_timeout_s,
+            )
         except (RuntimeClosedError, ValueError) as error:  # stopping, or over the message limit
             return error
 
-    async def _acknowledged(self, pid: str, write: TranscriptWrite, transcript: Transcript | None,
-                            sent: ReplyStream[TranscriptAck] | Exception,
-                            answered: asyncio.Future[None]) -> None:
+    async def _acknowledged(
+        self,
+        pid: str,
+        write: TranscriptWrite,
+        transcript: Transcript | None,
+        sent: ReplyStream[TranscriptAck] | Exception,
+        answered: asyncio.Future[None],
+    ) -> None:
         """Await the store's answer to ``write``; while it refuses or stays silent and no
         newer write went out, re-send the whole transcript after each ``RESYNC_DELAYS_S``."""
         for attempt, delay in enumerate((0.0, *RESYNC_DELAYS_S)):
@@ -446,8 +488,9 @@ class ToolAgent:
                     if not self._resync_due(pid, write, transcript):
                         return
                     transcript.resync = False
-                    write = write_of(transcript, "replace", tuple(transcript.messages),
-                                     transcript.originals())
+                    write = write_of(
+                        transcript, "replace", tuple(transcript.messages), transcript.originals()
+                    )
                     sent = self._ask(pid, write)
             reason = _refusal(await _first(sent))
             _resolve(answered)
@@ -455,7 +498,8 @@ class ToolAgent:
                 return
             self.store_refused += 1
             get_logger(actor="tools.transcripts", participant=pid).info(
-                "tools.transcript_resync", revision=write.revision, reason=reason)
+                "tools.transcript_resync", revision=write.revision, reason=reason
+            )
             if transcript is None:
                 return
             transcript.resync = True  # the next write sends the whole transcript
@@ -469,29 +513,44 @@ class ToolAgent:
 
     def _resync_due(self, pid: str, write: TranscriptWrite, transcript: Transcript | None) -> bool:
         """Whether ``write`` is still the participant's latest and the store needs it all."""
-        return (transcript is not None and self._transcripts.get(pid) is transcript
-                and transcript.revision == write.revision and transcript.resync)
+        return (
+            transcript is not None
+            and self._transcripts.get(pid) is transcript
+            and transcript.revision == write.revision
+            and transcript.resync
+        )
 
     async def _auto_compact(self, transcript: Transcript, log: Any) -> AutoCompactReport | None:
         before = self._counted(transcript)
         report = await self.compactor.auto_compact(transcript, self.summarize)
         self._tally(transcript, before)
         if report is not None:
-            log.info("tools.compacted", outcome=report.outcome.value, steps=len(report.steps),
-                     estimate=round(report.estimate), limit=report.limit,
-                     still_over=report.still_over)
+            log.info(
+                "tools.compacted",
+                outcome=report.outcome.value,
+                steps=len(report.steps),
+                estimate=round(report.estimate),
+                limit=report.limit,
+                still_over=report.still_over,
+            )
         return report
 
     async def _discover(self, log: Any) -> None:
         """Add the catalogs of configured servers not yet discovered."""
         for server in list(self.servers):
             try:
-                found = await ToolSet.discover(self.runtime, server,
-                                               timeout_s=self.discovery_timeout_s,
-                                               call_timeout_s=self.tool_timeout_s)
+                found = await ToolSet.discover(
+                    self.runtime,
+                    server,
+                    timeout_s=self.discovery_timeout_s,
+                    call_timeout_s=self.tool_timeout_s,
+                )
             except Exception as error:  # the server is not up (yet): its tools are absent this turn
-                log.warning("tools.discovery_failed", server=server,
-                            error=f"{type(error).__name__}: {error}")
+                log.warning(
+                    "tools.discovery_failed",
+                    server=server,
+                    error=f"{type(error).__name__}: {error}",
+                )
                 continue
             for tool in found:
                 if tool.spec().name not in self.toolset:
@@ -533,4 +592,4 @@ def _extract(transcript: Transcript, arguments: str) -> ToolCallReply:
     except UnknownToolCall as error:
         return failed(f"no compacted tool result with ID {error.args[0]!r}")
     except (msgspec.DecodeError, KeyError, TypeError) as error:
-        return failed(f"extract_compacted_tool_result needs {{\"toolcall_id\": ...}}: {error}")
+        return failed(f'extract_compacted_tool_result needs {{"toolcall_id": ...}}: {error}')

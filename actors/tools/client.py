@@ -75,7 +75,12 @@ class RemoteTool:
         return self._spec
 
     async def call(
-        self, runtime: Any, arguments: str, *, call_id: str, participant_id: str | None = None,
+        self,
+        runtime: Any,
+        arguments: str,
+        *,
+        call_id: str,
+        participant_id: str | None = None,
         on_chunk: OnChunk | None = None,
     ) -> ToolCallReply:
         """Ask the server to run the call; any failure is an error reply. With
@@ -83,14 +88,21 @@ class RemoteTool:
         parts: list[str] = []
         try:
             if on_chunk is None:
-                return await runtime.ask(self.topics.call, ToolCallRequest(call_id, self.name,
-                                                                           arguments),
-                                         reply_type=ToolCallReply, participant_id=participant_id,
-                                         timeout=self.timeout_s)
+                return await runtime.ask(
+                    self.topics.call,
+                    ToolCallRequest(call_id, self.name, arguments),
+                    reply_type=ToolCallReply,
+                    participant_id=participant_id,
+                    timeout=self.timeout_s,
+                )
             request = ToolCallRequest(call_id, self.name, arguments, stream=True)
-            async with runtime.ask_stream(self.topics.call, request, reply_type=ToolCallReply,
-                                          participant_id=participant_id,
-                                          timeout=self.timeout_s) as replies:
+            async with runtime.ask_stream(
+                self.topics.call,
+                request,
+                reply_type=ToolCallReply,
+                participant_id=participant_id,
+                timeout=self.timeout_s,
+            ) as replies:
                 async for reply in replies:
                     if not reply.partial:
                         return reply
@@ -99,15 +111,22 @@ class RemoteTool:
             raise RuntimeClosedError("the reply stream ended without a result")
         except TimeoutError:
             self._cancel(runtime, call_id, participant_id)
-            return failed(f"{self._spec.name}: no reply within {self.timeout_s:g} s "
-                          "(the tool is slow or its process is gone)", "".join(parts))
+            return failed(
+                f"{self._spec.name}: no reply within {self.timeout_s:g} s "
+                "(the tool is slow or its process is gone)",
+                "".join(parts),
+            )
         except asyncio.CancelledError:
             self._cancel(runtime, call_id, participant_id)
             raise
         except AskError as error:
             return failed(f"{self._spec.name}: {error}", "".join(parts))
-        except (RuntimeClosedError, ReplyOverflow, msgspec.ValidationError,
-                msgspec.DecodeError) as error:
+        except (
+            RuntimeClosedError,
+            ReplyOverflow,
+            msgspec.ValidationError,
+            msgspec.DecodeError,
+        ) as error:
             return failed(f"{self._spec.name}: {type(error).__name__}: {error}", "".join(parts))
 
     def _cancel(self, runtime: Any, call_id: str, participant_id: str | None) -> None:
@@ -124,8 +143,13 @@ def remote_tool(
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> RemoteTool:
     """A tool of tool server ``server``, described locally (``args`` gives its schema)."""
-    return RemoteTool(server, name, description=description,
-                      parameters=None if args is None else args_schema(args), timeout_s=timeout_s)
+    return RemoteTool(
+        server,
+        name,
+        description=description,
+        parameters=None if args is None else args_schema(args),
+        timeout_s=timeout_s,
+    )
 
 
 class ToolSet:
@@ -156,7 +180,11 @@ class ToolSet:
         return tuple(tool.spec() for tool in self._tools.values())
 
     async def call(
-        self, runtime: Any, call: ToolCall, *, participant_id: str | None = None,
+        self,
+        runtime: Any,
+        call: ToolCall,
+        *,
+        participant_id: str | None = None,
         on_chunk: OnChunk | None = None,
     ) -> ToolCallReply:
         """Run one of the model's calls; an unknown name is an error reply. A streaming
@@ -167,19 +195,38 @@ class ToolSet:
             return failed(f"no tool named {call.name!r}; the tools are {names}")
         if isinstance(tool, Tool):
             return await tool.invoke(call.arguments, on_chunk)
-        return await tool.call(runtime, call.arguments, call_id=call.id,
-                               participant_id=participant_id, on_chunk=on_chunk)
+        return await tool.call(
+            runtime,
+            call.arguments,
+            call_id=call.id,
+            participant_id=participant_id,
+            on_chunk=on_chunk,
+        )
 
     @staticmethod
-    async def discover(runtime: Any, server: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-                       call_timeout_s: float = DEFAULT_TIMEOUT_S) -> list[RemoteTool]:
+    async def discover(
+        runtime: Any,
+        server: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        call_timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> list[RemoteTool]:
         """The remote tools tool server ``server`` serves, from its catalog (an ask
         bounded by ``timeout_s``); their calls time out after ``call_timeout_s``."""
         topics = ToolTopics.of(server)
-        catalog = await runtime.ask(topics.list, ToolListRequest(), reply_type=ToolCatalog,
-                                    timeout=timeout_s)
-        get_logger().debug("tools.discovered", server=server,
-                           tools=[info.name for info in catalog.tools])
-        return [RemoteTool(server, info.name, description=info.description,
-                           parameters=info.parameters, timeout_s=call_timeout_s)
-                for info in catalog.tools]
+        catalog = await runtime.ask(
+            topics.list, ToolListRequest(), reply_type=ToolCatalog, timeout=timeout_s
+        )
+        get_logger().debug(
+            "tools.discovered", server=server, tools=[info.name for info in catalog.tools]
+        )
+        return [
+            RemoteTool(
+                server,
+                info.name,
+                description=info.description,
+                parameters=info.parameters,
+                timeout_s=call_timeout_s,
+            )
+            for info in catalog.tools
+        ]

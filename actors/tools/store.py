@@ -131,8 +131,10 @@ class TranscriptTopics:
     def of(cls, name: str) -> TranscriptTopics:
         if not name or "\x00" in name:
             raise ValueError("transcripts: must be a non-empty name without NUL")
-        return cls(Topic(f"{name}.transcript.write", TranscriptWrite),
-                   Topic(f"{name}.transcript.load", TranscriptLoad))
+        return cls(
+            Topic(f"{name}.transcript.write", TranscriptWrite),
+            Topic(f"{name}.transcript.load", TranscriptLoad),
+        )
 
 
 def apply_write(transcript: Transcript, write: TranscriptWrite) -> None:
@@ -151,28 +153,54 @@ def apply_write(transcript: Transcript, write: TranscriptWrite) -> None:
     transcript.revision = write.revision
 
 
-def write_of(transcript: Transcript, kind: Literal["append", "replace"],
-             messages: tuple[ChatMessage, ...], originals: tuple[tuple[str, str], ...]
-             ) -> TranscriptWrite:
+def write_of(
+    transcript: Transcript,
+    kind: Literal["append", "replace"],
+    messages: tuple[ChatMessage, ...],
+    originals: tuple[tuple[str, str], ...],
+) -> TranscriptWrite:
     """The next write of ``transcript`` (advancing its revision)."""
     base = transcript.revision
     transcript.revision += 1
-    return TranscriptWrite(kind, messages, transcript.summary, transcript.total_tokens, originals,
-                           TranscriptCounters.of(transcript.counters), base, transcript.revision)
+    return TranscriptWrite(
+        kind,
+        messages,
+        transcript.summary,
+        transcript.total_tokens,
+        originals,
+        TranscriptCounters.of(transcript.counters),
+        base,
+        transcript.revision,
+    )
 
 
 def state_of(transcript: Transcript) -> TranscriptState:
-    return TranscriptState(tuple(transcript.messages), transcript.summary, transcript.total_tokens,
-                           transcript.originals(), TranscriptCounters.of(transcript.counters),
-                           transcript.revision)
+    return TranscriptState(
+        tuple(transcript.messages),
+        transcript.summary,
+        transcript.total_tokens,
+        transcript.originals(),
+        TranscriptCounters.of(transcript.counters),
+        transcript.revision,
+    )
 
 
 def restore(state: TranscriptState) -> Transcript:
     """A transcript with ``state`` (what a ``ToolAgent`` loads)."""
     transcript = Transcript()
-    apply_write(transcript, TranscriptWrite(
-        "replace", state.messages, state.summary, state.total_tokens, state.originals,
-        state.counters, state.revision, state.revision))
+    apply_write(
+        transcript,
+        TranscriptWrite(
+            "replace",
+            state.messages,
+            state.summary,
+            state.total_tokens,
+            state.originals,
+            state.counters,
+            state.revision,
+            state.revision,
+        ),
+    )
     transcript.take_new_originals()
     return transcript
 
@@ -181,9 +209,14 @@ def recovered_state(recovered: RecoveredTranscript) -> TranscriptState:
     """A transcript's state from its journal rows (``StoreError``-worthy rows raise
     ``msgspec.DecodeError``/``ValidationError``)."""
     header = _decode_header(recovered.header)
-    return TranscriptState(tuple(_decode_message(blob) for blob in recovered.messages),
-                           header.summary, header.total_tokens, tuple(recovered.originals),
-                           header.counters, header.revision)
+    return TranscriptState(
+        tuple(_decode_message(blob) for blob in recovered.messages),
+        header.summary,
+        header.total_tokens,
+        tuple(recovered.originals),
+        header.counters,
+        header.revision,
+    )
 
 
 class TranscriptActor(Agent):
@@ -197,10 +230,16 @@ class TranscriptActor(Agent):
     (retired over the keyed bound), so the next instance reads it back from the journal.
     """
 
-    def __init__(self, participant_id: str, kind: str = "", *, name: str = "",
-                 store: ContextStore | None = None,
-                 recovered: TranscriptState | None = None,
-                 on_retired: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        participant_id: str,
+        kind: str = "",
+        *,
+        name: str = "",
+        store: ContextStore | None = None,
+        recovered: TranscriptState | None = None,
+        on_retired: Callable[[str], None] | None = None,
+    ) -> None:
         self.participant_id = participant_id
         self._on_retired = on_retired
         self.kind = kind
@@ -262,10 +301,21 @@ class TranscriptActor(Agent):
         for call_id, text in added:
             rows.append((call_id, self._original_position, text))
             self._original_position += 1
-        header = TranscriptHeader(transcript.summary, transcript.total_tokens,
-                                  TranscriptCounters.of(transcript.counters), transcript.revision)
-        store.put_transcript(*key, _encode(header), [_encode(m) for m in transcript.messages[start:]],
-                             start, rows, dropped, reset=self._reset)
+        header = TranscriptHeader(
+            transcript.summary,
+            transcript.total_tokens,
+            TranscriptCounters.of(transcript.counters),
+            transcript.revision,
+        )
+        store.put_transcript(
+            *key,
+            _encode(header),
+            [_encode(m) for m in transcript.messages[start:]],
+            start,
+            rows,
+            dropped,
+            reset=self._reset,
+        )
         self._journaled_messages = len(transcript.messages)
         self._journaled_originals = held
         self._reset = False
@@ -294,23 +344,35 @@ class TranscriptActor(Agent):
             self._on_retired(self.participant_id)
 
     def gauges(self) -> dict[str, float]:
-        return {"transcript_messages": len(self.transcript.messages),
-                "transcript_journal_failures": self.journal_failures}
+        return {
+            "transcript_messages": len(self.transcript.messages),
+            "transcript_journal_failures": self.journal_failures,
+        }
 
 
-def _decoded(rows: RecoveredTranscript, kind: str, pid: str, path: object) -> TranscriptState | None:
+def _decoded(
+    rows: RecoveredTranscript, kind: str, pid: str, path: object
+) -> TranscriptState | None:
     try:
         return recovered_state(rows)
     except (msgspec.DecodeError, msgspec.ValidationError) as error:
         get_logger(actor=kind, participant=pid).error(
-            "tools.transcript_unreadable", path=str(path), error=str(error),
-            action="starting this transcript empty")
+            "tools.transcript_unreadable",
+            path=str(path),
+            error=str(error),
+            action="starting this transcript empty",
+        )
         return None
 
 
 def register_transcripts(
-    runtime: AgentRuntime, name: str, *, shard: int = 0, shards: int = 1,
-    store: ContextStore | None = None, max_instances: int | None = None,
+    runtime: AgentRuntime,
+    name: str,
+    *,
+    shard: int = 0,
+    shards: int = 1,
+    store: ContextStore | None = None,
+    max_instances: int | None = None,
 ) -> None:
     """Host the transcripts of store ``name`` (this process's shard of the participants),
     journaled in ``store`` (the context process's journal) and restored from it: at the
@@ -321,7 +383,7 @@ def register_transcripts(
     recovered: dict[str, TranscriptState] = {}
     retired: set[str] = set()
     if store is not None:
-        for (pid, store_name) in [key for key in store.transcripts if key[1] == name]:
+        for pid, store_name in [key for key in store.transcripts if key[1] == name]:
             state = _decoded(store.transcripts.pop((pid, store_name)), kind, pid, store.path)
             if state is not None:
                 recovered[pid] = state
@@ -334,9 +396,16 @@ def register_transcripts(
             retired.discard(key)
             rows = store.read_transcript(key, name)  # rare: only after a retirement
             state = None if rows is None else _decoded(rows, kind, key, store.path)
-        return TranscriptActor(key, kind, name=name, store=store, recovered=state,
-                               on_retired=retired.add)
+        return TranscriptActor(
+            key, kind, name=name, store=store, recovered=state, on_retired=retired.add
+        )
 
-    runtime.register_keyed(kind, TranscriptActor, factory=factory, shard=shard, shards=shards,
-                           handlers={topics.write: "on_write", topics.load: "on_load"},
-                           max_instances=max_instances)
+    runtime.register_keyed(
+        kind,
+        TranscriptActor,
+        factory=factory,
+        shard=shard,
+        shards=shards,
+        handlers={topics.write: TranscriptActor.on_write, topics.load: TranscriptActor.on_load},
+        max_instances=max_instances,
+    )

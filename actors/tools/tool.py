@@ -24,7 +24,6 @@ from xrmq.actors.models import ToolSpec
 from xrmq.actors.models.types import TOOL_NAME
 from xrmq.schemas.tools import ToolCallReply
 
-
 OnChunk = Callable[[str], Awaitable[None] | None]
 """Called with each chunk of a streamed result as it comes (sync or async)."""
 

@@ -63,13 +63,24 @@ class LabCamera(Agent):
 
     def __init__(self) -> None:
         self.views = 0
-        super().__init__(tools=[Tool("describe_view", "Describe what the camera sees on the bench.",
-                                     View, self.describe)], tool_server="camera")
+        super().__init__(
+            tools=[
+                Tool(
+                    "describe_view",
+                    "Describe what the camera sees on the bench.",
+                    View,
+                    self.describe,
+                )
+            ],
+            tool_server="camera",
+        )
 
     def describe(self, args: View) -> str:
         self.views += 1
-        return (f"View {self.views}: a red multimeter next to a soldering iron. "
-                + "The rest of the bench is tidy. " * 12)
+        return (
+            f"View {self.views}: a red multimeter next to a soldering iron. "
+            + "The rest of the bench is tidy. " * 12
+        )
 
 
 def lab_camera(runtime, config, process) -> None:

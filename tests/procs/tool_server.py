@@ -48,11 +48,17 @@ def release(args: Sensor) -> str:
 
 async def main() -> None:
     runtime = AgentRuntime(sys.argv[1], name="tool-server")
-    serve_tools(runtime, "lab", [Tool("reading", "Read a sensor.", Sensor, reading),
-                                 Tool("broken", "A broken sensor.", Sensor, broken),
-                                 Tool("stall", "A sensor that never answers.", Sensor, stall),
-                                 Tool("trend", "A sensor's trend, streamed.", Sensor, trend),
-                                 Tool("release", "Let the trend finish.", Sensor, release)])
+    serve_tools(
+        runtime,
+        "lab",
+        [
+            Tool("reading", "Read a sensor.", Sensor, reading),
+            Tool("broken", "A broken sensor.", Sensor, broken),
+            Tool("stall", "A sensor that never answers.", Sensor, stall),
+            Tool("trend", "A sensor's trend, streamed.", Sensor, trend),
+            Tool("release", "Let the trend finish.", Sensor, release),
+        ],
+    )
     async with runtime:
         print("ready", flush=True)
         await asyncio.Event().wait()
