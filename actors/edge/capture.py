@@ -47,9 +47,10 @@ def _is_message(frames: list[bytes]) -> bool:
         return False
 
 
-def _probe_until_seen(pub: zmq.Socket, sub: zmq.Socket, timeout: float, what: str) -> None:
+def _probe_until_seen(pub: zmq.Socket, sub: zmq.Socket, timeout: float, what: str,
+                      topic: bytes = _PROBE_TOPIC) -> None:
     """Publish a probe on ``pub`` until ``sub`` receives it back; ``TimeoutError`` naming ``what``."""
-    probe = _PROBE_TOPIC + b"?" + uuid.uuid4().hex.encode()
+    probe = topic + b"?" + uuid.uuid4().hex.encode()
     deadline = time.monotonic() + timeout
     interval_ms = 5
     while time.monotonic() < deadline:
@@ -191,10 +192,12 @@ def replay(bus: str, path: str, *, speed: float, out: TextIO, ready_timeout: flo
     credentials = client_credentials()
     messages: list[Sequence[bytes]] = [record_.frames for record_ in records]
     resourced = ""
+    probe_topic = _PROBE_TOPIC
     if credentials is not None:
         resource = Resourcer(credentials.identity)
         messages = [resource(frames) for frames in messages]
         resourced = f" as {resource.sender}"
+        probe_topic = f"_probe.{resource.sender}".encode() + b"\x00\x00"  # its own to make
         if permissions is not None:
             refused = refused_by(permissions, credentials.identity, messages)  # type: ignore[arg-type]
             if refused:
@@ -215,9 +218,9 @@ def replay(bus: str, path: str, *, speed: float, out: TextIO, ready_timeout: flo
         sub.setsockopt(zmq.MAXMSGSIZE, DEFAULT_MAX_MESSAGE_BYTES)
         pub.setsockopt(zmq.SNDHWM, 0)
         pub.connect(address.publish)
-        sub.setsockopt(zmq.SUBSCRIBE, _PROBE_TOPIC)
+        sub.setsockopt(zmq.SUBSCRIBE, probe_topic)
         sub.connect(address.subscribe)
-        _probe_until_seen(pub, sub, ready_timeout, f"at {address.publish}")
+        _probe_until_seen(pub, sub, ready_timeout, f"at {address.publish}", probe_topic)
         stop = _stop_on_signals()
         start = time.monotonic()
         sent = 0
