@@ -163,11 +163,11 @@ class Resourcer:
 
 
 def refused_by(permissions: Permissions, identity: str,
-               frames: Sequence[tuple[bytes, bytes, bytes]]) -> dict[tuple[str, str], str]:
+               messages: Sequence[Sequence[bytes]]) -> dict[tuple[str, str], str]:
     """What the broker would drop of these (re-sourced) messages: (topic, source) -> the rule."""
     policy = AccessPolicy({identity: permissions})
     refused: dict[tuple[str, str], str] = {}
-    for key, metadata, _ in frames:
+    for key, metadata, _ in messages:
         reason = policy.check_message(identity, key, metadata, False)
         if reason is not None:
             refused.setdefault((_topic_of((key,)), _metadata.decode(metadata).source), reason)
@@ -199,7 +199,7 @@ def replay(bus: str, path: str, *, speed: float, out: TextIO, ready_timeout: flo
         resourced = f" as {resource.sender}"
         probe_topic = f"_probe.{resource.sender}".encode() + b"\x00\x00"  # its own to make
         if permissions is not None:
-            refused = refused_by(permissions, credentials.identity, messages)  # type: ignore[arg-type]
+            refused = refused_by(permissions, credentials.identity, messages)
             if refused:
                 rules = "; ".join(f"{topic} (source {source!r}): {reason}"
                                   for (topic, source), reason in sorted(refused.items()))

@@ -43,7 +43,7 @@ _frame_send = zmq.backend.Socket.send
 """pyzmq's Cython send, without the Python wrapper (as the runtime's own sends)."""
 
 
-Rescan = Callable[[], "Mapping[str, tuple[bytes, Permissions]] | None"]
+Rescan = Callable[[], Mapping[str, tuple[bytes, Permissions]] | None]
 """Returns the identities to admit when they changed since the last call, else None."""
 
 
