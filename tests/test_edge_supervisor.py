@@ -131,7 +131,10 @@ on_give_up = "stop_box"
         "xrmq up: broken exited (exit code 1); 1 crash within 60s, restarting in 0.05s",
         "xrmq up: broken exited (exit code 1); 2 crashes within 60s, restarting in 0.1s",
     ]
-    reason = "gave up on broken: 3 crashes within 60s (limit 3); last exit code 1: xrmq run: this role always fails"
+    reason = (
+        "gave up on broken: 3 crashes within 60s (limit 3); last exit code 1: "
+        "xrmq run: this role always fails"
+    )
     assert f"xrmq up: {reason}" in output
     assert output[-1] == f"xrmq up: stopped: {reason}"
     assert "steady | xrmq run: stopped steady" in output
@@ -171,7 +174,8 @@ after = ["broken"]
     supervisor_lines = [line for line in rest if line.startswith("xrmq up: ") and "broken" in line
                         and not line.startswith("xrmq up: ready")]
     assert supervisor_lines == [
-        f'xrmq up: {reason}; left DOWN (on_give_up = "stay_down"), the other processes keep running',
+        f'xrmq up: {reason}; left DOWN (on_give_up = "stay_down"),'
+        " the other processes keep running",
         f"xrmq up: stopped; left down: {reason}",
     ]
     assert rest[-1] == f"xrmq up: stopped; left down: {reason}"

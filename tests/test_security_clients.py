@@ -215,7 +215,8 @@ def test_topics_shows_the_secure_brokers_subscriber_counts(box):
     assert int(rows["voice.query"][-1]) >= 1 and int(rows["voice.output"][-1]) >= 1
     assert int(rows["context.view"][-1]) >= 1
     assert int(rows["xrmq.metrics"][0]) >= 1  # heartbeats crossed the capture stream
-    assert listing.stdout.splitlines()[-1].endswith("(subscribers: live subscriptions at the broker)")
+    last = listing.stdout.splitlines()[-1]
+    assert last.endswith("(subscribers: live subscriptions at the broker)")
 
 
 @pytest.mark.timeout(240)

@@ -66,7 +66,10 @@ CONTEXT_PERMISSIONS = Permissions(
         f"{DEFAULT_NAMESPACE}.host.started",
     ],
 )
-TOOL_IDENTITIES = {SUPERVISOR_IDENTITY: SUPERVISOR_PERMISSIONS, CONTEXT_IDENTITY: CONTEXT_PERMISSIONS}
+TOOL_IDENTITIES = {
+    SUPERVISOR_IDENTITY: SUPERVISOR_PERMISSIONS,
+    CONTEXT_IDENTITY: CONTEXT_PERMISSIONS,
+}
 """The built-in identities of xrmq's own commands, with their least-privilege defaults.
 ``xrmq up --init-keys`` creates their key pairs; a box without ``xrmq-context``'s key
 simply does not admit it."""

@@ -346,7 +346,8 @@ class Forwarder:
         metadata = MessageMetadata(
             message_id, "runtime", BROKER_NAME, self._epoch, self._seq, now, message_id
         )
-        frames = (_METRICS_KEY, self._encoder.encode(metadata), self._encoder.encode(self.metrics()))
+        encode = self._encoder.encode
+        frames = (_METRICS_KEY, encode(metadata), encode(self.metrics()))
         for sock in (self.backend, self.capture):  # the capture too: what ``xrmq topics`` reads
             if sock is None:
                 continue
