@@ -56,7 +56,7 @@ from xrmq.topics import METRICS_TOPIC, SUPERVISOR_TOPIC, Topic
 from .config import EdgeConfig, RestartPolicyConfig
 from .liveness import BUS, LivenessWatch
 from .process import FATAL_EXIT, READY_PREFIX
-from .restart import RestartPolicy
+from .restart import RestartDecision, RestartPolicy
 from .roles import check_roles
 
 BUS_READY_PREFIX = "xrmq bus: ready"
@@ -366,6 +366,7 @@ class Supervisor:
                         pass
                     continue
                 last = f": {child.last_line}" if child.last_line else ""
+                decision: RestartDecision | None
                 if returncode == FATAL_EXIT:  # a configuration error: a restart cannot help
                     reason = (f"{child.label} failed fatally (exit code {FATAL_EXIT}, a"
                               f" configuration error: not restarted){last}")

@@ -22,6 +22,7 @@ from .broker import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_SUBSCRIBER_BUDGET_BYTES, 
 from .logs import get_logger
 from .loop import run
 from .runtime import AgentRuntime
+from .security.forwarder import BrokerSecurity, Rescan
 from .security.keys import (
     KEY_ENV,
     SECRET_SUFFIX,
@@ -45,7 +46,7 @@ def add_bus_argument(
     parser: argparse.ArgumentParser, *, keys: bool = True, identity: str | None = None
 ) -> None:
     """``--bus``, and for a client of the bus (``keys``) ``--config``, ``--identity``, ``--key``
-    and ``--server-key`` (resolved by ``resolve_client``); ``identity`` is the command's
+    and ``--server-key`` (resolved by ``export_keys``); ``identity`` is the command's
     default identity on a CURVE bus of the config (None: the user names one)."""
     if not keys:
         parser.add_argument("--bus", default=default_bus(),
@@ -169,7 +170,8 @@ def add_commands(subparsers: Any) -> None:
 
 def run_bus(args: argparse.Namespace) -> int:
     address = parse_bus(args.bus)
-    security = rescan = None
+    security: BrokerSecurity | None = None
+    rescan: Rescan | None = None
     rescan_interval = 1.0
     if args.config is not None:
         from xrmq.actors.edge.config import load_config  # the config file is the edge box's
