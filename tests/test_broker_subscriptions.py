@@ -11,11 +11,12 @@ import sys
 
 import pytest
 
-from buses import broker_process, expect_line, reap
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext
 from xrmq.actors.runtime.subscriptions import OTHER, SubscriptionCounts, topic_of
 from xrmq.schemas import ConversationContextUpdate, RuntimeMetrics
 from xrmq.topics import METRICS_TOPIC, Topic, context_topic
+
+from buses import broker_process, expect_line, reap
 
 pytestmark = pytest.mark.timeout(90)
 CLI = [sys.executable, "-m", "xrmq.actors.cli"]
@@ -76,9 +77,12 @@ class BrokerReports(Agent):
 
     async def wait_for(self, subscribers: int, timeout: float = 20) -> None:
         async with self._changed:
-            await asyncio.wait_for(self._changed.wait_for(
-                lambda: self.latest is not None and self.latest.get("gauges", 0) == subscribers
-            ), timeout)
+            await asyncio.wait_for(
+                self._changed.wait_for(
+                    lambda: self.latest is not None and self.latest.get("gauges", 0) == subscribers
+                ),
+                timeout,
+            )
 
 
 async def test_the_broker_counts_subscribers_as_they_come_and_go_and_topics_shows_them():
@@ -97,8 +101,12 @@ async def test_the_broker_counts_subscribers_as_they_come_and_go_and_topics_show
                 async with second:
                     await reports.wait_for(2)
                 await reports.wait_for(1)  # a runtime that stopped
-                echo = subprocess.Popen([*CLI, "echo", "--bus", bus, "gauges"],
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                echo = subprocess.Popen(
+                    [*CLI, "echo", "--bus", bus, "gauges"],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
                 try:
                     expect_line(echo, "xrmq echo: ready")
                     await reports.wait_for(2)
@@ -108,14 +116,23 @@ async def test_the_broker_counts_subscribers_as_they_come_and_go_and_topics_show
                     reap(echo)
                 await reports.wait_for(1)  # a process killed: libzmq unsubscribes it
                 listing = await asyncio.to_thread(
-                    subprocess.run, [*CLI, "topics", "--bus", bus, "--window", "0.5"],
-                    capture_output=True, text=True, timeout=30,
+                    subprocess.run,
+                    [*CLI, "topics", "--bus", bus, "--window", "0.5"],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
                 )
             await reports.wait_for(0)
     assert listing.returncode == 0, listing.stderr
     lines = listing.stdout.splitlines()
     assert lines[1].split() == [
-        "TOPIC", "MSGS", "MSG/S", "PUBLISHERS", "PARTICIPANTS", "SUBSCRIBERS"]
+        "TOPIC",
+        "MSGS",
+        "MSG/S",
+        "PUBLISHERS",
+        "PARTICIPANTS",
+        "SUBSCRIBERS",
+    ]
     rows = {line.split()[0]: line.split()[1:] for line in lines[2:-1]}
     assert rows["gauges"] == ["0", "0.0", "0", "0", "1"]  # silent, but subscribed to
     assert int(rows["xrmq.metrics"][-1]) >= 1  # the watcher

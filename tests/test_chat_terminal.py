@@ -11,10 +11,11 @@ import sys
 
 import pytest
 
-from buses import broker_process, reap
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext
 from xrmq.schemas import ResponseOutput, UserQuery
 from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC, Topic
+
+from buses import broker_process, reap
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -72,9 +73,19 @@ async def test_text_typed_while_a_reply_streams_on_a_terminal_is_kept_out_of_it(
         async with box:
             master, slave = pty.openpty()
             chat = subprocess.Popen(
-                [sys.executable, "-m", "xrmq.actors.cli", "chat", "--bus", bus,
-                 "--participant", "tia"],
-                stdin=slave, stdout=slave, stderr=subprocess.PIPE,
+                [
+                    sys.executable,
+                    "-m",
+                    "xrmq.actors.cli",
+                    "chat",
+                    "--bus",
+                    bus,
+                    "--participant",
+                    "tia",
+                ],
+                stdin=slave,
+                stdout=slave,
+                stderr=subprocess.PIPE,
                 env={**os.environ, "XRMQ_LOG_LEVEL": "ERROR"},
             )
             os.close(slave)

@@ -20,10 +20,22 @@ def recorded(key: bytes, message_id: str, seq: int, **fields) -> tuple[bytes, by
 
 def test_a_replay_is_one_new_stream_per_key_of_the_replayers_runtime_with_ids_remapped():
     resource = Resourcer("sensor")
-    query = recorded(b"voice.query\x00p1\x00", "q1", 5, reply_to="_inbox.say-1234",
-                     correlation_id="q1", participant_id="p1")
-    follow = recorded(b"voice.interrupted\x00p1\x00", "i1", 9, correlation_id="q1",
-                      parent_message_id="q1", participant_id="p1")
+    query = recorded(
+        b"voice.query\x00p1\x00",
+        "q1",
+        5,
+        reply_to="_inbox.say-1234",
+        correlation_id="q1",
+        participant_id="p1",
+    )
+    follow = recorded(
+        b"voice.interrupted\x00p1\x00",
+        "i1",
+        9,
+        correlation_id="q1",
+        parent_message_id="q1",
+        participant_id="p1",
+    )
     again = recorded(b"voice.query\x00p1\x00", "q2", 6, participant_id="p1")
     out = [resource(frames) for frames in (query, follow, again)]
     first, second, third = (_decode(frames[1]) for frames in out)
@@ -41,8 +53,10 @@ def test_a_replay_is_one_new_stream_per_key_of_the_replayers_runtime_with_ids_re
 
 def test_what_the_identity_may_not_publish_is_named_before_anything_is_sent():
     resource = Resourcer("alice")
-    messages = [resource(recorded(b"notes\x00p1\x00", "n1", 1)),
-                resource(recorded(b"voice.query\x00p1\x00", "q1", 1))]
+    messages = [
+        resource(recorded(b"notes\x00p1\x00", "n1", 1)),
+        resource(recorded(b"voice.query\x00p1\x00", "q1", 1)),
+    ]
     allowed = Permissions(publish=["voice.query"], sources=["text-input"])
     assert refused_by(allowed, "alice", messages) == {
         ("notes", "text-input"): "may not publish on 'notes'"

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from secure_bus import free_tcp_bus
 
 from buses import expect_line, reap
-from secure_bus import free_tcp_bus
 
 CLI = [sys.executable, "-m", "xrmq.actors.cli"]
 
@@ -83,14 +83,31 @@ class Box:
     keys: Path
     env: dict[str, str]
 
-    def cli(self, *args: str, env: dict[str, str] | None = None, stdin: str | None = None,
-            timeout: float = 90) -> subprocess.CompletedProcess:
-        return subprocess.run([*CLI, *args], capture_output=True, text=True, input=stdin,
-                              env=env or self.env, timeout=timeout)
+    def cli(
+        self,
+        *args: str,
+        env: dict[str, str] | None = None,
+        stdin: str | None = None,
+        timeout: float = 90,
+    ) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [*CLI, *args],
+            capture_output=True,
+            text=True,
+            input=stdin,
+            env=env or self.env,
+            timeout=timeout,
+        )
 
     def popen(self, *args: str) -> subprocess.Popen:
-        return subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                stdin=subprocess.PIPE, text=True, env=self.env)
+        return subprocess.Popen(
+            [*CLI, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.PIPE,
+            text=True,
+            env=self.env,
+        )
 
     def as_(self, identity: str) -> list[str]:
         return ["--config", str(self.config), "--identity", identity]
@@ -107,19 +124,29 @@ def box(tmp_path_factory) -> Iterator[Box]:
     for name in ("XRMQ_KEY", "XRMQ_SERVER_KEY", "XRMQ_CONFIG", "XRMQ_IDENTITY", "XRMQ_BUS"):
         env.pop(name, None)
     for client in ("alice", "listener", "sensor", "ops"):
-        made = subprocess.run([*CLI, "keys", "new", client, "--dir", str(keys)],
-                              capture_output=True, text=True, env=env, timeout=60)
+        made = subprocess.run(
+            [*CLI, "keys", "new", client, "--dir", str(keys)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
         assert made.returncode == 0, made.stderr
-    up = subprocess.Popen([*CLI, "up", "--init-keys", str(config)], stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, env=env)
+    up = subprocess.Popen(
+        [*CLI, "up", "--init-keys", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     try:
         created = expect_line(up, "xrmq up: created key pairs")
         assert created.endswith("xrmq-up, xrmq-context")  # the context commands' identity too
         expect_line(up, "xrmq up: ready")
         yield Box(bus, config, keys, env)
         up.send_signal(signal.SIGTERM)
-        up.stdout.read()
-        assert up.wait(timeout=60) == 0
+        rest, _ = up.communicate(timeout=60)
+        assert up.returncode == 0, rest[-3000:]
     finally:
         reap(up)
 
@@ -130,8 +157,13 @@ def test_say_takes_the_bus_the_broker_key_and_its_identitys_key_from_the_config(
     assert answer.returncode == 0, answer.stderr
     assert answer.stdout.strip()
 
-    from_environment = box.cli("say", "--timeout", "60", "Hello again.", env={
-        **box.env, "XRMQ_CONFIG": str(box.config), "XRMQ_IDENTITY": "alice"})
+    from_environment = box.cli(
+        "say",
+        "--timeout",
+        "60",
+        "Hello again.",
+        env={**box.env, "XRMQ_CONFIG": str(box.config), "XRMQ_IDENTITY": "alice"},
+    )
     assert from_environment.returncode == 0, from_environment.stderr
     assert from_environment.stdout.strip()
 
@@ -146,9 +178,19 @@ def test_say_takes_the_bus_the_broker_key_and_its_identitys_key_from_the_config(
 
 @pytest.mark.timeout(180)
 def test_chat_with_a_key_answers_on_a_curve_bus(box):
-    chat = box.popen("chat", "--bus", box.bus, "--key", str(box.keys / "alice.key_secret"),
-                     "--server-key", str(box.keys / "broker.key"), "--participant", "cara",
-                     "--timeout", "60")
+    chat = box.popen(
+        "chat",
+        "--bus",
+        box.bus,
+        "--key",
+        str(box.keys / "alice.key_secret"),
+        "--server-key",
+        str(box.keys / "broker.key"),
+        "--participant",
+        "cara",
+        "--timeout",
+        "60",
+    )
     try:
         expect_line(chat, "xrmq chat: ready participant=cara")
         chat.stdin.write("My badge number is 4471.\n")
@@ -164,12 +206,28 @@ def test_chat_with_a_key_answers_on_a_curve_bus(box):
 
 @pytest.mark.timeout(180)
 def test_listen_with_a_key_renders_the_replies_on_a_curve_bus(box):
-    listen = box.popen("listen", "--bus", box.bus, "--key", str(box.keys / "listener.key_secret"),
-                       "--server-key", str(box.keys / "broker.key"), "--participant", "lee")
+    listen = box.popen(
+        "listen",
+        "--bus",
+        box.bus,
+        "--key",
+        str(box.keys / "listener.key_secret"),
+        "--server-key",
+        str(box.keys / "broker.key"),
+        "--participant",
+        "lee",
+    )
     try:
         expect_line(listen, "xrmq listen: ready topic=voice.output participant=lee")
-        said = box.cli("say", *box.as_("alice"), "--participant", "lee", "--timeout", "60",
-                       "The spare key is in drawer 12.")
+        said = box.cli(
+            "say",
+            *box.as_("alice"),
+            "--participant",
+            "lee",
+            "--timeout",
+            "60",
+            "The spare key is in drawer 12.",
+        )
         assert said.returncode == 0, said.stderr
         last_word = said.stdout.strip().split()[-1].rstrip(".")
         while last_word not in (rendered := expect_line(listen, "[lee] ")):
@@ -181,14 +239,29 @@ def test_listen_with_a_key_renders_the_replies_on_a_curve_bus(box):
 
 @pytest.mark.timeout(180)
 def test_context_commands_connect_as_xrmq_context_with_least_privilege(box, tmp_path):
-    said = box.cli("say", *box.as_("alice"), "--participant", "dee", "--timeout", "60",
-                   "My locker is number 318.")
+    said = box.cli(
+        "say",
+        *box.as_("alice"),
+        "--participant",
+        "dee",
+        "--timeout",
+        "60",
+        "My locker is number 318.",
+    )
     assert said.returncode == 0, said.stderr
     shown = box.cli("context", "show", "--config", str(box.config), "--participant", "dee")
     assert shown.returncode == 0, shown.stderr
     assert "My locker is number 318." in shown.stdout  # the dialogue, read as xrmq-context
-    dumped = box.cli("context", "dump", "--config", str(box.config), "--participant", "dee",
-                     "--output", str(tmp_path / "dee.dump"))
+    dumped = box.cli(
+        "context",
+        "dump",
+        "--config",
+        str(box.config),
+        "--participant",
+        "dee",
+        "--output",
+        str(tmp_path / "dee.dump"),
+    )
     assert dumped.returncode == 0, dumped.stderr
     assert b"318" in (tmp_path / "dee.dump").read_bytes()
     cleared = box.cli("context", "clear", "--config", str(box.config), "--participant", "dee")
@@ -197,8 +270,16 @@ def test_context_commands_connect_as_xrmq_context_with_least_privilege(box, tmp_
     shown = box.cli("context", "show", "--config", str(box.config), "--participant", "dee")
     assert "318" not in shown.stdout
 
-    forged = box.cli("publish", *box.as_("xrmq-context"), "voice.query", "--participant", "dee",
-                     "--source", "text-input", "What is my locker number?")
+    forged = box.cli(
+        "publish",
+        *box.as_("xrmq-context"),
+        "voice.query",
+        "--participant",
+        "dee",
+        "--source",
+        "text-input",
+        "What is my locker number?",
+    )
     assert forged.returncode == 0, forged.stderr  # fire and forget: the broker drops it
     top = box.cli("top", *box.as_("ops"), "--once", "--json", "--expect", "5", "--window", "30")
     assert top.returncode == 0, top.stderr
@@ -223,8 +304,9 @@ def test_topics_shows_the_secure_brokers_subscriber_counts(box):
 def test_a_replay_onto_a_curve_bus_is_resourced_as_the_replaying_identity(box, tmp_path):
     fact = "The spare fuse is in box 9."
     views = box.popen("echo", *box.as_("ops"), "context.view", "--participant", "fay", "--json")
-    record = box.popen("record", *box.as_("ops"), str(tmp_path / "note.xrmq"), "--count", "1",
-                       "--topic", "notes")
+    record = box.popen(
+        "record", *box.as_("ops"), str(tmp_path / "note.xrmq"), "--count", "1", "--topic", "notes"
+    )
     try:
         expect_line(views, "xrmq echo: ready")
         expect_line(record, "xrmq record: ready")
@@ -233,8 +315,9 @@ def test_a_replay_onto_a_curve_bus_is_resourced_as_the_replaying_identity(box, t
         assert record.wait(timeout=30) == 0
         expect_line(views, "{")  # the note's view: in the participant's context once
 
-        refused = box.cli("replay", *box.as_("alice"), str(tmp_path / "note.xrmq"),
-                          "--speed", "inf")
+        refused = box.cli(
+            "replay", *box.as_("alice"), str(tmp_path / "note.xrmq"), "--speed", "inf"
+        )
         assert refused.returncode == 2
         assert refused.stderr.strip() == (
             f"xrmq replay: {tmp_path / 'note.xrmq'}: identity 'alice' may not replay it onto "
@@ -243,11 +326,13 @@ def test_a_replay_onto_a_curve_bus_is_resourced_as_the_replaying_identity(box, t
             "--exclude)"
         )
 
-        replayed = box.cli("replay", *box.as_("sensor"), str(tmp_path / "note.xrmq"),
-                           "--speed", "inf")
+        replayed = box.cli(
+            "replay", *box.as_("sensor"), str(tmp_path / "note.xrmq"), "--speed", "inf"
+        )
         assert replayed.returncode == 0, replayed.stderr
         assert replayed.stdout.startswith(
-            f"xrmq replay: sent 1 of 1 messages from {tmp_path / 'note.xrmq'} as sensor-replay-")
+            f"xrmq replay: sent 1 of 1 messages from {tmp_path / 'note.xrmq'} as sensor-replay-"
+        )
         while True:  # the replayed note reached the context: its view holds the fact twice
             line = expect_line(views, "{")
             if line.count(fact) >= 2:

@@ -8,8 +8,8 @@ import threading
 from collections.abc import Callable
 
 import pytest
-
 from secure_bus import CurveClient, SecureBus, free_tcp_bus, make_keys
+
 from xrmq.actors.edge.config import load_config
 from xrmq.actors.edge.identities import KeyRescan, broker_security
 from xrmq.actors.runtime.address import parse_bus
@@ -69,8 +69,9 @@ def test_a_key_added_is_admitted_and_a_key_removed_refused_without_a_restart(tmp
     outside = make_keys(tmp_path / "bob-home", "bob")  # bob's pair, not yet known to the broker
     shutil.copy(keys / "broker.key", outside / "broker.key")
     watched = Watched(KeyRescan(config))
-    broker = Broker(parse_bus(bus), security=broker_security(config), rescan=watched,
-                    rescan_interval=0.02).start()
+    broker = Broker(
+        parse_bus(bus), security=broker_security(config), rescan=watched, rescan_interval=0.02
+    ).start()
     secure = SecureBus(bus, keys, broker)
     as_bob = SecureBus(bus, outside, broker)
     clients: list[CurveClient] = []

@@ -207,7 +207,7 @@ class Forwarder:
         next_rescan = time.monotonic() + self.rescan_interval if rescans else float("inf")
         while True:
             timeout = max(0.0, min(next_metrics, next_rescan) - time.monotonic())
-            ready = dict(poller.poll(timeout * 1000))
+            ready = dict(poller.poll(int(timeout * 1000)))
             if self.control in ready and self.control.recv() == b"TERMINATE":
                 return
             if self.backend in ready:
