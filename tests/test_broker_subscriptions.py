@@ -137,3 +137,48 @@ async def test_the_broker_counts_subscribers_as_they_come_and_go_and_topics_show
     assert rows["gauges"] == ["0", "0.0", "0", "0", "1"]  # silent, but subscribed to
     assert int(rows["xrmq.metrics"][-1]) >= 1  # the watcher
     assert lines[-1].endswith("(subscribers: live subscriptions at the broker)")
+
+
+def test_the_secure_broker_counts_the_subscriptions_it_applies_as_subscribers_come_and_go(
+    tmp_path,
+):
+    import time
+
+    import msgspec
+    from secure_bus import make_keys, secure_broker
+
+    from xrmq.actors.runtime.security import Permissions
+
+    keys = make_keys(tmp_path / "keys", "broker", "ops", "nosy")
+    reader = Permissions(subscribe=["notes", "xrmq.metrics"])
+    decode = msgspec.msgpack.Decoder(RuntimeMetrics).decode
+    with secure_broker(keys, {"ops": reader, "nosy": Permissions()}) as bus:
+        watcher = bus.client("ops")
+        clients = [watcher]
+        try:
+            watcher.subscribe(b"xrmq.metrics\x00")
+            watcher.wait_ready()
+
+            def wait_for(subscribers: int) -> None:
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline:  # the broker reports every second
+                    frames = watcher.wait_for("xrmq.metrics", timeout=20)[-1]
+                    report = decode(frames[2])
+                    if report.runtime == "broker":
+                        if report.subscriptions.get("notes", 0) == subscribers:
+                            return
+                raise AssertionError(f"never {subscribers} subscriptions of notes")
+
+            wait_for(0)
+            first, second, denied = bus.client("ops"), bus.client("ops"), bus.client("nosy")
+            clients += [first, second, denied]
+            for client in (first, second, denied):
+                client.subscribe(b"notes\x00")
+                client.wait_ready()  # its subscriptions reached the broker before the probe's
+            wait_for(2)  # the denied one is not counted
+            second.close()
+            clients.remove(second)
+            wait_for(1)
+        finally:
+            for client in clients:
+                client.close()
