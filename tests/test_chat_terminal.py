@@ -8,6 +8,7 @@ import os
 import pty
 import subprocess
 import sys
+import termios
 
 import pytest
 
@@ -88,12 +89,16 @@ async def test_text_typed_while_a_reply_streams_on_a_terminal_is_kept_out_of_it(
                 stderr=subprocess.PIPE,
                 env={**os.environ, "XRMQ_LOG_LEVEL": "ERROR"},
             )
-            os.close(slave)
             terminal = Terminal(master)
+
+            def echoes() -> bool:  # the terminal's own setting, as the chat left it
+                return bool(termios.tcgetattr(slave)[3] & termios.ECHO)
+
             try:
                 at = await terminal.read_until("you> ")
                 terminal.type("first question\n")  # echoed: no reply is streaming
                 at = await terminal.read_until("conversation: Part one,", at)
+                assert not echoes()  # muted while the reply streams
                 terminal.type("second question\n")  # typed while the reply streams
                 replier.release.set()
                 reply_ends = await terminal.read_until("\n", at)
@@ -101,8 +106,10 @@ async def test_text_typed_while_a_reply_streams_on_a_terminal_is_kept_out_of_it(
                 await terminal.read_until("conversation: Part one, part two.", at)
                 terminal.type("/quit\n")
                 assert await asyncio.to_thread(chat.wait, 30) == 0
+                assert echoes()  # and left as it was found
             finally:
                 reap(chat)
+                os.close(slave)
                 os.close(master)
     printed = terminal.output.replace("\r\n", "\n")
     first_reply = printed.index("conversation: Part one,")
