@@ -11,10 +11,10 @@ import sys
 
 import pytest
 
-from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext
+from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, RuntimeContext
 from xrmq.actors.runtime.subscriptions import OTHER, SubscriptionCounts, topic_of
 from xrmq.schemas import ConversationContextUpdate, RuntimeMetrics
-from xrmq.topics import METRICS_TOPIC, Topic, context_topic
+from xrmq.topics import METRICS_TOPIC, context_topic
 
 from buses import broker_process, expect_line, reap
 
@@ -52,8 +52,8 @@ def test_counts_follow_subscribes_and_unsubscribes_stay_bounded_and_never_go_neg
 
 
 class Gauges(Agent):
-    def handlers(self) -> dict[Topic, str]:
-        return {GAUGES: "on_gauge"}
+    def handlers(self) -> Handlers:
+        return {GAUGES: self.on_gauge}
 
     async def on_gauge(self, message: ConversationContextUpdate, ctx: RuntimeContext) -> None:
         pass
@@ -66,8 +66,8 @@ class BrokerReports(Agent):
         self.latest: dict[str, int] | None = None
         self._changed = asyncio.Condition()
 
-    def handlers(self) -> dict[Topic, str]:
-        return {METRICS_TOPIC: "on_metrics"}
+    def handlers(self) -> Handlers:
+        return {METRICS_TOPIC: self.on_metrics}
 
     async def on_metrics(self, message: RuntimeMetrics, ctx: RuntimeContext) -> None:
         if message.runtime == "broker":
@@ -145,9 +145,10 @@ def test_the_secure_broker_counts_the_subscriptions_it_applies_as_subscribers_co
     import time
 
     import msgspec
-    from secure_bus import make_keys, secure_broker
 
     from xrmq.actors.runtime.security import Permissions
+
+    from secure_bus import make_keys, secure_broker
 
     keys = make_keys(tmp_path / "keys", "broker", "ops", "nosy")
     reader = Permissions(subscribe=["notes", "xrmq.metrics"])

@@ -12,9 +12,9 @@ import termios
 
 import pytest
 
-from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext
+from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, RuntimeContext
 from xrmq.schemas import ResponseOutput, UserQuery
-from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC, Topic
+from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC
 
 from buses import broker_process, reap
 
@@ -29,8 +29,8 @@ class HeldReply(Agent):
         self.release = asyncio.Event()
         self.queries: list[str] = []
 
-    def handlers(self) -> dict[Topic, str]:
-        return {QUERY_TOPIC: "on_query"}
+    def handlers(self) -> Handlers:
+        return {QUERY_TOPIC: self.on_query}
 
     async def on_query(self, message: UserQuery, ctx: RuntimeContext) -> None:
         self.queries.append(message.text)

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from secure_bus import free_tcp_bus
 
 from buses import expect_line, reap
+from secure_bus import free_tcp_bus
 
 CLI = [sys.executable, "-m", "xrmq.actors.cli"]
 

@@ -8,12 +8,13 @@ import threading
 from collections.abc import Callable
 
 import pytest
-from secure_bus import CurveClient, SecureBus, free_tcp_bus, make_keys
 
 from xrmq.actors.edge.config import load_config
 from xrmq.actors.edge.identities import KeyRescan, broker_security
 from xrmq.actors.runtime.address import parse_bus
 from xrmq.actors.runtime.broker import Broker
+
+from secure_bus import CurveClient, SecureBus, free_tcp_bus, make_keys
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -47,9 +47,11 @@ def _is_message(frames: list[bytes]) -> bool:
         return False
 
 
-def _probe_until_seen(pub: zmq.Socket, sub: zmq.Socket, timeout: float, what: str,
-                      topic: bytes = _PROBE_TOPIC) -> None:
-    """Publish a probe on ``pub`` until ``sub`` receives it back; ``TimeoutError`` naming ``what``."""
+def _probe_until_seen(
+    pub: zmq.Socket, sub: zmq.Socket, timeout: float, what: str, topic: bytes = _PROBE_TOPIC
+) -> None:
+    """Publish a probe on ``pub`` until ``sub`` receives it back; ``TimeoutError`` naming
+    ``what``."""
     probe = topic + b"?" + uuid.uuid4().hex.encode()
     deadline = time.monotonic() + timeout
     interval_ms = 5
@@ -83,8 +85,16 @@ def _topic_of(frames: Sequence[bytes]) -> str:
     return split_key(frames[0])[0]
 
 
-def record(bus: str, path: str, *, count: int | None, duration: float | None, out: TextIO,
-           ready_timeout: float = 10.0, topics: TopicFilter = TopicFilter()) -> int:
+def record(
+    bus: str,
+    path: str,
+    *,
+    count: int | None,
+    duration: float | None,
+    out: TextIO,
+    ready_timeout: float = 10.0,
+    topics: TopicFilter = TopicFilter(),
+) -> int:
     """Write the bus's capture stream to ``path`` until SIGINT/SIGTERM, ``count`` messages or
     ``duration`` seconds; only messages whose topic ``topics`` admits."""
     address = parse_bus(bus)
@@ -100,7 +110,12 @@ def record(bus: str, path: str, *, count: int | None, duration: float | None, ou
         sub.setsockopt(zmq.SUBSCRIBE, b"")
         sub.connect(address.capture)
         pub.connect(address.publish)
-        _probe_until_seen(pub, sub, ready_timeout, f"on the capture socket {address.capture} (is capture enabled?)")
+        _probe_until_seen(
+            pub,
+            sub,
+            ready_timeout,
+            f"on the capture socket {address.capture} (is capture enabled?)",
+        )
         stop = _stop_on_signals()
         deadline = None if duration is None else time.monotonic() + duration
         with Path(path).open("wb") as file:
@@ -153,17 +168,20 @@ class Resourcer:
             epoch=self.epoch,
             seq=seq,
             timestamp_us=time.time_ns() // 1000,
-            correlation_id=None if old.correlation_id is None
+            correlation_id=None
+            if old.correlation_id is None
             else self._ids.setdefault(old.correlation_id, uuid.uuid4().hex),
-            parent_message_id=None if old.parent_message_id is None
+            parent_message_id=None
+            if old.parent_message_id is None
             else self._ids.setdefault(old.parent_message_id, uuid.uuid4().hex),
             reply_to=None if old.reply_to is None else f"_inbox.{self.sender}",
         )
         return key, _encoder.encode(metadata), payload
 
 
-def refused_by(permissions: Permissions, identity: str,
-               messages: Sequence[Sequence[bytes]]) -> dict[tuple[str, str], str]:
+def refused_by(
+    permissions: Permissions, identity: str, messages: Sequence[Sequence[bytes]]
+) -> dict[tuple[str, str], str]:
     """What the broker would drop of these (re-sourced) messages: (topic, source) -> the rule."""
     policy = AccessPolicy({identity: permissions})
     refused: dict[tuple[str, str], str] = {}
@@ -174,8 +192,16 @@ def refused_by(permissions: Permissions, identity: str,
     return refused
 
 
-def replay(bus: str, path: str, *, speed: float, out: TextIO, ready_timeout: float = 10.0,
-           topics: TopicFilter = TopicFilter(), permissions: Permissions | None = None) -> int:
+def replay(
+    bus: str,
+    path: str,
+    *,
+    speed: float,
+    out: TextIO,
+    ready_timeout: float = 10.0,
+    topics: TopicFilter = TopicFilter(),
+    permissions: Permissions | None = None,
+) -> int:
     """Publish the messages of a capture file whose topic ``topics`` admits onto ``bus``, in
     order, at recorded pace divided by ``speed``.
 
@@ -186,8 +212,11 @@ def replay(bus: str, path: str, *, speed: float, out: TextIO, ready_timeout: flo
     """
     with Path(path).open("rb") as file:
         every = list(read_records(file, name=path))
-    records = [record_ for record_ in every if _is_message(list(record_.frames))
-               and topics.admits(_topic_of(record_.frames))]
+    records = [
+        record_
+        for record_ in every
+        if _is_message(list(record_.frames)) and topics.admits(_topic_of(record_.frames))
+    ]
     offsets = replay_offsets([record.timestamp_us for record in records], speed)
     credentials = client_credentials()
     messages: list[Sequence[bytes]] = [record_.frames for record_ in records]
@@ -201,8 +230,10 @@ def replay(bus: str, path: str, *, speed: float, out: TextIO, ready_timeout: flo
         if permissions is not None:
             refused = refused_by(permissions, credentials.identity, messages)
             if refused:
-                rules = "; ".join(f"{topic} (source {source!r}): {reason}"
-                                  for (topic, source), reason in sorted(refused.items()))
+                rules = "; ".join(
+                    f"{topic} (source {source!r}): {reason}"
+                    for (topic, source), reason in sorted(refused.items())
+                )
                 raise ValueError(
                     f"{path}: identity {credentials.identity!r} may not replay it onto this "
                     f"CURVE bus: {rules} (grant it in [bus.identities.{credentials.identity}] "
@@ -236,8 +267,7 @@ def replay(bus: str, path: str, *, speed: float, out: TextIO, ready_timeout: flo
         f" ({len(every) - len(records)} left out by topic)" if len(every) > len(records) else ""
     )
     print(
-        f"xrmq replay: sent {sent} of {len(records)} messages from {path}{left_out}"
-        f"{resourced}",
+        f"xrmq replay: sent {sent} of {len(records)} messages from {path}{left_out}{resourced}",
         file=out,
         flush=True,
     )

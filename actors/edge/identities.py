@@ -298,8 +298,11 @@ class KeyRescan:
         paths = [Path(self._config.source)] if Path(self._config.source).is_file() else []
         for folder in _key_dirs(self._config):
             try:
-                paths += [Path(entry.path) for entry in os.scandir(folder)
-                          if entry.name.endswith(PUBLIC_SUFFIX)]
+                paths += [
+                    Path(entry.path)
+                    for entry in os.scandir(folder)
+                    if entry.name.endswith(PUBLIC_SUFFIX)
+                ]
             except OSError:
                 continue
         for path in paths:

@@ -135,8 +135,11 @@ def _connect(
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"no broker answered at {bus} within {ready_timeout:g}s (is `xrmq up` running?"
-                    + (" may this identity read the capture socket?)" if capture and credentials
-                       else ")")
+                    + (
+                        " may this identity read the capture socket?)"
+                        if capture and credentials
+                        else ")"
+                    )
                 )
     except BaseException:
         sub.close(linger=0)
@@ -222,8 +225,11 @@ def topics_table(
     ]
     for name in names:
         stats = seen.get(name, {"messages": 0, "senders": (), "participants": ()})
-        subscribers = "?" if subscriptions is None else str(subscriptions.get(topic_of(
-            name.encode() + b"\x00"), 0))
+        subscribers = (
+            "?"
+            if subscriptions is None
+            else str(subscriptions.get(topic_of(name.encode() + b"\x00"), 0))
+        )
         lines.append(
             f"{name:40} {stats['messages']:>7} {stats['messages'] / elapsed:>8.1f} "
             f"{len(stats['senders']):>10} {len(stats['participants']):>12} {subscribers:>11}"

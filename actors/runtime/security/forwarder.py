@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import zmq
@@ -153,7 +153,7 @@ class _DropLog:
 def _user_id(frame: zmq.Frame) -> str:
     """The identity ZAP named for the frame's connection ("" if none: then nothing passes)."""
     try:
-        return frame.get("User-Id")
+        return cast(str, frame.get("User-Id"))
     except zmq.ZMQError:
         return ""
 
