@@ -27,6 +27,9 @@ _COMMAND_MODULES = (
 )
 LONG_RUNNING = frozenset({"up", "run", "bus"})
 """Commands whose logs are their output: INFO by default."""
+SUPERVISED = frozenset({"run", "bus"})
+"""Commands ``xrmq up`` runs as its processes: exit code 2 only for an error a restart cannot
+fix (the supervisor restarts on any other), see ``edge.process.FATAL_EXIT``."""
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
@@ -92,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except (ValueError, TimeoutError, RuntimeError) as error:
         print(f"xrmq {args.command}: {error}", file=sys.stderr)
+        if args.command in SUPERVISED:
+            from xrmq.actors.edge.process import exit_code_for
+
+            return exit_code_for(error)
         return 2
     except BrokenPipeError:
         return 0

@@ -60,6 +60,9 @@ class RuntimeMetrics(msgspec.Struct, frozen=True, omit_defaults=True):
     """Only the secure broker's report: messages it dropped, by the identity that sent them."""
     denied: dict[str, int] = {}
     """Only the secure broker's report: subscriptions it refused, by the identity that asked."""
+    subscriptions: dict[str, int] = {}
+    """Only the broker's report: live subscriptions per topic (``_inbox.*``/``_probe.*`` for
+    every private topic together); ``xrmq topics`` shows them as subscriber counts."""
 
 
 ProcessStateName = Literal["starting", "running", "restarting", "down"]

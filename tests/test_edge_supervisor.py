@@ -141,18 +141,95 @@ on_give_up = "stop_box"
     finally:
         reap(up)
     assert [line for line in output if line.startswith("xrmq up: broken exited")] == [
-        "xrmq up: broken exited (exit code 2); 1 crash within 60s, restarting in 0.05s",
-        "xrmq up: broken exited (exit code 2); 2 crashes within 60s, restarting in 0.1s",
+        "xrmq up: broken exited (exit code 1); 1 crash within 60s, restarting in 0.05s",
+        "xrmq up: broken exited (exit code 1); 2 crashes within 60s, restarting in 0.1s",
     ]
     reason = (
-        "gave up on broken: 3 crashes within 60s (limit 3); last exit code 2: xrmq run: this role "
-        "always fails"
+        "gave up on broken: 3 crashes within 60s (limit 3); last exit code 1: "
+        "xrmq run: this role always fails"
     )
     assert f"xrmq up: {reason}" in output
     assert output[-1] == f"xrmq up: stopped: {reason}"
     assert "steady | xrmq run: stopped steady" in output
     assert processes_mentioning(str(tmp_path)) == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["edge.toml"]
+
+
+async def test_a_process_failing_fatally_after_the_checks_is_reported_once_not_restarted(tmp_path):
+    config = write_config(
+        tmp_path,
+        """
+[processes.echo]
+roles = ["edge_roles:echo"]
+[processes.broken]
+roles = ["edge_roles:misconfigured"]
+after = ["echo"]
+[processes.last]
+roles = ["edge_roles:idle"]
+after = ["broken"]
+""",
+    )
+    bus = f"ipc://{tmp_path}/bus"
+    up = start_up(config)
+    try:
+        rest = []
+        for line in up.stdout:
+            rest.append(line.rstrip("\n"))
+            if line.startswith("xrmq up: ready"):
+                break
+        assert "broken=down" in rest[-1] and "last=" in rest[-1]  # startup went on without it
+        assert await echo(bus, "p1", "still here") == "echo:still here"
+        up.send_signal(signal.SIGTERM)
+        rest += up.stdout.read().splitlines()
+        assert up.wait(timeout=30) == 1  # the box ran degraded: its exit status says so
+    finally:
+        reap(up)
+    cause = "xrmq run: edge_roles.misconfigured: setting 'threshold' must be > 0"
+    reason = f"broken failed fatally (exit code 2, a configuration error: not restarted): {cause}"
+    supervisor_lines = [
+        line
+        for line in rest
+        if line.startswith("xrmq up: ")
+        and "broken" in line
+        and not line.startswith("xrmq up: ready")
+    ]
+    assert supervisor_lines == [
+        f'xrmq up: {reason}; left DOWN (on_give_up = "stay_down"),'
+        " the other processes keep running",
+        f"xrmq up: stopped; left down: {reason}",
+    ]
+    assert rest[-1] == f"xrmq up: stopped; left down: {reason}"
+    assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_a_fatal_failure_of_a_stop_box_process_stops_the_box_at_once(tmp_path):
+    config = write_config(
+        tmp_path,
+        """
+[processes.steady]
+roles = ["edge_roles:idle"]
+[processes.broken]
+roles = ["edge_roles:misconfigured"]
+after = ["steady"]
+on_give_up = "stop_box"
+""",
+    )
+    up = start_up(config)
+    try:
+        output = up.stdout.read().splitlines()
+        assert up.wait(timeout=30) == 1
+    finally:
+        reap(up)
+    reason = (
+        "broken failed fatally (exit code 2, a configuration error: not restarted): "
+        "xrmq run: edge_roles.misconfigured: setting 'threshold' must be > 0"
+    )
+    assert [line for line in output if line.startswith("xrmq up: ") and "broken" in line] == [
+        f"xrmq up: {reason}",
+        f"xrmq up: stopped: {reason}",
+    ]
+    assert sum("broken | xrmq run: edge_roles.misconfigured" in line for line in output) == 1
+    assert processes_mentioning(str(tmp_path)) == []
 
 
 class Reports(Agent):

@@ -102,6 +102,11 @@ def test_keys_commands_write_and_list(tmp_path):
             "bus.address",
             "binds tcp beyond loopback without security",
         ),
+        (
+            {"bus": {"security": {"rescan_s": -1}}},
+            "bus.security.rescan_s",
+            "must be >= 0 (0: never re-scan)",
+        ),
     ],
 )
 def test_security_config_errors_name_the_key_and_the_rule(raw, key, rule):
@@ -174,6 +179,7 @@ def test_the_secure_example_is_ready_after_init_keys(tmp_path):
         "router",
         "renderer",
         "xrmq-up",
+        "xrmq-context",
     ]
     assert init_keys(config) == []  # only what is missing
     security = broker_security(config)
@@ -188,13 +194,30 @@ def test_the_secure_example_is_ready_after_init_keys(tmp_path):
             "router",
             "renderer",
             "xrmq-up",
+            "xrmq-context",
         ]
     )
     checked = subprocess.run(
         [*CLI, "up", "--check", str(config_path)], capture_output=True, text=True
     )
     assert checked.returncode == 0, checked.stderr
-    assert checked.stdout.strip().endswith("ok (5 processes; bus security curve, 9 identities)")
+    assert checked.stdout.strip().endswith("ok (5 processes; bus security curve, 10 identities)")
+    (tmp_path / "keys" / "xrmq-context.key").unlink()  # a box made before it had the identity
+    assert "xrmq-context" not in broker_security(load_config(config_path)).identities
+
+
+def test_every_subscription_of_the_context_commands_is_within_xrmq_contexts_permissions():
+    from xrmq.actors.edge.context_commands import manager_for
+    from xrmq.actors.edge.identities import CONTEXT_IDENTITY, CONTEXT_PERMISSIONS
+
+    config = default_config()
+    manager = manager_for(config)
+    runtime = AgentRuntime("ipc:///nonexistent/bus", name=f"{CONTEXT_IDENTITY}-{manager.id}")
+    runtime.register("context", manager.subscriber())
+    topics = {prefix.split(b"\x00")[0].decode() for prefix in runtime._subscriptions}
+    assert topics and [t for t in topics if t not in Patterns(CONTEXT_PERMISSIONS.subscribe)] == []
+    assert "voice.query" not in Patterns(CONTEXT_PERMISSIONS.publish)
+    assert permissions(config)[CONTEXT_IDENTITY] == CONTEXT_PERMISSIONS
 
 
 def test_top_shows_identities_and_the_brokers_per_identity_counters():

@@ -114,7 +114,7 @@ async def test_a_curve_edge_box_from_init_keys_answers_say_with_a_key_and_runs_s
     try:
         created = expect_line(up, "xrmq up: created key pairs")
         assert created.endswith(
-            "broker, context, compaction, conversation, router, renderer, xrmq-up"
+            "broker, context, compaction, conversation, router, renderer, xrmq-up, xrmq-context"
         )
         expect_line(up, "xrmq up: ready")
         listed = cli(env, "keys", "list", str(keys)).stdout.splitlines()
@@ -130,6 +130,7 @@ async def test_a_curve_edge_box_from_init_keys_answers_say_with_a_key_and_runs_s
                 "router",
                 "seed",
                 "sensor",
+                "xrmq-context",
                 "xrmq-up",
             ]
         )

@@ -289,8 +289,8 @@ async def test_topics_lists_each_topic_with_its_messages_publishers_and_particip
         for line in stdout.splitlines()[1:]
         if line.split()[0] in ("notes", "scene")
     }
-    assert rows["notes"][0] == "2" and rows["notes"][2:] == [
+    assert rows["notes"][0] == "2" and rows["notes"][2:4] == [
         "2",
         "2",
     ]  # messages; publishers, participants
-    assert rows["scene"][0] == "1" and rows["scene"][2:] == ["1", "1"]
+    assert rows["scene"][0] == "1" and rows["scene"][2:4] == ["1", "1"]

@@ -160,9 +160,6 @@ def add_commands(subparsers: Any) -> None:
     chat.add_argument(
         "--timeout", type=float, default=30.0, help="seconds to wait for each reply (default 30)"
     )
-    chat.add_argument(
-        "--config", help="the edge box's TOML config, for /compact (default: the built-in one)"
-    )
     chat.set_defaults(func=run_chat)
 
     say = subparsers.add_parser("say", help="ask one query, print the reply, exit")
@@ -266,14 +263,25 @@ def run_replay(args: argparse.Namespace) -> int:
     if not Path(args.file).is_file():
         raise ValueError(f"{args.file}: no such recording (make one with `xrmq record FILE`)")
     require_broker(args.bus, endpoint="publish")
+    from xrmq.actors.runtime.security.keys import client_credentials
+
     from .topicfilter import replay_filter
 
+    permissions = None
+    credentials = client_credentials()
+    if credentials is not None and args.config is not None:  # refuse what it may not publish
+        from xrmq.actors.runtime.security.acl import Permissions
+
+        from .identities import permissions as granted
+
+        permissions = granted(load_config(args.config)).get(credentials.identity, Permissions())
     return replay(
         args.bus,
         args.file,
         speed=args.speed,
         out=sys.stdout,
         topics=replay_filter(args.only, args.exclude),
+        permissions=permissions,
     )
 
 

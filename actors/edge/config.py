@@ -77,6 +77,9 @@ class SecurityConfig(_Section, frozen=True):
     None: ``keys``."""
     insecure: bool = False
     """Allow a plain (``mode = "none"``) bus on a tcp address that is not loopback."""
+    rescan_s: float = 1.0
+    """How often the broker looks for keys (and ``[bus.identities]`` tables) added or removed
+    since it started, admitting or refusing them without a restart; 0: never."""
 
 
 class IdentityConfig(_Section, frozen=True):
@@ -806,6 +809,8 @@ def _check_security(config: EdgeConfig, source: str) -> None:
         and "://" in config.bus.address
     ):
         raise ConfigError(source, "bus.security.mode", "curve needs an ipc:// or tcp:// bus")
+    if security.rescan_s < 0:
+        raise ConfigError(source, "bus.security.rescan_s", "must be >= 0 (0: never re-scan)")
     for name, identity in config.bus.identities.items():
         key = f"bus.identities.{name}"
         if name == "broker":

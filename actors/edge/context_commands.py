@@ -2,7 +2,9 @@
 
 Each command joins the bus with a split ``ContextManager`` built from the config (the
 same plan as the box's processes), whose replica starts from every context process's
-full snapshot; it never calls ``close()`` (that would forget every participant).
+full snapshot; it never calls ``close()`` (that would forget every participant). On a
+CURVE bus it connects as identity ``xrmq-context`` by default (``--identity``), with the
+least privilege the manager needs (``identities.CONTEXT_PERMISSIONS``).
 
 - ``dump [--participant P] [--output FILE]``: the versioned dump (``ContextManager.dump``)
   on stdout or in FILE.
@@ -30,9 +32,11 @@ from typing import Any, BinaryIO, TextIO, TypeVar
 from xrmq.actors.context import ContextManager, utf8_size
 from xrmq.actors.context.manual import CompactOutcome, CompactStatus
 from xrmq.actors.runtime import AgentRuntime, run
-from xrmq.actors.runtime.commands import default_bus
+from xrmq.actors.runtime.commands import add_bus_argument
+from xrmq.actors.runtime.security.keys import client_credentials
 
 from .config import EdgeConfig, default_config, load_config
+from .identities import CONTEXT_IDENTITY
 from .stack import plan_of
 
 T = TypeVar("T")
@@ -45,10 +49,7 @@ def add_commands(subparsers: Any) -> None:
     commands = context.add_subparsers(dest="context_command", required=True)
 
     def common(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--config", help="TOML config of the edge box (default: the embedded default)"
-        )
-        parser.add_argument("--bus", help="bus of the edge box (default: the config's bus)")
+        add_bus_argument(parser, identity=CONTEXT_IDENTITY)
         parser.add_argument(
             "--timeout", type=float, default=10.0, help="seconds to wait for the bus (default 10)"
         )
@@ -95,7 +96,7 @@ def add_commands(subparsers: Any) -> None:
 
 def run_context(args: argparse.Namespace) -> int:
     config = default_config() if args.config is None else load_config(args.config)
-    bus = args.bus or (config.bus.address if args.config is not None else default_bus())
+    bus = args.bus  # --bus, else the config's (``export_keys``)
     if args.timeout <= 0:
         raise ValueError("--timeout: must be > 0")
     command = args.context_command
@@ -188,7 +189,9 @@ async def with_manager(
 ) -> T:
     """Run ``use`` with a manager whose replica holds every context process's snapshot."""
     manager = manager_for(config)
-    runtime = AgentRuntime(bus, name=f"xrmq-context-{manager.id}", ready_timeout=timeout)
+    credentials = client_credentials()  # on a CURVE bus the runtime's name is its identity's
+    identity = CONTEXT_IDENTITY if credentials is None else credentials.identity
+    runtime = AgentRuntime(bus, name=f"{identity}-{manager.id}", ready_timeout=timeout)
     runtime.register("context", manager.subscriber())
     async with runtime:
         hosts = manager.plan.section_hosts

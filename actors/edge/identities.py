@@ -14,7 +14,9 @@ replace the derived lists; custom ``package.module:function`` roles derive nothi
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
 from xrmq.actors.context.plan import DEFAULT_NAMESPACE
 from xrmq.actors.runtime.security.acl import Permissions
@@ -38,7 +40,7 @@ from xrmq.topics import (
     VOICE_OUTPUT_TOPIC,
 )
 
-from .config import ConfigError, EdgeConfig
+from .config import ConfigError, EdgeConfig, load_config
 
 _NS = DEFAULT_NAMESPACE + ".*"
 SUPERVISOR_IDENTITY = "xrmq-up"
@@ -49,6 +51,28 @@ SUPERVISOR_PERMISSIONS = Permissions(
     sources=["supervisor"],
     subscribe=[METRICS_TOPIC.name, SUPERVISOR_TOPIC.name],
 )
+
+CONTEXT_IDENTITY = "xrmq-context"
+"""The default identity of ``xrmq context ...`` (runtime ``xrmq-context-<id>``): a split
+context manager that hosts nothing. It reads the sections' views and replica snapshots and
+publishes on the context namespace (writes, clears, compactions, snapshot asks); it cannot
+ask a question, speak as a destination or read a participant's answers."""
+CONTEXT_PERMISSIONS = Permissions(
+    publish=[_NS],
+    sources=[DEFAULT_NAMESPACE, _NS],
+    subscribe=[
+        f"{DEFAULT_NAMESPACE}.view",
+        f"{DEFAULT_NAMESPACE}.replica.*",
+        f"{DEFAULT_NAMESPACE}.host.started",
+    ],
+)
+TOOL_IDENTITIES = {
+    SUPERVISOR_IDENTITY: SUPERVISOR_PERMISSIONS,
+    CONTEXT_IDENTITY: CONTEXT_PERMISSIONS,
+}
+"""The built-in identities of xrmq's own commands, with their least-privilege defaults.
+``xrmq up --init-keys`` creates their key pairs; a box without ``xrmq-context``'s key
+simply does not admit it."""
 
 
 def role_permissions(config: EdgeConfig, role: str) -> Permissions:
@@ -158,7 +182,7 @@ def init_keys(config: EdgeConfig) -> list[str]:
     if ensure_keypair(secret.name.removesuffix(SECRET_SUFFIX), secret.parent):
         created.append(BROKER_NAME)
     for identity in dict.fromkeys(
-        [*(config.identity(name) for name in config.processes), SUPERVISOR_IDENTITY]
+        [*(config.identity(name) for name in config.processes), *TOOL_IDENTITIES]
     ):
         if ensure_keypair(identity, folder):
             created.append(identity)
@@ -173,7 +197,8 @@ def permissions(config: EdgeConfig) -> dict[str, Permissions]:
             role_permissions(config, role) for role in spec.roles
         )
     derived = {name: _union(perms) for name, perms in by_identity.items()}
-    derived.setdefault(SUPERVISOR_IDENTITY, SUPERVISOR_PERMISSIONS)
+    for name, tool in TOOL_IDENTITIES.items():
+        derived.setdefault(name, tool)
     for name, table in config.bus.identities.items():
         base = derived.get(name, Permissions())
         derived[name] = Permissions(
@@ -187,17 +212,34 @@ def permissions(config: EdgeConfig) -> dict[str, Permissions]:
 
 def broker_security(config: EdgeConfig) -> BrokerSecurity:
     """The secure broker's keys and identities; ``ConfigError`` for a key that is not there."""
-    source = config.source
     secret_file = broker_secret_file(config)
     try:
         public, secret = load_secret(secret_file)
     except ValueError as error:
         raise ConfigError(
-            source, "bus.security.secret_key", f"{error} (xrmq up --init-keys creates it)"
+            config.source, "bus.security.secret_key", f"{error} (xrmq up --init-keys creates it)"
         ) from None
-    authorized = config.path(config.bus.security.authorized or config.bus.security.keys)
+    return BrokerSecurity(public, secret, identity_keys(config, strict=True))
+
+
+def _authorized_dir(config: EdgeConfig) -> Path:
+    return config.path(config.bus.security.authorized or config.bus.security.keys)
+
+
+def _key_dirs(config: EdgeConfig) -> list[Path]:
+    return list(dict.fromkeys((keys_dir(config), _authorized_dir(config))))
+
+
+def identity_keys(config: EdgeConfig, *, strict: bool) -> dict[str, tuple[bytes, Permissions]]:
+    """Every admitted identity: name -> (Z85 public key, permissions).
+
+    An identity is admitted with its table's ``key``, else its ``NAME.key`` in the keys or
+    ``authorized`` directory. ``strict`` (the broker's start): a configured identity
+    without a key is a ``ConfigError`` naming the fix (``xrmq-context`` excepted: a box
+    without its key does not admit it); otherwise (a re-scan) it is left out.
+    """
     on_file: dict[str, bytes] = {}
-    for folder in dict.fromkeys((keys_dir(config), authorized)):
+    for folder in _key_dirs(config):
         if folder.is_dir():
             on_file.update({info.name: info.public_key.encode() for info in list_keys(folder)})
     on_file.pop(BROKER_NAME, None)
@@ -209,6 +251,8 @@ def broker_security(config: EdgeConfig) -> BrokerSecurity:
             key = load_public(table.key.encode())
         elif name in on_file:
             key = on_file[name]
+        elif not strict or (name == CONTEXT_IDENTITY and table is None):
+            continue
         else:
             where = f"bus.identities.{name}.key" if table is not None else "bus.security.keys"
             own = name == SUPERVISOR_IDENTITY or name in {
@@ -220,10 +264,66 @@ def broker_security(config: EdgeConfig) -> BrokerSecurity:
                 else f"a client's: xrmq keys new {name} --dir {keys_dir(config)}"
             )
             raise ConfigError(
-                source,
+                config.source,
                 where,
                 f"no public key for identity {name!r}: "
-                f"no {name}{PUBLIC_SUFFIX} in {authorized} ({fix})",
+                f"no {name}{PUBLIC_SUFFIX} in {_authorized_dir(config)} ({fix})",
             )
         identities[name] = (key, granted.get(name, Permissions()))
-    return BrokerSecurity(public, secret, identities)
+    return identities
+
+
+class KeyRescan:
+    """The secure broker's re-scan of who it admits, without a restart.
+
+    Each call (``Forwarder`` makes one every ``[bus.security] rescan_s``) looks at the
+    public key files of the keys and ``authorized`` directories and at the config file
+    (its ``[bus.identities]`` tables) by name, size and modification time, a ``scandir``
+    of two small directories and two ``stat`` calls; only when one changed are they
+    read again. Then it returns the new identities (a key or table that is not complete
+    yet is left out, a config that no longer loads keeps the old ones), else None.
+
+    Why a periodic re-scan rather than a signal: a key arrives by ``xrmq keys new``, a
+    copy, or configuration management alike, and nobody needs the broker's pid (it runs
+    in a session of its own under ``xrmq up``) or the right to signal it.
+    """
+
+    def __init__(self, config: EdgeConfig, log: Any = None) -> None:
+        self._config = config
+        self._log = log
+        self._seen = self._signature()
+
+    def _signature(self) -> tuple[tuple[str, int, int], ...]:
+        found = []
+        paths = [Path(self._config.source)] if Path(self._config.source).is_file() else []
+        for folder in _key_dirs(self._config):
+            try:
+                paths += [
+                    Path(entry.path)
+                    for entry in os.scandir(folder)
+                    if entry.name.endswith(PUBLIC_SUFFIX)
+                ]
+            except OSError:
+                continue
+        for path in paths:
+            try:
+                info = path.stat()
+            except OSError:
+                continue
+            found.append((str(path), info.st_size, info.st_mtime_ns))
+        return tuple(sorted(found))
+
+    def __call__(self) -> dict[str, tuple[bytes, Permissions]] | None:
+        seen = self._signature()
+        if seen == self._seen:
+            return None
+        self._seen = seen
+        config = self._config
+        try:
+            if Path(config.source).is_file():
+                config = load_config(config.source)
+            return identity_keys(config, strict=False)
+        except ValueError as error:  # a half-written file: keep the old until it changes again
+            if self._log is not None:
+                self._log.error("broker.rescan_failed", error=str(error))
+            return None

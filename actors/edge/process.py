@@ -27,6 +27,20 @@ from .config import EdgeConfig, ProcessConfig, ProcessInstance
 from .roles import check_roles, resolve_role
 
 READY_PREFIX = "xrmq run: ready"
+FATAL_EXIT = 2
+"""``xrmq run``'s (and ``xrmq bus``'s) exit code for an error a restart cannot fix: a bad
+value in the config, a missing or unreadable key, a corrupt or locked journal, a bus
+already served. The supervisor does not restart a process that exits with it."""
+CRASH_EXIT = 1
+"""Their exit code for any other failure (a timeout reaching the bus, a bug): restarted."""
+
+
+def exit_code_for(error: BaseException) -> int:
+    """``FATAL_EXIT`` for a configuration error (see there), else ``CRASH_EXIT``."""
+    from xrmq.actors.context.store import StoreError
+    from xrmq.actors.runtime.broker import BrokerError
+
+    return FATAL_EXIT if isinstance(error, ValueError | StoreError | BrokerError) else CRASH_EXIT
 
 
 def select_instance(config: EdgeConfig, target: str, shard: int) -> ProcessInstance:

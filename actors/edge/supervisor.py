@@ -16,7 +16,13 @@ state of every process, for ``xrmq top``) whose return through the broker is the
 broker's own heartbeat. A ready process silent for ``supervisor.liveness_timeout_s``
 is killed (SIGKILL) and restarted like a crash (``liveness.LivenessWatch``).
 
-Giving up: a process over its crash limit is handled per its ``on_give_up``:
+Fatal exits: a child that exits with ``FATAL_EXIT`` (2: ``xrmq run``'s exit for a
+configuration error found only once it starts, e.g. a corrupt journal, a missing key,
+a bus already served) is not restarted, since a restart would fail the same way: it is
+reported once with its last line (the cause) and then given up on at once.
+
+Giving up: a process over its crash limit (or failed fatally) is handled per its
+``on_give_up``:
 ``stay_down`` leaves it down, says so loudly (a line here, state ``down`` in the
 report) and keeps the rest running, and ``xrmq up`` exits 1 when it is stopped;
 ``stop_box`` (always for the broker) stops everything and exits 1 at once.
@@ -49,8 +55,8 @@ from xrmq.topics import METRICS_TOPIC, SUPERVISOR_TOPIC
 
 from .config import EdgeConfig, RestartPolicyConfig
 from .liveness import BUS, LivenessWatch
-from .process import READY_PREFIX
-from .restart import RestartPolicy
+from .process import FATAL_EXIT, READY_PREFIX
+from .restart import RestartDecision, RestartPolicy
 from .roles import check_roles
 
 BUS_READY_PREFIX = "xrmq bus: ready"
@@ -419,13 +425,21 @@ class Supervisor:
                     except TimeoutError:
                         pass
                     continue
-                decision = child.policy.crashed(loop.time())
                 last = f": {child.last_line}" if child.last_line else ""
-                if not decision.restart:
+                decision: RestartDecision | None
+                if returncode == FATAL_EXIT:  # a configuration error: a restart cannot help
+                    reason = (
+                        f"{child.label} failed fatally (exit code {FATAL_EXIT}, a"
+                        f" configuration error: not restarted){last}"
+                    )
+                    decision = None
+                else:
+                    decision = child.policy.crashed(loop.time())
                     reason = (
                         f"gave up on {child.label}: {decision.reason};"
                         f" last {describe_exit(returncode)}{last}"
                     )
+                if decision is None or not decision.restart:
                     if child.on_give_up == "stop_box":
                         self._gave_up = reason
                         self.say(self._gave_up)

@@ -5,8 +5,10 @@
   shows ``"final": true``), any other topic's MessagePack payload as it is, and a
   payload that is not MessagePack as hex.
 - ``topics [--window S]`` reads the broker's capture stream for a while and prints, per
-  topic seen, its messages, rate, publishers (sender runtimes) and participants.
-  Subscriber counts are not shown: the broker does not report its subscriptions.
+  topic seen, its messages, rate, publishers (sender runtimes) and participants, and its
+  live subscriptions from the broker's heartbeat (``RuntimeMetrics.subscriptions``, which
+  crosses the capture stream too); a topic subscribed to but silent is listed with 0
+  messages.
 - ``capture show FILE [--json]`` prints a recording made by ``xrmq record``.
 
 The decoding (``describe``) is pure; the commands do the socket I/O, with the same
@@ -30,14 +32,18 @@ import zmq
 
 from xrmq.actors.runtime.address import parse_bus
 from xrmq.actors.runtime.broker import shared_context
-from xrmq.schemas import MessageMetadata
-from xrmq.topics import STANDARD_TOPICS, split_key
+from xrmq.actors.runtime.security.keys import client_credentials
+from xrmq.actors.runtime.subscriptions import topic_of
+from xrmq.schemas import MessageMetadata, RuntimeMetrics
+from xrmq.topics import METRICS_TOPIC, STANDARD_TOPICS, split_key
 
 from .recording import read_records
 
-_PROBE = b"xrmq.echo\x00\x00"
+CAPTURE_PROBE = b"xrmq.capture"
 _STANDARD = {topic.name: topic for topic in STANDARD_TOPICS}
 _metadata = msgspec.msgpack.Decoder(MessageMetadata)
+_broker_metrics = msgspec.msgpack.Decoder(RuntimeMetrics)
+BROKER_NAME = "broker"
 
 
 def _every_field(message: msgspec.Struct) -> dict[str, Any]:
@@ -100,17 +106,26 @@ def _connect(
     bus: str, *, capture: bool, prefixes: Sequence[bytes], ready_timeout: float
 ) -> tuple[zmq.Socket, zmq.Socket]:
     """A SUB on the subscribe (or capture) endpoint, ready: a probe published through the
-    broker came back on it."""
+    broker came back on it. On a CURVE bus (``$XRMQ_KEY``) both sockets are CURVE clients
+    and the probe is one the identity may make: the capture probe (which needs ``capture``),
+    else a private probe of a runtime name of its own."""
     address = parse_bus(bus)
+    credentials = client_credentials()
     context = shared_context()
     sub, pub = context.socket(zmq.SUB), context.socket(zmq.PUB)
+    if credentials is not None:
+        credentials.apply(sub)
+        credentials.apply(pub)
+    owner = credentials.identity if credentials is not None else "xrmq-tools"
+    topic = CAPTURE_PROBE if capture else f"_probe.{owner}-{uuid.uuid4().hex[:12]}".encode()
+    probe_key = topic + b"\x00\x00"
     sub.setsockopt(zmq.RCVHWM, 0)
     for prefix in prefixes:
         sub.setsockopt(zmq.SUBSCRIBE, prefix)
-    sub.setsockopt(zmq.SUBSCRIBE, _PROBE)
+    sub.setsockopt(zmq.SUBSCRIBE, probe_key)
     sub.connect(address.capture if capture else address.subscribe)
     pub.connect(address.publish)
-    probe = _PROBE + b"?" + uuid.uuid4().hex.encode()
+    probe = probe_key + b"?" + uuid.uuid4().hex.encode()
     deadline = time.monotonic() + ready_timeout
     try:
         while True:
@@ -119,7 +134,12 @@ def _connect(
                 return sub, pub
             if time.monotonic() > deadline:
                 raise TimeoutError(
-                    f"no broker answered at {bus} within {ready_timeout:g}s (is `xrmq up` running?)"
+                    f"no broker answered at {bus} within {ready_timeout:g}s (is `xrmq up` running?"
+                    + (
+                        " may this identity read the capture socket?)"
+                        if capture and credentials
+                        else ")"
+                    )
                 )
     except BaseException:
         sub.close(linger=0)
@@ -160,9 +180,11 @@ def echo(
 
 
 def topics(bus: str, *, window: float, out: TextIO, ready_timeout: float = 10.0) -> int:
-    """Watch the capture stream for ``window`` seconds and print what each topic carried."""
+    """Watch the capture stream for ``window`` seconds and print what each topic carried, with
+    its live subscriptions from the broker's last report in that time."""
     sub, pub = _connect(bus, capture=True, prefixes=[b""], ready_timeout=ready_timeout)
     seen: dict[str, dict[str, Any]] = {}
+    subscriptions: dict[str, int] | None = None
     try:
         stop = _stop_event()
         print(f"xrmq topics: ready, watching {bus} for {window:g}s", file=out, flush=True)
@@ -174,33 +196,52 @@ def topics(bus: str, *, window: float, out: TextIO, ready_timeout: float = 10.0)
             message = describe(frames)
             if message is None:
                 continue
+            metadata = _metadata.decode(frames[1])
+            if message["topic"] == METRICS_TOPIC.name and metadata.sender == BROKER_NAME:
+                subscriptions = _broker_metrics.decode(frames[2]).subscriptions
             stats = seen.setdefault(
                 message["topic"], {"messages": 0, "senders": set(), "participants": set()}
             )
             stats["messages"] += 1
-            stats["senders"].add(_metadata.decode(frames[1]).sender)
+            stats["senders"].add(metadata.sender)
             if message["participant"]:
                 stats["participants"].add(message["participant"])
         elapsed = max(time.monotonic() - began, 1e-9)
     finally:
         sub.close(linger=0)
         pub.close(linger=0)
-    print(
-        f"{'TOPIC':40} {'MSGS':>7} {'MSG/S':>8} {'PUBLISHERS':>10} {'PARTICIPANTS':>12}", file=out
-    )
-    for name in sorted(seen):
-        stats = seen[name]
-        print(
-            f"{name:40} {stats['messages']:>7} {stats['messages'] / elapsed:>8.1f} "
-            f"{len(stats['senders']):>10} {len(stats['participants']):>12}",
-            file=out,
-        )
-    print(
-        f"{len(seen)} topics in {elapsed:.1f}s (subscriber counts: not reported by the broker)",
-        file=out,
-        flush=True,
-    )
+    print(topics_table(seen, subscriptions, elapsed), file=out, flush=True)
     return 0
+
+
+def topics_table(
+    seen: dict[str, dict[str, Any]], subscriptions: dict[str, int] | None, elapsed: float
+) -> str:
+    """The table of ``xrmq topics``: every topic seen or subscribed to, one line each."""
+    names = sorted({*seen, *(subscriptions or {})})
+    lines = [
+        f"{'TOPIC':40} {'MSGS':>7} {'MSG/S':>8} {'PUBLISHERS':>10} {'PARTICIPANTS':>12} "
+        f"{'SUBSCRIBERS':>11}"
+    ]
+    for name in names:
+        stats = seen.get(name, {"messages": 0, "senders": (), "participants": ()})
+        subscribers = (
+            "?"
+            if subscriptions is None
+            else str(subscriptions.get(topic_of(name.encode() + b"\x00"), 0))
+        )
+        lines.append(
+            f"{name:40} {stats['messages']:>7} {stats['messages'] / elapsed:>8.1f} "
+            f"{len(stats['senders']):>10} {len(stats['participants']):>12} {subscribers:>11}"
+        )
+    counted = (
+        "subscribers: live subscriptions at the broker"
+        if subscriptions is not None
+        else "subscribers: no broker report in the window (`xrmq bus` reports them with "
+        "--metrics-interval, as under `xrmq up`)"
+    )
+    lines.append(f"{len(names)} topics in {elapsed:.1f}s ({counted})")
+    return "\n".join(lines)
 
 
 def show(path: str, *, as_json: bool, out: TextIO) -> int:

@@ -12,6 +12,13 @@ never decodes payloads. With ``security`` (``mode = "curve"``) every socket is a
 server, pyzmq's authenticator admits the configured identities, and the loop is
 ``security.forwarder``'s, which checks each message's metadata and each subscription
 against the identity's permissions (the plain bus keeps libzmq's loop: no cost there).
+
+Subscriber counts (``RuntimeMetrics.subscriptions``, ``xrmq topics``): the secure loop
+counts the subscriptions it applies. The plain broker with ``metrics_interval`` sets
+``ZMQ_XPUB_VERBOSER``, so every subscription and unsubscription (one per prefix of a
+subscriber that leaves, too) passes the proxy, which copies it to its capture socket;
+that socket also binds an inproc endpoint where the heartbeat thread reads only those
+frames (``broker_report``).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from .security.forwarder import (
     BrokerSecurity,
     Forwarder,
     IdentityAuthenticator,
+    Rescan,
 )
 
 DEFAULT_HWM = 1_000_000
@@ -83,6 +91,8 @@ class Broker:
         subscriber_budget_bytes: int = DEFAULT_SUBSCRIBER_BUDGET_BYTES,
         metrics_interval: float | None = None,
         security: BrokerSecurity | None = None,
+        rescan: Rescan | None = None,
+        rescan_interval: float = 1.0,
     ) -> None:
         if security is not None and address.publish.startswith("inproc://"):
             raise BrokerError("bus: CURVE needs an ipc:// or tcp:// bus, not inproc://")
@@ -94,6 +104,8 @@ class Broker:
         self.metrics_interval = metrics_interval
         self._report: BrokerReport | None = None
         self.security = security
+        self.rescan, self.rescan_interval = rescan, rescan_interval
+        """With ``security``: who is admitted is re-read every ``rescan_interval`` seconds."""
         self.forwarder: Forwarder | None = None
         """The secure loop (its drop counters) while a secure broker serves."""
         # A secure broker has a context of its own: ZAP's handler is one per context.
@@ -184,6 +196,7 @@ class Broker:
             if security is not None:
                 security.serve(frontend, BUS_DOMAIN)
             frontend.bind(self.address.publish)
+            counted = None  # the plain broker counts subscriptions off its capture socket
             if self.metrics_interval:
                 monitor = f"inproc://xrmq-broker-monitor-{uuid.uuid4().hex}"
                 frontend.monitor(monitor, zmq.EVENT_DISCONNECTED)
@@ -191,8 +204,15 @@ class Broker:
                     "broker.subscriber_hwm": float(self.subscriber_hwm),
                     "broker.max_message_bytes": float(self.max_message_bytes),
                 }
+                if security is None:
+                    counted = f"inproc://xrmq-broker-subscriptions-{uuid.uuid4().hex}"
                 self._report = BrokerReport(
-                    context, self.address.publish, monitor, self.metrics_interval, gauges
+                    context,
+                    self.address.publish,
+                    monitor,
+                    self.metrics_interval,
+                    gauges,
+                    subscriptions=counted,
                 )
             frontend.send(b"\x01")  # subscribe to everything, upstream
             backend = socket(zmq.XPUB)
@@ -202,14 +222,19 @@ class Broker:
             if security is not None:
                 security.serve(backend, BUS_DOMAIN)
                 backend.setsockopt(zmq.XPUB_MANUAL, 1)  # the forwarder applies permitted ones
+            if counted is not None:  # every (un)subscription reaches the proxy, so its capture
+                backend.setsockopt(zmq.XPUB_VERBOSER, 1)
             backend.bind(self.address.subscribe)
             capture = None
-            if self.capture:
+            if self.capture or counted is not None:
                 capture = socket(zmq.PUB)
                 capture.setsockopt(zmq.SNDHWM, self.hwm)
                 if security is not None:
                     security.serve(capture, CAPTURE_DOMAIN)
-                capture.bind(self.address.capture)
+                if self.capture:
+                    capture.bind(self.address.capture)
+                if counted is not None:
+                    capture.bind(counted)
             control = socket(zmq.PAIR)
             control.bind(self._control)
             for path in self.address.ipc_paths:
@@ -244,7 +269,15 @@ class Broker:
         )
         if policy is not None:
             self.forwarder = Forwarder(
-                policy, frontend, backend, capture, control, self._log, authenticator=authenticator
+                policy,
+                frontend,
+                backend,
+                capture,
+                control,
+                self._log,
+                authenticator=authenticator,
+                rescan=self.rescan,
+                rescan_interval=self.rescan_interval,
             )
         self._bound.set()
         try:

@@ -7,7 +7,9 @@ the frame is read. A monitor on the publish (XSUB) socket counts every dropped
 publisher connection (``publishers_dropped``: oversize frames, protocol errors, and
 publishers that exited), and this thread publishes the counts on ``METRICS_TOPIC``
 under the runtime name ``broker``, through the broker's own publish endpoint, every
-``interval`` seconds; ``xrmq top`` shows them with the other runtimes.
+``interval`` seconds; ``xrmq top`` shows them with the other runtimes. With
+``subscriptions`` (the inproc endpoint of the proxy's capture socket) it also counts the
+live subscriptions per topic from the (un)subscription frames the proxy copies there.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import zmq.utils.monitor
 from xrmq.schemas import MessageMetadata, RuntimeMetrics
 from xrmq.topics import METRICS_TOPIC
 
+from .subscriptions import SubscriptionCounts
+
 BROKER_NAME = "broker"
 
 
@@ -37,8 +41,12 @@ class BrokerReport:
         monitor: str,
         interval: float,
         gauges: dict[str, float],
+        *,
+        subscriptions: str | None = None,
     ) -> None:
         self.publishers_dropped = 0
+        self.subscriptions = SubscriptionCounts()
+        self._subscriptions = subscriptions
         self._context = context
         self._publish = publish
         self._monitor = monitor
@@ -62,6 +70,17 @@ class BrokerReport:
         pub = self._context.socket(zmq.PUB)
         pub.setsockopt(zmq.LINGER, 0)
         pub.connect(self._publish)
+        poller = zmq.Poller()
+        poller.register(events, zmq.POLLIN)
+        subs = None
+        if self._subscriptions is not None:  # the proxy's capture: (un)subscription frames only
+            subs = self._context.socket(zmq.SUB)
+            subs.setsockopt(zmq.RCVHWM, 0)
+            subs.setsockopt(zmq.LINGER, 0)
+            subs.setsockopt(zmq.SUBSCRIBE, b"\x00")
+            subs.setsockopt(zmq.SUBSCRIBE, b"\x01")
+            subs.connect(self._subscriptions)
+            poller.register(subs, zmq.POLLIN)
         self._connected.set()
         encoder = msgspec.msgpack.Encoder()
         epoch = time.time_ns() // 1000
@@ -71,10 +90,20 @@ class BrokerReport:
         try:
             while not self._stop.is_set():
                 timeout_ms = max(0, int((next_beat - time.monotonic()) * 1000))
-                if events.poll(min(timeout_ms, 200)):
+                ready = dict(poller.poll(min(timeout_ms, 200)))
+                if subs is not None and subs in ready:
+                    while True:
+                        try:
+                            frames = subs.recv_multipart(zmq.NOBLOCK)
+                        except zmq.Again:
+                            break
+                        if len(frames) == 1:
+                            self.subscriptions.frame(frames[0])
+                if events in ready:
                     event = zmq.utils.monitor.recv_monitor_message(events)
                     if event["event"] == zmq.EVENT_DISCONNECTED:
                         self.publishers_dropped += 1
+                if ready:
                     continue
                 if time.monotonic() < next_beat:
                     continue
@@ -97,6 +126,9 @@ class BrokerReport:
                         **self._gauges,
                         "broker.publishers_dropped": float(self.publishers_dropped),
                     },
+                    subscriptions=self.subscriptions.snapshot()
+                    if self._subscriptions is not None
+                    else {},
                 )
                 metadata = MessageMetadata(
                     uuid.uuid4().hex, BROKER_NAME, BROKER_NAME, epoch, seq, now_us
@@ -105,3 +137,5 @@ class BrokerReport:
         finally:
             events.close(linger=0)
             pub.close(linger=0)
+            if subs is not None:
+                subs.close(linger=0)

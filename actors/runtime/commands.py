@@ -19,9 +19,18 @@ from xrmq.topics import STANDARD_TOPICS, Topic, context_topic
 
 from .address import DEFAULT_BUS, is_loopback_tcp, parse_bus
 from .broker import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_SUBSCRIBER_BUDGET_BYTES, Broker
+from .logs import get_logger
 from .loop import run
 from .runtime import AgentRuntime
-from .security.keys import KEY_ENV, SERVER_KEY_ENV, create_keypair, list_keys, require_curve
+from .security.forwarder import BrokerSecurity, Rescan
+from .security.keys import (
+    KEY_ENV,
+    SECRET_SUFFIX,
+    SERVER_KEY_ENV,
+    create_keypair,
+    list_keys,
+    require_curve,
+)
 
 
 def default_bus() -> str:
@@ -29,36 +38,105 @@ def default_bus() -> str:
     return os.environ.get("XRMQ_BUS", DEFAULT_BUS)
 
 
-def add_bus_argument(parser: argparse.ArgumentParser, *, keys: bool = True) -> None:
-    """``--bus``, and for a client of the bus (``keys``) ``--key`` and ``--server-key``."""
+CONFIG_ENV = "XRMQ_CONFIG"
+IDENTITY_ENV = "XRMQ_IDENTITY"
+
+
+def add_bus_argument(
+    parser: argparse.ArgumentParser, *, keys: bool = True, identity: str | None = None
+) -> None:
+    """``--bus``, and for a client of the bus (``keys``) ``--config``, ``--identity``, ``--key``
+    and ``--server-key`` (resolved by ``export_keys``); ``identity`` is the command's
+    default identity on a CURVE bus of the config (None: the user names one)."""
+    if not keys:
+        parser.add_argument(
+            "--bus",
+            default=default_bus(),
+            help="bus name, ipc://PREFIX, tcp://HOST:PORT (default: $XRMQ_BUS or 'default')",
+        )
+        return
     parser.add_argument(
         "--bus",
-        default=default_bus(),
-        help="bus name, ipc://PREFIX, tcp://HOST:PORT (default: $XRMQ_BUS or 'default')",
+        default=None,
+        help="bus name, ipc://PREFIX, tcp://HOST:PORT (default: the --config's "
+        "bus, else $XRMQ_BUS or 'default')",
     )
-    if not keys:
-        return
+    parser.add_argument(
+        "--config",
+        default=os.environ.get(CONFIG_ENV) or None,
+        help=f"the edge box's TOML config: its bus, and on a CURVE bus the "
+        f"broker's public key and --identity's key (default: ${CONFIG_ENV})",
+    )
+    default = (
+        f" (default: ${IDENTITY_ENV}, else {identity!r})"
+        if identity
+        else (f" (default: ${IDENTITY_ENV})")
+    )
+    parser.add_argument(
+        "--identity",
+        metavar="NAME",
+        help="CURVE bus of --config: connect as NAME, with the key pair "
+        f"<keys>/NAME.key_secret{default}",
+    )
     parser.add_argument(
         "--key",
         metavar="FILE",
-        help=f"CURVE bus: this client's NAME.key_secret (default: ${KEY_ENV})",
+        help=f"CURVE bus: this client's NAME.key_secret (default: ${KEY_ENV}, "
+        "else --identity's in --config)",
     )
     parser.add_argument(
         "--server-key",
         metavar="FILE",
-        help=f"CURVE bus: the broker's public key file (default: ${SERVER_KEY_ENV})",
+        help=f"CURVE bus: the broker's public key file "
+        f"(default: ${SERVER_KEY_ENV}, else the one of --config)",
     )
+    parser.set_defaults(client_of_bus=True, default_identity=identity)
 
 
 def export_keys(args: argparse.Namespace) -> None:
-    """Make ``--key``/``--server-key`` the process's ``$XRMQ_KEY``/``$XRMQ_SERVER_KEY``.
+    """Resolve a bus client's ``--bus`` and CURVE credentials, and make the credentials the
+    process's ``$XRMQ_KEY``/``$XRMQ_SERVER_KEY``.
 
-    Every runtime and socket a command opens takes its CURVE credentials from there.
+    Every runtime and socket a command opens takes its CURVE credentials from there. The
+    order, for each: the option, the environment variable, then ``--config`` (its bus;
+    on a ``mode = "curve"`` bus the broker's public key file next to its secret one and
+    the identity's ``<keys>/NAME.key_secret``, NAME from ``--identity``,
+    ``$XRMQ_IDENTITY`` or the command's own default identity).
     """
+    if getattr(args, "client_of_bus", False):
+        _resolve_client(args)
     for option, variable in (("key", KEY_ENV), ("server_key", SERVER_KEY_ENV)):
         value = getattr(args, option, None)
         if value is not None:
-            os.environ[variable] = value
+            os.environ[variable] = str(value)
+
+
+def _resolve_client(args: argparse.Namespace) -> None:
+    if args.config is not None:
+        from xrmq.actors.edge.config import load_config  # the config file is the edge box's
+        from xrmq.actors.edge.identities import broker_public_file, keys_dir
+
+        config = load_config(args.config)
+        if args.bus is None:
+            args.bus = config.bus.address
+        if config.bus.security.mode == "curve":
+            if args.server_key is None and not os.environ.get(SERVER_KEY_ENV):
+                args.server_key = str(broker_public_file(config))
+            if args.key is None and not os.environ.get(KEY_ENV):
+                name = args.identity or os.environ.get(IDENTITY_ENV) or args.default_identity
+                if not name:
+                    raise ValueError(
+                        f"--identity: {args.config} is a CURVE bus: name the identity to connect "
+                        f"as (--identity NAME or ${IDENTITY_ENV}: its key pair "
+                        f"{keys_dir(config)}/NAME.key_secret), or give --key FILE"
+                    )
+                args.key = str(keys_dir(config) / f"{name}{SECRET_SUFFIX}")
+    elif args.identity is not None:
+        raise ValueError(
+            "--identity: needs --config (or $XRMQ_CONFIG): the config names the keys directory"
+        )
+    if args.bus is None:
+        args.bus = default_bus()
 
 
 def require_broker(bus: str, *, endpoint: str = "subscribe") -> None:
@@ -136,15 +214,19 @@ def add_commands(subparsers: Any) -> None:
 
 def run_bus(args: argparse.Namespace) -> int:
     address = parse_bus(args.bus)
-    security = None
+    security: BrokerSecurity | None = None
+    rescan: Rescan | None = None
+    rescan_interval = 1.0
     if args.config is not None:
         from xrmq.actors.edge.config import load_config  # the config file is the edge box's
-        from xrmq.actors.edge.identities import broker_security
+        from xrmq.actors.edge.identities import KeyRescan, broker_security
 
         config = load_config(args.config)
         if config.bus.security.mode == "curve":
             require_curve()
             security = broker_security(config)
+            rescan = KeyRescan(config, get_logger(component="broker"))
+            rescan_interval = config.bus.security.rescan_s
         args.insecure = args.insecure or config.bus.security.insecure
     if security is None and is_loopback_tcp(args.bus) is False and not args.insecure:
         raise ValueError(
@@ -159,6 +241,8 @@ def run_bus(args: argparse.Namespace) -> int:
         subscriber_budget_bytes=args.subscriber_budget_bytes,
         metrics_interval=args.metrics_interval,
         security=security,
+        rescan=rescan,
+        rescan_interval=rescan_interval,
     )
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -3,7 +3,8 @@
 ``echo`` hosts a keyed kind answering asks on ``edge.echo`` with the runtime's name,
 on this replica's shard, so a test sees which process (and which shard) answered;
 ``idle`` hosts nothing (a process that only heartbeats); ``fail`` makes its process
-exit before it is ready; ``crash`` makes it crash (exit 3) just after it is ready;
+exit before it is ready (a crash, exit 1); ``misconfigured`` makes it exit with a
+configuration error (exit 2, fatal); ``crash`` makes it crash (exit 3) just after it is ready;
 ``lab_camera`` serves a camera agent's ``describe_view`` tool as tool server ``camera``.
 """
 
@@ -41,6 +42,11 @@ def idle(runtime, config, process) -> None:
 
 def fail(runtime, config, process) -> None:
     raise RuntimeError("this role always fails")
+
+
+def misconfigured(runtime, config, process) -> None:
+    """A configuration error found only once the process starts (``xrmq up``'s checks pass)."""
+    raise ValueError("edge_roles.misconfigured: setting 'threshold' must be > 0")
 
 
 class _Crasher(Agent):

@@ -113,6 +113,14 @@ class AccessPolicy:
         self._decisions: dict[tuple[str, bytes, str, str], object] = {}
         self._ask_limit = pending_asks
 
+    def update(self, identities: Mapping[str, Permissions]) -> None:
+        """Admit exactly ``identities`` from now on (a key added or removed since the start);
+        the remembered decisions and runtime owners are forgotten, the pending asks kept."""
+        self._identities = {name: _Compiled(name, perms) for name, perms in identities.items()}
+        self._by_length = sorted(self._identities, key=len, reverse=True)
+        self._owners.clear()
+        self._decisions.clear()
+
     @property
     def identities(self) -> list[str]:
         return list(self._identities)

@@ -29,6 +29,7 @@ from zmq.utils import z85
 
 from xrmq.schemas import MessageMetadata, RuntimeMetrics
 
+from ..subscriptions import SubscriptionCounts
 from .acl import AccessPolicy, Permissions
 
 BUS_DOMAIN = "xrmq"
@@ -40,6 +41,10 @@ _LOG_EVERY_S = 1.0
 _NOBLOCK, _SNDMORE = int(zmq.NOBLOCK), int(zmq.SNDMORE)
 _frame_send = zmq.backend.Socket.send
 """pyzmq's Cython send, without the Python wrapper (as the runtime's own sends)."""
+
+
+Rescan = Callable[[], Mapping[str, tuple[bytes, Permissions]] | None]
+"""Returns the identities to admit when they changed since the last call, else None."""
 
 
 class BrokerSecurity(msgspec.Struct, frozen=True):
@@ -67,7 +72,7 @@ class _Admission:
 
     def __init__(
         self,
-        names: Mapping[bytes, str],
+        names: Callable[[], Mapping[bytes, str]],
         allowed: Callable[[str], bool],
         refused: Callable[[str, bytes, str], None],
     ) -> None:
@@ -76,7 +81,7 @@ class _Admission:
         self._refused = refused
 
     def callback(self, domain: str, key: bytes) -> bool:
-        name = self._names.get(key)
+        name = self._names().get(key)
         if name is not None and self._allowed(name):
             return True
         self._refused(domain, key, name or "")
@@ -94,18 +99,24 @@ class IdentityAuthenticator(ThreadAuthenticator):
         self, context: zmq.Context, security: BrokerSecurity, policy: AccessPolicy, log: Any = None
     ) -> None:
         super().__init__(context)
-        self._names = {public: name for name, (public, _) in security.identities.items()}
+        self._names: Mapping[bytes, str] = {}
+        self.admit(security.identities)
         self.refused = 0
         self._refusals = _DropLog(log) if log is not None else None
         self.configure_curve_callback(
-            BUS_DOMAIN, _Admission(self._names, lambda name: True, self._refuse)
+            BUS_DOMAIN, _Admission(lambda: self._names, lambda name: True, self._refuse)
         )
         self.configure_curve_callback(
-            CAPTURE_DOMAIN, _Admission(self._names, policy.may_capture, self._refuse)
+            CAPTURE_DOMAIN, _Admission(lambda: self._names, policy.may_capture, self._refuse)
         )
 
+    def admit(self, identities: Mapping[str, tuple[bytes, Permissions]]) -> None:
+        """Admit exactly these keys at the next handshakes (one assignment: the ZAP thread
+        sees the old table or the new one, never a mix)."""
+        self._names = {public: name for name, (public, _) in identities.items()}
+
     def curve_user_id(self, client_public_key: bytes) -> str:
-        return self._names[z85.encode(client_public_key)]
+        return self._names.get(z85.encode(client_public_key), "")
 
     def _refuse(self, domain: str, key: bytes, name: str) -> None:
         self.refused += 1
@@ -160,6 +171,8 @@ class Forwarder:
         log: Any,
         metrics_interval: float = 1.0,
         authenticator: IdentityAuthenticator | None = None,
+        rescan: Rescan | None = None,
+        rescan_interval: float = 1.0,
     ) -> None:
         self.policy = policy
         self.authenticator = authenticator
@@ -170,11 +183,16 @@ class Forwarder:
             control,
         )
         self.metrics_interval = metrics_interval
+        self.rescan = rescan
+        self.rescan_interval = rescan_interval
+        self._log = log
         self.forwarded = 0
         self.dropped: dict[str, int] = {}
         """Messages dropped, by the identity that sent them."""
         self.denied: dict[str, int] = {}
         """Subscriptions denied, by the identity that asked."""
+        self.subscriptions = SubscriptionCounts()
+        """The subscriptions applied, per topic."""
         self._drop_log = _DropLog(log)
         self._epoch = time.time_ns() // 1000
         self._seq = 0
@@ -185,9 +203,11 @@ class Forwarder:
         for sock in (self.frontend, self.backend, self.control):
             poller.register(sock, zmq.POLLIN)
         next_metrics = time.monotonic() + self.metrics_interval
+        rescans = self.rescan is not None and self.rescan_interval > 0
+        next_rescan = time.monotonic() + self.rescan_interval if rescans else float("inf")
         while True:
-            timeout = max(0.0, next_metrics - time.monotonic())
-            ready = dict(poller.poll(timeout * 1000))  # type: ignore[arg-type]  # float ms is fine
+            timeout = max(0.0, min(next_metrics, next_rescan) - time.monotonic())
+            ready = dict(poller.poll(int(timeout * 1000)))
             if self.control in ready and self.control.recv() == b"TERMINATE":
                 return
             if self.backend in ready:
@@ -197,6 +217,30 @@ class Forwarder:
             if time.monotonic() >= next_metrics:
                 self._publish_metrics()
                 next_metrics = time.monotonic() + self.metrics_interval
+            if time.monotonic() >= next_rescan:
+                self._rescan()
+                next_rescan = time.monotonic() + self.rescan_interval
+
+    def _rescan(self) -> None:
+        """Admit the identities ``rescan`` found changed: a removed key is refused at its
+        next handshake, and its open connections' messages are dropped (unknown identity)."""
+        assert self.rescan is not None
+        try:
+            identities = self.rescan()
+        except Exception as error:  # a bug in the re-scan must not stop the bus
+            self._log.error("broker.rescan_failed", error=repr(error))
+            return
+        if identities is None:
+            return
+        before = set(self.policy.identities)
+        self.policy.update({name: perms for name, (_, perms) in identities.items()})
+        if self.authenticator is not None:
+            self.authenticator.admit(identities)
+        self._log.info(
+            "broker.identities_changed",
+            admitted=sorted(set(identities) - before),
+            removed=sorted(before - set(identities)),
+        )
 
     def _messages(self) -> None:
         """Forward or drop what publishers sent, a batch at a time (frames are never copied;
@@ -253,6 +297,7 @@ class Forwarder:
             prefix = data[1:]
             if data[0] == 0:
                 backend.setsockopt(zmq.UNSUBSCRIBE, prefix)
+                self.subscriptions.unsubscribed(prefix)
                 continue
             identity = _user_id(message)
             try:
@@ -261,6 +306,7 @@ class Forwarder:
                 reason = f"check failed: {error!r}"
             if reason is None:
                 backend.setsockopt(zmq.SUBSCRIBE, prefix)  # applies to the peer just read
+                self.subscriptions.subscribed(prefix)
                 continue
             self.denied[identity] = self.denied.get(identity, 0) + 1
             self._drop_log(
@@ -287,6 +333,7 @@ class Forwarder:
             identity=BROKER_NAME,
             dropped=dict(self.dropped),
             denied=dict(self.denied),
+            subscriptions=self.subscriptions.snapshot(),
             gauges={"broker.handshakes_refused": self.authenticator.refused}
             if self.authenticator is not None
             else {},
@@ -299,14 +346,12 @@ class Forwarder:
         metadata = MessageMetadata(
             message_id, "runtime", BROKER_NAME, self._epoch, self._seq, now, message_id
         )
-        try:
-            self.backend.send_multipart(
-                (
-                    _METRICS_KEY,
-                    self._encoder.encode(metadata),
-                    self._encoder.encode(self.metrics()),
-                ),
-                zmq.NOBLOCK,
-            )
-        except zmq.Again:
-            pass
+        encode = self._encoder.encode
+        frames = (_METRICS_KEY, encode(metadata), encode(self.metrics()))
+        for sock in (self.backend, self.capture):  # the capture too: what ``xrmq topics`` reads
+            if sock is None:
+                continue
+            try:
+                sock.send_multipart(frames, zmq.NOBLOCK)
+            except zmq.Again:
+                pass
