@@ -221,6 +221,8 @@ async def test_a_protocol_1_proxy_is_refused_naming_both_versions():
     async with front, back:
         with pytest.raises(AskError, match="speaks route protocol 2, the asking proxy 1"):
             await front.ask(server.topics.aid, old_ask, participant_id="p1", timeout=5)
+        # a peer's mistake: counted as a refusal, not as a fault of the server's actor
+        assert server.protocol_refusals == 1 and back.metrics().faults == 0
 
 
 class OldServer(Agent):

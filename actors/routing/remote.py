@@ -113,7 +113,14 @@ from typing import Any
 
 import msgspec
 
-from xrmq.actors.runtime import Agent, RuntimeClosedError, RuntimeContext, get_logger
+from xrmq.actors.runtime import (
+    DEFERRED_REPLY,
+    Agent,
+    RuntimeClosedError,
+    RuntimeContext,
+    get_logger,
+)
+from xrmq.actors.runtime.ratelimit import AggregatedWarnings
 from xrmq.schemas import (
     Admission,
     AgentTurn,
@@ -297,7 +304,10 @@ class RemoteAgent(Agent):
         self._dead: tuple[str, int] | None = None
         """The (runtime, epoch) found dead, until that runtime heartbeats again."""
         self._revived = asyncio.Event()
+        self.aids_ignored = 0
+        """Published aids dropped: another protocol version, or no participant."""
         self._log = get_logger(actor=f"remote.{name}")
+        self._warnings = AggregatedWarnings(self._log)
 
     def handlers(self) -> dict[Topic, str]:
         topics: dict[Topic, str] = {self.events: "_on_event", self.topics.aids: "_on_aids"}
@@ -309,7 +319,8 @@ class RemoteAgent(Agent):
 
     def gauges(self) -> dict[str, float]:
         return {f"remote.{self.remote_name}.aid_asks": self.aid_asks,
-                f"remote.{self.remote_name}.aids_cached": len(self._aids)}
+                f"remote.{self.remote_name}.aids_cached": len(self._aids),
+                f"remote.{self.remote_name}.aids_ignored": self.aids_ignored}
 
     # -- routing aids ---------------------------------------------------------------------
 
@@ -374,8 +385,9 @@ class RemoteAgent(Agent):
     async def _on_aids(self, aids: RouteAids, ctx: RuntimeContext) -> None:
         """A published aid: the participant's aid changed at the destination."""
         if ctx.participant_id is None or aids.protocol != ROUTE_PROTOCOL:
-            self._log.warning("remote.aid_ignored", participant=ctx.participant_id,
-                              protocol=aids.protocol, sender=ctx.metadata.sender)
+            self.aids_ignored += 1
+            self._warnings.warn("remote.aid_ignored", self.topics.aids.name,
+                                ctx.metadata.sender, protocol=aids.protocol)
             return
         self._heard_server(aids.runtime, aids.epoch)
         self._keep_aid(ctx.participant_id, aids)
@@ -751,7 +763,10 @@ class DestinationServer(Agent):
         self._check = asyncio.Event()
         self._checker: asyncio.Task[None] | None = None
         self.aids_published = 0
+        self.protocol_refusals = 0
+        """Routing-aid asks refused for another protocol version (each answered with an error)."""
         self._log = get_logger(actor=f"serve.{name}")
+        self._warnings = AggregatedWarnings(self._log)
 
     def handlers(self) -> dict[Topic, str]:
         topics = self.topics
@@ -760,7 +775,8 @@ class DestinationServer(Agent):
                 topics.status: "_on_status"}
 
     def gauges(self) -> dict[str, float]:
-        return {f"serve.{self.destination}.aids_published": self.aids_published}
+        return {f"serve.{self.destination}.aids_published": self.aids_published,
+                f"serve.{self.destination}.protocol_refusals": self.protocol_refusals}
 
     async def on_start(self) -> None:
         self._checker = asyncio.create_task(self._check_aids(), name=f"{self.name}-aids")
@@ -784,11 +800,16 @@ class DestinationServer(Agent):
 
     # -- routing aids ---------------------------------------------------------------------
 
-    async def _on_aid(self, request: RouteAidAsk, ctx: RuntimeContext) -> RouteAids:
-        if request.protocol != ROUTE_PROTOCOL:
-            raise ValueError(f"RouteAidAsk.protocol: destination {self.destination!r} speaks "
-                             f"route protocol {ROUTE_PROTOCOL}, the asking proxy "
-                             f"{request.protocol}: run the same xrmq version on both sides")
+    async def _on_aid(self, request: RouteAidAsk, ctx: RuntimeContext) -> Any:
+        if request.protocol != ROUTE_PROTOCOL:  # a peer's mistake, not this actor's fault
+            error = (f"RouteAidAsk.protocol: destination {self.destination!r} speaks route "
+                     f"protocol {ROUTE_PROTOCOL}, the asking proxy {request.protocol}: run the "
+                     "same xrmq version on both sides")
+            self.protocol_refusals += 1
+            self._warnings.warn("serve.protocol_refused", self.topics.aid.name,
+                                ctx.metadata.sender, protocol=request.protocol)
+            ctx.runtime.reply(ctx.metadata, None, error=error)
+            return DEFERRED_REPLY
         pid = _participant(ctx)
         version, aid = self._remember(pid, await routing_aid_of(self.agent, pid))
         return self._aids_message(version, aid)
