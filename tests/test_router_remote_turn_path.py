@@ -10,10 +10,6 @@ import threading
 import msgspec
 import pytest
 
-from bench.bus_workers import raw_sockets
-from bench.turn_tap import Tally
-from buses import broker_process
-from test_router_doubles import Destination, FakeContext, Log, OutputRecorder
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import OfflineLLM
 from xrmq.actors.routing import AgentRouter, SingleDestination, remote, serve
@@ -23,6 +19,11 @@ from xrmq.actors.runtime import Agent, AgentRuntime, AskError
 from xrmq.schemas import Admission, AgentTurn, DestinationResult, RoutingAid, UserQuery
 from xrmq.schemas.routing import RouteAidAsk, RouteAids, RouteRequest
 from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC, Topic
+
+from bench.bus_workers import raw_sockets
+from bench.turn_tap import Tally
+from buses import broker_process
+from test_router_doubles import Destination, FakeContext, Log, OutputRecorder
 
 
 def turn(turn_id: str, participant: str = "p1") -> AgentTurn:
@@ -52,7 +53,7 @@ class Watch(Agent):
         self.seen = asyncio.Event()
 
     def handlers(self) -> dict:
-        return {self.topic: "on_message"}
+        return {self.topic: self.on_message}
 
     async def on_message(self, message, ctx) -> None:
         self.messages.append(message)
@@ -62,8 +63,13 @@ class Watch(Agent):
 @pytest.mark.timeout(60)
 async def test_a_remote_turn_crosses_the_broker_four_times_before_its_first_chunk():
     with broker_process() as bus:
-        _, sub = raw_sockets(bus, QUERY_TOPIC.name.encode() + b"\x00", b"route.", b"_inbox.",
-                             VOICE_OUTPUT_TOPIC.name.encode() + b"\x00")
+        _, sub = raw_sockets(
+            bus,
+            QUERY_TOPIC.name.encode() + b"\x00",
+            b"route.",
+            b"_inbox.",
+            VOICE_OUTPUT_TOPIC.name.encode() + b"\x00",
+        )
         tally = Tally()
         stop = threading.Event()
 
@@ -78,14 +84,23 @@ async def test_a_remote_turn_crosses_the_broker_four_times_before_its_first_chun
             front = AgentRuntime(bus, name="front")
             back = AgentRuntime(bus, name="back")
             recorder = front.register("recorder", OutputRecorder())
-            conversation = Conversation(OfflineLLM(time_to_first_token_s=0, tokens_per_second=0),
-                                        context=FakeContext(), runtime=back,
-                                        output_topic=VOICE_OUTPUT_TOPIC)
+            conversation = Conversation(
+                OfflineLLM(time_to_first_token_s=0, tokens_per_second=0),
+                context=FakeContext(),
+                runtime=back,
+                output_topic=VOICE_OUTPUT_TOPIC,
+            )
             back.register("server", serve("conversation", conversation))
             proxy = front.register("proxy", remote("conversation"))
-            front.register("router", AgentRouter({"conversation": proxy}, SingleDestination(),
-                                                 query_topic=QUERY_TOPIC,
-                                                 output_topic=VOICE_OUTPUT_TOPIC))
+            front.register(
+                "router",
+                AgentRouter(
+                    {"conversation": proxy},
+                    SingleDestination(),
+                    query_topic=QUERY_TOPIC,
+                    output_topic=VOICE_OUTPUT_TOPIC,
+                ),
+            )
             async with back, front:
                 for count in (1, 2, 3):
                     front.send(QUERY_TOPIC, UserQuery("Hello?", 1), participant_id="p1")
@@ -194,8 +209,9 @@ async def test_an_admitted_turn_is_answering_already_and_is_cancelled_if_never_a
 async def test_a_decline_and_a_clarify_come_back_as_the_outcome_and_start_nothing():
     front, back = pair()
     log = Log()
-    chat = Destination("chat", log, admissions=[Admission("decline"),
-                                                Admission("clarify", text="Which one?")])
+    chat = Destination(
+        "chat", log, admissions=[Admission("decline"), Admission("clarify", text="Which one?")]
+    )
     back.register("server", serve("chat", chat))
     proxy = front.register("proxy", remote("chat"))
     said = []
@@ -229,7 +245,7 @@ class OldServer(Agent):
     """A protocol-1 destination: its aid reply is a bare RoutingAid."""
 
     def handlers(self) -> dict:
-        return {DestinationTopics.of("chat").aid: "on_aid"}
+        return {DestinationTopics.of("chat").aid: self.on_aid}
 
     async def on_aid(self, request: RouteAidAsk, ctx) -> RoutingAid:
         return RoutingAid("old")

@@ -84,10 +84,10 @@ next requests wait for it (at most ``timeout_s``) instead of being sent to nobod
 the next turn is answered as soon as it is back.
 
 Without ``dead_after_s`` (no heartbeats to watch), the proxy instead asks ``status``
-after every ``liveness_s`` of silence while it waits for a call's events: a destination that restarted mid-turn answers ``unknown``
-and one that is gone does not answer, and either fails the call at once like a death
-(``DestinationDied``, its cause naming ``DestinationLost``) instead of leaving the turn
-open.
+after every ``liveness_s`` of silence while it waits for a call's events: a destination
+that restarted mid-turn answers ``unknown`` and one that is gone does not answer, and
+either fails the call at once like a death (``DestinationDied``, its cause naming
+``DestinationLost``) instead of leaving the turn open.
 
 Failures travel as ``"<Kind>: <message>"`` (the destination's exception type and
 text): the proxy raises ``RemoteAnswerError`` whose ``cause`` is that string, which the
@@ -109,13 +109,15 @@ import asyncio
 import uuid
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, cast
 
 import msgspec
 
 from xrmq.actors.runtime import (
     DEFERRED_REPLY,
     Agent,
+    Handler,
+    Handlers,
     RuntimeClosedError,
     RuntimeContext,
     get_logger,
@@ -192,8 +194,19 @@ _CHECKS_PER_DEADLINE = 8
 class _ProxyCall:
     """One answer call in flight at the proxy: its events, and what death detection needs."""
 
-    __slots__ = ("participant_id", "turn_id", "events", "arrived", "runtime", "epoch", "seen_at",
-                 "died", "replaced", "streams", "spoke")
+    __slots__ = (
+        "arrived",
+        "died",
+        "epoch",
+        "events",
+        "participant_id",
+        "replaced",
+        "runtime",
+        "seen_at",
+        "spoke",
+        "streams",
+        "turn_id",
+    )
 
     def __init__(self, participant_id: str, turn_id: str) -> None:
         self.participant_id = participant_id
@@ -209,8 +222,8 @@ class _ProxyCall:
         self.died: str | None = None
         self.replaced = False
         """Whether it died by being replaced: a new incarnation has heartbeat already."""
-        self.streams: dict[str, str] = {}
-        """Reply streams the call has open: response id -> the source publishing it."""
+        self.streams: dict[str, tuple[str, str]] = {}
+        """Reply streams the call has open: response id -> (source, runtime) publishing it."""
         self.spoke = False
         """Whether a nonblank reply fragment of the call was seen (with ``output_topic``)."""
 
@@ -266,18 +279,25 @@ class RemoteAgent(Agent):
     runtime was heard from within ``dead_after_s`` (or, without, ``liveness_s``).
     """
 
-    def __init__(self, name: str, *, timeout_s: float = 5.0, drain_timeout_s: float = 5.0,
-                 dead_after_s: float | None = None,
-                 output_topic: Topic[ResponseOutput] | None = None,
-                 liveness_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        timeout_s: float = 5.0,
+        drain_timeout_s: float = 5.0,
+        dead_after_s: float | None = None,
+        output_topic: Topic[ResponseOutput] | None = None,
+        liveness_s: float = 1.0,
+    ) -> None:
         if not timeout_s > 0:
             raise ValueError("RemoteAgent.timeout_s: must be positive")
         if not drain_timeout_s > 0:
             raise ValueError("RemoteAgent.drain_timeout_s: must be positive")
         if dead_after_s is not None and not dead_after_s > 0:
             raise ValueError("RemoteAgent.dead_after_s: must be positive (or None)")
-        if output_topic is not None and not (isinstance(output_topic, Topic)
-                                             and output_topic.message_type is ResponseOutput):
+        if output_topic is not None and not (
+            isinstance(output_topic, Topic) and output_topic.message_type is ResponseOutput
+        ):
             raise ValueError("RemoteAgent.output_topic: must be a Topic carrying ResponseOutput")
         if not liveness_s > 0:
             raise ValueError("RemoteAgent.liveness_s: must be positive")
@@ -309,18 +329,23 @@ class RemoteAgent(Agent):
         self._log = get_logger(actor=f"remote.{name}")
         self._warnings = AggregatedWarnings(self._log)
 
-    def handlers(self) -> dict[Topic, str]:
-        topics: dict[Topic, str] = {self.events: "_on_event", self.topics.aids: "_on_aids"}
+    def handlers(self) -> Handlers:
+        topics: dict[Topic, Handler] = {
+            self.events: self._on_event,
+            self.topics.aids: self._on_aids,
+        }
         if self.dead_after_s is not None:
-            topics[METRICS_TOPIC] = "_on_heartbeat"
+            topics[METRICS_TOPIC] = self._on_heartbeat
             if self.output_topic is not None:
-                topics[self.output_topic] = "_on_output"
+                topics[self.output_topic] = self._on_output
         return topics
 
     def gauges(self) -> dict[str, float]:
-        return {f"remote.{self.remote_name}.aid_asks": self.aid_asks,
-                f"remote.{self.remote_name}.aids_cached": len(self._aids),
-                f"remote.{self.remote_name}.aids_ignored": self.aids_ignored}
+        return {
+            f"remote.{self.remote_name}.aid_asks": self.aid_asks,
+            f"remote.{self.remote_name}.aids_cached": len(self._aids),
+            f"remote.{self.remote_name}.aids_ignored": self.aids_ignored,
+        }
 
     # -- routing aids ---------------------------------------------------------------------
 
@@ -332,13 +357,15 @@ class RemoteAgent(Agent):
             return cached.aid
         self.aid_asks += 1
         try:
-            reply = await self._ask(self.topics.aid, RouteAidAsk(ROUTE_PROTOCOL), participant_id,
-                                    RouteAids)
+            reply = await self._ask(
+                self.topics.aid, RouteAidAsk(ROUTE_PROTOCOL), participant_id, RouteAids
+            )
         except msgspec.ValidationError as error:
             raise RemoteProtocolError(
                 f"remote {self.remote_name}: the destination's routing-aid reply is not route "
                 f"protocol {ROUTE_PROTOCOL} ({error}): it runs an older xrmq; run the same "
-                "version on both sides") from None
+                "version on both sides"
+            ) from None
         self._check_protocol(reply)
         self._heard_server(reply.runtime, reply.epoch)
         self._keep_aid(participant_id, reply)
@@ -367,8 +394,11 @@ class RemoteAgent(Agent):
     def _keep_aid(self, participant_id: str, aids: RouteAids) -> None:
         """Keep ``aids`` unless the cache holds a newer one of the same runtime."""
         cached = self._aids.get(participant_id)
-        if cached is not None and cached.runtime == aids.runtime and (
-                (cached.epoch, cached.version) > (aids.epoch, aids.version)):
+        if (
+            cached is not None
+            and cached.runtime == aids.runtime
+            and ((cached.epoch, cached.version) > (aids.epoch, aids.version))
+        ):
             return
         self._aids[participant_id] = aids
         self._aids.move_to_end(participant_id)
@@ -380,14 +410,19 @@ class RemoteAgent(Agent):
             raise RemoteProtocolError(
                 f"remote {self.remote_name}: the destination speaks route protocol "
                 f"{aids.protocol}, this proxy {ROUTE_PROTOCOL}: run the same xrmq version on "
-                "both sides")
+                "both sides"
+            )
 
     async def _on_aids(self, aids: RouteAids, ctx: RuntimeContext) -> None:
         """A published aid: the participant's aid changed at the destination."""
         if ctx.participant_id is None or aids.protocol != ROUTE_PROTOCOL:
             self.aids_ignored += 1
-            self._warnings.warn("remote.aid_ignored", self.topics.aids.name,
-                                ctx.metadata.sender, protocol=aids.protocol)
+            self._warnings.warn(
+                "remote.aid_ignored",
+                self.topics.aids.name,
+                ctx.metadata.sender,
+                protocol=aids.protocol,
+            )
             return
         self._heard_server(aids.runtime, aids.epoch)
         self._keep_aid(ctx.participant_id, aids)
@@ -403,8 +438,9 @@ class RemoteAgent(Agent):
         routed = current_turn_context()
         hold = routed is None or routed.started_work
         call_id, call = self._open_call(turn)
-        request = RouteTurn(call_id, turn, self._route(), self.events.name, focused,
-                            admit=True, hold=hold)
+        request = RouteTurn(
+            call_id, turn, self._route(), self.events.name, focused, admit=True, hold=hold
+        )
         try:
             outcome = await self._send_turn(runtime, request, call_id, call)
         except BaseException:
@@ -412,8 +448,9 @@ class RemoteAgent(Agent):
             raise
         if outcome.admission is None:
             self._close_call(call_id, call)
-            raise RemoteProtocolError(f"remote {self.remote_name}: the outcome of an admission "
-                                      "carries no admission")
+            raise RemoteProtocolError(
+                f"remote {self.remote_name}: the outcome of an admission carries no admission"
+            )
         if not outcome.answering:
             self._close_call(call_id, call)
             return outcome.admission
@@ -443,9 +480,15 @@ class RemoteAgent(Agent):
         self._abandon(pid)
         routed = current_turn_context()
         call_id, call = self._open_call(turn)
-        request = RouteTurn(call_id, turn, self._route(), self.events.name,
-                            routed.focused if routed else False, admit=False,
-                            hold=routed is None or routed.started_work)
+        request = RouteTurn(
+            call_id,
+            turn,
+            self._route(),
+            self.events.name,
+            routed.focused if routed else False,
+            admit=False,
+            hold=routed is None or routed.started_work,
+        )
         try:
             await self._send_turn(runtime, request, call_id, call)
         except BaseException:
@@ -471,22 +514,33 @@ class RemoteAgent(Agent):
         if admitted is None or (call_id is not None and admitted.call_id != call_id):
             return
         del self._admitted[participant_id]
-        self._log.info("remote.admitted_call_abandoned", participant=participant_id,
-                       turn=admitted.turn.turn_id)
+        self._log.info(
+            "remote.admitted_call_abandoned", participant=participant_id, turn=admitted.turn.turn_id
+        )
         self._signal(admitted.call_id, "cancel", participant_id)
         self._close_call(admitted.call_id, admitted.call)
 
-    async def _send_turn(self, runtime: Any, request: RouteTurn, call_id: str,
-                         call: _ProxyCall) -> RouteOutcome:
+    async def _send_turn(
+        self, runtime: Any, request: RouteTurn, call_id: str, call: _ProxyCall
+    ) -> RouteOutcome:
         """Ask ``turn``: the outcome, with the call's runtime noted; a timeout is a failure
         before the first chunk (``RemoteAnswerError``, the call cancelled in case it runs)."""
         pid = request.turn.participant_id
         if not await self._revival():
-            raise RemoteAnswerError(self.remote_name, "DestinationUnreachable: the answer was"
-                                    f" not accepted: {self._dead_reason()}")
-        asking = asyncio.ensure_future(runtime.ask(
-            self.topics.turn, request, reply_type=RouteOutcome, participant_id=pid,
-            source=self.name, timeout=self.timeout_s))
+            raise RemoteAnswerError(
+                self.remote_name,
+                f"DestinationUnreachable: the answer was not accepted: {self._dead_reason()}",
+            )
+        asking = asyncio.ensure_future(
+            runtime.ask(
+                self.topics.turn,
+                request,
+                reply_type=RouteOutcome,
+                participant_id=pid,
+                source=self.name,
+                timeout=self.timeout_s,
+            )
+        )
         try:
             outcome: RouteOutcome = await asyncio.shield(asking)
         except TimeoutError as error:
@@ -513,6 +567,9 @@ class RemoteAgent(Agent):
     def _accepted(self, call: _ProxyCall, outcome: RouteOutcome) -> None:
         self._heard_server(outcome.runtime, outcome.epoch)
         call.runtime, call.epoch = outcome.runtime, outcome.epoch
+        for response_id, (_, sender) in list(call.streams.items()):
+            if sender != outcome.runtime:  # seen before the outcome, from another runtime
+                del call.streams[response_id]
         call.seen_at = asyncio.get_running_loop().time()  # the acceptance is a sign of life
 
     async def _follow(self, call_id: str, call: _ProxyCall, started: Started) -> DestinationResult:
@@ -558,17 +615,24 @@ class RemoteAgent(Agent):
     async def _check_alive(self, call_id: str, call: _ProxyCall) -> None:
         """``DestinationDied`` (``DestinationLost``) unless the destination still runs the call."""
         try:
-            state = await self._ask(self.topics.status, RouteCallStatus(call_id),
-                                    call.participant_id, CallState)
+            state = await self._ask(
+                self.topics.status, RouteCallStatus(call_id), call.participant_id, CallState
+            )
         except TimeoutError:
             state = None
         if call.events or state in ("running", "finished"):
             return  # an event arrived meanwhile, or it is still at work
         if state == "unknown":
-            raise DestinationDied(self.remote_name, "DestinationLost: the destination no longer "
-                                  "knows this answer (it restarted mid-turn)")
-        raise DestinationDied(self.remote_name, "DestinationLost: the destination stopped "
-                              f"answering (no reply to a status check within {self.timeout_s:g}s)")
+            raise DestinationDied(
+                self.remote_name,
+                "DestinationLost: the destination no longer "
+                "knows this answer (it restarted mid-turn)",
+            )
+        raise DestinationDied(
+            self.remote_name,
+            "DestinationLost: the destination stopped "
+            f"answering (no reply to a status check within {self.timeout_s:g}s)",
+        )
 
     async def _on_event(self, event: RouteEvent, ctx: RuntimeContext) -> None:
         call = self._calls.get(event.call_id)
@@ -602,39 +666,42 @@ class RemoteAgent(Agent):
         if message.response_id is None or ctx.participant_id is None:
             return
         call = self._by_turn.get((ctx.participant_id, message.request_id or ""))
-        if call is None or call.runtime != ctx.metadata.sender:
-            return
+        sender = ctx.metadata.sender
+        if call is None or call.runtime not in (None, sender):
+            return  # None: the destination answers already, its outcome is still on the way
         self._heard(call, ctx)
         if message.text.strip():
             call.spoke = True
         if message.final:
             call.streams.pop(message.response_id, None)
         elif len(call.streams) < _STREAMS_PER_CALL:
-            call.streams.setdefault(message.response_id, ctx.metadata.source)
+            call.streams.setdefault(message.response_id, (ctx.metadata.source, sender))
 
     def _heard(self, call: _ProxyCall, ctx: RuntimeContext) -> None:
         if ctx.metadata.sender == call.runtime and ctx.metadata.epoch == call.epoch:
             call.seen_at = asyncio.get_running_loop().time()
             self._heard_server(call.runtime, call.epoch)
 
-    async def _next_event(self, call: _ProxyCall,
-                          deadline: float | None = None) -> RouteEvent | None:
+    async def _next_event(
+        self, call: _ProxyCall, deadline: float | None = None
+    ) -> RouteEvent | None:
         """The call's next event; None once ``deadline`` (loop time) passed; ``DestinationDied``
         as soon as the runtime running the call is found dead (with ``dead_after_s``)."""
         loop = asyncio.get_running_loop()
-        watch = self.dead_after_s is not None
+        dead_after_s = self.dead_after_s
+        watch = dead_after_s is not None
         while True:
             if call.events:
                 return call.events.popleft()
             if watch and call.runtime is not None:
                 silent = loop.time() - call.seen_at
-                if call.died is None and silent > self.dead_after_s:
+                if call.died is None and silent > cast(float, dead_after_s):
                     call.died = f"its process {call.runtime!r} sent nothing for {silent:.1f}s"
                 if call.died is not None:
                     raise DestinationDied(self.remote_name, f"DestinationLost: {call.died}")
             wait = None
             if watch and call.runtime is not None:
-                wait = self.dead_after_s / _CHECKS_PER_DEADLINE
+                wait = cast(float, dead_after_s) / _CHECKS_PER_DEADLINE
             if deadline is not None:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
@@ -660,8 +727,9 @@ class RemoteAgent(Agent):
                 self._buried(call)
                 return
             if event is None:
-                self._log.warning("remote.drain_timeout", participant=call.participant_id,
-                                  call=call_id)
+                self._log.warning(
+                    "remote.drain_timeout", participant=call.participant_id, call=call_id
+                )
                 return
             if event.kind != "started":
                 return
@@ -672,21 +740,38 @@ class RemoteAgent(Agent):
         if call.runtime is not None and not call.replaced:  # replaced: the new one is up already
             self._dead = (call.runtime, call.epoch)
             self._revived.clear()
-        self._log.warning("remote.destination_died", participant=call.participant_id,
-                          turn=call.turn_id, reason=call.died, streams_closed=len(call.streams))
+        self._log.warning(
+            "remote.destination_died",
+            participant=call.participant_id,
+            turn=call.turn_id,
+            reason=call.died,
+            streams_closed=len(call.streams),
+        )
         runtime = self.runtime
         if self.output_topic is None or runtime is None or not runtime.running:
             return
-        for response_id, source in call.streams.items():
-            runtime.send(self.output_topic, ResponseOutput(kind="reply", request_id=call.turn_id,
-                                                           response_id=response_id, final=True),
-                         participant_id=call.participant_id, source=source)
+        for response_id, (source, _) in call.streams.items():
+            runtime.send(
+                self.output_topic,
+                ResponseOutput(
+                    kind="reply", request_id=call.turn_id, response_id=response_id, final=True
+                ),
+                participant_id=call.participant_id,
+                source=source,
+            )
         call.streams.clear()
 
-    def _signal(self, call_id: str, kind: str, participant_id: str) -> None:
+    def _signal(
+        self, call_id: str, kind: Literal["proceed", "cancel"], participant_id: str
+    ) -> None:
         runtime = self.runtime
         if runtime is not None and runtime.running:
-            runtime.send(self.topics.signal, RouteSignal(call_id, kind), participant_id=participant_id, source=self.name)
+            runtime.send(
+                self.topics.signal,
+                RouteSignal(call_id, kind),
+                participant_id=participant_id,
+                source=self.name,
+            )
 
     async def _revival(self) -> bool:
         """Wait (at most ``timeout_s``) for a dead destination to heartbeat again; False if not."""
@@ -705,8 +790,14 @@ class RemoteAgent(Agent):
     async def _ask(self, topic: Topic, message: Any, participant_id: str, reply_type: Any) -> Any:
         if not await self._revival():
             raise TimeoutError(f"remote {self.remote_name}: {self._dead_reason()}")
-        return await self._runtime().ask(topic, message, reply_type=reply_type, participant_id=participant_id,
-                                         source=self.name, timeout=self.timeout_s)
+        return await self._runtime().ask(
+            topic,
+            message,
+            reply_type=reply_type,
+            participant_id=participant_id,
+            source=self.name,
+            timeout=self.timeout_s,
+        )
 
     def _route(self) -> str:
         routed = current_turn_context()
@@ -714,12 +805,15 @@ class RemoteAgent(Agent):
 
     def _runtime(self) -> Any:
         if self.runtime is None or not self.runtime.running:
-            raise RuntimeClosedError(f"RemoteAgent({self.remote_name!r}): register it with the router's runtime and start it")
+            raise RuntimeClosedError(
+                f"RemoteAgent({self.remote_name!r}): register it with the router's runtime and "
+                "start it"
+            )
         return self.runtime
 
 
 class _Call:
-    __slots__ = ("task", "proceed", "held", "began")
+    __slots__ = ("began", "held", "proceed", "task")
 
     def __init__(self, held: bool) -> None:
         self.task: asyncio.Task[DestinationResult] | None = None
@@ -741,8 +835,14 @@ class DestinationServer(Agent):
     ``aid_check_s``, and at once on ``routing_aid_changed()``.
     """
 
-    def __init__(self, name: str, agent: RoutableAgent, *, shutdown_grace_s: float = 0.0,
-                 aid_check_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        name: str,
+        agent: RoutableAgent,
+        *,
+        shutdown_grace_s: float = 0.0,
+        aid_check_s: float = 0.5,
+    ) -> None:
         check_routable("DestinationServer", name, agent)
         if not shutdown_grace_s >= 0:
             raise ValueError("DestinationServer.shutdown_grace_s: must be >= 0")
@@ -768,15 +868,22 @@ class DestinationServer(Agent):
         self._log = get_logger(actor=f"serve.{name}")
         self._warnings = AggregatedWarnings(self._log)
 
-    def handlers(self) -> dict[Topic, str]:
+    def handlers(self) -> Handlers:
         topics = self.topics
-        return {topics.aid: "_on_aid", topics.turn: "_on_turn", topics.release: "_on_release",
-                topics.left: "_on_left", topics.signal: "_on_signal",
-                topics.status: "_on_status"}
+        return {
+            topics.aid: self._on_aid,
+            topics.turn: self._on_turn,
+            topics.release: self._on_release,
+            topics.left: self._on_left,
+            topics.signal: self._on_signal,
+            topics.status: self._on_status,
+        }
 
     def gauges(self) -> dict[str, float]:
-        return {f"serve.{self.destination}.aids_published": self.aids_published,
-                f"serve.{self.destination}.protocol_refusals": self.protocol_refusals}
+        return {
+            f"serve.{self.destination}.aids_published": self.aids_published,
+            f"serve.{self.destination}.protocol_refusals": self.protocol_refusals,
+        }
 
     async def on_start(self) -> None:
         self._checker = asyncio.create_task(self._check_aids(), name=f"{self.name}-aids")
@@ -802,12 +909,18 @@ class DestinationServer(Agent):
 
     async def _on_aid(self, request: RouteAidAsk, ctx: RuntimeContext) -> Any:
         if request.protocol != ROUTE_PROTOCOL:  # a peer's mistake, not this actor's fault
-            error = (f"RouteAidAsk.protocol: destination {self.destination!r} speaks route "
-                     f"protocol {ROUTE_PROTOCOL}, the asking proxy {request.protocol}: run the "
-                     "same xrmq version on both sides")
+            error = (
+                f"RouteAidAsk.protocol: destination {self.destination!r} speaks route "
+                f"protocol {ROUTE_PROTOCOL}, the asking proxy {request.protocol}: run the "
+                "same xrmq version on both sides"
+            )
             self.protocol_refusals += 1
-            self._warnings.warn("serve.protocol_refused", self.topics.aid.name,
-                                ctx.metadata.sender, protocol=request.protocol)
+            self._warnings.warn(
+                "serve.protocol_refused",
+                self.topics.aid.name,
+                ctx.metadata.sender,
+                protocol=request.protocol,
+            )
             ctx.runtime.reply(ctx.metadata, None, error=error)
             return DEFERRED_REPLY
         pid = _participant(ctx)
@@ -853,8 +966,9 @@ class DestinationServer(Agent):
                 try:
                     aid = await routing_aid_of(self.agent, pid)
                 except Exception as error:
-                    self._log.warning("serve.routing_aid_failed", participant=pid,
-                                      error=repr(error))
+                    self._log.warning(
+                        "serve.routing_aid_failed", participant=pid, error=repr(error)
+                    )
                     aid = RoutingAid("unavailable", eligible=False)
                 if pid not in self._aids or self._aids[pid][1] == aid:
                     continue
@@ -862,8 +976,12 @@ class DestinationServer(Agent):
                 runtime = self.runtime
                 if runtime is None or not runtime.running:
                     return
-                runtime.send(self.topics.aids, self._aids_message(version, aid),
-                             participant_id=pid, source=self.name)
+                runtime.send(
+                    self.topics.aids,
+                    self._aids_message(version, aid),
+                    participant_id=pid,
+                    source=self.name,
+                )
                 self.aids_published += 1
 
     # -- requests -------------------------------------------------------------------------
@@ -877,20 +995,29 @@ class DestinationServer(Agent):
         assert runtime is not None  # a handler runs only in a running runtime
         admission: Admission | None = None
         if request.admit:
-            with routed_turn(RoutingTurnContext(request.route, turn.participant_id, turn.turn_id,
-                                                request.focused, started_work=request.hold)):
+            with routed_turn(
+                RoutingTurnContext(
+                    request.route,
+                    turn.participant_id,
+                    turn.turn_id,
+                    request.focused,
+                    started_work=request.hold,
+                )
+            ):
                 admission = await self.agent.admit(turn, focused=request.focused)
             if not isinstance(admission, Admission):
                 raise ValueError(f"admit: returned {type(admission).__name__}, not an Admission")
             if admission.disposition != "accept":
                 self._recheck(turn.participant_id)
                 return RouteOutcome(runtime.name, runtime.epoch, admission)
-        held = request.hold or (admission is not None
-                                and (admission.focus or bool(admission.text.strip())))
+        held = request.hold or (
+            admission is not None and (admission.focus or bool(admission.text.strip()))
+        )
         events = Topic(request.events, RouteEvent)
         call = self._calls[request.call_id] = _Call(held)
-        call.task = asyncio.create_task(self._run(request, events, call),
-                                        name=f"{self.name}-answer-{request.call_id}")
+        call.task = asyncio.create_task(
+            self._run(request, events, call), name=f"{self.name}-answer-{request.call_id}"
+        )
         call.task.add_done_callback(lambda task: self._finished(request, events, call, task))
         return RouteOutcome(runtime.name, runtime.epoch, admission, answering=True, held=held)
 
@@ -919,8 +1046,9 @@ class DestinationServer(Agent):
         elif not call.proceed.done():
             call.proceed.set_result(None)
 
-    async def _run(self, request: RouteTurn, events: Topic[RouteEvent],
-                   call: _Call) -> DestinationResult:
+    async def _run(
+        self, request: RouteTurn, events: Topic[RouteEvent], call: _Call
+    ) -> DestinationResult:
         turn = request.turn
         pid = turn.participant_id
 
@@ -929,16 +1057,28 @@ class DestinationServer(Agent):
             if call.held:
                 runtime = self.runtime
                 assert runtime is not None
-                runtime.send(events, RouteEvent(request.call_id, "started"), participant_id=pid,
-                             source=self.name)
+                runtime.send(
+                    events,
+                    RouteEvent(request.call_id, "started"),
+                    participant_id=pid,
+                    source=self.name,
+                )
                 await call.proceed
 
-        with routed_turn(RoutingTurnContext(request.route, pid, turn.turn_id, request.focused,
-                                            started_work=request.hold)):
+        with routed_turn(
+            RoutingTurnContext(
+                request.route, pid, turn.turn_id, request.focused, started_work=request.hold
+            )
+        ):
             return await self.agent.answer(turn, started=started)
 
-    def _finished(self, request: RouteTurn, events: Topic[RouteEvent], call: _Call,
-                  task: asyncio.Task[DestinationResult]) -> None:
+    def _finished(
+        self,
+        request: RouteTurn,
+        events: Topic[RouteEvent],
+        call: _Call,
+        task: asyncio.Task[DestinationResult],
+    ) -> None:
         """Report how the call ended; the destination has finished, so its final frame is out."""
         del self._calls[request.call_id]
         self._finished_calls[request.call_id] = None
@@ -948,17 +1088,24 @@ class DestinationServer(Agent):
         began = call.began
         if task.cancelled():
             event = RouteEvent(request.call_id, "cancelled", began=began)
-        elif task.exception() is not None:
-            log.error("serve.answer_failed", error=repr(task.exception()))
-            event = RouteEvent(request.call_id, "failed", error=describe_failure(task.exception()),
-                               began=began)
+        elif (error := task.exception()) is not None:
+            log.error("serve.answer_failed", error=repr(error))
+            event = RouteEvent(
+                request.call_id, "failed", error=describe_failure(error), began=began
+            )
         elif not isinstance(task.result(), DestinationResult):
-            event = RouteEvent(request.call_id, "failed", began=began,
-                               error=f"InvalidResult: answer returned {type(task.result()).__name__}")
+            event = RouteEvent(
+                request.call_id,
+                "failed",
+                began=began,
+                error=f"InvalidResult: answer returned {type(task.result()).__name__}",
+            )
         else:
             event = RouteEvent(request.call_id, "done", result=task.result(), began=began)
         if self.runtime is not None and self.runtime.running:
-            self.runtime.send(events, event, participant_id=request.turn.participant_id, source=self.name)
+            self.runtime.send(
+                events, event, participant_id=request.turn.participant_id, source=self.name
+            )
             self._recheck(request.turn.participant_id)
         else:
             log.warning("serve.unreported_end", call=request.call_id, kind=event.kind)
@@ -970,17 +1117,31 @@ def _participant(ctx: RuntimeContext) -> str:
     return ctx.participant_id
 
 
-def remote(name: str, *, timeout_s: float = 5.0, drain_timeout_s: float = 5.0,
-           dead_after_s: float | None = None,
-           output_topic: Topic[ResponseOutput] | None = None,
-           liveness_s: float = 1.0) -> RemoteAgent:
-    """A proxy for destination ``name`` served in another process; register it with the router's runtime."""
-    return RemoteAgent(name, timeout_s=timeout_s, drain_timeout_s=drain_timeout_s,
-                       dead_after_s=dead_after_s, output_topic=output_topic, liveness_s=liveness_s)
+def remote(
+    name: str,
+    *,
+    timeout_s: float = 5.0,
+    drain_timeout_s: float = 5.0,
+    dead_after_s: float | None = None,
+    output_topic: Topic[ResponseOutput] | None = None,
+    liveness_s: float = 1.0,
+) -> RemoteAgent:
+    """A proxy for destination ``name`` served in another process; register it with the router's
+    runtime."""
+    return RemoteAgent(
+        name,
+        timeout_s=timeout_s,
+        drain_timeout_s=drain_timeout_s,
+        dead_after_s=dead_after_s,
+        output_topic=output_topic,
+        liveness_s=liveness_s,
+    )
 
 
-def serve(name: str, agent: RoutableAgent, *, shutdown_grace_s: float = 0.0,
-          aid_check_s: float = 0.5) -> DestinationServer:
+def serve(
+    name: str, agent: RoutableAgent, *, shutdown_grace_s: float = 0.0, aid_check_s: float = 0.5
+) -> DestinationServer:
     """Expose ``agent`` as destination ``name``; register the result with the agent's runtime."""
-    return DestinationServer(name, agent, shutdown_grace_s=shutdown_grace_s,
-                             aid_check_s=aid_check_s)
+    return DestinationServer(
+        name, agent, shutdown_grace_s=shutdown_grace_s, aid_check_s=aid_check_s
+    )
