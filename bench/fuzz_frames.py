@@ -50,8 +50,8 @@ DEFAULT_TOPICS = (
     "context.worker.0.jobs",
     "context.worker.1.jobs",
     "route.conversation.aid",
-    "route.conversation.admit",
-    "route.conversation.answer",
+    "route.conversation.aids",
+    "route.conversation.turn",
     "route.conversation.signal",
     "xrmq.metrics",
 )

@@ -140,7 +140,9 @@ def run(ctx: SuiteContext) -> SuiteResult:
                     f"{compactions[mode][-1]} compactions"
                 )
         workers = sorted(
-            name for name in deployments[MODES[0]].workers if not name.startswith("raw")
+            name
+            for name in deployments[MODES[0]].workers
+            if not name.startswith("raw") and name != "tap"
         )
     off, on = MODES
     ratio = [s / i for s, i in zip(p99[off, "storm"], p99[off, "idle"])]

@@ -12,9 +12,8 @@ waiting for its turn's final frame before the next turn.
 
 - zero-delay model (``OfflineLLM(time_to_first_token_s=0, tokens_per_second=0)``):
   the runtime's own overhead, p50 and p99, and their ratios to the raw pyzmq round
-  trip measured in the same repetition (before its first chunk a turn crosses the
-  broker ten times, five raw round trips: the query; the remote destination's
-  routing-aid, admit and answer asks and their replies; started; proceed; the chunk);
+  trip measured in the same repetition, and the broker crossings each turn makes from
+  its query to its first chunk, counted by a tap (``bench.turn_tap``);
 - OfflineLLM's defaults (250 ms to the first token, 40 tokens/s): what a user waits for
   with a small local model; the conversation process is restarted on that model.
 - warm start: the first turn after a conversation restart against the second, on a
@@ -28,6 +27,8 @@ Repetition 0 warms up and is discarded; figures are medians over the repetitions
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 from xrmq.actors.models import OfflineLLM
 
@@ -47,6 +48,8 @@ def run(ctx: SuiteContext) -> SuiteResult:
     realistic = (defaults.time_to_first_token_s, defaults.tokens_per_second)
     participants = [f"p{i}" for i in range(PARTICIPANTS)]
     raw_p50, raw_p99, p50, p99, bus_p50, rtts, firsts = [], [], [], [], [], [], []
+    crossings: list[int] = []
+    by_topic: Counter[str] = Counter()
     real_p50, real_p99, real_firsts = [], [], []
     failed = 0
     with Deployment(Config()) as deployment:
@@ -58,8 +61,11 @@ def run(ctx: SuiteContext) -> SuiteResult:
         for rep in range(ctx.repetitions + 1):  # repetition 0 warms up
             raw = deployment.raw_rtt(asks)
             result = deployment.turns(turns, participants, PAUSE_MS)
+            tapped = deployment.crossings()
             if rep == 0:
                 continue
+            crossings += tapped["crossings"]
+            by_topic.update(tapped["by_topic"])
             failed += result["failed"]
             raw_p50.append(percentile(raw, 0.5))
             raw_p99.append(percentile(raw, 0.99))
@@ -115,6 +121,8 @@ def run(ctx: SuiteContext) -> SuiteResult:
                 "x raw p50": median(x50),
                 "x raw p99": median(x99),
                 "first fragment in client p50 us": median(bus_p50),
+                "crossings per turn p50": median(crossings) if crossings else float("nan"),
+                "crossings per turn max": max(crossings, default=float("nan")),
             },
         ),
         Row(
@@ -137,6 +145,12 @@ def run(ctx: SuiteContext) -> SuiteResult:
         f"{realistic[0] * 1000:.0f} ms to first token, {realistic[1]:g} tokens/s)",
         "median column: p50 per repetition, median over repetitions; x raw: paired per-repetition "
         "ratios",
+        "crossings: messages through the broker from the query to the turn's first nonblank chunk, "
+        "both included (bench.turn_tap); per topic over all measured turns: "
+        + ", ".join(
+            f"{topic} {count / max(len(crossings), 1):.2f}"
+            for topic, count in sorted(by_topic.items())
+        ),
     ]
     if failed:
         notes.append(

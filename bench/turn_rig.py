@@ -4,7 +4,8 @@
 ``bench.turn_workers`` (context sections, compaction workers, conversation with its
 context replica, router, the measuring client, and optionally the sensor), plus the
 raw pyzmq ping-pong pair of ``bench.bus_workers`` through the same broker, so the
-runtime's turn latency and the raw round trip are measured side by side. Every
+runtime's turn latency and the raw round trip are measured side by side, and the tap of
+``bench.turn_tap``, which counts each turn's broker crossings up to its first chunk. Every
 process lives for the whole deployment except the conversation, which
 ``restart_conversation`` replaces to change its model.
 """
@@ -63,6 +64,7 @@ class Deployment:
             for role in roles:
                 self._start(role, self.config)
             self._start_raw()
+            self._start_tap()
         except BaseException:
             self._stack.close()
             raise
@@ -93,6 +95,17 @@ class Deployment:
             worker = Worker(name, "-m", "bench.bus_workers", role, self.bus, "1")
             self._stack.callback(worker.close)
             self.workers[name] = worker
+
+    def _start_tap(self) -> None:
+        worker = Worker("tap", "-m", "bench.turn_tap", self.bus)
+        self._stack.callback(worker.close)
+        self.workers["tap"] = worker
+
+    def crossings(self) -> dict[str, Any]:
+        """Broker crossings from query to first chunk of each turn since the last call:
+        ``{"crossings": [per turn], "by_topic": {topic: crossings}}`` (``bench.turn_tap``)."""
+        self.workers["tap"].command("counts")
+        return self.workers["tap"].result()
 
     def restart_conversation(
         self, answer_model: tuple[float, float], *, litellm: bool = False, prepare: bool = True

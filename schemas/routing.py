@@ -103,17 +103,47 @@ class RouteRequest(msgspec.Struct, frozen=True):
     focus release or the participant's departure."""
 
 
-class RouteAdmit(msgspec.Struct, frozen=True):
-    """Ask a remote destination to admit ``turn``; the reply is an ``Admission``."""
-
-    turn: AgentTurn
-    focused: bool
-    route: str
-    """The router's name for the destination, for its logs and attributed output."""
+ROUTE_PROTOCOL = 2
+"""The version of the remote-destination protocol these messages make up. 1: an ask per
+routing aid, admission and answer (``route.NAME.admit`` / ``route.NAME.answer``); 2:
+published routing aids and one ``RouteTurn`` per turn. A proxy and a server of different
+versions refuse each other at the first routing-aid ask, naming both versions."""
 
 
-class RouteAnswer(msgspec.Struct, frozen=True):
-    """Start a remote answer; the destination reports on the ``events`` topic under ``call_id``."""
+class RouteAidAsk(msgspec.Struct, frozen=True):
+    """Ask a remote destination for the envelope participant's routing aid; the reply is a
+    ``RouteAids``. ``protocol`` is the asker's ``ROUTE_PROTOCOL`` (a protocol-1 proxy
+    sends an empty map, read as 1, and gets an error naming both versions)."""
+
+    protocol: int = 1
+
+
+class RouteAids(msgspec.Struct, frozen=True):
+    """A destination's routing aid for the envelope participant, versioned.
+
+    The reply to ``RouteAidAsk``, and what the destination publishes on
+    ``route.NAME.aids`` whenever the participant's aid changes. ``version`` grows with
+    every change the destination's runtime (``runtime``, incarnation ``epoch``) makes to
+    any participant's aid, so a proxy keeps the newest it saw per participant and
+    incarnation. ``protocol``: the destination's ``ROUTE_PROTOCOL``.
+    """
+
+    protocol: int
+    version: int
+    aid: RoutingAid
+    runtime: str
+    epoch: int
+
+
+class RouteTurn(msgspec.Struct, frozen=True):
+    """One turn for a remote destination: admission and answer in one request.
+
+    With ``admit`` the destination runs ``admit(turn, focused=focused)`` and, when it
+    accepts, starts answering at once; without, it answers (a fallback turn). The reply
+    is a ``RouteOutcome``; the call's events go to ``events`` under ``call_id``. ``hold``:
+    the asker's ``started()`` has work (it says router text, or changes focus), so the
+    first chunk waits for the proxy's ``proceed``; an accept with text or focus holds too.
+    """
 
     call_id: str
     turn: AgentTurn
@@ -123,18 +153,28 @@ class RouteAnswer(msgspec.Struct, frozen=True):
     """Topic (carrying ``RouteEvent``) on which the asking proxy receives this call's events."""
     focused: bool = False
     """Whether the destination held the participant's focus when the router chose it."""
+    admit: bool = True
+    hold: bool = True
 
     def __post_init__(self) -> None:
-        require_name(self.call_id, "RouteAnswer", "call_id")
-        require_name(self.events, "RouteAnswer", "events")
+        require_name(self.call_id, "RouteTurn", "call_id")
+        require_name(self.events, "RouteTurn", "events")
 
 
-class RouteAccepted(msgspec.Struct, frozen=True):
-    """A destination's reply to ``RouteAnswer``: the runtime (and its incarnation) running
-    the call, so the proxy can tell from that runtime's heartbeat when it dies."""
+class RouteOutcome(msgspec.Struct, frozen=True):
+    """A destination's reply to ``RouteTurn``.
+
+    ``admission``: what ``admit()`` returned (None without ``admit``). ``answering``: an
+    answer call runs (its events follow); ``held``: its first chunk waits for ``proceed``.
+    ``runtime`` and ``epoch`` name the runtime (and incarnation) running the call, so the
+    proxy can tell from that runtime's heartbeat when it dies.
+    """
 
     runtime: str
     epoch: int
+    admission: Admission | None = None
+    answering: bool = False
+    held: bool = False
 
 
 RouteSignalKind = Literal["proceed", "cancel"]
@@ -142,7 +182,8 @@ RouteSignalKind = Literal["proceed", "cancel"]
 
 class RouteSignal(msgspec.Struct, frozen=True):
     """From the proxy to a running remote answer: ``proceed`` (the router's ``started()``
-    returned, publish the first chunk) or ``cancel`` (stop, finalize, report ``cancelled``)."""
+    returned, publish the first chunk; only a held call waits for it) or ``cancel`` (stop,
+    finalize, report ``cancelled``)."""
 
     call_id: str
     kind: RouteSignalKind
@@ -165,16 +206,19 @@ RouteEventKind = Literal["started", "done", "failed", "cancelled"]
 class RouteEvent(msgspec.Struct, frozen=True):
     """From a remote answer to its proxy.
 
-    ``started``: the first chunk is ready; the destination waits for ``proceed``.
+    ``started``: the first chunk of a held call is ready; the destination waits for
+    ``proceed`` (a call that is not held publishes at once and sends no ``started``).
     ``done`` carries the ``result``; ``failed`` carries ``error``; ``cancelled`` ends a
     call that was cancelled. Exactly one of the last three ends every call, and only
-    after the destination's final frame was published.
+    after the destination's final frame was published; ``began`` says whether the
+    destination had reached ``started()`` (its first output) by then.
     """
 
     call_id: str
     kind: RouteEventKind
     result: DestinationResult | None = None
     error: str | None = None
+    began: bool = False
 
 
 # -- How a turn ended ------------------------------------------------------------------

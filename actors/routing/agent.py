@@ -82,6 +82,11 @@ class RoutingTurnContext:
     turn_id: str
     focused: bool
     """Whether the destination held the participant's explicit focus when routed."""
+    started_work: bool = True
+    """Whether the router's ``started()`` for this turn does more than note that the answer
+    began (says text, changes focus). ``AgentRouter`` says False: it says its text before
+    calling ``answer()``. A remote destination publishes its first chunk without waiting
+    for the router when False (``remote``); a local one awaits ``started()`` either way."""
 
 
 _CURRENT: contextvars.ContextVar[RoutingTurnContext | None] = contextvars.ContextVar(

@@ -564,7 +564,9 @@ class AgentRouter(Agent):
 
     async def _admit(self, name: str, turn: AgentTurn, focused: bool, log: Any) -> Admission:
         """The destination's admission; a failing ``admit()`` counts as a decline (logged)."""
-        with routed_turn(RoutingTurnContext(name, turn.participant_id, turn.turn_id, focused)):
+        with routed_turn(
+            RoutingTurnContext(name, turn.participant_id, turn.turn_id, focused, started_work=False)
+        ):
             try:
                 return await self.agents[name].admit(turn, focused=focused)
             except Exception as error:
@@ -580,7 +582,10 @@ class AgentRouter(Agent):
             nonlocal began
             began = True
 
-        with routed_turn(RoutingTurnContext(name, turn.participant_id, turn.turn_id, focused)):
+        # started() only notes that the answer began: router text is said before answer()
+        with routed_turn(
+            RoutingTurnContext(name, turn.participant_id, turn.turn_id, focused, started_work=False)
+        ):
             try:
                 result = await self.agents[name].answer(turn, started=started)
             except Exception as error:
