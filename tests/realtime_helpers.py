@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import Sequence
 
-from xrmq.actors.realtime.provider import RealtimeConnection, RealtimeEvent
+from xrmq.actors.realtime.provider import RealtimeConnection, RealtimeEvent, ResponseDone
+from xrmq.actors.realtime.session import SessionListener
 from xrmq.actors.realtime.server import OfflineBrain
 
 RATE = 24_000
@@ -33,12 +35,19 @@ class ScriptedEars(OfflineBrain):
     def __init__(self, utterances: Sequence[str] = (), *, speech_s: float = 0.5) -> None:
         super().__init__()
         self.utterances = deque(utterances)
-        self.heard: list[int] = []
+        self.heard: list[bytes] = []
         self.speech_s = speech_s
+        self.release: asyncio.Event | None = None
+        """When set to an unset event, answers wait for it (a response held in progress)."""
 
     async def transcribe(self, pcm: bytes, sample_rate: int) -> str:
-        self.heard.append(len(pcm))
+        self.heard.append(pcm)
         return self.utterances.popleft() if self.utterances else ""
+
+    async def answer(self, instructions: str, items: Sequence[tuple[str, str]]) -> str:
+        if self.release is not None:
+            await self.release.wait()
+        return await super().answer(instructions, items)
 
     async def speak(self, text: str, sample_rate: int) -> bytes:
         return silence(self.speech_s, sample_rate)
@@ -51,3 +60,45 @@ async def until(connection: RealtimeConnection, kind: type, events: list[Realtim
         if isinstance(event, kind):
             return event
     raise AssertionError(f"the stream ended before a {kind.__name__}: {events}")
+
+
+def tagged_frame(seq: int, seconds: float = 0.02, rate: int = RATE) -> bytes:
+    """A frame whose every sample is ``seq + 1000`` (loud enough to be speech)."""
+    return (seq + 1000).to_bytes(2, "little", signed=True) * int(seconds * rate)
+
+
+def frame_tags(pcm: bytes, seconds: float = 0.02, rate: int = RATE) -> list[int]:
+    """The tags of the frames in ``pcm`` in arrival order (see ``tagged_frame``)."""
+    size = 2 * int(seconds * rate)
+    return [int.from_bytes(pcm[at:at + 2], "little", signed=True) - 1000
+            for at in range(0, len(pcm), size)]
+
+
+class Recorder(SessionListener):
+    """Collects what a session reports; events to wait on instead of sleeping."""
+
+    def __init__(self) -> None:
+        self.done: list[tuple[str, ResponseDone]] = []
+        self.chunks: list[bytes] = []
+        self.started = asyncio.Event()
+        self.answered = asyncio.Condition()
+        self.failures: list[str] = []
+
+    async def text(self, response_id: str, delta: str) -> None:
+        self.started.set()
+
+    async def audio(self, response_id: str, pcm: bytes) -> None:
+        self.chunks.append(pcm)
+
+    async def response_done(self, user_text: str, done: ResponseDone) -> None:
+        async with self.answered:
+            self.done.append((user_text, done))
+            self.answered.notify_all()
+
+    async def failed(self, reason: str) -> None:
+        self.failures.append(reason)
+
+    async def wait_answers(self, count: int) -> list[tuple[str, ResponseDone]]:
+        async with self.answered:
+            await self.answered.wait_for(lambda: len(self.done) >= count)
+        return self.done

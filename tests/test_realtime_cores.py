@@ -314,3 +314,14 @@ def test_settings_are_validated() -> None:
         MachineSettings(overflow="block")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="backlog_items"):
         MachineSettings(backlog_items=0)
+
+
+def test_a_sent_turn_holds_the_boundary_until_its_response_is_done() -> None:
+    machine = _streaming()
+    machine.input(InputItem("commit", 1))
+    assert machine.boundary.blockers() == ("response",)
+    assert machine.request_rollover("pressure") == []
+    assert machine.response(True) == [] and machine.response(False) == [Close(1), Connect(2, "rollover")]
+    machine.input(InputItem("text", 2, text="hi"))
+    assert [e.item.kind for e in machine.ready(2) if isinstance(e, Send)] == ["text"]
+    assert machine.boundary.response_active

@@ -160,6 +160,8 @@ class RolloverMachine:
         while self.backlog:
             effects.append(Send(epoch, self.backlog.popleft(), replayed=True))
         self.counts["replayed"] += len(effects)
+        if any(effect.item.kind != "audio" for effect in effects):
+            self.boundary.response_active = True
         return effects
 
     def connect_failed(self, epoch: int) -> list[Effect]:
@@ -210,7 +212,11 @@ class RolloverMachine:
         return False
 
     def input(self, item: InputItem) -> list[Effect]:
+        """Send or buffer ``item``. A commit or text turn asks for a response, so the
+        response counts as in progress from then (the boundary is unsafe until it is done)."""
         if self.phase is Phase.STREAMING:
+            if item.kind != "audio":
+                self.boundary.response_active = True
             return [Send(self.epoch, item)]
         if self.phase in (Phase.CLOSED, Phase.FAILED):
             self.counts["input_dropped"] += 1

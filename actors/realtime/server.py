@@ -19,7 +19,8 @@ Fault injection (``Faults``, mutable while running): ``connect_latency_s`` befor
 ``refuse_connects`` (the next N handshakes answered 503); ``drop_mid_response`` (the
 next N responses lose the connection after their first audio delta);
 ``late_events`` (every ``response.done`` is followed by a duplicate ``response.done``
-and an ``error``, as an old session's late terminal events would be).
+and an ``error``, as an old session's late terminal events would be); ``hold`` (an
+``asyncio.Event``: new sessions wait for it).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import Any, Protocol
 
 import numpy as np
 from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from .pressure import estimate_tokens
@@ -111,6 +113,9 @@ class Faults:
     refuse_connects: int = 0
     drop_mid_response: int = 0
     late_events: bool = False
+    hold: asyncio.Event | None = None
+    """While set to an unset event, new sessions wait before ``session.created`` (a
+    connect held open for as long as a test needs, without a clock)."""
 
 
 @dataclass
@@ -185,6 +190,8 @@ class OfflineRealtimeServer:
         self.stats["sessions"] += 1
         if self.faults.connect_latency_s > 0:
             await asyncio.sleep(self.faults.connect_latency_s)
+        if self.faults.hold is not None:
+            await self.faults.hold.wait()
         await self._send(ws, {"type": "session.created", "session": {"id": self._id("sess")}})
         self.instructions.append("")
         self.seeded_items.append([])
@@ -199,6 +206,8 @@ class OfflineRealtimeServer:
                     await self._error(ws, "invalid_event", "an event is a JSON object")
                     continue
                 await self._dispatch(ws, session, event)
+        except ConnectionClosed:
+            pass  # the client went away (or a fault dropped it): the session ends
         finally:
             if session.response is not None:
                 session.response.cancel()
