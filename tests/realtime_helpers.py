@@ -32,7 +32,7 @@ class ScriptedEars(OfflineBrain):
     tests need neither Whisper nor espeak.
     """
 
-    def __init__(self, utterances: Sequence[str] = (), *, speech_s: float = 0.5) -> None:
+    def __init__(self, utterances: Sequence[str] = (), *, speech_s: float = 0.1) -> None:
         super().__init__()
         self.utterances = deque(utterances)
         self.heard: list[bytes] = []
@@ -40,7 +40,7 @@ class ScriptedEars(OfflineBrain):
         self.release: asyncio.Event | None = None
         """When set to an unset event, answers wait for it (a response held in progress)."""
 
-    async def transcribe(self, pcm: bytes, sample_rate: int) -> str:
+    async def transcribe(self, pcm: bytes, sample_rate: int, prompt: str = "") -> str:
         self.heard.append(pcm)
         return self.utterances.popleft() if self.utterances else ""
 

@@ -44,13 +44,15 @@ from websockets.http11 import Request, Response
 from .pressure import estimate_tokens
 
 AUDIO_CHUNK_S = 0.2
+PROMPT_CHARS = 400
+"""How much of the session's instructions prompts the offline recognizer."""
 """Seconds of response audio per ``response.audio.delta``."""
 
 
 class Brain(Protocol):
     """What the server hears, answers and says."""
 
-    async def transcribe(self, pcm: bytes, sample_rate: int) -> str: ...
+    async def transcribe(self, pcm: bytes, sample_rate: int, prompt: str = "") -> str: ...
 
     async def answer(self, instructions: str, items: Sequence[tuple[str, str]]) -> str: ...
 
@@ -63,7 +65,8 @@ class OfflineBrain:
     def __init__(self, *, stt: Any = None, llm: Any = None, synthesizer: Any = None) -> None:
         self._stt, self._llm, self._synthesizer = stt, llm, synthesizer
 
-    async def transcribe(self, pcm: bytes, sample_rate: int) -> str:
+    async def transcribe(self, pcm: bytes, sample_rate: int, prompt: str = "") -> str:
+        """Whisper, prompted with the end of the session's instructions (names, numbers)."""
         from xrmq.actors.voice.pcm import SAMPLE_RATE, pcm16_to_float, resample
 
         if self._stt is None:
@@ -71,7 +74,7 @@ class OfflineBrain:
 
             self._stt = WhisperSTT()
         audio = resample(pcm16_to_float(pcm), sample_rate, SAMPLE_RATE)
-        return str(await self._stt.transcribe(audio))
+        return str(await self._stt.transcribe(audio, prompt[-PROMPT_CHARS:] or None))
 
     async def answer(self, instructions: str, items: Sequence[tuple[str, str]]) -> str:
         from xrmq.actors.models import ChatMessage, ChatOptions, OfflineLLM
@@ -293,7 +296,8 @@ class OfflineRealtimeServer:
         item_id = self._id("item")
         await self._send(ws, {"type": "input_audio_buffer.committed", "item_id": item_id})
         await self._send(ws, {"type": "conversation.item.created", "item": {"id": item_id, "role": "user"}})
-        transcript = (await self.brain.transcribe(pcm, self.settings.sample_rate)).strip()
+        transcript = (await self.brain.transcribe(pcm, self.settings.sample_rate,
+                                                  session.instructions)).strip()
         session.items.append(("user", transcript))
         await self._send(ws, {"type": "conversation.item.input_audio_transcription.completed",
                               "item_id": item_id, "transcript": transcript})
