@@ -325,3 +325,17 @@ def test_a_sent_turn_holds_the_boundary_until_its_response_is_done() -> None:
     machine.input(InputItem("text", 2, text="hi"))
     assert [e.item.kind for e in machine.ready(2) if isinstance(e, Send)] == ["text"]
     assert machine.boundary.response_active
+
+
+def test_a_new_turn_waits_for_a_scheduled_rollover_so_it_cannot_be_postponed_for_ever() -> None:
+    machine = _streaming()
+    machine.input(InputItem("text", 1, text="first"))
+    machine.request_rollover("pressure")
+    machine.response(True)
+    assert machine.input(_audio(2)) == [Send(1, _audio(2))]  # plain audio still flows
+    assert machine.input(InputItem("text", 3, text="next")) == []  # a new turn is held
+    assert machine.input(_audio(4)) == []  # and what follows it, in order
+    assert machine.playback(True) == [] and machine.response(False) == []
+    assert machine.playback(False) == [Close(1), Connect(2, "rollover")]
+    assert [e.item.seq for e in machine.ready(2) if isinstance(e, Send)] == [3, 4]
+    assert machine.counts["held_for_rollover"] == 2

@@ -18,7 +18,8 @@ Contract:
   or ``"drop_newest"`` drops one item, counts it and returns :class:`Overflowed`.
 * :meth:`request_rollover` schedules a rollover; it starts only at a safe boundary
   (:class:`~.boundary.Boundary`), at once if the boundary is safe, else as soon as it
-  becomes safe. Starting it: new input is buffered, :class:`Close` of the old epoch,
+  becomes safe. While it waits, a new turn (commit, text) and all input after it is held
+  in the backlog for the new session, so a brisk conversation cannot postpone it for ever. Starting it: new input is buffered, :class:`Close` of the old epoch,
   then :class:`Connect` of the new one (the shell seeds it with the latest checkpoint).
 * Policy ``"proactive"`` rolls over as above; ``"natural"`` only keeps the checkpoint for
   the next disconnect. A provider disconnect of the current session (expected or not)
@@ -214,7 +215,7 @@ class RolloverMachine:
     def input(self, item: InputItem) -> list[Effect]:
         """Send or buffer ``item``. A commit or text turn asks for a response, so the
         response counts as in progress from then (the boundary is unsafe until it is done)."""
-        if self.phase is Phase.STREAMING:
+        if self.phase is Phase.STREAMING and not self._holding(item):
             if item.kind != "audio":
                 self.boundary.response_active = True
             return [Send(self.epoch, item)]
@@ -232,6 +233,21 @@ class RolloverMachine:
         else:
             dropped = item
         return [Overflowed(dropped, self.settings.overflow)]
+
+    def _holding(self, item: InputItem) -> bool:
+        """Whether a scheduled rollover holds ``item`` back for the next session.
+
+        A new turn (a commit, a text turn) would start another response in the old
+        session and keep the boundary unsafe for ever in a brisk conversation; so while a
+        rollover waits for the current response and its playback, a new turn and
+        everything after it (to keep the order) wait in the backlog for the new session.
+        """
+        if self.scheduled is None or self.boundary.user_turn_open:
+            return False
+        if self.backlog or item.kind != "audio":
+            self.counts["held_for_rollover"] += 1
+            return True
+        return False
 
     # -- the boundary -----------------------------------------------------------------
 
