@@ -33,7 +33,10 @@ CONNECT_LATENCY_S = 1.1
 LENGTHS_S = (0.3, 0.5, 2.35)
 FULL_TRIALS = 1000
 QUICK_TRIALS = 3
-CONCURRENCY = 60
+CONCURRENCY = 20
+"""Sessions at once: more saturate the one process (its baseline turns slow down too)."""
+STAGGER_S = 3.0
+"""Trials start spread over this many seconds, so their reconnects do not coincide."""
 
 
 def _frame(seq: int) -> bytes:
@@ -141,11 +144,13 @@ async def _trials(length_s: float, count: int, concurrency: int) -> list[dict[st
     async with OfflineRealtimeServer(brain=brain, faults=Faults(connect_latency_s=CONNECT_LATENCY_S)) as server:
         gate = asyncio.Semaphore(concurrency)
 
-        async def guarded() -> dict[str, float]:
+        async def guarded(index: int) -> dict[str, float]:
             async with gate:
+                if index < concurrency:  # the first wave is spread; later trials follow as slots free
+                    await asyncio.sleep(STAGGER_S * index / concurrency)
                 return await _one_trial(server.url, brain, length_s)
 
-        return list(await asyncio.gather(*(guarded() for _ in range(count))))
+        return list(await asyncio.gather(*(guarded(index) for index in range(count))))
 
 
 def _row(group: str, subject: str, unit: str, values: list[float], extra: dict[str, float],

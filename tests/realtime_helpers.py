@@ -11,6 +11,9 @@ from xrmq.actors.realtime.session import SessionListener
 from xrmq.actors.realtime.server import OfflineBrain
 
 RATE = 24_000
+WAIT_S = 30.0
+"""Upper bound of any wait in the realtime tests (they never sleep; this only turns a hang
+into a failure even where the timeout signal cannot interrupt the event loop)."""
 
 
 def tone(seconds: float, *, amplitude: int = 3000, rate: int = RATE) -> bytes:
@@ -55,10 +58,11 @@ class ScriptedEars(OfflineBrain):
 
 async def until(connection: RealtimeConnection, kind: type, events: list[RealtimeEvent]) -> RealtimeEvent:
     """Read ``connection``'s events into ``events`` until one of type ``kind``."""
-    async for event in connection.events():
-        events.append(event)
-        if isinstance(event, kind):
-            return event
+    async with asyncio.timeout(WAIT_S):
+        async for event in connection.events():
+            events.append(event)
+            if isinstance(event, kind):
+                return event
     raise AssertionError(f"the stream ended before a {kind.__name__}: {events}")
 
 
@@ -99,6 +103,7 @@ class Recorder(SessionListener):
         self.failures.append(reason)
 
     async def wait_answers(self, count: int) -> list[tuple[str, ResponseDone]]:
-        async with self.answered:
+        # The bound is a safety net (a hang fails the test, whatever the event loop), not a wait.
+        async with asyncio.timeout(WAIT_S), self.answered:
             await self.answered.wait_for(lambda: len(self.done) >= count)
         return self.done

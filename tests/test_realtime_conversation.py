@@ -7,7 +7,7 @@ import asyncio
 import shutil
 
 import pytest
-from realtime_helpers import ScriptedEars
+from realtime_helpers import WAIT_S, ScriptedEars
 
 from xrmq.actors.context import ContextManager
 from xrmq.actors.models import OfflineLLM
@@ -41,7 +41,9 @@ class Client(Agent):
 
     @subscribe(AUDIO_OUT_TOPIC)
     async def on_frame(self, frame: AudioFrame, ctx: RuntimeContext) -> None:
-        self.frames.append(frame)
+        async with self.changed:
+            self.frames.append(frame)
+            self.changed.notify_all()
 
     @subscribe(AUDIO_PLAYBACK_TOPIC)
     async def on_playback(self, message: AudioPlayback, ctx: RuntimeContext) -> None:
@@ -50,7 +52,7 @@ class Client(Agent):
             self.changed.notify_all()
 
     async def wait(self, condition) -> None:
-        async with self.changed:
+        async with asyncio.timeout(WAIT_S), self.changed:
             await self.changed.wait_for(lambda: condition(self))
 
     def answers(self) -> list[str]:
@@ -133,7 +135,8 @@ async def test_a_long_session_rolls_over_several_times_and_still_answers_the_fir
         results = []
         for index, text in enumerate(texts):
             turn = AgentTurn("p1", f"turn-{index}", text, timestamp_us=1_700_000_000_000_000 + index)
-            results.append(await realtime.answer(turn, started=_noop))
+            async with asyncio.timeout(WAIT_S):
+                results.append(await realtime.answer(turn, started=_noop))
             # The participant listens to the answer before speaking again.
             await client.wait(lambda c, n=index + 1: c.playback.count("done") >= n)
         await client.wait(lambda c: len(c.answers()) == len(texts))
@@ -154,3 +157,38 @@ async def test_a_long_session_rolls_over_several_times_and_still_answers_the_fir
 
 async def _noop() -> None:
     return None
+
+
+@pytest.mark.timeout(60)
+async def test_speech_over_the_answer_cuts_its_audio_at_once() -> None:
+    from realtime_helpers import silence, tone
+
+    from xrmq.actors.voice.pcm import SAMPLE_RATE
+
+    context = ContextManager(LLM)
+    runtime = AgentRuntime()
+    async with OfflineRealtimeServer(brain=ScriptedEars(["Tell me a long story.", "Stop."],
+                                                        speech_s=5.0)) as server:
+        client = Client()
+        runtime.register("client", client)
+        realtime = _realtime(server, context, runtime)
+        runtime.register("realtime", realtime)
+        await runtime.start()
+
+        async def say(pcm: bytes, first: int) -> int:
+            size = SAMPLE_RATE * 20 // 1000 * 2
+            for offset in range(0, len(pcm), size):
+                await runtime.publish(AUDIO_IN_TOPIC, AudioFrame(pcm[offset:offset + size], SAMPLE_RATE, 1,
+                                                                 first, 1), participant_id="p1", source="mic")
+                first += 1
+            return first
+
+        number = await say(tone(0.3, rate=SAMPLE_RATE) + silence(0.5, rate=SAMPLE_RATE), 0)
+        await client.wait(lambda c: c.playback == ["started"] and len(c.frames) >= 5)
+        await say(tone(0.1, rate=SAMPLE_RATE), number)  # the participant talks over the answer
+        await client.wait(lambda c: c.playback == ["started", "done"])
+        spoken = len(client.frames)
+        await realtime.close()
+        await runtime.stop()
+    await context.close()
+    assert spoken < 5.0 / 0.02 / 2  # far less than the 5 s answer was played

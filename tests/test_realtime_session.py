@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from realtime_helpers import Recorder, ScriptedEars, frame_tags, tagged_frame
+from realtime_helpers import WAIT_S, Recorder, ScriptedEars, frame_tags, tagged_frame
 
 from xrmq.actors.models import OfflineLLM
 from xrmq.actors.realtime.openai_realtime import OpenAIRealtime
@@ -81,7 +81,8 @@ async def test_audio_arriving_during_a_rollover_is_buffered_and_replayed_in_orde
     async with OfflineRealtimeServer(brain=brain, faults=faults) as server:
         recorder = Recorder()
         session = _session(server, recorder=recorder)
-        await session.start()
+        async with asyncio.timeout(WAIT_S):
+            await session.start()
         for seq in range(5):
             await session.send_audio(tagged_frame(seq), seq)
         await session.commit(5)
@@ -127,7 +128,8 @@ async def test_late_events_of_the_old_session_are_dropped_and_counted() -> None:
     async with OfflineRealtimeServer(brain=brain, faults=faults) as server:
         recorder = Recorder()
         session = _session(server, recorder=recorder)
-        await session.start()
+        async with asyncio.timeout(WAIT_S):
+            await session.start()
         brain.release = asyncio.Event()
         await session.send_text("My badge number is 4417.", 1)
         await session.request_rollover("test")  # scheduled: the response is in progress
@@ -149,11 +151,13 @@ async def test_an_unexpected_disconnect_reconnects_with_the_latest_checkpoint() 
     async with OfflineRealtimeServer(brain=brain, faults=faults) as server:
         recorder = Recorder()
         session = _session(server, recorder=recorder)
-        await session.start()
+        async with asyncio.timeout(WAIT_S):
+            await session.start()
         await _ask(session, recorder, "My badge number is 4417.", 1)
         faults.drop_mid_response = 1
         await session.send_text("I parked on level 3.", 2)
-        await session.wait_streaming(2)
+        async with asyncio.timeout(WAIT_S):
+            await session.wait_streaming(2)
         answer = await _ask(session, recorder, "What is my badge number?", 3)
         await session.close()
     assert server.stats["dropped_mid_response"] == 1 and "4417" in answer
@@ -165,7 +169,8 @@ async def test_a_failed_proactive_reconnect_retries_and_falls_back_to_natural() 
     async with OfflineRealtimeServer(brain=ScriptedEars(), faults=faults) as server:
         recorder = Recorder()
         session = _session(server, recorder=recorder)
-        await session.start()
+        async with asyncio.timeout(WAIT_S):
+            await session.start()
         await _ask(session, recorder, "My badge number is 4417.", 1)
         faults.refuse_connects = 1
         await session.request_rollover("test")
@@ -189,7 +194,8 @@ async def test_a_provider_without_proactive_rollover_uses_the_checkpoint_at_its_
         assert session.epoch == 1 and session.checkpointer.latest is not None
         faults.drop_mid_response = 1
         await session.send_text("My cat is called Tom.", 5)
-        await session.wait_streaming(2)
+        async with asyncio.timeout(WAIT_S):
+            await session.wait_streaming(2)
         answer = await _ask(session, recorder, "What is my badge number?", 6)
         await session.close()
     assert session.counts["deferred_to_disconnect"] == 1 and session.counts["reconnects"] == 1

@@ -104,18 +104,43 @@ class _Participant(SessionListener):
         self._audio: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._player = asyncio.ensure_future(self._play())
         self._speaking = False
+        self._cut_at = False
+        self._cancelling: asyncio.Future[None] | None = None
+        self._current_response: str | None = None
+        self._by_response: dict[str, _Turn] = {}
+        self._cut_responses: deque[str] = deque(maxlen=8)
+        self._started = 0.0
+        self._sent = 0
         self.log = get_logger(actor=owner.route, participant=participant_id)
 
     # -- session events --------------------------------------------------------------
 
     async def speech_started(self) -> None:
+        """The participant speaks: a new turn; over the assistant's audio, a barge-in."""
+        if self._speaking or self.session.machine.boundary.response_active:
+            await self._cut()
+            # Called from the session's event handling, which holds its lock: cancel after it.
+            self._cancelling = asyncio.ensure_future(self.session.cancel_response())
         self.turn = _Turn(uuid.uuid4().hex, _now_us())
 
+    async def _cut(self) -> None:
+        """Stop the assistant's audio now: queued audio dropped, playback done."""
+        while not self._audio.empty():
+            self._audio.get_nowait()
+        self._cut_at = True
+        if self._current_response is not None:
+            self._cut_responses.append(self._current_response)
+        self._audio.put_nowait(None)
+
     async def audio(self, response_id: str, pcm: bytes) -> None:
+        if response_id in self._cut_responses:
+            return  # the rest of a response the participant talked over
+        self._current_response = response_id
         self._audio.put_nowait(_resample_pcm(pcm, self.owner.provider.sample_rate, OUT_RATE))
 
     async def text(self, response_id: str, delta: str) -> None:
-        turn = self._current()
+        turn = self._by_response.get(response_id) or self._current()
+        self._by_response[response_id] = turn
         if turn.reply is None:
             outputs = self.owner.outputs
             turn.reply = outputs.reply(self.participant_id, request_id=turn.request_id,
@@ -124,10 +149,12 @@ class _Participant(SessionListener):
         await turn.reply.send(delta)
 
     async def response_done(self, user_text: str, done: ResponseDone) -> None:
-        turn = self._current()
-        self.turn = None
+        turn = self._by_response.pop(done.response_id, None) or self._current()
+        if turn is self.turn:
+            self.turn = None
         if turn is self.pending_text:
             self.pending_text = None
+        self._current_response = None
         self._audio.put_nowait(None)  # the end of this response's audio
         if turn.reply is not None:
             await turn.reply.__aexit__(None, None, None)
@@ -167,14 +194,16 @@ class _Participant(SessionListener):
         while True:
             chunk = await self._audio.get()
             if chunk is None:
-                if held:
+                if held and not self._cut_at:
                     await self._frame(held.ljust(size, b"\0"))
-                    held = b""
+                held, self._cut_at = b"", False
                 if self._speaking:
                     self._speaking = False
                     await owner.publish(AUDIO_PLAYBACK_TOPIC, AudioPlayback("done", _now_us()),
                                         self.participant_id)
                 continue
+            if self._cut_at:
+                continue  # audio queued before the cut's end marker: dropped
             if not self._speaking:
                 self._speaking = True
                 self._started = time.monotonic()
@@ -182,12 +211,13 @@ class _Participant(SessionListener):
                 await owner.publish(AUDIO_PLAYBACK_TOPIC, AudioPlayback("started", _now_us()),
                                     self.participant_id)
             held += chunk
-            while len(held) >= size:
+            while len(held) >= size and not self._cut_at:
                 frame, held = held[:size], held[size:]
                 due = self._started + self._sent * period
                 await asyncio.sleep(max(0.0, due - time.monotonic()))
-                await self._frame(frame)
-                self._sent += 1
+                if not self._cut_at:
+                    await self._frame(frame)
+                    self._sent += 1
 
     async def _frame(self, pcm: bytes) -> None:
         frame = AudioFrame(pcm, OUT_RATE, 1, self.frames_out, _now_us())

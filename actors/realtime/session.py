@@ -212,6 +212,18 @@ class RealtimeSession:
         async with self._lock:
             await self._perform(self.machine.tools(pending))
 
+    async def cancel_response(self) -> None:
+        """Barge-in: ask the current session to stop the response in progress."""
+        async with self._lock:
+            connection = self._connections.get(self.machine.epoch)
+            if connection is None or not self.machine.boundary.response_active:
+                return
+            try:
+                await connection.cancel_response()
+            except Exception as error:  # the connection died: its Disconnected event follows
+                self.log.warning("realtime.cancel_failed", error=repr(error))
+            self.counts["cancelled_responses"] += 1
+
     async def request_rollover(self, reason: str) -> None:
         """Roll over at the next safe boundary with a fresh checkpoint (under the
         ``natural`` policy: keep it for the next disconnect); returns once the checkpoint
