@@ -1,4 +1,5 @@
-"""An edge stack started and stopped by the command that needs it (``xrmq demo``, ``xrmq chat --embedded``).
+"""An edge stack started and stopped by the command that needs it (``xrmq demo``, ``xrmq chat
+--embedded``).
 
 It is ``xrmq up`` run programmatically: the same ``Supervisor`` starts the broker and
 every process of the config as separate OS processes, but on a private ipc bus in a
@@ -26,7 +27,7 @@ import tempfile
 import time
 from collections import deque
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, cast
 
 import msgspec
 
@@ -70,7 +71,7 @@ class _Lines:
     async def wait_line(self, prefix: str, after: int) -> str:
         """The first line starting with ``prefix`` written after the ``after``-th line."""
         while True:
-            fresh = list(self.lines)[max(0, len(self.lines) - (self.written - after)):]
+            fresh = list(self.lines)[max(0, len(self.lines) - (self.written - after)) :]
             for line in fresh:
                 if line.startswith(prefix):
                     return line
@@ -90,7 +91,9 @@ class EmbeddedStack:
     order and removes the directory, bus sockets included.
     """
 
-    def __init__(self, config: EdgeConfig, *, echo: TextIO | None = None, python: str = sys.executable) -> None:
+    def __init__(
+        self, config: EdgeConfig, *, echo: TextIO | None = None, python: str = sys.executable
+    ) -> None:
         self._requested = config
         self._python = python
         self._out = _Lines(echo)
@@ -114,8 +117,11 @@ class EmbeddedStack:
         """The pid of the process ``label`` (``context``, ``conversation.1``...) now running."""
         pattern = re.compile(rf"(?:^|\s){re.escape(label)}(?:=| pid=)(\d+)")
         for line in reversed(self._out.lines):
-            starts = ("xrmq up: ready", f"xrmq up: started {label} ",
-                      f"xrmq up: restarted {label} ")
+            starts = (
+                "xrmq up: ready",
+                f"xrmq up: started {label} ",
+                f"xrmq up: restarted {label} ",
+            )
             if line.startswith(starts):
                 found = pattern.search(line)
                 if found:
@@ -136,7 +142,7 @@ class EmbeddedStack:
         """The last ``count`` supervisor lines (its own and the children's), for error messages."""
         return "\n".join(list(self._out.lines)[-count:])
 
-    async def __aenter__(self) -> "EmbeddedStack":
+    async def __aenter__(self) -> EmbeddedStack:
         self.directory = Path(tempfile.mkdtemp(prefix="xrmq-stack-"))  # mode 0700
         try:
             bus = BusConfig(address=f"ipc://{self.directory}/bus", capture=False)
@@ -146,9 +152,15 @@ class EmbeddedStack:
                 context = msgspec.structs.replace(requested.context, state_dir=journals)
                 requested = msgspec.structs.replace(requested, context=context)
             self.config = write_config(requested, self.directory / "edge.toml")
-            self._supervisor = Supervisor(self.config, str(self.directory / "edge.toml"), out=self._out,
-                                          python=self._python)
-            self._task = asyncio.create_task(self._supervisor.run(), name="xrmq-embedded-supervisor")
+            self._supervisor = Supervisor(
+                self.config,
+                str(self.directory / "edge.toml"),
+                out=cast(TextIO, self._out),  # it only writes lines
+                python=self._python,
+            )
+            self._task = asyncio.create_task(
+                self._supervisor.run(), name="xrmq-embedded-supervisor"
+            )
             ready = asyncio.create_task(self._out.ready.wait())
             await asyncio.wait([ready, self._task], return_when=asyncio.FIRST_COMPLETED)
             ready.cancel()
@@ -173,6 +185,7 @@ class EmbeddedStack:
         try:
             if self._task is not None:
                 # Supervisor.run() stops on its stop event (what SIGINT/SIGTERM set for `xrmq up`).
+                assert self._supervisor is not None  # the task runs it
                 self._supervisor.stop()
                 await self._task
         finally:

@@ -57,7 +57,12 @@ def speaking_time(text: str, words_per_minute: float) -> float:
 class PacedSink:
     """Base of sinks whose "playing" lasts ``speaking_time(text, words_per_minute)``."""
 
-    def __init__(self, *, words_per_minute: float | None = DEFAULT_WORDS_PER_MINUTE, sleep: Sleep = asyncio.sleep) -> None:
+    def __init__(
+        self,
+        *,
+        words_per_minute: float | None = DEFAULT_WORDS_PER_MINUTE,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
         if words_per_minute is not None and not words_per_minute > 0:
             raise ValueError(f"{type(self).__name__}.words_per_minute: must be > 0 or None")
         self.words_per_minute = words_per_minute
@@ -181,7 +186,12 @@ class RecordingSink(PacedSink):
     :class:`ResponseEnded`; ``completed`` the tokens of segments that played to the end.
     """
 
-    def __init__(self, *, words_per_minute: float | None = DEFAULT_WORDS_PER_MINUTE, sleep: Sleep = asyncio.sleep) -> None:
+    def __init__(
+        self,
+        *,
+        words_per_minute: float | None = DEFAULT_WORDS_PER_MINUTE,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
         super().__init__(words_per_minute=words_per_minute, sleep=sleep)
         self.events: list[Segment | ResponseEnded] = []
         self.completed: set[int] = set()
@@ -238,8 +248,6 @@ class EspeakSink:
     and ``on_written(path)`` is called with each file written.
     """
 
-    PACKAGE = "espeak-ng"
-
     def __init__(
         self,
         *,
@@ -252,17 +260,14 @@ class EspeakSink:
     ) -> None:
         if not words_per_minute > 0:
             raise ValueError("EspeakSink.words_per_minute: must be > 0")
-        found = shutil.which(executable)
-        if found is None:
-            raise SinkUnavailableError(
-                f"EspeakSink: {executable!r} was not found on PATH; install the '{self.PACKAGE}' package "
-                f"(e.g. 'apt-get install {self.PACKAGE}' or 'brew install {self.PACKAGE}')"
-            )
+        found = find_espeak("EspeakSink", executable)
         self.wav_dir = Path(wav_dir) if wav_dir is not None else None
         if self.wav_dir is not None:
             self.wav_dir.mkdir(parents=True, exist_ok=True)
         self.words_per_minute = words_per_minute
-        self._command = [found, "--stdin", "-s", str(round(words_per_minute))] + (["-v", voice] if voice else [])
+        self._command = [found, "--stdin", "-s", str(round(words_per_minute))] + (
+            ["-v", voice] if voice else []
+        )
         self._sleep = sleep
         self._on_written = on_written
         self._parts: dict[tuple[str, int], list[Path]] = {}
@@ -274,7 +279,8 @@ class EspeakSink:
             await self._speak(segment.text, [])
             return
         parts = self._parts.setdefault((segment.participant_id, segment.response), [])
-        part = self.wav_dir / f".{_UNSAFE.sub('_', segment.participant_id)}-{segment.response}-{len(parts)}.part.wav"
+        participant = _UNSAFE.sub("_", segment.participant_id)
+        part = self.wav_dir / f".{participant}-{segment.response}-{len(parts)}.part.wav"
         try:
             await self._speak(segment.text, ["-w", str(part)])
         except BaseException:
@@ -287,7 +293,9 @@ class EspeakSink:
         parts = self._parts.pop((ended.participant_id, ended.response), [])
         if self.wav_dir is None or not parts:
             return
-        name = f"{_UNSAFE.sub('_', ended.participant_id)}-{ended.response:06d}-{_UNSAFE.sub('_', '+'.join(ended.sources))}.wav"
+        participant = _UNSAFE.sub("_", ended.participant_id)
+        sources = _UNSAFE.sub("_", "+".join(ended.sources))
+        name = f"{participant}-{ended.response:06d}-{sources}.wav"
         target = self.wav_dir / name
         await asyncio.to_thread(_join_wavs, parts, target)
         self.written.append(target)
@@ -295,22 +303,43 @@ class EspeakSink:
             self._on_written(target)
 
     async def _speak(self, text: str, extra: list[str]) -> None:
-        process = await asyncio.create_subprocess_exec(
-            *self._command,
-            *extra,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
+        await run_espeak([*self._command, *extra], text)
+
+
+def find_espeak(owner: str, executable: str = "espeak-ng") -> str:
+    """The path of ``executable``, or ``SinkUnavailableError`` naming ``owner`` and the package."""
+    found = shutil.which(executable)
+    if found is None:
+        raise SinkUnavailableError(
+            f"{owner}: {executable!r} was not found on PATH; install the 'espeak-ng' package "
+            "(e.g. 'apt-get install espeak-ng' or 'brew install espeak-ng')"
         )
-        try:
-            _, stderr = await process.communicate(text.encode())
-        except asyncio.CancelledError:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-            raise
-        if process.returncode != 0:
-            raise SinkError(f"espeak-ng exited with {process.returncode}: {stderr.decode(errors='replace').strip()}")
+    return found
+
+
+async def run_espeak(command: list[str], text: str, *, capture: bool = False) -> bytes:
+    """Run espeak-ng ``command`` with ``text`` on stdin; its stdout when ``capture``, else b"".
+
+    Cancelling kills the process (an interrupted utterance stops speaking at once); a
+    non-zero exit is a ``SinkError`` carrying espeak-ng's stderr.
+    """
+    process = await asyncio.create_subprocess_exec(
+        *command,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE if capture else asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await process.communicate(text.encode())
+    except asyncio.CancelledError:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        raise
+    if process.returncode != 0:
+        detail = err.decode(errors="replace").strip()
+        raise SinkError(f"espeak-ng exited with {process.returncode}: {detail}")
+    return out or b""
 
 
 def _wav_seconds(path: Path) -> float:
