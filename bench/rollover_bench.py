@@ -24,8 +24,7 @@ import time
 from collections.abc import Sequence
 
 from bench.stats import percentile
-from bench.suite import Row, SuiteContext, SuiteResult, bar
-from bench.suite import Suite
+from bench.suite import Row, Suite, SuiteContext, SuiteResult, bar
 
 RATE = 24_000
 FRAME_S = 0.06
@@ -45,7 +44,10 @@ def _frame(seq: int) -> bytes:
 
 def _tags(pcm: bytes) -> list[int]:
     size = 2 * int(FRAME_S * RATE)
-    return [int.from_bytes(pcm[at:at + 2], "little", signed=True) - 1000 for at in range(0, len(pcm), size)]
+    return [
+        int.from_bytes(pcm[at : at + 2], "little", signed=True) - 1000
+        for at in range(0, len(pcm), size)
+    ]
 
 
 class _TagBrain:
@@ -113,10 +115,20 @@ async def _one_trial(url: str, brain: _TagBrain, length_s: float) -> dict[str, f
     frames = math.ceil(round(length_s / FRAME_S, 6))
     trial = _Trial()
     provider = OpenAIRealtime(base_url=url, ready_timeout_s=30)
-    session = RealtimeSession(provider, instructions=lambda: "bench", listener=trial.listener,
-                              settings=SessionSettings(server_vad=False))
-    result = {"ok": 0.0, "sent": float(frames), "delivered": 0.0, "added_s": math.nan,
-              "base_s": math.nan, "rolled_s": math.nan}
+    session = RealtimeSession(
+        provider,
+        instructions=lambda: "bench",
+        listener=trial.listener,
+        settings=SessionSettings(server_vad=False),
+    )
+    result = {
+        "ok": 0.0,
+        "sent": float(frames),
+        "delivered": 0.0,
+        "added_s": math.nan,
+        "base_s": math.nan,
+        "rolled_s": math.nan,
+    }
     try:
         await session.start()
         base = await _turn(session, trial, frames, 0)
@@ -126,10 +138,15 @@ async def _one_trial(url: str, brain: _TagBrain, length_s: float) -> dict[str, f
         await rolling
         heard = brain.heard.get(trial.keys[-1], []) if trial.keys else []
         in_order = heard == list(range(frames))
-        result.update(delivered=float(len(heard)) if in_order else 0.0, base_s=base,
-                      rolled_s=rolled, added_s=rolled - base,
-                      ok=float(session.counts["rollovers"] == 1 and in_order
-                               and session.counts["overflow"] == 0))
+        result.update(
+            delivered=float(len(heard)) if in_order else 0.0,
+            base_s=base,
+            rolled_s=rolled,
+            added_s=rolled - base,
+            ok=float(
+                session.counts["rollovers"] == 1 and in_order and session.counts["overflow"] == 0
+            ),
+        )
     except Exception:
         pass
     finally:
@@ -141,22 +158,41 @@ async def _trials(length_s: float, count: int, concurrency: int) -> list[dict[st
     from xrmq.actors.realtime.server import Faults, OfflineRealtimeServer
 
     brain = _TagBrain()
-    async with OfflineRealtimeServer(brain=brain, faults=Faults(connect_latency_s=CONNECT_LATENCY_S)) as server:
+    async with OfflineRealtimeServer(
+        brain=brain, faults=Faults(connect_latency_s=CONNECT_LATENCY_S)
+    ) as server:
         gate = asyncio.Semaphore(concurrency)
 
         async def guarded(index: int) -> dict[str, float]:
             async with gate:
-                if index < concurrency:  # the first wave is spread; later trials follow as slots free
+                if (
+                    index < concurrency
+                ):  # the first wave is spread; later trials follow as slots free
                     await asyncio.sleep(STAGGER_S * index / concurrency)
                 return await _one_trial(server.url, brain, length_s)
 
         return list(await asyncio.gather(*(guarded(index) for index in range(count))))
 
 
-def _row(group: str, subject: str, unit: str, values: list[float], extra: dict[str, float],
-         higher: bool = False, samples: list[float] | None = None) -> Row:
-    return Row(group=group, subject=subject, unit=unit, median=statistics.median(values),
-               repetitions=values, higher_is_better=higher, extra=extra, samples=samples or [])
+def _row(
+    group: str,
+    subject: str,
+    unit: str,
+    values: list[float],
+    extra: dict[str, float],
+    higher: bool = False,
+    samples: list[float] | None = None,
+) -> Row:
+    return Row(
+        group=group,
+        subject=subject,
+        unit=unit,
+        median=statistics.median(values),
+        repetitions=values,
+        higher_is_better=higher,
+        extra=extra,
+        samples=samples or [],
+    )
 
 
 def run(ctx: SuiteContext) -> SuiteResult:
@@ -166,19 +202,27 @@ def run(ctx: SuiteContext) -> SuiteResult:
     per_rep = max(1, math.ceil(total / ctx.repetitions))
     rows: list[Row] = []
     bars = []
-    notes = [f"connect latency {CONNECT_LATENCY_S} s; {FRAME_S * 1000:.0f} ms frames; "
-             f"{per_rep * ctx.repetitions} trials per length in {ctx.repetitions} repetition(s), "
-             f"up to {CONCURRENCY} sessions at once against one offline server (one process)."]
+    notes = [
+        f"connect latency {CONNECT_LATENCY_S} s; {FRAME_S * 1000:.0f} ms frames; "
+        f"{per_rep * ctx.repetitions} trials per length in {ctx.repetitions} repetition(s), "
+        f"up to {CONCURRENCY} sessions at once against one offline server (one process)."
+    ]
     for length in LENGTHS_S:
         reps: list[list[dict[str, float]]] = []
         for rep in range(ctx.repetitions):
-            ctx.progress(f"rollover: {length} s input, repetition {rep + 1}/{ctx.repetitions}, "
-                         f"{per_rep} trials")
-            reps.append(run_loop(_trials(length, per_rep, min(CONCURRENCY, per_rep) if not ctx.quick
-                                         else per_rep)))
+            ctx.progress(
+                f"rollover: {length} s input, repetition {rep + 1}/{ctx.repetitions}, "
+                f"{per_rep} trials"
+            )
+            reps.append(
+                run_loop(
+                    _trials(
+                        length, per_rep, min(CONCURRENCY, per_rep) if not ctx.quick else per_rep
+                    )
+                )
+            )
         every = [trial for rep in reps for trial in rep]
         added = [t["added_s"] * 1000 for t in every if t["ok"]]
-        base = [t["base_s"] * 1000 for t in every if t["ok"]]
         success = sum(t["ok"] for t in every) / len(every) * 100
         sent = sum(t["sent"] for t in every)
         delivered = sum(t["delivered"] for t in every)
@@ -191,39 +235,82 @@ def run(ctx: SuiteContext) -> SuiteResult:
                 out.append(fn(values) if values else math.nan)
             return out
 
-        added_fig = {"added_p50_ms": statistics.median(added) if added else math.nan,
-                     "added_p95_ms": percentile(added, 0.95) if added else math.nan,
-                     "added_max_ms": max(added) if added else math.nan,
-                     "trials": float(len(every))}
-        rows.append(_row(group, "reconnect success", "%", [
-            sum(t["ok"] for t in rep) / len(rep) * 100 for rep in reps], {"trials": float(len(every))},
-            higher=True))
-        rows.append(_row(group, "frames delivered in order / sent", "%", [
-            sum(t["delivered"] for t in rep) / max(1.0, sum(t["sent"] for t in rep)) * 100 for rep in reps],
-            {"sent": sent, "delivered": delivered, "lost_or_reordered": sent - delivered}, higher=True))
+        added_fig = {
+            "added_p50_ms": statistics.median(added) if added else math.nan,
+            "added_p95_ms": percentile(added, 0.95) if added else math.nan,
+            "added_max_ms": max(added) if added else math.nan,
+            "trials": float(len(every)),
+        }
+        rows.append(
+            _row(
+                group,
+                "reconnect success",
+                "%",
+                [sum(t["ok"] for t in rep) / len(rep) * 100 for rep in reps],
+                {"trials": float(len(every))},
+                higher=True,
+            )
+        )
+        rows.append(
+            _row(
+                group,
+                "frames delivered in order / sent",
+                "%",
+                [
+                    sum(t["delivered"] for t in rep) / max(1.0, sum(t["sent"] for t in rep)) * 100
+                    for rep in reps
+                ],
+                {"sent": sent, "delivered": delivered, "lost_or_reordered": sent - delivered},
+                higher=True,
+            )
+        )
         # Latencies are rows per turn kind (a difference can be negative, a row's figure may
         # not); the added latency, rollover minus baseline per trial, is in ``extra``.
-        for name, fn in (("p50", statistics.median), ("p95", lambda v: percentile(v, 0.95)),
-                         ("max", max)):
-            rows.append(_row(group, f"next-turn latency {name}, rollover turn", "ms",
-                             per(fn, "rolled_s"), {f"added_{name}_ms": added_fig[f"added_{name}_ms"]},
-                             samples=[t["rolled_s"] * 1000 for t in every if t["ok"]][:2000]
-                             if name == "p50" else None))
-            rows.append(_row(group, f"next-turn latency {name}, baseline turn", "ms",
-                             per(fn, "base_s"), {}))
-        notes.append(f"{length} s input, {len(every)} trials: added next-turn latency p50 "
-                     f"{added_fig['added_p50_ms']:.0f} ms, p95 {added_fig['added_p95_ms']:.0f} ms, "
-                     f"max {added_fig['added_max_ms']:.0f} ms (rollover turn minus the same "
-                     f"trial's baseline turn); frames {delivered:.0f}/{sent:.0f} delivered in order.")
+        for name, fn in (
+            ("p50", statistics.median),
+            ("p95", lambda v: percentile(v, 0.95)),
+            ("max", max),
+        ):
+            rows.append(
+                _row(
+                    group,
+                    f"next-turn latency {name}, rollover turn",
+                    "ms",
+                    per(fn, "rolled_s"),
+                    {f"added_{name}_ms": added_fig[f"added_{name}_ms"]},
+                    samples=[t["rolled_s"] * 1000 for t in every if t["ok"]][:2000]
+                    if name == "p50"
+                    else None,
+                )
+            )
+            rows.append(
+                _row(group, f"next-turn latency {name}, baseline turn", "ms", per(fn, "base_s"), {})
+            )
+        notes.append(
+            f"{length} s input, {len(every)} trials: added next-turn latency p50 "
+            f"{added_fig['added_p50_ms']:.0f} ms, p95 {added_fig['added_p95_ms']:.0f} ms, "
+            f"max {added_fig['added_max_ms']:.0f} ms (rollover turn minus the same "
+            f"trial's baseline turn); frames {delivered:.0f}/{sent:.0f} delivered in order."
+        )
         bars.append(bar(f"{length} s: reconnect success", success, ">=", 100.0))
         bars.append(bar(f"{length} s: frames lost or reordered", sent - delivered, "<=", 0.0))
         if length == 2.35:
-            bars.append(bar("2.35 s: added next-turn latency p95 (ms, all trials)",
-                            added_fig["added_p95_ms"], "<=", 100.0))
+            bars.append(
+                bar(
+                    "2.35 s: added next-turn latency p95 (ms, all trials)",
+                    added_fig["added_p95_ms"],
+                    "<=",
+                    100.0,
+                )
+            )
         else:
-            notes.append(f"{length} s input: the speech ends before the {CONNECT_LATENCY_S} s "
-                         "connect does, so the rest of the connect shows in the next turn.")
+            notes.append(
+                f"{length} s input: the speech ends before the {CONNECT_LATENCY_S} s "
+                "connect does, so the rest of the connect shows in the next turn."
+            )
     return SuiteResult(rows=rows, bars=bars, notes=notes)
 
 
-SUITE = Suite("rollover", "Rollover: proactive realtime session rollover, buffered input, added latency", run)
+SUITE = Suite(
+    "rollover", "Rollover: proactive realtime session rollover, buffered input, added latency", run
+)

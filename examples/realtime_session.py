@@ -12,7 +12,6 @@ facts were still answered after the last rollover and the server truncated nothi
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 
 from xrmq.actors.context import ContextManager
@@ -26,12 +25,22 @@ from xrmq.actors.tools.summary import llm_summarizer
 from xrmq.schemas import AgentTurn
 from xrmq.topics import VOICE_OUTPUT_TOPIC
 
-FACTS = ["My badge number is 4417.", "I parked on level 3.", "My sister lives in Lyon.",
-         "The router password is on the fridge.", "My dentist is Dr. Okafor.",
-         "The printer is in room 12.", "My flight leaves at nine.",
-         "The plant needs water on Fridays.", "The spare battery is in the red case."]
-QUESTIONS = [("What is my badge number?", "4417"), ("Which level did I park on?", "level 3"),
-             ("Where does my sister live?", "Lyon")]
+FACTS = [
+    "My badge number is 4417.",
+    "I parked on level 3.",
+    "My sister lives in Lyon.",
+    "The router password is on the fridge.",
+    "My dentist is Dr. Okafor.",
+    "The printer is in room 12.",
+    "My flight leaves at nine.",
+    "The plant needs water on Fridays.",
+    "The spare battery is in the red case.",
+]
+QUESTIONS = [
+    ("What is my badge number?", "4417"),
+    ("Which level did I park on?", "level 3"),
+    ("Where does my sister live?", "Lyon"),
+]
 
 
 async def _started() -> None:
@@ -43,12 +52,19 @@ async def main(max_tokens: int, latency_s: float) -> int:
     context = ContextManager(llm)
     runtime = AgentRuntime()
     settings = ServerSettings(max_context_tokens=max_tokens)
-    async with OfflineRealtimeServer(settings, faults=Faults(connect_latency_s=latency_s)) as server:
-        provider = OpenAIRealtime(base_url=server.url,
-                                  limits=RealtimeLimits(max_context_tokens=max_tokens))
-        realtime = RealtimeConversation(provider, context=context, runtime=runtime,
-                                        output_topic=VOICE_OUTPUT_TOPIC,
-                                        summarize=llm_summarizer(llm, limit_bytes=max_tokens * 6 // 5))
+    async with OfflineRealtimeServer(
+        settings, faults=Faults(connect_latency_s=latency_s)
+    ) as server:
+        provider = OpenAIRealtime(
+            base_url=server.url, limits=RealtimeLimits(max_context_tokens=max_tokens)
+        )
+        realtime = RealtimeConversation(
+            provider,
+            context=context,
+            runtime=runtime,
+            output_topic=VOICE_OUTPUT_TOPIC,
+            summarize=llm_summarizer(llm, limit_bytes=max_tokens * 6 // 5),
+        )
         runtime.register("realtime", realtime)
         await runtime.start()
         ok = True
@@ -57,15 +73,23 @@ async def main(max_tokens: int, latency_s: float) -> int:
             turn = AgentTurn("p1", f"turn-{index}", text)
             result = await realtime.answer(turn, started=_started)
             session = realtime.participants["p1"].session
-            print(f"[epoch {session.epoch} pressure {session.pressure():.2f}] {text} -> {result.response}")
-            if expected is not None and expected not in result.response:
+            print(
+                f"[epoch {session.epoch} pressure {session.pressure():.2f}] {text} "
+                f"-> {result.response}"
+            )
+            if expected is not None and expected not in (result.response or ""):
                 ok = False
         session = realtime.participants["p1"].session
         for record in session.rollovers:
-            print(f"rollover to epoch {record.epoch}: waited {record.waited_s * 1000:.0f} ms, "
-                  f"connect {record.connect_s * 1000:.0f} ms, backlog {record.backlog}")
-        print(f"rollovers {session.counts['rollovers']}, server truncated "
-              f"{server.stats['truncated_items']} items, stale events {session.counts['stale_events']}")
+            print(
+                f"rollover to epoch {record.epoch}: waited {record.waited_s * 1000:.0f} ms, "
+                f"connect {record.connect_s * 1000:.0f} ms, backlog {record.backlog}"
+            )
+        print(
+            f"rollovers {session.counts['rollovers']}, server truncated "
+            f"{server.stats['truncated_items']} items, "
+            f"stale events {session.counts['stale_events']}"
+        )
         ok = ok and session.counts["rollovers"] > 0 and server.stats["truncated_items"] == 0
         await realtime.close()
         await runtime.stop()

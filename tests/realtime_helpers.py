@@ -7,8 +7,8 @@ from collections import deque
 from collections.abc import Sequence
 
 from xrmq.actors.realtime.provider import RealtimeConnection, RealtimeEvent, ResponseDone
-from xrmq.actors.realtime.session import SessionListener
 from xrmq.actors.realtime.server import OfflineBrain
+from xrmq.actors.realtime.session import SessionListener
 
 RATE = 24_000
 WAIT_S = 30.0
@@ -20,8 +20,10 @@ def tone(seconds: float, *, amplitude: int = 3000, rate: int = RATE) -> bytes:
     """A square wave (speech to the server's energy VAD)."""
     samples = int(seconds * rate)
     period = rate // 200
-    return b"".join((amplitude if (i // (period // 2)) % 2 else -amplitude).to_bytes(2, "little", signed=True)
-                    for i in range(samples))
+    return b"".join(
+        (amplitude if (i // (period // 2)) % 2 else -amplitude).to_bytes(2, "little", signed=True)
+        for i in range(samples)
+    )
 
 
 def silence(seconds: float, rate: int = RATE) -> bytes:
@@ -56,7 +58,9 @@ class ScriptedEars(OfflineBrain):
         return silence(self.speech_s, sample_rate)
 
 
-async def until(connection: RealtimeConnection, kind: type, events: list[RealtimeEvent]) -> RealtimeEvent:
+async def until(
+    connection: RealtimeConnection, kind: type, events: list[RealtimeEvent]
+) -> RealtimeEvent:
     """Read ``connection``'s events into ``events`` until one of type ``kind``."""
     async with asyncio.timeout(WAIT_S):
         async for event in connection.events():
@@ -74,8 +78,10 @@ def tagged_frame(seq: int, seconds: float = 0.02, rate: int = RATE) -> bytes:
 def frame_tags(pcm: bytes, seconds: float = 0.02, rate: int = RATE) -> list[int]:
     """The tags of the frames in ``pcm`` in arrival order (see ``tagged_frame``)."""
     size = 2 * int(seconds * rate)
-    return [int.from_bytes(pcm[at:at + 2], "little", signed=True) - 1000
-            for at in range(0, len(pcm), size)]
+    return [
+        int.from_bytes(pcm[at : at + 2], "little", signed=True) - 1000
+        for at in range(0, len(pcm), size)
+    ]
 
 
 class Recorder(SessionListener):

@@ -66,14 +66,24 @@ class Client(Agent):
         return done
 
 
-def _realtime(server: OfflineRealtimeServer, context: ContextManager, runtime: AgentRuntime, *,
-              limits: RealtimeLimits | None = None) -> RealtimeConversation:
-    provider = OpenAIRealtime(base_url=server.url, limits=limits or RealtimeLimits(),
-                              silence_ms=300)
-    return RealtimeConversation(provider, context=context, runtime=runtime,
-                                output_topic=VOICE_OUTPUT_TOPIC,
-                                summarize=llm_summarizer(LLM, limit_bytes=480),
-                                settings=SessionSettings(keep_tail=2))
+def _realtime(
+    server: OfflineRealtimeServer,
+    context: ContextManager,
+    runtime: AgentRuntime,
+    *,
+    limits: RealtimeLimits | None = None,
+) -> RealtimeConversation:
+    provider = OpenAIRealtime(
+        base_url=server.url, limits=limits or RealtimeLimits(), silence_ms=300
+    )
+    return RealtimeConversation(
+        provider,
+        context=context,
+        runtime=runtime,
+        output_topic=VOICE_OUTPUT_TOPIC,
+        summarize=llm_summarizer(LLM, limit_bytes=480),
+        settings=SessionSettings(keep_tail=2),
+    )
 
 
 @pytest.mark.timeout(120)
@@ -85,8 +95,13 @@ async def test_speech_in_is_answered_with_speech_out_and_a_reply_from_the_shared
 
     context = ContextManager(LLM)
     # A text destination's earlier exchange: the realtime session must know it.
-    context.record_exchange("p1", "The kettle in lab three is set to 85 degrees.", "Noted.",
-                            timestamp_us=1_700_000_000_000_000, exchange_id="text-1")
+    context.record_exchange(
+        "p1",
+        "The kettle in lab three is set to 85 degrees.",
+        "Noted.",
+        timestamp_us=1_700_000_000_000_000,
+        exchange_id="text-1",
+    )
     samples, rate = await EspeakSynthesizer().synthesize("What is the kettle set to?")
     speech = float_to_pcm16(resample(samples, rate, SAMPLE_RATE))
     runtime = AgentRuntime()
@@ -96,10 +111,16 @@ async def test_speech_in_is_answered_with_speech_out_and_a_reply_from_the_shared
         realtime = _realtime(server, context, runtime)
         runtime.register("realtime", realtime)
         await runtime.start()
-        pcm = speech + bytes(2 * SAMPLE_RATE)  # then a second of silence: the server's VAD ends the turn
+        pcm = speech + bytes(
+            2 * SAMPLE_RATE
+        )  # then a second of silence: the server's VAD ends the turn
         for number, chunk in enumerate(frames(pcm, SAMPLE_RATE, 20)):
-            await runtime.publish(AUDIO_IN_TOPIC, AudioFrame(chunk, SAMPLE_RATE, 1, number, 1),
-                                  participant_id="p1", source="mic")
+            await runtime.publish(
+                AUDIO_IN_TOPIC,
+                AudioFrame(chunk, SAMPLE_RATE, 1, number, 1),
+                participant_id="p1",
+                source="mic",
+            )
         await client.wait(lambda c: c.answers() and c.playback[-1:] == ["done"])
         await realtime.close()
         await runtime.stop()
@@ -118,23 +139,39 @@ async def test_speech_in_is_answered_with_speech_out_and_a_reply_from_the_shared
 async def test_a_long_session_rolls_over_several_times_and_still_answers_the_first_facts() -> None:
     limit = 400
     context = ContextManager(LLM)
-    facts = ["My badge number is 4417.", "I parked on level 3.", "My sister lives in Lyon.",
-             "The router password is on the fridge.", "My dentist is Dr. Okafor.",
-             "The printer is in room 12.", "My flight leaves at nine.",
-             "The plant needs water on Fridays.", "The spare battery is in the red case.",
-             "My locker is number 58."]
+    facts = [
+        "My badge number is 4417.",
+        "I parked on level 3.",
+        "My sister lives in Lyon.",
+        "The router password is on the fridge.",
+        "My dentist is Dr. Okafor.",
+        "The printer is in room 12.",
+        "My flight leaves at nine.",
+        "The plant needs water on Fridays.",
+        "The spare battery is in the red case.",
+        "My locker is number 58.",
+    ]
     runtime = AgentRuntime()
-    async with OfflineRealtimeServer(ServerSettings(max_context_tokens=limit), brain=ScriptedEars()) as server:
+    async with OfflineRealtimeServer(
+        ServerSettings(max_context_tokens=limit), brain=ScriptedEars()
+    ) as server:
         client = Client()
         runtime.register("client", client)
-        realtime = _realtime(server, context, runtime, limits=RealtimeLimits(max_context_tokens=limit))
+        realtime = _realtime(
+            server, context, runtime, limits=RealtimeLimits(max_context_tokens=limit)
+        )
         runtime.register("realtime", realtime)
         await runtime.start()
-        texts = facts * 2 + ["What is my badge number?", "Which level did I park on?",
-                               "Where does my sister live?"]
+        texts = facts * 2 + [
+            "What is my badge number?",
+            "Which level did I park on?",
+            "Where does my sister live?",
+        ]
         results = []
         for index, text in enumerate(texts):
-            turn = AgentTurn("p1", f"turn-{index}", text, timestamp_us=1_700_000_000_000_000 + index)
+            turn = AgentTurn(
+                "p1", f"turn-{index}", text, timestamp_us=1_700_000_000_000_000 + index
+            )
             async with asyncio.timeout(WAIT_S):
                 results.append(await realtime.answer(turn, started=_noop))
             # The participant listens to the answer before speaking again.
@@ -167,8 +204,9 @@ async def test_speech_over_the_answer_cuts_its_audio_at_once() -> None:
 
     context = ContextManager(LLM)
     runtime = AgentRuntime()
-    async with OfflineRealtimeServer(brain=ScriptedEars(["Tell me a long story.", "Stop."],
-                                                        speech_s=5.0)) as server:
+    async with OfflineRealtimeServer(
+        brain=ScriptedEars(["Tell me a long story.", "Stop."], speech_s=5.0)
+    ) as server:
         client = Client()
         runtime.register("client", client)
         realtime = _realtime(server, context, runtime)
@@ -178,8 +216,12 @@ async def test_speech_over_the_answer_cuts_its_audio_at_once() -> None:
         async def say(pcm: bytes, first: int) -> int:
             size = SAMPLE_RATE * 20 // 1000 * 2
             for offset in range(0, len(pcm), size):
-                await runtime.publish(AUDIO_IN_TOPIC, AudioFrame(pcm[offset:offset + size], SAMPLE_RATE, 1,
-                                                                 first, 1), participant_id="p1", source="mic")
+                await runtime.publish(
+                    AUDIO_IN_TOPIC,
+                    AudioFrame(pcm[offset : offset + size], SAMPLE_RATE, 1, first, 1),
+                    participant_id="p1",
+                    source="mic",
+                )
                 first += 1
             return first
 

@@ -39,13 +39,16 @@ def test_usage_is_the_latest_response_never_summed_across_turns() -> None:
     assert tracker.pressure().tokens_estimated is False
 
 
-@pytest.mark.parametrize(("raw", "expected"), [
-    ({"input_tokens": 120, "output_tokens": 30, "total_tokens": 150}, Usage(120, 30)),
-    ({"total_tokens": 77}, Usage(77, 0)),
-    ({"input_tokens": -1, "output_tokens": 3}, None),
-    (None, None),
-    ("150", None),
-])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ({"input_tokens": 120, "output_tokens": 30, "total_tokens": 150}, Usage(120, 30)),
+        ({"total_tokens": 77}, Usage(77, 0)),
+        ({"input_tokens": -1, "output_tokens": 3}, None),
+        (None, None),
+        ("150", None),
+    ],
+)
 def test_openai_usage_maps_normalize(raw: object, expected: Usage | None) -> None:
     assert usage_from_openai(raw) == expected
 
@@ -59,18 +62,38 @@ def test_missing_usage_falls_back_to_the_transcript_estimate() -> None:
     assert tracker.pressure().value == pytest.approx(0.5)
 
 
-@pytest.mark.parametrize(("limits", "feed", "dimension", "value"), [
-    (RealtimeLimits(max_context_tokens=1000, max_audio_turns=10, max_audio_duration_s=100),
-     {"usage": Usage(700, 50), "turns": 2, "audio": 10.0}, "tokens", 0.75),
-    (RealtimeLimits(max_context_tokens=1000, max_audio_turns=10, max_audio_duration_s=100),
-     {"usage": Usage(100, 50), "turns": 8, "audio": 10.0}, "turns", 0.8),
-    (RealtimeLimits(max_context_tokens=1000, max_audio_turns=10, max_audio_duration_s=100),
-     {"usage": Usage(100, 50), "turns": 2, "audio": 90.0}, "audio_seconds", 0.9),
-    (RealtimeLimits(max_audio_turns=4), {"usage": Usage(10**6, 0), "turns": 1, "audio": 0.0},
-     "turns", 0.25),
-])
-def test_pressure_is_the_largest_declared_ratio(limits: RealtimeLimits, feed: dict[str, object],
-                                                dimension: str, value: float) -> None:
+@pytest.mark.parametrize(
+    ("limits", "feed", "dimension", "value"),
+    [
+        (
+            RealtimeLimits(max_context_tokens=1000, max_audio_turns=10, max_audio_duration_s=100),
+            {"usage": Usage(700, 50), "turns": 2, "audio": 10.0},
+            "tokens",
+            0.75,
+        ),
+        (
+            RealtimeLimits(max_context_tokens=1000, max_audio_turns=10, max_audio_duration_s=100),
+            {"usage": Usage(100, 50), "turns": 8, "audio": 10.0},
+            "turns",
+            0.8,
+        ),
+        (
+            RealtimeLimits(max_context_tokens=1000, max_audio_turns=10, max_audio_duration_s=100),
+            {"usage": Usage(100, 50), "turns": 2, "audio": 90.0},
+            "audio_seconds",
+            0.9,
+        ),
+        (
+            RealtimeLimits(max_audio_turns=4),
+            {"usage": Usage(10**6, 0), "turns": 1, "audio": 0.0},
+            "turns",
+            0.25,
+        ),
+    ],
+)
+def test_pressure_is_the_largest_declared_ratio(
+    limits: RealtimeLimits, feed: dict[str, object], dimension: str, value: float
+) -> None:
     tracker = PressureTracker(limits)
     usage = feed["usage"]
     assert isinstance(usage, Usage)
@@ -82,26 +105,34 @@ def test_pressure_is_the_largest_declared_ratio(limits: RealtimeLimits, feed: di
     assert (pressure.dimension, pressure.value) == (dimension, pytest.approx(value))
 
 
-@pytest.mark.parametrize(("dimension", "feed"), [
-    ("tokens", lambda t: t.response_done(Usage(690, 20))),
-    ("turns", lambda t: [t.add_turn() for _ in range(71)]),
-    ("audio", lambda t: t.add_audio(71.0)),
-])
-def test_token_turn_and_audio_triggers_compress_at_070_and_roll_over_by_085(dimension, feed) -> None:
+@pytest.mark.parametrize(
+    ("dimension", "feed"),
+    [
+        ("tokens", lambda t: t.response_done(Usage(690, 20))),
+        ("turns", lambda t: [t.add_turn() for _ in range(71)]),
+        ("audio", lambda t: t.add_audio(71.0)),
+    ],
+)
+def test_token_turn_and_audio_triggers_compress_at_070_and_roll_over_by_085(
+    dimension, feed
+) -> None:
     limits = RealtimeLimits(max_context_tokens=1000, max_audio_turns=100, max_audio_duration_s=100)
     tracker = PressureTracker(limits)
     assert not tracker.should_compress()
     feed(tracker)
     assert tracker.should_compress() and not tracker.should_rollover()
-    {"tokens": lambda: tracker.response_done(Usage(840, 20)),
-     "turns": lambda: [tracker.add_turn() for _ in range(15)],
-     "audio": lambda: tracker.add_audio(15.0)}[dimension]()
+    {
+        "tokens": lambda: tracker.response_done(Usage(840, 20)),
+        "turns": lambda: [tracker.add_turn() for _ in range(15)],
+        "audio": lambda: tracker.add_audio(15.0),
+    }[dimension]()
     assert tracker.should_rollover()
 
 
 def test_thresholds_are_configurable_and_validated() -> None:
-    tracker = PressureTracker(RealtimeLimits(max_context_tokens=100),
-                              PressurePolicy(compress_at=0.3, rollover_at=0.5))
+    tracker = PressureTracker(
+        RealtimeLimits(max_context_tokens=100), PressurePolicy(compress_at=0.3, rollover_at=0.5)
+    )
     tracker.response_done(Usage(30, 0))
     assert tracker.should_compress() and not tracker.should_rollover()
     with pytest.raises(ValueError, match="compress_at"):
@@ -111,8 +142,11 @@ def test_thresholds_are_configurable_and_validated() -> None:
 
 
 def test_session_duration_schedules_a_reconnect_but_never_a_summary() -> None:
-    tracker = PressureTracker(RealtimeLimits(max_context_tokens=1000, max_session_s=600),
-                              PressurePolicy(session_margin_s=30), started_at=100.0)
+    tracker = PressureTracker(
+        RealtimeLimits(max_context_tokens=1000, max_session_s=600),
+        PressurePolicy(session_margin_s=30),
+        started_at=100.0,
+    )
     assert not tracker.session_expiring(now=100.0 + 569)
     assert tracker.session_expiring(now=100.0 + 570)
     assert tracker.pressure().value == 0.0 and not tracker.should_compress()
@@ -132,7 +166,9 @@ def test_recovered_context_is_summary_retained_tail_and_post_snapshot_messages()
     transcript = _transcript("A", "B", "C", "D")
     checkpointer = Checkpointer(transcript, keep_tail=1)
     snapshot = checkpointer.begin()
-    assert [m.text for m in snapshot.head] == ["A", "B", "C"] and [m.text for m in snapshot.tail] == ["D"]
+    assert [m.text for m in snapshot.head] == ["A", "B", "C"] and [
+        m.text for m in snapshot.tail
+    ] == ["D"]
     transcript.append("assistant", "E")  # while the summarizer runs
     transcript.append("user", "F")
     assert checkpointer.commit(snapshot, "Summary(A B C)") is not None
@@ -205,7 +241,9 @@ def _assert_rollover_waits_for(blocker: str, set_unsafe, set_safe) -> None:
 
 
 def test_no_rollover_while_the_user_turn_is_incomplete() -> None:
-    _assert_rollover_waits_for("user_turn", lambda m: m.user_turn(True), lambda m: m.user_turn(False))
+    _assert_rollover_waits_for(
+        "user_turn", lambda m: m.user_turn(True), lambda m: m.user_turn(False)
+    )
 
 
 def test_no_rollover_while_the_response_is_in_progress() -> None:
@@ -261,12 +299,16 @@ def test_backlog_replays_in_order_before_newer_input() -> None:
     assert machine.counts["replayed"] == 39 and machine.counts["rollovers"] == 1
 
 
-@pytest.mark.parametrize(("policy", "kept"), [("drop_oldest", [2, 3, 4]), ("drop_newest", [0, 1, 2])])
+@pytest.mark.parametrize(
+    ("policy", "kept"), [("drop_oldest", [2, 3, 4]), ("drop_newest", [0, 1, 2])]
+)
 def test_backlog_overflow_is_explicit_and_follows_its_policy(policy, kept) -> None:
     machine = _streaming(MachineSettings(backlog_items=3, overflow=policy))
     machine.request_rollover("pressure")
     effects = [effect for seq in range(5) for effect in machine.input(_audio(seq))]
-    assert all(isinstance(e, Overflowed) and e.policy == policy for e in effects) and len(effects) == 2
+    assert (
+        all(isinstance(e, Overflowed) and e.policy == policy for e in effects) and len(effects) == 2
+    )
     assert machine.counts["overflow"] == 2
     assert [e.item.seq for e in machine.ready(2) if isinstance(e, Send)] == kept
 
@@ -321,7 +363,10 @@ def test_a_sent_turn_holds_the_boundary_until_its_response_is_done() -> None:
     machine.input(InputItem("commit", 1))
     assert machine.boundary.blockers() == ("response",)
     assert machine.request_rollover("pressure") == []
-    assert machine.response(True) == [] and machine.response(False) == [Close(1), Connect(2, "rollover")]
+    assert machine.response(True) == [] and machine.response(False) == [
+        Close(1),
+        Connect(2, "rollover"),
+    ]
     machine.input(InputItem("text", 2, text="hi"))
     assert [e.item.kind for e in machine.ready(2) if isinstance(e, Send)] == ["text"]
     assert machine.boundary.response_active

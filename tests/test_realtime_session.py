@@ -15,19 +15,40 @@ from xrmq.actors.realtime.server import Faults, OfflineRealtimeServer, ServerSet
 from xrmq.actors.realtime.session import SUMMARY_HEADER, RealtimeSession, SessionSettings
 from xrmq.actors.tools.summary import llm_summarizer
 
-SUMMARIZE = llm_summarizer(OfflineLLM(time_to_first_token_s=0, tokens_per_second=0), limit_bytes=300)
+SUMMARIZE = llm_summarizer(
+    OfflineLLM(time_to_first_token_s=0, tokens_per_second=0), limit_bytes=300
+)
 
 
-def _session(server: OfflineRealtimeServer, *, limits: RealtimeLimits | None = None,
-             proactive: bool = True, machine: MachineSettings | None = None,
-             recorder: Recorder | None = None, keep_tail: int = 2) -> RealtimeSession:
-    provider = OpenAIRealtime(base_url=server.url, limits=limits or RealtimeLimits(),
-                              proactive_rollover=proactive, ready_timeout_s=20)
-    settings = SessionSettings(machine=machine or MachineSettings(), keep_tail=keep_tail,
-                               retry_backoff_s=0.0, server_vad=False)
-    return RealtimeSession(provider, instructions=lambda: "The participant is Ada.",
-                           summarize=SUMMARIZE, settings=settings, listener=recorder,
-                           participant_id="p1")
+def _session(
+    server: OfflineRealtimeServer,
+    *,
+    limits: RealtimeLimits | None = None,
+    proactive: bool = True,
+    machine: MachineSettings | None = None,
+    recorder: Recorder | None = None,
+    keep_tail: int = 2,
+) -> RealtimeSession:
+    provider = OpenAIRealtime(
+        base_url=server.url,
+        limits=limits or RealtimeLimits(),
+        proactive_rollover=proactive,
+        ready_timeout_s=20,
+    )
+    settings = SessionSettings(
+        machine=machine or MachineSettings(),
+        keep_tail=keep_tail,
+        retry_backoff_s=0.0,
+        server_vad=False,
+    )
+    return RealtimeSession(
+        provider,
+        instructions=lambda: "The participant is Ada.",
+        summarize=SUMMARIZE,
+        settings=settings,
+        listener=recorder,
+        participant_id="p1",
+    )
 
 
 async def _ask(session: RealtimeSession, recorder: Recorder, text: str, seq: int) -> str:
@@ -42,12 +63,22 @@ async def test_pressure_rolls_the_session_over_before_the_provider_truncates_any
     settings = ServerSettings(max_context_tokens=limit)
     async with OfflineRealtimeServer(settings, brain=ScriptedEars()) as server:
         recorder = Recorder()
-        session = _session(server, limits=RealtimeLimits(max_context_tokens=limit), recorder=recorder)
+        session = _session(
+            server, limits=RealtimeLimits(max_context_tokens=limit), recorder=recorder
+        )
         await session.start()
-        facts = ["My badge number is 4417.", "The spare key is in the blue drawer.",
-                 "My cat is called Tom.", "I parked on level 3.", "My sister lives in Lyon.",
-                 "The router password is on the fridge.", "My dentist is Dr. Okafor.",
-                 "The printer is in room 12.", "My flight leaves at nine.", "The plant needs water on Fridays."]
+        facts = [
+            "My badge number is 4417.",
+            "The spare key is in the blue drawer.",
+            "My cat is called Tom.",
+            "I parked on level 3.",
+            "My sister lives in Lyon.",
+            "The router password is on the fridge.",
+            "My dentist is Dr. Okafor.",
+            "The printer is in room 12.",
+            "My flight leaves at nine.",
+            "The plant needs water on Fridays.",
+        ]
         for seq, fact in enumerate(facts * 3):
             await _ask(session, recorder, fact, seq)
         answer = await _ask(session, recorder, "What is my badge number?", 99)
@@ -63,12 +94,16 @@ async def test_pressure_rolls_the_session_over_before_the_provider_truncates_any
 async def test_without_rollover_the_same_session_loses_its_first_facts_to_truncation() -> None:
     """The control: the provider limit is real, so the figure above means something."""
     limit = 260
-    async with OfflineRealtimeServer(ServerSettings(max_context_tokens=limit), brain=ScriptedEars()) as server:
+    async with OfflineRealtimeServer(
+        ServerSettings(max_context_tokens=limit), brain=ScriptedEars()
+    ) as server:
         recorder = Recorder()
         session = _session(server, limits=RealtimeLimits(), recorder=recorder)  # declares no limit
         await session.start()
-        for seq, fact in enumerate(["My badge number is 4417."] + [f"Note {n}: the shelf {n} holds box {n}."
-                                                                  for n in range(12)]):
+        for seq, fact in enumerate(
+            ["My badge number is 4417."]
+            + [f"Note {n}: the shelf {n} holds box {n}." for n in range(12)]
+        ):
             await _ask(session, recorder, fact, seq)
         answer = await _ask(session, recorder, "What is my badge number?", 99)
         await session.close()
@@ -107,8 +142,11 @@ async def test_a_full_backlog_overflows_explicitly_by_its_policy() -> None:
     brain = ScriptedEars(["a"])
     async with OfflineRealtimeServer(brain=brain, faults=faults) as server:
         recorder = Recorder()
-        session = _session(server, recorder=recorder,
-                           machine=MachineSettings(backlog_items=10, overflow="drop_oldest"))
+        session = _session(
+            server,
+            recorder=recorder,
+            machine=MachineSettings(backlog_items=10, overflow="drop_oldest"),
+        )
         await session.start()
         faults.hold = asyncio.Event()
         await session.request_rollover("test")
@@ -182,7 +220,9 @@ async def test_a_failed_proactive_reconnect_retries_and_falls_back_to_natural() 
     assert "4417" in answer
 
 
-async def test_a_provider_without_proactive_rollover_uses_the_checkpoint_at_its_next_disconnect() -> None:
+async def test_a_provider_without_proactive_rollover_uses_the_checkpoint_at_next_disconnect() -> (
+    None
+):
     faults = Faults()
     async with OfflineRealtimeServer(brain=ScriptedEars(), faults=faults) as server:
         recorder = Recorder()
@@ -203,7 +243,9 @@ async def test_a_provider_without_proactive_rollover_uses_the_checkpoint_at_its_
 
 
 async def test_when_every_connect_fails_the_session_says_so() -> None:
-    async with OfflineRealtimeServer(brain=ScriptedEars(), faults=Faults(refuse_connects=5)) as server:
+    async with OfflineRealtimeServer(
+        brain=ScriptedEars(), faults=Faults(refuse_connects=5)
+    ) as server:
         session = _session(server, machine=MachineSettings(connect_attempts=2))
         with pytest.raises(Exception, match="connect attempts failed"):
             await session.start()

@@ -72,8 +72,9 @@ class LiveTranscript:
         first, second = self._index(first_id), self._index(second_id)
         kept = self._messages[first]
         joined = f"{kept.text} {self._messages[second].text}".strip()
-        self._messages[first] = Message(kept.id, kept.role, joined,
-                                        kept.complete and self._messages[second].complete)
+        self._messages[first] = Message(
+            kept.id, kept.role, joined, kept.complete and self._messages[second].complete
+        )
         del self._messages[second]
 
     def drop_through(self, message_id: int) -> None:
@@ -162,10 +163,11 @@ class Checkpointer:
             if not summary:
                 return None  # the summary failed: nothing committed, the shell retries
             through, text = snapshot.head[-1].id, summary
+            text_or_none: str | None = text
         else:
             through = self.latest.summarized_through if self.latest is not None else 0
-            text = snapshot.previous_summary
-        checkpoint = Checkpoint(text, snapshot.tail, snapshot.watermark, through)
+            text_or_none = snapshot.previous_summary
+        checkpoint = Checkpoint(text_or_none, snapshot.tail, snapshot.watermark, through)
         self.latest = checkpoint
         self.committed += 1
         if snapshot.head:
@@ -180,6 +182,9 @@ class Checkpointer:
         """
         latest = self.latest
         through = latest.summarized_through if latest is not None else 0
-        kept = tuple(message for message in self.transcript.messages
-                     if message.id > through and message.text.strip())
+        kept = tuple(
+            message
+            for message in self.transcript.messages
+            if message.id > through and message.text.strip()
+        )
         return Recovered(latest.summary if latest is not None else None, kept)

@@ -48,7 +48,13 @@ from xrmq.schemas import (
     ResponseOutput,
     RoutingAid,
 )
-from xrmq.topics import AUDIO_IN_TOPIC, AUDIO_OUT_TOPIC, AUDIO_PLAYBACK_TOPIC, PARTICIPANT_LEFT_TOPIC, Topic
+from xrmq.topics import (
+    AUDIO_IN_TOPIC,
+    AUDIO_OUT_TOPIC,
+    AUDIO_PLAYBACK_TOPIC,
+    PARTICIPANT_LEFT_TOPIC,
+    Topic,
+)
 
 from .provider import RealtimeProvider, ResponseDone
 from .session import RealtimeSession, SessionListener, SessionSettings, Summarize
@@ -60,7 +66,8 @@ OUT_RATE = 16_000
 FRAME_MS = 20
 DEFAULT_ROUTING = RoutingAid(
     "Realtime voice conversation: answers the participant's speech with speech, from the "
-    "participant's shared context and the whole realtime dialogue.")
+    "participant's shared context and the whole realtime dialogue."
+)
 
 
 def _now_us() -> int:
@@ -91,13 +98,18 @@ class _Participant(SessionListener):
         self.owner = owner
         self.participant_id = participant_id
         self.session = RealtimeSession(
-            owner.provider, instructions=lambda: owner.instructions_for(participant_id),
-            summarize=owner.summarize, settings=owner.settings, listener=self,
-            participant_id=participant_id)
+            owner.provider,
+            instructions=lambda: owner.instructions_for(participant_id),
+            summarize=owner.summarize,
+            settings=owner.settings,
+            listener=self,
+            participant_id=participant_id,
+        )
         self.turn: _Turn | None = None
         self.pending_text: _Turn | None = None
         self.frames_out = 0
         self.seq = 0
+        self.starting: asyncio.Future[None] | None = None
         self.recorded: set[str] = set()
         """Exchanges this session recorded into the shared dialogue, as blocks render them."""
         self._recorded_order: deque[str] = deque()
@@ -143,8 +155,12 @@ class _Participant(SessionListener):
         self._by_response[response_id] = turn
         if turn.reply is None:
             outputs = self.owner.outputs
-            turn.reply = outputs.reply(self.participant_id, request_id=turn.request_id,
-                                       timestamp_us=turn.timestamp_us, started=turn.started)
+            turn.reply = outputs.reply(
+                self.participant_id,
+                request_id=turn.request_id,
+                timestamp_us=turn.timestamp_us,
+                started=turn.started,
+            )
             await turn.reply.__aenter__()
         await turn.reply.send(delta)
 
@@ -160,9 +176,13 @@ class _Participant(SessionListener):
             await turn.reply.__aexit__(None, None, None)
         answer = done.text.strip()
         if done.status == "completed" and answer and user_text.strip():
-            self.owner.context.record_exchange(self.participant_id, user_text.strip(), answer,
-                                               timestamp_us=turn.timestamp_us,
-                                               exchange_id=turn.request_id)
+            self.owner.context.record_exchange(
+                self.participant_id,
+                user_text.strip(),
+                answer,
+                timestamp_us=turn.timestamp_us,
+                exchange_id=turn.request_id,
+            )
             pair = f"User: {user_text.strip()}\nAssistant: {answer}"
             self.recorded.add(pair)
             self._recorded_order.append(pair)
@@ -199,8 +219,9 @@ class _Participant(SessionListener):
                 held, self._cut_at = b"", False
                 if self._speaking:
                     self._speaking = False
-                    await owner.publish(AUDIO_PLAYBACK_TOPIC, AudioPlayback("done", _now_us()),
-                                        self.participant_id)
+                    await owner.publish(
+                        AUDIO_PLAYBACK_TOPIC, AudioPlayback("done", _now_us()), self.participant_id
+                    )
                 continue
             if self._cut_at:
                 continue  # audio queued before the cut's end marker: dropped
@@ -208,8 +229,9 @@ class _Participant(SessionListener):
                 self._speaking = True
                 self._started = time.monotonic()
                 self._sent = 0
-                await owner.publish(AUDIO_PLAYBACK_TOPIC, AudioPlayback("started", _now_us()),
-                                    self.participant_id)
+                await owner.publish(
+                    AUDIO_PLAYBACK_TOPIC, AudioPlayback("started", _now_us()), self.participant_id
+                )
             held += chunk
             while len(held) >= size and not self._cut_at:
                 frame, held = held[:size], held[size:]
@@ -253,11 +275,15 @@ class RealtimeConversation(Agent):
     ) -> None:
         for method in ("blocks", "record_exchange"):
             if not callable(getattr(context, method, None)):
-                raise ValueError(f"RealtimeConversation.context: must be a ContextManager (it lacks {method})")
+                raise ValueError(
+                    f"RealtimeConversation.context: must be a ContextManager (it lacks {method})"
+                )
         if not callable(getattr(runtime, "publish", None)):
             raise ValueError("RealtimeConversation.runtime: must be an AgentRuntime")
         if not (isinstance(output_topic, Topic) and output_topic.message_type is ResponseOutput):
-            raise ValueError("RealtimeConversation.output_topic: must be a Topic carrying ResponseOutput")
+            raise ValueError(
+                "RealtimeConversation.output_topic: must be a Topic carrying ResponseOutput"
+            )
         self.provider = provider
         self.context = context
         self.runtime_ = runtime
@@ -283,19 +309,24 @@ class RealtimeConversation(Agent):
         """
         participant = self.participants.get(participant_id)
         own = participant.recorded if participant is not None else set()
-        blocks = [block for block in self.context.blocks(participant_id)
-                  if not any(block.text.endswith(pair) for pair in own)]
+        blocks = [
+            block
+            for block in self.context.blocks(participant_id)
+            if not any(block.text.endswith(pair) for pair in own)
+        ]
         return f"{self._system}\n\n{context_message(blocks, self._clock())}"
 
     async def publish(self, topic: Topic[Any], message: Any, participant_id: str) -> None:
-        await self.runtime_.publish(topic, message, participant_id=participant_id, source=self.route)
+        await self.runtime_.publish(
+            topic, message, participant_id=participant_id, source=self.route
+        )
 
     def participant(self, participant_id: str) -> _Participant:
         found = self.participants.get(participant_id)
         if found is None:
             found = _Participant(self, participant_id)
             self.participants[participant_id] = found
-            asyncio.ensure_future(self._start(found))
+            found.starting = asyncio.ensure_future(self._start(found))
         return found
 
     async def _start(self, participant: _Participant) -> None:
@@ -343,8 +374,12 @@ class RealtimeConversation(Agent):
 
     def routing_aid(self, participant_id: str) -> RoutingAid:
         if self._closed:
-            return RoutingAid(self.routing.description, eligible=False,
-                              priority=self.routing.priority, keywords=self.routing.keywords)
+            return RoutingAid(
+                self.routing.description,
+                eligible=False,
+                priority=self.routing.priority,
+                keywords=self.routing.keywords,
+            )
         return self.routing
 
     async def admit(self, turn: AgentTurn, *, focused: bool) -> Admission:
@@ -358,8 +393,9 @@ class RealtimeConversation(Agent):
         routed = current_turn_context()
         participant = self.participant(turn.participant_id)
         future: asyncio.Future[DestinationResult] = asyncio.get_running_loop().create_future()
-        participant.pending_text = _Turn(turn.turn_id, turn.timestamp_us or _now_us(),
-                                         text_future=future, started=started)
+        participant.pending_text = _Turn(
+            turn.turn_id, turn.timestamp_us or _now_us(), text_future=future, started=started
+        )
         if routed is not None:
             participant.log.debug("realtime.text_turn", route=routed.route)
         participant.seq += 1

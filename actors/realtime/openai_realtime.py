@@ -58,8 +58,9 @@ DEFAULT_LIMITS = RealtimeLimits(max_context_tokens=32_000, max_session_s=30 * 60
 """gpt-realtime's context window and session lifetime as documented in 2025-2026."""
 
 
-def session_update(seed: SessionSeed, *, voice: str, transcription_model: str | None,
-                   silence_ms: int) -> dict[str, Any]:
+def session_update(
+    seed: SessionSeed, *, voice: str, transcription_model: str | None, silence_ms: int
+) -> dict[str, Any]:
     """The ``session.update`` event that opens a session from ``seed``."""
     session: dict[str, Any] = {
         "modalities": ["audio", "text"],
@@ -67,8 +68,11 @@ def session_update(seed: SessionSeed, *, voice: str, transcription_model: str | 
         "voice": voice,
         "input_audio_format": "pcm16",
         "output_audio_format": "pcm16",
-        "turn_detection": ({"type": "server_vad", "silence_duration_ms": silence_ms,
-                            "create_response": True} if seed.server_vad else None),
+        "turn_detection": (
+            {"type": "server_vad", "silence_duration_ms": silence_ms, "create_response": True}
+            if seed.server_vad
+            else None
+        ),
     }
     if transcription_model:
         session["input_audio_transcription"] = {"model": transcription_model}
@@ -78,8 +82,10 @@ def session_update(seed: SessionSeed, *, voice: str, transcription_model: str | 
 def item_create(role: str, text: str) -> dict[str, Any]:
     """A ``conversation.item.create`` of one text message."""
     kind = "input_text" if role == "user" else "text"
-    return {"type": "conversation.item.create",
-            "item": {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}}
+    return {
+        "type": "conversation.item.create",
+        "item": {"type": "message", "role": role, "content": [{"type": kind, "text": text}]},
+    }
 
 
 def parse_event(event: dict[str, Any], texts: dict[str, list[str]]) -> RealtimeEvent | None:
@@ -102,9 +108,15 @@ def parse_event(event: dict[str, Any], texts: dict[str, list[str]]) -> RealtimeE
         texts[response_id] = []
         return ResponseStarted(response_id)
     if kind in ("response.audio.delta", "response.output_audio.delta"):
-        return AudioDelta(str(event.get("response_id", "")), base64.b64decode(event.get("delta", "")))
-    if kind in ("response.audio_transcript.delta", "response.output_audio_transcript.delta",
-                "response.text.delta", "response.output_text.delta"):
+        return AudioDelta(
+            str(event.get("response_id", "")), base64.b64decode(event.get("delta", ""))
+        )
+    if kind in (
+        "response.audio_transcript.delta",
+        "response.output_audio_transcript.delta",
+        "response.text.delta",
+        "response.output_text.delta",
+    ):
         response_id, delta = str(event.get("response_id", "")), str(event.get("delta", ""))
         texts.setdefault(response_id, []).append(delta)
         return TranscriptDelta(response_id, delta)
@@ -112,12 +124,17 @@ def parse_event(event: dict[str, Any], texts: dict[str, list[str]]) -> RealtimeE
         response = event.get("response") or {}
         response_id = str(response.get("id", ""))
         text = "".join(texts.pop(response_id, []))
-        return ResponseDone(response_id, str(response.get("status", "completed")), text,
-                            usage_from_openai(response.get("usage")))
+        return ResponseDone(
+            response_id,
+            str(response.get("status", "completed")),
+            text,
+            usage_from_openai(response.get("usage")),
+        )
     if kind == "error":
         error = event.get("error") or {}
-        return ProviderError(str(error.get("code") or error.get("type") or "error"),
-                             str(error.get("message", "")))
+        return ProviderError(
+            str(error.get("code") or error.get("type") or "error"), str(error.get("message", ""))
+        )
     return None
 
 
@@ -133,8 +150,9 @@ class OpenAIRealtimeConnection:
         await self._ws.send(json.dumps(event))
 
     async def append_audio(self, pcm: bytes) -> None:
-        await self._send({"type": "input_audio_buffer.append",
-                          "audio": base64.b64encode(pcm).decode("ascii")})
+        await self._send(
+            {"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm).decode("ascii")}
+        )
 
     async def commit(self) -> None:
         await self._send({"type": "input_audio_buffer.commit"})
@@ -205,7 +223,9 @@ class OpenAIRealtime:
     ) -> None:
         scheme = urlsplit(base_url).scheme
         if scheme not in ("ws", "wss"):
-            raise ValueError(f"OpenAIRealtime.base_url: must be a ws:// or wss:// URL, got {base_url!r}")
+            raise ValueError(
+                f"OpenAIRealtime.base_url: must be a ws:// or wss:// URL, got {base_url!r}"
+            )
         if not ready_timeout_s > 0:
             raise ValueError("OpenAIRealtime.ready_timeout_s: must be positive")
         if auth_header not in ("authorization", "api-key"):
@@ -245,8 +265,9 @@ class OpenAIRealtime:
         started = time.monotonic()
         try:
             async with asyncio.timeout(self.ready_timeout_s):
-                ws = await ws_connect(self.url, additional_headers=self._headers(),
-                                      max_size=2**24, open_timeout=None)
+                ws = await ws_connect(
+                    self.url, additional_headers=self._headers(), max_size=2**24, open_timeout=None
+                )
                 try:
                     await self._handshake(ws, seed)
                 except BaseException:
@@ -254,16 +275,26 @@ class OpenAIRealtime:
                     raise
         except TimeoutError as error:
             raise RealtimeConnectError(
-                f"{self.name}: no ready acknowledgement within {self.ready_timeout_s:g} s") from error
+                f"{self.name}: no ready acknowledgement within {self.ready_timeout_s:g} s"
+            ) from error
         except (OSError, websockets.InvalidHandshake, websockets.ConnectionClosed) as error:
-            raise RealtimeConnectError(f"{self.name}: cannot connect to {self.url}: {error}") from error
+            raise RealtimeConnectError(
+                f"{self.name}: cannot connect to {self.url}: {error}"
+            ) from error
         self.last_connect_s = time.monotonic() - started
         return OpenAIRealtimeConnection(ws)
 
     async def _handshake(self, ws: ClientConnection, seed: SessionSeed) -> None:
-        await ws.send(json.dumps(session_update(seed, voice=self.voice,
-                                                transcription_model=self.transcription_model,
-                                                silence_ms=self.silence_ms)))
+        await ws.send(
+            json.dumps(
+                session_update(
+                    seed,
+                    voice=self.voice,
+                    transcription_model=self.transcription_model,
+                    silence_ms=self.silence_ms,
+                )
+            )
+        )
         for item in seed.items:
             await ws.send(json.dumps(item_create(item.role, item.text)))
         updated, created = False, 0
@@ -277,4 +308,5 @@ class OpenAIRealtime:
             elif kind == "error":
                 error = event.get("error") or {}
                 raise RealtimeConnectError(
-                    f"{self.name}: session refused: {error.get('code')}: {error.get('message')}")
+                    f"{self.name}: session refused: {error.get('code')}: {error.get('message')}"
+                )

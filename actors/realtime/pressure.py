@@ -55,8 +55,12 @@ class RealtimeLimits:
     """Wall-clock lifetime of a session: schedules a reconnect, never a summary."""
 
     def __post_init__(self) -> None:
-        for name in ("max_context_tokens", "max_audio_turns", "max_audio_duration_s",
-                     "max_session_s"):
+        for name in (
+            "max_context_tokens",
+            "max_audio_turns",
+            "max_audio_duration_s",
+            "max_session_s",
+        ):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"RealtimeLimits.{name}: must be positive or None")
@@ -75,7 +79,8 @@ class PressurePolicy:
         if not 0 < self.compress_at <= self.rollover_at <= 1:
             raise ValueError(
                 "PressurePolicy: need 0 < compress_at <= rollover_at <= 1, got "
-                f"compress_at={self.compress_at}, rollover_at={self.rollover_at}")
+                f"compress_at={self.compress_at}, rollover_at={self.rollover_at}"
+            )
         if not self.session_margin_s >= 0:
             raise ValueError("PressurePolicy.session_margin_s: must be >= 0")
 
@@ -131,8 +136,14 @@ class Pressure:
 class PressureTracker:
     """Usage of one session (one epoch): feed it, read :meth:`pressure`."""
 
-    def __init__(self, limits: RealtimeLimits, policy: PressurePolicy | None = None, *,
-                 started_at: float = 0.0, seeded_text: str = "") -> None:
+    def __init__(
+        self,
+        limits: RealtimeLimits,
+        policy: PressurePolicy | None = None,
+        *,
+        started_at: float = 0.0,
+        seeded_text: str = "",
+    ) -> None:
         self.limits = limits
         self.policy = PressurePolicy() if policy is None else policy
         self.started_at = started_at
@@ -169,7 +180,6 @@ class PressureTracker:
             return max(self._estimate, self._reported or 0)
         return self._reported
 
-
     def pressure(self) -> Pressure:
         ratios: list[tuple[float, Dimension]] = []
         limits = self.limits
@@ -180,8 +190,9 @@ class PressureTracker:
         if limits.max_audio_duration_s is not None:
             ratios.append((self.used_audio_s / limits.max_audio_duration_s, "audio_seconds"))
         value, dimension = max(ratios, default=(0.0, None), key=lambda pair: pair[0])
-        return Pressure(value, dimension, self.used_tokens, self._estimated,
-                        self.used_turns, self.used_audio_s)
+        return Pressure(
+            value, dimension, self.used_tokens, self._estimated, self.used_turns, self.used_audio_s
+        )
 
     def should_compress(self) -> bool:
         return self.pressure().value >= self.policy.compress_at

@@ -105,8 +105,18 @@ class Disconnected:
     by_client: bool
 
 
-RealtimeEvent = (SpeechStarted | SpeechStopped | InputCommitted | InputTranscript | ResponseStarted
-                 | AudioDelta | TranscriptDelta | ResponseDone | ProviderError | Disconnected)
+RealtimeEvent = (
+    SpeechStarted
+    | SpeechStopped
+    | InputCommitted
+    | InputTranscript
+    | ResponseStarted
+    | AudioDelta
+    | TranscriptDelta
+    | ResponseDone
+    | ProviderError
+    | Disconnected
+)
 
 AudioFormat = Literal["pcm16"]
 

@@ -19,7 +19,8 @@ Contract:
 * :meth:`request_rollover` schedules a rollover; it starts only at a safe boundary
   (:class:`~.boundary.Boundary`), at once if the boundary is safe, else as soon as it
   becomes safe. While it waits, a new turn (commit, text) and all input after it is held
-  in the backlog for the new session, so a brisk conversation cannot postpone it for ever. Starting it: new input is buffered, :class:`Close` of the old epoch,
+  in the backlog for the new session, so a brisk conversation cannot postpone it for
+  ever. Starting it: new input is buffered, :class:`Close` of the old epoch,
   then :class:`Connect` of the new one (the shell seeds it with the latest checkpoint).
 * Policy ``"proactive"`` rolls over as above; ``"natural"`` only keeps the checkpoint for
   the next disconnect. A provider disconnect of the current session (expected or not)
@@ -145,7 +146,10 @@ class RolloverMachine:
     def ready(self, epoch: int) -> list[Effect]:
         """The provider acknowledged session ``epoch``: replay the backlog, then stream."""
         if not self.accept(epoch) or self.phase not in (
-                Phase.CONNECTING, Phase.ROLLING, Phase.RECONNECTING):
+            Phase.CONNECTING,
+            Phase.ROLLING,
+            Phase.RECONNECTING,
+        ):
             return []
         if self.phase is Phase.ROLLING:
             self.counts["rollovers"] += 1
@@ -157,18 +161,20 @@ class RolloverMachine:
         self.phase = Phase.STREAMING
         self._failures = 0
         self._needed_retry = False
-        effects: list[Effect] = []
-        while self.backlog:
-            effects.append(Send(epoch, self.backlog.popleft(), replayed=True))
-        self.counts["replayed"] += len(effects)
-        if any(effect.item.kind != "audio" for effect in effects):
+        sends = [Send(epoch, item, replayed=True) for item in self.backlog]
+        self.backlog.clear()
+        self.counts["replayed"] += len(sends)
+        if any(send.item.kind != "audio" for send in sends):
             self.boundary.response_active = True
-        return effects
+        return list(sends)
 
     def connect_failed(self, epoch: int) -> list[Effect]:
         """Connecting session ``epoch`` failed (refused, or no ready acknowledgement)."""
         if not self.accept(epoch) or self.phase not in (
-                Phase.CONNECTING, Phase.ROLLING, Phase.RECONNECTING):
+            Phase.CONNECTING,
+            Phase.ROLLING,
+            Phase.RECONNECTING,
+        ):
             return []
         self.counts["connect_failures"] += 1
         self._failures += 1

@@ -83,9 +83,11 @@ class OfflineBrain:
             self._llm = OfflineLLM(time_to_first_token_s=0, tokens_per_second=0)
         history = "\n".join(f"{role.capitalize()}: {text}" for role, text in items[:-1])
         context = "\n\n".join(part for part in (instructions, history) if part.strip())
-        messages = [ChatMessage("system", "You are a realtime voice assistant."),
-                    ChatMessage("user", context or "(no context)"),
-                    ChatMessage("user", items[-1][1] if items else "")]
+        messages = [
+            ChatMessage("system", "You are a realtime voice assistant."),
+            ChatMessage("user", context or "(no context)"),
+            ChatMessage("user", items[-1][1] if items else ""),
+        ]
         completion = await self._llm.complete(messages, ChatOptions())
         return str(completion.text).strip()
 
@@ -140,8 +142,13 @@ class _Session:
 class OfflineRealtimeServer:
     """``async with OfflineRealtimeServer() as server:`` serves ``server.url`` on loopback."""
 
-    def __init__(self, settings: ServerSettings | None = None, *, brain: Brain | None = None,
-                 faults: Faults | None = None) -> None:
+    def __init__(
+        self,
+        settings: ServerSettings | None = None,
+        *,
+        brain: Brain | None = None,
+        faults: Faults | None = None,
+    ) -> None:
         self.settings = ServerSettings() if settings is None else settings
         self.brain: Brain = OfflineBrain() if brain is None else brain
         self.faults = Faults() if faults is None else faults
@@ -162,8 +169,9 @@ class OfflineRealtimeServer:
         return f"ws://127.0.0.1:{port}/v1/realtime"
 
     async def __aenter__(self) -> OfflineRealtimeServer:
-        self._server = await serve(self._handle, "127.0.0.1", 0, process_request=self._admit,
-                                   max_size=2**24)
+        self._server = await serve(
+            self._handle, "127.0.0.1", 0, process_request=self._admit, max_size=2**24
+        )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -217,7 +225,9 @@ class OfflineRealtimeServer:
                 with contextlib.suppress(BaseException):
                     await session.response
 
-    async def _dispatch(self, ws: ServerConnection, session: _Session, event: dict[str, Any]) -> None:
+    async def _dispatch(
+        self, ws: ServerConnection, session: _Session, event: dict[str, Any]
+    ) -> None:
         kind = event.get("type")
         if kind == "session.update":
             config = event.get("session") or {}
@@ -234,13 +244,21 @@ class OfflineRealtimeServer:
         elif kind == "conversation.item.create":
             item = event.get("item") or {}
             role = str(item.get("role", "user"))
-            text = " ".join(str(part.get("text", "")) for part in item.get("content") or []
-                            if isinstance(part, dict)).strip()
+            text = " ".join(
+                str(part.get("text", ""))
+                for part in item.get("content") or []
+                if isinstance(part, dict)
+            ).strip()
             session.items.append((role, text))
             if session.response is None and not session.turns:
                 self.seeded_items[session.number - 1].append((role, text))
-            await self._send(ws, {"type": "conversation.item.created",
-                                  "item": {"id": self._id("item"), "role": role}})
+            await self._send(
+                ws,
+                {
+                    "type": "conversation.item.created",
+                    "item": {"id": self._id("item"), "role": role},
+                },
+            )
         elif kind == "input_audio_buffer.append":
             pcm = base64.b64decode(event.get("audio", ""))
             await self._append(ws, session, pcm)
@@ -263,7 +281,9 @@ class OfflineRealtimeServer:
         self.stats["audio_frames"] += 1
         limit = self.settings.max_audio_s
         if limit is not None and session.audio_s > limit:
-            await self._close_for_limit(ws, "session_audio_limit", f"more than {limit:g} s of audio")
+            await self._close_for_limit(
+                ws, "session_audio_limit", f"more than {limit:g} s of audio"
+            )
             return
         session.buffer += pcm
         if not session.server_vad or not pcm:
@@ -285,7 +305,9 @@ class OfflineRealtimeServer:
 
     async def _commit(self, ws: ServerConnection, session: _Session) -> None:
         if not session.buffer:
-            await self._error(ws, "input_audio_buffer_commit_empty", "the input audio buffer is empty")
+            await self._error(
+                ws, "input_audio_buffer_commit_empty", "the input audio buffer is empty"
+            )
             return
         pcm, session.buffer = bytes(session.buffer), bytearray()
         session.turns += 1
@@ -295,28 +317,41 @@ class OfflineRealtimeServer:
             return
         item_id = self._id("item")
         await self._send(ws, {"type": "input_audio_buffer.committed", "item_id": item_id})
-        await self._send(ws, {"type": "conversation.item.created", "item": {"id": item_id, "role": "user"}})
-        transcript = (await self.brain.transcribe(pcm, self.settings.sample_rate,
-                                                  session.instructions)).strip()
+        await self._send(
+            ws, {"type": "conversation.item.created", "item": {"id": item_id, "role": "user"}}
+        )
+        transcript = (
+            await self.brain.transcribe(pcm, self.settings.sample_rate, session.instructions)
+        ).strip()
         session.items.append(("user", transcript))
-        await self._send(ws, {"type": "conversation.item.input_audio_transcription.completed",
-                              "item_id": item_id, "transcript": transcript})
+        await self._send(
+            ws,
+            {
+                "type": "conversation.item.input_audio_transcription.completed",
+                "item_id": item_id,
+                "transcript": transcript,
+            },
+        )
 
     async def _respond(self, ws: ServerConnection, session: _Session) -> None:
         if session.response is not None and not session.response.done():
-            await self._error(ws, "conversation_already_has_active_response",
-                              "a response is in progress")
+            await self._error(
+                ws, "conversation_already_has_active_response", "a response is in progress"
+            )
             return
         session.response = asyncio.create_task(self._response(ws, session))
 
     def _input_tokens(self, session: _Session) -> int:
         return estimate_tokens(session.instructions) + sum(
-            estimate_tokens(f"{role}: {text}") for role, text in session.items)
+            estimate_tokens(f"{role}: {text}") for role, text in session.items
+        )
 
     async def _response(self, ws: ServerConnection, session: _Session) -> None:
         response_id = self._id("resp")
-        await self._send(ws, {"type": "response.created",
-                              "response": {"id": response_id, "status": "in_progress"}})
+        await self._send(
+            ws,
+            {"type": "response.created", "response": {"id": response_id, "status": "in_progress"}},
+        )
         limit = self.settings.max_context_tokens
         while limit is not None and len(session.items) > 1 and self._input_tokens(session) > limit:
             session.items.pop(0)
@@ -328,33 +363,59 @@ class OfflineRealtimeServer:
             text = await self.brain.answer(session.instructions, session.items)
             pcm = await self.brain.speak(text, self.settings.sample_rate)
             chunk = int(AUDIO_CHUNK_S * self.settings.sample_rate) * 2
-            pieces = [pcm[at: at + chunk] for at in range(0, len(pcm), chunk)] or [b""]
+            pieces = [pcm[at : at + chunk] for at in range(0, len(pcm), chunk)] or [b""]
             words = text.split(" ")
             per_piece = max(1, -(-len(words) // len(pieces)))
             for index, piece in enumerate(pieces):
-                await self._send(ws, {"type": "response.audio.delta", "response_id": response_id,
-                                      "delta": base64.b64encode(piece).decode("ascii")})
+                await self._send(
+                    ws,
+                    {
+                        "type": "response.audio.delta",
+                        "response_id": response_id,
+                        "delta": base64.b64encode(piece).decode("ascii"),
+                    },
+                )
                 if index == 0 and self.faults.drop_mid_response > 0:
                     self.faults.drop_mid_response -= 1
                     self.stats["dropped_mid_response"] += 1
                     ws.transport.abort()
                     return
-                part = " ".join(words[index * per_piece:(index + 1) * per_piece])
+                part = " ".join(words[index * per_piece : (index + 1) * per_piece])
                 if part:
                     delta = part if index == 0 else f" {part}"
-                    await self._send(ws, {"type": "response.audio_transcript.delta",
-                                          "response_id": response_id, "delta": delta})
+                    await self._send(
+                        ws,
+                        {
+                            "type": "response.audio_transcript.delta",
+                            "response_id": response_id,
+                            "delta": delta,
+                        },
+                    )
             session.items.append(("assistant", text))
         except asyncio.CancelledError:
             status = "cancelled"
         await self._send(ws, {"type": "response.audio.done", "response_id": response_id})
-        await self._send(ws, {"type": "response.audio_transcript.done", "response_id": response_id,
-                              "transcript": text})
+        await self._send(
+            ws,
+            {
+                "type": "response.audio_transcript.done",
+                "response_id": response_id,
+                "transcript": text,
+            },
+        )
         output_tokens = estimate_tokens(text)
-        done = {"type": "response.done", "response": {
-            "id": response_id, "status": status,
-            "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens,
-                      "total_tokens": input_tokens + output_tokens}}}
+        done = {
+            "type": "response.done",
+            "response": {
+                "id": response_id,
+                "status": status,
+                "usage": {
+                    "input_tokens": input_tokens,
+                    "output_tokens": output_tokens,
+                    "total_tokens": input_tokens + output_tokens,
+                },
+            },
+        }
         self.stats["responses"] += 1
         await self._send(ws, done)
         if self.faults.late_events:
@@ -368,8 +429,13 @@ class OfflineRealtimeServer:
 
     async def _error(self, ws: ServerConnection, code: str, message: str) -> None:
         self.stats[f"error.{code}"] += 1
-        await self._send(ws, {"type": "error", "error": {"type": "invalid_request_error",
-                                                         "code": code, "message": message}})
+        await self._send(
+            ws,
+            {
+                "type": "error",
+                "error": {"type": "invalid_request_error", "code": code, "message": message},
+            },
+        )
 
     async def _send(self, ws: ServerConnection, event: dict[str, Any]) -> None:
         event.setdefault("event_id", self._id("event"))

@@ -140,8 +140,11 @@ class RealtimeSession:
         machine_settings = self.settings.machine
         if not provider.proactive_rollover and machine_settings.policy == "proactive":
             machine_settings = MachineSettings(
-                policy="natural", backlog_items=machine_settings.backlog_items,
-                overflow=machine_settings.overflow, connect_attempts=machine_settings.connect_attempts)
+                policy="natural",
+                backlog_items=machine_settings.backlog_items,
+                overflow=machine_settings.overflow,
+                connect_attempts=machine_settings.connect_attempts,
+            )
         self.machine = RolloverMachine(machine_settings)
         self.transcript = LiveTranscript()
         self.checkpointer = Checkpointer(self.transcript, keep_tail=self.settings.keep_tail)
@@ -238,8 +241,12 @@ class RealtimeSession:
         """Return once a session of ``epoch`` or later is ready (or this one gave up)."""
         async with self._streaming:
             await self._streaming.wait_for(
-                lambda: self._failure is not None or self.machine.phase is Phase.CLOSED
-                or (self.machine.epoch >= epoch and self.machine.phase is Phase.STREAMING))
+                lambda: (
+                    self._failure is not None
+                    or self.machine.phase is Phase.CLOSED
+                    or (self.machine.epoch >= epoch and self.machine.phase is Phase.STREAMING)
+                )
+            )
 
     def pressure(self) -> float:
         return self.tracker.pressure().value
@@ -279,8 +286,12 @@ class RealtimeSession:
             elif isinstance(effect, Connect):
                 self._spawn(self._connect(effect))
             elif isinstance(effect, Overflowed):
-                self.log.warning("realtime.backlog_overflow", policy=effect.policy,
-                                 dropped_seq=effect.dropped.seq, overflow=self.counts["overflow"])
+                self.log.warning(
+                    "realtime.backlog_overflow",
+                    policy=effect.policy,
+                    dropped_seq=effect.dropped.seq,
+                    overflow=self.counts["overflow"],
+                )
             elif isinstance(effect, GiveUp):
                 self._failure = effect.reason
                 self.log.error("realtime.gave_up", reason=effect.reason, dropped=effect.dropped)
@@ -323,8 +334,9 @@ class RealtimeSession:
         if recovered.summary:
             parts.append(f"{SUMMARY_HEADER}\n{recovered.summary}")
         items = tuple(SeedItem(message.role, message.text) for message in recovered.messages)
-        return SessionSeed("\n\n".join(part for part in parts if part), items,
-                           server_vad=self.settings.server_vad)
+        return SessionSeed(
+            "\n\n".join(part for part in parts if part), items, server_vad=self.settings.server_vad
+        )
 
     async def _connect(self, effect: Connect) -> None:
         if effect.reason == "retry":
@@ -339,8 +351,12 @@ class RealtimeSession:
         try:
             connection = await self.provider.connect(seed)
         except RealtimeConnectError as error:
-            self.log.warning("realtime.connect_failed", epoch=effect.epoch, reason=effect.reason,
-                             error=str(error))
+            self.log.warning(
+                "realtime.connect_failed",
+                epoch=effect.epoch,
+                reason=effect.reason,
+                error=str(error),
+            )
             async with self._lock:
                 await self._perform(self.machine.connect_failed(effect.epoch))
             return
@@ -350,8 +366,12 @@ class RealtimeSession:
                 return
             self._connections[effect.epoch] = connection
             seeded = seed.instructions + " ".join(item.text for item in seed.items)
-            self.tracker = PressureTracker(self.provider.limits, self.settings.pressure,
-                                           started_at=self._clock(), seeded_text=seeded)
+            self.tracker = PressureTracker(
+                self.provider.limits,
+                self.settings.pressure,
+                started_at=self._clock(),
+                seeded_text=seeded,
+            )
             self._assistant.clear()
             self._assistant_text.clear()
             self._spawn(self._pump(effect.epoch, connection))
@@ -363,17 +383,28 @@ class RealtimeSession:
             if phase in (Phase.ROLLING, Phase.RECONNECTING):
                 closing = self._closing_at if self._closing_at is not None else started
                 requested = self._requested_at if self._requested_at is not None else closing
-                record = RolloverRecord(effect.epoch, "rollover" if phase is Phase.ROLLING
-                                        else "disconnected", max(0.0, closing - requested),
-                                        ready_at - closing, self._replay_s, backlog)
+                record = RolloverRecord(
+                    effect.epoch,
+                    "rollover" if phase is Phase.ROLLING else "disconnected",
+                    max(0.0, closing - requested),
+                    ready_at - closing,
+                    self._replay_s,
+                    backlog,
+                )
                 self.rollovers.append(record)
                 self._requested_at = None
-                self.log.info("realtime.rollover", epoch=record.epoch, reason=record.reason,
-                              waited_s=round(record.waited_s, 4),
-                              connect_s=round(record.connect_s, 4),
-                              replay_s=round(record.replay_s, 4), backlog=backlog,
-                              seeded_items=len(seed.items), stale_events=self.counts["stale_events"],
-                              policy=self.machine.policy)
+                self.log.info(
+                    "realtime.rollover",
+                    epoch=record.epoch,
+                    reason=record.reason,
+                    waited_s=round(record.waited_s, 4),
+                    connect_s=round(record.connect_s, 4),
+                    replay_s=round(record.replay_s, 4),
+                    backlog=backlog,
+                    seeded_items=len(seed.items),
+                    stale_events=self.counts["stale_events"],
+                    policy=self.machine.policy,
+                )
             self._ready.set()
         async with self._streaming:
             self._streaming.notify_all()
@@ -387,8 +418,12 @@ class RealtimeSession:
                     await self._on_event(epoch, event)
                 except Exception as error:  # a listener's bug must not stop the session
                     self.counts["event_failures"] += 1
-                    self.log.exception("realtime.event_failed", epoch=epoch,
-                                       event=type(event).__name__, error=repr(error))
+                    self.log.exception(
+                        "realtime.event_failed",
+                        epoch=epoch,
+                        kind=type(event).__name__,
+                        error=repr(error),
+                    )
 
     async def _on_event(self, epoch: int, event: RealtimeEvent) -> None:
         if isinstance(event, Disconnected) and event.by_client:
@@ -431,8 +466,9 @@ class RealtimeSession:
             await self._response_done(event)
         elif isinstance(event, ProviderError):
             self.counts["provider_errors"] += 1
-            self.log.warning("realtime.provider_error", epoch=epoch, code=event.code,
-                             message=event.message)
+            self.log.warning(
+                "realtime.provider_error", epoch=epoch, code=event.code, message=event.message
+            )
         elif isinstance(event, Disconnected):
             self._connections.pop(epoch, None)
             self.log.warning("realtime.disconnected", epoch=epoch, reason=event.reason)
@@ -457,9 +493,14 @@ class RealtimeSession:
         await self._perform(self.machine.response(False))
         await self.listener.response_done(user_text, event)
         pressure = self.tracker.pressure()
-        self.log.debug("realtime.pressure", pressure=round(pressure.value, 3),
-                       dimension=pressure.dimension, tokens=pressure.used_tokens,
-                       estimated=pressure.tokens_estimated, turns=pressure.used_turns)
+        self.log.debug(
+            "realtime.pressure",
+            pressure=round(pressure.value, 3),
+            dimension=pressure.dimension,
+            tokens=pressure.used_tokens,
+            estimated=pressure.tokens_estimated,
+            turns=pressure.used_turns,
+        )
         if self.tracker.should_rollover():
             self._spawn(self._want_rollover("pressure"))
         elif self.tracker.session_expiring(self._clock()):
@@ -482,11 +523,17 @@ class RealtimeSession:
                     return  # nothing to summarize with: the seed carries the whole transcript
                 async with self._lock:
                     if self.checkpointer.commit(snapshot, summary) is not None:
-                        self.log.info("realtime.checkpoint", summarized=len(snapshot.head),
-                                      tail=len(snapshot.tail), watermark=snapshot.watermark)
+                        self.log.info(
+                            "realtime.checkpoint",
+                            summarized=len(snapshot.head),
+                            tail=len(snapshot.tail),
+                            watermark=snapshot.watermark,
+                        )
                         return
                 self.counts["checkpoint_retries"] += 1
-                self.log.info("realtime.checkpoint_discarded", discarded=self.checkpointer.discarded)
+                self.log.info(
+                    "realtime.checkpoint_discarded", discarded=self.checkpointer.discarded
+                )
         finally:
             self._checkpointing = None
 
