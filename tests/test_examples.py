@@ -180,3 +180,14 @@ def test_seed_example_runs_and_answers_from_the_scripted_model():
         reap(proc)
     assert proc.returncode == 0, stderr[-3000:]
     assert stdout == "answered by conversation: The calibration meeting is at 15:30 in lab 2.\n"
+
+
+@pytest.mark.skipif(
+    __import__("shutil").which("espeak-ng") is None, reason="espeak-ng is not installed"
+)
+def test_the_realtime_session_example_rolls_over_and_still_knows_the_first_facts() -> None:
+    proc = example("realtime_session.py")
+    stdout, stderr = proc.communicate(timeout=50)
+    assert proc.returncode == 0, stderr[-2000:]
+    assert "server truncated 0 items" in stdout and stdout.rstrip().endswith("ok")
+    assert "rollover to epoch 2" in stdout

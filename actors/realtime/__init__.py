@@ -1,0 +1,10 @@
+"""Realtime speech-to-speech sessions that never hit the provider's limit (seed 003).
+
+Pure cores: ``pressure`` (usage normalization, context pressure), ``checkpoint``
+(snapshot, summary, verbatim tail, recovery), ``boundary`` (the safe-boundary rule),
+``rollover`` (epochs, bounded backlog, policies). I/O: ``provider`` (the adapter
+interface), ``openai_realtime`` (the OpenAI Realtime protocol over websockets),
+``server`` (the offline simulated realtime server), ``session`` (one participant's
+session shell), ``conversation`` (``RealtimeConversation``, the routed destination).
+The I/O modules need the ``realtime`` extra (websockets) and are imported by name.
+"""

@@ -1,0 +1,552 @@
+"""One participant's realtime session: the I/O shell around the pure cores.
+
+``RealtimeSession`` drives a ``RealtimeProvider`` with the ``RolloverMachine``
+(epochs, backlog, boundary, policy), a ``PressureTracker`` per connection and a
+``Checkpointer`` over the participant's ``LiveTranscript``. It performs the machine's
+effects in order under one lock, so input reaches each session in the order it was
+given; a connect runs in a task of its own (input keeps being buffered meanwhile).
+
+After every completed response the pressure is read: from ``compress_at`` a background
+checkpoint starts (the older prefix summarized by ``summarize``, e.g. the compaction
+workers' ``WorkerSummarizer``; a candidate whose snapshot changed is discarded and
+retried); from ``rollover_at``, or when the session's lifetime is nearly over, the
+rollover is requested and happens at the next safe boundary. Every (re)connect is seeded
+with ``instructions()`` (read then: the shared context as it is now), the latest
+checkpoint's summary, and the retained tail plus everything said after the snapshot.
+
+Events of a connection that is no longer current (a late ``response.done`` or error of a
+closed session) are dropped and counted (``counts["stale_events"]``). Each rollover's
+phases (boundary wait, connect to ready, replay) are kept in ``rollovers`` (the last
+``MAX_RECORDS``) and logged as ``realtime.rollover``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from xrmq.actors.models import ChatMessage
+from xrmq.actors.runtime import get_logger
+
+from .checkpoint import Checkpointer, LiveTranscript
+from .pressure import PressurePolicy, PressureTracker
+from .provider import (
+    AudioDelta,
+    Disconnected,
+    InputCommitted,
+    InputTranscript,
+    ProviderError,
+    RealtimeConnectError,
+    RealtimeConnection,
+    RealtimeEvent,
+    RealtimeProvider,
+    ResponseDone,
+    ResponseStarted,
+    SeedItem,
+    SessionSeed,
+    SpeechStarted,
+    SpeechStopped,
+    TranscriptDelta,
+)
+from .rollover import (
+    Close,
+    Connect,
+    Effect,
+    GiveUp,
+    InputItem,
+    MachineSettings,
+    Overflowed,
+    Phase,
+    RolloverMachine,
+    Send,
+)
+
+Summarize = Callable[[tuple[ChatMessage, ...], str | None], Awaitable[str | None]]
+
+MAX_RECORDS = 32
+SUMMARY_HEADER = "Summary of the conversation so far (earlier sessions):"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSettings:
+    machine: MachineSettings = field(default_factory=MachineSettings)
+    pressure: PressurePolicy = field(default_factory=PressurePolicy)
+    keep_tail: int = 4
+    """Messages of the snapshot kept verbatim after the summary."""
+    retry_backoff_s: float = 0.25
+    """Wait before the first connect retry; doubles per retry."""
+    checkpoint_attempts: int = 3
+    server_vad: bool = True
+
+    def __post_init__(self) -> None:
+        if self.keep_tail < 0:
+            raise ValueError("SessionSettings.keep_tail: must be >= 0")
+        if not self.retry_backoff_s >= 0:
+            raise ValueError("SessionSettings.retry_backoff_s: must be >= 0")
+        if self.checkpoint_attempts < 1:
+            raise ValueError("SessionSettings.checkpoint_attempts: must be >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class RolloverRecord:
+    epoch: int
+    reason: str
+    waited_s: float
+    """From the rollover request to the safe boundary."""
+    connect_s: float
+    """From closing the old session to the new one's ready acknowledgement."""
+    replay_s: float
+    backlog: int
+    """Input items buffered and replayed in order."""
+
+
+class SessionListener:
+    """What a session reports; override what you need (every method is a no-op here)."""
+
+    async def speech_started(self) -> None: ...
+
+    async def user_text(self, text: str) -> None: ...
+
+    async def audio(self, response_id: str, pcm: bytes) -> None: ...
+
+    async def text(self, response_id: str, delta: str) -> None: ...
+
+    async def response_done(self, user_text: str, done: ResponseDone) -> None: ...
+
+    async def failed(self, reason: str) -> None: ...
+
+
+class RealtimeSession:
+    """See the module docstring. ``start()`` once, then feed input; ``close()`` at the end."""
+
+    def __init__(
+        self,
+        provider: RealtimeProvider,
+        *,
+        instructions: Callable[[], str],
+        summarize: Summarize | None = None,
+        settings: SessionSettings | None = None,
+        listener: SessionListener | None = None,
+        participant_id: str = "",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.provider = provider
+        self.settings = SessionSettings() if settings is None else settings
+        machine_settings = self.settings.machine
+        if not provider.proactive_rollover and machine_settings.policy == "proactive":
+            machine_settings = MachineSettings(
+                policy="natural",
+                backlog_items=machine_settings.backlog_items,
+                overflow=machine_settings.overflow,
+                connect_attempts=machine_settings.connect_attempts,
+            )
+        self.machine = RolloverMachine(machine_settings)
+        self.transcript = LiveTranscript()
+        self.checkpointer = Checkpointer(self.transcript, keep_tail=self.settings.keep_tail)
+        self.tracker = PressureTracker(provider.limits, self.settings.pressure)
+        self.listener = SessionListener() if listener is None else listener
+        self.participant_id = participant_id
+        self.rollovers: deque[RolloverRecord] = deque(maxlen=MAX_RECORDS)
+        self.log = get_logger(actor="realtime", participant=participant_id)
+        self._instructions = instructions
+        self._summarize = summarize
+        self._clock = clock
+        self._lock = asyncio.Lock()
+        self._connections: dict[int, RealtimeConnection] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._checkpointing: asyncio.Task[None] | None = None
+        self._roll_wanted: str | None = None
+        self._requested_at: float | None = None
+        self._closing_at: float | None = None
+        self._user_message: int | None = None
+        self._user_text = ""
+        self._assistant: dict[str, int] = {}
+        self._assistant_text: dict[str, str] = {}
+        self._ready = asyncio.Event()
+        self._failure: str | None = None
+        self._replay_s = 0.0
+        self._replayed = 0
+        self._streaming = asyncio.Condition()
+
+    # -- public ----------------------------------------------------------------------
+
+    @property
+    def counts(self) -> Counter[str]:
+        return self.machine.counts
+
+    @property
+    def epoch(self) -> int:
+        return self.machine.epoch
+
+    @property
+    def phase(self) -> Phase:
+        return self.machine.phase
+
+    async def start(self) -> None:
+        """Open the first session; returns once it is ready (raises if every attempt failed)."""
+        async with self._lock:
+            await self._perform(self.machine.start())
+        await self._ready.wait()
+        if self._failure is not None:
+            raise RealtimeConnectError(self._failure)
+
+    async def send_audio(self, pcm: bytes, seq: int) -> None:
+        seconds = len(pcm) / 2 / self.provider.sample_rate
+        await self._input(InputItem("audio", seq, data=pcm, seconds=seconds))
+
+    async def commit(self, seq: int) -> None:
+        """End the user's audio turn (client turn detection) and ask for the response."""
+        await self._input(InputItem("commit", seq))
+
+    async def send_text(self, text: str, seq: int) -> None:
+        """A text turn: the user message, then a response."""
+        await self._input(InputItem("text", seq, text=text))
+
+    async def playback(self, playing: bool) -> None:
+        async with self._lock:
+            await self._perform(self.machine.playback(playing))
+
+    async def tools(self, pending: int) -> None:
+        async with self._lock:
+            await self._perform(self.machine.tools(pending))
+
+    async def cancel_response(self) -> None:
+        """Barge-in: ask the current session to stop the response in progress."""
+        async with self._lock:
+            connection = self._connections.get(self.machine.epoch)
+            if connection is None or not self.machine.boundary.response_active:
+                return
+            try:
+                await connection.cancel_response()
+            except Exception as error:  # the connection died: its Disconnected event follows
+                self.log.warning("realtime.cancel_failed", error=repr(error))
+            self.counts["cancelled_responses"] += 1
+
+    async def request_rollover(self, reason: str) -> None:
+        """Roll over at the next safe boundary with a fresh checkpoint (under the
+        ``natural`` policy: keep it for the next disconnect); returns once the checkpoint
+        was committed or failed."""
+        await self._want_rollover(reason)
+        checkpointing = self._checkpointing
+        if checkpointing is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(checkpointing)
+
+    async def wait_streaming(self, epoch: int) -> None:
+        """Return once a session of ``epoch`` or later is ready (or this one gave up)."""
+        async with self._streaming:
+            await self._streaming.wait_for(
+                lambda: (
+                    self._failure is not None
+                    or self.machine.phase is Phase.CLOSED
+                    or (self.machine.epoch >= epoch and self.machine.phase is Phase.STREAMING)
+                )
+            )
+
+    def pressure(self) -> float:
+        return self.tracker.pressure().value
+
+    async def close(self) -> None:
+        async with self._lock:
+            await self._perform(self.machine.close())
+        tasks = [task for task in self._tasks if task is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        self._ready.set()
+
+    # -- input and effects ---------------------------------------------------------------
+
+    async def _input(self, item: InputItem) -> None:
+        async with self._lock:
+            await self._perform(self.machine.input(item))
+
+    async def _perform(self, effects: list[Effect]) -> None:
+        """Carry out ``effects`` in order; the caller holds the lock."""
+        replay_started: float | None = None
+        replayed = 0
+        for effect in effects:
+            if isinstance(effect, Send):
+                if effect.replayed and replay_started is None:
+                    replay_started = self._clock()
+                replayed += effect.replayed
+                await self._send(effect)
+            elif isinstance(effect, Close):
+                connection = self._connections.pop(effect.epoch, None)
+                self._closing_at = self._clock()
+                if connection is not None:
+                    self._spawn(connection.close())
+            elif isinstance(effect, Connect):
+                self._spawn(self._connect(effect))
+            elif isinstance(effect, Overflowed):
+                self.log.warning(
+                    "realtime.backlog_overflow",
+                    policy=effect.policy,
+                    dropped_seq=effect.dropped.seq,
+                    overflow=self.counts["overflow"],
+                )
+            elif isinstance(effect, GiveUp):
+                self._failure = effect.reason
+                self.log.error("realtime.gave_up", reason=effect.reason, dropped=effect.dropped)
+                self._ready.set()
+                await self.listener.failed(effect.reason)
+        if replay_started is not None:
+            self._replay_s = self._clock() - replay_started
+            self._replayed = replayed
+
+    async def _send(self, effect: Send) -> None:
+        connection = self._connections.get(effect.epoch)
+        if connection is None:
+            return
+        item = effect.item
+        try:
+            if item.kind == "audio":
+                await connection.append_audio(item.data)
+                self.tracker.add_audio(item.seconds)
+            elif item.kind == "commit":
+                await connection.commit()
+                await connection.create_response()
+            else:
+                self._user_message = self.transcript.append("user", item.text)
+                self._user_text = item.text
+                self.tracker.add_transcript(item.text)
+                await connection.send_text(item.text)
+                await connection.create_response()
+        except Exception as error:  # the connection died: its Disconnected event follows
+            self.counts["send_failures"] += 1
+            self.log.warning("realtime.send_failed", epoch=effect.epoch, error=repr(error))
+
+    def _spawn(self, coroutine: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _seed(self) -> SessionSeed:
+        recovered = self.checkpointer.recovered()
+        parts = [self._instructions().strip()]
+        if recovered.summary:
+            parts.append(f"{SUMMARY_HEADER}\n{recovered.summary}")
+        items = tuple(SeedItem(message.role, message.text) for message in recovered.messages)
+        return SessionSeed(
+            "\n\n".join(part for part in parts if part), items, server_vad=self.settings.server_vad
+        )
+
+    async def _connect(self, effect: Connect) -> None:
+        if effect.reason == "retry":
+            retries = self.counts["connect_failures"]
+            await asyncio.sleep(self.settings.retry_backoff_s * 2 ** max(0, retries - 1))
+        checkpointing = self._checkpointing
+        if checkpointing is not None and effect.reason != "start":
+            with contextlib.suppress(Exception):
+                await asyncio.shield(checkpointing)
+        seed = self._seed()
+        started = self._clock()
+        try:
+            connection = await self.provider.connect(seed)
+        except RealtimeConnectError as error:
+            self.log.warning(
+                "realtime.connect_failed",
+                epoch=effect.epoch,
+                reason=effect.reason,
+                error=str(error),
+            )
+            async with self._lock:
+                await self._perform(self.machine.connect_failed(effect.epoch))
+            return
+        async with self._lock:
+            if self.machine.epoch != effect.epoch or self.machine.phase is Phase.CLOSED:
+                self._spawn(connection.close())
+                return
+            self._connections[effect.epoch] = connection
+            seeded = seed.instructions + " ".join(item.text for item in seed.items)
+            self.tracker = PressureTracker(
+                self.provider.limits,
+                self.settings.pressure,
+                started_at=self._clock(),
+                seeded_text=seeded,
+            )
+            self._assistant.clear()
+            self._assistant_text.clear()
+            self._spawn(self._pump(effect.epoch, connection))
+            phase = self.machine.phase
+            backlog = len(self.machine.backlog)
+            ready_at = self._clock()
+            self._replay_s, self._replayed = 0.0, 0
+            await self._perform(self.machine.ready(effect.epoch))
+            if phase in (Phase.ROLLING, Phase.RECONNECTING):
+                closing = self._closing_at if self._closing_at is not None else started
+                requested = self._requested_at if self._requested_at is not None else closing
+                record = RolloverRecord(
+                    effect.epoch,
+                    "rollover" if phase is Phase.ROLLING else "disconnected",
+                    max(0.0, closing - requested),
+                    ready_at - closing,
+                    self._replay_s,
+                    backlog,
+                )
+                self.rollovers.append(record)
+                self._requested_at = None
+                self.log.info(
+                    "realtime.rollover",
+                    epoch=record.epoch,
+                    reason=record.reason,
+                    waited_s=round(record.waited_s, 4),
+                    connect_s=round(record.connect_s, 4),
+                    replay_s=round(record.replay_s, 4),
+                    backlog=backlog,
+                    seeded_items=len(seed.items),
+                    stale_events=self.counts["stale_events"],
+                    policy=self.machine.policy,
+                )
+            self._ready.set()
+        async with self._streaming:
+            self._streaming.notify_all()
+
+    # -- provider events ---------------------------------------------------------------------
+
+    async def _pump(self, epoch: int, connection: RealtimeConnection) -> None:
+        async for event in connection.events():
+            async with self._lock:
+                try:
+                    await self._on_event(epoch, event)
+                except Exception as error:  # a listener's bug must not stop the session
+                    self.counts["event_failures"] += 1
+                    self.log.exception(
+                        "realtime.event_failed",
+                        epoch=epoch,
+                        kind=type(event).__name__,
+                        error=repr(error),
+                    )
+
+    async def _on_event(self, epoch: int, event: RealtimeEvent) -> None:
+        if isinstance(event, Disconnected) and event.by_client:
+            return  # the close of a session we replaced or closed: expected
+        if not self.machine.accept(epoch):
+            return
+        machine, transcript = self.machine, self.transcript
+        if isinstance(event, SpeechStarted):
+            await self._perform(machine.user_turn(True))
+            await self.listener.speech_started()
+        elif isinstance(event, SpeechStopped):
+            pass
+        elif isinstance(event, InputCommitted):
+            self.tracker.add_turn()
+            self._user_message = transcript.append("user", "", complete=False)
+            self._user_text = ""
+            if self.settings.server_vad:  # the provider answers a turn it detected
+                machine.boundary.response_active = True
+            await self._perform(machine.user_turn(False))
+        elif isinstance(event, InputTranscript):
+            if self._user_message is not None:
+                transcript.replace(self._user_message, event.text)
+            self._user_text = event.text
+            self.tracker.add_transcript(event.text)
+            await self.listener.user_text(event.text)
+        elif isinstance(event, ResponseStarted):
+            self._assistant[event.response_id] = transcript.append("assistant", "", complete=False)
+            self._assistant_text[event.response_id] = ""
+            await self._perform(machine.response(True))
+        elif isinstance(event, AudioDelta):
+            await self.listener.audio(event.response_id, event.pcm)
+        elif isinstance(event, TranscriptDelta):
+            text = self._assistant_text.get(event.response_id, "") + event.text
+            self._assistant_text[event.response_id] = text
+            message = self._assistant.get(event.response_id)
+            if message is not None:
+                transcript.replace(message, text, complete=False)
+            await self.listener.text(event.response_id, event.text)
+        elif isinstance(event, ResponseDone):
+            await self._response_done(event)
+        elif isinstance(event, ProviderError):
+            self.counts["provider_errors"] += 1
+            self.log.warning(
+                "realtime.provider_error", epoch=epoch, code=event.code, message=event.message
+            )
+        elif isinstance(event, Disconnected):
+            self._connections.pop(epoch, None)
+            self.log.warning("realtime.disconnected", epoch=epoch, reason=event.reason)
+            await self._perform(machine.disconnected(epoch))
+
+    async def _response_done(self, event: ResponseDone) -> None:
+        if event.response_id not in self._assistant:
+            self.counts["duplicate_terminal_events"] += 1
+            return  # a second response.done for one response (or one never started)
+        message = self._assistant.pop(event.response_id, None)
+        self._assistant_text.pop(event.response_id, None)
+        if message is not None:
+            if event.text.strip():
+                self.transcript.replace(message, event.text)
+            else:
+                self.transcript.replace(message, "")  # nothing said: an empty, complete message
+        if self._user_message is not None and not self._user_text:
+            self.transcript.replace(self._user_message, "")
+        self.tracker.add_transcript(event.text)
+        self.tracker.response_done(event.usage)
+        user_text, self._user_text, self._user_message = self._user_text, "", None
+        await self._perform(self.machine.response(False))
+        await self.listener.response_done(user_text, event)
+        pressure = self.tracker.pressure()
+        self.log.debug(
+            "realtime.pressure",
+            pressure=round(pressure.value, 3),
+            dimension=pressure.dimension,
+            tokens=pressure.used_tokens,
+            estimated=pressure.tokens_estimated,
+            turns=pressure.used_turns,
+        )
+        if self.tracker.should_rollover():
+            self._spawn(self._want_rollover("pressure"))
+        elif self.tracker.session_expiring(self._clock()):
+            self._spawn(self._want_rollover("session_lifetime"))
+        elif self.tracker.should_compress() and self._checkpointing is None:
+            self._checkpointing = asyncio.ensure_future(self._checkpoint())
+
+    # -- checkpoint and rollover ------------------------------------------------------------
+
+    async def _checkpoint(self) -> None:
+        try:
+            for _ in range(self.settings.checkpoint_attempts):
+                async with self._lock:
+                    snapshot = self.checkpointer.begin()
+                summary: str | None = None
+                if snapshot.head and self._summarize is not None:
+                    head = tuple(ChatMessage(m.role, m.text) for m in snapshot.head if m.text)
+                    summary = await self._summarize(head, snapshot.previous_summary)
+                elif snapshot.head:
+                    return  # nothing to summarize with: the seed carries the whole transcript
+                async with self._lock:
+                    if self.checkpointer.commit(snapshot, summary) is not None:
+                        self.log.info(
+                            "realtime.checkpoint",
+                            summarized=len(snapshot.head),
+                            tail=len(snapshot.tail),
+                            watermark=snapshot.watermark,
+                        )
+                        return
+                self.counts["checkpoint_retries"] += 1
+                self.log.info(
+                    "realtime.checkpoint_discarded", discarded=self.checkpointer.discarded
+                )
+        finally:
+            self._checkpointing = None
+
+    async def _want_rollover(self, reason: str) -> None:
+        """Schedule the rollover now; its connect waits for the checkpoint in progress.
+
+        Scheduling at once (not after the summary) means the boundary is taken as soon as
+        it is safe and input is buffered from then, so the old session never receives
+        more than it held when the pressure crossed ``rollover_at``.
+        """
+        if self._requested_at is None:
+            self._requested_at = self._clock()
+        if self._checkpointing is None:
+            self._checkpointing = asyncio.ensure_future(self._checkpoint())
+        async with self._lock:
+            await self._perform(self.machine.request_rollover(reason))
