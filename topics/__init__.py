@@ -15,7 +15,7 @@ from xrmq.schemas import (
 )
 
 from ._immutable import deeply_immutable
-from ._topic import Topic, split_key, topic_key
+from ._topic import REGISTRY_CAPACITY, Topic, bound_topics, registry_counts, split_key, topic_key
 
 VOICE_OUTPUT_TOPIC: Topic[ResponseOutput] = Topic("voice.output", ResponseOutput)
 """Replies and updates that the voice renderer plays."""
@@ -59,6 +59,7 @@ STANDARD_TOPICS: tuple[Topic, ...] = (
 )
 
 __all__ = [
+    "REGISTRY_CAPACITY",
     "AUDIO_IN_TOPIC",
     "AUDIO_OUT_TOPIC",
     "AUDIO_PLAYBACK_TOPIC",
@@ -72,8 +73,10 @@ __all__ = [
     "TURN_ENDED_TOPIC",
     "Topic",
     "VOICE_OUTPUT_TOPIC",
+    "bound_topics",
     "context_topic",
     "deeply_immutable",
+    "registry_counts",
     "split_key",
     "topic_key",
 ]

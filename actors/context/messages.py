@@ -37,6 +37,7 @@ restarted, and the replica resyncs from the host's full snapshot (``HostSync``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import cached_property
 
 import msgspec
@@ -276,7 +277,10 @@ class ContextTopics:
     def host_dump(self, host: int) -> Topic[HostSync]:
         return Topic(f"{self.namespace}.host.{host}.dump", HostSync)
 
-    def is_result_topic(self, name: str) -> bool:
-        """Whether a worker may publish a result on ``name`` (it never publishes elsewhere)."""
-        prefix = f"{self.namespace}."
-        return name.startswith(prefix) and name.endswith(".result")
+    def result_topics(self, topic_names: Iterable[str]) -> dict[str, Topic[CompactionDone]]:
+        """The exact result topics of a deployment whose context topics are ``topic_names``:
+        the dialogue's and each topic's, by name. A worker publishes a result on one of
+        these and nowhere else, so a job naming any other reply topic is refused (and a
+        flood of made-up names binds nothing)."""
+        topics = [self.dialogue_result, *(self.topic_result(name) for name in topic_names)]
+        return {topic.name: topic for topic in topics}

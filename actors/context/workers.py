@@ -5,6 +5,9 @@ most ``concurrency`` model calls at once; further jobs wait in arrival order. Ea
 sends the request's system prompt and user message as they are, with thinking
 disabled, and publishes a ``CompactionDone`` to the job's result topic: the text and
 finish reason, or the error. A job already queued or running here is not started twice.
+A job whose result topic is not one of the deployment's (``ContextPlan.result_topics``)
+is refused, counted (``context.refused_jobs``) and logged once per interval, so the
+worker only ever publishes on a fixed set of topics whatever the bus sends it.
 ``CancelJobs`` stops jobs and replies once their model streams are closed, so a
 manager's ``clear``/``close`` knows no model call of the participant is left running.
 """
@@ -17,10 +20,11 @@ from collections.abc import Sequence
 
 from xrmq.actors.models import ChatMessage, ChatOptions, LLMService
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, get_logger
+from xrmq.actors.runtime.ratelimit import AggregatedWarnings
 from xrmq.topics import Topic
 
 from .compaction import CompactionRequest, CompactionResult, JobRef
-from .messages import CancelJobs, CompactionDone, CompactionJob, ContextTopics
+from .messages import CancelJobs, CompactionDone, CompactionJob
 from .plan import ContextPlan
 
 COMPACTION_OPTIONS = ChatOptions(thinking=False)
@@ -39,18 +43,22 @@ async def compact(llm: LLMService, request: CompactionRequest) -> CompactionResu
 
 
 class CompactionWorker(Agent):
-    """One worker of the pool."""
+    """One worker of the pool of ``plan`` (its job and cancel topics, its result topics)."""
 
-    def __init__(self, index: int, llm: LLMService, topics: ContextTopics, concurrency: int) -> None:
+    def __init__(self, index: int, llm: LLMService, plan: ContextPlan, concurrency: int) -> None:
         if concurrency < 1:
             raise ValueError("worker_concurrency: must be >= 1")
         self.index = index
         self.llm = llm
         self.concurrency = concurrency
-        self._topics = topics
+        self._topics = plan.topics
         self._queued: OrderedDict[JobRef, tuple[CompactionJob, str | None]] = OrderedDict()
         self._running: dict[JobRef, asyncio.Task[None]] = {}
-        self._reply_topics: dict[str, Topic[CompactionDone]] = {}
+        self._reply_topics: dict[str, Topic[CompactionDone]] = plan.result_topics()
+        """The only topics it publishes on: fixed by the plan, never grown by a job."""
+        self.refused = 0
+        """Jobs refused for a reply topic that is not one of the deployment's."""
+        self._warnings: AggregatedWarnings | None = None
         self._stopping = False
 
     def handlers(self) -> dict[Topic, str]:
@@ -62,10 +70,21 @@ class CompactionWorker(Agent):
         """Jobs queued or running here."""
         return len(self._queued) + len(self._running)
 
+    @property
+    def reply_topics(self) -> int:
+        """How many result topics it can publish on (fixed by the plan)."""
+        return len(self._reply_topics)
+
+    def gauges(self) -> dict[str, float]:
+        return {"context.refused_jobs": float(self.refused)}
+
     async def on_job(self, message: CompactionJob, ctx: RuntimeContext) -> None:
         job = message.request.job
-        if not self._topics.is_result_topic(message.reply_topic):
-            get_logger(actor=self.name).warning("compaction.bad_reply_topic", reply_topic=message.reply_topic)
+        if message.reply_topic not in self._reply_topics:
+            self.refused += 1
+            if self._warnings is None:
+                self._warnings = AggregatedWarnings(get_logger(actor=self.name))
+            self._warnings.warn("compaction.bad_reply_topic", message.reply_topic, ctx.metadata.sender)
             return
         if job in self._queued or job in self._running:
             return
@@ -105,9 +124,7 @@ class CompactionWorker(Agent):
                 del self._running[job]
         runtime = self.runtime
         if runtime is not None and runtime.running:
-            topic = self._reply_topics.get(message.reply_topic)
-            if topic is None:
-                topic = self._reply_topics[message.reply_topic] = Topic(message.reply_topic, CompactionDone)
+            topic = self._reply_topics[message.reply_topic]
             runtime.send(topic, CompactionDone(result, self.index), participant_id=participant_id, source=self.name)
         self._pump()
 
@@ -140,7 +157,7 @@ def register_workers(runtime: AgentRuntime, plan: ContextPlan, llm: LLMService, 
         raise ValueError(f"indices: workers {bad} are outside the pool of {plan.compaction_workers}")
     workers: list[CompactionWorker] = []
     for index in chosen:
-        worker = CompactionWorker(index, llm, plan.topics, concurrency or plan.worker_concurrency)
+        worker = CompactionWorker(index, llm, plan, concurrency or plan.worker_concurrency)
         runtime.register(worker_name(name, index), worker)
         workers.append(worker)
     return workers
