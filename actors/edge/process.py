@@ -71,6 +71,7 @@ async def run_process(config: EdgeConfig, instance: ProcessInstance, *, out: Tex
                            metrics_interval=config.supervisor.metrics_interval_s,
                            max_message_bytes=config.bus.max_message_bytes,
                            stuck_after=config.supervisor.stuck_after_s,
+                           restart_stuck=config.supervisor.restart_stuck,
                            ready_timeout=config.supervisor.ready_timeout_s, **keys)
     for build in builders:
         build(runtime, config, instance)

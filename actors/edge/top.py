@@ -58,6 +58,8 @@ class RuntimeRow(msgspec.Struct, frozen=True):
     actor_faults: dict[str, int] = {}
     actor_restarts: int = 0
     """Mailbox tasks that ended and were started again."""
+    stuck_restarts: int = 0
+    """Stuck actors restarted (the handler in flight cancelled, the mailbox kept)."""
     rejected_by: dict[str, int] = {}
     """Rejected messages per category (``edge_checks``)."""
     oversize: int = 0
@@ -140,6 +142,7 @@ class TopView:
                 rejected=last.rejected, overflow=last.overflow, handler_errors=last.handler_errors,
                 actors=dict(last.actors), gauges=dict(last.gauges), faults=last.faults,
                 actor_faults=dict(last.actor_faults), actor_restarts=last.actor_restarts,
+                stuck_restarts=last.stuck_restarts,
                 rejected_by=dict(last.rejected_by), oversize=last.oversize, evicted=last.evicted,
                 evicted_by=dict(last.evicted_by), stuck=dict(last.stuck),
                 state=supervised.state if supervised is not None else "running",
@@ -187,7 +190,8 @@ def render(rows: list[RuntimeRow], *, stale_after_s: float = 5.0, color: bool = 
         problems = []
         for label, value in (("gaps", row.gaps), ("rejected", row.rejected), ("overflow", row.overflow),
                              ("handler errors", row.handler_errors), ("faults", row.faults),
-                             ("actor restarts", row.actor_restarts), ("stale", row.stale)):
+                             ("actor restarts", row.actor_restarts),
+                             ("stuck restarts", row.stuck_restarts), ("stale", row.stale)):
             text = f"{label} {value}"
             problems.append(paint(RED, text) if value and label != "stale" else text)
         lines.append(f"  in {rate(row.delivered_per_s)} ({row.delivered})  out {rate(row.published_per_s)}"
