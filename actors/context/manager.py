@@ -74,6 +74,7 @@ from .messages import (
     RecordExchanges,
     SectionView,
     TopicWrite,
+    view_ack,
 )
 from .plan import (
     DEFAULT_COMPACTION_TIMEOUT_S,
@@ -309,7 +310,8 @@ class ContextManager:
                 state.generation,
                 state.revision,
                 section.render(state).blocks,
-                *recovered.ack,
+                *(recovered.acks[-1] if recovered.acks else ("", 0)),
+                acks=recovered.acks,
             )
             self._replica(participant_id).apply_view(view, self.id)
 
@@ -376,9 +378,10 @@ class ContextManager:
     def _apply(self, participant_id: str, view: SectionView) -> None:
         replica = self._replica(participant_id)
         replica.apply_view(view, self.id)
-        if view.writer == self.id:
+        acked = view_ack(view, self.id)
+        if acked:
             self._acknowledged(
-                participant_id, DIALOGUE_KEY if view.dialogue else view.section, view.seq
+                participant_id, DIALOGUE_KEY if view.dialogue else view.section, acked
             )
 
     def _acknowledged(self, participant_id: str, section: str, upto: int) -> None:

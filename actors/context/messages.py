@@ -129,8 +129,10 @@ class SectionView(msgspec.Struct, frozen=True):
     """One section of one participant as rendered into prompts (the envelope names the participant).
 
     ``generation`` names the section state (new after every clear), ``revision`` orders
-    views of one generation. ``writer``/``seq`` acknowledge the latest manager write the
-    section has applied for this participant.
+    views of one generation. ``writer``/``seq`` name the latest manager write the
+    section has applied for this participant, and ``acks`` the last one of each writer
+    (``view_ack``), so every manager learns its write was applied even when another's
+    came in the same turn.
     """
 
     section: str
@@ -144,6 +146,16 @@ class SectionView(msgspec.Struct, frozen=True):
     """The index of the section host (context process) that published it."""
     epoch: int = 0
     """That host's incarnation (its runtime's epoch); 0 for a view rendered locally."""
+    acks: tuple[tuple[str, int], ...] = ()
+    """(writer, seq) of the last write applied of each recent writer."""
+
+
+def view_ack(view: SectionView, writer: str) -> int:
+    """The seq of ``writer``'s last write that ``view`` shows applied (0: none)."""
+    for name, seq in view.acks:
+        if name == writer:
+            return seq
+    return view.seq if view.writer == writer else 0
 
 
 class ForgetParticipant(msgspec.Struct, frozen=True):

@@ -83,6 +83,7 @@ class _Participant:
         "state",
         "job",
         "ack",
+        "acks",
         "published",
         "warned",
         "identities",
@@ -92,10 +93,16 @@ class _Participant:
         "view",
     )
 
-    def __init__(self, state: SectionState, ack: tuple[str, int] = ("", 0)) -> None:
+    def __init__(
+        self, state: SectionState, acks: tuple[tuple[str, int], ...] = ()
+    ) -> None:
         self.state = state
         self.job: _Job | None = None
-        self.ack = ack
+        self.acks: dict[str, int] = dict(acks)
+        """The last write applied of each writer (manager), least recent first; bounded
+        (``MAX_WRITERS``), so a re-sent write of any of them is recognized."""
+        self.ack: tuple[str, int] = acks[-1] if acks else ("", 0)
+        """The latest write applied, of any writer."""
         self.published: tuple[int, tuple[str, int]] | None = None
         self.warned = -1
         self.identities: list[bytes] = []
@@ -106,6 +113,22 @@ class _Participant:
         """Manual compactions (writer, seq) waiting for the run to end."""
         self.view: SectionView | None = None
         """The latest view published (so journaled): what a snapshot shows."""
+
+
+MAX_WRITERS = 16
+"""Writers (managers) whose last applied write a section remembers per participant. A
+manager re-sends only while it lives, and a restarted one has a new id, so these are
+the live managers writing that participant's section, not a growing history."""
+
+
+def _acknowledge(record: _Participant, ack: tuple[str, int]) -> None:
+    writer, seq = ack
+    acks = record.acks
+    acks.pop(writer, None)
+    acks[writer] = seq
+    if len(acks) > MAX_WRITERS:
+        del acks[next(iter(acks))]
+    record.ack = ack
 
 
 def journal_name(section: Section) -> str:
@@ -194,14 +217,15 @@ class SectionHost:
         change(record.state)
         record.identities.extend(identities)
         if ack is not None:
-            record.ack = ack
+            _acknowledge(record, ack)
         self._advance(participant_id, record)
 
     def acknowledged(self, participant_id: str, writer: str, seq: int) -> bool:
         """Whether the participant's state already holds write ``seq`` of ``writer`` (a
-        write re-sent after a restart is applied once)."""
+        write re-sent after a restart is applied once, whichever writers came between:
+        each writer's last applied write is kept, in the journal too)."""
         record = self.participants.get(participant_id)
-        return record is not None and record.ack[0] == writer and seq <= record.ack[1]
+        return record is not None and seq <= record.acks.get(writer, 0)
 
     def touch(self, participant_id: str, ack: tuple[str, int]) -> None:
         """Acknowledge a write that changed nothing (its view still tells the writer)."""
@@ -210,12 +234,12 @@ class SectionHost:
             record = self.participants[participant_id] = _Participant(
                 self.section.new_state(uuid4().hex)
             )
-        record.ack = ack
+        _acknowledge(record, ack)
         self._mark_dirty(participant_id)
 
     def restore(self, participant_id: str, recovered: Recovered) -> None:
         """Take a participant's state from the journal (call ``resume`` once the loop runs)."""
-        record = _Participant(recovered.state, recovered.ack)
+        record = _Participant(recovered.state, recovered.acks)
         record.journaled = _journal_key(record)
         record.view = self._view(record, self.section.render(record.state).blocks)
         self.participants[participant_id] = record
@@ -284,6 +308,7 @@ class SectionHost:
             *record.ack,
             host=self.host,
             epoch=epoch,
+            acks=tuple(record.acks.items()),
         )
 
     def _report(
@@ -506,7 +531,9 @@ class SectionHost:
                     job: PendingJob | None | bool = (
                         True if state.pending is record.stored_job else state.pending
                     )
-                    store.put(participant_id, name, state, record.ack, record.identities, job)
+                    store.put(
+                        participant_id, name, state, record.acks, record.identities, job
+                    )
                     if staged is not None:
                         staged.append((participant_id, record.identities, record.stored_job))
                     record.identities = []
