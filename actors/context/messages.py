@@ -23,6 +23,7 @@ topic                                       message                 handled by
 ``<ns>.view``                               SectionView             every manager's replica
 ``<ns>.replica.<manager id>`` (ask)         ForgetParticipant       one manager's replica
 ``<ns>.dialogue.load``, ``...topic.<t>.load``  LoadSection           the section's actor
+``<ns>.dialogue.migrate`` (ask)             LoadSection             the participant's dialogue actor
 ``<ns>.dialogue.compact``, ``...<t>.compact``  CompactSection        the section's actor
 ``<ns>.replica.<manager id>.compacted``     CompactReport           one manager's replica
 ``<ns>.host.started``                       HostStarted             every manager's replica
@@ -268,6 +269,12 @@ class ContextTopics:
     @cached_property
     def dialogue_load(self) -> Topic[LoadSection]:
         return Topic(f"{self.namespace}.dialogue.load", LoadSection)
+
+    @cached_property
+    def dialogue_migrate(self) -> Topic[LoadSection]:
+        """A dialogue state found in another shard's journal, sent to its owner (answered
+        once the owner journaled it)."""
+        return Topic(f"{self.namespace}.dialogue.migrate", LoadSection)
 
     @cached_property
     def dialogue_compact(self) -> Topic[CompactSection]:

@@ -31,13 +31,15 @@ answers every replica's request for a full snapshot.
 from __future__ import annotations
 
 import asyncio
+import os
 import zlib
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from uuid import uuid4
 
 import msgspec
 
-from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, get_logger
+from xrmq.actors.runtime import Agent, AgentRuntime, AskError, RuntimeContext, get_logger, shard_of
 from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import Topic
 
@@ -263,11 +265,18 @@ class SectionHost:
         record.manual.append((writer, seq))
         self._advance(participant_id, record)
 
-    def load(self, participant_id: str, dump: SectionDump, ack: tuple[str, int]) -> None:
+    @property
+    def store(self) -> ContextStore | None:
+        return self._store
+
+    def load(
+        self, participant_id: str, dump: SectionDump, ack: tuple[str, int] | None
+    ) -> None:
         """Merge a dumped section into the participant's state (``Section.merge``)."""
         if dump.kind != self.section.spec.kind:
             self._log(participant_id).warning("context.load_kind_mismatch", dumped=dump.kind)
-            self.touch(participant_id, ack)
+            if ack is not None:
+                self.touch(participant_id, ack)
             return
         added: list[bytes] = []
 
@@ -618,6 +627,16 @@ class DialogueSectionActor(Agent):
             return
         self.host.load(self.key, message.dump, (message.writer, message.seq))
 
+    async def on_migrate(self, message: LoadSection, ctx: RuntimeContext) -> bool:
+        """The participant's dialogue from another shard's journal (the shard count changed):
+        merged as a load is (never duplicating an exchange, so a repeat changes nothing);
+        answered once this shard's journal holds it."""
+        self.host.load(self.key, message.dump, None)
+        store = self.host.store
+        if store is not None:
+            await store.barrier()
+        return True
+
     async def on_compact(self, message: CompactSection, ctx: RuntimeContext) -> None:
         self.host.compact_now(self.key, message.writer, message.seq)
 
@@ -739,6 +758,14 @@ class ContextHost(Agent):
     re-issue pending compactions and publish its views under this runtime's epoch;
     then it publishes ``HostStarted``. It answers ``HostSync`` asks with every view it
     holds (a replica's resync) or every state as a dump (``ContextManager.dump``).
+
+    A journal written under another shard count holds participants this shard no longer
+    owns, and a shard count that went down leaves journals no process opens (``orphans``,
+    given to shard 0). Their dialogues are migrated once ready: each is sent to its
+    owner (``dialogue_migrate``, merged there by exchange identity) and its rows are
+    deleted here only once the owner answered, which it does after journaling it; an
+    owner not up yet is asked again every ``MIGRATION_RETRY_S``. An orphan journal left
+    empty is removed. ``migrated`` counts them, ``migrating`` what is still to send.
     """
 
     def __init__(
@@ -748,20 +775,47 @@ class ContextHost(Agent):
         index: int,
         topics: list[TopicSectionActor],
         store: ContextStore | None,
+        *,
+        shards: int = 1,
+        orphans: Sequence[ContextStore] = (),
     ) -> None:
         self._plan = plan
         self.kind = kind
         self.index = index
         self.topics = topics
         self.store = store
+        self.orphans = list(orphans)
         dialogue = journal_name(plan.config.dialogue)
-        recovered = store.recovered if store is not None else {}
-        self.recovered: dict[str, Recovered] = {
-            pid: item for (pid, name), item in recovered.items() if name == dialogue
-        }
+        self.recovered: dict[str, Recovered] = {}
         """Dialogue states waiting for their actor (spawned at start)."""
+        self._foreign: list[tuple[ContextStore, str, Recovered]] = []
+        """Dialogue states of participants another shard owns, to migrate there."""
+        for journal in [store, *self.orphans] if store is not None else self.orphans:
+            for (pid, name), item in journal.recovered.items():
+                if name != dialogue:
+                    continue
+                if journal is store and shard_of(pid, shards) == index:
+                    self.recovered[pid] = item
+                else:
+                    self._foreign.append((journal, pid, item))
+        self.migrated = 0
+        """Dialogues migrated to the shard that owns them now."""
+        self._migration: asyncio.Task[None] | None = None
         t = plan.topics
         self._handlers = {t.host_sync(index): "on_sync", t.host_dump(index): "on_dump"}
+
+    async def migration_finished(self) -> None:
+        """Return once every foreign dialogue is migrated (at once when there is none)."""
+        if self._migration is not None:
+            await asyncio.shield(self._migration)
+
+    @property
+    def migrating(self) -> int:
+        """Dialogues of other shards' participants still to migrate."""
+        return len(self._foreign)
+
+    def gauges(self) -> dict[str, float]:
+        return {"context.migrated": float(self.migrated), "context.migrating": float(self.migrating)}
 
     def handlers(self) -> dict[Topic, str]:
         return self._handlers
@@ -785,13 +839,7 @@ class ContextHost(Agent):
         assert runtime is not None
         log = get_logger(actor=self.name)
         for participant_id in list(self.recovered):
-            try:
-                agent = runtime.spawn(self.kind, participant_id)
-            except ValueError as error:  # the journal of another shard layout
-                log.warning(
-                    "context.recovery_skipped", participant=participant_id, error=str(error)
-                )
-                continue
+            agent = runtime.spawn(self.kind, participant_id)
             if isinstance(agent, DialogueSectionActor):
                 agent.host.resume()
         participants = {pid for topic in self.topics for pid in topic.host.participants}
@@ -804,6 +852,43 @@ class ContextHost(Agent):
             HostStarted(self.index, runtime.epoch, len(participants)),
             source=self.name,
         )
+        if self._foreign or self.orphans:
+            log.info("context.migrating", participants=len(self._foreign),
+                     orphan_journals=[str(orphan.path) for orphan in self.orphans])
+            self._migration = asyncio.create_task(
+                self._migrate(), name=f"xrmq-context-migrate-{self.index}"
+            )
+
+    async def _migrate(self) -> None:
+        """Send every foreign dialogue to its owner until each is journaled there."""
+        runtime = self.runtime
+        assert runtime is not None
+        log = get_logger(actor=self.name)
+        section = self._plan.config.dialogue
+        topic = self._plan.topics.dialogue_migrate
+        while self._foreign:
+            waiting: list[tuple[ContextStore, str, Recovered]] = []
+            for journal, pid, recovered in self._foreign:
+                dump = export_section(section, recovered.state)
+                try:
+                    await runtime.ask(topic, LoadSection("", 0, dump), reply_type=bool,
+                                      participant_id=pid, source=self.name,
+                                      timeout=self._plan.control_timeout_s)
+                except (TimeoutError, AskError) as error:
+                    waiting.append((journal, pid, recovered))
+                    log.debug("context.migration_waiting", participant=pid, error=repr(error))
+                    continue
+                journal.delete(pid, journal_name(section))
+                self.migrated += 1
+            self._foreign = waiting
+            if waiting:
+                log.warning("context.migration_waiting", participants=len(waiting),
+                            retry_s=MIGRATION_RETRY_S)
+                await asyncio.sleep(MIGRATION_RETRY_S)
+        log.info("context.migrated", participants=self.migrated)
+        for orphan in self.orphans:
+            _remove_if_empty(orphan, log)
+        self.orphans = []
 
     def views(self, participant_id: str | None = None) -> list[tuple[str, SectionView]]:
         """Every view this host holds (of one participant), as (participant, view)."""
@@ -846,8 +931,38 @@ class ContextHost(Agent):
         )
 
     async def on_stop(self) -> None:
+        if self._migration is not None:
+            self._migration.cancel()
+            await asyncio.gather(self._migration, return_exceptions=True)
+        for orphan in self.orphans:
+            orphan.close()
         if self.store is not None:
             self.store.close()
+
+
+MIGRATION_RETRY_S = 1.0
+"""How often a host asks again an owner that did not take a migrated dialogue yet."""
+
+
+def _remove_if_empty(store: ContextStore, log) -> None:
+    """Close an orphan journal; remove its files once nothing is left in it."""
+    empty = store.rows() == 0
+    store.close()
+    if empty:
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{store.path}{suffix}").unlink(missing_ok=True)
+        log.info("context.orphan_journal_removed", path=str(store.path))
+
+
+def orphan_journals(directory: str | os.PathLike[str], namespace: str, shards: int) -> list[Path]:
+    """The journals ``<namespace>-<i>.sqlite3`` in ``directory`` of shards ``i >= shards``
+    (left by a larger shard count), for shard 0 to migrate."""
+    found = []
+    for path in Path(directory).glob(f"{namespace}-*.sqlite3"):
+        suffix = path.name[len(namespace) + 1 : -len(".sqlite3")]
+        if suffix.isdigit() and int(suffix) >= shards:
+            found.append(path)
+    return sorted(found, key=lambda path: int(path.name[len(namespace) + 1 : -len(".sqlite3")]))
 
 
 def dialogue_kind(name: str) -> str:
@@ -874,6 +989,7 @@ def register_sections(
     shards: int = 1,
     topics: Sequence[str] | None = None,
     store: ContextStore | None = None,
+    orphans: Sequence[ContextStore] = (),
 ) -> ContextHost:
     """Host section actors in ``runtime`` (before it starts); return its ``ContextHost``.
 
@@ -883,7 +999,9 @@ def register_sections(
     host each topic in exactly one process), and the host ``<name>.host.<shard>``
     (section host ``shard`` of ``plan.section_hosts``). With ``store`` (an opened
     journal, ``store.open_store``) every change is journaled and the journal's
-    states are restored at start.
+    states are restored at start; dialogues of participants another shard owns (the
+    shard count changed), and every dialogue in ``orphans`` (journals of shards that no
+    longer exist, opened), are migrated to their owners (``ContextHost``).
     """
     names = [section.spec.name for section in plan.config.topics]
     chosen = names if topics is None else list(topics)
@@ -901,7 +1019,7 @@ def register_sections(
         for section in plan.config.topics
         if section.spec.name in chosen
     ]
-    host = ContextHost(plan, kind, shard, actors, store)
+    host = ContextHost(plan, kind, shard, actors, store, shards=shards, orphans=orphans)
     if store is not None:
         by_name = {actor.host.journal_name: actor for actor in actors}
         for (pid, section_name), recovered in store.recovered.items():
@@ -921,6 +1039,7 @@ def register_sections(
             t.dialogue_result: "on_result",
             t.dialogue_clear: "on_clear",
             t.dialogue_load: "on_load",
+            t.dialogue_migrate: "on_migrate",
             t.dialogue_compact: "on_compact",
         },
     )

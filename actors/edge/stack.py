@@ -38,6 +38,7 @@ from typing import Any
 
 from xrmq.actors.context import ContextManager, context_plan, register_sections, register_workers
 from xrmq.actors.context.plan import ContextPlan
+from xrmq.actors.context.sections import orphan_journals
 from xrmq.actors.context.store import ContextStore, open_store
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import LLMService, ModelSpec, create_llm
@@ -111,10 +112,22 @@ def prepared_llm(spec: ModelSpec) -> LLMService:
     return llm
 
 
+def open_orphan_stores(config: EdgeConfig, shards: int) -> list[ContextStore]:
+    """The journals of context shards beyond ``shards`` (the replica count went down), for
+    shard 0 to migrate their participants to the shards that own them now."""
+    if not config.context.persist:
+        return []
+    on_corrupt: Any = config.context.on_corrupt
+    return [open_store(path, on_corrupt=on_corrupt)
+            for path in orphan_journals(state_dir(config), plan_of(config).namespace, shards)]
+
+
 def context_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
     topics = None if process.shard == 0 else []
+    orphans = open_orphan_stores(config, process.shards) if process.shard == 0 else []
     register_sections(runtime, plan_of(config), shard=process.shard, shards=process.shards,
-                      topics=topics, store=open_context_store(config, process.shard))
+                      topics=topics, store=open_context_store(config, process.shard),
+                      orphans=orphans)
     for name, destination in config.destinations.items():
         if destination.kind == "tools":  # its transcripts, keyed like the sections
             register_transcripts(runtime, name, shard=process.shard, shards=process.shards)
