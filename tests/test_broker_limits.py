@@ -122,7 +122,8 @@ async def test_a_publisher_leaving_counts_as_left_and_an_oversize_frame_as_dropp
         async with runtime:
             await watch.wait(lambda: watch.last is not None)
             gauges = lambda: watch.last.gauges  # noqa: E731
-            dropped, left = gauges()["broker.publishers_dropped"], gauges()["broker.publishers_left"]
+            dropped = gauges()["broker.publishers_dropped"]
+            left = gauges()["broker.publishers_left"]
             for index in range(3):  # publishers that send a note and exit
                 client = RawClient(bus)
                 client.wait_ready()

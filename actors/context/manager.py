@@ -209,7 +209,11 @@ class ContextManager:
         section_hosts: int = 1,
         max_participants: int = DEFAULT_MAX_PARTICIPANTS,
     ) -> None:
-        if isinstance(max_participants, bool) or not isinstance(max_participants, int) or max_participants < 1:
+        if (
+            isinstance(max_participants, bool)
+            or not isinstance(max_participants, int)
+            or max_participants < 1
+        ):
             raise ValueError(f"max_participants: must be a positive int, got {max_participants!r}")
         if deployment not in ("embedded", "split"):
             raise ValueError(f"deployment: must be 'embedded' or 'split', got {deployment!r}")

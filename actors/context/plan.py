@@ -54,7 +54,8 @@ class ContextPlan(msgspec.Struct, frozen=True):
         return ContextTopics(self.namespace)
 
     def result_topics(self) -> dict[str, Topic[CompactionDone]]:
-        """Every compaction result topic of this deployment, by name (``ContextTopics.result_topics``)."""
+        """Every compaction result topic of this deployment, by name
+        (``ContextTopics.result_topics``)."""
         return self.topics.result_topics(section.spec.name for section in self.config.topics)
 
 

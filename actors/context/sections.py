@@ -815,7 +815,10 @@ class ContextHost(Agent):
         return len(self._foreign)
 
     def gauges(self) -> dict[str, float]:
-        return {"context.migrated": float(self.migrated), "context.migrating": float(self.migrating)}
+        return {
+            "context.migrated": float(self.migrated),
+            "context.migrating": float(self.migrating),
+        }
 
     def handlers(self) -> dict[Topic, str]:
         return self._handlers

@@ -84,7 +84,9 @@ class CompactionWorker(Agent):
             self.refused += 1
             if self._warnings is None:
                 self._warnings = AggregatedWarnings(get_logger(actor=self.name))
-            self._warnings.warn("compaction.bad_reply_topic", message.reply_topic, ctx.metadata.sender)
+            self._warnings.warn(
+                "compaction.bad_reply_topic", message.reply_topic, ctx.metadata.sender
+            )
             return
         if job in self._queued or job in self._running:
             return

@@ -229,7 +229,7 @@ class Mailbox:
                     self._unstick = False
                     if task is not None and task.uncancel():
                         raise  # also cancelled by someone else
-                    self._failed(topic, metadata, "cancelled: stuck (the runtime restarted the actor)")
+                    self._failed(topic, metadata, "cancelled: stuck (the actor was restarted)")
                     continue
                 if task is not None and task.cancelling():  # this task is being cancelled: stop
                     raise
