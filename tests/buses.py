@@ -58,3 +58,16 @@ def broker_process(*extra: str) -> Iterator[str]:
     finally:
         reap(proc)
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Live processes (zombies included) whose command line mentions ``text``: the orphan check."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if text in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found

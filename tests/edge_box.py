@@ -157,16 +157,3 @@ class Front:
 
     def turn(self, participant_id: str, text: str) -> Turn:
         return ask(self.runtime, self.collector, participant_id, text)
-
-
-def processes_mentioning(text: str) -> list[int]:
-    """Live processes (zombies included) whose command line mentions ``text``: the orphan check."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if text in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                    found.append(int(entry.name))
-            except OSError:
-                pass
-    return found

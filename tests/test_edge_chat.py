@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from buses import expect_line, reap
-from test_edge_supervisor import processes_mentioning
+from buses import processes_mentioning
 
 pytestmark = pytest.mark.timeout(60)
 

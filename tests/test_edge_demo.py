@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from test_edge_supervisor import processes_mentioning
+from buses import processes_mentioning
 from xrmq.actors.edge.config import load_config
 from xrmq.actors.edge.configfile import write_config
 from xrmq.actors.edge.demo import FOLLOW_UP_FACT, SENSOR_FACT, TOOL_FACT, Ask, DemoFailure, Session, demo_config

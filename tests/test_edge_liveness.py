@@ -16,7 +16,8 @@ import time
 
 import pytest
 
-from edge_box import Front, UpProcess, processes_mentioning, stack_config
+from buses import processes_mentioning
+from edge_box import Front, UpProcess, stack_config
 from xrmq.actors.models.extractive import NO_MATCH_ANSWER
 
 pytestmark = pytest.mark.timeout(120)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from buses import PROCS, expect_line, reap
+from buses import PROCS, expect_line, processes_mentioning, reap
 from xrmq.actors.runtime import AgentRuntime, shard_of
 from xrmq.actors.runtime import Agent, RuntimeContext
 from xrmq.schemas import ConversationContextUpdate, SupervisorReport
@@ -45,19 +45,6 @@ def start_up(config: Path) -> subprocess.Popen:
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PYTHONPATH": str(PROCS)},
     )
-
-
-def processes_mentioning(text: str) -> list[int]:
-    """Live processes (zombies included) whose command line mentions ``text``: the orphan check."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if text in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                    found.append(int(entry.name))
-            except OSError:
-                pass
-    return found
 
 
 async def echo(bus: str, key: str, text: str) -> str:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -27,7 +26,7 @@ from xrmq.topics import AUDIO_OUT_TOPIC, AUDIO_PLAYBACK_TOPIC, Topic
 
 from .ordering import ResponseEnded, Segment
 from .pcm import FRAME_MS, SAMPLE_RATE, float_to_pcm16, frames, read_wav, resample
-from .sinks import SinkError, SinkUnavailableError
+from .sinks import find_espeak, run_espeak
 
 Publish = Callable[..., Awaitable[Any]]
 
@@ -41,29 +40,13 @@ class EspeakSynthesizer:
 
     def __init__(self, *, words_per_minute: float = 175.0, voice: str | None = None,
                  executable: str = "espeak-ng") -> None:
-        found = shutil.which(executable)
-        if found is None:
-            raise SinkUnavailableError(f"EspeakSynthesizer: {executable!r} was not found on PATH; "
-                                       "install the 'espeak-ng' package")
-        self._command = [found, "--stdout", "-s", str(round(words_per_minute))]
+        found = find_espeak("EspeakSynthesizer", executable)
+        self._command = [found, "--stdout", "--stdin", "-s", str(round(words_per_minute))]
         if voice:
             self._command += ["-v", voice]
 
     async def synthesize(self, text: str) -> tuple[np.ndarray, int]:
-        process = await asyncio.create_subprocess_exec(
-            *self._command, "--stdin", stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-        try:
-            out, err = await process.communicate(text.encode())
-        except asyncio.CancelledError:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-            raise
-        if process.returncode != 0:
-            detail = err.decode(errors="replace").strip()
-            raise SinkError(f"espeak-ng exited with {process.returncode}: {detail}")
-        return read_wav(out)
+        return read_wav(await run_espeak(self._command, text, capture=True))
 
 
 class LiteLLMSynthesizer:

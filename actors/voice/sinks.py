@@ -238,8 +238,6 @@ class EspeakSink:
     and ``on_written(path)`` is called with each file written.
     """
 
-    PACKAGE = "espeak-ng"
-
     def __init__(
         self,
         *,
@@ -252,12 +250,7 @@ class EspeakSink:
     ) -> None:
         if not words_per_minute > 0:
             raise ValueError("EspeakSink.words_per_minute: must be > 0")
-        found = shutil.which(executable)
-        if found is None:
-            raise SinkUnavailableError(
-                f"EspeakSink: {executable!r} was not found on PATH; install the '{self.PACKAGE}' package "
-                f"(e.g. 'apt-get install {self.PACKAGE}' or 'brew install {self.PACKAGE}')"
-            )
+        found = find_espeak("EspeakSink", executable)
         self.wav_dir = Path(wav_dir) if wav_dir is not None else None
         if self.wav_dir is not None:
             self.wav_dir.mkdir(parents=True, exist_ok=True)
@@ -295,22 +288,43 @@ class EspeakSink:
             self._on_written(target)
 
     async def _speak(self, text: str, extra: list[str]) -> None:
-        process = await asyncio.create_subprocess_exec(
-            *self._command,
-            *extra,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
+        await run_espeak([*self._command, *extra], text)
+
+
+def find_espeak(owner: str, executable: str = "espeak-ng") -> str:
+    """The path of ``executable``, or ``SinkUnavailableError`` naming ``owner`` and the package."""
+    found = shutil.which(executable)
+    if found is None:
+        raise SinkUnavailableError(
+            f"{owner}: {executable!r} was not found on PATH; install the 'espeak-ng' package "
+            "(e.g. 'apt-get install espeak-ng' or 'brew install espeak-ng')"
         )
-        try:
-            _, stderr = await process.communicate(text.encode())
-        except asyncio.CancelledError:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-            raise
-        if process.returncode != 0:
-            raise SinkError(f"espeak-ng exited with {process.returncode}: {stderr.decode(errors='replace').strip()}")
+    return found
+
+
+async def run_espeak(command: list[str], text: str, *, capture: bool = False) -> bytes:
+    """Run espeak-ng ``command`` with ``text`` on stdin; its stdout when ``capture``, else b"".
+
+    Cancelling kills the process (an interrupted utterance stops speaking at once); a
+    non-zero exit is a ``SinkError`` carrying espeak-ng's stderr.
+    """
+    process = await asyncio.create_subprocess_exec(
+        *command,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE if capture else asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await process.communicate(text.encode())
+    except asyncio.CancelledError:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        raise
+    if process.returncode != 0:
+        detail = err.decode(errors="replace").strip()
+        raise SinkError(f"espeak-ng exited with {process.returncode}: {detail}")
+    return out or b""
 
 
 def _wav_seconds(path: Path) -> float:
