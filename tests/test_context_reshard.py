@@ -15,6 +15,7 @@ from contextlib import AsyncExitStack
 import pytest
 
 from xrmq.actors.context import ContextManager, context_plan, open_store, register_sections
+from xrmq.actors.context.messages import HostSync, HostViews
 from xrmq.actors.context.sections import orphan_journals
 from xrmq.actors.models import ScriptedLLM
 from xrmq.actors.runtime import AgentRuntime, shard_of
@@ -101,5 +102,53 @@ async def test_dialogues_follow_their_participants_when_the_shard_count_changes(
             await context.synced()
             assert {pid: context.blocks(pid) for pid in PARTICIPANTS} == before
             assert host.migrated == 0
+    finally:
+        broker.stop()
+
+
+async def test_a_participant_cleared_while_their_dialogue_waits_for_migration_stays_cleared(
+    tmp_path,
+):
+    broker = Broker(parse_bus(f"ipc://{tmp_path}/bus")).start()
+    bus = f"ipc://{tmp_path}/bus"
+    try:
+        async with AsyncExitStack() as stack:
+            _, context = await start_box(stack, bus, tmp_path, 1)
+            for index, pid in enumerate(PARTICIPANTS):
+                context.record_exchange(pid, f"{pid} asks", "answer", timestamp_us=T0 + index,
+                                        exchange_id=f"{pid}-0")
+            await context.synced()
+            before = {pid: context.blocks(pid) for pid in PARTICIPANTS}
+        to_shard_1 = [pid for pid in PARTICIPANTS if shard_of(pid, 2) == 1]
+        cleared, kept = to_shard_1[0], to_shard_1[1:]
+        assert kept
+        async with AsyncExitStack() as stack:
+            # Shard 1 is not up: shard 0 holds its participants' dialogues, waiting.
+            runtime = AgentRuntime(bus, name=f"{NS}-host-0")
+            host = register_sections(runtime, context_plan(**settings(2)), name=NS, shard=0,
+                                     shards=2, store=open_store(tmp_path / f"{NS}-0.sqlite3"))
+            await stack.enter_async_context(runtime)
+            manager = AgentRuntime(bus, name=f"{NS}-conversation")
+            context = ContextManager(ScriptedLLM(), deployment="split",
+                                     **{**settings(2), "control_timeout_s": 0.5})
+            manager.register(NS, context.subscriber())
+            await stack.enter_async_context(manager)
+            assert host.migrating == len(to_shard_1)
+            with pytest.raises(TimeoutError):
+                await context.clear(cleared)  # its owner does not answer: it is down
+            assert host.migrating == len(kept)  # but it is not migrated later either
+            shard_1 = AgentRuntime(bus, name=f"{NS}-host-1")
+            register_sections(shard_1, context_plan(**settings(2)), name=NS, shard=1, shards=2,
+                              topics=[], store=open_store(tmp_path / f"{NS}-1.sqlite3"))
+            await stack.enter_async_context(shard_1)
+            await host.migration_finished()
+            assert host.migrated == len(kept)
+            await until_blocks(context, {pid: before[pid] for pid in kept})
+            await context.synced()
+            for shard in (0, 1):  # no host holds it: their snapshots, from their journals
+                snapshot = await manager.ask(context.plan.topics.host_sync(shard),
+                                             HostSync(cleared), reply_type=HostViews, timeout=10)
+                assert snapshot.views == ()
+            assert context.blocks(cleared) == ()
     finally:
         broker.stop()

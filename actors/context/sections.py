@@ -39,7 +39,15 @@ from uuid import uuid4
 
 import msgspec
 
-from xrmq.actors.runtime import Agent, AgentRuntime, AskError, RuntimeContext, get_logger, shard_of
+from xrmq.actors.runtime import (
+    DEFERRED_REPLY,
+    Agent,
+    AgentRuntime,
+    AskError,
+    RuntimeContext,
+    get_logger,
+    shard_of,
+)
 from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import Topic
 
@@ -765,7 +773,10 @@ class ContextHost(Agent):
     owner (``dialogue_migrate``, merged there by exchange identity) and its rows are
     deleted here only once the owner answered, which it does after journaling it; an
     owner not up yet is asked again every ``MIGRATION_RETRY_S``. An orphan journal left
-    empty is removed. ``migrated`` counts them, ``migrating`` what is still to send.
+    empty is removed. ``migrated`` counts them, ``migrating`` what is still to send. A
+    clear of a participant still waiting here drops its dialogue instead (the owner
+    answers the clear); one whose migration is on its way when the clear comes is
+    merged at the owner, before or after the clear.
     """
 
     def __init__(
@@ -788,8 +799,9 @@ class ContextHost(Agent):
         dialogue = journal_name(plan.config.dialogue)
         self.recovered: dict[str, Recovered] = {}
         """Dialogue states waiting for their actor (spawned at start)."""
-        self._foreign: list[tuple[ContextStore, str, Recovered]] = []
-        """Dialogue states of participants another shard owns, to migrate there."""
+        self._foreign: dict[tuple[int, str], tuple[ContextStore, str, Recovered]] = {}
+        """Dialogue states of participants another shard owns, to migrate there, by
+        (journal, participant)."""
         for journal in [store, *self.orphans] if store is not None else self.orphans:
             for (pid, name), item in journal.recovered.items():
                 if name != dialogue:
@@ -797,12 +809,26 @@ class ContextHost(Agent):
                 if journal is store and shard_of(pid, shards) == index:
                     self.recovered[pid] = item
                 else:
-                    self._foreign.append((journal, pid, item))
+                    self._foreign[id(journal), pid] = (journal, pid, item)
         self.migrated = 0
         """Dialogues migrated to the shard that owns them now."""
         self._migration: asyncio.Task[None] | None = None
         t = plan.topics
-        self._handlers = {t.host_sync(index): "on_sync", t.host_dump(index): "on_dump"}
+        self._handlers = {
+            t.host_sync(index): "on_sync",
+            t.host_dump(index): "on_dump",
+            t.dialogue_clear: "on_clear",
+        }
+
+    async def on_clear(self, message: ClearSection, ctx: RuntimeContext) -> object:
+        """Drop the waiting dialogue of a cleared participant (all for a global clear);
+        never answers: the dialogue actor that owns the participant does."""
+        pid = ctx.participant_id
+        section = journal_name(self._plan.config.dialogue)
+        for key in [key for key in self._foreign if pid is None or key[1] == pid]:
+            journal, participant, _ = self._foreign.pop(key)
+            journal.delete(participant, section)
+        return DEFERRED_REPLY
 
     async def migration_finished(self) -> None:
         """Return once every foreign dialogue is migrated (at once when there is none)."""
@@ -870,22 +896,22 @@ class ContextHost(Agent):
         section = self._plan.config.dialogue
         topic = self._plan.topics.dialogue_migrate
         while self._foreign:
-            waiting: list[tuple[ContextStore, str, Recovered]] = []
-            for journal, pid, recovered in self._foreign:
+            for key, (journal, pid, recovered) in list(self._foreign.items()):
+                if key not in self._foreign:
+                    continue  # cleared meanwhile
                 dump = export_section(section, recovered.state)
                 try:
                     await runtime.ask(topic, LoadSection("", 0, dump), reply_type=bool,
                                       participant_id=pid, source=self.name,
                                       timeout=self._plan.control_timeout_s)
                 except (TimeoutError, AskError) as error:
-                    waiting.append((journal, pid, recovered))
                     log.debug("context.migration_waiting", participant=pid, error=repr(error))
                     continue
-                journal.delete(pid, journal_name(section))
-                self.migrated += 1
-            self._foreign = waiting
-            if waiting:
-                log.warning("context.migration_waiting", participants=len(waiting),
+                if self._foreign.pop(key, None) is not None:
+                    journal.delete(pid, journal_name(section))
+                    self.migrated += 1
+            if self._foreign:
+                log.warning("context.migration_waiting", participants=len(self._foreign),
                             retry_s=MIGRATION_RETRY_S)
                 await asyncio.sleep(MIGRATION_RETRY_S)
         log.info("context.migrated", participants=self.migrated)
