@@ -889,27 +889,14 @@ class ContextHost(Agent):
             )
 
     async def _migrate(self) -> None:
-        """Send every foreign dialogue to its owner until each is journaled there."""
-        runtime = self.runtime
-        assert runtime is not None
+        """Send every foreign dialogue to its owner until each is journaled there
+        (``MIGRATION_BATCH`` asks at a time, so owners that are down cost one timeout)."""
         log = get_logger(actor=self.name)
-        section = self._plan.config.dialogue
-        topic = self._plan.topics.dialogue_migrate
         while self._foreign:
-            for key, (journal, pid, recovered) in list(self._foreign.items()):
-                if key not in self._foreign:
-                    continue  # cleared meanwhile
-                dump = export_section(section, recovered.state)
-                try:
-                    await runtime.ask(topic, LoadSection("", 0, dump), reply_type=bool,
-                                      participant_id=pid, source=self.name,
-                                      timeout=self._plan.control_timeout_s)
-                except (TimeoutError, AskError) as error:
-                    log.debug("context.migration_waiting", participant=pid, error=repr(error))
-                    continue
-                if self._foreign.pop(key, None) is not None:
-                    journal.delete(pid, journal_name(section))
-                    self.migrated += 1
+            keys = list(self._foreign)
+            for start in range(0, len(keys), MIGRATION_BATCH):
+                batch = keys[start : start + MIGRATION_BATCH]
+                await asyncio.gather(*(self._migrate_one(key, log) for key in batch))
             if self._foreign:
                 log.warning("context.migration_waiting", participants=len(self._foreign),
                             retry_s=MIGRATION_RETRY_S)
@@ -918,6 +905,25 @@ class ContextHost(Agent):
         for orphan in self.orphans:
             _remove_if_empty(orphan, log)
         self.orphans = []
+
+    async def _migrate_one(self, key: tuple[int, str], log) -> None:
+        item = self._foreign.get(key)
+        runtime = self.runtime
+        if item is None or runtime is None:
+            return  # cleared meanwhile
+        journal, pid, recovered = item
+        section = self._plan.config.dialogue
+        dump = export_section(section, recovered.state)
+        try:
+            await runtime.ask(self._plan.topics.dialogue_migrate, LoadSection("", 0, dump),
+                              reply_type=bool, participant_id=pid, source=self.name,
+                              timeout=self._plan.control_timeout_s)
+        except (TimeoutError, AskError) as error:
+            log.debug("context.migration_waiting", participant=pid, error=repr(error))
+            return
+        if self._foreign.pop(key, None) is not None:
+            journal.delete(pid, journal_name(section))
+            self.migrated += 1
 
     def views(self, participant_id: str | None = None) -> list[tuple[str, SectionView]]:
         """Every view this host holds (of one participant), as (participant, view)."""
@@ -971,6 +977,8 @@ class ContextHost(Agent):
 
 MIGRATION_RETRY_S = 1.0
 """How often a host asks again an owner that did not take a migrated dialogue yet."""
+MIGRATION_BATCH = 64
+"""Migration asks in flight at once."""
 
 
 def _remove_if_empty(store: ContextStore, log) -> None:
