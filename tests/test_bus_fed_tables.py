@@ -89,6 +89,7 @@ def test_the_topic_registry_holds_at_most_its_capacity_and_counts_what_is_beyond
         Topic(f"registry.reply.{i}", ConversationContextUpdate).key("p1")
     after = registry_counts()
     assert after["held"] == held + 10  # the capacity, no more
+    assert AgentRuntime().metrics().tables["topic_names"] == after["held"] + after["transient"]
     assert after["overflowed"] - before["overflowed"] == FLOOD
     assert after["transient"] <= before["transient"]  # each went with its Topic
     assert all(name not in bound_topics() for name in ("registry.reply.0", "registry.reply.4999"))

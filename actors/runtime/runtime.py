@@ -26,7 +26,7 @@ import msgspec
 import zmq
 
 from xrmq.schemas import MessageMetadata, RuntimeMetrics
-from xrmq.topics import METRICS_TOPIC, Topic, topic_key
+from xrmq.topics import METRICS_TOPIC, Topic, registry_counts, topic_key
 
 from .address import BusAddress, check_ipc_directories, parse_bus
 from .agent import GLOBAL, Agent, Scope, check_handlers, subscriptions
@@ -1017,8 +1017,10 @@ class AgentRuntime:
                 self._log.warning("actor.stuck_restarted", actor=name, depth=mailbox.depth,
                                   seconds=round(stuck[name], 1),
                                   stuck_restarts=self._counters["stuck_restarts"])
+        names = registry_counts()
         tables = {"incoming_streams": len(self._tracker), "outgoing_streams": len(self._streams),
-                  "warnings": len(self._warnings)}
+                  "warnings": len(self._warnings),
+                  "topic_names": names["held"] + names["transient"]}
         for kind, keyed in self._keyed.items():
             tables[f"keyed[{kind}]"] = len(keyed.instances)
         return RuntimeMetrics(
