@@ -121,6 +121,9 @@ async def test_views_for_a_flood_of_participants_keep_the_replica_within_its_bou
             await context.changed()
         assert context.participants == 50
         assert context.replicas_evicted == FLOOD + 1 - 50  # alice was the least recently used
+        gauges = runtime.metrics().gauges
+        assert gauges["context.replica_participants"] == 50
+        assert gauges["context.replicas_evicted"] == FLOOD + 1 - 50
         assert context.blocks("alice") == ()
         # Her context stayed in the section actor: her next view brings all of it back.
         await context.update("alice", NOTES, ConversationContextUpdate("alice note 2"),

@@ -143,6 +143,13 @@ class ContextSubscriber(Agent):
             topics.compacted(manager_id): "on_compacted",
         }
 
+    def gauges(self) -> dict[str, float]:
+        """The replica's size and its evictions (``max_participants``), for ``xrmq top``."""
+        return {
+            "context.replica_participants": float(self._manager.participants),
+            "context.replicas_evicted": float(self._manager.replicas_evicted),
+        }
+
     async def on_view(self, message: SectionView, ctx: RuntimeContext) -> None:
         if ctx.participant_id is not None:
             self._manager._on_view(ctx.participant_id, message)
