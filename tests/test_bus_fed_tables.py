@@ -19,9 +19,9 @@ import pytest
 
 from xrmq.actors.context import ContextManager, register_workers
 from xrmq.actors.context.compaction import CompactionRequest, JobRef
-from xrmq.actors.context.messages import CompactionDone, CompactionJob, SectionView
+from xrmq.actors.context.messages import CancelJobs, CompactionDone, CompactionJob, SectionView
 from xrmq.actors.context.plan import context_plan
-from xrmq.actors.models import ScriptedLLM
+from xrmq.actors.models import ScriptedLLM, ScriptedResponse
 from xrmq.actors.runtime import Agent, AgentRuntime, subscribe
 from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import Topic, bound_topics, registry_counts
@@ -77,6 +77,27 @@ async def test_a_worker_refuses_jobs_for_foreign_reply_topics_and_binds_none_of_
         assert worker.reply_topics == len(plan.result_topics()) == 2  # dialogue + the topic
         assert not any(name.startswith("flood.fake") for name in bound_topics())
         assert len(bound_topics()) <= names_before + 1
+
+
+async def test_a_worker_queues_a_bounded_number_of_jobs_and_serves_summarizer_topics(
+    monkeypatch,
+):
+    from xrmq.actors.context import workers as workers_module
+
+    monkeypatch.setattr(workers_module, "MAX_QUEUED", 10)
+    plan = context_plan(namespace="queue", incremental_context_topics=("queue.notes",))
+    runtime = AgentRuntime()
+    llm = ScriptedLLM(default=ScriptedResponse(hang=True))  # the running job never ends
+    (worker,) = register_workers(runtime, plan, llm, name="queue", indices=[0], concurrency=1)
+    async with runtime:
+        jobs = plan.topics.worker_jobs(0)
+        summarizer = "queue.tools.0123456789ab.result"  # a tools summarizer's result topic
+        for index in range(100):  # one runs, ten queue, the rest are refused
+            runtime.send(jobs, CompactionJob(request(index), summarizer), participant_id="p1")
+        # The worker's mailbox is in order: once it answered this, it took all 100 jobs.
+        assert await runtime.ask(plan.topics.worker_cancel(0), CancelJobs(()), reply_type=int) == 0
+        assert worker.busy == 11 and worker.refused == 89
+        assert worker.reply_topics == 2  # the summarizer's topic is kept nowhere
 
 
 def test_the_topic_registry_holds_at_most_its_capacity_and_counts_what_is_beyond(monkeypatch):

@@ -38,6 +38,7 @@ restarted, and the replica resyncs from the host's full snapshot (``HostSync``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from functools import cached_property
 
@@ -217,6 +218,9 @@ class HostDump(msgspec.Struct, frozen=True):
     participants: tuple[ParticipantDump, ...]
 
 
+_SUMMARIZER_ID = re.compile(r"[0-9a-f]{12}\.result")
+
+
 class ContextTopics:
     """The topics of one deployment's namespace (see the module docstring)."""
 
@@ -295,6 +299,13 @@ class ContextTopics:
 
     def host_dump(self, host: int) -> Topic[HostSync]:
         return Topic(f"{self.namespace}.host.{host}.dump", HostSync)
+
+    def is_summarizer_result(self, name: str) -> bool:
+        """Whether ``name`` is a tools summarizer's result topic (``<ns>.tools.<12 hex
+        digits>.result``, one per ``actors.tools.workers.WorkerSummarizer``): the only
+        result topic outside ``result_topics`` a worker publishes on (it keeps none)."""
+        prefix = f"{self.namespace}.tools."
+        return name.startswith(prefix) and bool(_SUMMARIZER_ID.fullmatch(name, len(prefix)))
 
     def result_topics(self, topic_names: Iterable[str]) -> dict[str, Topic[CompactionDone]]:
         """The exact result topics of a deployment whose context topics are ``topic_names``:

@@ -6,8 +6,10 @@ sends the request's system prompt and user message as they are, with thinking
 disabled, and publishes a ``CompactionDone`` to the job's result topic: the text and
 finish reason, or the error. A job already queued or running here is not started twice.
 A job whose result topic is not one of the deployment's (``ContextPlan.result_topics``)
-is refused, counted (``context.refused_jobs``) and logged once per interval, so the
-worker only ever publishes on a fixed set of topics whatever the bus sends it.
+or a tools summarizer's (``ContextTopics.is_summarizer_result``, whose topic is made
+per result and kept nowhere), or that would queue more than ``MAX_QUEUED`` jobs, is
+refused, counted (``context.refused_jobs``) and logged once per interval, so whatever
+the bus sends, the worker's tables stay bounded.
 ``CancelJobs`` stops jobs and replies once their model streams are closed, so a
 manager's ``clear``/``close`` knows no model call of the participant is left running.
 """
@@ -26,6 +28,10 @@ from xrmq.topics import Topic
 from .compaction import CompactionRequest, CompactionResult, JobRef
 from .messages import CancelJobs, CompactionDone, CompactionJob
 from .plan import ContextPlan
+
+MAX_QUEUED = 16_384
+"""Jobs one worker queues (beyond its running ones); a section has one job out per
+participant, so this is room for thousands of participants' sections."""
 
 COMPACTION_OPTIONS = ChatOptions(thinking=False)
 """Compaction requests never ask a reasoning model to think (seed 000)."""
@@ -80,13 +86,19 @@ class CompactionWorker(Agent):
 
     async def on_job(self, message: CompactionJob, ctx: RuntimeContext) -> None:
         job = message.request.job
-        if message.reply_topic not in self._reply_topics:
+        reply_topic = message.reply_topic
+        refusal = None
+        if reply_topic not in self._reply_topics and not self._topics.is_summarizer_result(
+            reply_topic
+        ):
+            refusal = "compaction.bad_reply_topic"
+        elif len(self._queued) >= MAX_QUEUED:
+            refusal = "compaction.queue_full"
+        if refusal is not None:
             self.refused += 1
             if self._warnings is None:
                 self._warnings = AggregatedWarnings(get_logger(actor=self.name))
-            self._warnings.warn(
-                "compaction.bad_reply_topic", message.reply_topic, ctx.metadata.sender
-            )
+            self._warnings.warn(refusal, reply_topic, ctx.metadata.sender)
             return
         if job in self._queued or job in self._running:
             return
@@ -126,7 +138,9 @@ class CompactionWorker(Agent):
                 del self._running[job]
         runtime = self.runtime
         if runtime is not None and runtime.running:
-            topic = self._reply_topics[message.reply_topic]
+            topic = self._reply_topics.get(message.reply_topic)
+            if topic is None:  # a summarizer's: made for this result only
+                topic = Topic(message.reply_topic, CompactionDone)
             runtime.send(topic, CompactionDone(result, self.index), participant_id=participant_id, source=self.name)
         self._pump()
 
