@@ -135,9 +135,7 @@ async def test_a_publisher_leaving_counts_as_left_and_an_oversize_frame_as_dropp
             client = RawClient(bus)
             try:
                 client.wait_ready()
-                client.send_frames(
-                    [NOTES.key("p2"), client.metadata(1, "p2"), b"\x00" * 100_000]
-                )
+                client.send_frames([NOTES.key("p2"), client.metadata(1, "p2"), b"\x00" * 100_000])
                 await watch.wait(lambda: gauges()["broker.publishers_dropped"] == dropped + 1)
                 client.wait_ready()  # reconnected: one drop, not a departure
                 assert gauges()["broker.publishers_left"] == left + 3

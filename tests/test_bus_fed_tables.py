@@ -56,8 +56,9 @@ class Results(Agent):
 async def test_a_worker_refuses_jobs_for_foreign_reply_topics_and_binds_none_of_them():
     plan = context_plan(namespace="flood", incremental_context_topics=("flood.notes",))
     runtime = AgentRuntime()
-    (worker,) = register_workers(runtime, plan, ScriptedLLM(default="summary"), name="flood",
-                                 indices=[0])
+    (worker,) = register_workers(
+        runtime, plan, ScriptedLLM(default="summary"), name="flood", indices=[0]
+    )
     results = Results(plan.topics.topic_result("flood.notes"))
     runtime.register("results", results)
     async with runtime:
@@ -66,8 +67,11 @@ async def test_a_worker_refuses_jobs_for_foreign_reply_topics_and_binds_none_of_
         for index in range(FLOOD):
             # each names a topic under the namespace ending in .result: once accepted by a
             # prefix check, and a Topic bound per name
-            runtime.send(jobs, CompactionJob(request(index), f"flood.fake{index}.result"),
-                         participant_id=f"p{index}")
+            runtime.send(
+                jobs,
+                CompactionJob(request(index), f"flood.fake{index}.result"),
+                participant_id=f"p{index}",
+            )
         results.done = asyncio.get_running_loop().create_future()
         runtime.send(jobs, CompactionJob(request(FLOOD), results.topic.name), participant_id="p1")
         done = await asyncio.wait_for(results.done, 30)  # jobs are taken in order
@@ -132,8 +136,9 @@ async def test_views_for_a_flood_of_participants_keep_the_replica_within_its_bou
     runtime = AgentRuntime()
     runtime.register("context", context.subscriber())
     async with runtime:
-        await context.update("alice", NOTES, ConversationContextUpdate("alice note 1"),
-                             mode="incremental")
+        await context.update(
+            "alice", NOTES, ConversationContextUpdate("alice note 1"), mode="incremental"
+        )
         view = SectionView(NOTES, False, "forged", 1, (), host=0, epoch=runtime.epoch)
         topic = context.plan.topics.view
         for index in range(FLOOD):
@@ -147,8 +152,9 @@ async def test_views_for_a_flood_of_participants_keep_the_replica_within_its_bou
         assert gauges["context.replicas_evicted"] == FLOOD + 1 - 50
         assert context.blocks("alice") == ()
         # Her context stayed in the section actor: her next view brings all of it back.
-        await context.update("alice", NOTES, ConversationContextUpdate("alice note 2"),
-                             mode="incremental")
+        await context.update(
+            "alice", NOTES, ConversationContextUpdate("alice note 2"), mode="incremental"
+        )
         shown = [block.text for block in context.blocks("alice")]
         assert len(shown) == 2 and shown[0].endswith("alice note 1")
         assert shown[1].endswith("alice note 2")
@@ -162,8 +168,9 @@ async def test_a_participant_with_a_write_in_flight_is_never_evicted():
     runtime = AgentRuntime()
     runtime.register("context", context.subscriber())
     async with runtime:
-        context.record_exchange("bob", "hello", "hi", timestamp_us=1_714_572_785_000_000,
-                                exchange_id="bob-1")  # pending until its view arrives
+        context.record_exchange(
+            "bob", "hello", "hi", timestamp_us=1_714_572_785_000_000, exchange_id="bob-1"
+        )  # pending until its view arrives
         view = SectionView(NOTES, False, "forged", 1, (), host=0, epoch=runtime.epoch)
         for index in range(100):  # sent before the dialogue can acknowledge bob's write
             runtime.send(context.plan.topics.view, view, participant_id=f"fake-{index}")

@@ -30,8 +30,12 @@ T0 = 1_714_572_785_000_000
 
 
 def settings(shards: int) -> dict:
-    return {"namespace": NS, "incremental_context_topics": ("reshard.notes",),
-            "section_hosts": shards, "control_timeout_s": 5.0}
+    return {
+        "namespace": NS,
+        "incremental_context_topics": ("reshard.notes",),
+        "section_hosts": shards,
+        "control_timeout_s": 5.0,
+    }
 
 
 async def start_box(stack: AsyncExitStack, bus: str, directory, shards: int, orphans=()):
@@ -39,11 +43,18 @@ async def start_box(stack: AsyncExitStack, bus: str, directory, shards: int, orp
     hosts = []
     for shard in range(shards):
         runtime = AgentRuntime(bus, name=f"{NS}-host-{shard}")
-        hosts.append(register_sections(
-            runtime, context_plan(**settings(shards)), name=NS, shard=shard, shards=shards,
-            topics=None if shard == 0 else [],
-            store=open_store(directory / f"{NS}-{shard}.sqlite3"),
-            orphans=[open_store(path) for path in orphans] if shard == 0 else ()))
+        hosts.append(
+            register_sections(
+                runtime,
+                context_plan(**settings(shards)),
+                name=NS,
+                shard=shard,
+                shards=shards,
+                topics=None if shard == 0 else [],
+                store=open_store(directory / f"{NS}-{shard}.sqlite3"),
+                orphans=[open_store(path) for path in orphans] if shard == 0 else (),
+            )
+        )
         await stack.enter_async_context(runtime)
     runtime = AgentRuntime(bus, name=f"{NS}-conversation")
     context = ContextManager(ScriptedLLM(), deployment="split", **settings(shards))
@@ -65,9 +76,13 @@ async def test_dialogues_follow_their_participants_when_the_shard_count_changes(
             _, context = await start_box(stack, bus, tmp_path, 2)
             for index, pid in enumerate(PARTICIPANTS):
                 for turn in range(2):
-                    context.record_exchange(pid, f"{pid} asks {turn}", f"answer {turn}",
-                                            timestamp_us=T0 + index * 10 + turn,
-                                            exchange_id=f"{pid}-{turn}")
+                    context.record_exchange(
+                        pid,
+                        f"{pid} asks {turn}",
+                        f"answer {turn}",
+                        timestamp_us=T0 + index * 10 + turn,
+                        exchange_id=f"{pid}-{turn}",
+                    )
             await context.synced()
             before = {pid: context.blocks(pid) for pid in PARTICIPANTS}
             assert all(len(blocks) == 2 for blocks in before.values())
@@ -81,8 +96,9 @@ async def test_dialogues_follow_their_participants_when_the_shard_count_changes(
             assert sum(host.migrated for host in hosts) == len(moved)
             assert all(host.migrating == 0 for host in hosts)
             await until_blocks(context, before)
-            context.record_exchange(moved[0], "still there?", "yes", timestamp_us=T0 + 999,
-                                    exchange_id="after-reshard")
+            context.record_exchange(
+                moved[0], "still there?", "yes", timestamp_us=T0 + 999, exchange_id="after-reshard"
+            )
             await context.synced()
             before[moved[0]] = context.blocks(moved[0])
             assert len(before[moved[0]]) == 3
@@ -115,8 +131,9 @@ async def test_a_participant_cleared_while_their_dialogue_waits_for_migration_st
         async with AsyncExitStack() as stack:
             _, context = await start_box(stack, bus, tmp_path, 1)
             for index, pid in enumerate(PARTICIPANTS):
-                context.record_exchange(pid, f"{pid} asks", "answer", timestamp_us=T0 + index,
-                                        exchange_id=f"{pid}-0")
+                context.record_exchange(
+                    pid, f"{pid} asks", "answer", timestamp_us=T0 + index, exchange_id=f"{pid}-0"
+                )
             await context.synced()
             before = {pid: context.blocks(pid) for pid in PARTICIPANTS}
         to_shard_1 = [pid for pid in PARTICIPANTS if shard_of(pid, 2) == 1]
@@ -125,12 +142,19 @@ async def test_a_participant_cleared_while_their_dialogue_waits_for_migration_st
         async with AsyncExitStack() as stack:
             # Shard 1 is not up: shard 0 holds its participants' dialogues, waiting.
             runtime = AgentRuntime(bus, name=f"{NS}-host-0")
-            host = register_sections(runtime, context_plan(**settings(2)), name=NS, shard=0,
-                                     shards=2, store=open_store(tmp_path / f"{NS}-0.sqlite3"))
+            host = register_sections(
+                runtime,
+                context_plan(**settings(2)),
+                name=NS,
+                shard=0,
+                shards=2,
+                store=open_store(tmp_path / f"{NS}-0.sqlite3"),
+            )
             await stack.enter_async_context(runtime)
             manager = AgentRuntime(bus, name=f"{NS}-conversation")
-            context = ContextManager(ScriptedLLM(), deployment="split",
-                                     **{**settings(2), "control_timeout_s": 0.5})
+            context = ContextManager(
+                ScriptedLLM(), deployment="split", **{**settings(2), "control_timeout_s": 0.5}
+            )
             manager.register(NS, context.subscriber())
             await stack.enter_async_context(manager)
             assert host.migrating == len(to_shard_1)
@@ -138,16 +162,27 @@ async def test_a_participant_cleared_while_their_dialogue_waits_for_migration_st
                 await context.clear(cleared)  # its owner does not answer: it is down
             assert host.migrating == len(kept)  # but it is not migrated later either
             shard_1 = AgentRuntime(bus, name=f"{NS}-host-1")
-            register_sections(shard_1, context_plan(**settings(2)), name=NS, shard=1, shards=2,
-                              topics=[], store=open_store(tmp_path / f"{NS}-1.sqlite3"))
+            register_sections(
+                shard_1,
+                context_plan(**settings(2)),
+                name=NS,
+                shard=1,
+                shards=2,
+                topics=[],
+                store=open_store(tmp_path / f"{NS}-1.sqlite3"),
+            )
             await stack.enter_async_context(shard_1)
             await host.migration_finished()
             assert host.migrated == len(kept)
             await until_blocks(context, {pid: before[pid] for pid in kept})
             await context.synced()
             for shard in (0, 1):  # no host holds it: their snapshots, from their journals
-                snapshot = await manager.ask(context.plan.topics.host_sync(shard),
-                                             HostSync(cleared), reply_type=HostViews, timeout=10)
+                snapshot = await manager.ask(
+                    context.plan.topics.host_sync(shard),
+                    HostSync(cleared),
+                    reply_type=HostViews,
+                    timeout=10,
+                )
                 assert snapshot.views == ()
             assert context.blocks(cleared) == ()
     finally:

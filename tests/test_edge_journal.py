@@ -58,7 +58,9 @@ def test_shard_0_opens_the_journals_of_shards_beyond_the_count_for_migration(tmp
     orphans = open_orphan_stores(config, 2)
     try:
         assert [store.path for store in orphans] == [
-            context_store_path(config, 2), context_store_path(config, 3)]
+            context_store_path(config, 2),
+            context_store_path(config, 3),
+        ]
     finally:
         for store in orphans:
             store.close()

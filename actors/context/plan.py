@@ -66,7 +66,12 @@ def _count(value: object, parameter: str) -> int:
 
 
 def _seconds(value: object, parameter: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
         raise ValueError(f"{parameter}: must be a positive number of seconds, got {value!r}")
     return float(value)
 

@@ -103,9 +103,7 @@ class _Participant:
         "view",
     )
 
-    def __init__(
-        self, state: SectionState, acks: tuple[tuple[str, int], ...] = ()
-    ) -> None:
+    def __init__(self, state: SectionState, acks: tuple[tuple[str, int], ...] = ()) -> None:
         self.state = state
         self.job: _Job | None = None
         self.acks: dict[str, int] = dict(acks)
@@ -277,9 +275,7 @@ class SectionHost:
     def store(self) -> ContextStore | None:
         return self._store
 
-    def load(
-        self, participant_id: str, dump: SectionDump, ack: tuple[str, int] | None
-    ) -> None:
+    def load(self, participant_id: str, dump: SectionDump, ack: tuple[str, int] | None) -> None:
         """Merge a dumped section into the participant's state (``Section.merge``)."""
         if dump.kind != self.section.spec.kind:
             self._log(participant_id).warning("context.load_kind_mismatch", dumped=dump.kind)
@@ -548,9 +544,7 @@ class SectionHost:
                     job: PendingJob | None | bool = (
                         True if state.pending is record.stored_job else state.pending
                     )
-                    store.put(
-                        participant_id, name, state, record.acks, record.identities, job
-                    )
+                    store.put(participant_id, name, state, record.acks, record.identities, job)
                     if staged is not None:
                         staged.append((participant_id, record.identities, record.stored_job))
                     record.identities = []
@@ -882,8 +876,11 @@ class ContextHost(Agent):
             source=self.name,
         )
         if self._foreign or self.orphans:
-            log.info("context.migrating", participants=len(self._foreign),
-                     orphan_journals=[str(orphan.path) for orphan in self.orphans])
+            log.info(
+                "context.migrating",
+                participants=len(self._foreign),
+                orphan_journals=[str(orphan.path) for orphan in self.orphans],
+            )
             self._migration = asyncio.create_task(
                 self._migrate(), name=f"xrmq-context-migrate-{self.index}"
             )
@@ -898,8 +895,11 @@ class ContextHost(Agent):
                 batch = keys[start : start + MIGRATION_BATCH]
                 await asyncio.gather(*(self._migrate_one(key, log) for key in batch))
             if self._foreign:
-                log.warning("context.migration_waiting", participants=len(self._foreign),
-                            retry_s=MIGRATION_RETRY_S)
+                log.warning(
+                    "context.migration_waiting",
+                    participants=len(self._foreign),
+                    retry_s=MIGRATION_RETRY_S,
+                )
                 await asyncio.sleep(MIGRATION_RETRY_S)
         log.info("context.migrated", participants=self.migrated)
         for orphan in self.orphans:
@@ -915,9 +915,14 @@ class ContextHost(Agent):
         section = self._plan.config.dialogue
         dump = export_section(section, recovered.state)
         try:
-            await runtime.ask(self._plan.topics.dialogue_migrate, LoadSection("", 0, dump),
-                              reply_type=bool, participant_id=pid, source=self.name,
-                              timeout=self._plan.control_timeout_s)
+            await runtime.ask(
+                self._plan.topics.dialogue_migrate,
+                LoadSection("", 0, dump),
+                reply_type=bool,
+                participant_id=pid,
+                source=self.name,
+                timeout=self._plan.control_timeout_s,
+            )
         except (TimeoutError, AskError) as error:
             log.debug("context.migration_waiting", participant=pid, error=repr(error))
             return

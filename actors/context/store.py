@@ -88,6 +88,7 @@ _SCHEMA = (
     "PRIMARY KEY (participant, section)) WITHOUT ROWID",
 )
 
+
 class StoreError(RuntimeError):
     """The journal at ``path`` cannot be used: corrupt, truncated, foreign or of another version."""
 

@@ -39,7 +39,10 @@ COMPACTION_OPTIONS = ChatOptions(thinking=False)
 
 async def compact(llm: LLMService, request: CompactionRequest) -> CompactionResult:
     """Run one compaction request on ``llm``; a failed call is a result with ``error``."""
-    messages = (ChatMessage("system", request.system_prompt), ChatMessage("user", request.user_message))
+    messages = (
+        ChatMessage("system", request.system_prompt),
+        ChatMessage("user", request.user_message),
+    )
     try:
         async with llm.stream(messages, COMPACTION_OPTIONS) as stream:
             text = "".join([chunk async for chunk in stream])
@@ -69,7 +72,10 @@ class CompactionWorker(Agent):
 
     def handlers(self) -> dict[Topic, str]:
         """Its own job and cancel topics: each worker is a mailbox of its own."""
-        return {self._topics.worker_jobs(self.index): "on_job", self._topics.worker_cancel(self.index): "on_cancel"}
+        return {
+            self._topics.worker_jobs(self.index): "on_job",
+            self._topics.worker_cancel(self.index): "on_cancel",
+        }
 
     @property
     def busy(self) -> int:
@@ -124,13 +130,16 @@ class CompactionWorker(Agent):
     def _pump(self) -> None:
         while self._queued and len(self._running) < self.concurrency and not self._stopping:
             job, (message, participant_id) = self._queued.popitem(last=False)
-            self._running[job] = asyncio.create_task(self._run(message, participant_id),
-                                                     name=f"xrmq-compaction-{job.section}-{job.job_id}")
+            self._running[job] = asyncio.create_task(
+                self._run(message, participant_id),
+                name=f"xrmq-compaction-{job.section}-{job.job_id}",
+            )
 
     async def _run(self, message: CompactionJob, participant_id: str | None) -> None:
         job = message.request.job
         get_logger(actor=self.name, participant=participant_id).debug(
-            "compaction.started", section=job.section, job=job.job_id, attempt=message.attempt)
+            "compaction.started", section=job.section, job=job.job_id, attempt=message.attempt
+        )
         try:
             result = await compact(self.llm, message.request)
         finally:
@@ -141,7 +150,12 @@ class CompactionWorker(Agent):
             topic = self._reply_topics.get(message.reply_topic)
             if topic is None:  # a summarizer's: made for this result only
                 topic = Topic(message.reply_topic, CompactionDone)
-            runtime.send(topic, CompactionDone(result, self.index), participant_id=participant_id, source=self.name)
+            runtime.send(
+                topic,
+                CompactionDone(result, self.index),
+                participant_id=participant_id,
+                source=self.name,
+            )
         self._pump()
 
     async def on_stop(self) -> None:
@@ -159,8 +173,15 @@ def worker_name(name: str, index: int) -> str:
     return f"{name}.worker.{index}"
 
 
-def register_workers(runtime: AgentRuntime, plan: ContextPlan, llm: LLMService, *, name: str = "context",
-                     indices: Sequence[int] | None = None, concurrency: int | None = None) -> list[CompactionWorker]:
+def register_workers(
+    runtime: AgentRuntime,
+    plan: ContextPlan,
+    llm: LLMService,
+    *,
+    name: str = "context",
+    indices: Sequence[int] | None = None,
+    concurrency: int | None = None,
+) -> list[CompactionWorker]:
     """Host compaction workers in ``runtime`` (before it starts); return them.
 
     ``indices`` selects which of the pool's ``plan.compaction_workers`` workers this
@@ -170,7 +191,9 @@ def register_workers(runtime: AgentRuntime, plan: ContextPlan, llm: LLMService, 
     chosen = list(range(plan.compaction_workers)) if indices is None else list(indices)
     bad = [index for index in chosen if not 0 <= index < plan.compaction_workers]
     if bad:
-        raise ValueError(f"indices: workers {bad} are outside the pool of {plan.compaction_workers}")
+        raise ValueError(
+            f"indices: workers {bad} are outside the pool of {plan.compaction_workers}"
+        )
     workers: list[CompactionWorker] = []
     for index in chosen:
         worker = CompactionWorker(index, llm, plan, concurrency or plan.worker_concurrency)

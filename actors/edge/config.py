@@ -101,7 +101,8 @@ class BusConfig(_Section):
     """The largest frame a socket on the bus accepts (``ZMQ_MAXMSGSIZE``); a publisher sending a
     larger one has its connection dropped by the broker, and a runtime refuses to send one."""
     subscriber_budget_bytes: Annotated[int, msgspec.Meta(ge=1 << 20)] = (
-        DEFAULT_SUBSCRIBER_BUDGET_BYTES)
+        DEFAULT_SUBSCRIBER_BUDGET_BYTES
+    )
     """What one subscriber that stopped reading may cost the broker; beyond, the broker drops its
     messages (the subscriber reports them as gaps)."""
     security: SecurityConfig = SecurityConfig()
@@ -132,7 +133,11 @@ class PromptsConfig(_Section):
 
     def prompts(self) -> CompactionPrompts:
         """The ``CompactionPrompts`` with the defaults for every prompt not given."""
-        given = {name: value for name in ("source", "dialogue", "condense") if (value := getattr(self, name)) is not None}
+        given = {
+            name: value
+            for name in ("source", "dialogue", "condense")
+            if (value := getattr(self, name)) is not None
+        }
         return CompactionPrompts(**given)
 
 
@@ -157,8 +162,12 @@ class ContextSettings(_Section):
     def manager_kwargs(self) -> dict[str, Any]:
         """The ``ContextManager`` constructor's keyword arguments this section describes."""
         return {
-            "summary_context_topics": [name for name, topic in self.topics.items() if topic.mode == "summary"],
-            "incremental_context_topics": [name for name, topic in self.topics.items() if topic.mode == "incremental"],
+            "summary_context_topics": [
+                name for name, topic in self.topics.items() if topic.mode == "summary"
+            ],
+            "incremental_context_topics": [
+                name for name, topic in self.topics.items() if topic.mode == "incremental"
+            ],
             "dialogue_budget_bytes": self.dialogue_budget_bytes,
             "topic_budget_bytes": {name: self.topic_budget(name) for name in self.topics},
             "compaction_input_budget_bytes": self.compaction_input_budget_bytes,
@@ -329,7 +338,9 @@ class EdgeConfig(_Section):
 
     def instances(self, process: str) -> list[ProcessInstance]:
         spec = self.processes[process]
-        return [ProcessInstance(process, shard, spec.replicas, spec) for shard in range(spec.replicas)]
+        return [
+            ProcessInstance(process, shard, spec.replicas, spec) for shard in range(spec.replicas)
+        ]
 
     def startup_layers(self) -> list[list[str]]:
         """Process names in start order: each layer after every process its members name in ``after``.
@@ -371,20 +382,24 @@ def default_config() -> EdgeConfig:
     destination; context sections, compaction workers, conversation, router and voice
     renderer in processes of their own. ``examples/edge-box.toml`` spells out the same.
     """
-    return decode_config({
-        "context": {"topics": {"scene": {"mode": "summary"}, "notes": {"mode": "incremental"}}},
-        "destinations": {"conversation": {
-            "description": "General assistant: answers questions from its own knowledge and the participant's context.",
-        }},
-        "router": {"default": "conversation"},
-        "processes": {
-            "context": {"roles": ["context"], "nice": 19},
-            "compaction": {"roles": ["compaction"], "after": ["context"], "nice": 19},
-            "conversation": {"roles": ["conversation"], "after": ["context"]},
-            "router": {"roles": ["router"], "after": ["conversation"]},
-            "renderer": {"roles": ["renderer"]},
-        },
-    })
+    return decode_config(
+        {
+            "context": {"topics": {"scene": {"mode": "summary"}, "notes": {"mode": "incremental"}}},
+            "destinations": {
+                "conversation": {
+                    "description": "General assistant: answers questions from its own knowledge and the participant's context.",
+                }
+            },
+            "router": {"default": "conversation"},
+            "processes": {
+                "context": {"roles": ["context"], "nice": 19},
+                "compaction": {"roles": ["compaction"], "after": ["context"], "nice": 19},
+                "conversation": {"roles": ["conversation"], "after": ["context"]},
+                "router": {"roles": ["router"], "after": ["conversation"]},
+                "renderer": {"roles": ["renderer"]},
+            },
+        }
+    )
 
 
 def decode_config(raw: Mapping[str, Any], *, source: str = DEFAULT_SOURCE) -> EdgeConfig:
@@ -393,7 +408,8 @@ def decode_config(raw: Mapping[str, Any], *, source: str = DEFAULT_SOURCE) -> Ed
     models = _models(top.models, source)
     context = _context(top.context, source)
     destinations = {
-        name: _destination(value, f"destinations.{name}", source) for name, value in _table(top.destinations, "destinations", source).items()
+        name: _destination(value, f"destinations.{name}", source)
+        for name, value in _table(top.destinations, "destinations", source).items()
     }
     processes = {
         name: _convert(value, ProcessConfig, f"processes.{name}", source)
@@ -431,8 +447,10 @@ def _bus(raw: dict[str, Any], source: str) -> BusConfig:
     if not isinstance(identities_raw, dict):
         kind = _kind(type(identities_raw).__name__)
         raise ConfigError(source, "bus.identities", f"must be a table, got {kind}")
-    identities = {name: _convert(value, IdentityConfig, f"bus.identities.{name}", source)
-                  for name, value in _table(identities_raw, "bus.identities", source).items()}
+    identities = {
+        name: _convert(value, IdentityConfig, f"bus.identities.{name}", source)
+        for name, value in _table(identities_raw, "bus.identities", source).items()
+    }
     bus: BusConfig = _convert({**raw, "identities": {}}, BusConfig, "bus", source)
     return msgspec.structs.replace(bus, identities=identities)
 
@@ -440,7 +458,11 @@ def _bus(raw: dict[str, Any], source: str) -> BusConfig:
 def _table(value: dict[str, Any], key: str, source: str) -> dict[str, Any]:
     for name in value:
         if not _NAME.match(name):
-            raise ConfigError(source, f"{key}.{name}", "names use letters, digits, '-' and '_', starting with a letter or digit")
+            raise ConfigError(
+                source,
+                f"{key}.{name}",
+                "names use letters, digits, '-' and '_', starting with a letter or digit",
+            )
     return value
 
 
@@ -464,7 +486,11 @@ def _config_error(message: str, key: str, source: str, type_: type | None) -> Co
         field = unknown[1]
         allowed = _fields_at(type_, path)
         close = difflib.get_close_matches(field, allowed, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else (f" (allowed: {', '.join(allowed)})" if allowed else "")
+        hint = (
+            f"; did you mean {close[0]!r}?"
+            if close
+            else (f" (allowed: {', '.join(allowed)})" if allowed else "")
+        )
         return ConfigError(source, _join(full, field), f"unknown key{hint}")
     if (missing := re.fullmatch(r"Object missing required field `(.+)`", rule)) is not None:
         return ConfigError(source, _join(full, missing[1]), "is required")
@@ -480,8 +506,15 @@ def _join(key: str, field: str) -> str:
 
 
 def _kind(name: str) -> str:
-    return {"object": "a table", "array": "an array", "str": "a string", "int": "an integer", "float": "a number",
-            "bool": "a boolean", "null": "nothing"}.get(name, name.replace("`", "").replace(" | ", " or "))
+    return {
+        "object": "a table",
+        "array": "an array",
+        "str": "a string",
+        "int": "an integer",
+        "float": "a number",
+        "bool": "a boolean",
+        "null": "nothing",
+    }.get(name, name.replace("`", "").replace(" | ", " or "))
 
 
 def _fields_at(type_: type | None, path: str) -> list[str]:
@@ -518,16 +551,24 @@ def _model(value: Any, key: str, source: str) -> ModelSpec:
         field = head.removeprefix("ModelSpec").lstrip(".")
         if field == "preset" and isinstance(value, str):
             field = ""  # the value itself is the preset name
-        raise _config_error(rule + (f" - at `$.{field}`" if field else ""), key, source, ModelSpec) from None
+        raise _config_error(
+            rule + (f" - at `$.{field}`" if field else ""), key, source, ModelSpec
+        ) from None
 
 
 def _models(raw: dict[str, Any], source: str) -> ModelsConfig:
     for name in raw:
         if name not in ModelsConfig.__struct_fields__:
             close = difflib.get_close_matches(name, ModelsConfig.__struct_fields__, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f" (allowed: {', '.join(ModelsConfig.__struct_fields__)})"
+            hint = (
+                f"; did you mean {close[0]!r}?"
+                if close
+                else f" (allowed: {', '.join(ModelsConfig.__struct_fields__)})"
+            )
             raise ConfigError(source, f"models.{name}", f"unknown key{hint}")
-    return ModelsConfig(**{name: _model(value, f"models.{name}", source) for name, value in raw.items()})
+    return ModelsConfig(
+        **{name: _model(value, f"models.{name}", source) for name, value in raw.items()}
+    )
 
 
 def _destination(raw: Any, key: str, source: str) -> DestinationConfig:
@@ -540,19 +581,27 @@ def _destination(raw: Any, key: str, source: str) -> DestinationConfig:
 def _context(raw: dict[str, Any], source: str) -> ContextSettings:
     topics_raw = raw.get("topics", {})
     if not isinstance(topics_raw, dict):
-        raise ConfigError(source, "context.topics", f"must be a table, got {_kind(type(topics_raw).__name__)}")
-    topics = {name: _convert(value, TopicConfig, f"context.topics.{name}", source)
-              for name, value in topics_raw.items()}
+        raise ConfigError(
+            source, "context.topics", f"must be a table, got {_kind(type(topics_raw).__name__)}"
+        )
+    topics = {
+        name: _convert(value, TopicConfig, f"context.topics.{name}", source)
+        for name, value in topics_raw.items()
+    }
     settings: ContextSettings = _convert({**raw, "topics": {}}, ContextSettings, "context", source)
     settings = msgspec.structs.replace(settings, topics=topics)
     for name, topic in topics.items():
         if topic.mode not in TOPIC_MODES:
-            raise ConfigError(source, f"context.topics.{name}.mode",
-                              f"must be {' or '.join(map(repr, TOPIC_MODES))}, got {topic.mode!r}")
+            raise ConfigError(
+                source,
+                f"context.topics.{name}.mode",
+                f"must be {' or '.join(map(repr, TOPIC_MODES))}, got {topic.mode!r}",
+            )
     if settings.on_corrupt not in ON_CORRUPT:
         allowed = " or ".join(map(repr, ON_CORRUPT))
-        raise ConfigError(source, "context.on_corrupt",
-                          f"must be {allowed}, got {settings.on_corrupt!r}")
+        raise ConfigError(
+            source, "context.on_corrupt", f"must be {allowed}, got {settings.on_corrupt!r}"
+        )
     if settings.state_dir is not None and not settings.state_dir.strip():
         raise ConfigError(source, "context.state_dir", "must be a non-empty path")
     try:
@@ -573,7 +622,11 @@ def _context_error(message: str, settings: ContextSettings, source: str) -> Conf
     per_topic = re.fullmatch(r"topic_budget_bytes\['(.+)'\]", parameter)
     if per_topic is not None:
         name = per_topic[1]
-        key = f"context.topics.{name}.budget_bytes" if settings.topics[name].budget_bytes is not None else "context.topic_budget_bytes"
+        key = (
+            f"context.topics.{name}.budget_bytes"
+            if settings.topics[name].budget_bytes is not None
+            else "context.topic_budget_bytes"
+        )
         return ConfigError(source, key, rule)
     key = {
         "summary_context_topics": "context.topics",
@@ -586,15 +639,22 @@ def _context_error(message: str, settings: ContextSettings, source: str) -> Conf
 def _check_destination_kind(name: str, destination: DestinationConfig, source: str) -> None:
     key = f"destinations.{name}"
     if destination.kind not in DESTINATION_KINDS:
-        raise ConfigError(source, f"{key}.kind",
-                          f"must be one of {', '.join(map(repr, DESTINATION_KINDS))}, got {destination.kind!r}")
+        raise ConfigError(
+            source,
+            f"{key}.kind",
+            f"must be one of {', '.join(map(repr, DESTINATION_KINDS))}, got {destination.kind!r}",
+        )
     if destination.kind != "tools":
         if destination.tool_servers:
-            raise ConfigError(source, f"{key}.tool_servers", "only a kind = \"tools\" destination calls tools")
+            raise ConfigError(
+                source, f"{key}.tool_servers", 'only a kind = "tools" destination calls tools'
+            )
         return
     for server in destination.tool_servers:
         if not (0 < len(server) <= 40 and all(c.isalnum() or c == "-" for c in server)):
-            raise ConfigError(source, f"{key}.tool_servers", f"{server!r}: must be 1-40 letters, digits or '-'")
+            raise ConfigError(
+                source, f"{key}.tool_servers", f"{server!r}: must be 1-40 letters, digits or '-'"
+            )
     if destination.max_iterations < 1:
         raise ConfigError(source, f"{key}.max_iterations", "must be >= 1")
     if destination.tool_timeout_s <= 0:
@@ -614,10 +674,13 @@ def _check_voice(voice: VoiceConfig, source: str) -> None:
         "barge_in_min_s": voice.barge_in_min_s >= 0,
         "barge_in_min_words": voice.barge_in_min_words >= 0,
     }
-    texts = {"stt": "must be 'whisper', 'whisper:DIR' or a litellm model string",
-             "tts": "must be 'espeak' or a litellm model string",
-             "vad_threshold": "must be in (0.15, 1)", "trailing_silence_s": "must be > 0",
-             "max_utterance_s": "must be > voice.min_speech_s"}
+    texts = {
+        "stt": "must be 'whisper', 'whisper:DIR' or a litellm model string",
+        "tts": "must be 'espeak' or a litellm model string",
+        "vad_threshold": "must be in (0.15, 1)",
+        "trailing_silence_s": "must be > 0",
+        "max_utterance_s": "must be > voice.min_speech_s",
+    }
     for field, ok in rules.items():
         if not ok:
             raise ConfigError(source, f"voice.{field}", texts.get(field, "must be >= 0"))
@@ -628,16 +691,26 @@ def _validate(config: EdgeConfig, source: str) -> None:
     _check_bus(config.bus.address, source)
     _check_security(config, source)
     if config.router.default is not None and config.router.default not in config.destinations:
-        raise ConfigError(source, "router.default", f"must name a destination ({', '.join(config.destinations) or 'none configured'}), got {config.router.default!r}")
+        raise ConfigError(
+            source,
+            "router.default",
+            f"must name a destination ({', '.join(config.destinations) or 'none configured'}), got {config.router.default!r}",
+        )
     if config.router.decisions not in DECISION_SERVICES:
-        raise ConfigError(source, "router.decisions", f"must be one of {', '.join(map(repr, DECISION_SERVICES))}, got {config.router.decisions!r}")
+        raise ConfigError(
+            source,
+            "router.decisions",
+            f"must be one of {', '.join(map(repr, DECISION_SERVICES))}, got {config.router.decisions!r}",
+        )
     if config.router.history_limit is not None and config.router.history_limit < 1:
         raise ConfigError(source, "router.history_limit", "must be >= 1")
     heartbeat = config.supervisor.metrics_interval_s
     if not config.router.destination_dead_after_s > heartbeat:
         raise ConfigError(
-            source, "router.destination_dead_after_s",
-            f"must be > supervisor.metrics_interval_s (the heartbeat, {heartbeat:g}s)")
+            source,
+            "router.destination_dead_after_s",
+            f"must be > supervisor.metrics_interval_s (the heartbeat, {heartbeat:g}s)",
+        )
     for name, destination in config.destinations.items():
         if not destination.description.strip():
             raise ConfigError(source, f"destinations.{name}.description", "must be non-empty text")
@@ -647,9 +720,12 @@ def _validate(config: EdgeConfig, source: str) -> None:
         if getattr(supervisor, field) <= 0:
             raise ConfigError(source, f"supervisor.{field}", "must be > 0")
     if supervisor.liveness_timeout_s < 2 * supervisor.metrics_interval_s:
-        raise ConfigError(source, "supervisor.liveness_timeout_s",
-                          "must be >= 2 x supervisor.metrics_interval_s (two missed heartbeats),"
-                          f" got {supervisor.liveness_timeout_s:g}")
+        raise ConfigError(
+            source,
+            "supervisor.liveness_timeout_s",
+            "must be >= 2 x supervisor.metrics_interval_s (two missed heartbeats),"
+            f" got {supervisor.liveness_timeout_s:g}",
+        )
     _check_restart(supervisor.restart, "supervisor.restart", source)
     _check_voice(config.voice, source)
     for name, process in config.processes.items():
@@ -658,8 +734,11 @@ def _validate(config: EdgeConfig, source: str) -> None:
             raise ConfigError(source, f"{key}.roles", "must name at least one role")
         for index, role in enumerate(process.roles):
             if not _ROLE.match(role):
-                raise ConfigError(source, f"{key}.roles[{index}]",
-                                  f"must be a role name (lowercase, '-') or package.module:function, got {role!r}")
+                raise ConfigError(
+                    source,
+                    f"{key}.roles[{index}]",
+                    f"must be a role name (lowercase, '-') or package.module:function, got {role!r}",
+                )
             if role in process.roles[:index]:
                 raise ConfigError(source, f"{key}.roles[{index}]", f"role {role!r} is listed twice")
         if process.replicas < 1:
@@ -668,20 +747,31 @@ def _validate(config: EdgeConfig, source: str) -> None:
             raise ConfigError(source, f"{key}.compaction_workers", "must be >= 1")
         for index, dependency in enumerate(process.after):
             if dependency not in config.processes:
-                raise ConfigError(source, f"{key}.after[{index}]", f"must name a process, got {dependency!r}")
+                raise ConfigError(
+                    source, f"{key}.after[{index}]", f"must name a process, got {dependency!r}"
+                )
             if dependency == name:
-                raise ConfigError(source, f"{key}.after[{index}]", "a process cannot wait for itself")
+                raise ConfigError(
+                    source, f"{key}.after[{index}]", "a process cannot wait for itself"
+                )
         if process.restart is not None:
             _check_restart(process.restart, f"{key}.restart", source)
         if process.on_give_up not in GIVE_UP_POLICIES:
             allowed = " or ".join(map(repr, GIVE_UP_POLICIES))
-            raise ConfigError(source, f"{key}.on_give_up",
-                              f"must be {allowed}, got {process.on_give_up!r}")
+            raise ConfigError(
+                source, f"{key}.on_give_up", f"must be {allowed}, got {process.on_give_up!r}"
+            )
         if not 0 <= process.nice <= 19:
-            raise ConfigError(source, f"{key}.nice", "must be in [0, 19] (a process may lower its priority, not raise it)")
+            raise ConfigError(
+                source,
+                f"{key}.nice",
+                "must be in [0, 19] (a process may lower its priority, not raise it)",
+            )
     cycle = _cycle(config)
     if cycle:
-        raise ConfigError(source, f"processes.{cycle[0]}.after", f"dependency cycle: {' -> '.join(cycle)}")
+        raise ConfigError(
+            source, f"processes.{cycle[0]}.after", f"dependency cycle: {' -> '.join(cycle)}"
+        )
 
 
 def _check_security(config: EdgeConfig, source: str) -> None:
@@ -689,22 +779,30 @@ def _check_security(config: EdgeConfig, source: str) -> None:
 
     security = config.bus.security
     if security.mode not in SECURITY_MODES:
-        raise ConfigError(source, "bus.security.mode",
-                          f"must be 'none' or 'curve', got {security.mode!r}")
+        raise ConfigError(
+            source, "bus.security.mode", f"must be 'none' or 'curve', got {security.mode!r}"
+        )
     beyond_loopback = is_loopback_tcp(config.bus.address) is False
     if security.mode == "none" and beyond_loopback and not security.insecure:
-        raise ConfigError(source, "bus.address",
-                          f"{config.bus.address!r} binds tcp beyond loopback without security: "
-                          "anyone who can reach it owns the bus; "
-                          "set [bus.security] mode = \"curve\" (or insecure = true to accept that)")
-    if security.mode == "curve" and not config.bus.address.startswith(("tcp://", "ipc://")) \
-            and "://" in config.bus.address:
+        raise ConfigError(
+            source,
+            "bus.address",
+            f"{config.bus.address!r} binds tcp beyond loopback without security: "
+            "anyone who can reach it owns the bus; "
+            'set [bus.security] mode = "curve" (or insecure = true to accept that)',
+        )
+    if (
+        security.mode == "curve"
+        and not config.bus.address.startswith(("tcp://", "ipc://"))
+        and "://" in config.bus.address
+    ):
         raise ConfigError(source, "bus.security.mode", "curve needs an ipc:// or tcp:// bus")
     for name, identity in config.bus.identities.items():
         key = f"bus.identities.{name}"
         if name == "broker":
-            raise ConfigError(source, key,
-                              "'broker' is the broker's own key, not a client identity")
+            raise ConfigError(
+                source, key, "'broker' is the broker's own key, not a client identity"
+            )
         if identity.key is not None and len(identity.key) != 40:
             raise ConfigError(source, f"{key}.key", "must be a Z85 public key (40 characters)")
         for field in ("publish", "sources", "subscribe"):
@@ -714,20 +812,31 @@ def _check_security(config: EdgeConfig, source: str) -> None:
                 raise ConfigError(source, f"{key}.{field}", str(error)) from None
     for name, process in config.processes.items():
         if process.identity is not None and not _NAME.match(process.identity):
-            raise ConfigError(source, f"processes.{name}.identity", "names use letters, digits, "
-                              "'-' and '_', starting with a letter or digit")
+            raise ConfigError(
+                source,
+                f"processes.{name}.identity",
+                "names use letters, digits, '-' and '_', starting with a letter or digit",
+            )
 
 
 def _check_bus(address: str, source: str) -> None:
     if address.startswith("inproc://"):
-        raise ConfigError(source, "bus.address", "must be a name, ipc:// or tcp://: the processes of an edge box are separate OS processes")
+        raise ConfigError(
+            source,
+            "bus.address",
+            "must be a name, ipc:// or tcp://: the processes of an edge box are separate OS processes",
+        )
     if "://" in address:
         try:  # parse_bus is pure for ipc:// and tcp:// (only a bare name touches the runtime directory)
             parse_bus(address)
         except ValueError as error:
             raise ConfigError(source, "bus.address", str(error).removeprefix("bus: ")) from None
     elif not address or "/" in address:
-        raise ConfigError(source, "bus.address", f"a bus name must be non-empty and contain no '/', got {address!r}")
+        raise ConfigError(
+            source,
+            "bus.address",
+            f"a bus name must be non-empty and contain no '/', got {address!r}",
+        )
 
 
 def _check_restart(policy: RestartPolicyConfig, key: str, source: str) -> None:
@@ -748,7 +857,7 @@ def _cycle(config: EdgeConfig) -> list[str]:
         state[name] = 1
         for dependency in config.processes[name].after:
             if state.get(dependency) == 1:
-                return [*path[path.index(dependency):], dependency]
+                return [*path[path.index(dependency) :], dependency]
             if dependency not in state and (found := visit(dependency, [*path, dependency])):
                 return found
         state[name] = 2

@@ -42,7 +42,14 @@ from xrmq.actors.context.sections import orphan_journals
 from xrmq.actors.context.store import ContextStore, open_store
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import LLMService, ModelSpec, create_llm
-from xrmq.actors.routing import AgentRouter, KeywordDecisions, LLMDecisions, SingleDestination, remote, serve
+from xrmq.actors.routing import (
+    AgentRouter,
+    KeywordDecisions,
+    LLMDecisions,
+    SingleDestination,
+    remote,
+    serve,
+)
 from xrmq.actors.routing.agent import RoutableAgent
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.tools import AutoCompactor, ToolAgent
@@ -78,8 +85,11 @@ def section_hosts(config: EdgeConfig) -> int:
 def plan_of(config: EdgeConfig) -> ContextPlan:
     """The context plan every process of ``config`` shares."""
     workers = sum(len(indices) for indices in worker_slices(config).values())
-    return context_plan(**config.context.manager_kwargs(), compaction_workers=max(workers, 1),
-                        section_hosts=section_hosts(config))
+    return context_plan(
+        **config.context.manager_kwargs(),
+        compaction_workers=max(workers, 1),
+        section_hosts=section_hosts(config),
+    )
 
 
 def state_dir(config: EdgeConfig) -> Path:
@@ -118,16 +128,24 @@ def open_orphan_stores(config: EdgeConfig, shards: int) -> list[ContextStore]:
     if not config.context.persist:
         return []
     on_corrupt: Any = config.context.on_corrupt
-    return [open_store(path, on_corrupt=on_corrupt)
-            for path in orphan_journals(state_dir(config), plan_of(config).namespace, shards)]
+    return [
+        open_store(path, on_corrupt=on_corrupt)
+        for path in orphan_journals(state_dir(config), plan_of(config).namespace, shards)
+    ]
 
 
 def context_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
     topics = None if process.shard == 0 else []
     orphans = open_orphan_stores(config, process.shards) if process.shard == 0 else []
-    register_sections(runtime, plan_of(config), shard=process.shard, shards=process.shards,
-                      topics=topics, store=open_context_store(config, process.shard),
-                      orphans=orphans)
+    register_sections(
+        runtime,
+        plan_of(config),
+        shard=process.shard,
+        shards=process.shards,
+        topics=topics,
+        store=open_context_store(config, process.shard),
+        orphans=orphans,
+    )
     for name, destination in config.destinations.items():
         if destination.kind == "tools":  # its transcripts, keyed like the sections
             register_transcripts(runtime, name, shard=process.shard, shards=process.shards)
@@ -223,8 +241,9 @@ def conversation_role(runtime: AgentRuntime, config: EdgeConfig, process: Proces
 def router_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
     dead_after = config.router.destination_dead_after_s
     destinations = {
-        name: runtime.register(f"{name}-proxy", remote(name, dead_after_s=dead_after,
-                                                       output_topic=VOICE_OUTPUT_TOPIC))
+        name: runtime.register(
+            f"{name}-proxy", remote(name, dead_after_s=dead_after, output_topic=VOICE_OUTPUT_TOPIC)
+        )
         for name in config.destinations
     }
     decisions = {
@@ -232,13 +251,24 @@ def router_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInsta
         "rules": lambda: KeywordDecisions(),
         "llm": lambda: LLMDecisions(prepared_llm(config.models.routing)),
     }[config.router.decisions]()
-    options = {} if config.router.history_limit is None else {"history_limit": config.router.history_limit}
-    runtime.register("router", AgentRouter(
-        destinations, decisions, default=config.router.default or next(iter(config.destinations), None),
-        query_topic=QUERY_TOPIC, output_topic=VOICE_OUTPUT_TOPIC,
-        interrupted_topic=INTERRUPTED_TOPIC,
-        shutdown_grace_s=SHUTDOWN_GRACE_SHARE * config.supervisor.shutdown_timeout_s, **options,
-    ))
+    options = (
+        {}
+        if config.router.history_limit is None
+        else {"history_limit": config.router.history_limit}
+    )
+    runtime.register(
+        "router",
+        AgentRouter(
+            destinations,
+            decisions,
+            default=config.router.default or next(iter(config.destinations), None),
+            query_topic=QUERY_TOPIC,
+            output_topic=VOICE_OUTPUT_TOPIC,
+            interrupted_topic=INTERRUPTED_TOPIC,
+            shutdown_grace_s=SHUTDOWN_GRACE_SHARE * config.supervisor.shutdown_timeout_s,
+            **options,
+        ),
+    )
 
 
 def renderer_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
@@ -247,8 +277,10 @@ def renderer_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessIns
         from xrmq.actors.voice.role import speech_out_sink  # numpy: the voice extra
 
         sink = speech_out_sink(runtime, config.voice)
-    runtime.register("renderer", VoiceRenderer(sink, query_topic=QUERY_TOPIC,
-                                                interrupted_topic=INTERRUPTED_TOPIC))
+    runtime.register(
+        "renderer",
+        VoiceRenderer(sink, query_topic=QUERY_TOPIC, interrupted_topic=INTERRUPTED_TOPIC),
+    )
 
 
 def voice_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:

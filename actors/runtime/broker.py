@@ -72,11 +72,17 @@ class Broker:
     another thread (the ``xrmq bus`` command).
     """
 
-    def __init__(self, address: BusAddress, *, capture: bool = False, hwm: int = DEFAULT_HWM,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-                 subscriber_budget_bytes: int = DEFAULT_SUBSCRIBER_BUDGET_BYTES,
-                 metrics_interval: float | None = None,
-                 security: BrokerSecurity | None = None) -> None:
+    def __init__(
+        self,
+        address: BusAddress,
+        *,
+        capture: bool = False,
+        hwm: int = DEFAULT_HWM,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        subscriber_budget_bytes: int = DEFAULT_SUBSCRIBER_BUDGET_BYTES,
+        metrics_interval: float | None = None,
+        security: BrokerSecurity | None = None,
+    ) -> None:
         if security is not None and address.publish.startswith("inproc://"):
             raise BrokerError("bus: CURVE needs an ipc:// or tcp:// bus, not inproc://")
         self.address = address
@@ -186,10 +192,13 @@ class Broker:
             if self.metrics_interval:
                 monitor = f"inproc://xrmq-broker-monitor-{uuid.uuid4().hex}"
                 frontend.monitor(monitor, MONITORED_EVENTS)
-                gauges = {"broker.subscriber_hwm": float(self.subscriber_hwm),
-                          "broker.max_message_bytes": float(self.max_message_bytes)}
-                self._report = BrokerReport(context, self.address.publish, monitor,
-                                            self.metrics_interval, gauges)
+                gauges = {
+                    "broker.subscriber_hwm": float(self.subscriber_hwm),
+                    "broker.max_message_bytes": float(self.max_message_bytes),
+                }
+                self._report = BrokerReport(
+                    context, self.address.publish, monitor, self.metrics_interval, gauges
+                )
             frontend.send(b"\x01")  # subscribe to everything, upstream
             backend = socket(zmq.XPUB)
             backend.setsockopt(zmq.SNDHWM, self.subscriber_hwm)  # per subscriber, bounds a stall
@@ -219,20 +228,29 @@ class Broker:
             self._release_ipc_paths()
             if umask is not None:
                 os.umask(umask)
-            self._bind_error = error if isinstance(error, UnsafeDirectoryError) else BrokerError(
-                f"bus: cannot bind {self.address.publish}: {error}")
+            self._bind_error = (
+                error
+                if isinstance(error, UnsafeDirectoryError)
+                else BrokerError(f"bus: cannot bind {self.address.publish}: {error}")
+            )
             self._bound.set()
             return
         if umask is not None:
             os.umask(umask)
         if self._report is not None:
             self._report.start()
-        self._log.info("broker.ready", subscribe=self.address.subscribe, capture=self.capture,
-                       subscriber_hwm=self.subscriber_hwm, max_message_bytes=self.max_message_bytes,
-                       security="curve" if security is not None else "none")
+        self._log.info(
+            "broker.ready",
+            subscribe=self.address.subscribe,
+            capture=self.capture,
+            subscriber_hwm=self.subscriber_hwm,
+            max_message_bytes=self.max_message_bytes,
+            security="curve" if security is not None else "none",
+        )
         if policy is not None:
-            self.forwarder = Forwarder(policy, frontend, backend, capture, control, self._log,
-                                       authenticator=authenticator)
+            self.forwarder = Forwarder(
+                policy, frontend, backend, capture, control, self._log, authenticator=authenticator
+            )
         self._bound.set()
         try:
             if self.forwarder is not None:

@@ -50,8 +50,21 @@ class Mailbox:
     cannot be restarted here (see ``AgentRuntime``).
     """
 
-    __slots__ = ("agent", "name", "runtime", "capacity", "faults", "_items", "_waiter", "_task",
-                 "_context", "_loop", "_handoff", "_stopping", "_unstick")
+    __slots__ = (
+        "agent",
+        "name",
+        "runtime",
+        "capacity",
+        "faults",
+        "_items",
+        "_waiter",
+        "_task",
+        "_context",
+        "_loop",
+        "_handoff",
+        "_stopping",
+        "_unstick",
+    )
 
     def __init__(self, runtime: "AgentRuntime", agent: Agent, name: str, capacity: int) -> None:
         if capacity < 1:
@@ -112,8 +125,9 @@ class Mailbox:
 
     def _spawn(self, call_on_start: bool) -> None:
         self._unstick = False
-        self._task = self._loop.create_task(self._run(call_on_start), name=f"xrmq-actor-{self.name}",
-                                            context=self._context)
+        self._task = self._loop.create_task(
+            self._run(call_on_start), name=f"xrmq-actor-{self.name}", context=self._context
+        )
         self._task.add_done_callback(self._worker_ended)
 
     def _worker_ended(self, task: asyncio.Task[None]) -> None:
@@ -157,7 +171,9 @@ class Mailbox:
         loop, task = self._loop, self._task
         try:
             _enter_task(loop, task)
-        except RuntimeError:  # offered from inside another task, not the reader: let the actor take it
+        except (
+            RuntimeError
+        ):  # offered from inside another task, not the reader: let the actor take it
             self._items.append(delivery)
             waiter.set_result(None)
             return
@@ -174,7 +190,9 @@ class Mailbox:
             self._failed(topic, metadata, error)
         else:
             self._handoff = _Suspended(coro, yielded, metadata, topic)
-            if not waiter.done():  # done: the handler cancelled the task; the task wakes to that anyway
+            if (
+                not waiter.done()
+            ):  # done: the handler cancelled the task; the task wakes to that anyway
                 waiter.set_result(None)
         finally:
             _leave_task(loop, task)
@@ -257,7 +275,9 @@ class _Suspended:
 
     __slots__ = ("coro", "yielded", "metadata", "topic", "pending_error")
 
-    def __init__(self, coro: Coroutine[Any, Any, Any], yielded: Any, metadata: MessageMetadata, topic: Topic) -> None:
+    def __init__(
+        self, coro: Coroutine[Any, Any, Any], yielded: Any, metadata: MessageMetadata, topic: Topic
+    ) -> None:
         self.coro = coro
         self.yielded = yielded
         self.metadata = metadata
@@ -276,7 +296,9 @@ class _Suspended:
                 error = None
             try:
                 sent = yield yielded
-            except BaseException as thrown:  # the task's cancellation, or the awaited future's failure
+            except (
+                BaseException
+            ) as thrown:  # the task's cancellation, or the awaited future's failure
                 error = thrown
                 continue
             try:

@@ -108,8 +108,15 @@ class _Route:
 
     __slots__ = ("topic", "handler_name", "mailbox", "handler", "keyed", "participant")
 
-    def __init__(self, topic: Topic, handler_name: str, *, mailbox: Mailbox | None = None,
-                 keyed: "_KeyedKind | None" = None, participant: bytes | None = None) -> None:
+    def __init__(
+        self,
+        topic: Topic,
+        handler_name: str,
+        *,
+        mailbox: Mailbox | None = None,
+        keyed: "_KeyedKind | None" = None,
+        participant: bytes | None = None,
+    ) -> None:
         self.topic = topic
         self.handler_name = handler_name
         self.mailbox = mailbox
@@ -123,8 +130,15 @@ class _KeyedKind:
 
     __slots__ = ("kind", "factory", "shard", "shards", "capacity", "max_instances", "instances")
 
-    def __init__(self, kind: str, factory: Callable[[str], Agent], shard: int, shards: int,
-                 capacity: int, max_instances: int) -> None:
+    def __init__(
+        self,
+        kind: str,
+        factory: Callable[[str], Agent],
+        shard: int,
+        shards: int,
+        capacity: int,
+        max_instances: int,
+    ) -> None:
         self.kind = kind
         self.factory = factory
         self.shard = shard
@@ -203,8 +217,11 @@ class AgentRuntime:
     ) -> None:
         if mailbox_capacity < 1:
             raise ValueError("mailbox_capacity: must be >= 1")
-        limits = (("max_message_bytes", max_message_bytes), ("outgoing_streams", outgoing_streams),
-                  ("keyed_instances", keyed_instances))
+        limits = (
+            ("max_message_bytes", max_message_bytes),
+            ("outgoing_streams", outgoing_streams),
+            ("keyed_instances", keyed_instances),
+        )
         for field, value in limits:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{field}: must be an int >= 1")
@@ -216,7 +233,8 @@ class AgentRuntime:
         else:
             self.address = bus if isinstance(bus, BusAddress) else parse_bus(bus)
         self.credentials: ClientCredentials | None = (
-            None if bus is None else client_credentials(key, server_key))
+            None if bus is None else client_credentials(key, server_key)
+        )
         if bus is None and (key is not None or server_key is not None):
             raise ValueError("key: an embedded bus has no broker to authenticate to")
         prefix = self.credentials.identity if self.credentials is not None else "rt"
@@ -270,8 +288,21 @@ class AgentRuntime:
         self._inbox = f"_inbox.{self.name}"
         self._inbox_bytes = self._inbox.encode()
         self._counters = dict.fromkeys(
-            ("published", "delivered", "gaps", "stale", "rejected", "overflow", "handler_errors",
-             "faults", "actor_restarts", "stuck_restarts", "oversize", "evicted"), 0
+            (
+                "published",
+                "delivered",
+                "gaps",
+                "stale",
+                "rejected",
+                "overflow",
+                "handler_errors",
+                "faults",
+                "actor_restarts",
+                "stuck_restarts",
+                "oversize",
+                "evicted",
+            ),
+            0,
         )
         self._rejected_by: dict[str, int] = {}
         self._evicted_by: dict[str, int] = {}
@@ -282,8 +313,14 @@ class AgentRuntime:
     def running(self) -> bool:
         return self._running
 
-    def register(self, name: str, agent: Agent, *, participant_id: str | None = None,
-                 mailbox_capacity: int | None = None) -> Agent:
+    def register(
+        self,
+        name: str,
+        agent: Agent,
+        *,
+        participant_id: str | None = None,
+        mailbox_capacity: int | None = None,
+    ) -> Agent:
         """Host ``agent`` under ``name``; only before ``start()``.
 
         ``participant_id`` filters its subscriptions at the socket to that participant's
@@ -294,24 +331,36 @@ class AgentRuntime:
         if not isinstance(agent, Agent):
             raise TypeError(f"register: {name!r} must be an Agent, got {type(agent).__qualname__}")
         if participant_id is not None and not _is_name(participant_id):
-            raise ValueError("register: participant_id must be a non-empty string without NUL, "
-                             "not only whitespace")
+            raise ValueError(
+                "register: participant_id must be a non-empty string without NUL, "
+                "not only whitespace"
+            )
         handlers = check_handlers(type(agent), agent.handlers())
         mailbox = Mailbox(self, agent, name, mailbox_capacity or self.mailbox_capacity)
         agent.name, agent.runtime = name, self
         self._agents[name] = mailbox
         pid = participant_id.encode() if participant_id is not None else None
         for topic, handler_name in handlers:
-            self._add_route(_Route(topic, handler_name, mailbox=mailbox, participant=pid),
-                            topic.subscription(participant_id))
+            self._add_route(
+                _Route(topic, handler_name, mailbox=mailbox, participant=pid),
+                topic.subscription(participant_id),
+            )
             if participant_id is not None:
                 self._subscriptions.add(topic.key(None))
         return agent
 
-    def register_keyed(self, kind: str, agent_type: type[Agent], *, factory: Callable[[str], Agent] | None = None,
-                       shard: int = 0, shards: int = 1, mailbox_capacity: int | None = None,
-                       handlers: Mapping[Topic, str | Sequence[str]] | None = None,
-                       max_instances: int | None = None) -> None:
+    def register_keyed(
+        self,
+        kind: str,
+        agent_type: type[Agent],
+        *,
+        factory: Callable[[str], Agent] | None = None,
+        shard: int = 0,
+        shards: int = 1,
+        mailbox_capacity: int | None = None,
+        handlers: Mapping[Topic, str | Sequence[str]] | None = None,
+        max_instances: int | None = None,
+    ) -> None:
         """Host a keyed kind: one ``agent_type`` instance per participant, spawned on first message.
 
         Several processes can host one kind; each owns the keys whose ``shard_of`` is its
@@ -328,9 +377,14 @@ class AgentRuntime:
             raise TypeError(f"register_keyed: {kind!r} needs an Agent subclass")
         if not 0 <= shard < shards:
             raise ValueError(f"register_keyed: shard must be in [0, {shards}), got {shard}")
-        keyed = _KeyedKind(kind, factory or agent_type, shard, shards,
-                           mailbox_capacity or self.mailbox_capacity,
-                           max_instances or self.max_keyed_instances)
+        keyed = _KeyedKind(
+            kind,
+            factory or agent_type,
+            shard,
+            shards,
+            mailbox_capacity or self.mailbox_capacity,
+            max_instances or self.max_keyed_instances,
+        )
         self._keyed[kind] = keyed
         if handlers is None:
             handlers = subscriptions(agent_type)
@@ -342,8 +396,9 @@ class AgentRuntime:
         if self._running or self._closed:
             raise RuntimeError("register: only before start()")
         if not _is_name(name):
-            raise ValueError("register: name must be a non-empty string without NUL, "
-                             "not only whitespace")
+            raise ValueError(
+                "register: name must be a non-empty string without NUL, not only whitespace"
+            )
         if name in self._agents or name in self._keyed:
             raise ValueError(f"register: name {name!r} is already registered")
 
@@ -426,8 +481,9 @@ class AgentRuntime:
             raise RuntimeClosedError("start: this runtime was stopped; create a new one")
         check_ipc_directories(self.address)
         if self._embedded:
-            self._broker = Broker(self.address, hwm=self.hwm,
-                                  max_message_bytes=self.max_message_bytes).start()
+            self._broker = Broker(
+                self.address, hwm=self.hwm, max_message_bytes=self.max_message_bytes
+            ).start()
         context = shared_context()
         self._pub = context.socket(zmq.PUB)
         self._pub.setsockopt(zmq.SNDHWM, self.hwm)
@@ -459,21 +515,31 @@ class AgentRuntime:
         self._deadlines = AskDeadlines(loop)
         self._reader_fd = self._sub.getsockopt(zmq.FD)
         loop.add_reader(self._reader_fd, self._on_readable)
-        self._drain_handle = loop.call_soon(self._on_readable)  # what arrived before the registration
+        self._drain_handle = loop.call_soon(
+            self._on_readable
+        )  # what arrived before the registration
         try:
             await self._await_ready()
         except BaseException:
             await self.stop()
             raise
-        self._running = True  # ``running`` means ready: every subscription is live through the broker
+        self._running = (
+            True  # ``running`` means ready: every subscription is live through the broker
+        )
         for mailbox in self._agents.values():
             await self.guarded_hook(mailbox.agent, "on_start", mailbox)
         for mailbox in self._agents.values():
             mailbox.start(call_on_start=False)
         if self.metrics_interval:
-            self._metrics_task = asyncio.create_task(self._publish_metrics(), name=f"xrmq-metrics-{self.name}")
-        self._log.info("runtime.ready", bus=self.address.subscribe, actors=sorted(self._agents),
-                       keyed=sorted(self._keyed))
+            self._metrics_task = asyncio.create_task(
+                self._publish_metrics(), name=f"xrmq-metrics-{self.name}"
+            )
+        self._log.info(
+            "runtime.ready",
+            bus=self.address.subscribe,
+            actors=sorted(self._agents),
+            keyed=sorted(self._keyed),
+        )
 
     async def stop(self) -> None:
         """Stop in order: actors (``on_stop``), intake and pending asks, mailboxes, sockets.
@@ -548,7 +614,12 @@ class AgentRuntime:
         """
         self._probe_event = asyncio.Event()
         for prefix in self._subscriptions:
-            probe_key = prefix + (SEP if prefix.count(SEP) == 1 else b"") + PROBE_MARK + uuid.uuid4().hex.encode()
+            probe_key = (
+                prefix
+                + (SEP if prefix.count(SEP) == 1 else b"")
+                + PROBE_MARK
+                + uuid.uuid4().hex.encode()
+            )
             self._probes[probe_key] = prefix
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.ready_timeout
@@ -571,15 +642,24 @@ class AgentRuntime:
         message = f"{where} within {self.ready_timeout}s"
         if self.credentials is None:
             return message
-        pending = sorted({prefix.split(SEP)[0].decode(errors="replace")
-                          for prefix in self._probes.values()})
-        return (f"{message} (CURVE identity {self.credentials.identity!r}: is its key admitted, "
-                f"and may it subscribe to {', '.join(pending)}?)")
+        pending = sorted(
+            {prefix.split(SEP)[0].decode(errors="replace") for prefix in self._probes.values()}
+        )
+        return (
+            f"{message} (CURVE identity {self.credentials.identity!r}: is its key admitted, "
+            f"and may it subscribe to {', '.join(pending)}?)"
+        )
 
     # ------------------------------------------------------------------ publishing
 
-    async def publish(self, topic: Topic, message: Any, *,
-                      participant_id: str | Scope | None = None, source: str = APPLICATION) -> None:
+    async def publish(
+        self,
+        topic: Topic,
+        message: Any,
+        *,
+        participant_id: str | Scope | None = None,
+        source: str = APPLICATION,
+    ) -> None:
         """Publish ``message`` on ``topic`` for ``participant_id`` (None or ``GLOBAL``: global).
 
         ``message`` is the topic's type or a mapping converted into it (``Topic.validate``).
@@ -589,9 +669,17 @@ class AgentRuntime:
             participant_id = None
         self.send(topic, message, participant_id=participant_id, source=source)
 
-    def send(self, topic: Topic, message: Any, *, participant_id: str | None = None, source: str = APPLICATION,
-             correlation_id: str | None = None, parent_message_id: str | None = None,
-             reply_to: str | None = None) -> str:
+    def send(
+        self,
+        topic: Topic,
+        message: Any,
+        *,
+        participant_id: str | None = None,
+        source: str = APPLICATION,
+        correlation_id: str | None = None,
+        parent_message_id: str | None = None,
+        reply_to: str | None = None,
+    ) -> str:
         """Publish synchronously (never blocks); returns the message id.
 
         ``publish`` without the coroutine: the call for code that publishes in a loop.
@@ -600,17 +688,29 @@ class AgentRuntime:
             raise RuntimeClosedError(f"publish: runtime {self.name!r} is not running")
         if not source or source.isspace():
             raise ValueError(f"source: must be a non-empty name, not {source!r}")
-        stream = self._streams.get((topic.name, participant_id)) or self._open_stream(topic.name, participant_id)
+        stream = self._streams.get((topic.name, participant_id)) or self._open_stream(
+            topic.name, participant_id
+        )
         payload = topic.encode(message)
         if len(payload) > self.max_message_bytes:
             self._refuse_oversize(topic.name, len(payload))
-        return self._send_frames(stream, payload, participant_id, source,
-                                 correlation_id, parent_message_id, reply_to, None)
+        return self._send_frames(
+            stream,
+            payload,
+            participant_id,
+            source,
+            correlation_id,
+            parent_message_id,
+            reply_to,
+            None,
+        )
 
     def _refuse_oversize(self, name: str, size: int) -> None:
         self._counters["oversize"] += 1
-        raise ValueError(f"payload: {size} bytes on {name!r} exceed max_message_bytes "
-                         f"({self.max_message_bytes}); receivers would drop the connection")
+        raise ValueError(
+            f"payload: {size} bytes on {name!r} exceed max_message_bytes "
+            f"({self.max_message_bytes}); receivers would drop the connection"
+        )
 
     def _open_stream(self, name: str, participant_id: str | None) -> list[Any]:
         """The sequence of messages this runtime sends under one wire key, numbered from 1.
@@ -621,24 +721,45 @@ class AgentRuntime:
         if participant_id is GLOBAL:
             raise ValueError("participant_id: send() takes None for a global message, not GLOBAL")
         if participant_id is not None and not _is_name(participant_id):
-            raise ValueError(f"participant_id: must be None or a non-empty string without NUL, "
-                             f"not only whitespace; got {participant_id!r}")
+            raise ValueError(
+                f"participant_id: must be None or a non-empty string without NUL, "
+                f"not only whitespace; got {participant_id!r}"
+            )
         stream = self._streams[name, participant_id] = [topic_key(name, participant_id), 0, 0, 0]
         if len(self._streams) > self.outgoing_streams:
             evicted = evict_over(self._streams, self.outgoing_streams, _SEQ, _SEEN)
             self._count_eviction("outgoing_streams", evicted)
         return stream
 
-    def _send_frames(self, stream: list[Any], payload: bytes, participant_id: str | None, source: str,
-                     correlation_id: str | None, parent_message_id: str | None, reply_to: str | None,
-                     error: str | None) -> str:
+    def _send_frames(
+        self,
+        stream: list[Any],
+        payload: bytes,
+        participant_id: str | None,
+        source: str,
+        correlation_id: str | None,
+        parent_message_id: str | None,
+        reply_to: str | None,
+        error: str | None,
+    ) -> str:
         # One dict lookup for the key and its sequence, validated once per stream, and
         # %-formatting for the id: measured 1.20 -> 1.0 us per send.
         stream[1] = seq = stream[1] + 1
         message_id = "%s%x" % (self._id_prefix, next(self._ids))
         # Positional: the field order of MessageMetadata (measured 90 -> 64 ns).
-        metadata = MessageMetadata(message_id, source, self.name, self.epoch, seq, time.time_ns() // 1000,
-                                   correlation_id or message_id, parent_message_id, participant_id, reply_to, error)
+        metadata = MessageMetadata(
+            message_id,
+            source,
+            self.name,
+            self.epoch,
+            seq,
+            time.time_ns() // 1000,
+            correlation_id or message_id,
+            parent_message_id,
+            participant_id,
+            reply_to,
+            error,
+        )
         pub = self._pub
         _frame_send(pub, stream[0], _SNDMORE)
         _frame_send(pub, _metadata_encoder.encode(metadata), _SNDMORE)
@@ -646,9 +767,17 @@ class AgentRuntime:
         self._counters["published"] += 1
         return message_id
 
-    async def ask(self, topic: Topic, message: Any, *, reply_type: Any = Any,
-                  participant_id: str | Scope | None = None,
-                  source: str = APPLICATION, timeout: float = 5.0, correlation_id: str | None = None) -> Any:
+    async def ask(
+        self,
+        topic: Topic,
+        message: Any,
+        *,
+        reply_type: Any = Any,
+        participant_id: str | Scope | None = None,
+        source: str = APPLICATION,
+        timeout: float = 5.0,
+        correlation_id: str | None = None,
+    ) -> Any:
         """Send ``message`` to the actor(s) handling ``topic`` and await the first reply.
 
         The handler's return value is the reply, decoded as ``reply_type``. Raises
@@ -662,12 +791,15 @@ class AgentRuntime:
         if participant_id is GLOBAL:
             participant_id = None
         future: asyncio.Future[tuple[bytes, MessageMetadata]] = self._loop.create_future()
-        stream = self._streams.get((topic.name, participant_id)) or self._open_stream(topic.name, participant_id)
+        stream = self._streams.get((topic.name, participant_id)) or self._open_stream(
+            topic.name, participant_id
+        )
         payload = topic.encode(message)
         if len(payload) > self.max_message_bytes:
             self._refuse_oversize(topic.name, len(payload))
-        message_id = self._send_frames(stream, payload, participant_id, source, correlation_id,
-                                       None, self._inbox, None)
+        message_id = self._send_frames(
+            stream, payload, participant_id, source, correlation_id, None, self._inbox, None
+        )
         self._pending[message_id] = future
         # The reader resolves the future and this task resumes in the next loop pass;
         # the shared deadline timer fails it on timeout. asyncio.wait_for would add a
@@ -702,12 +834,23 @@ class AgentRuntime:
             self._counters["oversize"] += 1
             error = f"reply of {len(payload)} bytes exceeds max_message_bytes"
             payload = _reply_encoder.encode(None)
-        stream = (self._streams.get((request.reply_to, request.participant_id))
-                  or self._open_stream(request.reply_to, request.participant_id))
-        self._send_frames(stream, payload, request.participant_id, request.source,
-                          request.message_id, request.message_id, None, error)
+        stream = self._streams.get((request.reply_to, request.participant_id)) or self._open_stream(
+            request.reply_to, request.participant_id
+        )
+        self._send_frames(
+            stream,
+            payload,
+            request.participant_id,
+            request.source,
+            request.message_id,
+            request.message_id,
+            None,
+            error,
+        )
 
-    def handler_failed(self, actor: str, topic: Topic, metadata: MessageMetadata, error: BaseException | str) -> None:
+    def handler_failed(
+        self, actor: str, topic: Topic, metadata: MessageMetadata, error: BaseException | str
+    ) -> None:
         """Count and log a handler's failure (aggregated per actor, topic and sender) and
         answer an ask with the error."""
         self._counters["handler_errors"] += 1
@@ -719,15 +862,26 @@ class AgentRuntime:
             except Exception as reply_error:
                 self.actor_fault(actor, "reply", topic, metadata, reply_error)
 
-    def actor_fault(self, actor: str, step: str, topic: Topic, metadata: MessageMetadata,
-                    error: BaseException | str) -> None:
+    def actor_fault(
+        self,
+        actor: str,
+        step: str,
+        topic: Topic,
+        metadata: MessageMetadata,
+        error: BaseException | str,
+    ) -> None:
         """Count a fault in an actor's path (``step``: handler, reply, dispatch...) and log it,
         once per actor, topic and sender per interval; the actor goes on with its next message.
         The mailbox counts it for the actor itself (``RuntimeMetrics.actor_faults``)."""
         self._counters["faults"] += 1
-        self._warnings.warn(f"actor.{step}_failed", topic.name, metadata.sender, actor=actor,
-                            participant=metadata.participant_id,
-                            error=repr(error) if isinstance(error, BaseException) else error)
+        self._warnings.warn(
+            f"actor.{step}_failed",
+            topic.name,
+            metadata.sender,
+            actor=actor,
+            participant=metadata.participant_id,
+            error=repr(error) if isinstance(error, BaseException) else error,
+        )
 
     def mailbox_restarted(self, actor: str, error: BaseException | None) -> None:
         """A mailbox task ended although it never should: the mailbox started a new one."""
@@ -776,12 +930,18 @@ class AgentRuntime:
                     if not payload.more:
                         try:
                             answered = dispatch(key, metadata, payload, position == 0)
-                        except Exception as error:  # a bug here must not stop the reader (edge-triggered)
+                        except (
+                            Exception
+                        ) as error:  # a bug here must not stop the reader (edge-triggered)
                             answered = False
                             self._counters["faults"] += 1
-                            self._warnings.warn("bus.dispatch_failed",
-                                                key[:200].decode(errors="replace"), None,
-                                                level="error", error=repr(error))
+                            self._warnings.warn(
+                                "bus.dispatch_failed",
+                                key[:200].decode(errors="replace"),
+                                None,
+                                level="error",
+                                error=repr(error),
+                            )
                         if (answered or position == 0) and not self._readable():
                             return
                         if answered:
@@ -810,12 +970,20 @@ class AgentRuntime:
         """Count a rejected message under its category (``edge_checks``) and log it, aggregated."""
         self._counters["rejected"] += 1
         self._rejected_by[category] = self._rejected_by.get(category, 0) + 1
-        topic = key[:key.find(SEP)] if SEP in key else key[:64]
-        self._warnings.warn("bus.frame_rejected", topic.decode(errors="replace"), sender,
-                            category=category, rule=EnvelopeCheck.describe(category),
-                            key=key[:200].decode(errors="replace"), **fields)
+        topic = key[: key.find(SEP)] if SEP in key else key[:64]
+        self._warnings.warn(
+            "bus.frame_rejected",
+            topic.decode(errors="replace"),
+            sender,
+            category=category,
+            rule=EnvelopeCheck.describe(category),
+            key=key[:200].decode(errors="replace"),
+            **fields,
+        )
 
-    def _dispatch(self, key: bytes, metadata_frame: zmq.Frame, payload: zmq.Frame, first: bool) -> bool | None:
+    def _dispatch(
+        self, key: bytes, metadata_frame: zmq.Frame, payload: zmq.Frame, first: bool
+    ) -> bool | None:
         """Validate one message and hand it on; True if it was an ask's reply, or a request
         that could not start at once (the drain then yields, so its actor runs before the
         rest of a burst is read).
@@ -849,12 +1017,18 @@ class AgentRuntime:
         if first_missing:
             if first_missing == STALE:
                 self._counters["stale"] += 1
-                self._warnings.warn("bus.stale", name.decode(errors="replace"), metadata.sender,
-                                    key=key.decode(errors="replace"), epoch=metadata.epoch,
-                                    seq=metadata.seq)
+                self._warnings.warn(
+                    "bus.stale",
+                    name.decode(errors="replace"),
+                    metadata.sender,
+                    key=key.decode(errors="replace"),
+                    epoch=metadata.epoch,
+                    seq=metadata.seq,
+                )
                 return
-            self._record_gap(name, metadata.participant_id, metadata, first_missing,
-                             metadata.seq - 1)
+            self._record_gap(
+                name, metadata.participant_id, metadata, first_missing, metadata.seq - 1
+            )
         if name == _METRICS_NAME and metadata.sender != self.name:
             self._on_heartbeat(payload, metadata)
         if name == self._inbox_bytes:
@@ -882,13 +1056,27 @@ class AgentRuntime:
                 self._offer(route.mailbox, (route.handler, message, metadata, route.topic), start)
             else:
                 for mailbox in self._keyed_targets(route.keyed, metadata.participant_id):
-                    self._offer(mailbox, (getattr(mailbox.agent, route.handler_name), message, metadata, route.topic),
-                                start)
+                    self._offer(
+                        mailbox,
+                        (
+                            getattr(mailbox.agent, route.handler_name),
+                            message,
+                            metadata,
+                            route.topic,
+                        ),
+                        start,
+                    )
         return metadata.reply_to is not None and not start
 
-    def _dispatch_private(self, key: bytes, pid: bytes, routes: list[_Route],
-                          metadata: MessageMetadata, payload: zmq.Frame,
-                          first: bool) -> bool | None:
+    def _dispatch_private(
+        self,
+        key: bytes,
+        pid: bytes,
+        routes: list[_Route],
+        metadata: MessageMetadata,
+        payload: zmq.Frame,
+        first: bool,
+    ) -> bool | None:
         """``_dispatch``'s delivery for a topic whose type is not deeply immutable: the first
         delivery takes the message decoded to validate it, every further one decodes its own,
         so no subscriber can change what another receives. (Shared topics never come here:
@@ -908,8 +1096,10 @@ class AgentRuntime:
                 targets = [(route.mailbox, route.handler)]
             else:  # a route has a mailbox or a keyed kind
                 keyed = cast(_KeyedKind, route.keyed)
-                targets = [(mailbox, getattr(mailbox.agent, route.handler_name))
-                           for mailbox in self._keyed_targets(keyed, metadata.participant_id)]
+                targets = [
+                    (mailbox, getattr(mailbox.agent, route.handler_name))
+                    for mailbox in self._keyed_targets(keyed, metadata.participant_id)
+                ]
             for mailbox, handler in targets:
                 if fresh:
                     message = topic.decode(payload)
@@ -943,28 +1133,54 @@ class AgentRuntime:
             return
         self._counters["overflow"] += 1
         metadata = delivery[2]
-        self._warnings.warn("actor.mailbox_overflow", delivery[3].name, metadata.sender,
-                            actor=mailbox.name, participant=metadata.participant_id,
-                            seq=metadata.seq)
+        self._warnings.warn(
+            "actor.mailbox_overflow",
+            delivery[3].name,
+            metadata.sender,
+            actor=mailbox.name,
+            participant=metadata.participant_id,
+            seq=metadata.seq,
+        )
 
-    def _record_gap(self, name: bytes, participant_id: str | None, metadata: MessageMetadata,
-                    first_missing: int, last_missing: int) -> None:
+    def _record_gap(
+        self,
+        name: bytes,
+        participant_id: str | None,
+        metadata: MessageMetadata,
+        first_missing: int,
+        last_missing: int,
+    ) -> None:
         """Count and log a gap, and tell the actors of its topic that override ``on_gap``,
         in order with their messages (before the message that revealed it)."""
-        gap = Gap(name.decode(errors="replace"), participant_id, metadata.sender, metadata.epoch,
-                  first_missing, last_missing)
+        gap = Gap(
+            name.decode(errors="replace"),
+            participant_id,
+            metadata.sender,
+            metadata.epoch,
+            first_missing,
+            last_missing,
+        )
         self.gaps.append(gap)
         self._counters["gaps"] += gap.count
-        self._warnings.warn("bus.gap", gap.topic, gap.sender, participant=gap.participant_id,
-                            epoch=gap.epoch, first_missing=gap.first_missing,
-                            last_missing=gap.last_missing)
+        self._warnings.warn(
+            "bus.gap",
+            gap.topic,
+            gap.sender,
+            participant=gap.participant_id,
+            epoch=gap.epoch,
+            first_missing=gap.first_missing,
+            last_missing=gap.last_missing,
+        )
         routes = self._routes.get(name) or self._private_routes.get(name)
         if not routes:
             return
         notice = msgspec.structs.replace(metadata, reply_to=None, participant_id=participant_id)
         for route in routes:
-            if route.participant is not None and participant_id is not None \
-                    and route.participant != participant_id.encode():
+            if (
+                route.participant is not None
+                and participant_id is not None
+                and route.participant != participant_id.encode()
+            ):
                 continue
             if route.mailbox is not None:
                 targets = [route.mailbox]
@@ -1004,33 +1220,57 @@ class AgentRuntime:
             except Exception as error:  # an actor's gauges() must not stop the heartbeat
                 mailbox.faults += 1
                 self._counters["faults"] += 1
-                self._warnings.warn("actor.gauges_failed", None, None, level="error",
-                                    actor=mailbox.name, error=repr(error))
-        stuck, newly = self._progress.check(((mailbox.name, mailbox.head) for mailbox in mailboxes),
-                                            time.monotonic())
+                self._warnings.warn(
+                    "actor.gauges_failed",
+                    None,
+                    None,
+                    level="error",
+                    actor=mailbox.name,
+                    error=repr(error),
+                )
+        stuck, newly = self._progress.check(
+            ((mailbox.name, mailbox.head) for mailbox in mailboxes), time.monotonic()
+        )
         for name in newly:
             mailbox = next(m for m in mailboxes if m.name == name)
-            self._log.warning("actor.stuck", actor=name, seconds=round(stuck[name], 1),
-                              depth=mailbox.depth)
+            self._log.warning(
+                "actor.stuck", actor=name, seconds=round(stuck[name], 1), depth=mailbox.depth
+            )
             if self.restart_stuck and self._running and mailbox.cancel_stuck():
                 self._counters["stuck_restarts"] += 1
-                self._log.warning("actor.stuck_restarted", actor=name, depth=mailbox.depth,
-                                  seconds=round(stuck[name], 1),
-                                  stuck_restarts=self._counters["stuck_restarts"])
+                self._log.warning(
+                    "actor.stuck_restarted",
+                    actor=name,
+                    depth=mailbox.depth,
+                    seconds=round(stuck[name], 1),
+                    stuck_restarts=self._counters["stuck_restarts"],
+                )
         names = registry_counts()
-        tables = {"incoming_streams": len(self._tracker), "outgoing_streams": len(self._streams),
-                  "warnings": len(self._warnings),
-                  "topic_names": names["held"] + names["transient"]}
+        tables = {
+            "incoming_streams": len(self._tracker),
+            "outgoing_streams": len(self._streams),
+            "warnings": len(self._warnings),
+            "topic_names": names["held"] + names["transient"],
+        }
         for kind, keyed in self._keyed.items():
             tables[f"keyed[{kind}]"] = len(keyed.instances)
         return RuntimeMetrics(
-            runtime=self.name, epoch=self.epoch, pid=os.getpid(), timestamp_us=time.time_ns() // 1000,
-            actors={mailbox.name: mailbox.depth for mailbox in mailboxes}, gauges=gauges, **self._counters,
+            runtime=self.name,
+            epoch=self.epoch,
+            pid=os.getpid(),
+            timestamp_us=time.time_ns() // 1000,
+            actors={mailbox.name: mailbox.depth for mailbox in mailboxes},
+            gauges=gauges,
+            **self._counters,
             rejected_by=dict(self._rejected_by),
-            evicted_by={**self._evicted_by, **({"incoming_streams": self._tracker.evicted}
-                                               if self._tracker.evicted else {})},
+            evicted_by={
+                **self._evicted_by,
+                **({"incoming_streams": self._tracker.evicted} if self._tracker.evicted else {}),
+            },
             actor_faults={mailbox.name: mailbox.faults for mailbox in mailboxes if mailbox.faults},
-            tables=tables, last_seq=last_seq or {}, resynced=self._tracker.resynced,
+            tables=tables,
+            last_seq=last_seq or {},
+            resynced=self._tracker.resynced,
             stuck=stuck,
             identity=self.credentials.identity if self.credentials is not None else None,
         )
