@@ -81,7 +81,9 @@ class Deployment:
         self._stack.close()
 
     def _start(self, role: str, config: Config) -> Worker:
-        worker = Worker(role, "-m", "bench.turn_workers", role, self.bus, json.dumps(asdict(config)))
+        worker = Worker(
+            role, "-m", "bench.turn_workers", role, self.bus, json.dumps(asdict(config))
+        )
         self._stack.callback(worker.close)
         self.workers[role] = worker
         return worker
@@ -92,8 +94,9 @@ class Deployment:
             self._stack.callback(worker.close)
             self.workers[name] = worker
 
-    def restart_conversation(self, answer_model: tuple[float, float], *, litellm: bool = False,
-                             prepare: bool = True) -> None:
+    def restart_conversation(
+        self, answer_model: tuple[float, float], *, litellm: bool = False, prepare: bool = True
+    ) -> None:
         """Replace the conversation process by one answering on ``answer_model`` (or, with
         ``litellm``, on litellm's mock model, prepared before ready unless not ``prepare``);
         returns once the new process is ready."""

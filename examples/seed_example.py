@@ -31,6 +31,7 @@ async def publish_router_control(turn: AgentTurn, route: str | None, text: str) 
 
 async def seed_example():
     # ---- seed 000, verbatim from here ------------------------------------------------------
+    # fmt: off
     runtime = AgentRuntime()
 
     context = ContextManager(llm)
@@ -56,6 +57,7 @@ async def seed_example():
             await front_end.stop()
     await conversation.close()
     await context.close()
+    # fmt: on
     # ---- end of the seed's example ---------------------------------------------------------
     return result
 

@@ -76,9 +76,12 @@ class ResponseOutput(msgspec.Struct, frozen=True, omit_defaults=True):
             valid = self.request_id is None and self.response_id is None and self.final
             if kind == "withdraw":
                 valid = valid and self.text == "" and not self.urgent
-        if not valid or (self.timestamp_us is not None and self.timestamp_us < 0) or "\x00" in (
-            (self.request_id or "") + (self.response_id or "")
-        ) or self.response_id == "":
+        if (
+            not valid
+            or (self.timestamp_us is not None and self.timestamp_us < 0)
+            or "\x00" in ((self.request_id or "") + (self.response_id or ""))
+            or self.response_id == ""
+        ):
             self._explain()
 
     def _explain(self) -> None:
@@ -104,7 +107,14 @@ class ResponseOutput(msgspec.Struct, frozen=True, omit_defaults=True):
         """Require identity for streamed replies and text for finite output; return self."""
         name = "ResponseOutput"
         if not self.final:
-            require(self.response_id is not None, name, "response_id", "is required for non-final fragments")
+            require(
+                self.response_id is not None,
+                name,
+                "response_id",
+                "is required for non-final fragments",
+            )
         if self.response_id is None and self.kind != "withdraw":
-            require(bool(self.text.strip()), name, "text", "is required for output without response_id")
+            require(
+                bool(self.text.strip()), name, "text", "is required for output without response_id"
+            )
         return self

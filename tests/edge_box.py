@@ -22,8 +22,15 @@ from xrmq.actors.edge.replies import ReplyCollector, Turn, ask
 from xrmq.actors.runtime import AgentRuntime
 
 
-def stack_config(directory: Path, *, tokens_per_second: float = 8.0, shutdown_timeout_s: float = 5,
-                 supervisor: str = "", router: str = "", extra: str = "") -> Path:
+def stack_config(
+    directory: Path,
+    *,
+    tokens_per_second: float = 8.0,
+    shutdown_timeout_s: float = 5,
+    supervisor: str = "",
+    router: str = "",
+    extra: str = "",
+) -> Path:
     """A config of the built-in roles (no compaction process) on a private ipc bus in ``directory``.
 
     Two start layers (context, conversation and renderer; then the router), so the box
@@ -74,9 +81,14 @@ class UpProcess:
     def __init__(self, config: Path) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "xrmq.actors.cli", "up", str(config)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "PYTHONPATH": str(PROCS),
-                 "XRMQ_LOG_LEVEL": os.environ.get("XRMQ_CHILD_LOG_LEVEL", "WARNING")},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={
+                **os.environ,
+                "PYTHONPATH": str(PROCS),
+                "XRMQ_LOG_LEVEL": os.environ.get("XRMQ_CHILD_LOG_LEVEL", "WARNING"),
+            },
         )
         self.lines: list[tuple[float, str]] = []
         """Every line so far, with its ``time.monotonic()`` arrival."""
@@ -99,9 +111,11 @@ class UpProcess:
         self.lines.append((at, line))
         self._changed.set()
 
-    async def line(self, prefix: str, *, after: int = 0,
-                   timeout: float = 40) -> tuple[int, float, str]:
+    async def line(
+        self, prefix: str, *, after: int = 0, timeout: float = 40
+    ) -> tuple[int, float, str]:
         """The first line from index ``after`` on with ``prefix``: (index, arrival, text)."""
+
         async def find() -> tuple[int, float, str]:
             index = after
             while True:

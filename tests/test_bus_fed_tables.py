@@ -46,7 +46,7 @@ class Results(Agent):
         self.done: asyncio.Future[CompactionDone] | None = None
 
     def handlers(self) -> dict[Topic, str]:
-        return {self.topic: "on_done"}
+        return {self.topic: self.on_done}
 
     async def on_done(self, message: CompactionDone, ctx) -> None:
         if self.done is not None and not self.done.done():

@@ -205,7 +205,9 @@ async def test_clear_and_close_of_a_manager_never_started_remove_its_journal_row
     await unstarted.clear("p2")
     assert unstarted.blocks("p2") == ()
     assert {pid for pid, _ in unstarted.store.recovered} == {"p1", "p2"}  # as opened
-    assert unstarted.store._db.execute("SELECT DISTINCT participant FROM sections").fetchall() == [("p1",)]
+    assert unstarted.store._db.execute("SELECT DISTINCT participant FROM sections").fetchall() == [
+        ("p1",)
+    ]
     await unstarted.close()
     assert open_store(store).rows() == 0
 

@@ -40,7 +40,9 @@ class AgentRuntime(xrmq_runtime.AgentRuntime):
 
     async def stop(self) -> None:
         if self.running:
-            await self.publish(VOICE_OUTPUT_TOPIC, ResponseOutput("update", "barrier"), participant_id=BARRIER)
+            await self.publish(
+                VOICE_OUTPUT_TOPIC, ResponseOutput("update", "barrier"), participant_id=BARRIER
+            )
             await self.observer.wait_for(lambda frames: any(pid == BARRIER for pid, _, _ in frames))
         await super().stop()
 
@@ -54,6 +56,7 @@ async def publish_router_control(turn: AgentTurn, route: str | None, text: str) 
 
 async def seed_example(llm, decisions) -> None:
     # ---- seed 000, verbatim from here --------------------------------------------------
+    # fmt: off
     runtime = AgentRuntime()
 
     context = ContextManager(llm)
@@ -79,6 +82,7 @@ async def seed_example(llm, decisions) -> None:
             await front_end.stop()
     await conversation.close()
     await context.close()
+    # fmt: on
     # ---- end of the seed's example -----------------------------------------------------
     assert result.status == "answered"
 
@@ -86,12 +90,19 @@ async def seed_example(llm, decisions) -> None:
 async def test_seed_example_runs_and_publishes_the_expected_reply_frames():
     llm = ScriptedLLM("The calibration meeting is at 15:30.")
     await asyncio.wait_for(seed_example(llm, SingleDestination()), 30)
-    frames = [(pid, source, frame) for pid, source, frame in AgentRuntime.instances[-1].observer.frames if pid != BARRIER]
+    frames = [
+        (pid, source, frame)
+        for pid, source, frame in AgentRuntime.instances[-1].observer.frames
+        if pid != BARRIER
+    ]
     response_id = frames[0][2].response_id
     expected_texts = ["The", " calibration", " meeting", " is", " at", " 15:30.", ""]
     assert frames == [
-        ("participant-1", "conversation",
-         ResponseOutput("reply", text, "turn-1", response_id=response_id, final=(text == "")))
+        (
+            "participant-1",
+            "conversation",
+            ResponseOutput("reply", text, "turn-1", response_id=response_id, final=(text == "")),
+        )
         for text in expected_texts
     ]
     assert router_text == []

@@ -15,9 +15,20 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def test_chat_answers_a_typed_line_from_the_participants_context_and_quits(tmp_path):
-    env = {**os.environ, "TMPDIR": str(tmp_path), "XRMQ_RUNTIME_DIR": str(tmp_path), "XRMQ_LOG_LEVEL": "WARNING"}
-    chat = subprocess.Popen([sys.executable, "-m", "xrmq.actors.cli", "chat", "--embedded", "--participant", "ann"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    env = {
+        **os.environ,
+        "TMPDIR": str(tmp_path),
+        "XRMQ_RUNTIME_DIR": str(tmp_path),
+        "XRMQ_LOG_LEVEL": "WARNING",
+    }
+    chat = subprocess.Popen(
+        [sys.executable, "-m", "xrmq.actors.cli", "chat", "--embedded", "--participant", "ann"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         expect_line(chat, "xrmq chat: ready participant=ann bus=ipc://")
         chat.stdin.write("My locker is number 318.\n")

@@ -13,7 +13,7 @@ import pytest
 
 from buses import broker_process, expect_line, python, reap
 from xrmq.actors import GLOBAL
-from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
+from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, RuntimeContext, subscribe
 from xrmq.actors.runtime.annotations import admits
 from xrmq.schemas import ConversationContextUpdate as Update
 from xrmq.schemas import UserQuery
@@ -204,8 +204,8 @@ class Configured(Agent):
     def __init__(self, topic: Topic) -> None:
         self.topic = topic
 
-    def handlers(self) -> dict[Topic, str]:
-        return {self.topic: "on_speak"}
+    def handlers(self) -> Handlers:
+        return {self.topic: self.on_speak}
 
     async def on_speak(self, message: Speak, ctx: RuntimeContext) -> None: ...
 
@@ -217,7 +217,7 @@ def test_a_configured_handler_is_checked_against_its_topic_too():
     ):
         AgentRuntime().register("wrong", Configured(NOTES))
     with pytest.raises(TypeError, match=r"annotated Speak, .*carries ConversationContextUpdate"):
-        AgentRuntime().register_keyed("wrong", Configured, handlers={NOTES: "on_speak"})
+        AgentRuntime().register_keyed("wrong", Configured, handlers={NOTES: Configured.on_speak})
 
 
 T = TypeVar("T", bound=msgspec.Struct)

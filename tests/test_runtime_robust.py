@@ -344,7 +344,9 @@ async def test_a_keyed_kind_over_its_bound_retires_the_least_recently_used_idle_
     assert metrics.evicted_by["keyed"] == 2 and metrics.tables["keyed[counter]"] == 2
 
 
-async def test_a_forged_higher_seq_under_the_real_epoch_costs_the_real_sender_two_messages_only(bus):
+async def test_a_forged_higher_seq_under_the_real_epoch_costs_the_real_sender_two_messages_only(
+    bus,
+):
     collector = Collector()
     receiver = AgentRuntime(bus)
     receiver.register("notes", collector)

@@ -32,10 +32,10 @@ class Watcher(Agent):
 
     def handlers(self):
         return {
-            NOTES: "on_any",
-            QUERY_TOPIC: "on_query",
-            PARTICIPANT_LEFT_TOPIC: "on_any",
-            VOICE_OUTPUT_TOPIC: "on_any",
+            NOTES: self.on_any,
+            QUERY_TOPIC: self.on_query,
+            PARTICIPANT_LEFT_TOPIC: self.on_any,
+            VOICE_OUTPUT_TOPIC: self.on_any,
         }
 
     async def on_any(self, message, ctx: RuntimeContext) -> None:

@@ -314,7 +314,7 @@ def test_a_plain_tcp_bus_beyond_loopback_is_refused_naming_the_fix(tmp_path, add
 
 def test_insecure_true_accepts_it_and_check_says_so(tmp_path):
     config = tmp_path / "edge.toml"
-    stack = SECURE_CONFIG[SECURE_CONFIG.index("[context.topics.scene]"):]
+    stack = SECURE_CONFIG[SECURE_CONFIG.index("[context.topics.scene]") :]
     config.write_text(
         '[bus]\naddress = "tcp://0.0.0.0:7300"\n\n[bus.security]\ninsecure = true\n\n' + stack
     )

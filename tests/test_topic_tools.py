@@ -100,7 +100,7 @@ def test_a_replay_publishes_what_enters_a_box_and_leaves_out_what_it_derives():
 
 class Everything(Agent):
     def __init__(self, *topics: Topic, expected: int) -> None:
-        self._handlers = dict.fromkeys(topics, "on_message")
+        self._handlers = dict.fromkeys(topics, self.on_message)
         self.seen: list[str] = []
         self.expected = expected
         self.done = asyncio.Event()

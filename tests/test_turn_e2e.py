@@ -41,9 +41,16 @@ class Voice:
             if not line:
                 raise AssertionError(f"voice process exited: {self.proc.stderr.read()[-3000:]}")
             report = json.loads(line)
-            response = self.responses.setdefault(report["response"], {
-                "participant": report["participant"], "texts": [], "sources": None, "request": None, "reason": None,
-            })
+            response = self.responses.setdefault(
+                report["response"],
+                {
+                    "participant": report["participant"],
+                    "texts": [],
+                    "sources": None,
+                    "request": None,
+                    "reason": None,
+                },
+            )
             if report["event"] == "segment":
                 response["texts"].append(report["text"])
                 response["sources"], response["request"] = report["sources"], report["request"]
@@ -116,7 +123,10 @@ def test_two_participants_get_their_own_context_and_an_interruption_cuts_the_rep
             # A long answer is interrupted mid-way; the next turn is answered.
             publish_fact(bus, "p1", SECOND_FACT)
             expect_line(conversation, "context p1 2")
-            send(text_input, "query p1 Tell me about the coolant flow, the bypass valve and the pressure trend")
+            send(
+                text_input,
+                "query p1 Tell me about the coolant flow, the bypass valve and the pressure trend",
+            )
             voice.read_until(lambda v: len(v.of("p1")) == 2 and v.of("p1")[1]["texts"])
             send(text_input, "interrupt p1")
             voice.read_until(lambda v: v.ended("p1", 2))
@@ -130,8 +140,11 @@ def test_two_participants_get_their_own_context_and_an_interruption_cuts_the_rep
             assert "4.2 bar" in Voice.text(answered)
             assert not voice.of("p2")[1:]  # p2 heard nothing of p1's conversation
             # the interrupted answer was never recorded; the answered ones were
-            assert dialogue_until(conversation, "p1", "What does the R7 pressure read in bar now?") == [
-                "What does the reactor pressure read?", "What does the R7 pressure read in bar now?",
+            assert dialogue_until(
+                conversation, "p1", "What does the R7 pressure read in bar now?"
+            ) == [
+                "What does the reactor pressure read?",
+                "What does the R7 pressure read in bar now?",
             ]
         finally:
             text_input.stdin.close()

@@ -114,7 +114,7 @@ async def test_a_destination_that_forgets_a_running_answer_fails_the_turn_as_los
         await turn.wait(10)
     assert turn.outcome.status == "failed"
     assert turn.outcome.error == (
-        "DestinationLost: the destination no longer knows this answer " "(it restarted mid-turn)"
+        "DestinationLost: the destination no longer knows this answer (it restarted mid-turn)"
     )
 
 
@@ -164,9 +164,10 @@ def edge_box(config: Path, env: dict) -> Iterator[tuple[subprocess.Popen, dict[s
     )
     try:
         ready = expect_line(up, "xrmq up: ready")
-        yield up, {
-            name: int(pid) for name, pid in re.findall(r"(\S+)=(\d+)", ready) if name != "bus"
-        }
+        yield (
+            up,
+            {name: int(pid) for name, pid in re.findall(r"(\S+)=(\d+)", ready) if name != "bus"},
+        )
     finally:
         reap(up)
 

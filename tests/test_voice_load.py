@@ -41,7 +41,12 @@ async def test_eight_participants_at_50_frames_per_second_for_a_minute_have_no_g
                 while not done.done():  # sample memory every 2 s until the streams end
                     await asyncio.wait({done}, timeout=2.0)
                     instances = runtime.keyed_instances(VOICE_INPUT_KIND).values()
-                    held.append(max((v.held_samples for v in instances if isinstance(v, VoiceInput)), default=0))
+                    held.append(
+                        max(
+                            (v.held_samples for v in instances if isinstance(v, VoiceInput)),
+                            default=0,
+                        )
+                    )
                     rss.append(rss_mb())
                 _, sent, _ = (await done).split()
                 cpu = time.process_time() - cpu0
@@ -49,7 +54,9 @@ async def test_eight_participants_at_50_frames_per_second_for_a_minute_have_no_g
                 voices = runtime.keyed_instances(VOICE_INPUT_KIND)
                 for voice in voices.values():  # every frame sent has been handled
                     assert isinstance(voice, VoiceInput)
-                    await asyncio.wait_for(voice.wait_until(lambda c: c.frames >= expected // PARTICIPANTS), 30)
+                    await asyncio.wait_for(
+                        voice.wait_until(lambda c: c.frames >= expected // PARTICIPANTS), 30
+                    )
             finally:
                 reap(streams)
             metrics = runtime.metrics()
@@ -61,6 +68,8 @@ async def test_eight_participants_at_50_frames_per_second_for_a_minute_have_no_g
     assert sum(c.utterances for c in counts) == 0  # noise is not speech: no recognition ran
     bound = (0.2 + 15.0) * 16000 + 2 * 512
     assert max(held) <= bound
-    print(f"{PARTICIPANTS} participants x {SECONDS:.0f} s: CPU {cpu / SECONDS * 100 / PARTICIPANTS:.2f}% "
-          f"of a core per participant; RSS {rss[0]:.0f} -> {rss[-1]:.0f} MB; max held {max(held)} samples")
+    print(
+        f"{PARTICIPANTS} participants x {SECONDS:.0f} s: CPU {cpu / SECONDS * 100 / PARTICIPANTS:.2f}% "
+        f"of a core per participant; RSS {rss[0]:.0f} -> {rss[-1]:.0f} MB; max held {max(held)} samples"
+    )
     assert rss[-1] - rss[len(rss) // 3] < 32  # flat after warm-up

@@ -20,7 +20,15 @@ from xrmq.actors.voice.sinks import (
 )
 
 
-def segment(text: str = "one two three", *, pid: str = "p1", response: int = 1, ts: int | None = None, token: int = 1, urgent=False):
+def segment(
+    text: str = "one two three",
+    *,
+    pid: str = "p1",
+    response: int = 1,
+    ts: int | None = None,
+    token: int = 1,
+    urgent=False,
+):
     return Segment(pid, response, "reply", ("conversation",), "r1", text, ts, True, urgent, token)
 
 

@@ -38,6 +38,11 @@ METRICS_TOPIC: Topic[RuntimeMetrics] = Topic("xrmq.metrics", RuntimeMetrics)
 SUPERVISOR_TOPIC: Topic[SupervisorReport] = Topic("xrmq.supervisor", SupervisorReport)
 """``xrmq up``'s report of every process it supervises (down ones too); read by ``xrmq top``."""
 
+ROUTER_SOURCE = "router"
+"""The envelope ``source`` of the router's own text on ``VOICE_OUTPUT_TOPIC`` (an
+acknowledgement, or a failure said instead of an answer): front ends tell it apart from a
+destination's answer by this name."""
+
 
 def context_topic(name: str) -> Topic[ConversationContextUpdate]:
     """The topic a sensor process publishes ``ConversationContextUpdate`` on."""
@@ -68,6 +73,7 @@ __all__ = [
     "PARTICIPANT_JOINED_TOPIC",
     "PARTICIPANT_LEFT_TOPIC",
     "QUERY_TOPIC",
+    "ROUTER_SOURCE",
     "STANDARD_TOPICS",
     "SUPERVISOR_TOPIC",
     "TURN_ENDED_TOPIC",

@@ -45,7 +45,9 @@ class ContextConfig(msgspec.Struct, frozen=True):
         for section in self.topics:
             if section.spec.name == source:
                 if section.spec.kind != mode:
-                    raise ValueError(f"mode: topic {source!r} is configured as {section.spec.kind}, not {mode!r}")
+                    raise ValueError(
+                        f"mode: topic {source!r} is configured as {section.spec.kind}, not {mode!r}"
+                    )
                 return section
         raise ValueError(f"source: {source!r} is not a configured topic")
 
@@ -58,7 +60,9 @@ def _budget(value: object, parameter: str) -> int:
 
 def _topic_names(value: object, parameter: str) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, Sequence):
-        raise ValueError(f"{parameter}: must be a sequence of topic names, not {type(value).__name__}")
+        raise ValueError(
+            f"{parameter}: must be a sequence of topic names, not {type(value).__name__}"
+        )
     names = tuple(value)
     for name in names:
         if not isinstance(name, str) or not name:
@@ -66,7 +70,9 @@ def _topic_names(value: object, parameter: str) -> tuple[str, ...]:
     seen: set[str] = set()
     for name in names:
         if name in seen:
-            raise ValueError(f"{parameter}: topic names must be unique; {name!r} appears more than once")
+            raise ValueError(
+                f"{parameter}: topic names must be unique; {name!r} appears more than once"
+            )
         seen.add(name)
     return names
 
@@ -100,11 +106,16 @@ def context_config(
     if isinstance(topic_budget_bytes, Mapping):
         missing = [name for name in topics if name not in topic_budget_bytes]
         if missing:
-            raise ValueError(f"topic_budget_bytes: must have a value for every configured topic; missing {missing}")
+            raise ValueError(
+                f"topic_budget_bytes: must have a value for every configured topic; missing {missing}"
+            )
         unknown = sorted(str(name) for name in topic_budget_bytes if name not in topics)
         if unknown:
             raise ValueError(f"topic_budget_bytes: names topics that are not configured: {unknown}")
-        budgets = {name: _budget(topic_budget_bytes[name], f"topic_budget_bytes[{name!r}]") for name in topics}
+        budgets = {
+            name: _budget(topic_budget_bytes[name], f"topic_budget_bytes[{name!r}]")
+            for name in topics
+        }
     else:
         shared = _budget(topic_budget_bytes, "topic_budget_bytes")
         budgets = {name: shared for name in topics}
@@ -124,5 +135,7 @@ def context_config(
     kinds += [(name, "incremental") for name in incremental]
     return ContextConfig(
         dialogue=Section(SectionSpec(DIALOGUE_SECTION, "dialogue", dialogue_budget), settings),
-        topics=tuple(Section(SectionSpec(name, kind, budgets[name]), settings) for name, kind in kinds),
+        topics=tuple(
+            Section(SectionSpec(name, kind, budgets[name]), settings) for name, kind in kinds
+        ),
     )

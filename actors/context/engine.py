@@ -81,7 +81,9 @@ class SectionSpec(msgspec.Struct, frozen=True):
         if not self.name:
             raise ValueError("SectionSpec.name: must be non-empty")
         if not _positive_int(self.budget_bytes):
-            raise ValueError(f"SectionSpec.budget_bytes: must be a positive int (section {self.name!r})")
+            raise ValueError(
+                f"SectionSpec.budget_bytes: must be a positive int (section {self.name!r})"
+            )
 
     @property
     def summary_limit_bytes(self) -> int:
@@ -204,7 +206,9 @@ class RenderedSection(msgspec.Struct, frozen=True):
     warning: OverBudget | None = None
 
 
-def exchange_identity(request: str, answer: str, timestamp_us: int | None, exchange_id: object | None) -> bytes:
+def exchange_identity(
+    request: str, answer: str, timestamp_us: int | None, exchange_id: object | None
+) -> bytes:
     """Short identity of an exchange, remembered for the session.
 
     The id decides when there is one (any msgspec-encodable value); an exchange without
@@ -236,7 +240,12 @@ def history_tail(
         raise ValueError("exchange_ids: must have exactly one id per exchange")
     check_timestamp(now_us)
     window = [
-        (request, answer, timestamp_us, exchange_identity(request, answer, timestamp_us, exchange_id))
+        (
+            request,
+            answer,
+            timestamp_us,
+            exchange_identity(request, answer, timestamp_us, exchange_id),
+        )
         for (request, answer, timestamp_us), exchange_id in zip(exchanges, exchange_ids)
     ]
     known_at = [index for index, item in enumerate(window) if item[3] in known]
@@ -306,10 +315,13 @@ class Section(msgspec.Struct, frozen=True):
 
     def _require_kind(self, kind: SectionKind, operation: str) -> None:
         if self.spec.kind != kind:
-            raise ValueError(f"{operation}: section {self.spec.name!r} is a {self.spec.kind} section, not {kind}")
+            raise ValueError(
+                f"{operation}: section {self.spec.name!r} is a {self.spec.kind} section, not {kind}"
+            )
 
-    def _add_entry(self, state: SectionState, text: str, timestamp_us: int,
-                   identity: bytes = b"") -> None:
+    def _add_entry(
+        self, state: SectionState, text: str, timestamp_us: int, identity: bytes = b""
+    ) -> None:
         entry = Entry(state.next_entry_id, timestamp_us, text, utf8_size(text), identity)
         state.next_entry_id += 1
         bisect.insort(state.entries, entry, key=_order)
@@ -363,7 +375,9 @@ class Section(msgspec.Struct, frozen=True):
         not added. An exchange without a timestamp is recorded at ``now_us``.
         """
         self._require_kind("dialogue", "reconcile_history")
-        tail = history_tail(state.exchange_identities, exchanges, exchange_ids=exchange_ids, now_us=now_us)
+        tail = history_tail(
+            state.exchange_identities, exchanges, exchange_ids=exchange_ids, now_us=now_us
+        )
         for identity, request, answer, when in tail:
             state.exchange_identities.add(identity)
             self._add_entry(state, exchange_text(request, answer, when), when, identity)
@@ -379,7 +393,9 @@ class Section(msgspec.Struct, frozen=True):
         """Replace a summary topic's state; over its budget it keeps its start and end."""
         self._require_kind("summary", "replace_state")
         check_timestamp(timestamp_us)
-        rendered = clip_middle(state_text(self.spec.name, text, timestamp_us), self.spec.budget_bytes)
+        rendered = clip_middle(
+            state_text(self.spec.name, text, timestamp_us), self.spec.budget_bytes
+        )
         state.entries = [Entry(state.next_entry_id, timestamp_us, rendered, utf8_size(rendered))]
         state.next_entry_id += 1
         state.revision += 1
@@ -392,7 +408,10 @@ class Section(msgspec.Struct, frozen=True):
 
     def compaction_due(self, state: SectionState) -> bool:
         """The trigger: uncompacted entries, as rendered, exceed half the budget."""
-        return self.spec.kind != "summary" and 2 * self.uncompacted_bytes(state) > self.spec.budget_bytes
+        return (
+            self.spec.kind != "summary"
+            and 2 * self.uncompacted_bytes(state) > self.spec.budget_bytes
+        )
 
     def _eligible(self, state: SectionState) -> list[Entry]:
         """Entries compaction may take: all but the newest exchange, which stays verbatim."""
@@ -414,7 +433,9 @@ class Section(msgspec.Struct, frozen=True):
             due = state.condense_due
             state.condense_due = None
             material = clip_middle(due.candidate, self.settings.input_budget_bytes)
-            return self._issue(state, "condense", condense_message(material), due.entry_ids, due.candidate)
+            return self._issue(
+                state, "condense", condense_message(material), due.entry_ids, due.candidate
+            )
         if not state.backlog:
             if state.awaiting_entry or not self.compaction_due(state):
                 return None
@@ -497,8 +518,13 @@ class Section(msgspec.Struct, frozen=True):
         """A compaction run is in progress: a job in flight, a condense due or a backlog."""
         return state.pending is not None or state.condense_due is not None or bool(state.backlog)
 
-    def merge(self, state: SectionState, summary: str, entries: Sequence[Entry],
-              identities: Sequence[bytes]) -> list[bytes]:
+    def merge(
+        self,
+        state: SectionState,
+        summary: str,
+        entries: Sequence[Entry],
+        identities: Sequence[bytes],
+    ) -> list[bytes]:
         """Merge a dumped section into ``state``; return the exchange identities it added.
 
         Never duplicates: a dialogue entry whose identity is known, or a topic entry with
@@ -512,10 +538,14 @@ class Section(msgspec.Struct, frozen=True):
         if self.spec.kind == "summary":
             newest = max(entries, key=_order, default=None)
             current = state.entries[-1] if state.entries else None
-            if newest is not None and (current is None or _order(newest) > _order(current)) and (
-                    current is None or newest.text != current.text):
+            if (
+                newest is not None
+                and (current is None or _order(newest) > _order(current))
+                and (current is None or newest.text != current.text)
+            ):
                 state.entries = [
-                    Entry(state.next_entry_id, newest.timestamp_us, newest.text, newest.size)]
+                    Entry(state.next_entry_id, newest.timestamp_us, newest.text, newest.size)
+                ]
                 state.next_entry_id += 1
                 state.revision += 1
             return added
@@ -574,10 +604,14 @@ class Section(msgspec.Struct, frozen=True):
         if not failed and utf8_size(text) <= limit:
             self._replace_summary(state, text, pending.entry_ids)
             return ApplyStatus.APPLIED
-        self._replace_summary(state, clip_middle(pending.candidate if failed else text, limit), pending.entry_ids)
+        self._replace_summary(
+            state, clip_middle(pending.candidate if failed else text, limit), pending.entry_ids
+        )
         return ApplyStatus.CLIPPED
 
-    def _replace_summary(self, state: SectionState, summary: str, entry_ids: tuple[int, ...]) -> None:
+    def _replace_summary(
+        self, state: SectionState, summary: str, entry_ids: tuple[int, ...]
+    ) -> None:
         covered = set(entry_ids)
         state.summary = summary
         state.entries = [entry for entry in state.entries if entry.entry_id not in covered]
@@ -597,7 +631,11 @@ class Section(msgspec.Struct, frozen=True):
         budget = self.spec.budget_bytes
         blocks: list[ContextBlock] = []
         if state.summary:
-            text = clip_middle(summary_label(self.spec.name, dialogue=self.spec.kind == "dialogue") + state.summary, budget)
+            text = clip_middle(
+                summary_label(self.spec.name, dialogue=self.spec.kind == "dialogue")
+                + state.summary,
+                budget,
+            )
             blocks.append(ContextBlock(None, text))
             budget -= utf8_size(text)
         dated = [ContextBlock(entry.timestamp_us, entry.text) for entry in state.entries]

@@ -45,7 +45,14 @@ from typing import Any, Literal
 from uuid import uuid4
 
 from xrmq.actors.models import LLMService
-from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeClosedError, RuntimeContext, get_logger
+from xrmq.actors.runtime import (
+    Agent,
+    AgentRuntime,
+    Handlers,
+    RuntimeClosedError,
+    RuntimeContext,
+    get_logger,
+)
 from xrmq.actors.runtime.ratelimit import AggregatedWarnings
 from xrmq.schemas import CompactionPrompts, ContextBlock, ConversationContextUpdate
 from xrmq.topics import Topic
@@ -60,8 +67,8 @@ from .engine import exchange_identity, history_tail
 from .manual import CompactOutcome, CompactStatus, SectionOutcome
 from .messages import (
     CancelJobs,
-    ClearSection,
     Cleared,
+    ClearSection,
     CompactReport,
     CompactSection,
     ExchangeRecord,
@@ -132,15 +139,15 @@ class ContextSubscriber(Agent):
             self._manager._attach(runtime, self.name or self._manager.plan.namespace)
         self._runtime = runtime
 
-    def handlers(self) -> dict[Topic, str]:
+    def handlers(self) -> Handlers:
         """The section views and host restarts every replica follows, and this manager's
         own forget barrier and compaction reports."""
         topics, manager_id = self._manager.plan.topics, self._manager.id
         return {
-            topics.view: "on_view",
-            topics.replica(manager_id): "on_forget",
-            topics.host_started: "on_host_started",
-            topics.compacted(manager_id): "on_compacted",
+            topics.view: self.on_view,
+            topics.replica(manager_id): self.on_forget,
+            topics.host_started: self.on_host_started,
+            topics.compacted(manager_id): self.on_compacted,
         }
 
     def gauges(self) -> dict[str, float]:

@@ -28,7 +28,9 @@ after their topics. A topic may itself be called "dialogue": sections are told a
 kind, never by name."""
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-MAX_TIMESTAMP_US = int((datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC) - _EPOCH).total_seconds()) * 1_000_000
+MAX_TIMESTAMP_US = (
+    int((datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC) - _EPOCH).total_seconds()) * 1_000_000
+)
 """Largest timestamp a block can show (the last second of year 9999)."""
 
 

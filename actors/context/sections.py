@@ -44,6 +44,8 @@ from xrmq.actors.runtime import (
     Agent,
     AgentRuntime,
     AskError,
+    Handler,
+    Handlers,
     RuntimeContext,
     get_logger,
     shard_of,
@@ -57,8 +59,8 @@ from .dump import ParticipantDump, SectionDump, dump_entries, export_section
 from .engine import ApplyStatus, PendingJob, Section, SectionState
 from .messages import (
     CancelJobs,
-    ClearSection,
     Cleared,
+    ClearSection,
     CompactionDone,
     CompactionJob,
     CompactReport,
@@ -684,16 +686,16 @@ class TopicSectionActor(Agent):
         )
         self.closed = False
         t, topic = plan.topics, section.spec.name
-        self._handlers = {
-            t.updates(topic): "on_update",
-            t.topic_write(topic): "on_write",
-            t.topic_result(topic): "on_result",
-            t.topic_clear(topic): "on_clear",
-            t.topic_load(topic): "on_load",
-            t.topic_compact(topic): "on_compact",
+        self._handlers: dict[Topic, Handler] = {
+            t.updates(topic): self.on_update,
+            t.topic_write(topic): self.on_write,
+            t.topic_result(topic): self.on_result,
+            t.topic_clear(topic): self.on_clear,
+            t.topic_load(topic): self.on_load,
+            t.topic_compact(topic): self.on_compact,
         }
 
-    def handlers(self) -> dict[Topic, str]:
+    def handlers(self) -> Handlers:
         """Its topic (sensor updates), plus the manager's writes, loads, compactions,
         compaction results and clears for it."""
         return self._handlers
@@ -808,10 +810,10 @@ class ContextHost(Agent):
         """Dialogues migrated to the shard that owns them now."""
         self._migration: asyncio.Task[None] | None = None
         t = plan.topics
-        self._handlers = {
-            t.host_sync(index): "on_sync",
-            t.host_dump(index): "on_dump",
-            t.dialogue_clear: "on_clear",
+        self._handlers: dict[Topic, Handler] = {
+            t.host_sync(index): self.on_sync,
+            t.host_dump(index): self.on_dump,
+            t.dialogue_clear: self.on_clear,
         }
 
     async def on_clear(self, message: ClearSection, ctx: RuntimeContext) -> object:
@@ -840,7 +842,7 @@ class ContextHost(Agent):
             "context.migrating": float(self.migrating),
         }
 
-    def handlers(self) -> dict[Topic, str]:
+    def handlers(self) -> Handlers:
         return self._handlers
 
     def take(self, participant_id: str) -> Recovered | None:
@@ -1077,12 +1079,12 @@ def register_sections(
         shard=shard,
         shards=shards,
         handlers={
-            t.dialogue_write: "on_write",
-            t.dialogue_result: "on_result",
-            t.dialogue_clear: "on_clear",
-            t.dialogue_load: "on_load",
-            t.dialogue_migrate: "on_migrate",
-            t.dialogue_compact: "on_compact",
+            t.dialogue_write: DialogueSectionActor.on_write,
+            t.dialogue_result: DialogueSectionActor.on_result,
+            t.dialogue_clear: DialogueSectionActor.on_clear,
+            t.dialogue_load: DialogueSectionActor.on_load,
+            t.dialogue_migrate: DialogueSectionActor.on_migrate,
+            t.dialogue_compact: DialogueSectionActor.on_compact,
         },
     )
     for actor in actors:

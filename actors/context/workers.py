@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from xrmq.actors.models import ChatMessage, ChatOptions, LLMService
-from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, get_logger
+from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, RuntimeContext, get_logger
 from xrmq.actors.runtime.ratelimit import AggregatedWarnings
 from xrmq.topics import Topic
 
@@ -70,11 +70,11 @@ class CompactionWorker(Agent):
         self._warnings: AggregatedWarnings | None = None
         self._stopping = False
 
-    def handlers(self) -> dict[Topic, str]:
+    def handlers(self) -> Handlers:
         """Its own job and cancel topics: each worker is a mailbox of its own."""
         return {
-            self._topics.worker_jobs(self.index): "on_job",
-            self._topics.worker_cancel(self.index): "on_cancel",
+            self._topics.worker_jobs(self.index): self.on_job,
+            self._topics.worker_cancel(self.index): self.on_cancel,
         }
 
     @property

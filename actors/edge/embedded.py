@@ -70,7 +70,7 @@ class _Lines:
     async def wait_line(self, prefix: str, after: int) -> str:
         """The first line starting with ``prefix`` written after the ``after``-th line."""
         while True:
-            fresh = list(self.lines)[max(0, len(self.lines) - (self.written - after)):]
+            fresh = list(self.lines)[max(0, len(self.lines) - (self.written - after)) :]
             for line in fresh:
                 if line.startswith(prefix):
                     return line
@@ -90,7 +90,9 @@ class EmbeddedStack:
     order and removes the directory, bus sockets included.
     """
 
-    def __init__(self, config: EdgeConfig, *, echo: TextIO | None = None, python: str = sys.executable) -> None:
+    def __init__(
+        self, config: EdgeConfig, *, echo: TextIO | None = None, python: str = sys.executable
+    ) -> None:
         self._requested = config
         self._python = python
         self._out = _Lines(echo)
@@ -114,8 +116,11 @@ class EmbeddedStack:
         """The pid of the process ``label`` (``context``, ``conversation.1``...) now running."""
         pattern = re.compile(rf"(?:^|\s){re.escape(label)}(?:=| pid=)(\d+)")
         for line in reversed(self._out.lines):
-            starts = ("xrmq up: ready", f"xrmq up: started {label} ",
-                      f"xrmq up: restarted {label} ")
+            starts = (
+                "xrmq up: ready",
+                f"xrmq up: started {label} ",
+                f"xrmq up: restarted {label} ",
+            )
             if line.startswith(starts):
                 found = pattern.search(line)
                 if found:
@@ -146,9 +151,12 @@ class EmbeddedStack:
                 context = msgspec.structs.replace(requested.context, state_dir=journals)
                 requested = msgspec.structs.replace(requested, context=context)
             self.config = write_config(requested, self.directory / "edge.toml")
-            self._supervisor = Supervisor(self.config, str(self.directory / "edge.toml"), out=self._out,
-                                          python=self._python)
-            self._task = asyncio.create_task(self._supervisor.run(), name="xrmq-embedded-supervisor")
+            self._supervisor = Supervisor(
+                self.config, str(self.directory / "edge.toml"), out=self._out, python=self._python
+            )
+            self._task = asyncio.create_task(
+                self._supervisor.run(), name="xrmq-embedded-supervisor"
+            )
             ready = asyncio.create_task(self._out.ready.wait())
             await asyncio.wait([ready, self._task], return_when=asyncio.FIRST_COMPLETED)
             ready.cancel()

@@ -46,7 +46,11 @@ def read_records(stream: BinaryIO, *, name: str = "capture") -> Iterator[Record]
         frames = []
         for _ in range(count):
             length_bytes = stream.read(_LENGTH.size)
-            frame = stream.read(_LENGTH.unpack(length_bytes)[0]) if len(length_bytes) == _LENGTH.size else None
+            frame = (
+                stream.read(_LENGTH.unpack(length_bytes)[0])
+                if len(length_bytes) == _LENGTH.size
+                else None
+            )
             if frame is None or len(frame) != _LENGTH.unpack(length_bytes)[0]:
                 raise ValueError(f"{name}: record {index} is truncated")
             frames.append(frame)

@@ -35,13 +35,17 @@ def resolve_role(name: str, base: Path | None = None) -> RoleBuilder:
     """
     if ":" not in name:
         if name not in ROLES:
-            from .stack import BUILTIN_ROLES  # the whole conversation stack: imported only when a role runs
+            from .stack import (
+                BUILTIN_ROLES,
+            )  # the whole conversation stack: imported only when a role runs
 
             for builtin, builder in BUILTIN_ROLES.items():
                 ROLES.setdefault(builtin, builder)
         if name not in ROLES:
             known = ", ".join(sorted(ROLES)) or "none"
-            raise LookupError(f"unknown role {name!r} (built-in roles: {known}; or use package.module:function)")
+            raise LookupError(
+                f"unknown role {name!r} (built-in roles: {known}; or use package.module:function)"
+            )
         return ROLES[name]
     module_name, _, attribute = name.partition(":")
     try:
@@ -75,6 +79,8 @@ def check_roles(config: EdgeConfig, process: str | None = None) -> dict[str, lis
             try:
                 builders.append(resolve_role(role, base))
             except LookupError as error:
-                raise ConfigError(config.source, f"processes.{name}.roles[{index}]", str(error)) from None
+                raise ConfigError(
+                    config.source, f"processes.{name}.roles[{index}]", str(error)
+                ) from None
         resolved[name] = builders
     return resolved

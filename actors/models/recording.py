@@ -136,12 +136,20 @@ class RecordingLLM(LLMService):
             result, error = ChatResult("error"), f"{type(failure).__name__}: {failure}"
             raise
         finally:
-            self.log.append(CallRecord(
-                service=self.service, model=self.inner.model, key=request_key(request),
-                messages=list(request.messages), options=request.options, text="".join(parts),
-                finish_reason=result.finish_reason, usage=result.usage,
-                latency_s=time.perf_counter() - began, error=error,
-            ))
+            self.log.append(
+                CallRecord(
+                    service=self.service,
+                    model=self.inner.model,
+                    key=request_key(request),
+                    messages=list(request.messages),
+                    options=request.options,
+                    text="".join(parts),
+                    finish_reason=result.finish_reason,
+                    usage=result.usage,
+                    latency_s=time.perf_counter() - began,
+                    error=error,
+                )
+            )
 
 
 class ReplayLLM(LLMService):
@@ -162,8 +170,10 @@ class ReplayLLM(LLMService):
         key = request_key(request)
         queue = self._responses.get(key)
         if not queue:
-            raise ValueError(f"ReplayLLM: no recorded response for request {key[:12]} "
-                             f"(the run asks something the log does not hold)")
+            raise ValueError(
+                f"ReplayLLM: no recorded response for request {key[:12]} "
+                f"(the run asks something the log does not hold)"
+            )
         record = queue.popleft()
         if record.error is not None:
             raise ModelError(record.model, f"recorded failure: {record.error}")

@@ -143,8 +143,9 @@ class LLMService(abc.ABC):
             text = "".join([chunk async for chunk in stream])
         result = stream.result
         assert result is not None  # set when iteration ends
-        return ChatCompletion(text, result.finish_reason, result.usage, result.tool_calls,
-                              result.reasoning)
+        return ChatCompletion(
+            text, result.finish_reason, result.usage, result.tool_calls, result.reasoning
+        )
 
     @abc.abstractmethod
     def _generate(self, request: ChatRequest) -> AsyncGenerator[str | ChatResult, None]:

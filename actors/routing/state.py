@@ -48,6 +48,8 @@ class ParticipantRouting:
         return self.focus is None and not self.history
 
 
-def candidates(aids: Mapping[str, RoutingAid], excluded: set[str] | frozenset[str] = frozenset()) -> dict[str, RoutingAid]:
+def candidates(
+    aids: Mapping[str, RoutingAid], excluded: set[str] | frozenset[str] = frozenset()
+) -> dict[str, RoutingAid]:
     """The destinations a decision may choose: eligible and not excluded, in registration order."""
     return {name: aid for name, aid in aids.items() if aid.eligible and name not in excluded}

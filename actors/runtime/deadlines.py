@@ -65,7 +65,9 @@ class AskDeadlines:
         while heap and heap[0][0] <= now:
             _, _, future, topic_name, timeout = heapq.heappop(heap)
             if not future.done():
-                future.set_exception(TimeoutError(f"ask: no reply on {topic_name!r} within {timeout}s"))
+                future.set_exception(
+                    TimeoutError(f"ask: no reply on {topic_name!r} within {timeout}s")
+                )
         while heap and heap[0][2].done():
             heapq.heappop(heap)
         if heap:

@@ -32,9 +32,13 @@ LOOP_VARIABLE = "XRMQ_EVENT_LOOP"
 
 def event_loop_name(name: str | None = None) -> str:
     """The loop to run on: ``name``, else ``$XRMQ_EVENT_LOOP``, else uvloop if installed."""
-    chosen = name or os.environ.get(LOOP_VARIABLE) or ("uvloop" if uvloop is not None else "asyncio")
+    chosen = (
+        name or os.environ.get(LOOP_VARIABLE) or ("uvloop" if uvloop is not None else "asyncio")
+    )
     if chosen not in EVENT_LOOPS:
-        raise ValueError(f"{LOOP_VARIABLE}: must be one of {', '.join(EVENT_LOOPS)}, got {chosen!r}")
+        raise ValueError(
+            f"{LOOP_VARIABLE}: must be one of {', '.join(EVENT_LOOPS)}, got {chosen!r}"
+        )
     if chosen == "uvloop" and uvloop is None:
         raise ValueError(f"{LOOP_VARIABLE}: uvloop is not installed")
     return chosen

@@ -19,7 +19,7 @@ import time
 import uuid
 import zlib
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any, cast
 
 import msgspec
@@ -29,7 +29,7 @@ from xrmq.schemas import MessageMetadata, RuntimeMetrics
 from xrmq.topics import METRICS_TOPIC, Topic, registry_counts, topic_key
 
 from .address import BusAddress, check_ipc_directories, parse_bus
-from .agent import GLOBAL, Agent, Scope, check_handlers, subscriptions
+from .agent import GLOBAL, Agent, Handlers, Scope, check_handlers, subscriptions
 from .broker import DEFAULT_HWM, DEFAULT_MAX_MESSAGE_BYTES, Broker, shared_context
 from .deadlines import AskDeadlines
 from .edge_checks import DEFAULT_EPOCH_SKEW_S, EnvelopeCheck, metadata_category
@@ -358,7 +358,7 @@ class AgentRuntime:
         shard: int = 0,
         shards: int = 1,
         mailbox_capacity: int | None = None,
-        handlers: Mapping[Topic, str | Sequence[str]] | None = None,
+        handlers: Handlers | None = None,
         max_instances: int | None = None,
     ) -> None:
         """Host a keyed kind: one ``agent_type`` instance per participant, spawned on first message.
@@ -366,11 +366,11 @@ class AgentRuntime:
         Several processes can host one kind; each owns the keys whose ``shard_of`` is its
         ``shard`` (of ``shards``). A global message (no participant) goes to every live
         instance in this runtime. ``factory(key)`` builds an instance (default
-        ``agent_type(key)``). ``handlers`` maps topics to handler method names when
-        they come from configuration (default: the class's ``@subscribe`` methods).
-        ``max_instances`` (default the runtime's ``keyed_instances``) bounds the live
-        instances: beyond it the least recently used idle one is retired (``on_stop``),
-        and counted (``evicted_by["keyed"]``).
+        ``agent_type(key)``). ``handlers`` maps topics to the class's handler functions
+        (``{topic: Kind.on_write}``) when they come from configuration (default: the
+        class's ``@subscribe`` methods). ``max_instances`` (default the runtime's
+        ``keyed_instances``) bounds the live instances: beyond it the least recently used
+        idle one is retired (``on_stop``), and counted (``evicted_by["keyed"]``).
         """
         self._check_registrable(kind)
         if not (isinstance(agent_type, type) and issubclass(agent_type, Agent)):
