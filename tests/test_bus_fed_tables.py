@@ -22,10 +22,9 @@ from xrmq.actors.context.compaction import CompactionRequest, JobRef
 from xrmq.actors.context.messages import CancelJobs, CompactionDone, CompactionJob, SectionView
 from xrmq.actors.context.plan import context_plan
 from xrmq.actors.models import ScriptedLLM, ScriptedResponse
-from xrmq.actors.runtime import Agent, AgentRuntime, subscribe
+from xrmq.actors.runtime import Agent, AgentRuntime
 from xrmq.schemas import ConversationContextUpdate
-from xrmq.topics import Topic, bound_topics, registry_counts
-from xrmq.topics import _topic
+from xrmq.topics import Topic, _topic, bound_topics, registry_counts
 
 pytestmark = pytest.mark.timeout(60)
 

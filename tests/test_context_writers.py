@@ -18,13 +18,14 @@ import sqlite3
 import msgspec
 import pytest
 
-from lossy_bus import LossyBus
 from xrmq.actors.context import ContextManager, context_plan, open_store, register_sections
 from xrmq.actors.context.messages import HostSync, HostViews
 from xrmq.actors.context.store import SCHEMA_VERSION
 from xrmq.actors.models import ScriptedLLM
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.schemas import ConversationContextUpdate
+
+from lossy_bus import LossyBus
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from buses import broker_process
 from xrmq.actors.edge.config import ConfigError, decode_config, default_config
 from xrmq.actors.edge.configfile import write_config
 from xrmq.actors.edge.stack import (
@@ -20,6 +19,8 @@ from xrmq.actors.edge.stack import (
     open_orphan_stores,
     state_dir,
 )
+
+from buses import broker_process
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -7,7 +7,7 @@ import decimal
 import enum
 import importlib
 import uuid
-from typing import Annotated, Any, Literal, NamedTuple, NewType, Optional, Union
+from typing import Annotated, Any, Literal, NamedTuple, NewType, Optional
 
 import msgspec
 import pytest
@@ -49,8 +49,8 @@ class Nested(msgspec.Struct, frozen=True):
     points: tuple[Point, ...]
     pair: tuple[Point, str]
     tags: frozenset[str]
-    maybe: Optional[Point] = None
-    either: Union[int, str, None] = None
+    maybe: Point | None = None
+    either: int | str | None = None
 
 
 class WithList(msgspec.Struct, frozen=True):

@@ -64,7 +64,6 @@ STANDARD_TOPICS: tuple[Topic, ...] = (
 )
 
 __all__ = [
-    "REGISTRY_CAPACITY",
     "AUDIO_IN_TOPIC",
     "AUDIO_OUT_TOPIC",
     "AUDIO_PLAYBACK_TOPIC",
@@ -73,12 +72,13 @@ __all__ = [
     "PARTICIPANT_JOINED_TOPIC",
     "PARTICIPANT_LEFT_TOPIC",
     "QUERY_TOPIC",
+    "REGISTRY_CAPACITY",
     "ROUTER_SOURCE",
     "STANDARD_TOPICS",
     "SUPERVISOR_TOPIC",
     "TURN_ENDED_TOPIC",
-    "Topic",
     "VOICE_OUTPUT_TOPIC",
+    "Topic",
     "bound_topics",
     "context_topic",
     "deeply_immutable",

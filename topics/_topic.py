@@ -111,7 +111,7 @@ class Topic(Generic[T]):
     encoder and decoder for its payload type.
     """
 
-    __slots__ = ("name", "message_type", "shared", "_decoder", "_key_prefix", "_binding")
+    __slots__ = ("_binding", "_decoder", "_key_prefix", "message_type", "name", "shared")
 
     def __init__(self, name: str, message_type: type[T]) -> None:
         if not isinstance(name, str) or not name.strip():

@@ -125,7 +125,7 @@ class ContextSubscriber(Agent):
     ``agent.runtime`` during ``register``, before it starts.
     """
 
-    def __init__(self, manager: "ContextManager") -> None:
+    def __init__(self, manager: ContextManager) -> None:
         self._manager = manager
         self._runtime: AgentRuntime | None = None
 

@@ -20,7 +20,7 @@ from .render import render_participant
 
 
 class ParticipantReplica:
-    __slots__ = ("dialogue", "topics", "pending", "identities")
+    __slots__ = ("dialogue", "identities", "pending", "topics")
 
     def __init__(self) -> None:
         self.dialogue: SectionView | None = None

@@ -54,9 +54,9 @@ from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import Topic
 
 from .compaction import CompactionRequest, CompactionResult, JobRef
-from .manual import CompactStatus
 from .dump import ParticipantDump, SectionDump, dump_entries, export_section
 from .engine import ApplyStatus, PendingJob, Section, SectionState
+from .manual import CompactStatus
 from .messages import (
     CancelJobs,
     Cleared,
@@ -82,7 +82,7 @@ from .store import ContextStore, Recovered
 class _Job:
     """The pending job of one participant's section: where it went and its timer."""
 
-    __slots__ = ("job", "workers", "timer")
+    __slots__ = ("job", "timer", "workers")
 
     def __init__(self, job: JobRef, worker: int, timer: asyncio.TimerHandle) -> None:
         self.job = job
@@ -92,17 +92,17 @@ class _Job:
 
 class _Participant:
     __slots__ = (
-        "state",
-        "job",
         "ack",
         "acks",
-        "published",
-        "warned",
         "identities",
+        "job",
         "journaled",
-        "stored_job",
         "manual",
+        "published",
+        "state",
+        "stored_job",
         "view",
+        "warned",
     )
 
     def __init__(self, state: SectionState, acks: tuple[tuple[str, int], ...] = ()) -> None:
@@ -543,7 +543,7 @@ class SectionHost:
             if store is not None:
                 journal_key = _journal_key(record)
                 if journal_key != record.journaled or record.identities:
-                    job: PendingJob | None | bool = (
+                    job: PendingJob | bool | None = (
                         True if state.pending is record.stored_job else state.pending
                     )
                     store.put(participant_id, name, state, record.acks, record.identities, job)

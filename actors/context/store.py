@@ -38,8 +38,8 @@ import asyncio
 import os
 import sqlite3
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -117,7 +117,7 @@ class Journaled(Protocol):
     they are committed, and what to do if the commit fails (stage them again later)."""
 
     def stage(
-        self, store: "ContextStore"
+        self, store: ContextStore
     ) -> tuple[list[Callable[[], None]], Callable[[], None]]: ...
 
 
@@ -168,7 +168,7 @@ class ContextStore:
         state: SectionState,
         acks: dict[str, int],
         identities: Iterable[bytes],
-        job: PendingJob | None | bool,
+        job: PendingJob | bool | None,
     ) -> None:
         """Stage a section's state; ``job`` True keeps the stored job, else replaces it."""
         body = msgspec.structs.replace(state, exchange_identities=set(), pending=None)

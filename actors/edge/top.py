@@ -81,7 +81,7 @@ class RuntimeRow(msgspec.Struct, frozen=True):
 
 
 class _Seen:
-    __slots__ = ("last", "previous", "received_at", "restarts", "reports")
+    __slots__ = ("last", "previous", "received_at", "reports", "restarts")
 
     def __init__(self, metrics: RuntimeMetrics, received_at: float) -> None:
         self.last, self.previous, self.received_at, self.restarts, self.reports = (

@@ -105,7 +105,7 @@ class Broker:
         self._lock_file: int | None = None
         self._log = get_logger(component="broker", bus=address.publish)
 
-    def start(self) -> "Broker":
+    def start(self) -> Broker:
         self._thread = threading.Thread(target=self._serve, name="xrmq-broker", daemon=True)
         self._thread.start()
         self._bound.wait()

@@ -51,22 +51,22 @@ class Mailbox:
     """
 
     __slots__ = (
+        "_context",
+        "_handoff",
+        "_items",
+        "_loop",
+        "_stopping",
+        "_task",
+        "_unstick",
+        "_waiter",
         "agent",
-        "name",
-        "runtime",
         "capacity",
         "faults",
-        "_items",
-        "_waiter",
-        "_task",
-        "_context",
-        "_loop",
-        "_handoff",
-        "_stopping",
-        "_unstick",
+        "name",
+        "runtime",
     )
 
-    def __init__(self, runtime: "AgentRuntime", agent: Agent, name: str, capacity: int) -> None:
+    def __init__(self, runtime: AgentRuntime, agent: Agent, name: str, capacity: int) -> None:
         if capacity < 1:
             raise ValueError("mailbox_capacity: must be >= 1")
         self.runtime = runtime
@@ -273,7 +273,7 @@ class _Suspended:
     the task before it took the handler over; it is thrown in first.
     """
 
-    __slots__ = ("coro", "yielded", "metadata", "topic", "pending_error")
+    __slots__ = ("coro", "metadata", "pending_error", "topic", "yielded")
 
     def __init__(
         self, coro: Coroutine[Any, Any, Any], yielded: Any, metadata: MessageMetadata, topic: Topic

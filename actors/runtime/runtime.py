@@ -106,7 +106,7 @@ class _Route:
     A registered actor's handler is bound once here, not looked up per message.
     """
 
-    __slots__ = ("topic", "handler_name", "mailbox", "handler", "keyed", "participant")
+    __slots__ = ("handler", "handler_name", "keyed", "mailbox", "participant", "topic")
 
     def __init__(
         self,
@@ -114,7 +114,7 @@ class _Route:
         handler_name: str,
         *,
         mailbox: Mailbox | None = None,
-        keyed: "_KeyedKind | None" = None,
+        keyed: _KeyedKind | None = None,
         participant: bytes | None = None,
     ) -> None:
         self.topic = topic
@@ -128,7 +128,7 @@ class _Route:
 class _KeyedKind:
     """A kind of actor spawned per key (the message's participant id) on first message."""
 
-    __slots__ = ("kind", "factory", "shard", "shards", "capacity", "max_instances", "instances")
+    __slots__ = ("capacity", "factory", "instances", "kind", "max_instances", "shard", "shards")
 
     def __init__(
         self,
@@ -466,7 +466,7 @@ class AgentRuntime:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def __aenter__(self) -> "AgentRuntime":
+    async def __aenter__(self) -> AgentRuntime:
         await self.start()
         return self
 
