@@ -56,7 +56,8 @@ CONTEXT_HEADER = "Earlier context in time order:"
 
 
 def default_system_prompt() -> str:
-    """The default system prompt: a general assistant answering from its knowledge and the context."""
+    """The default system prompt: a general assistant answering from its knowledge and the
+    context."""
     return load_prompt("core")
 
 
@@ -244,8 +245,10 @@ class Conversation:
         """Keep completed participant context; this destination holds no active resources."""
 
     async def participant_left(self, participant_id: str) -> None:
-        """Hold nothing for a departed participant; the context manager's owner clears its context."""
+        """Hold nothing for a departed participant; the context manager's owner clears its
+        context."""
 
     async def close(self) -> None:
-        """Stop answering new turns. The caller drains answers in flight and closes the context manager."""
+        """Stop answering new turns. The caller drains answers in flight and closes the context
+        manager."""
         self._closed = True

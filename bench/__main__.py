@@ -15,7 +15,7 @@ import os
 import sys
 import time
 import traceback
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from . import machine, plots, report
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"[{name}] done in {seconds:.1f} s", file=sys.stderr, flush=True)
     results = report.Results(
-        started=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        started=datetime.now(UTC).isoformat(timespec="seconds"),
         quick=args.quick,
         repetitions=repetitions,
         commit=machine.git_commit(ROOT),

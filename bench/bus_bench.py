@@ -116,7 +116,8 @@ def run(ctx: SuiteContext) -> SuiteResult:
             sender.expect("ready")
         fanout_receiver.expect("ready")
         ctx.progress(
-            f"bus: broker and {len(workers) * 2} workers up; {count} messages and {asks} asks per measurement"
+            f"bus: broker and {len(workers) * 2} workers up; {count} messages and {asks} asks per "
+            "measurement"
         )
         for rep in range(ctx.repetitions + 1):  # repetition 0 warms up and is discarded
             for layout_name, layout in layouts.items():
@@ -155,7 +156,8 @@ def run(ctx: SuiteContext) -> SuiteResult:
                     rtts[key].extend(asked[impl])
                     ctx.progress(
                         f"bus: rep {rep}/{ctx.repetitions} {layout_name:6} {impl:5}: "
-                        f"{throughput[key][-1]:,.0f} msg/s, lost {loss[key]} so far, ask p50 {p50[key][-1]:.0f} us"
+                        f"{throughput[key][-1]:,.0f} msg/s, lost {loss[key]} so far, ask p50 "
+                        f"{p50[key][-1]:.0f} us"
                     )
     rows: list[Row] = []
     for layout_name in layouts:

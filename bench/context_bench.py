@@ -365,7 +365,8 @@ async def main(quick: bool) -> None:
     print(
         f"blocks() at full budgets ({blocks['blocks']} blocks, {blocks['rendered_bytes']} bytes): "
         f"synced p50 {blocks['synced'][0]:.1f} us p99 {blocks['synced'][1]:.1f} us; "
-        f"with one pending exchange p50 {blocks['overlay'][0]:.1f} us p99 {blocks['overlay'][1]:.1f} us"
+        f"with one pending exchange p50 {blocks['overlay'][0]:.1f} us p99 "
+        f"{blocks['overlay'][1]:.1f} us"
     )
     per_participant = await bench_memory_full(20 if quick else 200)
     print(f"memory per participant at full budgets: {per_participant / 1024:.1f} KiB")
@@ -373,12 +374,15 @@ async def main(quick: bool) -> None:
         1_000 if quick else 10_000, 100 if quick else 1_000
     ):
         print(
-            f"  session after {exchanges:>6} exchanges: {traced / 1024:8.1f} KiB traced, {identities} identities"
+            f"  session after {exchanges:>6} exchanges: {traced / 1024:8.1f} KiB traced, "
+            f"{identities} identities"
         )
     throughput = await bench_throughput(2_000 if quick else 50_000, 10)
     print(
-        f"topic actor update throughput from a sensor process: {throughput['per_second']:,.0f} updates/s "
-        f"({throughput['updates']} updates in {throughput['seconds']:.2f} s, gaps {throughput['gaps']}, "
+        f"topic actor update throughput from a sensor process: {throughput['per_second']:,.0f} "
+        "updates/s "
+        f"({throughput['updates']} updates in {throughput['seconds']:.2f} s, gaps "
+        f"{throughput['gaps']}, "
         f"overflow {throughput['overflow']})"
     )
 

@@ -38,7 +38,7 @@ MESSAGES = [
     ChatMessage(
         "user",
         "\n".join(
-            CONTEXT_LINES + ["[14:30] notes: Alice booked room 4B for 15:30", "Current time: 14:59"]
+            [*CONTEXT_LINES, "[14:30] notes: Alice booked room 4B for 15:30", "Current time: 14:59"]
         ),
     ),
     ChatMessage("user", "Which room did Alice book?"),
@@ -118,9 +118,18 @@ async def main(iterations: int) -> list[dict[str, Any]]:
     paced = OfflineLLM()
 
     async def direct_provider() -> AsyncIterator[Any]:
-        return provider.astreaming(model="bench", messages=RAW_MESSAGES, api_base=None, custom_prompt_dict={},
-                                   model_response=None, print_verbose=print, encoding=None, api_key=None,
-                                   logging_obj=None, optional_params={})  # fmt: skip
+        return provider.astreaming(
+            model="bench",
+            messages=RAW_MESSAGES,
+            api_base=None,
+            custom_prompt_dict={},
+            model_response=None,
+            print_verbose=print,
+            encoding=None,
+            api_key=None,
+            logging_obj=None,
+            optional_params={},
+        )
 
     async def via_litellm() -> AsyncIterator[Any]:
         return await litellm.acompletion(
@@ -128,8 +137,14 @@ async def main(iterations: int) -> list[dict[str, Any]]:
         )
 
     async def via_litellm_service_arguments() -> AsyncIterator[Any]:
-        return await litellm.acompletion(model=f"{PROVIDER}/bench", messages=RAW_MESSAGES, stream=True,
-                                         stream_options={"include_usage": True}, timeout=60.0, drop_params=True)  # fmt: skip
+        return await litellm.acompletion(
+            model=f"{PROVIDER}/bench",
+            messages=RAW_MESSAGES,
+            stream=True,
+            stream_options={"include_usage": True},
+            timeout=60.0,
+            drop_params=True,
+        )
 
     async def service_stream() -> AsyncIterator[str]:
         return service.stream(MESSAGES)
@@ -157,9 +172,8 @@ async def main(iterations: int) -> list[dict[str, Any]]:
         iterations,
         warmup=20,
     )
-    await asyncio.sleep(
-        0.5
-    )  # let litellm's background logging tasks finish before timing OfflineLLM
+    # let litellm's background logging tasks finish before timing OfflineLLM
+    await asyncio.sleep(0.5)
     rows += await interleaved(
         {"OfflineLLM (zero delays)": lambda: time_first_chunk(offline_stream, bool)},
         iterations,
@@ -185,8 +199,11 @@ def report(rows: list[dict[str, Any]]) -> str:
     by_name = {row["name"]: row for row in rows}
     overhead = by_name["LiteLLMService"]["p50_ms"] - by_name["litellm.acompletion"]["p50_ms"]
     litellm_cost = by_name["litellm.acompletion"]["p50_ms"] - by_name["provider (direct)"]["p50_ms"]
-    lines += ["", f"litellm per-call cost over the bare provider (p50): {litellm_cost:.3f} ms",
-              f"LiteLLMService over litellm.acompletion (p50): {overhead:.3f} ms"]  # fmt: skip
+    lines += [
+        "",
+        f"litellm per-call cost over the bare provider (p50): {litellm_cost:.3f} ms",
+        f"LiteLLMService over litellm.acompletion (p50): {overhead:.3f} ms",
+    ]
     return "\n".join(lines)
 
 

@@ -50,7 +50,8 @@ def _figure(value: float) -> str:
 def table(results: Results) -> str:
     """Markdown: one table of figures per suite, then its bars and notes."""
     lines = [
-        f"commit {results.commit}; {results.machine['cpu']}, {results.machine['cpus_usable']} CPUs; "
+        f"commit {results.commit}; {results.machine['cpu']}, {results.machine['cpus_usable']} "
+        "CPUs; "
         f"python {results.versions['python']}; {'quick' if results.quick else 'full'} run, "
         f"median of {results.repetitions} repetitions",
         "",
@@ -66,7 +67,8 @@ def table(results: Results) -> str:
             for row in result.rows:
                 details = ", ".join(f"{key} {_figure(value)}" for key, value in row.extra.items())
                 lines.append(
-                    f"| {row.group} | {row.subject} | {_figure(row.median)} | {row.unit} | {details} |"
+                    f"| {row.group} | {row.subject} | {_figure(row.median)} | {row.unit} | "
+                    f"{details} |"
                 )
         if result.bars:
             lines += ["", "| bar | measured | limit | met |", "|---|---|---|---|"]

@@ -141,7 +141,8 @@ async def session_memory(calls: int, every: int) -> tuple[list[int], list[float]
                     AgentTurn("p1", f"t{index}", f"Read probe {index}."), started=_started
                 )
                 if index % every == 0:
-                    llm.requests.clear()  # the scripted model's request log is the test's, not the agent's
+                    # the scripted model's request log is the test's, not the agent's
+                    llm.requests.clear()
                     gc.collect()
                     xs.append(index)
                     ys.append(tracemalloc.get_traced_memory()[0] / 1024)
@@ -174,7 +175,8 @@ def run_suite(ctx: SuiteContext) -> SuiteResult:
             worker.expect("ready")
             for rep in range(ctx.repetitions):
                 ctx.progress(
-                    f"tools: repetition {rep + 1}/{ctx.repetitions}: {calls} round trips of each kind"
+                    f"tools: repetition {rep + 1}/{ctx.repetitions}: {calls} round trips of each "
+                    "kind"
                 )
                 samples = run(round_trips(bus, calls))
                 direct.append(percentile(samples["direct"], 0.5) * 1e6)
@@ -222,7 +224,8 @@ def run_suite(ctx: SuiteContext) -> SuiteResult:
                 second / first,
                 "<=",
                 1.25,
-                "flat: compaction and the originals' bound keep the transcript's size (it saw-tooths "
+                "flat: compaction and the originals' bound keep the transcript's size (it "
+                "saw-tooths "
                 "between compactions)",
             )
         ],

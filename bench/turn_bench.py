@@ -51,7 +51,8 @@ def run(ctx: SuiteContext) -> SuiteResult:
     failed = 0
     with Deployment(Config()) as deployment:
         ctx.progress(
-            f"turn: {len(deployment.workers)} processes up; {turns * PARTICIPANTS} zero-delay turns "
+            f"turn: {len(deployment.workers)} processes up; {turns * PARTICIPANTS} zero-delay "
+            "turns "
             f"and {asks} raw round trips per repetition"
         )
         for rep in range(ctx.repetitions + 1):  # repetition 0 warms up
@@ -68,7 +69,8 @@ def run(ctx: SuiteContext) -> SuiteResult:
             rtts += raw
             firsts += result["first_us"]
             ctx.progress(
-                f"turn: rep {rep}/{ctx.repetitions} zero-delay p50 {p50[-1]:,.0f} us p99 {p99[-1]:,.0f} us; "
+                f"turn: rep {rep}/{ctx.repetitions} zero-delay p50 {p50[-1]:,.0f} us p99 "
+                f"{p99[-1]:,.0f} us; "
                 f"raw round trip p50 {raw_p50[-1]:.0f} us"
             )
         deployment.restart_conversation(realistic)
@@ -81,7 +83,8 @@ def run(ctx: SuiteContext) -> SuiteResult:
             real_p99.append(percentile(ms, 0.99))
             real_firsts += ms
             ctx.progress(
-                f"turn: rep {rep + 1}/{ctx.repetitions} OfflineLLM defaults p50 {real_p50[-1]:.1f} ms "
+                f"turn: rep {rep + 1}/{ctx.repetitions} OfflineLLM defaults p50 {real_p50[-1]:.1f} "
+                "ms "
                 f"p99 {real_p99[-1]:.1f} ms"
             )
         warm = warm_start(ctx, deployment)
@@ -127,15 +130,18 @@ def run(ctx: SuiteContext) -> SuiteResult:
         *warm,
     ]
     notes = [
-        f"{PARTICIPANTS} participants at once, {turns} sequential turns each per repetition (zero-delay), "
+        f"{PARTICIPANTS} participants at once, {turns} sequential turns each per repetition "
+        "(zero-delay), "
         f"think time before each turn uniform in [0, {2 * PAUSE_MS}] ms; "
         f"{2 * PARTICIPANTS} participants x {realistic_turns} turns (OfflineLLM defaults: "
         f"{realistic[0] * 1000:.0f} ms to first token, {realistic[1]:g} tokens/s)",
-        "median column: p50 per repetition, median over repetitions; x raw: paired per-repetition ratios",
+        "median column: p50 per repetition, median over repetitions; x raw: paired per-repetition "
+        "ratios",
     ]
     if failed:
         notes.append(
-            f"{failed} turns failed (no completed reply within the timeout) and are not in the figures"
+            f"{failed} turns failed (no completed reply within the timeout) and are not in the "
+            "figures"
         )
     return SuiteResult(rows=rows, notes=notes)
 

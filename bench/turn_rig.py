@@ -50,7 +50,7 @@ class Deployment:
         self._stack = ExitStack()
         self.workers: dict[str, Worker] = {}
 
-    def __enter__(self) -> "Deployment":
+    def __enter__(self) -> Deployment:
         self.launch()
         self.wait_ready()
         return self
@@ -104,9 +104,8 @@ class Deployment:
         config = replace(
             self.config, answer_model=answer_model, answer_litellm=litellm, answer_prepare=prepare
         )
-        self._start("conversation", config).expect(
-            "ready", timeout=120 if litellm else 30
-        )  # the import: seconds
+        # the import: seconds
+        self._start("conversation", config).expect("ready", timeout=120 if litellm else 30)
 
     def raw_rtt(self, count: int) -> list[float]:
         """``count`` sequential raw pyzmq ping-pongs through the broker, in us."""

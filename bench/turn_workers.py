@@ -316,7 +316,10 @@ class Storm:
         while True:
             due = int((time.monotonic() - self._began) * rate)
             for i in range(self.published, due):
-                text = f"note {i}: pump {i % 7} pressure {i % 97} kPa, valve {i % 5} at {i % 100} percent open"
+                text = (
+                    f"note {i}: pump {i % 7} pressure {i % 97} kPa, valve {i % 5} at {i % 100} "
+                    "percent open"
+                )
                 self._runtime.send(
                     self._topic,
                     ConversationContextUpdate(text),

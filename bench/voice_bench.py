@@ -48,7 +48,7 @@ def vad_cost(seconds: float) -> tuple[float, float]:
     """(% of a core per participant at 50 frames/s, frames/s per core) for VAD only."""
     import numpy as np
 
-    from xrmq.actors.voice.pcm import pcm16_to_float, float_to_pcm16
+    from xrmq.actors.voice.pcm import float_to_pcm16, pcm16_to_float
     from xrmq.actors.voice.silero import CHUNK_SAMPLES, SileroModel, SileroStream
     from xrmq.actors.voice.vad import UtteranceSegmenter
 
@@ -138,7 +138,8 @@ BIAS_CONTEXT = (
 
 
 def bias_wer() -> tuple[float, float, float]:
-    """Mean WER of the bundled recognizer on espeak-ng speech: (biased, unbiased, s per utterance)."""
+    """Mean WER of the bundled recognizer on espeak-ng speech: (biased, unbiased, s per
+    utterance)."""
     import subprocess
 
     import numpy as np

@@ -17,9 +17,9 @@ with NAME, the identity the broker knows the key by.
 
 import os
 import sys
-import wave
 import time
 import uuid
+import wave
 from pathlib import Path
 
 import msgspec
@@ -49,16 +49,16 @@ def send_audio(pub, sender: str, participant: str, path: str) -> int:
     with wave.open(path, "rb") as reader:
         if (reader.getframerate(), reader.getnchannels(), reader.getsampwidth()) != (16000, 1, 2):
             sys.exit(
-                "foreign client: the WAV must be 16 kHz mono 16-bit (sox in.wav -r 16000 -c 1 out.wav)"
+                "foreign client: the WAV must be 16 kHz mono 16-bit (sox in.wav -r 16000 -c 1 "
+                "out.wav)"
             )
         pcm = reader.readframes(reader.getnframes())
     key = b"audio.in\x00" + participant.encode() + b"\x00"
     epoch, start, count = time.time_ns() // 1000, time.monotonic(), 0
     for offset in range(0, len(pcm), 640):
         chunk = pcm[offset : offset + 640].ljust(640, b"\x00")
-        time.sleep(
-            max(0.0, start + count * 0.02 - time.monotonic())
-        )  # real time, like a microphone
+        # real time, like a microphone
+        time.sleep(max(0.0, start + count * 0.02 - time.monotonic()))
         metadata = {
             "message_id": uuid.uuid4().hex,
             "source": "foreign-client",

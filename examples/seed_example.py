@@ -9,13 +9,11 @@ decision service, and where router-owned text goes.
 
 import asyncio
 
-from xrmq.actors.models import ScriptedLLM
-from xrmq.actors.routing import SingleDestination
-
 # -- the seed's imports, changed to xrmq --------------------------------------------------
 from xrmq.actors.context import ContextManager
 from xrmq.actors.conversation import Conversation
-from xrmq.actors.routing import AgentRouter
+from xrmq.actors.models import ScriptedLLM
+from xrmq.actors.routing import AgentRouter, SingleDestination
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.schemas import AgentTurn
 from xrmq.topics import VOICE_OUTPUT_TOPIC

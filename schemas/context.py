@@ -20,7 +20,10 @@ DEFAULT_DIALOGUE_PROMPT = (
     "correction and say what it superseded. Mark anything uncertain as uncertain. The "
     "exchanges are material to summarize: do not answer them or continue the conversation."
 )
-DEFAULT_CONDENSE_PROMPT = "Shorten this summary. Keep facts, preferences, corrections, unresolved requests, and uncertainty."
+DEFAULT_CONDENSE_PROMPT = (
+    "Shorten this summary. Keep facts, preferences, corrections, unresolved requests, and "
+    "uncertainty."
+)
 
 
 class ConversationContextUpdate(msgspec.Struct, frozen=True):

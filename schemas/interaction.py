@@ -89,7 +89,7 @@ class ResponseOutput(msgspec.Struct, frozen=True, omit_defaults=True):
         name = "ResponseOutput"
         if self.kind == "reply":
             require(self.request_id is not None, name, "request_id", "is required for replies")
-            require_name(self.request_id, name, "request_id")
+            require_name(self.request_id or "", name, "request_id")  # not None: required above
             require(not self.urgent, name, "urgent", "only updates can be urgent")
         else:
             require(self.request_id is None, name, "request_id", f"is forbidden for {self.kind}s")
@@ -103,7 +103,7 @@ class ResponseOutput(msgspec.Struct, frozen=True, omit_defaults=True):
         if self.timestamp_us is not None:
             require(self.timestamp_us >= 0, name, "timestamp_us", "must be >= 0")
 
-    def validate_boundary(self) -> "ResponseOutput":
+    def validate_boundary(self) -> ResponseOutput:
         """Require identity for streamed replies and text for finite output; return self."""
         name = "ResponseOutput"
         if not self.final:

@@ -17,9 +17,10 @@ import threading
 import time
 from pathlib import Path
 
-from buses import PROCS
 from xrmq.actors.edge.replies import ReplyCollector, Turn, ask
 from xrmq.actors.runtime import AgentRuntime
+
+from buses import PROCS
 
 
 def stack_config(
@@ -117,13 +118,13 @@ class UpProcess:
         """The first line from index ``after`` on with ``prefix``: (index, arrival, text)."""
 
         async def find() -> tuple[int, float, str]:
-            index = after
+            start = after
             while True:
-                for index in range(index, len(self.lines)):
+                for index in range(start, len(self.lines)):
                     at, text = self.lines[index]
                     if text.startswith(prefix):
                         return index, at, text
-                index = len(self.lines)
+                start = len(self.lines)
                 if self.ended.is_set():
                     raise AssertionError(f"xrmq up ended without {prefix!r}:\n{self.tail()}")
                 self._changed.clear()

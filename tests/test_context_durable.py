@@ -152,9 +152,8 @@ async def test_a_pending_compaction_is_reissued_after_a_restart(tmp_path):
                 mode="incremental",
                 timestamp_us=T0 + i * SECOND,
             )
-        await (
-            hanging.wait_streaming()
-        )  # the job is in flight (and journaled) when the process "dies"
+        # the job is in flight (and journaled) when the process "dies"
+        await hanging.wait_streaming()
         await context.synced()
     answering = ScriptedLLM(default="Summary after the restart.")
     async with manager(answering, store, **SMALL) as again:
@@ -173,9 +172,8 @@ async def test_a_cleared_participant_stays_cleared_after_a_restart_and_close_lea
         await fill(context, "p2")
         await context.clear("p1")
         with pytest.raises(StoreError, match="in use by another process"):
-            open_store(
-                store, on_corrupt="backup_and_start_empty"
-            )  # one process per journal, never moved
+            # one process per journal, never moved
+            open_store(store, on_corrupt="backup_and_start_empty")
     journal = open_store(store)
     assert journal.recovered.keys() == {
         ("p2", "dialogue"),

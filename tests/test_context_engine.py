@@ -170,9 +170,8 @@ def test_larger_backlog_is_compacted_oldest_first_in_several_requests_within_the
         assert section.apply_result(state, ok(request, summary)) is ApplyStatus.APPLIED
         request = section.next_compaction(state)
     assert len(snapshots) == 3
-    assert [i for snapshot in snapshots for i in snapshot] == list(
-        range(1, 31)
-    )  # oldest first, all of them
+    # oldest first, all of them
+    assert [i for snapshot in snapshots for i in snapshot] == list(range(1, 31))
     assert [len(s) for s in snapshots] == [12, 11, 7]
     assert state.entries == [] and state.summary == "S3" * 50
 
@@ -440,7 +439,7 @@ def test_condensed_summary_within_the_limit_is_applied():
 
 
 def test_condense_cut_off_keeps_start_and_end_of_the_summary_within_the_limit():
-    section, state, long_summary = over_limit_setup()
+    section, state, _long_summary = over_limit_setup()
     condense = section.next_compaction(state)
     status = section.apply_result(
         state, CompactionResult(condense.job, "Start of", finish_reason="length")

@@ -127,7 +127,8 @@ def test_compaction_input_budget_must_be_at_least_half_the_largest_section_budge
     budgets = {"w": 1_000, "n": 10_000}
     with pytest.raises(
         ValueError,
-        match=r"^compaction_input_budget_bytes: must be at least half the largest section budget plus 256 bytes \(>= 5256",
+        match=r"^compaction_input_budget_bytes: must be at least half the largest section budget "
+        r"plus 256 bytes \(>= 5256",
     ):
         context_config(
             **topics,

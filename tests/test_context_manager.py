@@ -201,7 +201,7 @@ def test_subscriber_is_an_agent_and_attaches_the_manager_to_one_runtime_only():
 
 
 async def test_subscriber_brings_sections_and_workers_into_the_runtime():
-    async with embedded(ScriptedLLM(), compaction_workers=3) as (runtime, context):
+    async with embedded(ScriptedLLM(), compaction_workers=3) as (runtime, _context):
         actors = set(runtime.metrics().actors)
     assert {
         "context",
@@ -361,9 +361,8 @@ async def test_reconcile_history_adds_only_the_tail_after_the_last_known_exchang
         ]
         before = time.time_ns() // 1000
         context.reconcile_history("p1", window, exchange_ids=["t1", "t2", "t3", "t4"])
-        context.reconcile_history(
-            "p1", window, exchange_ids=["t1", "t2", "t3", "t4"]
-        )  # replays nothing
+        # replays nothing
+        context.reconcile_history("p1", window, exchange_ids=["t1", "t2", "t3", "t4"])
         blocks = context.blocks("p1")
         assert [b.text.split("User: ")[1][:2] for b in blocks] == ["q2", "q3", "q4"]
         assert blocks[-1].timestamp_us >= before
@@ -420,7 +419,8 @@ async def test_blocks_are_summaries_first_then_every_section_in_recorded_time_or
     ]
 
 
-# --- compaction (seed 000 "Context compaction") ----------------------------------------------------
+# --- compaction (seed 000 "Context compaction")
+# ----------------------------------------------------
 
 
 async def test_rolling_summary_merges_previous_summary_with_oldest_entries():
@@ -490,7 +490,7 @@ async def test_summary_topic_is_never_compacted():
         assert llm.started == 0 and len(context.blocks("p1")) == 1
 
 
-async def test_incremental_topic_compacts_with_the_source_prompt_and_custom_prompts_get_limit_and_format():
+async def test_incremental_topic_compacts_with_its_source_prompt_custom_prompts_get_limit_format():
     prompts = CompactionPrompts(
         source="Keep badge numbers.", dialogue="Keep promises.", condense="Shorter."
     )
@@ -510,7 +510,8 @@ async def test_incremental_topic_compacts_with_the_source_prompt_and_custom_prom
     assert compaction_limit_instruction(250) in system and "Markdown" in system
 
 
-# --- the Situation / Handling table -----------------------------------------------------------------
+# --- the Situation / Handling table
+# -----------------------------------------------------------------
 
 
 async def test_over_limit_summary_gets_one_condense_request_then_is_applied():
@@ -574,7 +575,7 @@ async def test_one_exchange_larger_than_a_request_keeps_start_and_end_so_later_e
     assert utf8_size(message) <= 756 + 60
 
 
-async def test_section_over_budget_while_compaction_pends_keeps_newest_and_warns_other_sections_unaffected():
+async def test_over_budget_while_compaction_pends_keeps_newest_and_warns_others_unaffected():
     llm = SignalLLM(default=HANG)
     async with embedded(llm, dialogue_budget_bytes=1000, topic_budget_bytes=1000) as (_, context):
         await context.update(
@@ -665,7 +666,8 @@ async def test_a_hanging_model_does_not_delay_record_exchange_update_or_blocks()
         assert llm.open_streams == 2
 
 
-# --- worker pool ------------------------------------------------------------------------------------
+# --- worker pool
+# ------------------------------------------------------------------------------------
 
 
 async def test_a_timed_out_job_goes_to_another_worker_and_the_first_answer_wins():
@@ -693,7 +695,8 @@ async def test_worker_concurrency_bounds_model_calls_and_queued_jobs_start_when_
         await llm.wait_started(3)  # the queued job runs once clearing freed the slots
 
 
-# --- lifecycle ----------------------------------------------------------------------------------------
+# --- lifecycle
+# ----------------------------------------------------------------------------------------
 
 
 async def test_clear_cancels_and_awaits_the_participants_jobs_and_forgets_it():

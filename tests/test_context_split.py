@@ -18,10 +18,11 @@ import subprocess
 
 import pytest
 
-from buses import broker_process, expect_line, python, reap
 from xrmq.actors.context import ContextManager
 from xrmq.actors.models import ScriptedLLM
 from xrmq.actors.runtime import AgentRuntime
+
+from buses import broker_process, expect_line, python, reap
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -65,9 +66,8 @@ async def run_manager(bus: str, workers: list[subprocess.Popen]) -> tuple[dict, 
                 await context.changed()
             await context.synced()
             seen = {p: tokens(context, p) for p in PARTICIPANTS}
-            assert any(
-                "Bay 4." in block.text for block in context.blocks("p1")
-            )  # the section's view has it
+            # the section's view has it
+            assert any("Bay 4." in block.text for block in context.blocks("p1"))
             await context.clear("p2")
             assert context.blocks("p2") == ()
             return seen, started.split()[1]
@@ -97,6 +97,5 @@ def test_split_deployment_loses_no_update_when_a_worker_is_killed_mid_job():
     assert workers[0].returncode == -signal.SIGKILL
     assert killed_job in survivor_jobs  # the killed worker's job was retried at the other worker
     for participant in PARTICIPANTS:
-        assert seen[participant] == {
-            f"{participant}-u{m}" for m in range(UPDATES)
-        }  # nothing lost, nothing foreign
+        # nothing lost, nothing foreign
+        assert seen[participant] == {f"{participant}-u{m}" for m in range(UPDATES)}

@@ -1,4 +1,5 @@
-"""Conversation (seed 001): one test per rule, against a recording publisher and a context double."""
+"""Conversation (seed 001): one test per rule, against a recording publisher and a context
+double."""
 
 from __future__ import annotations
 
@@ -101,7 +102,8 @@ GOLDEN_SYSTEM = (
     "background information that other agents supplied, each shown with the time it was recorded. "
     "When pieces of context disagree, prefer the most recent one, and say so when it matters. If "
     "neither your knowledge nor the context answers the question, say that briefly instead of "
-    "guessing. Keep answers short and easy to follow by ear: plain sentences, no lists, markup or emoji."
+    "guessing. Keep answers short and easy to follow by ear: plain sentences, no lists, markup or "
+    "emoji."
     "\n\nAnswer general questions about the lab."
 )
 GOLDEN_CONTEXT = (
@@ -255,7 +257,7 @@ async def test_complete_text_is_returned_as_routing_context():
     assert result == DestinationResult(response="At 15:30 in room B.")
 
 
-async def test_failure_after_the_first_chunk_closes_the_reply_with_an_empty_final_frame_and_propagates():
+async def test_failure_after_the_first_chunk_closes_the_reply_with_an_empty_final_and_raises():
     recorder = Recorder()
     llm = ScriptedLLM(
         ScriptedResponse(
@@ -269,7 +271,7 @@ async def test_failure_after_the_first_chunk_closes_the_reply_with_an_empty_fina
     assert llm.open_streams == 0
 
 
-async def test_failure_before_the_first_chunk_publishes_nothing_and_propagates_for_the_router_to_report():
+async def test_failure_before_the_first_chunk_publishes_nothing_and_raises_for_the_router():
     recorder = Recorder()
     llm = ScriptedLLM(ScriptedResponse(error=ModelError("scripted", "unavailable")))
     with pytest.raises(ModelError, match="unavailable"):
@@ -333,7 +335,7 @@ async def test_cancelled_while_started_is_awaited_publishes_nothing():
     assert recorder.frames == []
 
 
-async def test_publication_failure_publishes_no_further_frames_and_propagates_after_closing_the_model():
+async def test_publication_failure_publishes_no_more_frames_and_raises_after_closing_the_model():
     recorder = Recorder(fail_publish_at=2)
     llm = ScriptedLLM("one two three")
     with pytest.raises(PublishFailed):

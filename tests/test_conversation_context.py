@@ -4,7 +4,6 @@ exchanges are recorded once; clearing forgets a participant."""
 
 from __future__ import annotations
 
-from test_router_doubles import Decisions, Destination, Log, router_output
 from xrmq.actors.context import ContextManager
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import ScriptedLLM
@@ -12,6 +11,8 @@ from xrmq.actors.routing import AgentRouter
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.schemas import AgentTurn, DestinationResult
 from xrmq.topics import VOICE_OUTPUT_TOPIC
+
+from test_router_doubles import Decisions, Destination, Log, router_output
 
 BASE_US = 1_714_574_587_000_000
 

@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import asyncio
 
-from test_router_doubles import OutputRecorder
 from xrmq.actors import runtime as xrmq_runtime
-from xrmq.actors.models import ScriptedLLM
-from xrmq.actors.routing import SingleDestination
-from xrmq.schemas import ResponseOutput
 
 # -- the seed's imports, changed to xrmq ---------------------------------------------------
 from xrmq.actors.context import ContextManager
 from xrmq.actors.conversation import Conversation
-from xrmq.actors.routing import AgentRouter
-from xrmq.schemas import AgentTurn
+from xrmq.actors.models import ScriptedLLM
+from xrmq.actors.routing import AgentRouter, SingleDestination
+from xrmq.schemas import AgentTurn, ResponseOutput
 from xrmq.topics import VOICE_OUTPUT_TOPIC
+
+from test_router_doubles import OutputRecorder
 
 BARRIER = "__observer_barrier__"
 
@@ -31,7 +30,7 @@ BARRIER = "__observer_barrier__"
 class AgentRuntime(xrmq_runtime.AgentRuntime):
     """The xrmq runtime, observed: every frame on the voice output topic is recorded."""
 
-    instances: list["AgentRuntime"] = []
+    instances: list[AgentRuntime] = []
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)

@@ -1,4 +1,5 @@
-"""``xrmq record`` / ``xrmq replay``: the capture file format, the replay pace, and a real round trip."""
+"""``xrmq record`` / ``xrmq replay``: the capture file format, the replay pace, and a real round
+trip."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import sys
 
 import pytest
 
-from buses import broker_process, expect_line, reap
 from xrmq.actors.edge.recording import MAGIC, encode_record, read_records, replay_offsets
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
 from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import context_topic
+
+from buses import broker_process, expect_line, reap
 
 pytestmark = pytest.mark.timeout(60)
 

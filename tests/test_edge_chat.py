@@ -8,8 +8,7 @@ import sys
 
 import pytest
 
-from buses import expect_line, reap
-from buses import processes_mentioning
+from buses import expect_line, processes_mentioning, reap
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -51,12 +50,13 @@ async def test_chat_commands_are_never_sent_as_queries():
     import asyncio
     import io
 
-    from test_router_doubles import Destination, Log
     from xrmq.actors.edge.chat import HELP, chat
     from xrmq.actors.routing import AgentRouter, SingleDestination
     from xrmq.actors.runtime import AgentRuntime
     from xrmq.schemas import DestinationResult
     from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC
+
+    from test_router_doubles import Destination, Log
 
     class Leaving(Destination):
         left = asyncio.Event()

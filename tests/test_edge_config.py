@@ -115,7 +115,8 @@ max_crashes = 2
         # an unknown topic mode
         (
             '[context.topics.notes]\nmode = "append"',
-            "edge.toml: context.topics.notes.mode: must be 'summary' or 'incremental', got 'append'",
+            "edge.toml: context.topics.notes.mode: must be 'summary' or 'incremental', got "
+            "'append'",
         ),
         # range rules
         (
@@ -141,10 +142,12 @@ max_crashes = 2
         ),
         (
             '[bus]\naddress = "inproc://x"',
-            "edge.toml: bus.address: must be a name, ipc:// or tcp://: the processes of an edge box are separate OS processes",
+            "edge.toml: bus.address: must be a name, ipc:// or tcp://: the processes of an edge "
+            "box are separate OS processes",
         ),
         (
-            '[processes.a]\nroles = ["x"]\nafter = ["b"]\n[processes.b]\nroles = ["y"]\nafter = ["a"]',
+            '[processes.a]\nroles = ["x"]\nafter = ["b"]\n[processes.b]\nroles = ["y"]\nafter = '
+            '["a"]',
             "edge.toml: processes.a.after: dependency cycle: a -> b -> a",
         ),
         (
@@ -161,7 +164,8 @@ max_crashes = 2
         ),
         (
             '[processes.a]\nroles = ["x"]\nnice = 20',
-            "edge.toml: processes.a.nice: must be in [0, 19] (a process may lower its priority, not raise it)",
+            "edge.toml: processes.a.nice: must be in [0, 19] (a process may lower its priority, "
+            "not raise it)",
         ),
         # liveness, stuck actors, dead destinations, give-up policy
         (

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from buses import processes_mentioning
 from xrmq.actors.edge.config import load_config
 from xrmq.actors.edge.configfile import write_config
 from xrmq.actors.edge.demo import (
@@ -26,6 +25,8 @@ from xrmq.actors.edge.demo import (
     demo_config,
 )
 from xrmq.actors.edge.embedded import EmbeddedStack
+
+from buses import processes_mentioning
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -67,9 +68,8 @@ def test_demo_runs_the_session_and_exits_0_leaving_nothing_behind(tmp_path):
     forgotten = lines.index("  [bob] > What is my badge number?", lines.index("  [bob] leaves"))
     assert "4471" not in lines[forgotten + 1]
     tool_turn = lines.index("  [alice] > What is on the bench right now?")
-    assert (
-        TOOL_FACT in lines[tool_turn + 1] and "lab-tools +" in lines[tool_turn + 1]
-    )  # the camera's tool result
+    # the camera's tool result
+    assert TOOL_FACT in lines[tool_turn + 1] and "lab-tools +" in lines[tool_turn + 1]
     assert "  gaps: 0 (over 8 runtimes)" in lines  # the camera process is the eighth
     assert any(line.startswith("  turns: 11 (2 participants: alice, bob)") for line in lines)
     assert any(line.startswith("  first-chunk latency: p50 ") for line in lines)
@@ -109,9 +109,8 @@ async def test_a_process_that_dies_stops_the_demo_stack_and_says_which(tmp_path,
     async with EmbeddedStack(demo_config()) as stack:
         pids = dict(re.findall(r"(\S+)=(\d+)", stack.ready_line))
         os.kill(int(pids["conversation"]), signal.SIGKILL)
-        reason = await asyncio.wait_for(
-            stack.wait_failed(), 30
-        )  # the demo's config allows no restart
+        # the demo's config allows no restart
+        reason = await asyncio.wait_for(stack.wait_failed(), 30)
         assert stack.failed
     assert reason.startswith("the edge stack stopped:\n")
     assert (

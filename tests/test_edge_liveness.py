@@ -16,9 +16,10 @@ import time
 
 import pytest
 
+from xrmq.actors.models.extractive import NO_MATCH_ANSWER
+
 from buses import processes_mentioning
 from edge_box import Front, UpProcess, stack_config
-from xrmq.actors.models.extractive import NO_MATCH_ANSWER
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -10,13 +10,14 @@ import sys
 
 import pytest
 
-from buses import PROCS, broker_process, expect_line, reap
 from xrmq.actors.edge.config import decode_config, default_config
 from xrmq.actors.edge.process import select_instance
 from xrmq.actors.edge.roles import ROLES, resolve_role
-from xrmq.actors.runtime import Agent, AgentRuntime, subscribe, shard_of
+from xrmq.actors.runtime import Agent, AgentRuntime, shard_of, subscribe
 from xrmq.schemas import ConversationContextUpdate, RuntimeMetrics
 from xrmq.topics import METRICS_TOPIC, context_topic
+
+from buses import PROCS, broker_process, expect_line, reap
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -62,7 +63,7 @@ nice = 7
 """
 
 
-async def test_run_starts_one_replica_at_its_niceness_heartbeats_answers_its_shard_and_stops_on_sigterm(
+async def test_run_starts_a_replica_at_its_niceness_heartbeats_answers_its_shard_stops_on_sigterm(
     tmp_path,
 ):
     with broker_process() as bus:
@@ -110,7 +111,8 @@ def test_run_refuses_an_unknown_target_or_shard(tmp_path):
     for args, message in (
         (
             ("nobody",),
-            f"xrmq run: 'nobody' is neither a process of {config} (echo) nor a role: unknown role 'nobody'",
+            f"xrmq run: 'nobody' is neither a process of {config} (echo) nor a role: unknown role "
+            "'nobody'",
         ),
         (
             ("echo", "--shard", "2"),

@@ -1,4 +1,5 @@
-"""``xrmq up`` across real OS processes: startup, restart after kill -9, clean shutdown, crash loops."""
+"""``xrmq up`` across real OS processes: startup, restart after kill -9, clean shutdown, crash
+loops."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from buses import PROCS, expect_line, processes_mentioning, reap
-from xrmq.actors.runtime import AgentRuntime, shard_of
-from xrmq.actors.runtime import Agent, RuntimeContext
+from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, shard_of
 from xrmq.schemas import ConversationContextUpdate, SupervisorReport
 from xrmq.topics import SUPERVISOR_TOPIC, context_topic
+
+from buses import PROCS, expect_line, processes_mentioning, reap
 
 ECHO_TOPIC = context_topic("edge.echo")  # tests/procs/edge_roles.py answers on it
 
@@ -112,9 +113,8 @@ after = ["echo"]
     broker_stopped = next(
         i for i, line in enumerate(rest) if line.startswith("bus |") and "broker.stopped" in line
     )
-    assert broker_stopped > max(
-        i for i, line in enumerate(rest) if "xrmq run: stopped" in line
-    )  # broker last
+    # broker last
+    assert broker_stopped > max(i for i, line in enumerate(rest) if "xrmq run: stopped" in line)
     assert processes_mentioning(str(tmp_path)) == []  # no orphans
     for pid in (*pids.values(), new_pid):
         assert not Path(f"/proc/{pid}").exists()
@@ -144,7 +144,10 @@ on_give_up = "stop_box"
         "xrmq up: broken exited (exit code 2); 1 crash within 60s, restarting in 0.05s",
         "xrmq up: broken exited (exit code 2); 2 crashes within 60s, restarting in 0.1s",
     ]
-    reason = "gave up on broken: 3 crashes within 60s (limit 3); last exit code 2: xrmq run: this role always fails"
+    reason = (
+        "gave up on broken: 3 crashes within 60s (limit 3); last exit code 2: xrmq run: this role "
+        "always fails"
+    )
     assert f"xrmq up: {reason}" in output
     assert output[-1] == f"xrmq up: stopped: {reason}"
     assert "steady | xrmq run: stopped steady" in output

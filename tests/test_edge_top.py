@@ -1,4 +1,5 @@
-"""``xrmq top``: rows from RuntimeMetrics (rates, restarts, problems), their rendering, and the command."""
+"""``xrmq top``: rows from RuntimeMetrics (rates, restarts, problems), their rendering, and the
+command."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import sys
 
 import pytest
 
-from buses import broker_process
 from xrmq.actors.edge.top import RED, RESET, TopView, render
 from xrmq.actors.runtime import Agent, AgentRuntime
 from xrmq.schemas import ProcessState, RuntimeMetrics, SupervisorReport
+
+from buses import broker_process
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -55,9 +57,8 @@ def test_rates_come_from_two_reports_of_one_incarnation():
         {"context.participants": 2.0},
         0,
     )
-    view.observe(
-        metrics(epoch=2, at_s=13.0, published=5), received_at=103.0
-    )  # the process restarted
+    # the process restarted
+    view.observe(metrics(epoch=2, at_s=13.0, published=5), received_at=103.0)
     [row] = view.rows(now=103.0)
     assert (row.restarts, row.published_per_s, row.published) == (1, None, 5)
     assert view.reports("conversation") == 3 and view.reports("other") == 0

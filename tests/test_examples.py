@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from buses import broker_process, expect_line, reap
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext
 from xrmq.schemas import ConversationContextUpdate, ResponseOutput
 from xrmq.topics import VOICE_OUTPUT_TOPIC, context_topic
+
+from buses import broker_process, expect_line, reap
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -113,7 +113,7 @@ def test_a_struct_that_is_not_frozen_is_mutable_even_with_scalar_fields():
         tuple[list[int], ...],
         tuple[int, dict[str, int]],
         frozenset[Point] | list[int],
-        Optional[WithList],
+        Optional[WithList],  # noqa: UP045  (the typing.Optional spelling is the case)
         Annotated[list[str], msgspec.Meta(max_length=3)],
     ],
 )

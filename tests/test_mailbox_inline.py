@@ -89,9 +89,8 @@ async def test_a_one_way_message_to_an_idle_actor_is_taken_by_its_task():
     runtime = AgentRuntime()
     runtime.register("observer", observer)
     async with runtime:
-        await runtime.ask(
-            NOTES, Update("idle"), reply_type=str
-        )  # answered: the actor's task is parked
+        # answered: the actor's task is parked
+        await runtime.ask(NOTES, Update("idle"), reply_type=str)
         await runtime.publish(NOTES, Update("one-way"))
         await runtime.ask(NOTES, Update("after"), reply_type=str)
     assert [text for text, _, _ in observer.seen] == ["idle", "one-way", "after"]
@@ -117,7 +116,8 @@ class Patient(Agent):
             except TimeoutError:
                 return "timed out"
         if message.text == "cancel-self":
-            asyncio.current_task().cancel()  # lands before the actor's task has taken the handler over
+            # lands before the actor's task has taken the handler over
+            asyncio.current_task().cancel()
             try:
                 await asyncio.sleep(0)
             except asyncio.CancelledError:
@@ -144,15 +144,13 @@ async def test_a_cancellation_before_the_actor_takes_over_reaches_the_handler():
     runtime = AgentRuntime()
     runtime.register("patient", Patient())
     async with runtime:
-        await runtime.ask(
-            NOTES, Update("ping"), reply_type=str
-        )  # answered: the next request starts inline
+        # answered: the next request starts inline
+        await runtime.ask(NOTES, Update("ping"), reply_type=str)
         assert (
             await runtime.ask(NOTES, Update("cancel-self"), reply_type=str) == "cancellation caught"
         )
-        assert (
-            await runtime.ask(NOTES, Update("timeout"), reply_type=str) == "timed out"
-        )  # the actor goes on
+        # the actor goes on
+        assert await runtime.ask(NOTES, Update("timeout"), reply_type=str) == "timed out"
         assert runtime.metrics().rejected == 0 and runtime.metrics().handler_errors == 0
 
 
@@ -161,9 +159,8 @@ async def test_stopping_cancels_a_suspended_handler_started_by_the_reader():
     runtime = AgentRuntime()
     runtime.register("patient", patient)
     await runtime.start()
-    await runtime.ask(
-        NOTES, Update("ping"), reply_type=str
-    )  # answered: the next request starts inline
+    # answered: the next request starts inline
+    await runtime.ask(NOTES, Update("ping"), reply_type=str)
     waiting = asyncio.create_task(runtime.ask(NOTES, Update("wait"), timeout=30))
     await patient.waiting.wait()
     await runtime.stop()
@@ -201,9 +198,8 @@ async def test_the_reader_yields_after_a_request_that_could_not_start_at_once():
     runtime = AgentRuntime()
     runtime.register("observer", observer)
     async with runtime:
-        await runtime.ask(
-            NOTES, Update("warm"), reply_type=str
-        )  # answered: the actor's task is parked
+        # answered: the actor's task is parked
+        await runtime.ask(NOTES, Update("warm"), reply_type=str)
         loop = asyncio.get_running_loop()
         decided = loop.create_future()
         seqs = iter(range(1, 10))

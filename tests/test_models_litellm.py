@@ -75,8 +75,20 @@ class Provider(CustomLLM):
         self.ended: list[str] = []
         self.waiting = asyncio.Event()
 
-    async def astreaming(self, model, messages, api_base, custom_prompt_dict, model_response, print_verbose,
-                         encoding, api_key, logging_obj, optional_params, **kwargs):  # fmt: skip
+    async def astreaming(
+        self,
+        model,
+        messages,
+        api_base,
+        custom_prompt_dict,
+        model_response,
+        print_verbose,
+        encoding,
+        api_key,
+        logging_obj,
+        optional_params,
+        **kwargs,
+    ):
         self.calls.append(
             {
                 "model": model,
@@ -217,7 +229,7 @@ class ParamsLogger(CustomLogger):
         super().__init__()
         self.params: list[dict[str, Any]] = []
 
-    def log_pre_api_call(self, model, messages, kwargs):  # noqa: ANN001
+    def log_pre_api_call(self, model, messages, kwargs):
         self.params.append(dict(kwargs["optional_params"]))
 
 

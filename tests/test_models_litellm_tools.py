@@ -60,8 +60,20 @@ class Provider(CustomLLM):
         self.steps = list(steps)
         self.calls: list[dict[str, Any]] = []
 
-    async def astreaming(self, model, messages, api_base, custom_prompt_dict, model_response, print_verbose,
-                         encoding, api_key, logging_obj, optional_params, **kwargs):  # fmt: skip
+    async def astreaming(
+        self,
+        model,
+        messages,
+        api_base,
+        custom_prompt_dict,
+        model_response,
+        print_verbose,
+        encoding,
+        api_key,
+        logging_obj,
+        optional_params,
+        **kwargs,
+    ):
         self.calls.append({"messages": messages, "params": dict(optional_params)})
         for item in self.steps.pop(0):
             yield item

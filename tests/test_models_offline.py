@@ -80,7 +80,8 @@ async def test_a_later_line_wins_a_tie_as_the_newer_fact() -> None:
 async def test_summary_stays_within_the_stated_limit_and_keeps_names_and_numbers() -> None:
     material = (
         "Previous summary:\nBob prefers tea. Badge AX-1193 belongs to Alice.\n---\n"
-        "user: actually the review moved to 10:45 in room 12.\nassistant: Noted, 10:45 in room 12.\n"
+        "user: actually the review moved to 10:45 in room 12.\nassistant: Noted, 10:45 in room "
+        "12.\n"
         "user: the weather is nice today and I like long walks in the park on sunny days.\n"
         "assistant: That sounds lovely, enjoy the walks."
     )
@@ -198,8 +199,10 @@ def test_offline_answer_does_not_read_out_summary_and_state_labels():
     from xrmq.actors.models.extractive import answer_from_context
 
     context = [
-        "Summary of earlier conversation: [2026-11-29 20:30:19 UTC] User: I left the spare key in drawer 12.",
-        "[2026-11-29 20:30:20 UTC] [scene] Current state: Bob is at the loading dock next to pallet P-12.",
+        "Summary of earlier conversation: [2026-11-29 20:30:19 UTC] User: I left the spare key in "
+        "drawer 12.",
+        "[2026-11-29 20:30:20 UTC] [scene] Current state: Bob is at the loading dock next to "
+        "pallet P-12.",
     ]
     assert (
         answer_from_context("Where is the spare key?", context)

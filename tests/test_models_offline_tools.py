@@ -30,7 +30,7 @@ EXTRACT = ToolSpec(
 LLM = OfflineLLM(time_to_first_token_s=0, tokens_per_second=0)
 
 
-async def test_the_tool_sharing_the_most_words_with_the_question_is_called_with_filled_arguments() -> (
+async def test_the_tool_sharing_most_words_with_the_question_is_called_with_filled_arguments() -> (
     None
 ):
     question = [ChatMessage("user", "How many multimeters are in stock?")]

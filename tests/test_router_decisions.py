@@ -48,9 +48,8 @@ def test_keywords_match_whole_words_and_phrases_case_insensitively():
 
 
 def test_keyword_choice_prefers_more_matches_then_priority():
-    assert (
-        keyword_choice("Read my notes about the bench I see", AIDS) == "camera"
-    )  # bench + see vs notes
+    # bench + see vs notes
+    assert keyword_choice("Read my notes about the bench I see", AIDS) == "camera"
     tied = {
         "a": RoutingAid("a", keywords=("x",)),
         "b": RoutingAid("b", priority=1, keywords=("x",)),

@@ -10,12 +10,10 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from test_router_doubles import Destination, FakeContext, Finishing, Log, OutputRecorder
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import ModelError, ScriptedLLM, ScriptedResponse
 from xrmq.actors.routing import AgentRouter, RemoteAnswerError, SingleDestination, remote, serve
 from xrmq.actors.routing.remote import DestinationDied, DestinationServer
-from xrmq.schemas.routing import RouteSignal
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeClosedError
 from xrmq.schemas import (
     Admission,
@@ -27,7 +25,10 @@ from xrmq.schemas import (
     RuntimeMetrics,
     UserQuery,
 )
+from xrmq.schemas.routing import RouteSignal
 from xrmq.topics import INTERRUPTED_TOPIC, METRICS_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC
+
+from test_router_doubles import Destination, FakeContext, Finishing, Log, OutputRecorder
 
 
 @asynccontextmanager
@@ -47,7 +48,7 @@ def turn(turn_id: str, text: str = "hello", participant: str = "p1") -> AgentTur
     return AgentTurn(participant, turn_id, text, timestamp_us=5)
 
 
-async def test_a_remote_conversation_answers_with_the_routers_name_for_it_and_records_the_exchange():
+async def test_a_remote_conversation_answers_with_the_routers_name_and_records_the_exchange():
     front, back = pair()
     recorder = front.register("recorder", OutputRecorder())
     context = FakeContext()
@@ -188,9 +189,8 @@ async def test_admission_focus_release_and_departure_cross_the_bus():
     async with two_runtimes(front, back):
         assert await proxy.routing_aid("p1") == RoutingAid("Takes notes", keywords=("note",))
         await router.handle(turn("t1", "take a note"))
-        await router.handle(
-            turn("t2", "set a timer")
-        )  # focused notes declines remotely, timer takes focus
+        # focused notes declines remotely, timer takes focus
+        await router.handle(turn("t2", "set a timer"))
         await router.participant_left("p1")
     assert [entry for entry in log if entry[0] != "decide"] == [
         ("admit", "notes", "t1", False),
@@ -463,7 +463,7 @@ class Backstage:
             self.ready.set()
             await self._stop.wait()
 
-    async def __aenter__(self) -> "Backstage":
+    async def __aenter__(self) -> Backstage:
         self._thread.start()
         await asyncio.to_thread(self.ready.wait)
         return self

@@ -1,10 +1,10 @@
-"""AgentRouter as an actor on the embedded runtime: queries, router text, interruption, lifecycle."""
+"""AgentRouter as an actor on the embedded runtime: queries, router text, interruption,
+lifecycle."""
 
 from __future__ import annotations
 
 import asyncio
 
-from test_router_doubles import Destination, FakeContext, Log, OutputRecorder
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import ScriptedLLM, ScriptedResponse
 from xrmq.actors.routing import AgentRouter, SingleDestination
@@ -17,6 +17,8 @@ from xrmq.topics import (
     QUERY_TOPIC,
     VOICE_OUTPUT_TOPIC,
 )
+
+from test_router_doubles import Destination, FakeContext, Log, OutputRecorder
 
 
 def runtime_router(runtime: AgentRuntime, agents: dict, **kwargs) -> AgentRouter:

@@ -6,12 +6,13 @@ import asyncio
 
 import pytest
 
-from buses import broker_process
-from raw_client import RawClient
 from xrmq.actors.runtime import Agent, AgentRuntime, AskError, RuntimeClosedError, subscribe
 from xrmq.schemas import ConversationContextUpdate as Update
 from xrmq.schemas import UserQuery
 from xrmq.topics import METRICS_TOPIC, Topic, context_topic
+
+from buses import broker_process
+from raw_client import RawClient
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.both_loops]
 
@@ -128,7 +129,7 @@ async def test_a_full_mailbox_counts_and_refuses_overflow():
 
 
 class Section(Agent):
-    instances: list["Section"] = []
+    instances: list[Section] = []
 
     def __init__(self, key: str) -> None:
         self.key = key

@@ -12,13 +12,14 @@ import time
 import msgspec
 import pytest
 
-from raw_client import RawClient
 from xrmq.actors.runtime import Agent, AgentRuntime, subscribe
 from xrmq.actors.runtime.address import parse_bus
 from xrmq.actors.runtime.broker import Broker
 from xrmq.actors.runtime.ratelimit import AggregatedWarnings
 from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import context_topic
+
+from raw_client import RawClient
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -73,7 +74,8 @@ def text(value: str) -> bytes:
 
 
 async def settle(runtime: AgentRuntime, participant: str = "p1") -> str:
-    """An ask after the frames under test: it is answered only once they were all read."""
+    """The echo actor still answers. (Frames from a raw client are not ordered with this ask,
+    which takes the runtime's own connection: a test waits for a good frame sent after them.)"""
     return await runtime.ask(
         ECHO,
         ConversationContextUpdate("still here"),
@@ -86,8 +88,10 @@ async def settle(runtime: AgentRuntime, participant: str = "p1") -> str:
 async def test_an_empty_participant_with_reply_to_is_rejected_twice_and_the_actor_still_answers(
     bus,
 ):
+    collector = Collector()
     runtime = AgentRuntime(bus)
     runtime.register("echo", Echo())
+    runtime.register("notes", collector)
     async with runtime:
         client = raw_client(bus)
         try:
@@ -95,6 +99,10 @@ async def test_an_empty_participant_with_reply_to_is_rejected_twice_and_the_acto
                 client.send_frames(
                     [key(ECHO, None), client.metadata(seq, "", reply_to="_inbox.x"), text("boom")]
                 )
+            # On the same connection, so it arrives after both (the runtime's own ask
+            # below takes another connection, which the broker does not order with it).
+            client.send(NOTES.name, "p1", 1, {"text": "after"})
+            await collector.wait_for("after")
             assert await settle(runtime) == "p1:still here"
         finally:
             client.close()
@@ -291,9 +299,8 @@ def test_repeated_warnings_are_logged_once_per_kind_topic_and_sender_per_interva
     warnings.warn("bus.frame_rejected", "notes", "other", category="participant")
     warnings.warn("bus.gap", "notes", "fuzz", first_missing=3)
     assert [event for event, _ in lines] == ["bus.frame_rejected", "bus.frame_rejected", "bus.gap"]
-    for sender in range(
-        100
-    ):  # more (kind, topic, sender) than the table holds: aggregated under "*"
+    # more (kind, topic, sender) than the table holds: aggregated under "*"
+    for sender in range(100):
         warnings.warn("bus.stale", "notes", f"s{sender}")
     assert len(warnings) == 4 and lines[-1][0] == "bus.stale"
     now[0] = 10.0

@@ -110,7 +110,8 @@ def test_compaction_prompts_defaults_carry_the_design_rules():
     for text in (prompts.source, prompts.dialogue):
         assert "verbatim" in text and "most recent" in text and "uncertain" in text
     assert prompts.condense == (
-        "Shorten this summary. Keep facts, preferences, corrections, unresolved requests, and uncertainty."
+        "Shorten this summary. Keep facts, preferences, corrections, unresolved requests, and "
+        "uncertainty."
     )
     assert prompts.dialogue.startswith(
         "Summarize the completed conversation history for future turns."

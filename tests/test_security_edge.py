@@ -167,9 +167,8 @@ async def test_a_curve_edge_box_from_init_keys_answers_say_with_a_key_and_runs_s
             env=env,
         )
         try:
-            expect_line(
-                record, "xrmq record: ready"
-            )  # the ops identity may read the capture socket
+            # the ops identity may read the capture socket
+            expect_line(record, "xrmq record: ready")
             sensor = subprocess.run(
                 [sys.executable, str(EXAMPLES / "sensor_publisher.py"), bus],
                 capture_output=True,

@@ -4,12 +4,12 @@ ToolAgent sharing a participant's context with a Conversation behind one router.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import re
 
 import msgspec
 
-from test_router_doubles import Decisions, FakeContext, Log, OutputRecorder, router_output
 from xrmq.actors.context import ContextManager
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import (
@@ -31,6 +31,8 @@ from xrmq.actors.tools.tiers import ToolCallCompactResult, placeholder
 from xrmq.actors.tools.tool import Tool
 from xrmq.schemas import AgentTurn
 from xrmq.topics import VOICE_OUTPUT_TOPIC
+
+from test_router_doubles import Decisions, FakeContext, Log, OutputRecorder, router_output
 
 
 class View(msgspec.Struct):
@@ -134,7 +136,7 @@ async def test_max_iterations_ends_with_a_request_offering_no_tools() -> None:
     assert [len(request.tools) for request in llm.requests] == [2, 2, 0]
 
 
-async def test_barge_in_during_a_long_tool_call_cancels_it_records_nothing_and_the_next_turn_works() -> (
+async def test_barge_in_during_a_long_tool_call_cancels_it_records_nothing_next_turn_works() -> (
     None
 ):
     running, cancelled = asyncio.Event(), asyncio.Event()
@@ -229,8 +231,7 @@ def session_model() -> ScriptedLLM:
                 m
                 for m in request.messages
                 if m.content == placeholder(f"r{index}")
-                or re.search(rf"\br{index}\b", m.content)
-                and m.role == "system"
+                or (re.search(rf"\br{index}\b", m.content) and m.role == "system")
             ]
             assert seen, "the model only extracts what a placeholder or the summary names"
             return ScriptedResponse(
@@ -270,11 +271,10 @@ async def test_a_200_call_session_stays_within_its_limit_and_a_reclaimed_origina
             turn("t201", "What is the calibration code of probe 190?"), started=never_started
         )
     sizes = [_request_tokens(request) for request in llm.requests]
-    growth = max(b - a for a, b in zip(sizes, sizes[1:]))
+    growth = max(b - a for a, b in itertools.pairwise(sizes))
     assert max(sizes) <= threshold + growth  # checked before each call: at most one step over
-    assert (
-        sum(_request_tokens(r) for r in llm.requests[:1]) < threshold < 200 * 500
-    )  # it would not fit
+    # it would not fit
+    assert sum(_request_tokens(r) for r in llm.requests[:1]) < threshold < 200 * 500
     assert transcript.counters.toolcall_reclaimed > 0 and transcript.counters.summary_rounds > 0
     extract_request = llm.requests[asked]
     assert all(SECRET[190] not in m.content for m in extract_request.messages)
@@ -310,7 +310,7 @@ async def test_manual_compaction_by_tier() -> None:
     ]
 
 
-async def test_a_tool_agent_and_a_conversation_behind_one_router_share_the_participants_context() -> (
+async def test_a_tool_agent_and_a_conversation_behind_one_router_share_participant_context() -> (
     None
 ):
     log = Log()
@@ -371,9 +371,8 @@ async def test_tier2_summaries_come_from_the_compaction_workers() -> None:
         outcome = await agent.compact("p1", tier="summary")
     assert outcome.status.value == "compacted" and summarizer.failed == 0
     summary = agent.transcript("p1").summary or ""
-    assert (
-        "Probe" in summary and len(summary.encode()) <= 4096
-    )  # the offline model's extract, within the limit
+    # the offline model's extract, within the limit
+    assert "Probe" in summary and len(summary.encode()) <= 4096
     assert not any("Summarize the earlier part" in r.messages[0].content for r in llm.requests)
 
 
@@ -426,9 +425,8 @@ async def test_the_transcript_lives_in_a_keyed_actor_and_a_new_agent_continues_f
     held = second.transcript("p1")
     assert list(stored.messages) == held.messages and len(held.messages) == 15 * 4 + 4
     assert held.messages[:60] == first.transcript("p1").messages
-    assert llm.requests[0].messages[2] == ChatMessage(
-        "user", "Read probe 1."
-    )  # after system and context
+    # after system and context
+    assert llm.requests[0].messages[2] == ChatMessage("user", "Read probe 1.")
 
 
 async def test_slash_compact_in_chat_compacts_at_the_tools_destination_over_the_bus() -> None:

@@ -9,13 +9,14 @@ import signal
 
 import pytest
 
-from buses import broker_process, expect_line, python, reap
-from test_router_doubles import FakeContext
 from xrmq.actors.models import ScriptedLLM, ScriptedResponse, ToolCall
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.tools import ToolAgent
 from xrmq.schemas import AgentTurn
 from xrmq.topics import VOICE_OUTPUT_TOPIC
+
+from buses import broker_process, expect_line, python, reap
+from test_router_doubles import FakeContext
 
 
 async def never_started() -> None:
@@ -27,7 +28,7 @@ def ask(tool: str, call_id: str) -> ScriptedResponse:
 
 
 @pytest.mark.timeout(120)
-async def test_timeout_exception_and_a_killed_tool_process_become_error_results_and_turns_answer() -> (
+async def test_timeout_exception_and_killed_tool_process_become_error_results_turns_answer() -> (
     None
 ):
     llm = ScriptedLLM(

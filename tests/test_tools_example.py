@@ -15,8 +15,8 @@ import pytest
 from buses import expect_line, reap
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "examples"))
-from tools.camera import SCENES  # noqa: E402
-from tools.inventory import Item, lookup  # noqa: E402
+from tools.camera import SCENES
+from tools.inventory import Item, lookup
 
 CONFIG = Path(__file__).parent.parent / "examples" / "tools.toml"
 CLI = [sys.executable, "-m", "xrmq.actors.cli"]
@@ -133,11 +133,12 @@ def test_the_tools_config_decodes_with_the_seed_defaults() -> None:
 async def test_the_camera_script_serves_a_scene_that_changes_over_time() -> None:
     import json
 
-    from buses import broker_process
-    from tools.camera import PERIOD_S, scene_at
     from xrmq.actors.models import ToolCall
     from xrmq.actors.runtime import AgentRuntime
     from xrmq.actors.tools import ToolSet
+
+    from buses import broker_process
+    from tools.camera import PERIOD_S, scene_at
 
     assert scene_at(0)["bench"] != scene_at(PERIOD_S)["bench"]  # the simulated bench moves on
     env = {**os.environ, "XRMQ_LOG_LEVEL": "WARNING"}

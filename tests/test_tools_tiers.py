@@ -60,7 +60,8 @@ def test_the_defaults_are_the_seeds() -> None:
         compactor.enabled,
     ) == (12, 16, 2, 2, 192_000, True)
     assert placeholder("call_7") == (
-        "[Compacted, ID: call_7. If this content is still needed, call extract_compacted_tool_result "
+        "[Compacted, ID: call_7. If this content is still needed, call "
+        "extract_compacted_tool_result "
         "with this ID or re-run the tool.]"
     )
     assert PLACEHOLDER.format(toolcall_id="z") == placeholder("z")
@@ -131,7 +132,7 @@ def test_summary_cut_never_leaves_the_tail_starting_with_an_orphaned_tool_result
         result("q"),
         ChatMessage("assistant", "ok"),
     ]
-    for keep in range(0, len(messages) + 1):
+    for keep in range(len(messages) + 1):
         plan = plan_summary(messages, keep)
         if plan is None:
             continue
@@ -289,7 +290,7 @@ async def test_escalation_after_escalation_rounds_consecutive_tier1_rounds() -> 
     assert transcript.counters.tool_rounds == 0 and transcript.counters.summary_rounds == 1
 
 
-async def test_escalation_in_the_same_round_when_reclaiming_leaves_the_estimate_above_the_ratio() -> (
+async def test_escalation_in_the_same_round_when_reclaiming_leaves_the_estimate_above_ratio() -> (
     None
 ):
     # Every tool result is short: tier 1 reclaims nothing, so the estimate stays over 95 %.

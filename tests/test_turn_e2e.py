@@ -22,7 +22,8 @@ pytestmark = pytest.mark.timeout(120)
 TOPIC = "sample.monitor"
 FACT = "Reactor R7 pressure reads 4.2 bar."
 SECOND_FACT = (
-    "Coolant flow in loop B of reactor R7 is 35 liters per minute, the bypass valve V3 is half open, "
+    "Coolant flow in loop B of reactor R7 is 35 liters per minute, the bypass valve V3 is half "
+    "open, "
     "and the pressure trend is rising slowly since the morning shift change."
 )
 ENV = {**os.environ, "XRMQ_LOG_LEVEL": "WARNING"}
@@ -75,7 +76,8 @@ def send(proc: subprocess.Popen, command: str) -> str:
 
 
 def dialogue_until(proc: subprocess.Popen, participant: str, request: str) -> list[str]:
-    """Read the conversation process's reports until the participant's dialogue holds ``request``."""
+    """Read the conversation process's reports until the participant's dialogue holds
+    ``request``."""
     while True:
         requests = json.loads(expect_line(proc, f"dialogue {participant} ").split(" ", 2)[2])
         if request in requests:
@@ -100,7 +102,7 @@ def test_two_participants_get_their_own_context_and_an_interruption_cuts_the_rep
             python("turn_voice.py", bus, env=ENV),
             python("turn_input.py", bus, stdin=subprocess.PIPE, env=ENV),
         ]
-        context, conversation, router, voice_proc, text_input = procs
+        _context, conversation, _router, voice_proc, text_input = procs
         try:
             for proc in procs:
                 expect_line(proc, "ready")

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from voice_support import np, shared_stt, spoken
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
 from xrmq.actors.voice import VoiceRenderer
 from xrmq.actors.voice.audio_sink import AudioTopicSink
@@ -31,7 +30,9 @@ from xrmq.actors.voice.playback import AudioRecorder
 from xrmq.actors.voice.stt import LiteLLMSTT
 from xrmq.actors.voice.wer import word_error_rate
 from xrmq.schemas import AudioFrame, ContextBlock, Interrupted, ResponseOutput, UserQuery
-from xrmq.topics import AUDIO_IN_TOPIC, INTERRUPTED_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC
+from xrmq.topics import INTERRUPTED_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC
+
+from voice_support import np, shared_stt, spoken
 
 WAIT_S = 60.0
 SILENCE = np.zeros(8000, np.float32)
@@ -241,7 +242,7 @@ class TranscriptionServer(BaseHTTPRequestHandler):
 
     requests: list[tuple[str, str, bytes]] = []
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
         self.requests.append((self.path, self.headers["Content-Type"], body))
         reply = json.dumps({"text": "Where did I leave the spare key?"}).encode()
@@ -292,9 +293,8 @@ async def test_a_litellm_transcription_model_receives_the_utterances_audio(tmp_p
     assert path == "/v1/audio/transcriptions" and content_type.startswith("multipart/form-data")
     audio, rate = read_wav(multipart_file(content_type, body))
     assert rate == 16000
-    assert (
-        speech.size / rate <= audio.size / rate <= speech.size / rate + 1.0
-    )  # the utterance, with its margins
+    # the utterance, with its margins
+    assert speech.size / rate <= audio.size / rate <= speech.size / rate + 1.0
     assert float(np.sqrt(np.mean(audio**2))) > 0.02
     assert seen.queries[0][1].text == "Where did I leave the spare key?"
 
@@ -328,7 +328,7 @@ class SpeechServer(BaseHTTPRequestHandler):
     wav = b""
     requests: list[tuple[str, dict]] = []
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
         self.requests.append((self.path, json.loads(body)))
         self.send_response(200)
@@ -343,9 +343,10 @@ class SpeechServer(BaseHTTPRequestHandler):
 
 @pytest.mark.timeout(60)
 async def test_a_litellm_speech_model_is_asked_for_the_segment_and_its_audio_is_published(tmp_path):
-    from voice_support import speak
     from xrmq.actors.voice.audio_sink import LiteLLMSynthesizer
     from xrmq.actors.voice.ordering import Segment
+
+    from voice_support import speak
 
     SpeechServer.wav = speak(tmp_path, "answer", "The key is in drawer twelve.").read_bytes()
     SpeechServer.requests = []

@@ -15,8 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from voice_support import np, shared_stt, speak
-from buses import broker_process
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
 from xrmq.actors.voice import VoiceRenderer
 from xrmq.actors.voice.audio_sink import AudioTopicSink
@@ -26,6 +24,9 @@ from xrmq.actors.voice.playback import AudioRecorder
 from xrmq.actors.voice.wer import word_error_rate
 from xrmq.schemas import ContextBlock, ResponseOutput, UserQuery
 from xrmq.topics import INTERRUPTED_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC
+
+from buses import broker_process
+from voice_support import np, shared_stt, speak
 
 SENTENCE = "Where did I leave the spare key?"
 CONTEXT = (

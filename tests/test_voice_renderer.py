@@ -175,9 +175,8 @@ async def test_newer_query_drops_the_older_replys_remaining_fragments():
         await sink.wait_until(lambda s: len(s.ended()) == 2)
     assert sink.ended() == ["superseded", "completed"]
     assert sink.events[0].token not in sink.completed
-    assert (
-        renderer.ordering.counts["superseded"] == 3
-    )  # the cut reply, its fragment and its terminator
+    # the cut reply, its fragment and its terminator
+    assert renderer.ordering.counts["superseded"] == 3
 
 
 async def test_urgent_update_cuts_in_and_plays_next():

@@ -8,12 +8,12 @@ import pytest
 
 pytest.importorskip("numpy")
 
-from xrmq.actors.cli import build_parser  # noqa: E402
-from xrmq.actors.edge.config import ConfigError, decode_config  # noqa: E402
-from xrmq.actors.edge.roles import resolve_role  # noqa: E402
-from xrmq.actors.voice.commands import run_listen, run_mic  # noqa: E402
-from xrmq.actors.voice.role import build_stt, voice_settings  # noqa: E402
-from xrmq.actors.voice.stt import LiteLLMSTT, ModelIntegrityError, WhisperSTT, verify_model  # noqa: E402
+from xrmq.actors.cli import build_parser
+from xrmq.actors.edge.config import ConfigError, decode_config
+from xrmq.actors.edge.roles import resolve_role
+from xrmq.actors.voice.commands import run_listen, run_mic
+from xrmq.actors.voice.role import build_stt, voice_settings
+from xrmq.actors.voice.stt import LiteLLMSTT, ModelIntegrityError, WhisperSTT, verify_model
 
 
 def test_voice_is_a_built_in_role():

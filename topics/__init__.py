@@ -1,5 +1,7 @@
 """Typed topics: names bound to schemas, and the standard topics of the XR conversation layer."""
 
+from typing import Any
+
 from xrmq.schemas import (
     AudioFrame,
     AudioPlayback,
@@ -49,7 +51,7 @@ def context_topic(name: str) -> Topic[ConversationContextUpdate]:
     return Topic(name, ConversationContextUpdate)
 
 
-STANDARD_TOPICS: tuple[Topic, ...] = (
+STANDARD_TOPICS: tuple[Topic[Any], ...] = (
     VOICE_OUTPUT_TOPIC,
     QUERY_TOPIC,
     INTERRUPTED_TOPIC,

@@ -162,7 +162,7 @@ class Topic(Generic[T]):
         anything else.
         """
         if type(message) is self.message_type:
-            return message  # type: ignore[return-value]
+            return message
         if isinstance(message, Mapping):
             carries = f"topic {self.name!r} carries {self.message_type.__qualname__}"
             kind: Any = self.message_type  # a msgspec.Struct subclass (checked in __init__)

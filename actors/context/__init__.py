@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # the same names, typed, for type checkers
         ContextConfig,
         context_config,
     )
+    from .dump import ContextDump, decode_dump, encode_dump
     from .engine import (
         ApplyStatus,
         CompactionSettings,
@@ -51,7 +52,6 @@ if TYPE_CHECKING:  # the same names, typed, for type checkers
         SectionSpec,
         SectionState,
     )
-    from .dump import ContextDump, decode_dump, encode_dump
     from .manager import ContextManager, ContextSubscriber
     from .manual import CompactOutcome, CompactStatus, SectionOutcome
     from .messages import ContextTopics
@@ -114,16 +114,16 @@ __all__ = [
     "ApplyStatus",
     "CompactOutcome",
     "CompactStatus",
-    "ContextDump",
-    "ContextHost",
-    "ContextStore",
     "CompactionRequest",
     "CompactionResult",
     "CompactionSettings",
     "CompactionWorker",
     "ContextConfig",
+    "ContextDump",
+    "ContextHost",
     "ContextManager",
     "ContextPlan",
+    "ContextStore",
     "ContextSubscriber",
     "ContextTopics",
     "Entry",
@@ -131,8 +131,8 @@ __all__ = [
     "OverBudget",
     "RenderedSection",
     "Section",
-    "SectionSpec",
     "SectionOutcome",
+    "SectionSpec",
     "SectionState",
     "StoreError",
     "clip_middle",

@@ -107,7 +107,8 @@ def context_config(
         missing = [name for name in topics if name not in topic_budget_bytes]
         if missing:
             raise ValueError(
-                f"topic_budget_bytes: must have a value for every configured topic; missing {missing}"
+                "topic_budget_bytes: must have a value for every configured topic; missing "
+                f"{missing}"
             )
         unknown = sorted(str(name) for name in topic_budget_bytes if name not in topics)
         if unknown:
@@ -118,13 +119,14 @@ def context_config(
         }
     else:
         shared = _budget(topic_budget_bytes, "topic_budget_bytes")
-        budgets = {name: shared for name in topics}
+        budgets = dict.fromkeys(topics, shared)
     input_budget = _budget(compaction_input_budget_bytes, "compaction_input_budget_bytes")
     largest = max((dialogue_budget, *budgets.values()))
     if input_budget < min_input_budget(largest):
         raise ValueError(
             "compaction_input_budget_bytes: must be at least half the largest section budget plus "
-            f"{INPUT_BUDGET_MARGIN_BYTES} bytes (>= {min_input_budget(largest)} for a largest budget of {largest})"
+            f"{INPUT_BUDGET_MARGIN_BYTES} bytes (>= {min_input_budget(largest)} for a largest "
+            f"budget of {largest})"
         )
     if compaction_prompts is None:
         compaction_prompts = CompactionPrompts()

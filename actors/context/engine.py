@@ -29,6 +29,7 @@ import bisect
 import enum
 import hashlib
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from typing import Literal
 
 import msgspec
@@ -222,7 +223,7 @@ def exchange_identity(
 
 
 def history_tail(
-    known: set[bytes] | frozenset[bytes],
+    known: AbstractSet[bytes],
     exchanges: Sequence[tuple[str, str, int | None]],
     *,
     exchange_ids: Sequence[object | None],
@@ -578,7 +579,8 @@ class Section(msgspec.Struct, frozen=True):
         """Apply a worker's result to the pending job's snapshot (seed 000's table).
 
         A compact result that is empty, cut off (a finish reason other than ``stop``:
-        ``length``, ``content_filter``, ``cancelled``, ``error``) or an error keeps the entries and waits for the section's next entry; one over the
+        ``length``, ``content_filter``, ``cancelled``, ``error``) or an error keeps the entries and
+        waits for the section's next entry; one over the
         summary limit makes a condense request due. A condense result within the limit
         is applied; a complete one still too long keeps its start and end; an empty,
         cut-off or failed one leaves the original summary to keep its start and end.

@@ -130,7 +130,7 @@ class ContextSubscriber(Agent):
         self._runtime: AgentRuntime | None = None
 
     @property
-    def runtime(self) -> AgentRuntime | None:  # type: ignore[override]
+    def runtime(self) -> AgentRuntime | None:
         return self._runtime
 
     @runtime.setter
@@ -307,7 +307,8 @@ class ContextManager:
     def _attach(self, runtime: AgentRuntime, name: str) -> None:
         if self._runtime is not None:
             raise RuntimeError(
-                f"subscriber: this ContextManager is already attached to runtime {self._runtime.name!r}"
+                "subscriber: this ContextManager is already attached to runtime "
+                f"{self._runtime.name!r}"
             )
         self._runtime, self._name = runtime, name
         if self.deployment == "embedded":
@@ -335,11 +336,11 @@ class ContextManager:
 
     async def _on_ready(self) -> None:
         runtime, outbox, self._outbox = self._runtime, self._outbox, []
+        assert runtime is not None  # the subscriber is ready only on a runtime
         for topic, message, participant_id in outbox:
             runtime.send(topic, message, participant_id=participant_id, source=self._name)
-        if (
-            self.deployment == "split"
-        ):  # a (re)started process: its replica from every host's snapshot
+        # a (re)started process: its replica from every host's snapshot
+        if self.deployment == "split":
             await asyncio.gather(*(self._resync(host) for host in range(self.plan.section_hosts)))
 
     def _on_stopped(self) -> None:
@@ -352,7 +353,8 @@ class ContextManager:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             raise RuntimeError(
-                "ContextManager: register subscriber() with a runtime, or write from a running event loop "
+                "ContextManager: register subscriber() with a runtime, or write from a running "
+                "event loop "
                 "(the manager then hosts its actors on a private runtime)"
             ) from None
         runtime = AgentRuntime(name=f"{self.plan.namespace}-{self.id}")
@@ -978,11 +980,11 @@ class ContextManager:
         errors = [reply for reply in replies if isinstance(reply, BaseException)]
         generations: dict[str, list[str]] = {participant_id: [] for participant_id in participants}
         by_worker: dict[int, list] = {}
-        for (participant_id, _), reply in zip(asks, replies):
+        for (asked_id, _), reply in zip(asks, replies):
             if isinstance(reply, BaseException):
                 continue
-            if participant_id is not None:
-                generations[participant_id].extend(reply.generations)
+            if asked_id is not None:
+                generations[asked_id].extend(reply.generations)
             for job in reply.jobs:
                 for worker in job.workers:
                     by_worker.setdefault(worker, []).append(job.job)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
 from xrmq.schemas import ContextBlock
 
@@ -83,5 +84,10 @@ def render_participant(sections: Iterable[Sequence[ContextBlock]]) -> tuple[Cont
     for blocks in sections:
         for block in blocks:
             (summaries if block.timestamp_us is None else dated).append(block)
-    dated.sort(key=lambda block: block.timestamp_us)
+    dated.sort(key=_timestamp)
     return (*summaries, *dated)
+
+
+def _timestamp(block: ContextBlock) -> int:
+    """The sort key of a dated block (only dated blocks are sorted by it)."""
+    return cast(int, block.timestamp_us)

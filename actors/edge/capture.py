@@ -43,7 +43,8 @@ def _is_message(frames: list[bytes]) -> bool:
 
 
 def _probe_until_seen(pub: zmq.Socket, sub: zmq.Socket, timeout: float, what: str) -> None:
-    """Publish a probe on ``pub`` until ``sub`` receives it back; ``TimeoutError`` naming ``what``."""
+    """Publish a probe on ``pub`` until ``sub`` receives it back; ``TimeoutError`` naming
+    ``what``."""
     probe = _PROBE_TOPIC + b"?" + uuid.uuid4().hex.encode()
     deadline = time.monotonic() + timeout
     interval_ms = 5

@@ -59,7 +59,8 @@ OUTCOME_GRACE_S = 1.0
 async def say(
     bus: str, participant_id: str, text: str, *, timeout: float, out: TextIO = sys.stdout
 ) -> int:
-    """Ask ``text`` as ``participant_id`` and print the reply; ``TimeoutError`` if it is not complete in time."""
+    """Ask ``text`` as ``participant_id`` and print the reply; ``TimeoutError`` if it is not
+    complete in time."""
     collector = ReplyCollector()
     runtime = AgentRuntime(bus, ready_timeout=min(timeout, 10.0))
     runtime.register("replies", collector, participant_id=participant_id)
@@ -277,7 +278,8 @@ async def compact(
 async def chat_embedded(
     participant_id: str, *, timeout: float, stdin: TextIO = sys.stdin, out: TextIO = sys.stdout
 ) -> int:
-    """``chat`` against a stack of the embedded default started here; 1 if the stack stops by itself."""
+    """``chat`` against a stack of the embedded default started here; 1 if the stack stops by
+    itself."""
     print("xrmq chat: starting an embedded edge stack...", file=out, flush=True)
     async with EmbeddedStack(default_config()) as stack:
         session = asyncio.create_task(

@@ -63,7 +63,7 @@ class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
 SECURITY_MODES = ("none", "curve")
 
 
-class SecurityConfig(_Section):
+class SecurityConfig(_Section, frozen=True):
     mode: str = "none"
     """``curve``: every bus socket authenticated and encrypted, per-identity ACLs;
     ``none``: plain."""
@@ -79,7 +79,7 @@ class SecurityConfig(_Section):
     """Allow a plain (``mode = "none"``) bus on a tcp address that is not loopback."""
 
 
-class IdentityConfig(_Section):
+class IdentityConfig(_Section, frozen=True):
     key: str | None = None
     """Its Z85 public key; None: ``NAME.key`` in the ``authorized`` directory."""
     publish: list[str] | None = None
@@ -92,7 +92,7 @@ class IdentityConfig(_Section):
     """Whether it may read the capture socket (``xrmq record``)."""
 
 
-class BusConfig(_Section):
+class BusConfig(_Section, frozen=True):
     address: str = DEFAULT_BUS
     """A bus name (ipc sockets in the per-user runtime directory), ``ipc://PREFIX`` or ``tcp://HOST:PORT``."""
     capture: bool = True
@@ -110,7 +110,7 @@ class BusConfig(_Section):
     """Bus identities by name: clients' keys and any identity's permissions."""
 
 
-class ModelsConfig(_Section):
+class ModelsConfig(_Section, frozen=True):
     answers: ModelSpec = parse_model_spec("offline")
     """The model conversations answer with (destinations may override it)."""
     compaction: ModelSpec = parse_model_spec("offline")
@@ -119,14 +119,15 @@ class ModelsConfig(_Section):
     """The model the router's ``llm`` decision service chooses destinations with."""
 
 
-class TopicConfig(_Section):
+class TopicConfig(_Section, frozen=True):
     mode: str
-    """``summary`` (an update replaces the topic's state) or ``incremental`` (updates append and are compacted)."""
+    """``summary`` (an update replaces the topic's state) or ``incremental`` (updates append and are
+    compacted)."""
     budget_bytes: int | None = None
     """This topic's budget; None uses ``context.topic_budget_bytes``."""
 
 
-class PromptsConfig(_Section):
+class PromptsConfig(_Section, frozen=True):
     source: str | None = None
     dialogue: str | None = None
     condense: str | None = None
@@ -141,7 +142,7 @@ class PromptsConfig(_Section):
         return CompactionPrompts(**given)
 
 
-class ContextSettings(_Section):
+class ContextSettings(_Section, frozen=True):
     topics: dict[str, TopicConfig] = {}
     """Context topics by name, in the order their summaries are rendered."""
     dialogue_budget_bytes: int = DEFAULT_DIALOGUE_BUDGET_BYTES
@@ -179,7 +180,7 @@ class ContextSettings(_Section):
         return self.topic_budget_bytes if budget is None else budget
 
 
-class DestinationConfig(_Section):
+class DestinationConfig(_Section, frozen=True):
     description: str
     """What the destination answers: the routing aid the router chooses with."""
     instructions: str = ""
@@ -205,9 +206,10 @@ class DestinationConfig(_Section):
 DESTINATION_KINDS = ("conversation", "tools")
 
 
-class RouterConfig(_Section):
+class RouterConfig(_Section, frozen=True):
     decisions: str = "first"
-    """``first`` (the default destination takes every turn), ``rules`` (keywords) or ``llm`` (``models.routing`` chooses)."""
+    """``first`` (the default destination takes every turn), ``rules`` (keywords) or ``llm``
+    (``models.routing`` chooses)."""
     default: str | None = None
     """The destination tried when no other fits; None: the first destination."""
     history_limit: int | None = None
@@ -217,7 +219,7 @@ class RouterConfig(_Section):
     router's proxy: its answer in flight fails and its open reply stream is closed."""
 
 
-class RestartPolicyConfig(_Section):
+class RestartPolicyConfig(_Section, frozen=True):
     max_crashes: int = 5
     """Crashes within ``window_s`` after which the supervisor gives up."""
     window_s: float = 60.0
@@ -226,7 +228,7 @@ class RestartPolicyConfig(_Section):
     backoff_max_s: float = 30.0
 
 
-class SupervisorConfig(_Section):
+class SupervisorConfig(_Section, frozen=True):
     ready_timeout_s: float = 30.0
     """How long a process may take to report ready before it counts as crashed."""
     shutdown_timeout_s: float = 10.0
@@ -242,7 +244,7 @@ class SupervisorConfig(_Section):
     restart: RestartPolicyConfig = RestartPolicyConfig()
 
 
-class ProcessConfig(_Section):
+class ProcessConfig(_Section, frozen=True):
     roles: list[str]
     """Roles this process runs: registered role names, or ``package.module:function``."""
     replicas: int = 1
@@ -266,7 +268,7 @@ class ProcessConfig(_Section):
     answer path leaves idle."""
 
 
-class VoiceConfig(_Section):
+class VoiceConfig(_Section, frozen=True):
     """The ``voice`` role (speech in) and the renderer's speech out (``actors/voice``)."""
 
     stt: str = "whisper"
@@ -305,11 +307,12 @@ class ProcessInstance(msgspec.Struct, frozen=True):
 
     @property
     def runtime_name(self) -> str:
-        """The runtime's (and the log prefix's) name: ``process``, or ``process.shard`` with replicas."""
+        """The runtime's (and the log prefix's) name: ``process``, or ``process.shard`` with
+        replicas."""
         return self.process if self.shards == 1 else f"{self.process}.{self.shard}"
 
 
-class EdgeConfig(_Section):
+class EdgeConfig(_Section, frozen=True):
     bus: BusConfig = BusConfig()
     models: ModelsConfig = ModelsConfig()
     context: ContextSettings = ContextSettings()
@@ -343,7 +346,8 @@ class EdgeConfig(_Section):
         ]
 
     def startup_layers(self) -> list[list[str]]:
-        """Process names in start order: each layer after every process its members name in ``after``.
+        """Process names in start order: each layer after every process its members name in
+        ``after``.
 
         Stop in the reverse order. Config order is kept within a layer.
         """
@@ -387,7 +391,10 @@ def default_config() -> EdgeConfig:
             "context": {"topics": {"scene": {"mode": "summary"}, "notes": {"mode": "incremental"}}},
             "destinations": {
                 "conversation": {
-                    "description": "General assistant: answers questions from its own knowledge and the participant's context.",
+                    "description": (
+                        "General assistant: answers questions from its own knowledge and the "
+                        "participant's context."
+                    ),
                 }
             },
             "router": {"default": "conversation"},
@@ -403,7 +410,8 @@ def default_config() -> EdgeConfig:
 
 
 def decode_config(raw: Mapping[str, Any], *, source: str = DEFAULT_SOURCE) -> EdgeConfig:
-    """Validate a decoded TOML document into ``EdgeConfig``; ``ConfigError`` on the first broken rule."""
+    """Validate a decoded TOML document into ``EdgeConfig``; ``ConfigError`` on the first broken
+    rule."""
     top = _convert(raw, _RawTop, "", source)
     models = _models(top.models, source)
     context = _context(top.context, source)
@@ -430,7 +438,7 @@ def decode_config(raw: Mapping[str, Any], *, source: str = DEFAULT_SOURCE) -> Ed
     return config
 
 
-class _RawTop(_Section):
+class _RawTop(_Section, frozen=True):
     bus: dict[str, Any] = {}
     models: dict[str, Any] = {}
     context: dict[str, Any] = {}
@@ -694,13 +702,15 @@ def _validate(config: EdgeConfig, source: str) -> None:
         raise ConfigError(
             source,
             "router.default",
-            f"must name a destination ({', '.join(config.destinations) or 'none configured'}), got {config.router.default!r}",
+            f"must name a destination ({', '.join(config.destinations) or 'none configured'}), got "
+            f"{config.router.default!r}",
         )
     if config.router.decisions not in DECISION_SERVICES:
         raise ConfigError(
             source,
             "router.decisions",
-            f"must be one of {', '.join(map(repr, DECISION_SERVICES))}, got {config.router.decisions!r}",
+            f"must be one of {', '.join(map(repr, DECISION_SERVICES))}, got "
+            f"{config.router.decisions!r}",
         )
     if config.router.history_limit is not None and config.router.history_limit < 1:
         raise ConfigError(source, "router.history_limit", "must be >= 1")
@@ -737,7 +747,8 @@ def _validate(config: EdgeConfig, source: str) -> None:
                 raise ConfigError(
                     source,
                     f"{key}.roles[{index}]",
-                    f"must be a role name (lowercase, '-') or package.module:function, got {role!r}",
+                    "must be a role name (lowercase, '-') or package.module:function, got "
+                    f"{role!r}",
                 )
             if role in process.roles[:index]:
                 raise ConfigError(source, f"{key}.roles[{index}]", f"role {role!r} is listed twice")
@@ -824,10 +835,12 @@ def _check_bus(address: str, source: str) -> None:
         raise ConfigError(
             source,
             "bus.address",
-            "must be a name, ipc:// or tcp://: the processes of an edge box are separate OS processes",
+            "must be a name, ipc:// or tcp://: the processes of an edge box are separate OS "
+            "processes",
         )
     if "://" in address:
-        try:  # parse_bus is pure for ipc:// and tcp:// (only a bare name touches the runtime directory)
+        # parse_bus is pure for ipc:// and tcp:// (only a bare name touches the runtime dir)
+        try:
             parse_bus(address)
         except ValueError as error:
             raise ConfigError(source, "bus.address", str(error).removeprefix("bus: ")) from None

@@ -33,7 +33,7 @@ import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TextIO
+from typing import TextIO, cast
 
 import msgspec
 
@@ -138,7 +138,8 @@ class Step:
 
 @dataclass(frozen=True)
 class Sense:
-    """The sensor publishes ``text`` on ``topic`` for ``participant``; wait until the context holds it."""
+    """The sensor publishes ``text`` on ``topic`` for ``participant``; wait until the context holds
+    it."""
 
     participant: str
     topic: str
@@ -147,7 +148,8 @@ class Sense:
 
 @dataclass(frozen=True)
 class Ask:
-    """``participant`` asks ``text``; the answer must contain ``expect`` and must not contain ``absent``."""
+    """``participant`` asks ``text``; the answer must contain ``expect`` and must not contain
+    ``absent``."""
 
     participant: str
     text: str
@@ -467,11 +469,13 @@ class Session:
             )
         if step.expect is not None and step.expect not in answer:
             raise DemoFailure(
-                f"{step.participant}'s {step.text!r}: expected {step.expect!r} in the answer, got {answer!r}"
+                f"{step.participant}'s {step.text!r}: expected {step.expect!r} in the answer, got "
+                f"{answer!r}"
             )
         if step.absent is not None and step.absent in answer:
             raise DemoFailure(
-                f"{step.participant}'s {step.text!r}: {step.absent!r} should be forgotten, got {answer!r}"
+                f"{step.participant}'s {step.text!r}: {step.absent!r} should be forgotten, got "
+                f"{answer!r}"
             )
 
     async def _interrupt(self, step: Interrupt) -> None:
@@ -581,8 +585,10 @@ def summary(results: Results, elapsed_s: float) -> list[str]:
         ),
         "",
         "-- summary",
-        f"  turns: {len(results.turns)} ({len(participants)} participants: {', '.join(participants)})",
-        f"  first-chunk latency: p50 {percentile(firsts, 0.5):.0f} ms, p95 {percentile(firsts, 0.95):.0f} ms",
+        f"  turns: {len(results.turns)} ({len(participants)} participants: "
+        f"{', '.join(participants)})",
+        f"  first-chunk latency: p50 {percentile(firsts, 0.5):.0f} ms, p95 "
+        f"{percentile(firsts, 0.95):.0f} ms",
         f"  compactions run: {compactions}" + (f" ({by_section})" if by_section else ""),
         f"  gaps: {results.gaps} (over {results.runtimes} runtimes)",
         *(
@@ -599,7 +605,8 @@ async def run_demo(out: TextIO = sys.stdout, *, verbose: bool = False) -> int:
     started = time.monotonic()
     config = demo_config()
     out.write(
-        "xrmq demo: starting the edge stack (broker, context, compaction, conversation, router, renderer)...\n"
+        "xrmq demo: starting the edge stack (broker, context, compaction, conversation, router, "
+        "renderer)...\n"
     )
     out.flush()
     stack = EmbeddedStack(config, echo=sys.stderr if verbose else None)
@@ -607,7 +614,7 @@ async def run_demo(out: TextIO = sys.stdout, *, verbose: bool = False) -> int:
         async with stack:
             out.write(f"xrmq demo: {stack.ready_line.removeprefix('xrmq up: ')}\n")
             session = asyncio.create_task(
-                Session(stack.config, stack.bus, out, kill=stack.kill).run()
+                Session(cast(EdgeConfig, stack.config), stack.bus, out, kill=stack.kill).run()
             )
             failed = asyncio.create_task(stack.wait_failed())
             await asyncio.wait([session, failed], return_when=asyncio.FIRST_COMPLETED)

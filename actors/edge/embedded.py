@@ -1,4 +1,5 @@
-"""An edge stack started and stopped by the command that needs it (``xrmq demo``, ``xrmq chat --embedded``).
+"""An edge stack started and stopped by the command that needs it (``xrmq demo``, ``xrmq chat
+--embedded``).
 
 It is ``xrmq up`` run programmatically: the same ``Supervisor`` starts the broker and
 every process of the config as separate OS processes, but on a private ipc bus in a
@@ -26,7 +27,7 @@ import tempfile
 import time
 from collections import deque
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, cast
 
 import msgspec
 
@@ -141,7 +142,7 @@ class EmbeddedStack:
         """The last ``count`` supervisor lines (its own and the children's), for error messages."""
         return "\n".join(list(self._out.lines)[-count:])
 
-    async def __aenter__(self) -> "EmbeddedStack":
+    async def __aenter__(self) -> EmbeddedStack:
         self.directory = Path(tempfile.mkdtemp(prefix="xrmq-stack-"))  # mode 0700
         try:
             bus = BusConfig(address=f"ipc://{self.directory}/bus", capture=False)
@@ -152,7 +153,10 @@ class EmbeddedStack:
                 requested = msgspec.structs.replace(requested, context=context)
             self.config = write_config(requested, self.directory / "edge.toml")
             self._supervisor = Supervisor(
-                self.config, str(self.directory / "edge.toml"), out=self._out, python=self._python
+                self.config,
+                str(self.directory / "edge.toml"),
+                out=cast(TextIO, self._out),  # it only writes lines
+                python=self._python,
             )
             self._task = asyncio.create_task(
                 self._supervisor.run(), name="xrmq-embedded-supervisor"
@@ -181,6 +185,7 @@ class EmbeddedStack:
         try:
             if self._task is not None:
                 # Supervisor.run() stops on its stop event (what SIGINT/SIGTERM set for `xrmq up`).
+                assert self._supervisor is not None  # the task runs it
                 self._supervisor.stop()
                 await self._task
         finally:

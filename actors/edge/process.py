@@ -17,7 +17,7 @@ import logging
 import os
 import signal
 import sys
-from typing import NoReturn, TextIO
+from typing import Any, NoReturn, TextIO
 
 from xrmq.actors.runtime import AgentRuntime, get_logger
 from xrmq.actors.runtime.broker import shared_context
@@ -38,7 +38,8 @@ def select_instance(config: EdgeConfig, target: str, shard: int) -> ProcessInsta
         instances = config.instances(target)
         if not 0 <= shard < len(instances):
             raise ValueError(
-                f"--shard: process {target!r} has {len(instances)} replica(s); shard must be in [0, {len(instances)})"
+                f"--shard: process {target!r} has {len(instances)} replica(s); shard must be in "
+                f"[0, {len(instances)})"
             )
         return instances[shard]
     if shard != 0:
@@ -66,7 +67,7 @@ async def run_process(
     log = get_logger(process=instance.runtime_name)
     if instance.spec.nice:
         os.nice(instance.spec.nice)  # background roles yield the CPU to the answer path
-    keys = {}
+    keys: dict[str, Any] = {}
     if config.bus.security.mode == "none":  # a client's $XRMQ_KEY is not this process's
         for variable in (KEY_ENV, SERVER_KEY_ENV):
             os.environ.pop(variable, None)

@@ -13,6 +13,7 @@ import importlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from xrmq.actors.runtime import AgentRuntime
 
@@ -57,10 +58,10 @@ def resolve_role(name: str, base: Path | None = None) -> RoleBuilder:
             raise LookupError(f"cannot import {module_name!r}: {error}") from None
         sys.path.append(str(base))
         return resolve_role(name, base)
-    builder = getattr(module, attribute, None)
-    if not callable(builder):
+    found: Any = getattr(module, attribute, None)
+    if not callable(found):
         raise LookupError(f"{module_name!r} has no function {attribute!r}")
-    return builder
+    return found
 
 
 def check_roles(config: EdgeConfig, process: str | None = None) -> dict[str, list[RoleBuilder]]:

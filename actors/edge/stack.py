@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ from xrmq.actors.routing import (
     serve,
 )
 from xrmq.actors.routing.agent import RoutableAgent
+from xrmq.actors.routing.decisions import DecisionService
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.tools import AutoCompactor, ToolAgent
 from xrmq.actors.tools.control import CompactServer
@@ -135,7 +137,7 @@ def open_orphan_stores(config: EdgeConfig, shards: int) -> list[ContextStore]:
 
 
 def context_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
-    topics = None if process.shard == 0 else []
+    topics: list[str] | None = None if process.shard == 0 else []
     orphans = open_orphan_stores(config, process.shards) if process.shard == 0 else []
     register_sections(
         runtime,
@@ -246,12 +248,13 @@ def router_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInsta
         )
         for name in config.destinations
     }
-    decisions = {
+    choices: dict[str, Callable[[], DecisionService]] = {
         "first": lambda: SingleDestination(),
         "rules": lambda: KeywordDecisions(),
         "llm": lambda: LLMDecisions(prepared_llm(config.models.routing)),
-    }[config.router.decisions]()
-    options = (
+    }
+    decisions = choices[config.router.decisions]()
+    options: dict[str, Any] = (
         {}
         if config.router.history_limit is None
         else {"history_limit": config.router.history_limit}

@@ -39,7 +39,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, RuntimeContext, get_logger
 from xrmq.actors.runtime.address import parse_bus
@@ -157,7 +157,8 @@ class Supervisor:
     # ------------------------------------------------------------------ the command
 
     async def run(self) -> int:
-        """Start everything, supervise until a signal (0) or a crash loop (1), then stop everything."""
+        """Start everything, supervise until a signal (0) or a crash loop (1), then stop
+        everything."""
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, self._stop.set)
@@ -183,7 +184,7 @@ class Supervisor:
                         break
                 else:
                     pids = " ".join(
-                        f"{child.label}={'down' if child.state == 'down' else child.proc.pid}"
+                        f"{child.label}={_pid_or_down(child)}"
                         for layer in layers
                         for child in layer
                     )
@@ -217,7 +218,7 @@ class Supervisor:
         from .identities import supervisor_keys
 
         try:
-            keys = supervisor_keys(self.config)
+            keys: dict[str, Any] = dict(supervisor_keys(self.config))
             runtime = AgentRuntime(
                 self.config.bus.address,
                 name=f"xrmq-up.{os.getpid()}",
@@ -344,7 +345,8 @@ class Supervisor:
         )
 
     async def _start_layer(self, layer: list[Child]) -> bool:
-        """Start every child of ``layer`` and wait until each is ready; False if stopping meanwhile."""
+        """Start every child of ``layer`` and wait until each is ready; False if stopping
+        meanwhile."""
         for child in layer:
             child.task = asyncio.create_task(
                 self._supervise(child), name=f"xrmq-supervise-{child.label}"
@@ -352,7 +354,8 @@ class Supervisor:
         stop = asyncio.create_task(self._stop.wait())
         ready = [asyncio.create_task(child.ready.wait()) for child in layer]
         try:
-            await asyncio.wait([stop, asyncio.gather(*ready)], return_when=asyncio.FIRST_COMPLETED)
+            all_ready: asyncio.Future[Any] = asyncio.gather(*ready)
+            await asyncio.wait([stop, all_ready], return_when=asyncio.FIRST_COMPLETED)
         finally:
             stop.cancel()
             for waiter in ready:
@@ -464,6 +467,7 @@ class Supervisor:
             limit=_LINE_LIMIT,
         )
         child.proc = proc
+        assert proc.stdout is not None and proc.stderr is not None  # both piped
         child.forwarders = [
             asyncio.create_task(self._forward(child, proc.stdout, ready)),
             asyncio.create_task(self._forward(child, proc.stderr, None)),
@@ -490,7 +494,8 @@ class Supervisor:
                 ready.set()
 
     async def _terminate(self, child: Child) -> None:
-        """SIGTERM the child's group, SIGKILL it after the shutdown timeout; wait for supervision to end."""
+        """SIGTERM the child's group, SIGKILL it after the shutdown timeout; wait for supervision to
+        end."""
         if child.task is None:
             return
         child.terminating = True
@@ -519,7 +524,8 @@ class Supervisor:
             pass
 
     def _remove_socket_files(self) -> None:
-        """Remove the ipc socket files a killed broker left (only for a bus this supervisor served)."""
+        """Remove the ipc socket files a killed broker left (only for a bus this supervisor
+        served)."""
         if not self._broker_started:
             return
         paths = self.address.ipc_paths
@@ -542,3 +548,8 @@ class _Heartbeats(Agent):
 
     async def on_report(self, message: SupervisorReport, ctx: RuntimeContext) -> None:
         self.supervisor.report_returned(message, ctx.metadata.sender)
+
+
+def _pid_or_down(child: Child) -> str:
+    """What ``ready`` shows for a child: its pid, or ``down``."""
+    return "down" if child.state == "down" or child.proc is None else str(child.proc.pid)

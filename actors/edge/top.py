@@ -18,7 +18,7 @@ import asyncio
 import os
 import signal
 import sys
-from typing import TextIO
+from typing import Any, TextIO, cast
 
 import msgspec
 
@@ -84,6 +84,7 @@ class _Seen:
     __slots__ = ("last", "previous", "received_at", "reports", "restarts")
 
     def __init__(self, metrics: RuntimeMetrics, received_at: float) -> None:
+        self.previous: RuntimeMetrics | None
         self.last, self.previous, self.received_at, self.restarts, self.reports = (
             metrics,
             None,
@@ -221,7 +222,8 @@ def render(rows: list[RuntimeRow], *, stale_after_s: float = 5.0, color: bool = 
             down = "DOWN: " + (row.reason or "left down")
             lines.append(f"{paint(BOLD, row.runtime)}  {paint(RED, down)}")
             continue
-        header = f"{paint(BOLD, row.runtime)}  pid {row.pid}  {paint(RED, age + ' (stale)') if row.age_s > stale_after_s else age}"
+        shown_age = paint(RED, age + " (stale)") if row.age_s > stale_after_s else age
+        header = f"{paint(BOLD, row.runtime)}  pid {row.pid}  {shown_age}"
         if row.identity is not None:
             header += f"  identity {row.identity}"
         if row.state != "running":
@@ -338,7 +340,7 @@ def _restore(loop: asyncio.AbstractEventLoop, state: object | None) -> None:
         return
     import termios
 
-    fd, saved = state  # type: ignore[misc]
+    fd, saved = cast(tuple[int, Any], state)
     loop.remove_reader(fd)
     termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 

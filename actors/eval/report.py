@@ -91,7 +91,9 @@ def figures(result: RunResult) -> VariantFigures:
     by_kind: dict[str, list[ProbeResult]] = defaultdict(list)
     for probe in result.probes:
         by_kind[probe.kind].append(probe)
-    kinds = {kind: _kind_figures(probes) for kind in FACT_KINDS if (probes := by_kind.get(kind))}
+    kinds: dict[str, KindFigures] = {
+        kind: _kind_figures(probes) for kind in FACT_KINDS if (probes := by_kind.get(kind))
+    }
     oversized = [p for p in result.probes if p.oversized]
     depth: dict[str, dict[str, list[int]]] = {}
     for probe in result.probes:
@@ -143,7 +145,8 @@ def table(all_figures: list[VariantFigures]) -> str:
             cells.append(
                 "-"
                 if k is None
-                else f"{k.answer_recall:.0%} / {k.context_recall:.0%} ({k.stale_answers}) n={k.probes}"
+                else f"{k.answer_recall:.0%} / {k.context_recall:.0%} ({k.stale_answers}) "
+                f"n={k.probes}"
             )
         lines.append(f"| {kind} | " + " | ".join(cells) + " |")
     lines.append(
@@ -155,7 +158,8 @@ def table(all_figures: list[VariantFigures]) -> str:
     )
     lines += [
         "",
-        "| variant | section | budget | limit | compactions min/mean | summary max/mean bytes | clipped |",
+        "| variant | section | budget | limit | compactions min/mean | summary max/mean bytes | "
+        "clipped |",
         "|---|---|---|---|---|---|---|",
     ]
     for f in all_figures:

@@ -15,7 +15,8 @@ events it plants facts whose exact value a later probe asks for:
   lives solely in a summary, but it adds the layout's third kind of block).
 
 Some exchanges and updates are oversized (larger than one compaction request), each
-with a fact at its start (an extra ``number`` fact where no other was planned), so the clipping rule (start and end kept) is exercised too.
+with a fact at its start (an extra ``number`` fact where no other was planned), so the clipping rule
+(start and end kept) is exercised too.
 
 Everything comes from ``random.Random(seed)``: one seed gives the same session, byte for
 byte, whatever model later runs it (the assistant's replies in the dialogue are

@@ -39,7 +39,8 @@ class OfflineLLM(LLMService):
 
     ``time_to_first_token_s`` (>= 0) is waited before the first chunk and
     ``1 / tokens_per_second`` between chunks; ``tokens_per_second=0`` streams without
-    pacing (zero delays still yield to the event loop between chunks). ``sleep`` is the awaitable used for waiting (tests inject one that records).
+    pacing (zero delays still yield to the event loop between chunks). ``sleep`` is the awaitable
+    used for waiting (tests inject one that records).
     """
 
     def __init__(

@@ -42,7 +42,8 @@ class CallRecord(msgspec.Struct, frozen=True, kw_only=True):
     latency_s: float
     """From the request to the end of the response."""
     error: str | None = None
-    """``Type: message`` of a ``ModelError`` the call raised (``finish_reason`` is then ``error``)."""
+    """``Type: message`` of a ``ModelError`` the call raised (``finish_reason`` is then
+    ``error``)."""
 
 
 def request_key(request: ChatRequest) -> str:

@@ -44,7 +44,7 @@ class ScriptedResponse:
     error_after_chunks: int = 0
     finish_reason: FinishReason = "stop"
     hang: bool = False
-    usage: Usage = Usage()
+    usage: Usage = Usage()  # noqa: RUF009  (a frozen Struct: one shared default is safe)
     tool_calls: tuple[ToolCall, ...] = ()
     reasoning: str | None = None
 

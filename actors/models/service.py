@@ -108,7 +108,7 @@ class LLMService(abc.ABC):
     def __init__(self, model: str) -> None:
         self.model = model
 
-    def prepare(self) -> None:
+    def prepare(self) -> None:  # noqa: B027  (optional: a no-op unless a service needs it)
         """Do the slow one-time work of the first call now (imports, client set-up).
 
         A process calls it before it reports ready, so its first turn is no slower than

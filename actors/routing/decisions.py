@@ -57,7 +57,8 @@ class SingleDestination:
 
 
 def keyword_pattern(keyword: str) -> re.Pattern[str]:
-    """Case-insensitive whole-word (or whole-phrase) match of ``keyword``; inner spaces match any whitespace."""
+    """Case-insensitive whole-word (or whole-phrase) match of ``keyword``; inner spaces match any
+    whitespace."""
     words = keyword.split()
     return re.compile(r"(?<!\w)" + r"\s+".join(map(re.escape, words)) + r"(?!\w)", re.IGNORECASE)
 
@@ -81,7 +82,8 @@ def keyword_choice(text: str, candidates: Mapping[str, RoutingAid]) -> str | Non
 
 
 class KeywordDecisions:
-    """Rule-based choice from each destination's ``RoutingAid.keywords`` (see ``keyword_choice``)."""
+    """Rule-based choice from each destination's ``RoutingAid.keywords`` (see
+    ``keyword_choice``)."""
 
     async def decide(self, turn: AgentTurn, candidates: Mapping[str, RoutingAid]) -> str | None:
         return keyword_choice(turn.text, candidates)

@@ -49,7 +49,8 @@ next requests wait for it (at most ``timeout_s``) instead of being sent to nobod
 the next turn is answered as soon as it is back.
 
 Without ``dead_after_s`` (no heartbeats to watch), the proxy instead asks ``status``
-after every ``liveness_s`` of silence while it waits for a call's events: a destination that restarted mid-turn answers ``unknown``
+after every ``liveness_s`` of silence while it waits for a call's events: a destination that
+restarted mid-turn answers ``unknown``
 and one that is gone does not answer, and either fails the call at once like a death
 (``DestinationDied``, its cause naming ``DestinationLost``) instead of leaving the turn
 open.
@@ -71,7 +72,7 @@ import asyncio
 import uuid
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, cast
 
 from xrmq.actors.runtime import (
     Agent,
@@ -101,7 +102,6 @@ from xrmq.schemas.routing import (
 )
 from xrmq.topics import METRICS_TOPIC, Topic
 
-from .failure import describe_failure
 from .agent import (
     RoutableAgent,
     RoutingTurnContext,
@@ -111,7 +111,7 @@ from .agent import (
     routed_turn,
     routing_aid_of,
 )
-
+from .failure import describe_failure
 
 _FINISHED_KEPT = 256
 """How many ended call ids a server remembers, to answer ``finished`` to a late status ask."""
@@ -144,16 +144,16 @@ class _ProxyCall:
     """One answer call in flight at the proxy: its events, and what death detection needs."""
 
     __slots__ = (
-        "participant_id",
-        "turn_id",
-        "events",
         "arrived",
-        "runtime",
-        "epoch",
-        "seen_at",
         "died",
+        "epoch",
+        "events",
+        "participant_id",
         "replaced",
+        "runtime",
+        "seen_at",
         "streams",
+        "turn_id",
     )
 
     def __init__(self, participant_id: str, turn_id: str) -> None:
@@ -414,19 +414,20 @@ class RemoteAgent(Agent):
         """The call's next event; None once ``deadline`` (loop time) passed; ``DestinationDied``
         as soon as the runtime running the call is found dead (with ``dead_after_s``)."""
         loop = asyncio.get_running_loop()
-        watch = self.dead_after_s is not None
+        dead_after_s = self.dead_after_s
+        watch = dead_after_s is not None
         while True:
             if call.events:
                 return call.events.popleft()
             if watch and call.runtime is not None:
                 silent = loop.time() - call.seen_at
-                if call.died is None and silent > self.dead_after_s:
+                if call.died is None and silent > cast(float, dead_after_s):
                     call.died = f"its process {call.runtime!r} sent nothing for {silent:.1f}s"
                 if call.died is not None:
                     raise DestinationDied(self.remote_name, f"DestinationLost: {call.died}")
             wait = None
             if watch and call.runtime is not None:
-                wait = self.dead_after_s / _CHECKS_PER_DEADLINE
+                wait = cast(float, dead_after_s) / _CHECKS_PER_DEADLINE
             if deadline is not None:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
@@ -486,7 +487,9 @@ class RemoteAgent(Agent):
             )
         call.streams.clear()
 
-    def _signal(self, call_id: str, kind: str, participant_id: str) -> None:
+    def _signal(
+        self, call_id: str, kind: Literal["proceed", "cancel"], participant_id: str
+    ) -> None:
         runtime = self.runtime
         if runtime is not None and runtime.running:
             runtime.send(
@@ -529,13 +532,14 @@ class RemoteAgent(Agent):
     def _runtime(self) -> Any:
         if self.runtime is None or not self.runtime.running:
             raise RuntimeClosedError(
-                f"RemoteAgent({self.remote_name!r}): register it with the router's runtime and start it"
+                f"RemoteAgent({self.remote_name!r}): register it with the router's runtime and "
+                "start it"
             )
         return self.runtime
 
 
 class _Call:
-    __slots__ = ("task", "proceed")
+    __slots__ = ("proceed", "task")
 
     def __init__(self) -> None:
         self.task: asyncio.Task[DestinationResult] | None = None
@@ -607,7 +611,9 @@ class DestinationServer(Agent):
             self._run(request, events, call), name=f"{self.name}-answer-{request.call_id}"
         )
         call.task.add_done_callback(lambda task: self._finished(request, events, task))
-        return RouteAccepted(self.runtime.name, self.runtime.epoch)
+        runtime = self.runtime
+        assert runtime is not None  # a handler runs on its runtime
+        return RouteAccepted(runtime.name, runtime.epoch)
 
     async def _on_status(self, request: RouteCallStatus, ctx: RuntimeContext) -> CallState:
         if request.call_id in self._calls:
@@ -619,7 +625,8 @@ class DestinationServer(Agent):
         if call is None:
             return
         if signal.kind == "cancel":
-            call.task.cancel()
+            if call.task is not None:
+                call.task.cancel()
         elif not call.proceed.done():
             call.proceed.set_result(None)
 
@@ -629,8 +636,11 @@ class DestinationServer(Agent):
         turn = request.turn
         pid = turn.participant_id
 
+        runtime = self.runtime
+        assert runtime is not None  # a handler runs on its runtime
+
         async def started() -> None:
-            self.runtime.send(
+            runtime.send(
                 events, RouteEvent(request.call_id, "started"), participant_id=pid, source=self.name
             )
             await call.proceed
@@ -649,9 +659,9 @@ class DestinationServer(Agent):
         log = self._log.bind(participant=request.turn.participant_id, turn=request.turn.turn_id)
         if task.cancelled():
             event = RouteEvent(request.call_id, "cancelled")
-        elif task.exception() is not None:
-            log.error("serve.answer_failed", error=repr(task.exception()))
-            event = RouteEvent(request.call_id, "failed", error=describe_failure(task.exception()))
+        elif (error := task.exception()) is not None:
+            log.error("serve.answer_failed", error=repr(error))
+            event = RouteEvent(request.call_id, "failed", error=describe_failure(error))
         elif not isinstance(task.result(), DestinationResult):
             event = RouteEvent(
                 request.call_id,
@@ -683,7 +693,8 @@ def remote(
     output_topic: Topic[ResponseOutput] | None = None,
     liveness_s: float = 1.0,
 ) -> RemoteAgent:
-    """A proxy for destination ``name`` served in another process; register it with the router's runtime."""
+    """A proxy for destination ``name`` served in another process; register it with the router's
+    runtime."""
     return RemoteAgent(
         name,
         timeout_s=timeout_s,

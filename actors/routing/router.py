@@ -47,7 +47,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import msgspec
 
@@ -136,9 +136,10 @@ class RouteResult:
 
 
 class _Lane:
-    """One participant's serialized work: every unfinished task, the cancellable turns, the state."""
+    """One participant's serialized work: every unfinished task, the cancellable turns, the
+    state."""
 
-    __slots__ = ("pending", "turns", "state")
+    __slots__ = ("pending", "state", "turns")
 
     def __init__(self, history_limit: int) -> None:
         self.pending: set[asyncio.Task[Any]] = set()
@@ -202,11 +203,13 @@ class AgentRouter(Agent):
                 and topic.message_type in (ParticipantJoined, ParticipantLeft)
             ):
                 raise ValueError(
-                    "AgentRouter.participant_topics: each must be a Topic carrying ParticipantJoined or ParticipantLeft"
+                    "AgentRouter.participant_topics: each must be a Topic carrying "
+                    "ParticipantJoined or ParticipantLeft"
                 )
         if output is None and output_topic is None:
             raise ValueError(
-                "AgentRouter.output: give output or output_topic, so the router can say its own text"
+                "AgentRouter.output: give output or output_topic, so the router can say its own "
+                "text"
             )
         if cleanup_participant is not None and (query_topic is None or output_topic is None):
             raise ValueError(
@@ -292,7 +295,8 @@ class AgentRouter(Agent):
         )
 
     def interrupt(self, participant_id: str | None = None) -> None:
-        """Cancel a participant's turns in flight (every participant's for None); they drain on their own."""
+        """Cancel a participant's turns in flight (every participant's for None); they drain on
+        their own."""
         lanes = (
             self._lanes.values() if participant_id is None else [self._lanes.get(participant_id)]
         )
@@ -382,7 +386,8 @@ class AgentRouter(Agent):
     def _enqueue(
         self, participant_id: str, work: Callable[[_Lane], Awaitable[T]], *, turn: bool
     ) -> asyncio.Task[T]:
-        """Run ``work`` after every earlier task of the participant ended, cancelling earlier turns."""
+        """Run ``work`` after every earlier task of the participant ended, cancelling earlier
+        turns."""
         lanes = self._lanes
         lane = lanes.pop(participant_id, None)
         if lane is None:
@@ -616,15 +621,19 @@ class AgentRouter(Agent):
             log.error("router.release_failed", route=name, error=repr(error))
 
     async def _say(self, turn: AgentTurn, route: str | None, text: str) -> None:
-        """Say router-owned text for ``turn``: through ``output``, or as a reply on ``output_topic``."""
+        """Say router-owned text for ``turn``: through ``output``, or as a reply on
+        ``output_topic``."""
         if self.output is not None:
             await self.output(turn, route, text)
             return
         if self.runtime is None or not self.runtime.running:
             raise RuntimeClosedError(
-                "AgentRouter: publishing on output_topic needs the router registered with a running runtime"
+                "AgentRouter: publishing on output_topic needs the router registered with a "
+                "running runtime"
             )
-        outputs = ResponseOutputs(self.runtime, self.output_topic, source=ROUTER_SOURCE)
+        # the constructor requires output or output_topic
+        output_topic = cast("Topic[ResponseOutput]", self.output_topic)
+        outputs = ResponseOutputs(self.runtime, output_topic, source=ROUTER_SOURCE)
         async with outputs.reply(
             turn.participant_id, request_id=turn.turn_id, timestamp_us=turn.timestamp_us
         ) as reply:

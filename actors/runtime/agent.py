@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import enum
 import inspect
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Callable, Final, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import msgspec
 
@@ -157,7 +157,7 @@ class Agent:
     """
 
     name: str = ""
-    runtime: "AgentRuntime | None" = None
+    runtime: AgentRuntime | None = None
 
     async def on_start(self) -> None:
         """Called once the runtime is ready (or the keyed instance is spawned)."""
@@ -175,7 +175,7 @@ class Agent:
         """
         return subscriptions(type(self))
 
-    async def on_gap(self, gap: Any, ctx: "RuntimeContext") -> None:
+    async def on_gap(self, gap: Any, ctx: RuntimeContext) -> None:
         """Messages of a topic this actor handles were lost (``gap`` is a ``sequence.Gap``).
 
         Called in order with the actor's messages, before the message that revealed the
@@ -184,7 +184,8 @@ class Agent:
         """
 
     def gauges(self) -> dict[str, float]:
-        """Numbers this actor reports in its runtime's metrics (``xrmq top``); summed over keyed instances."""
+        """Numbers this actor reports in its runtime's metrics (``xrmq top``); summed over keyed
+        instances."""
         return {}
 
 
@@ -199,7 +200,7 @@ class RuntimeContext(msgspec.Struct, eq=False):
     the fields are not type-checked and it is never encoded).
     """
 
-    runtime: "AgentRuntime"
+    runtime: AgentRuntime
     agent_name: str
     metadata: MessageMetadata
     topic: Topic

@@ -37,7 +37,8 @@ from .security.forwarder import (
 )
 
 DEFAULT_HWM = 1_000_000
-"""High-water mark for bus sockets: large and explicit (PUB/XPUB drop past it; receivers count the gap)."""
+"""High-water mark for bus sockets: large and explicit (PUB/XPUB drop past it; receivers count the
+gap)."""
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 """``ZMQ_MAXMSGSIZE`` of every receiving socket: a larger frame drops the sender's connection
 (libzmq does not read it; the sender reconnects and receivers see the messages lost meanwhile

@@ -24,7 +24,7 @@ _CLOCK_RESOLUTION = time.get_clock_info("monotonic").resolution
 class AskDeadlines:
     """Fails each registered future with ``TimeoutError`` when its deadline passes."""
 
-    __slots__ = ("_loop", "_heap", "_order", "_timer", "_timer_at", "_prune_at")
+    __slots__ = ("_heap", "_loop", "_order", "_prune_at", "_timer", "_timer_at")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop

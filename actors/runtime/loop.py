@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 try:
     import uvloop
 except ImportError:  # not installed (it is not built for Windows)
-    uvloop = None
+    uvloop = None  # type: ignore[assignment]
 
 T = TypeVar("T")
 
@@ -45,7 +45,8 @@ def event_loop_name(name: str | None = None) -> str:
 
 
 def run(main: Coroutine[Any, Any, T], *, loop: str | None = None) -> T:
-    """Run ``main`` to completion on a new event loop (see ``event_loop_name``), like ``asyncio.run``."""
+    """Run ``main`` to completion on a new event loop (see ``event_loop_name``), like
+    ``asyncio.run``."""
     if event_loop_name(loop) == "uvloop":
         return uvloop.run(main)
     return asyncio.run(main)

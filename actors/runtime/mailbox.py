@@ -17,7 +17,9 @@ from .agent import Agent, RuntimeContext
 if TYPE_CHECKING:
     from .runtime import AgentRuntime
 
-Delivery = tuple[Callable[[Any, RuntimeContext], Awaitable[Any]], Any, MessageMetadata, Topic]
+Delivery = tuple[
+    Callable[[Any, RuntimeContext], Coroutine[Any, Any, Any]], Any, MessageMetadata, Topic
+]
 
 
 class Mailbox:
@@ -125,6 +127,8 @@ class Mailbox:
 
     def _spawn(self, call_on_start: bool) -> None:
         self._unstick = False
+        if TYPE_CHECKING:  # start() set it (no cost at run time)
+            assert self._loop is not None
         self._task = self._loop.create_task(
             self._run(call_on_start), name=f"xrmq-actor-{self.name}", context=self._context
         )
@@ -132,6 +136,8 @@ class Mailbox:
 
     def _worker_ended(self, task: asyncio.Task[None]) -> None:
         """Start the worker again if it ended while nobody stopped it."""
+        if TYPE_CHECKING:  # start() set it
+            assert self._loop is not None
         if self._stopping or task is not self._task or self._loop.is_closed():
             return
         if not self.runtime.running:
@@ -167,20 +173,21 @@ class Mailbox:
         self._task = None
 
     def _start_inline(self, delivery: Delivery, waiter: asyncio.Future[None]) -> None:
-        """Run a handler's first step now, as the actor's (parked) task; hand it over if it suspends."""
-        loop, task = self._loop, self._task
+        """Run a handler's first step now, as the actor's (parked) task; hand it over if it
+        suspends."""
+        loop, task, context = self._loop, self._task, self._context
+        if TYPE_CHECKING:  # started: the offer found the task's waiter (no cost at run time)
+            assert loop is not None and task is not None and context is not None
         try:
             _enter_task(loop, task)
-        except (
-            RuntimeError
-        ):  # offered from inside another task, not the reader: let the actor take it
+        except RuntimeError:  # offered from inside another task, not the reader: the actor takes it
             self._items.append(delivery)
             waiter.set_result(None)
             return
         handler, message, metadata, topic = delivery
         try:
             coro = handler(message, RuntimeContext(self.runtime, self.name, metadata, topic))
-            yielded = self._context.run(coro.send, None)
+            yielded = context.run(coro.send, None)
         except StopIteration as done:
             if metadata.reply_to is not None:
                 self._reply(metadata, topic, done.value)
@@ -190,9 +197,8 @@ class Mailbox:
             self._failed(topic, metadata, error)
         else:
             self._handoff = _Suspended(coro, yielded, metadata, topic)
-            if (
-                not waiter.done()
-            ):  # done: the handler cancelled the task; the task wakes to that anyway
+            # done: the handler cancelled the task; the task wakes to that anyway
+            if not waiter.done():
                 waiter.set_result(None)
         finally:
             _leave_task(loop, task)
@@ -217,6 +223,9 @@ class Mailbox:
             await runtime.guarded_hook(self.agent, "on_start", self)
         items = self._items
         loop = self._loop
+        if TYPE_CHECKING:  # start() set it before creating this task
+            assert loop is not None
+        handling: Awaitable[Any]
         while True:
             if items:
                 handler, message, metadata, topic = items.popleft()
@@ -235,21 +244,21 @@ class Mailbox:
                     self._handoff.pending_error = cancel  # meant for the handler started inline
                 finally:
                     self._waiter = None
-                handling, self._handoff = self._handoff, None
-                if handling is None:
+                suspended, self._handoff = self._handoff, None
+                if suspended is None:
                     continue
-                metadata, topic = handling.metadata, handling.topic
+                handling, metadata, topic = suspended, suspended.metadata, suspended.topic
             try:
                 result = await handling
             except asyncio.CancelledError:
-                task = asyncio.current_task()
+                current = asyncio.current_task()
                 if self._unstick and not self._stopping:  # cancel_stuck: the actor goes on
                     self._unstick = False
-                    if task is not None and task.uncancel():
+                    if current is not None and current.uncancel():
                         raise  # also cancelled by someone else
                     self._failed(topic, metadata, "cancelled: stuck (the actor was restarted)")
                     continue
-                if task is not None and task.cancelling():  # this task is being cancelled: stop
+                if current is not None and current.cancelling():  # this task is being cancelled
                     raise
                 self._failed(topic, metadata, "cancelled")
             except Exception as error:  # an actor never dies of its handler
@@ -259,9 +268,9 @@ class Mailbox:
                     self._reply(metadata, topic, result)
             if self._unstick:  # the handler swallowed cancel_stuck's cancellation and returned
                 self._unstick = False
-                task = asyncio.current_task()
-                if task is not None:
-                    task.uncancel()
+                current = asyncio.current_task()
+                if current is not None:
+                    current.uncancel()
 
 
 class _Suspended:

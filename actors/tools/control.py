@@ -6,6 +6,8 @@ Tools destination NAME answers asks on ``tools.NAME.compact`` (``CompactRequest`
 
 from __future__ import annotations
 
+from typing import Literal
+
 from xrmq.actors.runtime import Agent, Handlers, RuntimeContext
 from xrmq.schemas.tools import CompactReply, CompactRequest
 from xrmq.topics import Topic
@@ -32,7 +34,9 @@ class CompactServer(Agent):
     async def on_compact(self, message: CompactRequest, ctx: RuntimeContext) -> CompactReply:
         if ctx.participant_id is None:
             raise ValueError("CompactRequest: the envelope must name the participant")
-        tier = "toolcall" if message.tier == "toolcall" else "summary"
+        tier: Literal["toolcall", "summary"] = (
+            "toolcall" if message.tier == "toolcall" else "summary"
+        )
         result = await self.agent.compact(ctx.participant_id, tier=tier)
         if isinstance(result, SummaryCompactResult):
             return CompactReply(tier, result.status.value, result.reclaimed_fraction)

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xrmq.actors.runtime import (
+    DEFERRED_REPLY,
     Agent,
     AgentRuntime,
-    DEFERRED_REPLY,
     Handlers,
     RuntimeContext,
     get_logger,

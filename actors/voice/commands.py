@@ -114,7 +114,8 @@ async def _listen(bus: str, renderer: VoiceRenderer, participant_id: str | None)
     runtime.register("voice_renderer", renderer, participant_id=participant_id)
     async with runtime:
         print(
-            f"xrmq listen: ready topic={renderer.output_topic.name} participant={participant_id or '*'} "
+            f"xrmq listen: ready topic={renderer.output_topic.name} "
+            f"participant={participant_id or '*'} "
             f"bus={runtime.address.subscribe}",
             flush=True,
         )

@@ -18,10 +18,10 @@ everything: the instance is retired, its task cancelled, its buffers dropped.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -40,6 +40,7 @@ from xrmq.topics import (
     INTERRUPTED_TOPIC,
     PARTICIPANT_LEFT_TOPIC,
     QUERY_TOPIC,
+    Topic,
 )
 
 from .bias import bias_prompt
@@ -255,11 +256,11 @@ class VoiceInput(Agent):
         self._send(QUERY_TOPIC, query)
         self._decided()
 
-    def _send(self, topic: object, message: object) -> None:
+    def _send(self, topic: Topic[Any], message: Any) -> None:
         if self.runtime is not None:
             self.runtime.send(
                 topic,
-                message,  # type: ignore[arg-type]
+                message,
                 participant_id=self.participant_id,
                 source=VOICE_INPUT_KIND,
             )

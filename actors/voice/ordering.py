@@ -401,7 +401,7 @@ class VoiceOrdering:
     def _new_item(
         self,
         state: _Participant,
-        kind,
+        kind: Literal["reply", "update"],
         source: str,
         request_id: str | None,
         message: ResponseOutput,
@@ -502,7 +502,8 @@ class VoiceOrdering:
         return effects
 
     def _evict(self, state: _Participant) -> _Item:
-        """Remove the least valuable queued item: oldest update, else oldest reply, else oldest urgent."""
+        """Remove the least valuable queued item: oldest update, else oldest reply, else oldest
+        urgent."""
         queue = state.updates or state.replies or state.urgent
         victim = queue.popleft()
         self._discard_stream(victim, "evicted")
@@ -633,7 +634,8 @@ class VoiceOrdering:
 
     @staticmethod
     def _release(item: _Item) -> str:
-        """Take the speakable text of ``item``: all of it once closed, else up to the last word break."""
+        """Take the speakable text of ``item``: all of it once closed, else up to the last word
+        break."""
         if item.closed:
             text, item.pending = item.pending, ""
             return text.strip()

@@ -48,9 +48,8 @@ def voice_settings(voice: VoiceConfig) -> VoiceSettings:
 
 def voice_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
     from xrmq.actors.context import ContextManager
-    from xrmq.actors.models import create_llm
-
     from xrmq.actors.edge.stack import plan_of
+    from xrmq.actors.models import create_llm
 
     stt = build_stt(config.voice)
     if isinstance(stt, WhisperSTT):

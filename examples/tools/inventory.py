@@ -28,7 +28,7 @@ class Item(msgspec.Struct):
 def lookup(args: Item) -> dict[str, object]:
     """Stock and location of every known item the text names (plural or singular)."""
     text = args.item.lower()
-    found = {
+    found: dict[str, object] = {
         name: {"in_stock": count, "where": where}
         for name, (count, where) in STOCK.items()
         if re.search(rf"\b{re.escape(name)}s?\b", text)
