@@ -122,16 +122,23 @@ async def test_a_publisher_leaving_counts_as_left_and_an_oversize_frame_as_dropp
         runtime.register("watch", watch)
         async with runtime:
             await watch.wait(lambda: watch.last is not None)
-            gauges = lambda: watch.last.gauges  # noqa: E731
+
+            def gauges() -> dict[str, float]:
+                assert watch.last is not None
+                return watch.last.gauges
+
             dropped = gauges()["broker.publishers_dropped"]
             left = gauges()["broker.publishers_left"]
             for index in range(3):  # publishers that send a note and exit
                 client = RawClient(bus)
                 client.wait_ready()
-                client.send(NOTES.name, "p1", 1, {"text": f"bye {index}"})
-                await watch.wait(lambda: f"bye {index}" in watch.notes)
+                note, departed = f"bye {index}", left + index + 1
+                client.send(NOTES.name, "p1", 1, {"text": note})
+                await watch.wait(lambda note=note: note in watch.notes)
                 client.close()
-                await watch.wait(lambda: gauges()["broker.publishers_left"] == left + index + 1)
+                await watch.wait(
+                    lambda departed=departed: gauges()["broker.publishers_left"] == departed
+                )
             assert gauges()["broker.publishers_dropped"] == dropped
             client = RawClient(bus)
             try:

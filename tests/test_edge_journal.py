@@ -22,8 +22,6 @@ from xrmq.actors.edge.stack import (
 
 from buses import broker_process
 
-from buses import broker_process
-
 pytestmark = pytest.mark.timeout(60)
 
 
