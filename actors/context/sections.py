@@ -989,8 +989,9 @@ MIGRATION_BATCH = 64
 
 
 def _remove_if_empty(store: ContextStore, log) -> None:
-    """Close an orphan journal; remove its files once nothing is left in it."""
-    empty = store.rows() == 0
+    """Close an orphan journal; remove its files once nothing is left in it (the tools
+    transcripts it may hold keep it)."""
+    empty = store.total_rows() == 0
     store.close()
     if empty:
         for suffix in ("", "-wal", "-shm"):

@@ -420,6 +420,21 @@ class ContextStore:
 
         return int(self._run(count))  # type: ignore[call-overload]
 
+    def total_rows(self) -> int:
+        """Rows in every table of the journal, the tools transcripts' too."""
+
+        def count() -> int:
+            tables = [
+                row[0]
+                for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            ]
+            return sum(
+                self._db.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
+                for table in tables
+            )
+
+        return int(self._run(count))  # type: ignore[call-overload]
+
     def checkpoint(self) -> None:
         """Move the write-ahead log into the database file and truncate the log."""
         self._run(self._db.execute, "PRAGMA wal_checkpoint(TRUNCATE)")
