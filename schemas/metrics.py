@@ -43,6 +43,8 @@ class RuntimeMetrics(msgspec.Struct, frozen=True, omit_defaults=True):
     gauges: dict[str, float] = {}
     faults: int = 0
     actor_restarts: int = 0
+    stuck_restarts: int = 0
+    """Stuck actors restarted: the handler in flight cancelled, the mailbox kept."""
     oversize: int = 0
     evicted: int = 0
     rejected_by: dict[str, int] = {}

@@ -115,6 +115,44 @@ async def test_an_oversize_frame_drops_its_publishers_connection_is_counted_and_
             assert runtime.metrics().oversize == 1
 
 
+async def test_a_publisher_leaving_counts_as_left_and_an_oversize_frame_as_dropped_never_both():
+    with bus_process("--max-message-bytes", "65536", "--metrics-interval", "0.1") as (bus, _):
+        watch = BrokerWatch()
+        runtime = AgentRuntime(bus, max_message_bytes=65536)
+        runtime.register("watch", watch)
+        async with runtime:
+            await watch.wait(lambda: watch.last is not None)
+
+            def gauges() -> dict[str, float]:
+                assert watch.last is not None
+                return watch.last.gauges
+
+            dropped = gauges()["broker.publishers_dropped"]
+            left = gauges()["broker.publishers_left"]
+            for index in range(3):  # publishers that send a note and exit
+                client = RawClient(bus)
+                client.wait_ready()
+                note, departed = f"bye {index}", left + index + 1
+                client.send(NOTES.name, "p1", 1, {"text": note})
+                await watch.wait(lambda note=note: note in watch.notes)
+                client.close()
+                await watch.wait(
+                    lambda departed=departed: gauges()["broker.publishers_left"] == departed
+                )
+            assert gauges()["broker.publishers_dropped"] == dropped
+            client = RawClient(bus)
+            try:
+                client.wait_ready()
+                client.send_frames([NOTES.key("p2"), client.metadata(1, "p2"), b"\x00" * 100_000])
+                await watch.wait(lambda: gauges()["broker.publishers_dropped"] == dropped + 1)
+                client.wait_ready()  # reconnected: one drop, not a departure
+                assert gauges()["broker.publishers_left"] == left + 3
+            finally:
+                client.close()
+            await watch.wait(lambda: gauges()["broker.publishers_left"] == left + 4)
+            assert gauges()["broker.publishers_dropped"] == dropped + 1
+
+
 async def test_a_stalled_subscriber_costs_the_broker_a_bounded_amount_and_sees_its_losses_as_gaps():
     total, text = 20_000, "z" * 2000  # 40 MB for a subscriber that is not reading
     with bus_process("--subscriber-budget-bytes", str(1 << 20)) as (bus, broker):

@@ -13,7 +13,12 @@ import pytest
 
 from xrmq.actors.edge.config import ConfigError, decode_config, default_config
 from xrmq.actors.edge.configfile import write_config
-from xrmq.actors.edge.stack import context_store_path, open_context_store, state_dir
+from xrmq.actors.edge.stack import (
+    context_store_path,
+    open_context_store,
+    open_orphan_stores,
+    state_dir,
+)
 
 from buses import broker_process
 
@@ -44,6 +49,24 @@ def test_the_journal_keys_default_to_a_per_bus_directory_under_the_state_home(
     assert state_dir(config) == Path.home() / ".local" / "state" / "xrmq" / "ipc_tmp_some_bus"
     assert state_dir(config_with(state_dir=str(tmp_path / "j"))) == tmp_path / "j"
     assert open_context_store(config_with(persist=False), 0) is None
+
+
+def test_shard_0_opens_the_journals_of_shards_beyond_the_count_for_migration(tmp_path):
+    config = config_with(state_dir=str(tmp_path))
+    for shard in (0, 1, 2, 3):
+        open_context_store(config, shard).close()
+    (tmp_path / "context-x.sqlite3").write_bytes(b"")  # not a shard's journal: left alone
+    orphans = open_orphan_stores(config, 2)
+    try:
+        assert [store.path for store in orphans] == [
+            context_store_path(config, 2),
+            context_store_path(config, 3),
+        ]
+    finally:
+        for store in orphans:
+            store.close()
+    assert open_orphan_stores(config, 4) == []
+    assert open_orphan_stores(config_with(state_dir=str(tmp_path), persist=False), 1) == []
 
 
 @pytest.mark.parametrize(

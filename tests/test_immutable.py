@@ -149,9 +149,9 @@ def test_every_topic_type_xrmq_declares_is_shared_except_the_metrics_dicts():
         "xrmq.actors.edge.demo",
     ):
         importlib.import_module(package)
-    from xrmq.topics._topic import _registry
+    from xrmq.topics import bound_topics
 
-    types = {kind for kind in _registry.values() if kind.__module__.startswith("xrmq.")}
+    types = {kind for kind in bound_topics().values() if kind.__module__.startswith("xrmq.")}
     assert len(types) >= len({topic.message_type for topic in STANDARD_TOPICS})
     assert sorted(kind.__qualname__ for kind in types if not deeply_immutable(kind)) == [
         "RuntimeMetrics"

@@ -17,7 +17,7 @@ from xrmq.schemas import (
 )
 
 from ._immutable import deeply_immutable
-from ._topic import Topic, split_key, topic_key
+from ._topic import REGISTRY_CAPACITY, Topic, bound_topics, registry_counts, split_key, topic_key
 
 VOICE_OUTPUT_TOPIC: Topic[ResponseOutput] = Topic("voice.output", ResponseOutput)
 """Replies and updates that the voice renderer plays."""
@@ -74,14 +74,17 @@ __all__ = [
     "PARTICIPANT_JOINED_TOPIC",
     "PARTICIPANT_LEFT_TOPIC",
     "QUERY_TOPIC",
+    "REGISTRY_CAPACITY",
     "ROUTER_SOURCE",
     "STANDARD_TOPICS",
     "SUPERVISOR_TOPIC",
     "TURN_ENDED_TOPIC",
     "VOICE_OUTPUT_TOPIC",
     "Topic",
+    "bound_topics",
     "context_topic",
     "deeply_immutable",
+    "registry_counts",
     "split_key",
     "topic_key",
 ]

@@ -14,6 +14,7 @@ receivers that did not send it ignore it.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
@@ -25,7 +26,25 @@ T = TypeVar("T")
 
 SEP = b"\x00"
 
-_registry: dict[str, type] = {}
+REGISTRY_CAPACITY = 4096
+"""Topic names the registry holds for the process's life (the first ones bound: every
+declared topic, and early reply names). A name beyond them is held only while a
+``Topic`` of that name exists, so names taken from the bus (an inbox, a call's event
+topic, a manager's report topic) cannot grow the registry without bound."""
+
+
+class _Binding:
+    """A name's message type, held by every ``Topic`` of that name."""
+
+    __slots__ = ("__weakref__", "message_type")
+
+    def __init__(self, message_type: type) -> None:
+        self.message_type = message_type
+
+
+_registry: dict[str, _Binding] = {}
+_transient: weakref.WeakValueDictionary[str, _Binding] = weakref.WeakValueDictionary()
+_overflowed = 0
 _registry_lock = threading.Lock()
 _encoder = msgspec.msgpack.Encoder()
 
@@ -33,6 +52,37 @@ _encoder = msgspec.msgpack.Encoder()
 def topic_key(name: str, participant_id: str | None) -> bytes:
     """The wire key of a message on ``name`` for ``participant_id`` (None: global)."""
     return name.encode() + SEP + (participant_id or "").encode() + SEP
+
+
+def _bind(name: str, message_type: type) -> _Binding:
+    """The binding of ``name``: the existing one, else a new one for ``message_type``."""
+    global _overflowed
+    with _registry_lock:
+        binding = _registry.get(name) or _transient.get(name)
+        if binding is None:
+            binding = _Binding(message_type)
+            if len(_registry) < REGISTRY_CAPACITY:
+                _registry[name] = binding
+            else:
+                _overflowed += 1
+                _transient[name] = binding
+        return binding
+
+
+def bound_topics() -> dict[str, type]:
+    """Every topic name bound in this process, with its message type (a snapshot)."""
+    with _registry_lock:
+        bound = {name: binding.message_type for name, binding in _transient.items()}
+        bound.update((name, binding.message_type) for name, binding in _registry.items())
+        return bound
+
+
+def registry_counts() -> dict[str, int]:
+    """The registry's size: ``held`` names (at most ``REGISTRY_CAPACITY``), ``transient``
+    ones (beyond it, alive while a ``Topic`` of theirs is) and ``overflowed``, how many
+    names were ever bound beyond the capacity."""
+    with _registry_lock:
+        return {"held": len(_registry), "transient": len(_transient), "overflowed": _overflowed}
 
 
 def split_key(key: bytes) -> tuple[str, str | None, bytes]:
@@ -56,11 +106,12 @@ class Topic(Generic[T]):
     """A topic name bound to one msgspec schema.
 
     Topic identity is the name: a second ``Topic`` with the same name and another
-    message type raises ``ValueError``, in every process that declares both. The topic
-    owns a reused encoder and decoder for its payload type.
+    message type raises ``ValueError``, in every process that declares both (for a name
+    beyond ``REGISTRY_CAPACITY``: while the first exists). The topic owns a reused
+    encoder and decoder for its payload type.
     """
 
-    __slots__ = ("_decoder", "_key_prefix", "message_type", "name", "shared")
+    __slots__ = ("_binding", "_decoder", "_key_prefix", "message_type", "name", "shared")
 
     def __init__(self, name: str, message_type: type[T]) -> None:
         if not isinstance(name, str) or not name.strip():
@@ -69,13 +120,14 @@ class Topic(Generic[T]):
             raise ValueError("Topic.name: must not contain NUL characters")
         if not (isinstance(message_type, type) and issubclass(message_type, msgspec.Struct)):
             raise ValueError("Topic.message_type: must be a msgspec.Struct subclass")
-        with _registry_lock:
-            bound = _registry.setdefault(name, message_type)
+        binding = _bind(name, message_type)
+        bound = binding.message_type
         if bound is not message_type:
             raise ValueError(
                 f"Topic.name: {name!r} is already bound to {bound.__qualname__}, "
                 f"not {message_type.__qualname__}"
             )
+        self._binding = binding
         self.name = name
         self.message_type = message_type
         self.shared = deeply_immutable(message_type)

@@ -39,6 +39,7 @@ import asyncio
 import itertools
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 from uuid import uuid4
@@ -52,6 +53,7 @@ from xrmq.actors.runtime import (
     RuntimeContext,
     get_logger,
 )
+from xrmq.actors.runtime.ratelimit import AggregatedWarnings
 from xrmq.schemas import CompactionPrompts, ContextBlock, ConversationContextUpdate
 from xrmq.topics import Topic
 
@@ -79,6 +81,7 @@ from .messages import (
     RecordExchanges,
     SectionView,
     TopicWrite,
+    view_ack,
 )
 from .plan import (
     DEFAULT_COMPACTION_TIMEOUT_S,
@@ -96,6 +99,9 @@ from .store import ContextStore, OnCorrupt, open_store
 from .workers import register_workers
 
 Deployment = Literal["embedded", "split"]
+
+DEFAULT_MAX_PARTICIPANTS = 4096
+"""Participants a manager's replica holds (``max_participants``)."""
 
 DIALOGUE_KEY = "\x00"
 """The dialogue's key among a manager's writes (never a topic name: those have no NUL)."""
@@ -144,6 +150,13 @@ class ContextSubscriber(Agent):
             topics.compacted(manager_id): self.on_compacted,
         }
 
+    def gauges(self) -> dict[str, float]:
+        """The replica's size and its evictions (``max_participants``), for ``xrmq top``."""
+        return {
+            "context.replica_participants": float(self._manager.participants),
+            "context.replicas_evicted": float(self._manager.replicas_evicted),
+        }
+
     async def on_view(self, message: SectionView, ctx: RuntimeContext) -> None:
         if ctx.participant_id is not None:
             self._manager._on_view(ctx.participant_id, message)
@@ -182,6 +195,11 @@ class ContextManager:
     manager given the path of an earlier one's journal starts with its context.
     ``on_corrupt``: ``"error"`` (a ``StoreError`` naming the file) or
     ``"backup_and_start_empty"`` for a journal that cannot be read.
+    ``max_participants`` bounds the replica (views arrive from the bus for any
+    participant): beyond it the least recently used participant without a write in
+    flight is dropped from the replica, counted in ``replicas_evicted`` and logged (once
+    per interval, with the count); its context stays in the section actors, and its next
+    views bring each section back.
     """
 
     def __init__(
@@ -203,7 +221,14 @@ class ContextManager:
         store: str | os.PathLike[str] | None = None,
         on_corrupt: OnCorrupt = "error",
         section_hosts: int = 1,
+        max_participants: int = DEFAULT_MAX_PARTICIPANTS,
     ) -> None:
+        if (
+            isinstance(max_participants, bool)
+            or not isinstance(max_participants, int)
+            or max_participants < 1
+        ):
+            raise ValueError(f"max_participants: must be a positive int, got {max_participants!r}")
         if deployment not in ("embedded", "split"):
             raise ValueError(f"deployment: must be 'embedded' or 'split', got {deployment!r}")
         if store is not None and deployment != "embedded":
@@ -229,7 +254,12 @@ class ContextManager:
         self.deployment = deployment
         self.id = uuid4().hex[:12]
         self._log = get_logger(actor=f"{namespace}.manager")
-        self._replicas: dict[str, ParticipantReplica] = {}
+        self._replicas: OrderedDict[str, ParticipantReplica] = OrderedDict()
+        """Participant -> replica, least recently used first (bounded: ``max_participants``)."""
+        self.max_participants = max_participants
+        self.replicas_evicted = 0
+        """Participants dropped from the replica over ``max_participants``."""
+        self._warnings = AggregatedWarnings(self._log)
         self._runtime: AgentRuntime | None = None
         self._name = namespace
         self._private: AgentRuntime | None = None
@@ -299,7 +329,8 @@ class ContextManager:
                 state.generation,
                 state.revision,
                 section.render(state).blocks,
-                *recovered.ack,
+                *(recovered.acks[-1] if recovered.acks else ("", 0)),
+                acks=recovered.acks,
             )
             self._replica(participant_id).apply_view(view, self.id)
 
@@ -365,13 +396,12 @@ class ContextManager:
         self._changed()
 
     def _apply(self, participant_id: str, view: SectionView) -> None:
-        replica = self._replicas.get(participant_id)
-        if replica is None:
-            replica = self._replicas[participant_id] = ParticipantReplica()
+        replica = self._replica(participant_id)
         replica.apply_view(view, self.id)
-        if view.writer == self.id:
+        acked = view_ack(view, self.id)
+        if acked:
             self._acknowledged(
-                participant_id, DIALOGUE_KEY if view.dialogue else view.section, view.seq
+                participant_id, DIALOGUE_KEY if view.dialogue else view.section, acked
             )
 
     def _acknowledged(self, participant_id: str, section: str, upto: int) -> None:
@@ -490,11 +520,39 @@ class ContextManager:
         ):
             await self.changed()
 
+    @property
+    def participants(self) -> int:
+        """Participants the replica holds now (at most ``max_participants``)."""
+        return len(self._replicas)
+
     def _replica(self, participant_id: str) -> ParticipantReplica:
         replica = self._replicas.get(participant_id)
         if replica is None:
             replica = self._replicas[participant_id] = ParticipantReplica()
+            if len(self._replicas) > self.max_participants:
+                self._evict(participant_id)
+        else:
+            self._replicas.move_to_end(participant_id)
         return replica
+
+    def _evict(self, keep: str) -> None:
+        """Drop the least recently used participant that has no write in flight here."""
+        busy = {item[2] for item in self._inflight.values()}
+        busy.update(item[1] for item in self._waiters.values())
+        busy.add(keep)
+        for participant_id, replica in self._replicas.items():
+            if participant_id not in busy and not replica.pending:
+                del self._replicas[participant_id]
+                self.replicas_evicted += 1
+                self._warnings.warn(
+                    "context.replica_evicted",
+                    None,
+                    None,
+                    participant=participant_id,
+                    max_participants=self.max_participants,
+                    evicted=self.replicas_evicted,
+                )
+                return
 
     # --- the seed's methods ----------------------------------------------------------------
 
@@ -502,7 +560,10 @@ class ContextManager:
         """Render a participant's dialogue and topic context: summaries first, then newer
         entries in time order. Synchronous, from the local replica."""
         replica = self._replicas.get(_check_participant(participant_id))
-        return () if replica is None else replica.blocks(self.plan.config)
+        if replica is None:
+            return ()
+        self._replicas.move_to_end(participant_id)
+        return replica.blocks(self.plan.config)
 
     def section_blocks(self, participant_id: str) -> dict[str, tuple[ContextBlock, ...]]:
         """Each section's blocks for a participant as its section renders them (the

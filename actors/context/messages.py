@@ -23,6 +23,7 @@ topic                                       message                 handled by
 ``<ns>.view``                               SectionView             every manager's replica
 ``<ns>.replica.<manager id>`` (ask)         ForgetParticipant       one manager's replica
 ``<ns>.dialogue.load``, ``...topic.<t>.load``  LoadSection           the section's actor
+``<ns>.dialogue.migrate`` (ask)             LoadSection             the participant's dialogue actor
 ``<ns>.dialogue.compact``, ``...<t>.compact``  CompactSection        the section's actor
 ``<ns>.replica.<manager id>.compacted``     CompactReport           one manager's replica
 ``<ns>.host.started``                       HostStarted             every manager's replica
@@ -37,6 +38,8 @@ restarted, and the replica resyncs from the host's full snapshot (``HostSync``).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from functools import cached_property
 
 import msgspec
@@ -128,8 +131,10 @@ class SectionView(msgspec.Struct, frozen=True):
     """One section of one participant as rendered into prompts (the envelope names the participant).
 
     ``generation`` names the section state (new after every clear), ``revision`` orders
-    views of one generation. ``writer``/``seq`` acknowledge the latest manager write the
-    section has applied for this participant.
+    views of one generation. ``writer``/``seq`` name the latest manager write the
+    section has applied for this participant, and ``acks`` the last one of each writer
+    (``view_ack``), so every manager learns its write was applied even when another's
+    came in the same turn.
     """
 
     section: str
@@ -143,6 +148,16 @@ class SectionView(msgspec.Struct, frozen=True):
     """The index of the section host (context process) that published it."""
     epoch: int = 0
     """That host's incarnation (its runtime's epoch); 0 for a view rendered locally."""
+    acks: tuple[tuple[str, int], ...] = ()
+    """(writer, seq) of the last write applied of each recent writer."""
+
+
+def view_ack(view: SectionView, writer: str) -> int:
+    """The seq of ``writer``'s last write that ``view`` shows applied (0: none)."""
+    for name, seq in view.acks:
+        if name == writer:
+            return seq
+    return view.seq if view.writer == writer else 0
 
 
 class ForgetParticipant(msgspec.Struct, frozen=True):
@@ -203,6 +218,9 @@ class HostDump(msgspec.Struct, frozen=True):
     participants: tuple[ParticipantDump, ...]
 
 
+_SUMMARIZER_ID = re.compile(r"[0-9a-f]{12}\.result")
+
+
 class ContextTopics:
     """The topics of one deployment's namespace (see the module docstring)."""
 
@@ -257,6 +275,12 @@ class ContextTopics:
         return Topic(f"{self.namespace}.dialogue.load", LoadSection)
 
     @cached_property
+    def dialogue_migrate(self) -> Topic[LoadSection]:
+        """A dialogue state found in another shard's journal, sent to its owner (answered
+        once the owner journaled it)."""
+        return Topic(f"{self.namespace}.dialogue.migrate", LoadSection)
+
+    @cached_property
     def dialogue_compact(self) -> Topic[CompactSection]:
         return Topic(f"{self.namespace}.dialogue.compact", CompactSection)
 
@@ -276,7 +300,17 @@ class ContextTopics:
     def host_dump(self, host: int) -> Topic[HostSync]:
         return Topic(f"{self.namespace}.host.{host}.dump", HostSync)
 
-    def is_result_topic(self, name: str) -> bool:
-        """Whether a worker may publish a result on ``name`` (it never publishes elsewhere)."""
-        prefix = f"{self.namespace}."
-        return name.startswith(prefix) and name.endswith(".result")
+    def is_summarizer_result(self, name: str) -> bool:
+        """Whether ``name`` is a tools summarizer's result topic (``<ns>.tools.<12 hex
+        digits>.result``, one per ``actors.tools.workers.WorkerSummarizer``): the only
+        result topic outside ``result_topics`` a worker publishes on (it keeps none)."""
+        prefix = f"{self.namespace}.tools."
+        return name.startswith(prefix) and bool(_SUMMARIZER_ID.fullmatch(name, len(prefix)))
+
+    def result_topics(self, topic_names: Iterable[str]) -> dict[str, Topic[CompactionDone]]:
+        """The exact result topics of a deployment whose context topics are ``topic_names``:
+        the dialogue's and each topic's, by name. A worker publishes a result on one of
+        these and nowhere else, so a job naming any other reply topic is refused (and a
+        flood of made-up names binds nothing)."""
+        topics = [self.dialogue_result, *(self.topic_result(name) for name in topic_names)]
+        return {topic.name: topic for topic in topics}

@@ -14,8 +14,10 @@ from typing import Any
 
 import msgspec
 
+from xrmq.topics import Topic
+
 from .config import ContextConfig, context_config
-from .messages import ContextTopics
+from .messages import CompactionDone, ContextTopics
 
 DEFAULT_NAMESPACE = "context"
 DEFAULT_COMPACTION_WORKERS = 2
@@ -50,6 +52,11 @@ class ContextPlan(msgspec.Struct, frozen=True):
     @property
     def topics(self) -> ContextTopics:
         return ContextTopics(self.namespace)
+
+    def result_topics(self) -> dict[str, Topic[CompactionDone]]:
+        """Every compaction result topic of this deployment, by name
+        (``ContextTopics.result_topics``)."""
+        return self.topics.result_topics(section.spec.name for section in self.config.topics)
 
 
 def _count(value: object, parameter: str) -> int:

@@ -17,7 +17,7 @@ from xrmq.schemas import ContextBlock
 from .clip import utf8_size
 from .config import ContextConfig
 from .engine import fit_newest
-from .messages import SectionView
+from .messages import SectionView, view_ack
 from .render import render_participant
 
 
@@ -37,8 +37,10 @@ class ParticipantReplica:
             self.topics[view.section] = view
             return
         self.dialogue = view
-        if view.writer == writer and self.pending:
-            self.pending = [item for item in self.pending if item[0] > view.seq]
+        if self.pending:
+            acked = view_ack(view, writer)
+            if acked:
+                self.pending = [item for item in self.pending if item[0] > acked]
 
     def drop_host(self, host: int, epoch: int, keep: set[str]) -> None:
         """After a resync from ``host``'s snapshot at ``epoch``: drop its older views of

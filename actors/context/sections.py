@@ -31,13 +31,25 @@ answers every replica's request for a full snapshot.
 from __future__ import annotations
 
 import asyncio
+import os
 import zlib
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from uuid import uuid4
 
 import msgspec
 
-from xrmq.actors.runtime import Agent, AgentRuntime, Handler, Handlers, RuntimeContext, get_logger
+from xrmq.actors.runtime import (
+    DEFERRED_REPLY,
+    Agent,
+    AgentRuntime,
+    AskError,
+    Handler,
+    Handlers,
+    RuntimeContext,
+    get_logger,
+    shard_of,
+)
 from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import Topic
 
@@ -81,6 +93,7 @@ class _Job:
 class _Participant:
     __slots__ = (
         "ack",
+        "acks",
         "identities",
         "job",
         "journaled",
@@ -92,10 +105,14 @@ class _Participant:
         "warned",
     )
 
-    def __init__(self, state: SectionState, ack: tuple[str, int] = ("", 0)) -> None:
+    def __init__(self, state: SectionState, acks: tuple[tuple[str, int], ...] = ()) -> None:
         self.state = state
         self.job: _Job | None = None
-        self.ack = ack
+        self.acks: dict[str, int] = dict(acks)
+        """The last write applied of each writer (manager), least recent first; bounded
+        (``MAX_WRITERS``), so a re-sent write of any of them is recognized."""
+        self.ack: tuple[str, int] = acks[-1] if acks else ("", 0)
+        """The latest write applied, of any writer."""
         self.published: tuple[int, tuple[str, int]] | None = None
         self.warned = -1
         self.identities: list[bytes] = []
@@ -106,6 +123,22 @@ class _Participant:
         """Manual compactions (writer, seq) waiting for the run to end."""
         self.view: SectionView | None = None
         """The latest view published (so journaled): what a snapshot shows."""
+
+
+MAX_WRITERS = 16
+"""Writers (managers) whose last applied write a section remembers per participant. A
+manager re-sends only while it lives, and a restarted one has a new id, so these are
+the live managers writing that participant's section, not a growing history."""
+
+
+def _acknowledge(record: _Participant, ack: tuple[str, int]) -> None:
+    writer, seq = ack
+    acks = record.acks
+    acks.pop(writer, None)
+    acks[writer] = seq
+    if len(acks) > MAX_WRITERS:
+        del acks[next(iter(acks))]
+    record.ack = ack
 
 
 def journal_name(section: Section) -> str:
@@ -194,14 +227,15 @@ class SectionHost:
         change(record.state)
         record.identities.extend(identities)
         if ack is not None:
-            record.ack = ack
+            _acknowledge(record, ack)
         self._advance(participant_id, record)
 
     def acknowledged(self, participant_id: str, writer: str, seq: int) -> bool:
         """Whether the participant's state already holds write ``seq`` of ``writer`` (a
-        write re-sent after a restart is applied once)."""
+        write re-sent after a restart is applied once, whichever writers came between:
+        each writer's last applied write is kept, in the journal too)."""
         record = self.participants.get(participant_id)
-        return record is not None and record.ack[0] == writer and seq <= record.ack[1]
+        return record is not None and seq <= record.acks.get(writer, 0)
 
     def touch(self, participant_id: str, ack: tuple[str, int]) -> None:
         """Acknowledge a write that changed nothing (its view still tells the writer)."""
@@ -210,12 +244,12 @@ class SectionHost:
             record = self.participants[participant_id] = _Participant(
                 self.section.new_state(uuid4().hex)
             )
-        record.ack = ack
+        _acknowledge(record, ack)
         self._mark_dirty(participant_id)
 
     def restore(self, participant_id: str, recovered: Recovered) -> None:
         """Take a participant's state from the journal (call ``resume`` once the loop runs)."""
-        record = _Participant(recovered.state, recovered.ack)
+        record = _Participant(recovered.state, recovered.acks)
         record.journaled = _journal_key(record)
         record.view = self._view(record, self.section.render(record.state).blocks)
         self.participants[participant_id] = record
@@ -239,11 +273,16 @@ class SectionHost:
         record.manual.append((writer, seq))
         self._advance(participant_id, record)
 
-    def load(self, participant_id: str, dump: SectionDump, ack: tuple[str, int]) -> None:
+    @property
+    def store(self) -> ContextStore | None:
+        return self._store
+
+    def load(self, participant_id: str, dump: SectionDump, ack: tuple[str, int] | None) -> None:
         """Merge a dumped section into the participant's state (``Section.merge``)."""
         if dump.kind != self.section.spec.kind:
             self._log(participant_id).warning("context.load_kind_mismatch", dumped=dump.kind)
-            self.touch(participant_id, ack)
+            if ack is not None:
+                self.touch(participant_id, ack)
             return
         added: list[bytes] = []
 
@@ -284,6 +323,7 @@ class SectionHost:
             *record.ack,
             host=self.host,
             epoch=epoch,
+            acks=tuple(record.acks.items()),
         )
 
     def _report(
@@ -506,7 +546,7 @@ class SectionHost:
                     job: PendingJob | bool | None = (
                         True if state.pending is record.stored_job else state.pending
                     )
-                    store.put(participant_id, name, state, record.ack, record.identities, job)
+                    store.put(participant_id, name, state, record.acks, record.identities, job)
                     if staged is not None:
                         staged.append((participant_id, record.identities, record.stored_job))
                     record.identities = []
@@ -590,6 +630,16 @@ class DialogueSectionActor(Agent):
         if self.host.acknowledged(self.key, message.writer, message.seq):
             return
         self.host.load(self.key, message.dump, (message.writer, message.seq))
+
+    async def on_migrate(self, message: LoadSection, ctx: RuntimeContext) -> bool:
+        """The participant's dialogue from another shard's journal (the shard count changed):
+        merged as a load is (never duplicating an exchange, so a repeat changes nothing);
+        answered once this shard's journal holds it."""
+        self.host.load(self.key, message.dump, None)
+        store = self.host.store
+        if store is not None:
+            await store.barrier()
+        return True
 
     async def on_compact(self, message: CompactSection, ctx: RuntimeContext) -> None:
         self.host.compact_now(self.key, message.writer, message.seq)
@@ -712,6 +762,17 @@ class ContextHost(Agent):
     re-issue pending compactions and publish its views under this runtime's epoch;
     then it publishes ``HostStarted``. It answers ``HostSync`` asks with every view it
     holds (a replica's resync) or every state as a dump (``ContextManager.dump``).
+
+    A journal written under another shard count holds participants this shard no longer
+    owns, and a shard count that went down leaves journals no process opens (``orphans``,
+    given to shard 0). Their dialogues are migrated once ready: each is sent to its
+    owner (``dialogue_migrate``, merged there by exchange identity) and its rows are
+    deleted here only once the owner answered, which it does after journaling it; an
+    owner not up yet is asked again every ``MIGRATION_RETRY_S``. An orphan journal left
+    empty is removed. ``migrated`` counts them, ``migrating`` what is still to send. A
+    clear of a participant still waiting here drops its dialogue instead (the owner
+    answers the clear); one whose migration is on its way when the clear comes is
+    merged at the owner, before or after the clear.
     """
 
     def __init__(
@@ -721,22 +782,64 @@ class ContextHost(Agent):
         index: int,
         topics: list[TopicSectionActor],
         store: ContextStore | None,
+        *,
+        shards: int = 1,
+        orphans: Sequence[ContextStore] = (),
     ) -> None:
         self._plan = plan
         self.kind = kind
         self.index = index
         self.topics = topics
         self.store = store
+        self.orphans = list(orphans)
         dialogue = journal_name(plan.config.dialogue)
-        recovered = store.recovered if store is not None else {}
-        self.recovered: dict[str, Recovered] = {
-            pid: item for (pid, name), item in recovered.items() if name == dialogue
-        }
+        self.recovered: dict[str, Recovered] = {}
         """Dialogue states waiting for their actor (spawned at start)."""
+        self._foreign: dict[tuple[int, str], tuple[ContextStore, str, Recovered]] = {}
+        """Dialogue states of participants another shard owns, to migrate there, by
+        (journal, participant)."""
+        for journal in [store, *self.orphans] if store is not None else self.orphans:
+            for (pid, name), item in journal.recovered.items():
+                if name != dialogue:
+                    continue
+                if journal is store and shard_of(pid, shards) == index:
+                    self.recovered[pid] = item
+                else:
+                    self._foreign[id(journal), pid] = (journal, pid, item)
+        self.migrated = 0
+        """Dialogues migrated to the shard that owns them now."""
+        self._migration: asyncio.Task[None] | None = None
         t = plan.topics
         self._handlers: dict[Topic, Handler] = {
             t.host_sync(index): self.on_sync,
             t.host_dump(index): self.on_dump,
+            t.dialogue_clear: self.on_clear,
+        }
+
+    async def on_clear(self, message: ClearSection, ctx: RuntimeContext) -> object:
+        """Drop the waiting dialogue of a cleared participant (all for a global clear);
+        never answers: the dialogue actor that owns the participant does."""
+        pid = ctx.participant_id
+        section = journal_name(self._plan.config.dialogue)
+        for key in [key for key in self._foreign if pid is None or key[1] == pid]:
+            journal, participant, _ = self._foreign.pop(key)
+            journal.delete(participant, section)
+        return DEFERRED_REPLY
+
+    async def migration_finished(self) -> None:
+        """Return once every foreign dialogue is migrated (at once when there is none)."""
+        if self._migration is not None:
+            await asyncio.shield(self._migration)
+
+    @property
+    def migrating(self) -> int:
+        """Dialogues of other shards' participants still to migrate."""
+        return len(self._foreign)
+
+    def gauges(self) -> dict[str, float]:
+        return {
+            "context.migrated": float(self.migrated),
+            "context.migrating": float(self.migrating),
         }
 
     def handlers(self) -> Handlers:
@@ -761,13 +864,7 @@ class ContextHost(Agent):
         assert runtime is not None
         log = get_logger(actor=self.name)
         for participant_id in list(self.recovered):
-            try:
-                agent = runtime.spawn(self.kind, participant_id)
-            except ValueError as error:  # the journal of another shard layout
-                log.warning(
-                    "context.recovery_skipped", participant=participant_id, error=str(error)
-                )
-                continue
+            agent = runtime.spawn(self.kind, participant_id)
             if isinstance(agent, DialogueSectionActor):
                 agent.host.resume()
         participants = {pid for topic in self.topics for pid in topic.host.participants}
@@ -780,6 +877,60 @@ class ContextHost(Agent):
             HostStarted(self.index, runtime.epoch, len(participants)),
             source=self.name,
         )
+        if self._foreign or self.orphans:
+            log.info(
+                "context.migrating",
+                participants=len(self._foreign),
+                orphan_journals=[str(orphan.path) for orphan in self.orphans],
+            )
+            self._migration = asyncio.create_task(
+                self._migrate(), name=f"xrmq-context-migrate-{self.index}"
+            )
+
+    async def _migrate(self) -> None:
+        """Send every foreign dialogue to its owner until each is journaled there
+        (``MIGRATION_BATCH`` asks at a time, so owners that are down cost one timeout)."""
+        log = get_logger(actor=self.name)
+        while self._foreign:
+            keys = list(self._foreign)
+            for start in range(0, len(keys), MIGRATION_BATCH):
+                batch = keys[start : start + MIGRATION_BATCH]
+                await asyncio.gather(*(self._migrate_one(key, log) for key in batch))
+            if self._foreign:
+                log.warning(
+                    "context.migration_waiting",
+                    participants=len(self._foreign),
+                    retry_s=MIGRATION_RETRY_S,
+                )
+                await asyncio.sleep(MIGRATION_RETRY_S)
+        log.info("context.migrated", participants=self.migrated)
+        for orphan in self.orphans:
+            _remove_if_empty(orphan, log)
+        self.orphans = []
+
+    async def _migrate_one(self, key: tuple[int, str], log) -> None:
+        item = self._foreign.get(key)
+        runtime = self.runtime
+        if item is None or runtime is None:
+            return  # cleared meanwhile
+        journal, pid, recovered = item
+        section = self._plan.config.dialogue
+        dump = export_section(section, recovered.state)
+        try:
+            await runtime.ask(
+                self._plan.topics.dialogue_migrate,
+                LoadSection("", 0, dump),
+                reply_type=bool,
+                participant_id=pid,
+                source=self.name,
+                timeout=self._plan.control_timeout_s,
+            )
+        except (TimeoutError, AskError) as error:
+            log.debug("context.migration_waiting", participant=pid, error=repr(error))
+            return
+        if self._foreign.pop(key, None) is not None:
+            journal.delete(pid, journal_name(section))
+            self.migrated += 1
 
     def views(self, participant_id: str | None = None) -> list[tuple[str, SectionView]]:
         """Every view this host holds (of one participant), as (participant, view)."""
@@ -822,8 +973,41 @@ class ContextHost(Agent):
         )
 
     async def on_stop(self) -> None:
+        if self._migration is not None:
+            self._migration.cancel()
+            await asyncio.gather(self._migration, return_exceptions=True)
+        for orphan in self.orphans:
+            orphan.close()
         if self.store is not None:
             self.store.close()
+
+
+MIGRATION_RETRY_S = 1.0
+"""How often a host asks again an owner that did not take a migrated dialogue yet."""
+MIGRATION_BATCH = 64
+"""Migration asks in flight at once."""
+
+
+def _remove_if_empty(store: ContextStore, log) -> None:
+    """Close an orphan journal; remove its files once nothing is left in it (the tools
+    transcripts it may hold keep it)."""
+    empty = store.total_rows() == 0
+    store.close()
+    if empty:
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{store.path}{suffix}").unlink(missing_ok=True)
+        log.info("context.orphan_journal_removed", path=str(store.path))
+
+
+def orphan_journals(directory: str | os.PathLike[str], namespace: str, shards: int) -> list[Path]:
+    """The journals ``<namespace>-<i>.sqlite3`` in ``directory`` of shards ``i >= shards``
+    (left by a larger shard count), for shard 0 to migrate."""
+    found = []
+    for path in Path(directory).glob(f"{namespace}-*.sqlite3"):
+        suffix = path.name[len(namespace) + 1 : -len(".sqlite3")]
+        if suffix.isdigit() and int(suffix) >= shards:
+            found.append(path)
+    return sorted(found, key=lambda path: int(path.name[len(namespace) + 1 : -len(".sqlite3")]))
 
 
 def dialogue_kind(name: str) -> str:
@@ -850,6 +1034,7 @@ def register_sections(
     shards: int = 1,
     topics: Sequence[str] | None = None,
     store: ContextStore | None = None,
+    orphans: Sequence[ContextStore] = (),
 ) -> ContextHost:
     """Host section actors in ``runtime`` (before it starts); return its ``ContextHost``.
 
@@ -859,7 +1044,9 @@ def register_sections(
     host each topic in exactly one process), and the host ``<name>.host.<shard>``
     (section host ``shard`` of ``plan.section_hosts``). With ``store`` (an opened
     journal, ``store.open_store``) every change is journaled and the journal's
-    states are restored at start.
+    states are restored at start; dialogues of participants another shard owns (the
+    shard count changed), and every dialogue in ``orphans`` (journals of shards that no
+    longer exist, opened), are migrated to their owners (``ContextHost``).
     """
     names = [section.spec.name for section in plan.config.topics]
     chosen = names if topics is None else list(topics)
@@ -877,7 +1064,7 @@ def register_sections(
         for section in plan.config.topics
         if section.spec.name in chosen
     ]
-    host = ContextHost(plan, kind, shard, actors, store)
+    host = ContextHost(plan, kind, shard, actors, store, shards=shards, orphans=orphans)
     if store is not None:
         by_name = {actor.host.journal_name: actor for actor in actors}
         for (pid, section_name), recovered in store.recovered.items():
@@ -897,6 +1084,7 @@ def register_sections(
             t.dialogue_result: DialogueSectionActor.on_result,
             t.dialogue_clear: DialogueSectionActor.on_clear,
             t.dialogue_load: DialogueSectionActor.on_load,
+            t.dialogue_migrate: DialogueSectionActor.on_migrate,
             t.dialogue_compact: DialogueSectionActor.on_compact,
         },
     )

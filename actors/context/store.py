@@ -3,8 +3,10 @@
 A thin I/O shell over the engine's state: it stores what the section actors hold, and
 decides nothing. Three tables, keyed by (participant, section):
 
-- ``sections``: the ``SectionState`` (MessagePack, without identities and pending job)
-  and the latest acknowledged manager write (writer, seq);
+- ``sections``: the ``SectionState`` (MessagePack, without identities and pending job),
+  the latest acknowledged manager write (writer, seq) and the last acknowledged write of
+  each recent writer (``acks``: MessagePack (writer, seq) pairs), so a write re-sent
+  after a restart is applied once whichever other manager wrote in between;
 - ``identities``: the exchange identities of the session, one row each (append-only,
   so a write costs its new identities, not the whole set);
 - ``jobs``: the pending compaction job, re-issued after a restart.
@@ -54,8 +56,15 @@ from xrmq.actors.runtime import get_logger
 
 from .engine import PendingJob, SectionState
 
-SCHEMA_VERSION = 2
-"""The journal's schema version (``PRAGMA user_version``)."""
+SCHEMA_VERSION = 3
+"""The journal's schema version (``PRAGMA user_version``): 2 added the tools transcripts,
+3 every writer's last acknowledged write."""
+
+_encode = msgspec.msgpack.Encoder().encode
+_decode_state = msgspec.msgpack.Decoder(SectionState).decode
+_decode_job = msgspec.msgpack.Decoder(PendingJob).decode
+_decode_acks = msgspec.msgpack.Decoder(tuple[tuple[str, int], ...]).decode
+
 
 _TRANSCRIPT_SCHEMA = (
     "CREATE TABLE transcripts (participant TEXT NOT NULL, name TEXT NOT NULL, "
@@ -70,13 +79,31 @@ _TRANSCRIPT_SCHEMA = (
 _TRANSCRIPT_TABLES = ("transcripts", "transcript_messages", "transcript_originals")
 
 
+def _add_writer_acks(db: sqlite3.Connection) -> None:
+    """Version 2 -> 3: every writer's last acknowledged write (``sections.acks``); the one
+    write an older journal knew (``ack_writer``, ``ack_seq``) becomes the only entry."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(sections)")}
+    if "acks" not in columns:
+        db.execute("ALTER TABLE sections ADD COLUMN acks BLOB NOT NULL DEFAULT x''")
+    rows = db.execute("SELECT participant, section, ack_writer, ack_seq FROM sections").fetchall()
+    for participant, section, writer, seq in rows:
+        acks = ((writer, seq),) if writer else ()
+        db.execute(
+            "UPDATE sections SET acks = ? WHERE participant = ? AND section = ?",
+            (_encode(acks), participant, section),
+        )
+
+
 def _add_transcripts(connection: sqlite3.Connection) -> None:
     """Version 1 -> 2: the tables of the tools transcripts."""
     for statement in _TRANSCRIPT_SCHEMA:
         connection.execute(statement)
 
 
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _add_transcripts}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
+    1: _add_transcripts,
+    2: _add_writer_acks,
+}
 """``MIGRATIONS[v]`` upgrades a journal at version ``v`` to ``v + 1`` (a change of the
 tables adds a step here and bumps ``SCHEMA_VERSION``)."""
 
@@ -86,17 +113,13 @@ ON_CORRUPT: tuple[str, ...] = ("error", "backup_and_start_empty")
 _SCHEMA = (
     "CREATE TABLE sections (participant TEXT NOT NULL, section TEXT NOT NULL, "
     "state BLOB NOT NULL, ack_writer TEXT NOT NULL, ack_seq INTEGER NOT NULL, "
-    "PRIMARY KEY (participant, section)) WITHOUT ROWID",
+    "acks BLOB NOT NULL DEFAULT x'', PRIMARY KEY (participant, section)) WITHOUT ROWID",
     "CREATE TABLE identities (participant TEXT NOT NULL, section TEXT NOT NULL, "
     "identity BLOB NOT NULL, PRIMARY KEY (participant, section, identity)) WITHOUT ROWID",
     "CREATE TABLE jobs (participant TEXT NOT NULL, section TEXT NOT NULL, job BLOB NOT NULL, "
     "PRIMARY KEY (participant, section)) WITHOUT ROWID",
     *_TRANSCRIPT_SCHEMA,
 )
-
-_encode = msgspec.msgpack.Encoder().encode
-_decode_state = msgspec.msgpack.Decoder(SectionState).decode
-_decode_job = msgspec.msgpack.Decoder(PendingJob).decode
 
 
 class StoreError(RuntimeError):
@@ -118,7 +141,8 @@ class Recovered(msgspec.Struct):
     """One section of one participant as the journal holds it."""
 
     state: SectionState
-    ack: tuple[str, int]
+    acks: tuple[tuple[str, int], ...] = ()
+    """The last acknowledged write of each recent writer, least recent first."""
 
 
 class RecoveredTranscript(msgspec.Struct):
@@ -186,16 +210,17 @@ class ContextStore:
         participant: str,
         section: str,
         state: SectionState,
-        ack: tuple[str, int],
+        acks: dict[str, int],
         identities: Iterable[bytes],
         job: PendingJob | bool | None,
     ) -> None:
         """Stage a section's state; ``job`` True keeps the stored job, else replaces it."""
         body = msgspec.structs.replace(state, exchange_identities=set(), pending=None)
+        latest = next(reversed(acks.items()), ("", 0))
         self._rows.append(
             (
-                "INSERT OR REPLACE INTO sections VALUES (?, ?, ?, ?, ?)",
-                (participant, section, _encode(body), ack[0], ack[1]),
+                "INSERT OR REPLACE INTO sections VALUES (?, ?, ?, ?, ?, ?)",
+                (participant, section, _encode(body), *latest, _encode(tuple(acks.items()))),
             )
         )
         for identity in identities:
@@ -395,6 +420,21 @@ class ContextStore:
 
         return int(self._run(count))  # type: ignore[call-overload]
 
+    def total_rows(self) -> int:
+        """Rows in every table of the journal, the tools transcripts' too."""
+
+        def count() -> int:
+            tables = [
+                row[0]
+                for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            ]
+            return sum(
+                self._db.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
+                for table in tables
+            )
+
+        return int(self._run(count))  # type: ignore[call-overload]
+
     def checkpoint(self) -> None:
         """Move the write-ahead log into the database file and truncate the log."""
         self._run(self._db.execute, "PRAGMA wal_checkpoint(TRUNCATE)")
@@ -527,8 +567,12 @@ def migrate(connection: sqlite3.Connection, path: Path, version: int) -> int:
 def _read(connection: sqlite3.Connection, path: Path) -> dict[tuple[str, str], Recovered]:
     recovered: dict[tuple[str, str], Recovered] = {}
     try:
-        for participant, section, blob, writer, seq in connection.execute("SELECT * FROM sections"):
-            recovered[(participant, section)] = Recovered(_decode_state(blob), (writer, seq))
+        for participant, section, blob, acks in connection.execute(
+            "SELECT participant, section, state, acks FROM sections"
+        ):
+            recovered[(participant, section)] = Recovered(
+                _decode_state(blob), _decode_acks(acks) if acks else ()
+            )
         for participant, section, identity in connection.execute("SELECT * FROM identities"):
             item = recovered.get((participant, section))
             if item is not None:

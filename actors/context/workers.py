@@ -5,6 +5,11 @@ most ``concurrency`` model calls at once; further jobs wait in arrival order. Ea
 sends the request's system prompt and user message as they are, with thinking
 disabled, and publishes a ``CompactionDone`` to the job's result topic: the text and
 finish reason, or the error. A job already queued or running here is not started twice.
+A job whose result topic is not one of the deployment's (``ContextPlan.result_topics``)
+or a tools summarizer's (``ContextTopics.is_summarizer_result``, whose topic is made
+per result and kept nowhere), or that would queue more than ``MAX_QUEUED`` jobs, is
+refused, counted (``context.refused_jobs``) and logged once per interval, so whatever
+the bus sends, the worker's tables stay bounded.
 ``CancelJobs`` stops jobs and replies once their model streams are closed, so a
 manager's ``clear``/``close`` knows no model call of the participant is left running.
 """
@@ -17,11 +22,16 @@ from collections.abc import Sequence
 
 from xrmq.actors.models import ChatMessage, ChatOptions, LLMService
 from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, RuntimeContext, get_logger
+from xrmq.actors.runtime.ratelimit import AggregatedWarnings
 from xrmq.topics import Topic
 
 from .compaction import CompactionRequest, CompactionResult, JobRef
-from .messages import CancelJobs, CompactionDone, CompactionJob, ContextTopics
+from .messages import CancelJobs, CompactionDone, CompactionJob
 from .plan import ContextPlan
+
+MAX_QUEUED = 16_384
+"""Jobs one worker queues (beyond its running ones); a section has one job out per
+participant, so this is room for thousands of participants' sections."""
 
 COMPACTION_OPTIONS = ChatOptions(thinking=False)
 """Compaction requests never ask a reasoning model to think (seed 000)."""
@@ -42,20 +52,22 @@ async def compact(llm: LLMService, request: CompactionRequest) -> CompactionResu
 
 
 class CompactionWorker(Agent):
-    """One worker of the pool."""
+    """One worker of the pool of ``plan`` (its job and cancel topics, its result topics)."""
 
-    def __init__(
-        self, index: int, llm: LLMService, topics: ContextTopics, concurrency: int
-    ) -> None:
+    def __init__(self, index: int, llm: LLMService, plan: ContextPlan, concurrency: int) -> None:
         if concurrency < 1:
             raise ValueError("worker_concurrency: must be >= 1")
         self.index = index
         self.llm = llm
         self.concurrency = concurrency
-        self._topics = topics
+        self._topics = plan.topics
         self._queued: OrderedDict[JobRef, tuple[CompactionJob, str | None]] = OrderedDict()
         self._running: dict[JobRef, asyncio.Task[None]] = {}
-        self._reply_topics: dict[str, Topic[CompactionDone]] = {}
+        self._reply_topics: dict[str, Topic[CompactionDone]] = plan.result_topics()
+        """The only topics it publishes on: fixed by the plan, never grown by a job."""
+        self.refused = 0
+        """Jobs refused for a reply topic that is not one of the deployment's."""
+        self._warnings: AggregatedWarnings | None = None
         self._stopping = False
 
     def handlers(self) -> Handlers:
@@ -70,12 +82,29 @@ class CompactionWorker(Agent):
         """Jobs queued or running here."""
         return len(self._queued) + len(self._running)
 
+    @property
+    def reply_topics(self) -> int:
+        """How many result topics it can publish on (fixed by the plan)."""
+        return len(self._reply_topics)
+
+    def gauges(self) -> dict[str, float]:
+        return {"context.refused_jobs": float(self.refused)}
+
     async def on_job(self, message: CompactionJob, ctx: RuntimeContext) -> None:
         job = message.request.job
-        if not self._topics.is_result_topic(message.reply_topic):
-            get_logger(actor=self.name).warning(
-                "compaction.bad_reply_topic", reply_topic=message.reply_topic
-            )
+        reply_topic = message.reply_topic
+        refusal = None
+        if reply_topic not in self._reply_topics and not self._topics.is_summarizer_result(
+            reply_topic
+        ):
+            refusal = "compaction.bad_reply_topic"
+        elif len(self._queued) >= MAX_QUEUED:
+            refusal = "compaction.queue_full"
+        if refusal is not None:
+            self.refused += 1
+            if self._warnings is None:
+                self._warnings = AggregatedWarnings(get_logger(actor=self.name))
+            self._warnings.warn(refusal, reply_topic, ctx.metadata.sender)
             return
         if job in self._queued or job in self._running:
             return
@@ -119,10 +148,8 @@ class CompactionWorker(Agent):
         runtime = self.runtime
         if runtime is not None and runtime.running:
             topic = self._reply_topics.get(message.reply_topic)
-            if topic is None:
-                topic = self._reply_topics[message.reply_topic] = Topic(
-                    message.reply_topic, CompactionDone
-                )
+            if topic is None:  # a summarizer's: made for this result only
+                topic = Topic(message.reply_topic, CompactionDone)
             runtime.send(
                 topic,
                 CompactionDone(result, self.index),
@@ -169,7 +196,7 @@ def register_workers(
         )
     workers: list[CompactionWorker] = []
     for index in chosen:
-        worker = CompactionWorker(index, llm, plan.topics, concurrency or plan.worker_concurrency)
+        worker = CompactionWorker(index, llm, plan, concurrency or plan.worker_concurrency)
         runtime.register(worker_name(name, index), worker)
         workers.append(worker)
     return workers

@@ -242,6 +242,8 @@ class SupervisorConfig(_Section, frozen=True):
     """A ready process whose heartbeat stops this long is killed (SIGKILL) and restarted."""
     stuck_after_s: float = 10.0
     """An actor whose mailbox is non-empty and has not moved this long is reported stuck."""
+    restart_stuck: bool = True
+    """Restart a stuck actor: cancel its handler in flight, keep its mailbox (``AgentRuntime``)."""
     restart: RestartPolicyConfig = RestartPolicyConfig()
 
 

@@ -98,6 +98,7 @@ async def run_process(
         metrics_interval=config.supervisor.metrics_interval_s,
         max_message_bytes=config.bus.max_message_bytes,
         stuck_after=config.supervisor.stuck_after_s,
+        restart_stuck=config.supervisor.restart_stuck,
         ready_timeout=config.supervisor.ready_timeout_s,
         **keys,
     )

@@ -39,6 +39,7 @@ from typing import Any
 
 from xrmq.actors.context import ContextManager, context_plan, register_sections, register_workers
 from xrmq.actors.context.plan import ContextPlan
+from xrmq.actors.context.sections import orphan_journals
 from xrmq.actors.context.store import ContextStore, open_store
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import LLMService, ModelSpec, create_llm
@@ -123,8 +124,21 @@ def prepared_llm(spec: ModelSpec) -> LLMService:
     return llm
 
 
+def open_orphan_stores(config: EdgeConfig, shards: int) -> list[ContextStore]:
+    """The journals of context shards beyond ``shards`` (the replica count went down), for
+    shard 0 to migrate their participants to the shards that own them now."""
+    if not config.context.persist:
+        return []
+    on_corrupt: Any = config.context.on_corrupt
+    return [
+        open_store(path, on_corrupt=on_corrupt)
+        for path in orphan_journals(state_dir(config), plan_of(config).namespace, shards)
+    ]
+
+
 def context_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
     topics: list[str] | None = None if process.shard == 0 else []
+    orphans = open_orphan_stores(config, process.shards) if process.shard == 0 else []
     store = open_context_store(config, process.shard)
     register_sections(
         runtime,
@@ -133,6 +147,7 @@ def context_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInst
         shards=process.shards,
         topics=topics,
         store=store,
+        orphans=orphans,
     )
     for name, destination in config.destinations.items():
         if destination.kind == "tools":  # its transcripts, keyed and journaled like the sections

@@ -58,6 +58,8 @@ class RuntimeRow(msgspec.Struct, frozen=True):
     actor_faults: dict[str, int] = {}
     actor_restarts: int = 0
     """Mailbox tasks that ended and were started again."""
+    stuck_restarts: int = 0
+    """Stuck actors restarted (the handler in flight cancelled, the mailbox kept)."""
     rejected_by: dict[str, int] = {}
     """Rejected messages per category (``edge_checks``)."""
     oversize: int = 0
@@ -181,6 +183,7 @@ class TopView:
                     faults=last.faults,
                     actor_faults=dict(last.actor_faults),
                     actor_restarts=last.actor_restarts,
+                    stuck_restarts=last.stuck_restarts,
                     rejected_by=dict(last.rejected_by),
                     oversize=last.oversize,
                     evicted=last.evicted,
@@ -245,6 +248,7 @@ def render(rows: list[RuntimeRow], *, stale_after_s: float = 5.0, color: bool = 
             ("handler errors", row.handler_errors),
             ("faults", row.faults),
             ("actor restarts", row.actor_restarts),
+            ("stuck restarts", row.stuck_restarts),
             ("stale", row.stale),
         ):
             text = f"{label} {value}"

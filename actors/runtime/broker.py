@@ -32,7 +32,7 @@ from pathlib import Path
 import zmq
 
 from .address import BusAddress, UnsafeDirectoryError, check_ipc_directories
-from .broker_report import BrokerReport
+from .broker_report import MONITORED_EVENTS, BrokerReport
 from .logs import get_logger
 from .security.acl import AccessPolicy
 from .security.forwarder import (
@@ -138,9 +138,15 @@ class Broker:
 
     @property
     def publishers_dropped(self) -> int | None:
-        """Publisher connections dropped (a frame over ``max_message_bytes``, a protocol error,
-        or the publisher went away); None without ``metrics_interval`` (nothing counts them)."""
+        """Publisher connections the broker dropped (a frame over ``max_message_bytes``, a
+        protocol error); None without ``metrics_interval`` (nothing counts them)."""
         return None if self._report is None else self._report.publishers_dropped
+
+    @property
+    def publishers_left(self) -> int | None:
+        """Publisher connections their publisher closed (it exited or went away); None
+        without ``metrics_interval``."""
+        return None if self._report is None else self._report.publishers_left
 
     def stop(self) -> None:
         if not self._bound.is_set() or self._bind_error is not None or self._stopped.is_set():
@@ -199,7 +205,7 @@ class Broker:
             counted = None  # the plain broker counts subscriptions off its capture socket
             if self.metrics_interval:
                 monitor = f"inproc://xrmq-broker-monitor-{uuid.uuid4().hex}"
-                frontend.monitor(monitor, zmq.EVENT_DISCONNECTED)
+                frontend.monitor(monitor, MONITORED_EVENTS)
                 gauges = {
                     "broker.subscriber_hwm": float(self.subscriber_hwm),
                     "broker.max_message_bytes": float(self.max_message_bytes),

@@ -3,18 +3,28 @@
 The proxy loop is libzmq's and never surfaces a message, so what the broker refuses is
 only visible as socket events: a publisher that sends a frame over
 ``max_message_bytes`` has its connection dropped by libzmq (``ZMQ_MAXMSGSIZE``) before
-the frame is read. A monitor on the publish (XSUB) socket counts every dropped
-publisher connection (``publishers_dropped``: oversize frames, protocol errors, and
-publishers that exited), and this thread publishes the counts on ``METRICS_TOPIC``
-under the runtime name ``broker``, through the broker's own publish endpoint, every
-``interval`` seconds; ``xrmq top`` shows them with the other runtimes. With
-``subscriptions`` (the inproc endpoint of the proxy's capture socket) it also counts the
-live subscriptions per topic from the (un)subscription frames the proxy copies there.
+the frame is read. libzmq reports that drop exactly as it reports a publisher that
+went away (``EVENT_DISCONNECTED``, nothing else), so a monitor on the publish (XSUB)
+socket tells them apart by who closed the connection: on ``EVENT_ACCEPTED`` it keeps a
+duplicate of the connection's descriptor (``PeerWatch``), and on the disconnect it
+looks at it before closing it. If the peer closed its end (end of stream, or a reset)
+the publisher left (``publishers_left``); if the peer is still there, or data it sent
+is still unread, libzmq dropped it: an oversize frame or a protocol error
+(``publishers_dropped``). Only connects and disconnects cost anything; the proxy's path
+is untouched. (A publisher that sends an oversize frame and exits at once, with every
+byte of it already read by libzmq, counts as left.)
+
+This thread publishes the counts on ``METRICS_TOPIC`` under the runtime name
+``broker``, through the broker's own publish endpoint, every ``interval`` seconds;
+``xrmq top`` shows them with the other runtimes. With ``subscriptions`` (the inproc
+endpoint of the proxy's capture socket) it also counts the live subscriptions per topic
+from the (un)subscription frames the proxy copies there.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 import uuid
@@ -30,9 +40,69 @@ from .subscriptions import SubscriptionCounts
 
 BROKER_NAME = "broker"
 
+MONITORED_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED
+"""The publish socket's events the report reads: connections, and their ends."""
+
+
+class PeerWatch:
+    """Publisher connections by descriptor, to tell who closed one when it ends (see the
+    module docstring). Bounded by the connections libzmq holds open."""
+
+    def __init__(self) -> None:
+        self._peers: dict[int, socket.socket] = {}
+        self.left = 0
+        """Connections the publisher closed (it exited, or its socket was closed)."""
+        self.dropped = 0
+        """Connections libzmq dropped with the publisher still there (an oversize frame,
+        a protocol error), or whose end could not be told apart."""
+
+    def __len__(self) -> int:
+        return len(self._peers)
+
+    def accepted(self, fd: int) -> None:
+        """A new connection on descriptor ``fd``: keep a duplicate of it."""
+        self._close(self._peers.pop(fd, None))
+        try:
+            self._peers[fd] = socket.socket(fileno=os.dup(fd))
+        except OSError:  # already gone (closed before this event was read)
+            pass
+
+    def disconnected(self, fd: int) -> bool:
+        """The connection on ``fd`` ended; count it. True: libzmq dropped it (not the peer)."""
+        peer = self._peers.pop(fd, None)
+        if peer is None:
+            self.dropped += 1
+            return True
+        try:
+            dropped = peer.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+        except BlockingIOError:
+            dropped = True  # the peer is still connected: libzmq closed it
+        except OSError:
+            dropped = False  # reset by the peer: it went away
+        finally:
+            self._close(peer)
+        if dropped:
+            self.dropped += 1
+        else:
+            self.left += 1
+        return dropped
+
+    def close(self) -> None:
+        for peer in self._peers.values():
+            self._close(peer)
+        self._peers.clear()
+
+    @staticmethod
+    def _close(peer: socket.socket | None) -> None:
+        if peer is not None:
+            try:
+                peer.close()  # the last reference: the peer sees the end and reconnects
+            except OSError:
+                pass
+
 
 class BrokerReport:
-    """Counts dropped publisher connections and publishes the broker's heartbeat."""
+    """Counts dropped and departed publisher connections and publishes the broker's heartbeat."""
 
     def __init__(
         self,
@@ -44,7 +114,7 @@ class BrokerReport:
         *,
         subscriptions: str | None = None,
     ) -> None:
-        self.publishers_dropped = 0
+        self.peers = PeerWatch()
         self.subscriptions = SubscriptionCounts()
         self._subscriptions = subscriptions
         self._context = context
@@ -59,6 +129,16 @@ class BrokerReport:
     def start(self) -> None:
         self._thread.start()
         self._connected.wait(5)
+
+    @property
+    def publishers_dropped(self) -> int:
+        """Publisher connections libzmq dropped: an oversize frame or a protocol error."""
+        return self.peers.dropped
+
+    @property
+    def publishers_left(self) -> int:
+        """Publisher connections that ended because the publisher closed them."""
+        return self.peers.left
 
     def stop(self) -> None:
         self._stop.set()
@@ -101,8 +181,10 @@ class BrokerReport:
                             self.subscriptions.frame(frames[0])
                 if events in ready:
                     event = zmq.utils.monitor.recv_monitor_message(events)
-                    if event["event"] == zmq.EVENT_DISCONNECTED:
-                        self.publishers_dropped += 1
+                    if event["event"] == zmq.EVENT_ACCEPTED:
+                        self.peers.accepted(event["value"])
+                    elif event["event"] == zmq.EVENT_DISCONNECTED:
+                        self.peers.disconnected(event["value"])
                 if ready:
                     continue
                 if time.monotonic() < next_beat:
@@ -124,7 +206,8 @@ class BrokerReport:
                     handler_errors=0,
                     gauges={
                         **self._gauges,
-                        "broker.publishers_dropped": float(self.publishers_dropped),
+                        "broker.publishers_dropped": float(self.peers.dropped),
+                        "broker.publishers_left": float(self.peers.left),
                     },
                     subscriptions=self.subscriptions.snapshot()
                     if self._subscriptions is not None
@@ -135,6 +218,7 @@ class BrokerReport:
                 )
                 pub.send_multipart([key, encoder.encode(metadata), encoder.encode(metrics)])
         finally:
+            self.peers.close()
             events.close(linger=0)
             pub.close(linger=0)
             if subs is not None:

@@ -44,6 +44,12 @@ class Mailbox:
     logged by the runtime, and the worker takes the next message. If the worker task ends
     anyway, it is started again at once (one-for-one supervision inside the process; the
     queue is kept) and the runtime counts the restart.
+
+    A stuck actor (a handler that does not return while messages wait behind it) is
+    restarted by ``cancel_stuck``: the handler in flight is cancelled (its message is a
+    fault; an ask gets the error), the queue is kept, and the worker takes the next
+    message. A handler that swallows the cancellation, or blocks the event loop itself,
+    cannot be restarted here (see ``AgentRuntime``).
     """
 
     __slots__ = (
@@ -53,6 +59,7 @@ class Mailbox:
         "_loop",
         "_stopping",
         "_task",
+        "_unstick",
         "_waiter",
         "agent",
         "capacity",
@@ -71,6 +78,8 @@ class Mailbox:
         self.faults = 0
         """Exceptions in this actor's path (handler, reply, hooks), each survived."""
         self._stopping = False
+        self._unstick = False
+        """A ``cancel_stuck`` is on its way to the handler in flight."""
         self._items: deque[Delivery] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -117,6 +126,7 @@ class Mailbox:
         self._spawn(call_on_start)
 
     def _spawn(self, call_on_start: bool) -> None:
+        self._unstick = False
         if TYPE_CHECKING:  # start() set it (no cost at run time)
             assert self._loop is not None
         self._task = self._loop.create_task(
@@ -137,6 +147,18 @@ class Mailbox:
         self._handoff = None
         self.runtime.mailbox_restarted(self.name, error)
         self._spawn(False)
+
+    def cancel_stuck(self) -> bool:
+        """Cancel the handler in flight so the worker goes on with the queue; False when
+        there is none to cancel (the worker is parked, stopping, or a cancel is pending)."""
+        task, waiter = self._task, self._waiter
+        if task is None or task.done() or self._stopping or self._unstick:
+            return False
+        if waiter is not None and not waiter.done():
+            return False  # parked: no handler is running
+        self._unstick = True
+        task.cancel()
+        return True
 
     async def stop(self) -> None:
         """Cancel the worker (an in-flight handler is cancelled) and wait for it."""
@@ -230,6 +252,12 @@ class Mailbox:
                 result = await handling
             except asyncio.CancelledError:
                 current = asyncio.current_task()
+                if self._unstick and not self._stopping:  # cancel_stuck: the actor goes on
+                    self._unstick = False
+                    if current is not None and current.uncancel():
+                        raise  # also cancelled by someone else
+                    self._failed(topic, metadata, "cancelled: stuck (the actor was restarted)")
+                    continue
                 if current is not None and current.cancelling():  # this task is being cancelled
                     raise
                 self._failed(topic, metadata, "cancelled")
@@ -238,6 +266,11 @@ class Mailbox:
             else:
                 if metadata.reply_to is not None:
                     self._reply(metadata, topic, result)
+            if self._unstick:  # the handler swallowed cancel_stuck's cancellation and returned
+                self._unstick = False
+                current = asyncio.current_task()
+                if current is not None:
+                    current.uncancel()
 
 
 class _Suspended:

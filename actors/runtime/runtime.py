@@ -26,7 +26,7 @@ import msgspec
 import zmq
 
 from xrmq.schemas import MessageMetadata, RuntimeMetrics
-from xrmq.topics import METRICS_TOPIC, Topic, topic_key
+from xrmq.topics import METRICS_TOPIC, Topic, registry_counts, topic_key
 
 from .address import BusAddress, check_ipc_directories, parse_bus
 from .agent import GLOBAL, Agent, Handlers, Scope, check_handlers, subscriptions
@@ -180,7 +180,13 @@ class AgentRuntime:
     one (and the others in turn, ``HEARTBEAT_KEYS``), so a receiver reports a lost tail of
     a stream within one interval. An actor whose mailbox is non-empty and has not moved
     for ``stuck_after`` seconds is reported in ``RuntimeMetrics.stuck`` and logged once
-    (``actor.stuck``).
+    (``actor.stuck``); with ``restart_stuck`` (default) it is restarted then: the
+    handler in flight is cancelled (a fault of its message; an ask gets the error), the
+    mailbox and its queue are kept, and the actor takes its next message; counted in
+    ``RuntimeMetrics.stuck_restarts`` and logged (``actor.stuck_restarted``). A handler
+    that swallows the cancellation stays stuck (and reported); one that blocks the event
+    loop (a C call that never returns) stops the whole runtime, heartbeat included, so
+    the supervisor's liveness watch kills and restarts the process.
 
     Limits (every table fed by the bus is bounded, and what is dropped is counted):
     ``max_message_bytes`` (``ZMQ_MAXMSGSIZE`` of the SUB socket; a larger payload is
@@ -205,6 +211,7 @@ class AgentRuntime:
         ready_timeout: float = 10.0,
         metrics_interval: float | None = None,
         stuck_after: float = 10.0,
+        restart_stuck: bool = True,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         stream_capacity: int = DEFAULT_STREAM_CAPACITY,
         outgoing_streams: int = DEFAULT_OUTGOING_STREAMS,
@@ -244,6 +251,7 @@ class AgentRuntime:
         self.metrics_interval = metrics_interval
         self._metrics_task: asyncio.Task[None] | None = None
         self._progress = ProgressWatch(stuck_after)
+        self.restart_stuck = restart_stuck
         self._finished: set[str] = set()
         """Actors whose ``on_stop`` has run while the runtime stops: nothing more reaches them."""
         self.gaps: deque[Gap] = deque(maxlen=1000)
@@ -296,6 +304,7 @@ class AgentRuntime:
                 "handler_errors",
                 "faults",
                 "actor_restarts",
+                "stuck_restarts",
                 "oversize",
                 "evicted",
             ),
@@ -1312,16 +1321,25 @@ class AgentRuntime:
             ((mailbox.name, mailbox.head) for mailbox in mailboxes), time.monotonic()
         )
         for name in newly:
+            mailbox = next(m for m in mailboxes if m.name == name)
             self._log.warning(
-                "actor.stuck",
-                actor=name,
-                seconds=round(stuck[name], 1),
-                depth=next(m.depth for m in mailboxes if m.name == name),
+                "actor.stuck", actor=name, seconds=round(stuck[name], 1), depth=mailbox.depth
             )
+            if self.restart_stuck and self._running and mailbox.cancel_stuck():
+                self._counters["stuck_restarts"] += 1
+                self._log.warning(
+                    "actor.stuck_restarted",
+                    actor=name,
+                    depth=mailbox.depth,
+                    seconds=round(stuck[name], 1),
+                    stuck_restarts=self._counters["stuck_restarts"],
+                )
+        names = registry_counts()
         tables = {
             "incoming_streams": len(self._tracker),
             "outgoing_streams": len(self._streams),
             "warnings": len(self._warnings),
+            "topic_names": names["held"] + names["transient"],
         }
         for kind, keyed in self._keyed.items():
             tables[f"keyed[{kind}]"] = len(keyed.instances)
