@@ -1,8 +1,8 @@
-"""Seed 000's "Compose a conversation" example, runnable: only its imports are changed.
+"""The SDK's "Compose a conversation" example (docs/context.md), runnable: only its imports are changed.
 
 python examples/seed_example.py
 
-The body of seed_example() is the seed's text as is. The three names it takes from
+The body of seed_example() is the SDK's text as is. The three names it takes from
 outside are supplied above it: the model (ScriptedLLM, no network), the router's
 decision service, and where router-owned text goes.
 """
@@ -12,7 +12,7 @@ import asyncio
 from xrmq.actors.models import ScriptedLLM
 from xrmq.actors.routing import SingleDestination
 
-# -- the seed's imports, changed to xrmq --------------------------------------------------
+# -- the SDK's imports, changed to xrmq --------------------------------------------------
 from xrmq.actors.context import ContextManager
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.routing import AgentRouter
@@ -30,7 +30,7 @@ async def publish_router_control(turn: AgentTurn, route: str | None, text: str) 
 
 
 async def seed_example():
-    # ---- seed 000, verbatim from here ------------------------------------------------------
+    # ---- the SDK's example, verbatim from here ------------------------------------------------------
     runtime = AgentRuntime()
 
     context = ContextManager(llm)
@@ -56,7 +56,7 @@ async def seed_example():
             await front_end.stop()
     await conversation.close()
     await context.close()
-    # ---- end of the seed's example ---------------------------------------------------------
+    # ---- end of the SDK's example ---------------------------------------------------------
     return result
 
 

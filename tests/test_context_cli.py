@@ -1,5 +1,5 @@
 """``xrmq context dump|load|show|clear|compact`` and ``/compact`` in ``xrmq chat`` against a
-running edge stack (issue 15, seed 002). Every command is a real ``xrmq`` process on the
+running edge stack (issue 15, docs/tools.md). Every command is a real ``xrmq`` process on the
 stack's bus with the stack's config file."""
 
 from __future__ import annotations

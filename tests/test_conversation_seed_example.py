@@ -1,4 +1,4 @@
-"""Seed 000's "Compose a conversation" example, with only its imports changed, on the
+"""The SDK's "Compose a conversation" example (docs/context.md), with only its imports changed, on the
 embedded runtime with ScriptedLLM.
 
 The example's body below is verbatim. The names it takes from outside (``llm``,
@@ -18,7 +18,7 @@ from xrmq.actors.models import ScriptedLLM
 from xrmq.actors.routing import SingleDestination
 from xrmq.schemas import ResponseOutput
 
-# -- the seed's imports, changed to xrmq ---------------------------------------------------
+# -- the SDK's imports, changed to xrmq ---------------------------------------------------
 from xrmq.actors.context import ContextManager
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.routing import AgentRouter
@@ -53,7 +53,7 @@ async def publish_router_control(turn: AgentTurn, route: str | None, text: str) 
 
 
 async def seed_example(llm, decisions) -> None:
-    # ---- seed 000, verbatim from here --------------------------------------------------
+    # ---- the SDK's example, verbatim from here --------------------------------------------------
     runtime = AgentRuntime()
 
     context = ContextManager(llm)
@@ -79,7 +79,7 @@ async def seed_example(llm, decisions) -> None:
             await front_end.stop()
     await conversation.close()
     await context.close()
-    # ---- end of the seed's example -----------------------------------------------------
+    # ---- end of the SDK's example -----------------------------------------------------
     assert result.status == "answered"
 
 

@@ -1,4 +1,4 @@
-"""ToolAgent: the tool loop, seed-001 framing, barge-in, seed 002 in a long session, and a
+"""ToolAgent: the tool loop, the framing of docs/context.md, barge-in, docs/tools.md in a long session, and a
 ToolAgent sharing a participant's context with a Conversation behind one router."""
 
 from __future__ import annotations

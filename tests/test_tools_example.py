@@ -46,7 +46,7 @@ def test_up_tools_answers_from_the_camera_and_inventory_tools_and_compacts_by_ha
         stock = say(env, "--timeout", "50", "How many multimeters are in stock?")
         assert stock.returncode == 0, stock.stderr
         assert "in_stock: 3" in stock.stdout
-        # Manual compaction (seed 002) of p1's transcript at the tools destination, over the bus.
+        # Manual compaction (docs/tools.md) of p1's transcript at the tools destination, over the bus.
         done = subprocess.run([*CLI, "compact", "lab-tools", "--tier", "toolcall"], capture_output=True,
                               text=True, env=env, timeout=60)
         missing = subprocess.run([*CLI, "compact", "nowhere", "--timeout", "1"], capture_output=True,

@@ -1,4 +1,4 @@
-"""Participant context (seeds 000 and 001): the pure engine the context actors run.
+"""Participant context (docs/context.md): the pure engine the context actors run.
 
 - ``clip``: UTF-8 sizes and start-and-end clipping that never splits a character.
 - ``render``: the rendered text of every block kind and the merge of a participant's
@@ -8,7 +8,7 @@
   compaction snapshots, the Situation/Handling table, rendering).
 - ``config``: validation of the ContextManager's constructor arguments.
 
-The actors around it (thin shells, see DESIGN.md "Context as actors"):
+The actors around it (thin shells, see docs/design.md "Context as actors"):
 
 - ``messages``: the bus messages and topics between the context actors.
 - ``plan``: ``ContextPlan``, what every process of one deployment agrees on.
@@ -16,9 +16,9 @@ The actors around it (thin shells, see DESIGN.md "Context as actors"):
 - ``workers``: the compaction-worker pool that calls the model.
 - ``replica``: the manager's local, never half-updated copy of the section views.
 - ``store``: the journal of one section host (SQLite, WAL), a thin I/O shell.
-- ``dump``: the versioned dump format of ``dump()``/``load()`` (seed 002).
-- ``manual``: the outcomes of a manual ``compact()`` (seed 002).
-- ``manager``: ``ContextManager``, the seed's facade.
+- ``dump``: the versioned dump format of ``dump()``/``load()`` (docs/tools.md).
+- ``manual``: the outcomes of a manual ``compact()`` (docs/tools.md).
+- ``manager``: ``ContextManager``, the SDK's facade.
 """
 
 from .clip import OMISSION_MARKER, clip_middle, utf8_size

@@ -1,4 +1,4 @@
-"""Validation of the ContextManager's constructor arguments (seed 001), as a pure function.
+"""Validation of the ContextManager's constructor arguments (docs/context.md), as a pure function.
 
 The facade calls ``context_config`` once; every rule raises ``ValueError`` naming the
 parameter and the rule, so a misconfigured manager fails at construction rather than
@@ -82,7 +82,7 @@ def context_config(
 ) -> ContextConfig:
     """Validate the ContextManager's arguments (same names and defaults) into a config.
 
-    Rules (seed 001): all budgets are positive; topic lists hold non-empty names, unique
+    Rules (docs/context.md): all budgets are positive; topic lists hold non-empty names, unique
     within and across both lists; a per-topic budget mapping has a value for every
     configured topic (and names no other); the compaction input budget is at least half
     the largest section budget plus 256 bytes.

@@ -1,4 +1,4 @@
-"""``ContextManager``: the seed's facade over the context actors.
+"""``ContextManager``: the SDK's facade over the context actors.
 
 The manager writes to section actors over the bus and keeps a local replica of their
 views, so ``blocks()`` is synchronous and local and never sees a half-applied change.
@@ -162,8 +162,8 @@ class ContextSubscriber(Agent):
 class ContextManager:
     """Retain participant-scoped context and render it into prompts for any number of agents.
 
-    Seed 001's constructor (same names and defaults), plus xrmq's deployment options:
-    ``deployment`` (``"embedded"`` or ``"split"``), ``namespace`` of the internal topics,
+    The SDK's constructor (same names and defaults, docs/context.md), plus xrmq's deployment options:
+    ``deployment`` (``"local"`` or ``"split"``), ``namespace`` of the internal topics,
     the worker pool (``compaction_workers``, ``worker_concurrency``), the job timeout
     after which a job goes to another worker (``compaction_timeout_s``) and the bound on
     each clear/cancel round trip (``control_timeout_s``). All budgets must be positive;
@@ -487,7 +487,7 @@ class ContextManager:
             replica = self._replicas[participant_id] = ParticipantReplica()
         return replica
 
-    # --- the seed's methods ----------------------------------------------------------------
+    # --- the SDK's methods ----------------------------------------------------------------
 
     def blocks(self, participant_id: str) -> tuple[ContextBlock, ...]:
         """Render a participant's dialogue and topic context: summaries first, then newer
@@ -691,7 +691,7 @@ class ContextManager:
             if self._runtime is None or not self._runtime.running:
                 self.store.close()  # not running: no host closes it
 
-    # --- serialization and manual compaction (seed 002) ---------------------------------
+    # --- serialization and manual compaction (docs/tools.md) ---------------------------------
 
     async def _running_runtime(self, operation: str) -> AgentRuntime:
         if self._closed:

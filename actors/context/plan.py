@@ -2,7 +2,7 @@
 
 The manager, the processes hosting section actors and those hosting compaction workers
 are built from the same ``ContextPlan``: the validated section configuration (budgets,
-topics, prompts; seed 001) plus the deployment settings (namespace, worker pool, job
+topics, prompts; docs/context.md) plus the deployment settings (namespace, worker pool, job
 timeout). Build it with ``context_plan(**kwargs)`` from the ContextManager's keyword
 arguments, e.g. from one table of an edge-box config.
 """

@@ -24,7 +24,7 @@ from .messages import CancelJobs, CompactionDone, CompactionJob, ContextTopics
 from .plan import ContextPlan
 
 COMPACTION_OPTIONS = ChatOptions(thinking=False)
-"""Compaction requests never ask a reasoning model to think (seed 000)."""
+"""Compaction requests never ask a reasoning model to think (docs/context.md)."""
 
 
 async def compact(llm: LLMService, request: CompactionRequest) -> CompactionResult:

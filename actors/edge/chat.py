@@ -12,7 +12,7 @@ reply is complete; a failed turn is shown (``xrmq chat: turn failed: ...`` on st
 and the chat goes on. A line starting with ``/`` is a chat command, never a query:
 ``/help`` lists them, ``/clear`` makes the edge box forget the participant (their
 dialogue and context, as when they leave), ``/compact [SECTION]`` compacts the
-participant's context now and prints what happened (seed 002), ``/compact toolcall
+participant's context now and prints what happened (docs/tools.md), ``/compact toolcall
 [DESTINATION]`` or ``/compact summary [DESTINATION]`` compacts the participant's
 transcript at a tools destination (tier 1, or a summary; by default the destination
 that answered last), ``/quit`` (or end of input) leaves. On a

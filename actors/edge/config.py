@@ -190,7 +190,7 @@ class DestinationConfig(_Section):
     tool_timeout_s: float = 10.0
     """For ``tools``: how long one tool call may take before it is an error result."""
     token_threshold: int = 192_000
-    """For ``tools``: seed 002's ``auto_compact.token_threshold``."""
+    """For ``tools``: docs/tools.md's ``auto_compact.token_threshold``."""
 
 
 DESTINATION_KINDS = ("conversation", "tools")

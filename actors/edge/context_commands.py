@@ -10,7 +10,7 @@ full snapshot; it never calls ``close()`` (that would forget every participant).
 - ``show --participant P``: each section's size against its budget, then the context
   exactly as a prompt renders it.
 - ``clear --participant P``: forget the participant (their journal rows go too).
-- ``compact --participant P [--section S]``: compact now (seed 002's ``/compact``); exit
+- ``compact --participant P [--section S]``: compact now (``/compact``, docs/tools.md); exit
   1 when the model failed.
 """
 

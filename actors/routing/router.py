@@ -1,6 +1,6 @@
 """AgentRouter: route each participant's turns to destinations, one turn at a time.
 
-Rules (upstream xr_ai_routing, DESIGN.md "Conversation, routing, voice"):
+Rules (upstream xr_ai_routing, docs/design.md "Conversation, routing, voice"):
 
 1. Turns are serialized per participant: a new turn cancels the participant's previous
    turn and waits until it has drained (its destination finalized its output) before

@@ -6,19 +6,19 @@ back to the model, and so on until it answers without calls or ``max_iterations`
 model calls were made (the last one then offers no tools, so it answers).
 
 A request is: the system message (system prompt, instructions, and the transcript's
-summary with seed 002's compaction note once there is one); the participant's shared
+summary with docs/tools.md's compaction note once there is one); the participant's shared
 context (``ContextManager.blocks``, then the current time), as ``Conversation``
 renders it; then the participant's transcript (earlier turns with their tool calls and
 results, then this turn's).
 
-Framing is seed 001's, as in ``Conversation``: the first nonblank chunk awaits
+Framing is docs/context.md's, as in ``Conversation``: the first nonblank chunk awaits
 ``started()``; once a chunk was published an empty final frame closes the reply,
 whether the answer completed, failed or was cancelled; the exchange is recorded in the
 shared context, and the turn committed to the transcript, only after the final frame.
 A cancelled turn (a barge-in) cancels its running tool calls, at their servers too,
 and records nothing.
 
-Before each model call the ``AutoCompactor`` (seed 002) checks the transcript; tier 2
+Before each model call the ``AutoCompactor`` (docs/tools.md) checks the transcript; tier 2
 summaries come from ``summarize`` (the compaction workers or a model). The built-in
 tool ``extract_compacted_tool_result`` returns a reclaimed original.
 """
@@ -57,7 +57,7 @@ EXTRACT_TOOL = ToolSpec(
     {"type": "object", "properties": {"toolcall_id": {"type": "string"}},
      "required": ["toolcall_id"]},
 )
-"""The built-in tool every ``ToolAgent`` offers (seed 002)."""
+"""The built-in tool every ``ToolAgent`` offers (docs/tools.md)."""
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant in a mixed-reality session. Use the tools to look things up "
@@ -82,7 +82,7 @@ class ToolAgent:
     whose whole catalogs are discovered over the bus before the first turn (a server
     that does not answer is tried again on the next turn). ``context``, ``runtime``,
     ``output_topic``, ``instructions``, ``system_prompt``, ``routing``, ``options`` and
-    ``clock`` are as for ``Conversation``. ``compactor`` holds seed 002's parameters;
+    ``clock`` are as for ``Conversation``. ``compactor`` holds docs/tools.md's parameters;
     ``summarize`` writes tier-2 summaries (default: ``llm`` itself). Calls to the tools
     of ``servers`` time out after ``tool_timeout_s``; discovery after
     ``discovery_timeout_s``. With ``transcripts`` (a store name) every transcript is
@@ -204,7 +204,7 @@ class ToolAgent:
     async def compact(
         self, participant_id: str, tier: Literal["toolcall", "summary"] = "summary"
     ) -> ToolCallCompactResult | SummaryCompactResult:
-        """Run one tier by hand (seed 002's ``/compact`` and ``/compact toolcall``)."""
+        """Run one tier by hand (``/compact`` (docs/tools.md) and ``/compact toolcall``)."""
         transcript = self.transcript(participant_id)
         async with self._lock(participant_id):
             if tier == "toolcall":

@@ -18,7 +18,7 @@ Contract:
   to play or a :class:`ResponseEnded` notice) and :meth:`finished` once a segment has
   played. One segment per participant is out at a time.
 
-Rules (upstream xr_ai_voice / xr_ai_interaction, seed 004):
+Rules (upstream xr_ai_voice / xr_ai_interaction, docs/interaction.md):
 
 * Streamed replies are keyed by (participant, source, response_id), so two producers
   never merge or interleave inside one response.
