@@ -1,4 +1,5 @@
-"""The SDK's "Compose a conversation" example (docs/context.md), runnable: only its imports are changed.
+"""The SDK's "Compose a conversation" example (docs/context.md), runnable: only its imports
+are changed.
 
 python examples/seed_example.py
 
@@ -12,7 +13,7 @@ import asyncio
 from xrmq.actors.models import ScriptedLLM
 from xrmq.actors.routing import SingleDestination
 
-# -- the SDK's imports, changed to xrmq --------------------------------------------------
+# -- the SDK's imports, changed to xrmq ---------------------------------------------------
 from xrmq.actors.context import ContextManager
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.routing import AgentRouter
@@ -30,7 +31,7 @@ async def publish_router_control(turn: AgentTurn, route: str | None, text: str) 
 
 
 async def seed_example():
-    # ---- the SDK's example, verbatim from here ------------------------------------------------------
+    # ---- the SDK's example, verbatim from here -----------------------------------------------
     runtime = AgentRuntime()
 
     context = ContextManager(llm)
