@@ -1,5 +1,8 @@
 """AgentRuntime: hosts actors in one process and connects them to the bus.
 
+Hot path (``send``, ``ask``, ``_on_readable``, ``_dispatch``): benchmark before and after a
+change here (``python -m bench bus turn storm``, see ``bench/README.md``).
+
 One runtime owns one PUB socket (to the broker's XSUB) and one SUB socket (from the
 broker's XPUB). Inbound messages are demultiplexed to actor mailboxes by topic (and
 participant, for filtered actors and keyed kinds). Publishing never blocks on
@@ -28,6 +31,7 @@ import zmq
 from xrmq.schemas import MessageMetadata, RuntimeMetrics
 from xrmq.topics import METRICS_TOPIC, Topic, topic_key
 
+from ._compat import INLINE_START, frame_send
 from .address import BusAddress, check_ipc_directories, parse_bus
 from .agent import GLOBAL, Agent, Scope, check_handlers, subscriptions
 from .broker import DEFAULT_HWM, DEFAULT_MAX_MESSAGE_BYTES, Broker, shared_context
@@ -49,10 +53,8 @@ _DRAIN_BATCH = 512
 # calls cost a third as much (measured: send 2.9 -> 1.0 us, receive 2.6 -> 1.8 us).
 _SNDMORE = int(zmq.SNDMORE)
 _NOBLOCK = int(zmq.NOBLOCK)
-# zmq.Socket.send is a Python wrapper that only adds the DRAFT routing_id/group
-# arguments before calling its Cython base class; calling the base directly halves
-# the cost of a three-frame send (measured: 0.98 -> 0.44 us).
-_frame_send = zmq.backend.Socket.send
+# pyzmq's Cython send without its Python wrapper, where available (see _compat).
+_frame_send = frame_send
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 
@@ -866,7 +868,7 @@ class AgentRuntime:
         except _DECODE_ERRORS as error:
             self._reject("payload", key, metadata.sender, error=str(error))
             return
-        start = first and metadata.reply_to is not None
+        start = first and INLINE_START and metadata.reply_to is not None
         for route in routes:
             if route.participant is not None and pid and route.participant != pid:
                 continue
