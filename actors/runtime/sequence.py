@@ -111,8 +111,3 @@ class SequenceTracker:
         first_missing = last[_SEQ] + 1
         last[_SEQ] = last_sent
         return first_missing
-
-    def forget_sender(self, sender: str) -> None:
-        """Drop every stream of ``sender`` (it stopped for good)."""
-        for stream in [stream for stream in self._streams if stream[1] == sender]:
-            del self._streams[stream]

@@ -116,6 +116,7 @@ class TranscriptActor(Agent):
         self.kind = kind
         self.transcript = Transcript()
         self._retiring: asyncio.Task[None] | None = None
+        """The retirement after a clear: held, since the loop keeps only weak references to tasks."""
 
     async def on_write(self, message: TranscriptWrite, ctx: RuntimeContext) -> None:
         apply_write(self.transcript, message)
