@@ -20,7 +20,7 @@ import msgspec
 import pytest
 import zmq
 
-from test_router_doubles import Decisions, Destination, Log, router_output
+from router_doubles import Decisions, Destination, Log, router_output
 from xrmq.actors.routing import AgentRouter
 from xrmq.actors.runtime import Agent, AgentRuntime, subscribe
 from xrmq.actors.runtime.address import parse_bus

@@ -4,7 +4,7 @@ exchanges are recorded once; clearing forgets a participant."""
 
 from __future__ import annotations
 
-from test_router_doubles import Decisions, Destination, Log, router_output
+from router_doubles import Decisions, Destination, Log, router_output
 from xrmq.actors.context import ContextManager
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import ScriptedLLM

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 
-from test_router_doubles import OutputRecorder
+from router_doubles import OutputRecorder
 from xrmq.actors import runtime as xrmq_runtime
 from xrmq.actors.models import ScriptedLLM
 from xrmq.actors.routing import SingleDestination

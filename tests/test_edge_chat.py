@@ -8,8 +8,7 @@ import sys
 
 import pytest
 
-from buses import expect_line, reap
-from buses import processes_mentioning
+from buses import expect_line, processes_mentioning, reap
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -40,7 +39,7 @@ async def test_chat_commands_are_never_sent_as_queries():
     import asyncio
     import io
 
-    from test_router_doubles import Destination, Log
+    from router_doubles import Destination, Log
     from xrmq.actors.edge.chat import HELP, chat
     from xrmq.actors.routing import AgentRouter, SingleDestination
     from xrmq.actors.runtime import AgentRuntime

@@ -18,7 +18,7 @@ import pytest
 import zmq
 
 from buses import broker_process
-from test_router_doubles import FakeContext
+from router_doubles import FakeContext
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import OfflineLLM
 from xrmq.actors.routing import AgentRouter, SingleDestination

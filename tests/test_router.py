@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from test_router_doubles import Decisions, Destination, Finishing, Log, router_output
+from router_doubles import Decisions, Destination, Finishing, Log, router_output
 from xrmq.actors.routing import AgentRouter, RouteResult, RouterTexts, SingleDestination
 from xrmq.schemas import Admission, AgentTurn, DestinationResult, RoutingAid
 from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC

@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from test_router_doubles import Destination, FakeContext, Finishing, Log, OutputRecorder
+from router_doubles import Destination, FakeContext, Finishing, Log, OutputRecorder
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import ModelError, ScriptedLLM, ScriptedResponse
 from xrmq.actors.routing import AgentRouter, RemoteAnswerError, SingleDestination, remote, serve

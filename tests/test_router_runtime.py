@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from test_router_doubles import Destination, FakeContext, Log, OutputRecorder
+from router_doubles import Destination, FakeContext, Log, OutputRecorder
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import ScriptedLLM, ScriptedResponse
 from xrmq.actors.routing import AgentRouter, SingleDestination

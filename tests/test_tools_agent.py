@@ -9,7 +9,7 @@ import re
 
 import msgspec
 
-from test_router_doubles import Decisions, FakeContext, Log, OutputRecorder, router_output
+from router_doubles import Decisions, FakeContext, Log, OutputRecorder, router_output
 from xrmq.actors.context import ContextManager
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import ChatMessage, ChatRequest, OfflineLLM, ScriptedLLM, ScriptedResponse, ToolCall, Usage

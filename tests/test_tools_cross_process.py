@@ -10,7 +10,7 @@ import signal
 import pytest
 
 from buses import broker_process, expect_line, python, reap
-from test_router_doubles import FakeContext
+from router_doubles import FakeContext
 from xrmq.actors.models import ScriptedLLM, ScriptedResponse, ToolCall
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.tools import ToolAgent

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from buses import broker_process, expect_line, reap
-from test_router_doubles import Destination, FakeContext, Log
+from router_doubles import Destination, FakeContext, Log
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.edge.replies import ReplyCollector, ask
 from xrmq.actors.models import LiteLLMService
