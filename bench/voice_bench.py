@@ -80,12 +80,12 @@ async def synthesis_to_first_frame(count: int) -> list[float]:
 
 
 async def stack_turns(turns: int) -> tuple[list, list]:
-    from xrmq.actors.edge.embedded import EmbeddedStack
+    from xrmq.actors.edge.private_stack import PrivateStack
     from xrmq.actors.voice.session import QUESTIONS, VoiceSession, voice_config
 
     directory = Path(tempfile.mkdtemp(prefix="xrmq-voice-bench-"))
     voice, text = [], []
-    async with EmbeddedStack(voice_config()) as stack, VoiceSession(stack.bus, directory) as session:
+    async with PrivateStack(voice_config()) as stack, VoiceSession(stack.bus, directory) as session:
         for index in range(turns):
             question = QUESTIONS[index % len(QUESTIONS)]
             voice.append(await session.voice_turn(index, question))

@@ -1,4 +1,4 @@
-"""ContextManager through its public API, embedded (docs/context.md: the reference
+"""ContextManager through its public API, local deployment (docs/context.md: the reference
 "The context manager", "Context compaction", "Prompt layout", "Lifecycle").
 
 Every test runs the real actors on an embedded bus with a ``ScriptedLLM`` that scripts

@@ -1,4 +1,5 @@
-"""``xrmq chat --embedded``: a line typed on stdin is answered; /quit stops the stack it started."""
+"""``xrmq chat --private-stack``: a line typed on stdin is answered; /quit stops the stack it
+started."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.timeout(60)
 
 def test_chat_answers_a_typed_line_from_the_participants_context_and_quits(tmp_path):
     env = {**os.environ, "TMPDIR": str(tmp_path), "XRMQ_RUNTIME_DIR": str(tmp_path), "XRMQ_LOG_LEVEL": "WARNING"}
-    chat = subprocess.Popen([sys.executable, "-m", "xrmq.actors.cli", "chat", "--embedded", "--participant", "ann"],
+    chat = subprocess.Popen([sys.executable, "-m", "xrmq.actors.cli", "chat", "--private-stack", "--participant", "ann"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         expect_line(chat, "xrmq chat: ready participant=ann bus=ipc://")
@@ -33,6 +34,14 @@ def test_chat_answers_a_typed_line_from_the_participants_context_and_quits(tmp_p
     assert answer == "conversation: Your locker is number 318."
     assert processes_mentioning(str(tmp_path)) == []
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_former_flag_name_embedded_still_selects_a_private_stack():
+    from xrmq.actors.cli import build_parser
+
+    for flag in ("--private-stack", "--embedded"):
+        assert build_parser().parse_args(["chat", flag]).private_stack is True
+    assert build_parser().parse_args(["chat"]).private_stack is False
 
 
 async def test_chat_commands_are_never_sent_as_queries():

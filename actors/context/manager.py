@@ -9,16 +9,17 @@ once, and drops that overlay when the dialogue section's view acknowledges the w
 
 Deployment:
 
-- ``embedded`` (default): ``runtime.register("context", context.subscriber())`` also
+- ``local`` (default): ``runtime.register("context", context.subscriber())`` also
   registers the section actors and the compaction workers in that runtime (the
   subscriber attaches the manager when the runtime registers it). A manager used before
   any subscriber was registered (e.g. one without topics, which has no subscriber)
-  hosts the same actors on a private embedded runtime of its own, closed by ``close()``.
+  hosts the same actors on a private runtime of its own (an embedded bus), closed by
+  ``close()``.
 - ``split``: the subscriber is only the replica; other processes host the sections
   (``register_sections``) and the workers (``register_workers``) from the same
   ``ContextPlan`` (``context_plan`` with the same keyword arguments).
 
-Durability (``store=PATH`` embedded; ``[context] state_dir``/``persist`` for an edge
+Durability (``store=PATH`` local; ``[context] state_dir``/``persist`` for an edge
 box): a write a section acknowledged (an ``update`` that returned, an exchange that
 ``synced()`` waited for) is in the section host's journal. ``clear`` removes the
 participant's rows before it returns; ``close`` removes every row of this manager.
@@ -88,7 +89,7 @@ from .sections import ContextHost, journal_name, register_sections
 from .store import ContextStore, OnCorrupt, open_store
 from .workers import register_workers
 
-Deployment = Literal["embedded", "split"]
+Deployment = Literal["local", "split"]
 
 DIALOGUE_KEY = "\x00"
 """The dialogue's key among a manager's writes (never a topic name: those have no NUL)."""
@@ -107,7 +108,7 @@ def _check_participant(participant_id: object) -> str:
 class ContextSubscriber(Agent):
     """The agent ``subscriber()`` returns: the manager's replica of the section views.
 
-    Registering it attaches the manager to that runtime (and, embedded, registers the
+    Registering it attaches the manager to that runtime (and, local, registers the
     section actors and compaction workers there too): the runtime assigns
     ``agent.runtime`` during ``register``, before it starts.
     """
@@ -171,7 +172,7 @@ class ContextManager:
     budget mapping covers every configured topic; the compaction input budget is at
     least half the largest section budget plus 256 bytes.
 
-    ``store``: the journal's path for an embedded manager (None: memory only); a
+    ``store``: the journal's path for a local manager (None: memory only); a
     manager given the path of an earlier one's journal starts with its context.
     ``on_corrupt``: ``"error"`` (a ``StoreError`` naming the file) or
     ``"backup_and_start_empty"`` for a journal that cannot be read.
@@ -187,7 +188,7 @@ class ContextManager:
         topic_budget_bytes: int | Mapping[str, int] = DEFAULT_TOPIC_BUDGET_BYTES,
         compaction_input_budget_bytes: int = DEFAULT_COMPACTION_INPUT_BUDGET_BYTES,
         compaction_prompts: CompactionPrompts | None = None,
-        deployment: Deployment = "embedded",
+        deployment: Deployment = "local",
         namespace: str = DEFAULT_NAMESPACE,
         compaction_workers: int = DEFAULT_COMPACTION_WORKERS,
         worker_concurrency: int = DEFAULT_WORKER_CONCURRENCY,
@@ -197,11 +198,11 @@ class ContextManager:
         on_corrupt: OnCorrupt = "error",
         section_hosts: int = 1,
     ) -> None:
-        if deployment not in ("embedded", "split"):
-            raise ValueError(f"deployment: must be 'embedded' or 'split', got {deployment!r}")
-        if store is not None and deployment != "embedded":
+        if deployment not in ("local", "split"):
+            raise ValueError(f"deployment: must be 'local' or 'split', got {deployment!r}")
+        if store is not None and deployment != "local":
             raise ValueError(
-                "store: only an embedded manager hosts sections; a split deployment's section "
+                "store: only a local manager hosts sections; a split deployment's section "
                 "processes journal ([context] state_dir)"
             )
         self.plan: ContextPlan = context_plan(
@@ -241,7 +242,7 @@ class ContextManager:
         self.resyncs = 0
         """Full-snapshot resyncs completed (a host restarted, or this manager started)."""
         self.host: ContextHost | None = None
-        """The embedded deployment's section host, once attached."""
+        """The local deployment's section host, once attached."""
         self.store: ContextStore | None = None
         if store is not None:
             self.store = open_store(store, on_corrupt=on_corrupt)
@@ -253,11 +254,11 @@ class ContextManager:
         """Return an Agent that applies the configured context topics to this manager.
 
         Register it with the same AgentRuntime that delivers the updates, before the
-        runtime starts. Embedded, it brings the section actors and compaction workers
-        into that runtime. Requires at least one configured topic when embedded (a
+        runtime starts. Local, it brings the section actors and compaction workers
+        into that runtime. Requires at least one configured topic when local (a
         split manager's subscriber is its replica, topics or not).
         """
-        if not self.plan.config.topics and self.deployment == "embedded":
+        if not self.plan.config.topics and self.deployment == "local":
             raise ValueError(
                 "subscriber: configure at least one topic (summary_context_topics or "
                 "incremental_context_topics) before calling this method"
@@ -273,7 +274,7 @@ class ContextManager:
                 f"subscriber: this ContextManager is already attached to runtime {self._runtime.name!r}"
             )
         self._runtime, self._name = runtime, name
-        if self.deployment == "embedded":
+        if self.deployment == "local":
             self.host = register_sections(runtime, self.plan, name=name, store=self.store)
             register_workers(runtime, self.plan, self.llm, name=name)
 
@@ -674,7 +675,7 @@ class ContextManager:
         runtime = self._runtime
         if runtime is not None and runtime.running:
             for error in await self._clear_remote(
-                runtime, list(self._replicas), close=self.deployment == "embedded"
+                runtime, list(self._replicas), close=self.deployment == "local"
             ):
                 self._log.warning("context.close_incomplete", error=repr(error))
         self._replicas.clear()

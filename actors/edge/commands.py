@@ -18,7 +18,7 @@ from .config import EdgeConfig, default_config, load_config
 
 def add_commands(subparsers: Any) -> None:
     up = subparsers.add_parser("up", help="start the broker and every process of an edge-box config, supervised")
-    up.add_argument("config", nargs="?", help="TOML config (default: the embedded default; see examples/edge-box.toml)")
+    up.add_argument("config", nargs="?", help="TOML config (default: the built-in default; see examples/edge-box.toml)")
     up.add_argument("--check", action="store_true", help="validate the config and its roles, start nothing")
     up.add_argument("--init-keys", action="store_true",
                     help="with [bus.security] mode = 'curve': create missing key pairs "
@@ -32,7 +32,7 @@ def add_commands(subparsers: Any) -> None:
 
     run = subparsers.add_parser("run", help="run one process of an edge-box config (what 'up' starts)")
     run.add_argument("target", metavar="ROLE-or-PROCESS", help="a process named in the config, or a role to run alone")
-    run.add_argument("--config", help="TOML config (default: the embedded default)")
+    run.add_argument("--config", help="TOML config (default: the built-in default)")
     run.add_argument("--shard", type=int, default=0, help="which replica of the process (default 0)")
     run.set_defaults(func=run_run)
 
@@ -106,8 +106,9 @@ def add_commands(subparsers: Any) -> None:
     chat = subparsers.add_parser("chat", help="interactive text front end: type queries, read the streamed replies")
     add_bus_argument(chat)
     chat.add_argument("--participant", default="p1", help="participant id (default: %(default)s)")
-    chat.add_argument("--embedded", action="store_true",
-                      help="start an edge stack of the embedded default on a private bus instead of using --bus")
+    chat.add_argument("--private-stack", "--embedded", dest="private_stack", action="store_true",
+                      help="start an edge stack of the built-in default on a private bus instead of "
+                      "using --bus (--embedded: its former name)")
     chat.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each reply (default 30)")
     chat.add_argument("--config",
                       help="the edge box's TOML config, for /compact (default: the built-in one)")
@@ -278,12 +279,12 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def run_chat(args: argparse.Namespace) -> int:
-    from .chat import chat, chat_embedded
+    from .chat import chat, chat_private_stack
 
     if args.timeout <= 0:
         raise ValueError("--timeout: must be > 0")
-    if args.embedded:
-        return run(chat_embedded(args.participant, timeout=args.timeout))
+    if args.private_stack:
+        return run(chat_private_stack(args.participant, timeout=args.timeout))
     require_broker(args.bus)
     config = None if args.config is None else load_config(args.config)
     return run(chat(args.bus, args.participant, timeout=args.timeout, config=config))

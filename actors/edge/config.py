@@ -3,7 +3,7 @@
 The file names the bus, the models, the participant context, the destinations and
 router, the supervisor's timings and restart policy, and the processes ``xrmq up``
 starts (which roles each runs, how many replicas, in which order). ``examples/edge-box.toml``
-documents every key; ``default_config()`` is the embedded default that needs no file.
+documents every key; ``default_config()`` is the built-in default that needs no file.
 
 Every error is one ``ConfigError`` (a ``ValueError``) naming the file, the key as a
 dotted path and the rule, e.g. ``edge.toml: processes.conversation.replicas: must be >= 1``.
@@ -34,7 +34,7 @@ from xrmq.actors.runtime.address import DEFAULT_BUS, is_loopback_tcp, parse_bus
 from xrmq.actors.runtime.broker import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_SUBSCRIBER_BUDGET_BYTES
 from xrmq.schemas import CompactionPrompts
 
-DEFAULT_SOURCE = "<embedded default>"
+DEFAULT_SOURCE = "<built-in default>"
 """What errors name as the file when the config did not come from one."""
 
 TOPIC_MODES = ("summary", "incremental")
@@ -363,7 +363,7 @@ def load_config(path: str | Path) -> EdgeConfig:
 
 
 def default_config() -> EdgeConfig:
-    """The embedded default: every actor of the edge box on the default bus, offline models.
+    """The built-in default: every actor of the edge box on the default bus, offline models.
 
     A summary topic ``scene`` and an incremental topic ``notes``; one conversation
     destination; context sections, compaction workers, conversation, router and voice

@@ -42,7 +42,7 @@ def add_commands(subparsers: Any) -> None:
 
     def common(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
-            "--config", help="TOML config of the edge box (default: the embedded default)"
+            "--config", help="TOML config of the edge box (default: the built-in default)"
         )
         parser.add_argument("--bus", help="bus of the edge box (default: the config's bus)")
         parser.add_argument(
