@@ -23,10 +23,10 @@ The exchange is recorded in the context only after the final frame was published
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
+from xrmq.actors.clock import now_us
 from xrmq.actors.context.render import format_time
 from xrmq.actors.interaction import ResponseOutputs
 from xrmq.actors.models import ChatMessage, ChatOptions, LLMService, ModelError
@@ -93,10 +93,6 @@ def answer_messages(system: str, blocks: Sequence[ContextBlock], now_us: int, re
     ]
 
 
-def _now_us() -> int:
-    return time.time_ns() // 1000
-
-
 class Conversation:
     """Application-instructed conversation agent over participant-scoped context.
 
@@ -121,7 +117,7 @@ class Conversation:
         runtime: Any,
         output_topic: Topic[ResponseOutput],
         options: ChatOptions | None = None,
-        clock: Callable[[], int] = _now_us,
+        clock: Callable[[], int] = now_us,
     ) -> None:
         if not callable(getattr(llm, "stream", None)):
             raise ValueError("Conversation.llm: must be an LLMService")

@@ -15,7 +15,7 @@ from xrmq.schemas import (
 )
 
 from ._immutable import deeply_immutable
-from ._topic import Topic, split_key, topic_key
+from ._topic import SEP, Topic, check_topic, split_key, topic_key
 
 VOICE_OUTPUT_TOPIC: Topic[ResponseOutput] = Topic("voice.output", ResponseOutput)
 """Replies and updates that the voice renderer plays."""
@@ -67,11 +67,13 @@ __all__ = [
     "PARTICIPANT_JOINED_TOPIC",
     "PARTICIPANT_LEFT_TOPIC",
     "QUERY_TOPIC",
+    "SEP",
     "STANDARD_TOPICS",
     "SUPERVISOR_TOPIC",
     "TURN_ENDED_TOPIC",
     "Topic",
     "VOICE_OUTPUT_TOPIC",
+    "check_topic",
     "context_topic",
     "deeply_immutable",
     "split_key",

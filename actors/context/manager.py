@@ -39,14 +39,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 from uuid import uuid4
 
+from xrmq.actors.clock import now_us
 from xrmq.actors.models import LLMService
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeClosedError, RuntimeContext, get_logger
 from xrmq.schemas import CompactionPrompts, ContextBlock, ConversationContextUpdate
+from xrmq.schemas._validation import check_name
 from xrmq.topics import Topic
 
 from .config import (
@@ -95,14 +96,8 @@ DIALOGUE_KEY = "\x00"
 """The dialogue's key among a manager's writes (never a topic name: those have no NUL)."""
 
 
-def _now_us() -> int:
-    return time.time_ns() // 1000
-
-
 def _check_participant(participant_id: object) -> str:
-    if not isinstance(participant_id, str) or not participant_id or "\x00" in participant_id:
-        raise ValueError("participant_id: must be a non-empty string without NUL")
-    return participant_id
+    return check_name(participant_id, "participant_id")
 
 
 class ContextSubscriber(Agent):
@@ -553,7 +548,7 @@ class ContextManager:
         _check_participant(participant_id)
         replica = self._replicas.get(participant_id)
         known = replica.identities if replica is not None else frozenset()
-        tail = history_tail(known, exchanges, exchange_ids=exchange_ids, now_us=_now_us())
+        tail = history_tail(known, exchanges, exchange_ids=exchange_ids, now_us=now_us())
         if self._closed or not tail:
             return
         self._write_exchanges(participant_id, self._replica(participant_id), tail)
@@ -608,7 +603,7 @@ class ContextManager:
         if not isinstance(update, ConversationContextUpdate):
             raise ValueError("update: must be a ConversationContextUpdate")
         _check_participant(participant_id)
-        when = _now_us() if timestamp_us is None else check_timestamp(timestamp_us)
+        when = now_us() if timestamp_us is None else check_timestamp(timestamp_us)
         if self._closed:
             return
         seq = next(self._seq)

@@ -14,6 +14,8 @@ from typing import Any
 
 import msgspec
 
+from xrmq.schemas._validation import is_name
+
 from .config import ContextConfig, context_config
 from .messages import ContextTopics
 
@@ -80,7 +82,7 @@ def context_plan(
     validated by ``context_config`` with its defaults.
     """
     config = context_config(**context)
-    if not isinstance(namespace, str) or not namespace or "\x00" in namespace:
+    if not is_name(namespace):
         raise ValueError(f"namespace: must be a non-empty string without NUL, got {namespace!r}")
     return ContextPlan(
         config=config,

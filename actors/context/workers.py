@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from xrmq.actors.models import ChatMessage, ChatOptions, LLMService
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, get_logger
+from xrmq.schemas._validation import check_positive
 from xrmq.topics import Topic
 
 from .compaction import CompactionRequest, CompactionResult, JobRef
@@ -42,8 +43,7 @@ class CompactionWorker(Agent):
     """One worker of the pool."""
 
     def __init__(self, index: int, llm: LLMService, topics: ContextTopics, concurrency: int) -> None:
-        if concurrency < 1:
-            raise ValueError("worker_concurrency: must be >= 1")
+        check_positive(concurrency, "worker_concurrency")
         self.index = index
         self.llm = llm
         self.concurrency = concurrency

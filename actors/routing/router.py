@@ -66,7 +66,7 @@ from xrmq.schemas import (
     TurnEnded,
     UserQuery,
 )
-from xrmq.topics import PARTICIPANT_JOINED_TOPIC, PARTICIPANT_LEFT_TOPIC, TURN_ENDED_TOPIC, Topic
+from xrmq.topics import PARTICIPANT_JOINED_TOPIC, PARTICIPANT_LEFT_TOPIC, TURN_ENDED_TOPIC, Topic, check_topic
 
 from .agent import RoutableAgent, RoutingTurnContext, check_routable, routed_turn, routing_aid_of
 from .decisions import DecisionService
@@ -179,10 +179,10 @@ class AgentRouter(Agent):
             check_routable("AgentRouter", name, agent)
         if not callable(getattr(decisions, "decide", None)):
             raise ValueError("AgentRouter.decisions: must have an async decide(turn, candidates) method")
-        _check_topic(query_topic, UserQuery, "query_topic")
-        _check_topic(output_topic, ResponseOutput, "output_topic")
-        _check_topic(interrupted_topic, Interrupted, "interrupted_topic")
-        _check_topic(turn_topic, TurnEnded, "turn_topic")
+        check_topic(query_topic, UserQuery, "AgentRouter.query_topic")
+        check_topic(output_topic, ResponseOutput, "AgentRouter.output_topic")
+        check_topic(interrupted_topic, Interrupted, "AgentRouter.interrupted_topic")
+        check_topic(turn_topic, TurnEnded, "AgentRouter.turn_topic")
         for topic in participant_topics or ():
             if not (isinstance(topic, Topic) and topic.message_type in (ParticipantJoined, ParticipantLeft)):
                 raise ValueError("AgentRouter.participant_topics: each must be a Topic carrying ParticipantJoined or ParticipantLeft")
@@ -558,8 +558,3 @@ class AgentRouter(Agent):
 
 
 _INELIGIBLE = RoutingAid("unavailable", eligible=False)
-
-
-def _check_topic(topic: Topic | None, message_type: type, field: str) -> None:
-    if topic is not None and not (isinstance(topic, Topic) and topic.message_type is message_type):
-        raise ValueError(f"AgentRouter.{field}: must be a Topic carrying {message_type.__name__}")

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any
 
 from xrmq.schemas import MessageMetadata
+from xrmq.schemas._validation import check_positive
 from xrmq.topics import Topic
 
 from ._compat import enter_task, leave_task
@@ -54,8 +55,7 @@ class Mailbox:
                  "_context", "_loop", "_handoff", "_stopping")
 
     def __init__(self, runtime: "AgentRuntime", agent: Agent, name: str, capacity: int) -> None:
-        if capacity < 1:
-            raise ValueError("mailbox_capacity: must be >= 1")
+        check_positive(capacity, "mailbox_capacity")
         self.runtime = runtime
         self.agent = agent
         self.name = name

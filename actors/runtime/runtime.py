@@ -29,7 +29,9 @@ import msgspec
 import zmq
 
 from xrmq.schemas import MessageMetadata, RuntimeMetrics
-from xrmq.topics import METRICS_TOPIC, Topic, topic_key
+from xrmq.schemas.metrics import RUNTIME_COUNTERS
+from xrmq.schemas._validation import check_positive, is_name
+from xrmq.topics import METRICS_TOPIC, SEP, Topic, topic_key
 
 from ._compat import INLINE_START, frame_send
 from .address import BusAddress, check_ipc_directories, parse_bus
@@ -45,7 +47,6 @@ from .security.keys import ClientCredentials, client_credentials
 from .sequence import DEFAULT_STREAM_CAPACITY, STALE, Gap, SequenceTracker
 from .tables import evict_over
 
-SEP = b"\x00"
 PROBE_MARK = b"?"
 APPLICATION = "application"
 _DRAIN_BATCH = 512
@@ -140,11 +141,6 @@ class _KeyedKind:
         return shard_of(key, self.shards) == self.shard
 
 
-def _is_name(value: object) -> bool:
-    """A name the bus can carry: a string, not empty or only whitespace, without NUL."""
-    return isinstance(value, str) and bool(value) and not value.isspace() and "\x00" not in value
-
-
 def shard_of(key: str, shards: int) -> int:
     """The shard that owns ``key``: a stable hash (CRC-32), the same in every process."""
     return zlib.crc32(key.encode()) % shards
@@ -196,14 +192,11 @@ class AgentRuntime:
         key: str | os.PathLike[str] | None = None,
         server_key: str | os.PathLike[str] | bytes | None = None,
     ) -> None:
-        if mailbox_capacity < 1:
-            raise ValueError("mailbox_capacity: must be >= 1")
-        limits = (("max_message_bytes", max_message_bytes), ("outgoing_streams", outgoing_streams),
-                  ("keyed_instances", keyed_instances))
+        limits = (("mailbox_capacity", mailbox_capacity), ("max_message_bytes", max_message_bytes),
+                  ("outgoing_streams", outgoing_streams), ("keyed_instances", keyed_instances))
         for field, value in limits:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{field}: must be an int >= 1")
-        if name is not None and not _is_name(name):
+            check_positive(value, field)
+        if name is not None and not is_name(name, blank=False):
             raise ValueError("name: must be a non-empty string without NUL, not only whitespace")
         self._embedded = bus is None
         if bus is None:
@@ -263,10 +256,7 @@ class AgentRuntime:
         self._id_prefix = ""
         self._inbox = f"_inbox.{self.name}"
         self._inbox_bytes = self._inbox.encode()
-        self._counters = dict.fromkeys(
-            ("published", "delivered", "gaps", "stale", "rejected", "overflow", "handler_errors",
-             "faults", "actor_restarts", "oversize", "evicted"), 0
-        )
+        self._counters = dict.fromkeys(RUNTIME_COUNTERS, 0)
         self._rejected_by: dict[str, int] = {}
         self._evicted_by: dict[str, int] = {}
 
@@ -287,7 +277,7 @@ class AgentRuntime:
         self._check_registrable(name)
         if not isinstance(agent, Agent):
             raise TypeError(f"register: {name!r} must be an Agent, got {type(agent).__qualname__}")
-        if participant_id is not None and not _is_name(participant_id):
+        if participant_id is not None and not is_name(participant_id, blank=False):
             raise ValueError("register: participant_id must be a non-empty string without NUL, "
                              "not only whitespace")
         handlers = check_handlers(type(agent), agent.handlers())
@@ -335,7 +325,7 @@ class AgentRuntime:
     def _check_registrable(self, name: str) -> None:
         if self._running or self._closed:
             raise RuntimeError("register: only before start()")
-        if not _is_name(name):
+        if not is_name(name, blank=False):
             raise ValueError("register: name must be a non-empty string without NUL, "
                              "not only whitespace")
         if name in self._agents or name in self._keyed:
@@ -614,7 +604,7 @@ class AgentRuntime:
         """
         if participant_id is GLOBAL:
             raise ValueError("participant_id: send() takes None for a global message, not GLOBAL")
-        if participant_id is not None and not _is_name(participant_id):
+        if participant_id is not None and not is_name(participant_id, blank=False):
             raise ValueError(f"participant_id: must be None or a non-empty string without NUL, "
                              f"not only whitespace; got {participant_id!r}")
         stream = self._streams[name, participant_id] = [topic_key(name, participant_id), 0, 0, 0]

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import msgspec
 
+from xrmq.schemas._validation import check_positive
+
 from .tables import evict_over
 
 DEFAULT_STREAM_CAPACITY = 16_384
@@ -63,8 +65,7 @@ class SequenceTracker:
     __slots__ = ("_streams", "capacity", "evicted", "resynced")
 
     def __init__(self, capacity: int = DEFAULT_STREAM_CAPACITY) -> None:
-        if capacity < 1:
-            raise ValueError("SequenceTracker.capacity: must be >= 1")
+        check_positive(capacity, "SequenceTracker.capacity")
         self.capacity = capacity
         self.evicted = 0
         self.resynced = 0

@@ -26,19 +26,20 @@ tool ``extract_compacted_tool_result`` returns a reclaimed original.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 import msgspec
 
+from xrmq.actors.clock import now_us
 from xrmq.actors.conversation import ParticipantContext, context_message, system_message
 from xrmq.actors.interaction import ResponseOutputs
 from xrmq.actors.models import ChatMessage, ChatOptions, LLMService, ModelError, ToolCall, ToolSpec
 from xrmq.actors.routing.agent import current_turn_context
 from xrmq.actors.runtime import get_logger
 from xrmq.schemas import Admission, AgentTurn, DestinationResult, ResponseOutput, RoutingAid
+from xrmq.schemas._validation import check_positive
 from xrmq.schemas.tools import ToolCallReply
 from xrmq.topics import Topic
 
@@ -69,10 +70,6 @@ DEFAULT_ROUTING = RoutingAid(
 
 MAX_PARTICIPANTS = 10_000
 """Transcripts held at most; the least recently used beyond it is dropped, and counted."""
-
-
-def _now_us() -> int:
-    return time.time_ns() // 1000
 
 
 class ToolAgent:
@@ -109,7 +106,7 @@ class ToolAgent:
         discovery_timeout_s: float = 2.0,
         tool_timeout_s: float = 10.0,
         transcripts: str | None = None,
-        clock: Callable[[], int] = _now_us,
+        clock: Callable[[], int] = now_us,
     ) -> None:
         if not callable(getattr(llm, "stream", None)):
             raise ValueError("ToolAgent.llm: must be an LLMService")
@@ -120,8 +117,7 @@ class ToolAgent:
             raise ValueError("ToolAgent.runtime: must be an AgentRuntime")
         if not (isinstance(output_topic, Topic) and output_topic.message_type is ResponseOutput):
             raise ValueError("ToolAgent.output_topic: must be a Topic carrying ResponseOutput")
-        if max_iterations < 1:
-            raise ValueError("ToolAgent.max_iterations: must be >= 1")
+        check_positive(max_iterations, "ToolAgent.max_iterations")
         self.llm = llm
         self.context = context
         self.runtime = runtime

@@ -25,6 +25,7 @@ import msgspec
 
 from xrmq.actors.models import ChatMessage
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext
+from xrmq.schemas._validation import check_name
 from xrmq.topics import Topic
 
 from .transcript import Transcript
@@ -66,8 +67,7 @@ class TranscriptTopics:
 
     @classmethod
     def of(cls, name: str) -> TranscriptTopics:
-        if not name or "\x00" in name:
-            raise ValueError("transcripts: must be a non-empty name without NUL")
+        check_name(name, "transcripts")
         return cls(Topic(f"{name}.transcript.write", TranscriptWrite),
                    Topic(f"{name}.transcript.load", TranscriptLoad))
 

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from xrmq.actors.clock import now_us
 from xrmq.schemas import AudioFrame, AudioPlayback
 from xrmq.topics import AUDIO_OUT_TOPIC, AUDIO_PLAYBACK_TOPIC, Topic
 
@@ -105,7 +106,7 @@ class AudioTopicSink:
         pcm = float_to_pcm16(resample(samples, rate, SAMPLE_RATE))
         if participant not in self._playing:
             self._playing.add(participant)
-            await self._publish(self.playback_topic, AudioPlayback("started", _now_us()),
+            await self._publish(self.playback_topic, AudioPlayback("started", now_us()),
                                 participant_id=participant, source="audio_sink")
         period = self.frame_ms / 1000.0
         start = self._clock()
@@ -116,7 +117,7 @@ class AudioTopicSink:
             await asyncio.sleep(max(0.0, start + index * period - self._clock()))
             number = self._counters.get(participant, 0)
             self._counters[participant] = number + 1
-            await self._publish(self.topic, AudioFrame(chunk, SAMPLE_RATE, 1, number, _now_us()),
+            await self._publish(self.topic, AudioFrame(chunk, SAMPLE_RATE, 1, number, now_us()),
                                 participant_id=participant, source="audio_sink")
             self.frames_sent += 1
             if index == 0 and self._first_frame is not None:
@@ -129,9 +130,5 @@ class AudioTopicSink:
         participant = ended.participant_id
         if participant in self._playing:
             self._playing.discard(participant)
-            await self._publish(self.playback_topic, AudioPlayback("done", _now_us()),
+            await self._publish(self.playback_topic, AudioPlayback("done", now_us()),
                                 participant_id=participant, source="audio_sink")
-
-
-def _now_us() -> int:
-    return time.time_ns() // 1000

@@ -37,8 +37,7 @@ from collections.abc import Iterable, Mapping
 import msgspec
 
 from xrmq.schemas import MessageMetadata
-
-SEP = b"\x00"
+from xrmq.topics import SEP
 INBOX_PREFIX = "_inbox."
 PROBE_PREFIX = "_probe."
 CAPTURE_PROBE_TOPIC = "xrmq.capture"
