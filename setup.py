@@ -22,4 +22,5 @@ def _packages() -> list[str]:
     return found
 
 
+# py.typed (PEP 561) marks each root package as typed; *.txt are the prompt texts.
 setup(packages=_packages(), package_data={name: ["*.txt", "py.typed"] for name in _packages()})

@@ -38,7 +38,9 @@ def version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="xrmq", description="Actor runtime for XR conversational agents on a ZeroMQ bus.")
+    parser = argparse.ArgumentParser(
+        prog="xrmq", description="Actor runtime for XR conversational agents on a ZeroMQ bus."
+    )
     parser.add_argument("--version", action="version", version=f"xrmq {version()}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module_name in _COMMAND_MODULES:

@@ -33,7 +33,14 @@ from xrmq.actors.models import ChatMessage, ChatOptions, LLMService, ModelError
 from xrmq.actors.prompts import load_prompt
 from xrmq.actors.routing.agent import current_turn_context
 from xrmq.actors.runtime import get_logger
-from xrmq.schemas import Admission, AgentTurn, ContextBlock, DestinationResult, ResponseOutput, RoutingAid
+from xrmq.schemas import (
+    Admission,
+    AgentTurn,
+    ContextBlock,
+    DestinationResult,
+    ResponseOutput,
+    RoutingAid,
+)
 from xrmq.topics import Topic
 
 DEFAULT_ROUTE = "conversation"
@@ -49,7 +56,8 @@ CONTEXT_HEADER = "Earlier context in time order:"
 
 
 def default_system_prompt() -> str:
-    """The default system prompt: a general assistant answering from its knowledge and the context."""
+    """The default system prompt: a general assistant answering from its knowledge and the
+    context."""
     return load_prompt("core")
 
 
@@ -59,7 +67,13 @@ class ParticipantContext(Protocol):
     def blocks(self, participant_id: str) -> tuple[ContextBlock, ...]: ...
 
     def record_exchange(
-        self, participant_id: str, request: str, answer: str, *, timestamp_us: int, exchange_id: object | None
+        self,
+        participant_id: str,
+        request: str,
+        answer: str,
+        *,
+        timestamp_us: int,
+        exchange_id: object | None,
     ) -> None: ...
 
     def reconcile_history(
@@ -84,7 +98,9 @@ def context_message(blocks: Sequence[ContextBlock], now_us: int) -> str:
     return "\n\n".join([CONTEXT_HEADER, *(block.text for block in blocks), now])
 
 
-def answer_messages(system: str, blocks: Sequence[ContextBlock], now_us: int, request: str) -> list[ChatMessage]:
+def answer_messages(
+    system: str, blocks: Sequence[ContextBlock], now_us: int, request: str
+) -> list[ChatMessage]:
     """The three messages of an answer request."""
     return [
         ChatMessage("system", system),
@@ -123,10 +139,14 @@ class Conversation:
             raise ValueError("Conversation.llm: must be an LLMService")
         for method in ("blocks", "record_exchange", "reconcile_history"):
             if not callable(getattr(context, method, None)):
-                raise ValueError(f"Conversation.context: must be a ContextManager (it lacks {method})")
+                raise ValueError(
+                    f"Conversation.context: must be a ContextManager (it lacks {method})"
+                )
         if not isinstance(instructions, str):
             raise ValueError("Conversation.instructions: must be a string")
-        if system_prompt is not None and not (isinstance(system_prompt, str) and system_prompt.strip()):
+        if system_prompt is not None and not (
+            isinstance(system_prompt, str) and system_prompt.strip()
+        ):
             raise ValueError("Conversation.system_prompt: must be non-empty text or None")
         if routing is not None and not isinstance(routing, RoutingAid):
             raise ValueError("Conversation.routing: must be a RoutingAid or None")
@@ -149,8 +169,12 @@ class Conversation:
     def routing_aid(self, participant_id: str) -> RoutingAid:
         """This destination's routing metadata; ineligible once closed."""
         if self._closed:
-            return RoutingAid(self.routing.description, eligible=False, priority=self.routing.priority,
-                              keywords=self.routing.keywords)
+            return RoutingAid(
+                self.routing.description,
+                eligible=False,
+                priority=self.routing.priority,
+                keywords=self.routing.keywords,
+            )
         return self.routing
 
     async def admit(self, turn: AgentTurn, *, focused: bool) -> Admission:
@@ -159,9 +183,13 @@ class Conversation:
 
     def request(self, turn: AgentTurn) -> list[ChatMessage]:
         """The three messages of the answer request for ``turn``, from the context as it is now."""
-        return answer_messages(self._system, self.context.blocks(turn.participant_id), self._clock(), turn.text)
+        return answer_messages(
+            self._system, self.context.blocks(turn.participant_id), self._clock(), turn.text
+        )
 
-    async def answer(self, turn: AgentTurn, *, started: Callable[[], Awaitable[None]]) -> DestinationResult:
+    async def answer(
+        self, turn: AgentTurn, *, started: Callable[[], Awaitable[None]]
+    ) -> DestinationResult:
         """Stream the answer to ``turn`` as a reply on ``output_topic``; see the module docstring.
 
         The turn's history is first reconciled into the context (exchanges it already
@@ -178,13 +206,18 @@ class Conversation:
         if turn.history:
             self.context.reconcile_history(
                 pid,
-                [(exchange.request, exchange.response, exchange.timestamp_us) for exchange in turn.history],
+                [
+                    (exchange.request, exchange.response, exchange.timestamp_us)
+                    for exchange in turn.history
+                ],
                 exchange_ids=[exchange.exchange_id for exchange in turn.history],
             )
         messages = self.request(turn)
         outputs = ResponseOutputs(self.runtime, self.output_topic, source=route)
         parts: list[str] = []
-        async with outputs.reply(pid, request_id=turn.turn_id, timestamp_us=turn.timestamp_us, started=started) as reply:
+        async with outputs.reply(
+            pid, request_id=turn.turn_id, timestamp_us=turn.timestamp_us, started=started
+        ) as reply:
             async with self.llm.stream(messages, self.options) as stream:
                 async for chunk in stream:
                     await reply.send(chunk)
@@ -196,7 +229,9 @@ class Conversation:
             log.warning("conversation.answer_incomplete", finish_reason=stream.finish_reason)
         # Leaving the reply without an exception means its final frame was published.
         self.context.record_exchange(
-            pid, turn.text, text,
+            pid,
+            turn.text,
+            text,
             timestamp_us=turn.timestamp_us if turn.timestamp_us is not None else self._clock(),
             exchange_id=turn.turn_id,
         )
@@ -206,8 +241,10 @@ class Conversation:
         """Keep completed participant context; this destination holds no active resources."""
 
     async def participant_left(self, participant_id: str) -> None:
-        """Hold nothing for a departed participant; the context manager's owner clears its context."""
+        """Hold nothing for a departed participant; the context manager's owner clears its
+        context."""
 
     async def close(self) -> None:
-        """Stop answering new turns. The caller drains answers in flight and closes the context manager."""
+        """Stop answering new turns. The caller drains answers in flight and closes the context
+        manager."""
         self._closed = True

@@ -1,4 +1,5 @@
-"""Publishing helpers for ``ResponseOutput`` (docs/interaction.md): ``ResponseOutputs`` and ``Reply``.
+"""Publishing helpers for ``ResponseOutput`` (docs/interaction.md): ``ResponseOutputs`` and
+``Reply``.
 
 A producer says *what* it emits (a reply to a request, an unprompted update, a
 withdraw); the consumer (the voice renderer) decides when and how it is rendered. So
@@ -24,7 +25,9 @@ from xrmq.topics import Topic
 
 
 class _Publisher(Protocol):
-    async def publish(self, topic: Any, message: Any, *, participant_id: str | None = ..., source: str = ...) -> Any: ...
+    async def publish(
+        self, topic: Any, message: Any, *, participant_id: str | None = ..., source: str = ...
+    ) -> Any: ...
 
 
 def _require_name(value: object, owner: str, field: str) -> None:
@@ -80,7 +83,10 @@ class ResponseOutputs:
         _require_name(participant_id, "ResponseOutputs.update", "participant_id")
         if not text.strip():
             return
-        await self._publish(participant_id, ResponseOutput(kind="update", text=text, urgent=urgent, timestamp_us=timestamp_us))
+        await self._publish(
+            participant_id,
+            ResponseOutput(kind="update", text=text, urgent=urgent, timestamp_us=timestamp_us),
+        )
 
     async def withdraw(self, participant_id: str) -> None:
         """Drop this producer's updates for a participant that have not started playing.
@@ -102,13 +108,17 @@ class ResponseOutputs:
 
         ``started`` is awaited once, before the first fragment is published.
         """
-        return Reply(self, participant_id, request_id=request_id, timestamp_us=timestamp_us, started=started)
+        return Reply(
+            self, participant_id, request_id=request_id, timestamp_us=timestamp_us, started=started
+        )
 
     async def _publish(self, participant_id: str, message: ResponseOutput) -> None:
         if self.source is None:
             await self.publisher.publish(self.topic, message, participant_id=participant_id)
         else:
-            await self.publisher.publish(self.topic, message, participant_id=participant_id, source=self.source)
+            await self.publisher.publish(
+                self.topic, message, participant_id=participant_id, source=self.source
+            )
 
 
 def _being_cancelled() -> bool:

@@ -15,7 +15,7 @@ import os
 import sys
 import time
 import traceback
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from . import machine, plots, report
@@ -27,9 +27,13 @@ from .suite import SuiteContext
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("suites", nargs="*", metavar="SUITE", help="suites to run (default: all)")
-    parser.add_argument("--quick", action="store_true", help="CI size: seconds per suite, figures meaningless")
+    parser.add_argument(
+        "--quick", action="store_true", help="CI size: seconds per suite, figures meaningless"
+    )
     parser.add_argument("--out", type=Path, default=Path("bench-results"), help="output directory")
-    parser.add_argument("--repetitions", type=int, help="repetitions per figure (default: 5, quick: 1)")
+    parser.add_argument(
+        "--repetitions", type=int, help="repetitions per figure (default: 5, quick: 1)"
+    )
     parser.add_argument("--list", action="store_true", help="list the suites and exit")
     return parser.parse_args(argv)
 
@@ -71,16 +75,32 @@ def main(argv: list[str] | None = None) -> int:
         try:
             result = suite.run(ctx)
         except Exception:
-            records.append(report.SuiteRecord(name=name, title=suite.title, status="failed",
-                                              seconds=time.perf_counter() - began, error=traceback.format_exc()))
+            records.append(
+                report.SuiteRecord(
+                    name=name,
+                    title=suite.title,
+                    status="failed",
+                    seconds=time.perf_counter() - began,
+                    error=traceback.format_exc(),
+                )
+            )
             print(f"[{name}] failed:\n{records[-1].error}", file=sys.stderr)
             continue
         seconds = time.perf_counter() - began
-        records.append(report.SuiteRecord(name=name, title=suite.title, status="ok", seconds=seconds, result=result))
+        records.append(
+            report.SuiteRecord(
+                name=name, title=suite.title, status="ok", seconds=seconds, result=result
+            )
+        )
         print(f"[{name}] done in {seconds:.1f} s", file=sys.stderr, flush=True)
     results = report.Results(
-        started=datetime.now(timezone.utc).isoformat(timespec="seconds"), quick=args.quick, repetitions=repetitions,
-        commit=machine.git_commit(ROOT), machine=machine.machine(), versions=machine.versions(), suites=records,
+        started=datetime.now(UTC).isoformat(timespec="seconds"),
+        quick=args.quick,
+        repetitions=repetitions,
+        commit=machine.git_commit(ROOT),
+        machine=machine.machine(),
+        versions=machine.versions(),
+        suites=records,
     )
     print(report.table(results))
     print(f"bench: wrote {report.write(results, args.out)}", file=sys.stderr)

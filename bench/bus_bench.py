@@ -48,8 +48,16 @@ from .procs import ALL_CPUS, Worker, broker
 from .stats import median, percentile, thin
 from .suite import Row, Suite, SuiteContext, SuiteResult, bar
 
-IMPLEMENTATIONS = {"raw": "raw pyzmq", "codec": "raw pyzmq + msgspec, per message", "xrmq": "xrmq actors"}
-PEERS = {"autogen-core": "autogen-core", "pykka": "Pykka", "xrmq-embedded": "xrmq actors, embedded broker"}
+IMPLEMENTATIONS = {
+    "raw": "raw pyzmq",
+    "codec": "raw pyzmq + msgspec, per message",
+    "xrmq": "xrmq actors",
+}
+PEERS = {
+    "autogen-core": "autogen-core",
+    "pykka": "Pykka",
+    "xrmq-embedded": "xrmq actors, embedded broker",
+}
 THROUGHPUT_BAR, RTT_BAR = 0.7, 1.3
 CPU_PARTS = ("sender", "broker", "receiver")
 
@@ -60,8 +68,14 @@ def placements(quick: bool) -> dict[str, dict[str, frozenset[int]]]:
     if quick or len(ALL_CPUS) < 2:
         return {"shared": shared}
     first, second = sorted(ALL_CPUS)[:2]
-    return {"shared": shared, "pinned": {"broker": frozenset({first}), "sender": frozenset({first}),
-                                         "receiver": frozenset({second})}}
+    return {
+        "shared": shared,
+        "pinned": {
+            "broker": frozenset({first}),
+            "sender": frozenset({first}),
+            "receiver": frozenset({second}),
+        },
+    }
 
 
 def run(ctx: SuiteContext) -> SuiteResult:
@@ -79,19 +93,32 @@ def run(ctx: SuiteContext) -> SuiteResult:
     with broker() as (bus, broker_worker), ExitStack() as stack:
         workers = {}
         for impl in IMPLEMENTATIONS:
-            receiver = Worker(f"{impl}-receiver", "-m", "bench.bus_workers", f"{impl}-receiver", bus, str(count))
+            receiver = Worker(
+                f"{impl}-receiver", "-m", "bench.bus_workers", f"{impl}-receiver", bus, str(count)
+            )
             stack.callback(receiver.close)
-            sender = Worker(f"{impl}-sender", "-m", "bench.bus_workers", f"{impl}-sender", bus, str(count))
+            sender = Worker(
+                f"{impl}-sender", "-m", "bench.bus_workers", f"{impl}-sender", bus, str(count)
+            )
             stack.callback(sender.close)
             workers[impl] = (sender, receiver)
-        fanout_receiver = Worker("xrmq-fanout-receiver", "-m", "bench.bus_workers",
-                                 "xrmq-fanout-receiver", bus, str(count))
+        fanout_receiver = Worker(
+            "xrmq-fanout-receiver",
+            "-m",
+            "bench.bus_workers",
+            "xrmq-fanout-receiver",
+            bus,
+            str(count),
+        )
         stack.callback(fanout_receiver.close)
         for sender, receiver in workers.values():
             receiver.expect("ready")
             sender.expect("ready")
         fanout_receiver.expect("ready")
-        ctx.progress(f"bus: broker and {len(workers) * 2} workers up; {count} messages and {asks} asks per measurement")
+        ctx.progress(
+            f"bus: broker and {len(workers) * 2} workers up; {count} messages and {asks} asks per "
+            "measurement"
+        )
         for rep in range(ctx.repetitions + 1):  # repetition 0 warms up and is discarded
             for layout_name, layout in layouts.items():
                 broker_worker.pin(layout["broker"])
@@ -105,8 +132,10 @@ def run(ctx: SuiteContext) -> SuiteResult:
                     sender.command("send")
                     sent = sender.result()
                     got = receiver.result()
-                    cpu = [(w.cpu_seconds() - b) / count * 1e6
-                           for w, b in zip((sender, broker_worker, receiver), cpu_before)]
+                    cpu = [
+                        (w.cpu_seconds() - b) / count * 1e6
+                        for w, b in zip((sender, broker_worker, receiver), cpu_before)
+                    ]
                     rate = got["received"] / ((got["last_ns"] - sent["start_ns"]) / 1e9)
                     if rep == 0:
                         continue
@@ -125,8 +154,11 @@ def run(ctx: SuiteContext) -> SuiteResult:
                     p50[key].append(percentile(asked[impl], 0.5))
                     p99[key].append(percentile(asked[impl], 0.99))
                     rtts[key].extend(asked[impl])
-                    ctx.progress(f"bus: rep {rep}/{ctx.repetitions} {layout_name:6} {impl:5}: "
-                                 f"{throughput[key][-1]:,.0f} msg/s, lost {loss[key]} so far, ask p50 {p50[key][-1]:.0f} us")
+                    ctx.progress(
+                        f"bus: rep {rep}/{ctx.repetitions} {layout_name:6} {impl:5}: "
+                        f"{throughput[key][-1]:,.0f} msg/s, lost {loss[key]} so far, ask p50 "
+                        f"{p50[key][-1]:.0f} us"
+                    )
     rows: list[Row] = []
     for layout_name in layouts:
         raw_tp, raw_p50 = throughput[("raw", layout_name)], p50[("raw", layout_name)]
@@ -135,15 +167,34 @@ def run(ctx: SuiteContext) -> SuiteResult:
             key = (impl, layout_name)
             tp_ratio = [x / r for x, r in zip(throughput[key], raw_tp)]
             rtt_ratio = [x / r for x, r in zip(p50[key], raw_p50)]
-            rows.append(Row(group=f"one-way throughput, cross-process ({layout_name} cores)", subject=subject,
-                            unit="msg/s", median=median(throughput[key]), repetitions=throughput[key],
-                            higher_is_better=True, extra={"x raw": median(tp_ratio),
-                                   "x client": median([x / c for x, c in zip(throughput[key], client_tp)]),
-                                   "lost": loss[key],
-                                   **{f"{part} cpu us/msg": median(cpu_us[key, part]) for part in CPU_PARTS}}))
-            rows.append(Row(group=f"ask round trip p50, cross-process ({layout_name} cores)", subject=subject,
-                            unit="us", median=median(p50[key]), repetitions=p50[key], higher_is_better=False,
-                            extra={"x raw": median(rtt_ratio), "p99 us": median(p99[key])}, samples=thin(rtts[key])))
+            rows.append(
+                Row(
+                    group=f"one-way throughput, cross-process ({layout_name} cores)",
+                    subject=subject,
+                    unit="msg/s",
+                    median=median(throughput[key]),
+                    repetitions=throughput[key],
+                    higher_is_better=True,
+                    extra={
+                        "x raw": median(tp_ratio),
+                        "x client": median([x / c for x, c in zip(throughput[key], client_tp)]),
+                        "lost": loss[key],
+                        **{f"{part} cpu us/msg": median(cpu_us[key, part]) for part in CPU_PARTS},
+                    },
+                )
+            )
+            rows.append(
+                Row(
+                    group=f"ask round trip p50, cross-process ({layout_name} cores)",
+                    subject=subject,
+                    unit="us",
+                    median=median(p50[key]),
+                    repetitions=p50[key],
+                    higher_is_better=False,
+                    extra={"x raw": median(rtt_ratio), "p99 us": median(p99[key])},
+                    samples=thin(rtts[key]),
+                )
+            )
     for name, count_lost in loss.items():
         if count_lost:
             notes.append(f"{IMPLEMENTATIONS[name[0]]} ({name[1]}): {count_lost} messages lost")
@@ -164,12 +215,17 @@ FANOUT_KINDS = {
 FANOUT_GROUP = "local fan-out to two actors of one process, cross-process (shared cores)"
 
 
-def _fan_out(sender: Worker, receiver: Worker, count: int, rep: int,
-             fanout: dict[str, dict[str, list[float]]]) -> None:
+def _fan_out(
+    sender: Worker,
+    receiver: Worker,
+    count: int,
+    rep: int,
+    fanout: dict[str, dict[str, list[float]]],
+) -> None:
     """COUNT fragments to two actors of one receiving process, once per kind (in alternating
     order): the receiver's CPU per message is the price of private copies for a mutable
     type, against sharing for an immutable one."""
-    for kind in (FANOUT_KINDS if rep % 2 else reversed(FANOUT_KINDS)):
+    for kind in FANOUT_KINDS if rep % 2 else reversed(FANOUT_KINDS):
         before = receiver.cpu_ns()
         sender.command(f"fanout {kind}")
         sent = sender.result()
@@ -188,15 +244,27 @@ def _fanout_rows(fanout: dict[str, dict[str, list[float]]]) -> list[Row]:
     for kind, subject in FANOUT_KINDS.items():
         figures = fanout[kind]
         paired = [x / s for x, s in zip(figures["receiver cpu"], shared_cpu)]
-        rows.append(Row(group=FANOUT_GROUP, subject=subject, unit="receiver cpu us/msg",
-                        median=median(figures["receiver cpu"]), repetitions=figures["receiver cpu"],
-                        higher_is_better=False,
-                        extra={"x shared": median(paired),
-                               "msg/s": median(figures["rate"]), "lost": sum(figures["lost"])}))
+        rows.append(
+            Row(
+                group=FANOUT_GROUP,
+                subject=subject,
+                unit="receiver cpu us/msg",
+                median=median(figures["receiver cpu"]),
+                repetitions=figures["receiver cpu"],
+                higher_is_better=False,
+                extra={
+                    "x shared": median(paired),
+                    "msg/s": median(figures["rate"]),
+                    "lost": sum(figures["lost"]),
+                },
+            )
+        )
     return rows
 
 
-def _interleaved_asks(workers: dict[str, tuple[Worker, Worker]], order: list[str], asks: int) -> dict[str, list[float]]:
+def _interleaved_asks(
+    workers: dict[str, tuple[Worker, Worker]], order: list[str], asks: int
+) -> dict[str, list[float]]:
     """``asks`` round trips per implementation, in chunks taken in turn, so the machine's
     drift during a repetition (other tenants, frequency, cache state) hits every
     implementation alike and the paired ratios compare like with like."""
@@ -213,8 +281,12 @@ def _peers(ctx: SuiteContext, count: int, asks: int, notes: list[str]) -> list[R
     rows = []
     peer_count = min(count, 20_000)
     for name, subject in PEERS.items():
-        ctx.progress(f"bus: {subject}, in-process ({peer_count} messages, {asks} asks x {ctx.repetitions})")
-        worker = Worker(name, "-m", "bench.peer_workers", name, str(peer_count), str(asks), str(ctx.repetitions))
+        ctx.progress(
+            f"bus: {subject}, in-process ({peer_count} messages, {asks} asks x {ctx.repetitions})"
+        )
+        worker = Worker(
+            name, "-m", "bench.peer_workers", name, str(peer_count), str(asks), str(ctx.repetitions)
+        )
         try:
             result = worker.result(timeout=600)
         finally:
@@ -225,21 +297,43 @@ def _peers(ctx: SuiteContext, count: int, asks: int, notes: list[str]) -> list[R
             continue
         subject = f"{subject} {result['version']}"
         flat = [value for rep in result["rtt_us"] for value in rep]
-        rows.append(Row(group="one-way throughput, in-process", subject=subject, unit="msg/s",
-                        median=median(result["throughput"]), repetitions=result["throughput"], higher_is_better=True))
+        rows.append(
+            Row(
+                group="one-way throughput, in-process",
+                subject=subject,
+                unit="msg/s",
+                median=median(result["throughput"]),
+                repetitions=result["throughput"],
+                higher_is_better=True,
+            )
+        )
         rep_p50 = [percentile(rep, 0.5) for rep in result["rtt_us"]]
-        rows.append(Row(group="ask round trip p50, in-process", subject=subject, unit="us", median=median(rep_p50),
-                        repetitions=rep_p50, higher_is_better=False,
-                        extra={"p99 us": median([percentile(rep, 0.99) for rep in result["rtt_us"]])},
-                        samples=thin(flat)))
+        rows.append(
+            Row(
+                group="ask round trip p50, in-process",
+                subject=subject,
+                unit="us",
+                median=median(rep_p50),
+                repetitions=rep_p50,
+                higher_is_better=False,
+                extra={"p99 us": median([percentile(rep, 0.99) for rep in result["rtt_us"]])},
+                samples=thin(flat),
+            )
+        )
     return rows
 
 
 def _bars(rows: list[Row]) -> list:
     def find(group: str, subject_prefix: str) -> Row | None:
-        return next((row for row in rows if row.group == group and row.subject.startswith(subject_prefix)), None)
+        return next(
+            (row for row in rows if row.group == group and row.subject.startswith(subject_prefix)),
+            None,
+        )
 
-    tp_group, rtt_group = "one-way throughput, cross-process (shared cores)", "ask round trip p50, cross-process (shared cores)"
+    tp_group, rtt_group = (
+        "one-way throughput, cross-process (shared cores)",
+        "ask round trip p50, cross-process (shared cores)",
+    )
     xrmq_tp, xrmq_rtt = find(tp_group, "xrmq actors"), find(rtt_group, "xrmq actors")
     bars = [
         # The throughput bar compares with a raw pyzmq client of the same protocol: it
@@ -247,8 +341,13 @@ def _bars(rows: list[Row]) -> list:
         # Against frames encoded once and never decoded, the protocol's encoding alone
         # already sits at ~0.7x (the client's own "x raw"), so a bar there could only be
         # met by a runtime that costs nothing; that ratio stays in the table as "x raw".
-        bar("throughput vs a raw pyzmq client of the protocol (x client)", xrmq_tp.extra["x client"], ">=", THROUGHPUT_BAR,
-            "same broker, messages encoded and decoded per message"),
+        bar(
+            "throughput vs a raw pyzmq client of the protocol (x client)",
+            xrmq_tp.extra["x client"],
+            ">=",
+            THROUGHPUT_BAR,
+            "same broker, messages encoded and decoded per message",
+        ),
         bar("ask round trip p50 vs raw pyzmq (x raw)", xrmq_rtt.extra["x raw"], "<=", RTT_BAR),
     ]
     for prefix in ("autogen-core", "Pykka"):
@@ -256,10 +355,24 @@ def _bars(rows: list[Row]) -> list:
         peer_rtt = find("ask round trip p50, in-process", prefix)
         if peer_tp is None:
             continue
-        bars.append(bar(f"throughput ahead of {prefix} (x peer)", xrmq_tp.median / peer_tp.median, ">=", 1.0,
-                        "xrmq cross-process vs the peer in-process"))
-        bars.append(bar(f"ask round trip p50 ahead of {prefix} (x peer)", xrmq_rtt.median / peer_rtt.median, "<=", 1.0,
-                        "xrmq cross-process vs the peer in-process"))
+        bars.append(
+            bar(
+                f"throughput ahead of {prefix} (x peer)",
+                xrmq_tp.median / peer_tp.median,
+                ">=",
+                1.0,
+                "xrmq cross-process vs the peer in-process",
+            )
+        )
+        bars.append(
+            bar(
+                f"ask round trip p50 ahead of {prefix} (x peer)",
+                xrmq_rtt.median / peer_rtt.median,
+                "<=",
+                1.0,
+                "xrmq cross-process vs the peer in-process",
+            )
+        )
     return bars
 
 

@@ -28,16 +28,24 @@ from .stats import median
 from .suite import Row, Suite, SuiteContext, SuiteResult
 
 METADATA = MessageMetadata(
-    message_id="dialogue-host:65a1f3c2b9d40:1f3a", source="conversation", sender="dialogue-host",
-    epoch=1_767_000_000_123_456, seq=8123, timestamp_us=1_767_000_004_567_890,
-    correlation_id="router-host:65a1f3c2b9d40:7", parent_message_id="router-host:65a1f3c2b9d40:7",
+    message_id="dialogue-host:65a1f3c2b9d40:1f3a",
+    source="conversation",
+    sender="dialogue-host",
+    epoch=1_767_000_000_123_456,
+    seq=8123,
+    timestamp_us=1_767_000_004_567_890,
+    correlation_id="router-host:65a1f3c2b9d40:7",
+    parent_message_id="router-host:65a1f3c2b9d40:7",
     participant_id="p1",
 )
 MESSAGES = {
     "ResponseOutput fragment": FRAGMENT,
-    "UserQuery": UserQuery(text="Which room did Alice book for the review?", timestamp_us=1_767_000_000_000_000),
+    "UserQuery": UserQuery(
+        text="Which room did Alice book for the review?", timestamp_us=1_767_000_000_000_000
+    ),
     "ConversationContextUpdate": ConversationContextUpdate(
-        "[14:59] camera: Alice is holding a red folder; the whiteboard shows the Q3 launch plan"),
+        "[14:59] camera: Alice is holding a red folder; the whiteboard shows the Q3 launch plan"
+    ),
     "MessageMetadata": METADATA,
 }
 
@@ -49,7 +57,9 @@ def per_op_ns(operation: Callable[[], object], loops: int) -> float:
     return (time.perf_counter_ns() - began) / loops
 
 
-def subjects(message: msgspec.Struct) -> dict[str, tuple[Callable[[], object], Callable[[], object], int]]:
+def subjects(
+    message: msgspec.Struct,
+) -> dict[str, tuple[Callable[[], object], Callable[[], object], int]]:
     """(encode, decode, encoded size) per codec, for one message."""
     kind = type(message)
     as_dict = msgspec.to_builtins(message)
@@ -57,9 +67,21 @@ def subjects(message: msgspec.Struct) -> dict[str, tuple[Callable[[], object], C
     jencoder, jdecoder = msgspec.json.Encoder(), msgspec.json.Decoder(kind)
     packed, jpacked, text = packer.encode(message), jencoder.encode(message), json.dumps(as_dict)
     return {
-        "msgspec msgpack": (lambda: packer.encode(message), lambda: unpacker.decode(packed), len(packed)),
-        "msgspec json": (lambda: jencoder.encode(message), lambda: jdecoder.decode(jpacked), len(jpacked)),
-        "stdlib json": (lambda: json.dumps(as_dict), lambda: kind(**json.loads(text)), len(text.encode())),
+        "msgspec msgpack": (
+            lambda: packer.encode(message),
+            lambda: unpacker.decode(packed),
+            len(packed),
+        ),
+        "msgspec json": (
+            lambda: jencoder.encode(message),
+            lambda: jdecoder.decode(jpacked),
+            len(jpacked),
+        ),
+        "stdlib json": (
+            lambda: json.dumps(as_dict),
+            lambda: kind(**json.loads(text)),
+            len(text.encode()),
+        ),
     }
 
 
@@ -72,8 +94,17 @@ def run(ctx: SuiteContext) -> SuiteResult:
             for subject, parts in codecs.items():
                 per_op_ns(parts[index], loops // 10)  # warm-up
                 reps = [per_op_ns(parts[index], loops) for _ in range(ctx.repetitions)]
-                rows.append(Row(group=f"{direction} {name}", subject=subject, unit="ns/op", median=median(reps),
-                                repetitions=reps, higher_is_better=False, extra={"bytes": parts[2]}))
+                rows.append(
+                    Row(
+                        group=f"{direction} {name}",
+                        subject=subject,
+                        unit="ns/op",
+                        median=median(reps),
+                        repetitions=reps,
+                        higher_is_better=False,
+                        extra={"bytes": parts[2]},
+                    )
+                )
         ctx.progress(f"codec: {name} done")
     for row in rows:
         baseline = next(r for r in rows if r.group == row.group and r.subject == "stdlib json")

@@ -38,20 +38,38 @@ from xrmq.actors.runtime import AgentRuntime
 from xrmq.schemas import ConversationContextUpdate
 
 T0 = 1_714_572_785_000_000
-TOPICS = {"summary_context_topics": ("sample.monitor-window",), "incremental_context_topics": ("sample.notes",)}
+TOPICS = {
+    "summary_context_topics": ("sample.monitor-window",),
+    "incremental_context_topics": ("sample.notes",),
+}
 
 
 async def fill(context: ContextManager, participant: str, exchanges: int = 45) -> None:
     """Fill every section of ``participant`` just past its budget (the model hangs, so
     nothing is compacted): 45 exchanges of 190 bytes, 32 notes of 130, one 6 KB state."""
     for i in range(exchanges):
-        context.record_exchange(participant, f"question {i} " + "q" * 60, "answer " + "a" * 80,
-                                timestamp_us=T0 + i, exchange_id=i)
+        context.record_exchange(
+            participant,
+            f"question {i} " + "q" * 60,
+            "answer " + "a" * 80,
+            timestamp_us=T0 + i,
+            exchange_id=i,
+        )
     for i in range(32):
-        await context.update(participant, "sample.notes", ConversationContextUpdate(f"note {i} " + "n" * 90),
-                             mode="incremental", timestamp_us=T0 + i)
-    await context.update(participant, "sample.monitor-window", ConversationContextUpdate("w" * 6000),
-                         mode="summary", timestamp_us=T0)
+        await context.update(
+            participant,
+            "sample.notes",
+            ConversationContextUpdate(f"note {i} " + "n" * 90),
+            mode="incremental",
+            timestamp_us=T0 + i,
+        )
+    await context.update(
+        participant,
+        "sample.monitor-window",
+        ConversationContextUpdate("w" * 6000),
+        mode="summary",
+        timestamp_us=T0,
+    )
     await context.synced()
 
 
@@ -71,7 +89,9 @@ async def bench_blocks(iterations: int) -> dict:
         results = {"rendered_bytes": size, "blocks": len(context.blocks("p1"))}
         for label in ("synced", "overlay"):
             if label == "overlay":
-                context.record_exchange("p1", "unacknowledged", "yet", timestamp_us=T0 + 10_000, exchange_id="new")
+                context.record_exchange(
+                    "p1", "unacknowledged", "yet", timestamp_us=T0 + 10_000, exchange_id="new"
+                )
             samples = []
             for _ in range(iterations):
                 start = time.perf_counter_ns()
@@ -113,15 +133,25 @@ async def bench_long_session(exchanges: int, every: int) -> list[tuple[int, int,
         tracemalloc.start()
         base = tracemalloc.get_traced_memory()[0]
         for i in range(exchanges):
-            context.record_exchange("p1", f"question {i} about bay {i % 7}", f"answer {i}: " + "a" * 120,
-                                    timestamp_us=T0 + i * 1_000_000, exchange_id=f"turn-{i}")
+            context.record_exchange(
+                "p1",
+                f"question {i} about bay {i % 7}",
+                f"answer {i}: " + "a" * 120,
+                timestamp_us=T0 + i * 1_000_000,
+                exchange_id=f"turn-{i}",
+            )
             if (i + 1) % 20 == 0:  # a session's turns are seconds apart: compaction keeps up
                 await settle(runtime, context, "p1")
             if (i + 1) % every == 0:
                 await context.synced()
                 gc.collect()
-                samples.append((i + 1, tracemalloc.get_traced_memory()[0] - base,
-                                len(context._replicas["p1"].identities)))
+                samples.append(
+                    (
+                        i + 1,
+                        tracemalloc.get_traced_memory()[0] - base,
+                        len(context._replicas["p1"].identities),
+                    )
+                )
         tracemalloc.stop()
         await context.close()
     return samples
@@ -145,18 +175,26 @@ async def bench_journal_full(participants: int, directory: str) -> float:
     return (after - before) / participants
 
 
-async def bench_journal_session(exchanges: int, every: int,
-                                directory: str) -> list[tuple[int, int]]:
+async def bench_journal_session(
+    exchanges: int, every: int, directory: str
+) -> list[tuple[int, int]]:
     """(exchanges, journal bytes) of one participant's session, every ``every`` exchanges."""
     llm = OfflineLLM(time_to_first_token_s=0, tokens_per_second=0)
     runtime = AgentRuntime()
-    context = ContextManager(llm, store=tempfile.mktemp(".sqlite3", "session-", directory), **TOPICS)
+    context = ContextManager(
+        llm, store=tempfile.mktemp(".sqlite3", "session-", directory), **TOPICS
+    )
     runtime.register("context", context.subscriber())
     samples = []
     async with runtime:
         for i in range(exchanges):
-            context.record_exchange("p1", f"question {i} about bay {i % 7}", f"answer {i}: " + "a" * 120,
-                                    timestamp_us=T0 + i * 1_000_000, exchange_id=f"turn-{i}")
+            context.record_exchange(
+                "p1",
+                f"question {i} about bay {i % 7}",
+                f"answer {i}: " + "a" * 120,
+                timestamp_us=T0 + i * 1_000_000,
+                exchange_id=f"turn-{i}",
+            )
             if (i + 1) % 20 == 0:
                 await settle(runtime, context, "p1")
             if (i + 1) % every == 0:
@@ -203,16 +241,23 @@ async def bench_recovery(participants: int, directory: str) -> dict:
     full = await _recover(path)
     if full["dialogues"] != participants:
         raise RuntimeError(f"recovery restored {full['dialogues']} of {participants} dialogues")
-    return {**full, "empty_spawn_to_ready_s": empty["spawn_to_ready_s"],
-            "empty_open_to_ready_s": empty["open_to_ready_s"],
-            "journal_bytes": os.path.getsize(path)}
+    return {
+        **full,
+        "empty_spawn_to_ready_s": empty["spawn_to_ready_s"],
+        "empty_open_to_ready_s": empty["open_to_ready_s"],
+        "journal_bytes": os.path.getsize(path),
+    }
 
 
 async def _recover(path: str) -> dict:
     plan = json.dumps({name: list(value) for name, value in TOPICS.items()})
     spawned = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", RECOVER, path, plan], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RECOVER, path, plan],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = await asyncio.to_thread(_line, proc, "ready")
         wall = time.perf_counter() - spawned
@@ -226,7 +271,11 @@ async def settle(runtime: AgentRuntime, context: ContextManager, participant: st
     await context.synced()
     host = runtime.keyed_instances("context.dialogue")[participant].host
     state = host.participants[participant].state
-    while state.pending is not None or state.condense_due is not None or host.section.compaction_due(state):
+    while (
+        state.pending is not None
+        or state.condense_due is not None
+        or host.section.compaction_due(state)
+    ):
         await context.changed()
 
 
@@ -260,8 +309,12 @@ def _line(proc: subprocess.Popen, prefix: str) -> str:
 async def bench_throughput(count: int, participants: int) -> dict:
     directory = tempfile.mkdtemp(prefix="xrmq-bench-")
     bus = f"ipc://{directory}/bus"
-    broker = subprocess.Popen([sys.executable, "-m", "xrmq.actors.cli", "bus", "--bus", bus],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    broker = subprocess.Popen(
+        [sys.executable, "-m", "xrmq.actors.cli", "bus", "--bus", bus],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     sensor = None
     try:
         await asyncio.to_thread(_line, broker, "xrmq bus: ready")
@@ -269,22 +322,36 @@ async def bench_throughput(count: int, participants: int) -> dict:
         context = ContextManager(OfflineLLM(time_to_first_token_s=0, tokens_per_second=0), **TOPICS)
         runtime.register("context", context.subscriber())
         async with runtime:
-            sensor = subprocess.Popen([sys.executable, "-c", SENSOR, bus, str(count), str(participants)],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            sensor = subprocess.Popen(
+                [sys.executable, "-c", SENSOR, bus, str(count), str(participants)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             started = float((await asyncio.to_thread(_line, sensor, "start")).split()[1])
             last = {f"p{i % participants}": f"u{i} " for i in range(count - participants, count)}
 
             def done() -> bool:
-                return all(any(block.text.split("] ", 2)[-1].startswith(token) for block in context.blocks(p))
-                           for p, token in last.items())
+                return all(
+                    any(
+                        block.text.split("] ", 2)[-1].startswith(token)
+                        for block in context.blocks(p)
+                    )
+                    for p, token in last.items()
+                )
 
             while not done():
                 await context.changed()
             elapsed = time.time() - started
             stats = runtime.metrics()
             await context.close()
-        return {"updates": count, "seconds": elapsed, "per_second": count / elapsed, "gaps": stats.gaps,
-                "overflow": stats.overflow}
+        return {
+            "updates": count,
+            "seconds": elapsed,
+            "per_second": count / elapsed,
+            "gaps": stats.gaps,
+            "overflow": stats.overflow,
+        }
     finally:
         for proc in (sensor, broker):
             if proc is not None and proc.poll() is None:
@@ -295,17 +362,29 @@ async def bench_throughput(count: int, participants: int) -> dict:
 
 async def main(quick: bool) -> None:
     blocks = await bench_blocks(1_000 if quick else 20_000)
-    print(f"blocks() at full budgets ({blocks['blocks']} blocks, {blocks['rendered_bytes']} bytes): "
-          f"synced p50 {blocks['synced'][0]:.1f} us p99 {blocks['synced'][1]:.1f} us; "
-          f"with one pending exchange p50 {blocks['overlay'][0]:.1f} us p99 {blocks['overlay'][1]:.1f} us")
+    print(
+        f"blocks() at full budgets ({blocks['blocks']} blocks, {blocks['rendered_bytes']} bytes): "
+        f"synced p50 {blocks['synced'][0]:.1f} us p99 {blocks['synced'][1]:.1f} us; "
+        f"with one pending exchange p50 {blocks['overlay'][0]:.1f} us p99 "
+        f"{blocks['overlay'][1]:.1f} us"
+    )
     per_participant = await bench_memory_full(20 if quick else 200)
     print(f"memory per participant at full budgets: {per_participant / 1024:.1f} KiB")
-    for exchanges, traced, identities in await bench_long_session(1_000 if quick else 10_000, 100 if quick else 1_000):
-        print(f"  session after {exchanges:>6} exchanges: {traced / 1024:8.1f} KiB traced, {identities} identities")
+    for exchanges, traced, identities in await bench_long_session(
+        1_000 if quick else 10_000, 100 if quick else 1_000
+    ):
+        print(
+            f"  session after {exchanges:>6} exchanges: {traced / 1024:8.1f} KiB traced, "
+            f"{identities} identities"
+        )
     throughput = await bench_throughput(2_000 if quick else 50_000, 10)
-    print(f"topic actor update throughput from a sensor process: {throughput['per_second']:,.0f} updates/s "
-          f"({throughput['updates']} updates in {throughput['seconds']:.2f} s, gaps {throughput['gaps']}, "
-          f"overflow {throughput['overflow']})")
+    print(
+        f"topic actor update throughput from a sensor process: {throughput['per_second']:,.0f} "
+        "updates/s "
+        f"({throughput['updates']} updates in {throughput['seconds']:.2f} s, gaps "
+        f"{throughput['gaps']}, "
+        f"overflow {throughput['overflow']})"
+    )
 
 
 if __name__ == "__main__":

@@ -46,7 +46,8 @@ def run(ctx: SuiteContext) -> SuiteResult:
     blocks_runs, memory_runs, throughput_runs = [], [], []
     for rep in range(ctx.repetitions):
         ctx.progress(
-            f"context: repetition {rep + 1}/{ctx.repetitions}: blocks(), memory at full budgets, throughput"
+            f"context: repetition {rep + 1}/{ctx.repetitions}: blocks(), memory at full budgets, "
+            "throughput"
         )
         blocks_runs.append(asyncio.run(context_bench.bench_blocks(1_000 if ctx.quick else 20_000)))
         memory_runs.append(asyncio.run(context_bench.bench_memory_full(10 if ctx.quick else 200)))
@@ -202,8 +203,10 @@ def run(ctx: SuiteContext) -> SuiteResult:
             ),
         ],
         notes=[
-            "blocks(): default budgets (dialogue 8,000 B, two topics of 4,000 B), every section over its budget.",
-            "memory: tracemalloc over sections, replica and bus buffers; the session compacts with OfflineLLM "
+            "blocks(): default budgets (dialogue 8,000 B, two topics of 4,000 B), every section "
+            "over its budget.",
+            "memory: tracemalloc over sections, replica and bus buffers; the session compacts with "
+            "OfflineLLM "
             "(zero delays) and keeps every exchange identity, as docs/context.md requires.",
             "journal: the SQLite file after a checkpoint (WAL moved in); recovery: a fresh "
             "process opens the journal, restores every section, spawns the dialogue actors and "

@@ -61,7 +61,7 @@ class Accounting(Agent):
         self.changed = asyncio.Event()
 
     def handlers(self):
-        return {self.topic: "on_message"}
+        return {self.topic: self.on_message}
 
     async def on_message(self, message: ConversationContextUpdate, ctx) -> None:
         self.received += 1

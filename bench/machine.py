@@ -8,7 +8,16 @@ import platform
 import subprocess
 from pathlib import Path
 
-PACKAGES = ("xrmq", "pyzmq", "msgspec", "structlog", "litellm", "autogen-core", "pykka", "matplotlib")
+PACKAGES = (
+    "xrmq",
+    "pyzmq",
+    "msgspec",
+    "structlog",
+    "litellm",
+    "autogen-core",
+    "pykka",
+    "matplotlib",
+)
 
 
 def cpu_model() -> str:
@@ -24,10 +33,16 @@ def cpu_model() -> str:
 def git_commit(root: Path) -> str:
     """The commit the benchmarked code is at, with ``-dirty`` if the tree has changes."""
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                                check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return commit + ("-dirty" if dirty else "")

@@ -30,10 +30,17 @@ from xrmq.actors.models import ChatMessage, LiteLLMService, OfflineLLM
 from xrmq.actors.models.litellm_service import import_litellm
 
 PROVIDER = "xrmq-bench"
-CONTEXT_LINES = [f"[14:{minute:02d}] camera: object {minute} seen on shelf {minute % 7}" for minute in range(60)]
+CONTEXT_LINES = [
+    f"[14:{minute:02d}] camera: object {minute} seen on shelf {minute % 7}" for minute in range(60)
+]
 MESSAGES = [
     ChatMessage("system", "You are a helpful assistant for an XR headset user."),
-    ChatMessage("user", "\n".join(CONTEXT_LINES + ["[14:30] notes: Alice booked room 4B for 15:30", "Current time: 14:59"])),
+    ChatMessage(
+        "user",
+        "\n".join(
+            [*CONTEXT_LINES, "[14:30] notes: Alice booked room 4B for 15:30", "Current time: 14:59"]
+        ),
+    ),
     ChatMessage("user", "Which room did Alice book?"),
 ]
 RAW_MESSAGES = [{"role": message.role, "content": message.content} for message in MESSAGES]
@@ -45,15 +52,29 @@ def make_provider() -> Any:
     class ZeroDelay(litellm.CustomLLM):
         async def astreaming(self, *args: Any, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
             for text in ("From ", "what ", "I ", "have."):
-                yield {"text": text, "is_finished": False, "finish_reason": "", "usage": None, "index": 0}
-            yield {"text": "", "is_finished": True, "finish_reason": "stop", "usage": None, "index": 0}
+                yield {
+                    "text": text,
+                    "is_finished": False,
+                    "finish_reason": "",
+                    "usage": None,
+                    "index": 0,
+                }
+            yield {
+                "text": "",
+                "is_finished": True,
+                "finish_reason": "stop",
+                "usage": None,
+                "index": 0,
+            }
 
     provider = ZeroDelay()
     litellm.custom_provider_map = [{"provider": PROVIDER, "custom_handler": provider}]
     return provider
 
 
-async def time_first_chunk(start: Callable[[], Awaitable[AsyncIterator[Any]]], is_content: Callable[[Any], bool]) -> float:
+async def time_first_chunk(
+    start: Callable[[], Awaitable[AsyncIterator[Any]]], is_content: Callable[[Any], bool]
+) -> float:
     """Seconds from the call to the first content chunk; the rest is drained untimed."""
     began = time.perf_counter()
     stream = await start()
@@ -68,10 +89,17 @@ async def time_first_chunk(start: Callable[[], Awaitable[AsyncIterator[Any]]], i
 def summarize(name: str, samples: list[float]) -> dict[str, Any]:
     samples = sorted(samples)
     p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))]
-    return {"name": name, "n": len(samples), "p50_ms": statistics.median(samples) * 1e3, "p99_ms": p99 * 1e3}
+    return {
+        "name": name,
+        "n": len(samples),
+        "p50_ms": statistics.median(samples) * 1e3,
+        "p99_ms": p99 * 1e3,
+    }
 
 
-async def interleaved(paths: dict[str, Callable[[], Awaitable[float]]], iterations: int, warmup: int) -> list[dict[str, Any]]:
+async def interleaved(
+    paths: dict[str, Callable[[], Awaitable[float]]], iterations: int, warmup: int
+) -> list[dict[str, Any]]:
     """Run every path once per round, so drift and cache effects hit all of them alike."""
     samples: dict[str, list[float]] = {name: [] for name in paths}
     for round_number in range(warmup + iterations):
@@ -90,16 +118,33 @@ async def main(iterations: int) -> list[dict[str, Any]]:
     paced = OfflineLLM()
 
     async def direct_provider() -> AsyncIterator[Any]:
-        return provider.astreaming(model="bench", messages=RAW_MESSAGES, api_base=None, custom_prompt_dict={},
-                                   model_response=None, print_verbose=print, encoding=None, api_key=None,
-                                   logging_obj=None, optional_params={})  # fmt: skip
+        return provider.astreaming(
+            model="bench",
+            messages=RAW_MESSAGES,
+            api_base=None,
+            custom_prompt_dict={},
+            model_response=None,
+            print_verbose=print,
+            encoding=None,
+            api_key=None,
+            logging_obj=None,
+            optional_params={},
+        )
 
     async def via_litellm() -> AsyncIterator[Any]:
-        return await litellm.acompletion(model=f"{PROVIDER}/bench", messages=RAW_MESSAGES, stream=True)
+        return await litellm.acompletion(
+            model=f"{PROVIDER}/bench", messages=RAW_MESSAGES, stream=True
+        )
 
     async def via_litellm_service_arguments() -> AsyncIterator[Any]:
-        return await litellm.acompletion(model=f"{PROVIDER}/bench", messages=RAW_MESSAGES, stream=True,
-                                         stream_options={"include_usage": True}, timeout=60.0, drop_params=True)  # fmt: skip
+        return await litellm.acompletion(
+            model=f"{PROVIDER}/bench",
+            messages=RAW_MESSAGES,
+            stream=True,
+            stream_options={"include_usage": True},
+            timeout=60.0,
+            drop_params=True,
+        )
 
     async def service_stream() -> AsyncIterator[str]:
         return service.stream(MESSAGES)
@@ -115,28 +160,50 @@ async def main(iterations: int) -> list[dict[str, Any]]:
 
     rows = await interleaved(
         {
-            "provider (direct)": lambda: time_first_chunk(direct_provider, lambda chunk: bool(chunk["text"])),
+            "provider (direct)": lambda: time_first_chunk(
+                direct_provider, lambda chunk: bool(chunk["text"])
+            ),
             "litellm.acompletion": lambda: time_first_chunk(via_litellm, litellm_content),
-            "litellm.acompletion, service's arguments": lambda: time_first_chunk(via_litellm_service_arguments, litellm_content),
+            "litellm.acompletion, service's arguments": lambda: time_first_chunk(
+                via_litellm_service_arguments, litellm_content
+            ),
             "LiteLLMService": lambda: time_first_chunk(service_stream, bool),
         },
         iterations,
         warmup=20,
     )
-    await asyncio.sleep(0.5)  # let litellm's background logging tasks finish before timing OfflineLLM
-    rows += await interleaved({"OfflineLLM (zero delays)": lambda: time_first_chunk(offline_stream, bool)}, iterations, warmup=20)
-    rows += await interleaved({"OfflineLLM (defaults)": lambda: time_first_chunk(paced_stream, bool)}, 10, warmup=1)
+    # let litellm's background logging tasks finish before timing OfflineLLM
+    await asyncio.sleep(0.5)
+    rows += await interleaved(
+        {"OfflineLLM (zero delays)": lambda: time_first_chunk(offline_stream, bool)},
+        iterations,
+        warmup=20,
+    )
+    rows += await interleaved(
+        {"OfflineLLM (defaults)": lambda: time_first_chunk(paced_stream, bool)}, 10, warmup=1
+    )
     return rows
 
 
 def report(rows: list[dict[str, Any]]) -> str:
-    lines = [f"python {platform.python_version()} on {platform.machine()}", "", "| path | n | p50 ms | p99 ms |", "|---|---|---|---|"]
-    lines += [f"| {row['name']} | {row['n']} | {row['p50_ms']:.3f} | {row['p99_ms']:.3f} |" for row in rows]
+    lines = [
+        f"python {platform.python_version()} on {platform.machine()}",
+        "",
+        "| path | n | p50 ms | p99 ms |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {row['name']} | {row['n']} | {row['p50_ms']:.3f} | {row['p99_ms']:.3f} |"
+        for row in rows
+    ]
     by_name = {row["name"]: row for row in rows}
     overhead = by_name["LiteLLMService"]["p50_ms"] - by_name["litellm.acompletion"]["p50_ms"]
     litellm_cost = by_name["litellm.acompletion"]["p50_ms"] - by_name["provider (direct)"]["p50_ms"]
-    lines += ["", f"litellm per-call cost over the bare provider (p50): {litellm_cost:.3f} ms",
-              f"LiteLLMService over litellm.acompletion (p50): {overhead:.3f} ms"]  # fmt: skip
+    lines += [
+        "",
+        f"litellm per-call cost over the bare provider (p50): {litellm_cost:.3f} ms",
+        f"LiteLLMService over litellm.acompletion (p50): {overhead:.3f} ms",
+    ]
     return "\n".join(lines)
 
 

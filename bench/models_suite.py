@@ -24,10 +24,22 @@ def run(ctx: SuiteContext) -> SuiteResult:
     for index, first in enumerate(rows[0]):
         p50s = [rep[index]["p50_ms"] for rep in rows]
         p99s = sorted(rep[index]["p99_ms"] for rep in rows)
-        result.append(Row(group="time to first chunk p50", subject=first["name"], unit="ms",
-                          median=sorted(p50s)[len(p50s) // 2], repetitions=p50s, higher_is_better=False,
-                          extra={"p99 ms": p99s[len(p99s) // 2], "n": first["n"]}))
-    return SuiteResult(rows=result, notes=["OfflineLLM (defaults) runs 10 calls per repetition whatever the size."])
+        result.append(
+            Row(
+                group="time to first chunk p50",
+                subject=first["name"],
+                unit="ms",
+                median=sorted(p50s)[len(p50s) // 2],
+                repetitions=p50s,
+                higher_is_better=False,
+                extra={"p99 ms": p99s[len(p99s) // 2], "n": first["n"]},
+            )
+        )
+    return SuiteResult(
+        rows=result, notes=["OfflineLLM (defaults) runs 10 calls per repetition whatever the size."]
+    )
 
 
-SUITE = Suite("models", "Models: time to first chunk of litellm, LiteLLMService and OfflineLLM", run)
+SUITE = Suite(
+    "models", "Models: time to first chunk of litellm, LiteLLMService and OfflineLLM", run
+)

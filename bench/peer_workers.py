@@ -35,9 +35,17 @@ def timed_rtts(ask, asks: int) -> list[float]:
 
 # ---------------------------------------------------------------- autogen-core
 
+
 def run_autogen(count: int, asks: int, reps: int) -> dict:
-    from autogen_core import (AgentId, MessageContext, RoutedAgent, SingleThreadedAgentRuntime, TopicId,
-                              TypeSubscription, message_handler)
+    from autogen_core import (
+        AgentId,
+        MessageContext,
+        RoutedAgent,
+        SingleThreadedAgentRuntime,
+        TopicId,
+        TypeSubscription,
+        message_handler,
+    )
 
     @dataclass
     class Fragment:
@@ -58,7 +66,9 @@ def run_autogen(count: int, asks: int, reps: int) -> dict:
         text: str
         request_id: str
 
-    fragment = Fragment(FRAGMENT.kind, FRAGMENT.text, FRAGMENT.request_id, FRAGMENT.response_id, FRAGMENT.final)
+    fragment = Fragment(
+        FRAGMENT.kind, FRAGMENT.text, FRAGMENT.request_id, FRAGMENT.response_id, FRAGMENT.final
+    )
     query = Query(QUERY.text, QUERY.timestamp_us)
     answer = Answer(ANSWER.kind, ANSWER.text, ANSWER.request_id)
     state = {"count": 0, "target": 0, "done": None}
@@ -106,6 +116,7 @@ def run_autogen(count: int, asks: int, reps: int) -> dict:
 
 # ---------------------------------------------------------------- Pykka
 
+
 def run_pykka(count: int, asks: int, reps: int) -> dict:
     import pykka
 
@@ -144,10 +155,15 @@ def run_pykka(count: int, asks: int, reps: int) -> dict:
                 rtts.append(rep_rtts)
     finally:
         pykka.ActorRegistry.stop_all()
-    return {"version": importlib.metadata.version("pykka"), "throughput": throughput, "rtt_us": rtts}
+    return {
+        "version": importlib.metadata.version("pykka"),
+        "throughput": throughput,
+        "rtt_us": rtts,
+    }
 
 
 # ---------------------------------------------------------------- xrmq, embedded broker
+
 
 def run_xrmq_embedded(count: int, asks: int, reps: int) -> dict:
     from xrmq.actors.runtime import Agent, AgentRuntime, run, subscribe
@@ -192,7 +208,11 @@ def run_xrmq_embedded(count: int, asks: int, reps: int) -> dict:
                 if rep:
                     throughput.append(count / elapsed)
                     rtts.append(rep_rtts)
-        return {"version": importlib.metadata.version("xrmq"), "throughput": throughput, "rtt_us": rtts}
+        return {
+            "version": importlib.metadata.version("xrmq"),
+            "throughput": throughput,
+            "rtt_us": rtts,
+        }
 
     return run(main())  # the loop xrmq's own processes run on
 
@@ -205,6 +225,9 @@ if __name__ == "__main__":
     try:
         __import__(PACKAGES[name])
     except ImportError as error:
-        print(json.dumps({"skipped": f"{name} is not installed ({error}); pip install {name}"}), flush=True)
+        print(
+            json.dumps({"skipped": f"{name} is not installed ({error}); pip install {name}"}),
+            flush=True,
+        )
     else:
         print(json.dumps(PEERS[name](count, asks, reps)), flush=True)

@@ -20,7 +20,9 @@ def _pyplot():
     try:
         import matplotlib
     except ImportError:
-        raise PlottingUnavailable("matplotlib is not installed: pip install -e '.[bench]' to get plots") from None
+        raise PlottingUnavailable(
+            "matplotlib is not installed: pip install -e '.[bench]' to get plots"
+        ) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as pyplot
 
@@ -39,7 +41,9 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
             groups[row.group].append(row)
         if groups:
             written.append(_figures(pyplot, record.name, groups, out_dir))
-        distributions = {group: [row for row in rows if row.samples] for group, rows in groups.items()}
+        distributions = {
+            group: [row for row in rows if row.samples] for group, rows in groups.items()
+        }
         distributions = {group: rows for group, rows in distributions.items() if rows}
         if distributions:
             written.append(_distributions(pyplot, record.name, distributions, out_dir))
@@ -51,7 +55,9 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
 def _grid(pyplot, panels: int, height: float = 2.6):
     columns = min(panels, 2)
     rows = (panels + columns - 1) // columns
-    figure, axes = pyplot.subplots(rows, columns, figsize=(6.5 * columns, height * rows), squeeze=False)
+    figure, axes = pyplot.subplots(
+        rows, columns, figsize=(6.5 * columns, height * rows), squeeze=False
+    )
     for extra in axes.flat[panels:]:
         extra.set_visible(False)
     return figure, list(axes.flat)
@@ -66,12 +72,16 @@ def _save(pyplot, figure, path: Path) -> Path:
 
 def _figures(pyplot, suite: str, groups: dict, out_dir: Path) -> Path:
     """Horizontal bars, one panel per group, with the per-repetition spread as error bars."""
-    figure, axes = _grid(pyplot, len(groups), height=0.5 + 0.45 * max(len(rows) for rows in groups.values()) + 1)
+    figure, axes = _grid(
+        pyplot, len(groups), height=0.5 + 0.45 * max(len(rows) for rows in groups.values()) + 1
+    )
     for axis, (group, rows) in zip(axes, groups.items()):
         medians = [row.median for row in rows]
         low = [row.median - min(row.repetitions) for row in rows]
         high = [max(row.repetitions) - row.median for row in rows]
-        axis.barh([row.subject for row in rows], medians, xerr=[low, high], color="#4a7ab5", capsize=3)
+        axis.barh(
+            [row.subject for row in rows], medians, xerr=[low, high], color="#4a7ab5", capsize=3
+        )
         axis.invert_yaxis()
         better = "higher" if rows[0].higher_is_better else "lower"
         axis.set_title(f"{group} ({better} is better)", fontsize=9)
@@ -86,7 +96,12 @@ def _distributions(pyplot, suite: str, groups: dict, out_dir: Path) -> Path:
     for axis, (group, rows) in zip(axes, groups.items()):
         for row in rows:
             count = len(row.samples)
-            axis.step(row.samples, [(i + 1) / count for i in range(count)], where="post", label=row.subject)
+            axis.step(
+                row.samples,
+                [(i + 1) / count for i in range(count)],
+                where="post",
+                label=row.subject,
+            )
         axis.set_xscale("log")
         axis.set_title(group, fontsize=9)
         axis.set_xlabel(rows[0].unit)

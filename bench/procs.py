@@ -38,8 +38,13 @@ class Worker:
         self.name = name
         self._stderr = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(
-            [sys.executable, *argv], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self._stderr, text=True, bufsize=1,
+            [sys.executable, *argv],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            bufsize=1,
             env={**os.environ, "XRMQ_LOG_LEVEL": "WARNING", **(env or {})},
         )
         self._lines: queue.Queue[str | None] = queue.Queue()
@@ -56,9 +61,13 @@ class Worker:
             try:
                 line = self._lines.get(timeout=timeout)
             except queue.Empty:
-                raise WorkerError(f"{self.name}: no {prefix!r} line within {timeout}s{self._tail()}") from None
+                raise WorkerError(
+                    f"{self.name}: no {prefix!r} line within {timeout}s{self._tail()}"
+                ) from None
             if line is None:
-                raise WorkerError(f"{self.name}: exited ({self.proc.wait()}) before {prefix!r}{self._tail()}")
+                raise WorkerError(
+                    f"{self.name}: exited ({self.proc.wait()}) before {prefix!r}{self._tail()}"
+                )
             if line.startswith(prefix):
                 return line
 

@@ -37,5 +37,7 @@ def discover() -> tuple[dict[str, Suite], dict[str, str]]:
                 errors[module_name] = f"suite name {suite.name!r} is already taken"
                 continue
             suites[suite.name] = suite
-    ordered = sorted(suites, key=lambda name: (ORDER.index(name) if name in ORDER else len(ORDER), name))
+    ordered = sorted(
+        suites, key=lambda name: (ORDER.index(name) if name in ORDER else len(ORDER), name)
+    )
     return {name: suites[name] for name in ordered}, errors

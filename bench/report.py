@@ -49,9 +49,13 @@ def _figure(value: float) -> str:
 
 def table(results: Results) -> str:
     """Markdown: one table of figures per suite, then its bars and notes."""
-    lines = [f"commit {results.commit}; {results.machine['cpu']}, {results.machine['cpus_usable']} CPUs; "
-             f"python {results.versions['python']}; {'quick' if results.quick else 'full'} run, "
-             f"median of {results.repetitions} repetitions", ""]
+    lines = [
+        f"commit {results.commit}; {results.machine['cpu']}, {results.machine['cpus_usable']} "
+        "CPUs; "
+        f"python {results.versions['python']}; {'quick' if results.quick else 'full'} run, "
+        f"median of {results.repetitions} repetitions",
+        "",
+    ]
     for record in results.suites:
         lines.append(f"### {record.name}: {record.title} ({record.status}, {record.seconds:.1f} s)")
         if record.error:
@@ -62,13 +66,18 @@ def table(results: Results) -> str:
             lines += ["", "| group | subject | median | unit | details |", "|---|---|---|---|---|"]
             for row in result.rows:
                 details = ", ".join(f"{key} {_figure(value)}" for key, value in row.extra.items())
-                lines.append(f"| {row.group} | {row.subject} | {_figure(row.median)} | {row.unit} | {details} |")
+                lines.append(
+                    f"| {row.group} | {row.subject} | {_figure(row.median)} | {row.unit} | "
+                    f"{details} |"
+                )
         if result.bars:
             lines += ["", "| bar | measured | limit | met |", "|---|---|---|---|"]
             for item in result.bars:
                 detail = f" ({item.detail})" if item.detail else ""
-                lines.append(f"| {item.name}{detail} | {item.measured:.2f} | {item.op} {item.limit:g} | "
-                             f"{'yes' if item.met else '**no**'} |")
+                lines.append(
+                    f"| {item.name}{detail} | {item.measured:.2f} | {item.op} {item.limit:g} | "
+                    f"{'yes' if item.met else '**no**'} |"
+                )
         lines += [""] + [f"- {note}" for note in result.notes]
         lines.append("")
     return "\n".join(lines)

@@ -67,9 +67,8 @@ def run(ctx: SuiteContext) -> SuiteResult:
     participants = 10 if ctx.quick else 50
     rate = 200.0 if ctx.quick else 1_000.0
     measured = [f"p{i}" for i in range(2 if ctx.quick else 5)]
-    turns = (
-        3 if ctx.quick else 300
-    )  # per measured participant and phase: 1,500 samples, p99 = 15th slowest
+    # per measured participant and phase: 1,500 samples, p99 = 15th slowest
+    turns = 3 if ctx.quick else 300
     phases = ("idle", "storm")
     p50: dict[tuple[str, str], list[float]] = defaultdict(list)
     p99: dict[tuple[str, str], list[float]] = defaultdict(list)
@@ -174,22 +173,29 @@ def run(ctx: SuiteContext) -> SuiteResult:
         for phase in phases
     ]
     notes = [
-        f"{participants} participants; the sensor publishes {rate:,.0f} incremental updates/s round-robin over all "
-        f"of them; budgets {BUDGET} bytes, compaction input budget {INPUT_BUDGET}, 2 workers x {participants} "
-        f"concurrent jobs on OfflineLLM({COMPACTION_MODEL[0]:g} s to first token, {COMPACTION_MODEL[1]:g} tokens/s)",
-        f"turns: {len(measured)} of those participants at once, {turns} sequential zero-delay turns each per phase, "
-        f"think time before each uniform in [0, {2 * PAUSE_MS}] ms; compactions counted from the storm's start "
+        f"{participants} participants; the sensor publishes {rate:,.0f} incremental updates/s "
+        "round-robin over all "
+        f"of them; budgets {BUDGET} bytes, compaction input budget {INPUT_BUDGET}, 2 workers x "
+        f"{participants} "
+        f"concurrent jobs on OfflineLLM({COMPACTION_MODEL[0]:g} s to first token, "
+        f"{COMPACTION_MODEL[1]:g} tokens/s)",
+        f"turns: {len(measured)} of those participants at once, {turns} sequential zero-delay "
+        "turns each per phase, "
+        f"think time before each uniform in [0, {2 * PAUSE_MS}] ms; compactions counted from the "
+        "storm's start "
         "(first wave awaited before the turns) to its end",
         "two deployments alive together, the sections of one journaling every state change "
         "to SQLite (WAL, batched per event-loop turn) and of the other not; each repetition "
         "measures both in turn, alternating which goes first; the journal bar is the median "
         "of the paired per-repetition storm p99 ratios",
-        "median column: p50 per repetition, median over repetitions; cpu %: share of one core per process "
+        "median column: p50 per repetition, median over repetitions; cpu %: share of one core per "
+        "process "
         "during the phase's turns (two cores: 200 % in all)",
     ]
     if failed:
         notes.append(
-            f"{failed} turns failed (no completed reply within the timeout) and are not in the figures"
+            f"{failed} turns failed (no completed reply within the timeout) and are not in the "
+            "figures"
         )
     if unsettled:
         notes.append(

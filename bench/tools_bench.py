@@ -23,7 +23,14 @@ import json
 import time
 import tracemalloc
 
-from xrmq.actors.models import ChatMessage, ChatRequest, ScriptedLLM, ScriptedResponse, ToolCall, Usage
+from xrmq.actors.models import (
+    ChatMessage,
+    ChatRequest,
+    ScriptedLLM,
+    ScriptedResponse,
+    ToolCall,
+    Usage,
+)
 from xrmq.actors.runtime import AgentRuntime, run
 from xrmq.actors.tools import AutoCompactor, Tool, ToolAgent, compact_toolcall, remote_tool
 from xrmq.schemas import AgentTurn
@@ -38,8 +45,15 @@ ARGS = json.dumps({"text": "bench reading 42"})
 
 
 def _row(group: str, subject: str, unit: str, values: list[float], **extra: float) -> Row:
-    return Row(group=group, subject=subject, unit=unit, median=median(values), repetitions=values,
-               higher_is_better=False, extra=extra)
+    return Row(
+        group=group,
+        subject=subject,
+        unit=unit,
+        median=median(values),
+        repetitions=values,
+        higher_is_better=False,
+        extra=extra,
+    )
 
 
 async def round_trips(bus: str, calls: int) -> dict[str, list[float]]:
@@ -68,8 +82,12 @@ def tier1_cost(results: int, budget_s: float = 0.2) -> float:
     """Microseconds per reclaimed result of one tier-1 pass (keep 12) over ``results``."""
     messages = [ChatMessage("user", "Read every probe.")]
     for index in range(results):
-        messages.append(ChatMessage("assistant", "", tool_calls=(ToolCall(f"c{index}", "probe", "{}"),)))
-        messages.append(ChatMessage("tool", f"probe {index}: " + "x" * 2048, tool_call_id=f"c{index}"))
+        messages.append(
+            ChatMessage("assistant", "", tool_calls=(ToolCall(f"c{index}", "probe", "{}"),))
+        )
+        messages.append(
+            ChatMessage("tool", f"probe {index}: " + "x" * 2048, tool_call_id=f"c{index}")
+        )
     rounds, elapsed, reclaimed = 0, 0.0, 0
     while elapsed < budget_s or rounds < 3:
         start = time.perf_counter()
@@ -84,7 +102,9 @@ def _session_model() -> ScriptedLLM:
     def respond(request: ChatRequest) -> ScriptedResponse:
         tokens = sum(len(m.content) for m in request.messages) // 4
         if "Summarize the earlier part" in request.messages[0].content:
-            return ScriptedResponse("Probes read in order, all nominal.", usage=Usage(total_tokens=tokens))
+            return ScriptedResponse(
+                "Probes read in order, all nominal.", usage=Usage(total_tokens=tokens)
+            )
         if request.messages[-1].role == "tool":
             return ScriptedResponse("Read.", usage=Usage(total_tokens=tokens))
         call = ToolCall(f"r{len(request.messages)}-{tokens}", "probe", "{}")
@@ -104,16 +124,25 @@ async def session_memory(calls: int, every: int) -> tuple[list[int], list[float]
     xs: list[int] = []
     ys: list[float] = []
     async with AgentRuntime() as runtime:
-        agent = ToolAgent(_session_model(), context=_NoContext(), runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC,
-                          tools=[probe], compactor=AutoCompactor(token_threshold=20_000))
+        agent = ToolAgent(
+            _session_model(),
+            context=_NoContext(),
+            runtime=runtime,
+            output_topic=VOICE_OUTPUT_TOPIC,
+            tools=[probe],
+            compactor=AutoCompactor(token_threshold=20_000),
+        )
         agent.transcript("p1").originals_budget_chars = 40_000
         llm = agent.llm
         tracemalloc.start()
         try:
             for index in range(1, calls + 1):
-                await agent.answer(AgentTurn("p1", f"t{index}", f"Read probe {index}."), started=_started)
+                await agent.answer(
+                    AgentTurn("p1", f"t{index}", f"Read probe {index}."), started=_started
+                )
                 if index % every == 0:
-                    llm.requests.clear()  # the scripted model's request log is the test's, not the agent's
+                    # the scripted model's request log is the test's, not the agent's
+                    llm.requests.clear()
                     gc.collect()
                     xs.append(index)
                     ys.append(tracemalloc.get_traced_memory()[0] / 1024)
@@ -145,7 +174,10 @@ def run_suite(ctx: SuiteContext) -> SuiteResult:
         try:
             worker.expect("ready")
             for rep in range(ctx.repetitions):
-                ctx.progress(f"tools: repetition {rep + 1}/{ctx.repetitions}: {calls} round trips of each kind")
+                ctx.progress(
+                    f"tools: repetition {rep + 1}/{ctx.repetitions}: {calls} round trips of each "
+                    "kind"
+                )
                 samples = run(round_trips(bus, calls))
                 direct.append(percentile(samples["direct"], 0.5) * 1e6)
                 ask.append(percentile(samples["ask"], 0.5) * 1e6)
@@ -160,22 +192,49 @@ def run_suite(ctx: SuiteContext) -> SuiteResult:
     ]
     for size in (100, 1_000):
         costs = [tier1_cost(size, 0.02 if ctx.quick else 0.2) for _ in range(ctx.repetitions)]
-        rows.append(_row("tier-1 compaction cost per reclaimed result", f"{size} tool results of 2 KB", "us", costs))
+        rows.append(
+            _row(
+                "tier-1 compaction cost per reclaimed result",
+                f"{size} tool results of 2 KB",
+                "us",
+                costs,
+            )
+        )
     session_calls = 100 if ctx.quick else 1_000
     ctx.progress(f"tools: a {session_calls}-call ToolAgent session")
     xs, ys = asyncio.run(session_memory(session_calls, session_calls // (10 if ctx.quick else 50)))
     third = len(ys) // 3
     first, second = max(ys[third : 2 * third]), max(ys[2 * third :])
-    rows.append(Row(group="ToolAgent session memory (tracemalloc)", subject=f"peak, {session_calls} calls",
-                    unit="KiB", median=second, repetitions=[second] * ctx.repetitions, higher_is_better=False,
-                    extra={"peak_middle_third": first, "growth_ratio": second / first}))
+    rows.append(
+        Row(
+            group="ToolAgent session memory (tracemalloc)",
+            subject=f"peak, {session_calls} calls",
+            unit="KiB",
+            median=second,
+            repetitions=[second] * ctx.repetitions,
+            higher_is_better=False,
+            extra={"peak_middle_third": first, "growth_ratio": second / first},
+        )
+    )
     return SuiteResult(
         rows=rows,
-        bars=[bar("session memory: peak of the last third / of the middle third", second / first, "<=", 1.25,
-                  "flat: compaction and the originals' bound keep the transcript's size (it saw-tooths "
-                  "between compactions)")],
-        series=[Series(name="ToolAgent session memory", x_label="tool calls", y_label="KiB", x=xs, y=ys)],
-        notes=["The remote tool call is an ask plus a task per call at the server (DEFERRED_REPLY)."],
+        bars=[
+            bar(
+                "session memory: peak of the last third / of the middle third",
+                second / first,
+                "<=",
+                1.25,
+                "flat: compaction and the originals' bound keep the transcript's size (it "
+                "saw-tooths "
+                "between compactions)",
+            )
+        ],
+        series=[
+            Series(name="ToolAgent session memory", x_label="tool calls", y_label="KiB", x=xs, y=ys)
+        ],
+        notes=[
+            "The remote tool call is an ask plus a task per call at the server (DEFERRED_REPLY)."
+        ],
     )
 
 

@@ -50,8 +50,11 @@ def run(ctx: SuiteContext) -> SuiteResult:
     real_p50, real_p99, real_firsts = [], [], []
     failed = 0
     with Deployment(Config()) as deployment:
-        ctx.progress(f"turn: {len(deployment.workers)} processes up; {turns * PARTICIPANTS} zero-delay turns "
-                     f"and {asks} raw round trips per repetition")
+        ctx.progress(
+            f"turn: {len(deployment.workers)} processes up; {turns * PARTICIPANTS} zero-delay "
+            "turns "
+            f"and {asks} raw round trips per repetition"
+        )
         for rep in range(ctx.repetitions + 1):  # repetition 0 warms up
             raw = deployment.raw_rtt(asks)
             result = deployment.turns(turns, participants, PAUSE_MS)
@@ -65,8 +68,11 @@ def run(ctx: SuiteContext) -> SuiteResult:
             bus_p50.append(percentile(result["bus_us"], 0.5))
             rtts += raw
             firsts += result["first_us"]
-            ctx.progress(f"turn: rep {rep}/{ctx.repetitions} zero-delay p50 {p50[-1]:,.0f} us p99 {p99[-1]:,.0f} us; "
-                         f"raw round trip p50 {raw_p50[-1]:.0f} us")
+            ctx.progress(
+                f"turn: rep {rep}/{ctx.repetitions} zero-delay p50 {p50[-1]:,.0f} us p99 "
+                f"{p99[-1]:,.0f} us; "
+                f"raw round trip p50 {raw_p50[-1]:.0f} us"
+            )
         deployment.restart_conversation(realistic)
         realistic_participants = [f"r{i}" for i in range(2 * PARTICIPANTS)]
         for rep in range(ctx.repetitions):
@@ -76,33 +82,67 @@ def run(ctx: SuiteContext) -> SuiteResult:
             real_p50.append(percentile(ms, 0.5))
             real_p99.append(percentile(ms, 0.99))
             real_firsts += ms
-            ctx.progress(f"turn: rep {rep + 1}/{ctx.repetitions} OfflineLLM defaults p50 {real_p50[-1]:.1f} ms "
-                         f"p99 {real_p99[-1]:.1f} ms")
+            ctx.progress(
+                f"turn: rep {rep + 1}/{ctx.repetitions} OfflineLLM defaults p50 {real_p50[-1]:.1f} "
+                "ms "
+                f"p99 {real_p99[-1]:.1f} ms"
+            )
         warm = warm_start(ctx, deployment)
     x50 = [x / r for x, r in zip(p50, raw_p50)]
     x99 = [x / r for x, r in zip(p99, raw_p99)]
     group = "turn to first chunk at the renderer, zero-delay model"
     rows = [
-        Row(group=group, subject="raw pyzmq round trip (same broker)", unit="us", median=median(raw_p50),
-            repetitions=raw_p50, higher_is_better=False, extra={"p99 us": median(raw_p99)}, samples=thin(rtts)),
-        Row(group=group, subject="xrmq turn path", unit="us", median=median(p50), repetitions=p50,
-            higher_is_better=False, samples=thin(firsts),
-            extra={"p99 us": median(p99), "x raw p50": median(x50), "x raw p99": median(x99),
-                   "first fragment in client p50 us": median(bus_p50)}),
-        Row(group="turn to first chunk at the renderer, OfflineLLM defaults", subject="xrmq turn path", unit="ms",
-            median=median(real_p50), repetitions=real_p50, higher_is_better=False, samples=thin(real_firsts),
-            extra={"p99 ms": median(real_p99), "model first token ms": realistic[0] * 1000}),
+        Row(
+            group=group,
+            subject="raw pyzmq round trip (same broker)",
+            unit="us",
+            median=median(raw_p50),
+            repetitions=raw_p50,
+            higher_is_better=False,
+            extra={"p99 us": median(raw_p99)},
+            samples=thin(rtts),
+        ),
+        Row(
+            group=group,
+            subject="xrmq turn path",
+            unit="us",
+            median=median(p50),
+            repetitions=p50,
+            higher_is_better=False,
+            samples=thin(firsts),
+            extra={
+                "p99 us": median(p99),
+                "x raw p50": median(x50),
+                "x raw p99": median(x99),
+                "first fragment in client p50 us": median(bus_p50),
+            },
+        ),
+        Row(
+            group="turn to first chunk at the renderer, OfflineLLM defaults",
+            subject="xrmq turn path",
+            unit="ms",
+            median=median(real_p50),
+            repetitions=real_p50,
+            higher_is_better=False,
+            samples=thin(real_firsts),
+            extra={"p99 ms": median(real_p99), "model first token ms": realistic[0] * 1000},
+        ),
         *warm,
     ]
     notes = [
-        f"{PARTICIPANTS} participants at once, {turns} sequential turns each per repetition (zero-delay), "
+        f"{PARTICIPANTS} participants at once, {turns} sequential turns each per repetition "
+        "(zero-delay), "
         f"think time before each turn uniform in [0, {2 * PAUSE_MS}] ms; "
         f"{2 * PARTICIPANTS} participants x {realistic_turns} turns (OfflineLLM defaults: "
         f"{realistic[0] * 1000:.0f} ms to first token, {realistic[1]:g} tokens/s)",
-        "median column: p50 per repetition, median over repetitions; x raw: paired per-repetition ratios",
+        "median column: p50 per repetition, median over repetitions; x raw: paired per-repetition "
+        "ratios",
     ]
     if failed:
-        notes.append(f"{failed} turns failed (no completed reply within the timeout) and are not in the figures")
+        notes.append(
+            f"{failed} turns failed (no completed reply within the timeout) and are not in the "
+            "figures"
+        )
     return SuiteResult(rows=rows, notes=notes)
 
 

@@ -50,7 +50,7 @@ class Deployment:
         self._stack = ExitStack()
         self.workers: dict[str, Worker] = {}
 
-    def __enter__(self) -> "Deployment":
+    def __enter__(self) -> Deployment:
         self.launch()
         self.wait_ready()
         return self
@@ -81,7 +81,9 @@ class Deployment:
         self._stack.close()
 
     def _start(self, role: str, config: Config) -> Worker:
-        worker = Worker(role, "-m", "bench.turn_workers", role, self.bus, json.dumps(asdict(config)))
+        worker = Worker(
+            role, "-m", "bench.turn_workers", role, self.bus, json.dumps(asdict(config))
+        )
         self._stack.callback(worker.close)
         self.workers[role] = worker
         return worker
@@ -92,8 +94,9 @@ class Deployment:
             self._stack.callback(worker.close)
             self.workers[name] = worker
 
-    def restart_conversation(self, answer_model: tuple[float, float], *, litellm: bool = False,
-                             prepare: bool = True) -> None:
+    def restart_conversation(
+        self, answer_model: tuple[float, float], *, litellm: bool = False, prepare: bool = True
+    ) -> None:
         """Replace the conversation process by one answering on ``answer_model`` (or, with
         ``litellm``, on litellm's mock model, prepared before ready unless not ``prepare``);
         returns once the new process is ready."""
@@ -101,9 +104,8 @@ class Deployment:
         config = replace(
             self.config, answer_model=answer_model, answer_litellm=litellm, answer_prepare=prepare
         )
-        self._start("conversation", config).expect(
-            "ready", timeout=120 if litellm else 30
-        )  # the import: seconds
+        # the import: seconds
+        self._start("conversation", config).expect("ready", timeout=120 if litellm else 30)
 
     def raw_rtt(self, count: int) -> list[float]:
         """``count`` sequential raw pyzmq ping-pongs through the broker, in us."""

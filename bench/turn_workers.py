@@ -35,9 +35,9 @@ through the broker), then reads commands from stdin until it closes.
 from __future__ import annotations
 
 import asyncio
-import os
 import itertools
 import json
+import os
 import random
 import sys
 import time
@@ -49,7 +49,7 @@ from xrmq.actors.context.store import open_store
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import LiteLLMService, LLMService, OfflineLLM
 from xrmq.actors.routing import AgentRouter, SingleDestination, remote, serve
-from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, run
+from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, RuntimeContext, run
 from xrmq.actors.voice import CallbackSink, ResponseEnded, Segment, VoiceRenderer
 from xrmq.schemas import ConversationContextUpdate, ResponseOutput, UserQuery
 from xrmq.topics import INTERRUPTED_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC, Topic, context_topic
@@ -82,10 +82,14 @@ def question(number: int) -> str:
 
 def model(delays: list[float]) -> OfflineLLM:
     time_to_first_token_s, tokens_per_second = delays
-    return OfflineLLM(time_to_first_token_s=time_to_first_token_s, tokens_per_second=tokens_per_second)
+    return OfflineLLM(
+        time_to_first_token_s=time_to_first_token_s, tokens_per_second=tokens_per_second
+    )
 
 
-async def serve_commands(runtime: AgentRuntime, commands: dict[str, Callable[..., Awaitable[None]]]) -> None:
+async def serve_commands(
+    runtime: AgentRuntime, commands: dict[str, Callable[..., Awaitable[None]]]
+) -> None:
     """Start ``runtime``, print ``ready``, run stdin commands until stdin closes."""
     async with runtime:
         print("ready", flush=True)
@@ -94,6 +98,7 @@ async def serve_commands(runtime: AgentRuntime, commands: dict[str, Callable[...
 
 
 # ---------------------------------------------------------------- context
+
 
 async def sections(bus: str, config: dict) -> None:
     runtime = AgentRuntime(bus, name="bench-sections")
@@ -111,8 +116,8 @@ class CompactionTally(Agent):
         self.compactions = 0
         self.failed = 0
 
-    def handlers(self) -> dict[Topic, str]:
-        return dict.fromkeys(self._topics, "on_done")
+    def handlers(self) -> Handlers:
+        return dict.fromkeys(self._topics, self.on_done)
 
     async def on_done(self, message: CompactionDone, ctx: RuntimeContext) -> None:
         self.compactions += 1
@@ -123,12 +128,21 @@ async def workers(bus: str, config: dict) -> None:
     plan = context_plan(**config["plan"])
     runtime = AgentRuntime(bus, name="bench-workers")
     pool = register_workers(runtime, plan, model(config["compaction_model"]))
-    topics = [plan.topics.dialogue_result, *(plan.topics.topic_result(t) for t in config["plan"]["incremental_context_topics"])]
+    topics = [
+        plan.topics.dialogue_result,
+        *(plan.topics.topic_result(t) for t in config["plan"]["incremental_context_topics"]),
+    ]
     tally = CompactionTally(topics)
     runtime.register("compaction-tally", tally)
 
     async def stats() -> None:
-        emit({"compactions": tally.compactions, "failed": tally.failed, "busy": sum(w.busy for w in pool)})
+        emit(
+            {
+                "compactions": tally.compactions,
+                "failed": tally.failed,
+                "busy": sum(w.busy for w in pool),
+            }
+        )
 
     await serve_commands(runtime, {"stats": stats})
 
@@ -150,8 +164,13 @@ async def conversation(bus: str, config: dict) -> None:
     context = ContextManager(model(config["answer_model"]), **config["plan"], deployment="split")
     runtime = AgentRuntime(bus, name="bench-conversation")
     runtime.register("context", context.subscriber())
-    agent = Conversation(llm, context=context, runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC,
-                         instructions="You help operators in the pump hall.")
+    agent = Conversation(
+        llm,
+        context=context,
+        runtime=runtime,
+        output_topic=VOICE_OUTPUT_TOPIC,
+        instructions="You help operators in the pump hall.",
+    )
     runtime.register("conversation-server", serve("conversation", agent))
     await serve_commands(runtime, {})
 
@@ -159,10 +178,17 @@ async def conversation(bus: str, config: dict) -> None:
 async def router(bus: str, config: dict) -> None:
     runtime = AgentRuntime(bus, name="bench-router")
     destination = runtime.register("conversation-proxy", remote("conversation"))
-    runtime.register("router", AgentRouter(
-        {"conversation": destination}, SingleDestination(), default="conversation",
-        query_topic=QUERY_TOPIC, output_topic=VOICE_OUTPUT_TOPIC, interrupted_topic=INTERRUPTED_TOPIC,
-    ))
+    runtime.register(
+        "router",
+        AgentRouter(
+            {"conversation": destination},
+            SingleDestination(),
+            default="conversation",
+            query_topic=QUERY_TOPIC,
+            output_topic=VOICE_OUTPUT_TOPIC,
+            interrupted_topic=INTERRUPTED_TOPIC,
+        ),
+    )
     await serve_commands(runtime, {})
 
 
@@ -198,8 +224,8 @@ class FirstFragment(Agent):
     def __init__(self, turns: Turns) -> None:
         self._turns = turns
 
-    def handlers(self) -> dict[Topic, str]:
-        return {VOICE_OUTPUT_TOPIC: "on_output"}
+    def handlers(self) -> Handlers:
+        return {VOICE_OUTPUT_TOPIC: self.on_output}
 
     async def on_output(self, message: ResponseOutput, ctx: RuntimeContext) -> None:
         if message.text.strip():
@@ -209,20 +235,30 @@ class FirstFragment(Agent):
 async def client(bus: str, config: dict) -> None:
     turns = Turns()
     runtime = AgentRuntime(bus, name="bench-client")
-    runtime.register("voice", VoiceRenderer(CallbackSink(turns.on_segment, turns.on_end, words_per_minute=None),
-                                            output_topic=VOICE_OUTPUT_TOPIC, query_topic=QUERY_TOPIC,
-                                            interrupted_topic=INTERRUPTED_TOPIC))
+    runtime.register(
+        "voice",
+        VoiceRenderer(
+            CallbackSink(turns.on_segment, turns.on_end, words_per_minute=None),
+            output_topic=VOICE_OUTPUT_TOPIC,
+            query_topic=QUERY_TOPIC,
+            interrupted_topic=INTERRUPTED_TOPIC,
+        ),
+    )
     runtime.register("first-fragment", FirstFragment(turns))
     loop = asyncio.get_running_loop()
     asked = itertools.count()
 
-    async def talk(participant: str, count: int, pause_s: float, first_us: list[float], bus_us: list[float]) -> int:
+    async def talk(
+        participant: str, count: int, pause_s: float, first_us: list[float], bus_us: list[float]
+    ) -> int:
         failed = 0
         for _ in range(count):
             await asyncio.sleep(random.uniform(0, 2 * pause_s))
             text = question(next(asked))
             began = time.monotonic_ns()
-            request = runtime.send(QUERY_TOPIC, UserQuery(text, time.time_ns() // 1000), participant_id=participant)
+            request = runtime.send(
+                QUERY_TOPIC, UserQuery(text, time.time_ns() // 1000), participant_id=participant
+            )
             turns.began[request] = began
             ended = turns.ended[request] = loop.create_future()
             try:
@@ -241,14 +277,19 @@ async def client(bus: str, config: dict) -> None:
     async def run_turns(count: str, participants: str, pause_ms: str) -> None:
         first_us: list[float] = []
         bus_us: list[float] = []
-        failed = await asyncio.gather(*(talk(p, int(count), float(pause_ms) / 1000, first_us, bus_us)
-                                        for p in participants.split(",")))
+        failed = await asyncio.gather(
+            *(
+                talk(p, int(count), float(pause_ms) / 1000, first_us, bus_us)
+                for p in participants.split(",")
+            )
+        )
         emit({"first_us": first_us, "bus_us": bus_us, "failed": sum(failed)})
 
     await serve_commands(runtime, {"turns": run_turns})
 
 
 # ---------------------------------------------------------------- sensor
+
 
 class Storm:
     """Publishes incremental context updates at a fixed rate until stopped."""
@@ -275,9 +316,16 @@ class Storm:
         while True:
             due = int((time.monotonic() - self._began) * rate)
             for i in range(self.published, due):
-                text = f"note {i}: pump {i % 7} pressure {i % 97} kPa, valve {i % 5} at {i % 100} percent open"
-                self._runtime.send(self._topic, ConversationContextUpdate(text), participant_id=f"p{i % participants}",
-                                   source="sensor")
+                text = (
+                    f"note {i}: pump {i % 7} pressure {i % 97} kPa, valve {i % 5} at {i % 100} "
+                    "percent open"
+                )
+                self._runtime.send(
+                    self._topic,
+                    ConversationContextUpdate(text),
+                    participant_id=f"p{i % participants}",
+                    source="sensor",
+                )
             self.published = max(self.published, due)
             await asyncio.sleep(0.01)
 
@@ -288,8 +336,14 @@ async def sensor(bus: str, config: dict) -> None:
     await serve_commands(runtime, {"storm": storm.start, "stop": storm.stop})
 
 
-ROLES = {"sections": sections, "workers": workers, "conversation": conversation, "router": router,
-         "client": client, "sensor": sensor}
+ROLES = {
+    "sections": sections,
+    "workers": workers,
+    "conversation": conversation,
+    "router": router,
+    "client": client,
+    "sensor": sensor,
+}
 
 BACKGROUND = {"sections", "workers"}
 """Roles off the answer path, run at the lowest priority, as the edge box runs them (nice 19)."""

@@ -24,23 +24,39 @@ from pathlib import Path
 from .suite import Row, Suite, SuiteContext, SuiteResult
 
 
-def _row(group: str, subject: str, unit: str, values: list[float], *, higher: bool = False,
-         extra: dict[str, float] | None = None) -> Row:
-    return Row(group=group, subject=subject, unit=unit, median=statistics.median(values),
-               repetitions=values, higher_is_better=higher, extra=extra or {})
+def _row(
+    group: str,
+    subject: str,
+    unit: str,
+    values: list[float],
+    *,
+    higher: bool = False,
+    extra: dict[str, float] | None = None,
+) -> Row:
+    return Row(
+        group=group,
+        subject=subject,
+        unit=unit,
+        median=statistics.median(values),
+        repetitions=values,
+        higher_is_better=higher,
+        extra=extra or {},
+    )
 
 
 def vad_cost(seconds: float) -> tuple[float, float]:
     """(% of a core per participant at 50 frames/s, frames/s per core) for VAD only."""
     import numpy as np
 
-    from xrmq.actors.voice.pcm import pcm16_to_float, float_to_pcm16
+    from xrmq.actors.voice.pcm import float_to_pcm16, pcm16_to_float
     from xrmq.actors.voice.silero import CHUNK_SAMPLES, SileroModel, SileroStream
     from xrmq.actors.voice.vad import UtteranceSegmenter
 
     rng = np.random.default_rng(1)
-    frames = [float_to_pcm16((rng.standard_normal(320) * 0.003).astype(np.float32))
-              for _ in range(round(seconds * 50))]
+    frames = [
+        float_to_pcm16((rng.standard_normal(320) * 0.003).astype(np.float32))
+        for _ in range(round(seconds * 50))
+    ]
     stream, segmenter = SileroStream(SileroModel.shared()), UtteranceSegmenter()
     pending = np.zeros(0, np.float32)
     started = time.process_time()
@@ -66,9 +82,18 @@ async def synthesis_to_first_frame(count: int) -> list[float]:
 
     sink = AudioTopicSink(publish, first_frame=lambda participant, segment: first.set())
     for index in range(count):
-        segment = Segment(participant_id="p1", response=index, kind="reply", sources=("bench",),
-                          request_id="r", text="The spare key is in drawer twelve of the blue cabinet.",
-                          timestamp_us=None, first=True, urgent=False, token=index)
+        segment = Segment(
+            participant_id="p1",
+            response=index,
+            kind="reply",
+            sources=("bench",),
+            request_id="r",
+            text="The spare key is in drawer twelve of the blue cabinet.",
+            timestamp_us=None,
+            first=True,
+            urgent=False,
+            token=index,
+        )
         first.clear()
         started = time.monotonic()
         task = asyncio.ensure_future(sink.play(segment))
@@ -85,7 +110,10 @@ async def stack_turns(turns: int) -> tuple[list, list]:
 
     directory = Path(tempfile.mkdtemp(prefix="xrmq-voice-bench-"))
     voice, text = [], []
-    async with PrivateStack(voice_config()) as stack, VoiceSession(stack.bus, directory) as session:
+    async with (
+        PrivateStack(voice_config()) as stack,
+        VoiceSession(stack.bus, directory) as session,
+    ):
         for index in range(turns):
             question = QUESTIONS[index % len(QUESTIONS)]
             voice.append(await session.voice_turn(index, question))
@@ -101,14 +129,17 @@ BIAS_SENTENCES = (
     "Which pallet is next to me at the loading dock?",
     "Tell me about the forklift battery and the charging bay.",
 )
-BIAS_CONTEXT = ("Alice is at the workbench in lab 3. Bob is at the loading dock next to pallet P-12. "
-                "The kettle in lab 3 is set to 85 degrees. The fire drill starts at 14:30 at gate B. "
-                "My badge number is 4471. Forklift F2 battery is at 20 percent and charging at bay 4. "
-                "I left the spare key in drawer 12 of the blue cabinet.")
+BIAS_CONTEXT = (
+    "Alice is at the workbench in lab 3. Bob is at the loading dock next to pallet P-12. "
+    "The kettle in lab 3 is set to 85 degrees. The fire drill starts at 14:30 at gate B. "
+    "My badge number is 4471. Forklift F2 battery is at 20 percent and charging at bay 4. "
+    "I left the spare key in drawer 12 of the blue cabinet."
+)
 
 
 def bias_wer() -> tuple[float, float, float]:
-    """Mean WER of the bundled recognizer on espeak-ng speech: (biased, unbiased, s per utterance)."""
+    """Mean WER of the bundled recognizer on espeak-ng speech: (biased, unbiased, s per
+    utterance)."""
     import subprocess
 
     import numpy as np
@@ -152,24 +183,47 @@ def run(ctx: SuiteContext) -> SuiteResult:
         percent, frames_per_s = vad_cost(3.0 if ctx.quick else 20.0)
         cpu.append(percent)
         rate.append(frames_per_s)
-    rows.append(_row("voice input, VAD only (Silero + segmenter)", "CPU per participant at 50 frames/s",
-                     "% core", cpu))
-    rows.append(_row("voice input, VAD only (Silero + segmenter)", "frames/s per core", "frames/s", rate,
-                     higher=True))
+    rows.append(
+        _row(
+            "voice input, VAD only (Silero + segmenter)",
+            "CPU per participant at 50 frames/s",
+            "% core",
+            cpu,
+        )
+    )
+    rows.append(
+        _row(
+            "voice input, VAD only (Silero + segmenter)",
+            "frames/s per core",
+            "frames/s",
+            rate,
+            higher=True,
+        )
+    )
     synthesis = []
     for rep in range(ctx.repetitions):
         ctx.progress(f"voice: synthesis to first frame, repetition {rep + 1}/{ctx.repetitions}")
         delays = asyncio.run(synthesis_to_first_frame(2 if ctx.quick else 10))
         synthesis.append(statistics.median(delays) * 1000)
-    rows.append(_row("speech out", "synthesis to first audio.out frame p50 (espeak-ng, one sentence)", "ms",
-                     synthesis))
+    rows.append(
+        _row(
+            "speech out",
+            "synthesis to first audio.out frame p50 (espeak-ng, one sentence)",
+            "ms",
+            synthesis,
+        )
+    )
     notes = []
     if ctx.quick:
-        notes.append("quick: the stack rows (end of speech -> first audio frame, voice vs text) are skipped")
+        notes.append(
+            "quick: the stack rows (end of speech -> first audio frame, voice vs text) are skipped"
+        )
         return SuiteResult(rows=rows, notes=notes)
     biased, plain, per_utterance = [], [], []
     for rep in range(ctx.repetitions):
-        ctx.progress(f"voice: WER with and without context biasing, repetition {rep + 1}/{ctx.repetitions}")
+        ctx.progress(
+            f"voice: WER with and without context biasing, repetition {rep + 1}/{ctx.repetitions}"
+        )
         on, off, seconds = bias_wer()
         biased.append(max(on, 1e-6))
         plain.append(max(off, 1e-6))
@@ -186,11 +240,16 @@ def run(ctx: SuiteContext) -> SuiteResult:
         figures = {
             "voice: VAD hangover (configured)": [hangover] * len(voice),
             "voice: speech-to-text": [turn.to_text_s - hangover for turn in voice],
-            "voice: query -> first reply chunk": [turn.to_chunk_s - turn.to_text_s for turn in voice],
-            "voice: first chunk -> first audio frame": [turn.to_audio_s - turn.to_chunk_s for turn in voice],
+            "voice: query -> first reply chunk": [
+                turn.to_chunk_s - turn.to_text_s for turn in voice
+            ],
+            "voice: first chunk -> first audio frame": [
+                turn.to_audio_s - turn.to_chunk_s for turn in voice
+            ],
             "voice: end of speech -> first audio frame": [turn.to_audio_s for turn in voice],
-            "voice: query -> first audio frame (runtime share)": [turn.to_audio_s - turn.to_text_s
-                                                                   for turn in voice],
+            "voice: query -> first audio frame (runtime share)": [
+                turn.to_audio_s - turn.to_text_s for turn in voice
+            ],
             "text: query -> first reply chunk": [turn.to_chunk_s for turn in text],
             "text: query -> first audio frame": [turn.to_audio_s for turn in text],
             "voice WER": [turn.wer for turn in voice],
@@ -202,12 +261,28 @@ def run(ctx: SuiteContext) -> SuiteResult:
         scale = 1.0 if unit == "WER" else 1000.0
         p50 = [max(_p(values, 0.5) * scale, 1e-6) for values in reps]
         p95 = [_p(values, 0.95) * scale for values in reps]
-        rows.append(_row("per stage, p50 (p95 in extra)", name, unit, p50,
-                         extra={"p95": statistics.median(p95)}))
-    ratios = [statistics.median(voice) / statistics.median(text) for voice, text in zip(
-        stages["voice: query -> first audio frame (runtime share)"], stages["text: query -> first audio frame"])]
+        rows.append(
+            _row(
+                "per stage, p50 (p95 in extra)",
+                name,
+                unit,
+                p50,
+                extra={"p95": statistics.median(p95)},
+            )
+        )
+    ratios = [
+        statistics.median(voice) / statistics.median(text)
+        for voice, text in zip(
+            stages["voice: query -> first audio frame (runtime share)"],
+            stages["text: query -> first audio frame"],
+        )
+    ]
     rows.append(_row("runtime share, voice / text", "query -> first audio frame", "x", ratios))
     return SuiteResult(rows=rows, notes=notes)
 
 
-SUITE = Suite("voice", "Voice: VAD cost, speech-to-text and speech out, end of speech to first audio frame", run)
+SUITE = Suite(
+    "voice",
+    "Voice: VAD cost, speech-to-text and speech out, end of speech to first audio frame",
+    run,
+)

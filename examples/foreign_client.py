@@ -17,9 +17,9 @@ with NAME, the identity the broker knows the key by.
 
 import os
 import sys
-import wave
 import time
 import uuid
+import wave
 from pathlib import Path
 
 import msgspec
@@ -30,13 +30,16 @@ import zmq.auth
 def endpoints(bus: str) -> tuple[str, str]:
     """(publish, subscribe) endpoints of a bus: a name, ipc://PREFIX or tcp://HOST:PORT."""
     if bus.startswith("tcp://"):
-        host, _, port = bus[len("tcp://"):].rpartition(":")
+        host, _, port = bus[len("tcp://") :].rpartition(":")
         return f"tcp://{host}:{port}", f"tcp://{host}:{int(port) + 1}"
     if bus.startswith("ipc://"):
-        prefix = bus[len("ipc://"):]
+        prefix = bus[len("ipc://") :]
     else:  # a bus name: sockets in the per-user runtime directory
         directory = os.environ.get("XRMQ_RUNTIME_DIR") or (
-            Path(os.environ["XDG_RUNTIME_DIR"]) / "xrmq" if os.environ.get("XDG_RUNTIME_DIR") else f"/tmp/xrmq-{os.getuid()}")
+            Path(os.environ["XDG_RUNTIME_DIR"]) / "xrmq"
+            if os.environ.get("XDG_RUNTIME_DIR")
+            else f"/tmp/xrmq-{os.getuid()}"
+        )
         prefix = f"{directory}/{bus}"
     return f"ipc://{prefix}.in", f"ipc://{prefix}.out"
 
@@ -45,18 +48,33 @@ def send_audio(pub, sender: str, participant: str, path: str) -> int:
     """Publish a 16 kHz mono PCM16 WAV as 20 ms AudioFrames on audio.in; return the count."""
     with wave.open(path, "rb") as reader:
         if (reader.getframerate(), reader.getnchannels(), reader.getsampwidth()) != (16000, 1, 2):
-            sys.exit("foreign client: the WAV must be 16 kHz mono 16-bit (sox in.wav -r 16000 -c 1 out.wav)")
+            sys.exit(
+                "foreign client: the WAV must be 16 kHz mono 16-bit (sox in.wav -r 16000 -c 1 "
+                "out.wav)"
+            )
         pcm = reader.readframes(reader.getnframes())
     key = b"audio.in\x00" + participant.encode() + b"\x00"
     epoch, start, count = time.time_ns() // 1000, time.monotonic(), 0
     for offset in range(0, len(pcm), 640):
-        chunk = pcm[offset:offset + 640].ljust(640, b"\x00")
-        time.sleep(max(0.0, start + count * 0.02 - time.monotonic()))  # real time, like a microphone
-        metadata = {"message_id": uuid.uuid4().hex, "source": "foreign-client", "sender": sender,
-                    "epoch": epoch, "seq": count + 1, "timestamp_us": time.time_ns() // 1000,
-                    "participant_id": participant}
-        frame = {"pcm": chunk, "sample_rate": 16000, "channels": 1, "frame": count,
-                 "timestamp_us": epoch + count * 20_000}
+        chunk = pcm[offset : offset + 640].ljust(640, b"\x00")
+        # real time, like a microphone
+        time.sleep(max(0.0, start + count * 0.02 - time.monotonic()))
+        metadata = {
+            "message_id": uuid.uuid4().hex,
+            "source": "foreign-client",
+            "sender": sender,
+            "epoch": epoch,
+            "seq": count + 1,
+            "timestamp_us": time.time_ns() // 1000,
+            "participant_id": participant,
+        }
+        frame = {
+            "pcm": chunk,
+            "sample_rate": 16000,
+            "channels": 1,
+            "frame": count,
+            "timestamp_us": epoch + count * 20_000,
+        }
         pub.send_multipart([key, msgspec.msgpack.encode(metadata), msgspec.msgpack.encode(frame)])
         count += 1
     return count
@@ -89,10 +107,18 @@ def main(bus: str, participant: str, text: str, speech: str | None = None) -> No
         pub.send_multipart([probe, b"", b""])
 
     key = b"notes\x00" + participant.encode() + b"\x00"
-    metadata = {"message_id": uuid.uuid4().hex, "source": "foreign-client", "sender": sender,
-                "epoch": time.time_ns() // 1000, "seq": 1, "timestamp_us": time.time_ns() // 1000,
-                "participant_id": participant}
-    pub.send_multipart([key, msgspec.msgpack.encode(metadata), msgspec.msgpack.encode({"text": text})])
+    metadata = {
+        "message_id": uuid.uuid4().hex,
+        "source": "foreign-client",
+        "sender": sender,
+        "epoch": time.time_ns() // 1000,
+        "seq": 1,
+        "timestamp_us": time.time_ns() // 1000,
+        "participant_id": participant,
+    }
+    pub.send_multipart(
+        [key, msgspec.msgpack.encode(metadata), msgspec.msgpack.encode({"text": text})]
+    )
     if speech is not None:
         frames = send_audio(pub, sender, participant, speech)
         print(f"foreign client: sent {frames} audio frames for {participant}", flush=True)
@@ -103,5 +129,9 @@ def main(bus: str, participant: str, text: str, speech: str | None = None) -> No
 
 
 args = sys.argv[1:] + [None] * 4
-main(args[0] or os.environ.get("XRMQ_BUS", "default"), args[1] or "p1",
-     args[2] or "The lab 3 fridge holds the reagent kit R-88.", args[3])
+main(
+    args[0] or os.environ.get("XRMQ_BUS", "default"),
+    args[1] or "p1",
+    args[2] or "The lab 3 fridge holds the reagent kit R-88.",
+    args[3],
+)

@@ -10,13 +10,11 @@ decision service, and where router-owned text goes.
 
 import asyncio
 
-from xrmq.actors.models import ScriptedLLM
-from xrmq.actors.routing import SingleDestination
-
 # -- the SDK's imports, changed to xrmq ---------------------------------------------------
 from xrmq.actors.context import ContextManager
 from xrmq.actors.conversation import Conversation
-from xrmq.actors.routing import AgentRouter
+from xrmq.actors.models import ScriptedLLM
+from xrmq.actors.routing import AgentRouter, SingleDestination
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.schemas import AgentTurn
 from xrmq.topics import VOICE_OUTPUT_TOPIC
@@ -32,6 +30,7 @@ async def publish_router_control(turn: AgentTurn, route: str | None, text: str) 
 
 async def seed_example():
     # ---- the SDK's example, verbatim from here -----------------------------------------------
+    # fmt: off
     runtime = AgentRuntime()
 
     context = ContextManager(llm)
@@ -57,6 +56,7 @@ async def seed_example():
             await front_end.stop()
     await conversation.close()
     await context.close()
+    # fmt: on
     # ---- end of the SDK's example ---------------------------------------------------------
     return result
 

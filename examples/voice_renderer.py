@@ -29,13 +29,18 @@ class SubtitleSink:
     async def end(self, ended: ResponseEnded) -> None:
         words = " ".join(self.lines.pop((ended.participant_id, ended.response), []))
         cut = "" if ended.reason == "completed" else f" [{ended.reason}]"
-        print(f"subtitle for {ended.participant_id} ({', '.join(ended.sources)}): {words}{cut}", flush=True)
+        print(
+            f"subtitle for {ended.participant_id} ({', '.join(ended.sources)}): {words}{cut}",
+            flush=True,
+        )
 
 
 async def main(bus: str) -> None:
     runtime = AgentRuntime(bus, name="subtitles")
-    runtime.register("subtitles", VoiceRenderer(SubtitleSink(), query_topic=QUERY_TOPIC,
-                                                interrupted_topic=INTERRUPTED_TOPIC))
+    runtime.register(
+        "subtitles",
+        VoiceRenderer(SubtitleSink(), query_topic=QUERY_TOPIC, interrupted_topic=INTERRUPTED_TOPIC),
+    )
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)

@@ -8,16 +8,16 @@ process without copies) and validates its rules on construction and on decode, r
 from .audio import AudioFrame, AudioPlayback
 from .context import CompactionPrompts, ContextBlock, ConversationContextUpdate
 from .envelope import MessageMetadata
-from .metrics import ProcessState, RuntimeMetrics, SupervisorReport
 from .interaction import Interrupted, ParticipantJoined, ParticipantLeft, ResponseOutput, UserQuery
+from .metrics import ProcessState, RuntimeMetrics, SupervisorReport
 from .routing import Admission, AgentExchange, AgentTurn, DestinationResult, RoutingAid, TurnEnded
 
 __all__ = [
     "Admission",
-    "AudioFrame",
-    "AudioPlayback",
     "AgentExchange",
     "AgentTurn",
+    "AudioFrame",
+    "AudioPlayback",
     "CompactionPrompts",
     "ContextBlock",
     "ConversationContextUpdate",

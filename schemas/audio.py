@@ -37,9 +37,15 @@ class AudioFrame(msgspec.Struct, frozen=True):
 
     def __post_init__(self) -> None:
         rate, channels, size = self.sample_rate, self.channels, len(self.pcm)
-        if 8000 <= rate <= 48000 and channels in (1, 2) and self.frame >= 0 and (
-            self.timestamp_us >= 0 and size % (2 * channels) == 0
-            and size <= MAX_FRAME_SECONDS * rate * 2 * channels
+        if (
+            8000 <= rate <= 48000
+            and channels in (1, 2)
+            and self.frame >= 0
+            and (
+                self.timestamp_us >= 0
+                and size % (2 * channels) == 0
+                and size <= MAX_FRAME_SECONDS * rate * 2 * channels
+            )
         ):
             return
         name = "AudioFrame"
@@ -47,8 +53,12 @@ class AudioFrame(msgspec.Struct, frozen=True):
         require(channels in (1, 2), name, "channels", "must be 1 or 2")
         require(self.frame >= 0, name, "frame", "must be >= 0")
         require(self.timestamp_us >= 0, name, "timestamp_us", "must be >= 0")
-        require(size % (2 * channels) == 0, name, "pcm",
-                "must hold whole 16-bit samples for every channel")
+        require(
+            size % (2 * channels) == 0,
+            name,
+            "pcm",
+            "must hold whole 16-bit samples for every channel",
+        )
         require(False, name, "pcm", f"must be at most {MAX_FRAME_SECONDS:g} s of audio")
 
     @property

@@ -21,7 +21,8 @@ DEFAULT_DIALOGUE_PROMPT = (
     "exchanges are material to summarize: do not answer them or continue the conversation."
 )
 DEFAULT_CONDENSE_PROMPT = (
-    "Shorten this summary. Keep facts, preferences, corrections, unresolved requests, and uncertainty."
+    "Shorten this summary. Keep facts, preferences, corrections, unresolved requests, and "
+    "uncertainty."
 )
 
 

@@ -76,9 +76,12 @@ class ResponseOutput(msgspec.Struct, frozen=True, omit_defaults=True):
             valid = self.request_id is None and self.response_id is None and self.final
             if kind == "withdraw":
                 valid = valid and self.text == "" and not self.urgent
-        if not valid or (self.timestamp_us is not None and self.timestamp_us < 0) or "\x00" in (
-            (self.request_id or "") + (self.response_id or "")
-        ) or self.response_id == "":
+        if (
+            not valid
+            or (self.timestamp_us is not None and self.timestamp_us < 0)
+            or "\x00" in ((self.request_id or "") + (self.response_id or ""))
+            or self.response_id == ""
+        ):
             self._explain()
 
     def _explain(self) -> None:
@@ -86,7 +89,7 @@ class ResponseOutput(msgspec.Struct, frozen=True, omit_defaults=True):
         name = "ResponseOutput"
         if self.kind == "reply":
             require(self.request_id is not None, name, "request_id", "is required for replies")
-            require_name(self.request_id, name, "request_id")
+            require_name(self.request_id or "", name, "request_id")  # not None: required above
             require(not self.urgent, name, "urgent", "only updates can be urgent")
         else:
             require(self.request_id is None, name, "request_id", f"is forbidden for {self.kind}s")
@@ -100,11 +103,18 @@ class ResponseOutput(msgspec.Struct, frozen=True, omit_defaults=True):
         if self.timestamp_us is not None:
             require(self.timestamp_us >= 0, name, "timestamp_us", "must be >= 0")
 
-    def validate_boundary(self) -> "ResponseOutput":
+    def validate_boundary(self) -> ResponseOutput:
         """Require identity for streamed replies and text for finite output; return self."""
         name = "ResponseOutput"
         if not self.final:
-            require(self.response_id is not None, name, "response_id", "is required for non-final fragments")
+            require(
+                self.response_id is not None,
+                name,
+                "response_id",
+                "is required for non-final fragments",
+            )
         if self.response_id is None and self.kind != "withdraw":
-            require(bool(self.text.strip()), name, "text", "is required for output without response_id")
+            require(
+                bool(self.text.strip()), name, "text", "is required for output without response_id"
+            )
         return self

@@ -73,7 +73,12 @@ class Admission(msgspec.Struct, frozen=True):
     def __post_init__(self) -> None:
         if self.disposition == "clarify":
             require_text(self.text, "Admission", "text")
-        require(not self.focus or self.disposition == "accept", "Admission", "focus", "only an accept can take focus")
+        require(
+            not self.focus or self.disposition == "accept",
+            "Admission",
+            "focus",
+            "only an accept can take focus",
+        )
 
 
 FocusTransition = Literal["take", "release"]

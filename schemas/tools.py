@@ -73,8 +73,12 @@ class CompactRequest(msgspec.Struct, frozen=True):
     tier: str = "summary"
 
     def __post_init__(self) -> None:
-        require(self.tier in ("toolcall", "summary"), "CompactRequest", "tier",
-                "must be 'toolcall' or 'summary'")
+        require(
+            self.tier in ("toolcall", "summary"),
+            "CompactRequest",
+            "tier",
+            "must be 'toolcall' or 'summary'",
+        )
 
 
 class CompactReply(msgspec.Struct, frozen=True):

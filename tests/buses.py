@@ -7,9 +7,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 PROCS = Path(__file__).parent / "procs"
 
@@ -18,7 +18,10 @@ def python(script: str, *args: str, **kwargs) -> subprocess.Popen:
     """Start ``tests/procs/<script>`` in a new Python process with piped text output."""
     return subprocess.Popen(
         [sys.executable, str(PROCS / script), *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
     )
 
 
@@ -27,7 +30,9 @@ def expect_line(proc: subprocess.Popen, prefix: str) -> str:
     for line in proc.stdout:
         if line.startswith(prefix):
             return line.strip()
-    raise AssertionError(f"process exited without printing {prefix!r}: {proc.stderr.read()[-3000:]}")
+    raise AssertionError(
+        f"process exited without printing {prefix!r}: {proc.stderr.read()[-3000:]}"
+    )
 
 
 def reap(*procs: subprocess.Popen) -> None:
@@ -50,7 +55,10 @@ def broker_process(*extra: str) -> Iterator[str]:
     bus = f"ipc://{directory}/bus"
     proc = subprocess.Popen(
         [sys.executable, "-m", "xrmq.actors.cli", "bus", "--bus", bus, *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "XRMQ_LOG_LEVEL": "WARNING"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "XRMQ_LOG_LEVEL": "WARNING"},
     )
     try:
         expect_line(proc, "xrmq bus: ready")

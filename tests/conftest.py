@@ -43,7 +43,7 @@ def isolated_logging(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     Logging is configured before the test, so a first ``get_logger`` inside a test's
     ``capture_logs`` block cannot replace the capturing configuration.
     """
-    from xrmq.actors.runtime import logs
+    from xrmq.actors import logs
 
     if _LOG_LEVEL is None:  # set through monkeypatch, so whatever the test sets is undone
         monkeypatch.delenv("XRMQ_LOG_LEVEL", raising=False)
@@ -66,8 +66,12 @@ def event_loop_kind(request: pytest.FixtureRequest) -> str:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if metafunc.definition.get_closest_marker("both_loops") and inspect.iscoroutinefunction(metafunc.function):
-        metafunc.parametrize("event_loop_kind", sorted({event_loop_name(), "asyncio"}), indirect=True)
+    if metafunc.definition.get_closest_marker("both_loops") and inspect.iscoroutinefunction(
+        metafunc.function
+    ):
+        metafunc.parametrize(
+            "event_loop_kind", sorted({event_loop_name(), "asyncio"}), indirect=True
+        )
 
 
 @pytest.hookimpl(tryfirst=True)

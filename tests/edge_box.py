@@ -17,13 +17,21 @@ import threading
 import time
 from pathlib import Path
 
-from buses import PROCS
 from xrmq.actors.edge.replies import ReplyCollector, Turn, ask
 from xrmq.actors.runtime import AgentRuntime
 
+from buses import PROCS
 
-def stack_config(directory: Path, *, tokens_per_second: float = 8.0, shutdown_timeout_s: float = 5,
-                 supervisor: str = "", router: str = "", extra: str = "") -> Path:
+
+def stack_config(
+    directory: Path,
+    *,
+    tokens_per_second: float = 8.0,
+    shutdown_timeout_s: float = 5,
+    supervisor: str = "",
+    router: str = "",
+    extra: str = "",
+) -> Path:
     """A config of the built-in roles (no compaction process) on a private ipc bus in ``directory``.
 
     Two start layers (context, conversation and renderer; then the router), so the box
@@ -74,9 +82,14 @@ class UpProcess:
     def __init__(self, config: Path) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "xrmq.actors.cli", "up", str(config)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "PYTHONPATH": str(PROCS),
-                 "XRMQ_LOG_LEVEL": os.environ.get("XRMQ_CHILD_LOG_LEVEL", "WARNING")},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={
+                **os.environ,
+                "PYTHONPATH": str(PROCS),
+                "XRMQ_LOG_LEVEL": os.environ.get("XRMQ_CHILD_LOG_LEVEL", "WARNING"),
+            },
         )
         self.lines: list[tuple[float, str]] = []
         """Every line so far, with its ``time.monotonic()`` arrival."""
@@ -99,17 +112,19 @@ class UpProcess:
         self.lines.append((at, line))
         self._changed.set()
 
-    async def line(self, prefix: str, *, after: int = 0,
-                   timeout: float = 40) -> tuple[int, float, str]:
+    async def line(
+        self, prefix: str, *, after: int = 0, timeout: float = 40
+    ) -> tuple[int, float, str]:
         """The first line from index ``after`` on with ``prefix``: (index, arrival, text)."""
+
         async def find() -> tuple[int, float, str]:
-            index = after
+            start = after
             while True:
-                for index in range(index, len(self.lines)):
+                for index in range(start, len(self.lines)):
                     at, text = self.lines[index]
                     if text.startswith(prefix):
                         return index, at, text
-                index = len(self.lines)
+                start = len(self.lines)
                 if self.ended.is_set():
                     raise AssertionError(f"xrmq up ended without {prefix!r}:\n{self.tail()}")
                 self._changed.clear()

@@ -15,7 +15,7 @@ import zmq
 
 class RawClient:
     def __init__(self, bus: str) -> None:
-        prefix = bus[len("ipc://"):]
+        prefix = bus[len("ipc://") :]
         self.context = zmq.Context()
         self.pub = self.context.socket(zmq.PUB)
         self.pub.connect(f"ipc://{prefix}.in")
@@ -39,15 +39,22 @@ class RawClient:
 
     def metadata(self, seq: int, participant: str | None, **extra) -> bytes:
         fields = {
-            "message_id": uuid.uuid4().hex, "source": "foreign", "sender": self.sender,
-            "epoch": self.epoch, "seq": seq, "timestamp_us": time.time_ns() // 1000,
-            "participant_id": participant, **extra,
+            "message_id": uuid.uuid4().hex,
+            "source": "foreign",
+            "sender": self.sender,
+            "epoch": self.epoch,
+            "seq": seq,
+            "timestamp_us": time.time_ns() // 1000,
+            "participant_id": participant,
+            **extra,
         }
         return msgspec.msgpack.encode(fields)
 
     def send(self, topic: str, participant: str | None, seq: int, payload: dict) -> None:
         key = topic.encode() + b"\x00" + (participant or "").encode() + b"\x00"
-        self.pub.send_multipart([key, self.metadata(seq, participant), msgspec.msgpack.encode(payload)])
+        self.pub.send_multipart(
+            [key, self.metadata(seq, participant), msgspec.msgpack.encode(payload)]
+        )
 
     def send_frames(self, frames: list[bytes]) -> None:
         self.pub.send_multipart(frames)

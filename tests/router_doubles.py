@@ -28,7 +28,9 @@ class Destination:
     event-loop turn, logged as ``drained``).
     """
 
-    def __init__(self, name: str, log: Log, *, aid: RoutingAid | None = None, admissions=(), answers=()) -> None:
+    def __init__(
+        self, name: str, log: Log, *, aid: RoutingAid | None = None, admissions=(), answers=()
+    ) -> None:
         self.name = name
         self.log = log
         self.aid = aid or RoutingAid(f"{name} destination")
@@ -46,8 +48,20 @@ class Destination:
 
     async def answer(self, turn: AgentTurn, *, started) -> DestinationResult:
         context = current_turn_context()
-        self.log.append(("answer", self.name, turn.turn_id, tuple(e.exchange_id for e in turn.history), context.route))
-        script = self.answers.popleft() if self.answers else DestinationResult(response=f"{self.name} answers {turn.turn_id}")
+        self.log.append(
+            (
+                "answer",
+                self.name,
+                turn.turn_id,
+                tuple(e.exchange_id for e in turn.history),
+                context.route,
+            )
+        )
+        script = (
+            self.answers.popleft()
+            if self.answers
+            else DestinationResult(response=f"{self.name} answers {turn.turn_id}")
+        )
         if isinstance(script, Exception):
             raise script
         await started()
@@ -110,10 +124,16 @@ class OutputRecorder(Agent):
                 await self._changed.wait()
 
     def finals(self, participant_id: str | None = None) -> int:
-        return sum(1 for pid, _, frame in self.frames if frame.final and participant_id in (None, pid))
+        return sum(
+            1 for pid, _, frame in self.frames if frame.final and participant_id in (None, pid)
+        )
 
     def texts(self, participant_id: str, source: str | None = None) -> str:
-        return "".join(frame.text for pid, src, frame in self.frames if pid == participant_id and source in (None, src))
+        return "".join(
+            frame.text
+            for pid, src, frame in self.frames
+            if pid == participant_id and source in (None, src)
+        )
 
 
 class FakeContext:
@@ -126,8 +146,10 @@ class FakeContext:
     def blocks(self, participant_id: str):
         from xrmq.schemas import ContextBlock
 
-        return tuple(ContextBlock(None, f"User: {request}\nAssistant: {answer}")
-                     for request, answer, _ in self.exchanges.get(participant_id, []))
+        return tuple(
+            ContextBlock(None, f"User: {request}\nAssistant: {answer}")
+            for request, answer, _ in self.exchanges.get(participant_id, [])
+        )
 
     def record_exchange(self, participant_id, request, answer, *, timestamp_us, exchange_id):
         self.log.append(("record", participant_id, exchange_id))

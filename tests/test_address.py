@@ -13,13 +13,20 @@ from xrmq.actors.runtime import parse_bus, runtime_dir
 def test_tcp_bus_uses_three_consecutive_ports():
     address = parse_bus("tcp://127.0.0.1:7000")
     assert (address.publish, address.subscribe, address.capture) == (
-        "tcp://127.0.0.1:7000", "tcp://127.0.0.1:7001", "tcp://127.0.0.1:7002")
+        "tcp://127.0.0.1:7000",
+        "tcp://127.0.0.1:7001",
+        "tcp://127.0.0.1:7002",
+    )
 
 
 def test_ipc_bus_uses_three_files_next_to_the_prefix():
     address = parse_bus("ipc:///run/x/bus")
     assert address.publish == "ipc:///run/x/bus.in" and address.subscribe == "ipc:///run/x/bus.out"
-    assert [str(p) for p in address.ipc_paths] == ["/run/x/bus.in", "/run/x/bus.out", "/run/x/bus.capture"]
+    assert [str(p) for p in address.ipc_paths] == [
+        "/run/x/bus.in",
+        "/run/x/bus.out",
+        "/run/x/bus.capture",
+    ]
 
 
 def test_a_bus_name_lives_in_a_private_runtime_directory(tmp_path, monkeypatch):
@@ -38,10 +45,16 @@ def test_a_runtime_directory_open_to_others_is_refused(tmp_path, monkeypatch):
         runtime_dir()
 
 
-@pytest.mark.parametrize("bus, rule", [
-    ("", "non-empty"), ("tcp://host", "tcp://HOST:PORT"), ("udp://x:1", "unsupported transport"),
-    ("a/b", "must not contain '/'"), ("ipc://", "ipc://PATH-PREFIX"),
-])
+@pytest.mark.parametrize(
+    "bus, rule",
+    [
+        ("", "non-empty"),
+        ("tcp://host", "tcp://HOST:PORT"),
+        ("udp://x:1", "unsupported transport"),
+        ("a/b", "must not contain '/'"),
+        ("ipc://", "ipc://PATH-PREFIX"),
+    ],
+)
 def test_bad_bus_strings_name_the_rule(bus, rule):
     with pytest.raises(ValueError, match=rule.replace("(", r"\(").replace("/", "/")):
         parse_bus(bus)

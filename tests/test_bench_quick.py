@@ -30,8 +30,14 @@ def test_importing_the_suites_leaves_the_environment_alone() -> None:
 
 
 def test_the_runner_lists_every_suite_it_discovers() -> None:
-    listed = subprocess.run([sys.executable, "-m", "bench", "--list"], cwd=ROOT, capture_output=True,
-                            text=True, timeout=60, check=True)
+    listed = subprocess.run(
+        [sys.executable, "-m", "bench", "--list"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     suites = [line.split()[0] for line in listed.stdout.splitlines()]
     assert suites == SUITES
     assert {"bus", "codec", "turn", "storm", "context", "models", "curve"} <= set(suites)
@@ -40,20 +46,36 @@ def test_the_runner_lists_every_suite_it_discovers() -> None:
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("name", SUITES)
 def test_quick_run_writes_results_for_the_suite(name: str, tmp_path: Path) -> None:
-    run = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path), name],
-                         cwd=ROOT, capture_output=True, text=True, timeout=180)
+    run = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path), name],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
 
     assert results["quick"] is True
-    assert results["commit"] and results["machine"]["cpus_usable"] >= 1 and results["versions"]["python"]
+    assert (
+        results["commit"]
+        and results["machine"]["cpus_usable"] >= 1
+        and results["versions"]["python"]
+    )
     assert [suite["name"] for suite in results["suites"]] == [name]
     suite = results["suites"][0]
     assert suite["status"] == "ok", suite.get("error")
     rows = suite["result"]["rows"]
     assert rows, name
     for row in rows:
-        assert {"group", "subject", "unit", "median", "repetitions", "higher_is_better"} <= row.keys()
+        assert {
+            "group",
+            "subject",
+            "unit",
+            "median",
+            "repetitions",
+            "higher_is_better",
+        } <= row.keys()
         assert row["median"] > 0 and len(row["repetitions"]) == results["repetitions"]
     for bar in suite["result"]["bars"]:
         assert bar["op"] in (">=", "<=") and isinstance(bar["met"], bool)
@@ -63,11 +85,16 @@ def test_quick_run_writes_results_for_the_suite(name: str, tmp_path: Path) -> No
         for subject in ("raw pyzmq", "raw pyzmq + msgspec, per message", "xrmq actors"):
             assert ("one-way throughput, cross-process (shared cores)", subject) in subjects
             assert ("ask round trip p50, cross-process (shared cores)", subject) in subjects
-        assert all(row["extra"]["lost"] == 0 for row in rows
-                   if row["group"].startswith("one-way throughput, cross"))
+        assert all(
+            row["extra"]["lost"] == 0
+            for row in rows
+            if row["group"].startswith("one-way throughput, cross")
+        )
     if name == "storm":
-        assert [bar["name"] for bar in suite["result"]["bars"]] == ["storm p99 / idle p99",
-                                                                    "storm p99 journal on / off"]
+        assert [bar["name"] for bar in suite["result"]["bars"]] == [
+            "storm p99 / idle p99",
+            "storm p99 journal on / off",
+        ]
     if name == "curve":
         subjects = {row["subject"] for row in rows}
         assert subjects == {"tcp+curve+acl", "AccessPolicy.check_message"}

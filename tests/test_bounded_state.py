@@ -20,7 +20,6 @@ import msgspec
 import pytest
 import zmq
 
-from router_doubles import Decisions, Destination, Log, router_output
 from xrmq.actors.routing import AgentRouter
 from xrmq.actors.runtime import Agent, AgentRuntime, subscribe
 from xrmq.actors.runtime.address import parse_bus
@@ -29,6 +28,8 @@ from xrmq.actors.voice import VoiceRenderer
 from xrmq.actors.voice.sinks import RecordingSink
 from xrmq.schemas import AgentTurn, ConversationContextUpdate
 from xrmq.topics import INTERRUPTED_TOPIC, VOICE_OUTPUT_TOPIC, context_topic
+
+from router_doubles import Decisions, Destination, Log, router_output
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -16,17 +16,18 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import msgspec
 import pytest
 
-from buses import expect_line, python, reap
-from raw_client import RawClient
 from xrmq.actors.runtime import Agent, AgentRuntime, subscribe
 from xrmq.schemas import ConversationContextUpdate, RuntimeMetrics
 from xrmq.topics import METRICS_TOPIC, context_topic
+
+from buses import expect_line, python, reap
+from raw_client import RawClient
 
 pytestmark = pytest.mark.timeout(120)
 

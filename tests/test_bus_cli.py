@@ -14,7 +14,9 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def xrmq(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "xrmq.actors.cli", *args], capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        [sys.executable, "-m", "xrmq.actors.cli", *args], capture_output=True, text=True, timeout=30
+    )
 
 
 def test_publish_sends_a_context_update_for_a_participant():
@@ -22,7 +24,9 @@ def test_publish_sends_a_context_update_for_a_participant():
         subscriber = python("subscriber.py", bus, "sample.notes", "1", "p1")
         try:
             expect_line(subscriber, "ready")
-            result = xrmq("publish", "--bus", bus, "--participant", "p1", "sample.notes", "Kettle is on.")
+            result = xrmq(
+                "publish", "--bus", bus, "--participant", "p1", "sample.notes", "Kettle is on."
+            )
             assert result.returncode == 0, result.stderr
             report = json.loads(expect_line(subscriber, "{"))
         finally:
@@ -48,5 +52,14 @@ def test_schema_prints_json_schema_of_the_envelope_and_every_standard_topic():
     assert result.returncode == 0
     document = json.loads(result.stdout)
     assert document["envelope"] == {"$ref": "#/$defs/MessageMetadata"}
-    assert set(document["topics"]) >= {"voice.output", "voice.query", "voice.interrupted", "<context topic>"}
-    assert document["$defs"]["ResponseOutput"]["properties"]["kind"]["enum"] == ["reply", "update", "withdraw"]
+    assert set(document["topics"]) >= {
+        "voice.output",
+        "voice.query",
+        "voice.interrupted",
+        "<context topic>",
+    }
+    assert document["$defs"]["ResponseOutput"]["properties"]["kind"]["enum"] == [
+        "reply",
+        "update",
+        "withdraw",
+    ]

@@ -45,14 +45,18 @@ def test_participant_filtered_subscriber_receives_only_that_participant():
 
 
 def test_two_processes_sharing_a_keyed_kind_own_disjoint_keys():
+    import asyncio
+
     from xrmq.actors.runtime import AgentRuntime, shard_of
     from xrmq.schemas import ConversationContextUpdate
     from xrmq.topics import context_topic
-    import asyncio
 
     keys = [f"participant-{i}" for i in range(24)]
     with broker_process() as bus:
-        shards = [python("keyed_shard.py", bus, str(i), "2", stdin=__import__("subprocess").PIPE) for i in range(2)]
+        shards = [
+            python("keyed_shard.py", bus, str(i), "2", stdin=__import__("subprocess").PIPE)
+            for i in range(2)
+        ]
         try:
             for shard in shards:
                 expect_line(shard, "ready")
@@ -61,8 +65,13 @@ def test_two_processes_sharing_a_keyed_kind_own_disjoint_keys():
                 async with AgentRuntime(bus) as runtime:
                     topic = context_topic("keyed.probe")
                     return [
-                        await runtime.ask(topic, ConversationContextUpdate("which shard?"), participant_id=key,
-                                          reply_type=int, timeout=10)
+                        await runtime.ask(
+                            topic,
+                            ConversationContextUpdate("which shard?"),
+                            participant_id=key,
+                            reply_type=int,
+                            timeout=10,
+                        )
                         for key in keys
                     ]
 
@@ -107,7 +116,8 @@ def test_malformed_and_wrong_schema_frames_are_dropped_and_counted_and_the_actor
             client.send_frames([key, b"only two frames"])
             client.send_frames([key, client.metadata(1, None), b"\x80", b"a fourth frame"])
             client.send_frames([key, b"\xc1 not msgpack", b"\x80"])
-            client.send_frames([b"notes\x00", client.metadata(1, None), b"\x80"])  # key lacks its second NUL
+            # key lacks its second NUL
+            client.send_frames([b"notes\x00", client.metadata(1, None), b"\x80"])
             client.send("notes", None, 1, {"text": "first good"})
             client.send("notes", None, 2, {"txt": 42})  # wrong schema
             client.send("notes", None, 3, {"text": "   "})  # fails validation: blank text
@@ -117,4 +127,5 @@ def test_malformed_and_wrong_schema_frames_are_dropped_and_counted_and_the_actor
             client.close()
             reap(subscriber)
     assert report["texts"] == ["first good", "second good"]
-    assert report["rejected"] == 7  # each bad message alone: a short one never swallows its neighbour
+    # each bad message alone: a short one never swallows its neighbour
+    assert report["rejected"] == 7

@@ -10,12 +10,11 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
-from buses import broker_process
 from xrmq.actors import cli
 from xrmq.actors.edge.config import default_config
 from xrmq.actors.edge.supervisor import Supervisor
+
+from buses import broker_process
 
 CLI = [sys.executable, "-m", "xrmq.actors.cli"]
 ROOT = Path(__file__).resolve().parent.parent
@@ -163,9 +162,8 @@ def test_up_on_a_terminal_makes_its_processes_log_human_lines(monkeypatch):
         Supervisor(default_config(), None, out=Terminal())._child_env()["XRMQ_LOG_FORMAT"]
         == "console"
     )
-    assert (
-        Supervisor(default_config(), None, out=io.StringIO())._child_env() is None
-    )  # a pipe: JSON
+    # a pipe: JSON
+    assert Supervisor(default_config(), None, out=io.StringIO())._child_env() is None
 
 
 def test_the_log_format_can_be_chosen_by_environment():

@@ -38,20 +38,35 @@ operation = st.one_of(
 async def run(operations, target) -> None:
     llm = ScriptedLLM(default=ScriptedResponse(hang=True))
     runtime = AgentRuntime()
-    context = ContextManager(llm, summary_context_topics=("sample.monitor-window",),
-                             incremental_context_topics=("sample.notes",),
-                             dialogue_budget_bytes=600, topic_budget_bytes=600)
+    context = ContextManager(
+        llm,
+        summary_context_topics=("sample.monitor-window",),
+        incremental_context_topics=("sample.notes",),
+        dialogue_budget_bytes=600,
+        topic_budget_bytes=600,
+    )
     runtime.register("context", context.subscriber())
     async with runtime:
         try:
             for kind, pid, a, b in operations:
                 if kind == "exchange":
-                    context.record_exchange(pid, f"q{a}", "é" * b, timestamp_us=T0 + a, exchange_id=a)
+                    context.record_exchange(
+                        pid, f"q{a}", "é" * b, timestamp_us=T0 + a, exchange_id=a
+                    )
                 elif kind == "update":
-                    await context.update(pid, a, ConversationContextUpdate("u" * b), mode=TOPICS[a],
-                                         timestamp_us=T0 + b)
+                    await context.update(
+                        pid,
+                        a,
+                        ConversationContextUpdate("u" * b),
+                        mode=TOPICS[a],
+                        timestamp_us=T0 + b,
+                    )
                 elif kind == "sensor":
-                    await runtime.publish(context_topic(a), ConversationContextUpdate(f"sensor {b}"), participant_id=pid)
+                    await runtime.publish(
+                        context_topic(a),
+                        ConversationContextUpdate(f"sensor {b}"),
+                        participant_id=pid,
+                    )
                 elif kind == "history":
                     window = [(f"q{a + i}", "h", T0 + a + i) for i in range(b)]
                     context.reconcile_history(pid, window, exchange_ids=[a + i for i in range(b)])
@@ -60,9 +75,14 @@ async def run(operations, target) -> None:
             await context.synced()  # every manager write is in its section's view
             await context.clear("barrier")  # and every sensor update before this is in the replica
             sections = [_agent(runtime, f"context.topic.{name}").host for name in TOPICS]
-            sections += [actor.host for actor in runtime.keyed_instances("context.dialogue").values()]
-            generations = {host.participants[target].state.generation for host in sections
-                           if target in host.participants}
+            sections += [
+                actor.host for actor in runtime.keyed_instances("context.dialogue").values()
+            ]
+            generations = {
+                host.participants[target].state.generation
+                for host in sections
+                if target in host.participants
+            }
             others = {pid: context.blocks(pid) for pid in PARTICIPANTS if pid != target}
 
             await context.clear(target)
@@ -73,7 +93,10 @@ async def run(operations, target) -> None:
             assert all(target not in host.participants for host in sections)
             for index in range(2):
                 worker = _agent(runtime, f"context.worker.{index}")
-                assert not {job.generation for job in (*worker._running, *worker._queued)} & generations
+                assert (
+                    not {job.generation for job in (*worker._running, *worker._queued)}
+                    & generations
+                )
         finally:
             await context.close()
     assert llm.open_streams == 0

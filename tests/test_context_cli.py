@@ -88,9 +88,8 @@ async def test_dump_clear_load_show_and_compact_a_participant_of_a_running_box(t
             restored = await show()
             assert restored.count("[notes] The kettle in lab 3 is set to 85 degrees.") == 1
             assert restored.count("User: My badge number is 4471.") == 1
-            assert (
-                restored.splitlines()[:3] == shown.splitlines()[:3]
-            )  # the same sizes as before the clear
+            # the same sizes as before the clear
+            assert restored.splitlines()[:3] == shown.splitlines()[:3]
 
             code, out, err = await xrmq(
                 "context", "compact", "--participant", "p1", "--config", config

@@ -152,9 +152,8 @@ async def test_a_pending_compaction_is_reissued_after_a_restart(tmp_path):
                 mode="incremental",
                 timestamp_us=T0 + i * SECOND,
             )
-        await (
-            hanging.wait_streaming()
-        )  # the job is in flight (and journaled) when the process "dies"
+        # the job is in flight (and journaled) when the process "dies"
+        await hanging.wait_streaming()
         await context.synced()
     answering = ScriptedLLM(default="Summary after the restart.")
     async with manager(answering, store, **SMALL) as again:
@@ -173,9 +172,8 @@ async def test_a_cleared_participant_stays_cleared_after_a_restart_and_close_lea
         await fill(context, "p2")
         await context.clear("p1")
         with pytest.raises(StoreError, match="in use by another process"):
-            open_store(
-                store, on_corrupt="backup_and_start_empty"
-            )  # one process per journal, never moved
+            # one process per journal, never moved
+            open_store(store, on_corrupt="backup_and_start_empty")
     journal = open_store(store)
     assert journal.recovered.keys() == {
         ("p2", "dialogue"),
@@ -205,7 +203,9 @@ async def test_clear_and_close_of_a_manager_never_started_remove_its_journal_row
     await unstarted.clear("p2")
     assert unstarted.blocks("p2") == ()
     assert {pid for pid, _ in unstarted.store.recovered} == {"p1", "p2"}  # as opened
-    assert unstarted.store._db.execute("SELECT DISTINCT participant FROM sections").fetchall() == [("p1",)]
+    assert unstarted.store._db.execute("SELECT DISTINCT participant FROM sections").fetchall() == [
+        ("p1",)
+    ]
     await unstarted.close()
     assert open_store(store).rows() == 0
 

@@ -1,4 +1,5 @@
-"""The context engine's section state machine (docs/context.md, "Compaction" and "Snapshot compaction").
+"""The context engine's section state machine (docs/context.md, "Compaction" and "Snapshot
+compaction").
 
 Each test drives one ``Section`` and its ``SectionState`` directly: entries in,
 ``next_compaction`` out, a scripted ``CompactionResult`` back in, ``render`` checked.
@@ -31,16 +32,23 @@ UPDATE_HEADER = 41  # "[2024-05-01 14:13:05 UTC] [sample.notes] "
 EXCHANGE_HEADER = 44  # "[2024-05-01 14:13:05 UTC] User: \nAssistant: "
 
 
-def make_dialogue(budget: int = 1000, input_budget: int | None = None, prompts: CompactionPrompts | None = None):
+def make_dialogue(
+    budget: int = 1000, input_budget: int | None = None, prompts: CompactionPrompts | None = None
+):
     settings = CompactionSettings(input_budget or budget // 2 + 256, prompts or CompactionPrompts())
     return Section(SectionSpec("dialogue", "dialogue", budget), settings)
 
 
 def make_topic(budget: int = 1000, input_budget: int | None = None, kind: str = "incremental"):
-    return Section(SectionSpec("sample.notes", kind, budget), CompactionSettings(input_budget or budget // 2 + 256))
+    return Section(
+        SectionSpec("sample.notes", kind, budget),
+        CompactionSettings(input_budget or budget // 2 + 256),
+    )
 
 
-def exchange(section: Section, state: SectionState, i: int, size: int = 100, exchange_id: str | None = None) -> None:
+def exchange(
+    section: Section, state: SectionState, i: int, size: int = 100, exchange_id: str | None = None
+) -> None:
     """Record exchange ``i`` at T0 + i seconds, rendered to exactly ``size`` bytes."""
     request = f"q{i}"
     answer = f"a{i}-".ljust(size - EXCHANGE_HEADER - len(request), "a")
@@ -51,7 +59,9 @@ def exchange(section: Section, state: SectionState, i: int, size: int = 100, exc
 
 def update(section: Section, state: SectionState, i: int, size: int = 100) -> None:
     """Append update ``i`` at T0 + i seconds, rendered to exactly ``size`` bytes."""
-    section.append_update(state, f"u{i}-".ljust(size - UPDATE_HEADER, "x"), timestamp_us=T0 + i * SECOND)
+    section.append_update(
+        state, f"u{i}-".ljust(size - UPDATE_HEADER, "x"), timestamp_us=T0 + i * SECOND
+    )
 
 
 def ok(request, text: str = "summary of earlier material") -> CompactionResult:
@@ -106,7 +116,9 @@ def test_summary_limit_is_at_least_one_byte_for_a_tiny_budget():
 
 
 def test_request_system_prompt_is_the_configured_prompt_then_limit_and_plain_text_format():
-    prompts = CompactionPrompts(dialogue="Keep the dialogue.", source="Keep the source.", condense="Shorten.")
+    prompts = CompactionPrompts(
+        dialogue="Keep the dialogue.", source="Keep the source.", condense="Shorten."
+    )
     section = make_dialogue(prompts=prompts)
     state = section.new_state("g")
     for i in range(6):
@@ -115,7 +127,9 @@ def test_request_system_prompt_is_the_configured_prompt_then_limit_and_plain_tex
     assert request.kind == "compact"
     assert request.system_prompt.startswith("Keep the dialogue.\n\n")
     assert "plain text" in request.system_prompt and "Markdown" in request.system_prompt
-    topic = Section(SectionSpec("sample.notes", "incremental", 1000), CompactionSettings(756, prompts))
+    topic = Section(
+        SectionSpec("sample.notes", "incremental", 1000), CompactionSettings(756, prompts)
+    )
     topic_state = topic.new_state("g")
     for i in range(6):
         update(topic, topic_state, i)
@@ -135,7 +149,9 @@ def test_request_material_is_previous_summary_then_oldest_entries_oldest_first()
         update(section, state, i)
     second = section.next_compaction(state)
     assert second.user_message == compact_message("S1", [entry.text for entry in state.entries])
-    assert second.user_message.startswith("<previous_summary>\nS1\n</previous_summary>\n\n<material>\n")
+    assert second.user_message.startswith(
+        "<previous_summary>\nS1\n</previous_summary>\n\n<material>\n"
+    )
 
 
 def test_larger_backlog_is_compacted_oldest_first_in_several_requests_within_the_input_budget():
@@ -155,7 +171,8 @@ def test_larger_backlog_is_compacted_oldest_first_in_several_requests_within_the
         assert section.apply_result(state, ok(request, summary)) is ApplyStatus.APPLIED
         request = section.next_compaction(state)
     assert len(snapshots) == 3
-    assert [i for snapshot in snapshots for i in snapshot] == list(range(1, 31))  # oldest first, all of them
+    # oldest first, all of them
+    assert [i for snapshot in snapshots for i in snapshot] == list(range(1, 31))
     assert [len(s) for s in snapshots] == [12, 11, 7]
     assert state.entries == [] and state.summary == "S3" * 50
 
@@ -226,7 +243,9 @@ def test_summary_topic_is_never_compacted_and_each_update_replaces_its_state():
     assert section.next_compaction(state) is None
     blocks = section.render(state).blocks
     assert [block.timestamp_us for block in blocks] == [T0 + SECOND]
-    assert blocks[0].text.startswith("[2024-05-01 14:13:06 UTC] [sample.notes] Current state: window B open")
+    assert blocks[0].text.startswith(
+        "[2024-05-01 14:13:06 UTC] [sample.notes] Current state: window B open"
+    )
 
 
 def test_only_one_compaction_job_is_in_flight_per_section():
@@ -244,7 +263,9 @@ def test_operations_of_another_section_kind_are_rejected_naming_the_operation():
     dialogue, topic = make_dialogue(), make_topic()
     with pytest.raises(ValueError, match="append_update: section 'dialogue' is a dialogue section"):
         dialogue.append_update(dialogue.new_state("g"), "x", timestamp_us=T0)
-    with pytest.raises(ValueError, match="record_exchange: section 'sample.notes' is a incremental section"):
+    with pytest.raises(
+        ValueError, match="record_exchange: section 'sample.notes' is a incremental section"
+    ):
         topic.record_exchange(topic.new_state("g"), "q", "a", timestamp_us=T0, exchange_id=None)
     with pytest.raises(ValueError, match="replace_state"):
         topic.replace_state(topic.new_state("g"), "x", timestamp_us=T0)
@@ -261,7 +282,9 @@ def test_timestamps_must_be_unix_microseconds_a_block_can_show():
 
 
 def test_section_rejects_an_input_budget_below_half_its_budget_plus_256():
-    with pytest.raises(ValueError, match="compaction_input_budget_bytes: must be at least half the section budget"):
+    with pytest.raises(
+        ValueError, match="compaction_input_budget_bytes: must be at least half the section budget"
+    ):
         Section(SectionSpec("dialogue", "dialogue", 1000), CompactionSettings(755))
     Section(SectionSpec("dialogue", "dialogue", 1000), CompactionSettings(756))
 
@@ -273,7 +296,7 @@ def test_section_spec_requires_a_name_and_a_positive_budget():
         SectionSpec("dialogue", "dialogue", 0)
 
 
-# --- snapshot and watermark (docs/context.md, "Snapshot compaction") -----------------------------------------------------
+# --- snapshot and watermark (docs/context.md, "Snapshot compaction") -----------------------
 
 
 def test_entries_added_during_an_in_flight_compaction_survive_it():
@@ -363,7 +386,9 @@ def test_state_journaled_mid_compaction_restores_and_accepts_the_result():
     assert restored == state
     assert section.apply_result(restored, ok(request, "S")) is ApplyStatus.APPLIED
     assert restored.summary == "S"
-    assert section.record_exchange(restored, "q0", "x", timestamp_us=T0, exchange_id="turn-0") is False
+    assert (
+        section.record_exchange(restored, "q0", "x", timestamp_us=T0, exchange_id="turn-0") is False
+    )
 
 
 def test_revision_increases_when_the_rendered_section_can_change_and_only_then():
@@ -415,9 +440,11 @@ def test_condensed_summary_within_the_limit_is_applied():
 
 
 def test_condense_cut_off_keeps_start_and_end_of_the_summary_within_the_limit():
-    section, state, long_summary = over_limit_setup()
+    section, state, _long_summary = over_limit_setup()
     condense = section.next_compaction(state)
-    status = section.apply_result(state, CompactionResult(condense.job, "Start of", finish_reason="length"))
+    status = section.apply_result(
+        state, CompactionResult(condense.job, "Start of", finish_reason="length")
+    )
     assert status is ApplyStatus.CLIPPED
     assert utf8_size(state.summary) <= 250
     assert state.summary.startswith("Start of the long summary.")
@@ -441,8 +468,12 @@ def test_condensed_summary_still_too_long_keeps_its_start_and_end_within_the_lim
 def test_condense_empty_or_failed_keeps_start_and_end_of_the_summary(result):
     section, state, _ = over_limit_setup()
     condense = section.next_compaction(state)
-    assert section.apply_result(state, CompactionResult(condense.job, **result)) is ApplyStatus.CLIPPED
-    assert state.summary.startswith("Start of the long summary.") and utf8_size(state.summary) <= 250
+    assert (
+        section.apply_result(state, CompactionResult(condense.job, **result)) is ApplyStatus.CLIPPED
+    )
+    assert (
+        state.summary.startswith("Start of the long summary.") and utf8_size(state.summary) <= 250
+    )
 
 
 def test_condense_request_material_larger_than_the_input_budget_keeps_start_and_end():
@@ -455,7 +486,11 @@ def test_condense_request_material_larger_than_the_input_budget_keeps_start_and_
     condense = section.next_compaction(state)
     material = condense.user_message.removeprefix("<summary>\n").removesuffix("\n</summary>")
     assert utf8_size(material) <= 756
-    assert material.startswith("Huge start.") and material.endswith("Huge end.") and OMISSION_MARKER in material
+    assert (
+        material.startswith("Huge start.")
+        and material.endswith("Huge end.")
+        and OMISSION_MARKER in material
+    )
 
 
 # --- table row: empty summary, cut off, or an error ----------------------------------------
@@ -480,7 +515,9 @@ def test_failed_compaction_keeps_entries_and_retries_after_the_sections_next_ent
         update(section, state, i)
     request = section.next_compaction(state)
     kept = list(state.entries)
-    assert section.apply_result(state, CompactionResult(request.job, **result)) is ApplyStatus.FAILED
+    assert (
+        section.apply_result(state, CompactionResult(request.job, **result)) is ApplyStatus.FAILED
+    )
     assert state.entries == kept and state.summary == ""
     assert section.next_compaction(state) is None  # not before the next entry
     update(section, state, 6)
@@ -543,7 +580,9 @@ def test_section_over_budget_while_pending_leaves_out_oldest_keeps_newest_and_wa
     for i in range(6, 14):
         exchange(section, state, i, size=100)  # 1400 bytes stored, compaction pending
     rendered = section.render(state)
-    assert [block.timestamp_us for block in rendered.blocks] == [T0 + i * SECOND for i in range(4, 14)]
+    assert [block.timestamp_us for block in rendered.blocks] == [
+        T0 + i * SECOND for i in range(4, 14)
+    ]
     assert rendered_bytes(section, state) <= 1000
     assert rendered.warning is not None
     assert rendered.warning.omitted_entries == 4 and not rendered.warning.clipped_newest
@@ -565,7 +604,9 @@ def test_over_budget_rendering_counts_the_summary_against_the_budget():
         update(section, state, i)
     rendered = section.render(state)
     assert rendered.blocks[0].timestamp_us is None
-    assert utf8_size(rendered.blocks[0].text) == 250 + len("Summary of earlier [sample.notes] context: ")
+    assert utf8_size(rendered.blocks[0].text) == 250 + len(
+        "Summary of earlier [sample.notes] context: "
+    )
     assert len(rendered.blocks) == 1 + 7 and rendered.warning.omitted_entries == 1
     assert rendered_bytes(section, state) <= 1000
 
@@ -583,7 +624,13 @@ def test_one_very_large_exchange_renders_its_start_and_end_within_the_budget():
     section = make_dialogue(budget=1000)
     state = section.new_state("g")
     exchange(section, state, 0)
-    section.record_exchange(state, "Tell me everything", "A" * 5000 + " THE END", timestamp_us=T0 + SECOND, exchange_id="big")
+    section.record_exchange(
+        state,
+        "Tell me everything",
+        "A" * 5000 + " THE END",
+        timestamp_us=T0 + SECOND,
+        exchange_id="big",
+    )
     rendered = section.render(state)
     (block,) = rendered.blocks
     assert block.timestamp_us == T0 + SECOND
@@ -599,7 +646,11 @@ def test_one_very_large_update_renders_its_start_and_end_within_the_budget():
     state = section.new_state("g")
     section.append_update(state, "Sensor dump: " + "0" * 4000 + " checksum 42", timestamp_us=T0)
     (block,) = section.render(state).blocks
-    assert "Sensor dump:" in block.text and block.text.endswith("checksum 42") and utf8_size(block.text) <= 500
+    assert (
+        "Sensor dump:" in block.text
+        and block.text.endswith("checksum 42")
+        and utf8_size(block.text) <= 500
+    )
 
 
 def test_other_sections_are_unaffected_by_a_section_over_its_budget():
@@ -626,10 +677,14 @@ def test_other_sections_are_unaffected_by_a_section_over_its_budget():
 def test_summary_topic_update_over_its_budget_keeps_start_and_end_within_the_budget():
     section = make_topic(budget=300, kind="summary")
     state = section.new_state("g")
-    section.replace_state(state, "Window: editor. " + "w" * 1000 + " Cursor at line 42.", timestamp_us=T0)
+    section.replace_state(
+        state, "Window: editor. " + "w" * 1000 + " Cursor at line 42.", timestamp_us=T0
+    )
     (block,) = section.render(state).blocks
     assert utf8_size(block.text) <= 300
-    assert block.text.startswith("[2024-05-01 14:13:05 UTC] [sample.notes] Current state: Window: editor.")
+    assert block.text.startswith(
+        "[2024-05-01 14:13:05 UTC] [sample.notes] Current state: Window: editor."
+    )
     assert block.text.endswith("Cursor at line 42.") and OMISSION_MARKER in block.text
     assert section.render(state).warning is None
 
@@ -660,7 +715,9 @@ def test_reconcile_adds_the_contiguous_tail_after_the_last_known_exchange():
         exchange(section, state, i)
     exchanges, ids = history(0, 1, 2, 3, 4, 5)
     assert section.reconcile_history(state, exchanges, exchange_ids=ids, now_us=T0) == 2
-    assert [entry.timestamp_us for entry in state.entries] == [T0 + i * SECOND for i in (1, 3, 4, 5)]
+    assert [entry.timestamp_us for entry in state.entries] == [
+        T0 + i * SECOND for i in (1, 3, 4, 5)
+    ]
     assert section.reconcile_history(state, exchanges, exchange_ids=ids, now_us=T0) == 0
 
 
@@ -677,20 +734,29 @@ def test_reconcile_records_an_exchange_without_time_at_now():
     now = T0 + 60 * SECOND
     section.reconcile_history(state, [("q", "a", None)], exchange_ids=[None], now_us=now)
     assert state.entries[0].timestamp_us == now
-    assert section.reconcile_history(state, [("q", "a", None)], exchange_ids=[None], now_us=now + SECOND) == 0
+    assert (
+        section.reconcile_history(
+            state, [("q", "a", None)], exchange_ids=[None], now_us=now + SECOND
+        )
+        == 0
+    )
 
 
 def test_reconcile_requires_one_id_per_exchange():
     section = make_dialogue()
     with pytest.raises(ValueError, match="exchange_ids: must have exactly one id per exchange"):
-        section.reconcile_history(section.new_state("g"), [("q", "a", T0)], exchange_ids=[], now_us=T0)
+        section.reconcile_history(
+            section.new_state("g"), [("q", "a", T0)], exchange_ids=[], now_us=T0
+        )
 
 
 def test_reconcile_with_an_invalid_timestamp_adds_nothing():
     section = make_dialogue()
     state = section.new_state("g")
     with pytest.raises(ValueError, match="timestamp_us"):
-        section.reconcile_history(state, [("q", "a", T0), ("q2", "a2", -5)], exchange_ids=["x", "y"], now_us=T0)
+        section.reconcile_history(
+            state, [("q", "a", T0), ("q2", "a2", -5)], exchange_ids=["x", "y"], now_us=T0
+        )
     assert state.entries == [] and not state.exchange_identities
 
 
@@ -698,7 +764,9 @@ def test_recording_an_exchange_whose_id_is_known_adds_nothing():
     section = make_dialogue()
     state = section.new_state("g")
     assert section.record_exchange(state, "q", "a", timestamp_us=T0, exchange_id="turn-1")
-    assert not section.record_exchange(state, "q again", "a", timestamp_us=T0 + SECOND, exchange_id="turn-1")
+    assert not section.record_exchange(
+        state, "q again", "a", timestamp_us=T0 + SECOND, exchange_id="turn-1"
+    )
     assert len(state.entries) == 1
 
 

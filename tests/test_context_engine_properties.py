@@ -46,13 +46,18 @@ def sections(draw) -> Section:
     kind = draw(st.sampled_from(["dialogue", "incremental"]))
     budget = draw(st.integers(200, 1_500))
     input_budget = min_input_budget(budget) + draw(st.integers(0, 300))
-    return Section(SectionSpec("dialogue" if kind == "dialogue" else "sample.notes", kind, budget), CompactionSettings(input_budget))
+    return Section(
+        SectionSpec("dialogue" if kind == "dialogue" else "sample.notes", kind, budget),
+        CompactionSettings(input_budget),
+    )
 
 
 def add(section: Section, state, text: str, offset_s: int, counter: int) -> None:
     timestamp = T0 + offset_s * 1_000_000
     if section.spec.kind == "dialogue":
-        section.record_exchange(state, f"q{counter}", text, timestamp_us=timestamp, exchange_id=counter)
+        section.record_exchange(
+            state, f"q{counter}", text, timestamp_us=timestamp, exchange_id=counter
+        )
     else:
         section.append_update(state, text, timestamp_us=timestamp)
 
@@ -62,7 +67,9 @@ def result_for(request, outcome: str) -> CompactionResult:
     if outcome == "within":
         return CompactionResult(request.job, "é" * (limit // 2), finish_reason="stop")
     if outcome == "over":
-        return CompactionResult(request.job, "start " + "o" * (2 * limit) + " end", finish_reason="stop")
+        return CompactionResult(
+            request.job, "start " + "o" * (2 * limit) + " end", finish_reason="stop"
+        )
     if outcome == "empty":
         return CompactionResult(request.job, "", finish_reason="stop")
     if outcome == "length":
@@ -90,7 +97,9 @@ def check_rendering(section: Section, state) -> None:
         assert OMISSION_MARKER in dated[0].text and rendered.warning.clipped_newest
     else:
         assert [block.text for block in dated] == [entry.text for entry in tail]
-    assert (rendered.warning is None) == (len(dated) == len(state.entries) and dated[0].text == state.entries[0].text)
+    assert (rendered.warning is None) == (
+        len(dated) == len(state.entries) and dated[0].text == state.entries[0].text
+    )
 
 
 @PROPERTY_SETTINGS
@@ -121,12 +130,17 @@ def test_random_operations_keep_entries_budgets_and_snapshots_consistent(section
             snapshot = state.pending.entry_ids
             assert set(snapshot) <= alive
             if request.kind == "compact":
-                assert material_bytes(request, summary_before, len(snapshot)) <= section.settings.input_budget_bytes
+                assert (
+                    material_bytes(request, summary_before, len(snapshot))
+                    <= section.settings.input_budget_bytes
+                )
                 if section.spec.kind == "dialogue":
                     assert state.entries[-1].entry_id not in snapshot  # newest stays verbatim
         assert {entry.entry_id for entry in state.entries} == alive
         assert utf8_size(state.summary) <= section.spec.summary_limit_bytes
-        assert [(e.timestamp_us, e.entry_id) for e in state.entries] == sorted((e.timestamp_us, e.entry_id) for e in state.entries)
+        assert [(e.timestamp_us, e.entry_id) for e in state.entries] == sorted(
+            (e.timestamp_us, e.entry_id) for e in state.entries
+        )
         check_rendering(section, state)
 
 
@@ -137,7 +151,9 @@ def test_random_operations_keep_entries_budgets_and_snapshots_consistent(section
     during=st.lists(st.tuples(TEXT, st.integers(0, 600)), min_size=1, max_size=10),
     outcome=st.sampled_from(["within", "over"]),
 )
-def test_entries_added_during_an_in_flight_compaction_always_survive_it(section, before, during, outcome):
+def test_entries_added_during_an_in_flight_compaction_always_survive_it(
+    section, before, during, outcome
+):
     state = section.new_state("g")
     for counter, (text, offset) in enumerate(before):
         add(section, state, text, offset, counter)
@@ -158,7 +174,11 @@ def test_entries_added_during_an_in_flight_compaction_always_survive_it(section,
 
 
 @PROPERTY_SETTINGS
-@given(section=sections(), texts=st.lists(TEXT, min_size=6, max_size=30), generation=st.text(min_size=1, max_size=8))
+@given(
+    section=sections(),
+    texts=st.lists(TEXT, min_size=6, max_size=30),
+    generation=st.text(min_size=1, max_size=8),
+)
 def test_a_result_whose_snapshot_no_longer_matches_is_discarded(section, texts, generation):
     old = section.new_state(generation)
     for counter, text in enumerate(texts):
@@ -178,7 +198,10 @@ def test_a_result_whose_snapshot_no_longer_matches_is_discarded(section, texts, 
 @PROPERTY_SETTINGS
 @given(text=st.text(ALPHABET, max_size=200), state_budget=st.integers(1, 400))
 def test_summary_topic_state_never_exceeds_its_budget(text, state_budget):
-    section = Section(SectionSpec("w", "summary", state_budget), CompactionSettings(min_input_budget(state_budget)))
+    section = Section(
+        SectionSpec("w", "summary", state_budget),
+        CompactionSettings(min_input_budget(state_budget)),
+    )
     state = section.new_state("g")
     section.replace_state(state, text, timestamp_us=T0)
     assert sum(utf8_size(block.text) for block in section.render(state).blocks) <= state_budget

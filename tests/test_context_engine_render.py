@@ -61,11 +61,17 @@ def test_time_is_shown_in_utc_to_the_second_from_the_given_microseconds():
 
 
 def test_exchange_renders_its_time_then_user_and_assistant_lines():
-    assert exchange_text("When?", "At 3.", T0) == "[2024-05-01 14:13:05 UTC] User: When?\nAssistant: At 3."
+    assert (
+        exchange_text("When?", "At 3.", T0)
+        == "[2024-05-01 14:13:05 UTC] User: When?\nAssistant: At 3."
+    )
 
 
 def test_incremental_update_renders_its_time_and_topic():
-    assert update_text("sample.notes", "Buy milk", T0) == "[2024-05-01 14:13:05 UTC] [sample.notes] Buy milk"
+    assert (
+        update_text("sample.notes", "Buy milk", T0)
+        == "[2024-05-01 14:13:05 UTC] [sample.notes] Buy milk"
+    )
 
 
 def test_summary_topic_state_renders_as_the_topics_current_state():
@@ -77,7 +83,10 @@ def test_summary_topic_state_renders_as_the_topics_current_state():
 
 def test_summaries_are_introduced_by_their_section():
     assert summary_label("dialogue", dialogue=True) == "Summary of earlier conversation: "
-    assert summary_label("sample.notes", dialogue=False) == "Summary of earlier [sample.notes] context: "
+    assert (
+        summary_label("sample.notes", dialogue=False)
+        == "Summary of earlier [sample.notes] context: "
+    )
     assert summary_label("dialogue", dialogue=False) == "Summary of earlier [dialogue] context: "
 
 
@@ -85,7 +94,11 @@ def test_summaries_are_introduced_by_their_section():
 
 
 def test_participant_blocks_are_summaries_first_then_entries_in_recorded_time_order():
-    dialogue = [ContextBlock(None, "dialogue summary"), ContextBlock(30, "exchange at 30"), ContextBlock(50, "exchange at 50")]
+    dialogue = [
+        ContextBlock(None, "dialogue summary"),
+        ContextBlock(30, "exchange at 30"),
+        ContextBlock(50, "exchange at 50"),
+    ]
     notes = [ContextBlock(None, "notes summary"), ContextBlock(40, "note at 40")]
     window = [ContextBlock(10, "window state at 10")]
     merged = render_participant([dialogue, notes, window])

@@ -27,25 +27,45 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_manager_the_plan_and_the_config_check_through_the_same_options():
-    kwargs = {"incremental_context_topics": ("notes",), "topic_budget_bytes": {"notes": 2_000},
-              "compaction_workers": 3, "namespace": "ctx"}
+    kwargs = {
+        "incremental_context_topics": ("notes",),
+        "topic_budget_bytes": {"notes": 2_000},
+        "compaction_workers": 3,
+        "namespace": "ctx",
+    }
     options = context_options(**kwargs)
     assert isinstance(options, ContextOptions)
     assert context_plan(**kwargs) == plan_of(options)
     assert config_of(options) == context_config(
-        incremental_context_topics=("notes",), topic_budget_bytes={"notes": 2_000})
+        incremental_context_topics=("notes",), topic_budget_bytes={"notes": 2_000}
+    )
     manager = ContextManager(ScriptedLLM(), **kwargs)
     assert manager.plan == plan_of(options)
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"compaction_workers": 0}, "compaction_workers: must be a positive int, got 0"),
-    ({"section_hosts": True}, "section_hosts: must be a positive int, got True"),
-    ({"compaction_timeout_s": -1}, "compaction_timeout_s: must be a positive number of seconds, got -1"),
-    ({"compaction_timeout_s": float("inf")}, "compaction_timeout_s: must be a finite number, got inf"),
-    ({"namespace": "a\x00b"}, "namespace: must be a non-empty string without NUL, got 'a\\x00b'"),
-    ({"dialogue_budget_bytes": "8000"}, "dialogue_budget_bytes: must be a positive int of bytes, got '8000'"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"compaction_workers": 0}, "compaction_workers: must be a positive int, got 0"),
+        ({"section_hosts": True}, "section_hosts: must be a positive int, got True"),
+        (
+            {"compaction_timeout_s": -1},
+            "compaction_timeout_s: must be a positive number of seconds, got -1",
+        ),
+        (
+            {"compaction_timeout_s": float("inf")},
+            "compaction_timeout_s: must be a finite number, got inf",
+        ),
+        (
+            {"namespace": "a\x00b"},
+            "namespace: must be a non-empty string without NUL, got 'a\\x00b'",
+        ),
+        (
+            {"dialogue_budget_bytes": "8000"},
+            "dialogue_budget_bytes: must be a positive int of bytes, got '8000'",
+        ),
+    ],
+)
 def test_each_rule_comes_from_the_fields_meta_and_names_the_parameter(kwargs, message):
     with pytest.raises(ValueError) as plan_error:
         context_plan(**kwargs)
@@ -65,7 +85,9 @@ def test_the_edge_table_is_held_to_the_same_budget_type_when_decoded():
     with pytest.raises(ConfigError) as error:
         decode_config({"context": {"dialogue_budget_bytes": 0}}, source="edge.toml")
     assert (error.value.key, error.value.rule) == (
-        "context.dialogue_budget_bytes", "must be a positive int of bytes, got 0")
+        "context.dialogue_budget_bytes",
+        "must be a positive int of bytes, got 0",
+    )
     settings = decode_config({"context": {"topics": {"notes": {"mode": "incremental"}}}}).context
     assert settings.options() == context_options(**settings.manager_kwargs())
 
@@ -80,16 +102,25 @@ class Outer(msgspec.Struct, forbid_unknown_fields=True):
     limit: Annotated[int, msgspec.Meta(gt=0, description="a positive limit")] | None = None
 
 
-@pytest.mark.parametrize(("value", "problem"), [
-    ({"itemz": []}, Problem(("itemz",), "unknown key; did you mean 'items'?")),
-    ({"items": [{"count": 1}, {}]}, Problem(("items", 1, "count"), "is required")),
-    ({"items": [{"count": 0}]}, Problem(("items", 0, "count"), "must be >= 1")),
-    ({"items": [{"count": 1, "ratio": "x"}]}, Problem(("items", 0, "ratio"), "must be a number, got a string")),
-    ({"items": {}}, Problem(("items",), "must be an array, got a table")),
-    ({"limit": 0}, Problem(("limit",), "must be a positive limit, got 0")),
-    ({"limit": "x"}, Problem(("limit",), "must be an integer or nothing, got a string")),
-    ({"items": [{"count": True}]}, Problem(("items", 0, "count"), "must be an integer, got a boolean")),
-])
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ({"itemz": []}, Problem(("itemz",), "unknown key; did you mean 'items'?")),
+        ({"items": [{"count": 1}, {}]}, Problem(("items", 1, "count"), "is required")),
+        ({"items": [{"count": 0}]}, Problem(("items", 0, "count"), "must be >= 1")),
+        (
+            {"items": [{"count": 1, "ratio": "x"}]},
+            Problem(("items", 0, "ratio"), "must be a number, got a string"),
+        ),
+        ({"items": {}}, Problem(("items",), "must be an array, got a table")),
+        ({"limit": 0}, Problem(("limit",), "must be a positive limit, got 0")),
+        ({"limit": "x"}, Problem(("limit",), "must be an integer or nothing, got a string")),
+        (
+            {"items": [{"count": True}]},
+            Problem(("items", 0, "count"), "must be an integer, got a boolean"),
+        ),
+    ],
+)
 def test_a_value_that_does_not_convert_is_explained_from_the_types_structure(value, problem):
     with pytest.raises(msgspec.ValidationError):
         msgspec.convert(value, Outer)
@@ -108,4 +139,6 @@ def test_a_value_that_converts_has_nothing_to_explain():
 def test_no_config_module_parses_msgspecs_error_messages():
     for path in ("actors/edge/config.py", "actors/context/config.py", "actors/context/plan.py"):
         text = (ROOT / path).read_text(encoding="utf-8")
-        assert "unknown field `" not in text and "Expected `" not in text and " - at `" not in text, path
+        assert (
+            "unknown field `" not in text and "Expected `" not in text and " - at `" not in text
+        ), path

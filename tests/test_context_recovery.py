@@ -24,13 +24,14 @@ import threading
 
 import pytest
 
-from buses import broker_process, expect_line, python, reap
 from xrmq.actors.context import ContextManager
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import OfflineLLM
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.schemas import AgentTurn, ConversationContextUpdate
 from xrmq.topics import VOICE_OUTPUT_TOPIC
+
+from buses import broker_process, expect_line, python, reap
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -224,9 +225,8 @@ async def test_killing_the_section_host_mid_compaction_and_mid_burst_loses_no_ac
                 sections = await restart(bus, journal, context)
                 procs.append(sections)
                 assert {pid: context.blocks(pid) for pid in PARTICIPANTS} == expected
-                await lines.until(
-                    lambda w: w.count("job-started") >= len(HELD)
-                )  # the pending jobs, re-issued
+                # the pending jobs, re-issued
+                await lines.until(lambda w: w.count("job-started") >= len(HELD))
                 control(worker, "open")
                 print("re-issued jobs answered; bursts next", flush=True)
                 await until(
@@ -274,9 +274,8 @@ async def test_killing_the_section_host_mid_compaction_and_mid_burst_loses_no_ac
                             )
                         writes.append((pid, text))
                         if k % 5 == 4:
-                            await asyncio.sleep(
-                                0
-                            )  # let the bus carry some (and the host acknowledge them)
+                            # let the bus carry some (and the host acknowledge them)
+                            await asyncio.sleep(0)
                     sections.wait()
                     sections = await restart(bus, journal, context)
                     procs.append(sections)
@@ -328,9 +327,8 @@ async def test_a_host_restarted_without_its_journal_is_never_served_stale(tmp_pa
                 sections.send_signal(signal.SIGKILL)
                 sections.wait()
                 resyncs = context.resyncs
-                sections = python(
-                    "context_sections.py", bus, json.dumps(PLAN)
-                )  # no journal: it starts empty
+                # no journal: it starts empty
+                sections = python("context_sections.py", bus, json.dumps(PLAN))
                 procs.append(sections)
                 await asyncio.to_thread(expect_line, sections, "ready")
                 await until(context, lambda: context.resyncs > resyncs)

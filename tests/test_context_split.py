@@ -18,10 +18,11 @@ import subprocess
 
 import pytest
 
-from buses import broker_process, expect_line, python, reap
 from xrmq.actors.context import ContextManager
 from xrmq.actors.models import ScriptedLLM
 from xrmq.actors.runtime import AgentRuntime
+
+from buses import broker_process, expect_line, python, reap
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -49,7 +50,9 @@ async def run_manager(bus: str, workers: list[subprocess.Popen]) -> tuple[dict, 
     runtime.register("context", context.subscriber())
     async with runtime:
         try:
-            context.record_exchange("p1", "Where is the sensor?", "Bay 4.", timestamp_us=1, exchange_id="t1")
+            context.record_exchange(
+                "p1", "Where is the sensor?", "Bay 4.", timestamp_us=1, exchange_id="t1"
+            )
             assert "Bay 4." in context.blocks("p1")[0].text  # read-your-writes across processes
             sensor = python("context_sensor.py", bus, "sample.notes", str(UPDATES), *PARTICIPANTS)
             try:
@@ -63,7 +66,8 @@ async def run_manager(bus: str, workers: list[subprocess.Popen]) -> tuple[dict, 
                 await context.changed()
             await context.synced()
             seen = {p: tokens(context, p) for p in PARTICIPANTS}
-            assert any("Bay 4." in block.text for block in context.blocks("p1"))  # the section's view has it
+            # the section's view has it
+            assert any("Bay 4." in block.text for block in context.blocks("p1"))
             await context.clear("p2")
             assert context.blocks("p2") == ()
             return seen, started.split()[1]
@@ -75,16 +79,23 @@ def test_split_deployment_loses_no_update_when_a_worker_is_killed_mid_job():
     with broker_process() as bus:
         plan = json.dumps(PLAN)
         sections = python("context_sections.py", bus, plan)
-        workers = [python("context_worker.py", bus, plan, "0", "hang"),
-                   python("context_worker.py", bus, plan, "1", "cover")]
+        workers = [
+            python("context_worker.py", bus, plan, "0", "hang"),
+            python("context_worker.py", bus, plan, "1", "cover"),
+        ]
         try:
             for proc in (sections, *workers):
                 expect_line(proc, "ready")
             seen, killed_job = asyncio.run(asyncio.wait_for(run_manager(bus, workers), 45))
         finally:
             reap(sections, *workers)
-        survivor_jobs = {line.split()[1] for line in workers[1].stdout.read().splitlines() if line.startswith("job ")}
+        survivor_jobs = {
+            line.split()[1]
+            for line in workers[1].stdout.read().splitlines()
+            if line.startswith("job ")
+        }
     assert workers[0].returncode == -signal.SIGKILL
     assert killed_job in survivor_jobs  # the killed worker's job was retried at the other worker
     for participant in PARTICIPANTS:
-        assert seen[participant] == {f"{participant}-u{m}" for m in range(UPDATES)}  # nothing lost, nothing foreign
+        # nothing lost, nothing foreign
+        assert seen[participant] == {f"{participant}-u{m}" for m in range(UPDATES)}

@@ -1,4 +1,5 @@
-"""Conversation (docs/context.md): one test per rule, against a recording publisher and a context double."""
+"""Conversation (docs/context.md): one test per rule, against a recording publisher and a context
+double."""
 
 from __future__ import annotations
 
@@ -9,11 +10,21 @@ import pytest
 from xrmq.actors.conversation import DEFAULT_ROUTING, Conversation, default_system_prompt
 from xrmq.actors.models import ChatMessage, ModelError, ScriptedLLM, ScriptedResponse
 from xrmq.actors.routing.agent import RoutingTurnContext, routed_turn
-from xrmq.schemas import Admission, AgentExchange, AgentTurn, ContextBlock, DestinationResult, ResponseOutput, RoutingAid
+from xrmq.schemas import (
+    Admission,
+    AgentExchange,
+    AgentTurn,
+    ContextBlock,
+    DestinationResult,
+    ResponseOutput,
+    RoutingAid,
+)
 from xrmq.topics import VOICE_OUTPUT_TOPIC
 
 NOW_US = 1_714_574_587_000_000  # 2024-05-01 14:43:07 UTC
-TURN = AgentTurn("p1", "turn-1", "When is the calibration meeting?", timestamp_us=1_714_574_580_000_000)
+TURN = AgentTurn(
+    "p1", "turn-1", "When is the calibration meeting?", timestamp_us=1_714_574_580_000_000
+)
 
 
 class PublishFailed(Exception):
@@ -23,7 +34,9 @@ class PublishFailed(Exception):
 class Recorder:
     """Publisher and context double sharing one event log, so tests can assert order."""
 
-    def __init__(self, blocks: tuple[ContextBlock, ...] = (), fail_publish_at: int | None = None) -> None:
+    def __init__(
+        self, blocks: tuple[ContextBlock, ...] = (), fail_publish_at: int | None = None
+    ) -> None:
         self.log: list[tuple] = []
         self.blocks_by_participant = {"p1": blocks}
         self.fail_publish_at = fail_publish_at
@@ -71,8 +84,14 @@ class Recorder:
 
 
 def conversation(llm, recorder: Recorder, **kwargs) -> Conversation:
-    return Conversation(llm, context=recorder, runtime=recorder, output_topic=VOICE_OUTPUT_TOPIC,
-                        clock=lambda: NOW_US, **kwargs)
+    return Conversation(
+        llm,
+        context=recorder,
+        runtime=recorder,
+        output_topic=VOICE_OUTPUT_TOPIC,
+        clock=lambda: NOW_US,
+        **kwargs,
+    )
 
 
 # -- prompt layout ------------------------------------------------------------------------
@@ -83,7 +102,8 @@ GOLDEN_SYSTEM = (
     "background information that other agents supplied, each shown with the time it was recorded. "
     "When pieces of context disagree, prefer the most recent one, and say so when it matters. If "
     "neither your knowledge nor the context answers the question, say that briefly instead of "
-    "guessing. Keep answers short and easy to follow by ear: plain sentences, no lists, markup or emoji."
+    "guessing. Keep answers short and easy to follow by ear: plain sentences, no lists, markup or "
+    "emoji."
     "\n\nAnswer general questions about the lab."
 )
 GOLDEN_CONTEXT = (
@@ -98,12 +118,20 @@ GOLDEN_CONTEXT = (
 async def test_request_is_three_messages_matching_the_golden_request_byte_for_byte():
     blocks = (
         ContextBlock(None, "Summary of earlier conversation: The user asked about lab hours."),
-        ContextBlock(1_714_572_785_000_000, "[2024-05-01 14:13:05 UTC] User: Where is room B?\nAssistant: On the second floor."),
-        ContextBlock(1_714_573_080_000_000, "[2024-05-01 14:18:00 UTC] [sample.notes] Calibration moved to 15:30."),
+        ContextBlock(
+            1_714_572_785_000_000,
+            "[2024-05-01 14:13:05 UTC] User: Where is room B?\nAssistant: On the second floor.",
+        ),
+        ContextBlock(
+            1_714_573_080_000_000,
+            "[2024-05-01 14:18:00 UTC] [sample.notes] Calibration moved to 15:30.",
+        ),
     )
     recorder = Recorder(blocks)
     llm = ScriptedLLM("At 15:30.")
-    await conversation(llm, recorder, instructions="Answer general questions about the lab.").answer(TURN, started=recorder.started)
+    await conversation(
+        llm, recorder, instructions="Answer general questions about the lab."
+    ).answer(TURN, started=recorder.started)
     assert llm.requests[0].messages == (
         ChatMessage("system", GOLDEN_SYSTEM),
         ChatMessage("user", GOLDEN_CONTEXT),
@@ -115,7 +143,9 @@ async def test_without_context_the_context_message_is_only_the_current_time():
     recorder = Recorder()
     llm = ScriptedLLM("Hello.")
     await conversation(llm, recorder).answer(TURN, started=recorder.started)
-    assert llm.requests[0].messages[1] == ChatMessage("user", "Current time: 2024-05-01 14:43:07 UTC")
+    assert llm.requests[0].messages[1] == ChatMessage(
+        "user", "Current time: 2024-05-01 14:43:07 UTC"
+    )
 
 
 async def test_without_instructions_the_system_message_is_the_system_prompt_alone():
@@ -128,7 +158,9 @@ async def test_without_instructions_the_system_message_is_the_system_prompt_alon
 async def test_system_prompt_replaces_the_default_entirely_and_instructions_follow_it():
     recorder = Recorder()
     llm = ScriptedLLM("Hello.")
-    await conversation(llm, recorder, system_prompt="You are Ada.", instructions="Be brief.").answer(TURN, started=recorder.started)
+    await conversation(
+        llm, recorder, system_prompt="You are Ada.", instructions="Be brief."
+    ).answer(TURN, started=recorder.started)
     assert llm.requests[0].messages[0] == ChatMessage("system", "You are Ada.\n\nBe brief.")
 
 
@@ -136,9 +168,17 @@ async def test_system_message_holds_no_clock_so_it_is_an_identical_prefix_across
     recorder = Recorder()
     times = iter([NOW_US, NOW_US + 3_600_000_000])
     llm = ScriptedLLM("One.", "Two.")
-    agent = Conversation(llm, context=recorder, runtime=recorder, output_topic=VOICE_OUTPUT_TOPIC, clock=lambda: next(times))
+    agent = Conversation(
+        llm,
+        context=recorder,
+        runtime=recorder,
+        output_topic=VOICE_OUTPUT_TOPIC,
+        clock=lambda: next(times),
+    )
     await agent.answer(TURN, started=recorder.started)
-    await agent.answer(AgentTurn("p1", "turn-2", "And now?", timestamp_us=NOW_US), started=recorder.started)
+    await agent.answer(
+        AgentTurn("p1", "turn-2", "And now?", timestamp_us=NOW_US), started=recorder.started
+    )
     first, second = (request.messages for request in llm.requests)
     assert first[0] == second[0]
     assert first[1] != second[1]  # the current time moved, in the context message only
@@ -158,16 +198,39 @@ def test_default_system_prompt_is_a_general_assistant_without_tools_camera_or_cl
 async def test_reply_frames_answer_the_turn_id_with_the_routing_name_and_the_turn_timestamp():
     recorder = Recorder()
     with routed_turn(RoutingTurnContext("lab-chat", "p1", "turn-1", False)):
-        await conversation(ScriptedLLM("At 15:30."), recorder).answer(TURN, started=recorder.started)
+        await conversation(ScriptedLLM("At 15:30."), recorder).answer(
+            TURN, started=recorder.started
+        )
     frames = [entry for entry in recorder.log if entry[0] == "frame"]
     assert [(topic, kwargs) for _, topic, _, kwargs in frames] == [
         (VOICE_OUTPUT_TOPIC, {"participant_id": "p1", "source": "lab-chat"})
     ] * 3
     response_id = frames[0][2].response_id
     assert [message for _, _, message, _ in frames] == [
-        ResponseOutput("reply", "At", "turn-1", response_id=response_id, final=False, timestamp_us=TURN.timestamp_us),
-        ResponseOutput("reply", " 15:30.", "turn-1", response_id=response_id, final=False, timestamp_us=TURN.timestamp_us),
-        ResponseOutput("reply", "", "turn-1", response_id=response_id, final=True, timestamp_us=TURN.timestamp_us),
+        ResponseOutput(
+            "reply",
+            "At",
+            "turn-1",
+            response_id=response_id,
+            final=False,
+            timestamp_us=TURN.timestamp_us,
+        ),
+        ResponseOutput(
+            "reply",
+            " 15:30.",
+            "turn-1",
+            response_id=response_id,
+            final=False,
+            timestamp_us=TURN.timestamp_us,
+        ),
+        ResponseOutput(
+            "reply",
+            "",
+            "turn-1",
+            response_id=response_id,
+            final=True,
+            timestamp_us=TURN.timestamp_us,
+        ),
     ]
 
 
@@ -188,13 +251,19 @@ async def test_first_nonblank_chunk_awaits_started_before_it_is_published():
 
 async def test_complete_text_is_returned_as_routing_context():
     recorder = Recorder()
-    result = await conversation(ScriptedLLM("At 15:30 in room B."), recorder).answer(TURN, started=recorder.started)
+    result = await conversation(ScriptedLLM("At 15:30 in room B."), recorder).answer(
+        TURN, started=recorder.started
+    )
     assert result == DestinationResult(response="At 15:30 in room B.")
 
 
-async def test_failure_after_the_first_chunk_closes_the_reply_with_an_empty_final_frame_and_propagates():
+async def test_failure_after_the_first_chunk_closes_the_reply_with_an_empty_final_and_raises():
     recorder = Recorder()
-    llm = ScriptedLLM(ScriptedResponse("one two three", error=ModelError("scripted", "boom"), error_after_chunks=2))
+    llm = ScriptedLLM(
+        ScriptedResponse(
+            "one two three", error=ModelError("scripted", "boom"), error_after_chunks=2
+        )
+    )
     with pytest.raises(ModelError, match="boom"):
         await conversation(llm, recorder).answer(TURN, started=recorder.started)
     assert recorder.texts == ["one", " two", ""]
@@ -202,7 +271,7 @@ async def test_failure_after_the_first_chunk_closes_the_reply_with_an_empty_fina
     assert llm.open_streams == 0
 
 
-async def test_failure_before_the_first_chunk_publishes_nothing_and_propagates_for_the_router_to_report():
+async def test_failure_before_the_first_chunk_publishes_nothing_and_raises_for_the_router():
     recorder = Recorder()
     llm = ScriptedLLM(ScriptedResponse(error=ModelError("scripted", "unavailable")))
     with pytest.raises(ModelError, match="unavailable"):
@@ -215,7 +284,9 @@ async def test_failure_before_the_first_chunk_publishes_nothing_and_propagates_f
 async def test_an_empty_answer_is_a_model_failure_that_publishes_nothing():
     recorder = Recorder()
     with pytest.raises(ModelError, match="empty"):
-        await conversation(ScriptedLLM(ScriptedResponse(chunks=(" ",))), recorder).answer(TURN, started=recorder.started)
+        await conversation(ScriptedLLM(ScriptedResponse(chunks=(" ",))), recorder).answer(
+            TURN, started=recorder.started
+        )
     assert recorder.frames == []
 
 
@@ -254,7 +325,9 @@ async def test_cancelled_while_started_is_awaited_publishes_nothing():
         gate.set()
         await asyncio.Event().wait()
 
-    task = asyncio.create_task(conversation(ScriptedLLM("Hello."), recorder).answer(TURN, started=slow_started))
+    task = asyncio.create_task(
+        conversation(ScriptedLLM("Hello."), recorder).answer(TURN, started=slow_started)
+    )
     await gate.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -262,7 +335,7 @@ async def test_cancelled_while_started_is_awaited_publishes_nothing():
     assert recorder.frames == []
 
 
-async def test_publication_failure_publishes_no_further_frames_and_propagates_after_closing_the_model():
+async def test_publication_failure_publishes_no_more_frames_and_raises_after_closing_the_model():
     recorder = Recorder(fail_publish_at=2)
     llm = ScriptedLLM("one two three")
     with pytest.raises(PublishFailed):
@@ -280,12 +353,21 @@ async def test_exchange_is_recorded_only_after_the_final_frame_was_published():
     await conversation(ScriptedLLM("At 15:30."), recorder).answer(TURN, started=recorder.started)
     record = recorder.kinds().index("record")
     assert recorder.log[record - 1][2].final
-    assert recorder.log[record] == ("record", "p1", TURN.text, "At 15:30.", TURN.timestamp_us, "turn-1")
+    assert recorder.log[record] == (
+        "record",
+        "p1",
+        TURN.text,
+        "At 15:30.",
+        TURN.timestamp_us,
+        "turn-1",
+    )
 
 
 async def test_failed_answer_records_no_exchange():
     recorder = Recorder()
-    llm = ScriptedLLM(ScriptedResponse("one two", error=ModelError("scripted", "boom"), error_after_chunks=1))
+    llm = ScriptedLLM(
+        ScriptedResponse("one two", error=ModelError("scripted", "boom"), error_after_chunks=1)
+    )
     with pytest.raises(ModelError):
         await conversation(llm, recorder).answer(TURN, started=recorder.started)
     assert "record" not in recorder.kinds()
@@ -293,7 +375,9 @@ async def test_failed_answer_records_no_exchange():
 
 async def test_turn_without_timestamp_is_recorded_at_the_current_time():
     recorder = Recorder()
-    await conversation(ScriptedLLM("Hi."), recorder).answer(AgentTurn("p1", "t9", "Hello?"), started=recorder.started)
+    await conversation(ScriptedLLM("Hi."), recorder).answer(
+        AgentTurn("p1", "t9", "Hello?"), started=recorder.started
+    )
     assert recorder.log[-1] == ("record", "p1", "Hello?", "Hi.", NOW_US, "t9")
 
 
@@ -304,9 +388,14 @@ async def test_turn_history_is_reconciled_into_the_context_before_the_prompt_is_
         AgentExchange("Hi", "Hello!", 20, "t1", "conversation"),
     )
     turn = AgentTurn("p1", "t2", "Thanks", history=history, timestamp_us=30)
-    await conversation(ScriptedLLM("You're welcome."), recorder).answer(turn, started=recorder.started)
+    await conversation(ScriptedLLM("You're welcome."), recorder).answer(
+        turn, started=recorder.started
+    )
     assert recorder.log[0] == (
-        "reconcile", "p1", [("What is on the bench?", "A spectrometer.", 10), ("Hi", "Hello!", 20)], ["t0", "t1"]
+        "reconcile",
+        "p1",
+        [("What is on the bench?", "A spectrometer.", 10), ("Hi", "Hello!", 20)],
+        ["t0", "t1"],
     )
     assert recorder.log[1] == ("blocks", "p1")
 
@@ -378,7 +467,13 @@ async def test_close_lets_an_answer_in_flight_finish_and_record():
 )
 def test_constructor_rejects_invalid_arguments_naming_the_field(field, kwargs):
     recorder = Recorder()
-    arguments = {"llm": ScriptedLLM(), "context": recorder, "runtime": recorder, "output_topic": VOICE_OUTPUT_TOPIC, **kwargs}
+    arguments = {
+        "llm": ScriptedLLM(),
+        "context": recorder,
+        "runtime": recorder,
+        "output_topic": VOICE_OUTPUT_TOPIC,
+        **kwargs,
+    }
     llm = arguments.pop("llm")
     with pytest.raises(ValueError, match=f"Conversation.{field}"):
         Conversation(llm, **arguments)

@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import asyncio
 
-from router_doubles import OutputRecorder
 from xrmq.actors import runtime as xrmq_runtime
-from xrmq.actors.models import ScriptedLLM
-from xrmq.actors.routing import SingleDestination
-from xrmq.schemas import ResponseOutput
 
 # -- the SDK's imports, changed to xrmq ---------------------------------------------------
 from xrmq.actors.context import ContextManager
 from xrmq.actors.conversation import Conversation
-from xrmq.actors.routing import AgentRouter
-from xrmq.schemas import AgentTurn
+from xrmq.actors.models import ScriptedLLM
+from xrmq.actors.routing import AgentRouter, SingleDestination
+from xrmq.schemas import AgentTurn, ResponseOutput
 from xrmq.topics import VOICE_OUTPUT_TOPIC
+
+from router_doubles import OutputRecorder
 
 BARRIER = "__observer_barrier__"
 
@@ -31,7 +30,7 @@ BARRIER = "__observer_barrier__"
 class AgentRuntime(xrmq_runtime.AgentRuntime):
     """The xrmq runtime, observed: every frame on the voice output topic is recorded."""
 
-    instances: list["AgentRuntime"] = []
+    instances: list[AgentRuntime] = []
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -40,7 +39,9 @@ class AgentRuntime(xrmq_runtime.AgentRuntime):
 
     async def stop(self) -> None:
         if self.running:
-            await self.publish(VOICE_OUTPUT_TOPIC, ResponseOutput("update", "barrier"), participant_id=BARRIER)
+            await self.publish(
+                VOICE_OUTPUT_TOPIC, ResponseOutput("update", "barrier"), participant_id=BARRIER
+            )
             await self.observer.wait_for(lambda frames: any(pid == BARRIER for pid, _, _ in frames))
         await super().stop()
 
@@ -53,7 +54,8 @@ async def publish_router_control(turn: AgentTurn, route: str | None, text: str) 
 
 
 async def seed_example(llm, decisions) -> None:
-    # ---- the SDK's example, verbatim from here --------------------------------------------------
+    # ---- the SDK's example, verbatim from here -----------------------------------------------
+    # fmt: off
     runtime = AgentRuntime()
 
     context = ContextManager(llm)
@@ -79,19 +81,27 @@ async def seed_example(llm, decisions) -> None:
             await front_end.stop()
     await conversation.close()
     await context.close()
-    # ---- end of the SDK's example -----------------------------------------------------
+    # fmt: on
+    # ---- end of the SDK's example ---------------------------------------------------------
     assert result.status == "answered"
 
 
 async def test_seed_example_runs_and_publishes_the_expected_reply_frames():
     llm = ScriptedLLM("The calibration meeting is at 15:30.")
     await asyncio.wait_for(seed_example(llm, SingleDestination()), 30)
-    frames = [(pid, source, frame) for pid, source, frame in AgentRuntime.instances[-1].observer.frames if pid != BARRIER]
+    frames = [
+        (pid, source, frame)
+        for pid, source, frame in AgentRuntime.instances[-1].observer.frames
+        if pid != BARRIER
+    ]
     response_id = frames[0][2].response_id
     expected_texts = ["The", " calibration", " meeting", " is", " at", " 15:30.", ""]
     assert frames == [
-        ("participant-1", "conversation",
-         ResponseOutput("reply", text, "turn-1", response_id=response_id, final=(text == "")))
+        (
+            "participant-1",
+            "conversation",
+            ResponseOutput("reply", text, "turn-1", response_id=response_id, final=(text == "")),
+        )
         for text in expected_texts
     ]
     assert router_text == []

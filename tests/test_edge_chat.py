@@ -15,9 +15,28 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def test_chat_answers_a_typed_line_from_the_participants_context_and_quits(tmp_path):
-    env = {**os.environ, "TMPDIR": str(tmp_path), "XRMQ_RUNTIME_DIR": str(tmp_path), "XRMQ_LOG_LEVEL": "WARNING"}
-    chat = subprocess.Popen([sys.executable, "-m", "xrmq.actors.cli", "chat", "--private-stack", "--participant", "ann"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    env = {
+        **os.environ,
+        "TMPDIR": str(tmp_path),
+        "XRMQ_RUNTIME_DIR": str(tmp_path),
+        "XRMQ_LOG_LEVEL": "WARNING",
+    }
+    chat = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "xrmq.actors.cli",
+            "chat",
+            "--private-stack",
+            "--participant",
+            "ann",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         expect_line(chat, "xrmq chat: ready participant=ann bus=ipc://")
         chat.stdin.write("My locker is number 318.\n")
@@ -48,12 +67,13 @@ async def test_chat_commands_are_never_sent_as_queries():
     import asyncio
     import io
 
-    from router_doubles import Destination, Log
     from xrmq.actors.edge.chat import HELP, chat
     from xrmq.actors.routing import AgentRouter, SingleDestination
     from xrmq.actors.runtime import AgentRuntime
     from xrmq.schemas import DestinationResult
     from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC
+
+    from router_doubles import Destination, Log
 
     class Leaving(Destination):
         left = asyncio.Event()

@@ -11,10 +11,11 @@ import sys
 
 import pytest
 
-from buses import broker_process, expect_line, reap
-from test_edge_supervisor import start_up, write_config
 from xrmq.actors.edge.checks import check_can_answer
 from xrmq.actors.edge.config import ConfigError, decode_config
+
+from buses import broker_process, expect_line, reap
+from test_edge_supervisor import start_up, write_config
 
 CLI = [sys.executable, "-m", "xrmq.actors.cli"]
 STACK = {
@@ -111,9 +112,8 @@ def test_up_on_a_bus_already_served_exits_2_with_one_message_and_starts_nothing(
             '[processes.router]\nroles = ["router"]\n'
         )
         result = subprocess.run([*CLI, "up", str(path)], capture_output=True, text=True, timeout=30)
-        assert os.path.exists(
-            bus[len("ipc://") :] + ".in"
-        )  # the serving broker's sockets are untouched
+        # the serving broker's sockets are untouched
+        assert os.path.exists(bus[len("ipc://") :] + ".in")
     assert result.returncode == 2
     assert result.stderr.strip() == (
         f"xrmq up: {path}: bus.address: {bus!r} is already served by a running "

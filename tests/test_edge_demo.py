@@ -13,11 +13,20 @@ from pathlib import Path
 
 import pytest
 
-from buses import processes_mentioning
 from xrmq.actors.edge.config import load_config
 from xrmq.actors.edge.configfile import write_config
-from xrmq.actors.edge.demo import FOLLOW_UP_FACT, SENSOR_FACT, TOOL_FACT, Ask, DemoFailure, Session, demo_config
+from xrmq.actors.edge.demo import (
+    FOLLOW_UP_FACT,
+    SENSOR_FACT,
+    TOOL_FACT,
+    Ask,
+    DemoFailure,
+    Session,
+    demo_config,
+)
 from xrmq.actors.edge.private_stack import PrivateStack
+
+from buses import processes_mentioning
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -32,12 +41,15 @@ def xrmq_command() -> list[str]:
 
 def test_demo_runs_the_session_and_exits_0_leaving_nothing_behind(tmp_path):
     env = {**os.environ, "TMPDIR": str(tmp_path), "XRMQ_RUNTIME_DIR": str(tmp_path)}
-    result = subprocess.run([*xrmq_command(), "demo"], capture_output=True, text=True, cwd=tmp_path, env=env,
-                            timeout=50)
+    result = subprocess.run(
+        [*xrmq_command(), "demo"], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=50
+    )
     output = result.stdout
     assert result.returncode == 0, output + result.stderr[-3000:]
     lines = output.splitlines()
-    sensor_answer = next(line for line in lines if "85 degrees" in line and "conversation +" in line)
+    sensor_answer = next(
+        line for line in lines if "85 degrees" in line and "conversation +" in line
+    )
     assert SENSOR_FACT in sensor_answer and sensor_answer.lstrip().startswith("[alice]")
     asked = lines.index("  [alice] > Where did I leave the spare key?")
     assert FOLLOW_UP_FACT in lines[asked + 1] and "conversation +" in lines[asked + 1]
@@ -47,14 +59,17 @@ def test_demo_runs_the_session_and_exits_0_leaving_nothing_behind(tmp_path):
     restarted = "  context restarted by the supervisor and ready again after "
     assert lines[killed + 1].startswith(restarted)
     summary = "  context process: killed mid-session (SIGKILL), ready again after "
-    assert any(line.startswith(summary) and line.endswith("the session continued with its context")
-               for line in lines)
+    assert any(
+        line.startswith(summary) and line.endswith("the session continued with its context")
+        for line in lines
+    )
     assert any(line.endswith("<interrupted>") for line in lines)
     assert "  [bob] context cleared (the context process holds no actor of theirs)" in lines
     forgotten = lines.index("  [bob] > What is my badge number?", lines.index("  [bob] leaves"))
     assert "4471" not in lines[forgotten + 1]
     tool_turn = lines.index("  [alice] > What is on the bench right now?")
-    assert TOOL_FACT in lines[tool_turn + 1] and "lab-tools +" in lines[tool_turn + 1]  # the camera's tool result
+    # the camera's tool result
+    assert TOOL_FACT in lines[tool_turn + 1] and "lab-tools +" in lines[tool_turn + 1]
     assert "  gaps: 0 (over 8 runtimes)" in lines  # the camera process is the eighth
     assert any(line.startswith("  turns: 11 (2 participants: alice, bob)") for line in lines)
     assert any(line.startswith("  first-chunk latency: p50 ") for line in lines)
@@ -73,15 +88,19 @@ def test_the_demo_config_and_the_reference_config_survive_the_trip_to_a_file(tmp
     assert written.processes == reference.processes and written.context == reference.context
 
 
-async def test_a_missing_fact_fails_the_session_with_the_question_and_the_answer(tmp_path, monkeypatch):
+async def test_a_missing_fact_fails_the_session_with_the_question_and_the_answer(
+    tmp_path, monkeypatch
+):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the stack makes its directory
     script = (Ask("carol", "What is the door code?", expect="4-7-1-1"),)
     async with PrivateStack(demo_config()) as stack:
         assert stack.directory.parent == tmp_path and stack.bus == f"ipc://{stack.directory}/bus"
         with pytest.raises(DemoFailure) as failure:
             await Session(stack.config, stack.bus, open(os.devnull, "w"), script=script).run()
-    assert str(failure.value) == ("carol's 'What is the door code?': expected '4-7-1-1' in the answer, "
-                                  "got 'I have nothing about that in what I was given.'")
+    assert str(failure.value) == (
+        "carol's 'What is the door code?': expected '4-7-1-1' in the answer, "
+        "got 'I have nothing about that in what I was given.'"
+    )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -90,8 +109,12 @@ async def test_a_process_that_dies_stops_the_demo_stack_and_says_which(tmp_path,
     async with PrivateStack(demo_config()) as stack:
         pids = dict(re.findall(r"(\S+)=(\d+)", stack.ready_line))
         os.kill(int(pids["conversation"]), signal.SIGKILL)
-        reason = await asyncio.wait_for(stack.wait_failed(), 30)  # the demo's config allows no restart
+        # the demo's config allows no restart
+        reason = await asyncio.wait_for(stack.wait_failed(), 30)
         assert stack.failed
     assert reason.startswith("the edge stack stopped:\n")
-    assert "xrmq up: gave up on conversation: 1 crash within 60s (limit 1); last killed by SIGKILL" in reason
+    assert (
+        "xrmq up: gave up on conversation: 1 crash within 60s (limit 1); last killed by SIGKILL"
+        in reason
+    )
     assert list(tmp_path.iterdir()) == []

@@ -88,9 +88,8 @@ async def session(kill: str) -> None:
 
             await stack.kill(kill)
             if kill == "context":
-                await until(
-                    watcher, lambda: watcher.resyncs >= 2
-                )  # its start, then the host's restart
+                # its start, then the host's restart
+                await until(watcher, lambda: watcher.resyncs >= 2)
                 assert {pid: watcher.blocks(pid) for pid in PARTICIPANTS} == before
             for i, pid in enumerate(PARTICIPANTS):
                 key = ask(client, collector, pid, "Which drawer holds the spare key?")

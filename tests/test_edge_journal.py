@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from buses import broker_process
 from xrmq.actors.edge.config import ConfigError, decode_config, default_config
 from xrmq.actors.edge.configfile import write_config
 from xrmq.actors.edge.stack import context_store_path, open_context_store, state_dir
+
+from buses import broker_process
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -93,7 +94,7 @@ def test_a_context_process_with_a_corrupt_journal_names_the_file_or_moves_it_asi
             journal.write_bytes(b"SQLite format 3\x00" + b"\xff" * 3000)  # a header, then garbage
             proc = run_context(tmp_path / f"{on_corrupt}.toml", bus)
             if on_corrupt == "error":
-                out, err = proc.communicate(timeout=30)
+                _out, err = proc.communicate(timeout=30)
                 assert proc.returncode == 2
                 assert (
                     f"context journal {journal}: " in err

@@ -16,9 +16,10 @@ import time
 
 import pytest
 
+from xrmq.actors.models.extractive import NO_MATCH_ANSWER
+
 from buses import processes_mentioning
 from edge_box import Front, UpProcess, stack_config
-from xrmq.actors.models.extractive import NO_MATCH_ANSWER
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -31,8 +32,9 @@ def pids_of(ready_line: str) -> dict[str, int]:
 
 async def test_a_stopped_process_is_killed_when_its_heartbeat_stops_restarted_and_answers(tmp_path):
     timeout_s = 2.0
-    up = UpProcess(stack_config(tmp_path, tokens_per_second=0,
-                                supervisor=f"liveness_timeout_s = {timeout_s}"))
+    up = UpProcess(
+        stack_config(tmp_path, tokens_per_second=0, supervisor=f"liveness_timeout_s = {timeout_s}")
+    )
     try:
         _, _, ready = await up.line("xrmq up: ready")
         conversation = pids_of(ready)["conversation"]
@@ -46,8 +48,9 @@ async def test_a_stopped_process_is_killed_when_its_heartbeat_stops_restarted_an
             assert timeout_s <= silent < timeout_s + 1.0, killed  # (printed to 0.1 s)
             _, _, exited = await up.line("xrmq up: conversation exited", after=index)
             assert "killed by SIGKILL" in exited and "restarting in 0.05s" in exited
-            _, restarted_at, restarted = await up.line("xrmq up: restarted conversation",
-                                                       after=index)
+            _, restarted_at, restarted = await up.line(
+                "xrmq up: restarted conversation", after=index
+            )
             assert int(restarted.rpartition("pid=")[2]) != conversation
             assert killed_at - stopped_at < timeout_s + 1.5  # the kill came with the timeout
             again = front.turn("p1", QUESTION)
@@ -57,13 +60,16 @@ async def test_a_stopped_process_is_killed_when_its_heartbeat_stops_restarted_an
         assert others == [killed]  # nothing else was taken for hung
     finally:
         up.reap()
-    print(f"SIGSTOP -> killed {killed_at - stopped_at:.2f}s,"
-          f" -> restarted {restarted_at - stopped_at:.2f}s")
+    print(
+        f"SIGSTOP -> killed {killed_at - stopped_at:.2f}s,"
+        f" -> restarted {restarted_at - stopped_at:.2f}s"
+    )
 
 
 async def test_a_destination_killed_mid_answer_costs_its_own_turn_only(tmp_path):
-    up = UpProcess(stack_config(tmp_path, tokens_per_second=4,
-                                router="destination_dead_after_s = 1.0"))
+    up = UpProcess(
+        stack_config(tmp_path, tokens_per_second=4, router="destination_dead_after_s = 1.0")
+    )
     try:
         _, _, ready = await up.line("xrmq up: ready")
         conversation = pids_of(ready)["conversation"]
@@ -88,8 +94,10 @@ async def test_a_destination_killed_mid_answer_costs_its_own_turn_only(tmp_path)
         assert not any("remote.drain_timeout" in line for line in lines)
     finally:
         up.reap()
-    print(f"kill -9 -> stream closed {closed_s:.2f}s; next turn's first chunk {next_s:.2f}s"
-          f" (first turn's {cut.first_chunk_s:.2f}s)")
+    print(
+        f"kill -9 -> stream closed {closed_s:.2f}s; next turn's first chunk {next_s:.2f}s"
+        f" (first turn's {cut.first_chunk_s:.2f}s)"
+    )
 
 
 async def test_sigterm_mid_answer_finishes_the_answer_then_exits_promptly_leaving_nothing(tmp_path):

@@ -7,8 +7,14 @@ from xrmq.actors.edge.restart import RestartPolicy
 
 
 def policy(**fields) -> RestartPolicy:
-    return RestartPolicy(RestartPolicyConfig(**({"max_crashes": 4, "window_s": 60.0, "backoff_initial_s": 0.5,
-                                                 "backoff_max_s": 3.0} | fields)))
+    return RestartPolicy(
+        RestartPolicyConfig(
+            **(
+                {"max_crashes": 4, "window_s": 60.0, "backoff_initial_s": 0.5, "backoff_max_s": 3.0}
+                | fields
+            )
+        )
+    )
 
 
 def test_backoff_doubles_per_crash_up_to_the_maximum_then_gives_up():

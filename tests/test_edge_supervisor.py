@@ -1,4 +1,5 @@
-"""``xrmq up`` across real OS processes: startup, restart after kill -9, clean shutdown, crash loops."""
+"""``xrmq up`` across real OS processes: startup, restart after kill -9, clean shutdown, crash
+loops."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from buses import PROCS, expect_line, processes_mentioning, reap
-from xrmq.actors.runtime import AgentRuntime, shard_of
-from xrmq.actors.runtime import Agent, RuntimeContext
+from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, shard_of
 from xrmq.schemas import ConversationContextUpdate, SupervisorReport
 from xrmq.topics import SUPERVISOR_TOPIC, context_topic
+
+from buses import PROCS, expect_line, processes_mentioning, reap
 
 ECHO_TOPIC = context_topic("edge.echo")  # tests/procs/edge_roles.py answers on it
 
@@ -42,15 +43,22 @@ backoff_initial_s = 0.05
 def start_up(config: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "xrmq.actors.cli", "up", str(config)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         env={**os.environ, "PYTHONPATH": str(PROCS)},
     )
 
 
 async def echo(bus: str, key: str, text: str) -> str:
     async with AgentRuntime(bus) as runtime:
-        return await runtime.ask(ECHO_TOPIC, ConversationContextUpdate(text), participant_id=key,
-                                 reply_type=str, timeout=10)
+        return await runtime.ask(
+            ECHO_TOPIC,
+            ConversationContextUpdate(text),
+            participant_id=key,
+            reply_type=str,
+            timeout=10,
+        )
 
 
 def key_of_shard(shard: int) -> str:
@@ -58,14 +66,17 @@ def key_of_shard(shard: int) -> str:
 
 
 async def test_up_starts_restarts_a_killed_process_and_shuts_down_in_order(tmp_path):
-    config = write_config(tmp_path, """
+    config = write_config(
+        tmp_path,
+        """
 [processes.echo]
 roles = ["edge_roles:echo"]
 replicas = 2
 [processes.last]
 roles = ["edge_roles:idle"]
 after = ["echo"]
-""")
+""",
+    )
     bus = f"ipc://{tmp_path}/bus"
     up = start_up(config)
     try:
@@ -77,7 +88,8 @@ after = ["echo"]
 
         os.kill(pids["echo.1"], signal.SIGKILL)
         assert expect_line(up, "xrmq up: echo.1 exited").startswith(
-            "xrmq up: echo.1 exited (killed by SIGKILL); 1 crash within 60s, restarting in 0.05s")
+            "xrmq up: echo.1 exited (killed by SIGKILL); 1 crash within 60s, restarting in 0.05s"
+        )
         restarted = expect_line(up, "xrmq up: restarted echo.1")
         new_pid = int(restarted.rpartition("pid=")[2])
         assert new_pid != pids["echo.1"]
@@ -89,10 +101,20 @@ after = ["echo"]
     finally:
         reap(up)
     assert rest[-1] == "xrmq up: stopped"
-    stopped = [line.partition(" |")[0] for line in rest if line.endswith("xrmq run: stopped " + line.partition(" |")[0])]
-    assert stopped[0] == "last" and sorted(stopped[1:]) == ["echo.0", "echo.1"]  # reverse dependency order
-    broker_stopped = next(i for i, line in enumerate(rest) if line.startswith("bus |") and "broker.stopped" in line)
-    assert broker_stopped > max(i for i, line in enumerate(rest) if "xrmq run: stopped" in line)  # broker last
+    stopped = [
+        line.partition(" |")[0]
+        for line in rest
+        if line.endswith("xrmq run: stopped " + line.partition(" |")[0])
+    ]
+    assert stopped[0] == "last" and sorted(stopped[1:]) == [
+        "echo.0",
+        "echo.1",
+    ]  # reverse dependency order
+    broker_stopped = next(
+        i for i, line in enumerate(rest) if line.startswith("bus |") and "broker.stopped" in line
+    )
+    # broker last
+    assert broker_stopped > max(i for i, line in enumerate(rest) if "xrmq run: stopped" in line)
     assert processes_mentioning(str(tmp_path)) == []  # no orphans
     for pid in (*pids.values(), new_pid):
         assert not Path(f"/proc/{pid}").exists()
@@ -100,14 +122,18 @@ after = ["echo"]
 
 
 def test_a_crash_loop_of_a_stop_box_process_gives_up_with_the_reason_and_stops_everything(tmp_path):
-    config = write_config(tmp_path, """
+    config = write_config(
+        tmp_path,
+        """
 [processes.steady]
 roles = ["edge_roles:idle"]
 [processes.broken]
 roles = ["edge_roles:fail"]
 after = ["steady"]
 on_give_up = "stop_box"
-""", restart="max_crashes = 3")
+""",
+        restart="max_crashes = 3",
+    )
     up = start_up(config)
     try:
         output = up.stdout.read().splitlines()
@@ -118,7 +144,10 @@ on_give_up = "stop_box"
         "xrmq up: broken exited (exit code 2); 1 crash within 60s, restarting in 0.05s",
         "xrmq up: broken exited (exit code 2); 2 crashes within 60s, restarting in 0.1s",
     ]
-    reason = "gave up on broken: 3 crashes within 60s (limit 3); last exit code 2: xrmq run: this role always fails"
+    reason = (
+        "gave up on broken: 3 crashes within 60s (limit 3); last exit code 2: xrmq run: this role "
+        "always fails"
+    )
     assert f"xrmq up: {reason}" in output
     assert output[-1] == f"xrmq up: stopped: {reason}"
     assert "steady | xrmq run: stopped steady" in output
@@ -135,7 +164,7 @@ class Reports(Agent):
         self.report: SupervisorReport | None = None
 
     def handlers(self) -> dict:
-        return {SUPERVISOR_TOPIC: "on_report"}
+        return {SUPERVISOR_TOPIC: self.on_report}
 
     async def on_report(self, report: SupervisorReport, ctx: RuntimeContext) -> None:
         state = report.by_process().get(self.process)
@@ -145,12 +174,16 @@ class Reports(Agent):
 
 
 async def test_a_process_over_its_crash_limit_stays_down_while_the_others_keep_answering(tmp_path):
-    config = write_config(tmp_path, """
+    config = write_config(
+        tmp_path,
+        """
 [processes.echo]
 roles = ["edge_roles:echo"]
 [processes.flapping]
 roles = ["edge_roles:crash"]
-""", restart="max_crashes = 3")
+""",
+        restart="max_crashes = 3",
+    )
     bus = f"ipc://{tmp_path}/bus"
     up = start_up(config)
     try:
@@ -158,8 +191,9 @@ roles = ["edge_roles:crash"]
         down = expect_line(up, "xrmq up: gave up on flapping")
         reason = "gave up on flapping: 3 crashes within 60s (limit 3); last exit code 3"
         assert down.startswith(f"xrmq up: {reason}")
-        assert down.endswith('left DOWN (on_give_up = "stay_down"),'
-                             " the other processes keep running")
+        assert down.endswith(
+            'left DOWN (on_give_up = "stay_down"), the other processes keep running'
+        )
         reports = Reports("flapping")
         runtime = AgentRuntime(bus)
         runtime.register("reports", reports)
@@ -190,7 +224,7 @@ class Ticks(Agent):
         self.last: SupervisorReport | None = None
 
     def handlers(self) -> dict:
-        return {SUPERVISOR_TOPIC: "on_report"}
+        return {SUPERVISOR_TOPIC: self.on_report}
 
     async def on_report(self, report: SupervisorReport, ctx: RuntimeContext) -> None:
         self.count += 1

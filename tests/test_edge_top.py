@@ -1,4 +1,5 @@
-"""``xrmq top``: rows from RuntimeMetrics (rates, restarts, problems), their rendering, and the command."""
+"""``xrmq top``: rows from RuntimeMetrics (rates, restarts, problems), their rendering, and the
+command."""
 
 from __future__ import annotations
 
@@ -8,18 +9,28 @@ import sys
 
 import pytest
 
-from buses import broker_process
 from xrmq.actors.edge.top import RED, RESET, TopView, render
 from xrmq.actors.runtime import Agent, AgentRuntime
 from xrmq.schemas import ProcessState, RuntimeMetrics, SupervisorReport
 
+from buses import broker_process
+
 pytestmark = pytest.mark.timeout(60)
 
 
-def metrics(runtime="conversation", epoch=1, at_s=0.0, published=0, delivered=0, **fields) -> RuntimeMetrics:
+def metrics(
+    runtime="conversation", epoch=1, at_s=0.0, published=0, delivered=0, **fields
+) -> RuntimeMetrics:
     counters = {"gaps": 0, "stale": 0, "rejected": 0, "overflow": 0, "handler_errors": 0} | fields
-    return RuntimeMetrics(runtime=runtime, epoch=epoch, pid=42, timestamp_us=int(at_s * 1e6),
-                          published=published, delivered=delivered, **counters)
+    return RuntimeMetrics(
+        runtime=runtime,
+        epoch=epoch,
+        pid=42,
+        timestamp_us=int(at_s * 1e6),
+        published=published,
+        delivered=delivered,
+        **counters,
+    )
 
 
 def test_rates_come_from_two_reports_of_one_incarnation():
@@ -27,12 +38,27 @@ def test_rates_come_from_two_reports_of_one_incarnation():
     view.observe(metrics(at_s=10.0, published=100, delivered=50), received_at=100.0)
     [row] = view.rows(now=100.5)
     assert (row.published_per_s, row.delivered_per_s, row.age_s) == (None, None, 0.5)
-    view.observe(metrics(at_s=12.0, published=300, delivered=60, gaps=3, actors={"router": 4},
-                         gauges={"context.participants": 2.0}), received_at=102.0)
+    view.observe(
+        metrics(
+            at_s=12.0,
+            published=300,
+            delivered=60,
+            gaps=3,
+            actors={"router": 4},
+            gauges={"context.participants": 2.0},
+        ),
+        received_at=102.0,
+    )
     [row] = view.rows(now=103.0)
     assert (row.published_per_s, row.delivered_per_s, row.age_s) == (100.0, 5.0, 1.0)
-    assert (row.gaps, row.actors, row.gauges, row.restarts) == (3, {"router": 4}, {"context.participants": 2.0}, 0)
-    view.observe(metrics(epoch=2, at_s=13.0, published=5), received_at=103.0)  # the process restarted
+    assert (row.gaps, row.actors, row.gauges, row.restarts) == (
+        3,
+        {"router": 4},
+        {"context.participants": 2.0},
+        0,
+    )
+    # the process restarted
+    view.observe(metrics(epoch=2, at_s=13.0, published=5), received_at=103.0)
     [row] = view.rows(now=103.0)
     assert (row.restarts, row.published_per_s, row.published) == (1, None, 5)
     assert view.reports("conversation") == 3 and view.reports("other") == 0
@@ -41,8 +67,16 @@ def test_rates_come_from_two_reports_of_one_incarnation():
 def test_render_shows_each_runtime_its_actors_gauges_and_problems():
     view = TopView()
     view.observe(metrics("router", at_s=1.0), received_at=0.0)
-    view.observe(metrics("context.0", at_s=1.0, rejected=2, actors={"dialogue[p1]": 7},
-                         gauges={"context.compaction_backlog": 3.0}), received_at=0.0)
+    view.observe(
+        metrics(
+            "context.0",
+            at_s=1.0,
+            rejected=2,
+            actors={"dialogue[p1]": 7},
+            gauges={"context.compaction_backlog": 3.0},
+        ),
+        received_at=0.0,
+    )
     text = render(view.rows(now=9.0), stale_after_s=5.0, color=True)
     lines = text.splitlines()
     assert lines[0].startswith("\x1b[1mcontext.0\x1b[0m  pid 42")
@@ -58,10 +92,21 @@ def test_render_shows_each_runtime_its_actors_gauges_and_problems():
 
 def test_render_shows_faults_per_actor_restarts_rejections_by_category_and_evictions():
     view = TopView()
-    view.observe(metrics("renderer", at_s=1.0, rejected=3, faults=2, actor_restarts=1,
-                         actor_faults={"renderer": 2}, actors={"renderer": 0, "other": 0},
-                         rejected_by={"participant": 2, "epoch": 1}, evicted=5,
-                         evicted_by={"incoming_streams": 5}), received_at=0.0)
+    view.observe(
+        metrics(
+            "renderer",
+            at_s=1.0,
+            rejected=3,
+            faults=2,
+            actor_restarts=1,
+            actor_faults={"renderer": 2},
+            actors={"renderer": 0, "other": 0},
+            rejected_by={"participant": 2, "epoch": 1},
+            evicted=5,
+            evicted_by={"incoming_streams": 5},
+        ),
+        received_at=0.0,
+    )
     row = view.rows(now=1.0)[0]
     assert (row.faults, row.actor_faults, row.actor_restarts) == (2, {"renderer": 2}, 1)
     assert row.rejected_by == {"participant": 2, "epoch": 1}
@@ -85,8 +130,21 @@ async def test_top_once_json_shows_a_runtime_publishing_metrics():
         runtime.register("sensor", Sensor())
         async with runtime:
             top = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "xrmq.actors.cli", "top", "--bus", bus, "--once", "--json", "--expect", "1",
-                "--window", "20", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+                sys.executable,
+                "-m",
+                "xrmq.actors.cli",
+                "top",
+                "--bus",
+                bus,
+                "--once",
+                "--json",
+                "--expect",
+                "1",
+                "--window",
+                "20",
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
             output, errors = await top.communicate()
             assert top.returncode == 0, errors.decode()
     [row] = [row for row in json.loads(output) if row["runtime"] == "sensor-box"]
@@ -98,14 +156,23 @@ async def test_top_once_json_shows_a_runtime_publishing_metrics():
 
 def test_a_process_left_down_a_restarting_one_and_a_stuck_actor_are_shown():
     view = TopView()
-    view.observe(metrics("router", at_s=1.0, actors={"router": 3, "proxy": 0},
-                         stuck={"router": 12.0}), received_at=0.0)
+    view.observe(
+        metrics("router", at_s=1.0, actors={"router": 3, "proxy": 0}, stuck={"router": 12.0}),
+        received_at=0.0,
+    )
     view.observe(metrics("conversation", at_s=1.0), received_at=0.0)
-    view.observe_supervisor(SupervisorReport("xrmq up", 7, 0, (
-        ProcessState("router", "running", pid=42),
-        ProcessState("conversation", "restarting", restarts=2),
-        ProcessState("renderer", "down", reason="gave up on renderer: 5 crashes (limit 5)"),
-    )))
+    view.observe_supervisor(
+        SupervisorReport(
+            "xrmq up",
+            7,
+            0,
+            (
+                ProcessState("router", "running", pid=42),
+                ProcessState("conversation", "restarting", restarts=2),
+                ProcessState("renderer", "down", reason="gave up on renderer: 5 crashes (limit 5)"),
+            ),
+        )
+    )
     rows = {row.runtime: row for row in view.rows(now=1.0)}
     # It never reported: a row of its own.
     assert (rows["renderer"].state, rows["renderer"].pid) == ("down", 0)

@@ -33,8 +33,11 @@ OFFLINE = OfflineLLM(time_to_first_token_s=0, tokens_per_second=0)
 
 
 def _run(session: Session, compactor: LLMService = OFFLINE) -> RunResult:
-    return asyncio.run(run_variant(session, "default", CompactionPrompts(),
-                                   compaction_llm=compactor, answers_llm=OFFLINE))
+    return asyncio.run(
+        run_variant(
+            session, "default", CompactionPrompts(), compaction_llm=compactor, answers_llm=OFFLINE
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +52,7 @@ def quick_run(quick_session: Session) -> RunResult:
 
 # --- sessions ---------------------------------------------------------------------
 
+
 def test_one_seed_gives_the_same_session_byte_for_byte() -> None:
     first = msgspec.json.encode(generate_session(11, QUICK_CONFIG))
     assert first == msgspec.json.encode(generate_session(11, QUICK_CONFIG))
@@ -57,16 +61,30 @@ def test_one_seed_gives_the_same_session_byte_for_byte() -> None:
 
 def test_a_session_plants_every_fact_kind_with_distinct_values(quick_session: Session) -> None:
     kinds = {fact.kind for fact in quick_session.facts}
-    assert kinds == {"number", "name", "time", "identifier", "correction", "sensor", "cross_section"}
+    assert kinds == {
+        "number",
+        "name",
+        "time",
+        "identifier",
+        "correction",
+        "sensor",
+        "cross_section",
+    }
     for fact in quick_session.facts:
         if fact.kind in ("correction", "cross_section", "sensor"):
             assert fact.superseded, f"{fact.fact_id} has nothing superseded"
-    values = [s.value for fact in quick_session.facts if fact.participant_id == "p1" for s in fact.statements]
+    values = [
+        s.value
+        for fact in quick_session.facts
+        if fact.participant_id == "p1"
+        for s in fact.statements
+    ]
     assert len(values) == len(set(values))
 
 
 def test_a_session_has_oversized_exchanges_and_updates_larger_than_a_compaction_request(
-        quick_session: Session) -> None:
+    quick_session: Session,
+) -> None:
     budget = QUICK_CONFIG.compaction_input_budget_bytes
     sizes = [len((e.request or e.text).encode()) for e in quick_session.events["p1"]]
     assert max(sizes) > budget
@@ -74,12 +92,15 @@ def test_a_session_has_oversized_exchanges_and_updates_larger_than_a_compaction_
 
 # --- the run ----------------------------------------------------------------------
 
+
 def test_every_compacted_section_compacts_at_least_ten_times_in_the_quick_session(
-        quick_run: RunResult) -> None:
+    quick_run: RunResult,
+) -> None:
     compacted = [s for s in quick_run.sections if s.section in ("dialogue", "notes")]
     assert len(compacted) == 2 * QUICK_CONFIG.participants
-    assert all(s.compactions >= 10 for s in compacted), [(s.participant_id, s.section, s.compactions)
-                                                         for s in compacted]
+    assert all(s.compactions >= 10 for s in compacted), [
+        (s.participant_id, s.section, s.compactions) for s in compacted
+    ]
     assert all(size <= s.limit_bytes for s in compacted for size in s.summary_bytes)
 
 
@@ -112,14 +133,19 @@ def test_probes_target_only_facts_that_live_solely_in_a_summary(config) -> None:
 
     def verbatim(fact: Fact, checkpoint: int) -> list[bool]:
         statements = fact.statements[:1] if fact.kind == "cross_section" else fact.statements
-        return [_verbatim(run, fact.participant_id, _statement_text(session, fact, s), checkpoint)
-                for s in statements]
+        return [
+            _verbatim(run, fact.participant_id, _statement_text(session, fact, s), checkpoint)
+            for s in statements
+        ]
 
     for probe in run.probes:
-        assert not any(verbatim(facts[probe.fact_id], probe.checkpoint)), \
+        assert not any(verbatim(facts[probe.fact_id], probe.checkpoint)), (
             f"{probe.fact_id} was probed at point {probe.checkpoint} while still verbatim"
+        )
     for fact_id in run.skipped_facts:
-        assert any(verbatim(facts[fact_id], last)), f"{fact_id} was skipped though only in a summary"
+        assert any(verbatim(facts[fact_id], last)), (
+            f"{fact_id} was skipped though only in a summary"
+        )
     assert all(p.depth >= 1 for p in run.probes)
 
 
@@ -128,7 +154,9 @@ def test_a_replay_of_a_runs_log_reproduces_its_scores_exactly(tmp_path: Path) ->
     cli.add_arguments(parser)
     assert cli.run(parser.parse_args(["--quick", "--out", str(tmp_path / "run")])) == 0
     log = tmp_path / "run" / "calls.jsonl"
-    assert cli.run(parser.parse_args(["--replay", str(log), "--out", str(tmp_path / "replay")])) == 0
+    assert (
+        cli.run(parser.parse_args(["--replay", str(log), "--out", str(tmp_path / "replay")])) == 0
+    )
     original = json.loads((tmp_path / "run" / "results.json").read_text())
     replayed = json.loads((tmp_path / "replay" / "results.json").read_text())
     assert replayed["figures"] == original["figures"]
@@ -151,7 +179,9 @@ class _NumberDroppingCompactor(LLMService):
 
     def __init__(self, session: Session) -> None:
         super().__init__("number-dropper")
-        self.keep = {_statement_text(session, fact, s) for fact in session.facts for s in fact.statements}
+        self.keep = {
+            _statement_text(session, fact, s) for fact in session.facts for s in fact.statements
+        }
 
     async def _generate(self, request: ChatRequest) -> AsyncGenerator[str | ChatResult, None]:
         assert compaction_limit(request.messages[0].content) is not None
@@ -162,7 +192,8 @@ class _NumberDroppingCompactor(LLMService):
 
 
 def test_a_compactor_that_drops_every_number_scores_zero_on_numbers_and_full_marks_on_names(
-        quick_session: Session) -> None:
+    quick_session: Session,
+) -> None:
     result = figures(_run(quick_session, _NumberDroppingCompactor(quick_session)))
     assert result.by_kind["number"].answer_recall == 0.0
     assert result.by_kind["number"].context_recall == 0.0
@@ -172,8 +203,13 @@ def test_a_compactor_that_drops_every_number_scores_zero_on_numbers_and_full_mar
 
 
 def test_python_m_bench_eval_quick_runs_and_writes_its_report(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "bench", "eval", "--quick", "--out", str(tmp_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "eval", "--quick", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "| number |" in done.stdout
     assert (tmp_path / "results.json").exists() and (tmp_path / "calls.jsonl").exists()
@@ -181,9 +217,15 @@ def test_python_m_bench_eval_quick_runs_and_writes_its_report(tmp_path: Path) ->
 
 # --- the scorer -------------------------------------------------------------------
 
+
 def _fact(*values: str) -> Fact:
-    return Fact("p1.x.0", "p1", "correction", "Which room?",
-                tuple(Statement(i, v) for i, v in enumerate(values)))
+    return Fact(
+        "p1.x.0",
+        "p1",
+        "correction",
+        "Which room?",
+        tuple(Statement(i, v) for i, v in enumerate(values)),
+    )
 
 
 def test_a_value_counts_only_as_a_whole_token() -> None:
@@ -214,8 +256,10 @@ def test_a_superseded_value_marked_as_such_does_not_count_against() -> None:
 
 # --- options ----------------------------------------------------------------------
 
+
 def test_prompt_variants_come_from_a_toml_file_and_errors_name_the_file_and_variant(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     good = tmp_path / "prompts.toml"
     good.write_text('[terse]\ndialogue = "Summarize briefly."\n')
     variants = cli.load_prompt_variants(good)

@@ -34,5 +34,7 @@ def test_an_explicit_loop_wins_over_the_environment(monkeypatch):
 
 def test_an_unknown_loop_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("XRMQ_EVENT_LOOP", "trio")
-    with pytest.raises(ValueError, match="XRMQ_EVENT_LOOP: must be one of uvloop, asyncio, got 'trio'"):
+    with pytest.raises(
+        ValueError, match="XRMQ_EVENT_LOOP: must be one of uvloop, asyncio, got 'trio'"
+    ):
         event_loop_name()

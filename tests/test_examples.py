@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from buses import broker_process, expect_line, reap
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext
 from xrmq.schemas import ConversationContextUpdate, ResponseOutput
 from xrmq.topics import VOICE_OUTPUT_TOPIC, context_topic
+
+from buses import broker_process, expect_line, reap
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -24,15 +25,21 @@ ENV = {**os.environ, "XRMQ_LOG_LEVEL": "WARNING"}
 
 
 def example(name: str, *args: str, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(EXAMPLES / name), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=ENV, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, str(EXAMPLES / name), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+        **kwargs,
+    )
 
 
 class ContextRecorder(Agent):
     """Records every update of the given context topics as (topic, participant, source, text)."""
 
     def __init__(self, *topics: str) -> None:
-        self._handlers = {context_topic(name): "on_update" for name in topics}
+        self._handlers = {context_topic(name): self.on_update for name in topics}
         self.updates: list[tuple[str, str | None, str, str]] = []
         self.changed = asyncio.Event()
 
@@ -49,7 +56,9 @@ class ContextRecorder(Agent):
             await asyncio.wait_for(self.changed.wait(), 20)
 
 
-async def run_publisher(script: str, topics: tuple[str, ...], count: int, *args: str) -> list[tuple]:
+async def run_publisher(
+    script: str, topics: tuple[str, ...], count: int, *args: str
+) -> list[tuple]:
     """Run a publishing example against a fresh broker; return what a subscriber received."""
     with broker_process() as bus:
         recorder = ContextRecorder(*topics)
@@ -77,10 +86,19 @@ async def test_sensor_publisher_publishes_the_scene_and_a_note():
 
 async def test_foreign_client_publishes_a_context_update_with_pyzmq_and_msgpack_only():
     tree = ast.parse((EXAMPLES / "foreign_client.py").read_text())
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported = {
+        alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    imported |= {
+        node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+    }
     assert imported - set(sys.stdlib_module_names) == {"msgspec", "zmq"}  # no xrmq
-    updates, stdout = await run_publisher("foreign_client.py", ("notes",), 1, "p7", "Reagent kit R-88 is in fridge 2.")
+    updates, stdout = await run_publisher(
+        "foreign_client.py", ("notes",), 1, "p7", "Reagent kit R-88 is in fridge 2."
+    )
     assert updates == [("notes", "p7", "foreign-client", "Reagent kit R-88 is in fridge 2.")]
     assert stdout == "foreign client: published notes for p7: Reagent kit R-88 is in fridge 2.\n"
 
@@ -93,7 +111,9 @@ async def test_foreign_client_sends_a_wav_as_audio_frames_with_pyzmq_and_msgpack
     from xrmq.topics import AUDIO_IN_TOPIC
 
     path = tmp_path / "tone.wav"
-    samples = b"".join(int(8000 * math.sin(i / 10)).to_bytes(2, "little", signed=True) for i in range(8000))
+    samples = b"".join(
+        int(8000 * math.sin(i / 10)).to_bytes(2, "little", signed=True) for i in range(8000)
+    )
     with wave.open(str(path), "wb") as writer:
         writer.setnchannels(1)
         writer.setsampwidth(2)
@@ -106,7 +126,7 @@ async def test_foreign_client_sends_a_wav_as_audio_frames_with_pyzmq_and_msgpack
             self.all = asyncio.Event()
 
         def handlers(self):
-            return {AUDIO_IN_TOPIC: "on_frame"}
+            return {AUDIO_IN_TOPIC: self.on_frame}
 
         async def on_frame(self, frame: AudioFrame, ctx: RuntimeContext) -> None:
             self.frames.append((ctx.participant_id, frame))
@@ -138,9 +158,12 @@ async def test_voice_renderer_prints_a_streamed_reply_as_one_subtitle_and_stops_
             await asyncio.to_thread(expect_line, renderer, "voice renderer: ready")
             async with AgentRuntime(bus) as runtime:
                 for text, final in (("The meeting", False), (" is at 15:30.", False), ("", True)):
-                    await runtime.publish(VOICE_OUTPUT_TOPIC,
-                                          ResponseOutput("reply", text, "q1", response_id="r1", final=final),
-                                          participant_id="p1", source="conversation")
+                    await runtime.publish(
+                        VOICE_OUTPUT_TOPIC,
+                        ResponseOutput("reply", text, "q1", response_id="r1", final=final),
+                        participant_id="p1",
+                        source="conversation",
+                    )
                 line = await asyncio.to_thread(expect_line, renderer, "subtitle for ")
             renderer.send_signal(signal.SIGTERM)
             assert await asyncio.to_thread(renderer.wait, 20) == 0

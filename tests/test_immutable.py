@@ -7,7 +7,7 @@ import decimal
 import enum
 import importlib
 import uuid
-from typing import Annotated, Any, Literal, NamedTuple, NewType, Optional, Union
+from typing import Annotated, Any, Literal, NamedTuple, NewType, Optional
 
 import msgspec
 import pytest
@@ -49,8 +49,8 @@ class Nested(msgspec.Struct, frozen=True):
     points: tuple[Point, ...]
     pair: tuple[Point, str]
     tags: frozenset[str]
-    maybe: Optional[Point] = None
-    either: Union[int, str, None] = None
+    maybe: Point | None = None
+    either: int | str | None = None
 
 
 class WithList(msgspec.Struct, frozen=True):
@@ -113,7 +113,7 @@ def test_a_struct_that_is_not_frozen_is_mutable_even_with_scalar_fields():
         tuple[list[int], ...],
         tuple[int, dict[str, int]],
         frozenset[Point] | list[int],
-        Optional[WithList],
+        Optional[WithList],  # noqa: UP045  (the typing.Optional spelling is the case)
         Annotated[list[str], msgspec.Meta(max_length=3)],
     ],
 )

@@ -95,7 +95,8 @@ async def test_a_one_way_message_to_an_idle_actor_is_taken_by_its_task():
     runtime = AgentRuntime()
     runtime.register("observer", observer)
     async with runtime:
-        await runtime.ask(NOTES, Update("idle"), reply_type=str)  # answered: the actor's task is parked
+        # answered: the actor's task is parked
+        await runtime.ask(NOTES, Update("idle"), reply_type=str)
         await runtime.publish(NOTES, Update("one-way"))
         await runtime.ask(NOTES, Update("after"), reply_type=str)
     assert [text for text, _, _ in observer.seen] == ["idle", "one-way", "after"]
@@ -121,7 +122,8 @@ class Patient(Agent):
             except TimeoutError:
                 return "timed out"
         if message.text == "cancel-self":
-            asyncio.current_task().cancel()  # lands before the actor's task has taken the handler over
+            # lands before the actor's task has taken the handler over
+            asyncio.current_task().cancel()
             try:
                 await asyncio.sleep(0)
             except asyncio.CancelledError:
@@ -148,9 +150,13 @@ async def test_a_cancellation_before_the_actor_takes_over_reaches_the_handler():
     runtime = AgentRuntime()
     runtime.register("patient", Patient())
     async with runtime:
-        await runtime.ask(NOTES, Update("ping"), reply_type=str)  # answered: the next request starts inline
-        assert await runtime.ask(NOTES, Update("cancel-self"), reply_type=str) == "cancellation caught"
-        assert await runtime.ask(NOTES, Update("timeout"), reply_type=str) == "timed out"  # the actor goes on
+        # answered: the next request starts inline
+        await runtime.ask(NOTES, Update("ping"), reply_type=str)
+        assert (
+            await runtime.ask(NOTES, Update("cancel-self"), reply_type=str) == "cancellation caught"
+        )
+        # the actor goes on
+        assert await runtime.ask(NOTES, Update("timeout"), reply_type=str) == "timed out"
         assert runtime.metrics().rejected == 0 and runtime.metrics().handler_errors == 0
 
 
@@ -159,12 +165,15 @@ async def test_stopping_cancels_a_suspended_handler_started_by_the_reader():
     runtime = AgentRuntime()
     runtime.register("patient", patient)
     await runtime.start()
-    await runtime.ask(NOTES, Update("ping"), reply_type=str)  # answered: the next request starts inline
+    # answered: the next request starts inline
+    await runtime.ask(NOTES, Update("ping"), reply_type=str)
     waiting = asyncio.create_task(runtime.ask(NOTES, Update("wait"), timeout=30))
     await patient.waiting.wait()
     await runtime.stop()
     assert patient.outcomes == ["cancelled"]
-    assert isinstance((await asyncio.gather(waiting, return_exceptions=True))[0], RuntimeClosedError)
+    assert isinstance(
+        (await asyncio.gather(waiting, return_exceptions=True))[0], RuntimeClosedError
+    )
 
 
 async def test_an_offer_from_inside_a_task_is_queued_for_the_actor_not_started_inline():
@@ -179,7 +188,9 @@ async def test_an_offer_from_inside_a_task_is_queued_for_the_actor_not_started_i
         async def handler(message, ctx):
             done.set()
 
-        assert mailbox.offer((handler, Update("from a task"), MessageMetadata("m", "s", "t", 1, 1, 0), NOTES), True)
+        assert mailbox.offer(
+            (handler, Update("from a task"), MessageMetadata("m", "s", "t", 1, 1, 0), NOTES), True
+        )
         assert not done.is_set()  # not run here, in this task
         await done.wait()  # the actor's task ran it
 
@@ -193,31 +204,55 @@ async def test_the_reader_yields_after_a_request_that_could_not_start_at_once():
     runtime = AgentRuntime()
     runtime.register("observer", observer)
     async with runtime:
-        await runtime.ask(NOTES, Update("warm"), reply_type=str)  # answered: the actor's task is parked
+        # answered: the actor's task is parked
+        await runtime.ask(NOTES, Update("warm"), reply_type=str)
         loop = asyncio.get_running_loop()
         decided = loop.create_future()
         seqs = iter(range(1, 10))
 
         def dispatch(text: str, *, request: bool, first: bool):
             seq = next(seqs)
-            metadata = MessageMetadata(f"m{seq}", "test", "test-sender", 1, seq, 0, None, None, "p1",
-                                       "_inbox.nobody" if request else None)
-            return runtime._dispatch(NOTES.key("p1"), zmq.Frame(msgspec.msgpack.encode(metadata)),
-                                     zmq.Frame(NOTES.encode(Update(text))), first)
+            metadata = MessageMetadata(
+                f"m{seq}",
+                "test",
+                "test-sender",
+                1,
+                seq,
+                0,
+                None,
+                None,
+                "p1",
+                "_inbox.nobody" if request else None,
+            )
+            return runtime._dispatch(
+                NOTES.key("p1"),
+                zmq.Frame(msgspec.msgpack.encode(metadata)),
+                zmq.Frame(NOTES.encode(Update(text))),
+                first,
+            )
 
         def decide():  # as the reader does: in a loop callback, outside any task
-            decided.set_result([
-                bool(dispatch("one-way, first", request=False, first=True)),
-                bool(dispatch("request behind it", request=True, first=False)),
-            ])
+            decided.set_result(
+                [
+                    bool(dispatch("one-way, first", request=False, first=True)),
+                    bool(dispatch("request behind it", request=True, first=False)),
+                ]
+            )
 
         loop.call_soon(decide)
         assert await decided == [False, True]
         await runtime.ask(NOTES, Update("sync"), reply_type=str)  # answered after both queued ones
         started = loop.create_future()
-        loop.call_soon(lambda: started.set_result(bool(dispatch("request, first", request=True, first=True))))
+        loop.call_soon(
+            lambda: started.set_result(bool(dispatch("request, first", request=True, first=True)))
+        )
         assert await started is BY_TASK_WHEN_STARTED_AT_ONCE  # queued on the fallback path
-    assert [text for text, _, _ in observer.seen] == ["warm", "one-way, first", "request behind it", "sync",
-                                                      "request, first"]
+    assert [text for text, _, _ in observer.seen] == [
+        "warm",
+        "one-way, first",
+        "request behind it",
+        "sync",
+        "request, first",
+    ]
     assert observer.from_task[1:3] == [True, True]
     assert observer.from_task[4] is BY_TASK_WHEN_STARTED_AT_ONCE

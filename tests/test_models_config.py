@@ -50,9 +50,14 @@ def test_full_table_loads_from_toml(tmp_path: Path) -> None:
 
 def test_preset_name_or_preset_with_overrides(tmp_path: Path) -> None:
     assert load_model_spec(write(tmp_path, 'model = "offline"\n')) == PRESETS["offline"]
-    spec = load_model_spec(write(tmp_path, '[agents.model]\npreset = "local"\napi_base = "http://box:8000/v1"\n'), table="agents.model")
+    spec = load_model_spec(
+        write(tmp_path, '[agents.model]\npreset = "local"\napi_base = "http://box:8000/v1"\n'),
+        table="agents.model",
+    )
     assert spec.api_base == "http://box:8000/v1"
-    assert spec.model == PRESETS["local"].model and spec.thinking_off == PRESETS["local"].thinking_off
+    assert (
+        spec.model == PRESETS["local"].model and spec.thinking_off == PRESETS["local"].thinking_off
+    )
 
 
 def test_presets_disable_thinking_for_their_reasoning_models() -> None:
@@ -65,7 +70,10 @@ def test_presets_disable_thinking_for_their_reasoning_models() -> None:
     ("value", "message"),
     [
         ({"model": "x", "timeout_s": 0}, r"^ModelSpec.timeout_s: must be positive$"),
-        ({"model": "x", "timeout_s": "soon"}, r"^ModelSpec.timeout_s: Expected `float`, got `str`$"),
+        (
+            {"model": "x", "timeout_s": "soon"},
+            r"^ModelSpec.timeout_s: Expected `float`, got `str`$",
+        ),
         ({"model": "x", "max_tokens": 0}, r"^ModelSpec.max_tokens: must be positive$"),
         ({"model": "x", "colour": "red"}, r"^ModelSpec: Object contains unknown field `colour`$"),
         ({"timeout_s": 3}, r"^ModelSpec: Object missing required field `model`$"),
@@ -93,23 +101,47 @@ def test_factory_builds_the_offline_model_with_its_pacing() -> None:
 
 def test_factory_builds_a_litellm_service_from_a_spec(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XRMQ_TEST_KEY", "sk-test")
-    spec = parse_model_spec({"preset": "local", "api_key_env": "XRMQ_TEST_KEY", "max_tokens": 256, "options": {"top_p": 0.5}})
+    spec = parse_model_spec(
+        {
+            "preset": "local",
+            "api_key_env": "XRMQ_TEST_KEY",
+            "max_tokens": 256,
+            "options": {"top_p": 0.5},
+        }
+    )
     llm = create_llm(spec)
     assert isinstance(llm, LiteLLMService)
-    assert (llm.model, llm.api_base, llm.max_tokens, llm.timeout_s) == (spec.model, spec.api_base, 256, 30.0)
+    assert (llm.model, llm.api_base, llm.max_tokens, llm.timeout_s) == (
+        spec.model,
+        spec.api_base,
+        256,
+        30.0,
+    )
     assert llm.thinking_off == spec.thinking_off and llm.provider_options == {"top_p": 0.5}
     assert "sk-test" not in repr(llm)
 
 
-def test_factory_fails_at_startup_when_the_key_variable_is_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_factory_fails_at_startup_when_the_key_variable_is_unset(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    with pytest.raises(ValueError, match=r"^ModelSpec.api_key_env: environment variable OPENAI_API_KEY is not set$"):
+    with pytest.raises(
+        ValueError, match=r"^ModelSpec.api_key_env: environment variable OPENAI_API_KEY is not set$"
+    ):
         create_llm("hosted")
 
 
 async def test_a_configured_offline_model_answers_offline() -> None:
     from xrmq.actors.models import ChatMessage
 
-    llm = create_llm(parse_model_spec({"preset": "offline", "time_to_first_token_s": 0, "tokens_per_second": 0}))
-    completion = await llm.complete([ChatMessage("system", "s"), ChatMessage("user", "lamp: blue"), ChatMessage("user", "What colour is the lamp?")])
+    llm = create_llm(
+        parse_model_spec({"preset": "offline", "time_to_first_token_s": 0, "tokens_per_second": 0})
+    )
+    completion = await llm.complete(
+        [
+            ChatMessage("system", "s"),
+            ChatMessage("user", "lamp: blue"),
+            ChatMessage("user", "What colour is the lamp?"),
+        ]
+    )
     assert completion.text == "Lamp: blue."

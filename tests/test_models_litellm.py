@@ -48,8 +48,16 @@ COMPACTION_REQUEST = [
 ]
 
 
-def chunk(text: str, finish_reason: str = "", usage: dict[str, int] | None = None) -> dict[str, Any]:
-    return {"text": text, "is_finished": bool(finish_reason), "finish_reason": finish_reason, "usage": usage, "index": 0}
+def chunk(
+    text: str, finish_reason: str = "", usage: dict[str, int] | None = None
+) -> dict[str, Any]:
+    return {
+        "text": text,
+        "is_finished": bool(finish_reason),
+        "finish_reason": finish_reason,
+        "usage": usage,
+        "index": 0,
+    }
 
 
 class Provider(CustomLLM):
@@ -67,9 +75,28 @@ class Provider(CustomLLM):
         self.ended: list[str] = []
         self.waiting = asyncio.Event()
 
-    async def astreaming(self, model, messages, api_base, custom_prompt_dict, model_response, print_verbose,
-                         encoding, api_key, logging_obj, optional_params, **kwargs):  # fmt: skip
-        self.calls.append({"model": model, "messages": messages, "params": dict(optional_params), "api_base": api_base})
+    async def astreaming(
+        self,
+        model,
+        messages,
+        api_base,
+        custom_prompt_dict,
+        model_response,
+        print_verbose,
+        encoding,
+        api_key,
+        logging_obj,
+        optional_params,
+        **kwargs,
+    ):
+        self.calls.append(
+            {
+                "model": model,
+                "messages": messages,
+                "params": dict(optional_params),
+                "api_base": api_base,
+            }
+        )
         step = self.steps.pop(0)
         if isinstance(step, BaseException):
             raise step
@@ -94,7 +121,9 @@ class Provider(CustomLLM):
 @pytest.fixture
 def provider_map(monkeypatch: pytest.MonkeyPatch):
     def register(provider: Provider) -> Provider:
-        monkeypatch.setattr(litellm, "custom_provider_map", [{"provider": PROVIDER, "custom_handler": provider}])
+        monkeypatch.setattr(
+            litellm, "custom_provider_map", [{"provider": PROVIDER, "custom_handler": provider}]
+        )
         return provider
 
     return register
@@ -133,7 +162,9 @@ async def test_mock_response_complete_collects_the_whole_text() -> None:
         ("litellm.InternalServerError", ModelUnavailable),
     ],
 )
-async def test_mocked_litellm_errors_map_to_the_documented_exceptions(mock: str, error_type: type) -> None:
+async def test_mocked_litellm_errors_map_to_the_documented_exceptions(
+    mock: str, error_type: type
+) -> None:
     llm = LiteLLMService("openai/gpt-4o-mini", mock_response=mock, retries=0)
     stream = llm.stream(ANSWER_REQUEST)
     with pytest.raises(error_type) as raised:
@@ -145,13 +176,23 @@ async def test_mocked_litellm_errors_map_to_the_documented_exceptions(mock: str,
 
 
 async def test_mocked_timeout_maps_to_model_timeout() -> None:
-    llm = LiteLLMService("openai/gpt-4o-mini", mock_response="x", mock_timeout=True, retries=0, timeout_s=0.05)
+    llm = LiteLLMService(
+        "openai/gpt-4o-mini", mock_response="x", mock_timeout=True, retries=0, timeout_s=0.05
+    )
     with pytest.raises(ModelTimeout):
         await llm.complete(ANSWER_REQUEST)
 
 
 async def test_custom_provider_receives_exact_messages_and_options(provider_map) -> None:
-    provider = provider_map(Provider([chunk("From "), chunk("what I have."), chunk("", "stop", {"prompt_tokens": 31, "completion_tokens": 4})]))
+    provider = provider_map(
+        Provider(
+            [
+                chunk("From "),
+                chunk("what I have."),
+                chunk("", "stop", {"prompt_tokens": 31, "completion_tokens": 4}),
+            ]
+        )
+    )
     llm = service(api_base="http://127.0.0.1:9/v1", temperature=0.3, max_tokens=200)
     completion = await llm.complete(ANSWER_REQUEST, ChatOptions(max_tokens=64))
     assert completion.text == "From what I have."
@@ -168,7 +209,9 @@ async def test_custom_provider_receives_exact_messages_and_options(provider_map)
     assert provider.ended == ["exhausted"]
 
 
-async def test_thinking_off_parameters_go_only_with_requests_that_disable_thinking(provider_map) -> None:
+async def test_thinking_off_parameters_go_only_with_requests_that_disable_thinking(
+    provider_map,
+) -> None:
     steps = [[chunk("ok", "stop")] for _ in range(2)]
     provider = provider_map(Provider(*steps))
     thinking_off = {"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}}
@@ -186,11 +229,14 @@ class ParamsLogger(CustomLogger):
         super().__init__()
         self.params: list[dict[str, Any]] = []
 
-    def log_pre_api_call(self, model, messages, kwargs):  # noqa: ANN001
+    def log_pre_api_call(self, model, messages, kwargs):
         self.params.append(dict(kwargs["optional_params"]))
 
 
-@pytest.mark.parametrize(("model", "expected"), [("anthropic/claude-sonnet-4-5", REASONING_OFF), ("openai/gpt-4o-mini", {})])
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [("anthropic/claude-sonnet-4-5", REASONING_OFF), ("openai/gpt-4o-mini", {})],
+)
 async def test_thinking_off_defaults_to_reasoning_effort_none_only_on_reasoning_models(
     monkeypatch: pytest.MonkeyPatch, model: str, expected: dict[str, str]
 ) -> None:
@@ -233,21 +279,27 @@ async def test_leaving_the_stream_block_early_closes_the_provider_generator(prov
 
 
 async def test_failure_before_the_first_chunk_is_retried(provider_map) -> None:
-    provider = provider_map(Provider(CustomLLMError(status_code=429, message="slow down"), [chunk("ok", "stop")]))
+    provider = provider_map(
+        Provider(CustomLLMError(status_code=429, message="slow down"), [chunk("ok", "stop")])
+    )
     completion = await service(retries=1).complete(ANSWER_REQUEST)
     assert completion.text == "ok"
     assert len(provider.calls) == 2
 
 
 async def test_retries_are_bounded_and_the_last_error_surfaces(provider_map) -> None:
-    provider = provider_map(Provider(*[CustomLLMError(status_code=503, message="down") for _ in range(3)]))
+    provider = provider_map(
+        Provider(*[CustomLLMError(status_code=503, message="down") for _ in range(3)])
+    )
     with pytest.raises(ModelUnavailable, match="down"):
         await service(retries=2).complete(ANSWER_REQUEST)
     assert len(provider.calls) == 3
 
 
 async def test_failure_after_the_first_chunk_is_not_retried(provider_map) -> None:
-    provider = provider_map(Provider([chunk("partial "), CustomLLMError(status_code=503, message="dropped")]))
+    provider = provider_map(
+        Provider([chunk("partial "), CustomLLMError(status_code=503, message="dropped")])
+    )
     received: list[str] = []
     with pytest.raises(ModelUnavailable, match="dropped"):
         async for text in service(retries=3).stream(ANSWER_REQUEST):
@@ -277,7 +329,13 @@ async def test_no_first_chunk_within_the_request_timeout_raises_model_timeout(pr
 
 
 def test_every_failure_is_a_model_error() -> None:
-    for error_type in (ModelTimeout, ModelRateLimited, ModelUnavailable, ContextWindowExceeded, ModelRequestRejected):
+    for error_type in (
+        ModelTimeout,
+        ModelRateLimited,
+        ModelUnavailable,
+        ContextWindowExceeded,
+        ModelRequestRejected,
+    ):
         assert issubclass(error_type, ModelError)
     assert ModelRateLimited.retryable and not ContextWindowExceeded.retryable
 
@@ -292,5 +350,12 @@ def test_invalid_service_settings_raise_value_error_naming_the_rule() -> None:
 def test_importing_the_models_package_does_not_import_litellm() -> None:
     code = "import sys, xrmq.actors.models; print('litellm' in sys.modules)"
     env = {key: value for key, value in os.environ.items() if key != "LITELLM_LOCAL_MODEL_COST_MAP"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, timeout=30)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        timeout=30,
+    )
     assert out.stdout.strip() == "False"

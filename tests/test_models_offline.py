@@ -37,7 +37,10 @@ def ask(question: str, context: ChatMessage = CONTEXT) -> list[ChatMessage]:
 
 
 def compaction(material: str, limit: int, prompt: str = DIALOGUE_PROMPT) -> list[ChatMessage]:
-    return [ChatMessage("system", f"{prompt}\n{compaction_limit_instruction(limit)}"), ChatMessage("user", material)]
+    return [
+        ChatMessage("system", f"{prompt}\n{compaction_limit_instruction(limit)}"),
+        ChatMessage("user", material),
+    ]
 
 
 async def test_answers_from_the_context_line_matching_the_question() -> None:
@@ -67,7 +70,9 @@ async def test_second_line_is_added_for_question_words_the_first_does_not_cover(
 
 
 async def test_a_later_line_wins_a_tie_as_the_newer_fact() -> None:
-    context = ChatMessage("user", "[09:00] the meeting is in room 12\n[09:30] the meeting is in room 14")
+    context = ChatMessage(
+        "user", "[09:00] the meeting is in room 12\n[09:30] the meeting is in room 14"
+    )
     completion = await instant().complete(ask("Where is the meeting?", context))
     assert "room 14" in completion.text and "room 12" not in completion.text
 
@@ -75,7 +80,8 @@ async def test_a_later_line_wins_a_tie_as_the_newer_fact() -> None:
 async def test_summary_stays_within_the_stated_limit_and_keeps_names_and_numbers() -> None:
     material = (
         "Previous summary:\nBob prefers tea. Badge AX-1193 belongs to Alice.\n---\n"
-        "user: actually the review moved to 10:45 in room 12.\nassistant: Noted, 10:45 in room 12.\n"
+        "user: actually the review moved to 10:45 in room 12.\nassistant: Noted, 10:45 in room "
+        "12.\n"
         "user: the weather is nice today and I like long walks in the park on sunny days.\n"
         "assistant: That sounds lovely, enjoy the walks."
     )
@@ -88,23 +94,31 @@ async def test_summary_stays_within_the_stated_limit_and_keeps_names_and_numbers
 
 
 async def test_summary_is_shortened_when_no_sentence_fits() -> None:
-    completion = await instant().complete(compaction("Alice booked room 4B for the design review at 15:30.", 24))
+    completion = await instant().complete(
+        compaction("Alice booked room 4B for the design review at 15:30.", 24)
+    )
     assert len(completion.text.encode()) <= 24
     assert completion.text.endswith("…")
 
 
 @settings(max_examples=200, deadline=None)
 @given(material=st.text(min_size=1, max_size=400), limit=st.integers(min_value=1, max_value=300))
-def test_extractive_summary_never_exceeds_the_limit_in_utf8_bytes(material: str, limit: int) -> None:
+def test_extractive_summary_never_exceeds_the_limit_in_utf8_bytes(
+    material: str, limit: int
+) -> None:
     assert len(extractive_summary(material, limit).encode("utf-8")) <= limit
 
 
 async def test_same_input_gives_the_same_output() -> None:
     first = await instant().complete(ask("Which room did Alice book?"))
-    second = await OfflineLLM(time_to_first_token_s=0, tokens_per_second=0).complete(ask("Which room did Alice book?"))
+    second = await OfflineLLM(time_to_first_token_s=0, tokens_per_second=0).complete(
+        ask("Which room did Alice book?")
+    )
     assert first == second
     material = "Bob prefers tea.\nAlice booked room 4B at 15:30.\nThe lamp is blue."
-    assert (await instant().complete(compaction(material, 40))) == (await instant().complete(compaction(material, 40)))
+    assert (await instant().complete(compaction(material, 40))) == (
+        await instant().complete(compaction(material, 40))
+    )
 
 
 async def test_streams_word_sized_chunks_with_usage() -> None:
@@ -115,7 +129,11 @@ async def test_streams_word_sized_chunks_with_usage() -> None:
     assert len(chunks) > 5
     assert all(len(chunk.split()) == 1 for chunk in chunks)
     assert stream.finish_reason == "stop"
-    assert stream.usage is not None and stream.usage.output_tokens == len(chunks) and stream.usage.input_tokens
+    assert (
+        stream.usage is not None
+        and stream.usage.output_tokens == len(chunks)
+        and stream.usage.input_tokens
+    )
 
 
 async def test_max_tokens_cuts_the_reply_off_with_finish_reason_length() -> None:
@@ -181,8 +199,10 @@ def test_offline_answer_does_not_read_out_summary_and_state_labels():
     from xrmq.actors.models.extractive import answer_from_context
 
     context = [
-        "Summary of earlier conversation: [2026-11-29 20:30:19 UTC] User: I left the spare key in drawer 12.",
-        "[2026-11-29 20:30:20 UTC] [scene] Current state: Bob is at the loading dock next to pallet P-12.",
+        "Summary of earlier conversation: [2026-11-29 20:30:19 UTC] User: I left the spare key in "
+        "drawer 12.",
+        "[2026-11-29 20:30:20 UTC] [scene] Current state: Bob is at the loading dock next to "
+        "pallet P-12.",
     ]
     assert (
         answer_from_context("Where is the spare key?", context)

@@ -12,16 +12,19 @@ import time
 
 import pytest
 
-from openai_server import OpenAIServer, Reply
 from xrmq.actors.models import (
     ChatMessage,
     ChatOptions,
     LiteLLMService,
     ModelRateLimited,
     ModelTimeout,
+    ModelUnavailable,
+    create_llm,
+    parse_model_spec,
 )
-from xrmq.actors.models import ModelUnavailable, create_llm, parse_model_spec
 from xrmq.actors.models.litellm_service import import_litellm
+
+from openai_server import OpenAIServer, Reply
 
 pytestmark = pytest.mark.timeout(90)  # litellm's import takes seconds on a loaded machine
 
@@ -110,9 +113,8 @@ async def sent_body(model: str, **options) -> tuple[dict, dict]:
         for options_ in (OFF, ChatOptions()):
             try:
                 await llm.complete(QUESTION, options_)
-            except (
-                Exception
-            ):  # a non-OpenAI family cannot read the OpenAI reply; its request is what counts
+            # a non-OpenAI family cannot read the OpenAI reply; its request is what counts
+            except Exception:
                 pass
     off, on = (request.body for request in server.requests)
     return off, on

@@ -50,7 +50,9 @@ async def test_delays_are_awaited_before_the_first_chunk_and_between_chunks() ->
     async def record(seconds: float) -> None:
         waits.append(seconds)
 
-    llm = ScriptedLLM(ScriptedResponse("a b c", first_chunk_delay_s=0.5, chunk_delay_s=0.1), sleep=record)
+    llm = ScriptedLLM(
+        ScriptedResponse("a b c", first_chunk_delay_s=0.5, chunk_delay_s=0.1), sleep=record
+    )
     assert (await llm.complete(REQUEST)).text == "a b c"
     assert waits == [0.5, 0.1, 0.1]
 
@@ -65,7 +67,11 @@ async def test_error_before_the_first_chunk() -> None:
 
 
 async def test_error_mid_stream_after_the_given_chunks() -> None:
-    llm = ScriptedLLM(ScriptedResponse("one two three", error=ModelError("scripted", "dropped"), error_after_chunks=2))
+    llm = ScriptedLLM(
+        ScriptedResponse(
+            "one two three", error=ModelError("scripted", "dropped"), error_after_chunks=2
+        )
+    )
     received: list[str] = []
     with pytest.raises(ModelError, match="dropped"):
         async for chunk in llm.stream(REQUEST):
@@ -76,7 +82,11 @@ async def test_error_mid_stream_after_the_given_chunks() -> None:
 async def test_cut_off_ends_with_finish_reason_length_and_reports_usage() -> None:
     llm = ScriptedLLM(ScriptedResponse("partial summ", finish_reason="length", usage=Usage(100, 2)))
     completion = await llm.complete(REQUEST)
-    assert (completion.text, completion.finish_reason, completion.usage) == ("partial summ", "length", Usage(100, 2))
+    assert (completion.text, completion.finish_reason, completion.usage) == (
+        "partial summ",
+        "length",
+        Usage(100, 2),
+    )
 
 
 async def test_empty_response_streams_nothing_and_stops() -> None:
@@ -116,14 +126,19 @@ def test_inconsistent_scripts_raise_value_error_naming_the_rule() -> None:
         ScriptedResponse("a", chunks=("a",))
     with pytest.raises(ValueError, match=r"ScriptedResponse.hang: cannot be combined with error"):
         ScriptedResponse(hang=True, error=ModelError("m", "x"))
-    with pytest.raises(ValueError, match=r"ScriptedResponse.finish_reason: must be stop, length or content_filter"):
+    with pytest.raises(
+        ValueError, match=r"ScriptedResponse.finish_reason: must be stop, length or content_filter"
+    ):
         ScriptedResponse("a", finish_reason="error")
-    with pytest.raises(ValueError, match=r"ScriptedResponse.first_chunk_delay_s: must be non-negative"):
+    with pytest.raises(
+        ValueError, match=r"ScriptedResponse.first_chunk_delay_s: must be non-negative"
+    ):
         ScriptedResponse("a", first_chunk_delay_s=-1)
 
 
 async def test_wait_streaming_returns_once_the_model_is_generating():
     llm = ScriptedLLM(ScriptedResponse("slow start", first_chunk_delay_s=30))
+
     async def consume() -> None:
         async with llm.stream(REQUEST) as stream:
             async for _ in stream:

@@ -30,7 +30,9 @@ def test_empty_message_list_raises_value_error() -> None:
 
 
 def test_unknown_role_raises_value_error() -> None:
-    with pytest.raises(ValueError, match=r"^ChatMessage.role: must be one of system, user, assistant, tool$"):
+    with pytest.raises(
+        ValueError, match=r"^ChatMessage.role: must be one of system, user, assistant, tool$"
+    ):
         ChatMessage("robot", "x")  # type: ignore[arg-type]
 
 

@@ -17,13 +17,14 @@ import msgspec
 import pytest
 import zmq
 
-from buses import broker_process
-from router_doubles import FakeContext
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import OfflineLLM
 from xrmq.actors.routing import AgentRouter, SingleDestination
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC
+
+from buses import broker_process
+from router_doubles import FakeContext
 
 NUL = b"\x00"
 
@@ -140,9 +141,8 @@ async def test_a_client_that_follows_the_readme_reads_a_whole_streamed_answer_an
                 client.close()
     [(source, _)] = streams
     assert source == "conversation"
-    assert list(streams.values()) == [
-        "Noted: your badge number is 4471."
-    ]  # every fragment, in order
+    # every fragment, in order
+    assert list(streams.values()) == ["Noted: your badge number is 4471."]
     assert ended == {
         "request_id": message_id,
         "status": "answered",

@@ -6,12 +6,13 @@ import asyncio
 
 import pytest
 
-from buses import broker_process
-from test_examples import ContextRecorder
 from xrmq.actors import Publisher
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import context_topic
+
+from buses import broker_process
+from test_examples import ContextRecorder
 
 
 async def test_a_publisher_publishes_text_and_messages_in_order_from_plain_code():

@@ -1,4 +1,5 @@
-"""ResponseOutputs and Reply: one test per rule of docs/interaction.md, against a recording publisher."""
+"""ResponseOutputs and Reply: one test per rule of docs/interaction.md, against a recording
+publisher."""
 
 from __future__ import annotations
 
@@ -50,7 +51,11 @@ async def test_update_publishes_an_update_for_the_participant_with_the_source():
     publisher = RecordingPublisher()
     await outputs_for(publisher, source="timer").update("p1", "Tea is ready.")
     assert publisher.calls == [
-        (VOICE_OUTPUT_TOPIC, ResponseOutput(kind="update", text="Tea is ready."), {"participant_id": "p1", "source": "timer"})
+        (
+            VOICE_OUTPUT_TOPIC,
+            ResponseOutput(kind="update", text="Tea is ready."),
+            {"participant_id": "p1", "source": "timer"},
+        )
     ]
 
 
@@ -65,13 +70,21 @@ async def test_update_with_blank_text_publishes_nothing():
 async def test_urgent_update_is_published_urgent_with_its_timestamp():
     publisher = RecordingPublisher()
     await outputs_for(publisher).update("p1", "Pressure high!", urgent=True, timestamp_us=42)
-    assert publisher.messages == [ResponseOutput(kind="update", text="Pressure high!", urgent=True, timestamp_us=42)]
+    assert publisher.messages == [
+        ResponseOutput(kind="update", text="Pressure high!", urgent=True, timestamp_us=42)
+    ]
 
 
 async def test_withdraw_publishes_an_empty_withdraw_for_the_participant():
     publisher = RecordingPublisher()
     await outputs_for(publisher, source="monitor").withdraw("p2")
-    assert publisher.calls == [(VOICE_OUTPUT_TOPIC, ResponseOutput(kind="withdraw"), {"participant_id": "p2", "source": "monitor"})]
+    assert publisher.calls == [
+        (
+            VOICE_OUTPUT_TOPIC,
+            ResponseOutput(kind="withdraw"),
+            {"participant_id": "p2", "source": "monitor"},
+        )
+    ]
 
 
 async def test_source_is_omitted_from_the_publish_call_when_none():
@@ -82,7 +95,9 @@ async def test_source_is_omitted_from_the_publish_call_when_none():
 
 def test_response_outputs_rejects_bad_arguments_naming_the_field():
     publisher = RecordingPublisher()
-    with pytest.raises(ValueError, match=r"ResponseOutputs\.topic: must be a Topic carrying ResponseOutput"):
+    with pytest.raises(
+        ValueError, match=r"ResponseOutputs\.topic: must be a Topic carrying ResponseOutput"
+    ):
         ResponseOutputs(publisher, QUERY_TOPIC)
     with pytest.raises(ValueError, match=r"ResponseOutputs\.closed_errors"):
         ResponseOutputs(publisher, VOICE_OUTPUT_TOPIC, closed_errors=(ConsumerClosed, "nope"))
@@ -110,12 +125,24 @@ async def test_single_message_reply_is_one_fragment_and_the_empty_terminator():
         await reply.send("One moment.")
     fragment, terminator = publisher.messages
     assert fragment == ResponseOutput(
-        kind="reply", text="One moment.", request_id="turn-1", response_id=reply.response_id, final=False, timestamp_us=7
+        kind="reply",
+        text="One moment.",
+        request_id="turn-1",
+        response_id=reply.response_id,
+        final=False,
+        timestamp_us=7,
     )
     assert terminator == ResponseOutput(
-        kind="reply", text="", request_id="turn-1", response_id=reply.response_id, final=True, timestamp_us=7
+        kind="reply",
+        text="",
+        request_id="turn-1",
+        response_id=reply.response_id,
+        final=True,
+        timestamp_us=7,
     )
-    assert all(kwargs == {"participant_id": "p1", "source": "router"} for _, _, kwargs in publisher.calls)
+    assert all(
+        kwargs == {"participant_id": "p1", "source": "router"} for _, _, kwargs in publisher.calls
+    )
 
 
 async def test_every_send_publishes_one_fragment_in_order():
@@ -176,7 +203,9 @@ async def test_cancelled_task_never_publishes_even_if_awaited_code_swallowed_the
             pass
 
     async def answer() -> None:
-        async with outputs_for(publisher).reply("p1", request_id="t", started=swallowing_started) as reply:
+        async with outputs_for(publisher).reply(
+            "p1", request_id="t", started=swallowing_started
+        ) as reply:
             await reply.send("never heard")
 
     task = asyncio.create_task(answer())
@@ -354,7 +383,6 @@ def test_reply_rejects_bad_arguments_naming_the_field():
         outputs.reply("p1", request_id="t", timestamp_us=-1)
     with pytest.raises(ValueError, match=r"Reply\.outputs"):
         Reply(object(), "p1", request_id="t")
-
 
 
 async def test_a_reply_context_can_be_entered_only_once():

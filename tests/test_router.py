@@ -6,10 +6,11 @@ import asyncio
 
 import pytest
 
-from router_doubles import Decisions, Destination, Finishing, Log, router_output
 from xrmq.actors.routing import AgentRouter, RouteResult, RouterTexts, SingleDestination
 from xrmq.schemas import Admission, AgentTurn, DestinationResult, RoutingAid
 from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC
+
+from router_doubles import Decisions, Destination, Finishing, Log, router_output
 
 
 def turn(turn_id: str, text: str = "hello", participant: str = "p1") -> AgentTurn:
@@ -17,7 +18,12 @@ def turn(turn_id: str, text: str = "hello", participant: str = "p1") -> AgentTur
 
 
 def make_router(log: Log, destinations: list[Destination], *choices, **kwargs) -> AgentRouter:
-    return AgentRouter({d.name: d for d in destinations}, Decisions(log, *choices), output=router_output(log), **kwargs)
+    return AgentRouter(
+        {d.name: d for d in destinations},
+        Decisions(log, *choices),
+        output=router_output(log),
+        **kwargs,
+    )
 
 
 def routed(log: Log) -> list[tuple]:
@@ -87,12 +93,18 @@ async def test_focus_holder_is_tried_first_and_keeps_focus_across_turns():
     await router.handle(turn("t2"))
     await router.handle(turn("t3"))
     assert log.of("decide") == [("decide", "t1", ("chat", "notes"))]
-    assert log.of("admit") == [("admit", "notes", "t1", False), ("admit", "notes", "t2", True), ("admit", "notes", "t3", True)]
+    assert log.of("admit") == [
+        ("admit", "notes", "t1", False),
+        ("admit", "notes", "t2", True),
+        ("admit", "notes", "t3", True),
+    ]
 
 
 async def test_declining_does_not_clear_focus():
     log = Log()
-    notes = Destination("notes", log, admissions=[Admission("accept", focus=True), Admission("decline")])
+    notes = Destination(
+        "notes", log, admissions=[Admission("accept", focus=True), Admission("decline")]
+    )
     chat = Destination("chat", log)
     router = make_router(log, [chat, notes], "notes", "chat")
     await router.handle(turn("t1"))
@@ -104,7 +116,9 @@ async def test_declining_does_not_clear_focus():
 
 async def test_admission_release_clears_focus_and_routes_the_same_turn_normally():
     log = Log()
-    notes = Destination("notes", log, admissions=[Admission("accept", focus=True), Admission("release")])
+    notes = Destination(
+        "notes", log, admissions=[Admission("accept", focus=True), Admission("release")]
+    )
     chat = Destination("chat", log)
     router = make_router(log, [chat, notes], "notes", "chat", "chat")
     await router.handle(turn("t1"))
@@ -117,8 +131,12 @@ async def test_admission_release_clears_focus_and_routes_the_same_turn_normally(
 
 async def test_result_release_gives_up_focus_after_the_answer():
     log = Log()
-    notes = Destination("notes", log, admissions=[Admission("accept", focus=True)],
-                        answers=[DestinationResult("noted"), DestinationResult("done", focus="release")])
+    notes = Destination(
+        "notes",
+        log,
+        admissions=[Admission("accept", focus=True)],
+        answers=[DestinationResult("noted"), DestinationResult("done", focus="release")],
+    )
     router = make_router(log, [notes, Destination("chat", log)], "notes", "chat")
     await router.handle(turn("t1"))
     await router.handle(turn("t2"))
@@ -178,7 +196,10 @@ async def test_decline_reroutes_once_then_the_eligible_default_answers_without_a
     router = make_router(log, [chat, camera, notes], "camera", "notes", "chat", default="chat")
     result = await router.handle(turn("t1"))
     assert result == RouteResult("t1", "answered", "chat", "chat answers t1")
-    assert log.of("decide") == [("decide", "t1", ("chat", "camera", "notes")), ("decide", "t1", ("chat", "notes"))]
+    assert log.of("decide") == [
+        ("decide", "t1", ("chat", "camera", "notes")),
+        ("decide", "t1", ("chat", "notes")),
+    ]
     assert log.of("admit") == [("admit", "camera", "t1", False), ("admit", "notes", "t1", False)]
     assert log.of("answer") == [("answer", "chat", "t1", (), "chat")]
 
@@ -193,7 +214,9 @@ async def test_no_choice_goes_to_the_default():
 
 async def test_without_an_eligible_default_the_router_says_the_decline_text():
     log = Log()
-    camera = Destination("camera", log, admissions=[Admission("decline", text="The camera is off.")])
+    camera = Destination(
+        "camera", log, admissions=[Admission("decline", text="The camera is off.")]
+    )
     chat = Destination("chat", log, aid=RoutingAid("chat", eligible=False))
     router = make_router(log, [chat, camera], "camera", default="chat")
     result = await router.handle(turn("t1"))
@@ -210,9 +233,12 @@ async def test_without_an_eligible_default_the_router_says_the_decline_text():
 async def test_a_default_that_declined_gets_no_fallback_attempt():
     log = Log()
     chat = Destination("chat", log, admissions=[Admission("decline")])
-    router = make_router(log, [chat], "chat", default="chat", texts=RouterTexts(unavailable="Nobody can."))
-    assert await router.handle(turn("t1")) == RouteResult("t1", "unanswered", None, "Nobody can.",
-                                                          error="NoDestination: chat: declined")
+    router = make_router(
+        log, [chat], "chat", default="chat", texts=RouterTexts(unavailable="Nobody can.")
+    )
+    assert await router.handle(turn("t1")) == RouteResult(
+        "t1", "unanswered", None, "Nobody can.", error="NoDestination: chat: declined"
+    )
     assert log.of("answer") == []
 
 
@@ -233,7 +259,9 @@ async def test_a_failing_admit_counts_as_a_decline():
         async def admit(self, turn, *, focused):
             raise ConnectionError("gone")
 
-    router = make_router(log, [Destination("chat", log), Broken("camera", log)], "camera", default="chat")
+    router = make_router(
+        log, [Destination("chat", log), Broken("camera", log)], "camera", default="chat"
+    )
     assert (await router.handle(turn("t1"))).route == "chat"
 
 
@@ -251,7 +279,9 @@ async def test_acknowledgement_is_said_before_the_destination_starts():
     camera = Destination("camera", log, admissions=[Admission("accept", text="Let me look.")])
     router = make_router(log, [camera], "camera")
     await router.handle(turn("t1"))
-    assert log.index(("say", "camera", "t1", "Let me look.")) < log.index(("started", "camera", "t1"))
+    assert log.index(("say", "camera", "t1", "Let me look.")) < log.index(
+        ("started", "camera", "t1")
+    )
 
 
 async def test_failure_before_the_first_chunk_is_reported_by_the_router():
@@ -287,8 +317,12 @@ async def test_history_is_shared_bounded_and_excludes_the_current_turn():
 
 async def test_history_holds_answers_and_clarifications_but_not_failures():
     log = Log()
-    chat = Destination("chat", log, admissions=[Admission("accept"), Admission("clarify", text="Which one?")],
-                       answers=[DestinationResult("one"), ConnectionError("down"), DestinationResult(None)])
+    chat = Destination(
+        "chat",
+        log,
+        admissions=[Admission("accept"), Admission("clarify", text="Which one?")],
+        answers=[DestinationResult("one"), ConnectionError("down"), DestinationResult(None)],
+    )
     router = make_router(log, [chat], *["chat"] * 5)
     for turn_id in ("t1", "t2", "t3", "t4", "t5"):
         await router.handle(turn(turn_id))
@@ -352,13 +386,30 @@ def test_cleanup_participant_requires_the_query_and_output_topics():
     async def cleanup(pid: str) -> None: ...
 
     chat = Destination("chat", Log())
-    with pytest.raises(ValueError, match="cleanup_participant: requires query_topic and output_topic"):
-        AgentRouter({"chat": chat}, SingleDestination(), output=router_output(Log()), cleanup_participant=cleanup)
+    with pytest.raises(
+        ValueError, match="cleanup_participant: requires query_topic and output_topic"
+    ):
+        AgentRouter(
+            {"chat": chat},
+            SingleDestination(),
+            output=router_output(Log()),
+            cleanup_participant=cleanup,
+        )
     with pytest.raises(ValueError, match="cleanup_participant"):
-        AgentRouter({"chat": chat}, SingleDestination(), query_topic=QUERY_TOPIC, cleanup_participant=cleanup,
-                    output=router_output(Log()))
-    AgentRouter({"chat": chat}, SingleDestination(), query_topic=QUERY_TOPIC, output_topic=VOICE_OUTPUT_TOPIC,
-                cleanup_participant=cleanup)
+        AgentRouter(
+            {"chat": chat},
+            SingleDestination(),
+            query_topic=QUERY_TOPIC,
+            cleanup_participant=cleanup,
+            output=router_output(Log()),
+        )
+    AgentRouter(
+        {"chat": chat},
+        SingleDestination(),
+        query_topic=QUERY_TOPIC,
+        output_topic=VOICE_OUTPUT_TOPIC,
+        cleanup_participant=cleanup,
+    )
 
 
 @pytest.mark.parametrize(
@@ -375,16 +426,21 @@ def test_cleanup_participant_requires_the_query_and_output_topics():
     ],
 )
 def test_constructor_rejects_invalid_arguments_naming_the_field(kwargs, message):
-    arguments = {"agents": {"chat": Destination("chat", Log())}, "decisions": SingleDestination(),
-                 "output": router_output(Log()), **kwargs}
+    arguments = {
+        "agents": {"chat": Destination("chat", Log())},
+        "decisions": SingleDestination(),
+        "output": router_output(Log()),
+        **kwargs,
+    }
     with pytest.raises(ValueError, match=message):
         AgentRouter(arguments.pop("agents"), arguments.pop("decisions"), **arguments)
 
 
 async def test_stop_lets_a_turn_in_flight_finish_within_the_grace_and_refuses_new_ones():
     chat = Finishing()
-    router = AgentRouter({"chat": chat}, SingleDestination(), output=router_output(Log()),
-                         shutdown_grace_s=30)
+    router = AgentRouter(
+        {"chat": chat}, SingleDestination(), output=router_output(Log()), shutdown_grace_s=30
+    )
     pending = router.submit(AgentTurn("p1", "t1", "tell me"))
     await chat.answering.wait()
     stopping = asyncio.create_task(router.stop())
@@ -400,12 +456,14 @@ async def test_stop_lets_a_turn_in_flight_finish_within_the_grace_and_refuses_ne
 async def test_stop_cancels_what_is_still_running_after_the_grace():
     log = Log()
     chat = Destination("chat", log, answers=["hang"])
-    router = AgentRouter({"chat": chat}, SingleDestination(), output=router_output(log),
-                         shutdown_grace_s=0.05)
+    router = AgentRouter(
+        {"chat": chat}, SingleDestination(), output=router_output(log), shutdown_grace_s=0.05
+    )
     pending = router.submit(AgentTurn("p1", "t1", "tell me"))
     await chat.answering.wait()
     await router.stop()
     assert pending.cancelled() and ("drained", "chat", "t1") in log
     with pytest.raises(ValueError, match="shutdown_grace_s: must be >= 0"):
-        AgentRouter({"chat": chat}, SingleDestination(), output=router_output(log),
-                    shutdown_grace_s=-1)
+        AgentRouter(
+            {"chat": chat}, SingleDestination(), output=router_output(log), shutdown_grace_s=-1
+        )

@@ -14,7 +14,10 @@ from xrmq.schemas import AgentTurn, RoutingAid
 TURN = AgentTurn("p1", "t1", "What is on the bench in front of me?")
 AIDS = {
     "chat": RoutingAid("General conversation"),
-    "camera": RoutingAid("Answers questions about what the participant sees", keywords=("in front of me", "see", "bench")),
+    "camera": RoutingAid(
+        "Answers questions about what the participant sees",
+        keywords=("in front of me", "see", "bench"),
+    ),
     "notes": RoutingAid("Takes and reads notes", keywords=("note", "notes")),
 }
 
@@ -45,8 +48,12 @@ def test_keywords_match_whole_words_and_phrases_case_insensitively():
 
 
 def test_keyword_choice_prefers_more_matches_then_priority():
-    assert keyword_choice("Read my notes about the bench I see", AIDS) == "camera"  # bench + see vs notes
-    tied = {"a": RoutingAid("a", keywords=("x",)), "b": RoutingAid("b", priority=1, keywords=("x",))}
+    # bench + see vs notes
+    assert keyword_choice("Read my notes about the bench I see", AIDS) == "camera"
+    tied = {
+        "a": RoutingAid("a", keywords=("x",)),
+        "b": RoutingAid("b", priority=1, keywords=("x",)),
+    }
     assert keyword_choice("x", tied) == "b"
 
 
@@ -57,7 +64,14 @@ async def test_keyword_decisions_choose_from_routing_aid_keywords():
 
 @pytest.mark.parametrize(
     ("answer", "choice"),
-    [("camera", "camera"), ("  Camera.\n", "camera"), ('"notes"', "notes"), ("**chat**", "chat"), ("none", None), ("None.", None)],
+    [
+        ("camera", "camera"),
+        ("  Camera.\n", "camera"),
+        ('"notes"', "notes"),
+        ("**chat**", "chat"),
+        ("none", None),
+        ("None.", None),
+    ],
 )
 def test_parse_choice_accepts_a_bare_name_or_none(answer, choice):
     assert parse_choice(answer, list(AIDS)) == choice

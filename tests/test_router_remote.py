@@ -10,12 +10,10 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from router_doubles import Destination, FakeContext, Finishing, Log, OutputRecorder
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import ModelError, ScriptedLLM, ScriptedResponse
 from xrmq.actors.routing import AgentRouter, RemoteAnswerError, SingleDestination, remote, serve
 from xrmq.actors.routing.remote import DestinationDied, DestinationServer
-from xrmq.schemas.routing import RouteSignal
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeClosedError
 from xrmq.schemas import (
     Admission,
@@ -27,7 +25,10 @@ from xrmq.schemas import (
     RuntimeMetrics,
     UserQuery,
 )
+from xrmq.schemas.routing import RouteSignal
 from xrmq.topics import INTERRUPTED_TOPIC, METRICS_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC
+
+from router_doubles import Destination, FakeContext, Finishing, Log, OutputRecorder
 
 
 @asynccontextmanager
@@ -47,22 +48,34 @@ def turn(turn_id: str, text: str = "hello", participant: str = "p1") -> AgentTur
     return AgentTurn(participant, turn_id, text, timestamp_us=5)
 
 
-async def test_a_remote_conversation_answers_with_the_routers_name_for_it_and_records_the_exchange():
+async def test_a_remote_conversation_answers_with_the_routers_name_and_records_the_exchange():
     front, back = pair()
     recorder = front.register("recorder", OutputRecorder())
     context = FakeContext()
-    conversation = Conversation(ScriptedLLM("At 15:30."), context=context, runtime=back, output_topic=VOICE_OUTPUT_TOPIC)
+    conversation = Conversation(
+        ScriptedLLM("At 15:30."), context=context, runtime=back, output_topic=VOICE_OUTPUT_TOPIC
+    )
     back.register("conversation-server", serve("conversation", conversation))
     proxy = front.register("conversation-proxy", remote("conversation"))
 
-    router = AgentRouter({"lab-chat": proxy}, SingleDestination(), query_topic=QUERY_TOPIC, output_topic=VOICE_OUTPUT_TOPIC,
-                         interrupted_topic=INTERRUPTED_TOPIC)
+    router = AgentRouter(
+        {"lab-chat": proxy},
+        SingleDestination(),
+        query_topic=QUERY_TOPIC,
+        output_topic=VOICE_OUTPUT_TOPIC,
+        interrupted_topic=INTERRUPTED_TOPIC,
+    )
     front.register("router", router)
     async with two_runtimes(front, back):
         query = front.send(QUERY_TOPIC, UserQuery("When?", 9), participant_id="p1")
         await recorder.wait_for(lambda frames: recorder.finals() == 1)
-    assert [(source, frame.text, frame.request_id, frame.timestamp_us) for _, source, frame in recorder.frames] == [
-        ("lab-chat", "At", query, 9), ("lab-chat", " 15:30.", query, 9), ("lab-chat", "", query, 9),
+    assert [
+        (source, frame.text, frame.request_id, frame.timestamp_us)
+        for _, source, frame in recorder.frames
+    ] == [
+        ("lab-chat", "At", query, 9),
+        ("lab-chat", " 15:30.", query, 9),
+        ("lab-chat", "", query, 9),
     ]
     assert context.log == [("record", "p1", query)]
 
@@ -75,20 +88,33 @@ async def test_router_text_reaches_the_output_before_the_remote_reply():
 
     async def answer(turn, *, started):
         await started()
-        await back.publish(VOICE_OUTPUT_TOPIC, _reply(turn, "A spectrometer."), participant_id=turn.participant_id,
-                           source="camera")
+        await back.publish(
+            VOICE_OUTPUT_TOPIC,
+            _reply(turn, "A spectrometer."),
+            participant_id=turn.participant_id,
+            source="camera",
+        )
         return DestinationResult("A spectrometer.")
 
     camera.answer = answer
     back.register("camera-server", serve("camera", camera))
     proxy = front.register("camera-proxy", remote("camera"))
-    front.register("router", AgentRouter({"camera": proxy}, SingleDestination(), query_topic=QUERY_TOPIC,
-                                         output_topic=VOICE_OUTPUT_TOPIC))
+    front.register(
+        "router",
+        AgentRouter(
+            {"camera": proxy},
+            SingleDestination(),
+            query_topic=QUERY_TOPIC,
+            output_topic=VOICE_OUTPUT_TOPIC,
+        ),
+    )
     async with two_runtimes(front, back):
         front.send(QUERY_TOPIC, UserQuery("What is this?", 1), participant_id="p1")
         await recorder.wait_for(lambda frames: len(frames) == 3)
     assert [(source, frame.text) for _, source, frame in recorder.frames] == [
-        ("router", "Let me look."), ("router", ""), ("camera", "A spectrometer."),
+        ("router", "Let me look."),
+        ("router", ""),
+        ("camera", "A spectrometer."),
     ]
 
 
@@ -99,8 +125,12 @@ def _reply(turn, text):
 async def test_the_remote_destination_publishes_nothing_until_the_routers_started_returns():
     front, back = pair()
     recorder = front.register("recorder", OutputRecorder())
-    conversation = Conversation(ScriptedLLM("Hello there."), context=FakeContext(), runtime=back,
-                                output_topic=VOICE_OUTPUT_TOPIC)
+    conversation = Conversation(
+        ScriptedLLM("Hello there."),
+        context=FakeContext(),
+        runtime=back,
+        output_topic=VOICE_OUTPUT_TOPIC,
+    )
     back.register("server", serve("conversation", conversation))
     proxy = front.register("proxy", remote("conversation"))
     entered, gate = asyncio.Event(), asyncio.Event()
@@ -108,7 +138,12 @@ async def test_the_remote_destination_publishes_nothing_until_the_routers_starte
     async def started() -> None:
         entered.set()
         await gate.wait()
-        await front.publish(VOICE_OUTPUT_TOPIC, _reply(turn("t1"), "Router first."), participant_id="p1", source="router")
+        await front.publish(
+            VOICE_OUTPUT_TOPIC,
+            _reply(turn("t1"), "Router first."),
+            participant_id="p1",
+            source="router",
+        )
 
     async with two_runtimes(front, back):
         answering = asyncio.create_task(proxy.answer(turn("t1"), started=started))
@@ -118,14 +153,23 @@ async def test_the_remote_destination_publishes_nothing_until_the_routers_starte
         result = await answering
         await recorder.wait_for(lambda frames: recorder.finals() == 2)
     assert result == DestinationResult("Hello there.")
-    assert [frame.text for _, _, frame in recorder.frames] == ["Router first.", "Hello", " there.", ""]
+    assert [frame.text for _, _, frame in recorder.frames] == [
+        "Router first.",
+        "Hello",
+        " there.",
+        "",
+    ]
 
 
 async def test_admission_focus_release_and_departure_cross_the_bus():
     front, back = pair()
     log = Log()
-    notes = Destination("notes", log, aid=RoutingAid("Takes notes", keywords=("note",)),
-                        admissions=[Admission("accept", focus=True), Admission("decline")])
+    notes = Destination(
+        "notes",
+        log,
+        aid=RoutingAid("Takes notes", keywords=("note",)),
+        admissions=[Admission("accept", focus=True), Admission("decline")],
+    )
     timer = Destination("timer", log, answers=[DestinationResult("Timer set.", focus="take")])
     back.register("notes-server", serve("notes", notes))
     proxy = front.register("notes-proxy", remote("notes"))
@@ -145,7 +189,8 @@ async def test_admission_focus_release_and_departure_cross_the_bus():
     async with two_runtimes(front, back):
         assert await proxy.routing_aid("p1") == RoutingAid("Takes notes", keywords=("note",))
         await router.handle(turn("t1", "take a note"))
-        await router.handle(turn("t2", "set a timer"))  # focused notes declines remotely, timer takes focus
+        # focused notes declines remotely, timer takes focus
+        await router.handle(turn("t2", "set a timer"))
         await router.participant_left("p1")
     assert [entry for entry in log if entry[0] != "decide"] == [
         ("admit", "notes", "t1", False),
@@ -184,8 +229,16 @@ async def test_an_interruption_cuts_a_remote_conversation_and_the_next_turn_is_a
     conversation = Conversation(llm, context=context, runtime=back, output_topic=VOICE_OUTPUT_TOPIC)
     back.register("server", serve("conversation", conversation))
     proxy = front.register("proxy", remote("conversation"))
-    front.register("router", AgentRouter({"conversation": proxy}, SingleDestination(), query_topic=QUERY_TOPIC,
-                                         output_topic=VOICE_OUTPUT_TOPIC, interrupted_topic=INTERRUPTED_TOPIC))
+    front.register(
+        "router",
+        AgentRouter(
+            {"conversation": proxy},
+            SingleDestination(),
+            query_topic=QUERY_TOPIC,
+            output_topic=VOICE_OUTPUT_TOPIC,
+            interrupted_topic=INTERRUPTED_TOPIC,
+        ),
+    )
     async with two_runtimes(front, back):
         front.send(QUERY_TOPIC, UserQuery("Tell me a story", 1), participant_id="p1")
         await recorder.wait_for(lambda frames: len(frames) == 3)
@@ -193,7 +246,14 @@ async def test_an_interruption_cuts_a_remote_conversation_and_the_next_turn_is_a
         await recorder.wait_for(lambda frames: recorder.finals() == 1)
         second = front.send(QUERY_TOPIC, UserQuery("Briefly?", 2), participant_id="p1")
         await recorder.wait_for(lambda frames: recorder.finals() == 2)
-    assert [frame.text for _, _, frame in recorder.frames] == ["A", " long", " story", "", "Short.", ""]
+    assert [frame.text for _, _, frame in recorder.frames] == [
+        "A",
+        " long",
+        " story",
+        "",
+        "Short.",
+        "",
+    ]
     assert [entry[2] for entry in context.log] == [second]
     assert llm.open_streams == 0
 
@@ -202,7 +262,9 @@ async def test_remote_failure_before_the_first_chunk_is_reported_by_the_router()
     front, back = pair()
     log = Log()
     llm = ScriptedLLM(ScriptedResponse(error=ModelError("scripted", "down")))
-    conversation = Conversation(llm, context=FakeContext(), runtime=back, output_topic=VOICE_OUTPUT_TOPIC)
+    conversation = Conversation(
+        llm, context=FakeContext(), runtime=back, output_topic=VOICE_OUTPUT_TOPIC
+    )
     back.register("server", serve("conversation", conversation))
     proxy = front.register("proxy", remote("conversation"))
 
@@ -218,8 +280,12 @@ async def test_remote_failure_before_the_first_chunk_is_reported_by_the_router()
 
 async def test_remote_failure_after_the_first_chunk_raises_remote_answer_error():
     front, back = pair()
-    llm = ScriptedLLM(ScriptedResponse("one two", error=ModelError("scripted", "cut"), error_after_chunks=1))
-    conversation = Conversation(llm, context=FakeContext(), runtime=back, output_topic=VOICE_OUTPUT_TOPIC)
+    llm = ScriptedLLM(
+        ScriptedResponse("one two", error=ModelError("scripted", "cut"), error_after_chunks=1)
+    )
+    conversation = Conversation(
+        llm, context=FakeContext(), runtime=back, output_topic=VOICE_OUTPUT_TOPIC
+    )
     back.register("server", serve("conversation", conversation))
     proxy = front.register("proxy", remote("conversation"))
     calls = []
@@ -252,20 +318,26 @@ async def test_a_proxy_that_is_not_registered_says_so():
 
 
 def test_serve_rejects_an_agent_that_is_not_routable():
-    with pytest.raises(ValueError, match=r"DestinationServer.agents\['chat'\]: not a RoutableAgent"):
+    with pytest.raises(
+        ValueError, match=r"DestinationServer.agents\['chat'\]: not a RoutableAgent"
+    ):
         serve("chat", object())
 
 
-def dying_stack(front: AgentRuntime, back: AgentRuntime, llm: ScriptedLLM,
-                dead_after_s: float) -> AgentRouter:
+def dying_stack(
+    front: AgentRuntime, back: AgentRuntime, llm: ScriptedLLM, dead_after_s: float
+) -> AgentRouter:
     """A router on ``front`` whose proxy watches the liveness of ``back``'s conversation."""
-    conversation = Conversation(llm, context=FakeContext(), runtime=back,
-                                output_topic=VOICE_OUTPUT_TOPIC)
+    conversation = Conversation(
+        llm, context=FakeContext(), runtime=back, output_topic=VOICE_OUTPUT_TOPIC
+    )
     back.register("server", serve("conversation", conversation))
-    proxy = front.register("proxy", remote("conversation", dead_after_s=dead_after_s,
-                                           output_topic=VOICE_OUTPUT_TOPIC))
-    router = AgentRouter({"conversation": proxy}, SingleDestination(),
-                         output=lambda *a: asyncio.sleep(0))
+    proxy = front.register(
+        "proxy", remote("conversation", dead_after_s=dead_after_s, output_topic=VOICE_OUTPUT_TOPIC)
+    )
+    router = AgentRouter(
+        {"conversation": proxy}, SingleDestination(), output=lambda *a: asyncio.sleep(0)
+    )
     front.register("router", router)
     return router
 
@@ -281,8 +353,9 @@ async def test_a_silent_destination_fails_its_call_and_its_open_stream_gets_a_fi
         streamed = [frame for _, _, frame in recorder.frames if frame.request_id == "t1"]
         await recorder.wait_for(lambda frames: recorder.finals() == 1)
         final = [(source, frame) for _, source, frame in recorder.frames if frame.final]
-        closing = ResponseOutput(kind="reply", request_id="t1", response_id=streamed[0].response_id,
-                                 final=True)
+        closing = ResponseOutput(
+            kind="reply", request_id="t1", response_id=streamed[0].response_id, final=True
+        )
         assert final == [("conversation", closing)]
         assert [frame.text for frame in streamed[:3]] == ["A", " long", " story"]
 
@@ -365,7 +438,7 @@ class Heartbeats(Agent):
         self.beat = asyncio.Event()
 
     def handlers(self) -> dict:
-        return {METRICS_TOPIC: "on_metrics"}
+        return {METRICS_TOPIC: self.on_metrics}
 
     async def on_metrics(self, metrics: RuntimeMetrics, ctx) -> None:
         if metrics.runtime == self.watched:
@@ -390,7 +463,7 @@ class Backstage:
             self.ready.set()
             await self._stop.wait()
 
-    async def __aenter__(self) -> "Backstage":
+    async def __aenter__(self) -> Backstage:
         self._thread.start()
         await asyncio.to_thread(self.ready.wait)
         return self
@@ -407,14 +480,17 @@ async def test_a_stall_of_the_routers_own_loop_is_not_taken_for_a_dead_destinati
     llm = ScriptedLLM(ScriptedResponse("A long story", hang=True))
 
     def build(back: AgentRuntime) -> None:
-        conversation = Conversation(llm, context=FakeContext(), runtime=back,
-                                    output_topic=VOICE_OUTPUT_TOPIC)
+        conversation = Conversation(
+            llm, context=FakeContext(), runtime=back, output_topic=VOICE_OUTPUT_TOPIC
+        )
         back.register("server", serve("conversation", conversation))
 
-    proxy = front.register("proxy", remote("conversation", dead_after_s=0.3,
-                                           output_topic=VOICE_OUTPUT_TOPIC))
-    router = AgentRouter({"conversation": proxy}, SingleDestination(),
-                         output=lambda *a: asyncio.sleep(0))
+    proxy = front.register(
+        "proxy", remote("conversation", dead_after_s=0.3, output_topic=VOICE_OUTPUT_TOPIC)
+    )
+    router = AgentRouter(
+        {"conversation": proxy}, SingleDestination(), output=lambda *a: asyncio.sleep(0)
+    )
     async with front:
         async with Backstage(front.address, build):
             await beats.beat.wait()
@@ -453,12 +529,14 @@ async def test_after_a_death_the_next_requests_wait_for_the_destination_to_heart
 async def test_a_dead_destination_that_never_comes_back_fails_requests_after_the_timeout():
     front, back = pair()
     llm = ScriptedLLM(ScriptedResponse("A long story", hang=True))
-    conversation = Conversation(llm, context=FakeContext(), runtime=back,
-                                output_topic=VOICE_OUTPUT_TOPIC)
+    conversation = Conversation(
+        llm, context=FakeContext(), runtime=back, output_topic=VOICE_OUTPUT_TOPIC
+    )
     back.register("server", serve("conversation", conversation))
     proxy = front.register("proxy", remote("conversation", dead_after_s=0.3, timeout_s=0.5))
-    router = AgentRouter({"conversation": proxy}, SingleDestination(),
-                         output=lambda *a: asyncio.sleep(0))
+    router = AgentRouter(
+        {"conversation": proxy}, SingleDestination(), output=lambda *a: asyncio.sleep(0)
+    )
     async with two_runtimes(front, back):
         assert (await router.handle(turn("t1"))).status == "failed"
         with pytest.raises(TimeoutError, match="died and was not back within 0.5s"):

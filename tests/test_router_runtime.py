@@ -1,10 +1,10 @@
-"""AgentRouter as an actor on the embedded runtime: queries, router text, interruption, lifecycle."""
+"""AgentRouter as an actor on the embedded runtime: queries, router text, interruption,
+lifecycle."""
 
 from __future__ import annotations
 
 import asyncio
 
-from router_doubles import Destination, FakeContext, Log, OutputRecorder
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import ScriptedLLM, ScriptedResponse
 from xrmq.actors.routing import AgentRouter, SingleDestination
@@ -18,10 +18,18 @@ from xrmq.topics import (
     VOICE_OUTPUT_TOPIC,
 )
 
+from router_doubles import Destination, FakeContext, Log, OutputRecorder
+
 
 def runtime_router(runtime: AgentRuntime, agents: dict, **kwargs) -> AgentRouter:
-    router = AgentRouter(agents, SingleDestination(), query_topic=QUERY_TOPIC, output_topic=VOICE_OUTPUT_TOPIC,
-                         interrupted_topic=INTERRUPTED_TOPIC, **kwargs)
+    router = AgentRouter(
+        agents,
+        SingleDestination(),
+        query_topic=QUERY_TOPIC,
+        output_topic=VOICE_OUTPUT_TOPIC,
+        interrupted_topic=INTERRUPTED_TOPIC,
+        **kwargs,
+    )
     runtime.register("router", router)
     return router
 
@@ -43,11 +51,17 @@ async def test_a_query_is_answered_as_a_reply_to_its_message_id_after_the_router
     runtime = AgentRuntime()
     recorder = runtime.register("recorder", OutputRecorder())
     context = FakeContext()
-    conversation = Conversation(ScriptedLLM("At 15:30 in room B."), context=context, runtime=runtime,
-                                output_topic=VOICE_OUTPUT_TOPIC)
+    conversation = Conversation(
+        ScriptedLLM("At 15:30 in room B."),
+        context=context,
+        runtime=runtime,
+        output_topic=VOICE_OUTPUT_TOPIC,
+    )
     runtime_router(runtime, {"conversation": Acknowledging(conversation)})
     async with runtime:
-        query_id = runtime.send(QUERY_TOPIC, UserQuery("When is the calibration meeting?", 123), participant_id="p1")
+        query_id = runtime.send(
+            QUERY_TOPIC, UserQuery("When is the calibration meeting?", 123), participant_id="p1"
+        )
         await recorder.wait_for(lambda frames: recorder.finals() == 2)
     sources = [(source, frame.text, frame.final) for _, source, frame in recorder.frames]
     assert sources == [
@@ -70,7 +84,9 @@ async def test_an_interruption_cuts_the_answer_and_the_next_query_is_answered():
     recorder = runtime.register("recorder", OutputRecorder())
     llm = ScriptedLLM(ScriptedResponse("Well, the long answer", hang=True), "Short answer.")
     context = FakeContext()
-    conversation = Conversation(llm, context=context, runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC)
+    conversation = Conversation(
+        llm, context=context, runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC
+    )
     runtime_router(runtime, {"conversation": conversation})
     async with runtime:
         runtime.send(QUERY_TOPIC, UserQuery("Tell me everything.", 1), participant_id="p1")

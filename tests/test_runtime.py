@@ -6,12 +6,13 @@ import asyncio
 
 import pytest
 
-from buses import broker_process
-from raw_client import RawClient
 from xrmq.actors.runtime import Agent, AgentRuntime, AskError, RuntimeClosedError, subscribe
 from xrmq.schemas import ConversationContextUpdate as Update
 from xrmq.schemas import UserQuery
 from xrmq.topics import METRICS_TOPIC, Topic, context_topic
+
+from buses import broker_process
+from raw_client import RawClient
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.both_loops]
 
@@ -128,7 +129,7 @@ async def test_a_full_mailbox_counts_and_refuses_overflow():
 
 
 class Section(Agent):
-    instances: list["Section"] = []
+    instances: list[Section] = []
 
     def __init__(self, key: str) -> None:
         self.key = key
@@ -175,7 +176,9 @@ async def test_keyed_kind_in_a_runtime_ignores_keys_of_other_shards():
         for key in mine:
             await runtime.ask(NOTES, Update("x"), participant_id=key, reply_type=int)
         with pytest.raises(TimeoutError):
-            await runtime.ask(NOTES, Update("x"), participant_id=theirs[0], reply_type=int, timeout=0.2)
+            await runtime.ask(
+                NOTES, Update("x"), participant_id=theirs[0], reply_type=int, timeout=0.2
+            )
         assert sorted(runtime.keyed_instances("section")) == sorted(mine)
 
 
@@ -304,7 +307,12 @@ async def test_an_injected_loss_is_reported_as_a_gap_with_its_range():
     assert [text for text, _ in recorder.seen] == ["m1", "m2", "m5", "m6"]
     assert stats.gaps == 2
     assert len(gaps) == 1
-    assert (gaps[0].topic, gaps[0].participant_id, gaps[0].first_missing, gaps[0].last_missing) == ("notes", "p1", 3, 4)
+    assert (gaps[0].topic, gaps[0].participant_id, gaps[0].first_missing, gaps[0].last_missing) == (
+        "notes",
+        "p1",
+        3,
+        4,
+    )
     assert gaps[0].sender == client.sender
 
 
@@ -350,7 +358,9 @@ class Finalizer(Agent):
     """Publishes a closing note from on_stop, as an actor finalizing an open stream would."""
 
     async def on_stop(self) -> None:
-        await self.runtime.publish(NOTES, Update("closing note"), participant_id="p1", source=self.name)
+        await self.runtime.publish(
+            NOTES, Update("closing note"), participant_id="p1", source=self.name
+        )
 
 
 async def test_on_stop_can_still_publish_before_the_runtime_closes():
@@ -385,7 +395,7 @@ class Configured(Agent):
         self.done = asyncio.Event()
 
     def handlers(self):
-        return {self.topic: "on_text"}
+        return {self.topic: self.on_text}
 
     async def on_text(self, message, ctx) -> str:
         self.texts.append(message.text)
@@ -407,8 +417,12 @@ async def test_an_actor_can_name_its_subscriptions_at_registration():
 async def test_a_keyed_kind_can_take_its_handlers_from_configuration():
     topic = context_topic("configured.keyed")
     runtime = AgentRuntime()
-    runtime.register_keyed("configured", Configured, factory=lambda key: Configured(topic, key),
-                           handlers={topic: "on_text"})
+    runtime.register_keyed(
+        "configured",
+        Configured,
+        factory=lambda key: Configured(topic, key),
+        handlers={topic: Configured.on_text},
+    )
     async with runtime:
         assert await runtime.ask(topic, Update("hi"), participant_id="p1", reply_type=str) == "hi"
 
@@ -416,11 +430,30 @@ async def test_a_keyed_kind_can_take_its_handlers_from_configuration():
 def test_configured_handlers_are_checked_like_decorated_ones():
     class NotAsync(Agent):
         def handlers(self):
-            return {NOTES: "on_text"}
+            return {NOTES: self.on_text}
 
         def on_text(self, message, ctx) -> None: ...
 
+    async def elsewhere(message, ctx) -> None: ...
+
     with pytest.raises(TypeError, match="must be 'async def'"):
         AgentRuntime().register("bad", NotAsync())
-    with pytest.raises(TypeError, match="no such handler method"):
-        AgentRuntime().register_keyed("bad", Configured, handlers={NOTES: "missing"})
+    with pytest.raises(TypeError, match="is no handler method of Configured"):
+        AgentRuntime().register_keyed("bad", Configured, handlers={NOTES: elsewhere})
+    with pytest.raises(TypeError, match="is no handler method of Configured"):
+        AgentRuntime().register_keyed("bad", Configured, handlers={NOTES: NotAsync.on_text})
+
+
+def test_a_handler_is_wired_by_reference_never_by_name():
+    with pytest.raises(
+        TypeError,
+        match=r"mapped to the name 'on_text'; a handler is wired by reference, never by name",
+    ):
+        AgentRuntime().register_keyed("named", Configured, handlers={NOTES: "on_text"})
+
+    class Named(Configured):
+        def handlers(self):
+            return {self.topic: "on_text"}
+
+    with pytest.raises(TypeError, match=r"self.on_text or .*Named.on_text"):
+        AgentRuntime().register("named", Named(NOTES))

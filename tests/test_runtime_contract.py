@@ -6,18 +6,19 @@ speaker."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import msgspec
 import pytest
 
-from buses import broker_process, expect_line, python, reap
 from xrmq.actors import GLOBAL
-from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
+from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, RuntimeContext, subscribe
 from xrmq.actors.runtime.annotations import admits
 from xrmq.schemas import ConversationContextUpdate as Update
 from xrmq.schemas import UserQuery
 from xrmq.topics import Topic
+
+from buses import broker_process, expect_line, python, reap
 
 if TYPE_CHECKING:
     from xrmq.schemas import ResponseOutput
@@ -188,8 +189,11 @@ class WrongStruct(Agent):
     async def observe(self, event: Speak, ctx: RuntimeContext) -> None: ...
 
 
-def test_a_handler_annotated_with_another_type_is_a_type_error_naming_handler_topic_and_both_types():
-    message = r"WrongType.observe: its message is annotated str, but topic 'test.observations' carries Observation"
+def test_a_handler_annotated_with_another_type_is_a_type_error_naming_handler_topic_types():
+    message = (
+        r"WrongType.observe: its message is annotated str, but topic 'test.observations' carries "
+        r"Observation"
+    )
     with pytest.raises(TypeError, match=message):
         AgentRuntime().register("wrong", WrongType())
     with pytest.raises(TypeError, match=message):
@@ -204,8 +208,8 @@ class Configured(Agent):
     def __init__(self, topic: Topic) -> None:
         self.topic = topic
 
-    def handlers(self) -> dict[Topic, str]:
-        return {self.topic: "on_speak"}
+    def handlers(self) -> Handlers:
+        return {self.topic: self.on_speak}
 
     async def on_speak(self, message: Speak, ctx: RuntimeContext) -> None: ...
 
@@ -217,7 +221,7 @@ def test_a_configured_handler_is_checked_against_its_topic_too():
     ):
         AgentRuntime().register("wrong", Configured(NOTES))
     with pytest.raises(TypeError, match=r"annotated Speak, .*carries ConversationContextUpdate"):
-        AgentRuntime().register_keyed("wrong", Configured, handlers={NOTES: "on_speak"})
+        AgentRuntime().register_keyed("wrong", Configured, handlers={NOTES: Configured.on_speak})
 
 
 T = TypeVar("T", bound=msgspec.Struct)
@@ -241,7 +245,7 @@ class Admitting(Agent):
     async def union(self, message: Update | Speak, ctx: RuntimeContext) -> None: ...
 
     @subscribe(NOTES)
-    async def optional(self, message: Optional[Update], ctx: RuntimeContext) -> None: ...
+    async def optional(self, message: Update | None, ctx: RuntimeContext) -> None: ...
 
     @subscribe(NOTES)
     async def typevar(self, message: T, ctx: RuntimeContext) -> None: ...
@@ -354,9 +358,8 @@ async def test_context_publish_without_a_participant_keeps_the_deliverys_partici
 
 
 async def test_context_publish_with_global_reaches_everyone_from_a_participant_scoped_handler():
-    forwarder, metadata = await _forwarded(
-        GLOBAL, speaker_for="bob"
-    )  # bob's actor hears global messages
+    # bob's actor hears global messages
+    forwarder, metadata = await _forwarded(GLOBAL, speaker_for="bob")
     assert metadata.participant_id is None
     assert metadata.parent_message_id == forwarder.input_message_id
 
@@ -587,7 +590,8 @@ async def test_a_bad_mapping_publishes_nothing():
         assert runtime.metrics().published == 0
 
 
-# ------------------------------------------------------------------ more of upstream's tests, ported
+# ------------------------------------------------------------------ more of upstream's tests,
+# ported
 
 
 class PartiallyInvalid(Agent):

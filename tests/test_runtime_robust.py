@@ -12,13 +12,14 @@ import time
 import msgspec
 import pytest
 
-from raw_client import RawClient
 from xrmq.actors.runtime import Agent, AgentRuntime, subscribe
 from xrmq.actors.runtime.address import parse_bus
 from xrmq.actors.runtime.broker import Broker
 from xrmq.actors.runtime.ratelimit import AggregatedWarnings
 from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import context_topic
+
+from raw_client import RawClient
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -291,9 +292,8 @@ def test_repeated_warnings_are_logged_once_per_kind_topic_and_sender_per_interva
     warnings.warn("bus.frame_rejected", "notes", "other", category="participant")
     warnings.warn("bus.gap", "notes", "fuzz", first_missing=3)
     assert [event for event, _ in lines] == ["bus.frame_rejected", "bus.frame_rejected", "bus.gap"]
-    for sender in range(
-        100
-    ):  # more (kind, topic, sender) than the table holds: aggregated under "*"
+    # more (kind, topic, sender) than the table holds: aggregated under "*"
+    for sender in range(100):
         warnings.warn("bus.stale", "notes", f"s{sender}")
     assert len(warnings) == 4 and lines[-1][0] == "bus.stale"
     now[0] = 10.0
@@ -344,7 +344,9 @@ async def test_a_keyed_kind_over_its_bound_retires_the_least_recently_used_idle_
     assert metrics.evicted_by["keyed"] == 2 and metrics.tables["keyed[counter]"] == 2
 
 
-async def test_a_forged_higher_seq_under_the_real_epoch_costs_the_real_sender_two_messages_only(bus):
+async def test_a_forged_higher_seq_under_the_real_epoch_costs_the_real_sender_two_messages_only(
+    bus,
+):
     collector = Collector()
     receiver = AgentRuntime(bus)
     receiver.register("notes", collector)

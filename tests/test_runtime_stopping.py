@@ -78,8 +78,9 @@ class AsksWhileStopping(Agent):
         self.answer: str | None = None
 
     async def on_stop(self) -> None:
-        self.answer = await self.runtime.ask(ECHO, Update("still reading"), reply_type=str,
-                                             timeout=5)
+        self.answer = await self.runtime.ask(
+            ECHO, Update("still reading"), reply_type=str, timeout=5
+        )
 
 
 async def test_an_actor_stopping_still_receives_what_it_waits_for():

@@ -53,14 +53,20 @@ def test_unknown_kind_is_rejected_on_decode():
 
 def test_validate_boundary_requires_identity_for_streamed_replies():
     fragment = ResponseOutput(kind="reply", request_id="t1", text="Hel", final=False)
-    with pytest.raises(ValueError, match=r"ResponseOutput.response_id: is required for non-final fragments"):
+    with pytest.raises(
+        ValueError, match=r"ResponseOutput.response_id: is required for non-final fragments"
+    ):
         fragment.validate_boundary()
-    streamed = ResponseOutput(kind="reply", request_id="t1", text="Hel", final=False, response_id="r1")
+    streamed = ResponseOutput(
+        kind="reply", request_id="t1", text="Hel", final=False, response_id="r1"
+    )
     assert streamed.validate_boundary() is streamed
 
 
 def test_validate_boundary_requires_text_for_finite_output():
-    with pytest.raises(ValueError, match=r"ResponseOutput.text: is required for output without response_id"):
+    with pytest.raises(
+        ValueError, match=r"ResponseOutput.text: is required for output without response_id"
+    ):
         ResponseOutput(kind="reply", request_id="t1", text="  ").validate_boundary()
     terminator = ResponseOutput(kind="reply", request_id="t1", response_id="r1")
     assert terminator.validate_boundary() is terminator
@@ -104,9 +110,12 @@ def test_compaction_prompts_defaults_carry_the_design_rules():
     for text in (prompts.source, prompts.dialogue):
         assert "verbatim" in text and "most recent" in text and "uncertain" in text
     assert prompts.condense == (
-        "Shorten this summary. Keep facts, preferences, corrections, unresolved requests, and uncertainty."
+        "Shorten this summary. Keep facts, preferences, corrections, unresolved requests, and "
+        "uncertainty."
     )
-    assert prompts.dialogue.startswith("Summarize the completed conversation history for future turns.")
+    assert prompts.dialogue.startswith(
+        "Summarize the completed conversation history for future turns."
+    )
     assert prompts.source.startswith("Summarize only the source-owned background context below.")
     with pytest.raises(ValueError, match=r"CompactionPrompts.condense"):
         CompactionPrompts(condense=" ")
@@ -119,22 +128,45 @@ def test_messages_are_frozen_so_subscribers_can_share_one_decoded_copy():
 
 
 def test_metadata_round_trips_and_its_decoder_checks_sequence_epoch_and_id():
-    metadata = MessageMetadata(message_id="m1", source="a", sender="rt", epoch=1, seq=1, timestamp_us=5)
-    assert msgspec.msgpack.decode(msgspec.msgpack.encode(metadata), type=MessageMetadata) == metadata
-    fields = {"message_id": "m1", "source": "a", "sender": "rt", "epoch": 1, "seq": 1, "timestamp_us": 5}
-    for field, value, rule in [("seq", 0, ">= 1"), ("epoch", -1, ">= 0"), ("message_id", "", "length >= 1")]:
+    metadata = MessageMetadata(
+        message_id="m1", source="a", sender="rt", epoch=1, seq=1, timestamp_us=5
+    )
+    assert (
+        msgspec.msgpack.decode(msgspec.msgpack.encode(metadata), type=MessageMetadata) == metadata
+    )
+    fields = {
+        "message_id": "m1",
+        "source": "a",
+        "sender": "rt",
+        "epoch": 1,
+        "seq": 1,
+        "timestamp_us": 5,
+    }
+    for field, value, rule in [
+        ("seq", 0, ">= 1"),
+        ("epoch", -1, ">= 0"),
+        ("message_id", "", "length >= 1"),
+    ]:
         with pytest.raises(msgspec.ValidationError, match=rf"{rule} - at `\$.{field}`"):
-            msgspec.msgpack.decode(msgspec.msgpack.encode({**fields, field: value}), type=MessageMetadata)
+            msgspec.msgpack.decode(
+                msgspec.msgpack.encode({**fields, field: value}), type=MessageMetadata
+            )
 
 
-@pytest.mark.parametrize("fields, rule", [
-    ({"kind": "reply", "request_id": ""}, "request_id: must be a non-empty string"),
-    ({"kind": "reply", "request_id": "a\x00b"}, "request_id: must not contain NUL"),
-    ({"kind": "reply", "request_id": "t", "response_id": ""}, "response_id: must be a non-empty string"),
-    ({"kind": "update", "text": "x", "timestamp_us": -1}, "timestamp_us: must be >= 0"),
-    ({"kind": "withdraw", "urgent": True}, "urgent: only updates can be urgent"),
-    ({"kind": "update", "text": "x", "final": False}, "final: only replies are streamed"),
-])
+@pytest.mark.parametrize(
+    "fields, rule",
+    [
+        ({"kind": "reply", "request_id": ""}, "request_id: must be a non-empty string"),
+        ({"kind": "reply", "request_id": "a\x00b"}, "request_id: must not contain NUL"),
+        (
+            {"kind": "reply", "request_id": "t", "response_id": ""},
+            "response_id: must be a non-empty string",
+        ),
+        ({"kind": "update", "text": "x", "timestamp_us": -1}, "timestamp_us: must be >= 0"),
+        ({"kind": "withdraw", "urgent": True}, "urgent: only updates can be urgent"),
+        ({"kind": "update", "text": "x", "final": False}, "final: only replies are streamed"),
+    ],
+)
 def test_response_output_rules_name_the_field_on_construction_and_decode(fields, rule):
     with pytest.raises(ValueError, match=rule):
         ResponseOutput(**fields)

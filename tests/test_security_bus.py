@@ -32,10 +32,10 @@ class Watcher(Agent):
 
     def handlers(self):
         return {
-            NOTES: "on_any",
-            QUERY_TOPIC: "on_query",
-            PARTICIPANT_LEFT_TOPIC: "on_any",
-            VOICE_OUTPUT_TOPIC: "on_any",
+            NOTES: self.on_any,
+            QUERY_TOPIC: self.on_query,
+            PARTICIPANT_LEFT_TOPIC: self.on_any,
+            VOICE_OUTPUT_TOPIC: self.on_any,
         }
 
     async def on_any(self, message, ctx: RuntimeContext) -> None:
@@ -98,9 +98,8 @@ async def test_a_client_without_keys_or_with_an_unknown_key_gets_nothing_and_del
                         QUERY_TOPIC, UserQuery("hello", 0), reply_type=str, participant_id="p1"
                     )
                     assert answer == "answer to hello"
-                    await asyncio.to_thread(
-                        ops.wait_for, "voice.query", ops.capture
-                    )  # capture works
+                    # capture works
+                    await asyncio.to_thread(ops.wait_for, "voice.query", ops.capture)
                 finally:
                     ops.close()
                 assert [(t, s) for t, s, _ in watcher.seen] == [("voice.query", client.name)]
@@ -177,9 +176,8 @@ async def test_a_renderer_cannot_subscribe_to_notes_or_another_identitys_inbox(k
                 renderer.subscribe(b"notes\x00")
                 renderer.subscribe(f"_inbox.{client.name}\x00".encode())
                 renderer.subscribe(b"voice.output\x00")
-                await asyncio.to_thread(
-                    renderer.wait_ready
-                )  # its subscriptions were decided in order
+                # its subscriptions were decided in order
+                await asyncio.to_thread(renderer.wait_ready)
                 sensor.send("notes", "p1", {"text": "the PIN is 1234"})
                 answer = await client.ask(
                     QUERY_TOPIC, UserQuery("my PIN?", 0), reply_type=str, participant_id="p1"

@@ -1,6 +1,7 @@
 """The secure edge box: ``xrmq up --init-keys`` with a curve config on tcp loopback answers
 ``xrmq say --key``, takes a sensor's note, drops its forgeries (``xrmq top`` shows the
-broker's counters), runs the SDK's example (docs/context.md) over the bus; and the unsafe default is refused."""
+broker's counters), runs the SDK's example (docs/context.md) over the bus; and the unsafe
+default is refused."""
 
 from __future__ import annotations
 
@@ -167,9 +168,8 @@ async def test_a_curve_edge_box_from_init_keys_answers_say_with_a_key_and_runs_s
             env=env,
         )
         try:
-            expect_line(
-                record, "xrmq record: ready"
-            )  # the ops identity may read the capture socket
+            # the ops identity may read the capture socket
+            expect_line(record, "xrmq record: ready")
             sensor = subprocess.run(
                 [sys.executable, str(EXAMPLES / "sensor_publisher.py"), bus],
                 capture_output=True,
@@ -314,7 +314,7 @@ def test_a_plain_tcp_bus_beyond_loopback_is_refused_naming_the_fix(tmp_path, add
 
 def test_insecure_true_accepts_it_and_check_says_so(tmp_path):
     config = tmp_path / "edge.toml"
-    stack = SECURE_CONFIG[SECURE_CONFIG.index("[context.topics.scene]"):]
+    stack = SECURE_CONFIG[SECURE_CONFIG.index("[context.topics.scene]") :]
     config.write_text(
         '[bus]\naddress = "tcp://0.0.0.0:7300"\n\n[bus.security]\ninsecure = true\n\n' + stack
     )

@@ -17,7 +17,9 @@ from xrmq.topics import SEP, VOICE_OUTPUT_TOPIC, check_topic, topic_key
 @pytest.mark.parametrize("value", ["", "a\x00b", None, 3, b"name"])
 def test_a_name_must_be_a_non_empty_string_without_nul(value: object) -> None:
     assert not is_name(value)
-    with pytest.raises(ValueError, match="^participant_id: must be a non-empty string without NUL$"):
+    with pytest.raises(
+        ValueError, match="^participant_id: must be a non-empty string without NUL$"
+    ):
         check_name(value, "participant_id")
 
 
@@ -42,7 +44,9 @@ def test_the_runtime_refuses_a_capacity_below_one_naming_it() -> None:
 def test_a_component_topic_must_carry_its_type() -> None:
     check_topic(None, ResponseOutput, "VoiceRenderer.output_topic")
     check_topic(VOICE_OUTPUT_TOPIC, ResponseOutput, "VoiceRenderer.output_topic")
-    with pytest.raises(ValueError, match="^VoiceRenderer.query_topic: must be a Topic carrying UserQuery$"):
+    with pytest.raises(
+        ValueError, match="^VoiceRenderer.query_topic: must be a Topic carrying UserQuery$"
+    ):
         check_topic(VOICE_OUTPUT_TOPIC, UserQuery, "VoiceRenderer.query_topic")
 
 

@@ -13,10 +13,11 @@ import time
 import msgspec
 import pytest
 
-from lossy_bus import LossyBus
 from xrmq.actors.runtime import Agent, AgentRuntime, subscribe
 from xrmq.schemas import ConversationContextUpdate, MessageMetadata, RuntimeMetrics
 from xrmq.topics import METRICS_TOPIC, context_topic
+
+from lossy_bus import LossyBus
 
 pytestmark = pytest.mark.timeout(60)
 

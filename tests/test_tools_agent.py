@@ -1,18 +1,27 @@
-"""ToolAgent: the tool loop, the framing of docs/context.md, barge-in, docs/tools.md in a long session, and a
+"""ToolAgent: the tool loop, the framing of docs/context.md, barge-in, docs/tools.md in a long
+session, and a
 ToolAgent sharing a participant's context with a Conversation behind one router."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import re
 
 import msgspec
 
-from router_doubles import Decisions, FakeContext, Log, OutputRecorder, router_output
 from xrmq.actors.context import ContextManager
 from xrmq.actors.conversation import Conversation
-from xrmq.actors.models import ChatMessage, ChatRequest, OfflineLLM, ScriptedLLM, ScriptedResponse, ToolCall, Usage
+from xrmq.actors.models import (
+    ChatMessage,
+    ChatRequest,
+    OfflineLLM,
+    ScriptedLLM,
+    ScriptedResponse,
+    ToolCall,
+    Usage,
+)
 from xrmq.actors.routing import AgentRouter
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.tools.agent import EXTRACT_TOOL, ToolAgent
@@ -23,6 +32,8 @@ from xrmq.actors.tools.tiers import ToolCallCompactResult, placeholder
 from xrmq.actors.tools.tool import Tool
 from xrmq.schemas import AgentTurn
 from xrmq.topics import VOICE_OUTPUT_TOPIC
+
+from router_doubles import Decisions, FakeContext, Log, OutputRecorder, router_output
 
 
 class View(msgspec.Struct):
@@ -53,11 +64,19 @@ async def test_the_offline_model_calls_the_matching_tool_and_answers_from_its_re
     context = FakeContext()
     runtime = AgentRuntime()
     recorder = runtime.register("recorder", OutputRecorder())
-    serve_tools(runtime, "camera", [Tool("describe_view", "Describe what the camera sees on the bench.", View,
-                                         describe_view)])
+    serve_tools(
+        runtime,
+        "camera",
+        [Tool("describe_view", "Describe what the camera sees on the bench.", View, describe_view)],
+    )
     async with runtime:
-        agent = ToolAgent(OfflineLLM(time_to_first_token_s=0, tokens_per_second=0), context=context,
-                          runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC, servers=["camera"])
+        agent = ToolAgent(
+            OfflineLLM(time_to_first_token_s=0, tokens_per_second=0),
+            context=context,
+            runtime=runtime,
+            output_topic=VOICE_OUTPUT_TOPIC,
+            servers=["camera"],
+        )
         result = await agent.answer(turn("t1", "What is on the bench?"), started=never_started)
         await recorder.wait_for(lambda frames: recorder.finals() == 1)
     assert "red multimeter" in result.response
@@ -78,32 +97,49 @@ async def test_several_calls_in_one_response_run_in_parallel_and_all_results_go_
         await gate.wait()
         return f"room {args.index} is clear"
 
-    llm = ScriptedLLM(calls(("a", "rooms__visit", '{"index": 1}'), ("b", "rooms__visit", '{"index": 2}')),
-                      "Both rooms are clear.")
+    llm = ScriptedLLM(
+        calls(("a", "rooms__visit", '{"index": 1}'), ("b", "rooms__visit", '{"index": 2}')),
+        "Both rooms are clear.",
+    )
     runtime = AgentRuntime()
     serve_tools(runtime, "rooms", [Tool("visit", "Visit a room.", Probe, visit)])
     async with runtime:
-        agent = ToolAgent(llm, context=FakeContext(), runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC,
-                          tools=[remote_tool("rooms", "visit", description="Visit a room.", args=Probe)])
+        agent = ToolAgent(
+            llm,
+            context=FakeContext(),
+            runtime=runtime,
+            output_topic=VOICE_OUTPUT_TOPIC,
+            tools=[remote_tool("rooms", "visit", description="Visit a room.", args=Probe)],
+        )
         result = await agent.answer(turn("t1", "Are the rooms clear?"), started=never_started)
     assert result.response == "Both rooms are clear."
     second = llm.requests[1]
     assert [(m.tool_call_id, m.content) for m in second.messages if m.role == "tool"] == [
-        ("a", "room 1 is clear"), ("b", "room 2 is clear")]
+        ("a", "room 1 is clear"),
+        ("b", "room 2 is clear"),
+    ]
     assert [tool.name for tool in second.tools] == ["rooms__visit", EXTRACT_TOOL.name]
 
 
 async def test_max_iterations_ends_with_a_request_offering_no_tools() -> None:
     llm = ScriptedLLM(*(calls((f"c{i}", "echo", "{}")) for i in range(2)), "Giving up on the echo.")
     async with AgentRuntime() as runtime:
-        agent = ToolAgent(llm, context=FakeContext(), runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC,
-                          tools=[Tool("echo", "Echo.", View, lambda args: "echo")], max_iterations=3)
+        agent = ToolAgent(
+            llm,
+            context=FakeContext(),
+            runtime=runtime,
+            output_topic=VOICE_OUTPUT_TOPIC,
+            tools=[Tool("echo", "Echo.", View, lambda args: "echo")],
+            max_iterations=3,
+        )
         result = await agent.answer(turn("t1", "Echo forever."), started=never_started)
     assert result.response == "Giving up on the echo."
     assert [len(request.tools) for request in llm.requests] == [2, 2, 0]
 
 
-async def test_barge_in_during_a_long_tool_call_cancels_it_records_nothing_and_the_next_turn_works() -> None:
+async def test_barge_in_during_a_long_tool_call_cancels_it_records_nothing_next_turn_works() -> (
+    None
+):
     running, cancelled = asyncio.Event(), asyncio.Event()
 
     async def survey(args: View) -> str:
@@ -114,16 +150,29 @@ async def test_barge_in_during_a_long_tool_call_cancels_it_records_nothing_and_t
             cancelled.set()
         return "never"
 
-    llm = ScriptedLLM(ScriptedResponse("Let me look.", tool_calls=(ToolCall("s1", "lab__survey", "{}"),)),
-                      calls(("s2", "lab__quick", "{}")), "The lab is quiet.")
+    llm = ScriptedLLM(
+        ScriptedResponse("Let me look.", tool_calls=(ToolCall("s1", "lab__survey", "{}"),)),
+        calls(("s2", "lab__quick", "{}")),
+        "The lab is quiet.",
+    )
     context = FakeContext()
     runtime = AgentRuntime()
     recorder = runtime.register("recorder", OutputRecorder())
-    server = serve_tools(runtime, "lab", [Tool("survey", "Survey the lab.", View, survey),
-                                          Tool("quick", "Quick look.", View, lambda args: "quiet")])
+    server = serve_tools(
+        runtime,
+        "lab",
+        [
+            Tool("survey", "Survey the lab.", View, survey),
+            Tool("quick", "Quick look.", View, lambda args: "quiet"),
+        ],
+    )
     async with runtime:
-        agent = ToolAgent(llm, context=context, runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC, servers=["lab"])
-        task = asyncio.create_task(agent.answer(turn("t1", "Survey the lab."), started=never_started))
+        agent = ToolAgent(
+            llm, context=context, runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC, servers=["lab"]
+        )
+        task = asyncio.create_task(
+            agent.answer(turn("t1", "Survey the lab."), started=never_started)
+        )
         await running.wait()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -135,12 +184,17 @@ async def test_barge_in_during_a_long_tool_call_cancels_it_records_nothing_and_t
         result = await agent.answer(turn("t2", "Is the lab quiet?"), started=never_started)
     assert result.response == "The lab is quiet."
     assert context.log == [("record", "p1", "t2")]
-    assert [m.content for m in llm.requests[1].messages if m.role == "user"][-1] == "Is the lab quiet?"
+    assert [m.content for m in llm.requests[1].messages if m.role == "user"][
+        -1
+    ] == "Is the lab quiet?"
     assert all("Survey the lab." not in m.content for m in llm.requests[1].messages)
 
 
 def _request_tokens(request: ChatRequest) -> int:
-    return sum(len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in request.messages) // 4
+    return (
+        sum(len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in request.messages)
+        // 4
+    )
 
 
 SECRET = {7: "kappa-7731", 190: "sigma-0190"}
@@ -158,24 +212,41 @@ def session_model() -> ScriptedLLM:
     def respond(request: ChatRequest) -> ScriptedResponse:
         usage = Usage(total_tokens=_request_tokens(request))
         if "Summarize the earlier part" in request.messages[0].content:
-            ids = sorted(set(re.findall(r"\br\d+\b", request.messages[1].content)), key=lambda i: int(i[1:]))
-            return ScriptedResponse("Probes were read in order; results by call ID: " + " ".join(ids), usage=usage)
+            ids = sorted(
+                set(re.findall(r"\br\d+\b", request.messages[1].content)), key=lambda i: int(i[1:])
+            )
+            return ScriptedResponse(
+                "Probes were read in order; results by call ID: " + " ".join(ids), usage=usage
+            )
         last_user = max(i for i, m in enumerate(request.messages) if m.role == "user")
         question, after = request.messages[last_user].content, request.messages[last_user + 1 :]
         index = int(re.findall(r"\d+", question)[-1])
         results = [m.content for m in after if m.role == "tool"]
         if not results:
             if question.startswith("Read"):
-                return ScriptedResponse(usage=usage, tool_calls=(ToolCall(f"r{index}", "probe", json.dumps({"index": index})),))
-            seen = [m for m in request.messages if m.content == placeholder(f"r{index}")
-                    or re.search(rf"\br{index}\b", m.content) and m.role == "system"]
+                return ScriptedResponse(
+                    usage=usage,
+                    tool_calls=(ToolCall(f"r{index}", "probe", json.dumps({"index": index})),),
+                )
+            seen = [
+                m
+                for m in request.messages
+                if m.content == placeholder(f"r{index}")
+                or (re.search(rf"\br{index}\b", m.content) and m.role == "system")
+            ]
             assert seen, "the model only extracts what a placeholder or the summary names"
-            return ScriptedResponse(usage=usage, tool_calls=(ToolCall(
-                "x1", EXTRACT_TOOL.name, json.dumps({"toolcall_id": f"r{index}"})),))
+            return ScriptedResponse(
+                usage=usage,
+                tool_calls=(
+                    ToolCall("x1", EXTRACT_TOOL.name, json.dumps({"toolcall_id": f"r{index}"})),
+                ),
+            )
         if question.startswith("Read"):
             return ScriptedResponse(f"Probe {index} read.", usage=usage)
         code = re.search(r"calibration code (\S+)\.", results[-1])
-        return ScriptedResponse(f"Probe {index} code is {code.group(1) if code else 'unknown'}.", usage=usage)
+        return ScriptedResponse(
+            f"Probe {index} code is {code.group(1) if code else 'unknown'}.", usage=usage
+        )
 
     return ScriptedLLM(default=respond)
 
@@ -184,19 +255,27 @@ async def test_a_200_call_session_stays_within_its_limit_and_a_reclaimed_origina
     threshold = 8_000
     llm = session_model()
     async with AgentRuntime() as runtime:
-        agent = ToolAgent(llm, context=FakeContext(), runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC,
-                          tools=[Tool("probe", "Read a probe.", Probe, probe_reading)],
-                          compactor=AutoCompactor(token_threshold=threshold))
+        agent = ToolAgent(
+            llm,
+            context=FakeContext(),
+            runtime=runtime,
+            output_topic=VOICE_OUTPUT_TOPIC,
+            tools=[Tool("probe", "Read a probe.", Probe, probe_reading)],
+            compactor=AutoCompactor(token_threshold=threshold),
+        )
         for index in range(1, 201):
             await agent.answer(turn(f"t{index}", f"Read probe {index}."), started=never_started)
         transcript = agent.transcript("p1")
         # 190 was read 10 turns ago: its result is reclaimed or summarized, its ID still named.
         asked = len(llm.requests)
-        result = await agent.answer(turn("t201", "What is the calibration code of probe 190?"), started=never_started)
+        result = await agent.answer(
+            turn("t201", "What is the calibration code of probe 190?"), started=never_started
+        )
     sizes = [_request_tokens(request) for request in llm.requests]
-    growth = max(b - a for a, b in zip(sizes, sizes[1:]))
+    growth = max(b - a for a, b in itertools.pairwise(sizes))
     assert max(sizes) <= threshold + growth  # checked before each call: at most one step over
-    assert sum(_request_tokens(r) for r in llm.requests[:1]) < threshold < 200 * 500  # it would not fit
+    # it would not fit
+    assert sum(_request_tokens(r) for r in llm.requests[:1]) < threshold < 200 * 500
     assert transcript.counters.toolcall_reclaimed > 0 and transcript.counters.summary_rounds > 0
     extract_request = llm.requests[asked]
     assert all(SECRET[190] not in m.content for m in extract_request.messages)
@@ -206,9 +285,14 @@ async def test_a_200_call_session_stays_within_its_limit_and_a_reclaimed_origina
 async def test_manual_compaction_by_tier() -> None:
     llm = session_model()
     async with AgentRuntime() as runtime:
-        agent = ToolAgent(llm, context=FakeContext(), runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC,
-                          tools=[Tool("probe", "Read a probe.", Probe, probe_reading)],
-                          compactor=AutoCompactor(enabled=False))
+        agent = ToolAgent(
+            llm,
+            context=FakeContext(),
+            runtime=runtime,
+            output_topic=VOICE_OUTPUT_TOPIC,
+            tools=[Tool("probe", "Read a probe.", Probe, probe_reading)],
+            compactor=AutoCompactor(enabled=False),
+        )
         for index in range(1, 15):
             await agent.answer(turn(f"t{index}", f"Read probe {index}."), started=never_started)
         reclaimed = await agent.compact("p1", tier="toolcall")
@@ -219,22 +303,42 @@ async def test_manual_compaction_by_tier() -> None:
     # The last user message's turn fits in 16: the cut is at it, and the rest is summarized.
     ids = " ".join(f"r{i}" for i in range(1, 14))
     assert agent.transcript("p1").summary == f"Probes were read in order; results by call ID: {ids}"
-    assert [m.role for m in agent.transcript("p1").messages] == ["user", "assistant", "tool", "assistant"]
+    assert [m.role for m in agent.transcript("p1").messages] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
 
 
-async def test_a_tool_agent_and_a_conversation_behind_one_router_share_the_participants_context() -> None:
+async def test_a_tool_agent_and_a_conversation_behind_one_router_share_participant_context() -> (
+    None
+):
     log = Log()
     answers = ScriptedLLM("The multimeter on the bench is red.")
     context = ContextManager(answers)
     runtime = AgentRuntime()
-    serve_tools(runtime, "camera", [Tool("describe_view", "Describe what the camera sees on the bench.", View,
-                                         describe_view)])
+    serve_tools(
+        runtime,
+        "camera",
+        [Tool("describe_view", "Describe what the camera sees on the bench.", View, describe_view)],
+    )
     async with runtime:
-        tools = ToolAgent(OfflineLLM(time_to_first_token_s=0, tokens_per_second=0), context=context,
-                          runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC, servers=["camera"])
-        conversation = Conversation(answers, context=context, runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC)
-        router = AgentRouter({"conversation": conversation, "tools": tools},
-                             Decisions(log, "tools", "conversation"), output=router_output(log))
+        tools = ToolAgent(
+            OfflineLLM(time_to_first_token_s=0, tokens_per_second=0),
+            context=context,
+            runtime=runtime,
+            output_topic=VOICE_OUTPUT_TOPIC,
+            servers=["camera"],
+        )
+        conversation = Conversation(
+            answers, context=context, runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC
+        )
+        router = AgentRouter(
+            {"conversation": conversation, "tools": tools},
+            Decisions(log, "tools", "conversation"),
+            output=router_output(log),
+        )
         await router.handle(turn("t1", "What is on the bench?"))
         await router.handle(turn("t2", "What colour was the multimeter?"))
         await router.stop()
@@ -254,44 +358,76 @@ async def test_tier2_summaries_come_from_the_compaction_workers() -> None:
     summarizer = runtime.register("tools-summarizer", WorkerSummarizer(plan, timeout_s=10))
     llm = session_model()
     async with runtime:
-        agent = ToolAgent(llm, context=FakeContext(), runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC,
-                          tools=[Tool("probe", "Read a probe.", Probe, probe_reading)],
-                          compactor=AutoCompactor(enabled=False), summarize=summarizer)
+        agent = ToolAgent(
+            llm,
+            context=FakeContext(),
+            runtime=runtime,
+            output_topic=VOICE_OUTPUT_TOPIC,
+            tools=[Tool("probe", "Read a probe.", Probe, probe_reading)],
+            compactor=AutoCompactor(enabled=False),
+            summarize=summarizer,
+        )
         for index in range(1, 6):
             await agent.answer(turn(f"t{index}", f"Read probe {index}."), started=never_started)
         outcome = await agent.compact("p1", tier="summary")
     assert outcome.status.value == "compacted" and summarizer.failed == 0
     summary = agent.transcript("p1").summary or ""
-    assert "Probe" in summary and len(summary.encode()) <= 4096  # the offline model's extract, within the limit
+    # the offline model's extract, within the limit
+    assert "Probe" in summary and len(summary.encode()) <= 4096
     assert not any("Summarize the earlier part" in r.messages[0].content for r in llm.requests)
 
 
 async def test_the_transcript_lives_in_a_keyed_actor_and_a_new_agent_continues_from_it() -> None:
-    from xrmq.actors.tools.store import TranscriptLoad, TranscriptState, TranscriptTopics, register_transcripts
+    from xrmq.actors.tools.store import (
+        TranscriptLoad,
+        TranscriptState,
+        TranscriptTopics,
+        register_transcripts,
+    )
 
     front = AgentRuntime(name="front")
     back = AgentRuntime(front.address, name="back")
     register_transcripts(back, "lab-tools")
     probe = Tool("probe", "Read a probe.", Probe, probe_reading)
     async with front, back:
-        first = ToolAgent(session_model(), context=FakeContext(), runtime=front, output_topic=VOICE_OUTPUT_TOPIC,
-                          tools=[probe], transcripts="lab-tools", compactor=AutoCompactor(enabled=False))
+        first = ToolAgent(
+            session_model(),
+            context=FakeContext(),
+            runtime=front,
+            output_topic=VOICE_OUTPUT_TOPIC,
+            tools=[probe],
+            transcripts="lab-tools",
+            compactor=AutoCompactor(enabled=False),
+        )
         for index in range(1, 15):
             await first.answer(turn(f"t{index}", f"Read probe {index}."), started=never_started)
         await first.compact("p1", tier="toolcall")  # a rewrite: mirrored as a replace
         await first.answer(turn("t15", "Read probe 15."), started=never_started)
         llm = session_model()
-        second = ToolAgent(llm, context=FakeContext(), runtime=front, output_topic=VOICE_OUTPUT_TOPIC,
-                           tools=[probe], transcripts="lab-tools")
-        result = await second.answer(turn("t16", "What is the calibration code of probe 1?"), started=never_started)
+        second = ToolAgent(
+            llm,
+            context=FakeContext(),
+            runtime=front,
+            output_topic=VOICE_OUTPUT_TOPIC,
+            tools=[probe],
+            transcripts="lab-tools",
+        )
+        result = await second.answer(
+            turn("t16", "What is the calibration code of probe 1?"), started=never_started
+        )
         # A load asked after the writes is answered after them: the store's state now.
-        stored = await front.ask(TranscriptTopics.of("lab-tools").load, TranscriptLoad(),
-                                 reply_type=TranscriptState, participant_id="p1")
+        stored = await front.ask(
+            TranscriptTopics.of("lab-tools").load,
+            TranscriptLoad(),
+            reply_type=TranscriptState,
+            participant_id="p1",
+        )
     assert result.response == "Probe 1 code is nominal-1."  # through extract_compacted_tool_result
     held = second.transcript("p1")
     assert list(stored.messages) == held.messages and len(held.messages) == 15 * 4 + 4
     assert held.messages[:60] == first.transcript("p1").messages
-    assert llm.requests[0].messages[2] == ChatMessage("user", "Read probe 1.")  # after system and context
+    # after system and context
+    assert llm.requests[0].messages[2] == ChatMessage("user", "Read probe 1.")
 
 
 async def test_slash_compact_in_chat_compacts_at_the_tools_destination_over_the_bus() -> None:
@@ -300,9 +436,14 @@ async def test_slash_compact_in_chat_compacts_at_the_tools_destination_over_the_
 
     front = AgentRuntime(name="front")
     back = AgentRuntime(front.address, name="back")
-    agent = ToolAgent(session_model(), context=FakeContext(), runtime=back, output_topic=VOICE_OUTPUT_TOPIC,
-                      tools=[Tool("probe", "Read a probe.", Probe, probe_reading)],
-                      compactor=AutoCompactor(enabled=False))
+    agent = ToolAgent(
+        session_model(),
+        context=FakeContext(),
+        runtime=back,
+        output_topic=VOICE_OUTPUT_TOPIC,
+        tools=[Tool("probe", "Read a probe.", Probe, probe_reading)],
+        compactor=AutoCompactor(enabled=False),
+    )
     back.register("lab-tools-compact", CompactServer("lab-tools", agent))
     async with front, back:
         for index in range(1, 15):
@@ -314,7 +455,10 @@ async def test_slash_compact_in_chat_compacts_at_the_tools_destination_over_the_
     assert toolcall.startswith("xrmq chat: compacted tool results at lab-tools: 2 reclaimed (")
     assert summary.startswith("xrmq chat: summary at lab-tools: compacted (")
     assert unnamed.startswith("xrmq chat: /compact: no destination answered yet")
-    assert missing == "xrmq chat: /compact: 'nowhere' is not a tools destination (no answer within 0.5 s)"
+    assert (
+        missing
+        == "xrmq chat: /compact: 'nowhere' is not a tools destination (no answer within 0.5 s)"
+    )
     assert agent.transcript("p1").summary is not None
 
 
@@ -333,16 +477,28 @@ async def test_a_barge_in_through_the_router_cancels_the_running_tool_call_at_it
             cancelled.set()
         return "never"
 
-    llm = ScriptedLLM(ScriptedResponse("Let me look.", tool_calls=(ToolCall("s1", "lab__survey", "{}"),)),
-                      "The lab is quiet.")
+    llm = ScriptedLLM(
+        ScriptedResponse("Let me look.", tool_calls=(ToolCall("s1", "lab__survey", "{}"),)),
+        "The lab is quiet.",
+    )
     context = FakeContext()
     front = AgentRuntime(name="front")
     back = AgentRuntime(front.address, name="back")
     server = serve_tools(back, "lab", [Tool("survey", "Survey the lab.", View, survey)])
     recorder = front.register("recorder", OutputRecorder())
-    agent = ToolAgent(llm, context=context, runtime=front, output_topic=VOICE_OUTPUT_TOPIC, servers=["lab"])
-    front.register("router", AgentRouter({"lab-tools": agent}, SingleDestination(), query_topic=QUERY_TOPIC,
-                                         output_topic=VOICE_OUTPUT_TOPIC, interrupted_topic=INTERRUPTED_TOPIC))
+    agent = ToolAgent(
+        llm, context=context, runtime=front, output_topic=VOICE_OUTPUT_TOPIC, servers=["lab"]
+    )
+    front.register(
+        "router",
+        AgentRouter(
+            {"lab-tools": agent},
+            SingleDestination(),
+            query_topic=QUERY_TOPIC,
+            output_topic=VOICE_OUTPUT_TOPIC,
+            interrupted_topic=INTERRUPTED_TOPIC,
+        ),
+    )
     async with front, back:
         front.send(QUERY_TOPIC, UserQuery("Survey the lab.", 1), participant_id="p1")
         await running.wait()
@@ -358,15 +514,26 @@ async def test_a_barge_in_through_the_router_cancels_the_running_tool_call_at_it
 
 
 async def test_reasoning_is_written_back_verbatim_in_the_next_request() -> None:
-    llm = ScriptedLLM(ScriptedResponse(tool_calls=(ToolCall("e1", "echo", "{}"),), reasoning="I should echo."),
-                      ScriptedResponse("Echoed.", reasoning="Done echoing."), "Again.")
+    llm = ScriptedLLM(
+        ScriptedResponse(tool_calls=(ToolCall("e1", "echo", "{}"),), reasoning="I should echo."),
+        ScriptedResponse("Echoed.", reasoning="Done echoing."),
+        "Again.",
+    )
     async with AgentRuntime() as runtime:
-        agent = ToolAgent(llm, context=FakeContext(), runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC,
-                          tools=[Tool("echo", "Echo.", View, lambda args: "echo")])
+        agent = ToolAgent(
+            llm,
+            context=FakeContext(),
+            runtime=runtime,
+            output_topic=VOICE_OUTPUT_TOPIC,
+            tools=[Tool("echo", "Echo.", View, lambda args: "echo")],
+        )
         await agent.answer(turn("t1", "Echo."), started=never_started)
         await agent.answer(turn("t2", "Again?"), started=never_started)
     assistants = [m for m in llm.requests[2].messages if m.role == "assistant"]
-    assert [(m.content, m.reasoning) for m in assistants] == [("", "I should echo."), ("Echoed.", "Done echoing.")]
+    assert [(m.content, m.reasoning) for m in assistants] == [
+        ("", "I should echo."),
+        ("Echoed.", "Done echoing."),
+    ]
 
 
 async def test_a_summary_the_workers_do_not_deliver_in_time_is_summarize_failed() -> None:
@@ -374,11 +541,19 @@ async def test_a_summary_the_workers_do_not_deliver_in_time_is_summarize_failed(
     from xrmq.actors.tools.workers import WorkerSummarizer
 
     runtime = AgentRuntime()  # no compaction worker runs on this bus
-    summarizer = runtime.register("tools-summarizer", WorkerSummarizer(context_plan(), timeout_s=0.3))
+    summarizer = runtime.register(
+        "tools-summarizer", WorkerSummarizer(context_plan(), timeout_s=0.3)
+    )
     async with runtime:
-        agent = ToolAgent(session_model(), context=FakeContext(), runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC,
-                          tools=[Tool("probe", "Read a probe.", Probe, probe_reading)],
-                          compactor=AutoCompactor(enabled=False), summarize=summarizer)
+        agent = ToolAgent(
+            session_model(),
+            context=FakeContext(),
+            runtime=runtime,
+            output_topic=VOICE_OUTPUT_TOPIC,
+            tools=[Tool("probe", "Read a probe.", Probe, probe_reading)],
+            compactor=AutoCompactor(enabled=False),
+            summarize=summarizer,
+        )
         for index in range(1, 6):
             await agent.answer(turn(f"t{index}", f"Read probe {index}."), started=never_started)
         before = list(agent.transcript("p1").messages)
@@ -388,14 +563,23 @@ async def test_a_summary_the_workers_do_not_deliver_in_time_is_summarize_failed(
 
 
 async def test_text_of_successive_model_calls_is_one_answer_with_a_word_break() -> None:
-    llm = ScriptedLLM(ScriptedResponse("Let me look.", tool_calls=(ToolCall("e1", "echo", "{}"),)), "It echoed.")
+    llm = ScriptedLLM(
+        ScriptedResponse("Let me look.", tool_calls=(ToolCall("e1", "echo", "{}"),)), "It echoed."
+    )
     runtime = AgentRuntime()
     recorder = runtime.register("recorder", OutputRecorder())
     async with runtime:
-        agent = ToolAgent(llm, context=FakeContext(), runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC,
-                          tools=[Tool("echo", "Echo.", View, lambda args: "echo")])
+        agent = ToolAgent(
+            llm,
+            context=FakeContext(),
+            runtime=runtime,
+            output_topic=VOICE_OUTPUT_TOPIC,
+            tools=[Tool("echo", "Echo.", View, lambda args: "echo")],
+        )
         result = await agent.answer(turn("t1", "Echo."), started=never_started)
         await recorder.wait_for(lambda frames: recorder.finals() == 1)
     assert result.response == "Let me look. It echoed." == recorder.texts("p1")
     assert [m.content for m in agent.transcript("p1").messages if m.role == "assistant"] == [
-        "Let me look.", "It echoed."]
+        "Let me look.",
+        "It echoed.",
+    ]

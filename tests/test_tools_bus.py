@@ -46,19 +46,23 @@ def test_the_schema_the_model_sees_comes_from_the_args_struct() -> None:
     spec = Tool("where", "Where a room is.", Where, where_sync).spec()
     assert spec.name == "where" and spec.description == "Where a room is."
     assert spec.parameters == {
-        "title": "Where", "type": "object",
+        "title": "Where",
+        "type": "object",
         "properties": {"room": {"type": "string"}, "floor": {"type": "integer", "default": 1}},
         "required": ["room"],
     }
     assert Tool("n", "Nothing.", Nothing, broken).spec().parameters["properties"] == {}
 
 
-@pytest.mark.parametrize(("name", "description", "args", "fn", "rule"), [
-    ("bad name", "d", Where, where_sync, r"^Tool.name: must be 1-64 letters"),
-    ("ok", " ", Where, where_sync, r"^Tool.description: must be non-empty text$"),
-    ("ok", "d", dict, where_sync, r"^Tool.args: must be a msgspec.Struct type$"),
-    ("ok", "d", Where, "nope", r"^Tool.fn: must be callable$"),
-])
+@pytest.mark.parametrize(
+    ("name", "description", "args", "fn", "rule"),
+    [
+        ("bad name", "d", Where, where_sync, r"^Tool.name: must be 1-64 letters"),
+        ("ok", " ", Where, where_sync, r"^Tool.description: must be non-empty text$"),
+        ("ok", "d", dict, where_sync, r"^Tool.args: must be a msgspec.Struct type$"),
+        ("ok", "d", Where, "nope", r"^Tool.fn: must be callable$"),
+    ],
+)
 def test_a_bad_tool_definition_names_the_field(name, description, args, fn, rule) -> None:
     with pytest.raises(ValueError, match=rule):
         Tool(name, description, args, fn)
@@ -67,9 +71,16 @@ def test_a_bad_tool_definition_names_the_field(name, description, args, fn, rule
 async def test_sync_async_and_async_generator_functions_give_result_text() -> None:
     arguments = '{"room": "lab 3", "floor": 2}'
     sync = await Tool("w", "d", Where, where_sync).invoke(arguments)
-    assert json.loads(sync.content) == {"room": "lab 3", "floor": 2, "temperature_c": 21.5} and sync.error is None
-    assert (await Tool("w", "d", Where, where_async).invoke(arguments)).content == "lab 3 on floor 2"
-    assert (await Tool("w", "d", Where, where_stream).invoke(arguments)).content == "Room lab 3, floor 2"
+    assert (
+        json.loads(sync.content) == {"room": "lab 3", "floor": 2, "temperature_c": 21.5}
+        and sync.error is None
+    )
+    assert (
+        await Tool("w", "d", Where, where_async).invoke(arguments)
+    ).content == "lab 3 on floor 2"
+    assert (
+        await Tool("w", "d", Where, where_stream).invoke(arguments)
+    ).content == "Room lab 3, floor 2"
 
 
 async def test_bad_arguments_and_exceptions_become_error_results() -> None:
@@ -83,16 +94,26 @@ async def test_bad_arguments_and_exceptions_become_error_results() -> None:
 async def test_tools_served_on_the_bus_are_discovered_and_called_under_namespaced_names() -> None:
     front = AgentRuntime(name="front")
     back = AgentRuntime(front.address, name="back")
-    serve_tools(back, "camera", [Tool("describe_view", "Describe the view.", Where, where_async),
-                                 Tool("broken", "Always fails.", Nothing, broken)])
+    serve_tools(
+        back,
+        "camera",
+        [
+            Tool("describe_view", "Describe the view.", Where, where_async),
+            Tool("broken", "Always fails.", Nothing, broken),
+        ],
+    )
     async with front, back:
         tools = ToolSet(await ToolSet.discover(front, "camera", timeout_s=5))
         assert [spec.name for spec in tools.specs()] == ["camera__describe_view", "camera__broken"]
         assert tools.specs()[0].parameters["required"] == ["room"]
-        ok = await tools.call(front, ToolCall("c1", "camera__describe_view", '{"room": "bench"}'), participant_id="p1")
+        ok = await tools.call(
+            front, ToolCall("c1", "camera__describe_view", '{"room": "bench"}'), participant_id="p1"
+        )
         assert (ok.content, ok.error) == ("bench on floor 1", None)
         failed = await tools.call(front, ToolCall("c2", "camera__broken", "{}"))
-        assert json.loads(failed.content) == {"error": "broken failed: RuntimeError: sensor offline"}
+        assert json.loads(failed.content) == {
+            "error": "broken failed: RuntimeError: sensor offline"
+        }
         unknown = await tools.call(front, ToolCall("c3", "camera__zoom", "{}"))
         assert "no tool named 'camera__zoom'" in json.loads(unknown.content)["error"]
 
@@ -135,8 +156,12 @@ async def test_calls_to_one_server_run_in_parallel() -> None:
     serve_tools(back, "rooms", [Tool("visit", "Visit.", Where, wait_for_all)])
     tools = ToolSet([remote_tool("rooms", "visit", description="Visit.", args=Where, timeout_s=5)])
     async with front, back:
-        replies = await asyncio.gather(*(
-            tools.call(front, ToolCall(f"v{i}", "rooms__visit", json.dumps({"room": f"r{i}"}))) for i in range(3)))
+        replies = await asyncio.gather(
+            *(
+                tools.call(front, ToolCall(f"v{i}", "rooms__visit", json.dumps({"room": f"r{i}"})))
+                for i in range(3)
+            )
+        )
     assert [reply.content for reply in replies] == ["r0", "r1", "r2"]
 
 

@@ -15,8 +15,8 @@ import pytest
 from buses import expect_line, reap
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "examples"))
-from tools.camera import SCENES  # noqa: E402
-from tools.inventory import Item, lookup  # noqa: E402
+from tools.camera import SCENES
+from tools.inventory import Item, lookup
 
 CONFIG = Path(__file__).parent.parent / "examples" / "tools.toml"
 CLI = [sys.executable, "-m", "xrmq.actors.cli"]
@@ -27,17 +27,26 @@ def say(env: dict, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_the_inventory_finds_items_named_in_a_sentence() -> None:
-    assert lookup(Item("How many multimeters are in stock?")) == {"multimeter": {"in_stock": 3, "where": "shelf A2"}}
+    assert lookup(Item("How many multimeters are in stock?")) == {
+        "multimeter": {"in_stock": 3, "where": "shelf A2"}
+    }
     assert "error" in lookup(Item("Any unicorns?"))
 
 
 @pytest.mark.timeout(120)
-def test_up_tools_answers_from_the_camera_and_inventory_tools_and_compacts_by_hand(tmp_path: Path) -> None:
+def test_up_tools_answers_from_the_camera_and_inventory_tools_and_compacts_by_hand(
+    tmp_path: Path,
+) -> None:
     runtime_dir = tmp_path / "run"
     runtime_dir.mkdir(mode=0o700)
     env = {**os.environ, "XRMQ_RUNTIME_DIR": str(runtime_dir), "XRMQ_LOG_LEVEL": "WARNING"}
-    up = subprocess.Popen([*CLI, "up", str(CONFIG)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env=env)
+    up = subprocess.Popen(
+        [*CLI, "up", str(CONFIG)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     try:
         expect_line(up, "xrmq up: ready")
         bench = say(env, "--timeout", "50", "What is on the bench?")
@@ -46,31 +55,58 @@ def test_up_tools_answers_from_the_camera_and_inventory_tools_and_compacts_by_ha
         stock = say(env, "--timeout", "50", "How many multimeters are in stock?")
         assert stock.returncode == 0, stock.stderr
         assert "in_stock: 3" in stock.stdout
-        # Manual compaction (docs/tools.md) of p1's transcript at the tools destination, over the bus.
-        done = subprocess.run([*CLI, "compact", "lab-tools", "--tier", "toolcall"], capture_output=True,
-                              text=True, env=env, timeout=60)
-        missing = subprocess.run([*CLI, "compact", "nowhere", "--timeout", "1"], capture_output=True,
-                                 text=True, env=env, timeout=60)
+        # Manual compaction (docs/tools.md) of p1's transcript at the tools destination, over the
+        # bus.
+        done = subprocess.run(
+            [*CLI, "compact", "lab-tools", "--tier", "toolcall"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        missing = subprocess.run(
+            [*CLI, "compact", "nowhere", "--timeout", "1"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
         up.send_signal(signal.SIGTERM)
         assert up.wait(timeout=30) == 0
     finally:
         reap(up)
     assert all("a red multimeter" in scene["bench"] for scene in SCENES)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "compacted tool results at lab-tools: 0 reclaimed (0% of the transcript)"
+    assert (
+        done.stdout.strip()
+        == "compacted tool results at lab-tools: 0 reclaimed (0% of the transcript)"
+    )
     assert missing.returncode == 1 and "'nowhere' is not a tools destination" in missing.stdout
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ('kind = "agent"', "destinations.t.kind: must be one of 'conversation', 'tools', got 'agent'"),
-    ('kind = "tools"\ntool_servers = ["cam.era"]',
-     "destinations.t.tool_servers: 'cam.era': must be 1-40 letters, digits or '-'"),
-    ('tool_servers = ["camera"]', 'destinations.t.tool_servers: only a kind = "tools" destination calls tools'),
-    ('kind = "tools"\nmax_iterations = 0', "destinations.t.max_iterations: must be >= 1"),
-    ('kind = "tools"\ntool_timeout_s = 0', "destinations.t.tool_timeout_s: must be > 0"),
-    ('kind = "tools"\ntoken_threshold = -1', "destinations.t.token_threshold: must be > 0"),
-])
-def test_a_tools_destinations_keys_are_checked_naming_the_key(tmp_path: Path, text: str, message: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            'kind = "agent"',
+            "destinations.t.kind: must be one of 'conversation', 'tools', got 'agent'",
+        ),
+        (
+            'kind = "tools"\ntool_servers = ["cam.era"]',
+            "destinations.t.tool_servers: 'cam.era': must be 1-40 letters, digits or '-'",
+        ),
+        (
+            'tool_servers = ["camera"]',
+            'destinations.t.tool_servers: only a kind = "tools" destination calls tools',
+        ),
+        ('kind = "tools"\nmax_iterations = 0', "destinations.t.max_iterations: must be >= 1"),
+        ('kind = "tools"\ntool_timeout_s = 0', "destinations.t.tool_timeout_s: must be > 0"),
+        ('kind = "tools"\ntoken_threshold = -1', "destinations.t.token_threshold: must be > 0"),
+    ],
+)
+def test_a_tools_destinations_keys_are_checked_naming_the_key(
+    tmp_path: Path, text: str, message: str
+) -> None:
     from xrmq.actors.edge.config import ConfigError, load_config
 
     path = tmp_path / "edge.toml"
@@ -86,26 +122,35 @@ def test_the_tools_config_decodes_with_the_seed_defaults() -> None:
     config = load_config(CONFIG)
     tools = config.destinations["lab-tools"]
     assert (tools.kind, tools.tool_servers, tools.max_iterations, tools.token_threshold) == (
-        "tools", ["camera", "inventory"], 8, 192_000)
+        "tools",
+        ["camera", "inventory"],
+        8,
+        192_000,
+    )
     assert config.destinations["conversation"].kind == "conversation"
-
 
 
 @pytest.mark.timeout(60)
 async def test_the_camera_script_serves_a_scene_that_changes_over_time() -> None:
     import json
 
-    from buses import broker_process
-    from tools.camera import PERIOD_S, scene_at
     from xrmq.actors.models import ToolCall
     from xrmq.actors.runtime import AgentRuntime
     from xrmq.actors.tools import ToolSet
 
+    from buses import broker_process
+    from tools.camera import PERIOD_S, scene_at
+
     assert scene_at(0)["bench"] != scene_at(PERIOD_S)["bench"]  # the simulated bench moves on
     env = {**os.environ, "XRMQ_LOG_LEVEL": "WARNING"}
     with broker_process() as bus:
-        camera = subprocess.Popen([sys.executable, str(CONFIG.parent / "tools" / "camera.py"), bus],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        camera = subprocess.Popen(
+            [sys.executable, str(CONFIG.parent / "tools" / "camera.py"), bus],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         try:
             expect_line(camera, "camera: serving describe_view")
             async with AgentRuntime(bus) as runtime:

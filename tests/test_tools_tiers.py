@@ -45,12 +45,25 @@ def rounds(count: int, content: str = LONG) -> list[ChatMessage]:
 
 def test_the_defaults_are_the_seeds() -> None:
     compactor = AutoCompactor()
-    assert (TOOLCALL_KEEP_MAX, SUMMARY_KEEP_MAX, ESCALATION_RATIO, TOKEN_THRESHOLD) == (12, 16, 0.95, 192_000)
-    assert (compactor.toolcall_keep_max, compactor.summary_keep_max, compactor.escalation_rounds,
-            compactor.max_retries, compactor.token_threshold, compactor.enabled) == (12, 16, 2, 2, 192_000, True)
+    assert (TOOLCALL_KEEP_MAX, SUMMARY_KEEP_MAX, ESCALATION_RATIO, TOKEN_THRESHOLD) == (
+        12,
+        16,
+        0.95,
+        192_000,
+    )
+    assert (
+        compactor.toolcall_keep_max,
+        compactor.summary_keep_max,
+        compactor.escalation_rounds,
+        compactor.max_retries,
+        compactor.token_threshold,
+        compactor.enabled,
+    ) == (12, 16, 2, 2, 192_000, True)
     assert placeholder("call_7") == (
-        "[Compacted, ID: call_7. If this content is still needed, call extract_compacted_tool_result "
-        "with this ID or re-run the tool.]")
+        "[Compacted, ID: call_7. If this content is still needed, call "
+        "extract_compacted_tool_result "
+        "with this ID or re-run the tool.]"
+    )
     assert PLACEHOLDER.format(toolcall_id="z") == placeholder("z")
 
 
@@ -72,10 +85,24 @@ def test_tier1_keeps_the_most_recent_keep_max_results_and_reclaims_older_ones() 
 def test_tier1_replaces_a_result_only_when_the_placeholder_is_shorter() -> None:
     short = "22 C"
     exact = "y" * len(placeholder("c1"))
-    messages = [user(), call("c0"), result("c0", short), call("c1"), result("c1", exact),
-                call("c2"), result("c2", LONG), call("c3"), result("c3")]
+    messages = [
+        user(),
+        call("c0"),
+        result("c0", short),
+        call("c1"),
+        result("c1", exact),
+        call("c2"),
+        result("c2", LONG),
+        call("c3"),
+        result("c3"),
+    ]
     done = compact_toolcall(messages, keep_max=1)
-    assert [m.content for m in done.messages if m.role == "tool"] == [short, exact, placeholder("c2"), LONG]
+    assert [m.content for m in done.messages if m.role == "tool"] == [
+        short,
+        exact,
+        placeholder("c2"),
+        LONG,
+    ]
     assert done.result == ToolCallCompactResult(1, done.result.reclaimed_fraction)
     # A second round reclaims nothing: a placeholder is never replaced by itself.
     again = compact_toolcall(done.messages, keep_max=1)
@@ -83,18 +110,29 @@ def test_tier1_replaces_a_result_only_when_the_placeholder_is_shorter() -> None:
 
 
 def test_estimated_message_length_counts_content_and_reasoning_not_arguments() -> None:
-    message = ChatMessage("assistant", "abc", tool_calls=(ToolCall("c", "t", '{"long": "' + "z" * 99 + '"}'),),
-                          reasoning="think")
+    message = ChatMessage(
+        "assistant",
+        "abc",
+        tool_calls=(ToolCall("c", "t", '{"long": "' + "z" * 99 + '"}'),),
+        reasoning="think",
+    )
     assert estimated_message_length(message) == 8
     assert estimated_message_length([message, user("12")]) == 10
 
 
 def test_summary_cut_never_leaves_the_tail_starting_with_an_orphaned_tool_result() -> None:
     # An assistant with three parallel calls, then their results: a naive cut lands inside them.
-    messages = [user("old"), ChatMessage("assistant", "", tool_calls=tuple(ToolCall(f"p{i}", "t") for i in range(3))),
-                *(result(f"p{i}") for i in range(3)), ChatMessage("assistant", "done"), user("next"),
-                call("q"), result("q"), ChatMessage("assistant", "ok")]
-    for keep in range(0, len(messages) + 1):
+    messages = [
+        user("old"),
+        ChatMessage("assistant", "", tool_calls=tuple(ToolCall(f"p{i}", "t") for i in range(3))),
+        *(result(f"p{i}") for i in range(3)),
+        ChatMessage("assistant", "done"),
+        user("next"),
+        call("q"),
+        result("q"),
+        ChatMessage("assistant", "ok"),
+    ]
+    for keep in range(len(messages) + 1):
         plan = plan_summary(messages, keep)
         if plan is None:
             continue
@@ -140,7 +178,11 @@ def test_summarize_failed_leaves_the_transcript_and_the_token_count_untouched() 
     for failed in (None, "   "):
         outcome = transcript.apply_summary(transcript.plan_summary(16), failed)
         assert outcome.status is SummaryStatus.SUMMARIZE_FAILED
-    assert transcript.messages == before and transcript.total_tokens == 250_000 and transcript.summary is None
+    assert (
+        transcript.messages == before
+        and transcript.total_tokens == 250_000
+        and transcript.summary is None
+    )
     assert transcript.counters.summarize_failed == 2
 
 
@@ -248,10 +290,14 @@ async def test_escalation_after_escalation_rounds_consecutive_tier1_rounds() -> 
     assert transcript.counters.tool_rounds == 0 and transcript.counters.summary_rounds == 1
 
 
-async def test_escalation_in_the_same_round_when_reclaiming_leaves_the_estimate_above_the_ratio() -> None:
+async def test_escalation_in_the_same_round_when_reclaiming_leaves_the_estimate_above_ratio() -> (
+    None
+):
     # Every tool result is short: tier 1 reclaims nothing, so the estimate stays over 95 %.
     transcript, summarize = filled(40, tokens=193_000), Summarizer()
-    transcript.messages = [m if m.role != "tool" else result(m.tool_call_id or "", "ok") for m in transcript.messages]
+    transcript.messages = [
+        m if m.role != "tool" else result(m.tool_call_id or "", "ok") for m in transcript.messages
+    ]
     report = await AutoCompactor().auto_compact(transcript, summarize)
     assert report is not None and report.steps[0] == ToolCallCompactResult(0, 0.0)
     assert len(summarize.calls) == 1 and report.outcome is SummaryStatus.COMPACTED
@@ -264,7 +310,14 @@ async def test_still_over_after_a_summary_retries_max_retries_times_halving_both
     transcript.compact_toolcall = lambda keep: keeps.append(("tool", keep)) or original_tool(keep)  # type: ignore
     transcript.plan_summary = lambda keep: keeps.append(("summary", keep)) or original_plan(keep)  # type: ignore
     report = await AutoCompactor().auto_compact(transcript, summarize)
-    assert keeps == [("tool", 12), ("summary", 16), ("tool", 6), ("summary", 8), ("tool", 3), ("summary", 4)]
+    assert keeps == [
+        ("tool", 12),
+        ("summary", 16),
+        ("tool", 6),
+        ("summary", 8),
+        ("tool", 3),
+        ("summary", 4),
+    ]
     assert report is not None and report.still_over and len(summarize.calls) == 3
     assert summarize.calls[1][1] == "summary"  # each summary is given the previous one
 

@@ -7,17 +7,17 @@ import asyncio
 import json
 import subprocess
 import sys
-import time
 
 import msgspec
 import pytest
 
-from buses import broker_process, expect_line, reap
 from xrmq.actors.edge.recording import MAGIC, encode_record, read_records
 from xrmq.actors.edge.topicfilter import replay_filter
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext
 from xrmq.schemas import ConversationContextUpdate, MessageMetadata, ResponseOutput, UserQuery
 from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC, Topic, context_topic, topic_key
+
+from buses import broker_process, expect_line, reap
 
 pytestmark = pytest.mark.timeout(60)
 CLI = [sys.executable, "-m", "xrmq.actors.cli"]
@@ -100,7 +100,7 @@ def test_a_replay_publishes_what_enters_a_box_and_leaves_out_what_it_derives():
 
 class Everything(Agent):
     def __init__(self, *topics: Topic, expected: int) -> None:
-        self._handlers = dict.fromkeys(topics, "on_message")
+        self._handlers = dict.fromkeys(topics, self.on_message)
         self.seen: list[str] = []
         self.expected = expected
         self.done = asyncio.Event()

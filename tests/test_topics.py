@@ -11,7 +11,10 @@ from xrmq.topics import VOICE_OUTPUT_TOPIC, Topic, context_topic, split_key
 def test_a_second_topic_with_the_same_name_and_another_type_is_rejected():
     context_topic("sample.notes")
     assert context_topic("sample.notes") == Topic("sample.notes", ConversationContextUpdate)
-    with pytest.raises(ValueError, match=r"Topic.name: 'sample.notes' is already bound to ConversationContextUpdate"):
+    with pytest.raises(
+        ValueError,
+        match=r"Topic.name: 'sample.notes' is already bound to ConversationContextUpdate",
+    ):
         Topic("sample.notes", UserQuery)
 
 

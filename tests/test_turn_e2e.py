@@ -22,7 +22,8 @@ pytestmark = pytest.mark.timeout(120)
 TOPIC = "sample.monitor"
 FACT = "Reactor R7 pressure reads 4.2 bar."
 SECOND_FACT = (
-    "Coolant flow in loop B of reactor R7 is 35 liters per minute, the bypass valve V3 is half open, "
+    "Coolant flow in loop B of reactor R7 is 35 liters per minute, the bypass valve V3 is half "
+    "open, "
     "and the pressure trend is rising slowly since the morning shift change."
 )
 ENV = {**os.environ, "XRMQ_LOG_LEVEL": "WARNING"}
@@ -41,9 +42,16 @@ class Voice:
             if not line:
                 raise AssertionError(f"voice process exited: {self.proc.stderr.read()[-3000:]}")
             report = json.loads(line)
-            response = self.responses.setdefault(report["response"], {
-                "participant": report["participant"], "texts": [], "sources": None, "request": None, "reason": None,
-            })
+            response = self.responses.setdefault(
+                report["response"],
+                {
+                    "participant": report["participant"],
+                    "texts": [],
+                    "sources": None,
+                    "request": None,
+                    "reason": None,
+                },
+            )
             if report["event"] == "segment":
                 response["texts"].append(report["text"])
                 response["sources"], response["request"] = report["sources"], report["request"]
@@ -68,7 +76,8 @@ def send(proc: subprocess.Popen, command: str) -> str:
 
 
 def dialogue_until(proc: subprocess.Popen, participant: str, request: str) -> list[str]:
-    """Read the conversation process's reports until the participant's dialogue holds ``request``."""
+    """Read the conversation process's reports until the participant's dialogue holds
+    ``request``."""
     while True:
         requests = json.loads(expect_line(proc, f"dialogue {participant} ").split(" ", 2)[2])
         if request in requests:
@@ -93,7 +102,7 @@ def test_two_participants_get_their_own_context_and_an_interruption_cuts_the_rep
             python("turn_voice.py", bus, env=ENV),
             python("turn_input.py", bus, stdin=subprocess.PIPE, env=ENV),
         ]
-        context, conversation, router, voice_proc, text_input = procs
+        _context, conversation, _router, voice_proc, text_input = procs
         try:
             for proc in procs:
                 expect_line(proc, "ready")
@@ -116,7 +125,10 @@ def test_two_participants_get_their_own_context_and_an_interruption_cuts_the_rep
             # A long answer is interrupted mid-way; the next turn is answered.
             publish_fact(bus, "p1", SECOND_FACT)
             expect_line(conversation, "context p1 2")
-            send(text_input, "query p1 Tell me about the coolant flow, the bypass valve and the pressure trend")
+            send(
+                text_input,
+                "query p1 Tell me about the coolant flow, the bypass valve and the pressure trend",
+            )
             voice.read_until(lambda v: len(v.of("p1")) == 2 and v.of("p1")[1]["texts"])
             send(text_input, "interrupt p1")
             voice.read_until(lambda v: v.ended("p1", 2))
@@ -130,8 +142,11 @@ def test_two_participants_get_their_own_context_and_an_interruption_cuts_the_rep
             assert "4.2 bar" in Voice.text(answered)
             assert not voice.of("p2")[1:]  # p2 heard nothing of p1's conversation
             # the interrupted answer was never recorded; the answered ones were
-            assert dialogue_until(conversation, "p1", "What does the R7 pressure read in bar now?") == [
-                "What does the reactor pressure read?", "What does the R7 pressure read in bar now?",
+            assert dialogue_until(
+                conversation, "p1", "What does the R7 pressure read in bar now?"
+            ) == [
+                "What does the reactor pressure read?",
+                "What does the R7 pressure read in bar now?",
             ]
         finally:
             text_input.stdin.close()

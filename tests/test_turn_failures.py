@@ -23,8 +23,6 @@ from pathlib import Path
 
 import pytest
 
-from buses import broker_process, expect_line, reap
-from router_doubles import Destination, FakeContext, Log
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.edge.replies import ReplyCollector, ask
 from xrmq.actors.models import LiteLLMService
@@ -33,6 +31,9 @@ from xrmq.actors.routing import AgentRouter, SingleDestination, remote, serve
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.schemas import DestinationResult
 from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC
+
+from buses import broker_process, expect_line, reap
+from router_doubles import Destination, FakeContext, Log
 
 CLI = [sys.executable, "-m", "xrmq.actors.cli"]
 FAILURE_TEXT = "Sorry, something went wrong. Please try again."
@@ -89,7 +90,7 @@ async def test_a_turn_whose_model_is_unreachable_ends_with_the_models_error_afte
 
 
 async def test_a_turn_without_its_destination_ends_unanswered_naming_the_unreachable_destination():
-    front, back, collector = front_and_back(proxy_timeout_s=0.3)  # nothing serves "conversation"
+    front, _back, collector = front_and_back(proxy_timeout_s=0.3)  # nothing serves "conversation"
     async with front:
         turn = ask(front, collector, "p1", "Hello?")
         await turn.wait(10)
@@ -114,7 +115,7 @@ async def test_a_destination_that_forgets_a_running_answer_fails_the_turn_as_los
         await turn.wait(10)
     assert turn.outcome.status == "failed"
     assert turn.outcome.error == (
-        "DestinationLost: the destination no longer knows this answer " "(it restarted mid-turn)"
+        "DestinationLost: the destination no longer knows this answer (it restarted mid-turn)"
     )
 
 
@@ -164,9 +165,10 @@ def edge_box(config: Path, env: dict) -> Iterator[tuple[subprocess.Popen, dict[s
     )
     try:
         ready = expect_line(up, "xrmq up: ready")
-        yield up, {
-            name: int(pid) for name, pid in re.findall(r"(\S+)=(\d+)", ready) if name != "bus"
-        }
+        yield (
+            up,
+            {name: int(pid) for name, pid in re.findall(r"(\S+)=(\d+)", ready) if name != "bus"},
+        )
     finally:
         reap(up)
 
@@ -252,7 +254,7 @@ def test_say_exits_with_the_cause_when_the_destination_restarts_mid_turn(tmp_pat
             listener = asyncio.run(first_fragment(bus))  # the answer is streaming
             os.kill(pids["conversation"], signal.SIGKILL)
             expect_line(up, "xrmq up: restarted conversation")
-            stdout, stderr = sayer.communicate(timeout=60)
+            _stdout, stderr = sayer.communicate(timeout=60)
         finally:
             reap(sayer)
     assert listener

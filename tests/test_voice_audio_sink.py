@@ -25,8 +25,18 @@ class Tone:
 
 
 def segment() -> Segment:
-    return Segment(participant_id="p1", response=1, kind="reply", sources=("reply",), request_id="r1",
-                   text="hello", timestamp_us=None, first=True, urgent=False, token=1)
+    return Segment(
+        participant_id="p1",
+        response=1,
+        kind="reply",
+        sources=("reply",),
+        request_id="r1",
+        text="hello",
+        timestamp_us=None,
+        first=True,
+        urgent=False,
+        token=1,
+    )
 
 
 async def test_frames_overdue_after_a_stalled_loop_still_let_a_cut_land_before_the_next_frame():

@@ -14,19 +14,25 @@ from pathlib import Path
 
 import pytest
 
-from voice_support import np, shared_stt, spoken
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
 from xrmq.actors.voice import VoiceRenderer
 from xrmq.actors.voice.audio_sink import AudioTopicSink
 from xrmq.actors.voice.gate import GateSettings
-from xrmq.actors.voice.listener import VOICE_INPUT_KIND, VoiceInput, VoiceSettings, register_voice_input
+from xrmq.actors.voice.listener import (
+    VOICE_INPUT_KIND,
+    VoiceInput,
+    VoiceSettings,
+    register_voice_input,
+)
 from xrmq.actors.voice.mic import FrameSender
 from xrmq.actors.voice.pcm import float_to_pcm16, frames, read_wav
 from xrmq.actors.voice.playback import AudioRecorder
 from xrmq.actors.voice.stt import LiteLLMSTT
 from xrmq.actors.voice.wer import word_error_rate
 from xrmq.schemas import AudioFrame, ContextBlock, Interrupted, ResponseOutput, UserQuery
-from xrmq.topics import AUDIO_IN_TOPIC, INTERRUPTED_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC
+from xrmq.topics import INTERRUPTED_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC
+
+from voice_support import np, shared_stt, spoken
 
 WAIT_S = 60.0
 SILENCE = np.zeros(8000, np.float32)
@@ -75,7 +81,9 @@ async def test_silence_and_noise_make_no_query_and_the_speech_after_them_does(tm
     async with runtime:
         sender = FrameSender(runtime, "p1", realtime=False)
         await sender.send(float_to_pcm16(np.concatenate([SILENCE, SILENCE, noise, SILENCE])))
-        await sender.send(float_to_pcm16(np.concatenate([spoken(tmp_path, "q", sentence), SILENCE, SILENCE])))
+        await sender.send(
+            float_to_pcm16(np.concatenate([spoken(tmp_path, "q", sentence), SILENCE, SILENCE]))
+        )
         await seen.wait_for(lambda s: s.queries)
         counts = voice(runtime, "p1").counts
     [(participant, query)] = seen.queries
@@ -85,10 +93,19 @@ async def test_silence_and_noise_make_no_query_and_the_speech_after_them_does(tm
 
 
 @pytest.mark.timeout(120)
-async def test_two_participants_speaking_at_once_make_two_queries_each_with_its_participant(tmp_path):
-    sentences = {"alice": "Where did I leave the spare key?", "bob": "Turn the lights off in the kitchen."}
-    pcm = {who: float_to_pcm16(np.concatenate([SILENCE, spoken(tmp_path, who, text), SILENCE, SILENCE]))
-           for who, text in sentences.items()}
+async def test_two_participants_speaking_at_once_make_two_queries_each_with_its_participant(
+    tmp_path,
+):
+    sentences = {
+        "alice": "Where did I leave the spare key?",
+        "bob": "Turn the lights off in the kitchen.",
+    }
+    pcm = {
+        who: float_to_pcm16(
+            np.concatenate([SILENCE, spoken(tmp_path, who, text), SILENCE, SILENCE])
+        )
+        for who, text in sentences.items()
+    }
     runtime = AgentRuntime()
     register_voice_input(runtime, shared_stt())
     seen = runtime.register("queries", Queries())
@@ -106,8 +123,10 @@ async def test_two_participants_speaking_at_once_make_two_queries_each_with_its_
         assert word_error_rate(text, heard[who].text) <= 0.25, (who, heard[who].text)
 
 
-LONG_ANSWER = ("The kettle in lab three was switched on at nine this morning, it is set to eighty five "
-               "degrees, and Dana asked that nobody moves it before the experiment ends this afternoon.")
+LONG_ANSWER = (
+    "The kettle in lab three was switched on at nine this morning, it is set to eighty five "
+    "degrees, and Dana asked that nobody moves it before the experiment ends this afternoon."
+)
 
 
 class Answerer(Agent):
@@ -122,8 +141,10 @@ class Answerer(Agent):
         if self.answered:
             return
         self.answered = True
-        await ctx.publish(VOICE_OUTPUT_TOPIC, ResponseOutput("reply", LONG_ANSWER,
-                                                             request_id=ctx.metadata.message_id))
+        await ctx.publish(
+            VOICE_OUTPUT_TOPIC,
+            ResponseOutput("reply", LONG_ANSWER, request_id=ctx.metadata.message_id),
+        )
 
 
 class FirstFrame(AudioRecorder):
@@ -147,19 +168,33 @@ async def barge_in_stack(tmp_path: Path, settings: VoiceSettings):
     seen = runtime.register("queries", Queries())
     runtime.register("answerer", Answerer())
     recorder = runtime.register("recorder", FirstFrame(tmp_path / "out"))
-    runtime.register("renderer", VoiceRenderer(AudioTopicSink(runtime.publish), query_topic=QUERY_TOPIC,
-                                               interrupted_topic=INTERRUPTED_TOPIC))
+    runtime.register(
+        "renderer",
+        VoiceRenderer(
+            AudioTopicSink(runtime.publish),
+            query_topic=QUERY_TOPIC,
+            interrupted_topic=INTERRUPTED_TOPIC,
+        ),
+    )
     return runtime, seen, recorder
 
 
 @pytest.mark.timeout(150)
-async def test_speech_over_the_minimum_during_playback_interrupts_and_the_audio_stops_within_100_ms(tmp_path):
+async def test_speech_over_the_minimum_during_playback_interrupts_and_the_audio_stops_within_100_ms(
+    tmp_path,
+):
     settings = VoiceSettings(gate=GateSettings(min_speech_s=0.6))
     runtime, seen, recorder = await barge_in_stack(tmp_path, settings)
-    question = float_to_pcm16(np.concatenate([SILENCE, spoken(tmp_path, "q", "What is the kettle set to?"),
-                                              SILENCE, SILENCE]))
-    barge = float_to_pcm16(np.concatenate([spoken(tmp_path, "b", "Wait, stop, tell me about the spare key."),
-                                           SILENCE, SILENCE]))
+    question = float_to_pcm16(
+        np.concatenate(
+            [SILENCE, spoken(tmp_path, "q", "What is the kettle set to?"), SILENCE, SILENCE]
+        )
+    )
+    barge = float_to_pcm16(
+        np.concatenate(
+            [spoken(tmp_path, "b", "Wait, stop, tell me about the spare key."), SILENCE, SILENCE]
+        )
+    )
     async with runtime:
         sender = FrameSender(runtime, "p1")
         await sender.send(question)
@@ -181,16 +216,20 @@ async def test_speech_over_the_minimum_during_playback_interrupts_and_the_audio_
 async def test_a_short_yeah_during_playback_neither_interrupts_nor_becomes_a_query(tmp_path):
     settings = VoiceSettings(gate=GateSettings(min_speech_s=0.6))
     runtime, seen, recorder = await barge_in_stack(tmp_path, settings)
-    question = float_to_pcm16(np.concatenate([SILENCE, spoken(tmp_path, "q", "What is the kettle set to?"),
-                                              SILENCE, SILENCE]))
+    question = float_to_pcm16(
+        np.concatenate(
+            [SILENCE, spoken(tmp_path, "q", "What is the kettle set to?"), SILENCE, SILENCE]
+        )
+    )
     yeah = float_to_pcm16(np.concatenate([spoken(tmp_path, "y", "yeah"), SILENCE, SILENCE]))
     async with runtime:
         sender = FrameSender(runtime, "p1")
         await sender.send(question)
         await asyncio.wait_for(recorder.started.wait(), WAIT_S)
         await sender.send(yeah)
-        counts = await voice(runtime, "p1").wait_until(lambda c: c.backchannels + c.interruptions >= 1
-                                                       or c.queries >= 2)
+        counts = await voice(runtime, "p1").wait_until(
+            lambda c: c.backchannels + c.interruptions >= 1 or c.queries >= 2
+        )
         await asyncio.wait_for(recorder.wait_written(1), WAIT_S)
     assert counts.backchannels == 1 and counts.interruptions == 0 and counts.queries == 1
     assert seen.interrupted_at == [] and len(seen.queries) == 1
@@ -203,7 +242,7 @@ class TranscriptionServer(BaseHTTPRequestHandler):
 
     requests: list[tuple[str, str, bytes]] = []
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
         self.requests.append((self.path, self.headers["Content-Type"], body))
         reply = json.dumps({"text": "Where did I leave the spare key?"}).encode()
@@ -235,8 +274,11 @@ async def test_a_litellm_transcription_model_receives_the_utterances_audio(tmp_p
     thread.start()
     speech = spoken(tmp_path, "q", "Where did I leave the spare key?")
     try:
-        stt = LiteLLMSTT("openai/whisper-1", api_base=f"http://127.0.0.1:{server.server_address[1]}/v1",
-                         api_key="sk-local")
+        stt = LiteLLMSTT(
+            "openai/whisper-1",
+            api_base=f"http://127.0.0.1:{server.server_address[1]}/v1",
+            api_key="sk-local",
+        )
         runtime = AgentRuntime()
         register_voice_input(runtime, stt)
         seen = runtime.register("queries", Queries())
@@ -251,8 +293,9 @@ async def test_a_litellm_transcription_model_receives_the_utterances_audio(tmp_p
     assert path == "/v1/audio/transcriptions" and content_type.startswith("multipart/form-data")
     audio, rate = read_wav(multipart_file(content_type, body))
     assert rate == 16000
-    assert speech.size / rate <= audio.size / rate <= speech.size / rate + 1.0  # the utterance, with its margins
-    assert float(np.sqrt(np.mean(audio ** 2))) > 0.02
+    # the utterance, with its margins
+    assert speech.size / rate <= audio.size / rate <= speech.size / rate + 1.0
+    assert float(np.sqrt(np.mean(audio**2))) > 0.02
     assert seen.queries[0][1].text == "Where did I leave the spare key?"
 
 
@@ -285,7 +328,7 @@ class SpeechServer(BaseHTTPRequestHandler):
     wav = b""
     requests: list[tuple[str, dict]] = []
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
         self.requests.append((self.path, json.loads(body)))
         self.send_response(200)
@@ -300,9 +343,10 @@ class SpeechServer(BaseHTTPRequestHandler):
 
 @pytest.mark.timeout(60)
 async def test_a_litellm_speech_model_is_asked_for_the_segment_and_its_audio_is_published(tmp_path):
-    from voice_support import speak
     from xrmq.actors.voice.audio_sink import LiteLLMSynthesizer
     from xrmq.actors.voice.ordering import Segment
+
+    from voice_support import speak
 
     SpeechServer.wav = speak(tmp_path, "answer", "The key is in drawer twelve.").read_bytes()
     SpeechServer.requests = []
@@ -316,19 +360,36 @@ async def test_a_litellm_speech_model_is_asked_for_the_segment_and_its_audio_is_
             published.append(message)
 
     try:
-        synthesizer = LiteLLMSynthesizer("openai/tts-1", api_key="sk-local",
-                                         api_base=f"http://127.0.0.1:{server.server_address[1]}/v1")
+        synthesizer = LiteLLMSynthesizer(
+            "openai/tts-1",
+            api_key="sk-local",
+            api_base=f"http://127.0.0.1:{server.server_address[1]}/v1",
+        )
         sink = AudioTopicSink(publish, synthesizer)
-        await sink.play(Segment(participant_id="p1", response=1, kind="reply", sources=("t",), request_id="r",
-                                text="The key is in drawer twelve.", timestamp_us=None, first=True,
-                                urgent=False, token=1))
+        await sink.play(
+            Segment(
+                participant_id="p1",
+                response=1,
+                kind="reply",
+                sources=("t",),
+                request_id="r",
+                text="The key is in drawer twelve.",
+                timestamp_us=None,
+                first=True,
+                urgent=False,
+                token=1,
+            )
+        )
     finally:
         server.shutdown()
         thread.join()
     [(path, request)] = SpeechServer.requests
     assert path == "/v1/audio/speech"
     assert (request["input"], request["model"], request["response_format"]) == (
-        "The key is in drawer twelve.", "tts-1", "wav")
+        "The key is in drawer twelve.",
+        "tts-1",
+        "wav",
+    )
     expected, rate = read_wav(SpeechServer.wav)
     assert abs(len(published) * 0.02 - expected.size / rate) <= 0.02
     assert [frame.frame for frame in published] == list(range(len(published)))

@@ -20,11 +20,14 @@ from xrmq.actors.voice.wer import word_error_rate  # noqa: E402
 from xrmq.schemas import AudioFrame, ContextBlock  # noqa: E402
 
 CHUNK = 512  # 32 ms at 16 kHz
-SETTINGS = SegmenterSettings(threshold=0.5, min_speech_s=0.1, trailing_silence_s=0.1, pre_roll_s=0.064,
-                             max_utterance_s=1.0)
+SETTINGS = SegmenterSettings(
+    threshold=0.5, min_speech_s=0.1, trailing_silence_s=0.1, pre_roll_s=0.064, max_utterance_s=1.0
+)
 
 
-def run(probabilities: list[float], settings: SegmenterSettings = SETTINGS) -> list[tuple[int, object]]:
+def run(
+    probabilities: list[float], settings: SegmenterSettings = SETTINGS
+) -> list[tuple[int, object]]:
     """Feed one chunk per probability (chunk i holds the value i); return (chunk index, event)."""
     segmenter = UtteranceSegmenter(settings)
     events = []
@@ -32,22 +35,40 @@ def run(probabilities: list[float], settings: SegmenterSettings = SETTINGS) -> l
         chunk = np.full(CHUNK, float(index), np.float32)
         for event in segmenter.push(chunk, probability, index * 32_000):
             events.append((index, event))
-        assert segmenter.held_samples <= (settings.max_utterance_s + settings.pre_roll_s) * 16000 + 2 * CHUNK
+        assert (
+            segmenter.held_samples
+            <= (settings.max_utterance_s + settings.pre_roll_s) * 16000 + 2 * CHUNK
+        )
     return events
 
 
-@pytest.mark.parametrize("name, probabilities, expected", [
-    ("silence", [0.0] * 20, []),
-    ("a click shorter than min speech", [0, 0, 0.9, 0, 0, 0, 0], [(6, "discarded")]),
-    ("speech then hangover", [0, 0, 0.9, 0.9, 0.9, 0.9, 0, 0, 0, 0],
-     [(5, "started"), (9, "utterance")]),
-    ("a pause shorter than the hangover keeps one utterance", [0.9] * 4 + [0, 0] + [0.9] * 3 + [0] * 4,
-     [(3, "started"), (12, "utterance")]),
-    ("between the thresholds continues speech", [0.9] * 4 + [0.4] * 6 + [0] * 4,
-     [(3, "started"), (13, "utterance")]),
-    ("max length cuts and goes on", [0.9] * 40 + [0] * 4,
-     [(3, "started"), (31, "utterance"), (35, "started"), (43, "utterance")]),
-])
+@pytest.mark.parametrize(
+    "name, probabilities, expected",
+    [
+        ("silence", [0.0] * 20, []),
+        ("a click shorter than min speech", [0, 0, 0.9, 0, 0, 0, 0], [(6, "discarded")]),
+        (
+            "speech then hangover",
+            [0, 0, 0.9, 0.9, 0.9, 0.9, 0, 0, 0, 0],
+            [(5, "started"), (9, "utterance")],
+        ),
+        (
+            "a pause shorter than the hangover keeps one utterance",
+            [0.9] * 4 + [0, 0] + [0.9] * 3 + [0] * 4,
+            [(3, "started"), (12, "utterance")],
+        ),
+        (
+            "between the thresholds continues speech",
+            [0.9] * 4 + [0.4] * 6 + [0] * 4,
+            [(3, "started"), (13, "utterance")],
+        ),
+        (
+            "max length cuts and goes on",
+            [0.9] * 40 + [0] * 4,
+            [(3, "started"), (31, "utterance"), (35, "started"), (43, "utterance")],
+        ),
+    ],
+)
 def test_segmenter_turns_probabilities_into_utterance_events(name, probabilities, expected):
     kinds = {SpeechStarted: "started", Utterance: "utterance", Discarded: "discarded"}
     assert [(index, kinds[type(event)]) for index, event in run(probabilities)] == expected
@@ -71,22 +92,55 @@ def test_reset_forgets_an_open_utterance():
     assert not segmenter.in_speech and segmenter.held_samples == 0
 
 
-@pytest.mark.parametrize("field, value", [("threshold", 0.1), ("trailing_silence_s", 0.0),
-                                          ("max_utterance_s", 0.05), ("min_speech_s", -1.0)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("threshold", 0.1),
+        ("trailing_silence_s", 0.0),
+        ("max_utterance_s", 0.05),
+        ("min_speech_s", -1.0),
+    ],
+)
 def test_segmenter_settings_name_the_field_they_refuse(field, value):
     with pytest.raises(ValueError, match=f"SegmenterSettings.{field}"):
         SegmenterSettings(**{"min_speech_s": 0.1, field: value})
 
 
-@pytest.mark.parametrize("settings, playing, voiced, words, during, verdict", [
-    (GateSettings(0.6), False, [0.2, 1.0, 2.0], 6, [], "query"),
-    (GateSettings(0.6), True, [0.2, 0.4], 1, [], "backchannel"),  # "yeah"
-    (GateSettings(0.6), True, [0.2, 0.4, 0.7, 1.2], 6, [2], "query"),  # interrupted while speaking
-    (GateSettings(0.6, min_words=3), True, [0.2, 0.7, 1.2], 6, [], "interrupt"),
-    (GateSettings(0.6, min_words=3), True, [0.2, 0.7, 1.2], 2, [], "backchannel"),  # "okay okay"
-    (GateSettings(0.6, min_words=3), True, [0.3], 4, [], "backchannel"),  # fast words, too short
-])
-def test_voice_gate_interrupts_only_past_the_minimum(settings, playing, voiced, words, during, verdict):
+@pytest.mark.parametrize(
+    "settings, playing, voiced, words, during, verdict",
+    [
+        (GateSettings(0.6), False, [0.2, 1.0, 2.0], 6, [], "query"),
+        (GateSettings(0.6), True, [0.2, 0.4], 1, [], "backchannel"),  # "yeah"
+        (
+            GateSettings(0.6),
+            True,
+            [0.2, 0.4, 0.7, 1.2],
+            6,
+            [2],
+            "query",
+        ),  # interrupted while speaking
+        (GateSettings(0.6, min_words=3), True, [0.2, 0.7, 1.2], 6, [], "interrupt"),
+        (
+            GateSettings(0.6, min_words=3),
+            True,
+            [0.2, 0.7, 1.2],
+            2,
+            [],
+            "backchannel",
+        ),  # "okay okay"
+        (
+            GateSettings(0.6, min_words=3),
+            True,
+            [0.3],
+            4,
+            [],
+            "backchannel",
+        ),  # fast words, too short
+    ],
+)
+def test_voice_gate_interrupts_only_past_the_minimum(
+    settings, playing, voiced, words, during, verdict
+):
     gate = BargeInGate(settings)
     gate.playback(playing)
     fired = [index for index, seconds in enumerate(voiced) if gate.voiced(seconds)]
@@ -105,8 +159,10 @@ def test_voice_gate_counts_playback_that_starts_during_the_speech():
 
 
 def test_bias_prompt_lists_names_numbers_and_places_then_the_newest_context():
-    blocks = (ContextBlock(None, "Dana moved the kettle to Lab Three at 9 am."),
-              ContextBlock(5, "The kettle is set to 85 degrees."))
+    blocks = (
+        ContextBlock(None, "Dana moved the kettle to Lab Three at 9 am."),
+        ContextBlock(5, "The kettle is set to 85 degrees."),
+    )
     terms = bias_terms(" ".join(block.text for block in blocks))
     assert {"Dana", "Lab Three", "85 degrees", "9 am"} <= set(terms)
     prompt = bias_prompt(blocks, max_chars=200)
@@ -115,12 +171,15 @@ def test_bias_prompt_lists_names_numbers_and_places_then_the_newest_context():
     assert bias_prompt(()) is None
 
 
-@pytest.mark.parametrize("reference, hypothesis, expected", [
-    ("Where did I leave the spare key?", "where did i leave the spare key", 0.0),
-    ("Where did I leave the spare key?", "Well, did I leave the spare key?", 1 / 7),
-    ("turn it off", "", 1.0),
-    ("turn it off", "please turn it off now", 2 / 3),
-])
+@pytest.mark.parametrize(
+    "reference, hypothesis, expected",
+    [
+        ("Where did I leave the spare key?", "where did i leave the spare key", 0.0),
+        ("Where did I leave the spare key?", "Well, did I leave the spare key?", 1 / 7),
+        ("turn it off", "", 1.0),
+        ("turn it off", "please turn it off now", 2 / 3),
+    ],
+)
 def test_word_error_rate(reference, hypothesis, expected):
     assert word_error_rate(reference, hypothesis) == pytest.approx(expected)
 
@@ -137,11 +196,25 @@ def test_resampling_keeps_duration_and_a_tone_below_nyquist():
     assert back_rate == 16000 and np.max(np.abs(back - out)) < 1e-3
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    ({"pcm": b"\0" * 3}, "pcm"), ({"sample_rate": 4000}, "sample_rate"), ({"channels": 3}, "channels"),
-    ({"frame": -1}, "frame"), ({"timestamp_us": -5}, "timestamp_us"), ({"pcm": b"\0" * 40000}, "pcm"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"pcm": b"\0" * 3}, "pcm"),
+        ({"sample_rate": 4000}, "sample_rate"),
+        ({"channels": 3}, "channels"),
+        ({"frame": -1}, "frame"),
+        ({"timestamp_us": -5}, "timestamp_us"),
+        ({"pcm": b"\0" * 40000}, "pcm"),
+    ],
+)
 def test_audio_frame_names_the_field_it_refuses(kwargs, field):
-    fields = {"pcm": b"\0" * 640, "sample_rate": 16000, "channels": 1, "frame": 0, "timestamp_us": 1, **kwargs}
+    fields = {
+        "pcm": b"\0" * 640,
+        "sample_rate": 16000,
+        "channels": 1,
+        "frame": 0,
+        "timestamp_us": 1,
+        **kwargs,
+    }
     with pytest.raises(ValueError, match=f"AudioFrame.{field}"):
         AudioFrame(**fields)

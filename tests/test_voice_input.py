@@ -15,8 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from voice_support import np, shared_stt, speak
-from buses import broker_process
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
 from xrmq.actors.voice import VoiceRenderer
 from xrmq.actors.voice.audio_sink import AudioTopicSink
@@ -27,9 +25,14 @@ from xrmq.actors.voice.wer import word_error_rate
 from xrmq.schemas import ContextBlock, ResponseOutput, UserQuery
 from xrmq.topics import INTERRUPTED_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC
 
+from buses import broker_process
+from voice_support import np, shared_stt, speak
+
 SENTENCE = "Where did I leave the spare key?"
-CONTEXT = ("The spare key is in the blue drawer of lab 3. "
-           "Dana moved the kettle to the kitchen at 9 this morning.")
+CONTEXT = (
+    "The spare key is in the blue drawer of lab 3. "
+    "Dana moved the kettle to the kitchen at 9 this morning."
+)
 ANSWER = "The spare key is in the blue drawer of lab three."
 WAIT_S = 60.0
 
@@ -45,27 +48,43 @@ class Answerer(Agent):
     async def on_query(self, query: UserQuery, ctx: RuntimeContext) -> None:
         self.queries.append((ctx.participant_id, query))
         self.arrived.set()
-        await ctx.publish(VOICE_OUTPUT_TOPIC,
-                          ResponseOutput("reply", ANSWER, request_id=ctx.metadata.message_id))
+        await ctx.publish(
+            VOICE_OUTPUT_TOPIC, ResponseOutput("reply", ANSWER, request_id=ctx.metadata.message_id)
+        )
 
 
 async def mic(bus: str, participant: str, wav: Path, tmp_path: Path) -> asyncio.subprocess.Process:
     errors = open(tmp_path / f"mic-{participant}.stderr", "wb")
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "xrmq.actors.cli", "mic", "--bus", bus, "--participant", participant,
-        "--wav", str(wav), stdout=asyncio.subprocess.PIPE, stderr=errors,
-        env={**os.environ, "XRMQ_LOG_LEVEL": "WARNING"})
+        sys.executable,
+        "-m",
+        "xrmq.actors.cli",
+        "mic",
+        "--bus",
+        bus,
+        "--participant",
+        participant,
+        "--wav",
+        str(wav),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=errors,
+        env={**os.environ, "XRMQ_LOG_LEVEL": "WARNING"},
+    )
 
 
 def wav_stats(path: Path) -> tuple[float, float]:
     """Duration (s) and RMS (of full scale) of a PCM16 WAV."""
     with wave.open(str(path), "rb") as reader:
         data = np.frombuffer(reader.readframes(reader.getnframes()), dtype="<i2").astype(np.float64)
-        return reader.getnframes() / reader.getframerate(), float(np.sqrt(np.mean((data / 32768) ** 2)))
+        return reader.getnframes() / reader.getframerate(), float(
+            np.sqrt(np.mean((data / 32768) ** 2))
+        )
 
 
 @pytest.mark.timeout(180)
-async def test_spoken_question_from_another_process_becomes_a_query_and_is_answered_in_audio(tmp_path):
+async def test_spoken_question_from_another_process_becomes_a_query_and_is_answered_in_audio(
+    tmp_path,
+):
     wav = speak(tmp_path, "question", SENTENCE)
     stt = shared_stt()
     blocks = (ContextBlock(None, CONTEXT),)
@@ -74,8 +93,14 @@ async def test_spoken_question_from_another_process_becomes_a_query_and_is_answe
         register_voice_input(runtime, stt, context=lambda participant: blocks)
         answerer = runtime.register("answerer", Answerer())
         recorder = runtime.register("recorder", AudioRecorder(tmp_path / "out"))
-        runtime.register("renderer", VoiceRenderer(AudioTopicSink(runtime.publish), query_topic=QUERY_TOPIC,
-                                                   interrupted_topic=INTERRUPTED_TOPIC))
+        runtime.register(
+            "renderer",
+            VoiceRenderer(
+                AudioTopicSink(runtime.publish),
+                query_topic=QUERY_TOPIC,
+                interrupted_topic=INTERRUPTED_TOPIC,
+            ),
+        )
         async with runtime:
             process = await mic(bus, "p1", wav, tmp_path)
             try:
@@ -92,9 +117,13 @@ async def test_spoken_question_from_another_process_becomes_a_query_and_is_answe
     assert participant == "p1"
     error = word_error_rate(SENTENCE, query.text)
     samples, rate = read_wav(wav)
-    plain = await stt.transcribe(np.concatenate([np.zeros(4800, np.float32), resample(samples, rate)]))
-    print(f"heard {query.text!r}: WER {error:.2f} (context biasing on); "
-          f"biasing off: {plain!r}, WER {word_error_rate(SENTENCE, plain):.2f}")
+    plain = await stt.transcribe(
+        np.concatenate([np.zeros(4800, np.float32), resample(samples, rate)])
+    )
+    print(
+        f"heard {query.text!r}: WER {error:.2f} (context biasing on); "
+        f"biasing off: {plain!r}, WER {word_error_rate(SENTENCE, plain):.2f}"
+    )
     assert error <= 0.25, query.text
     assert query.timestamp_us > 0
     assert voice.counts.frame_gaps == 0 and voice.counts.queries == 1
@@ -112,13 +141,25 @@ async def test_the_voice_client_example_sends_a_wav_and_saves_the_spoken_answer(
         runtime = AgentRuntime(bus)
         register_voice_input(runtime, shared_stt())
         answerer = runtime.register("answerer", Answerer())
-        runtime.register("renderer", VoiceRenderer(AudioTopicSink(runtime.publish), query_topic=QUERY_TOPIC,
-                                                   interrupted_topic=INTERRUPTED_TOPIC))
+        runtime.register(
+            "renderer",
+            VoiceRenderer(
+                AudioTopicSink(runtime.publish),
+                query_topic=QUERY_TOPIC,
+                interrupted_topic=INTERRUPTED_TOPIC,
+            ),
+        )
         async with runtime:
             process = await asyncio.create_subprocess_exec(
-                sys.executable, str(Path(__file__).parent.parent / "examples" / "voice_client.py"), bus, "p1",
-                str(wav), str(tmp_path / "answers"), stdout=asyncio.subprocess.PIPE,
-                env={**os.environ, "XRMQ_LOG_LEVEL": "WARNING"})
+                sys.executable,
+                str(Path(__file__).parent.parent / "examples" / "voice_client.py"),
+                bus,
+                "p1",
+                str(wav),
+                str(tmp_path / "answers"),
+                stdout=asyncio.subprocess.PIPE,
+                env={**os.environ, "XRMQ_LOG_LEVEL": "WARNING"},
+            )
             try:
                 stdout, _ = await asyncio.wait_for(process.communicate(), WAIT_S)
             finally:

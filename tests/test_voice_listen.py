@@ -27,7 +27,12 @@ LINE_TIMEOUT_S = 20.0
 def test_xrmq_cli_offers_the_listen_command():
     args = build_parser().parse_args(["listen", "--participant", "p1", "--sink", "console"])
     assert args.func is run_listen
-    assert (args.topic, args.participant, args.sink, args.wav_dir) == ("voice.output", "p1", "console", None)
+    assert (args.topic, args.participant, args.sink, args.wav_dir) == (
+        "voice.output",
+        "p1",
+        "console",
+        None,
+    )
 
 
 def listen_args(*argv: str) -> argparse.Namespace:
@@ -54,8 +59,12 @@ class Process:
         stderr = tmp_path / f"{name}.stderr"
         with open(stderr, "wb") as errors:
             process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "xrmq.actors.cli", *args,
-                stdout=asyncio.subprocess.PIPE, stderr=errors,
+                sys.executable,
+                "-m",
+                "xrmq.actors.cli",
+                *args,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=errors,
                 env={**os.environ, "XRMQ_LOG_LEVEL": "WARNING"},
             )
         child = cls(process, stderr)
@@ -68,9 +77,13 @@ class Process:
             try:
                 raw = await asyncio.wait_for(self.process.stdout.readline(), LINE_TIMEOUT_S)
             except TimeoutError:
-                raise AssertionError(f"no expected line; got {lines}; stderr: {self.stderr.read_text()[-2000:]}") from None
+                raise AssertionError(
+                    f"no expected line; got {lines}; stderr: {self.stderr.read_text()[-2000:]}"
+                ) from None
             if not raw:
-                raise AssertionError(f"process exited; got {lines}; stderr: {self.stderr.read_text()[-2000:]}")
+                raise AssertionError(
+                    f"process exited; got {lines}; stderr: {self.stderr.read_text()[-2000:]}"
+                )
             lines.append(raw.decode().rstrip("\n"))
             if condition(lines[-1]):
                 return lines
@@ -90,9 +103,21 @@ async def test_xrmq_listen_in_another_process_renders_replies_published_by_this_
     bus = f"ipc://{tmp_path}/bus"
     children: list[Process] = []
     try:
-        children.append(await Process.start(tmp_path, "bus", "bus", "--bus", bus, "--no-capture", ready="xrmq bus: ready"))
+        children.append(
+            await Process.start(
+                tmp_path, "bus", "bus", "--bus", bus, "--no-capture", ready="xrmq bus: ready"
+            )
+        )
         listener = await Process.start(
-            tmp_path, "listen", "listen", "--bus", bus, "--participant", "p1", "--wpm", "60000",
+            tmp_path,
+            "listen",
+            "listen",
+            "--bus",
+            bus,
+            "--participant",
+            "p1",
+            "--wpm",
+            "60000",
             ready="xrmq listen: ready",
         )
         children.append(listener)
@@ -100,7 +125,9 @@ async def test_xrmq_listen_in_another_process_renders_replies_published_by_this_
             conversation = ResponseOutputs(runtime, VOICE_OUTPUT_TOPIC, source="conversation")
             async with conversation.reply("p2", request_id="t0") as other:
                 await other.send("Not for this listener.")
-            async with conversation.reply("p1", request_id="t1", timestamp_us=time.time_ns() // 1000) as reply:
+            async with conversation.reply(
+                "p1", request_id="t1", timestamp_us=time.time_ns() // 1000
+            ) as reply:
                 await reply.send("Hello from ")
                 await reply.send("another process.")
             lines = await listener.read_until(lambda line: line.endswith("process."))

@@ -12,10 +12,11 @@ import time
 
 import pytest
 
-from buses import broker_process, expect_line, python, reap
-from voice_support import shared_stt
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.voice.listener import VOICE_INPUT_KIND, VoiceInput, register_voice_input
+
+from buses import broker_process, expect_line, python, reap
+from voice_support import shared_stt
 
 PARTICIPANTS = 8
 SECONDS = 60.0
@@ -27,7 +28,7 @@ def rss_mb() -> float:
 
 
 @pytest.mark.timeout(180)
-async def test_eight_participants_at_50_frames_per_second_for_a_minute_have_no_gaps_and_bounded_memory():
+async def test_eight_participants_at_50_fps_for_a_minute_have_no_gaps_and_bounded_memory():
     stt = shared_stt()
     with broker_process() as bus:
         runtime = AgentRuntime(bus)
@@ -41,7 +42,12 @@ async def test_eight_participants_at_50_frames_per_second_for_a_minute_have_no_g
                 while not done.done():  # sample memory every 2 s until the streams end
                     await asyncio.wait({done}, timeout=2.0)
                     instances = runtime.keyed_instances(VOICE_INPUT_KIND).values()
-                    held.append(max((v.held_samples for v in instances if isinstance(v, VoiceInput)), default=0))
+                    held.append(
+                        max(
+                            (v.held_samples for v in instances if isinstance(v, VoiceInput)),
+                            default=0,
+                        )
+                    )
                     rss.append(rss_mb())
                 _, sent, _ = (await done).split()
                 cpu = time.process_time() - cpu0
@@ -49,7 +55,9 @@ async def test_eight_participants_at_50_frames_per_second_for_a_minute_have_no_g
                 voices = runtime.keyed_instances(VOICE_INPUT_KIND)
                 for voice in voices.values():  # every frame sent has been handled
                     assert isinstance(voice, VoiceInput)
-                    await asyncio.wait_for(voice.wait_until(lambda c: c.frames >= expected // PARTICIPANTS), 30)
+                    await asyncio.wait_for(
+                        voice.wait_until(lambda c: c.frames >= expected // PARTICIPANTS), 30
+                    )
             finally:
                 reap(streams)
             metrics = runtime.metrics()
@@ -61,6 +69,10 @@ async def test_eight_participants_at_50_frames_per_second_for_a_minute_have_no_g
     assert sum(c.utterances for c in counts) == 0  # noise is not speech: no recognition ran
     bound = (0.2 + 15.0) * 16000 + 2 * 512
     assert max(held) <= bound
-    print(f"{PARTICIPANTS} participants x {SECONDS:.0f} s: CPU {cpu / SECONDS * 100 / PARTICIPANTS:.2f}% "
-          f"of a core per participant; RSS {rss[0]:.0f} -> {rss[-1]:.0f} MB; max held {max(held)} samples")
+    print(
+        f"{PARTICIPANTS} participants x {SECONDS:.0f} s: CPU "
+        f"{cpu / SECONDS * 100 / PARTICIPANTS:.2f}% "
+        f"of a core per participant; RSS {rss[0]:.0f} -> {rss[-1]:.0f} MB; max held {max(held)} "
+        "samples"
+    )
     assert rss[-1] - rss[len(rss) // 3] < 32  # flat after warm-up

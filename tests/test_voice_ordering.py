@@ -7,13 +7,33 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xrmq.actors.voice.ordering import (
-    Cut, Dropped, Forgotten, ResponseEnded, Segment, StreamClosed, VoiceOrdering, Wake,
+    Cut,
+    Dropped,
+    Forgotten,
+    ResponseEnded,
+    Segment,
+    StreamClosed,
+    VoiceOrdering,
+    Wake,
 )
 from xrmq.schemas import ResponseOutput
 
 
-def reply(text: str = "", request_id: str = "r1", response_id: str | None = None, final: bool = True, ts: int | None = None):
-    return ResponseOutput(kind="reply", text=text, request_id=request_id, response_id=response_id, final=final, timestamp_us=ts)
+def reply(
+    text: str = "",
+    request_id: str = "r1",
+    response_id: str | None = None,
+    final: bool = True,
+    ts: int | None = None,
+):
+    return ResponseOutput(
+        kind="reply",
+        text=text,
+        request_id=request_id,
+        response_id=response_id,
+        final=final,
+        timestamp_us=ts,
+    )
 
 
 def chunk(text: str, response_id: str, request_id: str = "r1") -> ResponseOutput:
@@ -91,7 +111,11 @@ def test_two_producers_streaming_for_one_participant_never_interleave():
     ordering.finished(first)
     assert drain(ordering) == [("chef", "the onions.")]
     ordering.output("p1", "chef", end("a"), now=0)
-    assert drain(ordering) == [("end", "completed"), ("timer", "Ten minutes left."), ("end", "completed")]
+    assert drain(ordering) == [
+        ("end", "completed"),
+        ("timer", "Ten minutes left."),
+        ("end", "completed"),
+    ]
 
 
 def test_the_same_response_id_from_two_sources_is_two_streams():
@@ -100,7 +124,12 @@ def test_the_same_response_id_from_two_sources_is_two_streams():
     ordering.output("p1", "b", chunk("from b ", "same"), now=0)
     ordering.output("p1", "a", end("same"), now=0)
     ordering.output("p1", "b", end("same"), now=0)
-    assert drain(ordering) == [("a", "from a"), ("end", "completed"), ("b", "from b"), ("end", "completed")]
+    assert drain(ordering) == [
+        ("a", "from a"),
+        ("end", "completed"),
+        ("b", "from b"),
+        ("end", "completed"),
+    ]
 
 
 def test_participants_are_rendered_independently():
@@ -137,7 +166,13 @@ def test_newer_query_drops_the_older_replys_remaining_fragments():
     playing = start(ordering)
     effects = ordering.query("p1", "new")
     assert Cut("p1") in effects
-    assert drops(ordering.output("p1", "c", chunk("answer ", "s1", request_id="old"), now=1), "superseded") == 1
+    assert (
+        drops(
+            ordering.output("p1", "c", chunk("answer ", "s1", request_id="old"), now=1),
+            "superseded",
+        )
+        == 1
+    )
     assert drops(ordering.output("p1", "c", end("s1", request_id="old"), now=1), "superseded") == 1
     assert ordering.finished(playing) == []
     assert drain(ordering) == [("end", "superseded")]
@@ -152,7 +187,12 @@ def test_newer_query_drops_queued_replies_of_older_requests():
     effects = ordering.query("p1", "new")
     assert drops(effects, "superseded") == 2
     assert drain(ordering) == []
-    assert drops(ordering.output("p1", "c", chunk("more ", "s1", request_id="old"), now=0), "superseded") == 1
+    assert (
+        drops(
+            ordering.output("p1", "c", chunk("more ", "s1", request_id="old"), now=0), "superseded"
+        )
+        == 1
+    )
 
 
 def test_replies_to_the_querys_own_request_id_are_kept():
@@ -166,7 +206,12 @@ def test_a_query_seen_before_its_replies_supersedes_them_once_a_newer_query_arri
     ordering = VoiceOrdering()
     ordering.query("p1", "q1")
     ordering.query("p1", "q2")
-    assert drops(ordering.output("p1", "c", reply("Late answer.", request_id="q1"), now=0), "superseded") == 1
+    assert (
+        drops(
+            ordering.output("p1", "c", reply("Late answer.", request_id="q1"), now=0), "superseded"
+        )
+        == 1
+    )
 
 
 def test_interrupted_cuts_the_playing_output_and_drops_replies_but_keeps_updates():
@@ -178,7 +223,11 @@ def test_interrupted_cuts_the_playing_output_and_drops_replies_but_keeps_updates
     effects = ordering.interrupted("p1")
     assert Cut("p1") in effects
     assert drops(effects, "interrupted") == 1
-    assert drain(ordering) == [("end", "interrupted"), ("timer", "Tea is ready."), ("end", "completed")]
+    assert drain(ordering) == [
+        ("end", "interrupted"),
+        ("timer", "Tea is ready."),
+        ("end", "completed"),
+    ]
     assert drops(ordering.output("p1", "c", end("s1"), now=1), "superseded") == 1
 
 
@@ -221,7 +270,10 @@ def test_consecutive_queued_updates_are_combined_into_one_response():
     ordering.output("p1", "timer", update("Tea is ready."), now=0)
     ordering.output("p1", "monitor", update("Milk is low."), now=0)
     ordering.output("p1", "timer", update("Biscuits too."), now=0)
-    assert drain(ordering) == [("timer,monitor", "Tea is ready. Milk is low. Biscuits too."), ("end", "completed")]
+    assert drain(ordering) == [
+        ("timer,monitor", "Tea is ready. Milk is low. Biscuits too."),
+        ("end", "completed"),
+    ]
     assert ordering.counts["updates_combined"] == 2
 
 
@@ -282,7 +334,13 @@ def test_withdraw_drops_only_that_producers_queued_updates():
     effects = ordering.output("p1", "timer", WITHDRAW, now=0)
     assert drops(effects, "withdrawn") == 1
     ordering.finished(playing)
-    assert [text for _, text in drain(ordering)] == ["completed", "A reply.", "completed", "Queued monitor.", "completed"]
+    assert [text for _, text in drain(ordering)] == [
+        "completed",
+        "A reply.",
+        "completed",
+        "Queued monitor.",
+        "completed",
+    ]
     assert drain(ordering, "p2") == [("timer", "Other participant."), ("end", "completed")]
 
 
@@ -389,7 +447,12 @@ def test_segments_carry_first_flag_request_and_timestamp():
     ordering.output("p1", "c", chunk("three ", "s1", request_id="r9"), now=0)
     second = start(ordering)
     assert (first.first, second.first) == (True, False)
-    assert (first.request_id, first.timestamp_us, first.kind, first.response) == ("r9", 123, "reply", second.response)
+    assert (first.request_id, first.timestamp_us, first.kind, first.response) == (
+        "r9",
+        123,
+        "reply",
+        second.response,
+    )
 
 
 def test_constructor_rejects_bad_settings_naming_the_field():
@@ -418,17 +481,34 @@ def test_memory_of_requests_is_bounded_oldest_first():
     ordering.query("p1", "q2")
     ordering.query("p1", "q3")
     # q1 was forgotten (two requests are remembered), so its reply plays.
-    assert drops(ordering.output("p1", "c", reply("Old.", request_id="q2"), now=0), "superseded") == 1
-    assert drops(ordering.output("p1", "c", reply("Older.", request_id="q1"), now=0), "superseded") == 0
+    assert (
+        drops(ordering.output("p1", "c", reply("Old.", request_id="q2"), now=0), "superseded") == 1
+    )
+    assert (
+        drops(ordering.output("p1", "c", reply("Older.", request_id="q1"), now=0), "superseded")
+        == 0
+    )
 
 
 _sources = st.sampled_from(["a", "b"])
 _pids = st.sampled_from(["p1", "p2"])
 _texts = st.sampled_from(["", " ", "word ", "two words ", "tail"])
 _outputs = st.one_of(
-    st.builds(lambda t, r, s: chunk(t, s, r), _texts, st.sampled_from(["r1", "r2"]), st.sampled_from(["s1", "s2"])),
-    st.builds(lambda t, r, s: end(s, r, t), _texts, st.sampled_from(["r1", "r2"]), st.sampled_from(["s1", "s2"])),
-    st.builds(lambda t, r: reply(t, r), st.sampled_from(["Hi.", ""]), st.sampled_from(["r1", "r2"])),
+    st.builds(
+        lambda t, r, s: chunk(t, s, r),
+        _texts,
+        st.sampled_from(["r1", "r2"]),
+        st.sampled_from(["s1", "s2"]),
+    ),
+    st.builds(
+        lambda t, r, s: end(s, r, t),
+        _texts,
+        st.sampled_from(["r1", "r2"]),
+        st.sampled_from(["s1", "s2"]),
+    ),
+    st.builds(
+        lambda t, r: reply(t, r), st.sampled_from(["Hi.", ""]), st.sampled_from(["r1", "r2"])
+    ),
     st.builds(update, st.sampled_from(["U.", ""]), st.booleans()),
     st.just(WITHDRAW),
 )

@@ -98,7 +98,11 @@ async def test_renderer_plays_a_reply_published_with_response_outputs():
         await sink.wait_until(lambda s: s.ended("p1") == ["completed"])
     assert " ".join(sink.heard("p1")) == "Hello there."
     first = sink.events[0]
-    assert isinstance(first, Segment) and first.sources == ("conversation",) and first.timestamp_us == 5
+    assert (
+        isinstance(first, Segment)
+        and first.sources == ("conversation",)
+        and first.timestamp_us == 5
+    )
 
 
 async def test_replies_from_an_agents_runtime_context_play_with_the_agents_name_as_source():
@@ -106,7 +110,9 @@ async def test_replies_from_an_agents_runtime_context_play_with_the_agents_name_
         @subscribe(QUERY_TOPIC)
         async def on_query(self, message: UserQuery, ctx: RuntimeContext) -> None:
             outputs = ResponseOutputs(ctx, VOICE_OUTPUT_TOPIC)
-            async with outputs.reply(ctx.participant_id, request_id=ctx.metadata.message_id) as reply:
+            async with outputs.reply(
+                ctx.participant_id, request_id=ctx.metadata.message_id
+            ) as reply:
                 await reply.send(f"You said {message.text}. ")
 
     sink = RecordingSink(words_per_minute=None)
@@ -130,7 +136,9 @@ async def test_two_producers_streaming_for_one_participant_never_interleave():
                 await b.send(f"timer-{word}")
         await sink.wait_until(lambda s: s.ended("p1") == ["completed", "completed"])
     assert order_of(sink) == ["chef", "end:completed", "timer", "end:completed"]
-    assert " ".join(sink.heard("p1")) == "chef-one chef-two chef-three timer-one timer-two timer-three"
+    assert (
+        " ".join(sink.heard("p1")) == "chef-one chef-two chef-three timer-one timer-two timer-three"
+    )
 
 
 async def test_router_acknowledgement_published_before_the_conversations_first_chunk_plays_first():
@@ -156,7 +164,9 @@ async def test_newer_query_drops_the_older_replys_remaining_fragments():
         async with outputs.reply("p1", request_id="turn-1") as old:
             await old.send("Old answer ")
             await sink.wait_until(lambda s: s.heard() == ["Old answer"])
-            await runtime.publish(QUERY_TOPIC, UserQuery("Actually, something else", 2), participant_id="p1")
+            await runtime.publish(
+                QUERY_TOPIC, UserQuery("Actually, something else", 2), participant_id="p1"
+            )
             await old.send("goes on and on.")
         async with outputs.reply("p1", request_id="turn-2") as new:
             await new.send("New answer.")
@@ -165,7 +175,8 @@ async def test_newer_query_drops_the_older_replys_remaining_fragments():
         await sink.wait_until(lambda s: len(s.ended()) == 2)
     assert sink.ended() == ["superseded", "completed"]
     assert sink.events[0].token not in sink.completed
-    assert renderer.ordering.counts["superseded"] == 3  # the cut reply, its fragment and its terminator
+    # the cut reply, its fragment and its terminator
+    assert renderer.ordering.counts["superseded"] == 3
 
 
 async def test_urgent_update_cuts_in_and_plays_next():
@@ -175,7 +186,10 @@ async def test_urgent_update_cuts_in_and_plays_next():
     async with runtime_with(renderer) as runtime:
         conversation = ResponseOutputs(runtime, VOICE_OUTPUT_TOPIC, source="conversation")
         safety = ResponseOutputs(runtime, VOICE_OUTPUT_TOPIC, source="safety")
-        for turn, text in (("t1", "Here is the whole procedure, step by step. "), ("t2", "Next reply. ")):
+        for turn, text in (
+            ("t1", "Here is the whole procedure, step by step. "),
+            ("t2", "Next reply. "),
+        ):
             async with conversation.reply("p1", request_id=turn) as reply:
                 await reply.send(text)
         await sink.wait_until(lambda s: len(s.heard()) == 1)
@@ -185,8 +199,19 @@ async def test_urgent_update_cuts_in_and_plays_next():
         await sink.wait_until(lambda s: len(s.heard()) == 3)
         await gate.release()
         await sink.wait_until(lambda s: len(s.ended()) == 3)
-    assert sink.heard() == ["Here is the whole procedure, step by step.", "Stop, the pot is boiling over!", "Next reply."]
-    assert order_of(sink) == ["conversation", "end:cut", "safety", "end:completed", "conversation", "end:completed"]
+    assert sink.heard() == [
+        "Here is the whole procedure, step by step.",
+        "Stop, the pot is boiling over!",
+        "Next reply.",
+    ]
+    assert order_of(sink) == [
+        "conversation",
+        "end:cut",
+        "safety",
+        "end:completed",
+        "conversation",
+        "end:completed",
+    ]
     assert sink.events[0].token not in sink.completed
 
 
@@ -222,8 +247,12 @@ async def test_idle_timeout_closes_an_abandoned_stream():
     sink = RecordingSink(words_per_minute=None)
     renderer = VoiceRenderer(sink, idle_timeout_s=5, clock=clock, sleep=timer)
     async with runtime_with(renderer) as runtime:
-        fragment = ResponseOutput(kind="reply", text="Half a sent", request_id="t1", response_id="s1", final=False)
-        await runtime.publish(VOICE_OUTPUT_TOPIC, fragment, participant_id="p1", source="conversation")
+        fragment = ResponseOutput(
+            kind="reply", text="Half a sent", request_id="t1", response_id="s1", final=False
+        )
+        await runtime.publish(
+            VOICE_OUTPUT_TOPIC, fragment, participant_id="p1", source="conversation"
+        )
         await sink.wait_until(lambda s: s.heard() == ["Half a"])
         clock.now = 5.0
         await timer.release()
@@ -238,7 +267,9 @@ async def test_out_of_order_duplicate_and_invalid_frames_are_dropped_without_cra
     renderer = VoiceRenderer(sink)
 
     def reply(text: str = "", response_id: str | None = None, final: bool = True) -> ResponseOutput:
-        return ResponseOutput(kind="reply", text=text, request_id="t1", response_id=response_id, final=final)
+        return ResponseOutput(
+            kind="reply", text=text, request_id="t1", response_id=response_id, final=final
+        )
 
     async with runtime_with(renderer) as runtime:
         frames = [
@@ -252,11 +283,18 @@ async def test_out_of_order_duplicate_and_invalid_frames_are_dropped_without_cra
             ("p1", reply("Still here.")),
         ]
         for participant_id, frame in frames:
-            await runtime.publish(VOICE_OUTPUT_TOPIC, frame, participant_id=participant_id, source="conversation")
+            await runtime.publish(
+                VOICE_OUTPUT_TOPIC, frame, participant_id=participant_id, source="conversation"
+            )
         await sink.wait_until(lambda s: s.ended() == ["completed", "completed"])
     assert sink.heard() == ["One.", "Still here."]
     counts = renderer.ordering.counts
-    assert (counts["unknown_terminator"], counts["late"], counts["invalid"], counts["no_participant"]) == (1, 2, 1, 1)
+    assert (
+        counts["unknown_terminator"],
+        counts["late"],
+        counts["invalid"],
+        counts["no_participant"],
+    ) == (1, 2, 1, 1)
 
 
 async def test_interrupted_cuts_the_participants_output():
@@ -310,7 +348,9 @@ async def test_stopping_the_runtime_cancels_playback_in_progress():
 
 
 def test_renderer_rejects_topics_of_the_wrong_type_and_a_sink_without_play():
-    with pytest.raises(ValueError, match=r"VoiceRenderer\.output_topic: must be a Topic carrying ResponseOutput"):
+    with pytest.raises(
+        ValueError, match=r"VoiceRenderer\.output_topic: must be a Topic carrying ResponseOutput"
+    ):
         VoiceRenderer(RecordingSink(), output_topic=QUERY_TOPIC)
     with pytest.raises(ValueError, match=r"VoiceRenderer\.query_topic"):
         VoiceRenderer(RecordingSink(), query_topic=VOICE_OUTPUT_TOPIC)

@@ -8,12 +8,12 @@ import pytest
 
 pytest.importorskip("numpy")
 
-from xrmq.actors.cli import build_parser  # noqa: E402
-from xrmq.actors.edge.config import ConfigError, decode_config  # noqa: E402
-from xrmq.actors.edge.roles import resolve_role  # noqa: E402
-from xrmq.actors.voice.commands import run_listen, run_mic  # noqa: E402
-from xrmq.actors.voice.role import build_stt, voice_settings  # noqa: E402
-from xrmq.actors.voice.stt import LiteLLMSTT, ModelIntegrityError, WhisperSTT, verify_model  # noqa: E402
+from xrmq.actors.cli import build_parser
+from xrmq.actors.edge.config import ConfigError, decode_config
+from xrmq.actors.edge.roles import resolve_role
+from xrmq.actors.voice.commands import run_listen, run_mic
+from xrmq.actors.voice.role import build_stt, voice_settings
+from xrmq.actors.voice.stt import LiteLLMSTT, ModelIntegrityError, WhisperSTT, verify_model
 
 
 def test_voice_is_a_built_in_role():
@@ -22,38 +22,62 @@ def test_voice_is_a_built_in_role():
     assert resolve_role("voice") is voice_role
 
 
-@pytest.mark.parametrize("stt, kind, detail", [
-    ("whisper", WhisperSTT, None),
-    ("whisper:/models/small.en", WhisperSTT, "/models/small.en"),
-    ("openai/whisper-1", LiteLLMSTT, "openai/whisper-1"),
-])
+@pytest.mark.parametrize(
+    "stt, kind, detail",
+    [
+        ("whisper", WhisperSTT, None),
+        ("whisper:/models/small.en", WhisperSTT, "/models/small.en"),
+        ("openai/whisper-1", LiteLLMSTT, "openai/whisper-1"),
+    ],
+)
 def test_voice_stt_names_the_recognizer(stt, kind, detail, monkeypatch):
     monkeypatch.setenv("STT_KEY", "sk-test")
-    config = decode_config({"voice": {"stt": stt, "api_base": "http://127.0.0.1:9/v1", "api_key_env": "STT_KEY"}})
+    config = decode_config(
+        {"voice": {"stt": stt, "api_base": "http://127.0.0.1:9/v1", "api_key_env": "STT_KEY"}}
+    )
     recognizer = build_stt(config.voice)
     assert isinstance(recognizer, kind)
     if isinstance(recognizer, WhisperSTT):
         assert (str(recognizer.model_dir) if recognizer.model_dir else None) == detail
     else:
-        assert (recognizer.model, recognizer.api_base, recognizer.api_key) == (detail, "http://127.0.0.1:9/v1",
-                                                                              "sk-test")
+        assert (recognizer.model, recognizer.api_base, recognizer.api_key) == (
+            detail,
+            "http://127.0.0.1:9/v1",
+            "sk-test",
+        )
 
 
 def test_voice_settings_come_from_the_config():
-    config = decode_config({"voice": {"vad_threshold": 0.6, "trailing_silence_s": 0.3, "barge_in_min_s": 1.0,
-                                      "barge_in_min_words": 2, "context_bias": False}})
+    config = decode_config(
+        {
+            "voice": {
+                "vad_threshold": 0.6,
+                "trailing_silence_s": 0.3,
+                "barge_in_min_s": 1.0,
+                "barge_in_min_words": 2,
+                "context_bias": False,
+            }
+        }
+    )
     settings = voice_settings(config.voice)
     assert (settings.segmenter.threshold, settings.segmenter.trailing_silence_s) == (0.6, 0.3)
-    assert (settings.gate.min_speech_s, settings.gate.min_words, settings.context_bias) == (1.0, 2, False)
+    assert (settings.gate.min_speech_s, settings.gate.min_words, settings.context_bias) == (
+        1.0,
+        2,
+        False,
+    )
 
 
-@pytest.mark.parametrize("key, value, rule", [
-    ("vad_threshold", 1.5, "voice.vad_threshold: must be in (0.15, 1)"),
-    ("trailing_silence_s", 0.0, "voice.trailing_silence_s: must be > 0"),
-    ("barge_in_min_words", -1, "voice.barge_in_min_words: must be >= 0"),
-    ("stt", " ", "voice.stt: must be"),
-    ("speach_out", True, "voice.speach_out: unknown key"),
-])
+@pytest.mark.parametrize(
+    "key, value, rule",
+    [
+        ("vad_threshold", 1.5, "voice.vad_threshold: must be in (0.15, 1)"),
+        ("trailing_silence_s", 0.0, "voice.trailing_silence_s: must be > 0"),
+        ("barge_in_min_words", -1, "voice.barge_in_min_words: must be >= 0"),
+        ("stt", " ", "voice.stt: must be"),
+        ("speach_out", True, "voice.speach_out: unknown key"),
+    ],
+)
 def test_a_broken_voice_key_is_named(key, value, rule):
     with pytest.raises(ConfigError, match=rule.replace("(", r"\(").replace(")", r"\)")):
         decode_config({"voice": {key: value}})
@@ -75,9 +99,13 @@ def test_a_model_dir_without_weights_is_a_clear_error(tmp_path):
 
 
 def test_the_cli_offers_mic_and_audio_listening():
-    mic = build_parser().parse_args(["mic", "--participant", "p1", "--wav", "a.wav", "--wav", "b.wav"])
+    mic = build_parser().parse_args(
+        ["mic", "--participant", "p1", "--wav", "a.wav", "--wav", "b.wav"]
+    )
     assert mic.func is run_mic and mic.wav == ["a.wav", "b.wav"]
-    listen = build_parser().parse_args(["listen", "--participant", "p1", "--sink", "wav", "--wav-dir", "out"])
+    listen = build_parser().parse_args(
+        ["listen", "--participant", "p1", "--sink", "wav", "--wav-dir", "out"]
+    )
     assert listen.func is run_listen and (listen.sink, listen.wav_dir) == ("wav", "out")
     with pytest.raises(ValueError, match="--sink wav: needs --wav-dir"):
         run_listen(build_parser().parse_args(["listen", "--sink", "wav"]))
@@ -89,7 +117,9 @@ def test_voice_tts_names_the_synthesizer():
     from xrmq.actors.voice.role import speech_out_sink
 
     runtime = AgentRuntime()
-    assert isinstance(speech_out_sink(runtime, decode_config({}).voice).synthesizer, EspeakSynthesizer)
+    assert isinstance(
+        speech_out_sink(runtime, decode_config({}).voice).synthesizer, EspeakSynthesizer
+    )
     voice = decode_config({"voice": {"tts": "openai/tts-1", "tts_voice": "nova"}}).voice
     synthesizer = speech_out_sink(runtime, voice).synthesizer
     assert isinstance(synthesizer, LiteLLMSynthesizer)

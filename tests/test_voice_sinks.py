@@ -20,7 +20,15 @@ from xrmq.actors.voice.sinks import (
 )
 
 
-def segment(text: str = "one two three", *, pid: str = "p1", response: int = 1, ts: int | None = None, token: int = 1, urgent=False):
+def segment(
+    text: str = "one two three",
+    *,
+    pid: str = "p1",
+    response: int = 1,
+    ts: int | None = None,
+    token: int = 1,
+    urgent=False,
+):
     return Segment(pid, response, "reply", ("conversation",), "r1", text, ts, True, urgent, token)
 
 
@@ -152,9 +160,8 @@ async def test_a_one_line_console_sink_streams_a_response_onto_one_line():
     out = io.StringIO()
     sink = ConsoleSink(out, words_per_minute=None, one_line=True, clock=lambda: 10.0)
     await sink.play(segment("Hello", ts=9_880_000))
-    assert (
-        out.getvalue() == "[p1] conversation +120ms: Hello"
-    )  # shown as it streams, line still open
+    # shown as it streams, line still open
+    assert out.getvalue() == "[p1] conversation +120ms: Hello"
     await sink.play(segment("from the lab.", token=2))
     await sink.end(ended())
     await sink.play(segment("Stop", pid="p2", response=2))

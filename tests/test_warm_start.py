@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
-from openai_server import OpenAIServer, Reply
 from xrmq.actors.models import ChatMessage, LiteLLMService, OfflineLLM
+
+from openai_server import OpenAIServer, Reply
 
 pytestmark = pytest.mark.timeout(120)  # litellm's import takes seconds on a loaded machine
 

@@ -35,7 +35,7 @@ def speak(directory: Path, name: str, text: str, *, wpm: int = 165) -> Path:
     return target
 
 
-def spoken(directory: Path, name: str, text: str) -> "np.ndarray":
+def spoken(directory: Path, name: str, text: str) -> np.ndarray:
     """``text`` spoken by espeak-ng, as 16 kHz float32 samples."""
     samples, rate = read_wav(speak(directory, name, text))
     return resample(samples, rate)

@@ -1,5 +1,7 @@
 """Typed topics: names bound to schemas, and the standard topics of the XR conversation layer."""
 
+from typing import Any
+
 from xrmq.schemas import (
     AudioFrame,
     AudioPlayback,
@@ -38,13 +40,18 @@ METRICS_TOPIC: Topic[RuntimeMetrics] = Topic("xrmq.metrics", RuntimeMetrics)
 SUPERVISOR_TOPIC: Topic[SupervisorReport] = Topic("xrmq.supervisor", SupervisorReport)
 """``xrmq up``'s report of every process it supervises (down ones too); read by ``xrmq top``."""
 
+ROUTER_SOURCE = "router"
+"""The envelope ``source`` of the router's own text on ``VOICE_OUTPUT_TOPIC`` (an
+acknowledgement, or a failure said instead of an answer): front ends tell it apart from a
+destination's answer by this name."""
+
 
 def context_topic(name: str) -> Topic[ConversationContextUpdate]:
     """The topic a sensor process publishes ``ConversationContextUpdate`` on."""
     return Topic(name, ConversationContextUpdate)
 
 
-STANDARD_TOPICS: tuple[Topic, ...] = (
+STANDARD_TOPICS: tuple[Topic[Any], ...] = (
     VOICE_OUTPUT_TOPIC,
     QUERY_TOPIC,
     INTERRUPTED_TOPIC,
@@ -67,12 +74,13 @@ __all__ = [
     "PARTICIPANT_JOINED_TOPIC",
     "PARTICIPANT_LEFT_TOPIC",
     "QUERY_TOPIC",
+    "ROUTER_SOURCE",
     "SEP",
     "STANDARD_TOPICS",
     "SUPERVISOR_TOPIC",
     "TURN_ENDED_TOPIC",
-    "Topic",
     "VOICE_OUTPUT_TOPIC",
+    "Topic",
     "check_topic",
     "context_topic",
     "deeply_immutable",

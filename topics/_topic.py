@@ -61,7 +61,7 @@ class Topic(Generic[T]):
     owns a reused encoder and decoder for its payload type.
     """
 
-    __slots__ = ("name", "message_type", "shared", "_decoder", "_key_prefix")
+    __slots__ = ("_decoder", "_key_prefix", "message_type", "name", "shared")
 
     def __init__(self, name: str, message_type: type[T]) -> None:
         if not isinstance(name, str) or not name.strip():
@@ -111,7 +111,7 @@ class Topic(Generic[T]):
         anything else.
         """
         if type(message) is self.message_type:
-            return message  # type: ignore[return-value]
+            return message
         if isinstance(message, Mapping):
             carries = f"topic {self.name!r} carries {self.message_type.__qualname__}"
             kind: Any = self.message_type  # a msgspec.Struct subclass (checked in __init__)

@@ -19,36 +19,94 @@ The actors around it (thin shells, see docs/design.md "Context as actors"):
 - ``dump``: the versioned dump format of ``dump()``/``load()`` (docs/tools.md).
 - ``manual``: the outcomes of a manual ``compact()`` (docs/tools.md).
 - ``manager``: ``ContextManager``, the SDK's facade.
+
+The names below are loaded on first use (PEP 562, ``xrmq.actors._lazy``): importing the
+pure core (``xrmq.actors.context.engine``) or one of its names does not load the actors
+around it, nor ZeroMQ and the runtime they need.
 """
 
-from .clip import OMISSION_MARKER, clip_middle, utf8_size
-from .compaction import CompactionRequest, CompactionResult, JobRef
-from .config import (
-    DEFAULT_COMPACTION_INPUT_BUDGET_BYTES,
-    DEFAULT_DIALOGUE_BUDGET_BYTES,
-    DEFAULT_TOPIC_BUDGET_BYTES,
-    ContextConfig,
-    context_config,
-)
-from .engine import (
-    ApplyStatus,
-    CompactionSettings,
-    Entry,
-    OverBudget,
-    RenderedSection,
-    Section,
-    SectionSpec,
-    SectionState,
-)
-from .dump import ContextDump, decode_dump, encode_dump
-from .manager import ContextManager, ContextSubscriber
-from .manual import CompactOutcome, CompactStatus, SectionOutcome
-from .messages import ContextTopics
-from .plan import ContextPlan, context_plan
-from .render import DIALOGUE_SECTION, render_participant
-from .sections import ContextHost, register_sections
-from .store import SCHEMA_VERSION, ContextStore, StoreError, open_store
-from .workers import CompactionWorker, register_workers
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from xrmq.actors._lazy import lazy_exports
+
+if TYPE_CHECKING:  # the same names, typed, for type checkers
+    from .clip import OMISSION_MARKER, clip_middle, utf8_size
+    from .compaction import CompactionRequest, CompactionResult, JobRef
+    from .config import (
+        DEFAULT_COMPACTION_INPUT_BUDGET_BYTES,
+        DEFAULT_DIALOGUE_BUDGET_BYTES,
+        DEFAULT_TOPIC_BUDGET_BYTES,
+        ContextConfig,
+        ContextOptions,
+        context_config,
+        context_options,
+    )
+    from .dump import ContextDump, decode_dump, encode_dump
+    from .engine import (
+        ApplyStatus,
+        CompactionSettings,
+        Entry,
+        OverBudget,
+        RenderedSection,
+        Section,
+        SectionSpec,
+        SectionState,
+    )
+    from .manager import ContextManager, ContextSubscriber
+    from .manual import CompactOutcome, CompactStatus, SectionOutcome
+    from .messages import ContextTopics
+    from .plan import ContextPlan, context_plan
+    from .render import DIALOGUE_SECTION, render_participant
+    from .sections import ContextHost, register_sections
+    from .store import SCHEMA_VERSION, ContextStore, StoreError, open_store
+    from .workers import CompactionWorker, register_workers
+
+_EXPORTS = {
+    "OMISSION_MARKER": ".clip",
+    "clip_middle": ".clip",
+    "utf8_size": ".clip",
+    "CompactionRequest": ".compaction",
+    "CompactionResult": ".compaction",
+    "JobRef": ".compaction",
+    "DEFAULT_COMPACTION_INPUT_BUDGET_BYTES": ".config",
+    "DEFAULT_DIALOGUE_BUDGET_BYTES": ".config",
+    "DEFAULT_TOPIC_BUDGET_BYTES": ".config",
+    "ContextConfig": ".config",
+    "ContextOptions": ".config",
+    "context_config": ".config",
+    "context_options": ".config",
+    "ApplyStatus": ".engine",
+    "CompactionSettings": ".engine",
+    "Entry": ".engine",
+    "OverBudget": ".engine",
+    "RenderedSection": ".engine",
+    "Section": ".engine",
+    "SectionSpec": ".engine",
+    "SectionState": ".engine",
+    "ContextDump": ".dump",
+    "decode_dump": ".dump",
+    "encode_dump": ".dump",
+    "ContextManager": ".manager",
+    "ContextSubscriber": ".manager",
+    "CompactOutcome": ".manual",
+    "CompactStatus": ".manual",
+    "SectionOutcome": ".manual",
+    "ContextTopics": ".messages",
+    "ContextPlan": ".plan",
+    "context_plan": ".plan",
+    "DIALOGUE_SECTION": ".render",
+    "render_participant": ".render",
+    "ContextHost": ".sections",
+    "register_sections": ".sections",
+    "SCHEMA_VERSION": ".store",
+    "ContextStore": ".store",
+    "StoreError": ".store",
+    "open_store": ".store",
+    "CompactionWorker": ".workers",
+    "register_workers": ".workers",
+}
 
 __all__ = [
     "DEFAULT_COMPACTION_INPUT_BUDGET_BYTES",
@@ -60,16 +118,17 @@ __all__ = [
     "ApplyStatus",
     "CompactOutcome",
     "CompactStatus",
-    "ContextDump",
-    "ContextHost",
-    "ContextStore",
     "CompactionRequest",
     "CompactionResult",
     "CompactionSettings",
     "CompactionWorker",
     "ContextConfig",
+    "ContextDump",
+    "ContextHost",
     "ContextManager",
+    "ContextOptions",
     "ContextPlan",
+    "ContextStore",
     "ContextSubscriber",
     "ContextTopics",
     "Entry",
@@ -77,12 +136,13 @@ __all__ = [
     "OverBudget",
     "RenderedSection",
     "Section",
-    "SectionSpec",
     "SectionOutcome",
+    "SectionSpec",
     "SectionState",
     "StoreError",
     "clip_middle",
     "context_config",
+    "context_options",
     "context_plan",
     "decode_dump",
     "encode_dump",
@@ -92,3 +152,5 @@ __all__ = [
     "render_participant",
     "utf8_size",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

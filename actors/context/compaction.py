@@ -19,7 +19,7 @@ from typing import Literal
 
 import msgspec
 
-from xrmq.actors.models import compaction_limit_instruction
+from xrmq.actors.prompts.compaction import compaction_limit_instruction
 
 CompactionKind = Literal["compact", "condense"]
 """``compact`` merges the previous summary with entries; ``condense`` shortens a summary."""
@@ -68,7 +68,7 @@ class CompactionResult(msgspec.Struct, frozen=True):
 def system_prompt(prompt: str, limit_bytes: int) -> str:
     """``prompt`` followed by the size limit and the plain-text format.
 
-    The limit sentence is the models' ``compaction_limit_instruction`` (the offline model
+    The limit sentence is ``prompts.compaction.compaction_limit_instruction`` (the offline model
     recognises a compaction request by it and reads the limit from it), last in the
     prompt apart from the format detail, so a custom prompt cannot override it.
     """

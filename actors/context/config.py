@@ -50,7 +50,8 @@ Count = Annotated[int, msgspec.Meta(ge=1, description="a positive int")]
 Seconds = Annotated[float, msgspec.Meta(gt=0, description="a positive number of seconds")]
 """A timeout (finite: checked beside the Meta, which cannot say so)."""
 Namespace = Annotated[
-    str, msgspec.Meta(min_length=1, pattern="^[^\\x00]*$", description="a non-empty string without NUL")
+    str,
+    msgspec.Meta(min_length=1, pattern="^[^\\x00]*$", description="a non-empty string without NUL"),
 ]
 """The prefix of a deployment's internal topics (NUL ends a wire key's fields)."""
 
@@ -110,7 +111,9 @@ class ContextConfig(msgspec.Struct, frozen=True):
         for section in self.topics:
             if section.spec.name == source:
                 if section.spec.kind != mode:
-                    raise ValueError(f"mode: topic {source!r} is configured as {section.spec.kind}, not {mode!r}")
+                    raise ValueError(
+                        f"mode: topic {source!r} is configured as {section.spec.kind}, not {mode!r}"
+                    )
                 return section
         raise ValueError(f"source: {source!r} is not a configured topic")
 
@@ -136,7 +139,9 @@ def _budget(value: object, parameter: str) -> int:
 
 def _topic_names(value: object, parameter: str) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, Sequence):
-        raise ValueError(f"{parameter}: must be a sequence of topic names, not {type(value).__name__}")
+        raise ValueError(
+            f"{parameter}: must be a sequence of topic names, not {type(value).__name__}"
+        )
     names = tuple(value)
     for name in names:
         if not isinstance(name, str) or not name:
@@ -144,7 +149,9 @@ def _topic_names(value: object, parameter: str) -> tuple[str, ...]:
     seen: set[str] = set()
     for name in names:
         if name in seen:
-            raise ValueError(f"{parameter}: topic names must be unique; {name!r} appears more than once")
+            raise ValueError(
+                f"{parameter}: topic names must be unique; {name!r} appears more than once"
+            )
         seen.add(name)
     return names
 
@@ -188,7 +195,9 @@ def context_options(**kwargs: Any) -> ContextOptions:
                 )
             extra = sorted(str(topic) for topic in value if topic not in topics)
             if extra:
-                raise ValueError(f"topic_budget_bytes: names topics that are not configured: {extra}")
+                raise ValueError(
+                    f"topic_budget_bytes: names topics that are not configured: {extra}"
+                )
             values[name] = {
                 topic: _budget(value[topic], f"topic_budget_bytes[{topic!r}]") for topic in topics
             }

@@ -17,9 +17,9 @@ The caller's loop, for every participant and section:
    result for it is applied, so it can be re-sent after a timeout.
 3. ``render`` when ``state.revision`` changed; log the warning it may return.
 
-Compaction runs over an immutable snapshot (docs/context.md, "Snapshot compaction"): a job names the ids of the
-entries it summarizes, and its result removes exactly those, so entries recorded while
-it ran survive. A result whose job is not the state's pending job (the state was
+Compaction runs over an immutable snapshot (docs/context.md, "Snapshot compaction"): a job
+names the ids of the entries it summarizes, and its result removes exactly those, so entries
+recorded while it ran survive. A result whose job is not the state's pending job (the state was
 cleared and recreated, the job was already answered or abandoned) is discarded.
 """
 
@@ -29,6 +29,7 @@ import bisect
 import enum
 import hashlib
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from typing import Literal
 
 import msgspec
@@ -81,7 +82,9 @@ class SectionSpec(msgspec.Struct, frozen=True):
         if not self.name:
             raise ValueError("SectionSpec.name: must be non-empty")
         if not _positive_int(self.budget_bytes):
-            raise ValueError(f"SectionSpec.budget_bytes: must be a positive int (section {self.name!r})")
+            raise ValueError(
+                f"SectionSpec.budget_bytes: must be a positive int (section {self.name!r})"
+            )
 
     @property
     def summary_limit_bytes(self) -> int:
@@ -204,7 +207,9 @@ class RenderedSection(msgspec.Struct, frozen=True):
     warning: OverBudget | None = None
 
 
-def exchange_identity(request: str, answer: str, timestamp_us: int | None, exchange_id: object | None) -> bytes:
+def exchange_identity(
+    request: str, answer: str, timestamp_us: int | None, exchange_id: object | None
+) -> bytes:
     """Short identity of an exchange, remembered for the session.
 
     The id decides when there is one (any msgspec-encodable value); an exchange without
@@ -218,7 +223,7 @@ def exchange_identity(request: str, answer: str, timestamp_us: int | None, excha
 
 
 def history_tail(
-    known: set[bytes] | frozenset[bytes],
+    known: AbstractSet[bytes],
     exchanges: Sequence[tuple[str, str, int | None]],
     *,
     exchange_ids: Sequence[object | None],
@@ -236,7 +241,12 @@ def history_tail(
         raise ValueError("exchange_ids: must have exactly one id per exchange")
     check_timestamp(now_us)
     window = [
-        (request, answer, timestamp_us, exchange_identity(request, answer, timestamp_us, exchange_id))
+        (
+            request,
+            answer,
+            timestamp_us,
+            exchange_identity(request, answer, timestamp_us, exchange_id),
+        )
         for (request, answer, timestamp_us), exchange_id in zip(exchanges, exchange_ids)
     ]
     known_at = [index for index, item in enumerate(window) if item[3] in known]
@@ -306,10 +316,13 @@ class Section(msgspec.Struct, frozen=True):
 
     def _require_kind(self, kind: SectionKind, operation: str) -> None:
         if self.spec.kind != kind:
-            raise ValueError(f"{operation}: section {self.spec.name!r} is a {self.spec.kind} section, not {kind}")
+            raise ValueError(
+                f"{operation}: section {self.spec.name!r} is a {self.spec.kind} section, not {kind}"
+            )
 
-    def _add_entry(self, state: SectionState, text: str, timestamp_us: int,
-                   identity: bytes = b"") -> None:
+    def _add_entry(
+        self, state: SectionState, text: str, timestamp_us: int, identity: bytes = b""
+    ) -> None:
         entry = Entry(state.next_entry_id, timestamp_us, text, utf8_size(text), identity)
         state.next_entry_id += 1
         bisect.insort(state.entries, entry, key=_order)
@@ -363,7 +376,9 @@ class Section(msgspec.Struct, frozen=True):
         not added. An exchange without a timestamp is recorded at ``now_us``.
         """
         self._require_kind("dialogue", "reconcile_history")
-        tail = history_tail(state.exchange_identities, exchanges, exchange_ids=exchange_ids, now_us=now_us)
+        tail = history_tail(
+            state.exchange_identities, exchanges, exchange_ids=exchange_ids, now_us=now_us
+        )
         for identity, request, answer, when in tail:
             state.exchange_identities.add(identity)
             self._add_entry(state, exchange_text(request, answer, when), when, identity)
@@ -379,7 +394,9 @@ class Section(msgspec.Struct, frozen=True):
         """Replace a summary topic's state; over its budget it keeps its start and end."""
         self._require_kind("summary", "replace_state")
         check_timestamp(timestamp_us)
-        rendered = clip_middle(state_text(self.spec.name, text, timestamp_us), self.spec.budget_bytes)
+        rendered = clip_middle(
+            state_text(self.spec.name, text, timestamp_us), self.spec.budget_bytes
+        )
         state.entries = [Entry(state.next_entry_id, timestamp_us, rendered, utf8_size(rendered))]
         state.next_entry_id += 1
         state.revision += 1
@@ -392,7 +409,10 @@ class Section(msgspec.Struct, frozen=True):
 
     def compaction_due(self, state: SectionState) -> bool:
         """The trigger: uncompacted entries, as rendered, exceed half the budget."""
-        return self.spec.kind != "summary" and 2 * self.uncompacted_bytes(state) > self.spec.budget_bytes
+        return (
+            self.spec.kind != "summary"
+            and 2 * self.uncompacted_bytes(state) > self.spec.budget_bytes
+        )
 
     def _eligible(self, state: SectionState) -> list[Entry]:
         """Entries compaction may take: all but the newest exchange, which stays verbatim."""
@@ -414,7 +434,9 @@ class Section(msgspec.Struct, frozen=True):
             due = state.condense_due
             state.condense_due = None
             material = clip_middle(due.candidate, self.settings.input_budget_bytes)
-            return self._issue(state, "condense", condense_message(material), due.entry_ids, due.candidate)
+            return self._issue(
+                state, "condense", condense_message(material), due.entry_ids, due.candidate
+            )
         if not state.backlog:
             if state.awaiting_entry or not self.compaction_due(state):
                 return None
@@ -497,8 +519,13 @@ class Section(msgspec.Struct, frozen=True):
         """A compaction run is in progress: a job in flight, a condense due or a backlog."""
         return state.pending is not None or state.condense_due is not None or bool(state.backlog)
 
-    def merge(self, state: SectionState, summary: str, entries: Sequence[Entry],
-              identities: Sequence[bytes]) -> list[bytes]:
+    def merge(
+        self,
+        state: SectionState,
+        summary: str,
+        entries: Sequence[Entry],
+        identities: Sequence[bytes],
+    ) -> list[bytes]:
         """Merge a dumped section into ``state``; return the exchange identities it added.
 
         Never duplicates: a dialogue entry whose identity is known, or a topic entry with
@@ -512,10 +539,14 @@ class Section(msgspec.Struct, frozen=True):
         if self.spec.kind == "summary":
             newest = max(entries, key=_order, default=None)
             current = state.entries[-1] if state.entries else None
-            if newest is not None and (current is None or _order(newest) > _order(current)) and (
-                    current is None or newest.text != current.text):
+            if (
+                newest is not None
+                and (current is None or _order(newest) > _order(current))
+                and (current is None or newest.text != current.text)
+            ):
                 state.entries = [
-                    Entry(state.next_entry_id, newest.timestamp_us, newest.text, newest.size)]
+                    Entry(state.next_entry_id, newest.timestamp_us, newest.text, newest.size)
+                ]
                 state.next_entry_id += 1
                 state.revision += 1
             return added
@@ -545,10 +576,12 @@ class Section(msgspec.Struct, frozen=True):
         return added
 
     def apply_result(self, state: SectionState, result: CompactionResult) -> ApplyStatus:
-        """Apply a worker's result to the pending job's snapshot (the Situation/Handling table, docs/context.md).
+        """Apply a worker's result to the pending job's snapshot (docs/context.md, the
+        Situation/Handling table).
 
         A compact result that is empty, cut off (a finish reason other than ``stop``:
-        ``length``, ``content_filter``, ``cancelled``, ``error``) or an error keeps the entries and waits for the section's next entry; one over the
+        ``length``, ``content_filter``, ``cancelled``, ``error``) or an error keeps the entries and
+        waits for the section's next entry; one over the
         summary limit makes a condense request due. A condense result within the limit
         is applied; a complete one still too long keeps its start and end; an empty,
         cut-off or failed one leaves the original summary to keep its start and end.
@@ -574,10 +607,14 @@ class Section(msgspec.Struct, frozen=True):
         if not failed and utf8_size(text) <= limit:
             self._replace_summary(state, text, pending.entry_ids)
             return ApplyStatus.APPLIED
-        self._replace_summary(state, clip_middle(pending.candidate if failed else text, limit), pending.entry_ids)
+        self._replace_summary(
+            state, clip_middle(pending.candidate if failed else text, limit), pending.entry_ids
+        )
         return ApplyStatus.CLIPPED
 
-    def _replace_summary(self, state: SectionState, summary: str, entry_ids: tuple[int, ...]) -> None:
+    def _replace_summary(
+        self, state: SectionState, summary: str, entry_ids: tuple[int, ...]
+    ) -> None:
         covered = set(entry_ids)
         state.summary = summary
         state.entries = [entry for entry in state.entries if entry.entry_id not in covered]
@@ -597,7 +634,11 @@ class Section(msgspec.Struct, frozen=True):
         budget = self.spec.budget_bytes
         blocks: list[ContextBlock] = []
         if state.summary:
-            text = clip_middle(summary_label(self.spec.name, dialogue=self.spec.kind == "dialogue") + state.summary, budget)
+            text = clip_middle(
+                summary_label(self.spec.name, dialogue=self.spec.kind == "dialogue")
+                + state.summary,
+                budget,
+            )
             blocks.append(ContextBlock(None, text))
             budget -= utf8_size(text)
         dated = [ContextBlock(entry.timestamp_us, entry.text) for entry in state.entries]

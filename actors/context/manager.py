@@ -45,7 +45,14 @@ from uuid import uuid4
 
 from xrmq.actors.clock import now_us
 from xrmq.actors.models import LLMService
-from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeClosedError, RuntimeContext, get_logger
+from xrmq.actors.runtime import (
+    Agent,
+    AgentRuntime,
+    Handlers,
+    RuntimeClosedError,
+    RuntimeContext,
+    get_logger,
+)
 from xrmq.schemas import CompactionPrompts, ContextBlock, ConversationContextUpdate
 from xrmq.schemas._validation import check_name
 from xrmq.topics import Topic
@@ -60,8 +67,8 @@ from .engine import exchange_identity, history_tail
 from .manual import CompactOutcome, CompactStatus, SectionOutcome
 from .messages import (
     CancelJobs,
-    ClearSection,
     Cleared,
+    ClearSection,
     CompactReport,
     CompactSection,
     ExchangeRecord,
@@ -108,12 +115,12 @@ class ContextSubscriber(Agent):
     ``agent.runtime`` during ``register``, before it starts.
     """
 
-    def __init__(self, manager: "ContextManager") -> None:
+    def __init__(self, manager: ContextManager) -> None:
         self._manager = manager
         self._runtime: AgentRuntime | None = None
 
     @property
-    def runtime(self) -> AgentRuntime | None:  # type: ignore[override]
+    def runtime(self) -> AgentRuntime | None:
         return self._runtime
 
     @runtime.setter
@@ -122,15 +129,15 @@ class ContextSubscriber(Agent):
             self._manager._attach(runtime, self.name or self._manager.plan.namespace)
         self._runtime = runtime
 
-    def handlers(self) -> dict[Topic, str]:
+    def handlers(self) -> Handlers:
         """The section views and host restarts every replica follows, and this manager's
         own forget barrier and compaction reports."""
         topics, manager_id = self._manager.plan.topics, self._manager.id
         return {
-            topics.view: "on_view",
-            topics.replica(manager_id): "on_forget",
-            topics.host_started: "on_host_started",
-            topics.compacted(manager_id): "on_compacted",
+            topics.view: self.on_view,
+            topics.replica(manager_id): self.on_forget,
+            topics.host_started: self.on_host_started,
+            topics.compacted(manager_id): self.on_compacted,
         }
 
     async def on_view(self, message: SectionView, ctx: RuntimeContext) -> None:
@@ -158,7 +165,8 @@ class ContextSubscriber(Agent):
 class ContextManager:
     """Retain participant-scoped context and render it into prompts for any number of agents.
 
-    The SDK's constructor (same names and defaults, docs/context.md), plus xrmq's deployment options:
+    The SDK's constructor (same names and defaults, docs/context.md), plus xrmq's deployment
+    options:
     ``deployment`` (``"local"`` or ``"split"``), ``namespace`` of the internal topics,
     the worker pool (``compaction_workers``, ``worker_concurrency``), the job timeout
     after which a job goes to another worker (``compaction_timeout_s``) and the bound on
@@ -266,7 +274,8 @@ class ContextManager:
     def _attach(self, runtime: AgentRuntime, name: str) -> None:
         if self._runtime is not None:
             raise RuntimeError(
-                f"subscriber: this ContextManager is already attached to runtime {self._runtime.name!r}"
+                "subscriber: this ContextManager is already attached to runtime "
+                f"{self._runtime.name!r}"
             )
         self._runtime, self._name = runtime, name
         if self.deployment == "local":
@@ -293,11 +302,11 @@ class ContextManager:
 
     async def _on_ready(self) -> None:
         runtime, outbox, self._outbox = self._runtime, self._outbox, []
+        assert runtime is not None  # the subscriber is ready only on a runtime
         for topic, message, participant_id in outbox:
             runtime.send(topic, message, participant_id=participant_id, source=self._name)
-        if (
-            self.deployment == "split"
-        ):  # a (re)started process: its replica from every host's snapshot
+        # a (re)started process: its replica from every host's snapshot
+        if self.deployment == "split":
             await asyncio.gather(*(self._resync(host) for host in range(self.plan.section_hosts)))
 
     def _on_stopped(self) -> None:
@@ -310,7 +319,8 @@ class ContextManager:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             raise RuntimeError(
-                "ContextManager: register subscriber() with a runtime, or write from a running event loop "
+                "ContextManager: register subscriber() with a runtime, or write from a running "
+                "event loop "
                 "(the manager then hosts its actors on a private runtime)"
             ) from None
         runtime = AgentRuntime(name=f"{self.plan.namespace}-{self.id}")
@@ -906,11 +916,11 @@ class ContextManager:
         errors = [reply for reply in replies if isinstance(reply, BaseException)]
         generations: dict[str, list[str]] = {participant_id: [] for participant_id in participants}
         by_worker: dict[int, list] = {}
-        for (participant_id, _), reply in zip(asks, replies):
+        for (asked_id, _), reply in zip(asks, replies):
             if isinstance(reply, BaseException):
                 continue
-            if participant_id is not None:
-                generations[participant_id].extend(reply.generations)
+            if asked_id is not None:
+                generations[asked_id].extend(reply.generations)
             for job in reply.jobs:
                 for worker in job.workers:
                     by_worker.setdefault(worker, []).append(job.job)

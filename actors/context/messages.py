@@ -8,9 +8,9 @@ every field is plain data and the participant always travels in the envelope.
 Topics of a deployment are named under its namespace (default ``context``) so that two
 managers with different configurations can share one bus:
 
-==========================================  ======================  ==================================
+==========================================  ======================  ==============================
 topic                                       message                 handled by
-==========================================  ======================  ==================================
+==========================================  ======================  ==============================
 ``<topic name>`` (the context topic itself)  ConversationContextUpdate  that topic's section actor
 ``<ns>.topic.<topic>.write``                TopicWrite              that topic's section actor
 ``<ns>.topic.<topic>.clear`` (ask)          ClearSection            that topic's section actor
@@ -28,7 +28,7 @@ topic                                       message                 handled by
 ``<ns>.host.started``                       HostStarted             every manager's replica
 ``<ns>.host.<i>.sync`` (ask)                HostSync                section host ``i`` (its views)
 ``<ns>.host.<i>.dump`` (ask)                HostSync                section host ``i`` (its states)
-==========================================  ======================  ==================================
+==========================================  ======================  ==============================
 
 A section host is one process (shard) of section actors, with its journal. Its views
 carry its index and epoch (incarnation); a new epoch tells every replica that the host

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
 from xrmq.schemas import ContextBlock
 
@@ -28,7 +29,9 @@ after their topics. A topic may itself be called "dialogue": sections are told a
 kind, never by name."""
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-MAX_TIMESTAMP_US = int((datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC) - _EPOCH).total_seconds()) * 1_000_000
+MAX_TIMESTAMP_US = (
+    int((datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC) - _EPOCH).total_seconds()) * 1_000_000
+)
 """Largest timestamp a block can show (the last second of year 9999)."""
 
 
@@ -81,5 +84,10 @@ def render_participant(sections: Iterable[Sequence[ContextBlock]]) -> tuple[Cont
     for blocks in sections:
         for block in blocks:
             (summaries if block.timestamp_us is None else dated).append(block)
-    dated.sort(key=lambda block: block.timestamp_us)
+    dated.sort(key=_timestamp)
     return (*summaries, *dated)
+
+
+def _timestamp(block: ContextBlock) -> int:
+    """The sort key of a dated block (only dated blocks are sorted by it)."""
+    return cast(int, block.timestamp_us)

@@ -10,6 +10,8 @@ mixes two states of a section.
 
 from __future__ import annotations
 
+from typing import cast
+
 from xrmq.schemas import ContextBlock
 
 from .clip import utf8_size
@@ -20,7 +22,7 @@ from .render import render_participant
 
 
 class ParticipantReplica:
-    __slots__ = ("dialogue", "topics", "pending", "identities")
+    __slots__ = ("dialogue", "identities", "pending", "topics")
 
     def __init__(self) -> None:
         self.dialogue: SectionView | None = None
@@ -81,7 +83,7 @@ class ParticipantReplica:
         dated = [block for block in view_blocks if block.timestamp_us is not None]
         shown = set(dated)  # a write re-sent by a new manager may already be in the view
         dated.extend(block for _, block in self.pending if block not in shown)
-        dated.sort(key=lambda block: block.timestamp_us)
+        dated.sort(key=lambda block: cast(int, block.timestamp_us))  # every one is dated
         room = budget_bytes - sum(utf8_size(block.text) for block in summaries)
         kept, _, _ = fit_newest(dated, room)
         return (*summaries, *kept)

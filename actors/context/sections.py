@@ -37,18 +37,18 @@ from uuid import uuid4
 
 import msgspec
 
-from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, get_logger
+from xrmq.actors.runtime import Agent, AgentRuntime, Handler, Handlers, RuntimeContext, get_logger
 from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import Topic
 
 from .compaction import CompactionRequest, CompactionResult, JobRef
-from .manual import CompactStatus
 from .dump import ParticipantDump, SectionDump, dump_entries, export_section
 from .engine import ApplyStatus, PendingJob, Section, SectionState
+from .manual import CompactStatus
 from .messages import (
     CancelJobs,
-    ClearSection,
     Cleared,
+    ClearSection,
     CompactionDone,
     CompactionJob,
     CompactReport,
@@ -70,7 +70,7 @@ from .store import ContextStore, Recovered
 class _Job:
     """The pending job of one participant's section: where it went and its timer."""
 
-    __slots__ = ("job", "workers", "timer")
+    __slots__ = ("job", "timer", "workers")
 
     def __init__(self, job: JobRef, worker: int, timer: asyncio.TimerHandle) -> None:
         self.job = job
@@ -80,16 +80,16 @@ class _Job:
 
 class _Participant:
     __slots__ = (
-        "state",
-        "job",
         "ack",
-        "published",
-        "warned",
         "identities",
+        "job",
         "journaled",
-        "stored_job",
         "manual",
+        "published",
+        "state",
+        "stored_job",
         "view",
+        "warned",
     )
 
     def __init__(self, state: SectionState, ack: tuple[str, int] = ("", 0)) -> None:
@@ -503,7 +503,7 @@ class SectionHost:
             if store is not None:
                 journal_key = _journal_key(record)
                 if journal_key != record.journaled or record.identities:
-                    job: PendingJob | None | bool = (
+                    job: PendingJob | bool | None = (
                         True if state.pending is record.stored_job else state.pending
                     )
                     store.put(participant_id, name, state, record.ack, record.identities, job)
@@ -565,7 +565,7 @@ class DialogueSectionActor(Agent):
         if recovered is not None:
             self.host.restore(participant_id, recovered)
         self._retiring: asyncio.Task[None] | None = None
-        """The retirement after a clear: held, since the loop keeps only weak references to tasks."""
+        """The retirement after a clear: held, as the loop keeps only weak references to tasks."""
 
     def gauges(self) -> dict[str, float]:
         return {**self.host.gauges(), "context.participants": len(self.host.participants)}
@@ -637,16 +637,16 @@ class TopicSectionActor(Agent):
         )
         self.closed = False
         t, topic = plan.topics, section.spec.name
-        self._handlers = {
-            t.updates(topic): "on_update",
-            t.topic_write(topic): "on_write",
-            t.topic_result(topic): "on_result",
-            t.topic_clear(topic): "on_clear",
-            t.topic_load(topic): "on_load",
-            t.topic_compact(topic): "on_compact",
+        self._handlers: dict[Topic, Handler] = {
+            t.updates(topic): self.on_update,
+            t.topic_write(topic): self.on_write,
+            t.topic_result(topic): self.on_result,
+            t.topic_clear(topic): self.on_clear,
+            t.topic_load(topic): self.on_load,
+            t.topic_compact(topic): self.on_compact,
         }
 
-    def handlers(self) -> dict[Topic, str]:
+    def handlers(self) -> Handlers:
         """Its topic (sensor updates), plus the manager's writes, loads, compactions,
         compaction results and clears for it."""
         return self._handlers
@@ -735,9 +735,12 @@ class ContextHost(Agent):
         }
         """Dialogue states waiting for their actor (spawned at start)."""
         t = plan.topics
-        self._handlers = {t.host_sync(index): "on_sync", t.host_dump(index): "on_dump"}
+        self._handlers: dict[Topic, Handler] = {
+            t.host_sync(index): self.on_sync,
+            t.host_dump(index): self.on_dump,
+        }
 
-    def handlers(self) -> dict[Topic, str]:
+    def handlers(self) -> Handlers:
         return self._handlers
 
     def take(self, participant_id: str) -> Recovered | None:
@@ -891,11 +894,11 @@ def register_sections(
         shard=shard,
         shards=shards,
         handlers={
-            t.dialogue_write: "on_write",
-            t.dialogue_result: "on_result",
-            t.dialogue_clear: "on_clear",
-            t.dialogue_load: "on_load",
-            t.dialogue_compact: "on_compact",
+            t.dialogue_write: DialogueSectionActor.on_write,
+            t.dialogue_result: DialogueSectionActor.on_result,
+            t.dialogue_clear: DialogueSectionActor.on_clear,
+            t.dialogue_load: DialogueSectionActor.on_load,
+            t.dialogue_compact: DialogueSectionActor.on_compact,
         },
     )
     for actor in actors:

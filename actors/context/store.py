@@ -36,8 +36,8 @@ import asyncio
 import os
 import sqlite3
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -98,9 +98,7 @@ class Journaled(Protocol):
     """A section actor's part of a commit: stage its changes; return what to publish once
     they are committed, and what to do if the commit fails (stage them again later)."""
 
-    def stage(
-        self, store: "ContextStore"
-    ) -> tuple[list[Callable[[], None]], Callable[[], None]]: ...
+    def stage(self, store: ContextStore) -> tuple[list[Callable[[], None]], Callable[[], None]]: ...
 
 
 class ContextStore:
@@ -150,7 +148,7 @@ class ContextStore:
         state: SectionState,
         ack: tuple[str, int],
         identities: Iterable[bytes],
-        job: PendingJob | None | bool,
+        job: PendingJob | bool | None,
     ) -> None:
         """Stage a section's state; ``job`` True keeps the stored job, else replaces it."""
         body = msgspec.structs.replace(state, exchange_identities=set(), pending=None)
@@ -354,9 +352,8 @@ def _open(path: Path) -> tuple[sqlite3.Connection, dict[tuple[str, str], Recover
     except sqlite3.Error as error:
         raise StoreError(path, f"cannot open ({error})") from None
     try:
-        connection.execute(
-            "PRAGMA locking_mode=EXCLUSIVE"
-        )  # before any access: WAL without shared memory
+        # before any access: WAL without shared memory
+        connection.execute("PRAGMA locking_mode=EXCLUSIVE")
         version = connection.execute("PRAGMA user_version").fetchone()[0]
         connection.execute("PRAGMA journal_mode=WAL")
         connection.execute("PRAGMA synchronous=NORMAL")
@@ -373,9 +370,8 @@ def _open(path: Path) -> tuple[sqlite3.Connection, dict[tuple[str, str], Recover
             connection.execute("COMMIT")
         else:
             version = migrate(connection, path, version)
-            connection.execute(
-                f"PRAGMA user_version = {version}"
-            )  # a write: the exclusive lock, now
+            # a write: the exclusive lock, now
+            connection.execute(f"PRAGMA user_version = {version}")
         check = connection.execute("PRAGMA quick_check").fetchone()[0]
         if check != "ok":
             raise StoreError(path, f"corrupt database ({check})")

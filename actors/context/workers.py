@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from xrmq.actors.models import ChatMessage, ChatOptions, LLMService
-from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, get_logger
+from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, RuntimeContext, get_logger
 from xrmq.schemas._validation import check_positive
 from xrmq.topics import Topic
 
@@ -30,7 +30,10 @@ COMPACTION_OPTIONS = ChatOptions(thinking=False)
 
 async def compact(llm: LLMService, request: CompactionRequest) -> CompactionResult:
     """Run one compaction request on ``llm``; a failed call is a result with ``error``."""
-    messages = (ChatMessage("system", request.system_prompt), ChatMessage("user", request.user_message))
+    messages = (
+        ChatMessage("system", request.system_prompt),
+        ChatMessage("user", request.user_message),
+    )
     try:
         async with llm.stream(messages, COMPACTION_OPTIONS) as stream:
             text = "".join([chunk async for chunk in stream])
@@ -42,7 +45,9 @@ async def compact(llm: LLMService, request: CompactionRequest) -> CompactionResu
 class CompactionWorker(Agent):
     """One worker of the pool."""
 
-    def __init__(self, index: int, llm: LLMService, topics: ContextTopics, concurrency: int) -> None:
+    def __init__(
+        self, index: int, llm: LLMService, topics: ContextTopics, concurrency: int
+    ) -> None:
         check_positive(concurrency, "worker_concurrency")
         self.index = index
         self.llm = llm
@@ -53,9 +58,12 @@ class CompactionWorker(Agent):
         self._reply_topics: dict[str, Topic[CompactionDone]] = {}
         self._stopping = False
 
-    def handlers(self) -> dict[Topic, str]:
+    def handlers(self) -> Handlers:
         """Its own job and cancel topics: each worker is a mailbox of its own."""
-        return {self._topics.worker_jobs(self.index): "on_job", self._topics.worker_cancel(self.index): "on_cancel"}
+        return {
+            self._topics.worker_jobs(self.index): self.on_job,
+            self._topics.worker_cancel(self.index): self.on_cancel,
+        }
 
     @property
     def busy(self) -> int:
@@ -65,7 +73,9 @@ class CompactionWorker(Agent):
     async def on_job(self, message: CompactionJob, ctx: RuntimeContext) -> None:
         job = message.request.job
         if not self._topics.is_result_topic(message.reply_topic):
-            get_logger(actor=self.name).warning("compaction.bad_reply_topic", reply_topic=message.reply_topic)
+            get_logger(actor=self.name).warning(
+                "compaction.bad_reply_topic", reply_topic=message.reply_topic
+            )
             return
         if job in self._queued or job in self._running:
             return
@@ -91,13 +101,16 @@ class CompactionWorker(Agent):
     def _pump(self) -> None:
         while self._queued and len(self._running) < self.concurrency and not self._stopping:
             job, (message, participant_id) = self._queued.popitem(last=False)
-            self._running[job] = asyncio.create_task(self._run(message, participant_id),
-                                                     name=f"xrmq-compaction-{job.section}-{job.job_id}")
+            self._running[job] = asyncio.create_task(
+                self._run(message, participant_id),
+                name=f"xrmq-compaction-{job.section}-{job.job_id}",
+            )
 
     async def _run(self, message: CompactionJob, participant_id: str | None) -> None:
         job = message.request.job
         get_logger(actor=self.name, participant=participant_id).debug(
-            "compaction.started", section=job.section, job=job.job_id, attempt=message.attempt)
+            "compaction.started", section=job.section, job=job.job_id, attempt=message.attempt
+        )
         try:
             result = await compact(self.llm, message.request)
         finally:
@@ -107,8 +120,15 @@ class CompactionWorker(Agent):
         if runtime is not None and runtime.running:
             topic = self._reply_topics.get(message.reply_topic)
             if topic is None:
-                topic = self._reply_topics[message.reply_topic] = Topic(message.reply_topic, CompactionDone)
-            runtime.send(topic, CompactionDone(result, self.index), participant_id=participant_id, source=self.name)
+                topic = self._reply_topics[message.reply_topic] = Topic(
+                    message.reply_topic, CompactionDone
+                )
+            runtime.send(
+                topic,
+                CompactionDone(result, self.index),
+                participant_id=participant_id,
+                source=self.name,
+            )
         self._pump()
 
     async def on_stop(self) -> None:
@@ -126,8 +146,15 @@ def worker_name(name: str, index: int) -> str:
     return f"{name}.worker.{index}"
 
 
-def register_workers(runtime: AgentRuntime, plan: ContextPlan, llm: LLMService, *, name: str = "context",
-                     indices: Sequence[int] | None = None, concurrency: int | None = None) -> list[CompactionWorker]:
+def register_workers(
+    runtime: AgentRuntime,
+    plan: ContextPlan,
+    llm: LLMService,
+    *,
+    name: str = "context",
+    indices: Sequence[int] | None = None,
+    concurrency: int | None = None,
+) -> list[CompactionWorker]:
     """Host compaction workers in ``runtime`` (before it starts); return them.
 
     ``indices`` selects which of the pool's ``plan.compaction_workers`` workers this
@@ -137,7 +164,9 @@ def register_workers(runtime: AgentRuntime, plan: ContextPlan, llm: LLMService, 
     chosen = list(range(plan.compaction_workers)) if indices is None else list(indices)
     bad = [index for index in chosen if not 0 <= index < plan.compaction_workers]
     if bad:
-        raise ValueError(f"indices: workers {bad} are outside the pool of {plan.compaction_workers}")
+        raise ValueError(
+            f"indices: workers {bad} are outside the pool of {plan.compaction_workers}"
+        )
     workers: list[CompactionWorker] = []
     for index in chosen:
         worker = CompactionWorker(index, llm, plan.topics, concurrency or plan.worker_concurrency)

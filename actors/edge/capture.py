@@ -43,7 +43,8 @@ def _is_message(frames: list[bytes]) -> bool:
 
 
 def _probe_until_seen(pub: zmq.Socket, sub: zmq.Socket, timeout: float, what: str) -> None:
-    """Publish a probe on ``pub`` until ``sub`` receives it back; ``TimeoutError`` naming ``what``."""
+    """Publish a probe on ``pub`` until ``sub`` receives it back; ``TimeoutError`` naming
+    ``what``."""
     probe = _PROBE_TOPIC + b"?" + uuid.uuid4().hex.encode()
     deadline = time.monotonic() + timeout
     interval_ms = 5
@@ -77,8 +78,16 @@ def _topic_of(frames: Sequence[bytes]) -> str:
     return split_key(frames[0])[0]
 
 
-def record(bus: str, path: str, *, count: int | None, duration: float | None, out: TextIO,
-           ready_timeout: float = 10.0, topics: TopicFilter = TopicFilter()) -> int:
+def record(
+    bus: str,
+    path: str,
+    *,
+    count: int | None,
+    duration: float | None,
+    out: TextIO,
+    ready_timeout: float = 10.0,
+    topics: TopicFilter = TopicFilter(),
+) -> int:
     """Write the bus's capture stream to ``path`` until SIGINT/SIGTERM, ``count`` messages or
     ``duration`` seconds; only messages whose topic ``topics`` admits."""
     address = parse_bus(bus)
@@ -94,7 +103,12 @@ def record(bus: str, path: str, *, count: int | None, duration: float | None, ou
         sub.setsockopt(zmq.SUBSCRIBE, b"")
         sub.connect(address.capture)
         pub.connect(address.publish)
-        _probe_until_seen(pub, sub, ready_timeout, f"on the capture socket {address.capture} (is capture enabled?)")
+        _probe_until_seen(
+            pub,
+            sub,
+            ready_timeout,
+            f"on the capture socket {address.capture} (is capture enabled?)",
+        )
         stop = _stop_on_signals()
         deadline = None if duration is None else time.monotonic() + duration
         with Path(path).open("wb") as file:
@@ -116,14 +130,24 @@ def record(bus: str, path: str, *, count: int | None, duration: float | None, ou
     return 0
 
 
-def replay(bus: str, path: str, *, speed: float, out: TextIO, ready_timeout: float = 10.0,
-           topics: TopicFilter = TopicFilter()) -> int:
+def replay(
+    bus: str,
+    path: str,
+    *,
+    speed: float,
+    out: TextIO,
+    ready_timeout: float = 10.0,
+    topics: TopicFilter = TopicFilter(),
+) -> int:
     """Publish the messages of a capture file whose topic ``topics`` admits onto ``bus``, in
     order, at recorded pace divided by ``speed``."""
     with Path(path).open("rb") as file:
         every = list(read_records(file, name=path))
-    records = [record_ for record_ in every if _is_message(list(record_.frames))
-               and topics.admits(_topic_of(record_.frames))]
+    records = [
+        record_
+        for record_ in every
+        if _is_message(list(record_.frames)) and topics.admits(_topic_of(record_.frames))
+    ]
     offsets = replay_offsets([record.timestamp_us for record in records], speed)
     address = parse_bus(bus)
     check_ipc_directories(address)

@@ -56,8 +56,11 @@ OUTCOME_GRACE_S = 1.0
 """How long ``say`` waits after a destination's final frame for the router's ``TurnEnded``."""
 
 
-async def say(bus: str, participant_id: str, text: str, *, timeout: float, out: TextIO = sys.stdout) -> int:
-    """Ask ``text`` as ``participant_id`` and print the reply; ``TimeoutError`` if it is not complete in time."""
+async def say(
+    bus: str, participant_id: str, text: str, *, timeout: float, out: TextIO = sys.stdout
+) -> int:
+    """Ask ``text`` as ``participant_id`` and print the reply; ``TimeoutError`` if it is not
+    complete in time."""
     collector = ReplyCollector()
     runtime = AgentRuntime(bus, ready_timeout=min(timeout, 10.0))
     runtime.register("replies", collector, participant_id=participant_id)
@@ -104,7 +107,9 @@ class _StreamPrinter:
             self._open = None
 
 
-def _read_lines(stream: TextIO, queue: asyncio.Queue[str | None], loop: asyncio.AbstractEventLoop) -> None:
+def _read_lines(
+    stream: TextIO, queue: asyncio.Queue[str | None], loop: asyncio.AbstractEventLoop
+) -> None:
     """Feed ``stream``'s lines into ``queue`` (None at end of input), from a daemon thread.
 
     A thread, because a blocking read of a terminal or a file cannot be awaited
@@ -142,8 +147,15 @@ def _no_echo(stream: TextIO) -> Iterator[None]:
         termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
-async def chat(bus: str, participant_id: str, *, timeout: float, stdin: TextIO = sys.stdin,
-               out: TextIO = sys.stdout, config: EdgeConfig | None = None) -> int:
+async def chat(
+    bus: str,
+    participant_id: str,
+    *,
+    timeout: float,
+    stdin: TextIO = sys.stdin,
+    out: TextIO = sys.stdout,
+    config: EdgeConfig | None = None,
+) -> int:
     """The chat loop on ``bus`` (see the module docstring); 0 when the user leaves."""
     printer = _StreamPrinter(out)
     collector = ReplyCollector(on_fragment=printer)
@@ -181,9 +193,10 @@ async def chat(bus: str, participant_id: str, *, timeout: float, stdin: TextIO =
                 elif command == COMPACT:
                     from .context_commands import compact_in_chat
 
-                    argument = text[len(COMPACT):].strip()
-                    outcome = await compact_in_chat(config or default_config(), bus,
-                                                    participant_id, argument)
+                    argument = text[len(COMPACT) :].strip()
+                    outcome = await compact_in_chat(
+                        config or default_config(), bus, participant_id, argument
+                    )
                     print(outcome, file=out, flush=True)
                 elif command == "/clear":
                     runtime.send(
@@ -219,40 +232,66 @@ async def chat(bus: str, participant_id: str, *, timeout: float, stdin: TextIO =
     return 0
 
 
-async def compact(runtime: AgentRuntime, participant_id: str, line: str, last: str | None, *,
-                  timeout: float = 10.0) -> str:
+async def compact(
+    runtime: AgentRuntime,
+    participant_id: str,
+    line: str,
+    last: str | None,
+    *,
+    timeout: float = 10.0,
+) -> str:
     """Run ``/compact toolcall|summary [DESTINATION]``; the line to print."""
     words = line.split()[1:]
     tier = "toolcall" if words[:1] == ["toolcall"] else "summary"
     words = words[1:] if words[:1] in (["toolcall"], ["summary"]) else words
     destination = words[0] if words else last
     if destination is None:
-        return ("xrmq chat: /compact: no destination answered yet; "
-                "name one: /compact toolcall|summary DESTINATION")
+        return (
+            "xrmq chat: /compact: no destination answered yet; "
+            "name one: /compact toolcall|summary DESTINATION"
+        )
     try:
-        reply = await runtime.ask(compact_topic(destination), CompactRequest(tier),
-                                  reply_type=CompactReply, participant_id=participant_id,
-                                  timeout=timeout)
+        reply = await runtime.ask(
+            compact_topic(destination),
+            CompactRequest(tier),
+            reply_type=CompactReply,
+            participant_id=participant_id,
+            timeout=timeout,
+        )
     except TimeoutError:
-        return (f"xrmq chat: /compact: {destination!r} is not a tools destination "
-                f"(no answer within {timeout:g} s)")
+        return (
+            f"xrmq chat: /compact: {destination!r} is not a tools destination "
+            f"(no answer within {timeout:g} s)"
+        )
     except AskError as error:
         return f"xrmq chat: /compact: {error}"
     if tier == "toolcall":
         share = f"{reply.reclaimed_fraction:.0%}"
-        return (f"xrmq chat: compacted tool results at {destination}: "
-                f"{reply.reclaimed_count} reclaimed ({share} of the transcript)")
+        return (
+            f"xrmq chat: compacted tool results at {destination}: "
+            f"{reply.reclaimed_count} reclaimed ({share} of the transcript)"
+        )
     fraction = f"{reply.reclaimed_fraction:.0%}"
     return f"xrmq chat: summary at {destination}: {reply.status} ({fraction} reclaimed)"
 
 
-async def chat_private_stack(participant_id: str, *, timeout: float, stdin: TextIO = sys.stdin,
-                        out: TextIO = sys.stdout) -> int:
-    """``chat`` against a stack of the built-in default started here; 1 if the stack stops by itself."""
+async def chat_private_stack(
+    participant_id: str, *, timeout: float, stdin: TextIO = sys.stdin, out: TextIO = sys.stdout
+) -> int:
+    """``chat`` against a stack of the built-in default started here; 1 if the stack stops by
+    itself."""
     print("xrmq chat: starting an edge stack on a private bus...", file=out, flush=True)
     async with PrivateStack(default_config()) as stack:
-        session = asyncio.create_task(chat(stack.bus, participant_id, timeout=timeout, stdin=stdin,
-                                           out=out, config=stack.config))
+        session = asyncio.create_task(
+            chat(
+                stack.bus,
+                participant_id,
+                timeout=timeout,
+                stdin=stdin,
+                out=out,
+                config=stack.config,
+            )
+        )
         failed = asyncio.create_task(stack.wait_failed())
         await asyncio.wait([session, failed], return_when=asyncio.FIRST_COMPLETED)
         if session.done():

@@ -17,12 +17,22 @@ from .config import EdgeConfig, default_config, load_config
 
 
 def add_commands(subparsers: Any) -> None:
-    up = subparsers.add_parser("up", help="start the broker and every process of an edge-box config, supervised")
-    up.add_argument("config", nargs="?", help="TOML config (default: the built-in default; see examples/edge-box.toml)")
-    up.add_argument("--check", action="store_true", help="validate the config and its roles, start nothing")
-    up.add_argument("--init-keys", action="store_true",
-                    help="with [bus.security] mode = 'curve': create missing key pairs "
-                         "(broker, processes)")
+    up = subparsers.add_parser(
+        "up", help="start the broker and every process of an edge-box config, supervised"
+    )
+    up.add_argument(
+        "config",
+        nargs="?",
+        help="TOML config (default: the built-in default; see examples/edge-box.toml)",
+    )
+    up.add_argument(
+        "--check", action="store_true", help="validate the config and its roles, start nothing"
+    )
+    up.add_argument(
+        "--init-keys",
+        action="store_true",
+        help="with [bus.security] mode = 'curve': create missing key pairs (broker, processes)",
+    )
     up.add_argument(
         "--print-systemd",
         action="store_true",
@@ -30,10 +40,18 @@ def add_commands(subparsers: Any) -> None:
     )
     up.set_defaults(func=run_up)
 
-    run = subparsers.add_parser("run", help="run one process of an edge-box config (what 'up' starts)")
-    run.add_argument("target", metavar="ROLE-or-PROCESS", help="a process named in the config, or a role to run alone")
+    run = subparsers.add_parser(
+        "run", help="run one process of an edge-box config (what 'up' starts)"
+    )
+    run.add_argument(
+        "target",
+        metavar="ROLE-or-PROCESS",
+        help="a process named in the config, or a role to run alone",
+    )
     run.add_argument("--config", help="TOML config (default: the built-in default)")
-    run.add_argument("--shard", type=int, default=0, help="which replica of the process (default 0)")
+    run.add_argument(
+        "--shard", type=int, default=0, help="which replica of the process (default 0)"
+    )
     run.set_defaults(func=run_run)
 
     record = subparsers.add_parser("record", help="write the broker's capture stream to a file")
@@ -50,10 +68,14 @@ def add_commands(subparsers: Any) -> None:
     )
     record.set_defaults(func=run_record)
 
-    replay = subparsers.add_parser("replay", help="publish a recorded capture file onto a bus, in order and pace")
+    replay = subparsers.add_parser(
+        "replay", help="publish a recorded capture file onto a bus, in order and pace"
+    )
     add_bus_argument(replay)
     replay.add_argument("file")
-    replay.add_argument("--speed", type=float, default=1.0, help="pace factor: 2 is twice as fast, inf back to back")
+    replay.add_argument(
+        "--speed", type=float, default=1.0, help="pace factor: 2 is twice as fast, inf back to back"
+    )
     replay.add_argument(
         "--only",
         action="append",
@@ -62,8 +84,13 @@ def add_commands(subparsers: Any) -> None:
         help="replay only topics matching this glob (repeatable; default: every topic but "
         "those the box derives: route.*, _inbox.*, context.*, xrmq.*, voice.output, ...)",
     )
-    replay.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
-                        help="also leave out topics matching this glob (repeatable)")
+    replay.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="also leave out topics matching this glob (repeatable)",
+    )
     replay.set_defaults(func=run_replay)
 
     echo = subparsers.add_parser("echo", help="print every message of one topic as it arrives")
@@ -88,45 +115,87 @@ def add_commands(subparsers: Any) -> None:
     show.add_argument("--json", action="store_true", help="one JSON object per line")
     show.set_defaults(func=run_capture_show)
 
-    top = subparsers.add_parser("top", help="live view of every runtime: actors, mailboxes, rates, gaps, gauges")
+    top = subparsers.add_parser(
+        "top", help="live view of every runtime: actors, mailboxes, rates, gaps, gauges"
+    )
     add_bus_argument(top)
     top.add_argument("--once", action="store_true", help="print one view and exit")
     top.add_argument("--json", action="store_true", help="print the rows as JSON")
-    top.add_argument("--interval", type=float, default=1.0, help="seconds between redraws (default 1)")
-    top.add_argument("--window", type=float, default=3.0, help="with --once: wait at most this long for reports")
-    top.add_argument("--expect", type=int, help="with --once: print as soon as this many runtimes reported twice")
+    top.add_argument(
+        "--interval", type=float, default=1.0, help="seconds between redraws (default 1)"
+    )
+    top.add_argument(
+        "--window", type=float, default=3.0, help="with --once: wait at most this long for reports"
+    )
+    top.add_argument(
+        "--expect", type=int, help="with --once: print as soon as this many runtimes reported twice"
+    )
     top.set_defaults(func=run_top)
 
-    demo = subparsers.add_parser("demo", help="a scripted two-participant session on an edge stack it starts itself")
-    demo.add_argument("--verbose", action="store_true", help="also print every line of the stack's processes (stderr)")
-    demo.add_argument("--voice", action="store_true",
-                      help="spoken questions (espeak-ng) as audio in, answers as audio out (the voice extra)")
+    demo = subparsers.add_parser(
+        "demo", help="a scripted two-participant session on an edge stack it starts itself"
+    )
+    demo.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also print every line of the stack's processes (stderr)",
+    )
+    demo.add_argument(
+        "--voice",
+        action="store_true",
+        help="spoken questions (espeak-ng) as audio in, answers as audio out (the voice extra)",
+    )
     demo.set_defaults(func=run_demo)
 
-    chat = subparsers.add_parser("chat", help="interactive text front end: type queries, read the streamed replies")
+    chat = subparsers.add_parser(
+        "chat", help="interactive text front end: type queries, read the streamed replies"
+    )
     add_bus_argument(chat)
     chat.add_argument("--participant", default="p1", help="participant id (default: %(default)s)")
-    chat.add_argument("--private-stack", "--embedded", dest="private_stack", action="store_true",
-                      help="start an edge stack of the built-in default on a private bus instead of "
-                      "using --bus (--embedded: its former name)")
-    chat.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each reply (default 30)")
-    chat.add_argument("--config",
-                      help="the edge box's TOML config, for /compact (default: the built-in one)")
+    chat.add_argument(
+        "--private-stack",
+        "--embedded",
+        dest="private_stack",
+        action="store_true",
+        help="start an edge stack of the built-in default on a private bus instead of using "
+        "--bus (--embedded: its former name)",
+    )
+    chat.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds to wait for each reply (default 30)"
+    )
+    chat.add_argument(
+        "--config", help="the edge box's TOML config, for /compact (default: the built-in one)"
+    )
     chat.set_defaults(func=run_chat)
 
     say = subparsers.add_parser("say", help="ask one query, print the reply, exit")
     add_bus_argument(say)
     say.add_argument("text")
     say.add_argument("--participant", default="p1", help="participant id (default: %(default)s)")
-    say.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the whole reply (default 30)")
+    say.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        help="seconds to wait for the whole reply (default 30)",
+    )
     say.set_defaults(func=run_say)
 
-    compact = subparsers.add_parser("compact", help="compact a participant's transcript at a tools destination")
+    compact = subparsers.add_parser(
+        "compact", help="compact a participant's transcript at a tools destination"
+    )
     add_bus_argument(compact)
-    compact.add_argument("destination", help="the tools destination (a [destinations.NAME] with kind = \"tools\")")
-    compact.add_argument("--participant", default="p1", help="participant id (default: %(default)s)")
-    compact.add_argument("--tier", choices=("toolcall", "summary"), default="summary",
-                         help="toolcall: reclaim old tool results (tier 1); summary: summarize (tier 2)")
+    compact.add_argument(
+        "destination", help='the tools destination (a [destinations.NAME] with kind = "tools")'
+    )
+    compact.add_argument(
+        "--participant", default="p1", help="participant id (default: %(default)s)"
+    )
+    compact.add_argument(
+        "--tier",
+        choices=("toolcall", "summary"),
+        default="summary",
+        help="toolcall: reclaim old tool results (tier 1); summary: summarize (tier 2)",
+    )
     compact.add_argument("--timeout", type=float, default=30.0, help="seconds to wait (default 30)")
     compact.set_defaults(func=run_compact)
 
@@ -157,8 +226,9 @@ def run_up(args: argparse.Namespace) -> int:
             raise ValueError("--init-keys: the config's [bus.security] mode is not 'curve'")
         posture = "bus security none"
         if security.insecure and is_loopback_tcp(config.bus.address) is False:
-            posture += (f"; WARNING: insecure = true: {config.bus.address} is open to anyone "
-                        "who reaches it")
+            posture += (
+                f"; WARNING: insecure = true: {config.bus.address} is open to anyone who reaches it"
+            )
     if args.check:
         print(f"xrmq up: {config.source}: ok ({len(config.processes)} processes; {posture})")
         return 0
@@ -202,8 +272,14 @@ def run_record(args: argparse.Namespace) -> int:
     require_broker(args.bus, endpoint="capture")
     from .topicfilter import TopicFilter
 
-    return record(args.bus, args.file, count=args.count, duration=args.duration, out=sys.stdout,
-                  topics=TopicFilter(tuple(args.topic)))
+    return record(
+        args.bus,
+        args.file,
+        count=args.count,
+        duration=args.duration,
+        out=sys.stdout,
+        topics=TopicFilter(tuple(args.topic)),
+    )
 
 
 def run_replay(args: argparse.Namespace) -> int:
@@ -264,8 +340,16 @@ def run_top(args: argparse.Namespace) -> int:
     if args.expect is not None and args.expect < 1:
         raise ValueError("--expect: must be >= 1")
     require_broker(args.bus)
-    return run(watch(args.bus, once=args.once, as_json=args.json, interval=args.interval,
-                     window=args.window, expect=args.expect))
+    return run(
+        watch(
+            args.bus,
+            once=args.once,
+            as_json=args.json,
+            interval=args.interval,
+            window=args.window,
+            expect=args.expect,
+        )
+    )
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -312,8 +396,13 @@ def run_compact(args: argparse.Namespace) -> int:
 
     async def once() -> int:
         async with AgentRuntime(args.bus, ready_timeout=min(args.timeout, 10.0)) as runtime:
-            line = await compact(runtime, args.participant, f"/compact {args.tier} {args.destination}", None,
-                                 timeout=args.timeout)
+            line = await compact(
+                runtime,
+                args.participant,
+                f"/compact {args.tier} {args.destination}",
+                None,
+                timeout=args.timeout,
+            )
         print(line.removeprefix("xrmq chat: "), flush=True)
         return 1 if "/compact:" in line else 0
 

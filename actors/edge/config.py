@@ -74,7 +74,7 @@ class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
 SECURITY_MODES = ("none", "curve")
 
 
-class SecurityConfig(_Section):
+class SecurityConfig(_Section, frozen=True):
     mode: str = "none"
     """``curve``: every bus socket authenticated and encrypted, per-identity ACLs;
     ``none``: plain."""
@@ -90,7 +90,7 @@ class SecurityConfig(_Section):
     """Allow a plain (``mode = "none"``) bus on a tcp address that is not loopback."""
 
 
-class IdentityConfig(_Section):
+class IdentityConfig(_Section, frozen=True):
     key: str | None = None
     """Its Z85 public key; None: ``NAME.key`` in the ``authorized`` directory."""
     publish: list[str] | None = None
@@ -103,7 +103,7 @@ class IdentityConfig(_Section):
     """Whether it may read the capture socket (``xrmq record``)."""
 
 
-class BusConfig(_Section):
+class BusConfig(_Section, frozen=True):
     address: str = DEFAULT_BUS
     """A bus name (ipc sockets in the per-user runtime directory), ``ipc://PREFIX`` or ``tcp://HOST:PORT``."""
     capture: bool = True
@@ -112,7 +112,8 @@ class BusConfig(_Section):
     """The largest frame a socket on the bus accepts (``ZMQ_MAXMSGSIZE``); a publisher sending a
     larger one has its connection dropped by the broker, and a runtime refuses to send one."""
     subscriber_budget_bytes: Annotated[int, msgspec.Meta(ge=1 << 20)] = (
-        DEFAULT_SUBSCRIBER_BUDGET_BYTES)
+        DEFAULT_SUBSCRIBER_BUDGET_BYTES
+    )
     """What one subscriber that stopped reading may cost the broker; beyond, the broker drops its
     messages (the subscriber reports them as gaps)."""
     security: SecurityConfig = SecurityConfig()
@@ -120,7 +121,7 @@ class BusConfig(_Section):
     """Bus identities by name: clients' keys and any identity's permissions."""
 
 
-class ModelsConfig(_Section):
+class ModelsConfig(_Section, frozen=True):
     answers: ModelSpec = parse_model_spec("offline")
     """The model conversations answer with (destinations may override it)."""
     compaction: ModelSpec = parse_model_spec("offline")
@@ -129,25 +130,30 @@ class ModelsConfig(_Section):
     """The model the router's ``llm`` decision service chooses destinations with."""
 
 
-class TopicConfig(_Section):
+class TopicConfig(_Section, frozen=True):
     mode: str
-    """``summary`` (an update replaces the topic's state) or ``incremental`` (updates append and are compacted)."""
+    """``summary`` (an update replaces the topic's state) or ``incremental`` (updates append and are
+    compacted)."""
     budget_bytes: Budget | None = None
     """This topic's budget; None uses ``context.topic_budget_bytes``."""
 
 
-class PromptsConfig(_Section):
+class PromptsConfig(_Section, frozen=True):
     source: str | None = None
     dialogue: str | None = None
     condense: str | None = None
 
     def prompts(self) -> CompactionPrompts:
         """The ``CompactionPrompts`` with the defaults for every prompt not given."""
-        given = {name: value for name in ("source", "dialogue", "condense") if (value := getattr(self, name)) is not None}
+        given = {
+            name: value
+            for name in ("source", "dialogue", "condense")
+            if (value := getattr(self, name)) is not None
+        }
         return CompactionPrompts(**given)
 
 
-class ContextSettings(_Section):
+class ContextSettings(_Section, frozen=True):
     topics: dict[str, TopicConfig] = {}
     """Context topics by name, in the order their summaries are rendered."""
     dialogue_budget_bytes: Budget = DEFAULT_DIALOGUE_BUDGET_BYTES
@@ -173,8 +179,12 @@ class ContextSettings(_Section):
         """The ``ContextManager`` constructor's keyword arguments this table describes (the
         section fields of ``ContextOptions``)."""
         return {
-            "summary_context_topics": [name for name, topic in self.topics.items() if topic.mode == "summary"],
-            "incremental_context_topics": [name for name, topic in self.topics.items() if topic.mode == "incremental"],
+            "summary_context_topics": [
+                name for name, topic in self.topics.items() if topic.mode == "summary"
+            ],
+            "incremental_context_topics": [
+                name for name, topic in self.topics.items() if topic.mode == "incremental"
+            ],
             "dialogue_budget_bytes": self.dialogue_budget_bytes,
             "topic_budget_bytes": {name: self.topic_budget(name) for name in self.topics},
             "compaction_input_budget_bytes": self.compaction_input_budget_bytes,
@@ -186,7 +196,7 @@ class ContextSettings(_Section):
         return self.topic_budget_bytes if budget is None else budget
 
 
-class DestinationConfig(_Section):
+class DestinationConfig(_Section, frozen=True):
     description: str
     """What the destination answers: the routing aid the router chooses with."""
     instructions: str = ""
@@ -212,9 +222,10 @@ class DestinationConfig(_Section):
 DESTINATION_KINDS = ("conversation", "tools")
 
 
-class RouterConfig(_Section):
+class RouterConfig(_Section, frozen=True):
     decisions: str = "first"
-    """``first`` (the default destination takes every turn), ``rules`` (keywords) or ``llm`` (``models.routing`` chooses)."""
+    """``first`` (the default destination takes every turn), ``rules`` (keywords) or ``llm``
+    (``models.routing`` chooses)."""
     default: str | None = None
     """The destination tried when no other fits; None: the first destination."""
     history_limit: AtLeastOne | None = None
@@ -224,7 +235,7 @@ class RouterConfig(_Section):
     router's proxy: its answer in flight fails and its open reply stream is closed."""
 
 
-class RestartPolicyConfig(_Section):
+class RestartPolicyConfig(_Section, frozen=True):
     max_crashes: AtLeastOne = 5
     """Crashes within ``window_s`` after which the supervisor gives up."""
     window_s: Positive = 60.0
@@ -233,7 +244,7 @@ class RestartPolicyConfig(_Section):
     backoff_max_s: Positive = 30.0
 
 
-class SupervisorConfig(_Section):
+class SupervisorConfig(_Section, frozen=True):
     ready_timeout_s: Positive = 30.0
     """How long a process may take to report ready before it counts as crashed."""
     shutdown_timeout_s: Positive = 10.0
@@ -247,7 +258,7 @@ class SupervisorConfig(_Section):
     restart: RestartPolicyConfig = RestartPolicyConfig()
 
 
-class ProcessConfig(_Section):
+class ProcessConfig(_Section, frozen=True):
     roles: list[str]
     """Roles this process runs: registered role names, or ``package.module:function``."""
     replicas: AtLeastOne = 1
@@ -271,7 +282,7 @@ class ProcessConfig(_Section):
     answer path leaves idle."""
 
 
-class VoiceConfig(_Section):
+class VoiceConfig(_Section, frozen=True):
     """The ``voice`` role (speech in) and the renderer's speech out (``actors/voice``)."""
 
     stt: str = "whisper"
@@ -310,11 +321,12 @@ class ProcessInstance(msgspec.Struct, frozen=True):
 
     @property
     def runtime_name(self) -> str:
-        """The runtime's (and the log prefix's) name: ``process``, or ``process.shard`` with replicas."""
+        """The runtime's (and the log prefix's) name: ``process``, or ``process.shard`` with
+        replicas."""
         return self.process if self.shards == 1 else f"{self.process}.{self.shard}"
 
 
-class EdgeConfig(_Section):
+class EdgeConfig(_Section, frozen=True):
     bus: BusConfig = BusConfig()
     models: ModelsConfig = ModelsConfig()
     context: ContextSettings = ContextSettings()
@@ -343,10 +355,13 @@ class EdgeConfig(_Section):
 
     def instances(self, process: str) -> list[ProcessInstance]:
         spec = self.processes[process]
-        return [ProcessInstance(process, shard, spec.replicas, spec) for shard in range(spec.replicas)]
+        return [
+            ProcessInstance(process, shard, spec.replicas, spec) for shard in range(spec.replicas)
+        ]
 
     def startup_layers(self) -> list[list[str]]:
-        """Process names in start order: each layer after every process its members name in ``after``.
+        """Process names in start order: each layer after every process its members name in
+        ``after``.
 
         Stop in the reverse order. Config order is kept within a layer.
         """
@@ -385,29 +400,38 @@ def default_config() -> EdgeConfig:
     destination; context sections, compaction workers, conversation, router and voice
     renderer in processes of their own. ``examples/edge-box.toml`` spells out the same.
     """
-    return decode_config({
-        "context": {"topics": {"scene": {"mode": "summary"}, "notes": {"mode": "incremental"}}},
-        "destinations": {"conversation": {
-            "description": "General assistant: answers questions from its own knowledge and the participant's context.",
-        }},
-        "router": {"default": "conversation"},
-        "processes": {
-            "context": {"roles": ["context"], "nice": 19},
-            "compaction": {"roles": ["compaction"], "after": ["context"], "nice": 19},
-            "conversation": {"roles": ["conversation"], "after": ["context"]},
-            "router": {"roles": ["router"], "after": ["conversation"]},
-            "renderer": {"roles": ["renderer"]},
-        },
-    })
+    return decode_config(
+        {
+            "context": {"topics": {"scene": {"mode": "summary"}, "notes": {"mode": "incremental"}}},
+            "destinations": {
+                "conversation": {
+                    "description": (
+                        "General assistant: answers questions from its own knowledge and the "
+                        "participant's context."
+                    ),
+                }
+            },
+            "router": {"default": "conversation"},
+            "processes": {
+                "context": {"roles": ["context"], "nice": 19},
+                "compaction": {"roles": ["compaction"], "after": ["context"], "nice": 19},
+                "conversation": {"roles": ["conversation"], "after": ["context"]},
+                "router": {"roles": ["router"], "after": ["conversation"]},
+                "renderer": {"roles": ["renderer"]},
+            },
+        }
+    )
 
 
 def decode_config(raw: Mapping[str, Any], *, source: str = DEFAULT_SOURCE) -> EdgeConfig:
-    """Validate a decoded TOML document into ``EdgeConfig``; ``ConfigError`` on the first broken rule."""
+    """Validate a decoded TOML document into ``EdgeConfig``; ``ConfigError`` on the first broken
+    rule."""
     top = _convert(raw, _RawTop, "", source)
     models = _models(top.models, source)
     context = _context(top.context, source)
     destinations = {
-        name: _destination(value, f"destinations.{name}", source) for name, value in _table(top.destinations, "destinations", source).items()
+        name: _destination(value, f"destinations.{name}", source)
+        for name, value in _table(top.destinations, "destinations", source).items()
     }
     processes = {
         name: _convert(value, ProcessConfig, f"processes.{name}", source)
@@ -428,7 +452,7 @@ def decode_config(raw: Mapping[str, Any], *, source: str = DEFAULT_SOURCE) -> Ed
     return config
 
 
-class _RawTop(_Section):
+class _RawTop(_Section, frozen=True):
     bus: dict[str, Any] = {}
     models: dict[str, Any] = {}
     context: dict[str, Any] = {}
@@ -445,8 +469,10 @@ def _bus(raw: dict[str, Any], source: str) -> BusConfig:
     if not isinstance(identities_raw, dict):
         kind = kind_of(identities_raw)
         raise ConfigError(source, "bus.identities", f"must be a table, got {kind}")
-    identities = {name: _convert(value, IdentityConfig, f"bus.identities.{name}", source)
-                  for name, value in _table(identities_raw, "bus.identities", source).items()}
+    identities = {
+        name: _convert(value, IdentityConfig, f"bus.identities.{name}", source)
+        for name, value in _table(identities_raw, "bus.identities", source).items()
+    }
     bus: BusConfig = _convert({**raw, "identities": {}}, BusConfig, "bus", source)
     return msgspec.structs.replace(bus, identities=identities)
 
@@ -454,7 +480,11 @@ def _bus(raw: dict[str, Any], source: str) -> BusConfig:
 def _table(value: dict[str, Any], key: str, source: str) -> dict[str, Any]:
     for name in value:
         if not _NAME.match(name):
-            raise ConfigError(source, f"{key}.{name}", "names use letters, digits, '-' and '_', starting with a letter or digit")
+            raise ConfigError(
+                source,
+                f"{key}.{name}",
+                "names use letters, digits, '-' and '_', starting with a letter or digit",
+            )
     return value
 
 
@@ -502,9 +532,15 @@ def _models(raw: dict[str, Any], source: str) -> ModelsConfig:
     for name in raw:
         if name not in ModelsConfig.__struct_fields__:
             close = difflib.get_close_matches(name, ModelsConfig.__struct_fields__, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f" (allowed: {', '.join(ModelsConfig.__struct_fields__)})"
+            hint = (
+                f"; did you mean {close[0]!r}?"
+                if close
+                else f" (allowed: {', '.join(ModelsConfig.__struct_fields__)})"
+            )
             raise ConfigError(source, f"models.{name}", f"unknown key{hint}")
-    return ModelsConfig(**{name: _model(value, f"models.{name}", source) for name, value in raw.items()})
+    return ModelsConfig(
+        **{name: _model(value, f"models.{name}", source) for name, value in raw.items()}
+    )
 
 
 def _destination(raw: Any, key: str, source: str) -> DestinationConfig:
@@ -518,18 +554,24 @@ def _context(raw: dict[str, Any], source: str) -> ContextSettings:
     topics_raw = raw.get("topics", {})
     if not isinstance(topics_raw, dict):
         raise ConfigError(source, "context.topics", f"must be a table, got {kind_of(topics_raw)}")
-    topics = {name: _convert(value, TopicConfig, f"context.topics.{name}", source)
-              for name, value in topics_raw.items()}
+    topics = {
+        name: _convert(value, TopicConfig, f"context.topics.{name}", source)
+        for name, value in topics_raw.items()
+    }
     settings: ContextSettings = _convert({**raw, "topics": {}}, ContextSettings, "context", source)
     settings = msgspec.structs.replace(settings, topics=topics)
     for name, topic in topics.items():
         if topic.mode not in TOPIC_MODES:
-            raise ConfigError(source, f"context.topics.{name}.mode",
-                              f"must be {' or '.join(map(repr, TOPIC_MODES))}, got {topic.mode!r}")
+            raise ConfigError(
+                source,
+                f"context.topics.{name}.mode",
+                f"must be {' or '.join(map(repr, TOPIC_MODES))}, got {topic.mode!r}",
+            )
     if settings.on_corrupt not in ON_CORRUPT:
         allowed = " or ".join(map(repr, ON_CORRUPT))
-        raise ConfigError(source, "context.on_corrupt",
-                          f"must be {allowed}, got {settings.on_corrupt!r}")
+        raise ConfigError(
+            source, "context.on_corrupt", f"must be {allowed}, got {settings.on_corrupt!r}"
+        )
     if settings.state_dir is not None and not settings.state_dir.strip():
         raise ConfigError(source, "context.state_dir", "must be a non-empty path")
     try:
@@ -543,7 +585,9 @@ def _context(raw: dict[str, Any], source: str) -> ContextSettings:
         # Budgets and names were held to their types at decoding; what is left are the
         # rules across keys, reported at the key that has to change.
         parameter, _, rule = str(error).partition(": ")
-        raise ConfigError(source, _CONTEXT_KEYS.get(parameter, f"context.{parameter}"), rule) from None
+        raise ConfigError(
+            source, _CONTEXT_KEYS.get(parameter, f"context.{parameter}"), rule
+        ) from None
     return settings
 
 
@@ -557,15 +601,22 @@ _CONTEXT_KEYS = {
 def _check_destination_kind(name: str, destination: DestinationConfig, source: str) -> None:
     key = f"destinations.{name}"
     if destination.kind not in DESTINATION_KINDS:
-        raise ConfigError(source, f"{key}.kind",
-                          f"must be one of {', '.join(map(repr, DESTINATION_KINDS))}, got {destination.kind!r}")
+        raise ConfigError(
+            source,
+            f"{key}.kind",
+            f"must be one of {', '.join(map(repr, DESTINATION_KINDS))}, got {destination.kind!r}",
+        )
     if destination.kind != "tools":
         if destination.tool_servers:
-            raise ConfigError(source, f"{key}.tool_servers", "only a kind = \"tools\" destination calls tools")
+            raise ConfigError(
+                source, f"{key}.tool_servers", 'only a kind = "tools" destination calls tools'
+            )
         return
     for server in destination.tool_servers:
         if not (0 < len(server) <= 40 and all(c.isalnum() or c == "-" for c in server)):
-            raise ConfigError(source, f"{key}.tool_servers", f"{server!r}: must be 1-40 letters, digits or '-'")
+            raise ConfigError(
+                source, f"{key}.tool_servers", f"{server!r}: must be 1-40 letters, digits or '-'"
+            )
     if destination.max_iterations < 1:
         raise ConfigError(source, f"{key}.max_iterations", "must be >= 1")
     if destination.tool_timeout_s <= 0:
@@ -581,10 +632,12 @@ def _check_voice(voice: VoiceConfig, source: str) -> None:
         "vad_threshold": 0.15 < voice.vad_threshold < 1.0,
         "max_utterance_s": voice.max_utterance_s > voice.min_speech_s,
     }
-    texts = {"stt": "must be 'whisper', 'whisper:DIR' or a litellm model string",
-             "tts": "must be 'espeak' or a litellm model string",
-             "vad_threshold": "must be in (0.15, 1)",
-             "max_utterance_s": "must be > voice.min_speech_s"}
+    texts = {
+        "stt": "must be 'whisper', 'whisper:DIR' or a litellm model string",
+        "tts": "must be 'espeak' or a litellm model string",
+        "vad_threshold": "must be in (0.15, 1)",
+        "max_utterance_s": "must be > voice.min_speech_s",
+    }
     for field, ok in rules.items():
         if not ok:
             raise ConfigError(source, f"voice.{field}", texts[field])
@@ -595,23 +648,38 @@ def _validate(config: EdgeConfig, source: str) -> None:
     _check_bus(config.bus.address, source)
     _check_security(config, source)
     if config.router.default is not None and config.router.default not in config.destinations:
-        raise ConfigError(source, "router.default", f"must name a destination ({', '.join(config.destinations) or 'none configured'}), got {config.router.default!r}")
+        raise ConfigError(
+            source,
+            "router.default",
+            f"must name a destination ({', '.join(config.destinations) or 'none configured'}), got "
+            f"{config.router.default!r}",
+        )
     if config.router.decisions not in DECISION_SERVICES:
-        raise ConfigError(source, "router.decisions", f"must be one of {', '.join(map(repr, DECISION_SERVICES))}, got {config.router.decisions!r}")
+        raise ConfigError(
+            source,
+            "router.decisions",
+            f"must be one of {', '.join(map(repr, DECISION_SERVICES))}, got "
+            f"{config.router.decisions!r}",
+        )
     heartbeat = config.supervisor.metrics_interval_s
     if not config.router.destination_dead_after_s > heartbeat:
         raise ConfigError(
-            source, "router.destination_dead_after_s",
-            f"must be > supervisor.metrics_interval_s (the heartbeat, {heartbeat:g}s)")
+            source,
+            "router.destination_dead_after_s",
+            f"must be > supervisor.metrics_interval_s (the heartbeat, {heartbeat:g}s)",
+        )
     for name, destination in config.destinations.items():
         if not destination.description.strip():
             raise ConfigError(source, f"destinations.{name}.description", "must be non-empty text")
         _check_destination_kind(name, destination, source)
     supervisor = config.supervisor
     if supervisor.liveness_timeout_s < 2 * supervisor.metrics_interval_s:
-        raise ConfigError(source, "supervisor.liveness_timeout_s",
-                          "must be >= 2 x supervisor.metrics_interval_s (two missed heartbeats),"
-                          f" got {supervisor.liveness_timeout_s:g}")
+        raise ConfigError(
+            source,
+            "supervisor.liveness_timeout_s",
+            "must be >= 2 x supervisor.metrics_interval_s (two missed heartbeats),"
+            f" got {supervisor.liveness_timeout_s:g}",
+        )
     _check_restart(supervisor.restart, "supervisor.restart", source)
     _check_voice(config.voice, source)
     for name, process in config.processes.items():
@@ -620,26 +688,41 @@ def _validate(config: EdgeConfig, source: str) -> None:
             raise ConfigError(source, f"{key}.roles", "must name at least one role")
         for index, role in enumerate(process.roles):
             if not _ROLE.match(role):
-                raise ConfigError(source, f"{key}.roles[{index}]",
-                                  f"must be a role name (lowercase, '-') or package.module:function, got {role!r}")
+                raise ConfigError(
+                    source,
+                    f"{key}.roles[{index}]",
+                    "must be a role name (lowercase, '-') or package.module:function, got "
+                    f"{role!r}",
+                )
             if role in process.roles[:index]:
                 raise ConfigError(source, f"{key}.roles[{index}]", f"role {role!r} is listed twice")
         for index, dependency in enumerate(process.after):
             if dependency not in config.processes:
-                raise ConfigError(source, f"{key}.after[{index}]", f"must name a process, got {dependency!r}")
+                raise ConfigError(
+                    source, f"{key}.after[{index}]", f"must name a process, got {dependency!r}"
+                )
             if dependency == name:
-                raise ConfigError(source, f"{key}.after[{index}]", "a process cannot wait for itself")
+                raise ConfigError(
+                    source, f"{key}.after[{index}]", "a process cannot wait for itself"
+                )
         if process.restart is not None:
             _check_restart(process.restart, f"{key}.restart", source)
         if process.on_give_up not in GIVE_UP_POLICIES:
             allowed = " or ".join(map(repr, GIVE_UP_POLICIES))
-            raise ConfigError(source, f"{key}.on_give_up",
-                              f"must be {allowed}, got {process.on_give_up!r}")
+            raise ConfigError(
+                source, f"{key}.on_give_up", f"must be {allowed}, got {process.on_give_up!r}"
+            )
         if not 0 <= process.nice <= 19:
-            raise ConfigError(source, f"{key}.nice", "must be in [0, 19] (a process may lower its priority, not raise it)")
+            raise ConfigError(
+                source,
+                f"{key}.nice",
+                "must be in [0, 19] (a process may lower its priority, not raise it)",
+            )
     cycle = _cycle(config)
     if cycle:
-        raise ConfigError(source, f"processes.{cycle[0]}.after", f"dependency cycle: {' -> '.join(cycle)}")
+        raise ConfigError(
+            source, f"processes.{cycle[0]}.after", f"dependency cycle: {' -> '.join(cycle)}"
+        )
 
 
 def _check_security(config: EdgeConfig, source: str) -> None:
@@ -647,22 +730,30 @@ def _check_security(config: EdgeConfig, source: str) -> None:
 
     security = config.bus.security
     if security.mode not in SECURITY_MODES:
-        raise ConfigError(source, "bus.security.mode",
-                          f"must be 'none' or 'curve', got {security.mode!r}")
+        raise ConfigError(
+            source, "bus.security.mode", f"must be 'none' or 'curve', got {security.mode!r}"
+        )
     beyond_loopback = is_loopback_tcp(config.bus.address) is False
     if security.mode == "none" and beyond_loopback and not security.insecure:
-        raise ConfigError(source, "bus.address",
-                          f"{config.bus.address!r} binds tcp beyond loopback without security: "
-                          "anyone who can reach it owns the bus; "
-                          "set [bus.security] mode = \"curve\" (or insecure = true to accept that)")
-    if security.mode == "curve" and not config.bus.address.startswith(("tcp://", "ipc://")) \
-            and "://" in config.bus.address:
+        raise ConfigError(
+            source,
+            "bus.address",
+            f"{config.bus.address!r} binds tcp beyond loopback without security: "
+            "anyone who can reach it owns the bus; "
+            'set [bus.security] mode = "curve" (or insecure = true to accept that)',
+        )
+    if (
+        security.mode == "curve"
+        and not config.bus.address.startswith(("tcp://", "ipc://"))
+        and "://" in config.bus.address
+    ):
         raise ConfigError(source, "bus.security.mode", "curve needs an ipc:// or tcp:// bus")
     for name, identity in config.bus.identities.items():
         key = f"bus.identities.{name}"
         if name == "broker":
-            raise ConfigError(source, key,
-                              "'broker' is the broker's own key, not a client identity")
+            raise ConfigError(
+                source, key, "'broker' is the broker's own key, not a client identity"
+            )
         if identity.key is not None and len(identity.key) != 40:
             raise ConfigError(source, f"{key}.key", "must be a Z85 public key (40 characters)")
         for field in ("publish", "sources", "subscribe"):
@@ -672,20 +763,33 @@ def _check_security(config: EdgeConfig, source: str) -> None:
                 raise ConfigError(source, f"{key}.{field}", str(error)) from None
     for name, process in config.processes.items():
         if process.identity is not None and not _NAME.match(process.identity):
-            raise ConfigError(source, f"processes.{name}.identity", "names use letters, digits, "
-                              "'-' and '_', starting with a letter or digit")
+            raise ConfigError(
+                source,
+                f"processes.{name}.identity",
+                "names use letters, digits, '-' and '_', starting with a letter or digit",
+            )
 
 
 def _check_bus(address: str, source: str) -> None:
     if address.startswith("inproc://"):
-        raise ConfigError(source, "bus.address", "must be a name, ipc:// or tcp://: the processes of an edge box are separate OS processes")
+        raise ConfigError(
+            source,
+            "bus.address",
+            "must be a name, ipc:// or tcp://: the processes of an edge box are separate OS "
+            "processes",
+        )
     if "://" in address:
-        try:  # parse_bus is pure for ipc:// and tcp:// (only a bare name touches the runtime directory)
+        # parse_bus is pure for ipc:// and tcp:// (only a bare name touches the runtime dir)
+        try:
             parse_bus(address)
         except ValueError as error:
             raise ConfigError(source, "bus.address", str(error).removeprefix("bus: ")) from None
     elif not address or "/" in address:
-        raise ConfigError(source, "bus.address", f"a bus name must be non-empty and contain no '/', got {address!r}")
+        raise ConfigError(
+            source,
+            "bus.address",
+            f"a bus name must be non-empty and contain no '/', got {address!r}",
+        )
 
 
 def _check_restart(policy: RestartPolicyConfig, key: str, source: str) -> None:
@@ -701,7 +805,7 @@ def _cycle(config: EdgeConfig) -> list[str]:
         state[name] = 1
         for dependency in config.processes[name].after:
             if state.get(dependency) == 1:
-                return [*path[path.index(dependency):], dependency]
+                return [*path[path.index(dependency) :], dependency]
             if dependency not in state and (found := visit(dependency, [*path, dependency])):
                 return found
         state[name] = 2

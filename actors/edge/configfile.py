@@ -20,7 +20,8 @@ from .config import EdgeConfig, load_config
 
 
 def write_config(config: EdgeConfig, path: str | Path) -> EdgeConfig:
-    """Write ``config`` to ``path`` (TOML) and return it as loaded from there (``source`` is ``path``).
+    """Write ``config`` to ``path`` (TOML) and return it as loaded from there (``source`` is
+    ``path``).
 
     Raises ``ValueError`` if the file does not load back to the same config.
     """

@@ -33,16 +33,29 @@ import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TextIO
+from typing import TextIO, cast
 
 import msgspec
 
-from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext
+from xrmq.actors.runtime import Agent, AgentRuntime, Handler, Handlers, RuntimeContext
 from xrmq.actors.voice import ResponseEnded, Segment, VoiceRenderer
 from xrmq.schemas import ConversationContextUpdate, Interrupted, ParticipantLeft, RuntimeMetrics
-from xrmq.topics import INTERRUPTED_TOPIC, METRICS_TOPIC, PARTICIPANT_LEFT_TOPIC, QUERY_TOPIC, Topic, context_topic
+from xrmq.topics import (
+    INTERRUPTED_TOPIC,
+    METRICS_TOPIC,
+    PARTICIPANT_LEFT_TOPIC,
+    QUERY_TOPIC,
+    Topic,
+    context_topic,
+)
 
-from .config import DestinationConfig, EdgeConfig, ProcessConfig, RestartPolicyConfig, default_config
+from .config import (
+    DestinationConfig,
+    EdgeConfig,
+    ProcessConfig,
+    RestartPolicyConfig,
+    default_config,
+)
 from .private_stack import PrivateStack
 from .replies import ReplyCollector, Turn, ask
 from .stack import plan_of
@@ -68,27 +81,49 @@ def demo_config() -> EdgeConfig:
     camera (the router's keyword rules; everything else goes to the conversation).
     """
     base = default_config()
-    context = msgspec.structs.replace(base.context, dialogue_budget_bytes=900, topic_budget_bytes=700,
-                                      compaction_input_budget_bytes=1400)
-    supervisor = msgspec.structs.replace(base.supervisor, metrics_interval_s=0.25, ready_timeout_s=20.0,
-                                         shutdown_timeout_s=5.0, restart=RestartPolicyConfig(max_crashes=1))
-    tools = DestinationConfig(description="Lab tools: looks at the bench through the camera.",
-                              kind="tools", keywords=["bench", "camera"], tool_servers=["camera"],
-                              tool_timeout_s=5.0)
+    context = msgspec.structs.replace(
+        base.context,
+        dialogue_budget_bytes=900,
+        topic_budget_bytes=700,
+        compaction_input_budget_bytes=1400,
+    )
+    supervisor = msgspec.structs.replace(
+        base.supervisor,
+        metrics_interval_s=0.25,
+        ready_timeout_s=20.0,
+        shutdown_timeout_s=5.0,
+        restart=RestartPolicyConfig(max_crashes=1),
+    )
+    tools = DestinationConfig(
+        description="Lab tools: looks at the bench through the camera.",
+        kind="tools",
+        keywords=["bench", "camera"],
+        tool_servers=["camera"],
+        tool_timeout_s=5.0,
+    )
     processes = dict(base.processes)
     processes["camera"] = ProcessConfig(roles=["xrmq.actors.edge.demo_tools:camera_role"])
-    processes["conversation"] = msgspec.structs.replace(processes["conversation"],
-                                                        after=["context", "camera"])
+    processes["conversation"] = msgspec.structs.replace(
+        processes["conversation"], after=["context", "camera"]
+    )
     # Any crash fails the demo (stop_box); the context process is killed once on
     # purpose: it may be restarted once, at once.
-    processes = {name: msgspec.structs.replace(spec, on_give_up="stop_box")
-                 for name, spec in processes.items()}
-    processes[KILLED] = msgspec.structs.replace(processes[KILLED], restart=RestartPolicyConfig(
-        max_crashes=2, backoff_initial_s=0.05, backoff_max_s=0.05))
+    processes = {
+        name: msgspec.structs.replace(spec, on_give_up="stop_box")
+        for name, spec in processes.items()
+    }
+    processes[KILLED] = msgspec.structs.replace(
+        processes[KILLED],
+        restart=RestartPolicyConfig(max_crashes=2, backoff_initial_s=0.05, backoff_max_s=0.05),
+    )
     return msgspec.structs.replace(
-        base, context=context, supervisor=supervisor, processes=processes,
+        base,
+        context=context,
+        supervisor=supervisor,
+        processes=processes,
         destinations={**base.destinations, "lab-tools": tools},
-        router=msgspec.structs.replace(base.router, decisions="rules"))
+        router=msgspec.structs.replace(base.router, decisions="rules"),
+    )
 
 
 # ---------------------------------------------------------------------------- the script
@@ -103,7 +138,8 @@ class Step:
 
 @dataclass(frozen=True)
 class Sense:
-    """The sensor publishes ``text`` on ``topic`` for ``participant``; wait until the context holds it."""
+    """The sensor publishes ``text`` on ``topic`` for ``participant``; wait until the context holds
+    it."""
 
     participant: str
     topic: str
@@ -112,7 +148,8 @@ class Sense:
 
 @dataclass(frozen=True)
 class Ask:
-    """``participant`` asks ``text``; the answer must contain ``expect`` and must not contain ``absent``."""
+    """``participant`` asks ``text``; the answer must contain ``expect`` and must not contain
+    ``absent``."""
 
     participant: str
     text: str
@@ -169,9 +206,16 @@ SCRIPT: tuple[Step | Sense | Ask | Interrupt | Kill | Leave, ...] = (
     Ask("bob", "What is my badge number?", expect="4471"),
     Ask("alice", "Where did I leave the spare key?", expect=FOLLOW_UP_FACT),
     Step("bob barges in on a long answer"),
-    Sense("bob", "notes", "Forklift F2 battery is at 20 percent and charging at bay 4 until 16:00."),
-    Sense("bob", "notes", "Pallet P-12 holds 40 boxes of sensor kits for lab 3, inspected by Omar."),
-    Interrupt("bob", "Tell me about the forklift battery, the charging bay, pallet P-12 and the sensor kits."),
+    Sense(
+        "bob", "notes", "Forklift F2 battery is at 20 percent and charging at bay 4 until 16:00."
+    ),
+    Sense(
+        "bob", "notes", "Pallet P-12 holds 40 boxes of sensor kits for lab 3, inspected by Omar."
+    ),
+    Interrupt(
+        "bob",
+        "Tell me about the forklift battery, the charging bay, pallet P-12 and the sensor kits.",
+    ),
     Ask("bob", "Which pallet is next to me at the loading dock?", expect="P-12"),
     Step("bob leaves; when he comes back his context is gone"),
     Leave("bob"),
@@ -191,11 +235,14 @@ class StackObserver(Agent):
 
     def __init__(self, config: EdgeConfig) -> None:
         topics = plan_of(config).topics
-        self._handlers: dict[Topic, str] = {topics.view: "on_view", METRICS_TOPIC: "on_metrics",
-                                            topics.dialogue_result: "on_compaction"}
+        self._handlers: dict[Topic, Handler] = {
+            topics.view: self.on_view,
+            METRICS_TOPIC: self.on_metrics,
+            topics.dialogue_result: self.on_compaction,
+        }
         for name, topic in config.context.topics.items():
             if topic.mode == "incremental":
-                self._handlers[topics.topic_result(name)] = "on_compaction"
+                self._handlers[topics.topic_result(name)] = self.on_compaction
         self.seen: dict[tuple[str, str], list[str]] = defaultdict(list)
         """Block texts of every view, by (participant, section)."""
         self.summaries: dict[tuple[str, str], list[str]] = {}
@@ -206,7 +253,7 @@ class StackObserver(Agent):
         """The latest report of each runtime."""
         self._changed = asyncio.Condition()
 
-    def handlers(self) -> dict[Topic, str]:
+    def handlers(self) -> Handlers:
         return self._handlers
 
     async def on_view(self, message, ctx: RuntimeContext) -> None:
@@ -291,11 +338,18 @@ class PrintingSink:
             self._open = None
 
     async def wait_playing(self, request_id: str, timeout: float) -> None:
-        await self._until(lambda: request_id in self._requests.values() or request_id in self.ended, timeout,
-                          f"the renderer playing request {request_id}")
+        await self._until(
+            lambda: request_id in self._requests.values() or request_id in self.ended,
+            timeout,
+            f"the renderer playing request {request_id}",
+        )
 
     async def wait_ended(self, request_id: str, timeout: float) -> str:
-        await self._until(lambda: request_id in self.ended, timeout, f"the renderer finishing request {request_id}")
+        await self._until(
+            lambda: request_id in self.ended,
+            timeout,
+            f"the renderer finishing request {request_id}",
+        )
         return self.ended[request_id]
 
     async def _until(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
@@ -325,8 +379,15 @@ class Results:
 class Session:
     """Runs ``SCRIPT`` against a started stack (see the module docstring)."""
 
-    def __init__(self, config: EdgeConfig, bus: str, out: TextIO, *, script=SCRIPT,
-                 kill: Callable[[str], Awaitable[float]] | None = None) -> None:
+    def __init__(
+        self,
+        config: EdgeConfig,
+        bus: str,
+        out: TextIO,
+        *,
+        script=SCRIPT,
+        kill: Callable[[str], Awaitable[float]] | None = None,
+    ) -> None:
         self.config = config
         self.kill = kill
         self.restarts: list[tuple[str, float]] = []
@@ -337,8 +398,15 @@ class Session:
         self.observer = StackObserver(config)
         self.client = AgentRuntime(bus, name="demo-client", ready_timeout=TURN_TIMEOUT_S)
         self.client.register("replies", self.collector)
-        self.client.register("voice", VoiceRenderer(self.sink, query_topic=QUERY_TOPIC, interrupted_topic=INTERRUPTED_TOPIC,
-                                                    idle_timeout_s=TURN_TIMEOUT_S))
+        self.client.register(
+            "voice",
+            VoiceRenderer(
+                self.sink,
+                query_topic=QUERY_TOPIC,
+                interrupted_topic=INTERRUPTED_TOPIC,
+                idle_timeout_s=TURN_TIMEOUT_S,
+            ),
+        )
         self.client.register("observer", self.observer)
         self.sensor = AgentRuntime(bus, name="demo-sensor", ready_timeout=TURN_TIMEOUT_S)
         self.turns: list[Turn] = []
@@ -371,11 +439,18 @@ class Session:
 
     async def _sense(self, step: Sense) -> None:
         self.say(f"  sensor -> {step.topic}[{step.participant}]: {step.text}")
-        await self.sensor.publish(context_topic(step.topic), ConversationContextUpdate(step.text),
-                                  participant_id=step.participant, source="sensor")
+        await self.sensor.publish(
+            context_topic(step.topic),
+            ConversationContextUpdate(step.text),
+            participant_id=step.participant,
+            source="sensor",
+        )
         seen = self.observer.seen[(step.participant, step.topic)]
-        await self.observer.until(lambda: any(step.text in text for text in seen), TURN_TIMEOUT_S,
-                                  f"the {step.topic} update for {step.participant} reaching the context")
+        await self.observer.until(
+            lambda: any(step.text in text for text in seen),
+            TURN_TIMEOUT_S,
+            f"the {step.topic} update for {step.participant} reaching the context",
+        )
 
     def _query(self, participant: str, text: str) -> Turn:
         self.say(f"  [{participant}] > {text}")
@@ -389,20 +464,32 @@ class Session:
         reason = await self.sink.wait_ended(turn.request_id, TURN_TIMEOUT_S)
         answer = turn.answer
         if reason != "completed":
-            raise DemoFailure(f"{step.participant}'s {step.text!r}: the answer was {reason}, not completed")
+            raise DemoFailure(
+                f"{step.participant}'s {step.text!r}: the answer was {reason}, not completed"
+            )
         if step.expect is not None and step.expect not in answer:
-            raise DemoFailure(f"{step.participant}'s {step.text!r}: expected {step.expect!r} in the answer, got {answer!r}")
+            raise DemoFailure(
+                f"{step.participant}'s {step.text!r}: expected {step.expect!r} in the answer, got "
+                f"{answer!r}"
+            )
         if step.absent is not None and step.absent in answer:
-            raise DemoFailure(f"{step.participant}'s {step.text!r}: {step.absent!r} should be forgotten, got {answer!r}")
+            raise DemoFailure(
+                f"{step.participant}'s {step.text!r}: {step.absent!r} should be forgotten, got "
+                f"{answer!r}"
+            )
 
     async def _interrupt(self, step: Interrupt) -> None:
         turn = self._query(step.participant, step.text)
         await self.sink.wait_playing(turn.request_id, TURN_TIMEOUT_S)
-        await self.client.publish(INTERRUPTED_TOPIC, Interrupted(), participant_id=step.participant, source="demo")
+        await self.client.publish(
+            INTERRUPTED_TOPIC, Interrupted(), participant_id=step.participant, source="demo"
+        )
         await turn.wait(TURN_TIMEOUT_S)  # the conversation finalizes the cut stream
         reason = await self.sink.wait_ended(turn.request_id, TURN_TIMEOUT_S)
         if reason != "interrupted":
-            raise DemoFailure(f"{step.participant}'s barge-in: the answer ended {reason}, not interrupted")
+            raise DemoFailure(
+                f"{step.participant}'s barge-in: the answer ended {reason}, not interrupted"
+            )
         self.say(f"  [{step.participant}] (barged in after {len(turn.answer.split())} words)")
 
     async def _kill(self, step: Kill) -> None:
@@ -411,36 +498,64 @@ class Session:
         self.say(f"  kill -9 {step.process}")
         seconds = await self.kill(step.process)
         self.restarts.append((step.process, seconds))
-        self.say(f"  {step.process} restarted by the supervisor and ready again after "
-                 f"{seconds * 1000:.0f} ms, its context restored from its journal")
+        self.say(
+            f"  {step.process} restarted by the supervisor and ready again after "
+            f"{seconds * 1000:.0f} ms, its context restored from its journal"
+        )
 
     async def _leave(self, step: Leave) -> None:
         self.say(f"  [{step.participant}] leaves")
         left_us = time.time_ns() // 1000
-        await self.client.publish(PARTICIPANT_LEFT_TOPIC, ParticipantLeft(), participant_id=step.participant,
-                                  source="demo")
+        await self.client.publish(
+            PARTICIPANT_LEFT_TOPIC,
+            ParticipantLeft(),
+            participant_id=step.participant,
+            source="demo",
+        )
         suffix = f"[{step.participant}]"
 
         def cleared() -> bool:
             report = self.observer.metrics.get("context")
-            return report is not None and report.timestamp_us > left_us and not any(
-                actor.endswith(suffix) for actor in report.actors)
+            return (
+                report is not None
+                and report.timestamp_us > left_us
+                and not any(actor.endswith(suffix) for actor in report.actors)
+            )
 
-        await self.observer.until(cleared, TURN_TIMEOUT_S, f"{step.participant}'s context being cleared")
+        await self.observer.until(
+            cleared, TURN_TIMEOUT_S, f"{step.participant}'s context being cleared"
+        )
         self.observer.forget(step.participant)
-        self.say(f"  [{step.participant}] context cleared (the context process holds no actor of theirs)")
+        self.say(
+            f"  [{step.participant}] context cleared (the context process holds no actor of theirs)"
+        )
 
     async def _results(self) -> Results:
-        names = [instance.runtime_name for name in self.config.processes for instance in self.config.instances(name)]
+        names = [
+            instance.runtime_name
+            for name in self.config.processes
+            for instance in self.config.instances(name)
+        ]
         after_us = time.time_ns() // 1000
         await self.observer.until(
-            lambda: all(name in self.observer.metrics and self.observer.metrics[name].timestamp_us > after_us
-                        for name in names),
-            TURN_TIMEOUT_S, f"a metrics report from every process ({', '.join(names)})")
+            lambda: all(
+                name in self.observer.metrics
+                and self.observer.metrics[name].timestamp_us > after_us
+                for name in names
+            ),
+            TURN_TIMEOUT_S,
+            f"a metrics report from every process ({', '.join(names)})",
+        )
         gaps = sum(self.observer.metrics[name].gaps for name in names)
         gaps += self.client.metrics().gaps + self.sensor.metrics().gaps
-        return Results(self.turns, dict(self.observer.compactions), dict(self.observer.summaries),
-                       gaps, len(names) + 2, self.restarts)
+        return Results(
+            self.turns,
+            dict(self.observer.compactions),
+            dict(self.observer.summaries),
+            gaps,
+            len(names) + 2,
+            self.restarts,
+        )
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -453,21 +568,34 @@ def summary(results: Results, elapsed_s: float) -> list[str]:
     firsts = [turn.first_chunk_s * 1000 for turn in results.turns if turn.first_chunk_s is not None]
     participants = sorted({turn.participant_id for turn in results.turns})
     compactions = sum(results.compactions.values())
-    by_section = ", ".join(f"{section} {count}" for section, count in sorted(results.compactions.items()))
-    kept = [f"  {participant} {section}: {line[:150]}"
-            for (participant, section), texts in sorted(results.summaries.items())
-            for text in texts for line in text.splitlines()]
+    by_section = ", ".join(
+        f"{section} {count}" for section, count in sorted(results.compactions.items())
+    )
+    kept = [
+        f"  {participant} {section}: {line[:150]}"
+        for (participant, section), texts in sorted(results.summaries.items())
+        for text in texts
+        for line in text.splitlines()
+    ]
     return [
-        *(["", "-- what compaction kept (the rolling summaries in the prompts now)", *kept] if kept else []),
+        *(
+            ["", "-- what compaction kept (the rolling summaries in the prompts now)", *kept]
+            if kept
+            else []
+        ),
         "",
         "-- summary",
-        f"  turns: {len(results.turns)} ({len(participants)} participants: {', '.join(participants)})",
-        f"  first-chunk latency: p50 {percentile(firsts, 0.5):.0f} ms, p95 {percentile(firsts, 0.95):.0f} ms",
+        f"  turns: {len(results.turns)} ({len(participants)} participants: "
+        f"{', '.join(participants)})",
+        f"  first-chunk latency: p50 {percentile(firsts, 0.5):.0f} ms, p95 "
+        f"{percentile(firsts, 0.95):.0f} ms",
         f"  compactions run: {compactions}" + (f" ({by_section})" if by_section else ""),
         f"  gaps: {results.gaps} (over {results.runtimes} runtimes)",
-        *(f"  {process} process: killed mid-session (SIGKILL), ready again after "
-          f"{seconds * 1000:.0f} ms; the session continued with its context"
-          for process, seconds in results.restarts),
+        *(
+            f"  {process} process: killed mid-session (SIGKILL), ready again after "
+            f"{seconds * 1000:.0f} ms; the session continued with its context"
+            for process, seconds in results.restarts
+        ),
         f"  elapsed: {elapsed_s:.1f} s",
     ]
 
@@ -476,14 +604,18 @@ async def run_demo(out: TextIO = sys.stdout, *, verbose: bool = False) -> int:
     """Run the demo; 0 on success, 1 with a message on ``out`` naming what failed."""
     started = time.monotonic()
     config = demo_config()
-    out.write("xrmq demo: starting the edge stack (broker, context, compaction, conversation, router, renderer)...\n")
+    out.write(
+        "xrmq demo: starting the edge stack (broker, context, compaction, conversation, router, "
+        "renderer)...\n"
+    )
     out.flush()
     stack = PrivateStack(config, echo=sys.stderr if verbose else None)
     try:
         async with stack:
             out.write(f"xrmq demo: {stack.ready_line.removeprefix('xrmq up: ')}\n")
             session = asyncio.create_task(
-                Session(stack.config, stack.bus, out, kill=stack.kill).run())
+                Session(cast(EdgeConfig, stack.config), stack.bus, out, kill=stack.kill).run()
+            )
             failed = asyncio.create_task(stack.wait_failed())
             await asyncio.wait([session, failed], return_when=asyncio.FIRST_COMPLETED)
             if not session.done():

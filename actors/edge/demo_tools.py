@@ -26,6 +26,7 @@ def describe_view(args: View) -> dict[str, Any]:
 
 def camera_role(runtime: AgentRuntime, config: object, process: object) -> None:
     """Serve ``describe_view`` as tool server ``camera``."""
-    describe = Tool("describe_view", "Describe what the camera sees on the bench.", View,
-                    describe_view)
+    describe = Tool(
+        "describe_view", "Describe what the camera sees on the bench.", View, describe_view
+    )
     serve_tools(runtime, "camera", [describe])

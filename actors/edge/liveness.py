@@ -64,7 +64,7 @@ class LivenessWatch:
         if bus is not None and now - bus[1] > self.timeout_s / 2:
             return [(BUS, now - bus[1])] if now - bus[1] > self.timeout_s else []
         found = []
-        for label, (pid, heard_at) in self._watched.items():
+        for label, (_pid, heard_at) in self._watched.items():
             silent = now - max(heard_at, self._bus_resumed)
             if label != BUS and silent > self.timeout_s:
                 found.append((label, silent))

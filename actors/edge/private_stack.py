@@ -28,7 +28,7 @@ import tempfile
 import time
 from collections import deque
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, cast
 
 import msgspec
 
@@ -72,7 +72,7 @@ class _Lines:
     async def wait_line(self, prefix: str, after: int) -> str:
         """The first line starting with ``prefix`` written after the ``after``-th line."""
         while True:
-            fresh = list(self.lines)[max(0, len(self.lines) - (self.written - after)):]
+            fresh = list(self.lines)[max(0, len(self.lines) - (self.written - after)) :]
             for line in fresh:
                 if line.startswith(prefix):
                     return line
@@ -92,7 +92,9 @@ class PrivateStack:
     order and removes the directory, bus sockets included.
     """
 
-    def __init__(self, config: EdgeConfig, *, echo: TextIO | None = None, python: str = sys.executable) -> None:
+    def __init__(
+        self, config: EdgeConfig, *, echo: TextIO | None = None, python: str = sys.executable
+    ) -> None:
         self._requested = config
         self._python = python
         self._out = _Lines(echo)
@@ -116,8 +118,11 @@ class PrivateStack:
         """The pid of the process ``label`` (``context``, ``conversation.1``...) now running."""
         pattern = re.compile(rf"(?:^|\s){re.escape(label)}(?:=| pid=)(\d+)")
         for line in reversed(self._out.lines):
-            starts = ("xrmq up: ready", f"xrmq up: started {label} ",
-                      f"xrmq up: restarted {label} ")
+            starts = (
+                "xrmq up: ready",
+                f"xrmq up: started {label} ",
+                f"xrmq up: restarted {label} ",
+            )
             if line.startswith(starts):
                 found = pattern.search(line)
                 if found:
@@ -138,7 +143,7 @@ class PrivateStack:
         """The last ``count`` supervisor lines (its own and the children's), for error messages."""
         return "\n".join(list(self._out.lines)[-count:])
 
-    async def __aenter__(self) -> "PrivateStack":
+    async def __aenter__(self) -> PrivateStack:
         self.directory = Path(tempfile.mkdtemp(prefix="xrmq-stack-"))  # mode 0700
         try:
             bus = BusConfig(address=f"ipc://{self.directory}/bus", capture=False)
@@ -148,9 +153,15 @@ class PrivateStack:
                 context = msgspec.structs.replace(requested.context, state_dir=journals)
                 requested = msgspec.structs.replace(requested, context=context)
             self.config = write_config(requested, self.directory / "edge.toml")
-            self._supervisor = Supervisor(self.config, str(self.directory / "edge.toml"), out=self._out,
-                                          python=self._python)
-            self._task = asyncio.create_task(self._supervisor.run(), name="xrmq-private-stack-supervisor")
+            self._supervisor = Supervisor(
+                self.config,
+                str(self.directory / "edge.toml"),
+                out=cast(TextIO, self._out),  # it only writes lines
+                python=self._python,
+            )
+            self._task = asyncio.create_task(
+                self._supervisor.run(), name="xrmq-private-stack-supervisor"
+            )
             ready = asyncio.create_task(self._out.ready.wait())
             await asyncio.wait([ready, self._task], return_when=asyncio.FIRST_COMPLETED)
             ready.cancel()
@@ -175,6 +186,7 @@ class PrivateStack:
         try:
             if self._task is not None:
                 # Supervisor.run() stops on its stop event (what SIGINT/SIGTERM set for `xrmq up`).
+                assert self._supervisor is not None  # the task runs it
                 self._supervisor.stop()
                 await self._task
         finally:

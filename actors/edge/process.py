@@ -17,7 +17,7 @@ import logging
 import os
 import signal
 import sys
-from typing import NoReturn, TextIO
+from typing import Any, NoReturn, TextIO
 
 from xrmq.actors.runtime import AgentRuntime, get_logger
 from xrmq.actors.runtime.broker import shared_context
@@ -37,19 +37,28 @@ def select_instance(config: EdgeConfig, target: str, shard: int) -> ProcessInsta
     if target in config.processes:
         instances = config.instances(target)
         if not 0 <= shard < len(instances):
-            raise ValueError(f"--shard: process {target!r} has {len(instances)} replica(s); shard must be in [0, {len(instances)})")
+            raise ValueError(
+                f"--shard: process {target!r} has {len(instances)} replica(s); shard must be in "
+                f"[0, {len(instances)})"
+            )
         return instances[shard]
     if shard != 0:
-        raise ValueError(f"--shard: {target!r} is not a configured process, so it has one replica (shard 0)")
+        raise ValueError(
+            f"--shard: {target!r} is not a configured process, so it has one replica (shard 0)"
+        )
     try:
         resolve_role(target)
     except LookupError as error:
         processes = ", ".join(config.processes) or "none"
-        raise ValueError(f"{target!r} is neither a process of {config.source} ({processes}) nor a role: {error}") from None
+        raise ValueError(
+            f"{target!r} is neither a process of {config.source} ({processes}) nor a role: {error}"
+        ) from None
     return ProcessInstance(target, 0, 1, ProcessConfig(roles=[target]))
 
 
-async def run_process(config: EdgeConfig, instance: ProcessInstance, *, out: TextIO = sys.stdout) -> None:
+async def run_process(
+    config: EdgeConfig, instance: ProcessInstance, *, out: TextIO = sys.stdout
+) -> None:
     """Build, start and run ``instance`` until SIGINT/SIGTERM, then stop it in order."""
     if instance.process in config.processes:
         builders = check_roles(config, instance.process)[instance.process]
@@ -58,20 +67,26 @@ async def run_process(config: EdgeConfig, instance: ProcessInstance, *, out: Tex
     log = get_logger(process=instance.runtime_name)
     if instance.spec.nice:
         os.nice(instance.spec.nice)  # background roles yield the CPU to the answer path
-    keys = {}
+    keys: dict[str, Any] = {}
     if config.bus.security.mode == "none":  # a client's $XRMQ_KEY is not this process's
         for variable in (KEY_ENV, SERVER_KEY_ENV):
             os.environ.pop(variable, None)
     if config.bus.security.mode == "curve":
         from .identities import broker_public_file, process_key_file
 
-        keys = {"key": process_key_file(config, instance.process),
-                "server_key": broker_public_file(config)}
-    runtime = AgentRuntime(config.bus.address, name=instance.runtime_name,
-                           metrics_interval=config.supervisor.metrics_interval_s,
-                           max_message_bytes=config.bus.max_message_bytes,
-                           stuck_after=config.supervisor.stuck_after_s,
-                           ready_timeout=config.supervisor.ready_timeout_s, **keys)
+        keys = {
+            "key": process_key_file(config, instance.process),
+            "server_key": broker_public_file(config),
+        }
+    runtime = AgentRuntime(
+        config.bus.address,
+        name=instance.runtime_name,
+        metrics_interval=config.supervisor.metrics_interval_s,
+        max_message_bytes=config.bus.max_message_bytes,
+        stuck_after=config.supervisor.stuck_after_s,
+        ready_timeout=config.supervisor.ready_timeout_s,
+        **keys,
+    )
     for build in builders:
         build(runtime, config, instance)
     stop = asyncio.Event()

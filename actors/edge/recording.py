@@ -1,4 +1,5 @@
-"""Capture files: the broker's capture stream written to disk and read back (``xrmq record``/``replay``).
+"""Capture files: the broker's capture stream written to disk and read back (``xrmq
+record``/``replay``).
 
 Format: the 8-byte magic ``XRMQCAP1``, then one record per message: its receive time
 (``uint64`` microseconds since the epoch), its frame count (``uint32``), and each frame
@@ -35,7 +36,8 @@ def encode_record(timestamp_us: int, frames: Sequence[bytes]) -> bytes:
 
 
 def read_records(stream: BinaryIO, *, name: str = "capture") -> Iterator[Record]:
-    """The records of a capture file, in order; ``ValueError`` naming ``name`` for a bad or truncated file."""
+    """The records of a capture file, in order; ``ValueError`` naming ``name`` for a bad or
+    truncated file."""
     if stream.read(len(MAGIC)) != MAGIC:
         raise ValueError(f"{name}: not an xrmq capture file (missing {MAGIC.decode()} header)")
     index = 0
@@ -46,7 +48,11 @@ def read_records(stream: BinaryIO, *, name: str = "capture") -> Iterator[Record]
         frames = []
         for _ in range(count):
             length_bytes = stream.read(_LENGTH.size)
-            frame = stream.read(_LENGTH.unpack(length_bytes)[0]) if len(length_bytes) == _LENGTH.size else None
+            frame = (
+                stream.read(_LENGTH.unpack(length_bytes)[0])
+                if len(length_bytes) == _LENGTH.size
+                else None
+            )
             if frame is None or len(frame) != _LENGTH.unpack(length_bytes)[0]:
                 raise ValueError(f"{name}: record {index} is truncated")
             frames.append(frame)

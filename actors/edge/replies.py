@@ -22,10 +22,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from xrmq.actors.routing.router import ROUTER_SOURCE
-from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext
+from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, RuntimeContext
 from xrmq.schemas import ResponseOutput, TurnEnded, UserQuery
-from xrmq.topics import QUERY_TOPIC, TURN_ENDED_TOPIC, VOICE_OUTPUT_TOPIC, Topic
+from xrmq.topics import QUERY_TOPIC, ROUTER_SOURCE, TURN_ENDED_TOPIC, VOICE_OUTPUT_TOPIC, Topic
 
 FAILED_STATUSES = ("failed", "unanswered", "canceled")
 """``TurnEnded.status`` values a front end reports as a failed turn."""
@@ -103,16 +102,20 @@ class ReplyCollector(Agent):
     """Follows the replies on ``output_topic`` (and the router's ``TurnEnded`` on
     ``turn_topic``) to the turns registered with ``expect``."""
 
-    def __init__(self, output_topic: Topic[ResponseOutput] = VOICE_OUTPUT_TOPIC, *,
-                 on_fragment: Fragment | None = None,
-                 turn_topic: Topic[TurnEnded] = TURN_ENDED_TOPIC) -> None:
+    def __init__(
+        self,
+        output_topic: Topic[ResponseOutput] = VOICE_OUTPUT_TOPIC,
+        *,
+        on_fragment: Fragment | None = None,
+        turn_topic: Topic[TurnEnded] = TURN_ENDED_TOPIC,
+    ) -> None:
         self.output_topic = output_topic
         self.turn_topic = turn_topic
         self.on_fragment = on_fragment
         self.turns: dict[str, Turn] = {}
 
-    def handlers(self) -> dict[Topic, str]:
-        return {self.output_topic: "on_output", self.turn_topic: "on_turn_ended"}
+    def handlers(self) -> Handlers:
+        return {self.output_topic: self.on_output, self.turn_topic: self.on_turn_ended}
 
     def expect(self, turn: Turn) -> Turn:
         self.turns[turn.request_id] = turn
@@ -142,13 +145,23 @@ class ReplyCollector(Agent):
         turn.done.set()
 
 
-def ask(runtime: AgentRuntime, collector: ReplyCollector, participant_id: str, text: str,
-        *, source: str = "text-input") -> Turn:
+def ask(
+    runtime: AgentRuntime,
+    collector: ReplyCollector,
+    participant_id: str,
+    text: str,
+    *,
+    source: str = "text-input",
+) -> Turn:
     """Publish ``text`` as ``participant_id``'s query; the returned turn fills in as replies arrive.
 
     The turn is registered before the loop can deliver anything, so no fragment is missed.
     """
     sent = time.monotonic()
-    request_id = runtime.send(QUERY_TOPIC, UserQuery(text, time.time_ns() // 1000), participant_id=participant_id,
-                              source=source)
+    request_id = runtime.send(
+        QUERY_TOPIC,
+        UserQuery(text, time.time_ns() // 1000),
+        participant_id=participant_id,
+        source=source,
+    )
     return collector.expect(Turn(participant_id, text, request_id, sent))

@@ -13,6 +13,7 @@ import importlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from xrmq.actors.runtime import AgentRuntime
 
@@ -35,13 +36,17 @@ def resolve_role(name: str, base: Path | None = None) -> RoleBuilder:
     """
     if ":" not in name:
         if name not in ROLES:
-            from .stack import BUILTIN_ROLES  # the whole conversation stack: imported only when a role runs
+            from .stack import (
+                BUILTIN_ROLES,
+            )  # the whole conversation stack: imported only when a role runs
 
             for builtin, builder in BUILTIN_ROLES.items():
                 ROLES.setdefault(builtin, builder)
         if name not in ROLES:
             known = ", ".join(sorted(ROLES)) or "none"
-            raise LookupError(f"unknown role {name!r} (built-in roles: {known}; or use package.module:function)")
+            raise LookupError(
+                f"unknown role {name!r} (built-in roles: {known}; or use package.module:function)"
+            )
         return ROLES[name]
     module_name, _, attribute = name.partition(":")
     try:
@@ -53,10 +58,10 @@ def resolve_role(name: str, base: Path | None = None) -> RoleBuilder:
             raise LookupError(f"cannot import {module_name!r}: {error}") from None
         sys.path.append(str(base))
         return resolve_role(name, base)
-    builder = getattr(module, attribute, None)
-    if not callable(builder):
+    found: Any = getattr(module, attribute, None)
+    if not callable(found):
         raise LookupError(f"{module_name!r} has no function {attribute!r}")
-    return builder
+    return found
 
 
 def check_roles(config: EdgeConfig, process: str | None = None) -> dict[str, list[RoleBuilder]]:
@@ -75,6 +80,8 @@ def check_roles(config: EdgeConfig, process: str | None = None) -> dict[str, lis
             try:
                 builders.append(resolve_role(role, base))
             except LookupError as error:
-                raise ConfigError(config.source, f"processes.{name}.roles[{index}]", str(error)) from None
+                raise ConfigError(
+                    config.source, f"processes.{name}.roles[{index}]", str(error)
+                ) from None
         resolved[name] = builders
     return resolved

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,16 @@ from xrmq.actors.context.plan import ContextPlan
 from xrmq.actors.context.store import ContextStore, open_store
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import LLMService, ModelSpec, create_llm
-from xrmq.actors.routing import AgentRouter, KeywordDecisions, LLMDecisions, SingleDestination, remote, serve
+from xrmq.actors.routing import (
+    AgentRouter,
+    KeywordDecisions,
+    LLMDecisions,
+    SingleDestination,
+    remote,
+    serve,
+)
 from xrmq.actors.routing.agent import RoutableAgent
+from xrmq.actors.routing.decisions import DecisionService
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.tools import AutoCompactor, ToolAgent
 from xrmq.actors.tools.control import CompactServer
@@ -77,8 +86,11 @@ def section_hosts(config: EdgeConfig) -> int:
 def plan_of(config: EdgeConfig) -> ContextPlan:
     """The context plan every process of ``config`` shares."""
     workers = sum(len(indices) for indices in worker_slices(config).values())
-    return context_plan(**config.context.manager_kwargs(), compaction_workers=max(workers, 1),
-                        section_hosts=section_hosts(config))
+    return context_plan(
+        **config.context.manager_kwargs(),
+        compaction_workers=max(workers, 1),
+        section_hosts=section_hosts(config),
+    )
 
 
 def state_dir(config: EdgeConfig) -> Path:
@@ -112,9 +124,15 @@ def prepared_llm(spec: ModelSpec) -> LLMService:
 
 
 def context_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
-    topics = None if process.shard == 0 else []
-    register_sections(runtime, plan_of(config), shard=process.shard, shards=process.shards,
-                      topics=topics, store=open_context_store(config, process.shard))
+    topics: list[str] | None = None if process.shard == 0 else []
+    register_sections(
+        runtime,
+        plan_of(config),
+        shard=process.shard,
+        shards=process.shards,
+        topics=topics,
+        store=open_context_store(config, process.shard),
+    )
     for name, destination in config.destinations.items():
         if destination.kind == "tools":  # its transcripts, keyed like the sections
             register_transcripts(runtime, name, shard=process.shard, shards=process.shards)
@@ -210,22 +228,35 @@ def conversation_role(runtime: AgentRuntime, config: EdgeConfig, process: Proces
 def router_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
     dead_after = config.router.destination_dead_after_s
     destinations = {
-        name: runtime.register(f"{name}-proxy", remote(name, dead_after_s=dead_after,
-                                                       output_topic=VOICE_OUTPUT_TOPIC))
+        name: runtime.register(
+            f"{name}-proxy", remote(name, dead_after_s=dead_after, output_topic=VOICE_OUTPUT_TOPIC)
+        )
         for name in config.destinations
     }
-    decisions = {
+    choices: dict[str, Callable[[], DecisionService]] = {
         "first": lambda: SingleDestination(),
         "rules": lambda: KeywordDecisions(),
         "llm": lambda: LLMDecisions(prepared_llm(config.models.routing)),
-    }[config.router.decisions]()
-    options = {} if config.router.history_limit is None else {"history_limit": config.router.history_limit}
-    runtime.register("router", AgentRouter(
-        destinations, decisions, default=config.router.default or next(iter(config.destinations), None),
-        query_topic=QUERY_TOPIC, output_topic=VOICE_OUTPUT_TOPIC,
-        interrupted_topic=INTERRUPTED_TOPIC,
-        shutdown_grace_s=SHUTDOWN_GRACE_SHARE * config.supervisor.shutdown_timeout_s, **options,
-    ))
+    }
+    decisions = choices[config.router.decisions]()
+    options: dict[str, Any] = (
+        {}
+        if config.router.history_limit is None
+        else {"history_limit": config.router.history_limit}
+    )
+    runtime.register(
+        "router",
+        AgentRouter(
+            destinations,
+            decisions,
+            default=config.router.default or next(iter(config.destinations), None),
+            query_topic=QUERY_TOPIC,
+            output_topic=VOICE_OUTPUT_TOPIC,
+            interrupted_topic=INTERRUPTED_TOPIC,
+            shutdown_grace_s=SHUTDOWN_GRACE_SHARE * config.supervisor.shutdown_timeout_s,
+            **options,
+        ),
+    )
 
 
 def renderer_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
@@ -234,8 +265,10 @@ def renderer_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessIns
         from xrmq.actors.voice.role import speech_out_sink  # numpy: the voice extra
 
         sink = speech_out_sink(runtime, config.voice)
-    runtime.register("renderer", VoiceRenderer(sink, query_topic=QUERY_TOPIC,
-                                                interrupted_topic=INTERRUPTED_TOPIC))
+    runtime.register(
+        "renderer",
+        VoiceRenderer(sink, query_topic=QUERY_TOPIC, interrupted_topic=INTERRUPTED_TOPIC),
+    )
 
 
 def voice_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:

@@ -39,13 +39,13 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
-from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, get_logger
+from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, RuntimeContext, get_logger
 from xrmq.actors.runtime.address import parse_bus
 from xrmq.schemas import ProcessState, RuntimeMetrics, SupervisorReport
 from xrmq.schemas.metrics import ProcessStateName
-from xrmq.topics import METRICS_TOPIC, SUPERVISOR_TOPIC, Topic
+from xrmq.topics import METRICS_TOPIC, SUPERVISOR_TOPIC
 
 from .config import EdgeConfig, RestartPolicyConfig
 from .liveness import BUS, LivenessWatch
@@ -85,8 +85,14 @@ def describe_exit(returncode: int) -> str:
 class Child:
     """One supervised OS process: its command, readiness handshake and restart policy."""
 
-    def __init__(self, label: str, argv: list[str], ready_prefix: str, policy: RestartPolicyConfig,
-                 on_give_up: str = "stop_box") -> None:
+    def __init__(
+        self,
+        label: str,
+        argv: list[str],
+        ready_prefix: str,
+        policy: RestartPolicyConfig,
+        on_give_up: str = "stop_box",
+    ) -> None:
         self.label = label
         self.argv = argv
         self.ready_prefix = ready_prefix
@@ -117,8 +123,14 @@ class Supervisor:
     lines (``xrmq up: ...``) and every forwarded child line (``name | ...``).
     """
 
-    def __init__(self, config: EdgeConfig, config_path: str | None, *, out: TextIO = sys.stdout,
-                 python: str = sys.executable) -> None:
+    def __init__(
+        self,
+        config: EdgeConfig,
+        config_path: str | None,
+        *,
+        out: TextIO = sys.stdout,
+        python: str = sys.executable,
+    ) -> None:
         check_roles(config)
         self.config = config
         self.config_path = config_path
@@ -145,13 +157,20 @@ class Supervisor:
     # ------------------------------------------------------------------ the command
 
     async def run(self) -> int:
-        """Start everything, supervise until a signal (0) or a crash loop (1), then stop everything."""
+        """Start everything, supervise until a signal (0) or a crash loop (1), then stop
+        everything."""
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, self._stop.set)
         broker = self._broker_child()
-        layers = [[self._process_child(name, shard) for name in layer for shard in range(self.config.processes[name].replicas)]
-                  for layer in self.config.startup_layers()]
+        layers = [
+            [
+                self._process_child(name, shard)
+                for name in layer
+                for shard in range(self.config.processes[name].replicas)
+            ]
+            for layer in self.config.startup_layers()
+        ]
         everyone = (broker, *(child for layer in layers for child in layer))
         self._children = {child.label: child for child in everyone}
         started: list[list[Child]] = []
@@ -165,8 +184,10 @@ class Supervisor:
                         break
                 else:
                     pids = " ".join(
-                        f"{child.label}={'down' if child.state == 'down' else child.proc.pid}"
-                        for layer in layers for child in layer)
+                        f"{child.label}={_pid_or_down(child)}"
+                        for layer in layers
+                        for child in layer
+                    )
                     self.say(f"ready bus={self.config.bus.address} {pids}".rstrip())
                     await self._stop.wait()
         finally:
@@ -197,19 +218,23 @@ class Supervisor:
         from .identities import supervisor_keys
 
         try:
-            keys = supervisor_keys(self.config)
-            runtime = AgentRuntime(self.config.bus.address, name=f"xrmq-up.{os.getpid()}",
-                                   ready_timeout=self.config.supervisor.ready_timeout_s, **keys)
+            keys: dict[str, Any] = dict(supervisor_keys(self.config))
+            runtime = AgentRuntime(
+                self.config.bus.address,
+                name=f"xrmq-up.{os.getpid()}",
+                ready_timeout=self.config.supervisor.ready_timeout_s,
+                **keys,
+            )
         except ValueError as error:  # a key missing or unreadable: the box runs unwatched
-            self.say(f"cannot join the bus to watch heartbeats ({error});"
-                     " liveness is not watched")
+            self.say(f"cannot join the bus to watch heartbeats ({error}); liveness is not watched")
             return
         runtime.register("supervisor", _Heartbeats(self))
         try:
             await runtime.start()
         except Exception as error:  # the box runs without the watch, as it did before it
-            self.say(f"cannot join the bus to watch heartbeats ({error!r});"
-                     " liveness is not watched")
+            self.say(
+                f"cannot join the bus to watch heartbeats ({error!r}); liveness is not watched"
+            )
             return
         self._bus_runtime = runtime
         self._watch_task = asyncio.create_task(self._watch(), name="xrmq-supervisor-liveness")
@@ -248,20 +273,29 @@ class Supervisor:
             child = self._children[label]
             if child.proc is None or child.proc.returncode is not None or child.terminating:
                 continue
-            what = ("its supervisor report did not come back through it" if label == BUS
-                    else "no heartbeat")
-            self.say(f"{label}: {what} for {silent:.1f}s (liveness_timeout_s = {timeout:g});"
-                     " killing it")
+            what = (
+                "its supervisor report did not come back through it"
+                if label == BUS
+                else "no heartbeat"
+            )
+            self.say(
+                f"{label}: {what} for {silent:.1f}s (liveness_timeout_s = {timeout:g}); killing it"
+            )
             self._liveness.stopped(label)
             self._signal_group(child.proc.pid, signal.SIGKILL)
 
     def report(self) -> SupervisorReport:
         """Every supervised process's state now (``xrmq top`` shows the ones down from it)."""
         processes = tuple(
-            ProcessState(child.label, child.state,
-                         pid=child.proc.pid if child.proc is not None
-                         and child.state in ("starting", "running") else 0,
-                         restarts=child.restarts, reason=child.reason)
+            ProcessState(
+                child.label,
+                child.state,
+                pid=child.proc.pid
+                if child.proc is not None and child.state in ("starting", "running")
+                else 0,
+                restarts=child.restarts,
+                reason=child.reason,
+            )
             for child in self._children.values()
         )
         return SupervisorReport("xrmq up", os.getpid(), time.time_ns() // 1000, processes)
@@ -275,33 +309,53 @@ class Supervisor:
 
     def _broker_child(self) -> Child:
         bus = self.config.bus
-        argv = [self.python, "-m", "xrmq.actors.cli", "bus", "--bus", bus.address,
-                "--max-message-bytes", str(bus.max_message_bytes),
-                "--subscriber-budget-bytes", str(bus.subscriber_budget_bytes),
-                "--metrics-interval", str(self.config.supervisor.metrics_interval_s)]
+        argv = [
+            self.python,
+            "-m",
+            "xrmq.actors.cli",
+            "bus",
+            "--bus",
+            bus.address,
+            "--max-message-bytes",
+            str(bus.max_message_bytes),
+            "--subscriber-budget-bytes",
+            str(bus.subscriber_budget_bytes),
+            "--metrics-interval",
+            str(self.config.supervisor.metrics_interval_s),
+        ]
         if not self.config.bus.capture:
             argv.append("--no-capture")
         if self.config_path is not None:  # the broker reads [bus.security] from it
             argv += ["--config", self.config_path]
-        return Child(BUS, argv, BUS_READY_PREFIX, self.config.supervisor.restart,
-                     on_give_up="stop_box")
+        return Child(
+            BUS, argv, BUS_READY_PREFIX, self.config.supervisor.restart, on_give_up="stop_box"
+        )
 
     def _process_child(self, name: str, shard: int) -> Child:
         instance = self.config.instances(name)[shard]
         argv = [self.python, "-m", "xrmq.actors.cli", "run", name, "--shard", str(shard)]
         if self.config_path is not None:
             argv += ["--config", self.config_path]
-        return Child(instance.runtime_name, argv, READY_PREFIX, self.config.restart_policy(name),
-                     on_give_up=self.config.processes[name].on_give_up)
+        return Child(
+            instance.runtime_name,
+            argv,
+            READY_PREFIX,
+            self.config.restart_policy(name),
+            on_give_up=self.config.processes[name].on_give_up,
+        )
 
     async def _start_layer(self, layer: list[Child]) -> bool:
-        """Start every child of ``layer`` and wait until each is ready; False if stopping meanwhile."""
+        """Start every child of ``layer`` and wait until each is ready; False if stopping
+        meanwhile."""
         for child in layer:
-            child.task = asyncio.create_task(self._supervise(child), name=f"xrmq-supervise-{child.label}")
+            child.task = asyncio.create_task(
+                self._supervise(child), name=f"xrmq-supervise-{child.label}"
+            )
         stop = asyncio.create_task(self._stop.wait())
         ready = [asyncio.create_task(child.ready.wait()) for child in layer]
         try:
-            await asyncio.wait([stop, asyncio.gather(*ready)], return_when=asyncio.FIRST_COMPLETED)
+            all_ready: asyncio.Future[Any] = asyncio.gather(*ready)
+            await asyncio.wait([stop, all_ready], return_when=asyncio.FIRST_COMPLETED)
         finally:
             stop.cancel()
             for waiter in ready:
@@ -331,7 +385,9 @@ class Supervisor:
                     return
                 exited = asyncio.create_task(proc.wait())
                 became_ready = asyncio.create_task(incarnation_ready.wait())
-                done, _ = await asyncio.wait([exited, became_ready], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(
+                    [exited, became_ready], timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
                 became_ready.cancel()
                 if became_ready in done:
                     restarted = child.ready.is_set()
@@ -339,7 +395,9 @@ class Supervisor:
                     child.state = "running"
                     child.restarts += restarted
                     self._liveness.started(child.label, proc.pid, loop.time())
-                    self.say(f"{'restarted' if restarted else 'started'} {child.label} pid={proc.pid}")
+                    self.say(
+                        f"{'restarted' if restarted else 'started'} {child.label} pid={proc.pid}"
+                    )
                 elif not done:
                     self.say(f"{child.label} not ready within {timeout:g}s; killing it")
                     self._signal_group(proc.pid, signal.SIGKILL)
@@ -352,8 +410,10 @@ class Supervisor:
                 if returncode == 0:  # a clean stop (SIGTERM from outside): not a crash
                     delay = child.policy.config.backoff_initial_s
                     child.state = "restarting"
-                    self.say(f"{child.label} exited cleanly (exit code 0), not a crash; "
-                             f"restarting in {delay:g}s")
+                    self.say(
+                        f"{child.label} exited cleanly (exit code 0), not a crash; "
+                        f"restarting in {delay:g}s"
+                    )
                     try:
                         await asyncio.wait_for(self._stop.wait(), delay)
                     except TimeoutError:
@@ -362,8 +422,10 @@ class Supervisor:
                 decision = child.policy.crashed(loop.time())
                 last = f": {child.last_line}" if child.last_line else ""
                 if not decision.restart:
-                    reason = (f"gave up on {child.label}: {decision.reason};"
-                              f" last {describe_exit(returncode)}{last}")
+                    reason = (
+                        f"gave up on {child.label}: {decision.reason};"
+                        f" last {describe_exit(returncode)}{last}"
+                    )
                     if child.on_give_up == "stop_box":
                         self._gave_up = reason
                         self.say(self._gave_up)
@@ -371,8 +433,10 @@ class Supervisor:
                         return
                     child.state, child.reason = "down", reason
                     child.ready.set()  # startup goes on without it
-                    self.say(f"{reason}; left DOWN (on_give_up = \"stay_down\"),"
-                             " the other processes keep running")
+                    self.say(
+                        f'{reason}; left DOWN (on_give_up = "stay_down"),'
+                        " the other processes keep running"
+                    )
                     self._log.error("supervisor.process_down", process=child.label, reason=reason)
                     return
                 child.state = "restarting"
@@ -403,11 +467,16 @@ class Supervisor:
             limit=_LINE_LIMIT,
         )
         child.proc = proc
-        child.forwarders = [asyncio.create_task(self._forward(child, proc.stdout, ready)),
-                            asyncio.create_task(self._forward(child, proc.stderr, None))]
+        assert proc.stdout is not None and proc.stderr is not None  # both piped
+        child.forwarders = [
+            asyncio.create_task(self._forward(child, proc.stdout, ready)),
+            asyncio.create_task(self._forward(child, proc.stderr, None)),
+        ]
         return proc
 
-    async def _forward(self, child: Child, stream: asyncio.StreamReader, ready: asyncio.Event | None) -> None:
+    async def _forward(
+        self, child: Child, stream: asyncio.StreamReader, ready: asyncio.Event | None
+    ) -> None:
         """Copy a child's output lines, prefixed with its name; spot its readiness line."""
         while True:
             try:
@@ -425,7 +494,8 @@ class Supervisor:
                 ready.set()
 
     async def _terminate(self, child: Child) -> None:
-        """SIGTERM the child's group, SIGKILL it after the shutdown timeout; wait for supervision to end."""
+        """SIGTERM the child's group, SIGKILL it after the shutdown timeout; wait for supervision to
+        end."""
         if child.task is None:
             return
         child.terminating = True
@@ -454,7 +524,8 @@ class Supervisor:
             pass
 
     def _remove_socket_files(self) -> None:
-        """Remove the ipc socket files a killed broker left (only for a bus this supervisor served)."""
+        """Remove the ipc socket files a killed broker left (only for a bus this supervisor
+        served)."""
         if not self._broker_started:
             return
         paths = self.address.ipc_paths
@@ -469,11 +540,16 @@ class _Heartbeats(Agent):
     def __init__(self, supervisor: Supervisor) -> None:
         self.supervisor = supervisor
 
-    def handlers(self) -> dict[Topic, str]:
-        return {METRICS_TOPIC: "on_metrics", SUPERVISOR_TOPIC: "on_report"}
+    def handlers(self) -> Handlers:
+        return {METRICS_TOPIC: self.on_metrics, SUPERVISOR_TOPIC: self.on_report}
 
     async def on_metrics(self, message: RuntimeMetrics, ctx: RuntimeContext) -> None:
         self.supervisor.heartbeat(message)
 
     async def on_report(self, message: SupervisorReport, ctx: RuntimeContext) -> None:
         self.supervisor.report_returned(message, ctx.metadata.sender)
+
+
+def _pid_or_down(child: Child) -> str:
+    """What ``ready`` shows for a child: its pid, or ``down``."""
+    return "down" if child.state == "down" or child.proc is None else str(child.proc.pid)

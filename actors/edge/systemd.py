@@ -110,7 +110,7 @@ def systemd_units(
                 *_limits(process_policy),
             ]
             units[unit_name(instance)] = _unit(
-                f"xrmq {instance.runtime_name}: {', '.join(spec.roles)} " f"({config_file})",
+                f"xrmq {instance.runtime_name}: {', '.join(spec.roles)} ({config_file})",
                 unit,
                 service,
             )

@@ -18,7 +18,7 @@ import asyncio
 import os
 import signal
 import sys
-from typing import TextIO
+from typing import Any, TextIO, cast
 
 import msgspec
 
@@ -68,10 +68,17 @@ class RuntimeRow(RuntimeCounters, frozen=True, kw_only=True):
 
 
 class _Seen:
-    __slots__ = ("last", "previous", "received_at", "restarts", "reports")
+    __slots__ = ("last", "previous", "received_at", "reports", "restarts")
 
     def __init__(self, metrics: RuntimeMetrics, received_at: float) -> None:
-        self.last, self.previous, self.received_at, self.restarts, self.reports = metrics, None, received_at, 0, 1
+        self.previous: RuntimeMetrics | None
+        self.last, self.previous, self.received_at, self.restarts, self.reports = (
+            metrics,
+            None,
+            received_at,
+            0,
+            1,
+        )
 
 
 class TopView:
@@ -105,14 +112,26 @@ class TopView:
         """One row per runtime, by name; ``now`` is on the clock ``observe`` was given."""
         rows = []
         processes = self._supervisor.by_process() if self._supervisor is not None else {}
-        never_reported = {name: state for name, state in processes.items()
-                          if name not in self._runtimes and state.state != "running"}
+        never_reported = {
+            name: state
+            for name, state in processes.items()
+            if name not in self._runtimes and state.state != "running"
+        }
         for name, state in never_reported.items():
-            rows.append(RuntimeRow(
-                runtime=name, pid=state.pid, age_s=0.0, restarts=state.restarts,
-                published_per_s=None, delivered_per_s=None, actors={}, gauges={},
-                state=state.state, reason=state.reason,
-            ))
+            rows.append(
+                RuntimeRow(
+                    runtime=name,
+                    pid=state.pid,
+                    age_s=0.0,
+                    restarts=state.restarts,
+                    published_per_s=None,
+                    delivered_per_s=None,
+                    actors={},
+                    gauges={},
+                    state=state.state,
+                    reason=state.reason,
+                )
+            )
         for name in sorted(self._runtimes):
             seen = self._runtimes[name]
             supervised = processes.get(name)
@@ -120,17 +139,32 @@ class TopView:
             rate = None
             if previous is not None and last.timestamp_us > previous.timestamp_us:
                 span = (last.timestamp_us - previous.timestamp_us) / 1e6
-                rate = ((last.published - previous.published) / span, (last.delivered - previous.delivered) / span)
-            rows.append(RuntimeRow(
-                runtime=name, pid=last.pid, age_s=max(0.0, now - seen.received_at), restarts=seen.restarts,
-                published_per_s=None if rate is None else rate[0], delivered_per_s=None if rate is None else rate[1],
-                **counters_of(last), actors=dict(last.actors), gauges=dict(last.gauges),
-                actor_faults=dict(last.actor_faults), rejected_by=dict(last.rejected_by),
-                evicted_by=dict(last.evicted_by), stuck=dict(last.stuck),
-                state=supervised.state if supervised is not None else "running",
-                reason=supervised.reason if supervised is not None else "",
-                identity=last.identity, dropped=dict(last.dropped), denied=dict(last.denied),
-            ))
+                rate = (
+                    (last.published - previous.published) / span,
+                    (last.delivered - previous.delivered) / span,
+                )
+            rows.append(
+                RuntimeRow(
+                    runtime=name,
+                    pid=last.pid,
+                    age_s=max(0.0, now - seen.received_at),
+                    restarts=seen.restarts,
+                    published_per_s=None if rate is None else rate[0],
+                    delivered_per_s=None if rate is None else rate[1],
+                    **counters_of(last),
+                    actors=dict(last.actors),
+                    gauges=dict(last.gauges),
+                    actor_faults=dict(last.actor_faults),
+                    rejected_by=dict(last.rejected_by),
+                    evicted_by=dict(last.evicted_by),
+                    stuck=dict(last.stuck),
+                    state=supervised.state if supervised is not None else "running",
+                    reason=supervised.reason if supervised is not None else "",
+                    identity=last.identity,
+                    dropped=dict(last.dropped),
+                    denied=dict(last.denied),
+                )
+            )
         return sorted(rows, key=lambda row: row.runtime)
 
 
@@ -141,6 +175,7 @@ def render(rows: list[RuntimeRow], *, stale_after_s: float = 5.0, color: bool = 
     ``stale_after_s``, a stuck actor, a process down or restarting) are shown in red
     when ``color`` is on.
     """
+
     def paint(code: str, text: str) -> str:
         return f"{code}{text}{RESET}" if color else text
 
@@ -156,7 +191,8 @@ def render(rows: list[RuntimeRow], *, stale_after_s: float = 5.0, color: bool = 
             down = "DOWN: " + (row.reason or "left down")
             lines.append(f"{paint(BOLD, row.runtime)}  {paint(RED, down)}")
             continue
-        header = f"{paint(BOLD, row.runtime)}  pid {row.pid}  {paint(RED, age + ' (stale)') if row.age_s > stale_after_s else age}"
+        shown_age = paint(RED, age + " (stale)") if row.age_s > stale_after_s else age
+        header = f"{paint(BOLD, row.runtime)}  pid {row.pid}  {shown_age}"
         if row.identity is not None:
             header += f"  identity {row.identity}"
         if row.state != "running":
@@ -164,26 +200,43 @@ def render(rows: list[RuntimeRow], *, stale_after_s: float = 5.0, color: bool = 
         if row.restarts:
             header += f"  {paint(RED, f'restarted {row.restarts}x')}"
         lines.append(header)
-        for label, counts in (("dropped from", row.dropped),
-                              ("subscriptions denied to", row.denied)):
+        for label, counts in (
+            ("dropped from", row.dropped),
+            ("subscriptions denied to", row.denied),
+        ):
             if counts:
-                lines.append(f"  {paint(RED, label)} " + "  ".join(
-                    f"{identity} {count}" for identity, count in sorted(counts.items())))
+                lines.append(
+                    f"  {paint(RED, label)} "
+                    + "  ".join(f"{identity} {count}" for identity, count in sorted(counts.items()))
+                )
         problems = []
-        for label, value in (("gaps", row.gaps), ("rejected", row.rejected), ("overflow", row.overflow),
-                             ("handler errors", row.handler_errors), ("faults", row.faults),
-                             ("actor restarts", row.actor_restarts), ("stale", row.stale)):
+        for label, value in (
+            ("gaps", row.gaps),
+            ("rejected", row.rejected),
+            ("overflow", row.overflow),
+            ("handler errors", row.handler_errors),
+            ("faults", row.faults),
+            ("actor restarts", row.actor_restarts),
+            ("stale", row.stale),
+        ):
             text = f"{label} {value}"
             problems.append(paint(RED, text) if value and label != "stale" else text)
-        lines.append(f"  in {rate(row.delivered_per_s)} ({row.delivered})  out {rate(row.published_per_s)}"
-                     f" ({row.published})  " + "  ".join(problems))
+        lines.append(
+            f"  in {rate(row.delivered_per_s)} ({row.delivered})  out {rate(row.published_per_s)}"
+            f" ({row.published})  " + "  ".join(problems)
+        )
         if row.rejected_by:
             lines.append("  rejected: " + _counts(row.rejected_by))
         if row.evicted_by or row.oversize:
-            lines.append("  evicted: " + _counts(row.evicted_by)
-                         + (f"  oversize refused {row.oversize}" if row.oversize else ""))
+            lines.append(
+                "  evicted: "
+                + _counts(row.evicted_by)
+                + (f"  oversize refused {row.oversize}" if row.oversize else "")
+            )
         if row.gauges:
-            lines.append("  " + "  ".join(f"{name} {value:g}" for name, value in sorted(row.gauges.items())))
+            lines.append(
+                "  " + "  ".join(f"{name} {value:g}" for name, value in sorted(row.gauges.items()))
+            )
         for actor, depth in sorted(row.actors.items()):
             faults = row.actor_faults.get(actor)
             stuck = row.stuck.get(actor)
@@ -200,6 +253,7 @@ def _counts(counts: dict[str, int]) -> str:
 
 def summary(rows: list[RuntimeRow], bus: str, *, color: bool = True) -> str:
     """The header: the bus (its broker answered ``top``'s readiness probe) and totals."""
+
     def paint(code: str, text: str) -> str:
         return f"{code}{text}{RESET}" if color else text
 
@@ -215,10 +269,14 @@ def summary(rows: list[RuntimeRow], bus: str, *, color: bool = True) -> str:
         )
     }
     restarts = sum(row.restarts for row in rows)
-    text = "  ".join(paint(RED, f"{label} {value}") if value else f"{label} {value}"
-                     for label, value in (*problems.items(), ("restarts", restarts)))
-    return (f"{paint(BOLD, 'xrmq top')}  bus {bus}  broker: up  {len(rows)} runtimes  "
-            f"in {inbound:.1f}/s  out {outbound:.1f}/s\n  {text}\n\n")
+    text = "  ".join(
+        paint(RED, f"{label} {value}") if value else f"{label} {value}"
+        for label, value in (*problems.items(), ("restarts", restarts))
+    )
+    return (
+        f"{paint(BOLD, 'xrmq top')}  bus {bus}  broker: up  {len(rows)} runtimes  "
+        f"in {inbound:.1f}/s  out {outbound:.1f}/s\n  {text}\n\n"
+    )
 
 
 def _quit_on_q(
@@ -250,7 +308,7 @@ def _restore(loop: asyncio.AbstractEventLoop, state: object | None) -> None:
         return
     import termios
 
-    fd, saved = state  # type: ignore[misc]
+    fd, saved = cast(tuple[int, Any], state)
     loop.remove_reader(fd)
     termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
@@ -271,8 +329,16 @@ class _MetricsWatcher(Agent):
         self.changed.set()
 
 
-async def watch(bus: str, *, once: bool, as_json: bool, interval: float, window: float, expect: int | None,
-                out: TextIO = sys.stdout) -> int:
+async def watch(
+    bus: str,
+    *,
+    once: bool,
+    as_json: bool,
+    interval: float,
+    window: float,
+    expect: int | None,
+    out: TextIO = sys.stdout,
+) -> int:
     """Subscribe to the metrics topic and print the view.
 
     ``once``: print one view and return, as soon as ``expect`` runtimes have each
@@ -291,7 +357,10 @@ async def watch(bus: str, *, once: bool, as_json: bool, interval: float, window:
     async with runtime:
         if once:
             deadline = loop.time() + window
-            while expect is None or sum(view.reports(row.runtime) >= 2 for row in view.rows(loop.time())) < expect:
+            while (
+                expect is None
+                or sum(view.reports(row.runtime) >= 2 for row in view.rows(loop.time())) < expect
+            ):
                 changed.clear()
                 remaining = deadline - loop.time()
                 if remaining <= 0 or stop.is_set():
@@ -305,8 +374,14 @@ async def watch(bus: str, *, once: bool, as_json: bool, interval: float, window:
         keys = None if as_json else _quit_on_q(loop, stop, sys.stdin)
         try:
             while not stop.is_set():
-                _print(view.rows(loop.time()), bus, as_json=as_json, live=True, out=out,
-                       hint="q or Ctrl-C quits" if keys is not None else "Ctrl-C quits")
+                _print(
+                    view.rows(loop.time()),
+                    bus,
+                    as_json=as_json,
+                    live=True,
+                    out=out,
+                    hint="q or Ctrl-C quits" if keys is not None else "Ctrl-C quits",
+                )
                 try:
                     await asyncio.wait_for(stop.wait(), interval)
                 except TimeoutError:

@@ -35,21 +35,37 @@ DEFAULT_VARIANT = "default"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="session seed (default 7)")
-    parser.add_argument("--quick", action="store_true", help="CI size: 2 participants, seconds offline")
+    parser.add_argument(
+        "--quick", action="store_true", help="CI size: 2 participants, seconds offline"
+    )
     parser.add_argument("--participants", type=int, help="participants (default 6, quick 2)")
-    parser.add_argument("--model", default="offline",
-                        help="answers model: 'offline', a preset (hosted, local), a litellm model "
-                             "string, or a JSON table of ModelSpec fields (default offline)")
-    parser.add_argument("--compaction-model", help="compaction model, same forms (default: --model)")
+    parser.add_argument(
+        "--model",
+        default="offline",
+        help="answers model: 'offline', a preset (hosted, local), a litellm model "
+        "string, or a JSON table of ModelSpec fields (default offline)",
+    )
+    parser.add_argument(
+        "--compaction-model", help="compaction model, same forms (default: --model)"
+    )
     parser.add_argument("--api-base", help="server URL for a litellm model string")
     parser.add_argument("--api-key-env", help="environment variable holding the API key")
-    parser.add_argument("--prompts", type=Path,
-                        help="TOML file of CompactionPrompts variants, one table each, compared "
-                             "with the default in one run")
-    parser.add_argument("--replay", type=Path, metavar="LOG",
-                        help="rerun a logged run from its calls.jsonl with no model")
+    parser.add_argument(
+        "--prompts",
+        type=Path,
+        help="TOML file of CompactionPrompts variants, one table each, compared "
+        "with the default in one run",
+    )
+    parser.add_argument(
+        "--replay",
+        type=Path,
+        metavar="LOG",
+        help="rerun a logged run from its calls.jsonl with no model",
+    )
     parser.add_argument("--concurrency", type=int, default=4, help="participants run at once")
-    parser.add_argument("--out", type=Path, default=Path("bench-results/eval"), help="output directory")
+    parser.add_argument(
+        "--out", type=Path, default=Path("bench-results/eval"), help="output directory"
+    )
 
 
 def model_spec(value: str, api_base: str | None, api_key_env: str | None) -> ModelSpec:
@@ -111,14 +127,24 @@ def _session_config(args: argparse.Namespace) -> SessionConfig:
     return config
 
 
-async def _run_all(header: dict[str, Any], variants: dict[str, CompactionPrompts],
-                   compaction_llm: LLMService, answers_llm: LLMService,
-                   concurrency: int) -> list[RunResult]:
+async def _run_all(
+    header: dict[str, Any],
+    variants: dict[str, CompactionPrompts],
+    compaction_llm: LLMService,
+    answers_llm: LLMService,
+    concurrency: int,
+) -> list[RunResult]:
     config = msgspec.convert(header["config"], SessionConfig)
     session = generate_session(header["seed"], config)
     return [
-        await run_variant(session, name, prompts, compaction_llm=compaction_llm,
-                          answers_llm=answers_llm, concurrency=concurrency)
+        await run_variant(
+            session,
+            name,
+            prompts,
+            compaction_llm=compaction_llm,
+            answers_llm=answers_llm,
+            concurrency=concurrency,
+        )
         for name, prompts in variants.items()
     ]
 
@@ -131,20 +157,28 @@ def run(args: argparse.Namespace) -> int:
         header, records = read_log(args.replay)
         if not header:
             raise ValueError(f"{args.replay}: no run header; is it a calls.jsonl of this eval?")
-        variants = {name: msgspec.convert(p, CompactionPrompts) for name, p in header["prompts"].items()}
+        variants = {
+            name: msgspec.convert(p, CompactionPrompts) for name, p in header["prompts"].items()
+        }
         compaction_llm: LLMService = ReplayLLM([r for r in records if r.service == "compaction"])
         answers_llm: LLMService = ReplayLLM([r for r in records if r.service == "answers"])
         header = {**header, "replayed_from": str(args.replay)}
     else:
         answers = model_spec(args.model, args.api_base, args.api_key_env)
-        compaction = (answers if args.compaction_model is None
-                      else model_spec(args.compaction_model, args.api_base, args.api_key_env))
+        compaction = (
+            answers
+            if args.compaction_model is None
+            else model_spec(args.compaction_model, args.api_base, args.api_key_env)
+        )
         variants = load_prompt_variants(args.prompts)
         header = {
-            "seed": args.seed, "quick": args.quick,
+            "seed": args.seed,
+            "quick": args.quick,
             "config": msgspec.to_builtins(_session_config(args)),
-            "models": {"answers": msgspec.to_builtins(answers),
-                       "compaction": msgspec.to_builtins(compaction)},
+            "models": {
+                "answers": msgspec.to_builtins(answers),
+                "compaction": msgspec.to_builtins(compaction),
+            },
             "prompts": msgspec.to_builtins(variants),
             "versions": _versions(),
         }
@@ -153,20 +187,28 @@ def run(args: argparse.Namespace) -> int:
         answers_llm = RecordingLLM(create_llm(answers), log, "answers")
     header.pop("type", None)
     try:
-        results = asyncio.run(_run_all(header, variants, compaction_llm, answers_llm, args.concurrency))
+        results = asyncio.run(
+            _run_all(header, variants, compaction_llm, answers_llm, args.concurrency)
+        )
     finally:
         if log is not None:
             log.close()
     all_figures = [report.figures(result) for result in results]
-    print(f"compaction eval: seed {header['seed']}, models {_model_names(header)}, "
-          f"variants {', '.join(variants)}")
+    print(
+        f"compaction eval: seed {header['seed']}, models {_model_names(header)}, "
+        f"variants {', '.join(variants)}"
+    )
     print(report.table(all_figures))
     document = report.results_document(header, results, all_figures)
     (args.out / "results.json").write_bytes(msgspec.json.format(msgspec.json.encode(document)))
     plot = report.write_plots(all_figures, args.out)
-    where = f"{args.out / 'results.json'}" + ("" if log is None else f", {args.out / 'calls.jsonl'}")
-    print(f"\nwrote {where}" + (f", {plot}" if plot else " (plots skipped: no matplotlib)"),
-          file=sys.stderr)
+    where = f"{args.out / 'results.json'}" + (
+        "" if log is None else f", {args.out / 'calls.jsonl'}"
+    )
+    print(
+        f"\nwrote {where}" + (f", {plot}" if plot else " (plots skipped: no matplotlib)"),
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -176,7 +218,9 @@ def _model_names(header: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench eval", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench eval", description=__doc__.splitlines()[0]
+    )
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:
@@ -188,7 +232,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """``xrmq eval``: the same command under the ``xrmq`` CLI."""
-    parser = subparsers.add_parser("eval", help="compaction-quality eval (python -m bench eval)",
-                                   description=__doc__.splitlines()[0])
+    parser = subparsers.add_parser(
+        "eval",
+        help="compaction-quality eval (python -m bench eval)",
+        description=__doc__.splitlines()[0],
+    )
     add_arguments(parser)
     parser.set_defaults(func=run)

@@ -19,7 +19,12 @@ from .runner import ProbeResult, RunResult
 from .session import FACT_KINDS
 
 DEPTH_BUCKETS: tuple[tuple[int, int, str], ...] = (
-    (1, 1, "1"), (2, 2, "2"), (3, 4, "3-4"), (5, 8, "5-8"), (9, 16, "9-16"), (17, 10**9, "17+"),
+    (1, 1, "1"),
+    (2, 2, "2"),
+    (3, 4, "3-4"),
+    (5, 8, "5-8"),
+    (9, 16, "9-16"),
+    (17, 10**9, "17+"),
 )
 """Compaction depth (summary rewrites a fact went through) in ranges, for the plots."""
 
@@ -86,7 +91,9 @@ def figures(result: RunResult) -> VariantFigures:
     by_kind: dict[str, list[ProbeResult]] = defaultdict(list)
     for probe in result.probes:
         by_kind[probe.kind].append(probe)
-    kinds = {kind: _kind_figures(probes) for kind in FACT_KINDS if (probes := by_kind.get(kind))}
+    kinds: dict[str, KindFigures] = {
+        kind: _kind_figures(probes) for kind in FACT_KINDS if (probes := by_kind.get(kind))
+    }
     oversized = [p for p in result.probes if p.oversized]
     depth: dict[str, dict[str, list[int]]] = {}
     for probe in result.probes:
@@ -97,44 +104,71 @@ def figures(result: RunResult) -> VariantFigures:
     for name in dict.fromkeys(s.section for s in result.sections):
         rows = [s for s in result.sections if s.section == name]
         sizes = [size for s in rows for size in s.summary_bytes]
-        sections.append(SectionFigures(
-            section=name, budget_bytes=rows[0].budget_bytes, limit_bytes=rows[0].limit_bytes,
-            compactions_min=min(s.compactions for s in rows),
-            compactions_mean=sum(s.compactions for s in rows) / len(rows),
-            summary_bytes_max=max(sizes, default=0),
-            summary_bytes_mean=sum(sizes) / len(sizes) if sizes else 0.0,
-            clipped=sum(s.statuses.get("clipped", 0) for s in rows),
-            over_limit=sum(size > rows[0].limit_bytes for size in sizes),
-        ))
+        sections.append(
+            SectionFigures(
+                section=name,
+                budget_bytes=rows[0].budget_bytes,
+                limit_bytes=rows[0].limit_bytes,
+                compactions_min=min(s.compactions for s in rows),
+                compactions_mean=sum(s.compactions for s in rows) / len(rows),
+                summary_bytes_max=max(sizes, default=0),
+                summary_bytes_mean=sum(sizes) / len(sizes) if sizes else 0.0,
+                clipped=sum(s.statuses.get("clipped", 0) for s in rows),
+                over_limit=sum(size > rows[0].limit_bytes for size in sizes),
+            )
+        )
     return VariantFigures(
-        variant=result.variant, probes=len(result.probes),
+        variant=result.variant,
+        probes=len(result.probes),
         answer_recall=_share([p.answer_score.correct for p in result.probes]),
         context_recall=_share([p.context_score.correct for p in result.probes]),
-        by_kind=kinds, oversized=_kind_figures(oversized) if oversized else None, by_depth=depth, sections=sections,
+        by_kind=kinds,
+        oversized=_kind_figures(oversized) if oversized else None,
+        by_depth=depth,
+        sections=sections,
         skipped_facts=len(result.skipped_facts),
     )
 
 
 def table(all_figures: list[VariantFigures]) -> str:
     """The terminal report: recall per kind and variant, then the sections."""
-    lines = ["| fact kind | " + " | ".join(f"{f.variant}: answer / context (stale)" for f in all_figures) + " |",
-             "|---|" + "---|" * len(all_figures)]
+    lines = [
+        "| fact kind | "
+        + " | ".join(f"{f.variant}: answer / context (stale)" for f in all_figures)
+        + " |",
+        "|---|" + "---|" * len(all_figures),
+    ]
     for kind in (*FACT_KINDS, "oversized"):
         cells = []
         for f in all_figures:
             k = f.oversized if kind == "oversized" else f.by_kind.get(kind)
-            cells.append("-" if k is None else
-                         f"{k.answer_recall:.0%} / {k.context_recall:.0%} ({k.stale_answers}) n={k.probes}")
+            cells.append(
+                "-"
+                if k is None
+                else f"{k.answer_recall:.0%} / {k.context_recall:.0%} ({k.stale_answers}) "
+                f"n={k.probes}"
+            )
         lines.append(f"| {kind} | " + " | ".join(cells) + " |")
-    lines.append("| **all** | " + " | ".join(
-        f"**{f.answer_recall:.0%} / {f.context_recall:.0%}** n={f.probes}" for f in all_figures) + " |")
-    lines += ["", "| variant | section | budget | limit | compactions min/mean | summary max/mean bytes | clipped |",
-              "|---|---|---|---|---|---|---|"]
+    lines.append(
+        "| **all** | "
+        + " | ".join(
+            f"**{f.answer_recall:.0%} / {f.context_recall:.0%}** n={f.probes}" for f in all_figures
+        )
+        + " |"
+    )
+    lines += [
+        "",
+        "| variant | section | budget | limit | compactions min/mean | summary max/mean bytes | "
+        "clipped |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for f in all_figures:
         for s in f.sections:
-            lines.append(f"| {f.variant} | {s.section} | {s.budget_bytes} | {s.limit_bytes} | "
-                         f"{s.compactions_min}/{s.compactions_mean:.1f} | "
-                         f"{s.summary_bytes_max}/{s.summary_bytes_mean:.0f} | {s.clipped} |")
+            lines.append(
+                f"| {f.variant} | {s.section} | {s.budget_bytes} | {s.limit_bytes} | "
+                f"{s.compactions_min}/{s.compactions_mean:.1f} | "
+                f"{s.summary_bytes_max}/{s.summary_bytes_mean:.0f} | {s.clipped} |"
+            )
     return "\n".join(lines)
 
 
@@ -168,8 +202,9 @@ def write_plots(all_figures: list[VariantFigures], out_dir: Path) -> Path | None
     return path
 
 
-def results_document(header: dict[str, Any], results: list[RunResult],
-                     all_figures: list[VariantFigures]) -> dict[str, Any]:
+def results_document(
+    header: dict[str, Any], results: list[RunResult], all_figures: list[VariantFigures]
+) -> dict[str, Any]:
     """``results.json``: the run's header (seed, models, prompts, versions), the figures
     and every probe."""
     return {

@@ -94,7 +94,9 @@ def sections_for(config: SessionConfig, prompts: CompactionPrompts) -> dict[str,
     """The three sections of a session, with the given compaction prompts."""
     settings = CompactionSettings(config.compaction_input_budget_bytes, prompts)
     return {
-        "dialogue": Section(SectionSpec("dialogue", "dialogue", config.dialogue_budget_bytes), settings),
+        "dialogue": Section(
+            SectionSpec("dialogue", "dialogue", config.dialogue_budget_bytes), settings
+        ),
         "notes": Section(SectionSpec("notes", "incremental", config.notes_budget_bytes), settings),
         "scene": Section(SectionSpec("scene", "summary", config.scene_budget_bytes), settings),
     }
@@ -110,8 +112,12 @@ class _Participant:
             name: section.new_state(f"{pid}.{name}") for name, section in sections.items()
         }
         self.stats = {
-            name: SectionStats(participant_id=pid, section=name, budget_bytes=s.spec.budget_bytes,
-                               limit_bytes=s.spec.summary_limit_bytes)
+            name: SectionStats(
+                participant_id=pid,
+                section=name,
+                budget_bytes=s.spec.budget_bytes,
+                limit_bytes=s.spec.summary_limit_bytes,
+            )
             for name, s in sections.items()
         }
         self.entry_of: dict[int, tuple[str, int]] = {}
@@ -124,8 +130,13 @@ class _Participant:
         state = self.states[event.section]
         self.entry_of[index] = (event.section, state.next_entry_id)
         if event.section == "dialogue":
-            section.record_exchange(state, event.request, event.answer,
-                                    timestamp_us=event.timestamp_us, exchange_id=index)
+            section.record_exchange(
+                state,
+                event.request,
+                event.answer,
+                timestamp_us=event.timestamp_us,
+                exchange_id=index,
+            )
         elif section.spec.kind == "incremental":
             section.append_update(state, event.text, timestamp_us=event.timestamp_us)
         else:
@@ -156,7 +167,8 @@ class _Participant:
 
     def context(self) -> tuple[ContextBlock, ...]:
         return render_participant(
-            [self.sections[name].render(self.states[name]).blocks for name in SECTION_ORDER])
+            [self.sections[name].render(self.states[name]).blocks for name in SECTION_ORDER]
+        )
 
 
 def _probe_depth(participant: _Participant, fact: Fact) -> int | None:
@@ -181,9 +193,15 @@ def _checkpoints(events: tuple[Event, ...], count: int) -> list[int]:
     return sorted({len(events) * k // count - 1 for k in range(1, count + 1)})
 
 
-async def _run_participant(pid: str, events: tuple[Event, ...], facts: list[Fact],
-                           sections: Mapping[str, Section], compaction_llm: LLMService,
-                           answers_llm: LLMService, probe_points: int) -> _Outcome:
+async def _run_participant(
+    pid: str,
+    events: tuple[Event, ...],
+    facts: list[Fact],
+    sections: Mapping[str, Section],
+    compaction_llm: LLMService,
+    answers_llm: LLMService,
+    probe_points: int,
+) -> _Outcome:
     participant = _Participant(pid, sections)
     system = default_system_prompt()
     probes: list[ProbeResult] = []
@@ -207,20 +225,37 @@ async def _run_participant(pid: str, events: tuple[Event, ...], facts: list[Fact
                 if final:
                     skipped.append(fact.fact_id)
                 continue
-            completion = await answers_llm.complete(answer_messages(system, blocks, now_us, fact.question))
-            probes.append(ProbeResult(
-                fact_id=fact.fact_id, participant_id=pid, checkpoint=len(contexts) - 1,
-                kind=fact.kind, question=fact.question, value=fact.value,
-                superseded=fact.superseded, depth=depth, oversized=fact.oversized,
-                answer=completion.text, answer_score=score(completion.text, fact),
-                context_score=score(context_text, fact),
-            ))
+            completion = await answers_llm.complete(
+                answer_messages(system, blocks, now_us, fact.question)
+            )
+            probes.append(
+                ProbeResult(
+                    fact_id=fact.fact_id,
+                    participant_id=pid,
+                    checkpoint=len(contexts) - 1,
+                    kind=fact.kind,
+                    question=fact.question,
+                    value=fact.value,
+                    superseded=fact.superseded,
+                    depth=depth,
+                    oversized=fact.oversized,
+                    answer=completion.text,
+                    answer_score=score(completion.text, fact),
+                    context_score=score(context_text, fact),
+                )
+            )
     return _Outcome(probes, list(participant.stats.values()), skipped, contexts)
 
 
-async def run_variant(session: Session, variant: str, prompts: CompactionPrompts, *,
-                      compaction_llm: LLMService, answers_llm: LLMService,
-                      concurrency: int = 4) -> RunResult:
+async def run_variant(
+    session: Session,
+    variant: str,
+    prompts: CompactionPrompts,
+    *,
+    compaction_llm: LLMService,
+    answers_llm: LLMService,
+    concurrency: int = 4,
+) -> RunResult:
     """Run ``session`` with ``prompts``; participants run concurrently, at most
     ``concurrency`` at once (each participant's own calls stay in order)."""
     sections = sections_for(session.config, prompts)
@@ -229,8 +264,15 @@ async def run_variant(session: Session, variant: str, prompts: CompactionPrompts
     async def one(pid: str) -> _Outcome:
         async with gate:
             facts = [fact for fact in session.facts if fact.participant_id == pid]
-            return await _run_participant(pid, session.events[pid], facts, sections,
-                                          compaction_llm, answers_llm, session.config.probe_points)
+            return await _run_participant(
+                pid,
+                session.events[pid],
+                facts,
+                sections,
+                compaction_llm,
+                answers_llm,
+                session.config.probe_points,
+            )
 
     results = await asyncio.gather(*(one(pid) for pid in session.events))
     return RunResult(
@@ -238,5 +280,7 @@ async def run_variant(session: Session, variant: str, prompts: CompactionPrompts
         probes=[p for outcome in results for p in outcome.probes],
         sections=[s for outcome in results for s in outcome.stats],
         skipped_facts=[f for outcome in results for f in outcome.skipped],
-        contexts={pid: outcome.contexts for pid, outcome in zip(session.events, results, strict=True)},
+        contexts={
+            pid: outcome.contexts for pid, outcome in zip(session.events, results, strict=True)
+        },
     )

@@ -15,7 +15,8 @@ events it plants facts whose exact value a later probe asks for:
   lives solely in a summary, but it adds the layout's third kind of block).
 
 Some exchanges and updates are oversized (larger than one compaction request), each
-with a fact at its start (an extra ``number`` fact where no other was planned), so the clipping rule (start and end kept) is exercised too.
+with a fact at its start (an extra ``number`` fact where no other was planned), so the clipping rule
+(start and end kept) is exercised too.
 
 Everything comes from ``random.Random(seed)``: one seed gives the same session, byte for
 byte, whatever model later runs it (the assistant's replies in the dialogue are
@@ -31,7 +32,13 @@ import msgspec
 
 FactKind = Literal["number", "name", "time", "identifier", "correction", "sensor", "cross_section"]
 FACT_KINDS: tuple[FactKind, ...] = (
-    "number", "name", "time", "identifier", "correction", "sensor", "cross_section",
+    "number",
+    "name",
+    "time",
+    "identifier",
+    "correction",
+    "sensor",
+    "cross_section",
 )
 SectionName = Literal["dialogue", "notes", "scene"]
 
@@ -101,9 +108,17 @@ class SessionConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Probes are asked at the end of each of this many equal parts of the session."""
 
     def __post_init__(self) -> None:
-        for field in ("participants", "exchanges", "facts_per_kind", "dialogue_budget_bytes",
-                      "notes_budget_bytes", "scene_budget_bytes", "compaction_input_budget_bytes",
-                      "scene_every", "probe_points"):
+        for field in (
+            "participants",
+            "exchanges",
+            "facts_per_kind",
+            "dialogue_budget_bytes",
+            "notes_budget_bytes",
+            "scene_budget_bytes",
+            "compaction_input_budget_bytes",
+            "scene_every",
+            "probe_points",
+        ):
             value = getattr(self, field)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"SessionConfig.{field}: must be a positive integer")
@@ -126,47 +141,160 @@ class Session(msgspec.Struct, frozen=True):
 
 # --- vocabulary ---------------------------------------------------------------------
 
-_FIRST = ("Dana", "Ravi", "Mei", "Tomasz", "Ingrid", "Kofi", "Lucia", "Hiro", "Amara", "Sven",
-          "Noor", "Mateo", "Yuki", "Farah", "Olek", "Priya")
-_LAST = ("Whitfield", "Okafor", "Lindqvist", "Moreau", "Tanaka", "Petrova", "Haddad", "Brennan",
-         "Castillo", "Novak", "Achebe", "Sorensen")
-_NUMBER_SUBJECTS = ("badge number", "locker number", "desk extension", "parking spot",
-                    "bike lock code", "shoe size order", "seat number", "pallet count")
-_NAME_SUBJECTS = ("manager", "dentist", "landlord", "mentor", "electrician", "neighbour",
-                  "safety officer", "tutor")
-_TIME_SUBJECTS = ("dentist appointment", "team standup", "train to Lyon", "delivery slot",
-                  "yoga class", "school pickup", "boiler service", "video call with Osaka")
-_ID_SUBJECTS = ("support ticket", "parcel tracking code", "invoice", "work order",
-                "license key", "booking reference", "asset tag", "flight")
-_CORRECTION_SUBJECTS = ("quarterly review", "fire drill", "book club", "vendor demo",
-                        "budget meeting", "board game night", "safety briefing", "lab tour")
-_SENSOR_DEVICES = ("freezer 3", "greenhouse humidity probe", "server rack B thermometer",
-                   "water tank level gauge", "cold room 2", "kiln", "battery bank", "aquarium")
-_CROSS_OBJECTS = ("forklift", "spare projector", "first aid kit", "tripod", "label printer",
-                  "cargo van", "loaner laptop", "oscilloscope")
+_FIRST = (
+    "Dana",
+    "Ravi",
+    "Mei",
+    "Tomasz",
+    "Ingrid",
+    "Kofi",
+    "Lucia",
+    "Hiro",
+    "Amara",
+    "Sven",
+    "Noor",
+    "Mateo",
+    "Yuki",
+    "Farah",
+    "Olek",
+    "Priya",
+)
+_LAST = (
+    "Whitfield",
+    "Okafor",
+    "Lindqvist",
+    "Moreau",
+    "Tanaka",
+    "Petrova",
+    "Haddad",
+    "Brennan",
+    "Castillo",
+    "Novak",
+    "Achebe",
+    "Sorensen",
+)
+_NUMBER_SUBJECTS = (
+    "badge number",
+    "locker number",
+    "desk extension",
+    "parking spot",
+    "bike lock code",
+    "shoe size order",
+    "seat number",
+    "pallet count",
+)
+_NAME_SUBJECTS = (
+    "manager",
+    "dentist",
+    "landlord",
+    "mentor",
+    "electrician",
+    "neighbour",
+    "safety officer",
+    "tutor",
+)
+_TIME_SUBJECTS = (
+    "dentist appointment",
+    "team standup",
+    "train to Lyon",
+    "delivery slot",
+    "yoga class",
+    "school pickup",
+    "boiler service",
+    "video call with Osaka",
+)
+_ID_SUBJECTS = (
+    "support ticket",
+    "parcel tracking code",
+    "invoice",
+    "work order",
+    "license key",
+    "booking reference",
+    "asset tag",
+    "flight",
+)
+_CORRECTION_SUBJECTS = (
+    "quarterly review",
+    "fire drill",
+    "book club",
+    "vendor demo",
+    "budget meeting",
+    "board game night",
+    "safety briefing",
+    "lab tour",
+)
+_SENSOR_DEVICES = (
+    "freezer 3",
+    "greenhouse humidity probe",
+    "server rack B thermometer",
+    "water tank level gauge",
+    "cold room 2",
+    "kiln",
+    "battery bank",
+    "aquarium",
+)
+_CROSS_OBJECTS = (
+    "forklift",
+    "spare projector",
+    "first aid kit",
+    "tripod",
+    "label printer",
+    "cargo van",
+    "loaner laptop",
+    "oscilloscope",
+)
 _FILLER_REQUESTS = (
-    "Can you remind me to stretch later?", "What a long day it has been.",
-    "I think I will grab a coffee soon.", "The weather looks grey outside.",
-    "Let me check my email first.", "I need to tidy this desk at some point.",
-    "That podcast episode was quite good.", "I might go for a walk after lunch.",
-    "The printer is making that noise again.", "Remind me to water the plants.",
+    "Can you remind me to stretch later?",
+    "What a long day it has been.",
+    "I think I will grab a coffee soon.",
+    "The weather looks grey outside.",
+    "Let me check my email first.",
+    "I need to tidy this desk at some point.",
+    "That podcast episode was quite good.",
+    "I might go for a walk after lunch.",
+    "The printer is making that noise again.",
+    "Remind me to water the plants.",
 )
 _FILLER_ANSWERS = (
-    "Sure, I will keep that in mind.", "Understood.", "Sounds good.", "Okay, noted.",
-    "Happy to help with that.", "Alright.",
+    "Sure, I will keep that in mind.",
+    "Understood.",
+    "Sounds good.",
+    "Okay, noted.",
+    "Happy to help with that.",
+    "Alright.",
 )
 _NOTE_FILLER = (
-    "Motion detected near the east door.", "Lights in corridor 2 switched off.",
-    "Door to the storage room closed.", "Ambient noise level normal.",
-    "Visitor badge scanned at reception.", "Ventilation running at normal speed.",
+    "Motion detected near the east door.",
+    "Lights in corridor 2 switched off.",
+    "Door to the storage room closed.",
+    "Ambient noise level normal.",
+    "Visitor badge scanned at reception.",
+    "Ventilation running at normal speed.",
 )
-_SCENE_ITEMS = ("a red toolbox", "two monitors", "a coffee mug", "a soldering iron",
-                "a stack of invoices", "a potted fern", "safety goggles", "a laptop")
-_UNITS = {"freezer 3": "C", "greenhouse humidity probe": "%", "server rack B thermometer": "C",
-          "water tank level gauge": "cm", "cold room 2": "C", "kiln": "C",
-          "battery bank": "V", "aquarium": "C"}
-_OVERSIZE_LINE = ("Log line {i:03d}: routine status check passed, queue depth nominal, "
-                  "no action required by the operator at this time.")
+_SCENE_ITEMS = (
+    "a red toolbox",
+    "two monitors",
+    "a coffee mug",
+    "a soldering iron",
+    "a stack of invoices",
+    "a potted fern",
+    "safety goggles",
+    "a laptop",
+)
+_UNITS = {
+    "freezer 3": "C",
+    "greenhouse humidity probe": "%",
+    "server rack B thermometer": "C",
+    "water tank level gauge": "cm",
+    "cold room 2": "C",
+    "kiln": "C",
+    "battery bank": "V",
+    "aquarium": "C",
+}
+_OVERSIZE_LINE = (
+    "Log line {i:03d}: routine status check passed, queue depth nominal, "
+    "no action required by the operator at this time."
+)
 
 
 def _identifier(rng: random.Random) -> str:
@@ -234,8 +362,9 @@ class _Builder:
             lines.append(_OVERSIZE_LINE.format(i=i))
         return "\n".join(lines)
 
-    def fact(self, kind: FactKind, question: str, statements: list[Statement],
-             oversized: bool = False) -> None:
+    def fact(
+        self, kind: FactKind, question: str, statements: list[Statement], oversized: bool = False
+    ) -> None:
         fact_id = f"{self.pid}.{kind}.{len(self.facts)}"
         self.facts.append(Fact(fact_id, self.pid, kind, question, tuple(statements), oversized))
 
@@ -275,9 +404,12 @@ def _participant(rng: random.Random, pid: str, config: SessionConfig) -> _Builde
     b = _Builder(rng, pid, config)
     plan = _plant_plan(rng, config)
     subjects: dict[str, list[str]] = {
-        "number": list(_NUMBER_SUBJECTS), "name": list(_NAME_SUBJECTS),
-        "time": list(_TIME_SUBJECTS), "identifier": list(_ID_SUBJECTS),
-        "correction": list(_CORRECTION_SUBJECTS), "sensor": list(_SENSOR_DEVICES),
+        "number": list(_NUMBER_SUBJECTS),
+        "name": list(_NAME_SUBJECTS),
+        "time": list(_TIME_SUBJECTS),
+        "identifier": list(_ID_SUBJECTS),
+        "correction": list(_CORRECTION_SUBJECTS),
+        "sensor": list(_SENSOR_DEVICES),
         "cross_section": list(_CROSS_OBJECTS),
     }
     for names in subjects.values():
@@ -287,8 +419,10 @@ def _participant(rng: random.Random, pid: str, config: SessionConfig) -> _Builde
     sensors: list[tuple[str, list[Statement], bool]] = []
     for slot in range(config.exchanges):
         kind = plan.get(slot)
-        oversize = bool(config.oversized_every) and slot % config.oversized_every == \
-            config.oversized_every // 2
+        oversize = (
+            bool(config.oversized_every)
+            and slot % config.oversized_every == config.oversized_every // 2
+        )
         if oversize and kind is None and subjects["number"]:
             kind = "number"  # an oversized exchange always opens with a fact
         if kind == "number":

@@ -6,7 +6,12 @@ plays back scripted responses for tests. ``ModelSpec``/``create_llm`` build one 
 configuration. Importing this package does not import litellm.
 """
 
-from .compaction import COMPACTION_LIMIT_PATTERN, compaction_limit, compaction_limit_instruction
+from xrmq.actors.prompts.compaction import (
+    COMPACTION_LIMIT_PATTERN,
+    compaction_limit,
+    compaction_limit_instruction,
+)
+
 from .config import OFFLINE_MODEL, PRESETS, ModelSpec, create_llm, load_model_spec, parse_model_spec
 from .errors import (
     ContextWindowExceeded,

@@ -69,11 +69,17 @@ class ModelSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     def __post_init__(self) -> None:
         _require(bool(self.model and self.model.strip()), "model", "must be non-empty text")
         _require(self.timeout_s > 0, "timeout_s", "must be positive")
-        _require(self.temperature is None or 0 <= self.temperature <= 2, "temperature", "must be between 0 and 2")
+        _require(
+            self.temperature is None or 0 <= self.temperature <= 2,
+            "temperature",
+            "must be between 0 and 2",
+        )
         _require(self.max_tokens is None or self.max_tokens > 0, "max_tokens", "must be positive")
         _require(self.retries >= 0, "retries", "must be non-negative")
         _require(self.time_to_first_token_s >= 0, "time_to_first_token_s", "must be non-negative")
-        _require(self.tokens_per_second >= 0, "tokens_per_second", "must be non-negative (0: no pacing)")
+        _require(
+            self.tokens_per_second >= 0, "tokens_per_second", "must be non-negative (0: no pacing)"
+        )
 
 
 PRESETS: Mapping[str, ModelSpec] = {
@@ -149,11 +155,18 @@ def create_llm(spec: ModelSpec | str) -> LLMService:
     if isinstance(spec, str):
         spec = _preset(spec)
     if spec.model == OFFLINE_MODEL:
-        return OfflineLLM(time_to_first_token_s=spec.time_to_first_token_s, tokens_per_second=spec.tokens_per_second)
+        return OfflineLLM(
+            time_to_first_token_s=spec.time_to_first_token_s,
+            tokens_per_second=spec.tokens_per_second,
+        )
     api_key = None
     if spec.api_key_env is not None:
         api_key = os.environ.get(spec.api_key_env)
-        _require(api_key is not None, "api_key_env", f"environment variable {spec.api_key_env} is not set")
+        _require(
+            api_key is not None,
+            "api_key_env",
+            f"environment variable {spec.api_key_env} is not set",
+        )
     return LiteLLMService(
         spec.model,
         api_base=spec.api_base,
@@ -169,5 +182,7 @@ def create_llm(spec: ModelSpec | str) -> LLMService:
 
 def _preset(name: object) -> ModelSpec:
     if not isinstance(name, str) or name not in PRESETS:
-        raise ValueError(f"ModelSpec.preset: must be one of {', '.join(sorted(PRESETS))}, not {name!r}")
+        raise ValueError(
+            f"ModelSpec.preset: must be one of {', '.join(sorted(PRESETS))}, not {name!r}"
+        )
     return PRESETS[name]

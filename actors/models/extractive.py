@@ -30,7 +30,9 @@ _NUMBER = re.compile(r"\d")
 _TIME = re.compile(r"\b\d{1,2}:\d{2}\b")
 _IDENTIFIER = re.compile(r"\b(?=\w*[A-Za-z])(?=\w*\d)[\w-]+\b|\b\w+[_-]\w+\b")
 _CAPITALIZED = re.compile(r"\b[A-Z][a-z]+")
-_CORRECTION = re.compile(r"\b(actually|correction|corrected|instead|changed|now|no longer|updated)\b", re.I)
+_CORRECTION = re.compile(
+    r"\b(actually|correction|corrected|instead|changed|now|no longer|updated)\b", re.I
+)
 _ELLIPSIS = "…"
 
 
@@ -90,10 +92,23 @@ _DISCOURSE = re.compile(
     r"note that|please note that|remember that|please remember that)\b[\s,:]*)+",
     re.I,
 )
-_REQUEST_TAIL = re.compile(r"[,;]?\s*(?:(?:and|so)\s+)?(?:please\b.*|(?:can|could) you\b.*|"
-                           r"(?:remember|note) (?:it|that|this)\b.*|ok\??|okay\??)$", re.I)
-_FIRST_PERSON = {"i": "you", "me": "you", "my": "your", "mine": "yours", "myself": "yourself",
-                 "i'm": "you're", "i've": "you've", "i'll": "you'll", "i'd": "you'd", "am": "are"}
+_REQUEST_TAIL = re.compile(
+    r"[,;]?\s*(?:(?:and|so)\s+)?(?:please\b.*|(?:can|could) you\b.*|"
+    r"(?:remember|note) (?:it|that|this)\b.*|ok\??|okay\??)$",
+    re.I,
+)
+_FIRST_PERSON = {
+    "i": "you",
+    "me": "you",
+    "my": "your",
+    "mine": "yours",
+    "myself": "yourself",
+    "i'm": "you're",
+    "i've": "you've",
+    "i'll": "you'll",
+    "i'd": "you'd",
+    "am": "are",
+}
 _PRONOUN_WORD = re.compile(
     r"\b(?:i'm|i've|i'll|i'd|i|me|my|mine|myself)\b|(?<=\bI )am\b|(?<=\bI )was\b", re.I
 )
@@ -192,7 +207,7 @@ def answer_from_context(question: str, context: Sequence[str]) -> str:
 
 
 def acknowledge(statement: str) -> str:
-    """"Noted: <the statement in the second person>." for something the user told it."""
+    """ "Noted: <the statement in the second person>." for something the user told it."""
     clause = second_person(_statement(statement))
     if not clause:
         return "Noted."
@@ -211,7 +226,7 @@ def reply(message: str, context: Sequence[str]) -> str:
     """
     text = message.strip()
     greeting = _GREETING.match(text)
-    rest = text[greeting.end():].strip() if greeting else text
+    rest = text[greeting.end() :].strip() if greeting else text
     parts = []
     if greeting:
         parts.append("Hello!" if _WORD.search(rest.lower()) else GREETING_ANSWER)

@@ -16,7 +16,7 @@ from collections.abc import AsyncGenerator, Mapping
 from types import ModuleType
 from typing import Any
 
-from xrmq.actors.runtime.logs import get_logger
+from xrmq.actors.logs import get_logger
 
 from .errors import (
     ContextWindowExceeded,
@@ -40,7 +40,10 @@ SDK_RETRIES_OFF: Mapping[str, Any] = {"num_retries": 0, "max_retries": 0}
 """Sent with every call: litellm's and the provider SDK's own retries are off (the OpenAI
 SDK alone would try 3 times), so ``retries`` is the only retry layer."""
 
-_FINISH_REASONS: Mapping[str, FinishReason] = {"length": "length", "content_filter": "content_filter"}
+_FINISH_REASONS: Mapping[str, FinishReason] = {
+    "length": "length",
+    "content_filter": "content_filter",
+}
 
 
 def import_litellm() -> ModuleType:
@@ -132,7 +135,9 @@ class LiteLLMService(LLMService):
         except Exception as error:  # the first real call reports its own error
             self._log.warning("model_prepare_failed", error=repr(error))
 
-    def _arguments(self, litellm: ModuleType, request: ChatRequest, timeout_s: float) -> dict[str, Any]:
+    def _arguments(
+        self, litellm: ModuleType, request: ChatRequest, timeout_s: float
+    ) -> dict[str, Any]:
         options = request.options
         arguments: dict[str, Any] = dict(self.provider_options)
         arguments.update(
@@ -148,7 +153,10 @@ class LiteLLMService(LLMService):
             ("api_base", self.api_base),
             ("api_key", self._api_key),
             ("max_tokens", options.max_tokens or self.max_tokens),
-            ("temperature", self.temperature if options.temperature is None else options.temperature),
+            (
+                "temperature",
+                self.temperature if options.temperature is None else options.temperature,
+            ),
         ):
             if value is not None:
                 arguments[name] = value
@@ -189,8 +197,11 @@ class LiteLLMService(LLMService):
                         if chunk is None:
                             break
                         if getattr(chunk, "usage", None) is not None:
-                            usage = Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens,
-                                          getattr(chunk.usage, "total_tokens", None))
+                            usage = Usage(
+                                chunk.usage.prompt_tokens,
+                                chunk.usage.completion_tokens,
+                                getattr(chunk.usage, "total_tokens", None),
+                            )
                         if not chunk.choices:
                             continue  # the usage-only chunk that ends a stream
                         choice = chunk.choices[0]
@@ -210,7 +221,7 @@ class LiteLLMService(LLMService):
                 )
                 if not delivered and error.retryable and attempt < self.retries:
                     wait = retry_after_s(exc)
-                    delay = wait if wait is not None else self.retry_backoff_s * 2 ** attempt
+                    delay = wait if wait is not None else self.retry_backoff_s * 2**attempt
                     if loop.time() + delay < deadline:
                         attempt += 1
                         self._log.warning(
@@ -253,13 +264,26 @@ def retry_after_s(exc: BaseException) -> float | None:
         return None
 
 
-_CONNECT_FAILURES = ("cannot connect to host", "connection refused", "connect call failed",
-                     "connection error", "name or service not known", "nodename nor servname")
+_CONNECT_FAILURES = (
+    "cannot connect to host",
+    "connection refused",
+    "connect call failed",
+    "connection error",
+    "name or service not known",
+    "nodename nor servname",
+)
 """Texts by which litellm's wrapped exceptions say the server could not be reached at all."""
 
 
-def _model_error(litellm: ModuleType, model: str, exc: Exception, timeout_s: float,
-                 api_base: str | None = None, *, delivered: bool = False) -> ModelError:
+def _model_error(
+    litellm: ModuleType,
+    model: str,
+    exc: Exception,
+    timeout_s: float,
+    api_base: str | None = None,
+    *,
+    delivered: bool = False,
+) -> ModelError:
     """Map a litellm (or asyncio) exception to the ``ModelError`` family.
 
     litellm wraps a failure raised while streaming in ``MidStreamFallbackError``; the

@@ -19,8 +19,11 @@ def message_dict(message: ChatMessage) -> dict[str, Any]:
     out: dict[str, Any] = {"role": message.role, "content": message.content}
     if message.tool_calls:
         out["tool_calls"] = [
-            {"id": call.id, "type": "function",
-             "function": {"name": call.name, "arguments": call.arguments}}
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
             for call in message.tool_calls
         ]
         if not message.content:
@@ -34,9 +37,14 @@ def message_dict(message: ChatMessage) -> dict[str, Any]:
 
 def tool_dict(tool: ToolSpec) -> dict[str, Any]:
     """``tool`` as an OpenAI function tool."""
-    return {"type": "function",
-            "function": {"name": tool.name, "description": tool.description,
-                         "parameters": tool.parameters}}
+    return {
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+        },
+    }
 
 
 def _field(obj: Any, name: str) -> Any:

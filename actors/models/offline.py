@@ -25,8 +25,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, Awaitable, Callable
 
+from xrmq.actors.prompts.compaction import compaction_limit
+
 from .chunking import word_chunks
-from .compaction import compaction_limit
 from .extractive import content_lines, extractive_summary, reply
 from .offline_tools import answer_after_tools, choose_tool_call
 from .service import LLMService
@@ -38,7 +39,8 @@ class OfflineLLM(LLMService):
 
     ``time_to_first_token_s`` (>= 0) is waited before the first chunk and
     ``1 / tokens_per_second`` between chunks; ``tokens_per_second=0`` streams without
-    pacing (zero delays still yield to the event loop between chunks). ``sleep`` is the awaitable used for waiting (tests inject one that records).
+    pacing (zero delays still yield to the event loop between chunks). ``sleep`` is the awaitable
+    used for waiting (tests inject one that records).
     """
 
     def __init__(
@@ -69,7 +71,11 @@ class OfflineLLM(LLMService):
         after_tools = answer_after_tools(request)
         if after_tools is not None:
             return after_tools
-        context = [line for message in messages[int(has_system) : -1] for line in content_lines(message.content)]
+        context = [
+            line
+            for message in messages[int(has_system) : -1]
+            for line in content_lines(message.content)
+        ]
         return reply(messages[-1].content, context)
 
     async def _generate(self, request: ChatRequest) -> AsyncGenerator[str | ChatResult, None]:

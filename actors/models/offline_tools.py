@@ -58,8 +58,11 @@ def choose_tool_call(request: ChatRequest) -> ToolCall | None:
     if any(message.role == "tool" for message in request.messages[index + 1 :]):
         return None
     wanted = keywords(user.content)
-    scored = [(len(_tool_words(tool) & wanted), -position, tool)
-              for position, tool in enumerate(request.tools) if tool.name not in NOT_BY_WORDS]
+    scored = [
+        (len(_tool_words(tool) & wanted), -position, tool)
+        for position, tool in enumerate(request.tools)
+        if tool.name not in NOT_BY_WORDS
+    ]
     scored = [entry for entry in scored if entry[0] > 0]
     if not scored:
         return None

@@ -42,7 +42,8 @@ class CallRecord(msgspec.Struct, frozen=True, kw_only=True):
     latency_s: float
     """From the request to the end of the response."""
     error: str | None = None
-    """``Type: message`` of a ``ModelError`` the call raised (``finish_reason`` is then ``error``)."""
+    """``Type: message`` of a ``ModelError`` the call raised (``finish_reason`` is then
+    ``error``)."""
 
 
 def request_key(request: ChatRequest) -> str:
@@ -136,12 +137,20 @@ class RecordingLLM(LLMService):
             result, error = ChatResult("error"), f"{type(failure).__name__}: {failure}"
             raise
         finally:
-            self.log.append(CallRecord(
-                service=self.service, model=self.inner.model, key=request_key(request),
-                messages=list(request.messages), options=request.options, text="".join(parts),
-                finish_reason=result.finish_reason, usage=result.usage,
-                latency_s=time.perf_counter() - began, error=error,
-            ))
+            self.log.append(
+                CallRecord(
+                    service=self.service,
+                    model=self.inner.model,
+                    key=request_key(request),
+                    messages=list(request.messages),
+                    options=request.options,
+                    text="".join(parts),
+                    finish_reason=result.finish_reason,
+                    usage=result.usage,
+                    latency_s=time.perf_counter() - began,
+                    error=error,
+                )
+            )
 
 
 class ReplayLLM(LLMService):
@@ -162,8 +171,10 @@ class ReplayLLM(LLMService):
         key = request_key(request)
         queue = self._responses.get(key)
         if not queue:
-            raise ValueError(f"ReplayLLM: no recorded response for request {key[:12]} "
-                             f"(the run asks something the log does not hold)")
+            raise ValueError(
+                f"ReplayLLM: no recorded response for request {key[:12]} "
+                f"(the run asks something the log does not hold)"
+            )
         record = queue.popleft()
         if record.error is not None:
             raise ModelError(record.model, f"recorded failure: {record.error}")

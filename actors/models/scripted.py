@@ -44,7 +44,7 @@ class ScriptedResponse:
     error_after_chunks: int = 0
     finish_reason: FinishReason = "stop"
     hang: bool = False
-    usage: Usage = Usage()
+    usage: Usage = Usage()  # noqa: RUF009  (a frozen Struct: one shared default is safe)
     tool_calls: tuple[ToolCall, ...] = ()
     reasoning: str | None = None
 
@@ -56,11 +56,15 @@ class ScriptedResponse:
         if self.chunk_delay_s < 0:
             raise ValueError("ScriptedResponse.chunk_delay_s: must be non-negative")
         if not 0 <= self.error_after_chunks <= len(self.stream_chunks()):
-            raise ValueError("ScriptedResponse.error_after_chunks: must be between 0 and the number of chunks")
+            raise ValueError(
+                "ScriptedResponse.error_after_chunks: must be between 0 and the number of chunks"
+            )
         if self.error is not None and self.hang:
             raise ValueError("ScriptedResponse.hang: cannot be combined with error")
         if self.finish_reason not in ("stop", "length", "content_filter"):
-            raise ValueError("ScriptedResponse.finish_reason: must be stop, length or content_filter")
+            raise ValueError(
+                "ScriptedResponse.finish_reason: must be stop, length or content_filter"
+            )
 
     def stream_chunks(self) -> tuple[str, ...]:
         """The chunks this response streams."""
@@ -115,7 +119,9 @@ class ScriptedLLM(LLMService):
         elif self.default is not None:
             item = self.default
         else:
-            raise ModelError(self.model, f"script exhausted after {len(self.requests) - 1} responses")
+            raise ModelError(
+                self.model, f"script exhausted after {len(self.requests) - 1} responses"
+            )
         response = item if isinstance(item, ScriptedResponse) else _as_response(item(request))
         self.open_streams += 1
         self._stream_opened.set()
@@ -126,12 +132,15 @@ class ScriptedLLM(LLMService):
                     raise response.error
                 if index == len(chunks):
                     break
-                await self._sleep(response.first_chunk_delay_s if index == 0 else response.chunk_delay_s)
+                await self._sleep(
+                    response.first_chunk_delay_s if index == 0 else response.chunk_delay_s
+                )
                 yield chunks[index]
             if response.hang:
                 await asyncio.Event().wait()
-            yield ChatResult(response.finish_reason, response.usage, response.tool_calls,
-                             response.reasoning)
+            yield ChatResult(
+                response.finish_reason, response.usage, response.tool_calls, response.reasoning
+            )
         finally:
             self.open_streams -= 1
 

@@ -108,7 +108,7 @@ class LLMService(abc.ABC):
     def __init__(self, model: str) -> None:
         self.model = model
 
-    def prepare(self) -> None:
+    def prepare(self) -> None:  # noqa: B027  (optional: a no-op unless a service needs it)
         """Do the slow one-time work of the first call now (imports, client set-up).
 
         A process calls it before it reports ready, so its first turn is no slower than
@@ -143,8 +143,9 @@ class LLMService(abc.ABC):
             text = "".join([chunk async for chunk in stream])
         result = stream.result
         assert result is not None  # set when iteration ends
-        return ChatCompletion(text, result.finish_reason, result.usage, result.tool_calls,
-                              result.reasoning)
+        return ChatCompletion(
+            text, result.finish_reason, result.usage, result.tool_calls, result.reasoning
+        )
 
     @abc.abstractmethod
     def _generate(self, request: ChatRequest) -> AsyncGenerator[str | ChatResult, None]:

@@ -46,8 +46,9 @@ class ToolCall(msgspec.Struct, frozen=True):
 
     def __post_init__(self) -> None:
         _require(isinstance(self.id, str) and bool(self.id), "ToolCall", "id", "must be non-empty")
-        _require(isinstance(self.name, str) and bool(self.name), "ToolCall", "name",
-                 "must be non-empty")
+        _require(
+            isinstance(self.name, str) and bool(self.name), "ToolCall", "name", "must be non-empty"
+        )
         _require(isinstance(self.arguments, str), "ToolCall", "arguments", "must be a JSON string")
 
 
@@ -57,7 +58,8 @@ class ToolSpec(msgspec.Struct, frozen=True):
     name: str
     description: str
     parameters: dict[str, Any] = msgspec.field(
-        default_factory=lambda: {"type": "object", "properties": {}})
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
 
     def __post_init__(self) -> None:
         _require(
@@ -94,8 +96,12 @@ class ChatMessage(msgspec.Struct, frozen=True):
         _require(self.role in ROLES, "ChatMessage", "role", f"must be one of {', '.join(ROLES)}")
         _require(isinstance(self.content, str), "ChatMessage", "content", "must be non-empty text")
         may_be_blank = self.role == "tool" or (self.role == "assistant" and bool(self.tool_calls))
-        _require(may_be_blank or bool(self.content.strip()), "ChatMessage", "content",
-                 "must be non-empty text")
+        _require(
+            may_be_blank or bool(self.content.strip()),
+            "ChatMessage",
+            "content",
+            "must be non-empty text",
+        )
         _require(
             not self.tool_calls or self.role == "assistant",
             "ChatMessage",
@@ -132,7 +138,9 @@ class ChatOptions(msgspec.Struct, frozen=True):
                 "must be positive",
             )
         if self.temperature is not None:
-            _require(0 <= self.temperature <= 2, "ChatOptions", "temperature", "must be between 0 and 2")
+            _require(
+                0 <= self.temperature <= 2, "ChatOptions", "temperature", "must be between 0 and 2"
+            )
         if self.timeout_s is not None:
             _require(self.timeout_s > 0, "ChatOptions", "timeout_s", "must be positive")
 
@@ -154,7 +162,9 @@ class ChatRequest(msgspec.Struct, frozen=True):
                 f"messages[{index}]",
                 "must be a ChatMessage",
             )
-        _require(isinstance(self.options, ChatOptions), "ChatRequest", "options", "must be a ChatOptions")
+        _require(
+            isinstance(self.options, ChatOptions), "ChatRequest", "options", "must be a ChatOptions"
+        )
         names = [tool.name for tool in self.tools if isinstance(tool, ToolSpec)]
         _require(len(names) == len(self.tools), "ChatRequest", "tools", "must be ToolSpecs")
         _require(len(set(names)) == len(names), "ChatRequest", "tools", "names must be unique")

@@ -60,7 +60,9 @@ def check_routable(owner: str, name: str, agent: object) -> None:
         raise ValueError(f"{owner}.agents: every name must be a non-empty string without NUL")
     missing = [method for method in _METHODS if not callable(getattr(agent, method, None))]
     if missing:
-        raise ValueError(f"{owner}.agents[{name!r}]: not a RoutableAgent, it lacks {', '.join(missing)}")
+        raise ValueError(
+            f"{owner}.agents[{name!r}]: not a RoutableAgent, it lacks {', '.join(missing)}"
+        )
 
 
 async def routing_aid_of(agent: RoutableAgent, participant_id: str) -> RoutingAid:
@@ -83,7 +85,9 @@ class RoutingTurnContext:
     """Whether the destination held the participant's explicit focus when routed."""
 
 
-_CURRENT: contextvars.ContextVar[RoutingTurnContext | None] = contextvars.ContextVar("xrmq_routing_turn", default=None)
+_CURRENT: contextvars.ContextVar[RoutingTurnContext | None] = contextvars.ContextVar(
+    "xrmq_routing_turn", default=None
+)
 
 
 def current_turn_context() -> RoutingTurnContext | None:

@@ -57,7 +57,8 @@ class SingleDestination:
 
 
 def keyword_pattern(keyword: str) -> re.Pattern[str]:
-    """Case-insensitive whole-word (or whole-phrase) match of ``keyword``; inner spaces match any whitespace."""
+    """Case-insensitive whole-word (or whole-phrase) match of ``keyword``; inner spaces match any
+    whitespace."""
     words = keyword.split()
     return re.compile(r"(?<!\w)" + r"\s+".join(map(re.escape, words)) + r"(?!\w)", re.IGNORECASE)
 
@@ -70,14 +71,19 @@ def keyword_choice(text: str, candidates: Mapping[str, RoutingAid]) -> str | Non
     best: tuple[int, int] | None = None
     chosen: str | None = None
     for name, aid in candidates.items():
-        hits = sum(len(keyword_pattern(keyword).findall(text)) for keyword in aid.keywords if keyword.strip())
+        hits = sum(
+            len(keyword_pattern(keyword).findall(text))
+            for keyword in aid.keywords
+            if keyword.strip()
+        )
         if hits and (best is None or (hits, aid.priority) > best):
             best, chosen = (hits, aid.priority), name
     return chosen
 
 
 class KeywordDecisions:
-    """Rule-based choice from each destination's ``RoutingAid.keywords`` (see ``keyword_choice``)."""
+    """Rule-based choice from each destination's ``RoutingAid.keywords`` (see
+    ``keyword_choice``)."""
 
     async def decide(self, turn: AgentTurn, candidates: Mapping[str, RoutingAid]) -> str | None:
         return keyword_choice(turn.text, candidates)
@@ -93,7 +99,9 @@ DEFAULT_DECISION_INSTRUCTIONS = (
 )
 
 
-def decision_messages(turn: AgentTurn, candidates: Mapping[str, RoutingAid], instructions: str) -> list[ChatMessage]:
+def decision_messages(
+    turn: AgentTurn, candidates: Mapping[str, RoutingAid], instructions: str
+) -> list[ChatMessage]:
     """The choice request: instructions, the destinations with their descriptions, the request."""
     listing = "\n".join(f"- {name}: {aid.description}" for name, aid in candidates.items())
     return [
@@ -142,7 +150,9 @@ class LLMDecisions:
             raise ValueError("LLMDecisions.instructions: must be non-empty text")
         self.llm = llm
         self.instructions = instructions
-        self.options = ChatOptions(max_tokens=max_tokens, temperature=0.0, thinking=False, timeout_s=timeout_s)
+        self.options = ChatOptions(
+            max_tokens=max_tokens, temperature=0.0, thinking=False, timeout_s=timeout_s
+        )
         self._log = get_logger(actor="router.decisions")
 
     async def decide(self, turn: AgentTurn, candidates: Mapping[str, RoutingAid]) -> str | None:
@@ -150,7 +160,9 @@ class LLMDecisions:
             return next(iter(candidates), None)
         log = self._log.bind(participant=turn.participant_id, turn=turn.turn_id)
         try:
-            completion = await self.llm.complete(decision_messages(turn, candidates, self.instructions), self.options)
+            completion = await self.llm.complete(
+                decision_messages(turn, candidates, self.instructions), self.options
+            )
             if completion.finish_reason != "stop":
                 raise ValueError(f"LLMDecisions: the answer ended with {completion.finish_reason}")
             choice = parse_choice(completion.text, list(candidates))

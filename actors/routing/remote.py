@@ -49,7 +49,8 @@ next requests wait for it (at most ``timeout_s``) instead of being sent to nobod
 the next turn is answered as soon as it is back.
 
 Without ``dead_after_s`` (no heartbeats to watch), the proxy instead asks ``status``
-after every ``liveness_s`` of silence while it waits for a call's events: a destination that restarted mid-turn answers ``unknown``
+after every ``liveness_s`` of silence while it waits for a call's events: a destination that
+restarted mid-turn answers ``unknown``
 and one that is gone does not answer, and either fails the call at once like a death
 (``DestinationDied``, its cause naming ``DestinationLost``) instead of leaving the turn
 open.
@@ -71,9 +72,16 @@ import asyncio
 import uuid
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, cast
 
-from xrmq.actors.runtime import Agent, RuntimeClosedError, RuntimeContext, get_logger
+from xrmq.actors.runtime import (
+    Agent,
+    Handler,
+    Handlers,
+    RuntimeClosedError,
+    RuntimeContext,
+    get_logger,
+)
 from xrmq.schemas import (
     Admission,
     AgentTurn,
@@ -95,9 +103,16 @@ from xrmq.schemas.routing import (
 )
 from xrmq.topics import METRICS_TOPIC, Topic
 
+from .agent import (
+    RoutableAgent,
+    RoutingTurnContext,
+    Started,
+    check_routable,
+    current_turn_context,
+    routed_turn,
+    routing_aid_of,
+)
 from .failure import describe_failure
-from .agent import RoutableAgent, RoutingTurnContext, Started, check_routable, current_turn_context, routed_turn, routing_aid_of
-
 
 _FINISHED_KEPT = 256
 """How many ended call ids a server remembers, to answer ``finished`` to a late status ask."""
@@ -129,8 +144,18 @@ _CHECKS_PER_DEADLINE = 8
 class _ProxyCall:
     """One answer call in flight at the proxy: its events, and what death detection needs."""
 
-    __slots__ = ("participant_id", "turn_id", "events", "arrived", "runtime", "epoch", "seen_at",
-                 "died", "replaced", "streams")
+    __slots__ = (
+        "arrived",
+        "died",
+        "epoch",
+        "events",
+        "participant_id",
+        "replaced",
+        "runtime",
+        "seen_at",
+        "streams",
+        "turn_id",
+    )
 
     def __init__(self, participant_id: str, turn_id: str) -> None:
         self.participant_id = participant_id
@@ -188,18 +213,25 @@ class RemoteAgent(Agent):
     shorter than ``dead_after_s``), as every process of an edge box does.
     """
 
-    def __init__(self, name: str, *, timeout_s: float = 5.0, drain_timeout_s: float = 5.0,
-                 dead_after_s: float | None = None,
-                 output_topic: Topic[ResponseOutput] | None = None,
-                 liveness_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        timeout_s: float = 5.0,
+        drain_timeout_s: float = 5.0,
+        dead_after_s: float | None = None,
+        output_topic: Topic[ResponseOutput] | None = None,
+        liveness_s: float = 1.0,
+    ) -> None:
         if not timeout_s > 0:
             raise ValueError("RemoteAgent.timeout_s: must be positive")
         if not drain_timeout_s > 0:
             raise ValueError("RemoteAgent.drain_timeout_s: must be positive")
         if dead_after_s is not None and not dead_after_s > 0:
             raise ValueError("RemoteAgent.dead_after_s: must be positive (or None)")
-        if output_topic is not None and not (isinstance(output_topic, Topic)
-                                             and output_topic.message_type is ResponseOutput):
+        if output_topic is not None and not (
+            isinstance(output_topic, Topic) and output_topic.message_type is ResponseOutput
+        ):
             raise ValueError("RemoteAgent.output_topic: must be a Topic carrying ResponseOutput")
         if not liveness_s > 0:
             raise ValueError("RemoteAgent.liveness_s: must be positive")
@@ -220,19 +252,24 @@ class RemoteAgent(Agent):
         self._revived = asyncio.Event()
         self._log = get_logger(actor=f"remote.{name}")
 
-    def handlers(self) -> dict[Topic, str]:
-        topics: dict[Topic, str] = {self.events: "_on_event"}
+    def handlers(self) -> Handlers:
+        topics: dict[Topic, Handler] = {self.events: self._on_event}
         if self.dead_after_s is not None:
-            topics[METRICS_TOPIC] = "_on_heartbeat"
+            topics[METRICS_TOPIC] = self._on_heartbeat
             if self.output_topic is not None:
-                topics[self.output_topic] = "_on_output"
+                topics[self.output_topic] = self._on_output
         return topics
 
     async def routing_aid(self, participant_id: str) -> RoutingAid:
         return await self._ask(self.topics.aid, RouteRequest(), participant_id, RoutingAid)
 
     async def admit(self, turn: AgentTurn, *, focused: bool) -> Admission:
-        return await self._ask(self.topics.admit, RouteAdmit(turn, focused, self._route()), turn.participant_id, Admission)
+        return await self._ask(
+            self.topics.admit,
+            RouteAdmit(turn, focused, self._route()),
+            turn.participant_id,
+            Admission,
+        )
 
     async def release(self, participant_id: str) -> None:
         await self._ask(self.topics.release, RouteRequest(), participant_id, Any)
@@ -248,15 +285,24 @@ class RemoteAgent(Agent):
         call_id = uuid.uuid4().hex
         call = _ProxyCall(pid, turn.turn_id)
         self._calls[call_id] = self._by_turn[pid, turn.turn_id] = call
-        request = RouteAnswer(call_id, turn, self._route(), self.events.name, routed.focused if routed else False)
+        request = RouteAnswer(
+            call_id, turn, self._route(), self.events.name, routed.focused if routed else False
+        )
         try:
             if not await self._revival():
-                raise RemoteAnswerError(self.remote_name, "DestinationUnreachable: the answer was"
-                                        f" not accepted: {self._dead_reason()}")
+                raise RemoteAnswerError(
+                    self.remote_name,
+                    f"DestinationUnreachable: the answer was not accepted: {self._dead_reason()}",
+                )
             try:
-                accepted = await runtime.ask(self.topics.answer, request, reply_type=RouteAccepted,
-                                             participant_id=pid, source=self.name,
-                                             timeout=self.timeout_s)
+                accepted = await runtime.ask(
+                    self.topics.answer,
+                    request,
+                    reply_type=RouteAccepted,
+                    participant_id=pid,
+                    source=self.name,
+                    timeout=self.timeout_s,
+                )
             except TimeoutError as error:
                 self._signal(call_id, "cancel", pid)  # in case the request arrives late
                 raise RemoteAnswerError(
@@ -301,17 +347,24 @@ class RemoteAgent(Agent):
     async def _check_alive(self, call_id: str, call: _ProxyCall) -> None:
         """``DestinationDied`` (``DestinationLost``) unless the destination still runs the call."""
         try:
-            state = await self._ask(self.topics.status, RouteCallStatus(call_id),
-                                    call.participant_id, CallState)
+            state = await self._ask(
+                self.topics.status, RouteCallStatus(call_id), call.participant_id, CallState
+            )
         except TimeoutError:
             state = None
         if call.events or state in ("running", "finished"):
             return  # an event arrived meanwhile, or it is still at work
         if state == "unknown":
-            raise DestinationDied(self.remote_name, "DestinationLost: the destination no longer "
-                                  "knows this answer (it restarted mid-turn)")
-        raise DestinationDied(self.remote_name, "DestinationLost: the destination stopped "
-                              f"answering (no reply to a status check within {self.timeout_s:g}s)")
+            raise DestinationDied(
+                self.remote_name,
+                "DestinationLost: the destination no longer "
+                "knows this answer (it restarted mid-turn)",
+            )
+        raise DestinationDied(
+            self.remote_name,
+            "DestinationLost: the destination stopped "
+            f"answering (no reply to a status check within {self.timeout_s:g}s)",
+        )
 
     async def _on_event(self, event: RouteEvent, ctx: RuntimeContext) -> None:
         call = self._calls.get(event.call_id)
@@ -355,24 +408,26 @@ class RemoteAgent(Agent):
         if ctx.metadata.sender == call.runtime and ctx.metadata.epoch == call.epoch:
             call.seen_at = asyncio.get_running_loop().time()
 
-    async def _next_event(self, call: _ProxyCall,
-                          deadline: float | None = None) -> RouteEvent | None:
+    async def _next_event(
+        self, call: _ProxyCall, deadline: float | None = None
+    ) -> RouteEvent | None:
         """The call's next event; None once ``deadline`` (loop time) passed; ``DestinationDied``
         as soon as the runtime running the call is found dead (with ``dead_after_s``)."""
         loop = asyncio.get_running_loop()
-        watch = self.dead_after_s is not None
+        dead_after_s = self.dead_after_s
+        watch = dead_after_s is not None
         while True:
             if call.events:
                 return call.events.popleft()
             if watch and call.runtime is not None:
                 silent = loop.time() - call.seen_at
-                if call.died is None and silent > self.dead_after_s:
+                if call.died is None and silent > cast(float, dead_after_s):
                     call.died = f"its process {call.runtime!r} sent nothing for {silent:.1f}s"
                 if call.died is not None:
                     raise DestinationDied(self.remote_name, f"DestinationLost: {call.died}")
             wait = None
             if watch and call.runtime is not None:
-                wait = self.dead_after_s / _CHECKS_PER_DEADLINE
+                wait = cast(float, dead_after_s) / _CHECKS_PER_DEADLINE
             if deadline is not None:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
@@ -398,8 +453,9 @@ class RemoteAgent(Agent):
                 self._buried(call)
                 return
             if event is None:
-                self._log.warning("remote.drain_timeout", participant=call.participant_id,
-                                  call=call_id)
+                self._log.warning(
+                    "remote.drain_timeout", participant=call.participant_id, call=call_id
+                )
                 return
             if event.kind != "started":
                 return
@@ -410,21 +466,38 @@ class RemoteAgent(Agent):
         if call.runtime is not None and not call.replaced:  # replaced: the new one is up already
             self._dead = (call.runtime, call.epoch)
             self._revived.clear()
-        self._log.warning("remote.destination_died", participant=call.participant_id,
-                          turn=call.turn_id, reason=call.died, streams_closed=len(call.streams))
+        self._log.warning(
+            "remote.destination_died",
+            participant=call.participant_id,
+            turn=call.turn_id,
+            reason=call.died,
+            streams_closed=len(call.streams),
+        )
         runtime = self.runtime
         if self.output_topic is None or runtime is None or not runtime.running:
             return
         for response_id, source in call.streams.items():
-            runtime.send(self.output_topic, ResponseOutput(kind="reply", request_id=call.turn_id,
-                                                           response_id=response_id, final=True),
-                         participant_id=call.participant_id, source=source)
+            runtime.send(
+                self.output_topic,
+                ResponseOutput(
+                    kind="reply", request_id=call.turn_id, response_id=response_id, final=True
+                ),
+                participant_id=call.participant_id,
+                source=source,
+            )
         call.streams.clear()
 
-    def _signal(self, call_id: str, kind: str, participant_id: str) -> None:
+    def _signal(
+        self, call_id: str, kind: Literal["proceed", "cancel"], participant_id: str
+    ) -> None:
         runtime = self.runtime
         if runtime is not None and runtime.running:
-            runtime.send(self.topics.signal, RouteSignal(call_id, kind), participant_id=participant_id, source=self.name)
+            runtime.send(
+                self.topics.signal,
+                RouteSignal(call_id, kind),
+                participant_id=participant_id,
+                source=self.name,
+            )
 
     async def _revival(self) -> bool:
         """Wait (at most ``timeout_s``) for a dead destination to heartbeat again; False if not."""
@@ -443,8 +516,14 @@ class RemoteAgent(Agent):
     async def _ask(self, topic: Topic, message: Any, participant_id: str, reply_type: Any) -> Any:
         if not await self._revival():
             raise TimeoutError(f"remote {self.remote_name}: {self._dead_reason()}")
-        return await self._runtime().ask(topic, message, reply_type=reply_type, participant_id=participant_id,
-                                         source=self.name, timeout=self.timeout_s)
+        return await self._runtime().ask(
+            topic,
+            message,
+            reply_type=reply_type,
+            participant_id=participant_id,
+            source=self.name,
+            timeout=self.timeout_s,
+        )
 
     def _route(self) -> str:
         routed = current_turn_context()
@@ -452,12 +531,15 @@ class RemoteAgent(Agent):
 
     def _runtime(self) -> Any:
         if self.runtime is None or not self.runtime.running:
-            raise RuntimeClosedError(f"RemoteAgent({self.remote_name!r}): register it with the router's runtime and start it")
+            raise RuntimeClosedError(
+                f"RemoteAgent({self.remote_name!r}): register it with the router's runtime and "
+                "start it"
+            )
         return self.runtime
 
 
 class _Call:
-    __slots__ = ("task", "proceed")
+    __slots__ = ("proceed", "task")
 
     def __init__(self) -> None:
         self.task: asyncio.Task[DestinationResult] | None = None
@@ -484,11 +566,17 @@ class DestinationServer(Agent):
         self._finished_calls: dict[str, None] = {}
         self._log = get_logger(actor=f"serve.{name}")
 
-    def handlers(self) -> dict[Topic, str]:
+    def handlers(self) -> Handlers:
         topics = self.topics
-        return {topics.aid: "_on_aid", topics.admit: "_on_admit", topics.release: "_on_release",
-                topics.left: "_on_left", topics.answer: "_on_answer", topics.signal: "_on_signal",
-                topics.status: "_on_status"}
+        return {
+            topics.aid: self._on_aid,
+            topics.admit: self._on_admit,
+            topics.release: self._on_release,
+            topics.left: self._on_left,
+            topics.answer: self._on_answer,
+            topics.signal: self._on_signal,
+            topics.status: self._on_status,
+        }
 
     async def on_stop(self) -> None:
         tasks = [call.task for call in self._calls.values() if call.task is not None]
@@ -503,7 +591,9 @@ class DestinationServer(Agent):
 
     async def _on_admit(self, request: RouteAdmit, ctx: RuntimeContext) -> Admission:
         turn = request.turn
-        with routed_turn(RoutingTurnContext(request.route, turn.participant_id, turn.turn_id, request.focused)):
+        with routed_turn(
+            RoutingTurnContext(request.route, turn.participant_id, turn.turn_id, request.focused)
+        ):
             return await self.agent.admit(turn, focused=request.focused)
 
     async def _on_release(self, request: RouteRequest, ctx: RuntimeContext) -> None:
@@ -517,9 +607,13 @@ class DestinationServer(Agent):
             raise ValueError(f"RouteAnswer.call_id: {request.call_id!r} is already running")
         events = Topic(request.events, RouteEvent)
         call = self._calls[request.call_id] = _Call()
-        call.task = asyncio.create_task(self._run(request, events, call), name=f"{self.name}-answer-{request.call_id}")
+        call.task = asyncio.create_task(
+            self._run(request, events, call), name=f"{self.name}-answer-{request.call_id}"
+        )
         call.task.add_done_callback(lambda task: self._finished(request, events, task))
-        return RouteAccepted(self.runtime.name, self.runtime.epoch)
+        runtime = self.runtime
+        assert runtime is not None  # a handler runs on its runtime
+        return RouteAccepted(runtime.name, runtime.epoch)
 
     async def _on_status(self, request: RouteCallStatus, ctx: RuntimeContext) -> CallState:
         if request.call_id in self._calls:
@@ -531,22 +625,32 @@ class DestinationServer(Agent):
         if call is None:
             return
         if signal.kind == "cancel":
-            call.task.cancel()
+            if call.task is not None:
+                call.task.cancel()
         elif not call.proceed.done():
             call.proceed.set_result(None)
 
-    async def _run(self, request: RouteAnswer, events: Topic[RouteEvent], call: _Call) -> DestinationResult:
+    async def _run(
+        self, request: RouteAnswer, events: Topic[RouteEvent], call: _Call
+    ) -> DestinationResult:
         turn = request.turn
         pid = turn.participant_id
 
+        runtime = self.runtime
+        assert runtime is not None  # a handler runs on its runtime
+
         async def started() -> None:
-            self.runtime.send(events, RouteEvent(request.call_id, "started"), participant_id=pid, source=self.name)
+            runtime.send(
+                events, RouteEvent(request.call_id, "started"), participant_id=pid, source=self.name
+            )
             await call.proceed
 
         with routed_turn(RoutingTurnContext(request.route, pid, turn.turn_id, request.focused)):
             return await self.agent.answer(turn, started=started)
 
-    def _finished(self, request: RouteAnswer, events: Topic[RouteEvent], task: asyncio.Task[DestinationResult]) -> None:
+    def _finished(
+        self, request: RouteAnswer, events: Topic[RouteEvent], task: asyncio.Task[DestinationResult]
+    ) -> None:
         """Report how the call ended; the destination has finished, so its final frame is out."""
         del self._calls[request.call_id]
         self._finished_calls[request.call_id] = None
@@ -555,16 +659,21 @@ class DestinationServer(Agent):
         log = self._log.bind(participant=request.turn.participant_id, turn=request.turn.turn_id)
         if task.cancelled():
             event = RouteEvent(request.call_id, "cancelled")
-        elif task.exception() is not None:
-            log.error("serve.answer_failed", error=repr(task.exception()))
-            event = RouteEvent(request.call_id, "failed", error=describe_failure(task.exception()))
+        elif (error := task.exception()) is not None:
+            log.error("serve.answer_failed", error=repr(error))
+            event = RouteEvent(request.call_id, "failed", error=describe_failure(error))
         elif not isinstance(task.result(), DestinationResult):
-            event = RouteEvent(request.call_id, "failed",
-                               error=f"InvalidResult: answer returned {type(task.result()).__name__}")
+            event = RouteEvent(
+                request.call_id,
+                "failed",
+                error=f"InvalidResult: answer returned {type(task.result()).__name__}",
+            )
         else:
             event = RouteEvent(request.call_id, "done", result=task.result())
         if self.runtime is not None and self.runtime.running:
-            self.runtime.send(events, event, participant_id=request.turn.participant_id, source=self.name)
+            self.runtime.send(
+                events, event, participant_id=request.turn.participant_id, source=self.name
+            )
         else:
             log.warning("serve.unreported_end", call=request.call_id, kind=event.kind)
 
@@ -575,13 +684,25 @@ def _participant(ctx: RuntimeContext) -> str:
     return ctx.participant_id
 
 
-def remote(name: str, *, timeout_s: float = 5.0, drain_timeout_s: float = 5.0,
-           dead_after_s: float | None = None,
-           output_topic: Topic[ResponseOutput] | None = None,
-           liveness_s: float = 1.0) -> RemoteAgent:
-    """A proxy for destination ``name`` served in another process; register it with the router's runtime."""
-    return RemoteAgent(name, timeout_s=timeout_s, drain_timeout_s=drain_timeout_s,
-                       dead_after_s=dead_after_s, output_topic=output_topic, liveness_s=liveness_s)
+def remote(
+    name: str,
+    *,
+    timeout_s: float = 5.0,
+    drain_timeout_s: float = 5.0,
+    dead_after_s: float | None = None,
+    output_topic: Topic[ResponseOutput] | None = None,
+    liveness_s: float = 1.0,
+) -> RemoteAgent:
+    """A proxy for destination ``name`` served in another process; register it with the router's
+    runtime."""
+    return RemoteAgent(
+        name,
+        timeout_s=timeout_s,
+        drain_timeout_s=drain_timeout_s,
+        dead_after_s=dead_after_s,
+        output_topic=output_topic,
+        liveness_s=liveness_s,
+    )
 
 
 def serve(name: str, agent: RoutableAgent, *, shutdown_grace_s: float = 0.0) -> DestinationServer:

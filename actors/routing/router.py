@@ -47,12 +47,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import msgspec
 
 from xrmq.actors.interaction import ResponseOutputs
-from xrmq.actors.runtime import Agent, RuntimeClosedError, RuntimeContext, get_logger
+from xrmq.actors.runtime import (
+    Agent,
+    Handler,
+    Handlers,
+    RuntimeClosedError,
+    RuntimeContext,
+    get_logger,
+)
 from xrmq.schemas import (
     Admission,
     AgentExchange,
@@ -66,7 +73,14 @@ from xrmq.schemas import (
     TurnEnded,
     UserQuery,
 )
-from xrmq.topics import PARTICIPANT_JOINED_TOPIC, PARTICIPANT_LEFT_TOPIC, TURN_ENDED_TOPIC, Topic, check_topic
+from xrmq.topics import (
+    PARTICIPANT_JOINED_TOPIC,
+    PARTICIPANT_LEFT_TOPIC,
+    ROUTER_SOURCE,
+    TURN_ENDED_TOPIC,
+    Topic,
+    check_topic,
+)
 
 from .agent import RoutableAgent, RoutingTurnContext, check_routable, routed_turn, routing_aid_of
 from .decisions import DecisionService
@@ -75,8 +89,6 @@ from .state import ParticipantRouting, candidates
 
 T = TypeVar("T")
 
-ROUTER_SOURCE = "router"
-"""Source of the router's own published output."""
 DEFAULT_HISTORY_LIMIT = 8
 DEFAULT_MAX_PARTICIPANTS = 1024
 """Participants the router keeps state (a lane) for; beyond, the least recently active idle
@@ -125,9 +137,10 @@ class RouteResult:
 
 
 class _Lane:
-    """One participant's serialized work: every unfinished task, the cancellable turns, the state."""
+    """One participant's serialized work: every unfinished task, the cancellable turns, the
+    state."""
 
-    __slots__ = ("pending", "turns", "state")
+    __slots__ = ("pending", "state", "turns")
 
     def __init__(self, history_limit: int) -> None:
         self.pending: set[asyncio.Task[Any]] = set()
@@ -178,24 +191,44 @@ class AgentRouter(Agent):
         for name, agent in agents.items():
             check_routable("AgentRouter", name, agent)
         if not callable(getattr(decisions, "decide", None)):
-            raise ValueError("AgentRouter.decisions: must have an async decide(turn, candidates) method")
+            raise ValueError(
+                "AgentRouter.decisions: must have an async decide(turn, candidates) method"
+            )
         check_topic(query_topic, UserQuery, "AgentRouter.query_topic")
         check_topic(output_topic, ResponseOutput, "AgentRouter.output_topic")
         check_topic(interrupted_topic, Interrupted, "AgentRouter.interrupted_topic")
         check_topic(turn_topic, TurnEnded, "AgentRouter.turn_topic")
         for topic in participant_topics or ():
-            if not (isinstance(topic, Topic) and topic.message_type in (ParticipantJoined, ParticipantLeft)):
-                raise ValueError("AgentRouter.participant_topics: each must be a Topic carrying ParticipantJoined or ParticipantLeft")
+            if not (
+                isinstance(topic, Topic)
+                and topic.message_type in (ParticipantJoined, ParticipantLeft)
+            ):
+                raise ValueError(
+                    "AgentRouter.participant_topics: each must be a Topic carrying "
+                    "ParticipantJoined or ParticipantLeft"
+                )
         if output is None and output_topic is None:
-            raise ValueError("AgentRouter.output: give output or output_topic, so the router can say its own text")
+            raise ValueError(
+                "AgentRouter.output: give output or output_topic, so the router can say its own "
+                "text"
+            )
         if cleanup_participant is not None and (query_topic is None or output_topic is None):
-            raise ValueError("AgentRouter.cleanup_participant: requires query_topic and output_topic")
+            raise ValueError(
+                "AgentRouter.cleanup_participant: requires query_topic and output_topic"
+            )
         if default is not None and default not in agents:
             raise ValueError(f"AgentRouter.default: {default!r} is not one of the agents")
-        if isinstance(history_limit, bool) or not isinstance(history_limit, int) or history_limit < 0:
+        if (
+            isinstance(history_limit, bool)
+            or not isinstance(history_limit, int)
+            or history_limit < 0
+        ):
             raise ValueError("AgentRouter.history_limit: must be an int >= 0")
-        if isinstance(max_participants, bool) or not isinstance(max_participants, int) \
-                or max_participants < 1:
+        if (
+            isinstance(max_participants, bool)
+            or not isinstance(max_participants, int)
+            or max_participants < 1
+        ):
             raise ValueError("AgentRouter.max_participants: must be an int >= 1")
         self.agents: dict[str, RoutableAgent] = dict(agents)
         self.decisions = decisions
@@ -215,21 +248,25 @@ class AgentRouter(Agent):
         """By participant, least recently active first (bounded by ``max_participants``)."""
         self._stopped = False
         self._log = get_logger(actor="router")
-        self._handlers: dict[Topic, str] = {}
+        self._handlers: dict[Topic, Handler] = {}
         if query_topic is not None:
-            self._handlers[query_topic] = "_on_query"
+            self._handlers[query_topic] = self._on_query
             if interrupted_topic is not None:
-                self._handlers[interrupted_topic] = "_on_interrupted"
+                self._handlers[interrupted_topic] = self._on_interrupted
             for topic in participant_topics or ():
-                self._handlers[topic] = "_on_joined" if topic.message_type is ParticipantJoined else "_on_left"
+                self._handlers[topic] = (
+                    self._on_joined if topic.message_type is ParticipantJoined else self._on_left
+                )
 
-    def handlers(self) -> dict[Topic, str]:
+    def handlers(self) -> Handlers:
         """With ``query_topic``: the query, interrupted and participant topics."""
         return self._handlers
 
     def gauges(self) -> dict[str, float]:
-        return {"router.participants": len(self._lanes),
-                "router.participants_evicted": self.participants_evicted}
+        return {
+            "router.participants": len(self._lanes),
+            "router.participants_evicted": self.participants_evicted,
+        }
 
     # -- direct use -----------------------------------------------------------------------
 
@@ -259,8 +296,11 @@ class AgentRouter(Agent):
         )
 
     def interrupt(self, participant_id: str | None = None) -> None:
-        """Cancel a participant's turns in flight (every participant's for None); they drain on their own."""
-        lanes = self._lanes.values() if participant_id is None else [self._lanes.get(participant_id)]
+        """Cancel a participant's turns in flight (every participant's for None); they drain on
+        their own."""
+        lanes = (
+            self._lanes.values() if participant_id is None else [self._lanes.get(participant_id)]
+        )
         for lane in lanes:
             if lane is not None:
                 for task in lane.turns:
@@ -269,7 +309,9 @@ class AgentRouter(Agent):
     async def participant_left(self, participant_id: str) -> None:
         """Cancel and drain the participant's turns, forget their focus and history, tell
         every destination, then run ``cleanup_participant``."""
-        await self._enqueue(participant_id, lambda lane: self._depart(participant_id, lane), turn=False)
+        await self._enqueue(
+            participant_id, lambda lane: self._depart(participant_id, lane), turn=False
+        )
 
     async def stop(self) -> None:
         """Refuse new turns, let the turns in flight finish for up to ``shutdown_grace_s``,
@@ -277,8 +319,9 @@ class AgentRouter(Agent):
         self._stopped = True
         pending = [task for lane in self._lanes.values() for task in lane.pending]
         if pending and self.shutdown_grace_s > 0:
-            self._log.info("router.stopping", turns_in_flight=len(pending),
-                           grace_s=self.shutdown_grace_s)
+            self._log.info(
+                "router.stopping", turns_in_flight=len(pending), grace_s=self.shutdown_grace_s
+            )
             await asyncio.wait(pending, timeout=self.shutdown_grace_s)
         self.interrupt()
         pending = [task for lane in self._lanes.values() for task in lane.pending]
@@ -297,10 +340,13 @@ class AgentRouter(Agent):
         if ctx.participant_id is None:
             self._log.warning("router.query_without_participant", sender=ctx.metadata.sender)
             return
-        turn = AgentTurn(ctx.participant_id, ctx.metadata.message_id, query.text, timestamp_us=query.timestamp_us)
+        turn = AgentTurn(
+            ctx.participant_id, ctx.metadata.message_id, query.text, timestamp_us=query.timestamp_us
+        )
         if self._stopped:
-            self._log.warning("router.query_refused_stopping", participant=turn.participant_id,
-                              turn=turn.turn_id)
+            self._log.warning(
+                "router.query_refused_stopping", participant=turn.participant_id, turn=turn.turn_id
+            )
             return
         self._watch(self.submit(turn), turn.participant_id, turn.turn_id)
 
@@ -310,7 +356,11 @@ class AgentRouter(Agent):
 
     async def _on_left(self, message: ParticipantLeft, ctx: RuntimeContext) -> None:
         if ctx.participant_id is not None:
-            self._watch(asyncio.ensure_future(self.participant_left(ctx.participant_id)), ctx.participant_id, None)
+            self._watch(
+                asyncio.ensure_future(self.participant_left(ctx.participant_id)),
+                ctx.participant_id,
+                None,
+            )
 
     async def _on_joined(self, message: ParticipantJoined, ctx: RuntimeContext) -> None:
         pid = ctx.participant_id
@@ -323,14 +373,22 @@ class AgentRouter(Agent):
 
         def done(task: asyncio.Future[Any]) -> None:
             if not task.cancelled() and task.exception() is not None:
-                self._log.error("router.work_failed", participant=participant_id, turn=turn_id, error=repr(task.exception()))
+                self._log.error(
+                    "router.work_failed",
+                    participant=participant_id,
+                    turn=turn_id,
+                    error=repr(task.exception()),
+                )
 
         task.add_done_callback(done)
 
     # -- lanes ------------------------------------------------------------------------------
 
-    def _enqueue(self, participant_id: str, work: Callable[[_Lane], Awaitable[T]], *, turn: bool) -> asyncio.Task[T]:
-        """Run ``work`` after every earlier task of the participant ended, cancelling earlier turns."""
+    def _enqueue(
+        self, participant_id: str, work: Callable[[_Lane], Awaitable[T]], *, turn: bool
+    ) -> asyncio.Task[T]:
+        """Run ``work`` after every earlier task of the participant ended, cancelling earlier
+        turns."""
         lanes = self._lanes
         lane = lanes.pop(participant_id, None)
         if lane is None:
@@ -344,7 +402,9 @@ class AgentRouter(Agent):
         earlier = set(lane.pending)
         for task in lane.turns:
             task.cancel()
-        task = asyncio.create_task(self._after(earlier, work, lane), name=f"router-{participant_id}")
+        task = asyncio.create_task(
+            self._after(earlier, work, lane), name=f"router-{participant_id}"
+        )
         lane.pending.add(task)
         task.add_done_callback(lane.pending.discard)
         if turn:
@@ -353,7 +413,9 @@ class AgentRouter(Agent):
         return task
 
     @staticmethod
-    async def _after(earlier: set[asyncio.Task[Any]], work: Callable[[_Lane], Awaitable[T]], lane: _Lane) -> T:
+    async def _after(
+        earlier: set[asyncio.Task[Any]], work: Callable[[_Lane], Awaitable[T]], lane: _Lane
+    ) -> T:
         if earlier:
             await asyncio.wait(earlier)
         return await work(lane)
@@ -427,7 +489,9 @@ class AgentRouter(Agent):
                     break
             focused = target == state.focus
             admission = await self._admit(target, turn, focused, log)
-            log.info("router.admission", route=target, disposition=admission.disposition, focused=focused)
+            log.info(
+                "router.admission", route=target, disposition=admission.disposition, focused=focused
+            )
             if admission.disposition == "accept":
                 if admission.focus:
                     await self._take_focus(state, target, turn.participant_id, log)
@@ -436,7 +500,11 @@ class AgentRouter(Agent):
                 return await self._answer(target, turn, state, focused, log)
             if admission.disposition == "clarify":
                 await self._say(turn, target, admission.text)
-                state.remember(AgentExchange(turn.text, admission.text, turn.timestamp_us, turn.turn_id, target))
+                state.remember(
+                    AgentExchange(
+                        turn.text, admission.text, turn.timestamp_us, turn.turn_id, target
+                    )
+                )
                 return RouteResult(turn.turn_id, "clarified", target, admission.text)
             if admission.disposition == "release" and focused:
                 state.clear_focus(target)
@@ -482,7 +550,9 @@ class AgentRouter(Agent):
         found = await asyncio.gather(*(aid(name, agent) for name, agent in self.agents.items()))
         return dict(zip(self.agents, found))
 
-    async def _decide(self, turn: AgentTurn, choices: dict[str, RoutingAid], log: Any) -> str | None:
+    async def _decide(
+        self, turn: AgentTurn, choices: dict[str, RoutingAid], log: Any
+    ) -> str | None:
         try:
             choice = await self.decisions.decide(turn, choices)
         except Exception as error:
@@ -502,7 +572,9 @@ class AgentRouter(Agent):
                 log.warning("router.admit_failed", route=name, error=repr(error))
                 return Admission("decline")
 
-    async def _answer(self, name: str, turn: AgentTurn, state: ParticipantRouting, focused: bool, log: Any) -> RouteResult:
+    async def _answer(
+        self, name: str, turn: AgentTurn, state: ParticipantRouting, focused: bool, log: Any
+    ) -> RouteResult:
         began = False
 
         async def started() -> None:
@@ -530,10 +602,14 @@ class AgentRouter(Agent):
         elif result.focus == "release" and state.clear_focus(name):
             log.info("router.focus_released", route=name)
         if result.response is not None and result.response.strip():
-            state.remember(AgentExchange(turn.text, result.response, turn.timestamp_us, turn.turn_id, name))
+            state.remember(
+                AgentExchange(turn.text, result.response, turn.timestamp_us, turn.turn_id, name)
+            )
         return RouteResult(turn.turn_id, "answered", name, result.response)
 
-    async def _take_focus(self, state: ParticipantRouting, name: str, participant_id: str, log: Any) -> None:
+    async def _take_focus(
+        self, state: ParticipantRouting, name: str, participant_id: str, log: Any
+    ) -> None:
         previous = state.take_focus(name)
         log.info("router.focus_taken", route=name, previous=previous)
         if previous is not None:
@@ -546,14 +622,22 @@ class AgentRouter(Agent):
             log.error("router.release_failed", route=name, error=repr(error))
 
     async def _say(self, turn: AgentTurn, route: str | None, text: str) -> None:
-        """Say router-owned text for ``turn``: through ``output``, or as a reply on ``output_topic``."""
+        """Say router-owned text for ``turn``: through ``output``, or as a reply on
+        ``output_topic``."""
         if self.output is not None:
             await self.output(turn, route, text)
             return
         if self.runtime is None or not self.runtime.running:
-            raise RuntimeClosedError("AgentRouter: publishing on output_topic needs the router registered with a running runtime")
-        outputs = ResponseOutputs(self.runtime, self.output_topic, source=ROUTER_SOURCE)
-        async with outputs.reply(turn.participant_id, request_id=turn.turn_id, timestamp_us=turn.timestamp_us) as reply:
+            raise RuntimeClosedError(
+                "AgentRouter: publishing on output_topic needs the router registered with a "
+                "running runtime"
+            )
+        # the constructor requires output or output_topic
+        output_topic = cast("Topic[ResponseOutput]", self.output_topic)
+        outputs = ResponseOutputs(self.runtime, output_topic, source=ROUTER_SOURCE)
+        async with outputs.reply(
+            turn.participant_id, request_id=turn.turn_id, timestamp_us=turn.timestamp_us
+        ) as reply:
             await reply.send(text)
 
 

@@ -43,6 +43,8 @@ class ParticipantRouting:
             self.history.append(exchange)
 
 
-def candidates(aids: Mapping[str, RoutingAid], excluded: set[str] | frozenset[str] = frozenset()) -> dict[str, RoutingAid]:
+def candidates(
+    aids: Mapping[str, RoutingAid], excluded: set[str] | frozenset[str] = frozenset()
+) -> dict[str, RoutingAid]:
     """The destinations a decision may choose: eligible and not excluded, in registration order."""
     return {name: aid for name, aid in aids.items() if aid.eligible and name not in excluded}

@@ -1,7 +1,7 @@
 """The actor runtime: bus addresses, broker, agents, mailboxes and AgentRuntime."""
 
 from .address import DEFAULT_BUS, BusAddress, parse_bus, runtime_dir
-from .agent import GLOBAL, Agent, RuntimeContext, Scope, subscribe
+from .agent import GLOBAL, Agent, Handler, Handlers, RuntimeContext, Scope, subscribe
 from .broker import Broker, BrokerError
 from .logs import configure_logging, get_logger
 from .loop import event_loop_name, run
@@ -19,6 +19,8 @@ __all__ = [
     "BrokerError",
     "BusAddress",
     "Gap",
+    "Handler",
+    "Handlers",
     "RuntimeClosedError",
     "RuntimeContext",
     "Scope",

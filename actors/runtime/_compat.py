@@ -55,8 +55,9 @@ another is current, or when ``INLINE_START`` is False); ``leave_task`` undoes it
 def _frame_send() -> Callable[..., Any]:
     backend = getattr(getattr(zmq, "backend", None), "Socket", None)
     send = getattr(backend, "send", None)
-    if FORCED_FALLBACK or not (isinstance(backend, type) and issubclass(zmq.Socket, backend)
-                               and callable(send)):
+    if FORCED_FALLBACK or not (
+        isinstance(backend, type) and issubclass(zmq.Socket, backend) and callable(send)
+    ):
         return zmq.Socket.send
     return send
 

@@ -64,15 +64,18 @@ def runtime_dir() -> Path:
     if stat.S_ISLNK(info.st_mode):
         raise UnsafeDirectoryError(
             f"bus: runtime directory {path} is a symlink (refused: it could point anywhere); "
-            "set XRMQ_RUNTIME_DIR to a real directory of mode 0700")
+            "set XRMQ_RUNTIME_DIR to a real directory of mode 0700"
+        )
     if info.st_uid != os.getuid():
         raise UnsafeDirectoryError(
             f"bus: runtime directory {path} must be owned by uid {os.getuid()}; "
-            "set XRMQ_RUNTIME_DIR to a directory of yours")
+            "set XRMQ_RUNTIME_DIR to a directory of yours"
+        )
     if stat.S_IMODE(info.st_mode) & 0o077:
         raise UnsafeDirectoryError(
             f"bus: runtime directory {path} must not be accessible to other users "
-            f"(mode {stat.S_IMODE(info.st_mode):04o}, needs 0700); fix it or set XRMQ_RUNTIME_DIR")
+            f"(mode {stat.S_IMODE(info.st_mode):04o}, needs 0700); fix it or set XRMQ_RUNTIME_DIR"
+        )
     return path
 
 
@@ -90,7 +93,8 @@ def check_ipc_directories(address: BusAddress) -> None:
         except FileNotFoundError:
             raise UnsafeDirectoryError(
                 f"bus: directory {directory} of the ipc endpoints does not exist; create it "
-                "(mode 0700) or use a bus name (sockets in XRMQ_RUNTIME_DIR)") from None
+                "(mode 0700) or use a bus name (sockets in XRMQ_RUNTIME_DIR)"
+            ) from None
         mode = stat.S_IMODE(info.st_mode)
         if stat.S_ISLNK(info.st_mode):
             problem = "is a symlink"
@@ -102,7 +106,8 @@ def check_ipc_directories(address: BusAddress) -> None:
             continue
         raise UnsafeDirectoryError(
             f"bus: directory {directory} of the ipc endpoints {problem}; use a directory only "
-            "you can write (mode 0700), or a bus name (sockets in XRMQ_RUNTIME_DIR)")
+            "you can write (mode 0700), or a bus name (sockets in XRMQ_RUNTIME_DIR)"
+        )
 
 
 def parse_bus(bus: str) -> BusAddress:
@@ -126,7 +131,9 @@ def parse_bus(bus: str) -> BusAddress:
             raise ValueError(f"bus: {bus!r} must be inproc://NAME")
         return BusAddress(f"inproc://{name}.in", f"inproc://{name}.out", f"inproc://{name}.capture")
     if "://" in bus:
-        raise ValueError(f"bus: {bus!r} has an unsupported transport (use ipc://, tcp:// or inproc://)")
+        raise ValueError(
+            f"bus: {bus!r} has an unsupported transport (use ipc://, tcp:// or inproc://)"
+        )
     if "/" in bus:
         raise ValueError(f"bus: name {bus!r} must not contain '/'")
     return parse_bus(f"ipc://{runtime_dir() / bus}")

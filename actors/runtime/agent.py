@@ -4,14 +4,20 @@ An agent is an actor: private state, one mailbox, one message handled at a time.
 Handlers are ``async def handler(self, message, ctx)`` methods tagged with
 ``@subscribe(topic)``; they return promptly and hand long work (an LLM stream) to tasks
 the agent owns, started in ``on_start`` or from a handler and cancelled in ``on_stop``.
+
+One way to wire a handler: by reference to the method. An actor whose topics come from
+configuration overrides ``handlers()`` and maps each topic to its methods themselves
+(``{topic: self.on_update}``), never to their names, so a rename is checked by tools
+and a handler is never "unused"; a keyed kind's ``handlers=`` maps topics to the class's
+functions (``{topic: Kind.on_write}``).
 """
 
 from __future__ import annotations
 
 import enum
 import inspect
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Callable, Final, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import msgspec
 
@@ -24,6 +30,11 @@ if TYPE_CHECKING:
     from .runtime import AgentRuntime
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+Handler = Callable[..., Any]
+"""A handler method: bound (``self.on_update``) or the class's function (``Kind.on_update``)."""
+Handlers = Mapping[Topic, "Handler | Sequence[Handler]"]
+"""What ``Agent.handlers()`` returns: each topic mapped to its handler method (or methods)."""
 
 _TOPICS_ATTR = "__xrmq_topics__"
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -44,48 +55,66 @@ def subscribe(topic: Topic) -> Callable[[F], F]:
     return decorate
 
 
-def subscriptions(agent_type: type) -> dict[Topic, tuple[str, ...]]:
-    """Map each topic an agent class subscribes to (``@subscribe``) onto its handlers' names.
+def subscriptions(agent_type: type) -> dict[Topic, tuple[Handler, ...]]:
+    """Map each topic an agent class subscribes to (``@subscribe``) onto its handler functions.
 
     Two handlers of one class may subscribe to one topic: both are called, each with its
     own delivery, in name order. Raises ``TypeError`` for a handler that is not
     ``async def (self, message, ctx)``, whose message annotation does not admit its
     topic's type, or that subscribes to one topic twice.
     """
-    found: dict[Topic, tuple[str, ...]] = {}
+    found: dict[Topic, tuple[Handler, ...]] = {}
     for name, member in inspect.getmembers(agent_type, inspect.isfunction):
         for topic in getattr(member, _TOPICS_ATTR, ()):
-            names = found.get(topic, ())
-            if name in names:
+            handlers = found.get(topic, ())
+            if member in handlers:
                 raise TypeError(
                     f"{agent_type.__qualname__}.{name}: subscribes to topic {topic.name!r} twice"
                 )
-            found[topic] = (*names, name)
+            found[topic] = (*handlers, member)
     check_handlers(agent_type, found)
     return found
 
 
-def check_handlers(
-    agent_type: type, handlers: Mapping[Topic, str | Sequence[str]]
-) -> list[tuple[Topic, str]]:
-    """Check each named handler of ``agent_type``; the (topic, handler name) pairs, in order.
+def _method_name(agent_type: type, handler: object, topic: Topic) -> str:
+    """The name under which ``handler`` (a bound method or a function) is a method of
+    ``agent_type``; ``TypeError`` for a name string or anything else."""
+    owner = agent_type.__qualname__
+    if isinstance(handler, str):
+        raise TypeError(
+            f"{owner}: topic {topic.name!r} is mapped to the name {handler!r}; a handler is "
+            f"wired by reference, never by name: map it to the method itself "
+            f"(self.{handler} or {owner}.{handler})"
+        )
+    function = getattr(handler, "__func__", handler)
+    name = getattr(function, "__name__", None)
+    if not isinstance(name, str) or getattr(agent_type, name, None) is not function:
+        raise TypeError(
+            f"{owner}: {handler!r} (topic {topic.name!r}) is no handler method of {owner}"
+        )
+    return name
 
-    A topic maps to one handler name or a sequence of them. Each must be an
-    ``async def (self, message, ctx)`` method whose message annotation, if any, admits the
-    topic's type (``annotations.admits``); otherwise ``TypeError`` naming the handler, the
-    topic and both types.
+
+def check_handlers(agent_type: type, handlers: Handlers) -> list[tuple[Topic, str]]:
+    """Check each handler of ``agent_type``; the (topic, method name) pairs, in order.
+
+    A topic maps to one handler method or a sequence of them (``Handlers``), never to a
+    name. Each must be an ``async def (self, message, ctx)`` method of ``agent_type`` whose
+    message annotation, if any, admits the topic's type (``annotations.admits``);
+    otherwise ``TypeError`` naming the handler, the topic and both types.
     """
     pairs: list[tuple[Topic, str]] = []
     owner = agent_type.__qualname__
     for topic, chosen in handlers.items():
         if not isinstance(topic, Topic):
             raise TypeError(f"{owner}: handlers keys must be Topics, got {topic!r}")
-        names = (chosen,) if isinstance(chosen, str) else tuple(chosen)
-        if not names:
+        chosen_all = (chosen,) if callable(chosen) or isinstance(chosen, str) else tuple(chosen)
+        if not chosen_all:
             raise TypeError(f"{owner}: topic {topic.name!r} is mapped to no handler")
-        for name in names:
-            member = getattr(agent_type, name, None) if isinstance(name, str) else None
-            if member is None or not inspect.isfunction(member):
+        for handler in chosen_all:
+            name = _method_name(agent_type, handler, topic)
+            member = getattr(agent_type, name)
+            if not inspect.isfunction(member):
                 raise TypeError(f"{owner}.{name}: no such handler method")
             if not inspect.iscoroutinefunction(member):
                 raise TypeError(f"{owner}.{name}: a subscriber must be 'async def'")
@@ -128,7 +157,7 @@ class Agent:
     """
 
     name: str = ""
-    runtime: "AgentRuntime | None" = None
+    runtime: AgentRuntime | None = None
 
     async def on_start(self) -> None:
         """Called once the runtime is ready (or the keyed instance is spawned)."""
@@ -136,16 +165,17 @@ class Agent:
     async def on_stop(self) -> None:
         """Called when the runtime stops, before its sockets close; cancel owned tasks here."""
 
-    def handlers(self) -> Mapping[Topic, str | Sequence[str]]:
-        """The topics this actor handles, each mapped to its handler method's name (or names).
+    def handlers(self) -> Handlers:
+        """The topics this actor handles, each mapped to its handler method (or methods).
 
         By default the ``@subscribe``-tagged methods of its class. An actor whose topics
         come from configuration (a renderer told its output topic, a context actor
-        standing for one topic) overrides this; the runtime reads it at ``register``.
+        standing for one topic) overrides this and maps each topic to the method itself
+        (``{topic: self.on_update}``); the runtime reads it at ``register``.
         """
         return subscriptions(type(self))
 
-    async def on_gap(self, gap: Any, ctx: "RuntimeContext") -> None:
+    async def on_gap(self, gap: Any, ctx: RuntimeContext) -> None:
         """Messages of a topic this actor handles were lost (``gap`` is a ``sequence.Gap``).
 
         Called in order with the actor's messages, before the message that revealed the
@@ -154,7 +184,8 @@ class Agent:
         """
 
     def gauges(self) -> dict[str, float]:
-        """Numbers this actor reports in its runtime's metrics (``xrmq top``); summed over keyed instances."""
+        """Numbers this actor reports in its runtime's metrics (``xrmq top``); summed over keyed
+        instances."""
         return {}
 
 
@@ -169,7 +200,7 @@ class RuntimeContext(msgspec.Struct, eq=False):
     the fields are not type-checked and it is never encoded).
     """
 
-    runtime: "AgentRuntime"
+    runtime: AgentRuntime
     agent_name: str
     metadata: MessageMetadata
     topic: Topic
@@ -206,8 +237,15 @@ class RuntimeContext(msgspec.Struct, eq=False):
             parent_message_id=self.metadata.message_id,
         )
 
-    async def ask(self, topic: Topic, message: Any, *, reply_type: Any = Any,
-                  participant_id: str | Scope | None = None, timeout: float = 5.0) -> Any:
+    async def ask(
+        self,
+        topic: Topic,
+        message: Any,
+        *,
+        reply_type: Any = Any,
+        participant_id: str | Scope | None = None,
+        timeout: float = 5.0,
+    ) -> Any:
         """Ask another actor, as this agent, within the current message's correlation.
 
         ``participant_id`` as for ``publish``: None keeps the current participant.

@@ -37,7 +37,8 @@ from .security.forwarder import (
 )
 
 DEFAULT_HWM = 1_000_000
-"""High-water mark for bus sockets: large and explicit (PUB/XPUB drop past it; receivers count the gap)."""
+"""High-water mark for bus sockets: large and explicit (PUB/XPUB drop past it; receivers count the
+gap)."""
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 """``ZMQ_MAXMSGSIZE`` of every receiving socket: a larger frame drops the sender's connection
 (libzmq does not read it; the sender reconnects and receivers see the messages lost meanwhile
@@ -71,11 +72,17 @@ class Broker:
     ``xrmq bus`` starts one and stops it on SIGINT/SIGTERM.
     """
 
-    def __init__(self, address: BusAddress, *, capture: bool = False, hwm: int = DEFAULT_HWM,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-                 subscriber_budget_bytes: int = DEFAULT_SUBSCRIBER_BUDGET_BYTES,
-                 metrics_interval: float | None = None,
-                 security: BrokerSecurity | None = None) -> None:
+    def __init__(
+        self,
+        address: BusAddress,
+        *,
+        capture: bool = False,
+        hwm: int = DEFAULT_HWM,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        subscriber_budget_bytes: int = DEFAULT_SUBSCRIBER_BUDGET_BYTES,
+        metrics_interval: float | None = None,
+        security: BrokerSecurity | None = None,
+    ) -> None:
         if security is not None and address.publish.startswith("inproc://"):
             raise BrokerError("bus: CURVE needs an ipc:// or tcp:// bus, not inproc://")
         self.address = address
@@ -98,7 +105,7 @@ class Broker:
         self._lock_file: int | None = None
         self._log = get_logger(component="broker", bus=address.publish)
 
-    def start(self) -> "Broker":
+    def start(self) -> Broker:
         self._thread = threading.Thread(target=self._serve, name="xrmq-broker", daemon=True)
         self._thread.start()
         self._bound.wait()
@@ -166,10 +173,13 @@ class Broker:
             if self.metrics_interval:
                 monitor = f"inproc://xrmq-broker-monitor-{uuid.uuid4().hex}"
                 frontend.monitor(monitor, zmq.EVENT_DISCONNECTED)
-                gauges = {"broker.subscriber_hwm": float(self.subscriber_hwm),
-                          "broker.max_message_bytes": float(self.max_message_bytes)}
-                self._report = BrokerReport(context, self.address.publish, monitor,
-                                            self.metrics_interval, gauges)
+                gauges = {
+                    "broker.subscriber_hwm": float(self.subscriber_hwm),
+                    "broker.max_message_bytes": float(self.max_message_bytes),
+                }
+                self._report = BrokerReport(
+                    context, self.address.publish, monitor, self.metrics_interval, gauges
+                )
             frontend.send(b"\x01")  # subscribe to everything, upstream
             backend = socket(zmq.XPUB)
             backend.setsockopt(zmq.SNDHWM, self.subscriber_hwm)  # per subscriber, bounds a stall
@@ -199,20 +209,29 @@ class Broker:
             self._release_ipc_paths()
             if umask is not None:
                 os.umask(umask)
-            self._bind_error = error if isinstance(error, UnsafeDirectoryError) else BrokerError(
-                f"bus: cannot bind {self.address.publish}: {error}")
+            self._bind_error = (
+                error
+                if isinstance(error, UnsafeDirectoryError)
+                else BrokerError(f"bus: cannot bind {self.address.publish}: {error}")
+            )
             self._bound.set()
             return
         if umask is not None:
             os.umask(umask)
         if self._report is not None:
             self._report.start()
-        self._log.info("broker.ready", subscribe=self.address.subscribe, capture=self.capture,
-                       subscriber_hwm=self.subscriber_hwm, max_message_bytes=self.max_message_bytes,
-                       security="curve" if security is not None else "none")
+        self._log.info(
+            "broker.ready",
+            subscribe=self.address.subscribe,
+            capture=self.capture,
+            subscriber_hwm=self.subscriber_hwm,
+            max_message_bytes=self.max_message_bytes,
+            security="curve" if security is not None else "none",
+        )
         if policy is not None:
-            self.forwarder = Forwarder(policy, frontend, backend, capture, control, self._log,
-                                       authenticator=authenticator)
+            self.forwarder = Forwarder(
+                policy, frontend, backend, capture, control, self._log, authenticator=authenticator
+            )
         self._bound.set()
         try:
             if self.forwarder is not None:

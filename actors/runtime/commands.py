@@ -31,15 +31,23 @@ def default_bus() -> str:
 
 def add_bus_argument(parser: argparse.ArgumentParser, *, keys: bool = True) -> None:
     """``--bus``, and for a client of the bus (``keys``) ``--key`` and ``--server-key``."""
-    parser.add_argument("--bus", default=default_bus(),
-                        help="bus name, ipc://PREFIX, tcp://HOST:PORT (default: $XRMQ_BUS or 'default')")
+    parser.add_argument(
+        "--bus",
+        default=default_bus(),
+        help="bus name, ipc://PREFIX, tcp://HOST:PORT (default: $XRMQ_BUS or 'default')",
+    )
     if not keys:
         return
-    parser.add_argument("--key", metavar="FILE",
-                        help=f"CURVE bus: this client's NAME.key_secret (default: ${KEY_ENV})")
-    parser.add_argument("--server-key", metavar="FILE",
-                        help=f"CURVE bus: the broker's public key file "
-                             f"(default: ${SERVER_KEY_ENV})")
+    parser.add_argument(
+        "--key",
+        metavar="FILE",
+        help=f"CURVE bus: this client's NAME.key_secret (default: ${KEY_ENV})",
+    )
+    parser.add_argument(
+        "--server-key",
+        metavar="FILE",
+        help=f"CURVE bus: the broker's public key file (default: ${SERVER_KEY_ENV})",
+    )
 
 
 def export_keys(args: argparse.Namespace) -> None:
@@ -61,24 +69,41 @@ def require_broker(bus: str, *, endpoint: str = "subscribe") -> None:
     (``publish``, ``subscribe`` or ``capture``); tcp buses are not checked.
     """
     socket = getattr(parse_bus(bus), endpoint)
-    if socket.startswith("ipc://") and not Path(socket[len("ipc://"):]).exists():
-        raise ValueError(f"no broker serves bus {bus!r} ({socket[len('ipc://'):]} does not exist): "
-                         "start the edge box with `xrmq up` (or a broker with `xrmq bus`)")
+    if socket.startswith("ipc://") and not Path(socket[len("ipc://") :]).exists():
+        raise ValueError(
+            f"no broker serves bus {bus!r} ({socket[len('ipc://') :]} does not exist): "
+            "start the edge box with `xrmq up` (or a broker with `xrmq bus`)"
+        )
 
 
 def add_commands(subparsers: Any) -> None:
     bus = subparsers.add_parser("bus", help="run the bus broker (XSUB/XPUB proxy with capture)")
     add_bus_argument(bus, keys=False)
     bus.add_argument("--no-capture", action="store_true", help="do not bind the capture socket")
-    bus.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES,
-                     help="ZMQ_MAXMSGSIZE: a larger frame drops its publisher's connection")
-    bus.add_argument("--subscriber-budget-bytes", type=int, default=DEFAULT_SUBSCRIBER_BUDGET_BYTES,
-                     help="what one stalled subscriber may cost the broker (its send HWM)")
-    bus.add_argument("--metrics-interval", type=float, default=None,
-                     help="publish the broker's heartbeat (dropped connections) every N seconds")
+    bus.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=DEFAULT_MAX_MESSAGE_BYTES,
+        help="ZMQ_MAXMSGSIZE: a larger frame drops its publisher's connection",
+    )
+    bus.add_argument(
+        "--subscriber-budget-bytes",
+        type=int,
+        default=DEFAULT_SUBSCRIBER_BUDGET_BYTES,
+        help="what one stalled subscriber may cost the broker (its send HWM)",
+    )
+    bus.add_argument(
+        "--metrics-interval",
+        type=float,
+        default=None,
+        help="publish the broker's heartbeat (dropped connections) every N seconds",
+    )
     bus.add_argument("--config", help="edge-box TOML whose [bus.security] the broker enforces")
-    bus.add_argument("--insecure", action="store_true",
-                     help="allow a plain tcp bus beyond loopback (anyone who reaches it owns it)")
+    bus.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a plain tcp bus beyond loopback (anyone who reaches it owns it)",
+    )
     bus.set_defaults(func=run_bus)
 
     keys = subparsers.add_parser("keys", help="CURVE key pairs for a secure bus")
@@ -91,15 +116,21 @@ def add_commands(subparsers: Any) -> None:
     listing.add_argument("dir")
     listing.set_defaults(func=run_keys_list)
 
-    publish = subparsers.add_parser("publish", help="publish one message (a query or a context update)")
+    publish = subparsers.add_parser(
+        "publish", help="publish one message (a query or a context update)"
+    )
     add_bus_argument(publish)
-    publish.add_argument("topic", help="topic name: a standard topic, or any other name for a context topic")
+    publish.add_argument(
+        "topic", help="topic name: a standard topic, or any other name for a context topic"
+    )
     publish.add_argument("content", help="text, or a JSON object with the payload's fields")
     publish.add_argument("--participant", help="participant id (omit for a global message)")
     publish.add_argument("--source", default="application", help="source name in the envelope")
     publish.set_defaults(func=run_publish)
 
-    schema = subparsers.add_parser("schema", help="print the JSON Schema of the envelope and every standard topic")
+    schema = subparsers.add_parser(
+        "schema", help="print the JSON Schema of the envelope and every standard topic"
+    )
     schema.set_defaults(func=run_schema)
 
 
@@ -116,20 +147,29 @@ def run_bus(args: argparse.Namespace) -> int:
             security = broker_security(config)
         args.insecure = args.insecure or config.bus.security.insecure
     if security is None and is_loopback_tcp(args.bus) is False and not args.insecure:
-        raise ValueError(f"--bus: {args.bus!r} binds tcp beyond loopback without security: anyone "
-                         "who can reach it owns the bus; give --config with [bus.security] "
-                         "mode = \"curve\" (or --insecure to accept that)")
-    broker = Broker(address, capture=not args.no_capture, max_message_bytes=args.max_message_bytes,
-                    subscriber_budget_bytes=args.subscriber_budget_bytes,
-                    metrics_interval=args.metrics_interval, security=security)
+        raise ValueError(
+            f"--bus: {args.bus!r} binds tcp beyond loopback without security: anyone "
+            "who can reach it owns the bus; give --config with [bus.security] "
+            'mode = "curve" (or --insecure to accept that)'
+        )
+    broker = Broker(
+        address,
+        capture=not args.no_capture,
+        max_message_bytes=args.max_message_bytes,
+        subscriber_budget_bytes=args.subscriber_budget_bytes,
+        metrics_interval=args.metrics_interval,
+        security=security,
+    )
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     broker.start()
-    print(f"xrmq bus: ready publish={address.publish} subscribe={address.subscribe}"
-          + (f" capture={address.capture}" if broker.capture else "")
-          + (f" security=curve identities={len(security.identities)}" if security else ""),
-          flush=True)
+    print(
+        f"xrmq bus: ready publish={address.publish} subscribe={address.subscribe}"
+        + (f" capture={address.capture}" if broker.capture else "")
+        + (f" security=curve identities={len(security.identities)}" if security else ""),
+        flush=True,
+    )
     stop.wait()
     broker.stop()
     return 0
@@ -157,7 +197,9 @@ def parse_content(topic: Topic, content: str) -> Any:
         return UserQuery(content, time.time_ns() // 1000)
     if topic.message_type is ConversationContextUpdate:
         return ConversationContextUpdate(content)
-    raise ValueError(f"content: topic {topic.name!r} needs a JSON object of {topic.message_type.__name__} fields")
+    raise ValueError(
+        f"content: topic {topic.name!r} needs a JSON object of {topic.message_type.__name__} fields"
+    )
 
 
 KNOWN_CONTEXT_TOPICS = ("scene", "notes")
@@ -206,7 +248,11 @@ def run_publish(args: argparse.Namespace) -> int:
 
 def schemas() -> dict[str, Any]:
     """JSON Schema of the envelope and of each standard topic's payload, by name."""
-    types = [MessageMetadata, *(topic.message_type for topic in STANDARD_TOPICS), ConversationContextUpdate]
+    types = [
+        MessageMetadata,
+        *(topic.message_type for topic in STANDARD_TOPICS),
+        ConversationContextUpdate,
+    ]
     (refs, components) = msgspec.json.schema_components(types, ref_template="#/$defs/{name}")
     topics = {topic.name: refs[i + 1] for i, topic in enumerate(STANDARD_TOPICS)}
     topics["<context topic>"] = refs[-1]
@@ -221,8 +267,10 @@ def run_schema(args: argparse.Namespace) -> int:
 
 def run_keys_new(args: argparse.Namespace) -> int:
     public, secret = create_keypair(args.name, args.dir)
-    print(f"xrmq keys: wrote {public} (for the broker's authorized directory) "
-          f"and {secret} (mode 0600)")
+    print(
+        f"xrmq keys: wrote {public} (for the broker's authorized directory) "
+        f"and {secret} (mode 0600)"
+    )
     return 0
 
 

@@ -24,7 +24,7 @@ _CLOCK_RESOLUTION = time.get_clock_info("monotonic").resolution
 class AskDeadlines:
     """Fails each registered future with ``TimeoutError`` when its deadline passes."""
 
-    __slots__ = ("_loop", "_heap", "_order", "_timer", "_timer_at", "_prune_at")
+    __slots__ = ("_heap", "_loop", "_order", "_prune_at", "_timer", "_timer_at")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -65,7 +65,9 @@ class AskDeadlines:
         while heap and heap[0][0] <= now:
             _, _, future, topic_name, timeout = heapq.heappop(heap)
             if not future.done():
-                future.set_exception(TimeoutError(f"ask: no reply on {topic_name!r} within {timeout}s"))
+                future.set_exception(
+                    TimeoutError(f"ask: no reply on {topic_name!r} within {timeout}s")
+                )
         while heap and heap[0][2].done():
             heapq.heappop(heap)
         if heap:

@@ -54,7 +54,7 @@ def metadata_category(error: Exception) -> str:
 class EnvelopeCheck:
     """Relates a decoded envelope to its key and to the clock; see the module docstring."""
 
-    __slots__ = ("skew_us", "_ceiling")
+    __slots__ = ("_ceiling", "skew_us")
 
     def __init__(self, epoch_skew_s: float = DEFAULT_EPOCH_SKEW_S) -> None:
         if not epoch_skew_s > 0:

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 try:
     import uvloop
 except ImportError:  # not installed (it is not built for Windows)
-    uvloop = None
+    uvloop = None  # type: ignore[assignment]
 
 T = TypeVar("T")
 
@@ -32,16 +32,21 @@ LOOP_VARIABLE = "XRMQ_EVENT_LOOP"
 
 def event_loop_name(name: str | None = None) -> str:
     """The loop to run on: ``name``, else ``$XRMQ_EVENT_LOOP``, else uvloop if installed."""
-    chosen = name or os.environ.get(LOOP_VARIABLE) or ("uvloop" if uvloop is not None else "asyncio")
+    chosen = (
+        name or os.environ.get(LOOP_VARIABLE) or ("uvloop" if uvloop is not None else "asyncio")
+    )
     if chosen not in EVENT_LOOPS:
-        raise ValueError(f"{LOOP_VARIABLE}: must be one of {', '.join(EVENT_LOOPS)}, got {chosen!r}")
+        raise ValueError(
+            f"{LOOP_VARIABLE}: must be one of {', '.join(EVENT_LOOPS)}, got {chosen!r}"
+        )
     if chosen == "uvloop" and uvloop is None:
         raise ValueError(f"{LOOP_VARIABLE}: uvloop is not installed")
     return chosen
 
 
 def run(main: Coroutine[Any, Any, T], *, loop: str | None = None) -> T:
-    """Run ``main`` to completion on a new event loop (see ``event_loop_name``), like ``asyncio.run``."""
+    """Run ``main`` to completion on a new event loop (see ``event_loop_name``), like
+    ``asyncio.run``."""
     if event_loop_name(loop) == "uvloop":
         return uvloop.run(main)
     return asyncio.run(main)

@@ -22,7 +22,9 @@ from .agent import Agent, RuntimeContext
 if TYPE_CHECKING:
     from .runtime import AgentRuntime
 
-Delivery = tuple[Callable[[Any, RuntimeContext], Awaitable[Any]], Any, MessageMetadata, Topic]
+Delivery = tuple[
+    Callable[[Any, RuntimeContext], Coroutine[Any, Any, Any]], Any, MessageMetadata, Topic
+]
 
 
 class Mailbox:
@@ -51,10 +53,22 @@ class Mailbox:
     queue is kept) and the runtime counts the restart.
     """
 
-    __slots__ = ("agent", "name", "runtime", "capacity", "faults", "_items", "_waiter", "_task",
-                 "_context", "_loop", "_handoff", "_stopping")
+    __slots__ = (
+        "_context",
+        "_handoff",
+        "_items",
+        "_loop",
+        "_stopping",
+        "_task",
+        "_waiter",
+        "agent",
+        "capacity",
+        "faults",
+        "name",
+        "runtime",
+    )
 
-    def __init__(self, runtime: "AgentRuntime", agent: Agent, name: str, capacity: int) -> None:
+    def __init__(self, runtime: AgentRuntime, agent: Agent, name: str, capacity: int) -> None:
         check_positive(capacity, "mailbox_capacity")
         self.runtime = runtime
         self.agent = agent
@@ -109,12 +123,17 @@ class Mailbox:
         self._spawn(call_on_start)
 
     def _spawn(self, call_on_start: bool) -> None:
-        self._task = self._loop.create_task(self._run(call_on_start), name=f"xrmq-actor-{self.name}",
-                                            context=self._context)
+        if TYPE_CHECKING:  # start() set it (no cost at run time)
+            assert self._loop is not None
+        self._task = self._loop.create_task(
+            self._run(call_on_start), name=f"xrmq-actor-{self.name}", context=self._context
+        )
         self._task.add_done_callback(self._worker_ended)
 
     def _worker_ended(self, task: asyncio.Task[None]) -> None:
         """Start the worker again if it ended while nobody stopped it."""
+        if TYPE_CHECKING:  # start() set it
+            assert self._loop is not None
         if self._stopping or task is not self._task or self._loop.is_closed():
             return
         if not self.runtime.running:
@@ -138,8 +157,11 @@ class Mailbox:
         self._task = None
 
     def _start_inline(self, delivery: Delivery, waiter: asyncio.Future[None]) -> None:
-        """Run a handler's first step now, as the actor's (parked) task; hand it over if it suspends."""
-        loop, task = self._loop, self._task
+        """Run a handler's first step now, as the actor's (parked) task; hand it over if it
+        suspends."""
+        loop, task, context = self._loop, self._task, self._context
+        if TYPE_CHECKING:  # started: the offer found the task's waiter (no cost at run time)
+            assert loop is not None and task is not None and context is not None
         try:
             enter_task(loop, task)
         except RuntimeError:  # offered from inside another task (or no inline start): queue it
@@ -149,7 +171,7 @@ class Mailbox:
         handler, message, metadata, topic = delivery
         try:
             coro = handler(message, RuntimeContext(self.runtime, self.name, metadata, topic))
-            yielded = self._context.run(coro.send, None)
+            yielded = context.run(coro.send, None)
         except StopIteration as done:
             if metadata.reply_to is not None:
                 self._reply(metadata, topic, done.value)
@@ -159,7 +181,8 @@ class Mailbox:
             self._failed(topic, metadata, error)
         else:
             self._handoff = _Suspended(coro, yielded, metadata, topic)
-            if not waiter.done():  # done: the handler cancelled the task; the task wakes to that anyway
+            # done: the handler cancelled the task; the task wakes to that anyway
+            if not waiter.done():
                 waiter.set_result(None)
         finally:
             leave_task(loop, task)
@@ -184,6 +207,9 @@ class Mailbox:
             await runtime.guarded_hook(self.agent, "on_start", self)
         items = self._items
         loop = self._loop
+        if TYPE_CHECKING:  # start() set it before creating this task
+            assert loop is not None
+        handling: Awaitable[Any]
         while True:
             if items:
                 handler, message, metadata, topic = items.popleft()
@@ -202,14 +228,15 @@ class Mailbox:
                     self._handoff.pending_error = cancel  # meant for the handler started inline
                 finally:
                     self._waiter = None
-                handling, self._handoff = self._handoff, None
-                if handling is None:
+                suspended, self._handoff = self._handoff, None
+                if suspended is None:
                     continue
-                metadata, topic = handling.metadata, handling.topic
+                handling, metadata, topic = suspended, suspended.metadata, suspended.topic
             try:
                 result = await handling
             except asyncio.CancelledError:
-                if asyncio.current_task().cancelling():  # this task is being cancelled: stop
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():  # this task is being cancelled
                     raise
                 self._failed(topic, metadata, "cancelled")
             except Exception as error:  # an actor never dies of its handler
@@ -228,9 +255,11 @@ class _Suspended:
     the task before it took the handler over; it is thrown in first.
     """
 
-    __slots__ = ("coro", "yielded", "metadata", "topic", "pending_error")
+    __slots__ = ("coro", "metadata", "pending_error", "topic", "yielded")
 
-    def __init__(self, coro: Coroutine[Any, Any, Any], yielded: Any, metadata: MessageMetadata, topic: Topic) -> None:
+    def __init__(
+        self, coro: Coroutine[Any, Any, Any], yielded: Any, metadata: MessageMetadata, topic: Topic
+    ) -> None:
         self.coro = coro
         self.yielded = yielded
         self.metadata = metadata
@@ -249,7 +278,9 @@ class _Suspended:
                 error = None
             try:
                 sent = yield yielded
-            except BaseException as thrown:  # the task's cancellation, or the awaited future's failure
+            except (
+                BaseException
+            ) as thrown:  # the task's cancellation, or the awaited future's failure
                 error = thrown
                 continue
             try:

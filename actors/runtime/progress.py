@@ -23,8 +23,9 @@ class ProgressWatch:
         self._heads: dict[str, tuple[object, float]] = {}
         self._reported: set[str] = set()
 
-    def check(self, heads: Iterable[tuple[str, object | None]],
-              now: float) -> tuple[dict[str, float], list[str]]:
+    def check(
+        self, heads: Iterable[tuple[str, object | None]], now: float
+    ) -> tuple[dict[str, float], list[str]]:
         """Observe every mailbox's head (None: empty) at ``now``.
 
         Returns the stuck mailboxes with the seconds since they last moved, and the

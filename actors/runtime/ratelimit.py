@@ -27,7 +27,7 @@ DEFAULT_CAPACITY = 1024
 class AggregatedWarnings:
     """Rate-limits warnings per (event, topic, sender); see the module docstring."""
 
-    __slots__ = ("_log", "interval_s", "capacity", "_clock", "_windows")
+    __slots__ = ("_clock", "_log", "_windows", "capacity", "interval_s")
 
     def __init__(
         self,

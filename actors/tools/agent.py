@@ -55,8 +55,11 @@ EXTRACT_TOOL = ToolSpec(
     "extract_compacted_tool_result",
     "Return the original content of an earlier tool result that was compacted to a placeholder, "
     "by the ID the placeholder names.",
-    {"type": "object", "properties": {"toolcall_id": {"type": "string"}},
-     "required": ["toolcall_id"]},
+    {
+        "type": "object",
+        "properties": {"toolcall_id": {"type": "string"}},
+        "required": ["toolcall_id"],
+    },
 )
 """The built-in tool every ``ToolAgent`` offers (docs/tools.md)."""
 
@@ -66,7 +69,8 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 DEFAULT_ROUTING = RoutingAid(
-    "Tools: answers questions by calling tools (camera view, inventory, ...).")
+    "Tools: answers questions by calling tools (camera view, inventory, ...)."
+)
 
 MAX_PARTICIPANTS = 10_000
 """Transcripts held at most; the least recently used beyond it is dropped, and counted."""
@@ -146,8 +150,12 @@ class ToolAgent:
 
     def routing_aid(self, participant_id: str) -> RoutingAid:
         if self._closed:
-            return RoutingAid(self.routing.description, eligible=False,
-                              priority=self.routing.priority, keywords=self.routing.keywords)
+            return RoutingAid(
+                self.routing.description,
+                eligible=False,
+                priority=self.routing.priority,
+                keywords=self.routing.keywords,
+            )
         return self.routing
 
     async def admit(self, turn: AgentTurn, *, focused: bool) -> Admission:
@@ -192,8 +200,9 @@ class ToolAgent:
             system = f"{system}\n\n{COMPACTED_NOTE}\n\n{transcript.summary}"
         return [
             ChatMessage("system", system),
-            ChatMessage("user", context_message(self.context.blocks(participant_id),
-                                                self._clock())),
+            ChatMessage(
+                "user", context_message(self.context.blocks(participant_id), self._clock())
+            ),
             *transcript.all_messages(),
         ]
 
@@ -236,8 +245,10 @@ class ToolAgent:
         if turn.history:
             self.context.reconcile_history(
                 pid,
-                [(exchange.request, exchange.response, exchange.timestamp_us)
-                 for exchange in turn.history],
+                [
+                    (exchange.request, exchange.response, exchange.timestamp_us)
+                    for exchange in turn.history
+                ],
                 exchange_ids=[exchange.exchange_id for exchange in turn.history],
             )
         await self._discover(log)
@@ -247,8 +258,9 @@ class ToolAgent:
             outputs = ResponseOutputs(self.runtime, self.output_topic, source=route)
             parts: list[str] = []
             try:
-                async with outputs.reply(pid, request_id=turn.turn_id,
-                                         timestamp_us=turn.timestamp_us, started=started) as reply:
+                async with outputs.reply(
+                    pid, request_id=turn.turn_id, timestamp_us=turn.timestamp_us, started=started
+                ) as reply:
                     await self._loop(pid, transcript, reply, parts, log)
                 text = "".join(parts).strip()
                 if not text:
@@ -261,7 +273,9 @@ class ToolAgent:
             transcript.commit()
             self._mirror(pid, transcript, turn_messages)
         self.context.record_exchange(
-            pid, turn.text, text,
+            pid,
+            turn.text,
+            text,
             timestamp_us=turn.timestamp_us if turn.timestamp_us is not None else self._clock(),
             exchange_id=turn.turn_id,
         )
@@ -280,7 +294,12 @@ class ToolAgent:
                 async for chunk in stream:
                     # Text of a later model call continues what was said: a word break between.
                     spoken = chunk
-                    if not said and parts and not parts[-1][-1:].isspace() and not chunk[:1].isspace():
+                    if (
+                        not said
+                        and parts
+                        and not parts[-1][-1:].isspace()
+                        and not chunk[:1].isspace()
+                    ):
                         spoken = f" {chunk}"
                     await reply.send(spoken)
                     said.append(chunk)
@@ -298,10 +317,12 @@ class ToolAgent:
                     log.warning("tools.answer_incomplete", finish_reason=stream.finish_reason)
                 return
             transcript.append(
-                ChatMessage("assistant", content, tool_calls=calls, reasoning=reasoning))
+                ChatMessage("assistant", content, tool_calls=calls, reasoning=reasoning)
+            )
             replies = await asyncio.gather(*(self._call(pid, transcript, call) for call in calls))
-            transcript.append(*(ChatMessage("tool", r.content, tool_call_id=c.id)
-                                for c, r in zip(calls, replies)))
+            transcript.append(
+                *(ChatMessage("tool", r.content, tool_call_id=c.id) for c, r in zip(calls, replies))
+            )
             for call, outcome in zip(calls, replies):
                 if outcome.error is not None:
                     log.info("tools.call_failed", tool=call.name, call=call.id, error=outcome.error)
@@ -317,8 +338,12 @@ class ToolAgent:
             return self.transcript(pid)
         try:
             state = await self.runtime.ask(
-                self.store.load, TranscriptLoad(), reply_type=TranscriptState, participant_id=pid,
-                timeout=self.discovery_timeout_s)
+                self.store.load,
+                TranscriptLoad(),
+                reply_type=TranscriptState,
+                participant_id=pid,
+                timeout=self.discovery_timeout_s,
+            )
         except Exception as error:  # the store is not up: start afresh, say so
             log.warning("tools.transcript_load_failed", error=f"{type(error).__name__}: {error}")
             return self.transcript(pid)
@@ -332,10 +357,18 @@ class ToolAgent:
             return
         rewritten = transcript.take_rewritten()
         messages = tuple(transcript.messages) if rewritten else tuple(turn_messages)
-        self._write(pid, TranscriptWrite(
-            "replace" if rewritten else "append", messages, transcript.summary,
-            transcript.total_tokens, transcript.take_new_originals(),
-            transcript.counters.tool_rounds, transcript.counters.summary_rounds))
+        self._write(
+            pid,
+            TranscriptWrite(
+                "replace" if rewritten else "append",
+                messages,
+                transcript.summary,
+                transcript.total_tokens,
+                transcript.take_new_originals(),
+                transcript.counters.tool_rounds,
+                transcript.counters.summary_rounds,
+            ),
+        )
 
     def _write(self, pid: str, write: TranscriptWrite) -> None:
         if self.store is not None and getattr(self.runtime, "running", False):
@@ -344,21 +377,32 @@ class ToolAgent:
     async def _auto_compact(self, transcript: Transcript, log: Any) -> AutoCompactReport | None:
         report = await self.compactor.auto_compact(transcript, self.summarize)
         if report is not None:
-            log.info("tools.compacted", outcome=report.outcome.value, steps=len(report.steps),
-                     estimate=round(report.estimate), limit=report.limit,
-                     still_over=report.still_over)
+            log.info(
+                "tools.compacted",
+                outcome=report.outcome.value,
+                steps=len(report.steps),
+                estimate=round(report.estimate),
+                limit=report.limit,
+                still_over=report.still_over,
+            )
         return report
 
     async def _discover(self, log: Any) -> None:
         """Add the catalogs of configured servers not yet discovered."""
         for server in list(self.servers):
             try:
-                found = await ToolSet.discover(self.runtime, server,
-                                               timeout_s=self.discovery_timeout_s,
-                                               call_timeout_s=self.tool_timeout_s)
+                found = await ToolSet.discover(
+                    self.runtime,
+                    server,
+                    timeout_s=self.discovery_timeout_s,
+                    call_timeout_s=self.tool_timeout_s,
+                )
             except Exception as error:  # the server is not up (yet): its tools are absent this turn
-                log.warning("tools.discovery_failed", server=server,
-                            error=f"{type(error).__name__}: {error}")
+                log.warning(
+                    "tools.discovery_failed",
+                    server=server,
+                    error=f"{type(error).__name__}: {error}",
+                )
                 continue
             for tool in found:
                 if tool.spec().name not in self.toolset:
@@ -373,4 +417,4 @@ def _extract(transcript: Transcript, arguments: str) -> ToolCallReply:
     except UnknownToolCall as error:
         return failed(f"no compacted tool result with ID {error.args[0]!r}")
     except (msgspec.DecodeError, KeyError, TypeError) as error:
-        return failed(f"extract_compacted_tool_result needs {{\"toolcall_id\": ...}}: {error}")
+        return failed(f'extract_compacted_tool_result needs {{"toolcall_id": ...}}: {error}')

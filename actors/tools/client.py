@@ -77,12 +77,19 @@ class RemoteTool:
         """Ask the server to run the call; any failure is an error reply."""
         request = ToolCallRequest(call_id, self.name, arguments)
         try:
-            return await runtime.ask(self.topics.call, request, reply_type=ToolCallReply,
-                                     participant_id=participant_id, timeout=self.timeout_s)
+            return await runtime.ask(
+                self.topics.call,
+                request,
+                reply_type=ToolCallReply,
+                participant_id=participant_id,
+                timeout=self.timeout_s,
+            )
         except TimeoutError:
             self._cancel(runtime, call_id, participant_id)
-            return failed(f"{self._spec.name}: no reply within {self.timeout_s:g} s "
-                          "(the tool is slow or its process is gone)")
+            return failed(
+                f"{self._spec.name}: no reply within {self.timeout_s:g} s "
+                "(the tool is slow or its process is gone)"
+            )
         except asyncio.CancelledError:
             self._cancel(runtime, call_id, participant_id)
             raise
@@ -105,8 +112,13 @@ def remote_tool(
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> RemoteTool:
     """A tool of tool server ``server``, described locally (``args`` gives its schema)."""
-    return RemoteTool(server, name, description=description,
-                      parameters=None if args is None else args_schema(args), timeout_s=timeout_s)
+    return RemoteTool(
+        server,
+        name,
+        description=description,
+        parameters=None if args is None else args_schema(args),
+        timeout_s=timeout_s,
+    )
 
 
 class ToolSet:
@@ -146,19 +158,34 @@ class ToolSet:
             return failed(f"no tool named {call.name!r}; the tools are {names}")
         if isinstance(tool, Tool):
             return await tool.invoke(call.arguments)
-        return await tool.call(runtime, call.arguments, call_id=call.id,
-                               participant_id=participant_id)
+        return await tool.call(
+            runtime, call.arguments, call_id=call.id, participant_id=participant_id
+        )
 
     @staticmethod
-    async def discover(runtime: Any, server: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-                       call_timeout_s: float = DEFAULT_TIMEOUT_S) -> list[RemoteTool]:
+    async def discover(
+        runtime: Any,
+        server: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        call_timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> list[RemoteTool]:
         """The remote tools tool server ``server`` serves, from its catalog (an ask
         bounded by ``timeout_s``); their calls time out after ``call_timeout_s``."""
         topics = ToolTopics.of(server)
-        catalog = await runtime.ask(topics.list, ToolListRequest(), reply_type=ToolCatalog,
-                                    timeout=timeout_s)
-        get_logger().debug("tools.discovered", server=server,
-                           tools=[info.name for info in catalog.tools])
-        return [RemoteTool(server, info.name, description=info.description,
-                           parameters=info.parameters, timeout_s=call_timeout_s)
-                for info in catalog.tools]
+        catalog = await runtime.ask(
+            topics.list, ToolListRequest(), reply_type=ToolCatalog, timeout=timeout_s
+        )
+        get_logger().debug(
+            "tools.discovered", server=server, tools=[info.name for info in catalog.tools]
+        )
+        return [
+            RemoteTool(
+                server,
+                info.name,
+                description=info.description,
+                parameters=info.parameters,
+                timeout_s=call_timeout_s,
+            )
+            for info in catalog.tools
+        ]

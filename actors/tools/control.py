@@ -6,7 +6,9 @@ Tools destination NAME answers asks on ``tools.NAME.compact`` (``CompactRequest`
 
 from __future__ import annotations
 
-from xrmq.actors.runtime import Agent, RuntimeContext
+from typing import Literal
+
+from xrmq.actors.runtime import Agent, Handlers, RuntimeContext
 from xrmq.schemas.tools import CompactReply, CompactRequest
 from xrmq.topics import Topic
 
@@ -26,15 +28,21 @@ class CompactServer(Agent):
         self.topic = compact_topic(destination)
         self.agent = agent
 
-    def handlers(self) -> dict[Topic, str]:
-        return {self.topic: "on_compact"}
+    def handlers(self) -> Handlers:
+        return {self.topic: self.on_compact}
 
     async def on_compact(self, message: CompactRequest, ctx: RuntimeContext) -> CompactReply:
         if ctx.participant_id is None:
             raise ValueError("CompactRequest: the envelope must name the participant")
-        tier = "toolcall" if message.tier == "toolcall" else "summary"
+        tier: Literal["toolcall", "summary"] = (
+            "toolcall" if message.tier == "toolcall" else "summary"
+        )
         result = await self.agent.compact(ctx.participant_id, tier=tier)
         if isinstance(result, SummaryCompactResult):
             return CompactReply(tier, result.status.value, result.reclaimed_fraction)
-        return CompactReply(tier, "compacted" if result.reclaimed_count else "nothing_to_condense",
-                            result.reclaimed_fraction, result.reclaimed_count)
+        return CompactReply(
+            tier,
+            "compacted" if result.reclaimed_count else "nothing_to_condense",
+            result.reclaimed_fraction,
+            result.reclaimed_count,
+        )

@@ -90,7 +90,9 @@ class AutoCompactor:
         """(measure, limit): tokens against the threshold, else bytes against the budget."""
         if transcript.total_tokens is not None:
             return float(transcript.total_tokens), float(self.token_threshold)
-        budget = self.token_threshold * BYTES_PER_TOKEN if self.byte_budget is None else self.byte_budget
+        budget = (
+            self.token_threshold * BYTES_PER_TOKEN if self.byte_budget is None else self.byte_budget
+        )
         return float(transcript.rendered_bytes()), float(budget)
 
     def due(self, transcript: Transcript) -> bool:
@@ -107,8 +109,16 @@ class AutoCompactor:
         if not self.due(transcript):
             return None
         measure, limit = self.pressure(transcript)
-        report = await self._round(transcript, summarize, measure, limit, self.toolcall_keep_max,
-                                   self.summary_keep_max, self.max_retries, [])
+        report = await self._round(
+            transcript,
+            summarize,
+            measure,
+            limit,
+            self.toolcall_keep_max,
+            self.summary_keep_max,
+            self.max_retries,
+            [],
+        )
         self.reports.append(report)
         del self.reports[:-16]
         return report
@@ -137,13 +147,23 @@ class AutoCompactor:
         steps.append(summarized)
         if summarized.status is not SummaryStatus.COMPACTED:
             # Tier 2 left the transcript untouched; the token count stays, as docs/tools.md says.
-            return AutoCompactReport(summarized.status, tuple(steps), estimate, limit,
-                                     still_over=estimate > target)
+            return AutoCompactReport(
+                summarized.status, tuple(steps), estimate, limit, still_over=estimate > target
+            )
         estimate *= 1.0 - summarized.reclaimed_fraction
         if estimate <= target:
             return AutoCompactReport(SummaryStatus.COMPACTED, tuple(steps), estimate, limit)
         if remaining == 0:
-            return AutoCompactReport(SummaryStatus.COMPACTED, tuple(steps), estimate, limit,
-                                     still_over=True)
-        return await self._round(transcript, summarize, estimate, limit, toolcall_keep // 2,
-                                 summary_keep // 2, remaining - 1, steps)
+            return AutoCompactReport(
+                SummaryStatus.COMPACTED, tuple(steps), estimate, limit, still_over=True
+            )
+        return await self._round(
+            transcript,
+            summarize,
+            estimate,
+            limit,
+            toolcall_keep // 2,
+            summary_keep // 2,
+            remaining - 1,
+            steps,
+        )

@@ -14,7 +14,14 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from xrmq.actors.runtime import DEFERRED_REPLY, Agent, AgentRuntime, RuntimeContext, get_logger
+from xrmq.actors.runtime import (
+    DEFERRED_REPLY,
+    Agent,
+    AgentRuntime,
+    Handlers,
+    RuntimeContext,
+    get_logger,
+)
 from xrmq.schemas import MessageMetadata
 from xrmq.schemas._validation import check_positive
 from xrmq.schemas.tools import (
@@ -51,8 +58,11 @@ class ToolTopics:
     def of(cls, name: str) -> ToolTopics:
         check_server_name(name, "tool server name")
         prefix = f"tools.{name}."
-        return cls(Topic(prefix + "list", ToolListRequest), Topic(prefix + "call", ToolCallRequest),
-                   Topic(prefix + "cancel", ToolCancel))
+        return cls(
+            Topic(prefix + "list", ToolListRequest),
+            Topic(prefix + "call", ToolCallRequest),
+            Topic(prefix + "cancel", ToolCancel),
+        )
 
 
 class ToolServer(Agent):
@@ -75,15 +85,20 @@ class ToolServer(Agent):
         self.cancelled = 0
         self._running: dict[str, asyncio.Task[None]] = {}
         self._catalog = ToolCatalog(
-            tuple(ToolInfo(t.name, t.description, t.parameters) for t in tools))
+            tuple(ToolInfo(t.name, t.description, t.parameters) for t in tools)
+        )
 
-    def handlers(self) -> dict[Topic, str]:
+    def handlers(self) -> Handlers:
         topics = self.topics
-        return {topics.list: "on_list", topics.call: "on_call", topics.cancel: "on_cancel"}
+        return {topics.list: self.on_list, topics.call: self.on_call, topics.cancel: self.on_cancel}
 
     def gauges(self) -> dict[str, float]:
-        return {"tool_calls": self.calls, "tool_calls_running": len(self._running),
-                "tool_calls_refused": self.refused, "tool_calls_cancelled": self.cancelled}
+        return {
+            "tool_calls": self.calls,
+            "tool_calls_running": len(self._running),
+            "tool_calls_refused": self.refused,
+            "tool_calls_cancelled": self.cancelled,
+        }
 
     async def on_list(self, message: ToolListRequest, ctx: RuntimeContext) -> ToolCatalog:
         return self._catalog
@@ -97,8 +112,9 @@ class ToolServer(Agent):
             self.refused += 1
             return failed(f"{self.server} is busy ({len(self._running)} calls running)")
         self.calls += 1
-        task = asyncio.create_task(self._run(tool, message, ctx.metadata),
-                                   name=f"xrmq-tool-{message.name}")
+        task = asyncio.create_task(
+            self._run(tool, message, ctx.metadata), name=f"xrmq-tool-{message.name}"
+        )
         self._running[message.call_id] = task
         return DEFERRED_REPLY
 
@@ -113,7 +129,8 @@ class ToolServer(Agent):
                 del self._running[message.call_id]
         if reply.error is not None:
             get_logger(actor=self.name, participant=metadata.participant_id).info(
-                "tool.failed", tool=message.name, call=message.call_id, error=reply.error)
+                "tool.failed", tool=message.name, call=message.call_id, error=reply.error
+            )
         runtime = self.runtime
         if runtime is not None and runtime.running:
             runtime.reply(metadata, reply)
@@ -138,4 +155,3 @@ def serve_tools(
     agent = ToolServer(server, tools, max_running=max_running)
     runtime.register(f"tools.{server}", agent)
     return agent
-

@@ -68,8 +68,10 @@ class TranscriptTopics:
     @classmethod
     def of(cls, name: str) -> TranscriptTopics:
         check_name(name, "transcripts")
-        return cls(Topic(f"{name}.transcript.write", TranscriptWrite),
-                   Topic(f"{name}.transcript.load", TranscriptLoad))
+        return cls(
+            Topic(f"{name}.transcript.write", TranscriptWrite),
+            Topic(f"{name}.transcript.load", TranscriptLoad),
+        )
 
 
 def apply_write(transcript: Transcript, write: TranscriptWrite) -> None:
@@ -89,17 +91,31 @@ def apply_write(transcript: Transcript, write: TranscriptWrite) -> None:
 
 
 def state_of(transcript: Transcript) -> TranscriptState:
-    return TranscriptState(tuple(transcript.messages), transcript.summary, transcript.total_tokens,
-                           transcript.originals(), transcript.counters.tool_rounds,
-                           transcript.counters.summary_rounds)
+    return TranscriptState(
+        tuple(transcript.messages),
+        transcript.summary,
+        transcript.total_tokens,
+        transcript.originals(),
+        transcript.counters.tool_rounds,
+        transcript.counters.summary_rounds,
+    )
 
 
 def restore(state: TranscriptState) -> Transcript:
     """A transcript with ``state`` (what a ``ToolAgent`` loads)."""
     transcript = Transcript()
-    apply_write(transcript, TranscriptWrite(
-        "replace", state.messages, state.summary, state.total_tokens, state.originals,
-        state.tool_rounds, state.summary_rounds))
+    apply_write(
+        transcript,
+        TranscriptWrite(
+            "replace",
+            state.messages,
+            state.summary,
+            state.total_tokens,
+            state.originals,
+            state.tool_rounds,
+            state.summary_rounds,
+        ),
+    )
     transcript.take_new_originals()
     return transcript
 
@@ -116,7 +132,7 @@ class TranscriptActor(Agent):
         self.kind = kind
         self.transcript = Transcript()
         self._retiring: asyncio.Task[None] | None = None
-        """The retirement after a clear: held, since the loop keeps only weak references to tasks."""
+        """The retirement after a clear: held, as the loop keeps only weak references to tasks."""
 
     async def on_write(self, message: TranscriptWrite, ctx: RuntimeContext) -> None:
         apply_write(self.transcript, message)
@@ -145,6 +161,11 @@ def register_transcripts(
     """Host the transcripts of store ``name`` (this process's shard of the participants)."""
     topics = TranscriptTopics.of(name)
     kind = f"{name}.transcripts"
-    runtime.register_keyed(kind, TranscriptActor, factory=lambda key: TranscriptActor(key, kind),
-                           shard=shard, shards=shards,
-                           handlers={topics.write: "on_write", topics.load: "on_load"})
+    runtime.register_keyed(
+        kind,
+        TranscriptActor,
+        factory=lambda key: TranscriptActor(key, kind),
+        shard=shard,
+        shards=shards,
+        handlers={topics.write: TranscriptActor.on_write, topics.load: TranscriptActor.on_load},
+    )

@@ -38,13 +38,15 @@ def render_message(message: ChatMessage) -> str:
     """One transcript message as a line of summary material."""
     if message.role == "tool":
         return f"Tool result {message.tool_call_id}: {message.content}"
-    calls = "".join(f" [calls {call.name}({call.arguments}) as {call.id}]"
-                    for call in message.tool_calls)
+    calls = "".join(
+        f" [calls {call.name}({call.arguments}) as {call.id}]" for call in message.tool_calls
+    )
     return f"{message.role.capitalize()}: {message.content}{calls}".rstrip()
 
 
-def summary_request(head: Sequence[ChatMessage], previous: str | None,
-                    limit_bytes: int = SUMMARY_LIMIT_BYTES) -> tuple[str, str]:
+def summary_request(
+    head: Sequence[ChatMessage], previous: str | None, limit_bytes: int = SUMMARY_LIMIT_BYTES
+) -> tuple[str, str]:
     """(system prompt, user message) of the compaction request for ``head``."""
     system = f"{SUMMARY_PROMPT}\n{compaction_limit_instruction(limit_bytes)}"
     material = "\n".join(render_message(message) for message in head)

@@ -100,8 +100,9 @@ def compact_toolcall(
             out[index] = msgspec.structs.replace(message, content=replacement)
     before, after = estimated_message_length(messages), estimated_message_length(out)
     originals = dict(reversed(originals.items()))  # oldest first, as the transcript orders them
-    return ToolCallCompaction(tuple(out), originals,
-                              ToolCallCompactResult(len(originals), _fraction(before, after)))
+    return ToolCallCompaction(
+        tuple(out), originals, ToolCallCompactResult(len(originals), _fraction(before, after))
+    )
 
 
 class SummaryStatus(enum.Enum):

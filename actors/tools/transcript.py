@@ -109,8 +109,9 @@ class Transcript:
         for message in self.all_messages():
             total += len(message.content.encode())
             total += len(message.reasoning.encode()) if message.reasoning else 0
-            total += sum(len(call.arguments.encode()) + len(call.name)
-                         for call in message.tool_calls)
+            total += sum(
+                len(call.arguments.encode()) + len(call.name) for call in message.tool_calls
+            )
         return total
 
     @property
@@ -207,4 +208,3 @@ class Transcript:
             self.counters.tool_rounds = 0
             self.counters.summary_rounds += 1
         return result
-

@@ -19,7 +19,7 @@ from xrmq.actors.context.compaction import CompactionRequest, JobRef
 from xrmq.actors.context.messages import CompactionDone, CompactionJob
 from xrmq.actors.context.plan import ContextPlan
 from xrmq.actors.models import ChatMessage
-from xrmq.actors.runtime import Agent, RuntimeContext, get_logger
+from xrmq.actors.runtime import Agent, Handlers, RuntimeContext, get_logger
 from xrmq.topics import Topic
 
 from .summary import SUMMARY_LIMIT_BYTES, summary_request
@@ -30,8 +30,9 @@ SECTION = "tools"
 class WorkerSummarizer(Agent):
     """A ``Summarize`` backed by the compaction workers; register it, then call it."""
 
-    def __init__(self, plan: ContextPlan, *, timeout_s: float = 60.0,
-                 limit_bytes: int = SUMMARY_LIMIT_BYTES) -> None:
+    def __init__(
+        self, plan: ContextPlan, *, timeout_s: float = 60.0, limit_bytes: int = SUMMARY_LIMIT_BYTES
+    ) -> None:
         if not timeout_s > 0:
             raise ValueError("WorkerSummarizer.timeout_s: must be positive")
         self.plan = plan
@@ -44,8 +45,8 @@ class WorkerSummarizer(Agent):
         self._waiting: dict[int, asyncio.Future[CompactionDone]] = {}
         self.failed = 0
 
-    def handlers(self) -> dict[Topic, str]:
-        return {self.results: "on_done"}
+    def handlers(self) -> Handlers:
+        return {self.results: self.on_done}
 
     async def on_done(self, message: CompactionDone, ctx: RuntimeContext) -> None:
         future = self._waiting.pop(message.result.job.job_id, None)
@@ -74,7 +75,9 @@ class WorkerSummarizer(Agent):
         if done is None or done.result.error is not None or not done.result.text.strip():
             self.failed += 1
             get_logger(actor=self.name).warning(
-                "tools.summary_failed", job=job_id,
-                error=None if done is None else done.result.error or "empty summary")
+                "tools.summary_failed",
+                job=job_id,
+                error=None if done is None else done.result.error or "empty summary",
+            )
             return None
         return done.result.text.strip()

@@ -10,22 +10,53 @@ actor), ``vad`` (the pure ``UtteranceSegmenter``) and ``silero`` (its VAD shell)
 ``stt`` (``WhisperSTT``, ``LiteLLMSTT``), ``gate`` (``BargeInGate``), ``bias``
 (``bias_prompt``), ``audio_sink`` (``AudioTopicSink``), ``mic`` and ``playback``
 (client sides), ``role`` (the edge role), ``session`` (``xrmq demo --voice``).
+
+The names below are loaded on first use (PEP 562, ``xrmq.actors._lazy``): importing the
+pure ``VoiceOrdering`` does not load the renderer, its sinks, ZeroMQ or the runtime.
 """
 
-from .ordering import Cut, Dropped, ResponseEnded, Segment, StreamClosed, VoiceOrdering, Wake
-from .renderer import VoiceRenderer
-from .sinks import (
-    DEFAULT_WORDS_PER_MINUTE,
-    CallbackSink,
-    ConsoleSink,
-    EspeakSink,
-    PacedSink,
-    RecordingSink,
-    Sink,
-    SinkError,
-    SinkUnavailableError,
-    speaking_time,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from xrmq.actors._lazy import lazy_exports
+
+if TYPE_CHECKING:  # the same names, typed, for type checkers
+    from .ordering import Cut, Dropped, ResponseEnded, Segment, StreamClosed, VoiceOrdering, Wake
+    from .renderer import VoiceRenderer
+    from .sinks import (
+        DEFAULT_WORDS_PER_MINUTE,
+        CallbackSink,
+        ConsoleSink,
+        EspeakSink,
+        PacedSink,
+        RecordingSink,
+        Sink,
+        SinkError,
+        SinkUnavailableError,
+        speaking_time,
+    )
+
+_EXPORTS = {
+    "Cut": ".ordering",
+    "Dropped": ".ordering",
+    "ResponseEnded": ".ordering",
+    "Segment": ".ordering",
+    "StreamClosed": ".ordering",
+    "VoiceOrdering": ".ordering",
+    "Wake": ".ordering",
+    "VoiceRenderer": ".renderer",
+    "DEFAULT_WORDS_PER_MINUTE": ".sinks",
+    "CallbackSink": ".sinks",
+    "ConsoleSink": ".sinks",
+    "EspeakSink": ".sinks",
+    "PacedSink": ".sinks",
+    "RecordingSink": ".sinks",
+    "Sink": ".sinks",
+    "SinkError": ".sinks",
+    "SinkUnavailableError": ".sinks",
+    "speaking_time": ".sinks",
+}
 
 __all__ = [
     "DEFAULT_WORDS_PER_MINUTE",
@@ -47,3 +78,5 @@ __all__ = [
     "Wake",
     "speaking_time",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

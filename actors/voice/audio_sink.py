@@ -6,7 +6,8 @@ Each segment is synthesized (``EspeakSynthesizer``: espeak-ng offline;
 published as 20 ms ``AudioFrame``s paced in real time against the monotonic clock, so
 "playing" lasts as long as the audio. Cancelling ``play`` (an interruption, an urgent
 update, a new query) stops between two frames: the last frame leaves at most one frame
-period after the cut, also when the loop fell behind (an overdue frame still yields). ``audio.playback`` says ``started`` before a response's first
+period after the cut, also when the loop fell behind (an overdue frame still yields).
+``audio.playback`` says ``started`` before a response's first
 frame and ``done`` when the response ended (completed or cut), so whether assistant
 audio is playing is known on the bus (the voice gate listens to it).
 """
@@ -39,8 +40,13 @@ class Synthesizer(Protocol):
 class EspeakSynthesizer:
     """espeak-ng to a WAV on stdout; cancelling kills the process."""
 
-    def __init__(self, *, words_per_minute: float = 175.0, voice: str | None = None,
-                 executable: str = "espeak-ng") -> None:
+    def __init__(
+        self,
+        *,
+        words_per_minute: float = 175.0,
+        voice: str | None = None,
+        executable: str = "espeak-ng",
+    ) -> None:
         found = find_espeak("EspeakSynthesizer", executable)
         self._command = [found, "--stdout", "--stdin", "-s", str(round(words_per_minute))]
         if voice:
@@ -53,11 +59,19 @@ class EspeakSynthesizer:
 class LiteLLMSynthesizer:
     """Any litellm speech model (``litellm.aspeech``, e.g. ``openai/tts-1``), asked for WAV."""
 
-    def __init__(self, model: str, *, voice: str = "alloy", api_base: str | None = None,
-                 api_key: str | None = None, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        voice: str = "alloy",
+        api_base: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = 30.0,
+    ) -> None:
         if not model or not model.strip():
-            raise ValueError("LiteLLMSynthesizer.model: must be a litellm model string, "
-                             "e.g. 'openai/tts-1'")
+            raise ValueError(
+                "LiteLLMSynthesizer.model: must be a litellm model string, e.g. 'openai/tts-1'"
+            )
         self.model, self.voice = model, voice
         self.api_base, self.api_key, self.timeout_s = api_base, api_key, timeout_s
 
@@ -70,8 +84,9 @@ class LiteLLMSynthesizer:
             options["api_base"] = self.api_base
         if self.api_key is not None:
             options["api_key"] = self.api_key
-        response = await litellm.aspeech(model=self.model, input=text, voice=self.voice,
-                                         response_format="wav", **options)
+        response = await litellm.aspeech(
+            model=self.model, input=text, voice=self.voice, response_format="wav", **options
+        )
         return read_wav(bytes(response.content))
 
 
@@ -82,11 +97,17 @@ class AudioTopicSink:
     participant and the segment when its first frame is published (latency probes).
     """
 
-    def __init__(self, publish: Publish, synthesizer: Synthesizer | None = None, *,
-                 topic: Topic[AudioFrame] = AUDIO_OUT_TOPIC,
-                 playback_topic: Topic[AudioPlayback] = AUDIO_PLAYBACK_TOPIC,
-                 frame_ms: int = FRAME_MS, clock: Callable[[], float] = time.monotonic,
-                 first_frame: Callable[[str, Segment], None] | None = None) -> None:
+    def __init__(
+        self,
+        publish: Publish,
+        synthesizer: Synthesizer | None = None,
+        *,
+        topic: Topic[AudioFrame] = AUDIO_OUT_TOPIC,
+        playback_topic: Topic[AudioPlayback] = AUDIO_PLAYBACK_TOPIC,
+        frame_ms: int = FRAME_MS,
+        clock: Callable[[], float] = time.monotonic,
+        first_frame: Callable[[str, Segment], None] | None = None,
+    ) -> None:
         if not 5 <= frame_ms <= 100:
             raise ValueError("AudioTopicSink.frame_ms: must be in [5, 100]")
         self._publish = publish
@@ -106,8 +127,12 @@ class AudioTopicSink:
         pcm = float_to_pcm16(resample(samples, rate, SAMPLE_RATE))
         if participant not in self._playing:
             self._playing.add(participant)
-            await self._publish(self.playback_topic, AudioPlayback("started", now_us()),
-                                participant_id=participant, source="audio_sink")
+            await self._publish(
+                self.playback_topic,
+                AudioPlayback("started", now_us()),
+                participant_id=participant,
+                source="audio_sink",
+            )
         period = self.frame_ms / 1000.0
         start = self._clock()
         for index, chunk in enumerate(frames(pcm, SAMPLE_RATE, self.frame_ms)):
@@ -117,8 +142,12 @@ class AudioTopicSink:
             await asyncio.sleep(max(0.0, start + index * period - self._clock()))
             number = self._counters.get(participant, 0)
             self._counters[participant] = number + 1
-            await self._publish(self.topic, AudioFrame(chunk, SAMPLE_RATE, 1, number, now_us()),
-                                participant_id=participant, source="audio_sink")
+            await self._publish(
+                self.topic,
+                AudioFrame(chunk, SAMPLE_RATE, 1, number, now_us()),
+                participant_id=participant,
+                source="audio_sink",
+            )
             self.frames_sent += 1
             if index == 0 and self._first_frame is not None:
                 self._first_frame(participant, segment)
@@ -130,5 +159,9 @@ class AudioTopicSink:
         participant = ended.participant_id
         if participant in self._playing:
             self._playing.discard(participant)
-            await self._publish(self.playback_topic, AudioPlayback("done", now_us()),
-                                participant_id=participant, source="audio_sink")
+            await self._publish(
+                self.playback_topic,
+                AudioPlayback("done", now_us()),
+                participant_id=participant,
+                source="audio_sink",
+            )

@@ -15,8 +15,30 @@ from collections.abc import Sequence
 from xrmq.schemas import ContextBlock
 
 _TERM = re.compile(r"\b(?:[A-Z][a-z]+(?:\s+[A-Z][a-z]+)*|\d+(?:[.,]\d+)?(?:\s*[A-Za-z%°]+)?)")
-_COMMON = frozenset({"The", "A", "An", "I", "It", "This", "That", "There", "User", "Assistant",
-                     "Summary", "Note", "Notes", "He", "She", "They", "We", "You", "In", "On"})
+_COMMON = frozenset(
+    {
+        "The",
+        "A",
+        "An",
+        "I",
+        "It",
+        "This",
+        "That",
+        "There",
+        "User",
+        "Assistant",
+        "Summary",
+        "Note",
+        "Notes",
+        "He",
+        "She",
+        "They",
+        "We",
+        "You",
+        "In",
+        "On",
+    }
+)
 
 
 def bias_terms(text: str, limit: int = 24) -> list[str]:
@@ -41,5 +63,5 @@ def bias_prompt(blocks: Sequence[ContextBlock], max_chars: int = 600) -> str | N
     room = max(0, max_chars - len(glossary))
     tail = text[-room:] if room else ""
     if len(text) > room and " " in tail:
-        tail = tail[tail.index(" ") + 1:]
+        tail = tail[tail.index(" ") + 1 :]
     return (glossary + tail).strip() or None

@@ -29,20 +29,44 @@ from .sinks import DEFAULT_WORDS_PER_MINUTE, ConsoleSink, EspeakSink, Sink, Sink
 
 
 def add_commands(subparsers: Any) -> None:
-    listen = subparsers.add_parser("listen", help="render voice output (console text or espeak-ng speech)")
+    listen = subparsers.add_parser(
+        "listen", help="render voice output (console text or espeak-ng speech)"
+    )
     add_bus_argument(listen)
-    listen.add_argument("--topic", default=VOICE_OUTPUT_TOPIC.name, help="ResponseOutput topic (default: %(default)s)")
+    listen.add_argument(
+        "--topic",
+        default=VOICE_OUTPUT_TOPIC.name,
+        help="ResponseOutput topic (default: %(default)s)",
+    )
     listen.add_argument("--participant", help="render only this participant (default: everyone)")
-    listen.add_argument("--sink", choices=("console", "espeak", "wav", "speaker"), default="console",
-                        help="console/espeak render the text topic; wav/speaker save or play audio.out")
-    listen.add_argument("--wav-dir", help="with --sink espeak or wav: write one WAV per response here")
-    listen.add_argument("--wpm", type=float, default=DEFAULT_WORDS_PER_MINUTE, help="speaking rate in words per minute")
-    listen.add_argument("--idle-timeout", type=float, default=10.0, help="seconds before an abandoned stream is closed")
+    listen.add_argument(
+        "--sink",
+        choices=("console", "espeak", "wav", "speaker"),
+        default="console",
+        help="console/espeak render the text topic; wav/speaker save or play audio.out",
+    )
+    listen.add_argument(
+        "--wav-dir", help="with --sink espeak or wav: write one WAV per response here"
+    )
+    listen.add_argument(
+        "--wpm",
+        type=float,
+        default=DEFAULT_WORDS_PER_MINUTE,
+        help="speaking rate in words per minute",
+    )
+    listen.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=10.0,
+        help="seconds before an abandoned stream is closed",
+    )
     listen.set_defaults(func=run_listen)
     mic = subparsers.add_parser("mic", help="publish microphone audio (or a WAV file) on audio.in")
     add_bus_argument(mic)
     mic.add_argument("--participant", required=True, help="whose audio this is")
-    mic.add_argument("--wav", action="append", help="publish this WAV file in real time (repeatable)")
+    mic.add_argument(
+        "--wav", action="append", help="publish this WAV file in real time (repeatable)"
+    )
     mic.add_argument("--fast", action="store_true", help="with --wav: do not pace in real time")
     mic.set_defaults(func=run_mic)
 
@@ -53,8 +77,11 @@ def build_sink(args: argparse.Namespace) -> Sink:
         if args.wav_dir is not None:
             raise ValueError("--wav-dir: only with --sink espeak")
         return ConsoleSink(words_per_minute=args.wpm, one_line=True)
-    return EspeakSink(wav_dir=args.wav_dir, words_per_minute=args.wpm,
-                      on_written=lambda path: print(f"xrmq listen: wrote {path}", flush=True))
+    return EspeakSink(
+        wav_dir=args.wav_dir,
+        words_per_minute=args.wpm,
+        on_written=lambda path: print(f"xrmq listen: wrote {path}", flush=True),
+    )
 
 
 def run_listen(args: argparse.Namespace) -> int:
@@ -87,7 +114,8 @@ async def _listen(bus: str, renderer: VoiceRenderer, participant_id: str | None)
     runtime.register("voice_renderer", renderer, participant_id=participant_id)
     async with runtime:
         print(
-            f"xrmq listen: ready topic={renderer.output_topic.name} participant={participant_id or '*'} "
+            f"xrmq listen: ready topic={renderer.output_topic.name} "
+            f"participant={participant_id or '*'} "
             f"bus={runtime.address.subscribe}",
             flush=True,
         )
@@ -108,8 +136,11 @@ def _listen_audio(args: argparse.Namespace) -> int:
         runtime = AgentRuntime(args.bus)
         runtime.register("audio_listener", recorder, participant_id=args.participant)
         async with runtime:
-            print(f"xrmq listen: ready topic=audio.out participant={args.participant or '*'} "
-                  f"bus={runtime.address.subscribe}", flush=True)
+            print(
+                f"xrmq listen: ready topic=audio.out participant={args.participant or '*'} "
+                f"bus={runtime.address.subscribe}",
+                flush=True,
+            )
             await stop.wait()
         for participant in list(recorder.last_frame_at):
             recorder.flush(participant)
@@ -128,10 +159,15 @@ def run_mic(args: argparse.Namespace) -> int:
     async def main() -> None:
         runtime = AgentRuntime(args.bus)
         async with runtime:
-            print(f"xrmq mic: ready participant={args.participant} bus={runtime.address.publish}", flush=True)
+            print(
+                f"xrmq mic: ready participant={args.participant} bus={runtime.address.publish}",
+                flush=True,
+            )
             if args.wav:
                 for path in args.wav:
-                    sent = await publish_wav(runtime, path, args.participant, realtime=not args.fast)
+                    sent = await publish_wav(
+                        runtime, path, args.participant, realtime=not args.fast
+                    )
                     print(f"xrmq mic: sent {path} frames={sent}", flush=True)
             else:
                 await publish_device(runtime, args.participant, _stop_on_signals())

@@ -47,8 +47,12 @@ class BargeInGate:
     def voiced(self, speech_s: float) -> bool:
         """The open burst has ``speech_s`` voiced seconds; True once when it interrupts now."""
         self._overlap = self._overlap or self.playing
-        if self._overlap and not self._fired and self.settings.min_words == 0 and (
-                speech_s >= self.settings.min_speech_s):
+        if (
+            self._overlap
+            and not self._fired
+            and self.settings.min_words == 0
+            and (speech_s >= self.settings.min_speech_s)
+        ):
             self._fired = True
             return True
         return False
@@ -59,7 +63,10 @@ class BargeInGate:
         self._overlap = self._fired = False
         if not overlap or fired:
             return "query"
-        if self.settings.min_words and speech_s >= self.settings.min_speech_s and (
-                words >= self.settings.min_words):
+        if (
+            self.settings.min_words
+            and speech_s >= self.settings.min_speech_s
+            and (words >= self.settings.min_words)
+        ):
             return "interrupt"
         return "backchannel"

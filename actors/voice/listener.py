@@ -18,10 +18,10 @@ everything: the instance is retired, its task cancelled, its buffers dropped.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -41,6 +41,7 @@ from xrmq.topics import (
     INTERRUPTED_TOPIC,
     PARTICIPANT_LEFT_TOPIC,
     QUERY_TOPIC,
+    Topic,
 )
 
 from .bias import bias_prompt
@@ -84,9 +85,15 @@ class VoiceCounts:
 class VoiceInput(Agent):
     """One participant's voice input (see the module docstring)."""
 
-    def __init__(self, participant_id: str, stt: SpeechToText, *, vad: SileroModel,
-                 settings: VoiceSettings = VoiceSettings(),
-                 context: ContextSource | None = None) -> None:
+    def __init__(
+        self,
+        participant_id: str,
+        stt: SpeechToText,
+        *,
+        vad: SileroModel,
+        settings: VoiceSettings = VoiceSettings(),
+        context: ContextSource | None = None,
+    ) -> None:
         self.participant_id = participant_id
         self.stt = stt
         self.settings = settings
@@ -107,8 +114,9 @@ class VoiceInput(Agent):
         self._log = get_logger(actor=VOICE_INPUT_KIND, participant=participant_id)
 
     async def on_start(self) -> None:
-        self._worker = asyncio.create_task(self._recognize(),
-                                           name=f"voice-stt-{self.participant_id}")
+        self._worker = asyncio.create_task(
+            self._recognize(), name=f"voice-stt-{self.participant_id}"
+        )
 
     async def on_stop(self) -> None:
         if self._worker is not None:
@@ -119,9 +127,11 @@ class VoiceInput(Agent):
         self.stopped.set()
 
     def gauges(self) -> dict[str, float]:
-        return {"voice.held_samples": float(self._segmenter.held_samples + self._pending.size),
-                "voice.queued_utterances": float(len(self._queue)),
-                "voice.frame_gaps": float(self.counts.frame_gaps)}
+        return {
+            "voice.held_samples": float(self._segmenter.held_samples + self._pending.size),
+            "voice.queued_utterances": float(len(self._queue)),
+            "voice.frame_gaps": float(self.counts.frame_gaps),
+        }
 
     @property
     def held_samples(self) -> int:
@@ -160,7 +170,7 @@ class VoiceInput(Agent):
         pending = np.concatenate([self._pending, samples]) if self._pending.size else samples
         offset = 0
         while pending.size - offset >= CHUNK_SAMPLES:
-            chunk = pending[offset:offset + CHUNK_SAMPLES]
+            chunk = pending[offset : offset + CHUNK_SAMPLES]
             offset += CHUNK_SAMPLES
             chunk_us = self._next_us
             self._next_us += CHUNK_SAMPLES * 1_000_000 // SAMPLE_RATE
@@ -246,10 +256,14 @@ class VoiceInput(Agent):
         self._send(QUERY_TOPIC, query)
         self._decided()
 
-    def _send(self, topic: object, message: object) -> None:
+    def _send(self, topic: Topic[Any], message: Any) -> None:
         if self.runtime is not None:
-            self.runtime.send(topic, message,  # type: ignore[arg-type]
-                              participant_id=self.participant_id, source=VOICE_INPUT_KIND)
+            self.runtime.send(
+                topic,
+                message,
+                participant_id=self.participant_id,
+                source=VOICE_INPUT_KIND,
+            )
 
     def _release(self) -> None:
         self._queue.clear()
@@ -259,12 +273,22 @@ class VoiceInput(Agent):
         self._next_frame = None
 
 
-def register_voice_input(runtime: AgentRuntime, stt: SpeechToText, *,
-                         settings: VoiceSettings = VoiceSettings(),
-                         context: ContextSource | None = None, vad: SileroModel | None = None,
-                         shard: int = 0, shards: int = 1) -> None:
+def register_voice_input(
+    runtime: AgentRuntime,
+    stt: SpeechToText,
+    *,
+    settings: VoiceSettings = VoiceSettings(),
+    context: ContextSource | None = None,
+    vad: SileroModel | None = None,
+    shard: int = 0,
+    shards: int = 1,
+) -> None:
     """Host the keyed ``voice`` kind: one ``VoiceInput`` per participant that sends audio."""
     model = vad or SileroModel.shared()
     runtime.register_keyed(
-        VOICE_INPUT_KIND, VoiceInput, shard=shard, shards=shards,
-        factory=lambda key: VoiceInput(key, stt, vad=model, settings=settings, context=context))
+        VOICE_INPUT_KIND,
+        VoiceInput,
+        shard=shard,
+        shards=shards,
+        factory=lambda key: VoiceInput(key, stt, vad=model, settings=settings, context=context),
+    )

@@ -30,8 +30,14 @@ class FrameSender:
     it is the time of its first sample whether or not the frames are paced.
     """
 
-    def __init__(self, runtime: AgentRuntime, participant_id: str, *, frame_ms: int = FRAME_MS,
-                 realtime: bool = True) -> None:
+    def __init__(
+        self,
+        runtime: AgentRuntime,
+        participant_id: str,
+        *,
+        frame_ms: int = FRAME_MS,
+        realtime: bool = True,
+    ) -> None:
         self.runtime = runtime
         self.participant_id = participant_id
         self.frame_ms = frame_ms
@@ -53,8 +59,9 @@ class FrameSender:
             # The first sample's time: the stream's start plus the audio before it.
             timestamp_us = self._start_us + self.sent * self.frame_ms * 1000
             frame = AudioFrame(chunk, SAMPLE_RATE, 1, self.sent, timestamp_us)
-            self.runtime.send(AUDIO_IN_TOPIC, frame, participant_id=self.participant_id,
-                              source="mic")
+            self.runtime.send(
+                AUDIO_IN_TOPIC, frame, participant_id=self.participant_id, source="mic"
+            )
             self.sent += 1
             if not self.realtime and self.sent % 50 == 0:
                 await asyncio.sleep(0)
@@ -69,8 +76,14 @@ def wav_pcm(path: str | Path, *, lead_s: float = 0.3, tail_s: float = 0.8) -> by
     return float_to_pcm16(np.concatenate([lead, samples, tail]))
 
 
-async def publish_wav(runtime: AgentRuntime, path: str | Path, participant_id: str, *,
-                      realtime: bool = True, tail_s: float = 0.8) -> int:
+async def publish_wav(
+    runtime: AgentRuntime,
+    path: str | Path,
+    participant_id: str,
+    *,
+    realtime: bool = True,
+    tail_s: float = 0.8,
+) -> int:
     """Publish one WAV file as ``audio.in`` frames; returns the number of frames."""
     sender = FrameSender(runtime, participant_id, realtime=realtime)
     await sender.send(wav_pcm(path, tail_s=tail_s))
@@ -87,8 +100,13 @@ async def publish_device(runtime: AgentRuntime, participant_id: str, stop: async
     def on_block(data: Any, count: int, timing: Any, status: Any) -> None:
         loop.call_soon_threadsafe(_offer, blocks, bytes(data))
 
-    with sounddevice.RawInputStream(samplerate=SAMPLE_RATE, channels=1, dtype="int16",
-                                    blocksize=SAMPLE_RATE * FRAME_MS // 1000, callback=on_block):
+    with sounddevice.RawInputStream(
+        samplerate=SAMPLE_RATE,
+        channels=1,
+        dtype="int16",
+        blocksize=SAMPLE_RATE * FRAME_MS // 1000,
+        callback=on_block,
+    ):
         while not stop.is_set():
             getter = asyncio.ensure_future(blocks.get())
             waiter = asyncio.ensure_future(stop.wait())
@@ -115,5 +133,6 @@ def import_sounddevice() -> Any:
         raise RuntimeError(
             "a real microphone or speaker needs sounddevice and the PortAudio library "
             f"(pip install sounddevice; apt-get install libportaudio2): {error}; "
-            "use --wav FILE / --sink wav instead") from None
+            "use --wav FILE / --sink wav instead"
+        ) from None
     return sounddevice

@@ -224,8 +224,14 @@ class VoiceOrdering:
 
     # -- inputs -----------------------------------------------------------------------
 
-    def output(self, participant_id: str | None, source: str, message: ResponseOutput, now: float,
-               sender: str = "") -> list[Effect]:
+    def output(
+        self,
+        participant_id: str | None,
+        source: str,
+        message: ResponseOutput,
+        now: float,
+        sender: str = "",
+    ) -> list[Effect]:
         """Accept one ``ResponseOutput`` published by ``source`` (on bus runtime ``sender``)
         for ``participant_id``."""
         effects = self._output(participant_id, source, message, now, sender)
@@ -233,14 +239,22 @@ class VoiceOrdering:
             effects, self._forgotten = self._forgotten + effects, []
         return effects
 
-    def _output(self, participant_id: str | None, source: str, message: ResponseOutput, now: float,
-                sender: str) -> list[Effect]:
+    def _output(
+        self,
+        participant_id: str | None,
+        source: str,
+        message: ResponseOutput,
+        now: float,
+        sender: str,
+    ) -> list[Effect]:
         try:
             message.validate_boundary()
         except ValueError as error:
             return [self._drop(participant_id, source, "invalid", str(error))]
         if participant_id is None:
-            return [self._drop(None, source, "no_participant", f"{message.kind} without a participant")]
+            return [
+                self._drop(None, source, "no_participant", f"{message.kind} without a participant")
+            ]
         state = self._participant(participant_id)
         if message.kind == "withdraw":
             return self._withdraw(state, source)
@@ -332,8 +346,16 @@ class VoiceOrdering:
                 state.playing = self._tokens
                 first, item.started = not item.started, True
                 return Segment(
-                    participant_id, item.number, item.kind, item.sources, item.request_id,
-                    text, item.timestamp_us, first, item.urgent, self._tokens,
+                    participant_id,
+                    item.number,
+                    item.kind,
+                    item.sources,
+                    item.request_id,
+                    text,
+                    item.timestamp_us,
+                    first,
+                    item.urgent,
+                    self._tokens,
                 )
             if not item.closed:
                 return None
@@ -361,8 +383,10 @@ class VoiceOrdering:
         if state is None:
             state = _Participant(participant_id)
             if len(participants) >= self.max_participants:
-                victim = next((pid for pid, other in participants.items() if other.idle()),
-                              next(iter(participants)))
+                victim = next(
+                    (pid for pid, other in participants.items() if other.idle()),
+                    next(iter(participants)),
+                )
                 self._forget(participants.pop(victim))
         participants[participant_id] = state
         return state
@@ -374,16 +398,34 @@ class VoiceOrdering:
         self.counts["participants_evicted"] += 1
         self._forgotten.append(Forgotten(state.participant_id))
 
-    def _new_item(self, state: _Participant, kind, source: str, request_id: str | None, message: ResponseOutput) -> _Item:
+    def _new_item(
+        self,
+        state: _Participant,
+        kind: Literal["reply", "update"],
+        source: str,
+        request_id: str | None,
+        message: ResponseOutput,
+    ) -> _Item:
         self._numbers += 1
-        return _Item(self._numbers, state.participant_id, kind, (source,), request_id, message.timestamp_us, message.text)
+        return _Item(
+            self._numbers,
+            state.participant_id,
+            kind,
+            (source,),
+            request_id,
+            message.timestamp_us,
+            message.text,
+        )
 
-    def _drop(self, participant_id: str | None, source: str, reason: str, detail: str = "") -> Dropped:
+    def _drop(
+        self, participant_id: str | None, source: str, reason: str, detail: str = ""
+    ) -> Dropped:
         self.counts[reason] += 1
         return Dropped(participant_id, source, reason, detail)
 
-    def _reply(self, state: _Participant, source: str, message: ResponseOutput, now: float,
-               sender: str) -> list[Effect]:
+    def _reply(
+        self, state: _Participant, source: str, message: ResponseOutput, now: float, sender: str
+    ) -> list[Effect]:
         participant_id = state.participant_id
         after_gap = sender in state.gap_from
         if after_gap:
@@ -397,7 +439,14 @@ class VoiceOrdering:
             return self._enqueue(state, self._new_item(state, "reply", source, request_id, message))
         key = (participant_id, source, message.response_id)
         if key in self._closed:
-            return [self._drop(participant_id, source, "late", f"stream {message.response_id} closed: {self._closed[key]}")]
+            return [
+                self._drop(
+                    participant_id,
+                    source,
+                    "late",
+                    f"stream {message.response_id} closed: {self._closed[key]}",
+                )
+            ]
         item = self._open.get(key)
         if item is not None:
             item.pending += message.text
@@ -409,7 +458,11 @@ class VoiceOrdering:
             return [Wake(participant_id)] if state.active is item else []
         if message.final and not message.text.strip():
             self._remember_closed(key, "terminator without a stream")
-            return [self._drop(participant_id, source, "unknown_terminator", f"stream {message.response_id}")]
+            return [
+                self._drop(
+                    participant_id, source, "unknown_terminator", f"stream {message.response_id}"
+                )
+            ]
         item = self._new_item(state, "reply", source, request_id, message)
         item.key = key
         item.sender, item.gapped = sender, after_gap
@@ -437,12 +490,20 @@ class VoiceOrdering:
             state.updates.append(item)
         while state.queued() > self.queue_capacity:
             victim = self._evict(state)
-            effects.append(self._drop(state.participant_id, ",".join(victim.sources), "evicted", f"queued {victim.kind} {victim.number}"))
+            effects.append(
+                self._drop(
+                    state.participant_id,
+                    ",".join(victim.sources),
+                    "evicted",
+                    f"queued {victim.kind} {victim.number}",
+                )
+            )
         effects.append(Wake(state.participant_id))
         return effects
 
     def _evict(self, state: _Participant) -> _Item:
-        """Remove the least valuable queued item: oldest update, else oldest reply, else oldest urgent."""
+        """Remove the least valuable queued item: oldest update, else oldest reply, else oldest
+        urgent."""
         queue = state.updates or state.replies or state.urgent
         victim = queue.popleft()
         self._discard_stream(victim, "evicted")
@@ -458,7 +519,9 @@ class VoiceOrdering:
             queue.extend(kept)
         return effects
 
-    def _supersede(self, state: _Participant, reason: EndReason, *, keep: str | None) -> list[Effect]:
+    def _supersede(
+        self, state: _Participant, reason: EndReason, *, keep: str | None
+    ) -> list[Effect]:
         """Mark seen requests superseded; drop their queued replies and the active one."""
         for request_id in state.requests:
             if request_id != keep:
@@ -468,13 +531,21 @@ class VoiceOrdering:
         for item in state.replies:
             if state.requests.get(item.request_id or ""):
                 self._discard_stream(item, reason)
-                effects.append(self._drop(state.participant_id, item.sources[0], reason, f"queued reply {item.number}"))
+                effects.append(
+                    self._drop(
+                        state.participant_id, item.sources[0], reason, f"queued reply {item.number}"
+                    )
+                )
             else:
                 kept.append(item)
         state.replies.clear()
         state.replies.extend(kept)
         active = state.active
-        if active is not None and active.kind == "reply" and state.requests.get(active.request_id or ""):
+        if (
+            active is not None
+            and active.kind == "reply"
+            and state.requests.get(active.request_id or "")
+        ):
             effects += self._end_active(state, reason)
         return effects
 
@@ -497,9 +568,13 @@ class VoiceOrdering:
         assert item is not None
         state.active = None
         if item.started:
-            state.ended.append(ResponseEnded(item.participant_id, item.number, item.kind, item.sources, reason))
+            state.ended.append(
+                ResponseEnded(item.participant_id, item.number, item.kind, item.sources, reason)
+            )
 
-    def _close_stream(self, item: _Item, reason: Literal["completed", "idle_timeout", "evicted"]) -> list[Effect]:
+    def _close_stream(
+        self, item: _Item, reason: Literal["completed", "idle_timeout", "evicted"]
+    ) -> list[Effect]:
         """The stream gets no more fragments; what it received still plays."""
         assert item.key is not None
         self._open.pop(item.key, None)
@@ -546,15 +621,21 @@ class VoiceOrdering:
         self.counts["updates_combined"] += len(parts) - 1
         first = parts[0]
         return _Item(
-            first.number, first.participant_id, "update",
-            tuple(dict.fromkeys(source for part in parts for source in part.sources)), None,
-            min((part.timestamp_us for part in parts if part.timestamp_us is not None), default=None),
+            first.number,
+            first.participant_id,
+            "update",
+            tuple(dict.fromkeys(source for part in parts for source in part.sources)),
+            None,
+            min(
+                (part.timestamp_us for part in parts if part.timestamp_us is not None), default=None
+            ),
             " ".join(part.pending.strip() for part in parts),
         )
 
     @staticmethod
     def _release(item: _Item) -> str:
-        """Take the speakable text of ``item``: all of it once closed, else up to the last word break."""
+        """Take the speakable text of ``item``: all of it once closed, else up to the last word
+        break."""
         if item.closed:
             text, item.pending = item.pending, ""
             return text.strip()

@@ -73,5 +73,5 @@ def frames(pcm: bytes, rate: int = SAMPLE_RATE, frame_ms: int = FRAME_MS) -> Ite
     """Mono PCM16 bytes cut into ``frame_ms`` frames; the last is zero-padded."""
     size = rate * frame_ms // 1000 * 2
     for start in range(0, len(pcm), size):
-        chunk = pcm[start:start + size]
+        chunk = pcm[start : start + size]
         yield chunk + b"\0" * (size - len(chunk))

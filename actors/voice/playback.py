@@ -31,8 +31,13 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 class AudioRecorder(Agent):
     """Writes ``audio.out`` responses as WAV files (see the module docstring)."""
 
-    def __init__(self, wav_dir: str | Path | None = None, *, max_seconds: float = 120.0,
-                 on_frame: Callable[[str, AudioFrame], None] | None = None) -> None:
+    def __init__(
+        self,
+        wav_dir: str | Path | None = None,
+        *,
+        max_seconds: float = 120.0,
+        on_frame: Callable[[str, AudioFrame], None] | None = None,
+    ) -> None:
         self.wav_dir = Path(wav_dir) if wav_dir is not None else None
         if self.wav_dir is not None:
             self.wav_dir.mkdir(parents=True, exist_ok=True)

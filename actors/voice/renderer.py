@@ -19,12 +19,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from xrmq.actors.runtime import Agent, RuntimeContext, get_logger
+from xrmq.actors.runtime import Agent, Handler, Handlers, RuntimeContext, get_logger
 from xrmq.schemas import Interrupted, ResponseOutput, UserQuery
 from xrmq.topics import VOICE_OUTPUT_TOPIC, Topic, check_topic
 
 from .ordering import (
-    Cut, Dropped, Effect, Forgotten, ResponseEnded, StreamClosed, VoiceOrdering, Wake,
+    Cut,
+    Dropped,
+    Effect,
+    Forgotten,
+    ResponseEnded,
+    StreamClosed,
+    VoiceOrdering,
+    Wake,
 )
 from .sinks import Sink, Sleep
 
@@ -61,7 +68,9 @@ class VoiceRenderer(Agent):
         sleep: Sleep = asyncio.sleep,
     ) -> None:
         if not (callable(getattr(sink, "play", None)) and callable(getattr(sink, "end", None))):
-            raise ValueError("VoiceRenderer.sink: must have async play(segment) and end(ended) methods")
+            raise ValueError(
+                "VoiceRenderer.sink: must have async play(segment) and end(ended) methods"
+            )
         check_topic(output_topic, ResponseOutput, "VoiceRenderer.output_topic")
         check_topic(query_topic, UserQuery, "VoiceRenderer.query_topic")
         check_topic(interrupted_topic, Interrupted, "VoiceRenderer.interrupted_topic")
@@ -70,8 +79,10 @@ class VoiceRenderer(Agent):
         self.query_topic = query_topic
         self.interrupted_topic = interrupted_topic
         self.ordering = VoiceOrdering(
-            idle_timeout_s=idle_timeout_s, queue_capacity=queue_capacity,
-            max_participants=max_participants, combine_updates=combine_updates,
+            idle_timeout_s=idle_timeout_s,
+            queue_capacity=queue_capacity,
+            max_participants=max_participants,
+            combine_updates=combine_updates,
         )
         self.sink_failures = 0
         self._clock = clock
@@ -87,7 +98,9 @@ class VoiceRenderer(Agent):
 
     async def on_start(self) -> None:
         self._log = get_logger(actor=self.name or "voice_renderer")
-        self._timer = asyncio.create_task(self._expire_idle_streams(), name=f"{self.name}-idle-timer")
+        self._timer = asyncio.create_task(
+            self._expire_idle_streams(), name=f"{self.name}-idle-timer"
+        )
 
     async def on_stop(self) -> None:
         tasks = [*self._players.values(), *([self._timer] if self._timer else [])]
@@ -99,16 +112,22 @@ class VoiceRenderer(Agent):
 
     # -- handlers ---------------------------------------------------------------------
 
-    def handlers(self) -> dict[Topic, str]:
+    def handlers(self) -> Handlers:
         """The output topic, and the query and interrupted topics when given."""
-        chosen = {self.output_topic: "handle_output", self.query_topic: "handle_query",
-                  self.interrupted_topic: "handle_interrupted"}
-        return {topic: name for topic, name in chosen.items() if topic is not None}
+        chosen: dict[Topic | None, Handler] = {
+            self.output_topic: self.handle_output,
+            self.query_topic: self.handle_query,
+            self.interrupted_topic: self.handle_interrupted,
+        }
+        return {topic: handler for topic, handler in chosen.items() if topic is not None}
 
     async def handle_output(self, message: ResponseOutput, ctx: RuntimeContext) -> None:
         metadata = ctx.metadata
-        self._apply(self.ordering.output(ctx.participant_id, metadata.source, message,
-                                         self._clock(), metadata.sender))
+        self._apply(
+            self.ordering.output(
+                ctx.participant_id, metadata.source, message, self._clock(), metadata.sender
+            )
+        )
 
     async def on_gap(self, gap: Any, ctx: RuntimeContext) -> None:
         if gap.participant_id is not None and gap.topic == self.output_topic.name:
@@ -116,8 +135,11 @@ class VoiceRenderer(Agent):
 
     def gauges(self) -> dict[str, float]:
         counts = self.ordering.counts
-        return {"voice.participants": len(self.ordering), "voice.incomplete": counts["incomplete"],
-                "voice.participants_evicted": counts["participants_evicted"]}
+        return {
+            "voice.participants": len(self.ordering),
+            "voice.incomplete": counts["incomplete"],
+            "voice.participants_evicted": counts["participants_evicted"],
+        }
 
     async def handle_query(self, message: UserQuery, ctx: RuntimeContext) -> None:
         if ctx.participant_id is None:
@@ -139,13 +161,23 @@ class VoiceRenderer(Agent):
                 if playing is not None:
                     playing.cancel()
             elif isinstance(effect, Dropped):
-                self._log.info("voice.dropped", participant=effect.participant_id, source=effect.source,
-                               reason=effect.reason, detail=effect.detail)
+                self._log.info(
+                    "voice.dropped",
+                    participant=effect.participant_id,
+                    source=effect.source,
+                    reason=effect.reason,
+                    detail=effect.detail,
+                )
             elif isinstance(effect, Forgotten):
                 self._forget(effect.participant_id)
             elif isinstance(effect, StreamClosed):
-                self._log.warning("voice.stream_closed", participant=effect.participant_id, source=effect.source,
-                                  response_id=effect.response_id, reason=effect.reason)
+                self._log.warning(
+                    "voice.stream_closed",
+                    participant=effect.participant_id,
+                    source=effect.source,
+                    response_id=effect.response_id,
+                    reason=effect.reason,
+                )
         if self.ordering.next_deadline() is not None:
             self._streams_opened.set()
 
@@ -175,7 +207,9 @@ class VoiceRenderer(Agent):
             elif isinstance(step, ResponseEnded):
                 await self._guard(self.sink.end(step), step.participant_id, "end")
             else:
-                playing = asyncio.create_task(self._guard(self.sink.play(step), participant_id, "play"))
+                playing = asyncio.create_task(
+                    self._guard(self.sink.play(step), participant_id, "play")
+                )
                 self._playing[participant_id] = playing
                 try:
                     await asyncio.wait({playing})
@@ -191,7 +225,9 @@ class VoiceRenderer(Agent):
             await call
         except Exception as error:
             self.sink_failures += 1
-            self._log.error("voice.sink_failed", participant=participant_id, call=what, error=repr(error))
+            self._log.error(
+                "voice.sink_failed", participant=participant_id, call=what, error=repr(error)
+            )
 
     async def _expire_idle_streams(self) -> None:
         """Close streams idle for ``idle_timeout_s``, sleeping until the earliest deadline.

@@ -35,32 +35,43 @@ def build_stt(voice: VoiceConfig) -> SpeechToText:
 
 def voice_settings(voice: VoiceConfig) -> VoiceSettings:
     return VoiceSettings(
-        segmenter=SegmenterSettings(threshold=voice.vad_threshold, min_speech_s=voice.min_speech_s,
-                                    trailing_silence_s=voice.trailing_silence_s,
-                                    max_utterance_s=voice.max_utterance_s),
+        segmenter=SegmenterSettings(
+            threshold=voice.vad_threshold,
+            min_speech_s=voice.min_speech_s,
+            trailing_silence_s=voice.trailing_silence_s,
+            max_utterance_s=voice.max_utterance_s,
+        ),
         gate=GateSettings(min_speech_s=voice.barge_in_min_s, min_words=voice.barge_in_min_words),
-        context_bias=voice.context_bias)
+        context_bias=voice.context_bias,
+    )
 
 
 def voice_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
     from xrmq.actors.context import ContextManager
-    from xrmq.actors.models import create_llm
-
     from xrmq.actors.edge.stack import plan_of
+    from xrmq.actors.models import create_llm
 
     stt = build_stt(config.voice)
     if isinstance(stt, WhisperSTT):
         stt.load()  # once per process, before it reports ready
     context = None
     if config.voice.context_bias and config.context.topics:
-        manager = ContextManager(create_llm(config.models.compaction),
-                                 **config.context.manager_kwargs(),
-                                 compaction_workers=plan_of(config).compaction_workers,
-                                 deployment="split")
+        manager = ContextManager(
+            create_llm(config.models.compaction),
+            **config.context.manager_kwargs(),
+            compaction_workers=plan_of(config).compaction_workers,
+            deployment="split",
+        )
         runtime.register("voice-context", manager.subscriber())
         context = manager.blocks
-    register_voice_input(runtime, stt, settings=voice_settings(config.voice), context=context,
-                         shard=process.shard, shards=process.shards)
+    register_voice_input(
+        runtime,
+        stt,
+        settings=voice_settings(config.voice),
+        context=context,
+        shard=process.shard,
+        shards=process.shards,
+    )
 
 
 def speech_out_sink(runtime: AgentRuntime, voice: VoiceConfig) -> AudioTopicSink:
@@ -68,5 +79,9 @@ def speech_out_sink(runtime: AgentRuntime, voice: VoiceConfig) -> AudioTopicSink
     if voice.tts == "espeak":
         return AudioTopicSink(runtime.publish, EspeakSynthesizer())
     api_key = os.environ.get(voice.api_key_env) if voice.api_key_env else None
-    return AudioTopicSink(runtime.publish, LiteLLMSynthesizer(
-        voice.tts, voice=voice.tts_voice, api_base=voice.api_base, api_key=api_key))
+    return AudioTopicSink(
+        runtime.publish,
+        LiteLLMSynthesizer(
+            voice.tts, voice=voice.tts_voice, api_base=voice.api_base, api_key=api_key
+        ),
+    )

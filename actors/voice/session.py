@@ -37,9 +37,11 @@ from .wer import word_error_rate
 
 TURN_TIMEOUT_S = 60.0
 PARTICIPANT = "alice"
-CONTEXT_NOTE = ("The spare key is in drawer 12 of the blue cabinet in lab 3. "
-                "The kettle in lab 3 is set to 85 degrees. "
-                "The fire drill starts at 14:30 at gate B.")
+CONTEXT_NOTE = (
+    "The spare key is in drawer 12 of the blue cabinet in lab 3. "
+    "The kettle in lab 3 is set to 85 degrees. "
+    "The fire drill starts at 14:30 at gate B."
+)
 QUESTIONS = (
     "Where did I leave the spare key?",
     "What temperature is the kettle set to?",
@@ -125,14 +127,18 @@ class VoiceSession:
     def __init__(self, bus: str, wav_dir: Path) -> None:
         self.runtime = AgentRuntime(bus, name="voice-session")
         self.probe = self.runtime.register("probe", Probe(), participant_id=PARTICIPANT)
-        self.recorder = self.runtime.register("recorder", AudioRecorder(wav_dir / "answers"),
-                                              participant_id=PARTICIPANT)
+        self.recorder = self.runtime.register(
+            "recorder", AudioRecorder(wav_dir / "answers"), participant_id=PARTICIPANT
+        )
         self.wav_dir = wav_dir
 
     async def __aenter__(self) -> VoiceSession:
         await self.runtime.start()
-        await self.runtime.publish(context_topic("notes"), ConversationContextUpdate(CONTEXT_NOTE),
-                                   participant_id=PARTICIPANT)
+        await self.runtime.publish(
+            context_topic("notes"),
+            ConversationContextUpdate(CONTEXT_NOTE),
+            participant_id=PARTICIPANT,
+        )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -151,31 +157,41 @@ class VoiceSession:
         assert probe.query is not None
         end_of_speech = started + LEAD_S + speech_s
         heard_at, request_id, heard = probe.query
-        await probe.until(lambda: request_id in probe.chunk_at and probe.audio_at is not None,
-                          "reply audio")
+        await probe.until(
+            lambda: request_id in probe.chunk_at and probe.audio_at is not None, "reply audio"
+        )
         await sending
         await asyncio.wait_for(recorder.wait_written(written + 1), TURN_TIMEOUT_S)
         assert probe.audio_at is not None
-        return VoiceTurn(text, heard, word_error_rate(text, heard), heard_at - end_of_speech,
-                         probe.chunk_at[request_id] - end_of_speech, probe.audio_at - end_of_speech,
-                         recorder.written[-1])
+        return VoiceTurn(
+            text,
+            heard,
+            word_error_rate(text, heard),
+            heard_at - end_of_speech,
+            probe.chunk_at[request_id] - end_of_speech,
+            probe.audio_at - end_of_speech,
+            recorder.written[-1],
+        )
 
     async def text_turn(self, text: str) -> VoiceTurn:
         probe, recorder = self.probe, self.recorder
         probe.reset()
         written = len(recorder.written)
         sent = time.time()
-        await self.runtime.publish(QUERY_TOPIC, UserQuery(text, int(sent * 1e6)),
-                                   participant_id=PARTICIPANT)
+        await self.runtime.publish(
+            QUERY_TOPIC, UserQuery(text, int(sent * 1e6)), participant_id=PARTICIPANT
+        )
         await probe.until(lambda: probe.query is not None, "query")
         assert probe.query is not None
         request_id = probe.query[1]
-        await probe.until(lambda: request_id in probe.chunk_at and probe.audio_at is not None,
-                          "reply audio")
+        await probe.until(
+            lambda: request_id in probe.chunk_at and probe.audio_at is not None, "reply audio"
+        )
         await asyncio.wait_for(recorder.wait_written(written + 1), TURN_TIMEOUT_S)
         assert probe.audio_at is not None
-        return VoiceTurn(text, text, 0.0, 0.0, probe.chunk_at[request_id] - sent,
-                         probe.audio_at - sent)
+        return VoiceTurn(
+            text, text, 0.0, 0.0, probe.chunk_at[request_id] - sent, probe.audio_at - sent
+        )
 
 
 async def run_voice_demo(out: TextIO = sys.stdout, *, verbose: bool = False) -> int:
@@ -197,20 +213,25 @@ async def run_voice_demo(out: TextIO = sys.stdout, *, verbose: bool = False) -> 
             for index, question in enumerate(QUESTIONS):
                 turn = await session.voice_turn(index, question)
                 turns.append(turn)
-                out.write(f"[{PARTICIPANT}] said:  {turn.script}\n"
-                          f"[{PARTICIPANT}] heard: {turn.heard} (WER {turn.wer:.2f})\n"
-                          f"  end of speech -> text {turn.to_text_s * 1000:.0f} ms, "
-                          f"-> first chunk {turn.to_chunk_s * 1000:.0f} ms, "
-                          f"-> first audio frame {turn.to_audio_s * 1000:.0f} ms; "
-                          f"answer: {turn.answer_wav}\n")
+                out.write(
+                    f"[{PARTICIPANT}] said:  {turn.script}\n"
+                    f"[{PARTICIPANT}] heard: {turn.heard} (WER {turn.wer:.2f})\n"
+                    f"  end of speech -> text {turn.to_text_s * 1000:.0f} ms, "
+                    f"-> first chunk {turn.to_chunk_s * 1000:.0f} ms, "
+                    f"-> first audio frame {turn.to_audio_s * 1000:.0f} ms; "
+                    f"answer: {turn.answer_wav}\n"
+                )
                 out.flush()
     except (TimeoutError, RuntimeError) as error:
-        out.write(f"\nxrmq demo --voice: FAILED: {error}\n"
-                  f"last lines of the stack:\n{stack.tail(15)}\n")
+        out.write(
+            f"\nxrmq demo --voice: FAILED: {error}\nlast lines of the stack:\n{stack.tail(15)}\n"
+        )
         return 1
     mean_wer = sum(turn.wer for turn in turns) / len(turns)
-    out.write(f"xrmq demo --voice: {len(turns)} spoken turns, mean WER {mean_wer:.2f}; "
-              f"answers in {directory}\n")
+    out.write(
+        f"xrmq demo --voice: {len(turns)} spoken turns, mean WER {mean_wer:.2f}; "
+        f"answers in {directory}\n"
+    )
     if mean_wer > 0.5:
         out.write("xrmq demo --voice: FAILED: the recognizer heard too little\n")
         return 1

@@ -35,7 +35,8 @@ class SileroModel:
             from faster_whisper.utils import get_assets_path
         except ImportError as error:
             raise VoiceDependencyError(
-                f"Silero VAD needs the voice extra: pip install 'xrmq[voice]' ({error})") from None
+                f"Silero VAD needs the voice extra: pip install 'xrmq[voice]' ({error})"
+            ) from None
         import os
 
         options = onnxruntime.SessionOptions()
@@ -44,7 +45,8 @@ class SileroModel:
         options.log_severity_level = 4
         path = os.path.join(get_assets_path(), "silero_vad_v6.onnx")
         self.session: Any = onnxruntime.InferenceSession(
-            path, providers=["CPUExecutionProvider"], sess_options=options)
+            path, providers=["CPUExecutionProvider"], sess_options=options
+        )
 
     @classmethod
     def shared(cls) -> SileroModel:
@@ -73,6 +75,7 @@ class SileroStream:
             raise ValueError(f"SileroStream.probability: chunk must be {CHUNK_SAMPLES} samples")
         batch = np.concatenate([self._context, chunk]).reshape(1, -1).astype(np.float32)
         output, self._h, self._c = self._model.session.run(
-            None, {"input": batch, "h": self._h, "c": self._c})
+            None, {"input": batch, "h": self._h, "c": self._c}
+        )
         self._context = chunk[-_CONTEXT:].astype(np.float32)
         return float(np.asarray(output).reshape(-1)[0])

@@ -57,7 +57,12 @@ def speaking_time(text: str, words_per_minute: float) -> float:
 class PacedSink:
     """Base of sinks whose "playing" lasts ``speaking_time(text, words_per_minute)``."""
 
-    def __init__(self, *, words_per_minute: float | None = DEFAULT_WORDS_PER_MINUTE, sleep: Sleep = asyncio.sleep) -> None:
+    def __init__(
+        self,
+        *,
+        words_per_minute: float | None = DEFAULT_WORDS_PER_MINUTE,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
         if words_per_minute is not None and not words_per_minute > 0:
             raise ValueError(f"{type(self).__name__}.words_per_minute: must be > 0 or None")
         self.words_per_minute = words_per_minute
@@ -181,7 +186,12 @@ class RecordingSink(PacedSink):
     :class:`ResponseEnded`; ``completed`` the tokens of segments that played to the end.
     """
 
-    def __init__(self, *, words_per_minute: float | None = DEFAULT_WORDS_PER_MINUTE, sleep: Sleep = asyncio.sleep) -> None:
+    def __init__(
+        self,
+        *,
+        words_per_minute: float | None = DEFAULT_WORDS_PER_MINUTE,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
         super().__init__(words_per_minute=words_per_minute, sleep=sleep)
         self.events: list[Segment | ResponseEnded] = []
         self.completed: set[int] = set()
@@ -255,7 +265,9 @@ class EspeakSink:
         if self.wav_dir is not None:
             self.wav_dir.mkdir(parents=True, exist_ok=True)
         self.words_per_minute = words_per_minute
-        self._command = [found, "--stdin", "-s", str(round(words_per_minute))] + (["-v", voice] if voice else [])
+        self._command = [found, "--stdin", "-s", str(round(words_per_minute))] + (
+            ["-v", voice] if voice else []
+        )
         self._sleep = sleep
         self._on_written = on_written
         self._parts: dict[tuple[str, int], list[Path]] = {}
@@ -267,7 +279,8 @@ class EspeakSink:
             await self._speak(segment.text, [])
             return
         parts = self._parts.setdefault((segment.participant_id, segment.response), [])
-        part = self.wav_dir / f".{_UNSAFE.sub('_', segment.participant_id)}-{segment.response}-{len(parts)}.part.wav"
+        participant = _UNSAFE.sub("_", segment.participant_id)
+        part = self.wav_dir / f".{participant}-{segment.response}-{len(parts)}.part.wav"
         try:
             await self._speak(segment.text, ["-w", str(part)])
         except BaseException:
@@ -280,7 +293,9 @@ class EspeakSink:
         parts = self._parts.pop((ended.participant_id, ended.response), [])
         if self.wav_dir is None or not parts:
             return
-        name = f"{_UNSAFE.sub('_', ended.participant_id)}-{ended.response:06d}-{_UNSAFE.sub('_', '+'.join(ended.sources))}.wav"
+        participant = _UNSAFE.sub("_", ended.participant_id)
+        sources = _UNSAFE.sub("_", "+".join(ended.sources))
+        name = f"{participant}-{ended.response:06d}-{sources}.wav"
         target = self.wav_dir / name
         await asyncio.to_thread(_join_wavs, parts, target)
         self.written.append(target)

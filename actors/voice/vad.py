@@ -84,8 +84,9 @@ SegmentEvent = SpeechStarted | Utterance | Discarded
 class UtteranceSegmenter:
     """One participant's speech segmentation state (see the module docstring)."""
 
-    def __init__(self, settings: SegmenterSettings = SegmenterSettings(),
-                 sample_rate: int = SAMPLE_RATE) -> None:
+    def __init__(
+        self, settings: SegmenterSettings = SegmenterSettings(), sample_rate: int = SAMPLE_RATE
+    ) -> None:
         self.settings = settings
         self.sample_rate = sample_rate
         self._pre_roll: deque[np.ndarray] = deque()

@@ -20,12 +20,21 @@ from xrmq.actors.tools import Tool, serve_tools
 PERIOD_S = 30.0
 
 SCENES = (
-    {"bench": ["a red multimeter", "a soldering iron in its stand", "two 10 kOhm resistors"],
-     "people": "nobody around", "lighting": "bright"},
-    {"bench": ["a red multimeter", "an oscilloscope probe", "a half-assembled sensor board"],
-     "people": "one technician soldering", "lighting": "bright"},
-    {"bench": ["a red multimeter", "the sensor board, assembled", "a coffee mug"],
-     "people": "nobody around", "lighting": "dimmed"},
+    {
+        "bench": ["a red multimeter", "a soldering iron in its stand", "two 10 kOhm resistors"],
+        "people": "nobody around",
+        "lighting": "bright",
+    },
+    {
+        "bench": ["a red multimeter", "an oscilloscope probe", "a half-assembled sensor board"],
+        "people": "one technician soldering",
+        "lighting": "bright",
+    },
+    {
+        "bench": ["a red multimeter", "the sensor board, assembled", "a coffee mug"],
+        "people": "nobody around",
+        "lighting": "dimmed",
+    },
 )
 
 
@@ -46,8 +55,14 @@ def describe_view(args: View) -> dict[str, Any]:
     return scene_at(time.time())
 
 
-TOOLS = [Tool("describe_view", "Describe what the camera sees on the lab bench right now.", View,
-              describe_view)]
+TOOLS = [
+    Tool(
+        "describe_view",
+        "Describe what the camera sees on the lab bench right now.",
+        View,
+        describe_view,
+    )
+]
 
 
 def role(runtime: AgentRuntime, config: object, process: object) -> None:

@@ -28,15 +28,24 @@ class Item(msgspec.Struct):
 def lookup(args: Item) -> dict[str, object]:
     """Stock and location of every known item the text names (plural or singular)."""
     text = args.item.lower()
-    found = {name: {"in_stock": count, "where": where} for name, (count, where) in STOCK.items()
-             if re.search(rf"\b{re.escape(name)}s?\b", text)}
+    found: dict[str, object] = {
+        name: {"in_stock": count, "where": where}
+        for name, (count, where) in STOCK.items()
+        if re.search(rf"\b{re.escape(name)}s?\b", text)
+    }
     if not found:
         return {"error": f"no such item in the inventory; known items: {', '.join(STOCK)}"}
     return found
 
 
-TOOLS = [Tool("lookup", "Look up how many of an item are in stock in the inventory, and where.",
-              Item, lookup)]
+TOOLS = [
+    Tool(
+        "lookup",
+        "Look up how many of an item are in stock in the inventory, and where.",
+        Item,
+        lookup,
+    )
+]
 
 
 def role(runtime: AgentRuntime, config: object, process: object) -> None:

@@ -11,7 +11,12 @@ from xrmq.actors.runtime import AgentRuntime
 from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import context_topic
 
-bus, topic, count, participants = sys.argv[1], context_topic(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
+bus, topic, count, participants = (
+    sys.argv[1],
+    context_topic(sys.argv[2]),
+    int(sys.argv[3]),
+    sys.argv[4:],
+)
 
 
 async def main() -> None:
@@ -19,7 +24,9 @@ async def main() -> None:
         for m in range(count):
             for participant in participants:
                 text = f"{participant}-u{m} reading " + "x" * 80
-                await runtime.publish(topic, ConversationContextUpdate(text), participant_id=participant)
+                await runtime.publish(
+                    topic, ConversationContextUpdate(text), participant_id=participant
+                )
         print("published", flush=True)
 
 

@@ -21,7 +21,12 @@ from xrmq.actors.context import context_plan, register_workers
 from xrmq.actors.models import LLMService
 from xrmq.actors.runtime import AgentRuntime
 
-bus, plan, index, mode = sys.argv[1], context_plan(**json.loads(sys.argv[2])), int(sys.argv[3]), sys.argv[4]
+bus, plan, index, mode = (
+    sys.argv[1],
+    context_plan(**json.loads(sys.argv[2])),
+    int(sys.argv[3]),
+    sys.argv[4],
+)
 TOKEN = re.compile(r"\bp\d+-u\d+\b")
 gate = asyncio.Event()
 

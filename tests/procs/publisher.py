@@ -19,8 +19,11 @@ TOPIC = context_topic(topic_name)
 async def main() -> None:
     async with AgentRuntime(bus, name="publisher") as runtime:
         for i in range(count):
-            await runtime.publish(TOPIC, ConversationContextUpdate(f"m{i}"),
-                                  participant_id=participants[i % len(participants)])
+            await runtime.publish(
+                TOPIC,
+                ConversationContextUpdate(f"m{i}"),
+                participant_id=participants[i % len(participants)],
+            )
         print("published", flush=True)
 
 

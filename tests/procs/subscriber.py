@@ -38,13 +38,18 @@ async def main() -> None:
         print("ready", flush=True)
         await counter.done.wait()
         stats = runtime.metrics()
-        print(json.dumps({
-            "count": len(counter.texts),
-            "texts": counter.texts,
-            "participants": sorted(p or "" for p in counter.participants),
-            "gaps": stats.gaps,
-            "rejected": stats.rejected,
-        }), flush=True)
+        print(
+            json.dumps(
+                {
+                    "count": len(counter.texts),
+                    "texts": counter.texts,
+                    "participants": sorted(p or "" for p in counter.participants),
+                    "gaps": stats.gaps,
+                    "rejected": stats.rejected,
+                }
+            ),
+            flush=True,
+        )
 
 
 asyncio.run(main())

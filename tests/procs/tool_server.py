@@ -32,9 +32,15 @@ async def stall(args: Sensor) -> str:
 
 async def main() -> None:
     runtime = AgentRuntime(sys.argv[1], name="tool-server")
-    serve_tools(runtime, "lab", [Tool("reading", "Read a sensor.", Sensor, reading),
-                                 Tool("broken", "A broken sensor.", Sensor, broken),
-                                 Tool("stall", "A sensor that never answers.", Sensor, stall)])
+    serve_tools(
+        runtime,
+        "lab",
+        [
+            Tool("reading", "Read a sensor.", Sensor, reading),
+            Tool("broken", "A broken sensor.", Sensor, broken),
+            Tool("stall", "A sensor that never answers.", Sensor, stall),
+        ],
+    )
     async with runtime:
         print("ready", flush=True)
         await asyncio.Event().wait()

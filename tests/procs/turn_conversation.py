@@ -27,8 +27,13 @@ async def main() -> None:
     context = ContextManager(llm, incremental_context_topics=(topic,), deployment="split")
     runtime = AgentRuntime(bus, name="turn-conversation")
     runtime.register("context", context.subscriber())
-    conversation = Conversation(llm, context=context, runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC,
-                                instructions="You help operators in the reactor lab.")
+    conversation = Conversation(
+        llm,
+        context=context,
+        runtime=runtime,
+        output_topic=VOICE_OUTPUT_TOPIC,
+        instructions="You help operators in the reactor lab.",
+    )
     runtime.register("conversation-server", serve("conversation", conversation))
     async with runtime:
         print("ready", flush=True)
@@ -39,7 +44,14 @@ async def main() -> None:
                 blocks = context.blocks(participant)
                 reports = {
                     "context": str(sum(f"[{topic}]" in block.text for block in blocks)),
-                    "dialogue": json.dumps([m.group(1) for b in blocks for m in [re.search(r"User: (.*)", b.text)] if m]),
+                    "dialogue": json.dumps(
+                        [
+                            m.group(1)
+                            for b in blocks
+                            for m in [re.search(r"User: (.*)", b.text)]
+                            if m
+                        ]
+                    ),
                 }
                 for kind, report in reports.items():
                     if seen.get((kind, participant)) != report:

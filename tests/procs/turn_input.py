@@ -20,7 +20,11 @@ async def main() -> None:
         while line := await asyncio.to_thread(sys.stdin.readline):
             command, participant, *text = line.strip().split(" ", 2)
             if command == "query":
-                sent = runtime.send(QUERY_TOPIC, UserQuery(text[0], time.time_ns() // 1000), participant_id=participant)
+                sent = runtime.send(
+                    QUERY_TOPIC,
+                    UserQuery(text[0], time.time_ns() // 1000),
+                    participant_id=participant,
+                )
             else:
                 sent = runtime.send(INTERRUPTED_TOPIC, Interrupted(), participant_id=participant)
             print(f"sent {sent}", flush=True)

@@ -15,8 +15,12 @@ bus, topic, participant, text = sys.argv[1:5]
 
 async def main() -> None:
     async with AgentRuntime(bus, name="turn-sensor") as runtime:
-        await runtime.publish(context_topic(topic), ConversationContextUpdate(text), participant_id=participant,
-                              source="monitor")
+        await runtime.publish(
+            context_topic(topic),
+            ConversationContextUpdate(text),
+            participant_id=participant,
+            source="monitor",
+        )
         print("published", flush=True)
 
 

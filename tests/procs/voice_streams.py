@@ -20,7 +20,9 @@ bus, count, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 
 async def main() -> None:
     rng = np.random.default_rng(3)
-    noise = [float_to_pcm16((rng.standard_normal(320) * 0.003).astype(np.float32)) for _ in range(50)]
+    noise = [
+        float_to_pcm16((rng.standard_normal(320) * 0.003).astype(np.float32)) for _ in range(50)
+    ]
     async with AgentRuntime(bus, name="voice-streams") as runtime:
         print("ready", flush=True)
         senders = [FrameSender(runtime, f"p{i}", realtime=False) for i in range(count)]

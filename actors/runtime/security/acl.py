@@ -38,6 +38,7 @@ import msgspec
 
 from xrmq.schemas import MessageMetadata
 from xrmq.topics import SEP
+
 INBOX_PREFIX = "_inbox."
 PROBE_PREFIX = "_probe."
 CAPTURE_PROBE_TOPIC = "xrmq.capture"

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import zmq
@@ -146,7 +146,7 @@ class _DropLog:
 def _user_id(frame: zmq.Frame) -> str:
     """The identity ZAP named for the frame's connection ("" if none: then nothing passes)."""
     try:
-        return frame.get("User-Id")
+        return cast(str, frame.get("User-Id"))
     except zmq.ZMQError:
         return ""
 
@@ -191,7 +191,7 @@ class Forwarder:
         next_metrics = time.monotonic() + self.metrics_interval
         while True:
             timeout = max(0.0, next_metrics - time.monotonic())
-            ready = dict(poller.poll(timeout * 1000))
+            ready = dict(poller.poll(timeout * 1000))  # type: ignore[arg-type]  # float ms is fine
             if self.control in ready and self.control.recv() == b"TERMINATE":
                 return
             if self.backend in ready:
