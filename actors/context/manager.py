@@ -57,6 +57,7 @@ from xrmq.schemas import CompactionPrompts, ContextBlock, ConversationContextUpd
 from xrmq.schemas._validation import check_name
 from xrmq.topics import Topic
 
+from .clearing import clear_remote
 from .config import (
     DEFAULT_COMPACTION_INPUT_BUDGET_BYTES,
     DEFAULT_DIALOGUE_BUDGET_BYTES,
@@ -66,9 +67,6 @@ from .dump import ContextDump, ParticipantDump, decode_dump, encode_dump
 from .engine import exchange_identity, history_tail
 from .manual import CompactOutcome, CompactStatus, SectionOutcome
 from .messages import (
-    CancelJobs,
-    Cleared,
-    ClearSection,
     CompactReport,
     CompactSection,
     ExchangeRecord,
@@ -863,94 +861,15 @@ class ContextManager:
     async def _clear_remote(
         self, runtime: AgentRuntime, participants: list[str], *, close: bool
     ) -> list[BaseException]:
-        """Clear sections, cancel and await the jobs they held, then drop the replica's views.
-
-        Returns the failures of sections that did not answer (their state may remain).
-        """
-        topics, timeout = self.plan.topics, self.plan.control_timeout_s
-        asks: list[tuple[str | None, Any]] = []
-        for participant_id in participants:
-            asks.append(
-                (
-                    participant_id,
-                    runtime.ask(
-                        topics.dialogue_clear,
-                        ClearSection(),
-                        reply_type=Cleared,
-                        participant_id=participant_id,
-                        source=self._name,
-                        timeout=timeout,
-                    ),
-                )
-            )
-            if not close:
-                for section in self.plan.config.topics:
-                    asks.append(
-                        (
-                            participant_id,
-                            runtime.ask(
-                                topics.topic_clear(section.spec.name),
-                                ClearSection(),
-                                reply_type=Cleared,
-                                participant_id=participant_id,
-                                source=self._name,
-                                timeout=timeout,
-                            ),
-                        )
-                    )
-        if close:
-            for section in self.plan.config.topics:
-                asks.append(
-                    (
-                        None,
-                        runtime.ask(
-                            topics.topic_clear(section.spec.name),
-                            ClearSection(close=True),
-                            reply_type=Cleared,
-                            source=self._name,
-                            timeout=timeout,
-                        ),
-                    )
-                )
-        replies = await asyncio.gather(*(ask for _, ask in asks), return_exceptions=True)
-        errors = [reply for reply in replies if isinstance(reply, BaseException)]
-        generations: dict[str, list[str]] = {participant_id: [] for participant_id in participants}
-        by_worker: dict[int, list] = {}
-        for (asked_id, _), reply in zip(asks, replies):
-            if isinstance(reply, BaseException):
-                continue
-            if asked_id is not None:
-                generations[asked_id].extend(reply.generations)
-            for job in reply.jobs:
-                for worker in job.workers:
-                    by_worker.setdefault(worker, []).append(job.job)
-        cancels = [
-            runtime.ask(
-                topics.worker_cancel(worker),
-                CancelJobs(tuple(jobs)),
-                reply_type=int,
-                source=self._name,
-                timeout=timeout,
-            )
-            for worker, jobs in sorted(by_worker.items())
-        ]
-        for worker, outcome in zip(
-            sorted(by_worker), await asyncio.gather(*cancels, return_exceptions=True)
-        ):
-            if isinstance(outcome, BaseException):  # a dead worker runs nothing
-                self._log.warning("context.cancel_unanswered", worker=worker, error=repr(outcome))
-        forgets = [
-            runtime.ask(
-                topics.replica(self.id),
-                ForgetParticipant(tuple(gens)),
-                reply_type=bool,
-                participant_id=participant_id,
-                source=self._name,
-                timeout=timeout,
-            )
-            for participant_id, gens in generations.items()
-        ]
-        for outcome in await asyncio.gather(*forgets, return_exceptions=True):
-            if isinstance(outcome, BaseException):
-                errors.append(outcome)
-        return errors
+        """Clear sections, cancel and await the jobs they held, then drop the replica's views
+        (the protocol of ``clearing.py``). Returns the failures of sections that did not
+        answer (their state may remain)."""
+        return await clear_remote(
+            runtime,
+            self.plan,
+            self.id,
+            participants,
+            close=close,
+            source=self._name,
+            log=self._log,
+        )
