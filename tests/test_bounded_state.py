@@ -203,7 +203,10 @@ async def test_100k_distinct_senders_participants_and_inboxes_stay_within_every_
                 tracemalloc.stop()
             grown = rss_bytes() - full
             metrics = runtime.metrics()
-            tracked, outgoing = len(runtime._tracker), len(runtime._streams)
+            tracked, outgoing = (
+                metrics.tables["incoming_streams"],
+                metrics.tables["outgoing_streams"],
+            )
             keyed = len(runtime.keyed_instances("keyed"))
             participants, players = len(renderer.ordering), len(renderer._players)
     finally:
