@@ -74,7 +74,8 @@ def text(value: str) -> bytes:
 
 
 async def settle(runtime: AgentRuntime, participant: str = "p1") -> str:
-    """An ask after the frames under test: it is answered only once they were all read."""
+    """The echo actor still answers. (Frames from a raw client are not ordered with this ask,
+    which takes the runtime's own connection: a test waits for a good frame sent after them.)"""
     return await runtime.ask(
         ECHO,
         ConversationContextUpdate("still here"),
@@ -87,8 +88,10 @@ async def settle(runtime: AgentRuntime, participant: str = "p1") -> str:
 async def test_an_empty_participant_with_reply_to_is_rejected_twice_and_the_actor_still_answers(
     bus,
 ):
+    collector = Collector()
     runtime = AgentRuntime(bus)
     runtime.register("echo", Echo())
+    runtime.register("notes", collector)
     async with runtime:
         client = raw_client(bus)
         try:
@@ -96,6 +99,10 @@ async def test_an_empty_participant_with_reply_to_is_rejected_twice_and_the_acto
                 client.send_frames(
                     [key(ECHO, None), client.metadata(seq, "", reply_to="_inbox.x"), text("boom")]
                 )
+            # On the same connection, so it arrives after both (the runtime's own ask
+            # below takes another connection, which the broker does not order with it).
+            client.send(NOTES.name, "p1", 1, {"text": "after"})
+            await collector.wait_for("after")
             assert await settle(runtime) == "p1:still here"
         finally:
             client.close()
