@@ -7,6 +7,12 @@ cost per reclaimed result; transcript memory over a long tool session.
   (``Tool.invoke``: JSON arguments decoded, result text), a bus ask to a handler in
   another process (the ask a tool call is made of), and ``RemoteTool.call`` to a tool
   server in that same process (ask + catalogued tool + task per call + deferred reply).
+- Streamed: ``RemoteTool.call`` with ``on_chunk`` (``ask_stream``) of the same tool,
+  and of a generator tool yielding four chunks (time to its first chunk, and to its
+  result).
+- A transcript write (one tool turn: four messages, 1 KB) acknowledged by a
+  ``TranscriptActor`` in that process, journaled in a context store (SQLite WAL, one
+  commit per write here) against one held in memory only.
 - Tier 1 (``compact_toolcall``, keep 12) over transcripts of 100 and 1,000 tool results
   of 2 KB each: microseconds per reclaimed result.
 - A ToolAgent session of 1,000 tool calls (ScriptedLLM and a local tool, no pacing;
@@ -20,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import tempfile
 import time
 import tracemalloc
 
@@ -33,6 +40,7 @@ from xrmq.actors.models import (
 )
 from xrmq.actors.runtime import AgentRuntime, run
 from xrmq.actors.tools import AutoCompactor, Tool, ToolAgent, compact_toolcall, remote_tool
+from xrmq.actors.tools.store import TranscriptAck, TranscriptTopics, TranscriptWrite
 from xrmq.schemas import AgentTurn
 from xrmq.topics import VOICE_OUTPUT_TOPIC
 
@@ -56,15 +64,45 @@ def _row(group: str, subject: str, unit: str, values: list[float], **extra: floa
     )
 
 
+def _turn_write(index: int) -> TranscriptWrite:
+    """One tool turn's append (four messages, about 1 KB), the ``index``-th write."""
+    call = ToolCall(f"c{index}", "probe", "{}")
+    messages = (
+        ChatMessage("user", f"Read probe {index}."),
+        ChatMessage("assistant", "", tool_calls=(call,)),
+        ChatMessage("tool", "probe log: " + "steady; " * 110, tool_call_id=call.id),
+        ChatMessage("assistant", "Read."),
+    )
+    return TranscriptWrite("append", messages, base=index, revision=index + 1)
+
+
 async def round_trips(bus: str, calls: int) -> dict[str, list[float]]:
     """Per-call seconds of each way, interleaved in rounds so load hits all alike."""
-    samples: dict[str, list[float]] = {"direct": [], "ask": [], "tool": []}
+    samples: dict[str, list[float]] = {
+        "direct": [],
+        "ask": [],
+        "tool": [],
+        "streamed": [],
+        "first_chunk": [],
+        "chunks": [],
+        "journal": [],
+        "memory": [],
+    }
     tool = remote_tool("bench", "echo", description="Return the text.", timeout_s=10)
+    chunked = remote_tool("bench", "chunks", description="Four chunks.", timeout_s=10)
+    stores = {name: TranscriptTopics.of(f"bench-{name}") for name in ("journal", "memory")}
+    participant = f"bench-{time.monotonic_ns()}"
     async with AgentRuntime(bus, name="bench-tools-caller") as runtime:
         for _ in range(50):  # warm up every path
             await tool.call(runtime, ARGS, call_id="w")
             await runtime.ask(PING, Ping("x"), reply_type=str)
         clock = time.perf_counter
+        first: list[float] = []
+
+        def on_first(chunk: str) -> None:
+            if not first:
+                first.append(clock())
+
         for index in range(calls):
             start = clock()
             await ECHO.invoke(ARGS)
@@ -75,6 +113,26 @@ async def round_trips(bus: str, calls: int) -> dict[str, list[float]]:
             start = clock()
             await tool.call(runtime, ARGS, call_id=f"c{index}")
             samples["tool"].append(clock() - start)
+            start = clock()
+            await tool.call(runtime, ARGS, call_id=f"s{index}", on_chunk=on_first)
+            samples["streamed"].append(clock() - start)
+            first.clear()
+            start = clock()
+            await chunked.call(runtime, ARGS, call_id=f"k{index}", on_chunk=on_first)
+            samples["chunks"].append(clock() - start)
+            samples["first_chunk"].append(first[0] - start)
+            first.clear()
+            for name, topics in stores.items():
+                start = clock()
+                ack = await runtime.ask(
+                    topics.write,
+                    _turn_write(index),
+                    reply_type=TranscriptAck,
+                    participant_id=participant,
+                    timeout=10,
+                )
+                samples[name].append(clock() - start)
+                assert ack.applied and ack.journaled == (name == "journal"), ack
     return samples
 
 
@@ -168,9 +226,9 @@ async def _started() -> None:
 
 def run_suite(ctx: SuiteContext) -> SuiteResult:
     calls = 100 if ctx.quick else 2_000
-    direct, ask, tool = [], [], []
-    with broker() as (bus, _):
-        worker = Worker("tools", "-m", "bench.tools_workers", bus)
+    p50: dict[str, list[float]] = {}
+    with broker() as (bus, _), tempfile.TemporaryDirectory(prefix="xrmq-bench-tools-") as state:
+        worker = Worker("tools", "-m", "bench.tools_workers", bus, state)
         try:
             worker.expect("ready")
             for rep in range(ctx.repetitions):
@@ -179,16 +237,36 @@ def run_suite(ctx: SuiteContext) -> SuiteResult:
                     "kind"
                 )
                 samples = run(round_trips(bus, calls))
-                direct.append(percentile(samples["direct"], 0.5) * 1e6)
-                ask.append(percentile(samples["ask"], 0.5) * 1e6)
-                tool.append(percentile(samples["tool"], 0.5) * 1e6)
+                for name, values in samples.items():
+                    p50.setdefault(name, []).append(percentile(values, 0.5) * 1e6)
         finally:
             worker.close()
+    ask, tool = p50["ask"], p50["tool"]
     group = "tool call round trip p50, cross-process (shared cores)"
     rows = [
-        _row(group, "direct call (Tool.invoke)", "us", direct),
+        _row(group, "direct call (Tool.invoke)", "us", p50["direct"]),
         _row(group, "bus ask", "us", ask),
         _row(group, "remote tool call", "us", tool, ratio_to_ask=median(tool) / median(ask)),
+        _row(
+            group,
+            "remote tool call, streamed (ask_stream)",
+            "us",
+            p50["streamed"],
+            ratio_to_call=median(p50["streamed"]) / median(tool),
+        ),
+        _row(group, "generator tool (4 chunks): first chunk", "us", p50["first_chunk"]),
+        _row(group, "generator tool (4 chunks): result", "us", p50["chunks"]),
+    ]
+    journal, memory = p50["journal"], p50["memory"]
+    rows += [
+        _row("transcript write acknowledged p50 (one tool turn, 1 KB)", "in memory", "us", memory),
+        _row(
+            "transcript write acknowledged p50 (one tool turn, 1 KB)",
+            "journaled (SQLite WAL)",
+            "us",
+            journal,
+            ratio_to_memory=median(journal) / median(memory),
+        ),
     ]
     for size in (100, 1_000):
         costs = [tier1_cost(size, 0.02 if ctx.quick else 0.2) for _ in range(ctx.repetitions)]

@@ -4,7 +4,9 @@ A tool server NAME answers asks on ``tools.NAME.list`` (``ToolListRequest`` ->
 ``ToolCatalog``) and ``tools.NAME.call`` (``ToolCallRequest`` -> ``ToolCallReply``) and
 takes ``ToolCancel`` on ``tools.NAME.cancel``. Arguments and results are text: the
 model writes arguments as a JSON object and reads results as text, so the bus carries
-them verbatim.
+them verbatim. A call asked with ``stream`` set (``AgentRuntime.ask_stream``) of a
+streaming tool is answered in parts: one ``partial`` reply per chunk as the tool yields
+it, then the final reply with the whole result.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ class ToolCallRequest(msgspec.Struct, frozen=True):
     """The caller's id for the call (the model's tool-call id); ``ToolCancel`` names it."""
     name: str
     arguments: str = "{}"
+    stream: bool = False
+    """Reply with each chunk of a streaming tool as it comes (``partial`` replies)."""
 
     def __post_init__(self) -> None:
         require_name(self.call_id, "ToolCallRequest", "call_id")
@@ -56,6 +60,8 @@ class ToolCallReply(msgspec.Struct, frozen=True):
 
     content: str
     error: str | None = None
+    partial: bool = False
+    """One chunk of a streamed result; the final reply (not partial) has the whole result."""
 
 
 class ToolCancel(msgspec.Struct, frozen=True):

@@ -57,15 +57,14 @@ def test_up_tools_answers_from_the_camera_and_inventory_tools_and_compacts_by_ha
         assert "in_stock: 3" in stock.stdout
         # Manual compaction (docs/tools.md) of p1's transcript at the tools destination, over the
         # bus.
+        # `xrmq context compact --tier` (the issue's spelling); the destination defaults
+        # to the config's only tools destination.
+        compact = [*CLI, "context", "compact", "--config", str(CONFIG), "--participant", "p1"]
         done = subprocess.run(
-            [*CLI, "compact", "lab-tools", "--tier", "toolcall"],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
+            [*compact, "--tier", "toolcall"], capture_output=True, text=True, env=env, timeout=60
         )
         missing = subprocess.run(
-            [*CLI, "compact", "nowhere", "--timeout", "1"],
+            [*compact, "--tier", "summary", "--destination", "nowhere", "--timeout", "1"],
             capture_output=True,
             text=True,
             env=env,
@@ -82,6 +81,40 @@ def test_up_tools_answers_from_the_camera_and_inventory_tools_and_compacts_by_ha
         == "compacted tool results at lab-tools: 0 reclaimed (0% of the transcript)"
     )
     assert missing.returncode == 1 and "'nowhere' is not a tools destination" in missing.stdout
+
+
+def test_context_compact_tier_needs_a_destination_when_the_config_has_none_or_several(
+    tmp_path: Path,
+) -> None:
+    from xrmq.actors.edge.config import load_config
+    from xrmq.actors.edge.context_commands import tools_destination
+
+    assert tools_destination(load_config(CONFIG), None) == "lab-tools"
+    assert tools_destination(load_config(CONFIG), "other") == "other"
+    path = tmp_path / "edge.toml"
+    path.write_text(
+        '[destinations.a]\ndescription = "A."\nkind = "tools"\n'
+        '[destinations.b]\ndescription = "B."\nkind = "tools"\n'
+    )
+    with pytest.raises(ValueError, match=r"--destination: name the tools destination .*: a, b\)"):
+        tools_destination(load_config(path), None)
+    done = subprocess.run(
+        [
+            *CLI,
+            "context",
+            "compact",
+            "--participant",
+            "p1",
+            "--tier",
+            "toolcall",
+            "--section",
+            "dialogue",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and "--section: a context section" in done.stderr
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,13 @@ decides nothing. Three tables, keyed by (participant, section):
   so a write costs its new identities, not the whole set);
 - ``jobs``: the pending compaction job, re-issued after a restart.
 
+And, for each tools destination's transcripts (``xrmq.actors.tools.store``), keyed by
+(participant, store name): ``transcripts`` (summary, token count, docs/tools.md's counters
+and the write revision, as one opaque blob), ``transcript_messages`` (one row per
+message, appended as turns commit, rewritten after a compaction) and
+``transcript_originals`` (the reclaimed originals ``extract_compacted_tool_result``
+returns, oldest first).
+
 Writes are batched per event-loop turn: section actors ``schedule`` themselves when a
 participant changed; one callback per turn lets each stage its changes (encoded there,
 so nothing mutable leaves the loop), hands them to the store's writer thread as one
@@ -47,12 +54,31 @@ from xrmq.actors.runtime import get_logger
 
 from .engine import PendingJob, SectionState
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The journal's schema version (``PRAGMA user_version``)."""
 
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {}
-"""``MIGRATIONS[v]`` upgrades a journal at version ``v`` to ``v + 1`` (none yet: version 1
-is the first; a change of the tables adds a step here and bumps ``SCHEMA_VERSION``)."""
+_TRANSCRIPT_SCHEMA = (
+    "CREATE TABLE transcripts (participant TEXT NOT NULL, name TEXT NOT NULL, "
+    "header BLOB NOT NULL, PRIMARY KEY (participant, name)) WITHOUT ROWID",
+    "CREATE TABLE transcript_messages (participant TEXT NOT NULL, name TEXT NOT NULL, "
+    "position INTEGER NOT NULL, message BLOB NOT NULL, "
+    "PRIMARY KEY (participant, name, position)) WITHOUT ROWID",
+    "CREATE TABLE transcript_originals (participant TEXT NOT NULL, name TEXT NOT NULL, "
+    "call_id TEXT NOT NULL, position INTEGER NOT NULL, original TEXT NOT NULL, "
+    "PRIMARY KEY (participant, name, call_id)) WITHOUT ROWID",
+)
+_TRANSCRIPT_TABLES = ("transcripts", "transcript_messages", "transcript_originals")
+
+
+def _add_transcripts(connection: sqlite3.Connection) -> None:
+    """Version 1 -> 2: the tables of the tools transcripts."""
+    for statement in _TRANSCRIPT_SCHEMA:
+        connection.execute(statement)
+
+
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _add_transcripts}
+"""``MIGRATIONS[v]`` upgrades a journal at version ``v`` to ``v + 1`` (a change of the
+tables adds a step here and bumps ``SCHEMA_VERSION``)."""
 
 OnCorrupt = Literal["error", "backup_and_start_empty"]
 ON_CORRUPT: tuple[str, ...] = ("error", "backup_and_start_empty")
@@ -65,6 +91,7 @@ _SCHEMA = (
     "identity BLOB NOT NULL, PRIMARY KEY (participant, section, identity)) WITHOUT ROWID",
     "CREATE TABLE jobs (participant TEXT NOT NULL, section TEXT NOT NULL, job BLOB NOT NULL, "
     "PRIMARY KEY (participant, section)) WITHOUT ROWID",
+    *_TRANSCRIPT_SCHEMA,
 )
 
 _encode = msgspec.msgpack.Encoder().encode
@@ -94,6 +121,15 @@ class Recovered(msgspec.Struct):
     ack: tuple[str, int]
 
 
+class RecoveredTranscript(msgspec.Struct):
+    """One transcript as the journal holds it: the header blob (its owner decodes it),
+    the messages as blobs in order, and the originals as (call id, text), oldest first."""
+
+    header: bytes
+    messages: list[bytes]
+    originals: list[tuple[str, str]]
+
+
 class Journaled(Protocol):
     """A section actor's part of a commit: stage its changes; return what to publish once
     they are committed, and what to do if the commit fails (stage them again later)."""
@@ -110,11 +146,15 @@ class ContextStore:
         path: Path,
         recovered: dict[tuple[str, str], Recovered],
         backup_path: Path | None,
+        transcripts: dict[tuple[str, str], RecoveredTranscript] | None = None,
     ) -> None:
         self._db = connection
         self.path = path
         self.recovered = recovered
         """What the journal held when opened, by (participant, section)."""
+        self.transcripts = {} if transcripts is None else transcripts
+        """The tools transcripts the journal held when opened, by (participant, store
+        name); each is taken (popped) by the actor that restores it."""
         self.backup_path = backup_path
         """Where a corrupt journal was moved (``backup_and_start_empty``), else None."""
         self._scheduled: dict[int, Journaled] = {}
@@ -175,6 +215,63 @@ class ContextStore:
                     "INSERT OR REPLACE INTO jobs VALUES (?, ?, ?)",
                     (participant, section, _encode(job)),
                 )
+            )
+
+    def put_transcript(
+        self,
+        participant: str,
+        name: str,
+        header: bytes,
+        messages: list[bytes],
+        start: int,
+        originals: list[tuple[str, int, str]],
+        dropped: list[str],
+        *,
+        reset: bool,
+    ) -> None:
+        """Stage a transcript's change: its ``header``, ``messages`` from position ``start``
+        (``reset``: everything of it is rewritten from scratch), the ``originals`` added as
+        (call id, position, text), and the call ids of originals ``dropped``."""
+        key = (participant, name)
+        if reset:
+            self.delete_transcript(participant, name)
+        else:
+            self._rows.append(
+                (
+                    "DELETE FROM transcript_messages WHERE participant = ? AND name = ? "
+                    "AND position >= ?",
+                    (*key, start),
+                )
+            )
+        self._rows.append(("INSERT OR REPLACE INTO transcripts VALUES (?, ?, ?)", (*key, header)))
+        for offset, message in enumerate(messages):
+            self._rows.append(
+                (
+                    "INSERT OR REPLACE INTO transcript_messages VALUES (?, ?, ?, ?)",
+                    (*key, start + offset, message),
+                )
+            )
+        for call_id in dropped:
+            self._rows.append(
+                (
+                    "DELETE FROM transcript_originals WHERE participant = ? AND name = ? "
+                    "AND call_id = ?",
+                    (*key, call_id),
+                )
+            )
+        for call_id, position, original in originals:
+            self._rows.append(
+                (
+                    "INSERT OR REPLACE INTO transcript_originals VALUES (?, ?, ?, ?, ?)",
+                    (*key, call_id, position, original),
+                )
+            )
+
+    def delete_transcript(self, participant: str, name: str) -> None:
+        """Stage the removal of a transcript (committed with this turn's transaction)."""
+        for table in _TRANSCRIPT_TABLES:
+            self._rows.append(
+                (f"DELETE FROM {table} WHERE participant = ? AND name = ?", (participant, name))
             )
 
     def _commit_turn(self) -> None:
@@ -273,6 +370,16 @@ class ContextStore:
             [(f"DELETE FROM {table}", ()) for table in ("sections", "identities", "jobs")],
         )
 
+    def read_transcript(self, participant: str, name: str) -> RecoveredTranscript | None:
+        """One transcript as committed now (after every transaction handed to the writer),
+        for an actor re-created after it was retired; None if the journal has none."""
+
+        def read() -> RecoveredTranscript | None:
+            found = _read_transcripts(self._db, self.path, (participant, name))
+            return found.get((participant, name))
+
+        return self._run(read)  # type: ignore[return-value]
+
     @property
     def open(self) -> bool:
         return not self._closed
@@ -329,8 +436,8 @@ def open_store(path: str | os.PathLike[str], *, on_corrupt: OnCorrupt = "error")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
-        connection, recovered = _open(path)
-        return ContextStore(connection, path, recovered, None)
+        connection, recovered, transcripts = _open(path)
+        return ContextStore(connection, path, recovered, None, transcripts)
     except StoreError as error:
         if on_corrupt == "error" or isinstance(error, InUseError):
             raise
@@ -341,11 +448,17 @@ def open_store(path: str | os.PathLike[str], *, on_corrupt: OnCorrupt = "error")
             backup=str(backup),
             action="moved aside; starting with an empty journal",
         )
-        connection, recovered = _open(path)
-        return ContextStore(connection, path, recovered, backup)
+        connection, recovered, transcripts = _open(path)
+        return ContextStore(connection, path, recovered, backup, transcripts)
 
 
-def _open(path: Path) -> tuple[sqlite3.Connection, dict[tuple[str, str], Recovered]]:
+def _open(
+    path: Path,
+) -> tuple[
+    sqlite3.Connection,
+    dict[tuple[str, str], Recovered],
+    dict[tuple[str, str], RecoveredTranscript],
+]:
     try:
         # One thread uses it at a time: this one to open and read, then the writer thread.
         connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -375,7 +488,7 @@ def _open(path: Path) -> tuple[sqlite3.Connection, dict[tuple[str, str], Recover
         check = connection.execute("PRAGMA quick_check").fetchone()[0]
         if check != "ok":
             raise StoreError(path, f"corrupt database ({check})")
-        return connection, _read(connection, path)
+        return connection, _read(connection, path), _read_transcripts(connection, path)
     except sqlite3.OperationalError as error:
         connection.close()
         if "locked" in str(error):
@@ -427,6 +540,36 @@ def _read(connection: sqlite3.Connection, path: Path) -> dict[tuple[str, str], R
     except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError) as error:
         raise StoreError(path, f"corrupt row ({error})") from None
     return recovered
+
+
+def _read_transcripts(
+    connection: sqlite3.Connection, path: Path, key: tuple[str, str] | None = None
+) -> dict[tuple[str, str], RecoveredTranscript]:
+    """Every transcript of the journal, or the one of ``key`` (participant, name)."""
+    transcripts: dict[tuple[str, str], RecoveredTranscript] = {}
+    where, parameters = ("", ()) if key is None else (" WHERE participant = ? AND name = ?", key)
+    try:
+        for participant, name, header in connection.execute(
+            "SELECT * FROM transcripts" + where, parameters
+        ):
+            transcripts[(participant, name)] = RecoveredTranscript(bytes(header), [], [])
+        for participant, name, _, message in connection.execute(
+            f"SELECT * FROM transcript_messages{where} ORDER BY participant, name, position",
+            parameters,
+        ):
+            item = transcripts.get((participant, name))
+            if item is not None:
+                item.messages.append(bytes(message))
+        for participant, name, call_id, _, original in connection.execute(
+            f"SELECT * FROM transcript_originals{where} ORDER BY participant, name, position",
+            parameters,
+        ):
+            item = transcripts.get((participant, name))
+            if item is not None:
+                item.originals.append((call_id, original))
+    except (ValueError, TypeError) as error:
+        raise StoreError(path, f"corrupt transcript row ({error})") from None
+    return transcripts
 
 
 def _move_aside(path: Path) -> Path:

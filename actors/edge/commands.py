@@ -1,6 +1,6 @@
 """Edge-box commands: ``xrmq up``, ``xrmq run``, ``xrmq record``, ``xrmq replay``, ``xrmq echo``,
 ``xrmq topics``, ``xrmq capture show``, ``xrmq top``, ``xrmq demo``, ``xrmq chat``, ``xrmq say``,
-``xrmq compact``."""
+``xrmq context ...`` (``context_commands``)."""
 
 from __future__ import annotations
 
@@ -179,25 +179,6 @@ def add_commands(subparsers: Any) -> None:
         help="seconds to wait for the whole reply (default 30)",
     )
     say.set_defaults(func=run_say)
-
-    compact = subparsers.add_parser(
-        "compact", help="compact a participant's transcript at a tools destination"
-    )
-    add_bus_argument(compact)
-    compact.add_argument(
-        "destination", help='the tools destination (a [destinations.NAME] with kind = "tools")'
-    )
-    compact.add_argument(
-        "--participant", default="p1", help="participant id (default: %(default)s)"
-    )
-    compact.add_argument(
-        "--tier",
-        choices=("toolcall", "summary"),
-        default="summary",
-        help="toolcall: reclaim old tool results (tier 1); summary: summarize (tier 2)",
-    )
-    compact.add_argument("--timeout", type=float, default=30.0, help="seconds to wait (default 30)")
-    compact.set_defaults(func=run_compact)
 
 
 def _config(path: str | None) -> EdgeConfig:
@@ -383,27 +364,3 @@ def run_say(args: argparse.Namespace) -> int:
         raise ValueError("TEXT: must be non-empty")
     require_broker(args.bus)
     return run(say(args.bus, args.participant, args.text, timeout=args.timeout))
-
-
-def run_compact(args: argparse.Namespace) -> int:
-    """``xrmq compact``: one manual compaction; 0 when the destination answered, else 1."""
-    from xrmq.actors.runtime import AgentRuntime
-
-    from .chat import compact
-
-    if args.timeout <= 0:
-        raise ValueError("--timeout: must be > 0")
-
-    async def once() -> int:
-        async with AgentRuntime(args.bus, ready_timeout=min(args.timeout, 10.0)) as runtime:
-            line = await compact(
-                runtime,
-                args.participant,
-                f"/compact {args.tier} {args.destination}",
-                None,
-                timeout=args.timeout,
-            )
-        print(line.removeprefix("xrmq chat: "), flush=True)
-        return 1 if "/compact:" in line else 0
-
-    return run(once())

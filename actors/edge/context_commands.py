@@ -12,6 +12,10 @@ full snapshot; it never calls ``close()`` (that would forget every participant).
 - ``clear --participant P``: forget the participant (their journal rows go too).
 - ``compact --participant P [--section S]``: compact now (``/compact``, docs/tools.md); exit
   1 when the model failed.
+- ``compact --participant P --tier toolcall|summary [--destination NAME]``: compact the
+  participant's tool transcript at a tools destination instead (docs/tools.md's ``/compact
+  toolcall``; the destination defaults to the config's only ``kind = "tools"`` one); exit
+  1 when the destination did not answer.
 """
 
 from __future__ import annotations
@@ -76,6 +80,16 @@ def add_commands(subparsers: Any) -> None:
     common(compact)
     compact.add_argument("--participant", required=True)
     compact.add_argument("--section", help="'dialogue' or an incremental topic (default: all)")
+    compact.add_argument(
+        "--tier",
+        choices=("toolcall", "summary"),
+        help="compact the tool transcript at a tools destination instead: toolcall reclaims "
+        "old tool results (tier 1), summary summarizes (tier 2)",
+    )
+    compact.add_argument(
+        "--destination",
+        help="with --tier: the tools destination (default: the config's only tools destination)",
+    )
     compact.set_defaults(func=run_context)
 
 
@@ -104,11 +118,52 @@ def run_context(args: argparse.Namespace) -> int:
         return run(
             with_manager(config, bus, lambda m: clear(m, args.participant), timeout=args.timeout)
         )
+    if args.tier is not None:
+        if args.section is not None:
+            raise ValueError("--section: a context section; --tier compacts a tool transcript")
+        destination = tools_destination(config, args.destination)
+        return run(compact_transcript(bus, args.participant, destination, args.tier, args.timeout))
+    if args.destination is not None:
+        raise ValueError("--destination: only with --tier (a tools destination's transcript)")
     return run(
         with_manager(
             config, bus, lambda m: compact(m, args.participant, args.section), timeout=args.timeout
         )
     )
+
+
+def tools_destination(config: EdgeConfig, named: str | None) -> str:
+    """The tools destination ``--tier`` compacts at: ``named``, else the config's only one."""
+    if named is not None:
+        return named
+    tools = [name for name, d in config.destinations.items() if d.kind == "tools"]
+    if len(tools) != 1:
+        found = ", ".join(tools) or "none"
+        raise ValueError(
+            f"--destination: name the tools destination (the config's tools destinations: {found})"
+        )
+    return tools[0]
+
+
+async def compact_transcript(
+    bus: str,
+    participant: str,
+    destination: str,
+    tier: str,
+    timeout: float,
+    out: TextIO = sys.stdout,
+) -> int:
+    """One manual compaction of a tool transcript; 0 when the destination answered, else 1."""
+    from .chat import compact as compact_at
+
+    async with AgentRuntime(
+        bus, name="xrmq-context-compact", ready_timeout=min(timeout, 10.0)
+    ) as runtime:
+        line = await compact_at(
+            runtime, participant, f"/compact {tier} {destination}", None, timeout=timeout
+        )
+    print(line.removeprefix("xrmq chat: ").replace("/compact: ", ""), file=out, flush=True)
+    return 1 if "/compact:" in line else 0
 
 
 def manager_for(config: EdgeConfig) -> ContextManager:

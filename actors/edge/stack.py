@@ -4,8 +4,8 @@
   sharded over the process's replicas, and one actor per context topic on replica 0),
   each replica journaling to its own database (``context_store_path``) unless
   ``[context] persist = false``, and restoring it before it reports ready; and each
-  tools destination's transcripts (``TranscriptActor``, keyed the same way, not
-  journaled yet).
+  tools destination's transcripts (``TranscriptActor``, keyed the same way, journaled
+  in the same database).
 - ``compaction``: compaction workers; each replica hosts its own slice of the pool.
 - ``conversation``: one ``Conversation`` per configured destination (a ``ToolAgent`` for
   ``kind = "tools"``, whose tier-2 summaries the compaction workers write), served on
@@ -125,17 +125,20 @@ def prepared_llm(spec: ModelSpec) -> LLMService:
 
 def context_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
     topics: list[str] | None = None if process.shard == 0 else []
+    store = open_context_store(config, process.shard)
     register_sections(
         runtime,
         plan_of(config),
         shard=process.shard,
         shards=process.shards,
         topics=topics,
-        store=open_context_store(config, process.shard),
+        store=store,
     )
     for name, destination in config.destinations.items():
-        if destination.kind == "tools":  # its transcripts, keyed like the sections
-            register_transcripts(runtime, name, shard=process.shard, shards=process.shards)
+        if destination.kind == "tools":  # its transcripts, keyed and journaled like the sections
+            register_transcripts(
+                runtime, name, shard=process.shard, shards=process.shards, store=store
+            )
 
 
 def compaction_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:

@@ -233,10 +233,13 @@ def render(rows: list[RuntimeRow], *, stale_after_s: float = 5.0, color: bool = 
                 + _counts(row.evicted_by)
                 + (f"  oversize refused {row.oversize}" if row.oversize else "")
             )
-        if row.gauges:
+        gauges, tiers = _tier_gauges(row.gauges)
+        if gauges:
             lines.append(
-                "  " + "  ".join(f"{name} {value:g}" for name, value in sorted(row.gauges.items()))
+                "  " + "  ".join(f"{name} {value:g}" for name, value in sorted(gauges.items()))
             )
+        for destination, tier_counts in sorted(tiers.items()):
+            lines.append(f"  tools {destination} compaction: " + _tier_line(tier_counts))
         for actor, depth in sorted(row.actors.items()):
             faults = row.actor_faults.get(actor)
             stuck = row.stuck.get(actor)
@@ -245,6 +248,36 @@ def render(rows: list[RuntimeRow], *, stale_after_s: float = 5.0, color: bool = 
                 mark += f"  {paint(RED, f'faults {faults}')}"
             lines.append(f"  {paint(DIM, 'mailbox')} {depth:>6}  {actor}{mark}")
     return "\n".join(lines) + "\n"
+
+
+TIER_GAUGES = {
+    "toolcall_rounds_total": "tier 1 rounds",
+    "toolcall_reclaimed": "reclaimed",
+    "summary_rounds": "tier 2 summaries",
+    "nothing_to_condense": "nothing to condense",
+    "summarize_failed": "summarize failed",
+    "originals_evicted": "originals evicted",
+}
+"""A tools destination's seed-002 counters (gauges ``tools.NAME.<counter>``), as top labels them."""
+
+
+def _tier_gauges(gauges: dict[str, float]) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Split off the tools destinations' tier counters: (other gauges, {destination: counters})."""
+    rest: dict[str, float] = {}
+    tiers: dict[str, dict[str, float]] = {}
+    for name, value in gauges.items():
+        head, _, counter = name.rpartition(".")
+        if name.startswith("tools.") and counter in TIER_GAUGES and head.count(".") == 1:
+            tiers.setdefault(head.removeprefix("tools."), {})[counter] = value
+        else:
+            rest[name] = value
+    return rest, tiers
+
+
+def _tier_line(counts: dict[str, float]) -> str:
+    return "  ".join(
+        f"{label} {counts.get(counter, 0):g}" for counter, label in TIER_GAUGES.items()
+    )
 
 
 def _counts(counts: dict[str, int]) -> str:

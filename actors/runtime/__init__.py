@@ -7,6 +7,7 @@ from .logs import configure_logging, get_logger
 from .loop import event_loop_name, run
 from .runtime import DEFERRED_REPLY, AgentRuntime, AskError, RuntimeClosedError, shard_of
 from .sequence import Gap
+from .streams import ReplyOverflow, ReplyStream
 
 __all__ = [
     "DEFAULT_BUS",
@@ -21,6 +22,8 @@ __all__ = [
     "Gap",
     "Handler",
     "Handlers",
+    "ReplyOverflow",
+    "ReplyStream",
     "RuntimeClosedError",
     "RuntimeContext",
     "Scope",

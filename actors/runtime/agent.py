@@ -154,10 +154,36 @@ class Agent:
 
     The runtime sets ``name`` and ``runtime`` when the agent is registered (or, for a
     keyed kind, spawned). Override ``on_start``/``on_stop`` to own background tasks.
+
+    ``Agent(tools=...)`` (as upstream; a subclass calls ``super().__init__(tools=...)``):
+    the agent owns these ``xrmq.actors.tools.Tool`` s, and ``AgentRuntime.register``
+    serves them on the bus as tool server ``tool_server`` (default: the registered name),
+    exactly as ``serve_tools`` does: callers reach them as ``SERVER__TOOL`` through
+    ``remote_tool``/``ToolSet``. A keyed kind's instances serve no tools (they are
+    spawned after the runtime started).
     """
 
     name: str = ""
     runtime: AgentRuntime | None = None
+    _tools: tuple[Any, ...] = ()
+    _tool_server: str | None = None
+
+    def __init__(self, *, tools: Sequence[Any] = (), tool_server: str | None = None) -> None:
+        if tools:
+            from xrmq.actors.tools.server import check_tools  # tools build on the runtime
+
+            self._tools = check_tools(tools, f"{type(self).__qualname__}.tools")
+        self._tool_server = tool_server
+
+    @property
+    def tools(self) -> tuple[Any, ...]:
+        """The tools this agent serves on the bus (``Agent(tools=...)``)."""
+        return self._tools
+
+    @property
+    def tool_server(self) -> str | None:
+        """The tool server name its tools are served as (None: its registered name)."""
+        return self._tool_server
 
     async def on_start(self) -> None:
         """Called once the runtime is ready (or the keyed instance is spawned)."""

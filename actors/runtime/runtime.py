@@ -50,7 +50,11 @@ from .readiness import Readiness
 from .routes import KeyedKind, Route, shard_of
 from .security.keys import ClientCredentials, client_credentials
 from .sequence import DEFAULT_STREAM_CAPACITY, STALE, Gap, SequenceTracker
+from .streams import ReplyStream
 from .tables import evict_over
+
+if TYPE_CHECKING:
+    from xrmq.actors.tools.server import ToolServer
 
 _AgentT = TypeVar("_AgentT", bound=Agent)
 
@@ -256,6 +260,7 @@ class AgentRuntime:
                 "not only whitespace"
             )
         handlers = check_handlers(type(agent), agent.handlers())
+        tool_server = self._tool_server_of(name, agent)
         mailbox = Mailbox(self, agent, name, mailbox_capacity or self.mailbox_capacity)
         agent.name, agent.runtime = name, self
         self._agents[name] = mailbox
@@ -267,7 +272,27 @@ class AgentRuntime:
             )
             if participant_id is not None:
                 self._subscriptions.add(topic.key(None))
+        if tool_server is not None:
+            self.register(f"tools.{tool_server.server}", tool_server)
         return agent
+
+    def _tool_server_of(self, name: str, agent: Agent) -> ToolServer | None:
+        """The ``ToolServer`` serving an ``Agent(tools=...)``'s tools, checked before
+        anything is registered (so a bad name leaves the runtime as it was)."""
+        if not agent.tools:
+            return None
+        from xrmq.actors.tools.server import ToolServer  # tools build on the runtime
+
+        server = agent.tool_server or name
+        try:
+            tool_server = ToolServer(server, agent.tools)
+        except ValueError as error:
+            raise ValueError(
+                f"register: {name!r} serves tools as tool server {server!r}: "
+                f"{error}; name one with Agent(tool_server=...)"
+            ) from None
+        self._check_registrable(f"tools.{server}")
+        return tool_server
 
     def register_keyed(
         self,
@@ -717,6 +742,52 @@ class AgentRuntime:
         if decoder is None:
             decoder = self._reply_decoders[reply_type] = msgspec.msgpack.Decoder(reply_type)
         return decoder.decode(frame)  # type: ignore[arg-type]  # a Frame is a buffer
+
+    def ask_stream(
+        self,
+        topic: Topic,
+        message: Any,
+        *,
+        reply_type: Any = Any,
+        participant_id: str | Scope | None = None,
+        source: str = APPLICATION,
+        timeout: float = 5.0,
+        max_buffered: int = 1024,
+    ) -> ReplyStream[Any]:
+        """``ask``, keeping every reply: a ``ReplyStream`` of the replies as they arrive
+        (a handler answering in parts calls ``reply`` for each). ``timeout`` bounds the
+        whole stream; the caller closes it when the replier's protocol says it is done."""
+        if not self._running:
+            raise RuntimeClosedError(f"ask_stream: runtime {self.name!r} is not running")
+        if not source or source.isspace():
+            raise ValueError(f"source: must be a non-empty name, not {source!r}")
+        if max_buffered < 1:
+            raise ValueError("ask_stream: max_buffered must be >= 1")
+        if participant_id is GLOBAL:
+            participant_id = None
+        decoder = self._reply_decoders.get(reply_type)
+        if decoder is None:
+            decoder = self._reply_decoders[reply_type] = msgspec.msgpack.Decoder(reply_type)
+        stream = self._streams.get((topic.name, participant_id)) or self._open_stream(
+            topic.name, participant_id
+        )
+        payload = topic.encode(message)
+        if len(payload) > self.max_message_bytes:
+            self._refuse_oversize(topic.name, len(payload))
+        message_id = self._send_frames(
+            stream, payload, participant_id, source, None, None, self._inbox, None
+        )
+        replies: ReplyStream[Any] = ReplyStream(
+            decoder.decode,
+            lambda: self._pending.pop(message_id, None),
+            lambda metadata: AskError(f"ask: {metadata.source} failed: {metadata.error}"),
+            max_buffered,
+        )
+        self._pending[message_id] = replies  # type: ignore[assignment]  # a future's API
+        deadlines = self._deadlines
+        assert deadlines is not None  # set while running
+        deadlines.add(replies, timeout, topic.name)  # type: ignore[arg-type]  # a future's API
+        return replies
 
     def reply(self, request: MessageMetadata, result: Any, *, error: str | None = None) -> None:
         """Send a handler's result (or failure) to the asker's inbox.

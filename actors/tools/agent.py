@@ -18,6 +18,11 @@ shared context, and the turn committed to the transcript, only after the final f
 A cancelled turn (a barge-in) cancels its running tool calls, at their servers too,
 and records nothing.
 
+A streaming tool's chunks reach ``on_tool_chunk(participant_id, call, chunk)`` as the
+tool yields them (local tools, and remote ones through ``ask_stream``), before the call
+ends; the model and the transcript get the whole result when it ends, or, when the call
+fails after some chunks, the error with the chunks as ``"partial"``.
+
 Before each model call the ``AutoCompactor`` (docs/tools.md) checks the transcript; tier 2
 summaries come from ``summarize`` (the compaction workers or a model). The built-in
 tool ``extract_compacted_tool_result`` returns a reclaimed original.
@@ -37,7 +42,7 @@ from xrmq.actors.conversation import ParticipantContext, context_message, system
 from xrmq.actors.interaction import ResponseOutputs
 from xrmq.actors.models import ChatMessage, ChatOptions, LLMService, ModelError, ToolCall, ToolSpec
 from xrmq.actors.routing.agent import current_turn_context
-from xrmq.actors.runtime import get_logger
+from xrmq.actors.runtime import ReplyStream, RuntimeClosedError, get_logger
 from xrmq.schemas import Admission, AgentTurn, DestinationResult, ResponseOutput, RoutingAid
 from xrmq.schemas._validation import check_positive
 from xrmq.schemas.tools import ToolCallReply
@@ -45,7 +50,16 @@ from xrmq.topics import Topic
 
 from .client import RemoteTool, ToolSet
 from .policy import AutoCompactor, AutoCompactReport, Summarize
-from .store import TranscriptLoad, TranscriptState, TranscriptTopics, TranscriptWrite, restore
+from .store import (
+    RESYNC_DELAYS_S,
+    TranscriptAck,
+    TranscriptLoad,
+    TranscriptState,
+    TranscriptTopics,
+    TranscriptWrite,
+    restore,
+    write_of,
+)
 from .summary import COMPACTED_NOTE, llm_summarizer
 from .tiers import SummaryCompactResult, ToolCallCompactResult
 from .tool import Tool, failed
@@ -71,6 +85,16 @@ DEFAULT_SYSTEM_PROMPT = (
 DEFAULT_ROUTING = RoutingAid(
     "Tools: answers questions by calling tools (camera view, inventory, ...)."
 )
+
+TIER_COUNTERS = (
+    "toolcall_rounds_total",
+    "toolcall_reclaimed",
+    "summary_rounds",
+    "nothing_to_condense",
+    "summarize_failed",
+    "originals_evicted",
+)
+"""docs/tools.md's counters per tier and outcome that ``ToolAgent.tier_counters`` totals."""
 
 MAX_PARTICIPANTS = 10_000
 """Transcripts held at most; the least recently used beyond it is dropped, and counted."""
@@ -110,6 +134,7 @@ class ToolAgent:
         discovery_timeout_s: float = 2.0,
         tool_timeout_s: float = 10.0,
         transcripts: str | None = None,
+        on_tool_chunk: Callable[[str, ToolCall, str], Awaitable[None] | None] | None = None,
         clock: Callable[[], int] = now_us,
     ) -> None:
         if not callable(getattr(llm, "stream", None)):
@@ -138,12 +163,19 @@ class ToolAgent:
         self.discovery_timeout_s = discovery_timeout_s
         self.tool_timeout_s = tool_timeout_s
         self.store = None if transcripts is None else TranscriptTopics.of(transcripts)
+        if on_tool_chunk is not None and not callable(on_tool_chunk):
+            raise ValueError("ToolAgent.on_tool_chunk: must be callable")
+        self.on_tool_chunk = on_tool_chunk
         prompt = DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
         self._system = system_message(prompt, instructions)
         self._clock = clock
         self._transcripts: OrderedDict[str, Transcript] = OrderedDict()
         self._locks: dict[str, asyncio.Lock] = {}
         self.transcripts_evicted = 0
+        self._tiers = dict.fromkeys(TIER_COUNTERS, 0)
+        self.store_refused = 0
+        """Writes the transcript store refused or left unanswered (each followed by a resync)."""
+        self._acks: set[asyncio.Task[None]] = set()
         self._closed = False
 
     # ------------------------------------------------------------ RoutableAgent
@@ -168,10 +200,12 @@ class ToolAgent:
         """Forget the participant's transcript (in the store too)."""
         self._transcripts.pop(participant_id, None)
         self._locks.pop(participant_id, None)
-        self._write(participant_id, TranscriptWrite("clear", ()))
+        self._write(participant_id, TranscriptWrite("clear", ()), None)
 
     async def close(self) -> None:
         self._closed = True
+        for task in list(self._acks):
+            task.cancel()
 
     # ------------------------------------------------------------ transcripts
 
@@ -187,6 +221,21 @@ class ToolAgent:
         else:
             self._transcripts.move_to_end(participant_id)
         return transcript
+
+    def tier_counters(self) -> dict[str, int]:
+        """docs/tools.md's counters over every transcript, since this agent started:
+        ``toolcall_rounds_total`` tier-1 rounds, ``toolcall_reclaimed`` results reclaimed,
+        ``summary_rounds`` summaries applied, ``nothing_to_condense`` and
+        ``summarize_failed`` tier-2 outcomes, ``originals_evicted`` originals dropped."""
+        return dict(self._tiers)
+
+    def _tally(self, transcript: Transcript, before: tuple[int, ...]) -> None:
+        for name, was in zip(TIER_COUNTERS, before):
+            self._tiers[name] += getattr(transcript.counters, name) - was
+
+    @staticmethod
+    def _counted(transcript: Transcript) -> tuple[int, ...]:
+        return tuple(getattr(transcript.counters, name) for name in TIER_COUNTERS)
 
     def tool_specs(self) -> tuple[ToolSpec, ...]:
         """What the model is offered: the tools, then ``extract_compacted_tool_result``."""
@@ -210,19 +259,25 @@ class ToolAgent:
         self, participant_id: str, tier: Literal["toolcall", "summary"] = "summary"
     ) -> ToolCallCompactResult | SummaryCompactResult:
         """Run one tier by hand (``/compact`` (docs/tools.md) and ``/compact toolcall``)."""
-        transcript = self.transcript(participant_id)
+        if tier not in ("toolcall", "summary"):
+            raise ValueError("ToolAgent.compact.tier: must be 'toolcall' or 'summary'")
         async with self._lock(participant_id):
+            transcript = await self._load(participant_id, get_logger(participant=participant_id))
+            before = self._counted(transcript)
+            result: ToolCallCompactResult | SummaryCompactResult
             if tier == "toolcall":
-                reclaimed = transcript.compact_toolcall(self.compactor.toolcall_keep_max)
-                self._mirror(participant_id, transcript, [])
-                return reclaimed
-            if tier != "summary":
-                raise ValueError("ToolAgent.compact.tier: must be 'toolcall' or 'summary'")
-            plan = transcript.plan_summary(self.compactor.summary_keep_max)
-            summary = None if plan is None else await self.summarize(plan.head, transcript.summary)
-            result = transcript.apply_summary(plan, summary)
-            self._mirror(participant_id, transcript, [])
-            return result
+                result = transcript.compact_toolcall(self.compactor.toolcall_keep_max)
+            else:
+                plan = transcript.plan_summary(self.compactor.summary_keep_max)
+                summary = (
+                    None if plan is None else await self.summarize(plan.head, transcript.summary)
+                )
+                result = transcript.apply_summary(plan, summary)
+            self._tally(transcript, before)
+            answered = self._mirror(participant_id, transcript, [])
+        if answered is not None:
+            await answered  # the store's first answer: journaled, unless it was down
+        return result
 
     def _lock(self, participant_id: str) -> asyncio.Lock:
         lock = self._locks.get(participant_id)
@@ -330,7 +385,9 @@ class ToolAgent:
     async def _call(self, pid: str, transcript: Transcript, call: ToolCall) -> ToolCallReply:
         if call.name == EXTRACT_TOOL.name:
             return _extract(transcript, call.arguments)
-        return await self.toolset.call(self.runtime, call, participant_id=pid)
+        observer = self.on_tool_chunk
+        on_chunk = None if observer is None else (lambda chunk: observer(pid, call, chunk))
+        return await self.toolset.call(self.runtime, call, participant_id=pid, on_chunk=on_chunk)
 
     async def _load(self, pid: str, log: Any) -> Transcript:
         """The participant's transcript: held here, else loaded from the store."""
@@ -344,38 +401,125 @@ class ToolAgent:
                 participant_id=pid,
                 timeout=self.discovery_timeout_s,
             )
-        except Exception as error:  # the store is not up: start afresh, say so
+        except Exception as error:  # the store is not up: this turn starts afresh, say so
             log.warning("tools.transcript_load_failed", error=f"{type(error).__name__}: {error}")
-            return self.transcript(pid)
+            # Not held, so never mirrored (a write would replace the stored transcript);
+            # the next turn loads again.
+            return Transcript()
         self.transcript(pid)
         restored = self._transcripts[pid] = restore(state)
         return restored
 
-    def _mirror(self, pid: str, transcript: Transcript, turn_messages: list[ChatMessage]) -> None:
-        """Send the store what changed: the whole transcript after a rewrite, else the turn."""
-        if self.store is None:
-            return
+    def _mirror(
+        self, pid: str, transcript: Transcript, turn_messages: list[ChatMessage]
+    ) -> asyncio.Future[None] | None:
+        """Send the store what changed: the whole transcript after a rewrite or when the
+        store may have missed a write (``resync``), else the turn. A transcript this agent
+        does not hold (its load failed) is not mirrored. Returns what resolves once the
+        store first answered the write (None when nothing was sent)."""
+        if self.store is None or self._transcripts.get(pid) is not transcript:
+            return None
         rewritten = transcript.take_rewritten()
-        messages = tuple(transcript.messages) if rewritten else tuple(turn_messages)
-        self._write(
-            pid,
-            TranscriptWrite(
-                "replace" if rewritten else "append",
-                messages,
-                transcript.summary,
-                transcript.total_tokens,
-                transcript.take_new_originals(),
-                transcript.counters.tool_rounds,
-                transcript.counters.summary_rounds,
-            ),
+        new_originals = transcript.take_new_originals()
+        if transcript.resync:
+            transcript.resync = False
+            write = write_of(
+                transcript, "replace", tuple(transcript.messages), transcript.originals()
+            )
+        elif rewritten:
+            write = write_of(transcript, "replace", tuple(transcript.messages), new_originals)
+        else:
+            write = write_of(transcript, "append", tuple(turn_messages), new_originals)
+        return self._write(pid, write, transcript)
+
+    def _write(
+        self, pid: str, write: TranscriptWrite, transcript: Transcript | None
+    ) -> asyncio.Future[None] | None:
+        """Ask the store to apply ``write`` (sent now, so writes and loads keep their
+        order); a refusal or no answer resyncs ``transcript``. Returns what resolves once
+        the store first answered (or did not, in time)."""
+        if self.store is None or not getattr(self.runtime, "running", False):
+            return None
+        answered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(
+            self._acknowledged(pid, write, transcript, self._ask(pid, write), answered),
+            name=f"xrmq-transcript-write-{pid}",
+        )
+        self._acks.add(task)
+        task.add_done_callback(self._acks.discard)
+        task.add_done_callback(lambda _: _resolve(answered))
+        return answered
+
+    def _ask(self, pid: str, write: TranscriptWrite) -> ReplyStream[TranscriptAck] | Exception:
+        """Send ``write`` to the store now; its reply stream, or why it could not be sent."""
+        assert self.store is not None
+        try:
+            return self.runtime.ask_stream(
+                self.store.write,
+                write,
+                reply_type=TranscriptAck,
+                participant_id=pid,
+                timeout=self.discovery_timeout_s,
+            )
+        except (RuntimeClosedError, ValueError) as error:  # stopping, or over the message limit
+            return error
+
+    async def _acknowledged(
+        self,
+        pid: str,
+        write: TranscriptWrite,
+        transcript: Transcript | None,
+        sent: ReplyStream[TranscriptAck] | Exception,
+        answered: asyncio.Future[None],
+    ) -> None:
+        """Await the store's answer to ``write``; while it refuses or stays silent and no
+        newer write went out, re-send the whole transcript after each ``RESYNC_DELAYS_S``."""
+        for attempt, delay in enumerate((0.0, *RESYNC_DELAYS_S)):
+            if attempt:
+                await asyncio.sleep(delay)  # a backoff: the store's process is restarting
+                if not self._resync_due(pid, write, transcript):
+                    return
+                assert transcript is not None
+                async with self._lock(pid):  # never in the middle of a turn
+                    if not self._resync_due(pid, write, transcript):
+                        return
+                    transcript.resync = False
+                    write = write_of(
+                        transcript, "replace", tuple(transcript.messages), transcript.originals()
+                    )
+                    sent = self._ask(pid, write)
+            reason = _refusal(await _first(sent))
+            _resolve(answered)
+            if reason is None:
+                return
+            self.store_refused += 1
+            get_logger(actor="tools.transcripts", participant=pid).info(
+                "tools.transcript_resync", revision=write.revision, reason=reason
+            )
+            if transcript is None:
+                return
+            transcript.resync = True  # the next write sends the whole transcript
+            if transcript.revision != write.revision:
+                return  # a newer write is out: it (or its own retries) carries the resync
+
+    async def mirrored(self) -> None:
+        """Return once every transcript write sent so far was answered (or given up)."""
+        while self._acks:
+            await asyncio.gather(*list(self._acks), return_exceptions=True)
+
+    def _resync_due(self, pid: str, write: TranscriptWrite, transcript: Transcript | None) -> bool:
+        """Whether ``write`` is still the participant's latest and the store needs it all."""
+        return (
+            transcript is not None
+            and self._transcripts.get(pid) is transcript
+            and transcript.revision == write.revision
+            and transcript.resync
         )
 
-    def _write(self, pid: str, write: TranscriptWrite) -> None:
-        if self.store is not None and getattr(self.runtime, "running", False):
-            self.runtime.send(self.store.write, write, participant_id=pid)
-
     async def _auto_compact(self, transcript: Transcript, log: Any) -> AutoCompactReport | None:
+        before = self._counted(transcript)
         report = await self.compactor.auto_compact(transcript, self.summarize)
+        self._tally(transcript, before)
         if report is not None:
             log.info(
                 "tools.compacted",
@@ -408,6 +552,33 @@ class ToolAgent:
                 if tool.spec().name not in self.toolset:
                     self.toolset.add(tool)
             self.servers.remove(server)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+async def _first(sent: ReplyStream[TranscriptAck] | Exception) -> TranscriptAck | Exception:
+    """The store's answer to a write: its acknowledgement, or the failure."""
+    if isinstance(sent, Exception):
+        return sent
+    async with sent:
+        try:
+            async for ack in sent:
+                return ack
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # the store is down or restarting
+            return error
+    return RuntimeClosedError("no answer")
+
+
+def _refusal(answer: TranscriptAck | Exception) -> str | None:
+    """Why the store did not apply a write; None when it did."""
+    if isinstance(answer, Exception):
+        return f"{type(answer).__name__}: {answer}"
+    return None if answer.applied else f"refused: the store is at revision {answer.revision}"
 
 
 def _extract(transcript: Transcript, arguments: str) -> ToolCallReply:

@@ -6,6 +6,9 @@ with a timeout. Every way a call can fail (the tool raised, its arguments were
 invalid, no reply in time, the server's process is gone, the runtime is closing)
 becomes a result text ``{"error": ...}`` the model reads; the caller never crashes.
 A call the caller gives up (timeout, cancellation) is cancelled at the server too.
+Given ``on_chunk``, a call is an ``ask_stream``: a streaming tool's chunks reach
+``on_chunk`` as the tool yields them, and a call that fails after some chunks keeps
+them in its error result (``"partial"``).
 
 ``ToolSet`` is what a ``ToolAgent`` calls: local ``Tool`` s under their own names and
 remote tools under namespaced names, with the catalogs of whole servers discovered
@@ -21,7 +24,7 @@ from typing import Any
 import msgspec
 
 from xrmq.actors.models import ToolCall, ToolSpec
-from xrmq.actors.runtime import AskError, RuntimeClosedError, get_logger
+from xrmq.actors.runtime import AskError, ReplyOverflow, RuntimeClosedError, get_logger
 from xrmq.schemas.tools import (
     ToolCallReply,
     ToolCallRequest,
@@ -31,7 +34,7 @@ from xrmq.schemas.tools import (
 )
 
 from .server import ToolTopics, check_server_name
-from .tool import Tool, args_schema, failed
+from .tool import OnChunk, Tool, args_schema, deliver, failed
 
 NAMESPACE_SEP = "__"
 
@@ -72,31 +75,59 @@ class RemoteTool:
         return self._spec
 
     async def call(
-        self, runtime: Any, arguments: str, *, call_id: str, participant_id: str | None = None
+        self,
+        runtime: Any,
+        arguments: str,
+        *,
+        call_id: str,
+        participant_id: str | None = None,
+        on_chunk: OnChunk | None = None,
     ) -> ToolCallReply:
-        """Ask the server to run the call; any failure is an error reply."""
-        request = ToolCallRequest(call_id, self.name, arguments)
+        """Ask the server to run the call; any failure is an error reply. With
+        ``on_chunk``, a streaming tool's chunks are handed to it as they arrive."""
+        parts: list[str] = []
         try:
-            return await runtime.ask(
+            if on_chunk is None:
+                return await runtime.ask(
+                    self.topics.call,
+                    ToolCallRequest(call_id, self.name, arguments),
+                    reply_type=ToolCallReply,
+                    participant_id=participant_id,
+                    timeout=self.timeout_s,
+                )
+            request = ToolCallRequest(call_id, self.name, arguments, stream=True)
+            async with runtime.ask_stream(
                 self.topics.call,
                 request,
                 reply_type=ToolCallReply,
                 participant_id=participant_id,
                 timeout=self.timeout_s,
-            )
+            ) as replies:
+                async for reply in replies:
+                    if not reply.partial:
+                        return reply
+                    parts.append(reply.content)
+                    await deliver(on_chunk, reply.content)
+            raise RuntimeClosedError("the reply stream ended without a result")
         except TimeoutError:
             self._cancel(runtime, call_id, participant_id)
             return failed(
                 f"{self._spec.name}: no reply within {self.timeout_s:g} s "
-                "(the tool is slow or its process is gone)"
+                "(the tool is slow or its process is gone)",
+                "".join(parts),
             )
         except asyncio.CancelledError:
             self._cancel(runtime, call_id, participant_id)
             raise
         except AskError as error:
-            return failed(f"{self._spec.name}: {error}")
-        except (RuntimeClosedError, msgspec.ValidationError, msgspec.DecodeError) as error:
-            return failed(f"{self._spec.name}: {type(error).__name__}: {error}")
+            return failed(f"{self._spec.name}: {error}", "".join(parts))
+        except (
+            RuntimeClosedError,
+            ReplyOverflow,
+            msgspec.ValidationError,
+            msgspec.DecodeError,
+        ) as error:
+            return failed(f"{self._spec.name}: {type(error).__name__}: {error}", "".join(parts))
 
     def _cancel(self, runtime: Any, call_id: str, participant_id: str | None) -> None:
         if getattr(runtime, "running", False):
@@ -149,17 +180,27 @@ class ToolSet:
         return tuple(tool.spec() for tool in self._tools.values())
 
     async def call(
-        self, runtime: Any, call: ToolCall, *, participant_id: str | None = None
+        self,
+        runtime: Any,
+        call: ToolCall,
+        *,
+        participant_id: str | None = None,
+        on_chunk: OnChunk | None = None,
     ) -> ToolCallReply:
-        """Run one of the model's calls; an unknown name is an error reply."""
+        """Run one of the model's calls; an unknown name is an error reply. A streaming
+        tool's chunks go to ``on_chunk`` as they come."""
         tool = self._tools.get(call.name)
         if tool is None:
             names = ", ".join(self._tools) or "none"
             return failed(f"no tool named {call.name!r}; the tools are {names}")
         if isinstance(tool, Tool):
-            return await tool.invoke(call.arguments)
+            return await tool.invoke(call.arguments, on_chunk)
         return await tool.call(
-            runtime, call.arguments, call_id=call.id, participant_id=participant_id
+            runtime,
+            call.arguments,
+            call_id=call.id,
+            participant_id=participant_id,
+            on_chunk=on_chunk,
         )
 
     @staticmethod

@@ -1,7 +1,9 @@
 """Manual compaction over the bus: ``CompactServer`` (``/compact`` in ``xrmq chat``).
 
 Tools destination NAME answers asks on ``tools.NAME.compact`` (``CompactRequest`` ->
-``CompactReply``) for the envelope's participant by running ``ToolAgent.compact``.
+``CompactReply``) for the envelope's participant by running ``ToolAgent.compact``, and
+reports the agent's seed-002 counters per tier as gauges ``tools.NAME.<counter>``
+(``ToolAgent.tier_counters``), which ``xrmq top`` shows on a line of their own.
 """
 
 from __future__ import annotations
@@ -25,11 +27,16 @@ class CompactServer(Agent):
     """Runs manual compactions of ``agent``'s transcripts for tools destination ``destination``."""
 
     def __init__(self, destination: str, agent: ToolAgent) -> None:
+        self.destination = destination
         self.topic = compact_topic(destination)
         self.agent = agent
 
     def handlers(self) -> Handlers:
         return {self.topic: self.on_compact}
+
+    def gauges(self) -> dict[str, float]:
+        prefix = f"tools.{self.destination}."
+        return {prefix + name: value for name, value in self.agent.tier_counters().items()}
 
     async def on_compact(self, message: CompactRequest, ctx: RuntimeContext) -> CompactReply:
         if ctx.participant_id is None:

@@ -1,9 +1,11 @@
-"""Serving tools on the bus: ``ToolServer`` and ``serve_tools``.
+"""Serving tools on the bus: ``ToolServer`` and ``serve_tools`` (or ``Agent(tools=...)``).
 
 A tool server NAME answers ``tools.NAME.list`` with its catalog and runs each
 ``tools.NAME.call`` as a task of its own, replying to the ask when the call ends
 (``DEFERRED_REPLY``), so a slow call never holds up the next one and calls from one
-model response run in parallel. ``tools.NAME.cancel`` cancels a running call (its
+model response run in parallel. A call asked with ``stream`` of a streaming tool gets a
+``partial`` reply per chunk as the tool yields it, then the final one (the whole
+result). ``tools.NAME.cancel`` cancels a running call (its
 caller gave up: a barge-in or a timeout). At most ``max_running`` calls run at once;
 a call beyond that is refused with an error result, never queued without bound.
 """
@@ -25,6 +27,7 @@ from xrmq.actors.runtime import (
 from xrmq.schemas import MessageMetadata
 from xrmq.schemas._validation import check_positive
 from xrmq.schemas.tools import (
+    ToolCallReply,
     ToolCallRequest,
     ToolCancel,
     ToolCatalog,
@@ -78,7 +81,7 @@ class ToolServer(Agent):
         check_positive(max_running, "ToolServer.max_running")
         self.server = server
         self.topics = ToolTopics.of(server)
-        self.tools = {tool.name: tool for tool in tools}
+        self.served = {tool.name: tool for tool in tools}
         self.max_running = max_running
         self.calls = 0
         self.refused = 0
@@ -104,9 +107,9 @@ class ToolServer(Agent):
         return self._catalog
 
     async def on_call(self, message: ToolCallRequest, ctx: RuntimeContext) -> object:
-        tool = self.tools.get(message.name)
+        tool = self.served.get(message.name)
         if tool is None:
-            served = ", ".join(self.tools)
+            served = ", ".join(self.served)
             return failed(f"{self.server} has no tool {message.name!r} (it has {served})")
         if len(self._running) >= self.max_running or message.call_id in self._running:
             self.refused += 1
@@ -119,8 +122,13 @@ class ToolServer(Agent):
         return DEFERRED_REPLY
 
     async def _run(self, tool: Tool, message: ToolCallRequest, metadata: MessageMetadata) -> None:
+        def chunk(text: str) -> None:
+            runtime = self.runtime
+            if runtime is not None and runtime.running:
+                runtime.reply(metadata, ToolCallReply(text, partial=True))
+
         try:
-            reply = await tool.invoke(message.arguments)
+            reply = await tool.invoke(message.arguments, chunk if message.stream else None)
         except asyncio.CancelledError:
             self.cancelled += 1
             raise
@@ -146,6 +154,17 @@ class ToolServer(Agent):
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def check_tools(tools: Sequence[Tool], owner: str) -> tuple[Tool, ...]:
+    """``tools`` as a tuple; ``ValueError`` naming ``owner`` for a non-Tool or a duplicate name."""
+    tools = tuple(tools)
+    if not all(isinstance(tool, Tool) for tool in tools):
+        raise ValueError(f"{owner}: every tool must be a Tool")
+    names = [tool.name for tool in tools]
+    if len(set(names)) != len(names):
+        raise ValueError(f"{owner}: tool names must be unique")
+    return tools
 
 
 def serve_tools(

@@ -1,48 +1,97 @@
-"""Transcripts held by a keyed actor: ``TranscriptActor`` and the messages that keep it current.
+"""Transcripts held by a keyed actor: ``TranscriptActor``, journaled by the context store.
 
 A ``ToolAgent`` given a ``transcripts`` name works on a local copy of each participant's
 transcript and mirrors every change to a keyed actor (one instance per participant,
-sharded like the context sections, typically in the context process): after a turn
-commits, ``append`` carries the turn's messages; after a compaction rewrote the
-transcript, ``replace`` carries all of it. The reclaimed originals stored since the last
-write travel with either. A ``ToolAgent`` that does not hold a participant's transcript
-(a new process, a restart) loads it from the actor with an ask. So the transcript
-outlives the agent's process; journaling it to disk belongs to the durable-context
-store, which can journal these same writes.
+sharded like the context sections, in the context process): after a turn commits,
+``append`` carries the turn's messages; after a compaction rewrote the transcript,
+``replace`` carries all of it. The reclaimed originals stored since the last write, the
+summary, the token count and docs/tools.md's counters travel with either. A ``ToolAgent``
+that does not hold a participant's transcript (a new process, a restart) loads it from
+the actor with an ask. So the transcript outlives the agent's process.
 
-Topics for store NAME: ``NAME.transcript.write`` (``TranscriptWrite``, published) and
-``NAME.transcript.load`` (``TranscriptLoad`` -> ``TranscriptState``, an ask); the
+With a journal (``xrmq.actors.context.store.ContextStore``, the context process's own),
+every write is journaled before it is acknowledged, so the transcript also outlives the
+context process: a restarted actor starts from the journal. A write is an ask answered
+with ``TranscriptAck`` once committed. Each write names the revision it applies to
+(``base``) and the one it makes; an ``append`` whose base is not the actor's revision
+(the actor missed a write: its process was down) is refused, and the agent sends the
+whole transcript (a ``replace``) instead. An unanswered write (the store is down) makes
+the agent send a ``replace`` with its next write, and again after ``RESYNC_DELAYS_S``.
+
+Topics for store NAME: ``NAME.transcript.write`` (``TranscriptWrite`` -> ``TranscriptAck``)
+and ``NAME.transcript.load`` (``TranscriptLoad`` -> ``TranscriptState``); the
 participant is in the envelope.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
 from xrmq.actors.models import ChatMessage
-from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext
+from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, get_logger
 from xrmq.schemas._validation import check_name
 from xrmq.topics import Topic
 
-from .transcript import Transcript
+from .transcript import CompactionCounters, Transcript
+
+if TYPE_CHECKING:
+    from xrmq.actors.context.store import ContextStore, RecoveredTranscript
+
+RESYNC_DELAYS_S = (0.5, 1.0, 2.0, 4.0)
+"""After an unanswered write, the agent re-sends the whole transcript after these delays
+(while the store stays silent and no newer write went out)."""
+
+
+class TranscriptCounters(msgspec.Struct, frozen=True):
+    """docs/tools.md's counters of a transcript (``transcript.CompactionCounters``) on the wire."""
+
+    tool_rounds: int = 0
+    summary_rounds: int = 0
+    toolcall_rounds_total: int = 0
+    toolcall_reclaimed: int = 0
+    nothing_to_condense: int = 0
+    summarize_failed: int = 0
+    originals_evicted: int = 0
+
+    @classmethod
+    def of(cls, counters: CompactionCounters) -> TranscriptCounters:
+        return cls(**dataclasses.asdict(counters))
+
+    def held(self) -> CompactionCounters:
+        return CompactionCounters(**msgspec.structs.asdict(self))
 
 
 class TranscriptWrite(msgspec.Struct, frozen=True):
     """One change: ``append`` the turn's messages, ``replace`` them all (after a
-    compaction), or ``clear`` the transcript (the participant left)."""
+    compaction, or to resync), or ``clear`` the transcript (the participant left)."""
 
     kind: Literal["append", "replace", "clear"]
     messages: tuple[ChatMessage, ...]
     summary: str | None = None
     total_tokens: int | None = None
     originals: tuple[tuple[str, str], ...] = ()
-    """Reclaimed originals stored since the previous write, oldest first."""
-    tool_rounds: int = 0
-    summary_rounds: int = 0
+    """Reclaimed originals stored since the previous write (every one for a replace),
+    oldest first."""
+    counters: TranscriptCounters = msgspec.field(default_factory=TranscriptCounters)
+    base: int = 0
+    """The revision an ``append`` applies to."""
+    revision: int = 0
+    """The transcript's revision after this write."""
+
+
+class TranscriptAck(msgspec.Struct, frozen=True):
+    """A write's answer: ``applied`` (else refused: an ``append`` on another revision),
+    the actor's ``revision`` now, and whether the change is in the journal."""
+
+    applied: bool
+    revision: int
+    journaled: bool = False
 
 
 class TranscriptLoad(msgspec.Struct, frozen=True):
@@ -56,8 +105,22 @@ class TranscriptState(msgspec.Struct, frozen=True):
     summary: str | None = None
     total_tokens: int | None = None
     originals: tuple[tuple[str, str], ...] = ()
-    tool_rounds: int = 0
-    summary_rounds: int = 0
+    counters: TranscriptCounters = msgspec.field(default_factory=TranscriptCounters)
+    revision: int = 0
+
+
+class TranscriptHeader(msgspec.Struct, frozen=True):
+    """What the journal keeps of a transcript besides its messages and originals."""
+
+    summary: str | None
+    total_tokens: int | None
+    counters: TranscriptCounters
+    revision: int
+
+
+_encode = msgspec.msgpack.Encoder().encode
+_decode_header = msgspec.msgpack.Decoder(TranscriptHeader).decode
+_decode_message = msgspec.msgpack.Decoder(ChatMessage).decode
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +148,30 @@ def apply_write(transcript: Transcript, write: TranscriptWrite) -> None:
     else:
         transcript.messages.extend(write.messages)
     transcript.total_tokens = write.total_tokens
-    transcript.counters.tool_rounds = write.tool_rounds
-    transcript.counters.summary_rounds = write.summary_rounds
+    transcript.counters = write.counters.held()
     transcript.store_originals(write.originals)
+    transcript.revision = write.revision
+
+
+def write_of(
+    transcript: Transcript,
+    kind: Literal["append", "replace"],
+    messages: tuple[ChatMessage, ...],
+    originals: tuple[tuple[str, str], ...],
+) -> TranscriptWrite:
+    """The next write of ``transcript`` (advancing its revision)."""
+    base = transcript.revision
+    transcript.revision += 1
+    return TranscriptWrite(
+        kind,
+        messages,
+        transcript.summary,
+        transcript.total_tokens,
+        originals,
+        TranscriptCounters.of(transcript.counters),
+        base,
+        transcript.revision,
+    )
 
 
 def state_of(transcript: Transcript) -> TranscriptState:
@@ -96,8 +180,8 @@ def state_of(transcript: Transcript) -> TranscriptState:
         transcript.summary,
         transcript.total_tokens,
         transcript.originals(),
-        transcript.counters.tool_rounds,
-        transcript.counters.summary_rounds,
+        TranscriptCounters.of(transcript.counters),
+        transcript.revision,
     )
 
 
@@ -112,33 +196,137 @@ def restore(state: TranscriptState) -> Transcript:
             state.summary,
             state.total_tokens,
             state.originals,
-            state.tool_rounds,
-            state.summary_rounds,
+            state.counters,
+            state.revision,
+            state.revision,
         ),
     )
     transcript.take_new_originals()
     return transcript
 
 
+def recovered_state(recovered: RecoveredTranscript) -> TranscriptState:
+    """A transcript's state from its journal rows (``StoreError``-worthy rows raise
+    ``msgspec.DecodeError``/``ValidationError``)."""
+    header = _decode_header(recovered.header)
+    return TranscriptState(
+        tuple(_decode_message(blob) for blob in recovered.messages),
+        header.summary,
+        header.total_tokens,
+        tuple(recovered.originals),
+        header.counters,
+        header.revision,
+    )
+
+
 class TranscriptActor(Agent):
     """One participant's transcript (a keyed kind: one instance per participant).
 
-    A ``clear`` empties it and retires the instance once its mailbox is idle, so a
-    departed participant leaves no actor behind (as the dialogue sections do).
+    With ``store`` every applied write is journaled (under ``name``) before it is
+    acknowledged; ``recovered`` is the journal's state of this participant. A ``clear``
+    empties it (and its journal rows) and retires the instance once its mailbox is
+    idle, so a departed participant leaves no actor behind (as the dialogue sections do).
+    ``on_retired(participant)`` is told when an instance holding journaled state stops
+    (retired over the keyed bound), so the next instance reads it back from the journal.
     """
 
-    def __init__(self, participant_id: str, kind: str = "") -> None:
+    def __init__(
+        self,
+        participant_id: str,
+        kind: str = "",
+        *,
+        name: str = "",
+        store: ContextStore | None = None,
+        recovered: TranscriptState | None = None,
+        on_retired: Callable[[str], None] | None = None,
+    ) -> None:
         self.participant_id = participant_id
+        self._on_retired = on_retired
         self.kind = kind
-        self.transcript = Transcript()
+        self.store_name = name
+        self.store = store
+        self.transcript = Transcript() if recovered is None else restore(recovered)
         self._retiring: asyncio.Task[None] | None = None
         """The retirement after a clear: held, as the loop keeps only weak references to tasks."""
+        # What the journal holds of this transcript: messages, originals (by call id).
+        journaled = recovered is not None
+        self._journaled_messages = len(self.transcript.messages) if journaled else 0
+        self._journaled_originals = {call_id for call_id, _ in self.transcript.originals()}
+        self._original_position = len(self._journaled_originals)
+        self._reset = not journaled
+        self._cleared = False
+        self.journal_failures = 0
 
-    async def on_write(self, message: TranscriptWrite, ctx: RuntimeContext) -> None:
-        apply_write(self.transcript, message)
-        self.transcript.take_new_originals()
+    async def on_write(self, message: TranscriptWrite, ctx: RuntimeContext) -> TranscriptAck:
+        transcript = self.transcript
+        if message.kind == "append" and message.base != transcript.revision:
+            return TranscriptAck(False, transcript.revision)
+        if message.kind != "append":
+            self._reset = True
+        apply_write(transcript, message)
+        self._cleared = message.kind == "clear"  # until a later write starts a new one
         if message.kind == "clear" and self.kind:
             self._retiring = asyncio.create_task(self._retire_when_idle())
+        journaled = await self._journal()
+        return TranscriptAck(True, transcript.revision, journaled)
+
+    async def _journal(self) -> bool:
+        """Have the store commit this change; True once it is in the journal."""
+        store = self.store
+        if store is None or not store.open:
+            self.transcript.take_new_originals()
+            return False
+        store.schedule(self)
+        await store.barrier()
+        return store.open
+
+    def stage(self, store: ContextStore) -> tuple[list[Callable[[], None]], Callable[[], None]]:
+        """The journal's commit: stage what changed since the last commit (``Journaled``)."""
+        transcript, key = self.transcript, (self.participant_id, self.store_name)
+        new = transcript.take_new_originals()
+        if self._cleared:
+            store.delete_transcript(*key)
+            self._journaled_messages, self._journaled_originals = 0, set()
+            self._reset = False
+            return [], self._failed
+        held = {call_id for call_id, _ in transcript.originals()}
+        if self._reset:
+            added = list(transcript.originals())
+            dropped: list[str] = []
+            start = 0
+        else:
+            added = [(call_id, text) for call_id, text in new if call_id in held]
+            dropped = sorted(self._journaled_originals - held)
+            start = self._journaled_messages
+        rows = []
+        for call_id, text in added:
+            rows.append((call_id, self._original_position, text))
+            self._original_position += 1
+        header = TranscriptHeader(
+            transcript.summary,
+            transcript.total_tokens,
+            TranscriptCounters.of(transcript.counters),
+            transcript.revision,
+        )
+        store.put_transcript(
+            *key,
+            _encode(header),
+            [_encode(m) for m in transcript.messages[start:]],
+            start,
+            rows,
+            dropped,
+            reset=self._reset,
+        )
+        self._journaled_messages = len(transcript.messages)
+        self._journaled_originals = held
+        self._reset = False
+        return [], self._failed
+
+    def _failed(self) -> None:
+        """The commit failed: the next one rewrites the whole transcript (or deletes it
+        again, after a clear); the store retries it."""
+        self.journal_failures += 1
+        self._reset = True
 
     async def _retire_when_idle(self) -> None:
         runtime = self.runtime
@@ -151,21 +339,74 @@ class TranscriptActor(Agent):
     async def on_load(self, message: TranscriptLoad, ctx: RuntimeContext) -> TranscriptState:
         return state_of(self.transcript)
 
+    async def on_stop(self) -> None:
+        """Retired (or the runtime stops): a later instance reads the journal again."""
+        if self._on_retired is not None and not self._cleared and self.transcript.revision:
+            self._on_retired(self.participant_id)
+
     def gauges(self) -> dict[str, float]:
-        return {"transcript_messages": len(self.transcript.messages)}
+        return {
+            "transcript_messages": len(self.transcript.messages),
+            "transcript_journal_failures": self.journal_failures,
+        }
+
+
+def _decoded(
+    rows: RecoveredTranscript, kind: str, pid: str, path: object
+) -> TranscriptState | None:
+    try:
+        return recovered_state(rows)
+    except (msgspec.DecodeError, msgspec.ValidationError) as error:
+        get_logger(actor=kind, participant=pid).error(
+            "tools.transcript_unreadable",
+            path=str(path),
+            error=str(error),
+            action="starting this transcript empty",
+        )
+        return None
 
 
 def register_transcripts(
-    runtime: AgentRuntime, name: str, *, shard: int = 0, shards: int = 1
+    runtime: AgentRuntime,
+    name: str,
+    *,
+    shard: int = 0,
+    shards: int = 1,
+    store: ContextStore | None = None,
+    max_instances: int | None = None,
 ) -> None:
-    """Host the transcripts of store ``name`` (this process's shard of the participants)."""
+    """Host the transcripts of store ``name`` (this process's shard of the participants),
+    journaled in ``store`` (the context process's journal) and restored from it: at the
+    first message of each participant the journal held at start, and when an instance
+    retired over ``max_instances`` (the keyed bound) is needed again."""
     topics = TranscriptTopics.of(name)
     kind = f"{name}.transcripts"
+    recovered: dict[str, TranscriptState] = {}
+    retired: set[str] = set()
+    if store is not None:
+        for pid, store_name in [key for key in store.transcripts if key[1] == name]:
+            state = _decoded(store.transcripts.pop((pid, store_name)), kind, pid, store.path)
+            if state is not None:
+                recovered[pid] = state
+    if recovered:
+        get_logger(actor=kind).info("tools.transcripts_recovered", transcripts=len(recovered))
+
+    def factory(key: str) -> TranscriptActor:
+        state = recovered.pop(key, None)
+        if state is None and key in retired and store is not None and store.open:
+            retired.discard(key)
+            rows = store.read_transcript(key, name)  # rare: only after a retirement
+            state = None if rows is None else _decoded(rows, kind, key, store.path)
+        return TranscriptActor(
+            key, kind, name=name, store=store, recovered=state, on_retired=retired.add
+        )
+
     runtime.register_keyed(
         kind,
         TranscriptActor,
-        factory=lambda key: TranscriptActor(key, kind),
+        factory=factory,
         shard=shard,
         shards=shards,
         handlers={topics.write: TranscriptActor.on_write, topics.load: TranscriptActor.on_load},
+        max_instances=max_instances,
     )

@@ -43,6 +43,8 @@ class CompactionCounters:
     """Consecutive tier-1 rounds since the last summary (drives escalation)."""
     summary_rounds: int = 0
     """Summaries applied."""
+    toolcall_rounds_total: int = 0
+    """Tier-1 rounds, in all (``tool_rounds`` restarts after a summary; this does not)."""
     toolcall_reclaimed: int = 0
     """Tool results replaced by placeholders, in all."""
     nothing_to_condense: int = 0
@@ -68,6 +70,10 @@ class Transcript:
         self._new_originals: dict[str, None] = {}
         self.rewritten = False
         """Set when a compaction changed committed messages (cleared by ``take_rewritten``)."""
+        self.revision = 0
+        """Writes mirrored to the transcript store so far (``store.TranscriptWrite``)."""
+        self.resync = False
+        """The store may have missed a write: the next mirror sends the whole transcript."""
 
     def clear(self) -> None:
         """Forget everything: messages, summary, token count, counters, originals."""
@@ -77,6 +83,8 @@ class Transcript:
         self._originals_chars = 0
         self._new_originals.clear()
         self.rewritten = False
+        self.revision = 0
+        self.resync = False
 
     # ----------------------------------------------------------------- the turn
 
@@ -131,6 +139,7 @@ class Transcript:
         for call_id, original in done.originals.items():
             self._store(call_id, original)
         self.counters.tool_rounds += 1
+        self.counters.toolcall_rounds_total += 1
         self.counters.toolcall_reclaimed += done.result.reclaimed_count
         return done.result
 

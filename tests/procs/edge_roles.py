@@ -3,7 +3,8 @@
 ``echo`` hosts a keyed kind answering asks on ``edge.echo`` with the runtime's name,
 on this replica's shard, so a test sees which process (and which shard) answered;
 ``idle`` hosts nothing (a process that only heartbeats); ``fail`` makes its process
-exit before it is ready; ``crash`` makes it crash (exit 3) just after it is ready.
+exit before it is ready; ``crash`` makes it crash (exit 3) just after it is ready;
+``lab_camera`` serves a camera agent's ``describe_view`` tool as tool server ``camera``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ from __future__ import annotations
 import asyncio
 import os
 
+import msgspec
+
 from xrmq.actors.runtime import Agent, RuntimeContext, subscribe
+from xrmq.actors.tools import Tool
 from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import context_topic
 
@@ -47,3 +51,37 @@ class _Crasher(Agent):
 
 def crash(runtime, config, process) -> None:
     runtime.register("crasher", _Crasher())
+
+
+class View(msgspec.Struct):
+    """``describe_view`` takes no arguments."""
+
+
+class LabCamera(Agent):
+    """A camera agent declaring its tool (``Agent(tools=...)``), served as tool server
+    ``camera``; each view is long enough for tier 1 to reclaim it."""
+
+    def __init__(self) -> None:
+        self.views = 0
+        super().__init__(
+            tools=[
+                Tool(
+                    "describe_view",
+                    "Describe what the camera sees on the bench.",
+                    View,
+                    self.describe,
+                )
+            ],
+            tool_server="camera",
+        )
+
+    def describe(self, args: View) -> str:
+        self.views += 1
+        return (
+            f"View {self.views}: a red multimeter next to a soldering iron. "
+            + "The rest of the bench is tidy. " * 12
+        )
+
+
+def lab_camera(runtime, config, process) -> None:
+    runtime.register("lab-camera", LabCamera())

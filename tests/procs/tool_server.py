@@ -1,7 +1,8 @@
 """Tool-server process: serves tool server "lab" on the bus.
 
 Tools: ``reading`` (returns a reading), ``broken`` (raises), ``stall`` (never returns,
-until cancelled). argv: BUS. Prints "ready" once serving; runs until killed.
+until cancelled), ``trend`` (streams a first chunk, then waits until ``release`` is
+called, then streams the last one). argv: BUS. Prints "ready" once serving; runs until killed.
 """
 
 import asyncio
@@ -30,6 +31,21 @@ async def stall(args: Sensor) -> str:
     return "never"
 
 
+RELEASED = asyncio.Event()
+
+
+async def trend(args: Sensor):
+    RELEASED.clear()
+    yield f"{args.name}: 80 C, "
+    await RELEASED.wait()
+    yield "then 85 C"
+
+
+def release(args: Sensor) -> str:
+    RELEASED.set()
+    return "released"
+
+
 async def main() -> None:
     runtime = AgentRuntime(sys.argv[1], name="tool-server")
     serve_tools(
@@ -39,6 +55,8 @@ async def main() -> None:
             Tool("reading", "Read a sensor.", Sensor, reading),
             Tool("broken", "A broken sensor.", Sensor, broken),
             Tool("stall", "A sensor that never answers.", Sensor, stall),
+            Tool("trend", "A sensor's trend, streamed.", Sensor, trend),
+            Tool("release", "Let the trend finish.", Sensor, release),
         ],
     )
     async with runtime:
