@@ -1,10 +1,10 @@
-"""Conversation: the application-instructed conversation agent (seed 001), a RoutableAgent.
+"""Conversation: the application-instructed conversation agent (docs/context.md), a RoutableAgent.
 
 The conversation owns its prompt and its answer; the ``ContextManager`` it is given owns
 what is remembered. It never creates, clears or closes the manager: the application
 does, and may share it with other agents.
 
-An answer request is exactly three messages (seed 000, "Prompt layout"):
+An answer request is exactly three messages (docs/context.md, "Prompt layout"):
 
 1. system: the system prompt (``system_prompt`` or the default ``prompts/core.txt``),
    then the application ``instructions``. It holds no clock, so it is an identical
@@ -13,7 +13,7 @@ An answer request is exactly three messages (seed 000, "Prompt layout"):
    order, as ``ContextManager.blocks`` renders them), then the current time last.
 3. user: the current request.
 
-Publishing (seed 001): the answer is a reply to the turn id on ``output_topic``, with the
+Publishing (docs/context.md): the answer is a reply to the turn id on ``output_topic``, with the
 routing name as source and the turn's timestamp, through ``ResponseOutputs``. The first
 nonblank chunk awaits ``started()``; once a chunk was published, an empty final frame
 closes the reply whether the answer completed, failed or was cancelled; a cancelled
@@ -23,10 +23,10 @@ The exchange is recorded in the context only after the final frame was published
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
+from xrmq.actors.clock import now_us
 from xrmq.actors.context.render import format_time
 from xrmq.actors.interaction import ResponseOutputs
 from xrmq.actors.models import ChatMessage, ChatOptions, LLMService, ModelError
@@ -109,10 +109,6 @@ def answer_messages(
     ]
 
 
-def _now_us() -> int:
-    return time.time_ns() // 1000
-
-
 class Conversation:
     """Application-instructed conversation agent over participant-scoped context.
 
@@ -137,7 +133,7 @@ class Conversation:
         runtime: Any,
         output_topic: Topic[ResponseOutput],
         options: ChatOptions | None = None,
-        clock: Callable[[], int] = _now_us,
+        clock: Callable[[], int] = now_us,
     ) -> None:
         if not callable(getattr(llm, "stream", None)):
             raise ValueError("Conversation.llm: must be an LLMService")

@@ -1,4 +1,5 @@
-"""Publishing helpers for ``ResponseOutput`` (seed 004): ``ResponseOutputs`` and ``Reply``.
+"""Publishing helpers for ``ResponseOutput`` (docs/interaction.md): ``ResponseOutputs`` and
+``Reply``.
 
 A producer says *what* it emits (a reply to a request, an unprompted update, a
 withdraw); the consumer (the voice renderer) decides when and how it is rendered. So
@@ -128,7 +129,7 @@ def _being_cancelled() -> bool:
 class Reply:
     """Async context manager that publishes one reply, streamed or single.
 
-    Contract (seed 004):
+    Contract (docs/interaction.md):
 
     * Every :meth:`send` publishes one fragment; leaving the context publishes the empty
       terminator that completes the reply. A single-message reply is one send.

@@ -35,6 +35,7 @@ import msgspec
 import zmq
 
 from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, run, subscribe
+from xrmq.actors.runtime._compat import frame_send
 from xrmq.schemas import MessageMetadata, ResponseOutput, UserQuery
 from xrmq.topics import Topic
 
@@ -288,8 +289,7 @@ def raw_sockets(bus: str, *subscriptions: bytes) -> tuple[zmq.Socket, zmq.Socket
 
 
 SNDMORE = int(zmq.SNDMORE)
-# what the runtime calls: pyzmq's Cython send, without its Python wrapper
-FRAME_SEND = zmq.backend.Socket.send
+FRAME_SEND = frame_send  # what the runtime calls: pyzmq's Cython send, without its Python wrapper
 
 
 def send_frames(pub: zmq.Socket, frames: list[bytes]) -> None:

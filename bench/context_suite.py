@@ -3,7 +3,7 @@
 The module stays a standalone script (``python -m bench.context_bench``); this adapter
 runs its measurements and turns them into rows, a memory-over-session series and the
 design's "flat over a long session" bar: past the first samples, memory may grow only
-by the exchange identities kept for the session (seed 000), bounded here at 300 bytes
+by the exchange identities kept for the session (docs/context.md), bounded here at 300 bytes
 per exchange.
 """
 
@@ -207,7 +207,7 @@ def run(ctx: SuiteContext) -> SuiteResult:
             "over its budget.",
             "memory: tracemalloc over sections, replica and bus buffers; the session compacts with "
             "OfflineLLM "
-            "(zero delays) and keeps every exchange identity, as seed 000 requires.",
+            "(zero delays) and keeps every exchange identity, as docs/context.md requires.",
             "journal: the SQLite file after a checkpoint (WAL moved in); recovery: a fresh "
             "process opens the journal, restores every section, spawns the dialogue actors and "
             "starts its runtime (embedded broker); the bar is on that work; spawn to ready adds "

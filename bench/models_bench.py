@@ -7,9 +7,9 @@ Measures, in one process, offline (no network):
 - ``litellm``: ``litellm.acompletion(stream=True)`` over that provider, to its first
   content chunk (litellm's own per-call cost);
 - ``LiteLLMService``: the same through ``LiteLLMService.stream`` (litellm plus ours);
-- ``OfflineLLM``: the embedded model with zero delays (its extractive work on a
+- ``OfflineLLM``: the built-in model with zero delays (its extractive work on a
   realistic prompt, plus the stream machinery);
-- ``OfflineLLM defaults``: the embedded model's default pacing, to show the configured
+- ``OfflineLLM defaults``: the built-in model's default pacing, to show the configured
   time to first token is what a caller sees.
 
 Run: ``python -m bench.models_bench [--iterations N]``. Each figure is p50/p99 over N

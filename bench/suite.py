@@ -8,7 +8,7 @@ as it goes, and returns a ``SuiteResult``: rows (one figure per subject), bars
 (pass/fail against the design's limits), series (for line plots) and notes. The runner
 adds timing, the table, ``results.json`` and the plots.
 
-Rules a suite follows (DESIGN.md, "Bars"): every ratio is measured side by side in one
+Rules a suite follows (docs/design.md, "Bars"): every ratio is measured side by side in one
 run; every figure is the median of ``ctx.repetitions`` repetitions; ``ctx.quick``
 shrinks the work to seconds for CI and asserts nothing about speed.
 """

@@ -16,7 +16,7 @@ cost per reclaimed result; transcript memory over a long tool session.
 - Tier 1 (``compact_toolcall``, keep 12) over transcripts of 100 and 1,000 tool results
   of 2 KB each: microseconds per reclaimed result.
 - A ToolAgent session of 1,000 tool calls (ScriptedLLM and a local tool, no pacing;
-  seed 002's AutoCompactor with a 20,000-token threshold, originals bounded at 40,000
+  docs/tools.md's AutoCompactor with a 20,000-token threshold, originals bounded at 40,000
   characters): traced memory every 20 calls (tracemalloc, after gc). It saw-tooths
   between compactions; flat: the last third's peak is not above the middle third's.
 """

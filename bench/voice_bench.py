@@ -105,13 +105,13 @@ async def synthesis_to_first_frame(count: int) -> list[float]:
 
 
 async def stack_turns(turns: int) -> tuple[list, list]:
-    from xrmq.actors.edge.embedded import EmbeddedStack
+    from xrmq.actors.edge.private_stack import PrivateStack
     from xrmq.actors.voice.session import QUESTIONS, VoiceSession, voice_config
 
     directory = Path(tempfile.mkdtemp(prefix="xrmq-voice-bench-"))
     voice, text = [], []
     async with (
-        EmbeddedStack(voice_config()) as stack,
+        PrivateStack(voice_config()) as stack,
         VoiceSession(stack.bus, directory) as session,
     ):
         for index in range(turns):

@@ -1,15 +1,16 @@
-"""Seed 000's "Compose a conversation" example, runnable: only its imports are changed.
+"""The SDK's "Compose a conversation" example (docs/context.md), runnable: only its imports
+are changed.
 
 python examples/seed_example.py
 
-The body of seed_example() is the seed's text as is. The three names it takes from
+The body of seed_example() is the SDK's text as is. The three names it takes from
 outside are supplied above it: the model (ScriptedLLM, no network), the router's
 decision service, and where router-owned text goes.
 """
 
 import asyncio
 
-# -- the seed's imports, changed to xrmq --------------------------------------------------
+# -- the SDK's imports, changed to xrmq ---------------------------------------------------
 from xrmq.actors.context import ContextManager
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import ScriptedLLM
@@ -28,7 +29,7 @@ async def publish_router_control(turn: AgentTurn, route: str | None, text: str) 
 
 
 async def seed_example():
-    # ---- seed 000, verbatim from here ------------------------------------------------------
+    # ---- the SDK's example, verbatim from here -----------------------------------------------
     # fmt: off
     runtime = AgentRuntime()
 
@@ -56,7 +57,7 @@ async def seed_example():
     await conversation.close()
     await context.close()
     # fmt: on
-    # ---- end of the seed's example ---------------------------------------------------------
+    # ---- end of the SDK's example ---------------------------------------------------------
     return result
 
 

@@ -1,4 +1,4 @@
-"""Conversation-context messages (seeds 000 and 001)."""
+"""Conversation-context messages (docs/context.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Transport-neutral participant interaction messages (seed 004).
+"""Transport-neutral participant interaction messages (docs/interaction.md).
 
 Participant identity travels in the envelope (``MessageMetadata.participant_id``), never
 in these payloads.

@@ -7,6 +7,33 @@ from typing import Literal
 import msgspec
 
 
+class RuntimeCounters(msgspec.Struct, frozen=True, kw_only=True):
+    """The totals a runtime counts, since it started: the one list of their names.
+
+    The runtime keeps them as ``dict.fromkeys(RUNTIME_COUNTERS, 0)``, ``RuntimeMetrics``
+    carries each as a field of the same name (flat on the wire, so a reader in any language
+    sees plain keys), and ``xrmq top``'s rows are ``RuntimeCounters`` too
+    (``counters_of(metrics)``).
+    """
+
+    published: int = 0
+    delivered: int = 0
+    gaps: int = 0
+    stale: int = 0
+    rejected: int = 0
+    overflow: int = 0
+    handler_errors: int = 0
+    faults: int = 0
+    actor_restarts: int = 0
+    stuck_restarts: int = 0
+    oversize: int = 0
+    evicted: int = 0
+
+
+RUNTIME_COUNTERS: tuple[str, ...] = RuntimeCounters.__struct_fields__
+"""The counter names, in order (every one is also a field of ``RuntimeMetrics``)."""
+
+
 class RuntimeMetrics(msgspec.Struct, frozen=True, omit_defaults=True):
     """One runtime's counters at one moment; also its heartbeat.
 
@@ -65,6 +92,12 @@ class RuntimeMetrics(msgspec.Struct, frozen=True, omit_defaults=True):
     subscriptions: dict[str, int] = {}
     """Only the broker's report: live subscriptions per topic (``_inbox.*``/``_probe.*`` for
     every private topic together); ``xrmq topics`` shows them as subscriber counts."""
+
+
+def counters_of(metrics: RuntimeMetrics) -> dict[str, int]:
+    """The ``RuntimeCounters`` fields of a report, by name (keyword arguments for a
+    ``RuntimeCounters`` or a subclass of it)."""
+    return {name: getattr(metrics, name) for name in RUNTIME_COUNTERS}
 
 
 ProcessStateName = Literal["starting", "running", "restarting", "down"]

@@ -27,7 +27,7 @@ class AgentExchange(msgspec.Struct, frozen=True):
 class AgentTurn(msgspec.Struct, frozen=True):
     """The current user turn and the complete exchanges selected for this destination.
 
-    Positional construction follows the seed: ``AgentTurn(participant_id, turn_id, text)``.
+    Positional construction follows the SDK: ``AgentTurn(participant_id, turn_id, text)``.
     """
 
     participant_id: str

@@ -78,7 +78,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     if not inspect.iscoroutinefunction(pyfuncitem.obj):
         return None
-    names = pyfuncitem._fixtureinfo.argnames
+    names = inspect.signature(pyfuncitem.obj).parameters  # the test's own arguments
     kwargs = {name: pyfuncitem.funcargs[name] for name in names}
     run(pyfuncitem.obj(**kwargs), loop=pyfuncitem.funcargs["event_loop_kind"])
     return True

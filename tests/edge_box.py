@@ -1,4 +1,5 @@
-"""Test support: an ``xrmq up`` edge box of the built-in roles, its output lines, and turns.
+"""Test support: an ``xrmq up`` edge box of the built-in roles, its output lines, and turns;
+``write_config``/``start_up``: a box of the test roles (``tests/procs/edge_roles.py``).
 
 ``UpProcess`` runs ``xrmq up CONFIG`` and reads its output on a thread (so the
 supervisor never blocks on a full pipe), handing each line to the test's event loop;
@@ -172,3 +173,32 @@ class Front:
 
     def turn(self, participant_id: str, text: str) -> Turn:
         return ask(self.runtime, self.collector, participant_id, text)
+
+
+# -- a box of the test roles (tests/procs/edge_roles.py), for the supervisor's own tests ------
+
+
+def write_config(directory: Path, processes: str, restart: str = "") -> Path:
+    path = directory / "edge.toml"
+    path.write_text(f"""
+[bus]
+address = "ipc://{directory}/bus"
+[supervisor]
+metrics_interval_s = 0.2
+shutdown_timeout_s = 5
+[supervisor.restart]
+backoff_initial_s = 0.05
+{restart}
+{processes}
+""")
+    return path
+
+
+def start_up(config: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "xrmq.actors.cli", "up", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(PROCS)},
+    )

@@ -29,7 +29,7 @@ from xrmq.actors.voice.sinks import RecordingSink
 from xrmq.schemas import AgentTurn, ConversationContextUpdate
 from xrmq.topics import INTERRUPTED_TOPIC, VOICE_OUTPUT_TOPIC, context_topic
 
-from test_router_doubles import Decisions, Destination, Log, router_output
+from router_doubles import Decisions, Destination, Log, router_output
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -203,7 +203,10 @@ async def test_100k_distinct_senders_participants_and_inboxes_stay_within_every_
                 tracemalloc.stop()
             grown = rss_bytes() - full
             metrics = runtime.metrics()
-            tracked, outgoing = len(runtime._tracker), len(runtime._streams)
+            tracked, outgoing = (
+                metrics.tables["incoming_streams"],
+                metrics.tables["outgoing_streams"],
+            )
             keyed = len(runtime.keyed_instances("keyed"))
             participants, players = len(renderer.ordering), len(renderer._players)
     finally:

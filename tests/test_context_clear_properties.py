@@ -1,5 +1,5 @@
 """Property: after any sequence of operations, clear(p) leaves no trace of p and every
-other participant unchanged (seed 000 "Lifecycle"), on the real embedded actors.
+other participant unchanged (docs/context.md, "Lifecycle"), on the real embedded actors.
 
 The model hangs, so compaction jobs are in flight when ``clear`` runs and nothing else
 changes the other participants meanwhile.

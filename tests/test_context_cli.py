@@ -1,5 +1,5 @@
 """``xrmq context dump|load|show|clear|compact`` and ``/compact`` in ``xrmq chat`` against a
-running edge stack (issue 15, seed 002). Every command is a real ``xrmq`` process on the
+running edge stack (issue 15, docs/tools.md). Every command is a real ``xrmq`` process on the
 stack's bus with the stack's config file."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from xrmq.actors.context.dump import decode_dump
 from xrmq.actors.edge.config import default_config
-from xrmq.actors.edge.embedded import EmbeddedStack
+from xrmq.actors.edge.private_stack import PrivateStack
 from xrmq.actors.edge.replies import ReplyCollector, ask
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.schemas import ConversationContextUpdate
@@ -35,7 +35,7 @@ async def xrmq(*args: str, stdin: bytes | None = None) -> tuple[int, bytes, str]
 
 
 async def test_dump_clear_load_show_and_compact_a_participant_of_a_running_box(tmp_path):
-    async with EmbeddedStack(default_config()) as stack:
+    async with PrivateStack(default_config()) as stack:
         config = str(stack.directory / "edge.toml")
         collector = ReplyCollector()
         client = AgentRuntime(stack.bus, name="test-client")

@@ -1,4 +1,4 @@
-"""Durable context, embedded (issue 15): the journal, clear/close, corruption, dump/load
+"""Durable context, local deployment (issue 15): the journal, clear/close, corruption, dump/load
 and manual compaction through ``ContextManager``'s public API.
 
 A "restart" here stops the runtime without ``close()`` (what a killed process leaves is

@@ -1,8 +1,9 @@
-"""The context engine's section state machine (seed 000 "Context compaction", seed 003).
+"""The context engine's section state machine (docs/context.md, "Compaction" and "Snapshot
+compaction").
 
 Each test drives one ``Section`` and its ``SectionState`` directly: entries in,
 ``next_compaction`` out, a scripted ``CompactionResult`` back in, ``render`` checked.
-The rows of seed 000's Situation/Handling table have their own headings below.
+The rows of the Situation/Handling table (docs/context.md) have their own headings below.
 """
 
 from __future__ import annotations
@@ -295,7 +296,7 @@ def test_section_spec_requires_a_name_and_a_positive_budget():
         SectionSpec("dialogue", "dialogue", 0)
 
 
-# --- snapshot and watermark (seed 003) -----------------------------------------------------
+# --- snapshot and watermark (docs/context.md, "Snapshot compaction") -----------------------
 
 
 def test_entries_added_during_an_in_flight_compaction_survive_it():

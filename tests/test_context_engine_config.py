@@ -1,4 +1,4 @@
-"""Validation of the ContextManager's constructor arguments (seed 001)."""
+"""Validation of the ContextManager's constructor arguments (docs/context.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Clipping, rendered text formats and the participant merge (seed 000 "Prompt layout")."""
+"""Clipping, rendered text formats and the participant merge (docs/context.md, "Prompt layout")."""
 
 from __future__ import annotations
 

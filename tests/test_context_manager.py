@@ -1,4 +1,4 @@
-"""ContextManager through its public API, embedded (seed 001 reference, seed 000
+"""ContextManager through its public API, local deployment (docs/context.md: the reference
 "The context manager", "Context compaction", "Prompt layout", "Lifecycle").
 
 Every test runs the real actors on an embedded bus with a ``ScriptedLLM`` that scripts
@@ -119,7 +119,7 @@ def user_message(request) -> str:
     return request.messages[1].content
 
 
-# --- constructor (seed 001) ---------------------------------------------------------------
+# --- constructor (docs/context.md) ---------------------------------------------------------------
 
 
 def test_defaults_are_the_seeds_budgets_and_prompts():
@@ -213,7 +213,7 @@ async def test_subscriber_brings_sections_and_workers_into_the_runtime():
     } <= actors
 
 
-# --- update() and sensor topics (seed 000 "The context manager") ----------------------------
+# --- update() and sensor topics (docs/context.md, "ContextManager") ----------------------------
 
 
 async def test_update_rejects_an_unknown_source_and_a_wrong_mode():
@@ -373,7 +373,7 @@ async def test_reconcile_history_adds_only_the_tail_after_the_last_known_exchang
 
 
 async def test_two_writers_whose_exchanges_interleave_are_recorded_again():
-    """Seed 000: reconciliation matches only a contiguous tail, so one writer per manager."""
+    """docs/context.md: reconciliation matches only a contiguous tail, so one writer per manager."""
     async with embedded(ScriptedLLM()) as (_, context):
         context.record_exchange("p1", "a1", "x", timestamp_us=T0 + 1, exchange_id="a1")
         context.record_exchange("p1", "a2", "x", timestamp_us=T0 + 3, exchange_id="a2")
@@ -419,7 +419,7 @@ async def test_blocks_are_summaries_first_then_every_section_in_recorded_time_or
     ]
 
 
-# --- compaction (seed 000 "Context compaction")
+# --- compaction (docs/context.md, "Compaction")
 # ----------------------------------------------------
 
 

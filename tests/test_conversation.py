@@ -1,4 +1,4 @@
-"""Conversation (seed 001): one test per rule, against a recording publisher and a context
+"""Conversation (docs/context.md): one test per rule, against a recording publisher and a context
 double."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from xrmq.actors.runtime import AgentRuntime
 from xrmq.schemas import AgentTurn, DestinationResult
 from xrmq.topics import VOICE_OUTPUT_TOPIC
 
-from test_router_doubles import Decisions, Destination, Log, router_output
+from router_doubles import Decisions, Destination, Log, router_output
 
 BASE_US = 1_714_574_587_000_000
 

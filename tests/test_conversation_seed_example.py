@@ -1,4 +1,4 @@
-"""Seed 000's "Compose a conversation" example, with only its imports changed, on the
+"""The SDK's "Compose a conversation" example (docs/context.md), with only its imports changed, on the
 embedded runtime with ScriptedLLM.
 
 The example's body below is verbatim. The names it takes from outside (``llm``,
@@ -14,7 +14,7 @@ import asyncio
 
 from xrmq.actors import runtime as xrmq_runtime
 
-# -- the seed's imports, changed to xrmq ---------------------------------------------------
+# -- the SDK's imports, changed to xrmq ---------------------------------------------------
 from xrmq.actors.context import ContextManager
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import ScriptedLLM
@@ -22,7 +22,7 @@ from xrmq.actors.routing import AgentRouter, SingleDestination
 from xrmq.schemas import AgentTurn, ResponseOutput
 from xrmq.topics import VOICE_OUTPUT_TOPIC
 
-from test_router_doubles import OutputRecorder
+from router_doubles import OutputRecorder
 
 BARRIER = "__observer_barrier__"
 
@@ -54,7 +54,7 @@ async def publish_router_control(turn: AgentTurn, route: str | None, text: str) 
 
 
 async def seed_example(llm, decisions) -> None:
-    # ---- seed 000, verbatim from here --------------------------------------------------
+    # ---- the SDK's example, verbatim from here -----------------------------------------------
     # fmt: off
     runtime = AgentRuntime()
 
@@ -82,7 +82,7 @@ async def seed_example(llm, decisions) -> None:
     await conversation.close()
     await context.close()
     # fmt: on
-    # ---- end of the seed's example -----------------------------------------------------
+    # ---- end of the SDK's example ---------------------------------------------------------
     assert result.status == "answered"
 
 

@@ -1,4 +1,5 @@
-"""``xrmq chat --embedded``: a line typed on stdin is answered; /quit stops the stack it started."""
+"""``xrmq chat --private-stack``: a line typed on stdin is answered; /quit stops the stack it
+started."""
 
 from __future__ import annotations
 
@@ -21,7 +22,15 @@ def test_chat_answers_a_typed_line_from_the_participants_context_and_quits(tmp_p
         "XRMQ_LOG_LEVEL": "WARNING",
     }
     chat = subprocess.Popen(
-        [sys.executable, "-m", "xrmq.actors.cli", "chat", "--embedded", "--participant", "ann"],
+        [
+            sys.executable,
+            "-m",
+            "xrmq.actors.cli",
+            "chat",
+            "--private-stack",
+            "--participant",
+            "ann",
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -46,6 +55,14 @@ def test_chat_answers_a_typed_line_from_the_participants_context_and_quits(tmp_p
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_former_flag_name_embedded_still_selects_a_private_stack():
+    from xrmq.actors.cli import build_parser
+
+    for flag in ("--private-stack", "--embedded"):
+        assert build_parser().parse_args(["chat", flag]).private_stack is True
+    assert build_parser().parse_args(["chat"]).private_stack is False
+
+
 async def test_chat_commands_are_never_sent_as_queries():
     import asyncio
     import io
@@ -56,7 +73,7 @@ async def test_chat_commands_are_never_sent_as_queries():
     from xrmq.schemas import DestinationResult
     from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC
 
-    from test_router_doubles import Destination, Log
+    from router_doubles import Destination, Log
 
     class Leaving(Destination):
         left = asyncio.Event()

@@ -15,7 +15,7 @@ from xrmq.actors.edge.checks import check_can_answer
 from xrmq.actors.edge.config import ConfigError, decode_config
 
 from buses import broker_process, expect_line, reap
-from test_edge_supervisor import start_up, write_config
+from edge_box import start_up, write_config
 
 CLI = [sys.executable, "-m", "xrmq.actors.cli"]
 STACK = {

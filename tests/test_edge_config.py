@@ -28,7 +28,7 @@ def error_of(tmp_path: Path, text: str) -> str:
     return str(caught.value).replace(str(tmp_path) + "/", "")
 
 
-def test_the_reference_config_is_the_embedded_default():
+def test_the_reference_config_is_the_built_in_default():
     loaded = load_config(EXAMPLE)
     assert loaded.source == str(EXAMPLE)
     assert msgspec.structs.replace(loaded, source=default_config().source) == default_config()

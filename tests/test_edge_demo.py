@@ -24,7 +24,7 @@ from xrmq.actors.edge.demo import (
     Session,
     demo_config,
 )
-from xrmq.actors.edge.embedded import EmbeddedStack
+from xrmq.actors.edge.private_stack import PrivateStack
 
 from buses import processes_mentioning
 
@@ -93,7 +93,7 @@ async def test_a_missing_fact_fails_the_session_with_the_question_and_the_answer
 ):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the stack makes its directory
     script = (Ask("carol", "What is the door code?", expect="4-7-1-1"),)
-    async with EmbeddedStack(demo_config()) as stack:
+    async with PrivateStack(demo_config()) as stack:
         assert stack.directory.parent == tmp_path and stack.bus == f"ipc://{stack.directory}/bus"
         with pytest.raises(DemoFailure) as failure:
             await Session(stack.config, stack.bus, open(os.devnull, "w"), script=script).run()
@@ -106,7 +106,7 @@ async def test_a_missing_fact_fails_the_session_with_the_question_and_the_answer
 
 async def test_a_process_that_dies_stops_the_demo_stack_and_says_which(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    async with EmbeddedStack(demo_config()) as stack:
+    async with PrivateStack(demo_config()) as stack:
         pids = dict(re.findall(r"(\S+)=(\d+)", stack.ready_line))
         os.kill(int(pids["conversation"]), signal.SIGKILL)
         # the demo's config allows no restart

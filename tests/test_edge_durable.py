@@ -15,7 +15,7 @@ import pytest
 
 from xrmq.actors.context import ContextManager
 from xrmq.actors.edge.config import RestartPolicyConfig, default_config
-from xrmq.actors.edge.embedded import EmbeddedStack
+from xrmq.actors.edge.private_stack import PrivateStack
 from xrmq.actors.edge.replies import ReplyCollector, ask
 from xrmq.actors.edge.stack import plan_of
 from xrmq.actors.runtime import AgentRuntime
@@ -44,7 +44,7 @@ def holds(context: ContextManager, participant: str, text: str) -> bool:
 
 
 async def session(kill: str) -> None:
-    async with EmbeddedStack(stack_config()) as stack:
+    async with PrivateStack(stack_config()) as stack:
         config = stack.config
         plan = plan_of(config)
         watcher = ContextManager(

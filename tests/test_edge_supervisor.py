@@ -7,8 +7,6 @@ import asyncio
 import os
 import re
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,37 +15,12 @@ from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, shard_of
 from xrmq.schemas import ConversationContextUpdate, SupervisorReport
 from xrmq.topics import SUPERVISOR_TOPIC, context_topic
 
-from buses import PROCS, expect_line, processes_mentioning, reap
+from buses import expect_line, processes_mentioning, reap
+from edge_box import start_up, write_config
 
 ECHO_TOPIC = context_topic("edge.echo")  # tests/procs/edge_roles.py answers on it
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def write_config(directory: Path, processes: str, restart: str = "") -> Path:
-    path = directory / "edge.toml"
-    path.write_text(f"""
-[bus]
-address = "ipc://{directory}/bus"
-[supervisor]
-metrics_interval_s = 0.2
-shutdown_timeout_s = 5
-[supervisor.restart]
-backoff_initial_s = 0.05
-{restart}
-{processes}
-""")
-    return path
-
-
-def start_up(config: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "xrmq.actors.cli", "up", str(config)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(PROCS)},
-    )
 
 
 async def echo(bus: str, key: str, text: str) -> str:

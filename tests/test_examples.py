@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext
-from xrmq.schemas import ConversationContextUpdate, ResponseOutput
-from xrmq.topics import VOICE_OUTPUT_TOPIC, context_topic
+from xrmq.schemas import ResponseOutput
+from xrmq.topics import VOICE_OUTPUT_TOPIC
 
 from buses import broker_process, expect_line, reap
+from recorders import ContextRecorder
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -33,27 +34,6 @@ def example(name: str, *args: str, **kwargs) -> subprocess.Popen:
         env=ENV,
         **kwargs,
     )
-
-
-class ContextRecorder(Agent):
-    """Records every update of the given context topics as (topic, participant, source, text)."""
-
-    def __init__(self, *topics: str) -> None:
-        self._handlers = {context_topic(name): self.on_update for name in topics}
-        self.updates: list[tuple[str, str | None, str, str]] = []
-        self.changed = asyncio.Event()
-
-    def handlers(self):
-        return self._handlers
-
-    async def on_update(self, message: ConversationContextUpdate, ctx: RuntimeContext) -> None:
-        self.updates.append((ctx.topic.name, ctx.participant_id, ctx.metadata.source, message.text))
-        self.changed.set()
-
-    async def until(self, count: int) -> None:
-        while len(self.updates) < count:
-            self.changed.clear()
-            await asyncio.wait_for(self.changed.wait(), 20)
 
 
 async def run_publisher(

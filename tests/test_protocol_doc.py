@@ -24,7 +24,7 @@ from xrmq.actors.runtime import AgentRuntime
 from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC
 
 from buses import broker_process
-from test_router_doubles import FakeContext
+from router_doubles import FakeContext
 
 NUL = b"\x00"
 

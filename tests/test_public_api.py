@@ -1,10 +1,10 @@
-"""The public names DESIGN.md promises are importable from their packages."""
+"""The public names docs/design.md promises are importable from their packages."""
 
 import xrmq.actors
 import xrmq.schemas
 import xrmq.topics
 
-DESIGN_ACTORS = [
+PUBLIC_ACTORS = [
     "AgentRuntime",
     "Agent",
     "RuntimeContext",
@@ -25,7 +25,7 @@ DESIGN_ACTORS = [
     "remote_tool",
     "serve_tools",
 ]
-DESIGN_SCHEMAS = [
+PUBLIC_SCHEMAS = [
     "UserQuery",
     "ResponseOutput",
     "Interrupted",
@@ -41,7 +41,7 @@ DESIGN_SCHEMAS = [
     "DestinationResult",
     "MessageMetadata",
 ]
-DESIGN_TOPICS = [
+PUBLIC_TOPICS = [
     "Topic",
     "VOICE_OUTPUT_TOPIC",
     "QUERY_TOPIC",
@@ -54,9 +54,9 @@ DESIGN_TOPICS = [
 
 def test_every_design_name_is_exported():
     for module, names in (
-        (xrmq.actors, DESIGN_ACTORS),
-        (xrmq.schemas, DESIGN_SCHEMAS),
-        (xrmq.topics, DESIGN_TOPICS),
+        (xrmq.actors, PUBLIC_ACTORS),
+        (xrmq.schemas, PUBLIC_SCHEMAS),
+        (xrmq.topics, PUBLIC_TOPICS),
     ):
         missing = [name for name in names if not hasattr(module, name)]
         assert missing == [], f"{module.__name__} lacks {missing}"

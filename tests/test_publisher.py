@@ -12,7 +12,7 @@ from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import context_topic
 
 from buses import broker_process
-from test_examples import ContextRecorder
+from recorders import ContextRecorder
 
 
 async def test_a_publisher_publishes_text_and_messages_in_order_from_plain_code():

@@ -1,4 +1,5 @@
-"""ResponseOutputs and Reply: one test per seed-004 rule, against a recording publisher."""
+"""ResponseOutputs and Reply: one test per rule of docs/interaction.md, against a recording
+publisher."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from xrmq.actors.routing import AgentRouter, RouteResult, RouterTexts, SingleDes
 from xrmq.schemas import Admission, AgentTurn, DestinationResult, RoutingAid
 from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC
 
-from test_router_doubles import Decisions, Destination, Finishing, Log, router_output
+from router_doubles import Decisions, Destination, Finishing, Log, router_output
 
 
 def turn(turn_id: str, text: str = "hello", participant: str = "p1") -> AgentTurn:

@@ -28,7 +28,7 @@ from xrmq.schemas import (
 from xrmq.schemas.routing import RouteSignal
 from xrmq.topics import INTERRUPTED_TOPIC, METRICS_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC
 
-from test_router_doubles import Destination, FakeContext, Finishing, Log, OutputRecorder
+from router_doubles import Destination, FakeContext, Finishing, Log, OutputRecorder
 
 
 @asynccontextmanager

@@ -23,7 +23,7 @@ from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC, Topic
 from bench.bus_workers import raw_sockets
 from bench.turn_tap import Tally
 from buses import broker_process
-from test_router_doubles import Destination, FakeContext, Log, OutputRecorder
+from router_doubles import Destination, FakeContext, Log, OutputRecorder
 
 
 def turn(turn_id: str, participant: str = "p1") -> AgentTurn:

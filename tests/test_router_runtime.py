@@ -18,7 +18,7 @@ from xrmq.topics import (
     VOICE_OUTPUT_TOPIC,
 )
 
-from test_router_doubles import Destination, FakeContext, Log, OutputRecorder
+from router_doubles import Destination, FakeContext, Log, OutputRecorder
 
 
 def runtime_router(runtime: AgentRuntime, agents: dict, **kwargs) -> AgentRouter:

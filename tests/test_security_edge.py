@@ -1,6 +1,7 @@
 """The secure edge box: ``xrmq up --init-keys`` with a curve config on tcp loopback answers
 ``xrmq say --key``, takes a sensor's note, drops its forgeries (``xrmq top`` shows the
-broker's counters), runs seed 000's example over the bus; and the unsafe default is refused."""
+broker's counters), runs the SDK's example (docs/context.md) over the bus; and the unsafe
+default is refused."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 
 from xrmq.actors import runtime as xrmq_runtime
 
-# -- seed 000's imports, changed to xrmq ----------------------------------------------------
+# -- the SDK example's imports, changed to xrmq --------------------------------------------
 from xrmq.actors.context import ContextManager
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import ScriptedLLM
@@ -264,7 +265,7 @@ async def run_seed_example(bus: str, keys: Path, up: subprocess.Popen):
     async def publish_router_control(turn: AgentTurn, route: str | None, text: str) -> None:
         raise AssertionError(f"router text: {text}")
 
-    # ---- seed 000, verbatim from here ------------------------------------------------------
+    # ---- the SDK's example (docs/context.md), verbatim from here ------------------------------
     runtime = AgentRuntime()
 
     context = ContextManager(llm)

@@ -1,4 +1,5 @@
-"""ToolAgent: the tool loop, seed-001 framing, barge-in, seed 002 in a long session, and a
+"""ToolAgent: the tool loop, the framing of docs/context.md, barge-in, docs/tools.md in a long
+session, and a
 ToolAgent sharing a participant's context with a Conversation behind one router."""
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from xrmq.actors.tools.tool import Tool
 from xrmq.schemas import AgentTurn
 from xrmq.topics import VOICE_OUTPUT_TOPIC
 
-from test_router_doubles import Decisions, FakeContext, Log, OutputRecorder, router_output
+from router_doubles import Decisions, FakeContext, Log, OutputRecorder, router_output
 
 
 class View(msgspec.Struct):

@@ -16,7 +16,7 @@ from xrmq.schemas import AgentTurn
 from xrmq.topics import VOICE_OUTPUT_TOPIC
 
 from buses import broker_process, expect_line, python, reap
-from test_router_doubles import FakeContext
+from router_doubles import FakeContext
 
 
 async def never_started() -> None:

@@ -1,6 +1,6 @@
 """The tools transcript journaled by issue 15's context store: a ``TranscriptActor``
 journals every applied write (messages, placeholders, reclaimed originals, summary,
-seed 002's counters, revision) before acknowledging it, and a restarted one starts
+docs/tools.md's counters, revision) before acknowledging it, and a restarted one starts
 from the journal; an agent whose write the store missed sends the whole transcript.
 The last test kills the context process of a real edge stack with SIGKILL."""
 
@@ -228,14 +228,14 @@ async def test_a_kill_9_of_the_context_process_keeps_the_transcript_placeholders
     transcript from its journal; then SIGKILL of the conversation process: the new
     ToolAgent continues from it."""
     from xrmq.actors.edge.chat import compact
-    from xrmq.actors.edge.embedded import EmbeddedStack
+    from xrmq.actors.edge.private_stack import PrivateStack
     from xrmq.actors.edge.replies import ReplyCollector, ask
 
     from buses import PROCS
 
     monkeypatch.setenv("PYTHONPATH", str(PROCS))  # the camera process's role: edge_roles
     monkeypatch.syspath_prepend(str(PROCS))  # the supervisor here checks it too
-    async with EmbeddedStack(tools_stack_config()) as stack:
+    async with PrivateStack(tools_stack_config()) as stack:
         collector = ReplyCollector()
         client = AgentRuntime(stack.bus, name="test-client")
         client.register("replies", collector)

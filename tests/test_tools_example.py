@@ -55,7 +55,8 @@ def test_up_tools_answers_from_the_camera_and_inventory_tools_and_compacts_by_ha
         stock = say(env, "--timeout", "50", "How many multimeters are in stock?")
         assert stock.returncode == 0, stock.stderr
         assert "in_stock: 3" in stock.stdout
-        # Manual compaction (seed 002) of p1's transcript at the tools destination, over the bus.
+        # Manual compaction (docs/tools.md) of p1's transcript at the tools destination, over the
+        # bus.
         # `xrmq context compact --tier` (the issue's spelling); the destination defaults
         # to the config's only tools destination.
         compact = [*CLI, "context", "compact", "--config", str(CONFIG), "--participant", "p1"]

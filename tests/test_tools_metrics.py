@@ -1,4 +1,4 @@
-"""Seed 002's counters per tier of a tools destination in the runtime's metrics and in
+"""docs/tools.md's counters per tier of a tools destination in the runtime's metrics and in
 ``xrmq top`` (gauges ``tools.NAME.<counter>``, on a line of their own)."""
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from xrmq.schemas import AgentTurn, ConversationContextUpdate
 from xrmq.topics import VOICE_OUTPUT_TOPIC, Topic
 
 from buses import broker_process, expect_line, python, reap
-from test_router_doubles import FakeContext
+from router_doubles import FakeContext
 
 
 async def never_started() -> None:

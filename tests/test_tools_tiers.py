@@ -1,4 +1,4 @@
-"""Seed 002's tier rules as tests of the pure tier logic (tiers, transcript, policy)."""
+"""docs/tools.md's tier rules as tests of the pure tier logic (tiers, transcript, policy)."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ from xrmq.schemas import DestinationResult
 from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC
 
 from buses import broker_process, expect_line, reap
-from test_router_doubles import Destination, FakeContext, Log
+from router_doubles import Destination, FakeContext, Log
 
 CLI = [sys.executable, "-m", "xrmq.actors.cli"]
 FAILURE_TEXT = "Sorry, something went wrong. Please try again."

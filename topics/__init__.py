@@ -17,7 +17,16 @@ from xrmq.schemas import (
 )
 
 from ._immutable import deeply_immutable
-from ._topic import REGISTRY_CAPACITY, Topic, bound_topics, registry_counts, split_key, topic_key
+from ._topic import (
+    REGISTRY_CAPACITY,
+    SEP,
+    Topic,
+    bound_topics,
+    check_topic,
+    registry_counts,
+    split_key,
+    topic_key,
+)
 
 VOICE_OUTPUT_TOPIC: Topic[ResponseOutput] = Topic("voice.output", ResponseOutput)
 """Replies and updates that the voice renderer plays."""
@@ -76,12 +85,14 @@ __all__ = [
     "QUERY_TOPIC",
     "REGISTRY_CAPACITY",
     "ROUTER_SOURCE",
+    "SEP",
     "STANDARD_TOPICS",
     "SUPERVISOR_TOPIC",
     "TURN_ENDED_TOPIC",
     "VOICE_OUTPUT_TOPIC",
     "Topic",
     "bound_topics",
+    "check_topic",
     "context_topic",
     "deeply_immutable",
     "registry_counts",

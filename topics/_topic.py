@@ -25,6 +25,7 @@ from ._immutable import deeply_immutable
 T = TypeVar("T")
 
 SEP = b"\x00"
+"""Ends each field of a wire key (the one separator: the runtime and the ACL use it too)."""
 
 REGISTRY_CAPACITY = 4096
 """Topic names the registry holds for the process's life (the first ones bound: every
@@ -191,3 +192,13 @@ class Topic(Generic[T]):
 
     def __hash__(self) -> int:
         return hash(self.name)
+
+
+def check_topic(topic: object, message_type: type, label: str) -> None:
+    """Require ``topic`` to be None or a ``Topic`` carrying exactly ``message_type``.
+
+    ``ValueError("<label>: must be a Topic carrying <type>")`` otherwise: how a component's
+    constructor checks the topics it is given.
+    """
+    if topic is not None and not (isinstance(topic, Topic) and topic.message_type is message_type):
+        raise ValueError(f"{label}: must be a Topic carrying {message_type.__name__}")

@@ -1,4 +1,4 @@
-"""Participant context (seeds 000 and 001): the pure engine the context actors run.
+"""Participant context (docs/context.md): the pure engine the context actors run.
 
 - ``clip``: UTF-8 sizes and start-and-end clipping that never splits a character.
 - ``render``: the rendered text of every block kind and the merge of a participant's
@@ -8,7 +8,7 @@
   compaction snapshots, the Situation/Handling table, rendering).
 - ``config``: validation of the ContextManager's constructor arguments.
 
-The actors around it (thin shells, see DESIGN.md "Context as actors"):
+The actors around it (thin shells, see docs/design.md "Context as actors"):
 
 - ``messages``: the bus messages and topics between the context actors.
 - ``plan``: ``ContextPlan``, what every process of one deployment agrees on.
@@ -16,9 +16,9 @@ The actors around it (thin shells, see DESIGN.md "Context as actors"):
 - ``workers``: the compaction-worker pool that calls the model.
 - ``replica``: the manager's local, never half-updated copy of the section views.
 - ``store``: the journal of one section host (SQLite, WAL), a thin I/O shell.
-- ``dump``: the versioned dump format of ``dump()``/``load()`` (seed 002).
-- ``manual``: the outcomes of a manual ``compact()`` (seed 002).
-- ``manager``: ``ContextManager``, the seed's facade.
+- ``dump``: the versioned dump format of ``dump()``/``load()`` (docs/tools.md).
+- ``manual``: the outcomes of a manual ``compact()`` (docs/tools.md).
+- ``manager``: ``ContextManager``, the SDK's facade.
 
 The names below are loaded on first use (PEP 562, ``xrmq.actors._lazy``): importing the
 pure core (``xrmq.actors.context.engine``) or one of its names does not load the actors
@@ -39,7 +39,9 @@ if TYPE_CHECKING:  # the same names, typed, for type checkers
         DEFAULT_DIALOGUE_BUDGET_BYTES,
         DEFAULT_TOPIC_BUDGET_BYTES,
         ContextConfig,
+        ContextOptions,
         context_config,
+        context_options,
     )
     from .dump import ContextDump, decode_dump, encode_dump
     from .engine import (
@@ -72,7 +74,9 @@ _EXPORTS = {
     "DEFAULT_DIALOGUE_BUDGET_BYTES": ".config",
     "DEFAULT_TOPIC_BUDGET_BYTES": ".config",
     "ContextConfig": ".config",
+    "ContextOptions": ".config",
     "context_config": ".config",
+    "context_options": ".config",
     "ApplyStatus": ".engine",
     "CompactionSettings": ".engine",
     "Entry": ".engine",
@@ -122,6 +126,7 @@ __all__ = [
     "ContextDump",
     "ContextHost",
     "ContextManager",
+    "ContextOptions",
     "ContextPlan",
     "ContextStore",
     "ContextSubscriber",
@@ -137,6 +142,7 @@ __all__ = [
     "StoreError",
     "clip_middle",
     "context_config",
+    "context_options",
     "context_plan",
     "decode_dump",
     "encode_dump",

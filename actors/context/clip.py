@@ -1,6 +1,6 @@
 """Byte arithmetic on rendered text: UTF-8 sizes and start-and-end clipping.
 
-Every budget in the context engine is in UTF-8 bytes of rendered text (seed 000), and
+Every budget in the context engine is in UTF-8 bytes of rendered text (docs/context.md), and
 every place that must fit text into a budget (a very large exchange or update, an
 over-limit summary, an entry larger than a compaction request) keeps the text's start
 and end with an omission marker between them. Cuts fall on character boundaries, so a

@@ -5,7 +5,7 @@ model as-is and returns the text with its finish reason (or an error). Both trav
 the bus, so they are msgspec Structs and carry only data.
 
 A request's system prompt is one of the ``CompactionPrompts`` followed by the size limit
-and the plain-text format (seed 000: the manager adds them, custom prompts do not state
+and the plain-text format (docs/context.md: the manager adds them, custom prompts do not state
 them). Its user message is the delimited material: the previous summary, then the
 entries oldest first, each as rendered into prompts (with its time), separated by blank
 lines. Tags delimit the material (the offline model drops tag lines), so the model

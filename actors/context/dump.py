@@ -1,4 +1,4 @@
-"""The dump format of participant context (seed 002's ``dumps()``/``loads()``), pure.
+"""The dump format of participant context (docs/tools.md's ``dumps()``/``loads()``), pure.
 
 ``ContextManager.dump()`` returns ``encode_dump(ContextDump(...))``: MessagePack of a
 versioned msgspec Struct holding, per participant and section, the rolling summary,

@@ -1,6 +1,6 @@
 """The context engine: the pure state machine of one section of one participant.
 
-A section is the dialogue or one configured topic (seed 000, "Context compaction").
+A section is the dialogue or one configured topic (docs/context.md, "Compaction").
 ``SectionState`` is the data (a mutable msgspec Struct, so an actor can journal and
 restore it); ``Section`` binds one section's configuration and holds the operations,
 which mutate the state they are given explicitly and return what the caller must act
@@ -17,9 +17,9 @@ The caller's loop, for every participant and section:
    result for it is applied, so it can be re-sent after a timeout.
 3. ``render`` when ``state.revision`` changed; log the warning it may return.
 
-Compaction runs over an immutable snapshot (seed 003): a job names the ids of the
-entries it summarizes, and its result removes exactly those, so entries recorded while
-it ran survive. A result whose job is not the state's pending job (the state was
+Compaction runs over an immutable snapshot (docs/context.md, "Snapshot compaction"): a job
+names the ids of the entries it summarizes, and its result removes exactly those, so entries
+recorded while it ran survive. A result whose job is not the state's pending job (the state was
 cleared and recreated, the job was already answered or abandoned) is discarded.
 """
 
@@ -59,7 +59,7 @@ SectionKind = Literal["dialogue", "incremental", "summary"]
 keeps only its latest state and is never compacted."""
 
 INPUT_BUDGET_MARGIN_BYTES = 256
-"""Seed 001: the compaction input budget is at least half a section budget plus this."""
+"""docs/context.md: the compaction input budget is at least half a section budget plus this."""
 
 
 def min_input_budget(budget_bytes: int) -> int:
@@ -497,7 +497,7 @@ class Section(msgspec.Struct, frozen=True):
         return request
 
     def start_run(self, state: SectionState) -> bool:
-        """Manual compaction (seed 002's ``/compact``): make every eligible entry due now.
+        """Manual compaction (``/compact``, docs/tools.md): make every eligible entry due now.
 
         Whatever the half-budget trigger says, and even after a failure that waits for a
         new entry, the next ``next_compaction`` calls compact every entry the automatic
@@ -576,7 +576,8 @@ class Section(msgspec.Struct, frozen=True):
         return added
 
     def apply_result(self, state: SectionState, result: CompactionResult) -> ApplyStatus:
-        """Apply a worker's result to the pending job's snapshot (seed 000's table).
+        """Apply a worker's result to the pending job's snapshot (docs/context.md, the
+        Situation/Handling table).
 
         A compact result that is empty, cut off (a finish reason other than ``stop``:
         ``length``, ``content_filter``, ``cancelled``, ``error``) or an error keeps the entries and

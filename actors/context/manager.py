@@ -1,4 +1,4 @@
-"""``ContextManager``: the seed's facade over the context actors.
+"""``ContextManager``: the SDK's facade over the context actors.
 
 The manager writes to section actors over the bus and keeps a local replica of their
 views, so ``blocks()`` is synchronous and local and never sees a half-applied change.
@@ -9,16 +9,17 @@ once, and drops that overlay when the dialogue section's view acknowledges the w
 
 Deployment:
 
-- ``embedded`` (default): ``runtime.register("context", context.subscriber())`` also
+- ``local`` (default): ``runtime.register("context", context.subscriber())`` also
   registers the section actors and the compaction workers in that runtime (the
   subscriber attaches the manager when the runtime registers it). A manager used before
   any subscriber was registered (e.g. one without topics, which has no subscriber)
-  hosts the same actors on a private embedded runtime of its own, closed by ``close()``.
+  hosts the same actors on a private runtime of its own (an embedded bus), closed by
+  ``close()``.
 - ``split``: the subscriber is only the replica; other processes host the sections
   (``register_sections``) and the workers (``register_workers``) from the same
   ``ContextPlan`` (``context_plan`` with the same keyword arguments).
 
-Durability (``store=PATH`` embedded; ``[context] state_dir``/``persist`` for an edge
+Durability (``store=PATH`` local; ``[context] state_dir``/``persist`` for an edge
 box): a write a section acknowledged (an ``update`` that returned, an exchange that
 ``synced()`` waited for) is in the section host's journal. ``clear`` removes the
 participant's rows before it returns; ``close`` removes every row of this manager.
@@ -38,12 +39,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 from uuid import uuid4
 
+from xrmq.actors.clock import now_us
 from xrmq.actors.models import LLMService
 from xrmq.actors.runtime import (
     Agent,
@@ -55,8 +56,10 @@ from xrmq.actors.runtime import (
 )
 from xrmq.actors.runtime.ratelimit import AggregatedWarnings
 from xrmq.schemas import CompactionPrompts, ContextBlock, ConversationContextUpdate
+from xrmq.schemas._validation import check_name
 from xrmq.topics import Topic
 
+from .clearing import clear_remote
 from .config import (
     DEFAULT_COMPACTION_INPUT_BUDGET_BYTES,
     DEFAULT_DIALOGUE_BUDGET_BYTES,
@@ -66,9 +69,6 @@ from .dump import ContextDump, ParticipantDump, decode_dump, encode_dump
 from .engine import exchange_identity, history_tail
 from .manual import CompactOutcome, CompactStatus, SectionOutcome
 from .messages import (
-    CancelJobs,
-    Cleared,
-    ClearSection,
     CompactReport,
     CompactSection,
     ExchangeRecord,
@@ -98,7 +98,7 @@ from .sections import ContextHost, journal_name, register_sections
 from .store import ContextStore, OnCorrupt, open_store
 from .workers import register_workers
 
-Deployment = Literal["embedded", "split"]
+Deployment = Literal["local", "split"]
 
 DEFAULT_MAX_PARTICIPANTS = 4096
 """Participants a manager's replica holds (``max_participants``)."""
@@ -107,20 +107,14 @@ DIALOGUE_KEY = "\x00"
 """The dialogue's key among a manager's writes (never a topic name: those have no NUL)."""
 
 
-def _now_us() -> int:
-    return time.time_ns() // 1000
-
-
 def _check_participant(participant_id: object) -> str:
-    if not isinstance(participant_id, str) or not participant_id or "\x00" in participant_id:
-        raise ValueError("participant_id: must be a non-empty string without NUL")
-    return participant_id
+    return check_name(participant_id, "participant_id")
 
 
 class ContextSubscriber(Agent):
     """The agent ``subscriber()`` returns: the manager's replica of the section views.
 
-    Registering it attaches the manager to that runtime (and, embedded, registers the
+    Registering it attaches the manager to that runtime (and, local, registers the
     section actors and compaction workers there too): the runtime assigns
     ``agent.runtime`` during ``register``, before it starts.
     """
@@ -182,8 +176,9 @@ class ContextSubscriber(Agent):
 class ContextManager:
     """Retain participant-scoped context and render it into prompts for any number of agents.
 
-    Seed 001's constructor (same names and defaults), plus xrmq's deployment options:
-    ``deployment`` (``"embedded"`` or ``"split"``), ``namespace`` of the internal topics,
+    The SDK's constructor (same names and defaults, docs/context.md), plus xrmq's deployment
+    options:
+    ``deployment`` (``"local"`` or ``"split"``), ``namespace`` of the internal topics,
     the worker pool (``compaction_workers``, ``worker_concurrency``), the job timeout
     after which a job goes to another worker (``compaction_timeout_s``) and the bound on
     each clear/cancel round trip (``control_timeout_s``). All budgets must be positive;
@@ -191,7 +186,7 @@ class ContextManager:
     budget mapping covers every configured topic; the compaction input budget is at
     least half the largest section budget plus 256 bytes.
 
-    ``store``: the journal's path for an embedded manager (None: memory only); a
+    ``store``: the journal's path for a local manager (None: memory only); a
     manager given the path of an earlier one's journal starts with its context.
     ``on_corrupt``: ``"error"`` (a ``StoreError`` naming the file) or
     ``"backup_and_start_empty"`` for a journal that cannot be read.
@@ -212,7 +207,7 @@ class ContextManager:
         topic_budget_bytes: int | Mapping[str, int] = DEFAULT_TOPIC_BUDGET_BYTES,
         compaction_input_budget_bytes: int = DEFAULT_COMPACTION_INPUT_BUDGET_BYTES,
         compaction_prompts: CompactionPrompts | None = None,
-        deployment: Deployment = "embedded",
+        deployment: Deployment = "local",
         namespace: str = DEFAULT_NAMESPACE,
         compaction_workers: int = DEFAULT_COMPACTION_WORKERS,
         worker_concurrency: int = DEFAULT_WORKER_CONCURRENCY,
@@ -229,11 +224,11 @@ class ContextManager:
             or max_participants < 1
         ):
             raise ValueError(f"max_participants: must be a positive int, got {max_participants!r}")
-        if deployment not in ("embedded", "split"):
-            raise ValueError(f"deployment: must be 'embedded' or 'split', got {deployment!r}")
-        if store is not None and deployment != "embedded":
+        if deployment not in ("local", "split"):
+            raise ValueError(f"deployment: must be 'local' or 'split', got {deployment!r}")
+        if store is not None and deployment != "local":
             raise ValueError(
-                "store: only an embedded manager hosts sections; a split deployment's section "
+                "store: only a local manager hosts sections; a split deployment's section "
                 "processes journal ([context] state_dir)"
             )
         self.plan: ContextPlan = context_plan(
@@ -278,7 +273,7 @@ class ContextManager:
         self.resyncs = 0
         """Full-snapshot resyncs completed (a host restarted, or this manager started)."""
         self.host: ContextHost | None = None
-        """The embedded deployment's section host, once attached."""
+        """The local deployment's section host, once attached."""
         self.store: ContextStore | None = None
         if store is not None:
             self.store = open_store(store, on_corrupt=on_corrupt)
@@ -290,11 +285,11 @@ class ContextManager:
         """Return an Agent that applies the configured context topics to this manager.
 
         Register it with the same AgentRuntime that delivers the updates, before the
-        runtime starts. Embedded, it brings the section actors and compaction workers
-        into that runtime. Requires at least one configured topic when embedded (a
+        runtime starts. Local, it brings the section actors and compaction workers
+        into that runtime. Requires at least one configured topic when local (a
         split manager's subscriber is its replica, topics or not).
         """
-        if not self.plan.config.topics and self.deployment == "embedded":
+        if not self.plan.config.topics and self.deployment == "local":
             raise ValueError(
                 "subscriber: configure at least one topic (summary_context_topics or "
                 "incremental_context_topics) before calling this method"
@@ -311,7 +306,7 @@ class ContextManager:
                 f"{self._runtime.name!r}"
             )
         self._runtime, self._name = runtime, name
-        if self.deployment == "embedded":
+        if self.deployment == "local":
             self.host = register_sections(runtime, self.plan, name=name, store=self.store)
             register_workers(runtime, self.plan, self.llm, name=name)
 
@@ -554,7 +549,7 @@ class ContextManager:
                 )
                 return
 
-    # --- the seed's methods ----------------------------------------------------------------
+    # --- the SDK's methods ----------------------------------------------------------------
 
     def blocks(self, participant_id: str) -> tuple[ContextBlock, ...]:
         """Render a participant's dialogue and topic context: summaries first, then newer
@@ -622,7 +617,7 @@ class ContextManager:
         _check_participant(participant_id)
         replica = self._replicas.get(participant_id)
         known = replica.identities if replica is not None else frozenset()
-        tail = history_tail(known, exchanges, exchange_ids=exchange_ids, now_us=_now_us())
+        tail = history_tail(known, exchanges, exchange_ids=exchange_ids, now_us=now_us())
         if self._closed or not tail:
             return
         self._write_exchanges(participant_id, self._replica(participant_id), tail)
@@ -677,7 +672,7 @@ class ContextManager:
         if not isinstance(update, ConversationContextUpdate):
             raise ValueError("update: must be a ConversationContextUpdate")
         _check_participant(participant_id)
-        when = _now_us() if timestamp_us is None else check_timestamp(timestamp_us)
+        when = now_us() if timestamp_us is None else check_timestamp(timestamp_us)
         if self._closed:
             return
         seq = next(self._seq)
@@ -744,7 +739,7 @@ class ContextManager:
         runtime = self._runtime
         if runtime is not None and runtime.running:
             for error in await self._clear_remote(
-                runtime, list(self._replicas), close=self.deployment == "embedded"
+                runtime, list(self._replicas), close=self.deployment == "local"
             ):
                 self._log.warning("context.close_incomplete", error=repr(error))
         self._replicas.clear()
@@ -761,7 +756,7 @@ class ContextManager:
             if self._runtime is None or not self._runtime.running:
                 self.store.close()  # not running: no host closes it
 
-    # --- serialization and manual compaction (seed 002) ---------------------------------
+    # --- serialization and manual compaction (docs/tools.md) ---------------------------------
 
     async def _running_runtime(self, operation: str) -> AgentRuntime:
         if self._closed:
@@ -927,94 +922,15 @@ class ContextManager:
     async def _clear_remote(
         self, runtime: AgentRuntime, participants: list[str], *, close: bool
     ) -> list[BaseException]:
-        """Clear sections, cancel and await the jobs they held, then drop the replica's views.
-
-        Returns the failures of sections that did not answer (their state may remain).
-        """
-        topics, timeout = self.plan.topics, self.plan.control_timeout_s
-        asks: list[tuple[str | None, Any]] = []
-        for participant_id in participants:
-            asks.append(
-                (
-                    participant_id,
-                    runtime.ask(
-                        topics.dialogue_clear,
-                        ClearSection(),
-                        reply_type=Cleared,
-                        participant_id=participant_id,
-                        source=self._name,
-                        timeout=timeout,
-                    ),
-                )
-            )
-            if not close:
-                for section in self.plan.config.topics:
-                    asks.append(
-                        (
-                            participant_id,
-                            runtime.ask(
-                                topics.topic_clear(section.spec.name),
-                                ClearSection(),
-                                reply_type=Cleared,
-                                participant_id=participant_id,
-                                source=self._name,
-                                timeout=timeout,
-                            ),
-                        )
-                    )
-        if close:
-            for section in self.plan.config.topics:
-                asks.append(
-                    (
-                        None,
-                        runtime.ask(
-                            topics.topic_clear(section.spec.name),
-                            ClearSection(close=True),
-                            reply_type=Cleared,
-                            source=self._name,
-                            timeout=timeout,
-                        ),
-                    )
-                )
-        replies = await asyncio.gather(*(ask for _, ask in asks), return_exceptions=True)
-        errors = [reply for reply in replies if isinstance(reply, BaseException)]
-        generations: dict[str, list[str]] = {participant_id: [] for participant_id in participants}
-        by_worker: dict[int, list] = {}
-        for (asked_id, _), reply in zip(asks, replies):
-            if isinstance(reply, BaseException):
-                continue
-            if asked_id is not None:
-                generations[asked_id].extend(reply.generations)
-            for job in reply.jobs:
-                for worker in job.workers:
-                    by_worker.setdefault(worker, []).append(job.job)
-        cancels = [
-            runtime.ask(
-                topics.worker_cancel(worker),
-                CancelJobs(tuple(jobs)),
-                reply_type=int,
-                source=self._name,
-                timeout=timeout,
-            )
-            for worker, jobs in sorted(by_worker.items())
-        ]
-        for worker, outcome in zip(
-            sorted(by_worker), await asyncio.gather(*cancels, return_exceptions=True)
-        ):
-            if isinstance(outcome, BaseException):  # a dead worker runs nothing
-                self._log.warning("context.cancel_unanswered", worker=worker, error=repr(outcome))
-        forgets = [
-            runtime.ask(
-                topics.replica(self.id),
-                ForgetParticipant(tuple(gens)),
-                reply_type=bool,
-                participant_id=participant_id,
-                source=self._name,
-                timeout=timeout,
-            )
-            for participant_id, gens in generations.items()
-        ]
-        for outcome in await asyncio.gather(*forgets, return_exceptions=True):
-            if isinstance(outcome, BaseException):
-                errors.append(outcome)
-        return errors
+        """Clear sections, cancel and await the jobs they held, then drop the replica's views
+        (the protocol of ``clearing.py``). Returns the failures of sections that did not
+        answer (their state may remain)."""
+        return await clear_remote(
+            runtime,
+            self.plan,
+            self.id,
+            participants,
+            close=close,
+            source=self._name,
+            log=self._log,
+        )

@@ -1,9 +1,9 @@
-"""Outcomes of a manual compaction (seed 002's ``/compact``): ``ContextManager.compact``.
+"""Outcomes of a manual compaction (``/compact``, docs/tools.md): ``ContextManager.compact``.
 
 A manual compaction compacts every eligible entry of a section now, whatever the
 half-budget trigger says (``Section.start_run``), and reports how it ended: the
 entries were replaced by the rolling summary, there was nothing to compact, or the
-model failed and the entries stayed (seed 002's NOTHING_TO_CONDENSE and
+model failed and the entries stayed (docs/tools.md's NOTHING_TO_CONDENSE and
 SUMMARIZE_FAILED, the conversation left untouched).
 """
 

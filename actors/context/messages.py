@@ -45,6 +45,7 @@ from functools import cached_property
 import msgspec
 
 from xrmq.schemas import ContextBlock
+from xrmq.schemas._validation import check_name
 from xrmq.topics import Topic, context_topic
 
 from .compaction import CompactionRequest, CompactionResult, JobRef
@@ -225,8 +226,7 @@ class ContextTopics:
     """The topics of one deployment's namespace (see the module docstring)."""
 
     def __init__(self, namespace: str) -> None:
-        if not namespace or "\x00" in namespace:
-            raise ValueError("namespace: must be a non-empty string without NUL")
+        check_name(namespace, "namespace")
         self.namespace = namespace
 
     @cached_property

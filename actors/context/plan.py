@@ -2,28 +2,42 @@
 
 The manager, the processes hosting section actors and those hosting compaction workers
 are built from the same ``ContextPlan``: the validated section configuration (budgets,
-topics, prompts; seed 001) plus the deployment settings (namespace, worker pool, job
+topics, prompts; docs/context.md) plus the deployment settings (namespace, worker pool, job
 timeout). Build it with ``context_plan(**kwargs)`` from the ContextManager's keyword
 arguments, e.g. from one table of an edge-box config.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import msgspec
 
 from xrmq.topics import Topic
 
-from .config import ContextConfig, context_config
+from .config import (
+    DEFAULT_COMPACTION_TIMEOUT_S,
+    DEFAULT_COMPACTION_WORKERS,
+    DEFAULT_CONTROL_TIMEOUT_S,
+    DEFAULT_NAMESPACE,
+    DEFAULT_WORKER_CONCURRENCY,
+    ContextConfig,
+    ContextOptions,
+    config_of,
+    context_options,
+)
 from .messages import CompactionDone, ContextTopics
 
-DEFAULT_NAMESPACE = "context"
-DEFAULT_COMPACTION_WORKERS = 2
-DEFAULT_WORKER_CONCURRENCY = 4
-DEFAULT_COMPACTION_TIMEOUT_S = 120.0
-DEFAULT_CONTROL_TIMEOUT_S = 5.0
+__all__ = [
+    "DEFAULT_COMPACTION_TIMEOUT_S",
+    "DEFAULT_COMPACTION_WORKERS",
+    "DEFAULT_CONTROL_TIMEOUT_S",
+    "DEFAULT_NAMESPACE",
+    "DEFAULT_WORKER_CONCURRENCY",
+    "ContextPlan",
+    "context_plan",
+    "plan_of",
+]
 
 
 class ContextPlan(msgspec.Struct, frozen=True):
@@ -59,47 +73,23 @@ class ContextPlan(msgspec.Struct, frozen=True):
         return self.topics.result_topics(section.spec.name for section in self.config.topics)
 
 
-def _count(value: object, parameter: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{parameter}: must be a positive int, got {value!r}")
-    return value
+def plan_of(options: ContextOptions) -> ContextPlan:
+    """The deployment a checked ``ContextOptions`` describes."""
+    return ContextPlan(
+        config=config_of(options),
+        namespace=options.namespace,
+        compaction_workers=options.compaction_workers,
+        worker_concurrency=options.worker_concurrency,
+        compaction_timeout_s=options.compaction_timeout_s,
+        control_timeout_s=options.control_timeout_s,
+        section_hosts=options.section_hosts,
+    )
 
 
-def _seconds(value: object, parameter: str) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise ValueError(f"{parameter}: must be a positive number of seconds, got {value!r}")
-    return float(value)
-
-
-def context_plan(
-    *,
-    namespace: str = DEFAULT_NAMESPACE,
-    compaction_workers: int = DEFAULT_COMPACTION_WORKERS,
-    worker_concurrency: int = DEFAULT_WORKER_CONCURRENCY,
-    compaction_timeout_s: float = DEFAULT_COMPACTION_TIMEOUT_S,
-    control_timeout_s: float = DEFAULT_CONTROL_TIMEOUT_S,
-    section_hosts: int = 1,
-    **context: Any,
-) -> ContextPlan:
+def context_plan(**kwargs: Any) -> ContextPlan:
     """Validate a deployment; ``ValueError`` naming the parameter and the rule.
 
-    ``context`` holds the ContextManager's seed parameters (topics, budgets, prompts),
-    validated by ``context_config`` with its defaults.
+    ``kwargs`` are ``ContextOptions``'s fields (the ContextManager's section parameters and
+    the deployment's), checked by ``context_options`` with their defaults.
     """
-    config = context_config(**context)
-    if not isinstance(namespace, str) or not namespace or "\x00" in namespace:
-        raise ValueError(f"namespace: must be a non-empty string without NUL, got {namespace!r}")
-    return ContextPlan(
-        config=config,
-        namespace=namespace,
-        compaction_workers=_count(compaction_workers, "compaction_workers"),
-        worker_concurrency=_count(worker_concurrency, "worker_concurrency"),
-        compaction_timeout_s=_seconds(compaction_timeout_s, "compaction_timeout_s"),
-        control_timeout_s=_seconds(control_timeout_s, "control_timeout_s"),
-        section_hosts=_count(section_hosts, "section_hosts"),
-    )
+    return plan_of(context_options(**kwargs))

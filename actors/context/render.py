@@ -1,6 +1,6 @@
 """Rendered text of context blocks, and the merge of a participant's sections.
 
-The formats are part of the prompt contract (seed 000, "Prompt layout"): the model
+The formats are part of the prompt contract (docs/context.md, "Prompt layout"): the model
 resolves conflicts between sections from the times shown, so every dated block starts
 with its recorded time in UTC, and every block names where its text came from:
 

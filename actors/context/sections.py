@@ -605,6 +605,7 @@ class DialogueSectionActor(Agent):
         if recovered is not None:
             self.host.restore(participant_id, recovered)
         self._retiring: asyncio.Task[None] | None = None
+        """The retirement after a clear: held, as the loop keeps only weak references to tasks."""
 
     def gauges(self) -> dict[str, float]:
         return {**self.host.gauges(), "context.participants": len(self.host.participants)}

@@ -12,7 +12,7 @@ decides nothing. Three tables, keyed by (participant, section):
 - ``jobs``: the pending compaction job, re-issued after a restart.
 
 And, for each tools destination's transcripts (``xrmq.actors.tools.store``), keyed by
-(participant, store name): ``transcripts`` (summary, token count, seed 002's counters
+(participant, store name): ``transcripts`` (summary, token count, docs/tools.md's counters
 and the write revision, as one opaque blob), ``transcript_messages`` (one row per
 message, appended as turns commit, rewritten after a compaction) and
 ``transcript_originals`` (the reclaimed originals ``extract_compacted_tool_result``

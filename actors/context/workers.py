@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from xrmq.actors.models import ChatMessage, ChatOptions, LLMService
 from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, RuntimeContext, get_logger
 from xrmq.actors.runtime.ratelimit import AggregatedWarnings
+from xrmq.schemas._validation import check_positive
 from xrmq.topics import Topic
 
 from .compaction import CompactionRequest, CompactionResult, JobRef
@@ -34,7 +35,7 @@ MAX_QUEUED = 16_384
 participant, so this is room for thousands of participants' sections."""
 
 COMPACTION_OPTIONS = ChatOptions(thinking=False)
-"""Compaction requests never ask a reasoning model to think (seed 000)."""
+"""Compaction requests never ask a reasoning model to think (docs/context.md)."""
 
 
 async def compact(llm: LLMService, request: CompactionRequest) -> CompactionResult:
@@ -55,8 +56,7 @@ class CompactionWorker(Agent):
     """One worker of the pool of ``plan`` (its job and cancel topics, its result topics)."""
 
     def __init__(self, index: int, llm: LLMService, plan: ContextPlan, concurrency: int) -> None:
-        if concurrency < 1:
-            raise ValueError("worker_concurrency: must be >= 1")
+        check_positive(concurrency, "worker_concurrency")
         self.index = index
         self.llm = llm
         self.concurrency = concurrency

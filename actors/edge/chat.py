@@ -12,14 +12,14 @@ reply is complete; a failed turn is shown (``xrmq chat: turn failed: ...`` on st
 and the chat goes on. A line starting with ``/`` is a chat command, never a query:
 ``/help`` lists them, ``/clear`` makes the edge box forget the participant (their
 dialogue and context, as when they leave), ``/compact [SECTION]`` compacts the
-participant's context now and prints what happened (seed 002), ``/compact toolcall
+participant's context now and prints what happened (docs/tools.md), ``/compact toolcall
 [DESTINATION]`` or ``/compact summary [DESTINATION]`` compacts the participant's
 transcript at a tools destination (tier 1, or a summary; by default the destination
 that answered last), ``/quit`` (or end of input) leaves. On a
 terminal, what is typed while a reply streams is not echoed into it: it is asked (and
 shown) once the reply is complete. It talks to a running ``xrmq up``
-on ``--bus``, or with ``--embedded`` to a stack of the embedded default it starts
-itself on a private bus (``EmbeddedStack``). It prints ``xrmq chat: ready ...`` once it
+on ``--bus``, or with ``--private-stack`` to a stack of the built-in default it starts
+itself on a private bus (``PrivateStack``). It prints ``xrmq chat: ready ...`` once it
 can take the first line.
 """
 
@@ -39,7 +39,7 @@ from xrmq.schemas.tools import CompactReply, CompactRequest
 from xrmq.topics import PARTICIPANT_LEFT_TOPIC
 
 from .config import EdgeConfig, default_config
-from .embedded import EmbeddedStack
+from .private_stack import PrivateStack
 from .replies import ReplyCollector, Turn, ask
 
 QUIT = "/quit"
@@ -275,13 +275,13 @@ async def compact(
     return f"xrmq chat: summary at {destination}: {reply.status} ({fraction} reclaimed)"
 
 
-async def chat_embedded(
+async def chat_private_stack(
     participant_id: str, *, timeout: float, stdin: TextIO = sys.stdin, out: TextIO = sys.stdout
 ) -> int:
-    """``chat`` against a stack of the embedded default started here; 1 if the stack stops by
+    """``chat`` against a stack of the built-in default started here; 1 if the stack stops by
     itself."""
-    print("xrmq chat: starting an embedded edge stack...", file=out, flush=True)
-    async with EmbeddedStack(default_config()) as stack:
+    print("xrmq chat: starting an edge stack on a private bus...", file=out, flush=True)
+    async with PrivateStack(default_config()) as stack:
         session = asyncio.create_task(
             chat(
                 stack.bus,

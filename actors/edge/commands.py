@@ -23,7 +23,7 @@ def add_commands(subparsers: Any) -> None:
     up.add_argument(
         "config",
         nargs="?",
-        help="TOML config (default: the embedded default; see examples/edge-box.toml)",
+        help="TOML config (default: the built-in default; see examples/edge-box.toml)",
     )
     up.add_argument(
         "--check", action="store_true", help="validate the config and its roles, start nothing"
@@ -48,7 +48,7 @@ def add_commands(subparsers: Any) -> None:
         metavar="ROLE-or-PROCESS",
         help="a process named in the config, or a role to run alone",
     )
-    run.add_argument("--config", help="TOML config (default: the embedded default)")
+    run.add_argument("--config", help="TOML config (default: the built-in default)")
     run.add_argument(
         "--shard", type=int, default=0, help="which replica of the process (default 0)"
     )
@@ -153,9 +153,12 @@ def add_commands(subparsers: Any) -> None:
     add_bus_argument(chat)
     chat.add_argument("--participant", default="p1", help="participant id (default: %(default)s)")
     chat.add_argument(
+        "--private-stack",
         "--embedded",
+        dest="private_stack",
         action="store_true",
-        help="start an edge stack of the embedded default on a private bus instead of using --bus",
+        help="start an edge stack of the built-in default on a private bus instead of using "
+        "--bus (--embedded: its former name)",
     )
     chat.add_argument(
         "--timeout", type=float, default=30.0, help="seconds to wait for each reply (default 30)"
@@ -349,12 +352,12 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def run_chat(args: argparse.Namespace) -> int:
-    from .chat import chat, chat_embedded
+    from .chat import chat, chat_private_stack
 
     if args.timeout <= 0:
         raise ValueError("--timeout: must be > 0")
-    if args.embedded:
-        return run(chat_embedded(args.participant, timeout=args.timeout))
+    if args.private_stack:
+        return run(chat_private_stack(args.participant, timeout=args.timeout))
     require_broker(args.bus)
     config = None if args.config is None else load_config(args.config)
     return run(chat(args.bus, args.participant, timeout=args.timeout, config=config))

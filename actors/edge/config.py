@@ -3,7 +3,7 @@
 The file names the bus, the models, the participant context, the destinations and
 router, the supervisor's timings and restart policy, and the processes ``xrmq up``
 starts (which roles each runs, how many replicas, in which order). ``examples/edge-box.toml``
-documents every key; ``default_config()`` is the embedded default that needs no file.
+documents every key; ``default_config()`` is the built-in default that needs no file.
 
 Every error is one ``ConfigError`` (a ``ValueError``) naming the file, the key as a
 dotted path and the rule, e.g. ``edge.toml: processes.conversation.replicas: must be >= 1``.
@@ -22,19 +22,22 @@ from typing import Annotated, Any
 
 import msgspec
 
-from xrmq.actors.context import context_config
 from xrmq.actors.context.config import (
     DEFAULT_COMPACTION_INPUT_BUDGET_BYTES,
     DEFAULT_DIALOGUE_BUDGET_BYTES,
     DEFAULT_TOPIC_BUDGET_BYTES,
+    Budget,
+    ContextOptions,
+    context_options,
 )
 from xrmq.actors.context.store import ON_CORRUPT
+from xrmq.actors.explain import explain, kind_of
 from xrmq.actors.models import ModelSpec, parse_model_spec
 from xrmq.actors.runtime.address import DEFAULT_BUS, is_loopback_tcp, parse_bus
 from xrmq.actors.runtime.broker import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_SUBSCRIBER_BUDGET_BYTES
 from xrmq.schemas import CompactionPrompts
 
-DEFAULT_SOURCE = "<embedded default>"
+DEFAULT_SOURCE = "<built-in default>"
 """What errors name as the file when the config did not come from one."""
 
 TOPIC_MODES = ("summary", "incremental")
@@ -54,6 +57,14 @@ class ConfigError(ValueError):
     def __init__(self, source: str, key: str, rule: str) -> None:
         self.source, self.key, self.rule = source, key, rule
         super().__init__(f"{source}: {key}: {rule}" if key else f"{source}: {rule}")
+
+
+AtLeastOne = Annotated[int, msgspec.Meta(ge=1)]
+"""A count: ``must be >= 1`` (``msgspec.Meta``, checked while the file is decoded)."""
+NotNegative = Annotated[int, msgspec.Meta(ge=0)]
+Positive = Annotated[float, msgspec.Meta(gt=0)]
+"""A duration in seconds: ``must be > 0``."""
+NotNegativeSeconds = Annotated[float, msgspec.Meta(ge=0)]
 
 
 class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -126,7 +137,7 @@ class TopicConfig(_Section, frozen=True):
     mode: str
     """``summary`` (an update replaces the topic's state) or ``incremental`` (updates append and are
     compacted)."""
-    budget_bytes: int | None = None
+    budget_bytes: Budget | None = None
     """This topic's budget; None uses ``context.topic_budget_bytes``."""
 
 
@@ -148,10 +159,10 @@ class PromptsConfig(_Section, frozen=True):
 class ContextSettings(_Section, frozen=True):
     topics: dict[str, TopicConfig] = {}
     """Context topics by name, in the order their summaries are rendered."""
-    dialogue_budget_bytes: int = DEFAULT_DIALOGUE_BUDGET_BYTES
-    topic_budget_bytes: int = DEFAULT_TOPIC_BUDGET_BYTES
+    dialogue_budget_bytes: Budget = DEFAULT_DIALOGUE_BUDGET_BYTES
+    topic_budget_bytes: Budget = DEFAULT_TOPIC_BUDGET_BYTES
     """Budget of every topic that does not set its own ``budget_bytes``."""
-    compaction_input_budget_bytes: int = DEFAULT_COMPACTION_INPUT_BUDGET_BYTES
+    compaction_input_budget_bytes: Budget = DEFAULT_COMPACTION_INPUT_BUDGET_BYTES
     prompts: PromptsConfig = PromptsConfig()
     persist: bool = True
     """Whether the context processes journal every section state (SQLite) and restore it
@@ -163,8 +174,13 @@ class ContextSettings(_Section, frozen=True):
     """A journal that cannot be read: ``error`` (the process does not start, naming the
     file) or ``backup_and_start_empty`` (moved aside, the process starts empty)."""
 
+    def options(self) -> ContextOptions:
+        """The context configuration this table describes (checked by ``context_options``)."""
+        return context_options(**self.manager_kwargs())
+
     def manager_kwargs(self) -> dict[str, Any]:
-        """The ``ContextManager`` constructor's keyword arguments this section describes."""
+        """The ``ContextManager`` constructor's keyword arguments this table describes (the
+        section fields of ``ContextOptions``)."""
         return {
             "summary_context_topics": [
                 name for name, topic in self.topics.items() if topic.mode == "summary"
@@ -203,7 +219,7 @@ class DestinationConfig(_Section, frozen=True):
     tool_timeout_s: float = 10.0
     """For ``tools``: how long one tool call may take before it is an error result."""
     token_threshold: int = 192_000
-    """For ``tools``: seed 002's ``auto_compact.token_threshold``."""
+    """For ``tools``: docs/tools.md's ``auto_compact.token_threshold``."""
 
 
 DESTINATION_KINDS = ("conversation", "tools")
@@ -215,7 +231,7 @@ class RouterConfig(_Section, frozen=True):
     (``models.routing`` chooses)."""
     default: str | None = None
     """The destination tried when no other fits; None: the first destination."""
-    history_limit: int | None = None
+    history_limit: AtLeastOne | None = None
     """Exchanges of shared history passed with each turn; None: the router's default."""
     destination_dead_after_s: float = 1.5
     """A destination process silent this long (no heartbeat) is taken as dead by the
@@ -223,24 +239,24 @@ class RouterConfig(_Section, frozen=True):
 
 
 class RestartPolicyConfig(_Section, frozen=True):
-    max_crashes: int = 5
+    max_crashes: AtLeastOne = 5
     """Crashes within ``window_s`` after which the supervisor gives up."""
-    window_s: float = 60.0
-    backoff_initial_s: float = 0.5
+    window_s: Positive = 60.0
+    backoff_initial_s: Positive = 0.5
     """Delay before the first restart; doubled for every further crash in the window."""
-    backoff_max_s: float = 30.0
+    backoff_max_s: Positive = 30.0
 
 
 class SupervisorConfig(_Section, frozen=True):
-    ready_timeout_s: float = 30.0
+    ready_timeout_s: Positive = 30.0
     """How long a process may take to report ready before it counts as crashed."""
-    shutdown_timeout_s: float = 10.0
+    shutdown_timeout_s: Positive = 10.0
     """How long a process may take to drain and exit after SIGTERM before it is killed."""
-    metrics_interval_s: float = 1.0
+    metrics_interval_s: Positive = 1.0
     """How often every runtime publishes ``RuntimeMetrics`` (its heartbeat; ``xrmq top``)."""
     liveness_timeout_s: float = 5.0
     """A ready process whose heartbeat stops this long is killed (SIGKILL) and restarted."""
-    stuck_after_s: float = 10.0
+    stuck_after_s: Positive = 10.0
     """An actor whose mailbox is non-empty and has not moved this long is reported stuck."""
     restart_stuck: bool = True
     """Restart a stuck actor: cancel its handler in flight, keep its mailbox (``AgentRuntime``)."""
@@ -250,9 +266,9 @@ class SupervisorConfig(_Section, frozen=True):
 class ProcessConfig(_Section, frozen=True):
     roles: list[str]
     """Roles this process runs: registered role names, or ``package.module:function``."""
-    replicas: int = 1
+    replicas: AtLeastOne = 1
     """OS processes running this entry; each owns one shard of the keyed kinds it hosts."""
-    compaction_workers: int = 2
+    compaction_workers: AtLeastOne = 2
     """Compaction-worker actors per replica (for the ``compaction`` role)."""
     after: list[str] = []
     """Processes that must be ready before this one starts (and stop after it)."""
@@ -282,12 +298,12 @@ class VoiceConfig(_Section, frozen=True):
     api_key_env: str | None = None
     """For a litellm model: the variable holding its key."""
     vad_threshold: float = 0.5
-    min_speech_s: float = 0.25
-    trailing_silence_s: float = 0.4
+    min_speech_s: NotNegativeSeconds = 0.25
+    trailing_silence_s: Positive = 0.4
     max_utterance_s: float = 15.0
-    barge_in_min_s: float = 0.6
+    barge_in_min_s: NotNegativeSeconds = 0.6
     """Voiced seconds over the assistant's playback before the speech interrupts it."""
-    barge_in_min_words: int = 0
+    barge_in_min_words: NotNegative = 0
     """Words the transcript must also have to interrupt (0: duration alone)."""
     context_bias: bool = True
     """Give the recognizer the participant's context (names, numbers, places) as its prompt."""
@@ -383,7 +399,7 @@ def load_config(path: str | Path) -> EdgeConfig:
 
 
 def default_config() -> EdgeConfig:
-    """The embedded default: every actor of the edge box on the default bus, offline models.
+    """The built-in default: every actor of the edge box on the default bus, offline models.
 
     A summary topic ``scene`` and an incremental topic ``notes``; one conversation
     destination; context sections, compaction workers, conversation, router and voice
@@ -456,7 +472,7 @@ def _bus(raw: dict[str, Any], source: str) -> BusConfig:
     """``[bus]``, its identities converted one by one so an error names ``bus.identities.NAME``."""
     identities_raw = raw.get("identities", {})
     if not isinstance(identities_raw, dict):
-        kind = _kind(type(identities_raw).__name__)
+        kind = kind_of(identities_raw)
         raise ConfigError(source, "bus.identities", f"must be a table, got {kind}")
     identities = {
         name: _convert(value, IdentityConfig, f"bus.identities.{name}", source)
@@ -478,93 +494,43 @@ def _table(value: dict[str, Any], key: str, source: str) -> dict[str, Any]:
 
 
 def _convert(value: Any, type_: type, key: str, source: str) -> Any:
-    """``msgspec.convert`` with its error turned into file, dotted key and rule."""
+    """``msgspec.convert``; a value that does not fit is explained from ``type_``'s structure
+    (``xrmq.actors.explain``: the key, and the rule its type and ``msgspec.Meta`` state)."""
     try:
         return msgspec.convert(value, type_)
     except msgspec.ValidationError as error:
-        raise _config_error(str(error), key, source, type_) from None
-
-
-_AT = re.compile(r"^(?P<rule>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
-
-
-def _config_error(message: str, key: str, source: str, type_: type | None) -> ConfigError:
-    match = _AT.match(message)
-    assert match is not None  # the pattern matches any text
-    rule, path = match["rule"], match["path"] or ""
-    full = (key + path) if key else path.lstrip(".")
-    if (unknown := re.fullmatch(r"Object contains unknown field `(.+)`", rule)) is not None:
-        field = unknown[1]
-        allowed = _fields_at(type_, path)
-        close = difflib.get_close_matches(field, allowed, n=1)
-        hint = (
-            f"; did you mean {close[0]!r}?"
-            if close
-            else (f" (allowed: {', '.join(allowed)})" if allowed else "")
-        )
-        return ConfigError(source, _join(full, field), f"unknown key{hint}")
-    if (missing := re.fullmatch(r"Object missing required field `(.+)`", rule)) is not None:
-        return ConfigError(source, _join(full, missing[1]), "is required")
-    if (bound := re.fullmatch(r"Expected `\w+` (>=|>|<=|<) (\S+)", rule)) is not None:
-        return ConfigError(source, full, f"must be {bound[1]} {bound[2]}")
-    if (wrong := re.fullmatch(r"Expected `(.+)`, got `(.+)`", rule)) is not None:
-        return ConfigError(source, full, f"must be {_kind(wrong[1])}, got {_kind(wrong[2])}")
-    return ConfigError(source, full, rule[:1].lower() + rule[1:])
+        problem = explain(value, type_)
+        if problem is None:  # a rule the walk does not model: msgspec's own words
+            raise ConfigError(source, key, str(error)) from None
+        raise ConfigError(source, problem.key(key), problem.rule) from None
 
 
 def _join(key: str, field: str) -> str:
     return f"{key}.{field}" if key else field
 
 
-def _kind(name: str) -> str:
-    return {
-        "object": "a table",
-        "array": "an array",
-        "str": "a string",
-        "int": "an integer",
-        "float": "a number",
-        "bool": "a boolean",
-        "null": "nothing",
-    }.get(name, name.replace("`", "").replace(" | ", " or "))
-
-
-def _fields_at(type_: type | None, path: str) -> list[str]:
-    """The keys allowed by the Struct that ``path`` (msgspec's ``.a.b``) leads to from ``type_``."""
-    current: Any = type_
-    for part in filter(None, re.split(r"\.|\[[^]]*\]", path)):
-        info = msgspec.inspect.type_info(current) if current is not None else None
-        current = None
-        if isinstance(info, msgspec.inspect.StructType):
-            for field in info.fields:
-                if field.name == part:
-                    current = _struct_class(field.type)
-    if current is None or not (isinstance(current, type) and issubclass(current, msgspec.Struct)):
-        return []
-    return list(current.__struct_fields__)
-
-
-def _struct_class(info: Any) -> type | None:
-    if isinstance(info, msgspec.inspect.StructType):
-        return info.cls
-    if isinstance(info, msgspec.inspect.UnionType):
-        for member in info.types:
-            if isinstance(member, msgspec.inspect.StructType):
-                return member.cls
-    return None
-
-
 def _model(value: Any, key: str, source: str) -> ModelSpec:
-    """``parse_model_spec`` with its ``ModelSpec.<field>: <rule>`` errors placed under ``key``."""
+    """``parse_model_spec`` with its errors placed under ``key``: a table that does not fit
+    ``ModelSpec`` is explained from its structure; a rule of ``ModelSpec`` itself comes as
+    ``ModelSpec.<field>: <rule>`` (xrmq's own format)."""
     try:
         return parse_model_spec(value)
     except ValueError as error:
+        if isinstance(value, Mapping):
+            fields = {name: item for name, item in value.items() if name != "preset"}
+            preset = value.get("preset")
+            try:
+                base = {} if preset is None else msgspec.structs.asdict(parse_model_spec(preset))
+            except ValueError:
+                base = None  # a bad preset: its own error below names it
+            problem = None if base is None else explain(base | fields, ModelSpec)
+            if problem is not None:
+                raise ConfigError(source, problem.key(key), problem.rule) from None
         head, _, rule = str(error).partition(": ")
         field = head.removeprefix("ModelSpec").lstrip(".")
         if field == "preset" and isinstance(value, str):
             field = ""  # the value itself is the preset name
-        raise _config_error(
-            rule + (f" - at `$.{field}`" if field else ""), key, source, ModelSpec
-        ) from None
+        raise ConfigError(source, _join(key, field) if field else key, rule) from None
 
 
 def _models(raw: dict[str, Any], source: str) -> ModelsConfig:
@@ -592,9 +558,7 @@ def _destination(raw: Any, key: str, source: str) -> DestinationConfig:
 def _context(raw: dict[str, Any], source: str) -> ContextSettings:
     topics_raw = raw.get("topics", {})
     if not isinstance(topics_raw, dict):
-        raise ConfigError(
-            source, "context.topics", f"must be a table, got {_kind(type(topics_raw).__name__)}"
-        )
+        raise ConfigError(source, "context.topics", f"must be a table, got {kind_of(topics_raw)}")
     topics = {
         name: _convert(value, TopicConfig, f"context.topics.{name}", source)
         for name, value in topics_raw.items()
@@ -621,30 +585,22 @@ def _context(raw: dict[str, Any], source: str) -> ContextSettings:
         field, _, rule = str(error).removeprefix("CompactionPrompts.").partition(": ")
         raise ConfigError(source, f"context.prompts.{field}", rule) from None
     try:
-        context_config(**settings.manager_kwargs())
+        settings.options()
     except ValueError as error:
-        raise _context_error(str(error), settings, source) from None
+        # Budgets and names were held to their types at decoding; what is left are the
+        # rules across keys, reported at the key that has to change.
+        parameter, _, rule = str(error).partition(": ")
+        raise ConfigError(
+            source, _CONTEXT_KEYS.get(parameter, f"context.{parameter}"), rule
+        ) from None
     return settings
 
 
-def _context_error(message: str, settings: ContextSettings, source: str) -> ConfigError:
-    """Name the config key a ``context_config`` rule is about (the rule text is kept as is)."""
-    parameter, _, rule = message.partition(": ")
-    per_topic = re.fullmatch(r"topic_budget_bytes\['(.+)'\]", parameter)
-    if per_topic is not None:
-        name = per_topic[1]
-        key = (
-            f"context.topics.{name}.budget_bytes"
-            if settings.topics[name].budget_bytes is not None
-            else "context.topic_budget_bytes"
-        )
-        return ConfigError(source, key, rule)
-    key = {
-        "summary_context_topics": "context.topics",
-        "incremental_context_topics": "context.topics",
-        "topic_budget_bytes": "context.topic_budget_bytes",
-    }.get(parameter, f"context.{parameter}")
-    return ConfigError(source, key, rule)
+_CONTEXT_KEYS = {
+    "summary_context_topics": "context.topics",
+    "incremental_context_topics": "context.topics",
+}
+"""The edge key of a ``ContextOptions`` field whose name differs in the TOML table."""
 
 
 def _check_destination_kind(name: str, destination: DestinationConfig, source: str) -> None:
@@ -679,22 +635,17 @@ def _check_voice(voice: VoiceConfig, source: str) -> None:
         "stt": bool(voice.stt.strip()) and voice.stt != "whisper:",
         "tts": bool(voice.tts.strip()),
         "vad_threshold": 0.15 < voice.vad_threshold < 1.0,
-        "min_speech_s": voice.min_speech_s >= 0,
-        "trailing_silence_s": voice.trailing_silence_s > 0,
         "max_utterance_s": voice.max_utterance_s > voice.min_speech_s,
-        "barge_in_min_s": voice.barge_in_min_s >= 0,
-        "barge_in_min_words": voice.barge_in_min_words >= 0,
     }
     texts = {
         "stt": "must be 'whisper', 'whisper:DIR' or a litellm model string",
         "tts": "must be 'espeak' or a litellm model string",
         "vad_threshold": "must be in (0.15, 1)",
-        "trailing_silence_s": "must be > 0",
         "max_utterance_s": "must be > voice.min_speech_s",
     }
     for field, ok in rules.items():
         if not ok:
-            raise ConfigError(source, f"voice.{field}", texts.get(field, "must be >= 0"))
+            raise ConfigError(source, f"voice.{field}", texts[field])
 
 
 def _validate(config: EdgeConfig, source: str) -> None:
@@ -715,8 +666,6 @@ def _validate(config: EdgeConfig, source: str) -> None:
             f"must be one of {', '.join(map(repr, DECISION_SERVICES))}, got "
             f"{config.router.decisions!r}",
         )
-    if config.router.history_limit is not None and config.router.history_limit < 1:
-        raise ConfigError(source, "router.history_limit", "must be >= 1")
     heartbeat = config.supervisor.metrics_interval_s
     if not config.router.destination_dead_after_s > heartbeat:
         raise ConfigError(
@@ -729,9 +678,6 @@ def _validate(config: EdgeConfig, source: str) -> None:
             raise ConfigError(source, f"destinations.{name}.description", "must be non-empty text")
         _check_destination_kind(name, destination, source)
     supervisor = config.supervisor
-    for field in ("ready_timeout_s", "shutdown_timeout_s", "metrics_interval_s", "stuck_after_s"):
-        if getattr(supervisor, field) <= 0:
-            raise ConfigError(source, f"supervisor.{field}", "must be > 0")
     if supervisor.liveness_timeout_s < 2 * supervisor.metrics_interval_s:
         raise ConfigError(
             source,
@@ -755,10 +701,6 @@ def _validate(config: EdgeConfig, source: str) -> None:
                 )
             if role in process.roles[:index]:
                 raise ConfigError(source, f"{key}.roles[{index}]", f"role {role!r} is listed twice")
-        if process.replicas < 1:
-            raise ConfigError(source, f"{key}.replicas", "must be >= 1")
-        if process.compaction_workers < 1:
-            raise ConfigError(source, f"{key}.compaction_workers", "must be >= 1")
         for index, dependency in enumerate(process.after):
             if dependency not in config.processes:
                 raise ConfigError(
@@ -858,11 +800,6 @@ def _check_bus(address: str, source: str) -> None:
 
 
 def _check_restart(policy: RestartPolicyConfig, key: str, source: str) -> None:
-    if policy.max_crashes < 1:
-        raise ConfigError(source, f"{key}.max_crashes", "must be >= 1")
-    for field in ("window_s", "backoff_initial_s", "backoff_max_s"):
-        if getattr(policy, field) <= 0:
-            raise ConfigError(source, f"{key}.{field}", "must be > 0")
     if policy.backoff_max_s < policy.backoff_initial_s:
         raise ConfigError(source, f"{key}.backoff_max_s", "must be >= backoff_initial_s")
 

@@ -1,7 +1,7 @@
 """Write an ``EdgeConfig`` to a TOML file that ``load_config`` reads back unchanged.
 
 Why: the supervisor's children read their config from a file (``xrmq run NAME --config
-PATH``), so a stack a command builds in code (``xrmq demo``, ``xrmq chat --embedded``)
+PATH``), so a stack a command builds in code (``xrmq demo``, ``xrmq chat --private-stack``)
 needs its config as a file. Only what ``load_config`` accepts is written: tables of
 strings, numbers, booleans and arrays; ``None`` (every such field's default) is left
 out. The file is read back and compared, so a config that would not survive the trip

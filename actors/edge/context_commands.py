@@ -12,10 +12,10 @@ least privilege the manager needs (``identities.CONTEXT_PERMISSIONS``).
 - ``show --participant P``: each section's size against its budget, then the context
   exactly as a prompt renders it.
 - ``clear --participant P``: forget the participant (their journal rows go too).
-- ``compact --participant P [--section S]``: compact now (seed 002's ``/compact``); exit
+- ``compact --participant P [--section S]``: compact now (``/compact``, docs/tools.md); exit
   1 when the model failed.
 - ``compact --participant P --tier toolcall|summary [--destination NAME]``: compact the
-  participant's tool transcript at a tools destination instead (seed 002's ``/compact
+  participant's tool transcript at a tools destination instead (docs/tools.md's ``/compact
   toolcall``; the destination defaults to the config's only ``kind = "tools"`` one); exit
   1 when the destination did not answer.
 """

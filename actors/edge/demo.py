@@ -1,7 +1,7 @@
 """``xrmq demo``: the whole edge box at work, scripted, on a fresh machine.
 
-It starts the embedded default stack (OfflineLLM, no keys, no network) as separate OS
-processes through the ``xrmq up`` supervisor, on a private bus (``EmbeddedStack``),
+It starts the built-in default stack (OfflineLLM, no keys, no network) as separate OS
+processes through the ``xrmq up`` supervisor, on a private bus (``PrivateStack``),
 with small context budgets so that compaction visibly runs. Then a scripted session:
 two participants; a simulated sensor (a runtime of its own) publishing the summary
 topic ``scene`` and the incremental topic ``notes``; turns that need a sensor fact, a
@@ -56,7 +56,7 @@ from .config import (
     RestartPolicyConfig,
     default_config,
 )
-from .embedded import EmbeddedStack
+from .private_stack import PrivateStack
 from .replies import ReplyCollector, Turn, ask
 from .stack import plan_of
 
@@ -72,7 +72,7 @@ class DemoFailure(RuntimeError):
 
 
 def demo_config() -> EdgeConfig:
-    """The embedded default with budgets small enough that a short session compacts.
+    """The built-in default with budgets small enough that a short session compacts.
 
     A section compacts once its uncompacted entries exceed half its budget: a few
     exchanges or notes. No process may crash: the first crash stops the stack
@@ -609,7 +609,7 @@ async def run_demo(out: TextIO = sys.stdout, *, verbose: bool = False) -> int:
         "renderer)...\n"
     )
     out.flush()
-    stack = EmbeddedStack(config, echo=sys.stderr if verbose else None)
+    stack = PrivateStack(config, echo=sys.stderr if verbose else None)
     try:
         async with stack:
             out.write(f"xrmq demo: {stack.ready_line.removeprefix('xrmq up: ')}\n")

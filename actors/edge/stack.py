@@ -12,7 +12,7 @@
   the bus under the destination's name, over one split ``ContextManager`` (its replica
   of the section views). A destination's ``participant_left`` also clears the participant's
   context: the router calls it after cancelling and draining that participant's turns,
-  which is when seed 000 says the context may be cleared.
+  which is when docs/context.md ("Lifecycle") says the context may be cleared.
 - ``router``: the ``AgentRouter`` actor on the query, interrupted and participant topics,
   reaching every destination through a remote proxy that takes a destination silent
   for ``router.destination_dead_after_s`` as dead (its answer fails, its reply stream

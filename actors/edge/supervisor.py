@@ -125,7 +125,7 @@ class Supervisor:
     """Runs one ``EdgeConfig`` as supervised OS processes (see the module docstring).
 
     ``config_path`` is passed to the children (``xrmq run NAME --config PATH``); None
-    makes them use the embedded default too. ``out`` receives the supervisor's own
+    makes them use the built-in default too. ``out`` receives the supervisor's own
     lines (``xrmq up: ...``) and every forwarded child line (``name | ...``).
     """
 

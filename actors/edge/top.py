@@ -25,14 +25,15 @@ import msgspec
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
 from xrmq.actors.runtime.security.keys import client_credentials
 from xrmq.schemas import RuntimeMetrics, SupervisorReport
+from xrmq.schemas.metrics import RuntimeCounters, counters_of
 from xrmq.topics import METRICS_TOPIC, SUPERVISOR_TOPIC
 
 BOLD, DIM, RED, RESET = "\x1b[1m", "\x1b[2m", "\x1b[31m", "\x1b[0m"
 CLEAR = "\x1b[H\x1b[2J"
 
 
-class RuntimeRow(msgspec.Struct, frozen=True):
-    """What ``xrmq top`` shows of one runtime."""
+class RuntimeRow(RuntimeCounters, frozen=True, kw_only=True):
+    """What ``xrmq top`` shows of one runtime: its counters (``RuntimeCounters``) and these."""
 
     runtime: str
     pid: int
@@ -43,29 +44,15 @@ class RuntimeRow(msgspec.Struct, frozen=True):
     published_per_s: float | None
     delivered_per_s: float | None
     """None until two reports of the same incarnation have arrived."""
-    published: int
-    delivered: int
-    gaps: int
-    stale: int
-    rejected: int
-    overflow: int
-    handler_errors: int
     actors: dict[str, int]
     """Mailbox depth of each actor."""
     gauges: dict[str, float]
-    faults: int = 0
-    """Exceptions survived in actors' paths (``actor_faults``: per actor)."""
     actor_faults: dict[str, int] = {}
-    actor_restarts: int = 0
-    """Mailbox tasks that ended and were started again."""
-    stuck_restarts: int = 0
-    """Stuck actors restarted (the handler in flight cancelled, the mailbox kept)."""
+    """Exceptions survived in actors' paths (``faults``), per actor."""
     rejected_by: dict[str, int] = {}
     """Rejected messages per category (``edge_checks``)."""
-    oversize: int = 0
-    evicted: int = 0
-    """Entries evicted from bounded tables (``evicted_by``: per table)."""
     evicted_by: dict[str, int] = {}
+    """Entries evicted from bounded tables (``evicted``), per table."""
     stuck: dict[str, float] = {}
     """Actors with a non-empty mailbox that has not moved, and for how many seconds."""
     state: str = "running"
@@ -139,13 +126,6 @@ class TopView:
                     restarts=state.restarts,
                     published_per_s=None,
                     delivered_per_s=None,
-                    published=0,
-                    delivered=0,
-                    gaps=0,
-                    stale=0,
-                    rejected=0,
-                    overflow=0,
-                    handler_errors=0,
                     actors={},
                     gauges={},
                     state=state.state,
@@ -171,22 +151,11 @@ class TopView:
                     restarts=seen.restarts,
                     published_per_s=None if rate is None else rate[0],
                     delivered_per_s=None if rate is None else rate[1],
-                    published=last.published,
-                    delivered=last.delivered,
-                    gaps=last.gaps,
-                    stale=last.stale,
-                    rejected=last.rejected,
-                    overflow=last.overflow,
-                    handler_errors=last.handler_errors,
+                    **counters_of(last),
                     actors=dict(last.actors),
                     gauges=dict(last.gauges),
-                    faults=last.faults,
                     actor_faults=dict(last.actor_faults),
-                    actor_restarts=last.actor_restarts,
-                    stuck_restarts=last.stuck_restarts,
                     rejected_by=dict(last.rejected_by),
-                    oversize=last.oversize,
-                    evicted=last.evicted,
                     evicted_by=dict(last.evicted_by),
                     stuck=dict(last.stuck),
                     state=supervised.state if supervised is not None else "running",

@@ -9,7 +9,7 @@ events it plants facts whose exact value a later probe asks for:
 - ``correction``: stated, then superseded by a later exchange ("Actually, ...");
 - ``sensor``: a reading on the incremental topic, superseded by later readings;
 - ``cross_section``: stated in the dialogue, then superseded by a newer topic update
-  (seed 000's prompt layout: a dialogue summary can span a time range that overlaps a
+  (docs/context.md, "Prompt layout": a dialogue summary can span a time range that overlaps a
   newer update of another section, and only the times show which fact is newer);
 - ``scene``: a summary-topic state (never compacted; it is never probed, since it never
   lives solely in a summary, but it adds the layout's third kind of block).

@@ -1,7 +1,7 @@
 """Model services: the typed streamed chat interface and its implementations.
 
 ``LLMService`` is what answers, compaction and routing call; ``LiteLLMService`` reaches
-real providers, ``OfflineLLM`` is the embedded deterministic default, ``ScriptedLLM``
+real providers, ``OfflineLLM`` is the built-in deterministic default, ``ScriptedLLM``
 plays back scripted responses for tests. ``ModelSpec``/``create_llm`` build one from
 configuration. Importing this package does not import litellm.
 """

@@ -1,4 +1,4 @@
-"""Word-sized chunks, the unit the embedded and scripted models stream in."""
+"""Word-sized chunks, the unit the built-in and scripted models stream in."""
 
 from __future__ import annotations
 

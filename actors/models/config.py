@@ -10,7 +10,7 @@ preset = "local"
 api_base = "http://edge-box:8000/v1"
 ```
 
-``create_llm`` turns a spec into an ``LLMService``: ``model = "offline"`` is the embedded
+``create_llm`` turns a spec into an ``LLMService``: ``model = "offline"`` is the built-in
 ``OfflineLLM``; anything else is a litellm model string for ``LiteLLMService``. API keys
 never sit in a config: ``api_key_env`` names the environment variable that holds one
 (without it, litellm reads the provider's usual variable, e.g. ``OPENAI_API_KEY``).
@@ -43,7 +43,7 @@ class ModelSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     """One model's configuration."""
 
     model: str
-    """``"offline"`` for the embedded model, else a litellm model string."""
+    """``"offline"`` for the built-in model, else a litellm model string."""
     api_base: str | None = None
     """Server URL, for a local or self-hosted OpenAI-compatible server."""
     api_key_env: str | None = None

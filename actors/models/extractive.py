@@ -1,4 +1,4 @@
-"""The embedded model's thinking, as pure functions: extractive answers and summaries.
+"""The built-in model's thinking, as pure functions: extractive answers and summaries.
 
 No generation, only selection: a question is answered with the context facts that share
 the most words with it (what the user said turned to the second person), a statement is
@@ -218,7 +218,7 @@ def acknowledge(statement: str) -> str:
 
 
 def reply(message: str, context: Sequence[str]) -> str:
-    """The embedded model's reply to the user's ``message`` with ``context`` lines.
+    """The built-in model's reply to the user's ``message`` with ``context`` lines.
 
     A greeting is greeted ("Hello! ..."), thanks are acknowledged, a question is answered
     from the context (``answer_from_context``) and a statement is acknowledged

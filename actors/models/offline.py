@@ -1,4 +1,4 @@
-"""``OfflineLLM``: the embedded default model, so the demo and the tests need no network.
+"""``OfflineLLM``: the built-in default model, so the demo and the tests need no network.
 
 Deterministic and visibly dependent on its input (see ``extractive``):
 
@@ -35,7 +35,7 @@ from .types import ChatRequest, ChatResult, FinishReason, Usage
 
 
 class OfflineLLM(LLMService):
-    """The embedded, deterministic, extractive model.
+    """The built-in, deterministic, extractive model.
 
     ``time_to_first_token_s`` (>= 0) is waited before the first chunk and
     ``1 / tokens_per_second`` between chunks; ``tokens_per_second=0`` streams without

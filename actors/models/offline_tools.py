@@ -1,4 +1,4 @@
-"""How the embedded model uses tools, as pure functions (``OfflineLLM`` calls them).
+"""How the built-in model uses tools, as pure functions (``OfflineLLM`` calls them).
 
 - A request with tools whose current user turn has no tool result yet calls the tool
   whose name and description share the most content words with the user's message
@@ -50,7 +50,7 @@ def _arguments(tool: ToolSpec, text: str) -> str:
 
 
 def choose_tool_call(request: ChatRequest) -> ToolCall | None:
-    """The one tool call the embedded model makes for ``request``, or ``None``."""
+    """The one tool call the built-in model makes for ``request``, or ``None``."""
     found = _turn(request.messages)
     if not request.tools or found is None:
         return None

@@ -2,7 +2,7 @@
 
 A request is chat: system, user, assistant and tool messages, plus per-request options
 and the tools the model may call. An assistant message may carry ``tool_calls``; each
-tool result is a ``tool`` message linked to its call by ``tool_call_id`` (seed 002).
+tool result is a ``tool`` message linked to its call by ``tool_call_id`` (docs/tools.md).
 Every type validates itself on construction, so a bad request fails in the caller's
 frame with a ``ValueError`` that names the field and the rule, before any provider is
 contacted.
@@ -180,7 +180,7 @@ class Usage(msgspec.Struct, frozen=True):
 
     @property
     def total(self) -> int | None:
-        """Tokens of the whole call: what seed 002's automatic compaction compares."""
+        """Tokens of the whole call: what docs/tools.md's automatic compaction compares."""
         if self.total_tokens is not None:
             return self.total_tokens
         if self.input_tokens is None or self.output_tokens is None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from xrmq.schemas import Admission, AgentTurn, DestinationResult, RoutingAid
+from xrmq.schemas._validation import is_name
 
 Started = Callable[[], Awaitable[None]]
 """Awaited by a destination once, right before it publishes its first output."""
@@ -55,7 +56,7 @@ _METHODS = ("routing_aid", "admit", "answer", "release", "participant_left")
 
 def check_routable(owner: str, name: str, agent: object) -> None:
     """Raise ``ValueError`` naming ``owner.agents[name]`` unless ``agent`` is routable."""
-    if not isinstance(name, str) or not name or "\x00" in name:
+    if not is_name(name):
         raise ValueError(f"{owner}.agents: every name must be a non-empty string without NUL")
     missing = [method for method in _METHODS if not callable(getattr(agent, method, None))]
     if missing:

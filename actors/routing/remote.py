@@ -131,6 +131,7 @@ from xrmq.schemas import (
     RoutingAid,
     RuntimeMetrics,
 )
+from xrmq.schemas._validation import check_name
 from xrmq.schemas.routing import (
     ROUTE_PROTOCOL,
     CallState,
@@ -252,8 +253,7 @@ class DestinationTopics:
 
     @classmethod
     def of(cls, name: str) -> DestinationTopics:
-        if not isinstance(name, str) or not name or "\x00" in name:
-            raise ValueError("name: must be a non-empty string without NUL")
+        check_name(name, "name")
         prefix = f"route.{name}."
         return cls(
             aid=Topic(prefix + "aid", RouteAidAsk),

@@ -1,6 +1,6 @@
 """AgentRouter: route each participant's turns to destinations, one turn at a time.
 
-Rules (upstream xr_ai_routing, DESIGN.md "Conversation, routing, voice"):
+Rules (upstream xr_ai_routing, docs/design.md "Conversation, routing, voice"):
 
 1. Turns are serialized per participant: a new turn cancels the participant's previous
    turn and waits until it has drained (its destination finalized its output) before
@@ -79,6 +79,7 @@ from xrmq.topics import (
     ROUTER_SOURCE,
     TURN_ENDED_TOPIC,
     Topic,
+    check_topic,
 )
 
 from .agent import RoutableAgent, RoutingTurnContext, check_routable, routed_turn, routing_aid_of
@@ -193,10 +194,10 @@ class AgentRouter(Agent):
             raise ValueError(
                 "AgentRouter.decisions: must have an async decide(turn, candidates) method"
             )
-        _check_topic(query_topic, UserQuery, "query_topic")
-        _check_topic(output_topic, ResponseOutput, "output_topic")
-        _check_topic(interrupted_topic, Interrupted, "interrupted_topic")
-        _check_topic(turn_topic, TurnEnded, "turn_topic")
+        check_topic(query_topic, UserQuery, "AgentRouter.query_topic")
+        check_topic(output_topic, ResponseOutput, "AgentRouter.output_topic")
+        check_topic(interrupted_topic, Interrupted, "AgentRouter.interrupted_topic")
+        check_topic(turn_topic, TurnEnded, "AgentRouter.turn_topic")
         for topic in participant_topics or ():
             if not (
                 isinstance(topic, Topic)
@@ -646,8 +647,3 @@ class AgentRouter(Agent):
 
 
 _INELIGIBLE = RoutingAid("unavailable", eligible=False)
-
-
-def _check_topic(topic: Topic | None, message_type: type, field: str) -> None:
-    if topic is not None and not (isinstance(topic, Topic) and topic.message_type is message_type):
-        raise ValueError(f"AgentRouter.{field}: must be a Topic carrying {message_type.__name__}")

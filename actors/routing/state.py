@@ -42,11 +42,6 @@ class ParticipantRouting:
         if self.history.maxlen:
             self.history.append(exchange)
 
-    @property
-    def blank(self) -> bool:
-        """Whether nothing is held: no focus and no history."""
-        return self.focus is None and not self.history
-
 
 def candidates(
     aids: Mapping[str, RoutingAid], excluded: set[str] | frozenset[str] = frozenset()

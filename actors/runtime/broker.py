@@ -77,8 +77,7 @@ class Broker:
 
     ``start()`` runs the proxy on a daemon thread and returns once the endpoints are
     bound; ``stop()`` terminates it, closes the sockets and removes ipc socket files.
-    ``serve_forever()`` runs it on the calling thread until ``stop()`` is called from
-    another thread (the ``xrmq bus`` command).
+    ``xrmq bus`` starts one and stops it on SIGINT/SIGTERM.
     """
 
     def __init__(
@@ -127,15 +126,6 @@ class Broker:
             raise self._bind_error
         return self
 
-    def serve_forever(self) -> None:
-        """Serve on this thread until ``stop()`` is called from another one."""
-        self._serve()
-        if self._bind_error is not None:
-            raise self._bind_error
-
-    def wait_bound(self, timeout: float | None = None) -> bool:
-        return self._bound.wait(timeout)
-
     @property
     def publishers_dropped(self) -> int | None:
         """Publisher connections the broker dropped (a frame over ``max_message_bytes``, a
@@ -161,14 +151,10 @@ class Broker:
                     stopper.send(b"TERMINATE", zmq.NOBLOCK)
                 except zmq.Again:
                     pass
-                if self._thread is None:
-                    self._stopped.wait(0.05)
-                    if self._stopped.is_set():
-                        return
-                else:
-                    self._thread.join(0.05)
-                    if not self._thread.is_alive():
-                        return
+                assert self._thread is not None  # bound: start() ran
+                self._thread.join(0.05)
+                if not self._thread.is_alive():
+                    return
         finally:
             stopper.close(linger=0)
             if self.security is not None:

@@ -287,7 +287,7 @@ def parse_content(topic: Topic, content: str) -> Any:
 
 
 KNOWN_CONTEXT_TOPICS = ("scene", "notes")
-"""The context topics of the embedded default config (``xrmq up`` without a file)."""
+"""The context topics of the built-in default config (``xrmq up`` without a file)."""
 GLOBAL_TOPICS = frozenset({"xrmq.metrics"})
 """Standard topics whose messages concern no participant."""
 

@@ -1,17 +1,22 @@
-"""Actor mailboxes: bounded queues drained by one task, one message at a time."""
+"""Actor mailboxes: bounded queues drained by one task, one message at a time.
+
+Hot path: benchmark before and after a change here (``python -m bench bus turn storm``,
+see ``bench/README.md``).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-from asyncio.tasks import _enter_task, _leave_task
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any
 
 from xrmq.schemas import MessageMetadata
+from xrmq.schemas._validation import check_positive
 from xrmq.topics import Topic
 
+from ._compat import enter_task, leave_task
 from .agent import Agent, RuntimeContext
 
 if TYPE_CHECKING:
@@ -38,6 +43,8 @@ class Mailbox:
     (most do, and so does the reply to an ask) costs no event-loop pass; one that
     suspends is handed to the task, which resumes it where it stopped. One message at
     a time still holds: a handler only starts inline when no other is running or queued.
+    Starting inline takes a private asyncio API (``_compat.INLINE_START``); without it
+    the request is queued for the task like any other message.
 
     No message ends the worker: an exception anywhere in its path (starting the handler,
     the handler, encoding and sending the reply) is a fault, counted in ``faults`` and
@@ -69,8 +76,7 @@ class Mailbox:
     )
 
     def __init__(self, runtime: AgentRuntime, agent: Agent, name: str, capacity: int) -> None:
-        if capacity < 1:
-            raise ValueError("mailbox_capacity: must be >= 1")
+        check_positive(capacity, "mailbox_capacity")
         self.runtime = runtime
         self.agent = agent
         self.name = name
@@ -179,8 +185,8 @@ class Mailbox:
         if TYPE_CHECKING:  # started: the offer found the task's waiter (no cost at run time)
             assert loop is not None and task is not None and context is not None
         try:
-            _enter_task(loop, task)
-        except RuntimeError:  # offered from inside another task, not the reader: the actor takes it
+            enter_task(loop, task)
+        except RuntimeError:  # offered from inside another task (or no inline start): queue it
             self._items.append(delivery)
             waiter.set_result(None)
             return
@@ -201,7 +207,7 @@ class Mailbox:
             if not waiter.done():
                 waiter.set_result(None)
         finally:
-            _leave_task(loop, task)
+            leave_task(loop, task)
 
     def _failed(self, topic: Topic, metadata: MessageMetadata, error: BaseException | str) -> None:
         self.faults += 1

@@ -1,5 +1,8 @@
 """AgentRuntime: hosts actors in one process and connects them to the bus.
 
+Hot path (``send``, ``ask``, ``_on_readable``, ``_dispatch``): benchmark before and after a
+change here (``python -m bench bus turn storm``, see ``bench/README.md``).
+
 One runtime owns one PUB socket (to the broker's XSUB) and one SUB socket (from the
 broker's XPUB). Inbound messages are demultiplexed to actor mailboxes by topic (and
 participant, for filtered actors and keyed kinds). Publishing never blocks on
@@ -8,6 +11,10 @@ reported as a gap by the receiver.
 
 Without a bus address the runtime starts an embedded broker on ``inproc://``
 endpoints in its own process (the development default).
+
+Apart from this module: the routing table's entries (``routes.py``), the readiness
+handshake of ``start()`` (``readiness.py``), the counter names (``RuntimeCounters`` in
+``xrmq.schemas.metrics``) and the private APIs of the send path (``_compat.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +24,6 @@ import itertools
 import os
 import time
 import uuid
-import zlib
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -26,8 +32,11 @@ import msgspec
 import zmq
 
 from xrmq.schemas import MessageMetadata, RuntimeMetrics
-from xrmq.topics import METRICS_TOPIC, Topic, registry_counts, topic_key
+from xrmq.schemas._validation import check_positive, is_name
+from xrmq.schemas.metrics import RUNTIME_COUNTERS
+from xrmq.topics import METRICS_TOPIC, SEP, Topic, registry_counts, topic_key
 
+from ._compat import INLINE_START, frame_send
 from .address import BusAddress, check_ipc_directories, parse_bus
 from .agent import GLOBAL, Agent, Handlers, Scope, check_handlers, subscriptions
 from .broker import DEFAULT_HWM, DEFAULT_MAX_MESSAGE_BYTES, Broker, shared_context
@@ -37,6 +46,8 @@ from .logs import get_logger
 from .mailbox import Mailbox
 from .progress import ProgressWatch
 from .ratelimit import DEFAULT_INTERVAL_S, AggregatedWarnings
+from .readiness import Readiness
+from .routes import KeyedKind, Route, shard_of
 from .security.keys import ClientCredentials, client_credentials
 from .sequence import DEFAULT_STREAM_CAPACITY, STALE, Gap, SequenceTracker
 from .streams import ReplyStream
@@ -47,18 +58,14 @@ if TYPE_CHECKING:
 
 _AgentT = TypeVar("_AgentT", bound=Agent)
 
-SEP = b"\x00"
-PROBE_MARK = b"?"
 APPLICATION = "application"
 _DRAIN_BATCH = 512
 # pyzmq's multipart helpers convert flag enums per frame; plain ints with per-frame
 # calls cost a third as much (measured: send 2.9 -> 1.0 us, receive 2.6 -> 1.8 us).
 _SNDMORE = int(zmq.SNDMORE)
 _NOBLOCK = int(zmq.NOBLOCK)
-# zmq.Socket.send is a Python wrapper that only adds the DRAFT routing_id/group
-# arguments before calling its Cython base class; calling the base directly halves
-# the cost of a three-frame send (measured: 0.98 -> 0.44 us).
-_frame_send: Callable[..., Any] = zmq.backend.Socket.send
+# pyzmq's Cython send without its Python wrapper, where available (see _compat).
+_frame_send: Callable[..., Any] = frame_send
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 
@@ -104,68 +111,6 @@ class RuntimeClosedError(RuntimeError):
 
 class AskError(RuntimeError):
     """The actor that was asked failed while handling the request."""
-
-
-class _Route:
-    """Where messages of one topic go in this runtime: a mailbox or a keyed kind.
-
-    A registered actor's handler is bound once here, not looked up per message.
-    """
-
-    __slots__ = ("handler", "handler_name", "keyed", "mailbox", "participant", "topic")
-
-    def __init__(
-        self,
-        topic: Topic,
-        handler_name: str,
-        *,
-        mailbox: Mailbox | None = None,
-        keyed: _KeyedKind | None = None,
-        participant: bytes | None = None,
-    ) -> None:
-        self.topic = topic
-        self.handler_name = handler_name
-        self.mailbox = mailbox
-        self.handler = getattr(mailbox.agent, handler_name) if mailbox is not None else None
-        self.keyed = keyed
-        self.participant = participant
-
-
-class _KeyedKind:
-    """A kind of actor spawned per key (the message's participant id) on first message."""
-
-    __slots__ = ("capacity", "factory", "instances", "kind", "max_instances", "shard", "shards")
-
-    def __init__(
-        self,
-        kind: str,
-        factory: Callable[[str], Agent],
-        shard: int,
-        shards: int,
-        capacity: int,
-        max_instances: int,
-    ) -> None:
-        self.kind = kind
-        self.factory = factory
-        self.shard = shard
-        self.shards = shards
-        self.capacity = capacity
-        self.max_instances = max_instances
-        self.instances: dict[str, Mailbox] = {}
-        """By key, least recently used first."""
-
-    def owns(self, key: str) -> bool:
-        return shard_of(key, self.shards) == self.shard
-
-
-def _is_name(value: object) -> bool:
-    """A name the bus can carry: a string, not empty or only whitespace, without NUL."""
-    return isinstance(value, str) and bool(value) and not value.isspace() and "\x00" not in value
-
-
-def shard_of(key: str, shards: int) -> int:
-    """The shard that owns ``key``: a stable hash (CRC-32), the same in every process."""
-    return zlib.crc32(key.encode()) % shards
 
 
 class AgentRuntime:
@@ -221,17 +166,15 @@ class AgentRuntime:
         key: str | os.PathLike[str] | None = None,
         server_key: str | os.PathLike[str] | bytes | None = None,
     ) -> None:
-        if mailbox_capacity < 1:
-            raise ValueError("mailbox_capacity: must be >= 1")
         limits = (
+            ("mailbox_capacity", mailbox_capacity),
             ("max_message_bytes", max_message_bytes),
             ("outgoing_streams", outgoing_streams),
             ("keyed_instances", keyed_instances),
         )
         for field, value in limits:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{field}: must be an int >= 1")
-        if name is not None and not _is_name(name):
+            check_positive(value, field)
+        if name is not None and not is_name(name, blank=False):
             raise ValueError("name: must be a non-empty string without NUL, not only whitespace")
         self._embedded = bus is None
         if bus is None:
@@ -265,10 +208,10 @@ class AgentRuntime:
         self._retiring: set[asyncio.Task[None]] = set()
         self._beat_cursor = 0
         self._agents: dict[str, Mailbox] = {}
-        self._keyed: dict[str, _KeyedKind] = {}
-        self._routes: dict[bytes, list[_Route]] = {}
+        self._keyed: dict[str, KeyedKind] = {}
+        self._routes: dict[bytes, list[Route]] = {}
         """Routes by topic name, where every delivery may share one decoded message."""
-        self._private_routes: dict[bytes, list[_Route]] = {}
+        self._private_routes: dict[bytes, list[Route]] = {}
         """Routes of topics whose type is not deeply immutable and that reach more than one
         delivery here: each delivery gets its own decode (``_dispatch_private``)."""
         self._subscriptions: set[bytes] = set()
@@ -281,8 +224,7 @@ class AgentRuntime:
         self._pending: dict[str, asyncio.Future[tuple[zmq.Frame, MessageMetadata]]] = {}
         self._deadlines: AskDeadlines | None = None
         self._reply_decoders: dict[Any, msgspec.msgpack.Decoder] = {}
-        self._probes: dict[bytes, bytes] = {}
-        self._probe_event: asyncio.Event | None = None
+        self._readiness = Readiness()
         self._tracker = SequenceTracker(stream_capacity)
         self._streams: dict[tuple[str, str | None], list[Any]] = {}
         """Outgoing streams by (topic name, participant): [wire key, last seq sent, ...]."""
@@ -293,23 +235,7 @@ class AgentRuntime:
         self._id_prefix = ""
         self._inbox = f"_inbox.{self.name}"
         self._inbox_bytes = self._inbox.encode()
-        self._counters = dict.fromkeys(
-            (
-                "published",
-                "delivered",
-                "gaps",
-                "stale",
-                "rejected",
-                "overflow",
-                "handler_errors",
-                "faults",
-                "actor_restarts",
-                "stuck_restarts",
-                "oversize",
-                "evicted",
-            ),
-            0,
-        )
+        self._counters = dict.fromkeys(RUNTIME_COUNTERS, 0)
         self._rejected_by: dict[str, int] = {}
         self._evicted_by: dict[str, int] = {}
 
@@ -336,7 +262,7 @@ class AgentRuntime:
         self._check_registrable(name)
         if not isinstance(agent, Agent):
             raise TypeError(f"register: {name!r} must be an Agent, got {type(agent).__qualname__}")
-        if participant_id is not None and not _is_name(participant_id):
+        if participant_id is not None and not is_name(participant_id, blank=False):
             raise ValueError(
                 "register: participant_id must be a non-empty string without NUL, "
                 "not only whitespace"
@@ -349,7 +275,7 @@ class AgentRuntime:
         pid = participant_id.encode() if participant_id is not None else None
         for topic, handler_name in handlers:
             self._add_route(
-                _Route(topic, handler_name, mailbox=mailbox, participant=pid),
+                Route(topic, handler_name, mailbox=mailbox, participant=pid),
                 topic.subscription(participant_id),
             )
             if participant_id is not None:
@@ -404,7 +330,7 @@ class AgentRuntime:
             raise TypeError(f"register_keyed: {kind!r} needs an Agent subclass")
         if not 0 <= shard < shards:
             raise ValueError(f"register_keyed: shard must be in [0, {shards}), got {shard}")
-        keyed = _KeyedKind(
+        keyed = KeyedKind(
             kind,
             factory or agent_type,
             shard,
@@ -417,19 +343,19 @@ class AgentRuntime:
             handlers = subscriptions(agent_type)
         chosen = check_handlers(agent_type, handlers)
         for topic, handler_name in chosen:
-            self._add_route(_Route(topic, handler_name, keyed=keyed), topic.subscription())
+            self._add_route(Route(topic, handler_name, keyed=keyed), topic.subscription())
 
     def _check_registrable(self, name: str) -> None:
         if self._running or self._closed:
             raise RuntimeError("register: only before start()")
-        if not _is_name(name):
+        if not is_name(name, blank=False):
             raise ValueError(
                 "register: name must be a non-empty string without NUL, not only whitespace"
             )
         if name in self._agents or name in self._keyed:
             raise ValueError(f"register: name {name!r} is already registered")
 
-    def _add_route(self, route: _Route, subscription: bytes) -> None:
+    def _add_route(self, route: Route, subscription: bytes) -> None:
         """Add a route to the table its topic belongs in: shared, unless the type is not
         deeply immutable and the topic reaches more than one delivery (two routes, or a
         keyed kind, whose global messages reach every live instance)."""
@@ -469,7 +395,7 @@ class AgentRuntime:
         await mailbox.stop()
         return True
 
-    def _retire_least_used(self, keyed: _KeyedKind) -> None:
+    def _retire_least_used(self, keyed: KeyedKind) -> None:
         """Retire one instance of a kind over its bound: the least recently used idle one
         (else the least recently used); its ``on_stop`` and mailbox stop run in a task."""
         instances = keyed.instances
@@ -635,38 +561,14 @@ class AgentRuntime:
             self._log.error(f"actor.{hook}_failed", actor=agent.name, error=repr(error))
 
     async def _await_ready(self) -> None:
-        """Probe each subscription until its probe comes back through the broker.
-
-        A probe is published under a key its own subscription matches, so its return
-        proves the broker holds that subscription (and that this runtime's publisher
-        reaches the broker). Probes are resent until answered: the first ones can be
-        lost while the connections and subscriptions are still being set up.
-        """
-        self._probe_event = asyncio.Event()
-        for prefix in self._subscriptions:
-            probe_key = (
-                prefix
-                + (SEP if prefix.count(SEP) == 1 else b"")
-                + PROBE_MARK
-                + uuid.uuid4().hex.encode()
-            )
-            self._probes[probe_key] = prefix
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.ready_timeout
-        interval = 0.005
-        pub, probe_event = self._pub, self._probe_event
-        assert pub is not None and probe_event is not None  # connected by start()
-        while self._probes:
-            for probe_key in list(self._probes):
-                pub.send_multipart((probe_key, b"", b""))
-            self._probe_event.clear()
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise TimeoutError(self._not_ready())
-            try:
-                await asyncio.wait_for(self._probe_event.wait(), min(interval, remaining))
-            except TimeoutError:
-                interval = min(interval * 2, 0.5)
+        """Probe each subscription until its probe comes back through the broker
+        (``readiness.py``)."""
+        pub = self._pub
+        assert pub is not None  # connected by start()
+        self._readiness.arm(self._subscriptions)
+        await self._readiness.wait(
+            lambda key: pub.send_multipart((key, b"", b"")), self.ready_timeout, self._not_ready
+        )
 
     def _not_ready(self) -> str:
         """Why ``start`` gives up; on a CURVE bus, naming the subscriptions still unanswered."""
@@ -674,9 +576,7 @@ class AgentRuntime:
         message = f"{where} within {self.ready_timeout}s"
         if self.credentials is None:
             return message
-        pending = sorted(
-            {prefix.split(SEP)[0].decode(errors="replace") for prefix in self._probes.values()}
-        )
+        pending = self._readiness.pending()
         return (
             f"{message} (CURVE identity {self.credentials.identity!r}: is its key admitted, "
             f"and may it subscribe to {', '.join(pending)}?)"
@@ -752,7 +652,7 @@ class AgentRuntime:
         """
         if participant_id is GLOBAL:
             raise ValueError("participant_id: send() takes None for a global message, not GLOBAL")
-        if participant_id is not None and not _is_name(participant_id):
+        if participant_id is not None and not is_name(participant_id, blank=False):
             raise ValueError(
                 f"participant_id: must be None or a non-empty string without NUL, "
                 f"not only whitespace; got {participant_id!r}"
@@ -1086,10 +986,7 @@ class AgentRuntime:
             return None
         name, pid, suffix = parts
         if suffix:
-            if self._probes.pop(key, None) is not None and not self._probes:
-                if TYPE_CHECKING:  # probes are only pending while start() waits on the event
-                    assert self._probe_event is not None
-                self._probe_event.set()
+            self._readiness.returned(key)
             return None
         try:
             metadata = _metadata_decoder.decode(metadata_frame)  # type: ignore[arg-type]  # a buffer
@@ -1135,7 +1032,7 @@ class AgentRuntime:
         except _DECODE_ERRORS as error:
             self._reject("payload", key, metadata.sender, error=str(error))
             return None
-        start = first and metadata.reply_to is not None
+        start = first and INLINE_START and metadata.reply_to is not None
         for route in routes:
             if route.participant is not None and pid and route.participant != pid:
                 continue
@@ -1161,7 +1058,7 @@ class AgentRuntime:
         self,
         key: bytes,
         pid: bytes,
-        routes: list[_Route],
+        routes: list[Route],
         metadata: MessageMetadata,
         payload: zmq.Frame,
         first: bool,
@@ -1184,7 +1081,7 @@ class AgentRuntime:
             if route.mailbox is not None:
                 targets = [(route.mailbox, route.handler)]
             else:  # a route has a mailbox or a keyed kind
-                keyed = cast(_KeyedKind, route.keyed)
+                keyed = cast(KeyedKind, route.keyed)
                 targets = [
                     (mailbox, getattr(mailbox.agent, route.handler_name))
                     for mailbox in self._keyed_targets(keyed, metadata.participant_id)
@@ -1196,7 +1093,7 @@ class AgentRuntime:
                 self._offer(mailbox, (handler, message, metadata, route.topic), start)
         return metadata.reply_to is not None and not start
 
-    def _keyed_targets(self, keyed: _KeyedKind, key: str | None) -> list[Mailbox]:
+    def _keyed_targets(self, keyed: KeyedKind, key: str | None) -> list[Mailbox]:
         instances = keyed.instances
         if key is None:
             return list(instances.values())
@@ -1274,9 +1171,9 @@ class AgentRuntime:
             if route.mailbox is not None:
                 targets = [route.mailbox]
             elif participant_id is None:
-                targets = list(cast(_KeyedKind, route.keyed).instances.values())
+                targets = list(cast(KeyedKind, route.keyed).instances.values())
             else:
-                found = cast(_KeyedKind, route.keyed).instances.get(participant_id)
+                found = cast(KeyedKind, route.keyed).instances.get(participant_id)
                 targets = [] if found is None else [found]
             for mailbox in targets:
                 if type(mailbox.agent).on_gap is not Agent.on_gap:

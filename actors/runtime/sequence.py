@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import msgspec
 
+from xrmq.schemas._validation import check_positive
+
 from .tables import evict_over
 
 DEFAULT_STREAM_CAPACITY = 16_384
@@ -63,8 +65,7 @@ class SequenceTracker:
     __slots__ = ("_streams", "capacity", "evicted", "resynced")
 
     def __init__(self, capacity: int = DEFAULT_STREAM_CAPACITY) -> None:
-        if capacity < 1:
-            raise ValueError("SequenceTracker.capacity: must be >= 1")
+        check_positive(capacity, "SequenceTracker.capacity")
         self.capacity = capacity
         self.evicted = 0
         self.resynced = 0
@@ -111,8 +112,3 @@ class SequenceTracker:
         first_missing = last[_SEQ] + 1
         last[_SEQ] = last_sent
         return first_missing
-
-    def forget_sender(self, sender: str) -> None:
-        """Drop every stream of ``sender`` (it stopped for good)."""
-        for stream in [stream for stream in self._streams if stream[1] == sender]:
-            del self._streams[stream]

@@ -1,9 +1,9 @@
-"""Tools on the bus and seed 002's tiered compaction of a tool-calling transcript.
+"""Tools on the bus and docs/tools.md's tiered compaction of a tool-calling transcript.
 
 - ``Tool`` (``tool``): a typed function a model can call; ``serve_tools`` (``server``)
   serves tools on the bus; ``remote_tool``/``ToolSet`` (``client``) call them.
 - ``ToolAgent`` (``agent``): the routed destination running the tool loop.
-- Seed 002: ``tiers`` (tier 1 and tier 2 as pure functions), ``transcript`` (one
+- docs/tools.md: ``tiers`` (tier 1 and tier 2 as pure functions), ``transcript`` (one
   participant's transcript), ``policy`` (``AutoCompactor``), ``summary`` (tier 2's
   request and summarizers).
 """

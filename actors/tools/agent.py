@@ -6,12 +6,12 @@ back to the model, and so on until it answers without calls or ``max_iterations`
 model calls were made (the last one then offers no tools, so it answers).
 
 A request is: the system message (system prompt, instructions, and the transcript's
-summary with seed 002's compaction note once there is one); the participant's shared
+summary with docs/tools.md's compaction note once there is one); the participant's shared
 context (``ContextManager.blocks``, then the current time), as ``Conversation``
 renders it; then the participant's transcript (earlier turns with their tool calls and
 results, then this turn's).
 
-Framing is seed 001's, as in ``Conversation``: the first nonblank chunk awaits
+Framing is docs/context.md's, as in ``Conversation``: the first nonblank chunk awaits
 ``started()``; once a chunk was published an empty final frame closes the reply,
 whether the answer completed, failed or was cancelled; the exchange is recorded in the
 shared context, and the turn committed to the transcript, only after the final frame.
@@ -23,7 +23,7 @@ tool yields them (local tools, and remote ones through ``ask_stream``), before t
 ends; the model and the transcript get the whole result when it ends, or, when the call
 fails after some chunks, the error with the chunks as ``"partial"``.
 
-Before each model call the ``AutoCompactor`` (seed 002) checks the transcript; tier 2
+Before each model call the ``AutoCompactor`` (docs/tools.md) checks the transcript; tier 2
 summaries come from ``summarize`` (the compaction workers or a model). The built-in
 tool ``extract_compacted_tool_result`` returns a reclaimed original.
 """
@@ -31,19 +31,20 @@ tool ``extract_compacted_tool_result`` returns a reclaimed original.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 import msgspec
 
+from xrmq.actors.clock import now_us
 from xrmq.actors.conversation import ParticipantContext, context_message, system_message
 from xrmq.actors.interaction import ResponseOutputs
 from xrmq.actors.models import ChatMessage, ChatOptions, LLMService, ModelError, ToolCall, ToolSpec
 from xrmq.actors.routing.agent import current_turn_context
 from xrmq.actors.runtime import ReplyStream, RuntimeClosedError, get_logger
 from xrmq.schemas import Admission, AgentTurn, DestinationResult, ResponseOutput, RoutingAid
+from xrmq.schemas._validation import check_positive
 from xrmq.schemas.tools import ToolCallReply
 from xrmq.topics import Topic
 
@@ -74,7 +75,7 @@ EXTRACT_TOOL = ToolSpec(
         "required": ["toolcall_id"],
     },
 )
-"""The built-in tool every ``ToolAgent`` offers (seed 002)."""
+"""The built-in tool every ``ToolAgent`` offers (docs/tools.md)."""
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant in a mixed-reality session. Use the tools to look things up "
@@ -93,14 +94,10 @@ TIER_COUNTERS = (
     "summarize_failed",
     "originals_evicted",
 )
-"""Seed 002's counters per tier and outcome that ``ToolAgent.tier_counters`` totals."""
+"""docs/tools.md's counters per tier and outcome that ``ToolAgent.tier_counters`` totals."""
 
 MAX_PARTICIPANTS = 10_000
 """Transcripts held at most; the least recently used beyond it is dropped, and counted."""
-
-
-def _now_us() -> int:
-    return time.time_ns() // 1000
 
 
 class ToolAgent:
@@ -110,7 +107,7 @@ class ToolAgent:
     whose whole catalogs are discovered over the bus before the first turn (a server
     that does not answer is tried again on the next turn). ``context``, ``runtime``,
     ``output_topic``, ``instructions``, ``system_prompt``, ``routing``, ``options`` and
-    ``clock`` are as for ``Conversation``. ``compactor`` holds seed 002's parameters;
+    ``clock`` are as for ``Conversation``. ``compactor`` holds docs/tools.md's parameters;
     ``summarize`` writes tier-2 summaries (default: ``llm`` itself). Calls to the tools
     of ``servers`` time out after ``tool_timeout_s``; discovery after
     ``discovery_timeout_s``. With ``transcripts`` (a store name) every transcript is
@@ -138,7 +135,7 @@ class ToolAgent:
         tool_timeout_s: float = 10.0,
         transcripts: str | None = None,
         on_tool_chunk: Callable[[str, ToolCall, str], Awaitable[None] | None] | None = None,
-        clock: Callable[[], int] = _now_us,
+        clock: Callable[[], int] = now_us,
     ) -> None:
         if not callable(getattr(llm, "stream", None)):
             raise ValueError("ToolAgent.llm: must be an LLMService")
@@ -149,8 +146,7 @@ class ToolAgent:
             raise ValueError("ToolAgent.runtime: must be an AgentRuntime")
         if not (isinstance(output_topic, Topic) and output_topic.message_type is ResponseOutput):
             raise ValueError("ToolAgent.output_topic: must be a Topic carrying ResponseOutput")
-        if max_iterations < 1:
-            raise ValueError("ToolAgent.max_iterations: must be >= 1")
+        check_positive(max_iterations, "ToolAgent.max_iterations")
         self.llm = llm
         self.context = context
         self.runtime = runtime
@@ -227,7 +223,7 @@ class ToolAgent:
         return transcript
 
     def tier_counters(self) -> dict[str, int]:
-        """Seed 002's counters over every transcript, since this agent started:
+        """docs/tools.md's counters over every transcript, since this agent started:
         ``toolcall_rounds_total`` tier-1 rounds, ``toolcall_reclaimed`` results reclaimed,
         ``summary_rounds`` summaries applied, ``nothing_to_condense`` and
         ``summarize_failed`` tier-2 outcomes, ``originals_evicted`` originals dropped."""
@@ -262,7 +258,7 @@ class ToolAgent:
     async def compact(
         self, participant_id: str, tier: Literal["toolcall", "summary"] = "summary"
     ) -> ToolCallCompactResult | SummaryCompactResult:
-        """Run one tier by hand (seed 002's ``/compact`` and ``/compact toolcall``)."""
+        """Run one tier by hand (``/compact`` (docs/tools.md) and ``/compact toolcall``)."""
         if tier not in ("toolcall", "summary"):
             raise ValueError("ToolAgent.compact.tier: must be 'toolcall' or 'summary'")
         async with self._lock(participant_id):

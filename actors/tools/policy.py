@@ -1,4 +1,4 @@
-"""``AutoCompactor``: seed 002's policy chaining the tiers, checked before each model call.
+"""``AutoCompactor``: docs/tools.md's policy chaining the tiers, checked before each model call.
 
 Pure apart from the injected ``summarize`` coroutine (the compaction workers, or a
 model directly): given the same transcript and summaries it always does the same.
@@ -30,11 +30,11 @@ from .tiers import (
 from .transcript import Transcript
 
 ESCALATION_RATIO = 0.95
-"""An estimate must fall to 95 % of the threshold to count as progress (seed 002: a
+"""An estimate must fall to 95 % of the threshold to count as progress (docs/tools.md: a
 module constant, not a per-compactor setting)."""
 
 TOKEN_THRESHOLD = 192_000
-"""Seed 002's default ``auto_compact.token_threshold``."""
+"""docs/tools.md's default ``auto_compact.token_threshold``."""
 
 BYTES_PER_TOKEN = 4
 """The default byte budget's bytes per token of the threshold (English text runs about 4)."""
@@ -63,7 +63,7 @@ class AutoCompactReport:
 
 @dataclass
 class AutoCompactor:
-    """Seed 002's ``AutoCompactor``: every parameter with the seed's default."""
+    """docs/tools.md's ``AutoCompactor``: every parameter with the seed's default."""
 
     toolcall_keep_max: int = TOOLCALL_KEEP_MAX
     summary_keep_max: int = SUMMARY_KEEP_MAX
@@ -146,7 +146,7 @@ class AutoCompactor:
         summarized = transcript.apply_summary(plan, summary)
         steps.append(summarized)
         if summarized.status is not SummaryStatus.COMPACTED:
-            # Tier 2 left the transcript untouched; the token count stays, as seed 002 says.
+            # Tier 2 left the transcript untouched; the token count stays, as docs/tools.md says.
             return AutoCompactReport(
                 summarized.status, tuple(steps), estimate, limit, still_over=estimate > target
             )

@@ -25,6 +25,7 @@ from xrmq.actors.runtime import (
     get_logger,
 )
 from xrmq.schemas import MessageMetadata
+from xrmq.schemas._validation import check_positive
 from xrmq.schemas.tools import (
     ToolCallReply,
     ToolCallRequest,
@@ -77,8 +78,7 @@ class ToolServer(Agent):
         names = [tool.name for tool in tools]
         if len(set(names)) != len(names):
             raise ValueError("ToolServer.tools: tool names must be unique")
-        if max_running < 1:
-            raise ValueError("ToolServer.max_running: must be >= 1")
+        check_positive(max_running, "ToolServer.max_running")
         self.server = server
         self.topics = ToolTopics.of(server)
         self.served = {tool.name: tool for tool in tools}

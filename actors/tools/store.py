@@ -5,7 +5,7 @@ transcript and mirrors every change to a keyed actor (one instance per participa
 sharded like the context sections, in the context process): after a turn commits,
 ``append`` carries the turn's messages; after a compaction rewrote the transcript,
 ``replace`` carries all of it. The reclaimed originals stored since the last write, the
-summary, the token count and seed 002's counters travel with either. A ``ToolAgent``
+summary, the token count and docs/tools.md's counters travel with either. A ``ToolAgent``
 that does not hold a participant's transcript (a new process, a restart) loads it from
 the actor with an ask. So the transcript outlives the agent's process.
 
@@ -35,6 +35,7 @@ import msgspec
 
 from xrmq.actors.models import ChatMessage
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, get_logger
+from xrmq.schemas._validation import check_name
 from xrmq.topics import Topic
 
 from .transcript import CompactionCounters, Transcript
@@ -48,7 +49,7 @@ RESYNC_DELAYS_S = (0.5, 1.0, 2.0, 4.0)
 
 
 class TranscriptCounters(msgspec.Struct, frozen=True):
-    """Seed 002's counters of a transcript (``transcript.CompactionCounters``) on the wire."""
+    """docs/tools.md's counters of a transcript (``transcript.CompactionCounters``) on the wire."""
 
     tool_rounds: int = 0
     summary_rounds: int = 0
@@ -129,8 +130,7 @@ class TranscriptTopics:
 
     @classmethod
     def of(cls, name: str) -> TranscriptTopics:
-        if not name or "\x00" in name:
-            raise ValueError("transcripts: must be a non-empty name without NUL")
+        check_name(name, "transcripts")
         return cls(
             Topic(f"{name}.transcript.write", TranscriptWrite),
             Topic(f"{name}.transcript.load", TranscriptLoad),
@@ -247,6 +247,7 @@ class TranscriptActor(Agent):
         self.store = store
         self.transcript = Transcript() if recovered is None else restore(recovered)
         self._retiring: asyncio.Task[None] | None = None
+        """The retirement after a clear: held, as the loop keeps only weak references to tasks."""
         # What the journal holds of this transcript: messages, originals (by call id).
         journaled = recovered is not None
         self._journaled_messages = len(self.transcript.messages) if journaled else 0

@@ -1,7 +1,7 @@
 """Tier 2's summary request: the prompt, the transcript as material, and two summarizers.
 
 ``summary_request(head, previous)`` is the compaction request for a transcript prefix:
-seed 002's markdown sections, the limit stated the way every xrmq compaction request
+docs/tools.md's markdown sections, the limit stated the way every xrmq compaction request
 states it (``compaction_limit_instruction``, so ``OfflineLLM`` summarizes it
 extractively). ``llm_summarizer(llm)`` sends it to a model directly;
 ``worker_summarizer(...)`` (``workers.py``) sends it to the context's compaction workers.
@@ -16,7 +16,7 @@ from xrmq.actors.models import ChatMessage, ChatOptions, LLMService, compaction_
 from .policy import Summarize
 
 SUMMARY_LIMIT_BYTES = 4096
-"""About seed 002's 1024 tokens, in the bytes xrmq's compaction requests state."""
+"""About docs/tools.md's 1024 tokens, in the bytes xrmq's compaction requests state."""
 
 SUMMARY_PROMPT = (
     "Summarize the earlier part of this tool-using conversation for future turns. Use "
@@ -31,7 +31,7 @@ COMPACTED_NOTE = (
     "and authoritative. Older tool results may be placeholders: call extract_compacted_tool_result "
     "with the ID, or re-run the tool."
 )
-"""Rendered with a summary into the agent's system message (seed 002's compaction note)."""
+"""Rendered with a summary into the agent's system message (docs/tools.md's compaction note)."""
 
 
 def render_message(message: ChatMessage) -> str:

@@ -1,4 +1,4 @@
-"""Seed 002's tiered compaction of a tool-calling transcript: pure functions, no I/O.
+"""docs/tools.md's tiered compaction of a tool-calling transcript: pure functions, no I/O.
 
 Tier 1 (``compact_toolcall``) replaces tool results older than the most recent
 ``keep_max`` by a placeholder naming the call, only where the placeholder is shorter;
@@ -21,15 +21,15 @@ import msgspec
 from xrmq.actors.models import ChatMessage
 
 TOOLCALL_KEEP_MAX = 12
-"""Tier 1 keeps this many most recent tool results verbatim (seed 002)."""
+"""Tier 1 keeps this many most recent tool results verbatim (docs/tools.md)."""
 SUMMARY_KEEP_MAX = 16
-"""Tier 2 keeps this many trailing messages (seed 002)."""
+"""Tier 2 keeps this many trailing messages (docs/tools.md)."""
 
 PLACEHOLDER = (
     "[Compacted, ID: {toolcall_id}. If this content is still needed, call "
     "extract_compacted_tool_result with this ID or re-run the tool.]"
 )
-"""The text that replaces a reclaimed tool result, word for word as seed 002 gives it."""
+"""The text that replaces a reclaimed tool result, word for word as docs/tools.md gives it."""
 
 
 def placeholder(toolcall_id: str) -> str:
@@ -40,7 +40,7 @@ def placeholder(toolcall_id: str) -> str:
 def estimated_message_length(messages: ChatMessage | Sequence[ChatMessage]) -> int:
     """Characters of the content and reasoning fields of one message or a sequence.
 
-    Seed 002's length proxy: it decides between reclaiming again and escalating, and
+    docs/tools.md's length proxy: it decides between reclaiming again and escalating, and
     gives each tier's reclaimed fraction. Tool-call argument strings do not count.
     """
     if isinstance(messages, ChatMessage):
@@ -106,7 +106,7 @@ def compact_toolcall(
 
 
 class SummaryStatus(enum.Enum):
-    """How a tier-2 attempt ended (seed 002)."""
+    """How a tier-2 attempt ended (docs/tools.md)."""
 
     COMPACTED = "compacted"
     NOTHING_TO_CONDENSE = "nothing_to_condense"

@@ -37,7 +37,7 @@ class UnknownToolCall(KeyError):
 
 @dataclass(slots=True)
 class CompactionCounters:
-    """Seed 002's counters plus totals per tier and outcome."""
+    """docs/tools.md's counters plus totals per tier and outcome."""
 
     tool_rounds: int = 0
     """Consecutive tier-1 rounds since the last summary (drives escalation)."""

@@ -1,7 +1,7 @@
 """Tier 2 on the context's compaction workers: ``WorkerSummarizer``.
 
 The tool agent's summaries are written by the same worker pool that compacts context
-sections (seed 000: compaction never runs on the answer path's model), so a box has one
+sections (docs/context.md: compaction never runs on the answer path's model), so a box has one
 place where summarizing model calls run and are bounded. Each summary is one
 ``CompactionJob`` (section ``tools``) sent to a worker chosen round robin; the worker
 publishes its ``CompactionDone`` on this actor's own result topic. A job that fails,

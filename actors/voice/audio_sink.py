@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from xrmq.actors.clock import now_us
 from xrmq.schemas import AudioFrame, AudioPlayback
 from xrmq.topics import AUDIO_OUT_TOPIC, AUDIO_PLAYBACK_TOPIC, Topic
 
@@ -128,7 +129,7 @@ class AudioTopicSink:
             self._playing.add(participant)
             await self._publish(
                 self.playback_topic,
-                AudioPlayback("started", _now_us()),
+                AudioPlayback("started", now_us()),
                 participant_id=participant,
                 source="audio_sink",
             )
@@ -143,7 +144,7 @@ class AudioTopicSink:
             self._counters[participant] = number + 1
             await self._publish(
                 self.topic,
-                AudioFrame(chunk, SAMPLE_RATE, 1, number, _now_us()),
+                AudioFrame(chunk, SAMPLE_RATE, 1, number, now_us()),
                 participant_id=participant,
                 source="audio_sink",
             )
@@ -160,11 +161,7 @@ class AudioTopicSink:
             self._playing.discard(participant)
             await self._publish(
                 self.playback_topic,
-                AudioPlayback("done", _now_us()),
+                AudioPlayback("done", now_us()),
                 participant_id=participant,
                 source="audio_sink",
             )
-
-
-def _now_us() -> int:
-    return time.time_ns() // 1000

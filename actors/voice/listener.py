@@ -34,6 +34,7 @@ from xrmq.schemas import (
     ParticipantLeft,
     UserQuery,
 )
+from xrmq.schemas._validation import check_positive
 from xrmq.topics import (
     AUDIO_IN_TOPIC,
     AUDIO_PLAYBACK_TOPIC,
@@ -64,8 +65,7 @@ class VoiceSettings:
     """Give the recognizer the participant's context as its prompt."""
 
     def __post_init__(self) -> None:
-        if self.queue_capacity < 1:
-            raise ValueError("VoiceSettings.queue_capacity: must be >= 1")
+        check_positive(self.queue_capacity, "VoiceSettings.queue_capacity")
 
 
 @dataclass

@@ -18,7 +18,7 @@ Contract:
   to play or a :class:`ResponseEnded` notice) and :meth:`finished` once a segment has
   played. One segment per participant is out at a time.
 
-Rules (upstream xr_ai_voice / xr_ai_interaction, seed 004):
+Rules (upstream xr_ai_voice / xr_ai_interaction, docs/interaction.md):
 
 * Streamed replies are keyed by (participant, source, response_id), so two producers
   never merge or interleave inside one response.
@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from xrmq.schemas import ResponseOutput
+from xrmq.schemas._validation import check_positive
 
 EndReason = Literal["completed", "incomplete", "cut", "superseded", "interrupted"]
 
@@ -200,8 +201,7 @@ class VoiceOrdering:
             ("request_capacity", request_capacity),
             ("max_participants", max_participants),
         ):
-            if value < 1:
-                raise ValueError(f"VoiceOrdering.{name}: must be >= 1")
+            check_positive(value, f"VoiceOrdering.{name}")
         self.idle_timeout_s = idle_timeout_s
         self.queue_capacity = queue_capacity
         self.max_open_streams = max_open_streams

@@ -21,7 +21,7 @@ from typing import Any
 
 from xrmq.actors.runtime import Agent, Handler, Handlers, RuntimeContext, get_logger
 from xrmq.schemas import Interrupted, ResponseOutput, UserQuery
-from xrmq.topics import VOICE_OUTPUT_TOPIC, Topic
+from xrmq.topics import VOICE_OUTPUT_TOPIC, Topic, check_topic
 
 from .ordering import (
     Cut,
@@ -71,9 +71,9 @@ class VoiceRenderer(Agent):
             raise ValueError(
                 "VoiceRenderer.sink: must have async play(segment) and end(ended) methods"
             )
-        _check_topic(output_topic, ResponseOutput, "output_topic")
-        _check_topic(query_topic, UserQuery, "query_topic")
-        _check_topic(interrupted_topic, Interrupted, "interrupted_topic")
+        check_topic(output_topic, ResponseOutput, "VoiceRenderer.output_topic")
+        check_topic(query_topic, UserQuery, "VoiceRenderer.query_topic")
+        check_topic(interrupted_topic, Interrupted, "VoiceRenderer.interrupted_topic")
         self.sink = sink
         self.output_topic = output_topic
         self.query_topic = query_topic
@@ -246,8 +246,3 @@ class VoiceRenderer(Agent):
             if delay > 0:
                 await self._sleep(delay)
             self._apply(self.ordering.expire(self._clock()))
-
-
-def _check_topic(topic: Topic | None, message_type: type, field: str) -> None:
-    if topic is not None and not (isinstance(topic, Topic) and topic.message_type is message_type):
-        raise ValueError(f"VoiceRenderer.{field}: must be a Topic carrying {message_type.__name__}")

@@ -25,7 +25,7 @@ import msgspec
 
 from xrmq.actors.edge.config import EdgeConfig, ProcessConfig
 from xrmq.actors.edge.demo import demo_config
-from xrmq.actors.edge.embedded import EmbeddedStack
+from xrmq.actors.edge.private_stack import PrivateStack
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
 from xrmq.schemas import AudioFrame, ConversationContextUpdate, ResponseOutput, UserQuery
 from xrmq.topics import AUDIO_OUT_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC, context_topic
@@ -206,7 +206,7 @@ async def run_voice_demo(out: TextIO = sys.stdout, *, verbose: bool = False) -> 
     out.write("xrmq demo --voice: starting the edge stack with a voice process...\n")
     out.flush()
     directory = Path(tempfile.mkdtemp(prefix="xrmq-voice-demo-"))
-    stack = EmbeddedStack(voice_config(), echo=sys.stderr if verbose else None)
+    stack = PrivateStack(voice_config(), echo=sys.stderr if verbose else None)
     turns: list[VoiceTurn] = []
     try:
         async with stack, VoiceSession(stack.bus, directory) as session:

@@ -37,8 +37,8 @@ from collections.abc import Iterable, Mapping
 import msgspec
 
 from xrmq.schemas import MessageMetadata
+from xrmq.topics import SEP
 
-SEP = b"\x00"
 INBOX_PREFIX = "_inbox."
 PROBE_PREFIX = "_probe."
 CAPTURE_PROBE_TOPIC = "xrmq.capture"

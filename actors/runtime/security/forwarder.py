@@ -13,6 +13,9 @@ Authentication is pyzmq's: a ``ThreadAuthenticator`` on the broker's own zmq con
 with a credentials callback per ZAP domain (``xrmq`` for the bus sockets,
 ``xrmq.capture`` for the capture socket, where only identities with ``capture`` get
 in) and ``curve_user_id`` mapping a public key to its identity name.
+
+Hot path of a CURVE bus (every message passes ``_messages``): benchmark before and after a
+change here (``python -m bench curve``, see ``bench/README.md``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from zmq.utils import z85
 
 from xrmq.schemas import MessageMetadata, RuntimeMetrics
 
+from .._compat import frame_send
 from ..subscriptions import SubscriptionCounts
 from .acl import AccessPolicy, Permissions
 
@@ -39,8 +43,8 @@ _BATCH = 256
 _METRICS_KEY = b"xrmq.metrics\x00\x00"
 _LOG_EVERY_S = 1.0
 _NOBLOCK, _SNDMORE = int(zmq.NOBLOCK), int(zmq.SNDMORE)
-_frame_send = zmq.backend.Socket.send
-"""pyzmq's Cython send, without the Python wrapper (as the runtime's own sends)."""
+_frame_send = frame_send
+"""pyzmq's Cython send where available, as the runtime's own sends (``_compat``)."""
 
 
 Rescan = Callable[[], Mapping[str, tuple[bytes, Permissions]] | None]

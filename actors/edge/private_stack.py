@@ -1,5 +1,6 @@
-"""An edge stack started and stopped by the command that needs it (``xrmq demo``, ``xrmq chat
---embedded``).
+"""An edge stack on a private bus, started and stopped by the command that needs it.
+
+``xrmq demo`` (and ``--voice``), ``xrmq chat --private-stack`` and the voice bench use it.
 
 It is ``xrmq up`` run programmatically: the same ``Supervisor`` starts the broker and
 every process of the config as separate OS processes, but on a private ipc bus in a
@@ -39,7 +40,7 @@ _READY = "xrmq up: ready"
 
 
 class StackError(RuntimeError):
-    """The embedded stack did not start, or stopped while it was needed."""
+    """The private stack did not start, or stopped while it was needed."""
 
 
 class _Lines:
@@ -82,8 +83,8 @@ class _Lines:
         pass
 
 
-class EmbeddedStack:
-    """``async with EmbeddedStack(config) as stack:`` the stack of ``config`` on a private bus.
+class PrivateStack:
+    """``async with PrivateStack(config) as stack:`` the stack of ``config`` on a private bus.
 
     ``stack.bus`` is the bus to connect to; ``stack.config`` the config as the children
     read it. Entering waits until every process reported ready (``StackError`` with
@@ -105,7 +106,7 @@ class EmbeddedStack:
     @property
     def bus(self) -> str:
         if self.config is None:
-            raise StackError("the embedded stack is not started")
+            raise StackError("the private stack is not started")
         return self.config.bus.address
 
     @property
@@ -142,7 +143,7 @@ class EmbeddedStack:
         """The last ``count`` supervisor lines (its own and the children's), for error messages."""
         return "\n".join(list(self._out.lines)[-count:])
 
-    async def __aenter__(self) -> EmbeddedStack:
+    async def __aenter__(self) -> PrivateStack:
         self.directory = Path(tempfile.mkdtemp(prefix="xrmq-stack-"))  # mode 0700
         try:
             bus = BusConfig(address=f"ipc://{self.directory}/bus", capture=False)
@@ -159,7 +160,7 @@ class EmbeddedStack:
                 python=self._python,
             )
             self._task = asyncio.create_task(
-                self._supervisor.run(), name="xrmq-embedded-supervisor"
+                self._supervisor.run(), name="xrmq-private-stack-supervisor"
             )
             ready = asyncio.create_task(self._out.ready.wait())
             await asyncio.wait([ready, self._task], return_when=asyncio.FIRST_COMPLETED)
