@@ -31,10 +31,9 @@ from xrmq.actors.context.render import format_time
 from xrmq.actors.interaction import ResponseOutputs
 from xrmq.actors.models import ChatMessage, ChatOptions, LLMService, ModelError
 from xrmq.actors.prompts import load_prompt
-from xrmq.actors.routing.agent import current_turn_context
+from xrmq.actors.routing.agent import ClosingDestination, current_turn_context
 from xrmq.actors.runtime import get_logger
 from xrmq.schemas import (
-    Admission,
     AgentTurn,
     ContextBlock,
     DestinationResult,
@@ -109,7 +108,7 @@ def answer_messages(
     ]
 
 
-class Conversation:
+class Conversation(ClosingDestination):
     """Application-instructed conversation agent over participant-scoped context.
 
     ``llm`` answers; ``context`` (a ``ContextManager``) is rendered into every request
@@ -165,21 +164,6 @@ class Conversation:
         self._system = system_message(self.system_prompt, instructions)
         self._clock = clock
         self._closed = False
-
-    def routing_aid(self, participant_id: str) -> RoutingAid:
-        """This destination's routing metadata; ineligible once closed."""
-        if self._closed:
-            return RoutingAid(
-                self.routing.description,
-                eligible=False,
-                priority=self.routing.priority,
-                keywords=self.routing.keywords,
-            )
-        return self.routing
-
-    async def admit(self, turn: AgentTurn, *, focused: bool) -> Admission:
-        """Accept ordinary turns without retaining participant focus; decline once closed."""
-        return Admission("decline" if self._closed else "accept")
 
     def request(self, turn: AgentTurn) -> list[ChatMessage]:
         """The three messages of the answer request for ``turn``, from the context as it is now."""

@@ -36,10 +36,9 @@ from typing import Any
 from xrmq.actors.conversation import ParticipantContext, context_message, system_message
 from xrmq.actors.interaction import Reply, ResponseOutputs
 from xrmq.actors.prompts import load_prompt
-from xrmq.actors.routing.agent import Started, current_turn_context
+from xrmq.actors.routing.agent import ClosingDestination, Started, current_turn_context
 from xrmq.actors.runtime import Agent, RuntimeContext, get_logger, subscribe
 from xrmq.schemas import (
-    Admission,
     AgentTurn,
     AudioFrame,
     AudioPlayback,
@@ -253,7 +252,7 @@ class _Participant(SessionListener):
         await self.session.close()
 
 
-class RealtimeConversation(Agent):
+class RealtimeConversation(ClosingDestination, Agent):
     """See the module docstring. Register it on a runtime (``runtime.register(name, rt)``);
     it is also a ``RoutableAgent`` for text turns routed to it."""
 
@@ -371,19 +370,6 @@ class RealtimeConversation(Agent):
         await self.participant_left(ctx.participant_id or "")
 
     # -- RoutableAgent ----------------------------------------------------------------------
-
-    def routing_aid(self, participant_id: str) -> RoutingAid:
-        if self._closed:
-            return RoutingAid(
-                self.routing.description,
-                eligible=False,
-                priority=self.routing.priority,
-                keywords=self.routing.keywords,
-            )
-        return self.routing
-
-    async def admit(self, turn: AgentTurn, *, focused: bool) -> Admission:
-        return Admission("decline" if self._closed else "accept")
 
     async def answer(self, turn: AgentTurn, *, started: Started) -> DestinationResult:
         """Send the routed text turn into the participant's realtime session; the reply

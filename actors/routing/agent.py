@@ -51,6 +51,33 @@ class RoutableAgent(Protocol):
     async def participant_left(self, participant_id: str) -> None: ...
 
 
+class ClosingDestination:
+    """``routing_aid`` and ``admit`` for a destination that serves until it is closed.
+
+    The class sets ``routing`` (its ``RoutingAid``) and ``_closed``: until closed it
+    offers ``routing`` and accepts every turn (without retaining focus); once closed it is
+    ineligible and declines, so a router stops choosing it.
+    """
+
+    routing: RoutingAid
+    _closed: bool
+
+    def routing_aid(self, participant_id: str) -> RoutingAid:
+        """This destination's routing metadata; ineligible once closed."""
+        if self._closed:
+            return RoutingAid(
+                self.routing.description,
+                eligible=False,
+                priority=self.routing.priority,
+                keywords=self.routing.keywords,
+            )
+        return self.routing
+
+    async def admit(self, turn: AgentTurn, *, focused: bool) -> Admission:
+        """Accept ordinary turns without retaining participant focus; decline once closed."""
+        return Admission("decline" if self._closed else "accept")
+
+
 _METHODS = ("routing_aid", "admit", "answer", "release", "participant_left")
 
 

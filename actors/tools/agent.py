@@ -41,9 +41,9 @@ from xrmq.actors.clock import now_us
 from xrmq.actors.conversation import ParticipantContext, context_message, system_message
 from xrmq.actors.interaction import ResponseOutputs
 from xrmq.actors.models import ChatMessage, ChatOptions, LLMService, ModelError, ToolCall, ToolSpec
-from xrmq.actors.routing.agent import current_turn_context
+from xrmq.actors.routing.agent import ClosingDestination, current_turn_context
 from xrmq.actors.runtime import ReplyStream, RuntimeClosedError, get_logger
-from xrmq.schemas import Admission, AgentTurn, DestinationResult, ResponseOutput, RoutingAid
+from xrmq.schemas import AgentTurn, DestinationResult, ResponseOutput, RoutingAid
 from xrmq.schemas._validation import check_positive
 from xrmq.schemas.tools import ToolCallReply
 from xrmq.topics import Topic
@@ -100,7 +100,7 @@ MAX_PARTICIPANTS = 10_000
 """Transcripts held at most; the least recently used beyond it is dropped, and counted."""
 
 
-class ToolAgent:
+class ToolAgent(ClosingDestination):
     """The tool-calling destination; see the module docstring.
 
     ``tools`` are local ``Tool`` s and ``RemoteTool`` s; ``servers`` names tool servers
@@ -179,19 +179,6 @@ class ToolAgent:
         self._closed = False
 
     # ------------------------------------------------------------ RoutableAgent
-
-    def routing_aid(self, participant_id: str) -> RoutingAid:
-        if self._closed:
-            return RoutingAid(
-                self.routing.description,
-                eligible=False,
-                priority=self.routing.priority,
-                keywords=self.routing.keywords,
-            )
-        return self.routing
-
-    async def admit(self, turn: AgentTurn, *, focused: bool) -> Admission:
-        return Admission("decline" if self._closed else "accept")
 
     async def release(self, participant_id: str) -> None:
         """Keep the transcript: focus moving elsewhere does not end the session."""
