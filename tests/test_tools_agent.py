@@ -6,21 +6,26 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
-import re
 
 import msgspec
+from tools_doubles import (
+    SECRET,
+    Probe,
+    never_started,
+    probe_reading,
+    request_tokens,
+    session_model,
+    turn,
+)
 
 from xrmq.actors.context import ContextManager
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import (
     ChatMessage,
-    ChatRequest,
     OfflineLLM,
     ScriptedLLM,
     ScriptedResponse,
     ToolCall,
-    Usage,
 )
 from xrmq.actors.routing import AgentRouter
 from xrmq.actors.runtime import AgentRuntime
@@ -28,9 +33,8 @@ from xrmq.actors.tools.agent import EXTRACT_TOOL, ToolAgent
 from xrmq.actors.tools.client import remote_tool
 from xrmq.actors.tools.policy import AutoCompactor
 from xrmq.actors.tools.server import serve_tools
-from xrmq.actors.tools.tiers import ToolCallCompactResult, placeholder
+from xrmq.actors.tools.tiers import ToolCallCompactResult
 from xrmq.actors.tools.tool import Tool
-from xrmq.schemas import AgentTurn
 from xrmq.topics import VOICE_OUTPUT_TOPIC
 
 from router_doubles import Decisions, FakeContext, Log, OutputRecorder, router_output
@@ -40,20 +44,8 @@ class View(msgspec.Struct):
     pass
 
 
-class Probe(msgspec.Struct):
-    index: int
-
-
 def describe_view(args: View) -> dict[str, object]:
     return {"bench": ["a red multimeter", "a soldering iron"], "lighting": "bright"}
-
-
-def turn(turn_id: str, text: str, participant: str = "p1") -> AgentTurn:
-    return AgentTurn(participant, turn_id, text, timestamp_us=1_714_574_587_000_000)
-
-
-async def never_started() -> None:
-    return None
 
 
 def calls(*pairs: tuple[str, str, str]) -> ScriptedResponse:
@@ -190,67 +182,6 @@ async def test_barge_in_during_a_long_tool_call_cancels_it_records_nothing_next_
     assert all("Survey the lab." not in m.content for m in llm.requests[1].messages)
 
 
-def _request_tokens(request: ChatRequest) -> int:
-    return (
-        sum(len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in request.messages)
-        // 4
-    )
-
-
-SECRET = {7: "kappa-7731", 190: "sigma-0190"}
-
-
-def probe_reading(args: Probe) -> str:
-    """A long reading; a few carry a value that appears nowhere else."""
-    value = SECRET.get(args.index, f"nominal-{args.index}")
-    return f"Probe {args.index} full log: " + "steady signal; " * 120 + f"calibration code {value}."
-
-
-def session_model() -> ScriptedLLM:
-    """Calls the probe for 'Read probe N', asks for a reclaimed original for 'code of probe N'."""
-
-    def respond(request: ChatRequest) -> ScriptedResponse:
-        usage = Usage(total_tokens=_request_tokens(request))
-        if "Summarize the earlier part" in request.messages[0].content:
-            ids = sorted(
-                set(re.findall(r"\br\d+\b", request.messages[1].content)), key=lambda i: int(i[1:])
-            )
-            return ScriptedResponse(
-                "Probes were read in order; results by call ID: " + " ".join(ids), usage=usage
-            )
-        last_user = max(i for i, m in enumerate(request.messages) if m.role == "user")
-        question, after = request.messages[last_user].content, request.messages[last_user + 1 :]
-        index = int(re.findall(r"\d+", question)[-1])
-        results = [m.content for m in after if m.role == "tool"]
-        if not results:
-            if question.startswith("Read"):
-                return ScriptedResponse(
-                    usage=usage,
-                    tool_calls=(ToolCall(f"r{index}", "probe", json.dumps({"index": index})),),
-                )
-            seen = [
-                m
-                for m in request.messages
-                if m.content == placeholder(f"r{index}")
-                or (re.search(rf"\br{index}\b", m.content) and m.role == "system")
-            ]
-            assert seen, "the model only extracts what a placeholder or the summary names"
-            return ScriptedResponse(
-                usage=usage,
-                tool_calls=(
-                    ToolCall("x1", EXTRACT_TOOL.name, json.dumps({"toolcall_id": f"r{index}"})),
-                ),
-            )
-        if question.startswith("Read"):
-            return ScriptedResponse(f"Probe {index} read.", usage=usage)
-        code = re.search(r"calibration code (\S+)\.", results[-1])
-        return ScriptedResponse(
-            f"Probe {index} code is {code.group(1) if code else 'unknown'}.", usage=usage
-        )
-
-    return ScriptedLLM(default=respond)
-
-
 async def test_a_200_call_session_stays_within_its_limit_and_a_reclaimed_original_answers() -> None:
     threshold = 8_000
     llm = session_model()
@@ -271,11 +202,11 @@ async def test_a_200_call_session_stays_within_its_limit_and_a_reclaimed_origina
         result = await agent.answer(
             turn("t201", "What is the calibration code of probe 190?"), started=never_started
         )
-    sizes = [_request_tokens(request) for request in llm.requests]
+    sizes = [request_tokens(request) for request in llm.requests]
     growth = max(b - a for a, b in itertools.pairwise(sizes))
     assert max(sizes) <= threshold + growth  # checked before each call: at most one step over
     # it would not fit
-    assert sum(_request_tokens(r) for r in llm.requests[:1]) < threshold < 200 * 500
+    assert sum(request_tokens(r) for r in llm.requests[:1]) < threshold < 200 * 500
     assert transcript.counters.toolcall_reclaimed > 0 and transcript.counters.summary_rounds > 0
     extract_request = llm.requests[asked]
     assert all(SECRET[190] not in m.content for m in extract_request.messages)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 
 import pytest
-from test_tools_agent import FakeContext, Probe, never_started, probe_reading, session_model, turn
+from tools_doubles import Probe, never_started, probe_reading, session_model, turn
 
 from xrmq.actors.edge.chat import chat
 from xrmq.actors.runtime import AgentRuntime
@@ -17,6 +17,7 @@ from xrmq.actors.tools.tool import Tool
 from xrmq.topics import VOICE_OUTPUT_TOPIC
 
 from buses import broker_process
+from router_doubles import FakeContext
 
 
 @pytest.mark.timeout(60)

@@ -10,7 +10,7 @@ import asyncio
 import sqlite3
 
 import pytest
-from test_tools_agent import FakeContext, Probe, never_started, probe_reading, session_model, turn
+from tools_doubles import Probe, never_started, probe_reading, session_model, turn
 
 from xrmq.actors.context.store import SCHEMA_VERSION, open_store
 from xrmq.actors.runtime import AgentRuntime
@@ -26,6 +26,8 @@ from xrmq.actors.tools.store import (
 from xrmq.actors.tools.tiers import placeholder
 from xrmq.actors.tools.tool import Tool
 from xrmq.topics import VOICE_OUTPUT_TOPIC
+
+from router_doubles import FakeContext
 
 PROBE = Tool("probe", "Read a probe.", Probe, probe_reading)
 TOPICS = TranscriptTopics.of("lab-tools")

@@ -8,7 +8,7 @@ import json
 import sys
 
 import pytest
-from test_tools_agent import FakeContext, Probe, never_started, probe_reading, session_model, turn
+from tools_doubles import Probe, never_started, probe_reading, session_model, turn
 
 from xrmq.actors.edge.top import TopView, render
 from xrmq.actors.runtime import AgentRuntime
@@ -19,6 +19,7 @@ from xrmq.actors.tools.tool import Tool
 from xrmq.topics import VOICE_OUTPUT_TOPIC
 
 from buses import broker_process
+from router_doubles import FakeContext
 
 pytestmark = pytest.mark.timeout(90)
 
