@@ -85,6 +85,17 @@ def check_can_answer(config: EdgeConfig) -> None:
             raise ConfigError(
                 source, f"{key}.api_key_env", f"environment variable {spec.api_key_env} is not set"
             )
+    if "conversation" in _all_roles(config):
+        for name, destination in config.destinations.items():
+            realtime = destination.realtime
+            if realtime is None or realtime.provider != "openai" or realtime.api_key_env is None:
+                continue
+            if not os.environ.get(realtime.api_key_env):
+                raise ConfigError(
+                    source,
+                    f"destinations.{name}.realtime.api_key_env",
+                    f"environment variable {realtime.api_key_env} is not set",
+                )
 
 
 def _all_roles(config: EdgeConfig) -> set[str]:

@@ -145,6 +145,12 @@ def add_commands(subparsers: Any) -> None:
         action="store_true",
         help="spoken questions (espeak-ng) as audio in, answers as audio out (the voice extra)",
     )
+    demo.add_argument(
+        "--realtime",
+        action="store_true",
+        help="a spoken realtime session on the offline realtime server that rolls over and "
+        "still recalls the first fact (the realtime and voice extras)",
+    )
     demo.set_defaults(func=run_demo)
 
     chat = subparsers.add_parser(
@@ -344,6 +350,12 @@ def run_top(args: argparse.Namespace) -> int:
 def run_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo as demo
 
+    if getattr(args, "voice", False) and getattr(args, "realtime", False):
+        raise ValueError("--voice and --realtime: choose one demo")
+    if getattr(args, "realtime", False):
+        from xrmq.actors.realtime.demo import run_realtime_demo  # checks the extras itself
+
+        return run(run_realtime_demo(sys.stdout, verbose=args.verbose))
     if getattr(args, "voice", False):
         from xrmq.actors.voice.session import run_voice_demo  # the voice extra
 

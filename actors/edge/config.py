@@ -199,6 +199,63 @@ class ContextSettings(_Section, frozen=True):
         return self.topic_budget_bytes if budget is None else budget
 
 
+REALTIME_PROVIDERS = ("offline", "openai")
+REALTIME_POLICIES = ("proactive", "natural")
+BACKLOG_OVERFLOW = ("drop_oldest", "drop_newest")
+BOUNDARY_TIMEOUT = ("natural", "keep")
+Ratio = Annotated[float, msgspec.Meta(gt=0, le=1)]
+"""A share of a limit: ``must be > 0 and <= 1``."""
+
+
+class RealtimeConfig(_Section, frozen=True):
+    """``[destinations.NAME.realtime]``: a ``kind = "realtime"`` destination's session
+    (``RealtimeConversation``, docs in README "Realtime sessions")."""
+
+    provider: str = "offline"
+    """``offline`` (the offline realtime server, started inside the destination's process on
+    loopback) or ``openai`` (the OpenAI Realtime protocol at ``base_url``)."""
+    base_url: str | None = None
+    """For ``openai``: the ws:// or wss:// URL (None: OpenAI's); Azure and compatible servers."""
+    model: str = "gpt-realtime"
+    """For ``openai``: the realtime model (a query parameter unless ``base_url`` names one)."""
+    api_key_env: str | None = None
+    """For ``openai``: the variable holding the key, which must be set (None:
+    ``$OPENAI_API_KEY`` when set, else no key: a local compatible server)."""
+    auth_header: str = "authorization"
+    """For ``openai``: ``authorization`` (Bearer) or ``api-key`` (Azure)."""
+    voice: str = "alloy"
+    compress_at: Ratio = 0.70
+    """Pressure from which the background checkpoint (summary + verbatim tail) starts."""
+    rollover_at: Ratio = 0.85
+    """Pressure by which the session is rolled over at the next safe boundary."""
+    max_context_tokens: AtLeastOne | None = None
+    """The session limits pressure is measured against; None: the provider's (``openai``:
+    32,000 tokens and 30 minutes), no such limit for the others."""
+    max_audio_turns: AtLeastOne | None = None
+    max_audio_duration_s: Positive | None = None
+    max_session_s: Positive | None = None
+    policy: str = "proactive"
+    """``proactive`` (roll over at a safe boundary) or ``natural`` (keep the checkpoint for
+    the next disconnect)."""
+    backlog_items: AtLeastOne = 500
+    """Input items (20 ms frames) buffered while a session is replaced."""
+    overflow: str = "drop_oldest"
+    """A full backlog: ``drop_oldest`` or ``drop_newest`` (counted, logged)."""
+    connect_attempts: AtLeastOne = 3
+    keep_tail: NotNegative = 4
+    """Messages of the checkpoint kept verbatim after the summary."""
+    boundary_wait_s: Positive = 20.0
+    """How long a scheduled rollover waits for the participant's turn to end."""
+    on_boundary_timeout: str = "natural"
+    """After ``boundary_wait_s`` with the user turn still open: ``natural`` (the checkpoint
+    waits for the next disconnect, counted, logged) or ``keep`` (keep waiting)."""
+    connect_latency_s: NotNegativeSeconds = 0.0
+    """For ``offline``: the server's connect latency (a provider's is about 1.1 s)."""
+    server_max_context_tokens: AtLeastOne | None = None
+    """For ``offline``: the server's own context window (it truncates beyond it);
+    None: ``max_context_tokens``."""
+
+
 class DestinationConfig(_Section, frozen=True):
     description: str
     """What the destination answers: the routing aid the router chooses with."""
@@ -211,7 +268,8 @@ class DestinationConfig(_Section, frozen=True):
     keywords: list[str] = []
     """Words that send a turn here under the ``rules`` decision service."""
     kind: str = "conversation"
-    """``conversation`` (a ``Conversation``) or ``tools`` (a ``ToolAgent``)."""
+    """``conversation`` (a ``Conversation``), ``tools`` (a ``ToolAgent``) or ``realtime``
+    (a ``RealtimeConversation``: speech to speech on ``audio.in``/``audio.out``)."""
     tool_servers: list[str] = []
     """For ``tools``: the tool servers whose tools it calls (``camera`` -> ``camera__*``)."""
     max_iterations: int = 8
@@ -220,9 +278,11 @@ class DestinationConfig(_Section, frozen=True):
     """For ``tools``: how long one tool call may take before it is an error result."""
     token_threshold: int = 192_000
     """For ``tools``: docs/tools.md's ``auto_compact.token_threshold``."""
+    realtime: RealtimeConfig | None = None
+    """For ``realtime``: the session (None: every default)."""
 
 
-DESTINATION_KINDS = ("conversation", "tools")
+DESTINATION_KINDS = ("conversation", "tools", "realtime")
 
 
 class RouterConfig(_Section, frozen=True):
@@ -611,6 +671,12 @@ def _check_destination_kind(name: str, destination: DestinationConfig, source: s
             f"{key}.kind",
             f"must be one of {', '.join(map(repr, DESTINATION_KINDS))}, got {destination.kind!r}",
         )
+    if destination.realtime is not None and destination.kind != "realtime":
+        raise ConfigError(
+            source, f"{key}.realtime", 'only a kind = "realtime" destination has a realtime session'
+        )
+    if destination.kind == "realtime":
+        _check_realtime(destination.realtime or RealtimeConfig(), f"{key}.realtime", source)
     if destination.kind != "tools":
         if destination.tool_servers:
             raise ConfigError(
@@ -628,6 +694,54 @@ def _check_destination_kind(name: str, destination: DestinationConfig, source: s
         raise ConfigError(source, f"{key}.tool_timeout_s", "must be > 0")
     if destination.token_threshold <= 0:
         raise ConfigError(source, f"{key}.token_threshold", "must be > 0")
+
+
+def _check_realtime(realtime: RealtimeConfig, key: str, source: str) -> None:
+    """The rules across a realtime session's keys (each value's own type and range were
+    checked while decoding)."""
+    choices = {
+        "provider": REALTIME_PROVIDERS,
+        "policy": REALTIME_POLICIES,
+        "overflow": BACKLOG_OVERFLOW,
+        "on_boundary_timeout": BOUNDARY_TIMEOUT,
+        "auth_header": ("authorization", "api-key"),
+    }
+    for field, allowed in choices.items():
+        value = getattr(realtime, field)
+        if value not in allowed:
+            raise ConfigError(
+                source,
+                f"{key}.{field}",
+                f"must be one of {', '.join(map(repr, allowed))}, got {value!r}",
+            )
+    if realtime.compress_at > realtime.rollover_at:
+        raise ConfigError(
+            source,
+            f"{key}.compress_at",
+            f"must be <= rollover_at ({realtime.rollover_at:g}): the checkpoint is prepared "
+            "before the rollover needs it",
+        )
+    if realtime.provider == "offline":
+        for field in ("base_url",):
+            if getattr(realtime, field) is not None:
+                raise ConfigError(
+                    source, f"{key}.{field}", 'only a provider = "openai" session has a base_url'
+                )
+    else:
+        for field in ("connect_latency_s", "server_max_context_tokens"):
+            if getattr(realtime, field) != getattr(RealtimeConfig(), field):
+                raise ConfigError(
+                    source, f"{key}.{field}", 'only for provider = "offline" (the offline server)'
+                )
+        url = realtime.base_url
+        if url is not None and not url.startswith(("ws://", "wss://")):
+            raise ConfigError(
+                source, f"{key}.base_url", f"must be a ws:// or wss:// URL, got {url!r}"
+            )
+        if realtime.api_key_env is not None and not realtime.api_key_env.strip():
+            raise ConfigError(
+                source, f"{key}.api_key_env", "must name a variable (or be left out)"
+            )
 
 
 def _check_voice(voice: VoiceConfig, source: str) -> None:

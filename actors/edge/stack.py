@@ -8,7 +8,9 @@
   in the same database).
 - ``compaction``: compaction workers; each replica hosts its own slice of the pool.
 - ``conversation``: one ``Conversation`` per configured destination (a ``ToolAgent`` for
-  ``kind = "tools"``, whose tier-2 summaries the compaction workers write), served on
+  ``kind = "tools"``, whose tier-2 summaries the compaction workers write; a
+  ``RealtimeConversation`` for ``kind = "realtime"``, on ``audio.in``, whose checkpoint
+  summaries they write too), served on
   the bus under the destination's name, over one split ``ContextManager`` (its replica
   of the section views). A destination's ``participant_left`` also clears the participant's
   context: the router calls it after cancelling and draining that participant's turns,
@@ -170,7 +172,7 @@ class ClearingDestination:
     participant's turns, so nothing streaming can record into the cleared context.
     """
 
-    def __init__(self, agent: Conversation | ToolAgent, context: ContextManager) -> None:
+    def __init__(self, agent: RoutableAgent, context: ContextManager) -> None:
         self.agent = agent
         self.context = context
 
@@ -207,10 +209,22 @@ def conversation_role(runtime: AgentRuntime, config: EdgeConfig, process: Proces
     )
     runtime.register("context", context.subscriber())
     summarizer: WorkerSummarizer | None = None
+    grace = SHUTDOWN_GRACE_SHARE * config.supervisor.shutdown_timeout_s
     for name, destination in config.destinations.items():
+        if destination.kind in ("tools", "realtime") and summarizer is None:
+            summarizer = runtime.register("tools-summarizer", WorkerSummarizer(plan))
+        if destination.kind == "realtime":
+            assert summarizer is not None
+            from .realtime_destination import build_realtime  # the realtime extra
+
+            realtime = build_realtime(
+                runtime, name, destination, context=context, summarize=summarizer
+            )
+            served = ClearingDestination(realtime, context)
+            runtime.register(f"{name}-server", serve(name, served, shutdown_grace_s=grace))
+            continue
         if destination.kind == "tools":
-            if summarizer is None:
-                summarizer = runtime.register("tools-summarizer", WorkerSummarizer(plan))
+            assert summarizer is not None
             tools = ToolAgent(
                 create_llm(destination.model or config.models.answers),
                 context=context,
@@ -239,7 +253,6 @@ def conversation_role(runtime: AgentRuntime, config: EdgeConfig, process: Proces
             output_topic=VOICE_OUTPUT_TOPIC,
         )
         agent: RoutableAgent = ClearingDestination(conversation, context)
-        grace = SHUTDOWN_GRACE_SHARE * config.supervisor.shutdown_timeout_s
         runtime.register(f"{name}-server", serve(name, agent, shutdown_grace_s=grace))
 
 

@@ -235,12 +235,15 @@ def render(rows: list[RuntimeRow], *, stale_after_s: float = 5.0, color: bool = 
                 + (f"  oversize refused {row.oversize}" if row.oversize else "")
             )
         gauges, tiers = _tier_gauges(row.gauges)
+        gauges, sessions = _realtime_gauges(gauges)
         if gauges:
             lines.append(
                 "  " + "  ".join(f"{name} {value:g}" for name, value in sorted(gauges.items()))
             )
         for destination, tier_counts in sorted(tiers.items()):
             lines.append(f"  tools {destination} compaction: " + _tier_line(tier_counts))
+        for participant, values in sorted(sessions.items()):
+            lines.extend(_realtime_lines(participant, values))
         for actor, depth in sorted(row.actors.items()):
             faults = row.actor_faults.get(actor)
             stuck = row.stuck.get(actor)
@@ -279,6 +282,58 @@ def _tier_line(counts: dict[str, float]) -> str:
     return "  ".join(
         f"{label} {counts.get(counter, 0):g}" for counter, label in TIER_GAUGES.items()
     )
+
+
+REALTIME_STATE = (
+    ("pressure", "pressure"),
+    ("epoch", "epoch"),
+    ("rollovers", "rollovers"),
+    ("reconnects", "reconnects"),
+    ("backlog", "backlog"),
+    ("replayed", "replayed"),
+    ("overflow", "overflow"),
+    ("stale_events", "stale drops"),
+    ("fallbacks", "fallbacks"),
+    ("boundary_timeouts", "boundary timeouts"),
+    ("ineffective_rollovers", "ineffective"),
+)
+"""A realtime session's gauges (``realtime.<participant>.<name>``), as top labels them."""
+REALTIME_PHASES = ("boundary_wait", "checkpoint", "handshake", "connect", "replay")
+
+
+def _realtime_gauges(
+    gauges: dict[str, float],
+) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Split off the realtime sessions' gauges: (other gauges, {participant: gauges})."""
+    rest: dict[str, float] = {}
+    sessions: dict[str, dict[str, float]] = {}
+    for name, value in gauges.items():
+        head, _, field = name.rpartition(".")
+        if name.startswith("realtime.") and head.count(".") == 1:
+            sessions.setdefault(head.removeprefix("realtime."), {})[field] = value
+        else:
+            rest[name] = value
+    return rest, sessions
+
+
+def _realtime_lines(participant: str, values: dict[str, float]) -> list[str]:
+    """A participant's realtime session: its state, and its last rollover's phases."""
+    state = "  ".join(
+        f"{label} {values[field]:g}" for field, label in REALTIME_STATE if field in values
+    )
+    lines = [f"  realtime {participant}: {state}"]
+    phases = [
+        f"{phase.replace('_', ' ')} {values[f'rollover_{phase}_ms']:g} ms"
+        f" (p50 {values.get(f'rollover_{phase}_p50_ms', 0):g})"
+        for phase in REALTIME_PHASES
+        if f"rollover_{phase}_ms" in values
+    ]
+    if phases:
+        backlog = values.get("rollover_backlog", 0)
+        lines.append(
+            f"    last rollover: {', '.join(phases)}, backlog replayed {backlog:g}"
+        )
+    return lines
 
 
 def _counts(counts: dict[str, int]) -> str:

@@ -17,9 +17,11 @@ realtime destinations share one memory.
 
 The boundary: ``audio.playback`` ``done`` on the bus (from whichever speaker side plays
 the audio; this destination's own paced output publishes it too) tells the session that
-no assistant audio is playing any more. Gauges per participant (``xrmq top``):
-``realtime.<participant>.pressure``, ``.epoch``, ``.rollovers``, ``.backlog``,
-``.stale_events``. ``participant.left`` closes the participant's session.
+no assistant audio is playing any more. Gauges per participant (``xrmq top`` shows
+them as one realtime line): ``realtime.<participant>.pressure``, ``.epoch``, ``.backlog``,
+the counters of ``GAUGE_COUNTS`` (rollovers, replayed input, overflow, stale-epoch drops,
+...), and the last rollover's phases with their median (``.rollover_<phase>_ms``,
+``.rollover_<phase>_p50_ms``: boundary_wait, checkpoint, handshake, connect, replay). ``participant.left`` closes the participant's session.
 """
 
 from __future__ import annotations
@@ -59,6 +61,17 @@ from .provider import RealtimeProvider, ResponseDone
 from .session import RealtimeSession, SessionListener, SessionSettings, Summarize
 
 DEFAULT_ROUTE = "realtime"
+GAUGE_COUNTS = (
+    "rollovers",
+    "reconnects",
+    "replayed",
+    "overflow",
+    "stale_events",
+    "fallbacks",
+    "boundary_timeouts",
+    "ineffective_rollovers",
+)
+"""The session counters published as gauges (``xrmq top``'s realtime line)."""
 MAX_RECORDED = 1024
 """Own exchanges remembered per participant to keep them out of the instructions."""
 OUT_RATE = 16_000
@@ -335,14 +348,27 @@ class RealtimeConversation(ClosingDestination, Agent):
             participant.log.error("realtime.start_failed", error=str(error))
 
     def gauges(self) -> dict[str, float]:
+        """Per participant: ``realtime.<pid>.<name>`` for the session's state and counters
+        (``GAUGE_COUNTS``), and each phase of the last rollover and its median over the
+        last ``MAX_RECORDS`` (``rollover_<phase>_ms``, ``rollover_<phase>_p50_ms``)."""
         gauges: dict[str, float] = {}
         for pid, participant in self.participants.items():
             session = participant.session
-            gauges[f"realtime.{pid}.pressure"] = round(session.pressure(), 3)
-            gauges[f"realtime.{pid}.epoch"] = float(session.epoch)
-            gauges[f"realtime.{pid}.rollovers"] = float(session.counts["rollovers"])
-            gauges[f"realtime.{pid}.backlog"] = float(len(session.machine.backlog))
-            gauges[f"realtime.{pid}.stale_events"] = float(session.counts["stale_events"])
+            prefix = f"realtime.{pid}."
+            gauges[prefix + "pressure"] = round(session.pressure(), 3)
+            gauges[prefix + "epoch"] = float(session.epoch)
+            gauges[prefix + "backlog"] = float(len(session.machine.backlog))
+            for name in GAUGE_COUNTS:
+                gauges[prefix + name] = float(session.counts[name])
+            records = list(session.rollovers)
+            if records:
+                for phase, seconds in records[-1].phases().items():
+                    values = sorted(record.phases()[phase] for record in records)
+                    gauges[f"{prefix}rollover_{phase}_ms"] = round(seconds * 1000, 1)
+                    gauges[f"{prefix}rollover_{phase}_p50_ms"] = round(
+                        values[len(values) // 2] * 1000, 1
+                    )
+                gauges[prefix + "rollover_backlog"] = float(records[-1].backlog)
         return gauges
 
     # -- the bus ------------------------------------------------------------------------------
@@ -404,6 +430,9 @@ class RealtimeConversation(ClosingDestination, Agent):
         participants, self.participants = list(self.participants.values()), {}
         for participant in participants:
             await participant.close()
+        aclose = getattr(self.provider, "aclose", None)
+        if aclose is not None:  # a provider that owns a server (OfflineRealtimeProvider)
+            await aclose()
 
 
 def _downmix(pcm: bytes) -> bytes:

@@ -82,6 +82,9 @@ class SessionSettings:
     """Wait before the first connect retry; doubles per retry."""
     checkpoint_attempts: int = 3
     server_vad: bool = True
+    boundary_wait_s: float = 20.0
+    """How long a scheduled rollover waits for a safe boundary (an open user turn, a
+    playback whose end never comes) before it is given up for the session's natural end."""
 
     def __post_init__(self) -> None:
         if self.keep_tail < 0:
@@ -90,19 +93,37 @@ class SessionSettings:
             raise ValueError("SessionSettings.retry_backoff_s: must be >= 0")
         if self.checkpoint_attempts < 1:
             raise ValueError("SessionSettings.checkpoint_attempts: must be >= 1")
+        if not self.boundary_wait_s > 0:
+            raise ValueError("SessionSettings.boundary_wait_s: must be > 0")
 
 
 @dataclass(frozen=True, slots=True)
 class RolloverRecord:
+    """One rollover (or reconnect) and its phases, in seconds."""
+
     epoch: int
     reason: str
     waited_s: float
-    """From the rollover request to the safe boundary."""
+    """Boundary wait: from the rollover request to the safe boundary (the old session closed)."""
     connect_s: float
     """From closing the old session to the new one's ready acknowledgement."""
     replay_s: float
     backlog: int
     """Input items buffered and replayed in order."""
+    checkpoint_s: float = 0.0
+    """Of ``connect_s``: waiting for the checkpoint in progress (and a retry's backoff)."""
+    handshake_s: float = 0.0
+    """Of ``connect_s``: the provider's connect up to its ready acknowledgement."""
+
+    def phases(self) -> dict[str, float]:
+        """The phases by the names the gauges use (``rollover_<phase>_ms``)."""
+        return {
+            "boundary_wait": self.waited_s,
+            "checkpoint": self.checkpoint_s,
+            "handshake": self.handshake_s,
+            "connect": self.connect_s,
+            "replay": self.replay_s,
+        }
 
 
 class SessionListener:
@@ -390,14 +411,19 @@ class RealtimeSession:
                     ready_at - closing,
                     self._replay_s,
                     backlog,
+                    checkpoint_s=max(0.0, started - closing),
+                    handshake_s=ready_at - started,
                 )
                 self.rollovers.append(record)
                 self._requested_at = None
+                self._closing_at = None
                 self.log.info(
                     "realtime.rollover",
                     epoch=record.epoch,
                     reason=record.reason,
                     waited_s=round(record.waited_s, 4),
+                    checkpoint_s=round(record.checkpoint_s, 4),
+                    handshake_s=round(record.handshake_s, 4),
                     connect_s=round(record.connect_s, 4),
                     replay_s=round(record.replay_s, 4),
                     backlog=backlog,
@@ -471,6 +497,7 @@ class RealtimeSession:
             )
         elif isinstance(event, Disconnected):
             self._connections.pop(epoch, None)
+            self._closing_at = self._clock()
             self.log.warning("realtime.disconnected", epoch=epoch, reason=event.reason)
             await self._perform(machine.disconnected(epoch))
 
