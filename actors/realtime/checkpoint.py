@@ -88,6 +88,16 @@ class LiveTranscript:
         raise KeyError(f"LiveTranscript: no message {message_id}")
 
 
+def heard_part(text: str, audio_end_ms: float, audio_ms: float) -> str:
+    """What the participant heard of an answer cut at ``audio_end_ms`` of its ``audio_ms``
+    of speech: its words in proportion (the transcript keeps only what was heard, as the
+    Realtime protocol's ``conversation.item.truncate`` asks)."""
+    if audio_ms <= 0 or audio_end_ms >= audio_ms:
+        return text
+    words = text.split()
+    return " ".join(words[: int(len(words) * max(0.0, audio_end_ms) / audio_ms)])
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """An immutable candidate: ``head`` to summarize, ``tail`` kept verbatim."""

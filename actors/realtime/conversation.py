@@ -125,7 +125,9 @@ class _Participant(SessionListener):
         self.recorded: set[str] = set()
         """Exchanges this session recorded into the shared dialogue, as blocks render them."""
         self._recorded_order: deque[str] = deque()
-        self._audio: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._audio: asyncio.Queue[tuple[str, bytes] | None] = asyncio.Queue()
+        self._playing: str | None = None
+        """The response whose audio is playing (``_sent`` of its frames played)."""
         self._player = asyncio.ensure_future(self._play())
         self._speaking = False
         self._cut_at = False
@@ -142,10 +144,17 @@ class _Participant(SessionListener):
     async def speech_started(self) -> None:
         """The participant speaks: a new turn; over the assistant's audio, a barge-in."""
         if self._speaking or self.session.machine.boundary.response_active:
+            playing, heard_ms = self._playing, self._sent * FRAME_MS
             await self._cut()
-            # Called from the session's event handling, which holds its lock: cancel after it.
-            self._cancelling = asyncio.ensure_future(self.session.cancel_response())
+            # Called from the session's event handling, which holds its lock: cancel and
+            # truncate the answer at what was heard after it.
+            self._cancelling = asyncio.ensure_future(self._interrupt(playing, heard_ms))
         self.turn = _Turn(uuid.uuid4().hex, _now_us())
+
+    async def _interrupt(self, playing: str | None, heard_ms: int) -> None:
+        await self.session.cancel_response()
+        if playing is not None:
+            await self.session.truncate(playing, heard_ms)
 
     async def _cut(self) -> None:
         """Stop the assistant's audio now: queued audio dropped, playback done."""
@@ -160,7 +169,8 @@ class _Participant(SessionListener):
         if response_id in self._cut_responses:
             return  # the rest of a response the participant talked over
         self._current_response = response_id
-        self._audio.put_nowait(_resample_pcm(pcm, self.owner.provider.sample_rate, OUT_RATE))
+        pcm = _resample_pcm(pcm, self.owner.provider.sample_rate, OUT_RATE)
+        self._audio.put_nowait((response_id, pcm))
 
     async def text(self, response_id: str, delta: str) -> None:
         turn = self._by_response.get(response_id) or self._current()
@@ -224,11 +234,12 @@ class _Participant(SessionListener):
         size = OUT_RATE * FRAME_MS // 1000 * 2
         held = b""
         while True:
-            chunk = await self._audio.get()
-            if chunk is None:
+            queued = await self._audio.get()
+            if queued is None:
                 if held and not self._cut_at:
                     await self._frame(held.ljust(size, b"\0"))
                 held, self._cut_at = b"", False
+                self._playing = None
                 if self._speaking:
                     self._speaking = False
                     await owner.publish(
@@ -237,6 +248,7 @@ class _Participant(SessionListener):
                 continue
             if self._cut_at:
                 continue  # audio queued before the cut's end marker: dropped
+            self._playing, chunk = queued
             if not self._speaking:
                 self._speaking = True
                 self._started = time.monotonic()

@@ -2,12 +2,14 @@
 
 JSON events over one websocket (the protocol's ``realtime=v1`` event names):
 ``session.update``, ``conversation.item.create``, ``input_audio_buffer.append`` /
-``commit``, ``response.create`` / ``cancel`` from the client; ``session.created`` /
-``updated``, ``conversation.item.created``, ``input_audio_buffer.speech_started`` /
-``speech_stopped`` / ``committed``,
+``commit``, ``response.create`` / ``cancel``, ``conversation.item.truncate`` (barge-in:
+the assistant item cut at the audio the participant heard) from the client;
+``session.created`` / ``updated``, ``conversation.item.created``,
+``input_audio_buffer.speech_started`` / ``speech_stopped`` / ``committed``,
 ``conversation.item.input_audio_transcription.completed``, ``response.created``,
-``response.audio.delta``, ``response.audio_transcript.delta``, ``response.done`` (with
-``usage``) and ``error`` from the server. GA names (``response.output_audio.delta``,
+``response.output_item.added``, ``conversation.item.truncated``, ``response.audio.delta``,
+``response.audio_transcript.delta``, ``response.done`` (with ``usage``) and ``error``
+from the server. GA names (``response.output_audio.delta``,
 ``response.output_audio_transcript.delta``) are read too.
 
 Ready contract: ``connect`` sends ``session.update`` and one ``conversation.item.create``
@@ -42,6 +44,8 @@ from .provider import (
     Disconnected,
     InputCommitted,
     InputTranscript,
+    ItemTruncated,
+    OutputItem,
     ProviderError,
     RealtimeConnectError,
     RealtimeEvent,
@@ -107,6 +111,11 @@ def parse_event(event: dict[str, Any], texts: dict[str, list[str]]) -> RealtimeE
         response_id = str((event.get("response") or {}).get("id", ""))
         texts[response_id] = []
         return ResponseStarted(response_id)
+    if kind == "response.output_item.added":
+        item = event.get("item") or {}
+        return OutputItem(str(event.get("response_id", "")), str(item.get("id", "")))
+    if kind == "conversation.item.truncated":
+        return ItemTruncated(str(event.get("item_id", "")), int(event.get("audio_end_ms", 0)))
     if kind in ("response.audio.delta", "response.output_audio.delta"):
         return AudioDelta(
             str(event.get("response_id", "")), base64.b64decode(event.get("delta", ""))
@@ -165,6 +174,16 @@ class OpenAIRealtimeConnection:
 
     async def cancel_response(self) -> None:
         await self._send({"type": "response.cancel"})
+
+    async def truncate(self, item_id: str, audio_end_ms: int) -> None:
+        await self._send(
+            {
+                "type": "conversation.item.truncate",
+                "item_id": item_id,
+                "content_index": 0,
+                "audio_end_ms": max(0, int(audio_end_ms)),
+            }
+        )
 
     async def events(self) -> AsyncIterator[RealtimeEvent]:
         """Normalized events until the socket closes, then one ``Disconnected``.

@@ -73,6 +73,22 @@ class ResponseStarted:
 
 
 @dataclass(frozen=True, slots=True)
+class OutputItem:
+    """The assistant item a response speaks into (what ``truncate`` names)."""
+
+    response_id: str
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ItemTruncated:
+    """The provider cut an assistant item to the audio the participant heard."""
+
+    item_id: str
+    audio_end_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class AudioDelta:
     response_id: str
     pcm: bytes
@@ -111,6 +127,8 @@ RealtimeEvent = (
     | InputCommitted
     | InputTranscript
     | ResponseStarted
+    | OutputItem
+    | ItemTruncated
     | AudioDelta
     | TranscriptDelta
     | ResponseDone
@@ -133,6 +151,9 @@ class RealtimeConnection(Protocol):
     async def create_response(self) -> None: ...
 
     async def cancel_response(self) -> None: ...
+
+    async def truncate(self, item_id: str, audio_end_ms: int) -> None:
+        """Barge-in: the participant heard ``item_id`` only up to ``audio_end_ms``."""
 
     def events(self) -> AsyncIterator[RealtimeEvent]: ...
 

@@ -20,7 +20,8 @@ Contract:
   (:class:`~.boundary.Boundary`), at once if the boundary is safe, else as soon as it
   becomes safe. While it waits, a new turn (commit, text) and all input after it is held
   in the backlog for the new session, so a brisk conversation cannot postpone it for
-  ever. Starting it: new input is buffered, :class:`Close` of the old epoch,
+  ever; a boundary that stays unsafe (an open user turn, a playback whose end never
+  comes) is bounded by the shell, which then calls :meth:`abandon_rollover`. Starting it: new input is buffered, :class:`Close` of the old epoch,
   then :class:`Connect` of the new one (the shell seeds it with the latest checkpoint).
 * Policy ``"proactive"`` rolls over as above; ``"natural"`` only keeps the checkpoint for
   the next disconnect. A provider disconnect of the current session (expected or not)
@@ -282,6 +283,23 @@ class RolloverMachine:
             return []
         self.scheduled = reason
         return self._maybe_roll()
+
+    def abandon_rollover(self) -> list[Effect]:
+        """Give up the scheduled rollover (its boundary never came safe in time): the
+        session is kept until its natural end (the next disconnect reconnects with the
+        checkpoint), counted in ``counts["boundary_timeouts"]``; input held back for the
+        new session goes to the current one, in order."""
+        if self.scheduled is None:
+            return []
+        self.scheduled = None
+        self.counts["boundary_timeouts"] += 1
+        if self.phase is not Phase.STREAMING:
+            return []
+        sends = [Send(self.epoch, item) for item in self.backlog]
+        self.backlog.clear()
+        if any(send.item.kind != "audio" for send in sends):
+            self.boundary.response_active = True
+        return list(sends)
 
     def _maybe_roll(self) -> list[Effect]:
         if self.scheduled is None or self.phase is not Phase.STREAMING or not self.boundary.safe:

@@ -7,6 +7,9 @@ front end's offline STT (``WhisperSTT``), answers by ``OfflineLLM`` from the ses
 instructions and conversation items, speech by espeak-ng. Turn detection is the
 server's (``server_vad``: an energy detector with a trailing silence) or the client's
 (``turn_detection: null``, then ``input_audio_buffer.commit`` + ``response.create``).
+Each response's assistant item is announced (``response.output_item.added``) and a
+``conversation.item.truncate`` cuts it to the words of the audio heard (``heard_part``),
+so the conversation the next answer comes from holds only what the participant heard.
 
 Limits (``ServerSettings``), enforced as providers do: over ``max_context_tokens`` the
 oldest items are truncated away (counted ``truncated_items``: the context loss rollover
@@ -41,6 +44,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
+from .checkpoint import heard_part
 from .pressure import estimate_tokens
 
 AUDIO_CHUNK_S = 0.2
@@ -131,6 +135,10 @@ class _Session:
     silence_s: float = 0.4
     create_response: bool = True
     items: list[tuple[str, str]] = field(default_factory=list)
+    item_ids: list[str] = field(default_factory=list)
+    """The id of each of ``items`` (same order)."""
+    item_audio_ms: dict[str, float] = field(default_factory=dict)
+    """Milliseconds of speech of each assistant item (what a truncate cuts)."""
     buffer: bytearray = field(default_factory=bytearray)
     turns: int = 0
     audio_s: float = 0.0
@@ -156,6 +164,8 @@ class OfflineRealtimeServer:
         self.instructions: list[str] = []
         """Every session's instructions, in connection order (what each session was seeded with)."""
         self.seeded_items: list[list[tuple[str, str]]] = []
+        self.truncations: list[tuple[str, int, str]] = []
+        """Every honoured ``conversation.item.truncate``: item id, audio_end_ms, text kept."""
         self._server: Server | None = None
         self._numbers = itertools.count(1)
         self._ids = itertools.count(1)
@@ -249,15 +259,14 @@ class OfflineRealtimeServer:
                 for part in item.get("content") or []
                 if isinstance(part, dict)
             ).strip()
+            item_id = self._id("item")
             session.items.append((role, text))
+            session.item_ids.append(item_id)
             if session.response is None and not session.turns:
                 self.seeded_items[session.number - 1].append((role, text))
             await self._send(
                 ws,
-                {
-                    "type": "conversation.item.created",
-                    "item": {"id": self._id("item"), "role": role},
-                },
+                {"type": "conversation.item.created", "item": {"id": item_id, "role": role}},
             )
         elif kind == "input_audio_buffer.append":
             pcm = base64.b64decode(event.get("audio", ""))
@@ -272,6 +281,8 @@ class OfflineRealtimeServer:
         elif kind == "response.cancel":
             if session.response is not None:
                 session.response.cancel()
+        elif kind == "conversation.item.truncate":
+            await self._truncate(ws, session, event)
         else:
             await self._error(ws, "unknown_event", f"unknown event type {kind!r}")
 
@@ -324,6 +335,7 @@ class OfflineRealtimeServer:
             await self.brain.transcribe(pcm, self.settings.sample_rate, session.instructions)
         ).strip()
         session.items.append(("user", transcript))
+        session.item_ids.append(item_id)
         await self._send(
             ws,
             {
@@ -355,6 +367,7 @@ class OfflineRealtimeServer:
         limit = self.settings.max_context_tokens
         while limit is not None and len(session.items) > 1 and self._input_tokens(session) > limit:
             session.items.pop(0)
+            session.item_audio_ms.pop(session.item_ids.pop(0), None)
             self.stats["truncated_items"] += 1
         input_tokens = self._input_tokens(session)
         status = "completed"
@@ -362,6 +375,19 @@ class OfflineRealtimeServer:
         try:
             text = await self.brain.answer(session.instructions, session.items)
             pcm = await self.brain.speak(text, self.settings.sample_rate)
+            item_id = self._id("item")
+            session.items.append(("assistant", text))
+            session.item_ids.append(item_id)
+            session.item_audio_ms[item_id] = len(pcm) / 2 / self.settings.sample_rate * 1000
+            await self._send(
+                ws,
+                {
+                    "type": "response.output_item.added",
+                    "response_id": response_id,
+                    "output_index": 0,
+                    "item": {"id": item_id, "type": "message", "role": "assistant"},
+                },
+            )
             chunk = int(AUDIO_CHUNK_S * self.settings.sample_rate) * 2
             pieces = [pcm[at : at + chunk] for at in range(0, len(pcm), chunk)] or [b""]
             words = text.split(" ")
@@ -391,7 +417,6 @@ class OfflineRealtimeServer:
                             "delta": delta,
                         },
                     )
-            session.items.append(("assistant", text))
         except asyncio.CancelledError:
             status = "cancelled"
         await self._send(ws, {"type": "response.audio.done", "response_id": response_id})
@@ -421,6 +446,43 @@ class OfflineRealtimeServer:
         if self.faults.late_events:
             await self._send(ws, done)
             await self._error(ws, "late_event", "a late terminal event of this session")
+
+    async def _truncate(
+        self, ws: ServerConnection, session: _Session, event: dict[str, Any]
+    ) -> None:
+        """``conversation.item.truncate``: keep of an assistant item only what was heard."""
+        item_id, end = str(event.get("item_id", "")), event.get("audio_end_ms")
+        if not isinstance(end, int) or end < 0:
+            await self._error(ws, "invalid_value", "audio_end_ms must be an integer >= 0")
+            return
+        if item_id not in session.item_ids:
+            await self._error(ws, "item_not_found", f"no item {item_id!r} in the conversation")
+            return
+        index = session.item_ids.index(item_id)
+        role, text = session.items[index]
+        audio_ms = session.item_audio_ms.get(item_id)
+        if role != "assistant" or audio_ms is None:
+            await self._error(ws, "invalid_item", "only an assistant audio item can be truncated")
+            return
+        if end > audio_ms:
+            await self._error(
+                ws, "invalid_value", f"audio_end_ms {end} is beyond the item's {audio_ms:.0f} ms"
+            )
+            return
+        kept = heard_part(text, end, audio_ms)
+        session.items[index] = (role, kept)
+        session.item_audio_ms[item_id] = float(end)
+        self.stats["client_truncations"] += 1
+        self.truncations.append((item_id, end, kept))
+        await self._send(
+            ws,
+            {
+                "type": "conversation.item.truncated",
+                "item_id": item_id,
+                "content_index": 0,
+                "audio_end_ms": end,
+            },
+        )
 
     async def _close_for_limit(self, ws: ServerConnection, code: str, message: str) -> None:
         self.stats["limit_closes"] += 1

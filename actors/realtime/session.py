@@ -33,13 +33,15 @@ from typing import Any
 from xrmq.actors.models import ChatMessage
 from xrmq.actors.runtime import get_logger
 
-from .checkpoint import Checkpointer, LiveTranscript
+from .checkpoint import Checkpointer, LiveTranscript, heard_part
 from .pressure import PressurePolicy, PressureTracker
 from .provider import (
     AudioDelta,
     Disconnected,
     InputCommitted,
     InputTranscript,
+    ItemTruncated,
+    OutputItem,
     ProviderError,
     RealtimeConnectError,
     RealtimeConnection,
@@ -69,6 +71,8 @@ from .rollover import (
 Summarize = Callable[[tuple[ChatMessage, ...], str | None], Awaitable[str | None]]
 
 MAX_RECORDS = 32
+MAX_INEFFECTIVE = 2
+"""Rollovers in a row that start above ``rollover_at`` before proactive rollover stops."""
 SUMMARY_HEADER = "Summary of the conversation so far (earlier sessions):"
 
 
@@ -124,6 +128,18 @@ class RolloverRecord:
             "connect": self.connect_s,
             "replay": self.replay_s,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class _Spoken:
+    """A completed response a barge-in may still cut."""
+
+    response_id: str
+    message: int
+    text: str
+    item_id: str | None
+    audio_ms: float
+    epoch: int
 
 
 class SessionListener:
@@ -193,6 +209,18 @@ class RealtimeSession:
         self._replay_s = 0.0
         self._replayed = 0
         self._streaming = asyncio.Condition()
+        self._items: dict[str, str] = {}
+        """Each response's assistant item id (what ``truncate`` names)."""
+        self._audio_bytes: Counter[str] = Counter()
+        """Each response's audio received, in bytes."""
+        self._heard: dict[str, int] = {}
+        """Responses cut by a barge-in: the milliseconds heard."""
+        self._finished: deque[_Spoken] = deque(maxlen=8)
+        """The latest completed responses (a barge-in may come after the last event)."""
+        self._watch = 0
+        """The generation of the boundary watch (one per scheduled rollover)."""
+        self._ineffective = 0
+        """Rollovers in a row whose new session started above ``rollover_at``."""
 
     # -- public ----------------------------------------------------------------------
 
@@ -247,6 +275,35 @@ class RealtimeSession:
             except Exception as error:  # the connection died: its Disconnected event follows
                 self.log.warning("realtime.cancel_failed", error=repr(error))
             self.counts["cancelled_responses"] += 1
+
+    async def truncate(self, response_id: str, audio_end_ms: int) -> None:
+        """Barge-in: the participant heard response ``response_id`` only up to
+        ``audio_end_ms``. The provider is told (``conversation.item.truncate``) and the
+        transcript keeps only the words heard (``heard_part``), now or when the response
+        ends, so the next checkpoint and seed hold what was heard, not what was generated."""
+        async with self._lock:
+            spoken = next((s for s in self._finished if s.response_id == response_id), None)
+            if spoken is None:
+                audio_ms, item_id = self._audio_ms(response_id), self._items.get(response_id)
+            else:
+                audio_ms, item_id = spoken.audio_ms, spoken.item_id
+            end = max(0, min(int(audio_end_ms), int(audio_ms)))
+            connection = self._connections.get(self.machine.epoch)
+            current = spoken is None or spoken.epoch == self.machine.epoch  # not a closed session's
+            if item_id is not None and connection is not None and current:
+                try:
+                    await connection.truncate(item_id, end)
+                except Exception as error:  # the connection died: its Disconnected follows
+                    self.log.warning("realtime.truncate_failed", error=repr(error))
+                self.counts["truncated_responses"] += 1
+            if spoken is None:
+                self._heard[response_id] = end  # applied when the response ends
+            else:  # it already ended: cut its message now
+                with contextlib.suppress(KeyError):  # already summarized away
+                    self.transcript.replace(spoken.message, heard_part(spoken.text, end, audio_ms))
+
+    def _audio_ms(self, response_id: str) -> float:
+        return self._audio_bytes[response_id] / 2 / self.provider.sample_rate * 1000
 
     async def request_rollover(self, reason: str) -> None:
         """Roll over at the next safe boundary with a fresh checkpoint (under the
@@ -401,6 +458,8 @@ class RealtimeSession:
             ready_at = self._clock()
             self._replay_s, self._replayed = 0.0, 0
             await self._perform(self.machine.ready(effect.epoch))
+            if phase is Phase.ROLLING:
+                self._check_effective(seed)
             if phase in (Phase.ROLLING, Phase.RECONNECTING):
                 closing = self._closing_at if self._closing_at is not None else started
                 requested = self._requested_at if self._requested_at is not None else closing
@@ -479,7 +538,14 @@ class RealtimeSession:
             self._assistant[event.response_id] = transcript.append("assistant", "", complete=False)
             self._assistant_text[event.response_id] = ""
             await self._perform(machine.response(True))
+        elif isinstance(event, OutputItem):
+            self._items[event.response_id] = event.item_id
+        elif isinstance(event, ItemTruncated):
+            self.log.debug(
+                "realtime.item_truncated", item=event.item_id, audio_end_ms=event.audio_end_ms
+            )
         elif isinstance(event, AudioDelta):
+            self._audio_bytes[event.response_id] += len(event.pcm)
             await self.listener.audio(event.response_id, event.pcm)
         elif isinstance(event, TranscriptDelta):
             text = self._assistant_text.get(event.response_id, "") + event.text
@@ -507,11 +573,19 @@ class RealtimeSession:
             return  # a second response.done for one response (or one never started)
         message = self._assistant.pop(event.response_id, None)
         self._assistant_text.pop(event.response_id, None)
+        text = event.text
+        heard = self._heard.pop(event.response_id, None)
+        if heard is not None:  # cut by a barge-in: only what was heard
+            text = heard_part(text, heard, self._audio_ms(event.response_id))
+        audio_ms = self._audio_ms(event.response_id)
+        self._audio_bytes.pop(event.response_id, None)
+        item_id = self._items.pop(event.response_id, None)
         if message is not None:
-            if event.text.strip():
-                self.transcript.replace(message, event.text)
-            else:
-                self.transcript.replace(message, "")  # nothing said: an empty, complete message
+            # nothing said: an empty, complete message
+            self.transcript.replace(message, text if text.strip() else "")
+            self._finished.append(
+                _Spoken(event.response_id, message, event.text, item_id, audio_ms, self.epoch)
+            )
         if self._user_message is not None and not self._user_text:
             self.transcript.replace(self._user_message, "")
         self.tracker.add_transcript(event.text)
@@ -577,3 +651,55 @@ class RealtimeSession:
             self._checkpointing = asyncio.ensure_future(self._checkpoint())
         async with self._lock:
             await self._perform(self.machine.request_rollover(reason))
+            if self.machine.scheduled is not None:
+                self._watch += 1
+                self._spawn(self._watch_boundary(self._watch))
+
+    async def _watch_boundary(self, generation: int) -> None:
+        """Bound the wait for a safe boundary: after ``boundary_wait_s`` the rollover is
+        given up (counted, logged) and the session kept until its natural end; a later
+        completed response over ``rollover_at`` schedules it again."""
+        await asyncio.sleep(self.settings.boundary_wait_s)
+        async with self._lock:
+            machine = self.machine
+            if generation != self._watch or machine.scheduled is None:
+                return
+            blockers = machine.boundary.blockers()
+            await self._perform(machine.abandon_rollover())
+            self._requested_at = None
+            self.log.warning(
+                "realtime.boundary_timeout",
+                waited_s=self.settings.boundary_wait_s,
+                blockers=list(blockers),
+                boundary_timeouts=self.counts["boundary_timeouts"],
+            )
+
+    def _check_effective(self, seed: SessionSeed) -> None:
+        """Guard against a rollover loop: a new session whose seed alone is over
+        ``rollover_at`` would roll over again after its first response. Such a rollover
+        is counted (``ineffective_rollovers``) and the next checkpoint keeps half the tail
+        verbatim (more of it summarized); after ``MAX_INEFFECTIVE`` in a row the session
+        stops rolling over proactively (policy ``natural``: the checkpoint waits for the
+        next disconnect; ``rollover_loop_stopped``), logged as an error."""
+        pressure = self.tracker.pressure()
+        if pressure.value < self.settings.pressure.rollover_at:
+            self._ineffective = 0
+            return
+        self._ineffective += 1
+        self.counts["ineffective_rollovers"] += 1
+        self.checkpointer.keep_tail //= 2
+        self.log.warning(
+            "realtime.rollover_ineffective",
+            pressure=round(pressure.value, 3),
+            seeded_items=len(seed.items),
+            keep_tail=self.checkpointer.keep_tail,
+            in_a_row=self._ineffective,
+        )
+        if self._ineffective >= MAX_INEFFECTIVE and self.machine.policy == "proactive":
+            self.machine.policy = "natural"
+            self.counts["rollover_loop_stopped"] += 1
+            self.log.error(
+                "realtime.rollover_loop_stopped",
+                pressure=round(pressure.value, 3),
+                in_a_row=self._ineffective,
+            )
