@@ -7,7 +7,8 @@ the offline server inside this process; ``openai``: ``OpenAIRealtime`` at
 ``base_url``); ``build_realtime`` registers the ``RealtimeConversation`` (on
 ``audio.in``, ``audio.playback``, ``participant.left``); the conversation role serves it
 to the router under the destination's name. Its checkpoints are summarized by the compaction workers
-(``WorkerSummarizer``), like a tools destination's transcripts. Imported only when a
+(a ``WorkerSummarizer`` of its own, like a tools destination's transcripts, with
+``SUMMARY_SHARE`` of the session's token window as its budget). Imported only when a
 config has a realtime destination: it needs the ``realtime`` extra (and, for the offline
 server, the ``voice`` extra's speech-to-text).
 """
@@ -19,12 +20,15 @@ from typing import Any
 from xrmq.actors.context import ContextManager
 from xrmq.actors.realtime.conversation import RealtimeConversation
 from xrmq.actors.realtime.openai_realtime import DEFAULT_BASE_URL, DEFAULT_LIMITS, OpenAIRealtime
-from xrmq.actors.realtime.pressure import PressurePolicy, RealtimeLimits
+from xrmq.actors.realtime.pressure import CHARS_PER_TOKEN, PressurePolicy, RealtimeLimits
 from xrmq.actors.realtime.provider import RealtimeProvider
 from xrmq.actors.realtime.rollover import MachineSettings
 from xrmq.actors.realtime.server import Faults, ServerSettings
-from xrmq.actors.realtime.session import SessionSettings, Summarize
+from xrmq.actors.realtime.session import SessionSettings
+from xrmq.actors.context.plan import ContextPlan
 from xrmq.actors.runtime import AgentRuntime
+from xrmq.actors.tools.summary import SUMMARY_LIMIT_BYTES
+from xrmq.actors.tools.workers import WorkerSummarizer
 from xrmq.schemas import RoutingAid
 from xrmq.topics import VOICE_OUTPUT_TOPIC
 
@@ -59,6 +63,18 @@ def realtime_limits(realtime: RealtimeConfig) -> RealtimeLimits:
     )
 
 
+SUMMARY_SHARE = 0.3
+"""Of a session's token window, what its checkpoint summary may take (the rest: the
+instructions, the verbatim tail and the conversation after the rollover)."""
+
+
+def summary_limit_bytes(limits: RealtimeLimits) -> int:
+    """The checkpoint summary's budget: ``SUMMARY_SHARE`` of the token window, in bytes."""
+    if limits.max_context_tokens is None:
+        return SUMMARY_LIMIT_BYTES
+    return max(120, int(limits.max_context_tokens * SUMMARY_SHARE * CHARS_PER_TOKEN))
+
+
 def realtime_provider(realtime: RealtimeConfig) -> RealtimeProvider:
     limits = realtime_limits(realtime)
     if realtime.provider == "offline":
@@ -90,13 +106,19 @@ def build_realtime(
     destination: DestinationConfig,
     *,
     context: ContextManager,
-    summarize: Summarize,
+    plan: ContextPlan,
 ) -> RealtimeConversation:
-    """Register destination ``name``'s ``RealtimeConversation`` (the caller serves it to the
-    router)."""
+    """Register destination ``name``'s ``RealtimeConversation`` and its summarizer on the
+    compaction workers (its own, with a budget from the session's window); the caller
+    serves it to the router."""
     realtime = destination.realtime or RealtimeConfig()
+    provider = realtime_provider(realtime)
+    summarize = runtime.register(
+        f"{name}-summarizer",
+        WorkerSummarizer(plan, limit_bytes=summary_limit_bytes(provider.limits)),
+    )
     agent = RealtimeConversation(
-        realtime_provider(realtime),
+        provider,
         context=context,
         runtime=runtime,
         output_topic=VOICE_OUTPUT_TOPIC,

@@ -211,20 +211,16 @@ def conversation_role(runtime: AgentRuntime, config: EdgeConfig, process: Proces
     summarizer: WorkerSummarizer | None = None
     grace = SHUTDOWN_GRACE_SHARE * config.supervisor.shutdown_timeout_s
     for name, destination in config.destinations.items():
-        if destination.kind in ("tools", "realtime") and summarizer is None:
-            summarizer = runtime.register("tools-summarizer", WorkerSummarizer(plan))
         if destination.kind == "realtime":
-            assert summarizer is not None
             from .realtime_destination import build_realtime  # the realtime extra
 
-            realtime = build_realtime(
-                runtime, name, destination, context=context, summarize=summarizer
-            )
+            realtime = build_realtime(runtime, name, destination, context=context, plan=plan)
             served = ClearingDestination(realtime, context)
             runtime.register(f"{name}-server", serve(name, served, shutdown_grace_s=grace))
             continue
         if destination.kind == "tools":
-            assert summarizer is not None
+            if summarizer is None:
+                summarizer = runtime.register("tools-summarizer", WorkerSummarizer(plan))
             tools = ToolAgent(
                 create_llm(destination.model or config.models.answers),
                 context=context,

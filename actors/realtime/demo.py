@@ -4,7 +4,7 @@ The edge stack on a private bus with one ``kind = "realtime"`` destination on th
 realtime server (``provider = "offline"``: the OpenAI Realtime protocol on loopback,
 inside the conversation process) and a context window small enough that a few turns
 fill it. The participant speaks (espeak-ng into 16 kHz audio, published on ``audio.in``
-in real time): a fact first, then more facts until the destination's gauges
+as fast as the bus takes it): a fact first, then more facts until the destination's gauges
 (``realtime.<participant>.rollovers`` in its ``RuntimeMetrics``) show a rollover, then a
 question about the first fact. Each answer is waited for (the reply on the output topic
 and the end of its spoken audio, ``audio.playback`` done) before the next turn, as a
@@ -43,18 +43,20 @@ from xrmq.topics import AUDIO_PLAYBACK_TOPIC, METRICS_TOPIC, VOICE_OUTPUT_TOPIC
 
 PARTICIPANT = "alice"
 DESTINATION = "realtime"
-FIRST_FACT = "The spare key is in the blue cabinet."
+FIRST_FACT = "The printer is in room twelve."
 MORE_FACTS = (
-    "The kettle in lab three is set to eighty degrees.",
     "The fire drill starts at gate B.",
-    "My sister lives in Lyon.",
-    "The printer is in room twelve.",
-    "My dentist is Doctor Okafor.",
+    "My sister lives in Paris.",
+    "The meeting is at noon.",
+    "My car is the blue one.",
+    "The cafe opens at eight.",
     "The plant needs water on Fridays.",
 )
-QUESTION = "Where is the spare key?"
-EXPECTED = "blue cabinet"
-MAX_CONTEXT_TOKENS = 300
+QUESTION = "Where is the printer?"
+EXPECTED = "room 12"
+MAX_CONTEXT_TOKENS = 120
+"""Small enough that about four spoken exchanges fill the session to ``rollover_at``."""
+SYSTEM_PROMPT = "You are a realtime voice assistant. Answer briefly."
 TURN_TIMEOUT_S = 60.0
 PHASES = ("boundary_wait", "checkpoint", "handshake", "replay")
 
@@ -77,6 +79,7 @@ def realtime_config() -> EdgeConfig:
     destination = DestinationConfig(
         description="Realtime voice conversation: answers speech with speech.",
         kind="realtime",
+        system_prompt=SYSTEM_PROMPT,
         realtime=RealtimeConfig(
             provider="offline", max_context_tokens=MAX_CONTEXT_TOKENS, keep_tail=2
         ),
@@ -113,6 +116,8 @@ class Listener(Agent):
         self.answers: list[str] = []
         self.playback_done = 0
         self.gauges: dict[str, float] = {}
+        self.timings: list[tuple[float, float]] = []
+        """Per turn: from the speech sent to the reply's end, and to its audio's end."""
         self.changed = asyncio.Event()
 
     @subscribe(VOICE_OUTPUT_TOPIC)
@@ -159,10 +164,12 @@ async def _turn(runtime: AgentRuntime, listener: Listener, text: str, directory:
 
     answers, played = len(listener.answers), listener.playback_done
     pcm = wav_pcm(speak(text, directory, f"turn-{answers}"), lead_s=0.2, tail_s=0.8)
-    await FrameSender(runtime, PARTICIPANT).send(pcm)
-    await listener.until(
-        lambda: len(listener.answers) > answers and listener.playback_done > played, "answer"
-    )
+    await FrameSender(runtime, PARTICIPANT, realtime=False).send(pcm)  # no need to wait
+    sent = time.monotonic()
+    await listener.until(lambda: len(listener.answers) > answers, "answer")
+    replied = time.monotonic()
+    await listener.until(lambda: listener.playback_done > played, "end of the spoken answer")
+    listener.timings.append((replied - sent, time.monotonic() - sent))
     return listener.answers[answers]
 
 
@@ -176,29 +183,11 @@ async def run_realtime_demo(out: TextIO = sys.stdout, *, verbose: bool = False) 
         return 1
     out.write("xrmq demo --realtime: starting the edge stack with a realtime destination...\n")
     out.flush()
-    directory = Path(tempfile.mkdtemp(prefix="xrmq-realtime-demo-"))
     stack = PrivateStack(realtime_config(), echo=sys.stderr if verbose else None)
-    answer = ""
     try:
-        async with stack:
-            runtime = AgentRuntime(stack.bus, name="realtime-demo")
-            listener = runtime.register("listener", Listener(), participant_id=PARTICIPANT)
-            await runtime.start()
-            try:
-                turns = [FIRST_FACT, *MORE_FACTS]
-                for index, text in enumerate(turns):
-                    answer = await _turn(runtime, listener, text, directory)
-                    out.write(f"[{PARTICIPANT}] said: {text}\n  answer: {answer}\n")
-                    out.flush()
-                    if listener.gauges.get("rollovers", 0) >= 1 and index >= 1:
-                        break
-                await listener.until(lambda: listener.gauges.get("rollovers", 0) >= 1, "rollover")
-                out.write(_rollover_line(listener.gauges))
-                answer = await _turn(runtime, listener, QUESTION, directory)
-                out.write(f"[{PARTICIPANT}] said: {QUESTION}\n  answer: {answer}\n")
-                gauges = listener.gauges
-            finally:
-                await runtime.stop()
+        with tempfile.TemporaryDirectory(prefix="xrmq-realtime-demo-") as spoken:
+            async with stack:
+                answer, gauges = await _session(stack.bus, Path(spoken), out)
     except (TimeoutError, RuntimeError) as error:
         out.write(
             f"\nxrmq demo --realtime: FAILED: {error}\nlast lines of the stack:\n{stack.tail(15)}\n"
@@ -214,6 +203,32 @@ async def run_realtime_demo(out: TextIO = sys.stdout, *, verbose: bool = False) 
         return 1
     out.write("xrmq demo --realtime: ok\n")
     return 0
+
+
+async def _session(bus: str, directory: Path, out: TextIO) -> tuple[str, dict[str, float]]:
+    """Facts until a rollover, then the question; (its answer, the last gauges)."""
+    runtime = AgentRuntime(bus, name="realtime-demo")
+    listener = runtime.register("listener", Listener(), participant_id=PARTICIPANT)
+    await runtime.start()
+    try:
+        for index, text in enumerate([FIRST_FACT, *MORE_FACTS]):
+            answer = await _turn(runtime, listener, text, directory)
+            out.write(f"[{PARTICIPANT}] said: {text}\n  answer: {answer}{_took(listener)}\n")
+            out.flush()
+            if listener.gauges.get("rollovers", 0) >= 1 and index >= 1:
+                break
+        await listener.until(lambda: listener.gauges.get("rollovers", 0) >= 1, "rollover")
+        out.write(_rollover_line(listener.gauges))
+        answer = await _turn(runtime, listener, QUESTION, directory)
+        out.write(f"[{PARTICIPANT}] said: {QUESTION}\n  answer: {answer}{_took(listener)}\n")
+        return answer, dict(listener.gauges)
+    finally:
+        await runtime.stop()
+
+
+def _took(listener: Listener) -> str:
+    replied, spoken = listener.timings[-1]
+    return f"  (reply {replied * 1000:.0f} ms, spoken by {spoken * 1000:.0f} ms)"
 
 
 def _rollover_line(gauges: dict[str, float]) -> str:

@@ -208,7 +208,7 @@ class RealtimeSession:
         self._failure: str | None = None
         self._replay_s = 0.0
         self._replayed = 0
-        self._streaming = asyncio.Condition()
+        self._changed = asyncio.Condition()
         self._items: dict[str, str] = {}
         """Each response's assistant item id (what ``truncate`` names)."""
         self._audio_bytes: Counter[str] = Counter()
@@ -317,14 +317,24 @@ class RealtimeSession:
 
     async def wait_streaming(self, epoch: int) -> None:
         """Return once a session of ``epoch`` or later is ready (or this one gave up)."""
-        async with self._streaming:
-            await self._streaming.wait_for(
-                lambda: (
-                    self._failure is not None
-                    or self.machine.phase is Phase.CLOSED
-                    or (self.machine.epoch >= epoch and self.machine.phase is Phase.STREAMING)
-                )
+        await self.wait_for(
+            lambda: (
+                self._failure is not None
+                or self.machine.phase is Phase.CLOSED
+                or (self.machine.epoch >= epoch and self.machine.phase is Phase.STREAMING)
             )
+        )
+
+    async def wait_for(self, predicate: Callable[[], bool]) -> None:
+        """Return once ``predicate()`` holds, re-checked whenever the session's state or
+        counters may have changed (after each provider event, a session ready, a rollover
+        given up)."""
+        async with self._changed:
+            await self._changed.wait_for(predicate)
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
 
     def pressure(self) -> float:
         return self.tracker.pressure().value
@@ -491,8 +501,7 @@ class RealtimeSession:
                     policy=self.machine.policy,
                 )
             self._ready.set()
-        async with self._streaming:
-            self._streaming.notify_all()
+        await self._notify()
 
     # -- provider events ---------------------------------------------------------------------
 
@@ -509,6 +518,7 @@ class RealtimeSession:
                         kind=type(event).__name__,
                         error=repr(error),
                     )
+            await self._notify()
 
     async def _on_event(self, epoch: int, event: RealtimeEvent) -> None:
         if isinstance(event, Disconnected) and event.by_client:
@@ -541,6 +551,7 @@ class RealtimeSession:
         elif isinstance(event, OutputItem):
             self._items[event.response_id] = event.item_id
         elif isinstance(event, ItemTruncated):
+            self.counts["items_truncated"] += 1
             self.log.debug(
                 "realtime.item_truncated", item=event.item_id, audio_end_ms=event.audio_end_ms
             )
@@ -673,6 +684,7 @@ class RealtimeSession:
                 blockers=list(blockers),
                 boundary_timeouts=self.counts["boundary_timeouts"],
             )
+        await self._notify()
 
     def _check_effective(self, seed: SessionSeed) -> None:
         """Guard against a rollover loop: a new session whose seed alone is over
