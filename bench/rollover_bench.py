@@ -154,7 +154,9 @@ async def _one_trial(url: str, brain: _TagBrain, length_s: float) -> dict[str, f
     return result
 
 
-async def _trials(length_s: float, count: int, concurrency: int) -> list[dict[str, float]]:
+async def _trials(
+    length_s: float, count: int, concurrency: int, stagger_s: float = STAGGER_S
+) -> list[dict[str, float]]:
     from xrmq.actors.realtime.server import Faults, OfflineRealtimeServer
 
     brain = _TagBrain()
@@ -168,7 +170,7 @@ async def _trials(length_s: float, count: int, concurrency: int) -> list[dict[st
                 if (
                     index < concurrency
                 ):  # the first wave is spread; later trials follow as slots free
-                    await asyncio.sleep(STAGGER_S * index / concurrency)
+                    await asyncio.sleep(stagger_s * index / concurrency)
                 return await _one_trial(server.url, brain, length_s)
 
         return list(await asyncio.gather(*(guarded(index) for index in range(count))))
@@ -195,6 +197,14 @@ def _row(
     )
 
 
+async def _quick(count: int) -> list[list[dict[str, float]]]:
+    return list(
+        await asyncio.gather(
+            *(_trials(length, count, count, stagger_s=0.0) for length in LENGTHS_S)
+        )
+    )
+
+
 def run(ctx: SuiteContext) -> SuiteResult:
     from xrmq.actors.runtime import run as run_loop
 
@@ -207,20 +217,21 @@ def run(ctx: SuiteContext) -> SuiteResult:
         f"{per_rep * ctx.repetitions} trials per length in {ctx.repetitions} repetition(s), "
         f"up to {CONCURRENCY} sessions at once against one offline server (one process)."
     ]
-    for length in LENGTHS_S:
-        reps: list[list[dict[str, float]]] = []
-        for rep in range(ctx.repetitions):
+    runs: dict[float, list[list[dict[str, float]]]] = {length: [] for length in LENGTHS_S}
+    for rep in range(ctx.repetitions):
+        if ctx.quick:  # a few trials of every length at once, unstaggered: the same code path
+            ctx.progress(f"rollover: every input length, {per_rep} trials each")
+            for length, trials in zip(LENGTHS_S, run_loop(_quick(per_rep)), strict=True):
+                runs[length].append(trials)
+            continue
+        for length in LENGTHS_S:
             ctx.progress(
                 f"rollover: {length} s input, repetition {rep + 1}/{ctx.repetitions}, "
                 f"{per_rep} trials"
             )
-            reps.append(
-                run_loop(
-                    _trials(
-                        length, per_rep, min(CONCURRENCY, per_rep) if not ctx.quick else per_rep
-                    )
-                )
-            )
+            runs[length].append(run_loop(_trials(length, per_rep, min(CONCURRENCY, per_rep))))
+    for length in LENGTHS_S:
+        reps = runs[length]
         every = [trial for rep in reps for trial in rep]
         added = [t["added_s"] * 1000 for t in every if t["ok"]]
         success = sum(t["ok"] for t in every) / len(every) * 100

@@ -234,3 +234,54 @@ async def test_speech_over_the_answer_cuts_its_audio_at_once() -> None:
         await runtime.stop()
     await context.close()
     assert spoken < 5.0 / 0.02 / 2  # far less than the 5 s answer was played
+
+
+@pytest.mark.timeout(60)
+async def test_barge_in_truncates_the_answer_to_the_audio_heard_on_the_server_and_in_the_transcript() -> (
+    None
+):
+    from realtime_helpers import silence, tone
+
+    from xrmq.actors.realtime.checkpoint import heard_part
+    from xrmq.actors.voice.pcm import SAMPLE_RATE
+
+    context = ContextManager(LLM)
+    runtime = AgentRuntime()
+    brain = ScriptedEars(["My badge number is 4417 and my desk is by the window.", "Stop."])
+    brain.speech_s = 4.0
+    async with OfflineRealtimeServer(brain=brain) as server:
+        client = Client()
+        runtime.register("client", client)
+        realtime = _realtime(server, context, runtime)
+        runtime.register("realtime", realtime)
+        await runtime.start()
+
+        async def say(pcm: bytes, first: int) -> int:
+            size = SAMPLE_RATE * 20 // 1000 * 2
+            for offset in range(0, len(pcm), size):
+                await runtime.publish(
+                    AUDIO_IN_TOPIC,
+                    AudioFrame(pcm[offset : offset + size], SAMPLE_RATE, 1, first, 1),
+                    participant_id="p1",
+                    source="mic",
+                )
+                first += 1
+            return first
+
+        number = await say(tone(0.3, rate=SAMPLE_RATE) + silence(0.5, rate=SAMPLE_RATE), 0)
+        await client.wait(lambda c: c.playback == ["started"] and len(c.frames) >= 60)
+        await say(tone(0.1, rate=SAMPLE_RATE), number)  # the participant talks over the answer
+        await client.wait(lambda c: c.playback == ["started", "done"])
+        spoken = len(client.frames)
+        session = realtime.participants["p1"].session
+        async with asyncio.timeout(WAIT_S):
+            await session.wait_for(lambda: session.counts["items_truncated"] == 1)
+        answer = client.answers()[0]
+        transcript = [m.text for m in session.transcript.messages if m.role == "assistant"]
+        await realtime.close()
+        await runtime.stop()
+    await context.close()
+    ((_, end_ms, kept),) = server.truncations
+    assert abs(end_ms - spoken * 20) <= 40  # what was played when the participant spoke
+    assert kept == heard_part(answer, end_ms, 4000) and len(kept) < len(answer)
+    assert transcript[0] == kept  # the session's own transcript: what was heard
