@@ -237,9 +237,7 @@ async def test_speech_over_the_answer_cuts_its_audio_at_once() -> None:
 
 
 @pytest.mark.timeout(60)
-async def test_barge_in_truncates_the_answer_to_the_audio_heard_on_the_server_and_in_the_transcript() -> (
-    None
-):
+async def test_barge_in_truncates_the_answer_to_the_audio_heard_on_server_and_transcript() -> None:
     from realtime_helpers import silence, tone
 
     from xrmq.actors.realtime.checkpoint import heard_part

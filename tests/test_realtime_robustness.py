@@ -157,7 +157,7 @@ async def test_truncate_cuts_the_assistant_item_to_the_audio_heard_on_the_server
         assistant = [m.text for m in session.transcript.messages if m.role == "assistant"]
         next_answer = await _ask(session, recorder, "Go on.", 2)
         await session.close()
-    ((item_id, end, kept),) = server.truncations
+    ((_, end, kept),) = server.truncations
     assert (end, kept) == (1000, heard) and 0 < len(heard.split()) < len(answer.split())
     assert assistant == [heard]  # the transcript the checkpoint summarizes: what was heard
     assert next_answer is not None and session.counts["truncated_responses"] == 1

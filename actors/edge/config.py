@@ -739,9 +739,7 @@ def _check_realtime(realtime: RealtimeConfig, key: str, source: str) -> None:
                 source, f"{key}.base_url", f"must be a ws:// or wss:// URL, got {url!r}"
             )
         if realtime.api_key_env is not None and not realtime.api_key_env.strip():
-            raise ConfigError(
-                source, f"{key}.api_key_env", "must name a variable (or be left out)"
-            )
+            raise ConfigError(source, f"{key}.api_key_env", "must name a variable (or be left out)")
 
 
 def _check_voice(voice: VoiceConfig, source: str) -> None:

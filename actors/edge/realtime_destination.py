@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from xrmq.actors.context import ContextManager
+from xrmq.actors.context.plan import ContextPlan
 from xrmq.actors.realtime.conversation import RealtimeConversation
 from xrmq.actors.realtime.openai_realtime import DEFAULT_BASE_URL, DEFAULT_LIMITS, OpenAIRealtime
 from xrmq.actors.realtime.pressure import CHARS_PER_TOKEN, PressurePolicy, RealtimeLimits
@@ -25,7 +26,6 @@ from xrmq.actors.realtime.provider import RealtimeProvider
 from xrmq.actors.realtime.rollover import MachineSettings
 from xrmq.actors.realtime.server import Faults, ServerSettings
 from xrmq.actors.realtime.session import SessionSettings
-from xrmq.actors.context.plan import ContextPlan
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.tools.summary import SUMMARY_LIMIT_BYTES
 from xrmq.actors.tools.workers import WorkerSummarizer

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +176,7 @@ class ClearingDestination:
         self.agent = agent
         self.context = context
 
-    def routing_aid(self, participant_id: str) -> RoutingAid:
+    def routing_aid(self, participant_id: str) -> RoutingAid | Awaitable[RoutingAid]:
         return self.agent.routing_aid(participant_id)
 
     async def admit(self, turn, *, focused: bool):

@@ -330,9 +330,7 @@ def _realtime_lines(participant: str, values: dict[str, float]) -> list[str]:
     ]
     if phases:
         backlog = values.get("rollover_backlog", 0)
-        lines.append(
-            f"    last rollover: {', '.join(phases)}, backlog replayed {backlog:g}"
-        )
+        lines.append(f"    last rollover: {', '.join(phases)}, backlog replayed {backlog:g}")
     return lines
 
 

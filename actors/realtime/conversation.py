@@ -21,7 +21,8 @@ no assistant audio is playing any more. Gauges per participant (``xrmq top`` sho
 them as one realtime line): ``realtime.<participant>.pressure``, ``.epoch``, ``.backlog``,
 the counters of ``GAUGE_COUNTS`` (rollovers, replayed input, overflow, stale-epoch drops,
 ...), and the last rollover's phases with their median (``.rollover_<phase>_ms``,
-``.rollover_<phase>_p50_ms``: boundary_wait, checkpoint, handshake, connect, replay). ``participant.left`` closes the participant's session.
+``.rollover_<phase>_p50_ms``: boundary_wait, checkpoint, handshake, connect, replay).
+``participant.left`` closes the participant's session.
 """
 
 from __future__ import annotations

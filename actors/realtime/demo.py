@@ -23,6 +23,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -115,7 +116,8 @@ class Listener(Agent):
         self.texts: dict[str, list[str]] = {}
         self.answers: list[str] = []
         self.playback_done = 0
-        self.gauges: dict[str, float] = {}
+        self.seen: dict[str, float] = {}
+        """The destination's latest ``realtime.<participant>.*`` gauges, by name."""
         self.timings: list[tuple[float, float]] = []
         """Per turn: from the speech sent to the reply's end, and to its audio's end."""
         self.changed = asyncio.Event()
@@ -141,10 +143,10 @@ class Listener(Agent):
         prefix = f"realtime.{PARTICIPANT}."
         found = {k[len(prefix) :]: v for k, v in metrics.gauges.items() if k.startswith(prefix)}
         if found:
-            self.gauges = found
+            self.seen = found
             self.changed.set()
 
-    async def until(self, predicate, what: str) -> None:  # type: ignore[no-untyped-def]
+    async def until(self, predicate: Callable[[], bool], what: str) -> None:
         deadline = time.monotonic() + TURN_TIMEOUT_S
         while not predicate():
             self.changed.clear()
@@ -215,13 +217,13 @@ async def _session(bus: str, directory: Path, out: TextIO) -> tuple[str, dict[st
             answer = await _turn(runtime, listener, text, directory)
             out.write(f"[{PARTICIPANT}] said: {text}\n  answer: {answer}{_took(listener)}\n")
             out.flush()
-            if listener.gauges.get("rollovers", 0) >= 1 and index >= 1:
+            if listener.seen.get("rollovers", 0) >= 1 and index >= 1:
                 break
-        await listener.until(lambda: listener.gauges.get("rollovers", 0) >= 1, "rollover")
-        out.write(_rollover_line(listener.gauges))
+        await listener.until(lambda: listener.seen.get("rollovers", 0) >= 1, "rollover")
+        out.write(_rollover_line(listener.seen))
         answer = await _turn(runtime, listener, QUESTION, directory)
         out.write(f"[{PARTICIPANT}] said: {QUESTION}\n  answer: {answer}{_took(listener)}\n")
-        return answer, dict(listener.gauges)
+        return answer, dict(listener.seen)
     finally:
         await runtime.stop()
 

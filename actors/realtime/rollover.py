@@ -21,8 +21,9 @@ Contract:
   becomes safe. While it waits, a new turn (commit, text) and all input after it is held
   in the backlog for the new session, so a brisk conversation cannot postpone it for
   ever; a boundary that stays unsafe (an open user turn, a playback whose end never
-  comes) is bounded by the shell, which then calls :meth:`abandon_rollover`. Starting it: new input is buffered, :class:`Close` of the old epoch,
-  then :class:`Connect` of the new one (the shell seeds it with the latest checkpoint).
+  comes) is bounded by the shell, which then calls :meth:`abandon_rollover`. Starting
+  it: new input is buffered, :class:`Close` of the old epoch, then :class:`Connect` of
+  the new one (the shell seeds it with the latest checkpoint).
 * Policy ``"proactive"`` rolls over as above; ``"natural"`` only keeps the checkpoint for
   the next disconnect. A provider disconnect of the current session (expected or not)
   always reconnects the same way (:class:`Connect` with reason ``"disconnected"``).
