@@ -384,3 +384,35 @@ def test_a_new_turn_waits_for_a_scheduled_rollover_so_it_cannot_be_postponed_for
     assert machine.playback(False) == [Close(1), Connect(2, "rollover")]
     assert [e.item.seq for e in machine.ready(2) if isinstance(e, Send)] == [3, 4]
     assert machine.counts["held_for_rollover"] == 2
+
+
+def test_an_abandoned_rollover_sends_the_held_turns_to_the_current_session_in_order() -> None:
+    machine = _streaming()
+    machine.input(InputItem("text", 1, text="first"))
+    machine.request_rollover("pressure")
+    machine.playback(True)  # the boundary stays unsafe: the answer's end never comes
+    machine.response(False)
+    assert machine.input(InputItem("text", 2, text="next")) == []  # held for the new session
+    assert machine.input(_audio(3)) == []
+    released = machine.abandon_rollover()
+    assert [(e.epoch, e.item.seq) for e in released if isinstance(e, Send)] == [(1, 2), (1, 3)]
+    assert machine.scheduled is None and machine.phase is Phase.STREAMING
+    assert machine.counts["boundary_timeouts"] == 1 and machine.boundary.response_active
+    assert machine.playback(False) == []  # nothing scheduled any more: no rollover now
+    assert machine.input(_audio(4)) == [Send(1, _audio(4))]
+    assert machine.abandon_rollover() == [] and machine.counts["boundary_timeouts"] == 1
+
+
+@pytest.mark.parametrize(
+    ("end_ms", "kept"),
+    [
+        (0, ""),
+        (1000, "one two"),
+        (2999, "one two three four five"),
+        (4000, "one two three four five six"),
+    ],
+)
+def test_heard_part_keeps_the_words_in_proportion_to_the_audio_heard(end_ms, kept) -> None:
+    from xrmq.actors.realtime.checkpoint import heard_part
+
+    assert heard_part("one two three four five six", end_ms, 3000) == kept  # of 3 s of speech

@@ -194,6 +194,16 @@ def test_a_bad_realtime_option_names_the_key_and_the_rule(tmp_path, table, messa
     assert message in _error(tmp_path, f"[destinations.voice.realtime]\n{table}\n")
 
 
+def test_a_voice_role_beside_a_realtime_destination_is_refused(tmp_path):
+    config = _load(tmp_path, '[processes.voice]\nroles = ["voice"]\n')
+    with pytest.raises(ConfigError) as caught:
+        check_can_answer(config)
+    assert "processes.voice.roles[0]: the 'voice' role and the realtime destination" in str(
+        caught.value
+    )
+    assert "answered twice" in str(caught.value)
+
+
 def test_only_a_realtime_destination_has_a_realtime_table(tmp_path):
     text = BASE.replace('kind = "realtime"', 'kind = "conversation"')
     path = tmp_path / "edge.toml"

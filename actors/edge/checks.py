@@ -37,8 +37,9 @@ def check_can_answer(config: EdgeConfig) -> None:
 
     Rules: at least one process; each of ``ONCE_ROLES`` in one process entry and each of
     ``UNSHARDED_ROLES`` with one replica; without application roles, a ``router`` and a
-    ``conversation`` process and at least one destination; every ``api_key_env`` of a
-    model a built-in role uses names a set environment variable.
+    ``conversation`` process and at least one destination; no ``voice`` role beside a
+    ``kind = "realtime"`` destination (both answer ``audio.in``); every ``api_key_env`` of
+    a model a built-in role uses names a set environment variable.
     """
     source = config.source
     if not config.processes:
@@ -76,6 +77,16 @@ def check_can_answer(config: EdgeConfig) -> None:
         ):
             if role not in runs:
                 raise ConfigError(source, "processes", f"no process runs the {role!r} role: {why}")
+    realtime = [name for name, d in config.destinations.items() if d.kind == "realtime"]
+    for name, process in config.processes.items():
+        if realtime and "voice" in process.roles:
+            raise ConfigError(
+                source,
+                f"processes.{name}.roles[{process.roles.index('voice')}]",
+                f"the 'voice' role and the realtime destination {realtime[0]!r} both answer "
+                "audio.in: every utterance would be answered twice (a realtime destination "
+                "hears the participant itself)",
+            )
     if ("router" in runs or "conversation" in runs) and not config.destinations:
         raise ConfigError(
             source, "destinations", "none configured: the router has no destination for a turn"
