@@ -173,7 +173,11 @@ auth_header = "api-key"
         ("boundary_wait_s = 0", "destinations.voice.realtime.boundary_wait_s: must be > 0"),
         (
             'base_url = "wss://example.com"',
-            'destinations.voice.realtime.base_url: only a provider = "openai" session',
+            'destinations.voice.realtime.base_url: only for provider = "openai"',
+        ),
+        (
+            'api_key_env = "KEY"',
+            'destinations.voice.realtime.api_key_env: only for provider = "openai"',
         ),
         (
             'provider = "openai"\nbase_url = "https://api.openai.com"',

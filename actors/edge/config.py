@@ -722,10 +722,10 @@ def _check_realtime(realtime: RealtimeConfig, key: str, source: str) -> None:
             "before the rollover needs it",
         )
     if realtime.provider == "offline":
-        for field in ("base_url",):
-            if getattr(realtime, field) is not None:
+        for field in ("base_url", "model", "api_key_env", "auth_header", "voice"):
+            if getattr(realtime, field) != getattr(RealtimeConfig(), field):
                 raise ConfigError(
-                    source, f"{key}.{field}", 'only a provider = "openai" session has a base_url'
+                    source, f"{key}.{field}", 'only for provider = "openai" (a remote session)'
                 )
     else:
         for field in ("connect_latency_s", "server_max_context_tokens"):
