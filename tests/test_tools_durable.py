@@ -196,7 +196,6 @@ def tools_stack_config():
         RestartPolicyConfig,
         default_config,
     )
-
     from xrmq.actors.models import parse_model_spec
 
     base = default_config()
