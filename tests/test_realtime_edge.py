@@ -335,7 +335,7 @@ def _demo_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 @pytest.mark.timeout(300)
 def test_demo_realtime_rolls_over_and_recalls_the_first_fact(tmp_path):
-    from xrmq.actors.realtime.demo import EXPECTED, FIRST_FACT, missing_requirements
+    from xrmq.actors.realtime.demo import EXPECTED, FIRST_FACT, QUESTION, missing_requirements
 
     missing = missing_requirements()
     if missing:
@@ -354,7 +354,7 @@ def test_demo_realtime_rolls_over_and_recalls_the_first_fact(tmp_path):
     assert lines[1] == f"[alice] said: {FIRST_FACT}"
     rolled = next(i for i, line in enumerate(lines) if line.startswith("  rolled over to epoch"))
     assert " handshake " in lines[rolled] and " replay " in lines[rolled]
-    assert lines[rolled + 1] == "[alice] said: Where is the printer?"
+    assert lines[rolled + 1] == f"[alice] said: {QUESTION}"
     assert EXPECTED in lines[rolled + 2].lower()  # recalled after the rollover
     assert lines[-1] == "xrmq demo --realtime: ok"
     assert processes_mentioning(str(tmp_path)) == []

@@ -122,7 +122,7 @@ def test_context_compact_tier_needs_a_destination_when_the_config_has_none_or_se
     [
         (
             'kind = "agent"',
-            "destinations.t.kind: must be one of 'conversation', 'tools', got 'agent'",
+            "destinations.t.kind: must be one of 'conversation', 'tools', 'realtime', got 'agent'",
         ),
         (
             'kind = "tools"\ntool_servers = ["cam.era"]',

@@ -77,13 +77,13 @@ def check_can_answer(config: EdgeConfig) -> None:
         ):
             if role not in runs:
                 raise ConfigError(source, "processes", f"no process runs the {role!r} role: {why}")
-    realtime = [name for name, d in config.destinations.items() if d.kind == "realtime"]
+    realtimes = [name for name, d in config.destinations.items() if d.kind == "realtime"]
     for name, process in config.processes.items():
-        if realtime and "voice" in process.roles:
+        if realtimes and "voice" in process.roles:
             raise ConfigError(
                 source,
                 f"processes.{name}.roles[{process.roles.index('voice')}]",
-                f"the 'voice' role and the realtime destination {realtime[0]!r} both answer "
+                f"the 'voice' role and the realtime destination {realtimes[0]!r} both answer "
                 "audio.in: every utterance would be answered twice (a realtime destination "
                 "hears the participant itself)",
             )

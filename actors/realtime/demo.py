@@ -44,17 +44,17 @@ from xrmq.topics import AUDIO_PLAYBACK_TOPIC, METRICS_TOPIC, VOICE_OUTPUT_TOPIC
 
 PARTICIPANT = "alice"
 DESTINATION = "realtime"
-FIRST_FACT = "The printer is in room twelve."
+FIRST_FACT = "My sister lives in Paris."
 MORE_FACTS = (
     "The fire drill starts at gate B.",
-    "My sister lives in Paris.",
-    "The meeting is at noon.",
     "My car is the blue one.",
-    "The cafe opens at eight.",
     "The plant needs water on Fridays.",
+    "The meeting is at noon.",
+    "The cafe opens at eight.",
+    "The printer is in room twelve.",
 )
-QUESTION = "Where is the printer?"
-EXPECTED = "room 12"
+QUESTION = "Where does my sister live?"
+EXPECTED = "paris"
 MAX_CONTEXT_TOKENS = 120
 """Small enough that about four spoken exchanges fill the session to ``rollover_at``."""
 SYSTEM_PROMPT = "You are a realtime voice assistant. Answer briefly."
