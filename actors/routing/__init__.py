@@ -4,6 +4,8 @@ services, the destination contract and remote destinations.
 - ``agent``: ``RoutableAgent``, the turn context a router sets for destinations.
 - ``decisions``: ``DecisionService`` and the built-in services.
 - ``state``: pure focus and history state of one participant.
+- ``policy``: the turn policy, pure (``TurnPolicy``: decisions in, actions out).
+- ``lanes``: per-participant serialization of the router's work, pure bookkeeping.
 - ``router``: ``AgentRouter``.
 - ``remote``: ``RemoteAgent`` (a destination in another process) and ``DestinationServer``.
 """
