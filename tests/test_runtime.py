@@ -204,12 +204,26 @@ async def test_ask_returns_the_handlers_return_value():
         assert await runtime.ask(NOTES, Update("hello"), reply_type=str) == "HELLO"
 
 
+async def test_an_ask_is_in_flight_in_the_metrics_until_its_reply_arrives():
+    echo = Echo()
+    runtime = AgentRuntime()
+    runtime.register("echo", echo)
+    async with runtime:
+        assert runtime.metrics().tables["asks_in_flight"] == 0
+        asked = asyncio.ensure_future(runtime.ask(NOTES, Update("hold"), reply_type=str))
+        await echo.holding.wait()
+        assert runtime.metrics().tables["asks_in_flight"] == 1
+        echo.hold.set()
+        assert await asked == "HOLD"
+        assert runtime.metrics().tables["asks_in_flight"] == 0
+
+
 async def test_ask_times_out_cleanly_when_nobody_answers():
     runtime = AgentRuntime()
     async with runtime:
         with pytest.raises(TimeoutError, match="no reply on 'notes'"):
             await runtime.ask(NOTES, Update("anyone?"), timeout=0.05)
-        assert runtime._pending == {}
+        assert runtime.metrics().tables["asks_in_flight"] == 0
 
 
 async def test_ask_raises_the_handlers_failure_and_the_actor_goes_on():

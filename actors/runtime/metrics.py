@@ -48,6 +48,7 @@ class Observation:
         _evicted_by: dict[str, int]
         _tracker: SequenceTracker
         _streams: dict[tuple[str, str | None], list[Any]]
+        _pending: dict[str, Any]
         _agents: dict[str, Mailbox]
         _keyed: dict[str, KeyedKind]
 
@@ -107,6 +108,7 @@ class Observation:
             "outgoing_streams": len(self._streams),
             "warnings": len(self._warnings),
             "topic_names": names["held"] + names["transient"],
+            "asks_in_flight": len(self._pending),
         }
         for kind, keyed in self._keyed.items():
             tables[f"keyed[{kind}]"] = len(keyed.instances)
