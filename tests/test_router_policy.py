@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from xrmq.actors.routing.lanes import Lanes
+from xrmq.actors.routing.lanes import Lane, Lanes
 from xrmq.actors.routing.policy import (
     INELIGIBLE,
     Action,
@@ -135,14 +135,16 @@ def drive(row: Row) -> tuple[list[str], list[Note], RouteResult, TurnPolicy, Par
         if isinstance(question, Decide):
             actions = policy.decided(decisions.popleft())
         elif isinstance(question, Admit):
-            script = admissions.get(question.route)
-            admission = script.popleft() if script else ACCEPT
-            actions = (
-                policy.admit_failed() if admission == FAIL else policy.admitted(admission)  # type: ignore[arg-type]
-            )
+            admitting = admissions.get(question.route)
+            admission = admitting.popleft() if admitting else ACCEPT
+            if isinstance(admission, Admission):
+                actions = policy.admitted(admission)
+            else:
+                assert admission == FAIL
+                actions = policy.admit_failed()
         elif isinstance(question, Answer):
-            script = answers.get(question.route)
-            outcome = script.popleft() if script else answer(f"{question.route} answers")
+            answering = answers.get(question.route)
+            outcome = answering.popleft() if answering else answer(f"{question.route} answers")
             if outcome in (BEFORE, AFTER):
                 actions = policy.answer_failed("Boom: it broke", started=outcome == AFTER)
             else:
@@ -677,7 +679,7 @@ LANE_ROWS = {
 def test_lanes(row: tuple[int, list[tuple], list[str]]) -> None:
     max_participants, steps, order = row
     lanes: Lanes[str] = Lanes(max_participants, history_limit=8)
-    owner = {}
+    owner: dict[str, Lane[str]] = {}
     unfinished: dict[str, tuple[str, bool]] = {}
     """Work of the lanes kept: handle -> (participant, is a turn)."""
     evictions = 0
