@@ -80,5 +80,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
         return None
     names = inspect.signature(pyfuncitem.obj).parameters  # the test's own arguments
     kwargs = {name: pyfuncitem.funcargs[name] for name in names}
-    run(pyfuncitem.obj(**kwargs), loop=pyfuncitem.funcargs["event_loop_kind"])
+    loop = pyfuncitem.funcargs["event_loop_kind"]
+    assert isinstance(loop, str)  # the event_loop_kind fixture's value
+    run(pyfuncitem.obj(**kwargs), loop=loop)
     return True

@@ -8,7 +8,7 @@ import pytest
 
 from xrmq.actors.runtime import Agent, AgentRuntime, AskError, RuntimeClosedError, subscribe
 from xrmq.schemas import ConversationContextUpdate as Update
-from xrmq.schemas import UserQuery
+from xrmq.schemas import RuntimeMetrics, UserQuery
 from xrmq.topics import METRICS_TOPIC, Topic, context_topic
 
 from buses import broker_process
@@ -343,7 +343,7 @@ class Gauged(Agent):
 
 class MetricsWatcher(Agent):
     def __init__(self) -> None:
-        self.reports = []
+        self.reports: list[RuntimeMetrics] = []
         self.got = asyncio.Event()
 
     @subscribe(METRICS_TOPIC)
@@ -372,6 +372,7 @@ class Finalizer(Agent):
     """Publishes a closing note from on_stop, as an actor finalizing an open stream would."""
 
     async def on_stop(self) -> None:
+        assert self.runtime is not None  # registered
         await self.runtime.publish(
             NOTES, Update("closing note"), participant_id="p1", source=self.name
         )
