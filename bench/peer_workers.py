@@ -52,8 +52,8 @@ def run_autogen(count: int, asks: int, reps: int) -> dict:
     class Fragment:
         kind: str
         text: str
-        request_id: str | None
-        response_id: str | None
+        request_id: str
+        response_id: str
         final: bool
 
     @dataclass
@@ -65,8 +65,10 @@ def run_autogen(count: int, asks: int, reps: int) -> dict:
     class Answer:
         kind: str
         text: str
-        request_id: str | None
+        request_id: str
 
+    # autogen-core's serializer refuses a union field, so the ids are typed str: both are set
+    assert FRAGMENT.request_id and FRAGMENT.response_id and ANSWER.request_id
     fragment = Fragment(
         FRAGMENT.kind, FRAGMENT.text, FRAGMENT.request_id, FRAGMENT.response_id, FRAGMENT.final
     )
