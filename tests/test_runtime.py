@@ -472,3 +472,25 @@ def test_a_handler_is_wired_by_reference_never_by_name():
 
     with pytest.raises(TypeError, match=r"self.on_text or .*Named.on_text"):
         AgentRuntime().register("named", Named(NOTES))
+
+
+async def test_on_register_runs_at_register_before_the_start_and_may_register_companions():
+    """The hook an agent that brings companion actors uses (the context manager's subscriber)."""
+    seen: list[tuple[str, bool, bool]] = []
+
+    class Echo(Agent):
+        @subscribe(NOTES)
+        async def on_note(self, message: Update, ctx) -> str:
+            return f"echo:{message.text}"
+
+    class Bringer(Agent):
+        def on_register(self) -> None:
+            assert self.runtime is not None
+            seen.append((self.name, self.runtime is runtime, self.runtime.running))
+            self.runtime.register(f"{self.name}.echo", Echo())
+
+    runtime = AgentRuntime(name="hooks")
+    runtime.register("bringer", Bringer())
+    assert seen == [("bringer", True, False)]
+    async with runtime:
+        assert await runtime.ask(NOTES, Update("hi"), timeout=5) == "echo:hi"

@@ -88,6 +88,7 @@ class Registration:
                 self._subscriptions.add(topic.key(None))
         if tool_server is not None:
             self.register(f"tools.{tool_server.server}", tool_server)
+        agent.on_register()
         return agent
 
     def _tool_server_of(self, name: str, agent: Agent) -> ToolServer | None:
