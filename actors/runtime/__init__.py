@@ -8,6 +8,7 @@ from .loop import event_loop_name, run
 from .runtime import DEFERRED_REPLY, AgentRuntime, AskError, RuntimeClosedError, shard_of
 from .sequence import Gap
 from .streams import ReplyOverflow, ReplyStream
+from .superseding import superseding
 
 __all__ = [
     "DEFAULT_BUS",
@@ -35,4 +36,5 @@ __all__ = [
     "runtime_dir",
     "shard_of",
     "subscribe",
+    "superseding",
 ]
