@@ -270,3 +270,32 @@ async def test_a_context_replica_applies_the_newest_queued_view_of_a_section_onc
         assert mailbox.depth == 0
         assert [block.text for block in manager.blocks("p1")] == ["revision 3"]
         assert runtime.metrics().coalesced == 2
+
+
+class BadKeys(Replica):
+    """Its key is unhashable for a negative revision."""
+
+    @subscribe(STATES)
+    @superseding(lambda state: state.section if state.revision >= 0 else [state.section])
+    async def on_state(self, state: State, ctx) -> None:
+        await super().on_state(state, ctx)
+
+
+async def test_an_update_whose_key_fails_is_delivered_as_it_is_and_counted_as_a_fault():
+    replica, witness = BadKeys(), Witness()
+    runtime = AgentRuntime()
+    runtime.register("replica", replica)
+    runtime.register("witness", witness)
+    async with runtime:
+        await runtime.publish(STATES, State("gate", 0), participant_id="p1")
+        await replica.holding.wait()
+        for revision in (-1, -2, 1, 2):
+            await runtime.publish(STATES, State("a", revision), participant_id="p1")
+        await runtime.publish(MARKS, Ping("after"))
+        await witness.seen.wait()
+        await runtime.publish(STATES, State("end", 1), participant_id="p1")
+        replica.gate.set()
+        await replica.ended.wait()
+        metrics = runtime.metrics()
+    assert replica.applied == [("p1", "a", -1), ("p1", "a", -2), ("p1", "a", 2), ("p1", "end", 1)]
+    assert metrics.actor_faults == {"replica": 2} and metrics.coalesced == 1

@@ -157,13 +157,15 @@ class Mailbox:
     def _offer_update(self, delivery: Delivery, key_of: Callable[[Any], Any]) -> bool:
         """Queue a superseding update, or put it in the place of the queued one it supersedes."""
         handler, message, metadata, topic = delivery
+        key: Any = None
+        slot: Latest | None = None
         try:
             key = (handler.__func__, metadata.participant_id, key_of(message))  # type: ignore[attr-defined]  # a bound method
-        except Exception as error:  # a bad key: an ordinary delivery, and a fault to see
+            slot = self._latest.get(key)
+        except Exception as error:  # a bad (or unhashable) key: an ordinary delivery, a fault
             self.faults += 1
             self.runtime.actor_fault(self.name, "superseding key", topic, metadata, error)
             key = None
-        slot = self._latest.get(key) if key is not None else None
         if slot is not None:
             slot.delivery = delivery
             self.coalesced += 1
