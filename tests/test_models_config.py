@@ -72,11 +72,18 @@ def test_presets_disable_thinking_for_their_reasoning_models() -> None:
         ({"model": "x", "timeout_s": 0}, r"^ModelSpec.timeout_s: must be positive$"),
         (
             {"model": "x", "timeout_s": "soon"},
-            r"^ModelSpec.timeout_s: Expected `float`, got `str`$",
+            r"^ModelSpec.timeout_s: must be a number, got a string$",
         ),
         ({"model": "x", "max_tokens": 0}, r"^ModelSpec.max_tokens: must be positive$"),
-        ({"model": "x", "colour": "red"}, r"^ModelSpec: Object contains unknown field `colour`$"),
-        ({"timeout_s": 3}, r"^ModelSpec: Object missing required field `model`$"),
+        (
+            {"model": "x", "colour": "red"},
+            r"^ModelSpec.colour: unknown key \(allowed: model, api_base, .*tokens_per_second\)$",
+        ),
+        (
+            {"model": "x", "temprature": 0.2},
+            r"^ModelSpec.temprature: .*did you mean 'temperature'\?$",
+        ),
+        ({"timeout_s": 3}, r"^ModelSpec.model: is required$"),
         ("gpt", r"^ModelSpec.preset: must be one of hosted, local, offline, not 'gpt'$"),
     ],
 )

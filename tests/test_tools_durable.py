@@ -196,8 +196,14 @@ def tools_stack_config():
         RestartPolicyConfig,
         default_config,
     )
+    from xrmq.actors.models import parse_model_spec
 
     base = default_config()
+    # Unpaced answers: the test is about the journal, and 15 paced tool turns cost ~45 s.
+    unpaced = parse_model_spec(
+        {"preset": "offline", "time_to_first_token_s": 0, "tokens_per_second": 0}
+    )
+    models = msgspec.structs.replace(base.models, answers=unpaced)
     restart = RestartPolicyConfig(max_crashes=3, backoff_initial_s=0.05, backoff_max_s=0.2)
     supervisor = msgspec.structs.replace(base.supervisor, restart=restart, shutdown_timeout_s=5.0)
     tools = DestinationConfig(
@@ -215,6 +221,7 @@ def tools_stack_config():
     return msgspec.structs.replace(
         base,
         supervisor=supervisor,
+        models=models,
         processes=processes,
         destinations={**base.destinations, "lab-tools": tools},
         router=msgspec.structs.replace(base.router, decisions="rules"),

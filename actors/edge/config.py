@@ -510,22 +510,11 @@ def _join(key: str, field: str) -> str:
 
 
 def _model(value: Any, key: str, source: str) -> ModelSpec:
-    """``parse_model_spec`` with its errors placed under ``key``: a table that does not fit
-    ``ModelSpec`` is explained from its structure; a rule of ``ModelSpec`` itself comes as
-    ``ModelSpec.<field>: <rule>`` (xrmq's own format)."""
+    """``parse_model_spec`` with its errors (``ModelSpec.<field>: <rule>``, read from the
+    type's structure or stated by ``ModelSpec`` itself) placed under ``key``."""
     try:
         return parse_model_spec(value)
     except ValueError as error:
-        if isinstance(value, Mapping):
-            fields = {name: item for name, item in value.items() if name != "preset"}
-            preset = value.get("preset")
-            try:
-                base = {} if preset is None else msgspec.structs.asdict(parse_model_spec(preset))
-            except ValueError:
-                base = None  # a bad preset: its own error below names it
-            problem = None if base is None else explain(base | fields, ModelSpec)
-            if problem is not None:
-                raise ConfigError(source, problem.key(key), problem.rule) from None
         head, _, rule = str(error).partition(": ")
         field = head.removeprefix("ModelSpec").lstrip(".")
         if field == "preset" and isinstance(value, str):

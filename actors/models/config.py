@@ -19,13 +19,14 @@ never sit in a config: ``api_key_env`` names the environment variable that holds
 from __future__ import annotations
 
 import os
-import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import msgspec
+
+from xrmq.actors.explain import explain
 
 from .litellm_service import LiteLLMService
 from .offline import OfflineLLM
@@ -102,8 +103,6 @@ PRESETS: Mapping[str, ModelSpec] = {
 }
 """Named starting points; a config table can name one with ``preset`` and override fields."""
 
-_MSGSPEC_PATH = re.compile(r"^(?P<rule>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
-
 
 def parse_model_spec(value: str | Mapping[str, Any]) -> ModelSpec:
     """A spec from a preset name, or from a table of fields with an optional ``preset``.
@@ -122,12 +121,10 @@ def parse_model_spec(value: str | Mapping[str, Any]) -> ModelSpec:
     try:
         return msgspec.convert(fields, ModelSpec)
     except msgspec.ValidationError as exc:
-        match = _MSGSPEC_PATH.match(str(exc))
-        assert match is not None  # the pattern matches any text
-        rule, path = match["rule"], match["path"]
-        if rule.startswith("ModelSpec."):  # raised by __post_init__, already named
-            raise ValueError(rule) from None
-        raise ValueError(f"ModelSpec{path or ''}: {rule}") from None
+        problem = explain(fields, ModelSpec)  # read from the type's structure, not the text
+        if problem is None:  # a rule of ModelSpec.__post_init__: its message is already named
+            raise ValueError(str(exc)) from None
+        raise ValueError(f"ModelSpec.{problem.key()}: {problem.rule}") from None
 
 
 def load_model_spec(path: str | os.PathLike[str], *, table: str | None = "model") -> ModelSpec:
