@@ -335,6 +335,7 @@ def _bars(rows: list[Row]) -> list:
         "ask round trip p50, cross-process (shared cores)",
     )
     xrmq_tp, xrmq_rtt = find(tp_group, "xrmq actors"), find(rtt_group, "xrmq actors")
+    assert xrmq_tp is not None and xrmq_rtt is not None  # every run measures xrmq
     bars = [
         # The throughput bar compares with a raw pyzmq client of the same protocol: it
         # encodes and decodes the same messages, so the ratio is the runtime's own cost.
@@ -355,6 +356,7 @@ def _bars(rows: list[Row]) -> list:
         peer_rtt = find("ask round trip p50, in-process", prefix)
         if peer_tp is None:
             continue
+        assert peer_rtt is not None  # a peer that ran measured both
         bars.append(
             bar(
                 f"throughput ahead of {prefix} (x peer)",

@@ -92,8 +92,9 @@ def run(ctx: SuiteContext) -> SuiteResult:
         codecs = subjects(message)
         for direction, index in (("encode", 0), ("decode", 1)):
             for subject, parts in codecs.items():
-                per_op_ns(parts[index], loops // 10)  # warm-up
-                reps = [per_op_ns(parts[index], loops) for _ in range(ctx.repetitions)]
+                operation = parts[1] if index else parts[0]
+                per_op_ns(operation, loops // 10)  # warm-up
+                reps = [per_op_ns(operation, loops) for _ in range(ctx.repetitions)]
                 rows.append(
                     Row(
                         group=f"{direction} {name}",

@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from typing import Any
 
 from xrmq.actors.context import ContextManager
 from xrmq.actors.models import OfflineLLM, ScriptedLLM, ScriptedResponse
@@ -38,7 +39,7 @@ from xrmq.actors.runtime import AgentRuntime
 from xrmq.schemas import ConversationContextUpdate
 
 T0 = 1_714_572_785_000_000
-TOPICS = {
+TOPICS: dict[str, Any] = {
     "summary_context_topics": ("sample.monitor-window",),
     "incremental_context_topics": ("sample.notes",),
 }
@@ -86,7 +87,7 @@ async def bench_blocks(iterations: int) -> dict:
     async with runtime:
         await fill(context, "p1")
         size = sum(len(block.text.encode()) for block in context.blocks("p1"))
-        results = {"rendered_bytes": size, "blocks": len(context.blocks("p1"))}
+        results: dict[str, Any] = {"rendered_bytes": size, "blocks": len(context.blocks("p1"))}
         for label in ("synced", "overlay"):
             if label == "overlay":
                 context.record_exchange(
@@ -163,14 +164,16 @@ async def bench_journal_full(participants: int, directory: str) -> float:
     runtime = AgentRuntime()
     context = ContextManager(llm, store=tempfile.mktemp(".sqlite3", "full-", directory), **TOPICS)
     runtime.register("context", context.subscriber())
+    store = context.store
+    assert store is not None  # made with a store
     async with runtime:
         await fill(context, "warmup")
-        context.store.checkpoint()
-        before = context.store.size_bytes()
+        store.checkpoint()
+        before = store.size_bytes()
         for i in range(participants):
             await fill(context, f"p{i}")
-        context.store.checkpoint()
-        after = context.store.size_bytes()
+        store.checkpoint()
+        after = store.size_bytes()
         await context.close()
     return (after - before) / participants
 
@@ -185,6 +188,8 @@ async def bench_journal_session(
         llm, store=tempfile.mktemp(".sqlite3", "session-", directory), **TOPICS
     )
     runtime.register("context", context.subscriber())
+    store = context.store
+    assert store is not None  # made with a store
     samples = []
     async with runtime:
         for i in range(exchanges):
@@ -199,8 +204,8 @@ async def bench_journal_session(
                 await settle(runtime, context, "p1")
             if (i + 1) % every == 0:
                 await context.synced()
-                context.store.checkpoint()
-                samples.append((i + 1, context.store.size_bytes()))
+                store.checkpoint()
+                samples.append((i + 1, store.size_bytes()))
         await context.close()
     return samples
 
@@ -269,7 +274,8 @@ async def _recover(path: str) -> dict:
 async def settle(runtime: AgentRuntime, context: ContextManager, participant: str) -> None:
     """Wait until the participant's dialogue section has no compaction due or in flight."""
     await context.synced()
-    host = runtime.keyed_instances("context.dialogue")[participant].host
+    dialogue: Any = runtime.keyed_instances("context.dialogue")[participant]  # its section actor
+    host = dialogue.host
     state = host.participants[participant].state
     while (
         state.pending is not None
@@ -300,10 +306,12 @@ asyncio.run(main())
 
 
 def _line(proc: subprocess.Popen, prefix: str) -> str:
+    assert proc.stdout is not None  # started with stdout a pipe
     for line in proc.stdout:
         if line.startswith(prefix):
             return line.strip()
-    raise RuntimeError(f"process exited without {prefix!r}: {proc.stderr.read()[-2000:]}")
+    stderr = proc.stderr.read()[-2000:] if proc.stderr is not None else "(not captured)"
+    raise RuntimeError(f"process exited without {prefix!r}: {stderr}")
 
 
 async def bench_throughput(count: int, participants: int) -> dict:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from .procs import Worker, broker
 from .stats import median
-from .suite import Row, Suite, SuiteContext, SuiteResult, bar
+from .suite import Bar, Row, Suite, SuiteContext, SuiteResult, bar
 
 PUBLISHERS = 4
 KEYS = 4
@@ -98,15 +98,16 @@ def run(ctx: SuiteContext) -> SuiteResult:
         finally:
             for worker in (subscriber, *publishers):
                 worker.close()
-    rows, bars = [], []
-    for name, figures in results.items():
-        sent = [f["sent"] for f in figures]
-        rate = [f["received"] / f["seconds"] for f in figures]
-        unreported = [f["unreported"] for f in figures]
+    rows: list[Row] = []
+    bars: list[Bar] = []
+    for name, runs in results.items():
+        sent = [f["sent"] for f in runs]
+        rates = [f["received"] / f["seconds"] for f in runs]
+        unreported = [f["unreported"] for f in runs]
         extra = {
             "sent": median(sent),
-            "received": median([f["received"] for f in figures]),
-            "reported lost": median([f["lost"] for f in figures]),
+            "received": median([f["received"] for f in runs]),
+            "reported lost": median([f["lost"] for f in runs]),
             "unreported": median(unreported),
         }
         rows.append(
@@ -114,8 +115,8 @@ def run(ctx: SuiteContext) -> SuiteResult:
                 group=f"load: {publishers_n} publisher processes -> broker -> 1 subscriber",
                 subject=name,
                 unit="msg/s received",
-                median=max(median(rate), 1e-9),
-                repetitions=rate,
+                median=max(median(rates), 1e-9),
+                repetitions=rates,
                 higher_is_better=True,
                 extra=extra,
             )

@@ -47,7 +47,7 @@ RAW_MESSAGES = [{"role": message.role, "content": message.content} for message i
 
 
 def make_provider() -> Any:
-    litellm = import_litellm()
+    litellm: Any = import_litellm()
 
     class ZeroDelay(litellm.CustomLLM):
         async def astreaming(self, *args: Any, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:

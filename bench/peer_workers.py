@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from .bus_workers import ANSWER, FRAGMENT, QUERY
 
@@ -66,12 +67,14 @@ def run_autogen(count: int, asks: int, reps: int) -> dict:
         text: str
         request_id: str
 
+    # autogen-core's serializer refuses a union field, so the ids are typed str: both are set
+    assert FRAGMENT.request_id and FRAGMENT.response_id and ANSWER.request_id
     fragment = Fragment(
         FRAGMENT.kind, FRAGMENT.text, FRAGMENT.request_id, FRAGMENT.response_id, FRAGMENT.final
     )
     query = Query(QUERY.text, QUERY.timestamp_us)
     answer = Answer(ANSWER.kind, ANSWER.text, ANSWER.request_id)
-    state = {"count": 0, "target": 0, "done": None}
+    state: dict[str, Any] = {"count": 0, "target": 0, "done": None}
 
     class Counter(RoutedAgent):
         @message_handler
@@ -173,7 +176,8 @@ def run_xrmq_embedded(count: int, asks: int, reps: int) -> dict:
     fragments, pings = Topic("bench.fragment.e", ResponseOutput), Topic("bench.ping.e", UserQuery)
 
     class Counter(Agent):
-        count, target, done = 0, 0, None
+        count, target = 0, 0
+        done: Any = None  # an asyncio.Event, set before each batch
 
         @subscribe(fragments)
         async def on_fragment(self, message, ctx) -> None:

@@ -51,6 +51,7 @@ class Worker:
         threading.Thread(target=self._pump, name=f"bench-{name}-stdout", daemon=True).start()
 
     def _pump(self) -> None:
+        assert self.proc.stdout is not None  # started with a pipe
         for line in self.proc.stdout:
             self._lines.put(line.rstrip("\n"))
         self._lines.put(None)
@@ -76,6 +77,7 @@ class Worker:
         return json.loads(self.expect("{", timeout))
 
     def command(self, line: str) -> None:
+        assert self.proc.stdin is not None  # started with a pipe
         self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
 

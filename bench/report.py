@@ -62,6 +62,7 @@ def table(results: Results) -> str:
             lines += ["", "```", record.error.strip(), "```", ""]
             continue
         result = record.result
+        assert result is not None  # a suite without an error has its result
         if result.rows:
             lines += ["", "| group | subject | median | unit | details |", "|---|---|---|---|---|"]
             for row in result.rows:

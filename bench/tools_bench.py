@@ -171,7 +171,7 @@ def _session_model() -> ScriptedLLM:
     return ScriptedLLM(default=respond)
 
 
-async def session_memory(calls: int, every: int) -> tuple[list[int], list[float]]:
+async def session_memory(calls: int, every: int) -> tuple[list[float], list[float]]:
     """(calls so far, traced KiB) every ``every`` calls of one ToolAgent session."""
     import msgspec
 
@@ -179,11 +179,12 @@ async def session_memory(calls: int, every: int) -> tuple[list[int], list[float]
         pass
 
     probe = Tool("probe", "Read a probe.", Nothing, lambda args: "probe log: " + "steady; " * 250)
-    xs: list[int] = []
+    xs: list[float] = []
     ys: list[float] = []
+    llm = _session_model()
     async with AgentRuntime() as runtime:
         agent = ToolAgent(
-            _session_model(),
+            llm,
             context=_NoContext(),
             runtime=runtime,
             output_topic=VOICE_OUTPUT_TOPIC,
@@ -191,7 +192,6 @@ async def session_memory(calls: int, every: int) -> tuple[list[int], list[float]
             compactor=AutoCompactor(token_threshold=20_000),
         )
         agent.transcript("p1").originals_budget_chars = 40_000
-        llm = agent.llm
         tracemalloc.start()
         try:
             for index in range(1, calls + 1):

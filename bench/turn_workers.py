@@ -204,7 +204,7 @@ class Turns:
 
     def on_segment(self, segment: Segment) -> None:
         now = time.monotonic_ns()
-        self._requests[segment.response] = segment.request_id
+        self._requests[segment.response] = segment.request_id or ""
         if segment.request_id in self.began:
             self.first.setdefault(segment.request_id, now)
 
@@ -307,6 +307,7 @@ class Storm:
         self._task = asyncio.create_task(self._run(float(rate), int(participants)))
 
     async def stop(self) -> None:
+        assert self._task is not None  # started
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
         emit({"published": self.published, "seconds": time.monotonic() - self._began})

@@ -27,12 +27,12 @@ def python(script: str, *args: str, **kwargs) -> subprocess.Popen:
 
 def expect_line(proc: subprocess.Popen, prefix: str) -> str:
     """Read stdout lines until one starts with ``prefix`` (the process's readiness handshake)."""
+    assert proc.stdout is not None  # started with stdout a pipe
     for line in proc.stdout:
         if line.startswith(prefix):
             return line.strip()
-    raise AssertionError(
-        f"process exited without printing {prefix!r}: {proc.stderr.read()[-3000:]}"
-    )
+    stderr = proc.stderr.read()[-3000:] if proc.stderr is not None else "(not captured)"
+    raise AssertionError(f"process exited without printing {prefix!r}: {stderr}")
 
 
 def reap(*procs: subprocess.Popen) -> None:

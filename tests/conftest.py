@@ -4,8 +4,10 @@ The loop is the one xrmq's own processes run on (``xrmq.actors.runtime.run``: uv
 where installed). Tests marked ``both_loops`` (the runtime's core) run on asyncio's own
 loop as well, since an application may host a runtime on any asyncio loop.
 
-The project's fixed test dependencies are pytest and pytest-timeout; this hook is all
-the asyncio support the suite needs (pytest-timeout bounds every test).
+The project's fixed test dependencies are pytest, pytest-timeout and pytest-xdist; this
+hook is all the asyncio support the suite needs (pytest-timeout bounds every test). The
+suite runs a worker per core (``-n auto --dist loadfile``, the README's command): each
+session fixture here gives a worker directories of its own.
 """
 
 from __future__ import annotations
@@ -25,6 +27,17 @@ def private_state_home(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Context journals of edge stacks started without a ``state_dir`` (their default is
     under ``$XDG_STATE_HOME``) go to the session's temporary directory, never the home."""
     os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state-home"))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def private_runtime_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Bus names (``default`` and the rest) resolve to sockets in the session's own runtime
+    directory, never the user's: a box the developer is running, or another test session
+    (a parallel worker), is never connected to or replaced. Tests that set
+    ``XRMQ_RUNTIME_DIR`` themselves still win."""
+    directory = tmp_path_factory.mktemp("runtime")
+    directory.chmod(0o700)
+    os.environ["XRMQ_RUNTIME_DIR"] = str(directory)
 
 
 # The log level the suite was started with, read before collection imports anything
@@ -80,5 +93,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
         return None
     names = inspect.signature(pyfuncitem.obj).parameters  # the test's own arguments
     kwargs = {name: pyfuncitem.funcargs[name] for name in names}
-    run(pyfuncitem.obj(**kwargs), loop=pyfuncitem.funcargs["event_loop_kind"])
+    loop = pyfuncitem.funcargs["event_loop_kind"]
+    assert isinstance(loop, str)  # the event_loop_kind fixture's value
+    run(pyfuncitem.obj(**kwargs), loop=loop)
     return True

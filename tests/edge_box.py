@@ -101,6 +101,7 @@ class UpProcess:
         self._reader.start()
 
     def _read(self) -> None:
+        assert self.proc.stdout is not None  # started with a pipe
         for line in self.proc.stdout:
             self._loop.call_soon_threadsafe(self._add, time.monotonic(), line.rstrip("\n"))
         self._loop.call_soon_threadsafe(self._end)

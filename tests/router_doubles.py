@@ -48,6 +48,7 @@ class Destination:
 
     async def answer(self, turn: AgentTurn, *, started) -> DestinationResult:
         context = current_turn_context()
+        assert context is not None  # routed by a router
         self.log.append(
             (
                 "answer",

@@ -140,6 +140,7 @@ class CurveClient:
     def wait_capture_ready(self, timeout: float = 10.0) -> None:
         """Readiness of the capture socket: a capture probe comes back on it (``xrmq record``'s)."""
         probe = b"xrmq.capture\x00\x00?" + uuid.uuid4().hex.encode()
+        assert self.capture is not None, "the client was made with capture=True"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.pub.send_multipart([probe, b"", b""])
@@ -174,7 +175,7 @@ class CurveClient:
         deadline = time.monotonic() + timeout
         for monitor in self._monitors:
             while True:
-                if not monitor.poll(max(0, deadline - time.monotonic()) * 1000):
+                if not monitor.poll(int(max(0, deadline - time.monotonic()) * 1000)):
                     raise TimeoutError("no handshake result from the broker")
                 event = recv_monitor_message(monitor)["event"]
                 if event & zmq.EVENT_HANDSHAKE_SUCCEEDED:

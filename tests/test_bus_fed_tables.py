@@ -22,7 +22,7 @@ from xrmq.actors.context.compaction import CompactionRequest, JobRef
 from xrmq.actors.context.messages import CancelJobs, CompactionDone, CompactionJob, SectionView
 from xrmq.actors.context.plan import context_plan
 from xrmq.actors.models import ScriptedLLM, ScriptedResponse
-from xrmq.actors.runtime import Agent, AgentRuntime
+from xrmq.actors.runtime import Agent, AgentRuntime, Handlers
 from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import Topic, _topic, bound_topics, registry_counts
 
@@ -44,7 +44,7 @@ class Results(Agent):
         self.topic = topic
         self.done: asyncio.Future[CompactionDone] | None = None
 
-    def handlers(self) -> dict[Topic, str]:
+    def handlers(self) -> Handlers:
         return {self.topic: self.on_done}
 
     async def on_done(self, message: CompactionDone, ctx) -> None:

@@ -8,12 +8,14 @@ changes the other participants meanwhile.
 from __future__ import annotations
 
 import asyncio
+from typing import Any, Literal, cast
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from xrmq.actors.context import ContextManager
+from xrmq.actors.context.sections import DialogueSectionActor
 from xrmq.actors.models import ScriptedLLM, ScriptedResponse
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.schemas import ConversationContextUpdate
@@ -23,7 +25,10 @@ pytestmark = pytest.mark.timeout(60)
 
 T0 = 1_714_572_785_000_000
 PARTICIPANTS = ("p1", "p2", "p3")
-TOPICS = {"sample.notes": "incremental", "sample.monitor-window": "summary"}
+TOPICS: dict[str, Literal["incremental", "summary"]] = {
+    "sample.notes": "incremental",
+    "sample.monitor-window": "summary",
+}
 
 participant = st.sampled_from(PARTICIPANTS)
 operation = st.one_of(
@@ -75,9 +80,8 @@ async def run(operations, target) -> None:
             await context.synced()  # every manager write is in its section's view
             await context.clear("barrier")  # and every sensor update before this is in the replica
             sections = [_agent(runtime, f"context.topic.{name}").host for name in TOPICS]
-            sections += [
-                actor.host for actor in runtime.keyed_instances("context.dialogue").values()
-            ]
+            dialogues = runtime.keyed_instances("context.dialogue").values()
+            sections += [cast(DialogueSectionActor, actor).host for actor in dialogues]
             generations = {
                 host.participants[target].state.generation
                 for host in sections
@@ -102,7 +106,8 @@ async def run(operations, target) -> None:
     assert llm.open_streams == 0
 
 
-def _agent(runtime: AgentRuntime, name: str):
+def _agent(runtime: AgentRuntime, name: str) -> Any:
+    """The agent registered as ``name`` (a section or worker actor, read for its state)."""
     return runtime.agent(name)
 
 

@@ -31,6 +31,7 @@ async def xrmq(*args: str, stdin: bytes | None = None) -> tuple[int, bytes, str]
         stderr=asyncio.subprocess.PIPE,
     )
     out, err = await proc.communicate(stdin)
+    assert proc.returncode is not None  # communicate() waited for the exit
     return proc.returncode, out, err.decode()
 
 

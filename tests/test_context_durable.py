@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from contextlib import asynccontextmanager
+from typing import Any
 
 import msgspec
 import pytest
@@ -29,7 +30,10 @@ pytestmark = pytest.mark.timeout(30)
 T0 = 1_714_572_785_000_000
 SECOND = 1_000_000
 NOTES, SCENE = "sample.notes", "sample.scene"
-TOPICS = {"incremental_context_topics": (NOTES,), "summary_context_topics": (SCENE,)}
+TOPICS: dict[str, Any] = {
+    "incremental_context_topics": (NOTES,),
+    "summary_context_topics": (SCENE,),
+}
 SMALL = {
     "dialogue_budget_bytes": 600,
     "topic_budget_bytes": 600,

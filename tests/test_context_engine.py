@@ -23,6 +23,7 @@ from xrmq.actors.context import (
     utf8_size,
 )
 from xrmq.actors.context.compaction import compact_message
+from xrmq.actors.context.engine import SectionKind
 from xrmq.actors.models import compaction_limit
 from xrmq.schemas import CompactionPrompts
 
@@ -39,7 +40,9 @@ def make_dialogue(
     return Section(SectionSpec("dialogue", "dialogue", budget), settings)
 
 
-def make_topic(budget: int = 1000, input_budget: int | None = None, kind: str = "incremental"):
+def make_topic(
+    budget: int = 1000, input_budget: int | None = None, kind: SectionKind = "incremental"
+):
     return Section(
         SectionSpec("sample.notes", kind, budget),
         CompactionSettings(input_budget or budget // 2 + 256),

@@ -94,7 +94,8 @@ def check_rendering(section: Section, state) -> None:
     assert dated, "the newest entry is always shown"
     tail = state.entries[len(state.entries) - len(dated) :]
     if len(dated) == 1 and dated[0].text != tail[0].text:
-        assert OMISSION_MARKER in dated[0].text and rendered.warning.clipped_newest
+        assert OMISSION_MARKER in dated[0].text
+        assert rendered.warning is not None and rendered.warning.clipped_newest
     else:
         assert [block.text for block in dated] == [entry.text for entry in tail]
     assert (rendered.warning is None) == (

@@ -66,6 +66,7 @@ class Lines:
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
+        assert self.proc.stdout is not None  # started with a pipe
         for line in self.proc.stdout:
             with self._changed:
                 self.lines.append(line.strip())
@@ -101,6 +102,7 @@ def gate_worker(bus: str, state: str) -> tuple[subprocess.Popen, Lines]:
 
 
 def control(proc: subprocess.Popen, command: str) -> None:
+    assert proc.stdin is not None  # started with a pipe
     proc.stdin.write(command + "\n")
     proc.stdin.flush()
 

@@ -15,6 +15,7 @@ import json
 import re
 import signal
 import subprocess
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.timeout(60)
 PARTICIPANTS = ("p1", "p2", "p3")
 UPDATES = 24
 TOKEN = re.compile(r"\bp\d+-u\d+\b")
-PLAN = {
+PLAN: dict[str, Any] = {
     "incremental_context_topics": ["sample.notes"],
     "dialogue_budget_bytes": 1200,
     "topic_budget_bytes": 1200,

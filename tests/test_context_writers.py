@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from typing import Any
 
 import msgspec
 import pytest
@@ -30,7 +31,7 @@ from lossy_bus import LossyBus
 pytestmark = pytest.mark.timeout(60)
 
 NAMESPACE, NOTES, PARTICIPANT = "writers", "writers.notes", "p1"
-SETTINGS = {
+SETTINGS: dict[str, Any] = {
     "namespace": NAMESPACE,
     "incremental_context_topics": (NOTES,),
     "control_timeout_s": 30.0,

@@ -46,9 +46,10 @@ def holds(context: ContextManager, participant: str, text: str) -> bool:
 async def session(kill: str) -> None:
     async with PrivateStack(stack_config()) as stack:
         config = stack.config
+        assert config is not None  # the stack has started
         plan = plan_of(config)
         watcher = ContextManager(
-            None,
+            None,  # type: ignore[arg-type]  # a watcher only reads; it never calls a model
             deployment="split",
             **config.context.manager_kwargs(),
             compaction_workers=plan.compaction_workers,

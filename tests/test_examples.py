@@ -38,7 +38,7 @@ def example(name: str, *args: str, **kwargs) -> subprocess.Popen:
 
 async def run_publisher(
     script: str, topics: tuple[str, ...], count: int, *args: str
-) -> list[tuple]:
+) -> tuple[list[tuple], str]:
     """Run a publishing example against a fresh broker; return what a subscriber received."""
     with broker_process() as bus:
         recorder = ContextRecorder(*topics)

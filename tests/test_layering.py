@@ -31,6 +31,8 @@ def loaded_by(statement: str) -> set[str]:
         "from xrmq.actors.context import Section, SectionSpec, render_participant, context_config",
         "import xrmq.actors.voice.ordering",
         "from xrmq.actors.voice import VoiceOrdering",
+        "import xrmq.actors.routing.policy",
+        "import xrmq.actors.routing.lanes",
         "import xrmq.actors",
         "import xrmq.topics",
     ],
@@ -60,9 +62,10 @@ def test_the_schemas_load_nothing_else_of_xrmq() -> None:
 def test_the_lazy_packages_still_export_every_name() -> None:
     import xrmq.actors
     import xrmq.actors.context
+    import xrmq.actors.routing
     import xrmq.actors.voice
 
-    for package in (xrmq.actors, xrmq.actors.context, xrmq.actors.voice):
+    for package in (xrmq.actors, xrmq.actors.context, xrmq.actors.routing, xrmq.actors.voice):
         missing = [name for name in package.__all__ if getattr(package, name, None) is None]
         assert missing == [], f"{package.__name__} lacks {missing}"
         assert set(package.__all__) <= set(dir(package))

@@ -43,7 +43,9 @@ class Observer(Agent):
     @subscribe(NOTES)
     async def on_notes(self, message, ctx) -> str:
         self.seen.append((message.text, asyncio.current_task(), HANDLED.get()))
-        self.from_task.append(asyncio.current_task().get_coro().cr_running)
+        task = asyncio.current_task()
+        assert task is not None  # a handler runs in a task
+        self.from_task.append(task.get_coro().cr_running)  # type: ignore[union-attr]  # a coroutine
         HANDLED.set(HANDLED.get() + 1)
         if message.text == "hold":
             self.holding.set()
@@ -123,11 +125,13 @@ class Patient(Agent):
                 return "timed out"
         if message.text == "cancel-self":
             # lands before the actor's task has taken the handler over
-            asyncio.current_task().cancel()
+            task = asyncio.current_task()
+            assert task is not None  # a handler runs in a task
+            task.cancel()
             try:
                 await asyncio.sleep(0)
             except asyncio.CancelledError:
-                asyncio.current_task().uncancel()
+                task.uncancel()
                 return "cancellation caught"
         self.waiting.set()
         try:

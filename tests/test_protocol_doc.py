@@ -87,7 +87,7 @@ class DocClient:
         ended = None
         deadline = time.monotonic() + timeout
         while not (answered and ended is not None):
-            assert self.sub.poll(max(deadline - time.monotonic(), 0) * 1000), (streams, ended)
+            assert self.sub.poll(int(max(deadline - time.monotonic(), 0) * 1000)), (streams, ended)
             key, raw_metadata, raw_payload = self.sub.recv_multipart()
             topic = key.split(NUL)[0]
             metadata = msgspec.msgpack.decode(raw_metadata)

@@ -121,9 +121,14 @@ def test_token_turn_and_audio_triggers_compress_at_070_and_roll_over_by_085(
     assert not tracker.should_compress()
     feed(tracker)
     assert tracker.should_compress() and not tracker.should_rollover()
+
+    def turns() -> None:
+        for _ in range(15):
+            tracker.add_turn()
+
     {
         "tokens": lambda: tracker.response_done(Usage(840, 20)),
-        "turns": lambda: [tracker.add_turn() for _ in range(15)],
+        "turns": turns,
         "audio": lambda: tracker.add_audio(15.0),
     }[dimension]()
     assert tracker.should_rollover()

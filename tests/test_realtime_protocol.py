@@ -84,6 +84,7 @@ async def test_usage_input_holds_the_whole_conversation_so_each_response_reports
             assert isinstance(done, ResponseDone) and done.usage is not None
             inputs.append(done.usage.input_tokens)
         assert inputs[0] < inputs[1] < inputs[2]
+        assert isinstance(done, ResponseDone)
         assert "Tom" in done.text
         await connection.close()
 

@@ -469,6 +469,7 @@ class Backstage:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        assert self._loop is not None and self._stop is not None  # set before ready
         self._loop.call_soon_threadsafe(self._stop.set)
         await asyncio.to_thread(self._thread.join)
 

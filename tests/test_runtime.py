@@ -8,7 +8,7 @@ import pytest
 
 from xrmq.actors.runtime import Agent, AgentRuntime, AskError, RuntimeClosedError, subscribe
 from xrmq.schemas import ConversationContextUpdate as Update
-from xrmq.schemas import UserQuery
+from xrmq.schemas import RuntimeMetrics, UserQuery
 from xrmq.topics import METRICS_TOPIC, Topic, context_topic
 
 from buses import broker_process
@@ -204,12 +204,26 @@ async def test_ask_returns_the_handlers_return_value():
         assert await runtime.ask(NOTES, Update("hello"), reply_type=str) == "HELLO"
 
 
+async def test_an_ask_is_in_flight_in_the_metrics_until_its_reply_arrives():
+    echo = Echo()
+    runtime = AgentRuntime()
+    runtime.register("echo", echo)
+    async with runtime:
+        assert runtime.metrics().tables["asks_in_flight"] == 0
+        asked = asyncio.ensure_future(runtime.ask(NOTES, Update("hold"), reply_type=str))
+        await echo.holding.wait()
+        assert runtime.metrics().tables["asks_in_flight"] == 1
+        echo.hold.set()
+        assert await asked == "HOLD"
+        assert runtime.metrics().tables["asks_in_flight"] == 0
+
+
 async def test_ask_times_out_cleanly_when_nobody_answers():
     runtime = AgentRuntime()
     async with runtime:
         with pytest.raises(TimeoutError, match="no reply on 'notes'"):
             await runtime.ask(NOTES, Update("anyone?"), timeout=0.05)
-        assert runtime._pending == {}
+        assert runtime.metrics().tables["asks_in_flight"] == 0
 
 
 async def test_ask_raises_the_handlers_failure_and_the_actor_goes_on():
@@ -329,7 +343,7 @@ class Gauged(Agent):
 
 class MetricsWatcher(Agent):
     def __init__(self) -> None:
-        self.reports = []
+        self.reports: list[RuntimeMetrics] = []
         self.got = asyncio.Event()
 
     @subscribe(METRICS_TOPIC)
@@ -358,6 +372,7 @@ class Finalizer(Agent):
     """Publishes a closing note from on_stop, as an actor finalizing an open stream would."""
 
     async def on_stop(self) -> None:
+        assert self.runtime is not None  # registered
         await self.runtime.publish(
             NOTES, Update("closing note"), participant_id="p1", source=self.name
         )
@@ -457,3 +472,25 @@ def test_a_handler_is_wired_by_reference_never_by_name():
 
     with pytest.raises(TypeError, match=r"self.on_text or .*Named.on_text"):
         AgentRuntime().register("named", Named(NOTES))
+
+
+async def test_on_register_runs_at_register_before_the_start_and_may_register_companions():
+    """The hook an agent that brings companion actors uses (the context manager's subscriber)."""
+    seen: list[tuple[str, bool, bool]] = []
+
+    class Echo(Agent):
+        @subscribe(NOTES)
+        async def on_note(self, message: Update, ctx) -> str:
+            return f"echo:{message.text}"
+
+    class Bringer(Agent):
+        def on_register(self) -> None:
+            assert self.runtime is not None
+            seen.append((self.name, self.runtime is runtime, self.runtime.running))
+            self.runtime.register(f"{self.name}.echo", Echo())
+
+    runtime = AgentRuntime(name="hooks")
+    runtime.register("bringer", Bringer())
+    assert seen == [("bringer", True, False)]
+    async with runtime:
+        assert await runtime.ask(NOTES, Update("hi"), timeout=5) == "echo:hi"

@@ -228,33 +228,58 @@ T = TypeVar("T", bound=msgspec.Struct)
 
 
 class Admitting(Agent):
-    @subscribe(NOTES)
-    async def bare(self, message, ctx) -> None: ...
+    """Seven handlers of NOTES, each annotated differently; each records that it ran."""
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+        self.all_ran = asyncio.Event()
+
+    def _ran(self, name: str) -> None:
+        self.ran.append(name)
+        if len(self.ran) == 7:
+            self.all_ran.set()
 
     @subscribe(NOTES)
-    async def exact(self, message: Update, ctx: RuntimeContext) -> None: ...
+    async def bare(self, message, ctx) -> None:
+        self._ran("bare")
 
     @subscribe(NOTES)
-    async def any_(self, message: Any, ctx: RuntimeContext) -> None: ...
+    async def exact(self, message: Update, ctx: RuntimeContext) -> None:
+        self._ran("exact")
 
     @subscribe(NOTES)
-    async def base(self, message: msgspec.Struct, ctx: RuntimeContext) -> None: ...
+    async def any_(self, message: Any, ctx: RuntimeContext) -> None:
+        self._ran("any_")
+
+    @subscribe(NOTES)
+    async def base(self, message: msgspec.Struct, ctx: RuntimeContext) -> None:
+        self._ran("base")
 
     @subscribe(NOTES)
     @subscribe(VOICE)
-    async def union(self, message: Update | Speak, ctx: RuntimeContext) -> None: ...
+    async def union(self, message: Update | Speak, ctx: RuntimeContext) -> None:
+        self._ran("union")
 
     @subscribe(NOTES)
-    async def optional(self, message: Update | None, ctx: RuntimeContext) -> None: ...
+    async def optional(self, message: Update | None, ctx: RuntimeContext) -> None:
+        self._ran("optional")
 
     @subscribe(NOTES)
-    async def typevar(self, message: T, ctx: RuntimeContext) -> None: ...
+    async def typevar(self, message: T, ctx: RuntimeContext) -> None:
+        self._ran("typevar")
 
 
-def test_unannotated_and_admitting_annotations_register():
+async def test_unannotated_and_admitting_annotations_register_and_each_handles_the_topic():
+    admitting = Admitting()
     runtime = AgentRuntime()
-    runtime.register("admitting", Admitting())
-    assert len(runtime._routes[NOTES.name.encode()]) == 7
+    runtime.register("admitting", admitting)
+    async with runtime:
+        runtime.send(NOTES, Update("one note"))
+        await admitting.all_ran.wait()
+        assert sorted(admitting.ran) == sorted(
+            ["bare", "exact", "any_", "base", "union", "optional", "typevar"]
+        )
+        assert runtime.metrics().delivered == 7  # one delivery per handler, nothing else
 
 
 @pytest.mark.parametrize(

@@ -164,6 +164,7 @@ class AsksWhileStopping(Agent):
         self.answer: str | None = None
 
     async def on_stop(self) -> None:
+        assert self.runtime is not None  # registered
         self.answer = await self.runtime.ask(
             ECHO, Update("still reading"), reply_type=str, timeout=5
         )

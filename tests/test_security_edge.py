@@ -252,6 +252,7 @@ class SeedRuntime(xrmq_runtime.AgentRuntime):
     connection: tuple[str, Path] | None = None
 
     def __init__(self) -> None:
+        assert SeedRuntime.connection is not None, "set by the test before the seed's text runs"
         bus, keys = SeedRuntime.connection
         super().__init__(bus, key=keys / "seed.key_secret", server_key=keys / "broker.key")
 
@@ -294,7 +295,8 @@ async def run_seed_example(bus: str, keys: Path, up: subprocess.Popen):
     await conversation.close()
     await context.close()
     # ---- end of the seed's example ---------------------------------------------------------
-    played = []  # the renderer prints what it plays as it streams: read until the answer is out
+    # the renderer prints what it plays as it streams: read until the answer is out
+    played: list[str] = []
     while not ("participant-1" in "".join(played) and "15:30" in "".join(played)):
         played.append(await asyncio.to_thread(expect_line, up, "renderer | "))
     return result, "".join(played)

@@ -61,7 +61,7 @@ async def test_a_senders_dropped_last_messages_are_reported_as_a_gap_by_its_next
         return (
             len(frames) == 3
             and frames[0] == NOTES.key("p1")
-            and frames[1]
+            and bool(frames[1])
             and _metadata.decode(frames[1]).sender == SENDER
             and _metadata.decode(frames[1]).seq > 5
         )
@@ -113,7 +113,7 @@ async def test_a_reply_stream_that_lost_a_fragment_plays_what_arrived_and_ends_i
         return (
             len(frames) == 3
             and frames[0] == VOICE_OUTPUT_TOPIC.key("p1")
-            and frames[1]
+            and bool(frames[1])
             and _metadata.decode(frames[1]).sender == "producer"
             and _metadata.decode(frames[1]).seq == 2
         )

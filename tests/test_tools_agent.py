@@ -33,7 +33,7 @@ from xrmq.actors.tools.agent import EXTRACT_TOOL, ToolAgent
 from xrmq.actors.tools.client import remote_tool
 from xrmq.actors.tools.policy import AutoCompactor
 from xrmq.actors.tools.server import serve_tools
-from xrmq.actors.tools.tiers import ToolCallCompactResult
+from xrmq.actors.tools.tiers import SummaryCompactResult, ToolCallCompactResult
 from xrmq.actors.tools.tool import Tool
 from xrmq.topics import VOICE_OUTPUT_TOPIC
 
@@ -71,7 +71,7 @@ async def test_the_offline_model_calls_the_matching_tool_and_answers_from_its_re
         )
         result = await agent.answer(turn("t1", "What is on the bench?"), started=never_started)
         await recorder.wait_for(lambda frames: recorder.finals() == 1)
-    assert "red multimeter" in result.response
+    assert result.response is not None and "red multimeter" in result.response
     assert recorder.texts("p1").strip() == result.response
     roles = [(m.role, bool(m.tool_calls)) for m in agent.transcript("p1").messages]
     assert roles == [("user", False), ("assistant", True), ("tool", False), ("assistant", False)]
@@ -230,7 +230,7 @@ async def test_manual_compaction_by_tier() -> None:
         assert isinstance(reclaimed, ToolCallCompactResult) and reclaimed.reclaimed_count == 2
         assert 0 < reclaimed.reclaimed_fraction < 1
         summary = await agent.compact("p1", tier="summary")
-    assert summary.status.value == "compacted"
+    assert isinstance(summary, SummaryCompactResult) and summary.status.value == "compacted"
     # The last user message's turn fits in 16: the cut is at it, and the rest is summarized.
     ids = " ".join(f"r{i}" for i in range(1, 14))
     assert agent.transcript("p1").summary == f"Probes were read in order; results by call ID: {ids}"
@@ -301,6 +301,7 @@ async def test_tier2_summaries_come_from_the_compaction_workers() -> None:
         for index in range(1, 6):
             await agent.answer(turn(f"t{index}", f"Read probe {index}."), started=never_started)
         outcome = await agent.compact("p1", tier="summary")
+    assert isinstance(outcome, SummaryCompactResult)
     assert outcome.status.value == "compacted" and summarizer.failed == 0
     summary = agent.transcript("p1").summary or ""
     # the offline model's extract, within the limit
@@ -489,6 +490,7 @@ async def test_a_summary_the_workers_do_not_deliver_in_time_is_summarize_failed(
             await agent.answer(turn(f"t{index}", f"Read probe {index}."), started=never_started)
         before = list(agent.transcript("p1").messages)
         outcome = await agent.compact("p1", tier="summary")
+    assert isinstance(outcome, SummaryCompactResult)
     assert outcome.status.value == "summarize_failed" and summarizer.failed == 1
     assert agent.transcript("p1").messages == before and agent.transcript("p1").summary is None
 

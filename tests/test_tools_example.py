@@ -15,8 +15,8 @@ import pytest
 from buses import expect_line, reap
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "examples"))
-from tools.camera import SCENES
-from tools.inventory import Item, lookup
+from tools.camera import SCENES  # type: ignore[import-not-found]  # examples/, on sys.path
+from tools.inventory import Item, lookup  # type: ignore[import-not-found]
 
 CONFIG = Path(__file__).parent.parent / "examples" / "tools.toml"
 CLI = [sys.executable, "-m", "xrmq.actors.cli"]

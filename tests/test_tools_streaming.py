@@ -164,7 +164,7 @@ async def test_ask_stream_yields_every_reply_bounds_its_buffer_and_raises_errors
                 Parts.TOPIC, ConversationContextUpdate("0"), timeout=0.2
             ) as replies:
                 await anext(replies)
-        assert caller._pending == {}  # every stream let go of its entry
+        assert caller.metrics().tables["asks_in_flight"] == 0  # every stream let go of its entry
     assert got == [0, 1, 2]
 
 

@@ -37,10 +37,12 @@ class Voice:
         self.responses: dict[int, dict] = {}
 
     def read_until(self, predicate) -> None:
+        assert self.proc.stdout is not None  # started with stdout a pipe
         while not predicate(self):
             line = self.proc.stdout.readline()
             if not line:
-                raise AssertionError(f"voice process exited: {self.proc.stderr.read()[-3000:]}")
+                stderr = self.proc.stderr.read()[-3000:] if self.proc.stderr else "(not captured)"
+                raise AssertionError(f"voice process exited: {stderr}")
             report = json.loads(line)
             response = self.responses.setdefault(
                 report["response"],
@@ -70,6 +72,7 @@ class Voice:
 
 
 def send(proc: subprocess.Popen, command: str) -> str:
+    assert proc.stdin is not None  # started with a pipe
     proc.stdin.write(command + "\n")
     proc.stdin.flush()
     return expect_line(proc, "sent ").split(" ", 1)[1]

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 import pytest
 
-np = pytest.importorskip("numpy")
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = pytest.importorskip("numpy")
 
-from xrmq.actors.voice.audio_sink import AudioTopicSink  # noqa: E402
-from xrmq.actors.voice.ordering import Segment  # noqa: E402
-from xrmq.schemas import AudioFrame  # noqa: E402
+from xrmq.actors.voice.audio_sink import AudioTopicSink
+from xrmq.actors.voice.ordering import Segment
+from xrmq.schemas import AudioFrame
 
 
 class Tone:

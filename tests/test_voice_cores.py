@@ -27,7 +27,7 @@ SETTINGS = SegmenterSettings(
 
 def run(
     probabilities: list[float], settings: SegmenterSettings = SETTINGS
-) -> list[tuple[int, object]]:
+) -> list[tuple[int, SpeechStarted | Utterance | Discarded]]:
     """Feed one chunk per probability (chunk i holds the value i); return (chunk index, event)."""
     segmenter = UtteranceSegmenter(settings)
     events = []

@@ -74,6 +74,7 @@ class Process:
     async def read_until(self, condition) -> list[str]:
         lines: list[str] = []
         while True:
+            assert self.process.stdout is not None  # started with a pipe
             try:
                 raw = await asyncio.wait_for(self.process.stdout.readline(), LINE_TIMEOUT_S)
             except TimeoutError:
@@ -96,6 +97,7 @@ class Process:
             except TimeoutError:
                 self.process.kill()
                 await self.process.wait()
+        assert self.process.returncode is not None  # waited for
         return self.process.returncode
 
 

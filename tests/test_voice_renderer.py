@@ -110,6 +110,7 @@ async def test_replies_from_an_agents_runtime_context_play_with_the_agents_name_
         @subscribe(QUERY_TOPIC)
         async def on_query(self, message: UserQuery, ctx: RuntimeContext) -> None:
             outputs = ResponseOutputs(ctx, VOICE_OUTPUT_TOPIC)
+            assert ctx.participant_id is not None  # the query carries one
             async with outputs.reply(
                 ctx.participant_id, request_id=ctx.metadata.message_id
             ) as reply:

@@ -9,7 +9,7 @@ import wave
 
 import pytest
 
-from xrmq.actors.voice.ordering import ResponseEnded, Segment
+from xrmq.actors.voice.ordering import EndReason, ResponseEnded, Segment
 from xrmq.actors.voice.sinks import (
     CallbackSink,
     ConsoleSink,
@@ -32,7 +32,7 @@ def segment(
     return Segment(pid, response, "reply", ("conversation",), "r1", text, ts, True, urgent, token)
 
 
-def ended(reason: str = "completed", *, pid: str = "p1", response: int = 1):
+def ended(reason: EndReason = "completed", *, pid: str = "p1", response: int = 1):
     return ResponseEnded(pid, response, "reply", ("conversation",), reason)
 
 

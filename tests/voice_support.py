@@ -5,16 +5,20 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-np = pytest.importorskip("numpy")
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = pytest.importorskip("numpy")
 pytest.importorskip("faster_whisper", reason="the voice extra is not installed")
 if shutil.which("espeak-ng") is None:
     pytest.skip("espeak-ng is not installed", allow_module_level=True)
 
-from xrmq.actors.voice.pcm import read_wav, resample  # noqa: E402
-from xrmq.actors.voice.stt import WhisperSTT  # noqa: E402
+from xrmq.actors.voice.pcm import read_wav, resample
+from xrmq.actors.voice.stt import WhisperSTT
 
 _STT: WhisperSTT | None = None
 

@@ -116,23 +116,16 @@ class ContextSubscriber(Agent):
     """The agent ``subscriber()`` returns: the manager's replica of the section views.
 
     Registering it attaches the manager to that runtime (and, local, registers the
-    section actors and compaction workers there too): the runtime assigns
-    ``agent.runtime`` during ``register``, before it starts.
+    section actors and compaction workers there too), in ``on_register``: before the
+    runtime starts.
     """
 
     def __init__(self, manager: ContextManager) -> None:
         self._manager = manager
-        self._runtime: AgentRuntime | None = None
 
-    @property
-    def runtime(self) -> AgentRuntime | None:
-        return self._runtime
-
-    @runtime.setter
-    def runtime(self, runtime: AgentRuntime | None) -> None:
-        if runtime is not None and runtime is not self._runtime:
-            self._manager._attach(runtime, self.name or self._manager.plan.namespace)
-        self._runtime = runtime
+    def on_register(self) -> None:
+        assert self.runtime is not None  # register() set it
+        self._manager._attach(self.runtime, self.name or self._manager.plan.namespace)
 
     def handlers(self) -> Handlers:
         """The section views and host restarts every replica follows, and this manager's

@@ -4,29 +4,45 @@ services, the destination contract and remote destinations.
 - ``agent``: ``RoutableAgent``, the turn context a router sets for destinations.
 - ``decisions``: ``DecisionService`` and the built-in services.
 - ``state``: pure focus and history state of one participant.
+- ``policy``: the turn policy, pure (``TurnPolicy``: decisions in, actions out).
+- ``lanes``: per-participant serialization of the router's work, pure bookkeeping.
 - ``router``: ``AgentRouter``.
 - ``remote``: ``RemoteAgent`` (a destination in another process) and ``DestinationServer``.
+
+The names below are loaded on first use (PEP 562, ``xrmq.actors._lazy``): importing the
+pure ``policy``, ``lanes`` or ``state`` does not load the router, ZeroMQ or the runtime.
 """
 
-from .agent import RoutableAgent, RoutingTurnContext, current_turn_context
-from .decisions import DecisionService, KeywordDecisions, LLMDecisions, SingleDestination
-from .remote import DestinationServer, RemoteAgent, RemoteAnswerError, remote, serve
-from .router import AgentRouter, RouteResult, RouterTexts
+from __future__ import annotations
 
-__all__ = [
-    "AgentRouter",
-    "DecisionService",
-    "DestinationServer",
-    "KeywordDecisions",
-    "LLMDecisions",
-    "RemoteAgent",
-    "RemoteAnswerError",
-    "RoutableAgent",
-    "RouteResult",
-    "RouterTexts",
-    "RoutingTurnContext",
-    "SingleDestination",
-    "current_turn_context",
-    "remote",
-    "serve",
-]
+from typing import TYPE_CHECKING
+
+from xrmq.actors._lazy import lazy_exports
+
+if TYPE_CHECKING:  # the same names, typed, for type checkers
+    from .agent import RoutableAgent, RoutingTurnContext, current_turn_context
+    from .decisions import DecisionService, KeywordDecisions, LLMDecisions, SingleDestination
+    from .remote import DestinationServer, RemoteAgent, RemoteAnswerError, remote, serve
+    from .router import AgentRouter, RouteResult, RouterTexts
+
+_EXPORTS = {
+    "RoutableAgent": ".agent",
+    "RoutingTurnContext": ".agent",
+    "current_turn_context": ".agent",
+    "DecisionService": ".decisions",
+    "KeywordDecisions": ".decisions",
+    "LLMDecisions": ".decisions",
+    "SingleDestination": ".decisions",
+    "DestinationServer": ".remote",
+    "RemoteAgent": ".remote",
+    "RemoteAnswerError": ".remote",
+    "remote": ".remote",
+    "serve": ".remote",
+    "AgentRouter": ".router",
+    "RouteResult": ".policy",
+    "RouterTexts": ".policy",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

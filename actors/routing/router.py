@@ -1,55 +1,66 @@
 """AgentRouter: route each participant's turns to destinations, one turn at a time.
 
-Rules (upstream xr_ai_routing, docs/design.md "Conversation, routing, voice"):
+Rules (upstream xr_ai_routing, docs/design.md "Conversation, routing, voice"), numbered
+as the table tests name them:
 
 1. Turns are serialized per participant: a new turn cancels the participant's previous
    turn and waits until it has drained (its destination finalized its output) before
-   routing. Other participants are independent.
+   routing. Other participants are independent. State is kept for at most
+   ``max_participants``: beyond, the least recently active idle participant is
+   forgotten (else the least recently active one, its turns cancelled).
 2. A destination holding the participant's explicit focus is tried first while it is
    eligible. It keeps focus until it releases (``Admission("release")`` or a result with
    ``focus="release"``), becomes ineligible, another destination takes focus, or the
    participant leaves. Declining does not clear focus. When the router drops a focus
    the holder did not give up itself, it calls the holder's ``release()``.
-3. Otherwise the decision service chooses among the eligible destinations.
+3. Otherwise the decision service chooses among the eligible destinations (those whose
+   routing aid could be had and says eligible, and that have not declined). A failing
+   service, or a choice that is not a candidate, is no choice (rule 5).
 4. The chosen destination's ``admit()`` runs before any speech or work: ``accept``
    answers (``focus=True`` takes focus; ``text`` is an acknowledgement the router says
    first); ``decline`` excludes it and allows one reroute; ``clarify`` ends the turn
    with the router saying its question; ``release`` from the focus holder clears focus
-   and routes the same turn normally (from anyone else it counts as a decline).
+   and routes the same turn normally (from anyone else it counts as a decline). A
+   failing ``admit()`` counts as a decline.
 5. When the selected destinations declined or none was chosen, an eligible default
    that has not declined gets one answer attempt without admission (a fallback turn).
-   Without one, the router says the last decline's text, or ``RouterTexts.unavailable``.
+   Without one, the router says the last decline's text, or ``RouterTexts.unavailable``,
+   and the turn is unanswered with every destination's reason (declined, not eligible,
+   unreachable).
 6. Router-owned text (acknowledgement, clarification, decline, failure) goes to
    ``output(turn, route, text)``, or is published on ``output_topic`` as a
    ``ResponseOutput`` reply to the turn with source "router". It is said before the
    destination starts, so it plays before the destination's reply. A destination that
    fails before its first output (before ``started()``) is reported with
    ``RouterTexts.failure``; after that the destination has finalized its partial reply.
+   An answer that is not a ``DestinationResult`` fails the turn.
 7. Every destination receives the same bounded history of completed exchanges (answers
    with response context, and the router's clarifications).
 8. A departure cancels and drains the participant's turns, forgets focus and history,
    calls every destination's ``participant_left()`` and then ``cleanup_participant``.
-
-With ``query_topic`` the router is an actor: register it with the runtime; it turns
-each ``UserQuery`` into a turn whose id is the query's message id (the id the voice
-renderer supersedes by), cancels a participant's turn on ``interrupted_topic``, and
-follows the participant lifecycle topics. Without topics, call ``handle()`` directly.
-
 9. Registered with a running runtime, the router publishes one ``TurnEnded`` per turn
    on ``turn_topic`` after everything it said for the turn: how the turn ended and,
    for a failed or unanswered turn, the cause (``"<Kind>: <message>"``; a remote
    destination's error arrives as it was raised there). A front end ends the turn on
    it, so a failure said by the router never leaves a client waiting.
+
+Where the rules live: rule 1 in ``lanes.py`` (pure lane bookkeeping), rules 2 to 7 in
+``policy.TurnPolicy`` (the sans-IO turn policy: decisions in, actions out), rules 8 and 9
+in ``policy.departure`` and ``policy.turn_ended``; this module is the glue that awaits
+destinations, the decision service and the output, and runs the actions.
+``tests/test_router_policy.py`` has table rows named after each rule.
+
+With ``query_topic`` the router is an actor: register it with the runtime; it turns
+each ``UserQuery`` into a turn whose id is the query's message id (the id the voice
+renderer supersedes by), cancels a participant's turn on ``interrupted_topic``, and
+follows the participant lifecycle topics. Without topics, call ``handle()`` directly.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, cast
-
-import msgspec
+from typing import Any, TypeVar, cast
 
 from xrmq.actors.interaction import ResponseOutputs
 from xrmq.actors.runtime import (
@@ -62,9 +73,7 @@ from xrmq.actors.runtime import (
 )
 from xrmq.schemas import (
     Admission,
-    AgentExchange,
     AgentTurn,
-    DestinationResult,
     Interrupted,
     ParticipantJoined,
     ParticipantLeft,
@@ -85,7 +94,29 @@ from xrmq.topics import (
 from .agent import RoutableAgent, RoutingTurnContext, check_routable, routed_turn, routing_aid_of
 from .decisions import DecisionService
 from .failure import describe_failure
-from .state import ParticipantRouting, candidates
+from .lanes import Lane, Lanes
+from .policy import (
+    INELIGIBLE,
+    Action,
+    Admit,
+    Answer,
+    Cleanup,
+    Decide,
+    Done,
+    Forget,
+    Left,
+    Note,
+    Release,
+    RouteResult,
+    RouterTexts,
+    Say,
+    TurnPolicy,
+    departure,
+    turn_ended,
+)
+from .state import ParticipantRouting
+
+__all__ = ["AgentRouter", "RouteResult", "RouterOutput", "RouterTexts"]
 
 T = TypeVar("T")
 
@@ -97,55 +128,6 @@ lane is forgotten (else the least recently active one, its turns cancelled)."""
 RouterOutput = Callable[[AgentTurn, "str | None", str], Awaitable[None]]
 """``output(turn, route, text)``: say router-owned text for ``turn``; ``route`` is the
 destination it concerns, None when no destination is involved."""
-
-RouteStatus = Literal["answered", "clarified", "unanswered", "failed", "canceled"]
-
-
-@dataclass(frozen=True, slots=True)
-class RouterTexts:
-    """What the router says itself when no destination can."""
-
-    failure: str = "Sorry, something went wrong. Please try again."
-    """A destination failed before its first output."""
-    unavailable: str = "Sorry, I can't help with that."
-    """No destination took the turn and none said why."""
-
-    def __post_init__(self) -> None:
-        for field in ("failure", "unavailable"):
-            if not getattr(self, field).strip():
-                raise ValueError(f"RouterTexts.{field}: must be non-empty text")
-
-
-@dataclass(frozen=True, slots=True)
-class RouteResult:
-    """How one turn ended.
-
-    ``answered``: ``route`` answered, ``response`` is its response context.
-    ``clarified``: ``route`` asked the clarification ``response``.
-    ``unanswered``: nobody took the turn; the router said ``response``; ``error`` says
-    why (``"NoDestination: <route>: <reason>; ..."``).
-    ``failed``: ``route`` raised; ``error`` is ``"<Kind>: <message>"`` of what it raised.
-    ``canceled``: a newer turn, an interruption, the participant's departure or
-    ``stop()`` cancelled it.
-    """
-
-    turn_id: str
-    status: RouteStatus
-    route: str | None = None
-    response: str | None = None
-    error: str | None = None
-
-
-class _Lane:
-    """One participant's serialized work: every unfinished task, the cancellable turns, the
-    state."""
-
-    __slots__ = ("pending", "state", "turns")
-
-    def __init__(self, history_limit: int) -> None:
-        self.pending: set[asyncio.Task[Any]] = set()
-        self.turns: set[asyncio.Task[Any]] = set()
-        self.state = ParticipantRouting(history_limit)
 
 
 class AgentRouter(Agent):
@@ -239,12 +221,11 @@ class AgentRouter(Agent):
         self.history_limit = history_limit
         self.texts = texts
         self.max_participants = max_participants
-        self.participants_evicted = 0
         if not shutdown_grace_s >= 0:
             raise ValueError("AgentRouter.shutdown_grace_s: must be >= 0")
         self.shutdown_grace_s = shutdown_grace_s
         self.turn_topic = turn_topic
-        self._lanes: dict[str, _Lane] = {}
+        self._lanes: Lanes[asyncio.Task[Any]] = Lanes(max_participants, history_limit)
         """By participant, least recently active first (bounded by ``max_participants``)."""
         self._stopped = False
         self._log = get_logger(actor="router")
@@ -261,6 +242,11 @@ class AgentRouter(Agent):
     def handlers(self) -> Handlers:
         """With ``query_topic``: the query, interrupted and participant topics."""
         return self._handlers
+
+    @property
+    def participants_evicted(self) -> int:
+        """Participants whose state was forgotten to keep at most ``max_participants``."""
+        return self._lanes.evicted
 
     def gauges(self) -> dict[str, float]:
         return {
@@ -298,13 +284,8 @@ class AgentRouter(Agent):
     def interrupt(self, participant_id: str | None = None) -> None:
         """Cancel a participant's turns in flight (every participant's for None); they drain on
         their own."""
-        lanes = (
-            self._lanes.values() if participant_id is None else [self._lanes.get(participant_id)]
-        )
-        for lane in lanes:
-            if lane is not None:
-                for task in lane.turns:
-                    task.cancel()
+        for task in self._lanes.turns(participant_id):
+            task.cancel()
 
     async def participant_left(self, participant_id: str) -> None:
         """Cancel and drain the participant's turns, forget their focus and history, tell
@@ -317,14 +298,14 @@ class AgentRouter(Agent):
         """Refuse new turns, let the turns in flight finish for up to ``shutdown_grace_s``,
         cancel what is left and wait until all have drained."""
         self._stopped = True
-        pending = [task for lane in self._lanes.values() for task in lane.pending]
+        pending = self._lanes.pending()
         if pending and self.shutdown_grace_s > 0:
             self._log.info(
                 "router.stopping", turns_in_flight=len(pending), grace_s=self.shutdown_grace_s
             )
             await asyncio.wait(pending, timeout=self.shutdown_grace_s)
         self.interrupt()
-        pending = [task for lane in self._lanes.values() for task in lane.pending]
+        pending = self._lanes.pending()
         if pending:
             await asyncio.wait(pending)
 
@@ -385,58 +366,53 @@ class AgentRouter(Agent):
     # -- lanes ------------------------------------------------------------------------------
 
     def _enqueue(
-        self, participant_id: str, work: Callable[[_Lane], Awaitable[T]], *, turn: bool
+        self, participant_id: str, work: Callable[[Lane[Any]], Awaitable[T]], *, turn: bool
     ) -> asyncio.Task[T]:
         """Run ``work`` after every earlier task of the participant ended, cancelling earlier
-        turns."""
-        lanes = self._lanes
-        lane = lanes.pop(participant_id, None)
-        if lane is None:
-            lane = _Lane(self.history_limit)
-            if len(lanes) >= self.max_participants:
-                victim = next((pid for pid, other in lanes.items() if not other.pending), None)
-                for task in lanes.pop(victim if victim is not None else next(iter(lanes))).turns:
-                    task.cancel()
-                self.participants_evicted += 1
-        lanes[participant_id] = lane  # the most recently active
-        earlier = set(lane.pending)
-        for task in lane.turns:
-            task.cancel()
+        turns (rule 1, ``lanes.py``)."""
+        entry = self._lanes.enter(participant_id)
+        for earlier in entry.cancel:
+            earlier.cancel()
+        lane = entry.lane
         task = asyncio.create_task(
-            self._after(earlier, work, lane), name=f"router-{participant_id}"
+            self._after(entry.after, work, lane), name=f"router-{participant_id}"
         )
-        lane.pending.add(task)
-        task.add_done_callback(lane.pending.discard)
-        if turn:
-            lane.turns.add(task)
-            task.add_done_callback(lane.turns.discard)
+        lane.add(task, turn=turn)
+        task.add_done_callback(lane.done)
         return task
 
     @staticmethod
     async def _after(
-        earlier: set[asyncio.Task[Any]], work: Callable[[_Lane], Awaitable[T]], lane: _Lane
+        earlier: frozenset[asyncio.Task[Any]],
+        work: Callable[[Lane[Any]], Awaitable[T]],
+        lane: Lane[Any],
     ) -> T:
         if earlier:
             await asyncio.wait(earlier)
         return await work(lane)
 
-    async def _depart(self, participant_id: str, lane: _Lane) -> None:
+    async def _depart(self, participant_id: str, lane: Lane[Any]) -> None:
+        """Rule 8 (``policy.departure``), after the participant's earlier work drained."""
         log = self._log.bind(participant=participant_id)
-        lane.state = ParticipantRouting(self.history_limit)
-        for name, agent in self.agents.items():
-            try:
-                await agent.participant_left(participant_id)
-            except Exception as error:
-                log.error("router.participant_left_failed", route=name, error=repr(error))
-        if self.cleanup_participant is not None:
-            await self.cleanup_participant(participant_id)
-        if lane.pending == {asyncio.current_task()} and self._lanes.get(participant_id) is lane:
-            del self._lanes[participant_id]
+        steps = departure(self.agents, cleanup=self.cleanup_participant is not None)
+        for step in steps:
+            if isinstance(step, Forget):
+                lane.state = ParticipantRouting(self.history_limit)
+            elif isinstance(step, Left):
+                try:
+                    await self.agents[step.route].participant_left(participant_id)
+                except Exception as error:
+                    log.error("router.participant_left_failed", route=step.route, error=repr(error))
+            elif isinstance(step, Cleanup) and self.cleanup_participant is not None:
+                await self.cleanup_participant(participant_id)
+        current = asyncio.current_task()
+        if current is not None:
+            self._lanes.forget(participant_id, lane, current)
         log.info("router.participant_left")
 
     # -- one turn ---------------------------------------------------------------------------
 
-    async def _route_and_report(self, turn: AgentTurn, lane: _Lane) -> RouteResult:
+    async def _route_and_report(self, turn: AgentTurn, lane: Lane[Any]) -> RouteResult:
         """``_route``, then the turn's ``TurnEnded`` (also for a cancelled or crashed turn)."""
         try:
             result = await self._route(turn, lane)
@@ -450,121 +426,93 @@ class AgentRouter(Agent):
         return result
 
     def _report(self, turn: AgentTurn, result: RouteResult) -> None:
+        """Rule 9: publish the turn's ``TurnEnded`` (registered with a running runtime)."""
         runtime = self.runtime
         if self.turn_topic is None or runtime is None or not runtime.running:
             return
         runtime.send(
             self.turn_topic,
-            TurnEnded(turn.turn_id, result.status, result.route, result.error),
+            turn_ended(result),
             participant_id=turn.participant_id,
             source=ROUTER_SOURCE,
         )
 
-    async def _route(self, turn: AgentTurn, lane: _Lane) -> RouteResult:
-        state = lane.state
-        turn = msgspec.structs.replace(turn, history=tuple(state.history))
+    async def _route(self, turn: AgentTurn, lane: Lane[Any]) -> RouteResult:
+        """Run the turn's ``TurnPolicy`` (rules 2 to 7): perform each action it returns and
+        feed it the outcome of each question, until it is done."""
         log = self._log.bind(participant=turn.participant_id, turn=turn.turn_id)
-        why: dict[str, str] = {}
-        aids = await self._aids(turn.participant_id, log, why)
-        excluded: set[str] = set()
-        decline_text: str | None = None
-        decisions_left = 2  # the first selection and one reroute after a decline
-        target: str | None = None
-        if state.focus is not None:
-            if aids.get(state.focus, _INELIGIBLE).eligible:
-                target = state.focus
-            else:
-                holder = state.focus
-                state.clear_focus(holder)
-                log.info("router.focus_lost", route=holder, reason="ineligible")
-                await self._release(holder, turn.participant_id, log)
+        unreachable: dict[str, str] = {}
+        aids = await self._aids(turn.participant_id, log, unreachable)
+        policy = TurnPolicy(
+            turn,
+            lane.state,
+            aids,
+            default=self.default,
+            texts=self.texts,
+            unreachable=unreachable,
+        )
+        turn = policy.turn  # with the shared history
+        actions = policy.start()
         while True:
-            if target is None:
-                choices = candidates(aids, excluded)
-                if decisions_left == 0 or not choices:
-                    break
-                decisions_left -= 1
-                target = await self._decide(turn, choices, log)
-                if target is None:
-                    break
-            focused = target == state.focus
-            admission = await self._admit(target, turn, focused, log)
-            log.info(
-                "router.admission", route=target, disposition=admission.disposition, focused=focused
-            )
-            if admission.disposition == "accept":
-                if admission.focus:
-                    await self._take_focus(state, target, turn.participant_id, log)
-                if admission.text.strip():
-                    await self._say(turn, target, admission.text)
-                return await self._answer(target, turn, state, focused, log)
-            if admission.disposition == "clarify":
-                await self._say(turn, target, admission.text)
-                state.remember(
-                    AgentExchange(
-                        turn.text, admission.text, turn.timestamp_us, turn.turn_id, target
-                    )
-                )
-                return RouteResult(turn.turn_id, "clarified", target, admission.text)
-            if admission.disposition == "release" and focused:
-                state.clear_focus(target)
-                log.info("router.focus_released", route=target)
-            else:
-                excluded.add(target)
-                why[target] = "declined" + (
-                    f" ({admission.text.strip()})" if admission.text.strip() else ""
-                )
-                decline_text = admission.text if admission.text.strip() else decline_text
-            target = None
-        default = self.default
-        if default is not None and default not in excluded and aids[default].eligible:
-            log.info("router.fallback", route=default)
-            return await self._answer(default, turn, state, False, log)
-        text = decline_text or self.texts.unavailable
-        await self._say(turn, None, text)
-        for name, aid in aids.items():
-            if not aid.eligible:
-                why.setdefault(name, "not eligible")
-        reasons = (
-            "; ".join(f"{name}: {reason}" for name, reason in why.items())
-            or "no destination was chosen"
-        )
-        return RouteResult(
-            turn.turn_id, "unanswered", None, text, error=f"NoDestination: {reasons}"
-        )
+            *effects, question = actions
+            for effect in effects:
+                await self._perform(effect, turn, log)
+            if isinstance(question, Done):
+                return question.result
+            actions = await self._ask(policy, question, turn, log)
+
+    async def _perform(self, effect: Action, turn: AgentTurn, log: Any) -> None:
+        if isinstance(effect, Say):
+            await self._say(turn, effect.route, effect.text)
+        elif isinstance(effect, Release):
+            await self._release(effect.route, turn.participant_id, log)
+        elif isinstance(effect, Note):
+            getattr(log, effect.level)(effect.event, **effect.fields)
+        else:
+            raise AssertionError(f"AgentRouter: {type(effect).__name__} is not an effect")
+
+    async def _ask(
+        self, policy: TurnPolicy, question: Action, turn: AgentTurn, log: Any
+    ) -> list[Action]:
+        """Await the outcome of ``question`` and hand it to ``policy``."""
+        if isinstance(question, Decide):
+            return policy.decided(await self._decide(turn, question.candidates, log))
+        if isinstance(question, Admit):
+            admission = await self._admit(question.route, turn, question.focused, log)
+            return policy.admit_failed() if admission is None else policy.admitted(admission)
+        if isinstance(question, Answer):
+            return await self._answer(policy, question, turn, log)
+        raise AssertionError(f"AgentRouter: {type(question).__name__} is not a question")
 
     async def _aids(
-        self, participant_id: str, log: Any, why: dict[str, str]
+        self, participant_id: str, log: Any, unreachable: dict[str, str]
     ) -> dict[str, RoutingAid]:
         """Every destination's routing aid; one that cannot be had makes it ineligible
-        (logged, and the reason kept in ``why``)."""
+        (logged, and the reason kept in ``unreachable``)."""
 
         async def aid(name: str, agent: RoutableAgent) -> RoutingAid:
             try:
                 return await routing_aid_of(agent, participant_id)
             except Exception as error:
                 log.warning("router.routing_aid_failed", route=name, error=repr(error))
-                why[name] = f"unreachable ({describe_failure(error)})"
-                return _INELIGIBLE
+                unreachable[name] = f"unreachable ({describe_failure(error)})"
+                return INELIGIBLE
 
         found = await asyncio.gather(*(aid(name, agent) for name, agent in self.agents.items()))
         return dict(zip(self.agents, found))
 
     async def _decide(
-        self, turn: AgentTurn, choices: dict[str, RoutingAid], log: Any
+        self, turn: AgentTurn, choices: Mapping[str, RoutingAid], log: Any
     ) -> str | None:
+        """The decision service's choice; a failing service chooses none (logged)."""
         try:
-            choice = await self.decisions.decide(turn, choices)
+            return await self.decisions.decide(turn, choices)
         except Exception as error:
             log.warning("router.decision_failed", error=repr(error))
             return None
-        if choice is not None and choice not in choices:
-            log.warning("router.decision_invalid", choice=choice, candidates=sorted(choices))
-            return None
-        return choice
 
-    async def _admit(self, name: str, turn: AgentTurn, focused: bool, log: Any) -> Admission:
-        """The destination's admission; a failing ``admit()`` counts as a decline (logged)."""
+    async def _admit(self, name: str, turn: AgentTurn, focused: bool, log: Any) -> Admission | None:
+        """The destination's admission; None (logged) when ``admit()`` failed."""
         with routed_turn(
             RoutingTurnContext(name, turn.participant_id, turn.turn_id, focused, started_work=False)
         ):
@@ -572,11 +520,14 @@ class AgentRouter(Agent):
                 return await self.agents[name].admit(turn, focused=focused)
             except Exception as error:
                 log.warning("router.admit_failed", route=name, error=repr(error))
-                return Admission("decline")
+                return None
 
     async def _answer(
-        self, name: str, turn: AgentTurn, state: ParticipantRouting, focused: bool, log: Any
-    ) -> RouteResult:
+        self, policy: TurnPolicy, question: Answer, turn: AgentTurn, log: Any
+    ) -> list[Action]:
+        """The destination's answer, handed to ``policy`` (its failure too, saying whether the
+        destination had started)."""
+        name = question.route
         began = False
 
         async def started() -> None:
@@ -585,40 +536,16 @@ class AgentRouter(Agent):
 
         # started() only notes that the answer began: router text is said before answer()
         with routed_turn(
-            RoutingTurnContext(name, turn.participant_id, turn.turn_id, focused, started_work=False)
+            RoutingTurnContext(
+                name, turn.participant_id, turn.turn_id, question.focused, started_work=False
+            )
         ):
             try:
                 result = await self.agents[name].answer(turn, started=started)
             except Exception as error:
                 log.error("router.answer_failed", route=name, started=began, error=repr(error))
-                if not began:
-                    await self._say(turn, name, self.texts.failure)
-                return RouteResult(turn.turn_id, "failed", name, error=describe_failure(error))
-        if not isinstance(result, DestinationResult):
-            log.error("router.answer_invalid", route=name, result=type(result).__name__)
-            return RouteResult(
-                turn.turn_id,
-                "failed",
-                name,
-                error=f"InvalidResult: answer returned {type(result).__name__}",
-            )
-        if result.focus == "take":
-            await self._take_focus(state, name, turn.participant_id, log)
-        elif result.focus == "release" and state.clear_focus(name):
-            log.info("router.focus_released", route=name)
-        if result.response is not None and result.response.strip():
-            state.remember(
-                AgentExchange(turn.text, result.response, turn.timestamp_us, turn.turn_id, name)
-            )
-        return RouteResult(turn.turn_id, "answered", name, result.response)
-
-    async def _take_focus(
-        self, state: ParticipantRouting, name: str, participant_id: str, log: Any
-    ) -> None:
-        previous = state.take_focus(name)
-        log.info("router.focus_taken", route=name, previous=previous)
-        if previous is not None:
-            await self._release(previous, participant_id, log)
+                return policy.answer_failed(describe_failure(error), started=began)
+        return policy.answered(result)
 
     async def _release(self, name: str, participant_id: str, log: Any) -> None:
         try:
@@ -644,6 +571,3 @@ class AgentRouter(Agent):
             turn.participant_id, request_id=turn.turn_id, timestamp_us=turn.timestamp_us
         ) as reply:
             await reply.send(text)
-
-
-_INELIGIBLE = RoutingAid("unavailable", eligible=False)

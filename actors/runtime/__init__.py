@@ -5,7 +5,8 @@ from .agent import GLOBAL, Agent, Handler, Handlers, RuntimeContext, Scope, subs
 from .broker import Broker, BrokerError
 from .logs import configure_logging, get_logger
 from .loop import event_loop_name, run
-from .runtime import DEFERRED_REPLY, AgentRuntime, AskError, RuntimeClosedError, shard_of
+from .routes import shard_of
+from .runtime import DEFERRED_REPLY, AgentRuntime, AskError, RuntimeClosedError
 from .sequence import Gap
 from .streams import ReplyOverflow, ReplyStream
 from .superseding import superseding

@@ -185,6 +185,12 @@ class Agent:
         """The tool server name its tools are served as (None: its registered name)."""
         return self._tool_server
 
+    def on_register(self) -> None:
+        """Called by ``register`` once the agent is hosted (``name`` and ``runtime`` set),
+        before the runtime starts. An agent that brings companion actors registers them
+        here (the context manager's subscriber registers its local section actors and
+        workers). Not called for a keyed kind's instances (spawned after the start)."""
+
     async def on_start(self) -> None:
         """Called once the runtime is ready (or the keyed instance is spawned)."""
 

@@ -12,9 +12,11 @@ reported as a gap by the receiver.
 Without a bus address the runtime starts an embedded broker on ``inproc://``
 endpoints in its own process (the development default).
 
-Apart from this module: the routing table's entries (``routes.py``), the readiness
-handshake of ``start()`` (``readiness.py``), the counter names (``RuntimeCounters`` in
-``xrmq.schemas.metrics``) and the private APIs of the send path (``_compat.py``).
+Apart from this module: registration and keyed instances (``registration.py``), the
+routing table's entries (``routes.py``), the readiness handshake of ``start()``
+(``readiness.py``), the metrics snapshot and heartbeat loop (``metrics.py``), the counter
+names (``RuntimeCounters`` in ``xrmq.schemas.metrics``) and the private APIs of the send
+path (``_compat.py``).
 """
 
 from __future__ import annotations
@@ -34,27 +36,29 @@ import zmq
 from xrmq.schemas import MessageMetadata, RuntimeMetrics
 from xrmq.schemas._validation import check_positive, is_name
 from xrmq.schemas.metrics import RUNTIME_COUNTERS
-from xrmq.topics import METRICS_TOPIC, SEP, Topic, registry_counts, topic_key
+from xrmq.topics import METRICS_TOPIC, SEP, Topic, topic_key
 
 from ._compat import INLINE_START, frame_send
 from .address import BusAddress, check_ipc_directories, parse_bus
-from .agent import GLOBAL, Agent, Handlers, Scope, check_handlers, subscriptions
+from .agent import GLOBAL, Agent, Scope
 from .broker import DEFAULT_HWM, DEFAULT_MAX_MESSAGE_BYTES, Broker, shared_context
 from .deadlines import AskDeadlines
 from .edge_checks import DEFAULT_EPOCH_SKEW_S, EnvelopeCheck, metadata_category
 from .logs import get_logger
 from .mailbox import Mailbox
+from .metrics import Observation
 from .progress import ProgressWatch
 from .ratelimit import DEFAULT_INTERVAL_S, AggregatedWarnings
 from .readiness import Readiness
-from .routes import KeyedKind, Route, shard_of
+from .registration import Registration
+from .routes import KeyedKind, Route
 from .security.keys import ClientCredentials, client_credentials
 from .sequence import DEFAULT_STREAM_CAPACITY, STALE, Gap, SequenceTracker
 from .streams import ReplyStream
 from .tables import evict_over
 
 if TYPE_CHECKING:
-    from xrmq.actors.tools.server import ToolServer
+    pass
 
 _AgentT = TypeVar("_AgentT", bound=Agent)
 
@@ -113,7 +117,7 @@ class AskError(RuntimeError):
     """The actor that was asked failed while handling the request."""
 
 
-class AgentRuntime:
+class AgentRuntime(Registration, Observation):
     """Hosts actors and connects them to one bus.
 
     ``bus`` is a bus string (see ``xrmq.actors.runtime.address``) or a ``BusAddress``;
@@ -239,187 +243,12 @@ class AgentRuntime:
         self._rejected_by: dict[str, int] = {}
         self._evicted_by: dict[str, int] = {}
 
-    # ------------------------------------------------------------------ registration
+    # ------------------------------------------------------------------ lifecycle
+    # (registration: registration.py)
 
     @property
     def running(self) -> bool:
         return self._running
-
-    def register(
-        self,
-        name: str,
-        agent: _AgentT,
-        *,
-        participant_id: str | None = None,
-        mailbox_capacity: int | None = None,
-    ) -> _AgentT:
-        """Host ``agent`` under ``name``; only before ``start()``; returns ``agent``.
-
-        ``participant_id`` filters its subscriptions at the socket to that participant's
-        messages and global ones (a global message, such as an interruption of
-        everyone, concerns every participant).
-        """
-        self._check_registrable(name)
-        if not isinstance(agent, Agent):
-            raise TypeError(f"register: {name!r} must be an Agent, got {type(agent).__qualname__}")
-        if participant_id is not None and not is_name(participant_id, blank=False):
-            raise ValueError(
-                "register: participant_id must be a non-empty string without NUL, "
-                "not only whitespace"
-            )
-        handlers = check_handlers(type(agent), agent.handlers())
-        tool_server = self._tool_server_of(name, agent)
-        mailbox = Mailbox(self, agent, name, mailbox_capacity or self.mailbox_capacity)
-        agent.name, agent.runtime = name, self
-        self._agents[name] = mailbox
-        pid = participant_id.encode() if participant_id is not None else None
-        for topic, handler_name in handlers:
-            self._add_route(
-                Route(topic, handler_name, mailbox=mailbox, participant=pid),
-                topic.subscription(participant_id),
-            )
-            if participant_id is not None:
-                self._subscriptions.add(topic.key(None))
-        if tool_server is not None:
-            self.register(f"tools.{tool_server.server}", tool_server)
-        return agent
-
-    def _tool_server_of(self, name: str, agent: Agent) -> ToolServer | None:
-        """The ``ToolServer`` serving an ``Agent(tools=...)``'s tools, checked before
-        anything is registered (so a bad name leaves the runtime as it was)."""
-        if not agent.tools:
-            return None
-        from xrmq.actors.tools.server import ToolServer  # tools build on the runtime
-
-        server = agent.tool_server or name
-        try:
-            tool_server = ToolServer(server, agent.tools)
-        except ValueError as error:
-            raise ValueError(
-                f"register: {name!r} serves tools as tool server {server!r}: "
-                f"{error}; name one with Agent(tool_server=...)"
-            ) from None
-        self._check_registrable(f"tools.{server}")
-        return tool_server
-
-    def register_keyed(
-        self,
-        kind: str,
-        agent_type: type[Agent],
-        *,
-        factory: Callable[[str], Agent] | None = None,
-        shard: int = 0,
-        shards: int = 1,
-        mailbox_capacity: int | None = None,
-        handlers: Handlers | None = None,
-        max_instances: int | None = None,
-    ) -> None:
-        """Host a keyed kind: one ``agent_type`` instance per participant, spawned on first message.
-
-        Several processes can host one kind; each owns the keys whose ``shard_of`` is its
-        ``shard`` (of ``shards``). A global message (no participant) goes to every live
-        instance in this runtime. ``factory(key)`` builds an instance (default
-        ``agent_type(key)``). ``handlers`` maps topics to the class's handler functions
-        (``{topic: Kind.on_write}``) when they come from configuration (default: the
-        class's ``@subscribe`` methods). ``max_instances`` (default the runtime's
-        ``keyed_instances``) bounds the live instances: beyond it the least recently used
-        idle one is retired (``on_stop``), and counted (``evicted_by["keyed"]``).
-        """
-        self._check_registrable(kind)
-        if not (isinstance(agent_type, type) and issubclass(agent_type, Agent)):
-            raise TypeError(f"register_keyed: {kind!r} needs an Agent subclass")
-        if not 0 <= shard < shards:
-            raise ValueError(f"register_keyed: shard must be in [0, {shards}), got {shard}")
-        keyed = KeyedKind(
-            kind,
-            factory or agent_type,
-            shard,
-            shards,
-            mailbox_capacity or self.mailbox_capacity,
-            max_instances or self.max_keyed_instances,
-        )
-        self._keyed[kind] = keyed
-        if handlers is None:
-            handlers = subscriptions(agent_type)
-        chosen = check_handlers(agent_type, handlers)
-        for topic, handler_name in chosen:
-            self._add_route(Route(topic, handler_name, keyed=keyed), topic.subscription())
-
-    def _check_registrable(self, name: str) -> None:
-        if self._running or self._closed:
-            raise RuntimeError("register: only before start()")
-        if not is_name(name, blank=False):
-            raise ValueError(
-                "register: name must be a non-empty string without NUL, not only whitespace"
-            )
-        if name in self._agents or name in self._keyed:
-            raise ValueError(f"register: name {name!r} is already registered")
-
-    def _add_route(self, route: Route, subscription: bytes) -> None:
-        """Add a route to the table its topic belongs in: shared, unless the type is not
-        deeply immutable and the topic reaches more than one delivery (two routes, or a
-        keyed kind, whose global messages reach every live instance)."""
-        name = route.topic.name.encode()
-        routes = self._routes.pop(name, None) or self._private_routes.pop(name, None) or []
-        routes.append(route)
-        private = not route.topic.shared and (len(routes) > 1 or any(r.keyed for r in routes))
-        (self._private_routes if private else self._routes)[name] = routes
-        self._subscriptions.add(subscription)
-
-    def agent(self, name: str) -> Agent:
-        """The agent registered under ``name``; ``KeyError`` if there is none."""
-        return self._agents[name].agent
-
-    def keyed_instances(self, kind: str) -> dict[str, Agent]:
-        """The live instances of a keyed kind in this runtime, by key."""
-        return {key: mailbox.agent for key, mailbox in self._keyed[kind].instances.items()}
-
-    def spawn(self, kind: str, key: str) -> Agent:
-        """The live instance of keyed ``kind`` for ``key``, spawned now as a first message
-        would spawn it (e.g. to restore state at start). Only while running;
-        ``ValueError`` if this runtime's shard does not own ``key``."""
-        if not self._running:
-            raise RuntimeError("spawn: only while the runtime runs")
-        keyed = self._keyed[kind]
-        if key not in keyed.instances and not keyed.owns(key):
-            owner = shard_of(key, keyed.shards)
-            raise ValueError(f"spawn: key {key!r} belongs to shard {owner}, not {keyed.shard}")
-        return self._keyed_targets(keyed, key)[0].agent
-
-    async def retire(self, kind: str, key: str) -> bool:
-        """Stop and forget the instance of ``kind`` for ``key``; True if there was one."""
-        mailbox = self._keyed[kind].instances.pop(key, None)
-        if mailbox is None:
-            return False
-        await self.guarded_hook(mailbox.agent, "on_stop", mailbox)
-        await mailbox.stop()
-        return True
-
-    def _retire_least_used(self, keyed: KeyedKind) -> None:
-        """Retire one instance of a kind over its bound: the least recently used idle one
-        (else the least recently used); its ``on_stop`` and mailbox stop run in a task."""
-        instances = keyed.instances
-        victim = next((key for key, mailbox in instances.items() if mailbox.idle), None)
-        if victim is None:
-            victim = next(iter(instances))
-        mailbox = instances.pop(victim)
-        self._count_eviction("keyed")
-
-        async def retire() -> None:
-            await self.guarded_hook(mailbox.agent, "on_stop", mailbox)
-            await mailbox.stop()
-
-        if TYPE_CHECKING:  # instances are spawned only while running
-            assert self._loop is not None
-        task = self._loop.create_task(retire(), name=f"xrmq-retire-{mailbox.name}")
-        self._retiring.add(task)
-        task.add_done_callback(self._retiring.discard)
-
-    def _count_eviction(self, table: str, count: int = 1) -> None:
-        self._counters["evicted"] += count
-        self._evicted_by[table] = self._evicted_by.get(table, 0) + count
-
-    # ------------------------------------------------------------------ lifecycle
 
     async def __aenter__(self) -> AgentRuntime:
         await self.start()
@@ -1093,24 +922,6 @@ class AgentRuntime:
                 self._offer(mailbox, (handler, message, metadata, route.topic), start)
         return metadata.reply_to is not None and not start
 
-    def _keyed_targets(self, keyed: KeyedKind, key: str | None) -> list[Mailbox]:
-        instances = keyed.instances
-        if key is None:
-            return list(instances.values())
-        mailbox = instances.pop(key, None)
-        if mailbox is None:
-            if self._closed or not keyed.owns(key):  # closed: no instance is spawned while stopping
-                return []
-            agent = keyed.factory(key)
-            name = f"{keyed.kind}[{key}]"
-            agent.name, agent.runtime = name, self
-            mailbox = Mailbox(self, agent, name, keyed.capacity)
-            mailbox.start(call_on_start=True)
-            if len(instances) >= keyed.max_instances:
-                self._retire_least_used(keyed)
-        instances[key] = mailbox  # to the end: most recently used
-        return [mailbox]
-
     def _offer(self, mailbox: Mailbox, delivery: Any, start: bool) -> None:
         if self._closed and mailbox.name in self._finished:  # stopping, and this actor has stopped
             return
@@ -1193,73 +1004,8 @@ class AgentRuntime:
                 participant = rest[:-1].decode(errors="replace") or None
                 self._record_gap(name, participant, metadata, first_missing, last_sent)
 
-    # ------------------------------------------------------------------ observation
-
-    def metrics(self, last_seq: dict[str, int] | None = None) -> RuntimeMetrics:
-        """This runtime's counters, mailbox depths, faults, table sizes and actor gauges, now."""
-        mailboxes = self._all_mailboxes()
-        gauges: dict[str, float] = {}
-        for mailbox in mailboxes:
-            try:
-                for name, value in mailbox.agent.gauges().items():
-                    gauges[name] = gauges.get(name, 0) + value
-            except Exception as error:  # an actor's gauges() must not stop the heartbeat
-                mailbox.faults += 1
-                self._counters["faults"] += 1
-                self._warnings.warn(
-                    "actor.gauges_failed",
-                    None,
-                    None,
-                    level="error",
-                    actor=mailbox.name,
-                    error=repr(error),
-                )
-        stuck, newly = self._progress.check(
-            ((mailbox.name, mailbox.head) for mailbox in mailboxes), time.monotonic()
-        )
-        for name in newly:
-            mailbox = next(m for m in mailboxes if m.name == name)
-            self._log.warning(
-                "actor.stuck", actor=name, seconds=round(stuck[name], 1), depth=mailbox.depth
-            )
-            if self.restart_stuck and self._running and mailbox.cancel_stuck():
-                self._counters["stuck_restarts"] += 1
-                self._log.warning(
-                    "actor.stuck_restarted",
-                    actor=name,
-                    depth=mailbox.depth,
-                    seconds=round(stuck[name], 1),
-                    stuck_restarts=self._counters["stuck_restarts"],
-                )
-        names = registry_counts()
-        tables = {
-            "incoming_streams": len(self._tracker),
-            "outgoing_streams": len(self._streams),
-            "warnings": len(self._warnings),
-            "topic_names": names["held"] + names["transient"],
-        }
-        for kind, keyed in self._keyed.items():
-            tables[f"keyed[{kind}]"] = len(keyed.instances)
-        return RuntimeMetrics(
-            runtime=self.name,
-            epoch=self.epoch,
-            pid=os.getpid(),
-            timestamp_us=time.time_ns() // 1000,
-            actors={mailbox.name: mailbox.depth for mailbox in mailboxes},
-            gauges=gauges,
-            **cast(dict[str, Any], self._counters),
-            rejected_by=dict(self._rejected_by),
-            evicted_by={
-                **self._evicted_by,
-                **({"incoming_streams": self._tracker.evicted} if self._tracker.evicted else {}),
-            },
-            actor_faults={mailbox.name: mailbox.faults for mailbox in mailboxes if mailbox.faults},
-            tables=tables,
-            last_seq=last_seq or {},
-            resynced=self._tracker.resynced,
-            stuck=stuck,
-            identity=self.credentials.identity if self.credentials is not None else None,
-        )
+    # ------------------------------------------------------------------ heartbeat streams
+    # (the metrics snapshot and the heartbeat loop: metrics.py)
 
     def _recent_last_seqs(self) -> dict[str, int]:
         """The heartbeat's ``last_seq``: every stream that sent since the last heartbeat, and the
@@ -1280,18 +1026,3 @@ class AgentRuntime:
             if stream[_SEQ]:
                 listed[stream[_KEY].decode()] = stream[_SEQ]
         return listed
-
-    async def _publish_metrics(self) -> None:
-        while True:
-            try:
-                self.send(METRICS_TOPIC, self.metrics(self._recent_last_seqs()), source="runtime")
-            except Exception as error:
-                self._log.error("runtime.metrics_failed", error=repr(error))
-            self._warnings.flush()
-            await asyncio.sleep(cast(float, self.metrics_interval))  # started only when set
-
-    def _all_mailboxes(self) -> list[Mailbox]:
-        mailboxes = list(self._agents.values())
-        for keyed in self._keyed.values():
-            mailboxes.extend(keyed.instances.values())
-        return mailboxes

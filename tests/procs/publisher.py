@@ -12,7 +12,7 @@ from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import context_topic
 
 bus, topic_name, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
-participants = sys.argv[4:] or [None]
+participants: list[str | None] = [*sys.argv[4:]] or [None]
 TOPIC = context_topic(topic_name)
 
 
