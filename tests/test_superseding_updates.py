@@ -276,7 +276,7 @@ class BadKeys(Replica):
     """Its key is unhashable for a negative revision."""
 
     @subscribe(STATES)
-    @superseding(lambda state: state.section if state.revision >= 0 else [state.section])
+    @superseding(lambda state: state.section if state.revision >= 0 else [state.section])  # type: ignore[arg-type, return-value]  # unhashable on purpose
     async def on_state(self, state: State, ctx) -> None:
         await super().on_state(state, ctx)
 
