@@ -28,6 +28,7 @@ class RuntimeCounters(msgspec.Struct, frozen=True, kw_only=True):
     stuck_restarts: int = 0
     oversize: int = 0
     evicted: int = 0
+    coalesced: int = 0
 
 
 RUNTIME_COUNTERS: tuple[str, ...] = RuntimeCounters.__struct_fields__
@@ -92,6 +93,9 @@ class RuntimeMetrics(msgspec.Struct, frozen=True, omit_defaults=True):
     subscriptions: dict[str, int] = {}
     """Only the broker's report: live subscriptions per topic (``_inbox.*``/``_probe.*`` for
     every private topic together); ``xrmq topics`` shows them as subscriber counts."""
+    coalesced: int = 0
+    """Superseding updates (such as context section views) replaced, while queued in a
+    mailbox, by a newer one of the same key (``xrmq.actors.runtime.superseding``)."""
 
 
 def counters_of(metrics: RuntimeMetrics) -> dict[str, int]:

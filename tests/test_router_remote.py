@@ -527,6 +527,35 @@ async def test_after_a_death_the_next_requests_wait_for_the_destination_to_heart
     assert order == ["heartbeat", "answered"]  # nothing was sent to a process that was not back
 
 
+class Hung(DestinationServer):
+    """A server whose process hangs mid-answer: asked for a call's status, it never answers."""
+
+    async def _on_status(self, request, ctx):
+        await asyncio.Event().wait()
+
+
+async def test_without_heartbeats_a_destination_found_dead_is_asked_again_once_restarted():
+    """Without ``dead_after_s`` nothing announces a restarted destination: the proxy must not
+    wait for a heartbeat that never comes (every later turn failed after ``timeout_s``, the
+    turn suite's 5 s warm-start turns); the next request probes it, and it answers."""
+    front, back = pair()
+    log = Log()
+    back.register("server", Hung("chat", Destination("chat", log, answers=["hang"])))
+    proxy = front.register("proxy", remote("chat", liveness_s=0.05, timeout_s=0.3))
+    router = AgentRouter({"chat": proxy}, SingleDestination(), output=lambda *a: asyncio.sleep(0))
+    front.register("router", router)
+    async with front:
+        async with back:
+            result = await router.handle(turn("t1"))
+            assert result.status == "failed" and "no reply to a status check" in result.error
+        # back, restarted (a newer incarnation, no heartbeats): the next turn is answered
+        restarted = AgentRuntime(front.address, name="back")
+        restarted.register("server", serve("chat", Destination("chat", log)))
+        async with restarted:
+            assert (await router.handle(turn("t2"))).status == "answered"
+            assert (await router.handle(turn("t3"))).status == "answered"
+
+
 async def test_a_dead_destination_that_never_comes_back_fails_requests_after_the_timeout():
     front, back = pair()
     llm = ScriptedLLM(ScriptedResponse("A long story", hang=True))

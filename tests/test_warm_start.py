@@ -62,5 +62,52 @@ async def test_a_prepared_service_answers_through_the_provider_as_before():
     assert completion.text == "Hello there" and len(server.requests) == 1
 
 
+IMPORT_OFF_LOOP = """
+import asyncio
+import sys
+import threading
+
+from xrmq.actors.models import ChatMessage, LiteLLMService
+from xrmq.actors.models import litellm_service
+
+imported_on = []
+real_import = litellm_service.import_litellm
+
+
+def watched_import():
+    if "litellm" not in sys.modules:
+        imported_on.append(threading.current_thread() is threading.main_thread())
+    return real_import()
+
+
+litellm_service.import_litellm = watched_import
+
+
+async def main():
+    llm = LiteLLMService("openai/gpt-4o-mini", mock_response="Hello there")
+    completion = await llm.complete([ChatMessage("user", "Hi")])
+    print(imported_on, completion.text)
+
+
+asyncio.run(main())
+"""
+
+
+def test_a_service_imports_litellm_off_the_event_loop_at_its_first_call():
+    """The turn suite's first turn on a service without ``prepare()``: importing litellm on
+    the event loop stopped the whole process for seconds (its heartbeat and its answers to
+    status checks too), so the router took the destination for dead and failed the turn.
+    A fresh interpreter, so the import is real: it ran on a thread, not the loop's."""
+    result = subprocess.run(
+        [sys.executable, "-c", IMPORT_OFF_LOOP],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["[False]", "Hello", "there"]
+
+
 def test_the_offline_model_has_nothing_to_prepare():
     OfflineLLM().prepare()

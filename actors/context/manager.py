@@ -53,6 +53,7 @@ from xrmq.actors.runtime import (
     RuntimeClosedError,
     RuntimeContext,
     get_logger,
+    superseding,
 )
 from xrmq.actors.runtime.ratelimit import AggregatedWarnings
 from xrmq.schemas import CompactionPrompts, ContextBlock, ConversationContextUpdate
@@ -144,7 +145,12 @@ class ContextSubscriber(Agent):
             "context.replicas_evicted": float(self._manager.replicas_evicted),
         }
 
+    @superseding(lambda view: (view.section, view.dialogue, view.host, view.epoch))
     async def on_view(self, message: SectionView, ctx: RuntimeContext) -> None:
+        """A section's newest view. Views of one section from one host incarnation come from
+        one sender in order, and each replaces the previous one whole (its acks are
+        cumulative), so a view still queued is superseded by the next (``superseding``);
+        and a turn's request is taken before queued views (the runtime's request lane)."""
         if ctx.participant_id is not None:
             self._manager._on_view(ctx.participant_id, message)
 

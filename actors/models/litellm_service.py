@@ -2,8 +2,9 @@
 
 litellm is imported on first use, with ``LITELLM_LOCAL_MODEL_COST_MAP=True`` so the
 import never reaches the network; only a process that calls a real provider pays for the
-import (seconds). Its version is pinned by the project (at least 1.83.10, never a release
-reported compromised).
+import (seconds), and a call imports it on a thread, so the import never blocks the event
+loop. Its version is pinned by the project (at least 1.83.10, never a release reported
+compromised).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import os
+import sys
 import time
 from collections.abc import AsyncGenerator, Mapping
 from types import ModuleType
@@ -53,6 +55,18 @@ def import_litellm() -> ModuleType:
 
     litellm.suppress_debug_info = True
     return litellm
+
+
+async def _litellm_off_loop() -> ModuleType:
+    """litellm, imported on a thread the first time: the import is seconds of Python (more
+    on a loaded box), and on the event loop it stopped every actor of the process, its
+    heartbeat and its answers to status checks included, so a router took the destination
+    for dead (the turn suite's first turn on a service without ``prepare()`` failed after
+    the proxy's ``liveness_s`` + ``timeout_s``). ``prepare()`` still does more: it also
+    loads what litellm loads lazily on its first call."""
+    if "litellm" not in sys.modules:
+        await asyncio.to_thread(import_litellm)
+    return import_litellm()
 
 
 class LiteLLMService(LLMService):
@@ -170,7 +184,7 @@ class LiteLLMService(LLMService):
         return arguments
 
     async def _generate(self, request: ChatRequest) -> AsyncGenerator[str | ChatResult, None]:
-        litellm = import_litellm()
+        litellm = await _litellm_off_loop()
         timeout_s = request.options.timeout_s or self.timeout_s
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s  # the first chunk's, across every attempt

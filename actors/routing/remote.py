@@ -87,7 +87,9 @@ Without ``dead_after_s`` (no heartbeats to watch), the proxy instead asks ``stat
 after every ``liveness_s`` of silence while it waits for a call's events: a destination
 that restarted mid-turn answers ``unknown`` and one that is gone does not answer, and
 either fails the call at once like a death (``DestinationDied``, its cause naming
-``DestinationLost``) instead of leaving the turn open.
+``DestinationLost``) instead of leaving the turn open. The next requests are then sent
+at once (nothing would announce the destination's return): the first reply from it
+shows it back, and its cached aids are asked again meanwhile.
 
 Failures travel as ``"<Kind>: <message>"`` (the destination's exception type and
 text): the proxy raises ``RemoteAnswerError`` whose ``cause`` is that string, which the
@@ -322,7 +324,7 @@ class RemoteAgent(Agent):
         self.aid_asks = 0
         """Routing-aid asks sent (the cache missed or was stale)."""
         self._dead: tuple[str, int] | None = None
-        """The (runtime, epoch) found dead, until that runtime heartbeats again."""
+        """The (runtime, epoch) found dead, until that runtime is heard from again."""
         self._revived = asyncio.Event()
         self.aids_ignored = 0
         """Published aids dropped: another protocol version, or no participant."""
@@ -386,6 +388,10 @@ class RemoteAgent(Agent):
         known = self._servers.get(runtime)
         if known is not None and epoch < known[0]:
             return  # an older incarnation's late message
+        dead = self._dead
+        if dead is not None and dead[0] == runtime and epoch >= dead[1]:
+            self._dead = None  # it answered (a reply or a publication): it is back
+            self._revived.set()
         self._servers[runtime] = (epoch, asyncio.get_running_loop().time())
         self._servers.move_to_end(runtime)
         if len(self._servers) > _SERVERS_KEPT:
@@ -774,8 +780,15 @@ class RemoteAgent(Agent):
             )
 
     async def _revival(self) -> bool:
-        """Wait (at most ``timeout_s``) for a dead destination to heartbeat again; False if not."""
-        if self._dead is None:
+        """Wait (at most ``timeout_s``) for a dead destination to heartbeat again; False if not.
+
+        Only with heartbeats watched (``dead_after_s``): without, no heartbeat would ever
+        announce it, and waiting failed every request after the destination was once found
+        dead (a status check unanswered within ``timeout_s``), long after a restarted
+        process was back. Then the request itself probes it: the dead mark only makes the
+        cached aids stale, and a reply from that runtime clears it (``_heard_server``).
+        """
+        if self._dead is None or self.dead_after_s is None:
             return True
         try:
             await asyncio.wait_for(self._revived.wait(), self.timeout_s)

@@ -9,6 +9,7 @@ from .routes import shard_of
 from .runtime import DEFERRED_REPLY, AgentRuntime, AskError, RuntimeClosedError
 from .sequence import Gap
 from .streams import ReplyOverflow, ReplyStream
+from .superseding import superseding
 
 __all__ = [
     "DEFAULT_BUS",
@@ -36,4 +37,5 @@ __all__ = [
     "runtime_dir",
     "shard_of",
     "subscribe",
+    "superseding",
 ]

@@ -18,6 +18,7 @@ from xrmq.topics import Topic
 
 from ._compat import enter_task, leave_task
 from .agent import Agent, RuntimeContext
+from .superseding import Latest, RequestLane, request_lane, superseding_keys
 
 if TYPE_CHECKING:
     from .runtime import AgentRuntime
@@ -57,19 +58,30 @@ class Mailbox:
     fault; an ask gets the error), the queue is kept, and the worker takes the next
     message. A handler that swallows the cancellation, or blocks the event loop itself,
     cannot be restarted here (see ``AgentRuntime``).
+
+    Superseding updates (handlers marked ``@superseding``, see ``superseding``): a newer
+    one of the same key replaces an older one still queued (counted in ``coalesced``),
+    and the next one waits while a request queued for another, idle actor on this event
+    loop has not been taken yet (``RequestLane``); a request queued here for this idle
+    actor holds the lane until the worker takes it.
     """
 
     __slots__ = (
         "_context",
         "_handoff",
+        "_holding",
         "_items",
+        "_lane",
+        "_latest",
         "_loop",
         "_stopping",
+        "_superseding",
         "_task",
         "_unstick",
         "_waiter",
         "agent",
         "capacity",
+        "coalesced",
         "faults",
         "name",
         "runtime",
@@ -86,7 +98,15 @@ class Mailbox:
         self._stopping = False
         self._unstick = False
         """A ``cancel_stuck`` is on its way to the handler in flight."""
-        self._items: deque[Delivery] = deque()
+        self.coalesced = 0
+        """Superseding updates replaced, while queued, by a newer one of the same key."""
+        self._items: deque[Delivery | Latest] = deque()
+        self._superseding = superseding_keys(type(agent))
+        self._latest: dict[Any, Latest] = {}
+        """The queued slot of each superseding key (one per slot: bounded by the queue)."""
+        self._lane: RequestLane | None = None
+        self._holding = False
+        """A request queued here while the actor was idle holds the lane (``RequestLane``)."""
         self._waiter: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._context: contextvars.Context | None = None
@@ -104,30 +124,86 @@ class Mailbox:
         return not self._items and waiter is not None and not waiter.done()
 
     @property
-    def head(self) -> Delivery | None:
-        """The delivery the actor takes next (None when empty); the same one for long: stuck."""
+    def head(self) -> object | None:
+        """What the actor takes next (a delivery, or a superseding update's slot; None when
+        empty); the same one for long: stuck."""
         return self._items[0] if self._items else None
 
     def offer(self, delivery: Delivery, start: bool = False) -> bool:
         """Take a delivery; False (refused) when full.
 
         With ``start``, an idle actor starts its handler now; otherwise (or when a
-        handler is running, or the task is about to take the queue) it is queued.
+        handler is running, or the task is about to take the queue) it is queued. A
+        superseding update replaces a queued one of its key (True, counted).
         """
         items = self._items
+        if self._superseding and delivery[2].reply_to is None:
+            key_of = self._superseding.get(getattr(delivery[0], "__func__", None))
+            if key_of is not None:
+                return self._offer_update(delivery, key_of)
         if len(items) >= self.capacity:
             return False
         waiter = self._waiter
         if not start or waiter is None or waiter.done():
             items.append(delivery)
             if waiter is not None and not waiter.done():
+                if delivery[2].reply_to is not None:
+                    self._hold()
                 waiter.set_result(None)
         else:
             self._start_inline(delivery, waiter)
         return True
 
+    def _offer_update(self, delivery: Delivery, key_of: Callable[[Any], Any]) -> bool:
+        """Queue a superseding update, or put it in the place of the queued one it supersedes."""
+        handler, message, metadata, topic = delivery
+        key: Any = None
+        slot: Latest | None = None
+        try:
+            key = (handler.__func__, metadata.participant_id, key_of(message))  # type: ignore[attr-defined]  # a bound method
+            slot = self._latest.get(key)
+        except Exception as error:  # a bad (or unhashable) key: an ordinary delivery, a fault
+            self.faults += 1
+            self.runtime.actor_fault(self.name, "superseding key", topic, metadata, error)
+            key = None
+        if slot is not None:
+            slot.delivery = delivery
+            self.coalesced += 1
+            # the runtime's counter (RuntimeMetrics.coalesced), kept beside its others
+            self.runtime._counters["coalesced"] += 1
+            return True
+        items = self._items
+        if len(items) >= self.capacity:
+            return False
+        if key is None:
+            items.append(delivery)
+        else:
+            slot = self._latest[key] = Latest(key, delivery)
+            items.append(slot)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        return True
+
+    def _hold(self) -> None:
+        """A request queued for this idle actor: superseding updates elsewhere wait for it."""
+        if not self._holding and self._lane is not None:
+            self._holding = True
+            self._lane.hold()
+
+    def _unhold(self, at_once: bool) -> None:
+        """The request was taken (``at_once`` False: release after its handler's first step
+        and what it scheduled), or can no longer be (the worker ended or stops)."""
+        if self._holding and self._lane is not None:
+            self._holding = False
+            if at_once or self._loop is None or self._loop.is_closed():
+                self._lane.release()
+            else:
+                self._loop.call_soon(self._lane.release)
+
     def start(self, *, call_on_start: bool) -> None:
         self._loop = asyncio.get_running_loop()
+        self._lane = request_lane(self._loop)
         self._context = contextvars.copy_context()
         self._spawn(call_on_start)
 
@@ -145,7 +221,9 @@ class Mailbox:
         if TYPE_CHECKING:  # start() set it
             assert self._loop is not None
         if self._stopping or task is not self._task or self._loop.is_closed():
+            self._unhold(at_once=True)
             return
+        self._unhold(at_once=True)
         if not self.runtime.running:
             return
         error = None if task.cancelled() else task.exception()
@@ -169,6 +247,7 @@ class Mailbox:
     async def stop(self) -> None:
         """Cancel the worker (an in-flight handler is cancelled) and wait for it."""
         self._stopping = True
+        self._unhold(at_once=True)
         if self._task is None:
             return
         self._task.cancel()
@@ -188,6 +267,8 @@ class Mailbox:
             enter_task(loop, task)
         except RuntimeError:  # offered from inside another task (or no inline start): queue it
             self._items.append(delivery)
+            if delivery[2].reply_to is not None:
+                self._hold()
             waiter.set_result(None)
             return
         handler, message, metadata, topic = delivery
@@ -223,6 +304,19 @@ class Mailbox:
             self.faults += 1
             self.runtime.actor_fault(self.name, "reply", topic, metadata, error)
 
+    async def _behind_requests(self, lane: RequestLane) -> None:
+        """Wait until no request queued for an idle actor holds ``lane``; a ``cancel_stuck``
+        meanwhile (nothing is in flight) only ends the wait."""
+        try:
+            await lane.clear()
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not self._unstick or self._stopping:
+                raise
+            self._unstick = False
+            if current is not None and current.uncancel():
+                raise  # also cancelled by someone else
+
     async def _run(self, call_on_start: bool) -> None:
         runtime = self.runtime
         if call_on_start:
@@ -231,10 +325,28 @@ class Mailbox:
         loop = self._loop
         if TYPE_CHECKING:  # start() set it before creating this task
             assert loop is not None
+        lane = self._lane
+        if TYPE_CHECKING:  # start() set it too
+            assert lane is not None
         handling: Awaitable[Any]
+        waited = False
         while True:
             if items:
-                handler, message, metadata, topic = items.popleft()
+                item = items.popleft()
+                if isinstance(item, Latest):
+                    if lane.held and not waited:  # a request elsewhere goes first (once)
+                        items.appendleft(item)
+                        waited = True
+                        await self._behind_requests(lane)
+                        continue
+                    waited = False
+                    del self._latest[item.key]
+                    delivery: Delivery = item.delivery
+                else:
+                    delivery = item
+                handler, message, metadata, topic = delivery
+                if self._holding:
+                    self._unhold(at_once=False)
                 try:
                     handling = handler(message, RuntimeContext(runtime, self.name, metadata, topic))
                 except Exception as error:  # not even a coroutine: a fault of this message
