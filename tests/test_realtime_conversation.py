@@ -197,6 +197,23 @@ async def _noop() -> None:
     return None
 
 
+async def speak(runtime: AgentRuntime, pcm: bytes, first: int) -> int:
+    """``pcm`` on ``audio.in`` as p1's microphone, in 20 ms frames numbered from ``first``;
+    the next frame's number."""
+    from xrmq.actors.voice.pcm import SAMPLE_RATE
+
+    size = SAMPLE_RATE * 20 // 1000 * 2
+    for offset in range(0, len(pcm), size):
+        await runtime.publish(
+            AUDIO_IN_TOPIC,
+            AudioFrame(pcm[offset : offset + size], SAMPLE_RATE, 1, first, 1),
+            participant_id="p1",
+            source="mic",
+        )
+        first += 1
+    return first
+
+
 @pytest.mark.timeout(60)
 async def test_speech_over_the_answer_cuts_its_audio_at_once() -> None:
     from realtime_helpers import silence, tone
@@ -214,21 +231,12 @@ async def test_speech_over_the_answer_cuts_its_audio_at_once() -> None:
         runtime.register("realtime", realtime)
         await runtime.start()
 
-        async def say(pcm: bytes, first: int) -> int:
-            size = SAMPLE_RATE * 20 // 1000 * 2
-            for offset in range(0, len(pcm), size):
-                await runtime.publish(
-                    AUDIO_IN_TOPIC,
-                    AudioFrame(pcm[offset : offset + size], SAMPLE_RATE, 1, first, 1),
-                    participant_id="p1",
-                    source="mic",
-                )
-                first += 1
-            return first
-
-        number = await say(tone(0.3, rate=SAMPLE_RATE) + silence(0.5, rate=SAMPLE_RATE), 0)
+        number = await speak(
+            runtime, tone(0.3, rate=SAMPLE_RATE) + silence(0.5, rate=SAMPLE_RATE), 0
+        )
         await client.wait(lambda c: c.playback == ["started"] and len(c.frames) >= 5)
-        await say(tone(0.1, rate=SAMPLE_RATE), number)  # the participant talks over the answer
+        # The participant talks over the answer.
+        await speak(runtime, tone(0.1, rate=SAMPLE_RATE), number)
         await client.wait(lambda c: c.playback == ["started", "done"])
         spoken = len(client.frames)
         await realtime.close()
@@ -255,21 +263,12 @@ async def test_barge_in_truncates_the_answer_to_the_audio_heard_on_server_and_tr
         runtime.register("realtime", realtime)
         await runtime.start()
 
-        async def say(pcm: bytes, first: int) -> int:
-            size = SAMPLE_RATE * 20 // 1000 * 2
-            for offset in range(0, len(pcm), size):
-                await runtime.publish(
-                    AUDIO_IN_TOPIC,
-                    AudioFrame(pcm[offset : offset + size], SAMPLE_RATE, 1, first, 1),
-                    participant_id="p1",
-                    source="mic",
-                )
-                first += 1
-            return first
-
-        number = await say(tone(0.3, rate=SAMPLE_RATE) + silence(0.5, rate=SAMPLE_RATE), 0)
+        number = await speak(
+            runtime, tone(0.3, rate=SAMPLE_RATE) + silence(0.5, rate=SAMPLE_RATE), 0
+        )
         await client.wait(lambda c: c.playback == ["started"] and len(c.frames) >= 60)
-        await say(tone(0.1, rate=SAMPLE_RATE), number)  # the participant talks over the answer
+        # The participant talks over the answer.
+        await speak(runtime, tone(0.1, rate=SAMPLE_RATE), number)
         await client.wait(lambda c: c.playback == ["started", "done"])
         spoken = len(client.frames)
         session = realtime.participants["p1"].session
