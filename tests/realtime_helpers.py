@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from xrmq.actors.realtime.provider import RealtimeConnection, RealtimeEvent, ResponseDone
 from xrmq.actors.realtime.server import OfflineBrain
-from xrmq.actors.realtime.session import SessionListener
+from xrmq.actors.realtime.session import RealtimeSession, SessionListener
 
 RATE = 24_000
 WAIT_S = 30.0
@@ -113,3 +113,10 @@ class Recorder(SessionListener):
         async with asyncio.timeout(WAIT_S), self.answered:
             await self.answered.wait_for(lambda: len(self.done) >= count)
         return self.done
+
+    async def ask(self, session: RealtimeSession, text: str, seq: int) -> str:
+        """Send ``text`` as the participant's turn ``seq`` and return the answer's text."""
+        count = len(self.done)
+        await session.send_text(text, seq)
+        done = await self.wait_answers(count + 1)
+        return done[count][1].text

@@ -55,13 +55,6 @@ def _session(
     )
 
 
-async def _ask(session: RealtimeSession, recorder: Recorder, text: str, seq: int) -> str:
-    count = len(recorder.done)
-    await session.send_text(text, seq)
-    done = await recorder.wait_answers(count + 1)
-    return done[count][1].text
-
-
 async def test_a_rollover_waiting_on_an_open_user_turn_gives_up_after_boundary_wait_s() -> None:
     """The participant keeps talking: the session is not cut mid-turn, the rollover is
     given up after ``boundary_wait_s`` (counted), the turn is answered by the same
@@ -119,7 +112,7 @@ async def test_a_rollover_whose_seed_stays_over_rollover_at_shrinks_the_tail_the
         await session.start()
         assert session.pressure() >= PressurePolicy().rollover_at  # the seed alone
         for seq in range(8):
-            await _ask(session, recorder, f"Note {seq}: shelf {seq} holds box {seq}.", seq)
+            await recorder.ask(session, f"Note {seq}: shelf {seq} holds box {seq}.", seq)
             await session.wait_for(lambda: session.phase is Phase.STREAMING)
         await session.close()
     assert session.counts["ineffective_rollovers"] == 2
@@ -136,7 +129,7 @@ async def test_a_rollover_that_relieves_the_pressure_is_not_counted_ineffective(
         session = _session(server, recorder, limits=RealtimeLimits(max_context_tokens=limit))
         await session.start()
         for seq in range(30):
-            await _ask(session, recorder, f"Note {seq}: shelf {seq} holds box {seq}.", seq)
+            await recorder.ask(session, f"Note {seq}: shelf {seq} holds box {seq}.", seq)
         await session.close()
     assert session.counts["rollovers"] >= 1
     assert session.counts["ineffective_rollovers"] == 0 and session.machine.policy == "proactive"
@@ -148,14 +141,14 @@ async def test_truncate_cuts_the_assistant_item_to_the_audio_heard_on_the_server
         recorder = Recorder()
         session = _session(server, recorder)
         await session.start()
-        answer = await _ask(session, recorder, "My badge number is 4417 and my desk is 12.", 1)
+        answer = await recorder.ask(session, "My badge number is 4417 and my desk is 12.", 1)
         response_id = recorder.done[0][1].response_id
         assert len(answer.split()) >= 4
         await session.truncate(response_id, 1000)  # half of its 2 s was heard
         await session.wait_for(lambda: session.counts["items_truncated"] == 1)
         heard = heard_part(answer, 1000, 2000)
         assistant = [m.text for m in session.transcript.messages if m.role == "assistant"]
-        next_answer = await _ask(session, recorder, "Go on.", 2)
+        next_answer = await recorder.ask(session, "Go on.", 2)
         await session.close()
     ((_, end, kept),) = server.truncations
     assert (end, kept) == (1000, heard) and 0 < len(heard.split()) < len(answer.split())
@@ -168,7 +161,7 @@ async def test_truncate_beyond_the_audio_received_is_clamped_to_it() -> None:
         recorder = Recorder()
         session = _session(server, recorder)
         await session.start()
-        answer = await _ask(session, recorder, "Tell me about the lab.", 1)
+        answer = await recorder.ask(session, "Tell me about the lab.", 1)
         await session.truncate(recorder.done[0][1].response_id, 60_000)
         await session.wait_for(lambda: session.counts["items_truncated"] == 1)
         await session.close()
@@ -195,8 +188,8 @@ async def test_checkpoints_are_summarized_by_the_compaction_workers() -> None:
         facts = ["My badge number is 4417.", "I parked on level 3.", "My sister lives in Lyon."]
         notes = [f"Note {n}: shelf {n} holds box {n}." for n in range(24)]
         for seq, text in enumerate(facts + notes):
-            await _ask(session, recorder, text, seq)
-        answer = await _ask(session, recorder, "What is my badge number?", 99)
+            await recorder.ask(session, text, seq)
+        answer = await recorder.ask(session, "What is my badge number?", 99)
         await session.close()
     assert session.counts["rollovers"] >= 1 and summarizer.failed == 0
     seeded = [text for text in server.instructions[1:] if SUMMARY_HEADER in text]

@@ -51,13 +51,6 @@ def _session(
     )
 
 
-async def _ask(session: RealtimeSession, recorder: Recorder, text: str, seq: int) -> str:
-    count = len(recorder.done)
-    await session.send_text(text, seq)
-    done = await recorder.wait_answers(count + 1)
-    return done[count][1].text
-
-
 async def test_pressure_rolls_the_session_over_before_the_provider_truncates_anything() -> None:
     limit = 400
     settings = ServerSettings(max_context_tokens=limit)
@@ -80,8 +73,8 @@ async def test_pressure_rolls_the_session_over_before_the_provider_truncates_any
             "The plant needs water on Fridays.",
         ]
         for seq, fact in enumerate(facts * 3):
-            await _ask(session, recorder, fact, seq)
-        answer = await _ask(session, recorder, "What is my badge number?", 99)
+            await recorder.ask(session, fact, seq)
+        answer = await recorder.ask(session, "What is my badge number?", 99)
         await session.close()
     assert session.counts["rollovers"] >= 2
     assert server.stats["truncated_items"] == 0 and server.stats["limit_closes"] == 0
@@ -104,8 +97,8 @@ async def test_without_rollover_the_same_session_loses_its_first_facts_to_trunca
             ["My badge number is 4417."]
             + [f"Note {n}: the shelf {n} holds box {n}." for n in range(12)]
         ):
-            await _ask(session, recorder, fact, seq)
-        answer = await _ask(session, recorder, "What is my badge number?", 99)
+            await recorder.ask(session, fact, seq)
+        answer = await recorder.ask(session, "What is my badge number?", 99)
         await session.close()
     assert server.stats["truncated_items"] > 0 and "4417" not in answer
 
@@ -175,7 +168,7 @@ async def test_late_events_of_the_old_session_are_dropped_and_counted() -> None:
         brain.release.set()
         await recorder.wait_answers(1)
         faults.late_events = False  # the old session's late events were sent already
-        answer = await _ask(session, recorder, "What is my badge number?", 2)
+        answer = await recorder.ask(session, "What is my badge number?", 2)
         await session.close()
     # The old session's duplicate response.done and error came after it was replaced.
     assert session.counts["stale_events"] >= 2
@@ -191,12 +184,12 @@ async def test_an_unexpected_disconnect_reconnects_with_the_latest_checkpoint() 
         session = _session(server, recorder=recorder)
         async with asyncio.timeout(WAIT_S):
             await session.start()
-        await _ask(session, recorder, "My badge number is 4417.", 1)
+        await recorder.ask(session, "My badge number is 4417.", 1)
         faults.drop_mid_response = 1
         await session.send_text("I parked on level 3.", 2)
         async with asyncio.timeout(WAIT_S):
             await session.wait_streaming(2)
-        answer = await _ask(session, recorder, "What is my badge number?", 3)
+        answer = await recorder.ask(session, "What is my badge number?", 3)
         await session.close()
     assert server.stats["dropped_mid_response"] == 1 and "4417" in answer
     assert server.seeded_items[-1][:1] == [("user", "My badge number is 4417.")]
@@ -209,10 +202,10 @@ async def test_a_failed_proactive_reconnect_retries_and_falls_back_to_natural() 
         session = _session(server, recorder=recorder)
         async with asyncio.timeout(WAIT_S):
             await session.start()
-        await _ask(session, recorder, "My badge number is 4417.", 1)
+        await recorder.ask(session, "My badge number is 4417.", 1)
         faults.refuse_connects = 1
         await session.request_rollover("test")
-        answer = await _ask(session, recorder, "What is my badge number?", 2)
+        answer = await recorder.ask(session, "What is my badge number?", 2)
         await session.request_rollover("again")
         await session.close()
     assert session.counts["connect_failures"] == 1 and session.counts["fallbacks"] == 1
@@ -229,14 +222,14 @@ async def test_a_provider_without_proactive_rollover_uses_the_checkpoint_at_next
         session = _session(server, recorder=recorder, proactive=False, keep_tail=0)
         await session.start()
         for seq, fact in enumerate(["My badge number is 4417.", "I parked on level 3."]):
-            await _ask(session, recorder, fact, seq)
+            await recorder.ask(session, fact, seq)
         await session.request_rollover("pressure")
         assert session.epoch == 1 and session.checkpointer.latest is not None
         faults.drop_mid_response = 1
         await session.send_text("My cat is called Tom.", 5)
         async with asyncio.timeout(WAIT_S):
             await session.wait_streaming(2)
-        answer = await _ask(session, recorder, "What is my badge number?", 6)
+        answer = await recorder.ask(session, "What is my badge number?", 6)
         await session.close()
     assert session.counts["deferred_to_disconnect"] == 1 and session.counts["reconnects"] == 1
     assert SUMMARY_HEADER in server.instructions[-1] and "4417" in answer
