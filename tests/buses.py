@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import shutil
 import subprocess
@@ -79,3 +81,19 @@ def processes_mentioning(text: str) -> list[int]:
             except OSError:
                 pass
     return found
+
+
+async def top_once_json(bus: str, *, expect: int = 1, window_s: float = 20) -> list[dict]:
+    """``xrmq top --once --json`` on ``bus`` as a real process, awaited without blocking the
+    test's loop (the runtimes it reports on run there): its rows, once ``expect`` runtimes
+    have reported (at most ``window_s``)."""
+    top = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *("-m", "xrmq.actors.cli", "top", "--bus", bus, "--once", "--json"),
+        *("--expect", str(expect), "--window", f"{window_s:g}"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    output, errors = await top.communicate()
+    assert top.returncode == 0, errors.decode()
+    return json.loads(output)

@@ -3,17 +3,13 @@ command."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import sys
-
 import pytest
 
 from xrmq.actors.edge.top import RED, RESET, TopView, render
 from xrmq.actors.runtime import Agent, AgentRuntime
 from xrmq.schemas import ProcessState, RuntimeMetrics, SupervisorReport
 
-from buses import broker_process
+from buses import broker_process, top_once_json
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -129,25 +125,8 @@ async def test_top_once_json_shows_a_runtime_publishing_metrics():
         runtime = AgentRuntime(bus, name="sensor-box", metrics_interval=0.05)
         runtime.register("sensor", Sensor())
         async with runtime:
-            top = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "xrmq.actors.cli",
-                "top",
-                "--bus",
-                bus,
-                "--once",
-                "--json",
-                "--expect",
-                "1",
-                "--window",
-                "20",
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-            )
-            output, errors = await top.communicate()
-            assert top.returncode == 0, errors.decode()
-    [row] = [row for row in json.loads(output) if row["runtime"] == "sensor-box"]
+            rows = await top_once_json(bus)
+    [row] = [row for row in rows if row["runtime"] == "sensor-box"]
     assert row["actors"] == {"sensor": 0}
     assert row["gauges"] == {"context.participants": 2.0}
     assert row["published_per_s"] > 0  # two reports arrived: it publishes at least its heartbeat

@@ -3,10 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import json
-import sys
-
 import pytest
 from tools_doubles import Probe, never_started, probe_reading, session_model, turn
 
@@ -18,7 +14,7 @@ from xrmq.actors.tools.policy import AutoCompactor
 from xrmq.actors.tools.tool import Tool
 from xrmq.topics import VOICE_OUTPUT_TOPIC
 
-from buses import broker_process
+from buses import broker_process, top_once_json
 from router_doubles import FakeContext
 
 pytestmark = pytest.mark.timeout(90)
@@ -53,24 +49,7 @@ async def test_tier_counters_are_gauges_of_the_tools_destination_and_top_shows_t
             await agent.compact("p1", tier="summary")  # the summarizer fails
             metrics = runtime.metrics()
             gauges = metrics.gauges
-            top = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "xrmq.actors.cli",
-                "top",
-                "--bus",
-                bus,
-                "--once",
-                "--json",
-                "--expect",
-                "1",
-                "--window",
-                "20",
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-            )
-            output, errors = await top.communicate()
-            assert top.returncode == 0, errors.decode()
+            rows = await top_once_json(bus)
     expected = {
         "toolcall_rounds_total": 2,
         "toolcall_reclaimed": 2,
@@ -83,7 +62,7 @@ async def test_tier_counters_are_gauges_of_the_tools_destination_and_top_shows_t
     assert {k: v for k, v in gauges.items() if k.startswith("tools.lab-tools.")} == {
         f"tools.lab-tools.{name}": value for name, value in expected.items()
     }
-    [row] = [row for row in json.loads(output) if row["runtime"] == "tools-box"]
+    [row] = [row for row in rows if row["runtime"] == "tools-box"]
     assert row["gauges"]["tools.lab-tools.toolcall_reclaimed"] == 2
     assert row["gauges"]["tools.lab-tools.summarize_failed"] == 1
     view = TopView()
