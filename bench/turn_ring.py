@@ -155,11 +155,11 @@ def paced(
             continue
         key = recv_frames(sub)
         arrived = time.perf_counter_ns()
-        participant = keys.get(key)
-        if participant is None or participant not in waiting:
+        replied = keys.get(key)
+        if replied is None or replied not in waiting:
             continue  # another command's late reply
-        rtts.append((arrived - waiting.pop(participant)) / 1000)
-        next_turn(participant)
+        rtts.append((arrived - waiting.pop(replied)) / 1000)
+        next_turn(replied)
     return rtts, failed
 
 

@@ -125,7 +125,7 @@ def test_the_ring_hops_answer_each_participant_on_its_own_key(bus: str) -> None:
         stack.callback(pub.close)
         for participant in (b"a", b"b"):
             send_frames(pub, [b"ring.query\x00" + participant + b"\x00", b"m", b"q"])
-        seen = []
+        seen: list[tuple[bytes, int, int]] = []
         while len(seen) < 6:  # each query, its turn, its output
             assert sub.poll(10_000), f"the ring stopped after {seen}"
             frames = sub.recv_multipart()
