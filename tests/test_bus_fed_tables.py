@@ -162,20 +162,26 @@ async def test_views_for_a_flood_of_participants_keep_the_replica_within_its_bou
 
 
 async def test_a_participant_with_a_write_in_flight_is_never_evicted():
+    # A split manager (no sections in this process or on this bus): bob's write stays in
+    # flight for the whole burst. With local sections it was acknowledged somewhere
+    # amid the forged views, at a point that depends on scheduling, after which bob
+    # was an ordinary participant (rightly evictable) and the count was 97 in about
+    # one run in ten under load.
     llm = ScriptedLLM()
-    context = ContextManager(llm, incremental_context_topics=(NOTES,), max_participants=5)
+    context = ContextManager(
+        llm, incremental_context_topics=(NOTES,), max_participants=5, deployment="split"
+    )
     runtime = AgentRuntime()
     runtime.register("context", context.subscriber())
     async with runtime:
         context.record_exchange(
             "bob", "hello", "hi", timestamp_us=1_714_572_785_000_000, exchange_id="bob-1"
-        )  # pending until its view arrives
+        )  # in flight: no section acknowledges it
         view = SectionView(NOTES, False, "forged", 1, (), host=0, epoch=runtime.epoch)
-        for index in range(100):  # sent before the dialogue can acknowledge bob's write
+        for index in range(100):
             runtime.send(context.plan.topics.view, view, participant_id=f"fake-{index}")
         while context.replicas_evicted < 96:
             await context.changed()
         assert context.participants == 5 and context.replicas_evicted == 96
         assert any("hello" in block.text for block in context.blocks("bob"))
-        await context.synced()
         await context.close()
