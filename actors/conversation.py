@@ -186,7 +186,6 @@ class Conversation(ClosingDestination):
         routed = current_turn_context()
         route = routed.route if routed is not None else DEFAULT_ROUTE
         pid = turn.participant_id
-        log = get_logger(actor=route, participant=pid, turn=turn.turn_id)
         if turn.history:
             self.context.reconcile_history(
                 pid,
@@ -209,7 +208,8 @@ class Conversation(ClosingDestination):
         text = "".join(parts).strip()
         if not text:
             raise ModelError(self.llm.model, "the answer was empty")
-        if stream.finish_reason != "stop":
+        if stream.finish_reason != "stop":  # the logger bound only then: 11 us a turn
+            log = get_logger(actor=route, participant=pid, turn=turn.turn_id)
             log.warning("conversation.answer_incomplete", finish_reason=stream.finish_reason)
         # Leaving the reply without an exception means its final frame was published.
         self.context.record_exchange(

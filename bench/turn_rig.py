@@ -3,11 +3,14 @@
 ``Deployment(config)`` starts an ``xrmq bus`` broker and one process per role of
 ``bench.turn_workers`` (context sections, compaction workers, conversation with its
 context replica, router, the measuring client, and optionally the sensor), plus the
-raw pyzmq ping-pong pair of ``bench.bus_workers`` through the same broker, so the
-runtime's turn latency and the raw round trip are measured side by side, and the tap of
-``bench.turn_tap``, which counts each turn's broker crossings up to its first chunk. Every
-process lives for the whole deployment except the conversation, which
-``restart_conversation`` replaces to change its model.
+raw pyzmq baselines through the same broker, so the runtime's turn latency and raw
+pyzmq are measured side by side: the ping-pong pair of ``bench.bus_workers`` (back to
+back) and the three processes of ``bench.turn_ring`` (the turn's 3-hop ring and a 2-hop
+round trip, paced like the turns); and the tap of ``bench.turn_tap``, which counts each
+turn's broker crossings up to its first chunk in a counting pass (``start_counting``,
+``crossings``) and is unsubscribed otherwise. Every process lives for the whole
+deployment except the conversation, which ``restart_conversation`` replaces to change
+its model.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ class Deployment:
             for role in roles:
                 self._start(role, self.config)
             self._start_raw()
+            self._start_ring()
             self._start_tap()
         except BaseException:
             self._stack.close()
@@ -96,14 +100,32 @@ class Deployment:
             self._stack.callback(worker.close)
             self.workers[name] = worker
 
+    def _start_ring(self) -> None:
+        # "raw-" names: not the turn path's processes (the storm suite's CPU rows skip them)
+        for name, argv in (
+            ("raw-ring-router", ("hop", self.bus, "router")),
+            ("raw-ring-conversation", ("hop", self.bus, "conversation")),
+            ("raw-ring-client", ("client", self.bus)),
+        ):
+            worker = Worker(name, "-m", "bench.turn_ring", *argv)
+            self._stack.callback(worker.close)
+            self.workers[name] = worker
+
     def _start_tap(self) -> None:
         worker = Worker("tap", "-m", "bench.turn_tap", self.bus)
         self._stack.callback(worker.close)
         self.workers["tap"] = worker
 
+    def start_counting(self) -> None:
+        """Subscribe the tap to the turn path (returns once the broker applied it): the
+        turns from now until ``crossings`` are counted, and share the cores with the tap."""
+        self.workers["tap"].command("start")
+        self.workers["tap"].expect("counting")
+
     def crossings(self) -> dict[str, Any]:
-        """Broker crossings from query to first chunk of each turn since the last call:
-        ``{"crossings": [per turn], "by_topic": {topic: crossings}}`` (``bench.turn_tap``)."""
+        """End the counting pass: broker crossings from query to first chunk of each turn
+        since ``start_counting``: ``{"crossings": [per turn], "by_topic": {topic:
+        crossings}, "outside": n}`` (``bench.turn_tap``)."""
         self.workers["tap"].command("counts")
         return self.workers["tap"].result()
 
@@ -124,6 +146,22 @@ class Deployment:
         """``count`` sequential raw pyzmq ping-pongs through the broker, in us."""
         self.workers["raw-ping"].command(f"ask {count}")
         return self.workers["raw-ping"].result()["rtt_us"]
+
+    def ring(self, count: int, participants: list[str], pause_ms: float) -> dict[str, Any]:
+        """The raw 3-hop ring (query, turn, chunk), paced as ``turns``: ``{"rtt_us",
+        "failed"}`` (``bench.turn_ring``)."""
+        return self._paced("ring", count, participants, pause_ms)
+
+    def paced_rtt(self, count: int, participants: list[str], pause_ms: float) -> dict[str, Any]:
+        """The raw 2-hop round trip, paced as ``turns``: ``{"rtt_us", "failed"}``."""
+        return self._paced("ping", count, participants, pause_ms)
+
+    def _paced(
+        self, loop: str, count: int, participants: list[str], pause_ms: float
+    ) -> dict[str, Any]:
+        client = self.workers["raw-ring-client"]
+        client.command(f"{loop} {count} {','.join(participants)} {pause_ms}")
+        return client.result(timeout=60 + count * 5)
 
     def turns(self, count: int, participants: list[str], pause_ms: float) -> dict[str, Any]:
         """``count`` sequential turns per participant, participants concurrently, a
@@ -163,3 +201,8 @@ class Deployment:
     def cpu_seconds(self) -> dict[str, float]:
         """CPU seconds used so far by each process."""
         return {name: worker.cpu_seconds() for name, worker in self.workers.items()}
+
+    def cpu_ns(self, names: tuple[str, ...] = ("broker", *ROLES)) -> dict[str, int]:
+        """CPU ns run so far by the threads of each process of ``names`` (``Worker.cpu_ns``:
+        schedstat, finer than ``cpu_seconds``)."""
+        return {name: self.workers[name].cpu_ns() for name in names if name in self.workers}

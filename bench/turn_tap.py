@@ -1,27 +1,39 @@
-"""Broker crossings per turn, counted by a passive tap on the broker's output (issue 23).
+"""Broker crossings per turn, counted by a tap on the broker's output (issue 23).
 
-``python -m bench.turn_tap BUS`` subscribes (raw pyzmq) to every topic of the turn path:
-the query topic, every ``route.*`` topic (the remote destination's requests, signals
-and events), every ``_inbox.*`` topic (the replies to asks) and the reply topic. Each
-message the broker forwards there is one broker crossing. For each turn (a
-``UserQuery`` on the query topic; its metadata ``message_id`` is the turn id) it counts
-the crossings of that participant from the query, included, to the turn's first
-nonblank reply fragment, included: what a turn pays in the runtime before the
-renderer can speak. Not counted, as not part of the turn's way to its first chunk:
-another turn's reply fragments, and the end events (``done``/``failed``/``cancelled``)
-of a previous call that arrive late. ``counts`` prints ``{"crossings": [per turn],
-"by_topic": {topic: crossings}}`` for the turns completed since the last ``counts``.
+``python -m bench.turn_tap BUS`` counts, in a counting pass only, every message the broker
+forwards on the turn path: the query topic, every ``route.*`` topic (the remote
+destination's requests, signals and events), every ``_inbox.*`` topic (the replies to
+asks) and the reply topic (raw pyzmq). Each such message is one broker crossing. For each
+turn (a ``UserQuery`` on the query topic; its metadata ``message_id`` is the turn id) it
+counts the crossings of that participant from the query, included, to the turn's first
+nonblank reply fragment, included: what a turn pays in the runtime before the renderer
+can speak. Not counted, as not part of the turn's way to its first chunk: another turn's
+reply fragments, and the end events (``done``/``failed``/``cancelled``) of a previous
+call that arrive late.
+
+Commands: ``start`` subscribes to those topics and prints ``counting`` once the broker
+applies the subscriptions; ``counts`` reads everything the broker forwarded until then,
+unsubscribes, and prints ``{"crossings": [per turn], "by_topic": {topic: crossings},
+"outside": n}`` for the turns completed in the pass (``outside``: turn-path messages read
+between passes, 0 unless an unsubscription was still in flight).
 
 Why a separate process: it reads what every subscriber of the broker reads, in the
-broker's order, without taking CPU from the processes whose latency is measured.
+broker's order, without instrumenting the processes whose latency is measured. Why only
+in a pass: subscribed, it is one more subscriber the broker copies every turn message to,
+and a process woken per message on the cores the timed turns share (1.3 ms of CPU per
+turn, of about 10 ms for the whole path, on the 2-core box), so timed turns run without it.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
 import re
 import sys
 import threading
+import time
+import uuid
 from collections import Counter
 
 import msgspec
@@ -96,22 +108,92 @@ class Tally:
             return record
 
 
+TOPICS = (_QUERY + b"\x00", b"route.", b"_inbox.", _OUTPUT_NAME + b"\x00")
+"""The turn path's topics (subscription prefixes): subscribed only while counting."""
+
+
+class Tap:
+    """The tap's socket and state, on one thread: stdin and the SUB share one poller."""
+
+    def __init__(self, bus: str) -> None:
+        self.pub, self.sub = raw_sockets(bus)
+        self.tally = Tally()
+        self.counting = False
+        self.outside = 0
+        """Turn-path messages read while not counting (an unsubscription still in flight)."""
+
+    def read(self) -> bytes:
+        """Read one message: counted while counting; its key."""
+        frames = self.sub.recv_multipart()
+        if self.counting:
+            self.tally.observe(frames)
+        elif not frames[0].startswith(b"_probe."):
+            self.outside += 1
+        return frames[0]
+
+    def barrier(self, subscribe: bool = False) -> None:
+        """Return once the broker has applied this socket's subscriptions (with
+        ``subscribe``) and this socket has read every message the broker forwarded to it
+        before now: a fresh probe prefix, subscribed after the others (a SUB's
+        subscriptions reach the broker in order), is published until one comes back."""
+        prefix = f"_probe.{uuid.uuid4().hex}\x00".encode()
+        self.sub.setsockopt(zmq.SUBSCRIBE, prefix)
+        probe = prefix + b"\x00?"
+        try:
+            while True:
+                self.pub.send_multipart([probe, b"", b""])
+                deadline = time.monotonic() + 0.02
+                while (left := deadline - time.monotonic()) > 0 and self.sub.poll(
+                    math.ceil(left * 1000)
+                ):
+                    if self.read() == probe:
+                        return
+        finally:
+            self.sub.setsockopt(zmq.UNSUBSCRIBE, prefix)
+
+    def start(self) -> None:
+        """Subscribe to the turn path; counting from the first message of a turn that
+        the broker forwards after this returns."""
+        self.tally.take()  # nothing from before
+        self.counting = True
+        for topic in TOPICS:
+            self.sub.setsockopt(zmq.SUBSCRIBE, topic)
+        self.barrier()
+
+    def stop(self) -> dict:
+        """Read what the broker forwarded until now, unsubscribe; the counts."""
+        self.barrier()
+        self.counting = False
+        for topic in TOPICS:
+            self.sub.setsockopt(zmq.UNSUBSCRIBE, topic)
+        record = self.tally.take()
+        record["outside"], self.outside = self.outside, 0
+        return record
+
+
 def main(bus: str) -> None:
-    _, sub = raw_sockets(bus, _QUERY + b"\x00", b"route.", b"_inbox.", _OUTPUT_NAME + b"\x00")
-    tally = Tally()
-
-    def read() -> None:
-        while True:
-            try:
-                tally.observe(sub.recv_multipart())
-            except zmq.ZMQError:
-                return
-
-    threading.Thread(target=read, name="tap", daemon=True).start()
+    tap = Tap(bus)
+    stdin = sys.stdin.fileno()
+    poller = zmq.Poller()
+    poller.register(tap.sub, zmq.POLLIN)
+    poller.register(stdin, zmq.POLLIN)
     print("ready", flush=True)
-    for line in sys.stdin:
-        if line.split() == ["counts"]:
-            print(json.dumps(tally.take()), flush=True)
+    pending = b""
+    while True:
+        for ready, _ in poller.poll():
+            if ready is tap.sub:
+                tap.read()
+                continue
+            data = os.read(stdin, 4096)
+            if not data:
+                return  # stdin closed: the deployment is closing
+            *lines, pending = (pending + data).split(b"\n")
+            for line in lines:
+                if line.split() == [b"start"]:
+                    tap.start()
+                    print("counting", flush=True)
+                elif line.split() == [b"counts"]:
+                    print(json.dumps(tap.stop()), flush=True)
 
 
 if __name__ == "__main__":

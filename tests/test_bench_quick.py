@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -95,7 +96,37 @@ def test_quick_run_writes_results_for_the_suite(name: str, tmp_path: Path) -> No
             "storm p99 / idle p99",
             "storm p99 journal on / off",
         ]
+    if name == "turn":
+        _check_turn_rows(rows, results["repetitions"])
     if name == "curve":
         subjects = {row["subject"] for row in rows}
         assert subjects == {"tcp+curve+acl", "AccessPolicy.check_message"}
         assert all(row["extra"]["lost"] == 0 for row in rows if row["group"].startswith("one-way"))
+
+
+def _check_turn_rows(rows: list[dict], repetitions: int) -> None:
+    """The turn suite's baselines (issue 23): the back-to-back raw round trip and ``x raw`` as
+    before, the paced raw ring and 2-hop round trip, ``x ring`` paired per repetition, the
+    crossings of the counting pass and the CPU per turn of each process."""
+    group = "turn to first chunk at the renderer, zero-delay model"
+    by_subject = {row["subject"]: row for row in rows if row["group"] == group}
+    turn = by_subject["xrmq turn path"]
+    raw = by_subject["raw pyzmq round trip (same broker)"]
+    ring = by_subject["raw pyzmq 3-hop ring (the turn's crossings), paced like the turns"]
+    paced = by_subject["raw pyzmq 2-hop round trip, paced like the turns"]
+    for baseline in (raw, ring, paced):
+        assert baseline["median"] > 0 and baseline["extra"]["p99 us"] >= baseline["median"]
+    extra = turn["extra"]
+    paired = [t / r for t, r in zip(turn["repetitions"], ring["repetitions"], strict=True)]
+    assert extra["x ring p50"] == pytest.approx(statistics.median(paired))
+    paired_raw = [t / r for t, r in zip(turn["repetitions"], raw["repetitions"], strict=True)]
+    assert extra["x raw p50"] == pytest.approx(statistics.median(paired_raw))
+    assert extra["x ring p99"] > 0 and extra["x raw p99"] > 0
+    assert 3 <= extra["crossings per turn p50"] <= extra["crossings per turn max"]
+    assert extra["counting pass (tap on) p50 us"] > 0
+    (cpu,) = [row for row in rows if row["group"].startswith("CPU per zero-delay turn")]
+    per_process = {key.removesuffix(" us"): value for key, value in cpu["extra"].items()}
+    assert set(per_process) == {"broker", "sections", "workers", "conversation", "router", "client"}
+    assert all(per_process[name] > 0 for name in ("broker", "conversation", "router", "client"))
+    assert repetitions == 1  # a quick run: the median of the sums is the sum of the medians
+    assert cpu["median"] == pytest.approx(sum(per_process.values()))

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from xrmq.actors.context import (
     OMISSION_MARKER,
@@ -23,7 +25,7 @@ from xrmq.actors.context import (
     utf8_size,
 )
 from xrmq.actors.context.compaction import compact_message
-from xrmq.actors.context.engine import SectionKind
+from xrmq.actors.context.engine import SectionKind, exchange_identity, history_tail
 from xrmq.actors.models import compaction_limit
 from xrmq.schemas import CompactionPrompts
 
@@ -786,3 +788,50 @@ def test_exchange_ids_of_different_types_are_different_identities():
     state = section.new_state("g")
     assert section.record_exchange(state, "q", "a", timestamp_us=T0, exchange_id=1)
     assert section.record_exchange(state, "q", "a", timestamp_us=T0, exchange_id="1")
+
+
+def _history_tail_reference(known, exchanges, *, exchange_ids, now_us):
+    """``history_tail`` as its docstring states it, with every identity computed."""
+    window = [
+        (request, answer, timestamp_us, exchange_identity(request, answer, timestamp_us, eid))
+        for (request, answer, timestamp_us), eid in zip(exchanges, exchange_ids)
+    ]
+    known_at = [index for index, item in enumerate(window) if item[3] in known]
+    tail = window[known_at[-1] + 1 :] if known_at else window
+    added, seen = [], set()
+    for request, answer, timestamp_us, identity in tail:
+        if identity not in known and identity not in seen:
+            seen.add(identity)
+            added.append(
+                (identity, request, answer, now_us if timestamp_us is None else timestamp_us)
+            )
+    return added
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["q1", "q2", "q3"]),
+            st.sampled_from(["a1", "a2"]),
+            st.one_of(st.none(), st.sampled_from([T0, T0 + SECOND])),
+            st.one_of(st.none(), st.sampled_from(["t1", "t2", "t3", 7])),
+        ),
+        max_size=8,
+    ),
+    st.sets(st.integers(0, 7), max_size=4),
+)
+def test_history_tail_scanning_from_the_newest_exchange_adds_what_the_window_rule_says(
+    window, known_positions
+):
+    exchanges = [(request, answer, timestamp_us) for request, answer, timestamp_us, _ in window]
+    ids = [eid for *_, eid in window]
+    known = {
+        exchange_identity(*exchanges[index], ids[index])
+        for index in known_positions
+        if index < len(window)
+    }
+    now = T0 + 60 * SECOND
+    assert history_tail(known, exchanges, exchange_ids=ids, now_us=now) == (
+        _history_tail_reference(known, exchanges, exchange_ids=ids, now_us=now)
+    )

@@ -218,6 +218,31 @@ async def test_an_ask_is_in_flight_in_the_metrics_until_its_reply_arrives():
         assert runtime.metrics().tables["asks_in_flight"] == 0
 
 
+async def test_request_sends_before_it_returns_and_its_task_is_the_reply():
+    runtime = AgentRuntime()
+    runtime.register("echo", Echo())
+    async with runtime:
+        published = runtime.metrics().published
+        asked = runtime.request(NOTES, Update("now"), reply_type=str)
+        # handed to the bus and in flight already, before the caller yields once
+        assert runtime.metrics().published == published + 1
+        assert runtime.metrics().tables["asks_in_flight"] == 1
+        assert await asked == "NOW"
+        assert runtime.metrics().tables["asks_in_flight"] == 0
+
+
+async def test_request_fails_at_once_on_a_stopped_runtime_and_its_reply_like_ask():
+    runtime = AgentRuntime()
+    runtime.register("echo", Echo())
+    with pytest.raises(RuntimeClosedError, match="not running"):
+        runtime.request(NOTES, Update("early"))
+    async with runtime:
+        with pytest.raises(AskError, match="bad request"):
+            await runtime.request(NOTES, Update("fail"), reply_type=str)
+        with pytest.raises(TimeoutError, match="no reply on 'notes'"):
+            await runtime.request(NOTES, Update("hold"), timeout=0.05)
+
+
 async def test_ask_times_out_cleanly_when_nobody_answers():
     runtime = AgentRuntime()
     async with runtime:

@@ -240,24 +240,25 @@ def history_tail(
     if len(exchange_ids) != len(exchanges):
         raise ValueError("exchange_ids: must have exactly one id per exchange")
     check_timestamp(now_us)
-    window = [
-        (
-            request,
-            answer,
-            timestamp_us,
-            exchange_identity(request, answer, timestamp_us, exchange_id),
-        )
-        for (request, answer, timestamp_us), exchange_id in zip(exchanges, exchange_ids)
-    ]
-    known_at = [index for index, item in enumerate(window) if item[3] in known]
-    tail = window[known_at[-1] + 1 :] if known_at else window
+    # Newest first, back to the last known exchange: a window whose newest exchange is
+    # known (the common case: the destination recorded it) costs one identity, not one
+    # per exchange, on every turn.
+    tail: list[tuple[str, str, int | None, bytes]] = []
+    for (request, answer, timestamp_us), exchange_id in zip(
+        reversed(exchanges), reversed(exchange_ids)
+    ):
+        identity = exchange_identity(request, answer, timestamp_us, exchange_id)
+        if identity in known:
+            break
+        tail.append((request, answer, timestamp_us, identity))
+    tail.reverse()
     for _, _, timestamp_us, _ in tail:  # validate all first: a bad window adds nothing
         if timestamp_us is not None:
             check_timestamp(timestamp_us)
     added: list[tuple[bytes, str, str, int]] = []
     seen: set[bytes] = set()
     for request, answer, timestamp_us, identity in tail:
-        if identity in known or identity in seen:
+        if identity in seen:
             continue  # repeated within the window
         seen.add(identity)
         added.append((identity, request, answer, now_us if timestamp_us is None else timestamp_us))

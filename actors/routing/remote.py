@@ -537,15 +537,13 @@ class RemoteAgent(Agent):
                 self.remote_name,
                 f"DestinationUnreachable: the answer was not accepted: {self._dead_reason()}",
             )
-        asking = asyncio.ensure_future(
-            runtime.ask(
-                self.topics.turn,
-                request,
-                reply_type=RouteOutcome,
-                participant_id=pid,
-                source=self.name,
-                timeout=self.timeout_s,
-            )
+        asking = runtime.request(  # sent now, not when a task wrapping ask() first runs
+            self.topics.turn,
+            request,
+            reply_type=RouteOutcome,
+            participant_id=pid,
+            source=self.name,
+            timeout=self.timeout_s,
         )
         try:
             outcome: RouteOutcome = await asyncio.shield(asking)

@@ -498,6 +498,9 @@ class AgentRouter(Agent):
                 unreachable[name] = f"unreachable ({describe_failure(error)})"
                 return INELIGIBLE
 
+        if len(self.agents) == 1:  # in this task: gather would start a task and a loop pass
+            [(name, agent)] = self.agents.items()
+            return {name: await aid(name, agent)}
         found = await asyncio.gather(*(aid(name, agent) for name, agent in self.agents.items()))
         return dict(zip(self.agents, found))
 
