@@ -10,7 +10,11 @@ Measures, in one process, offline (no network):
 - ``OfflineLLM``: the built-in model with zero delays (its extractive work on a
   realistic prompt, plus the stream machinery);
 - ``OfflineLLM defaults``: the built-in model's default pacing, to show the configured
-  time to first token is what a caller sees.
+  time to first token is what a caller sees;
+- ``offline_turn_cpu``: the CPU of ``OfflineLLM.respond`` plus its usage count per turn
+  on turn-suite-like requests (``bench.offline_reference.turn_requests``: a ~6 KB context
+  mostly repeated from turn to turn, a new question each turn), the model with its
+  per-line caches against the uncached reference in the same run.
 
 Run: ``python -m bench.models_bench [--iterations N]``. Each figure is p50/p99 over N
 calls after a warm-up (litellm's first call initializes lazily and takes ~1 s).
@@ -26,8 +30,10 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from xrmq.actors.models import ChatMessage, LiteLLMService, OfflineLLM
+from xrmq.actors.models import ChatMessage, ChatRequest, LiteLLMService, OfflineLLM
 from xrmq.actors.models.litellm_service import import_litellm
+
+from .offline_reference import reference_respond, reference_usage, turn_requests
 
 PROVIDER = "xrmq-bench"
 CONTEXT_LINES = [
@@ -185,6 +191,38 @@ async def main(iterations: int) -> list[dict[str, Any]]:
     return rows
 
 
+def offline_turn_cpu(turns: int, rounds: int, window: int = 30) -> dict[str, list[float]]:
+    """CPU µs per turn of respond + usage, per round: ``cached`` (``OfflineLLM``) and
+    ``reference`` (uncached), one after the other. Each round is a participant of its own
+    (its turns are numbered apart from every other round's, so no line of it is cached
+    yet): its first ``window`` turns fill the context untimed, then ``turns`` turns are
+    timed. The replies and counts of both are checked equal."""
+    model = OfflineLLM(time_to_first_token_s=0, tokens_per_second=0)
+
+    def cached(request: ChatRequest) -> tuple[str, object]:
+        text = model.respond(request)
+        return text, model._usage(request, len(text.split()))
+
+    def reference(request: ChatRequest) -> tuple[str, object]:
+        text = reference_respond(request)
+        return text, reference_usage(request, len(text.split()))
+
+    per_turn: dict[str, list[float]] = {"cached": [], "reference": []}
+    for round_number in range(rounds):
+        first = round_number * 10 * (window + turns)
+        requests = turn_requests(window + turns, first=first, window=window)
+        answers = {}
+        for name, run in (("cached", cached), ("reference", reference)):
+            for request in requests[:window]:
+                run(request)
+            began = time.process_time()
+            answers[name] = [run(request) for request in requests[window:]]
+            per_turn[name].append((time.process_time() - began) / turns * 1e6)
+        if answers["cached"] != answers["reference"]:
+            raise AssertionError("offline_turn_cpu: the cached model answered differently")
+    return per_turn
+
+
 def report(rows: list[dict[str, Any]]) -> str:
     lines = [
         f"python {platform.python_version()} on {platform.machine()}",
@@ -212,3 +250,10 @@ if __name__ == "__main__":
     parser.add_argument("--iterations", type=int, default=300)
     args = parser.parse_args()
     print(report(asyncio.run(main(args.iterations))))
+    cpu = offline_turn_cpu(turns=300, rounds=5)
+    cached, reference = (statistics.median(cpu[name]) for name in ("cached", "reference"))
+    print(
+        f"\nOfflineLLM respond + usage CPU per turn (median of 5 rounds of 300 turns): "
+        f"{cached:.0f} µs cached, {reference:.0f} µs uncached reference, "
+        f"{reference / cached:.1f}x"
+    )

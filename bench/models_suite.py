@@ -1,4 +1,5 @@
-"""Models suite: ``bench.models_bench`` (time to first chunk of the model layer) in the runner.
+"""Models suite: ``bench.models_bench`` (time to first chunk of the model layer, OfflineLLM's
+CPU per turn) in the runner.
 
 The module stays a standalone script (``python -m bench.models_bench``); this adapter
 runs its ``main`` and turns its rows into ``Row``s. Each path is one row of its own
@@ -35,8 +36,27 @@ def run(ctx: SuiteContext) -> SuiteResult:
                 extra={"p99 ms": p99s[len(p99s) // 2], "n": first["n"]},
             )
         )
+    cpu = models_bench.offline_turn_cpu(turns=30 if ctx.quick else 300, rounds=ctx.repetitions)
+    medians = {name: sorted(values)[len(values) // 2] for name, values in cpu.items()}
+    for name, subject in (("reference", "uncached reference"), ("cached", "OfflineLLM")):
+        result.append(
+            Row(
+                group="OfflineLLM respond + usage CPU per turn",
+                subject=subject,
+                unit="µs",
+                median=medians[name],
+                repetitions=cpu[name],
+                higher_is_better=False,
+                extra={"reference / this": medians["reference"] / medians[name]},
+            )
+        )
     return SuiteResult(
-        rows=result, notes=["OfflineLLM (defaults) runs 10 calls per repetition whatever the size."]
+        rows=result,
+        notes=[
+            "OfflineLLM (defaults) runs 10 calls per repetition whatever the size.",
+            "CPU per turn: turn-suite-like requests (bench.offline_reference), the per-line"
+            " caches cold at the start of each repetition.",
+        ],
     )
 
 

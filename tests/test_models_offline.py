@@ -211,3 +211,10 @@ def test_offline_answer_does_not_read_out_summary_and_state_labels():
     assert answer_from_context("Which pallet is at the dock?", context) == (
         "Bob is at the loading dock next to pallet P-12."
     )
+
+
+async def test_a_first_person_look_alike_is_said_back_as_written_not_a_crash() -> None:
+    # "İ", "ı" and "ſ" match "i" and "s" only case-insensitively; they lowered to no key.
+    for said in ("İ left the key in drawer 12", "ı left the key", "I did it myſelf"):
+        completion = await instant().complete(ask(said))
+        assert completion.text.startswith("Noted: ") and said.split()[-1] in completion.text

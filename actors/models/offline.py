@@ -27,7 +27,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 
 from xrmq.actors.prompts.compaction import compaction_limit
 
-from .chunking import word_chunks
+from .chunking import chunk_count, word_chunks
 from .extractive import content_lines, extractive_summary, reply
 from .offline_tools import answer_after_tools, choose_tool_call
 from .service import LLMService
@@ -99,5 +99,5 @@ class OfflineLLM(LLMService):
 
     @staticmethod
     def _usage(request: ChatRequest, output_tokens: int) -> Usage:
-        input_tokens = sum(len(word_chunks(message.content)) for message in request.messages)
+        input_tokens = sum(chunk_count(message.content) for message in request.messages)
         return Usage(input_tokens=input_tokens, output_tokens=output_tokens)
