@@ -141,7 +141,8 @@ async def test_queued_updates_of_one_key_coalesce_to_the_newest_in_place_with_a_
 
 async def test_a_request_for_an_idle_actor_is_taken_before_queued_updates_of_another():
     """The updates' actor is scheduled first (its gate opens first), yet the request, and the
-    task its handler started, run before any queued update: the request lane."""
+    task its handler started, run before any queued update of another participant: the
+    request lane."""
     log: list[str] = []
     replica, server = Replica(log), Server(log)
     runtime = AgentRuntime()
@@ -156,7 +157,7 @@ async def test_a_request_for_an_idle_actor_is_taken_before_queued_updates_of_ano
         await runtime.publish(STATES, State("gate", 0), participant_id="p1")
         await replica.holding.wait()
         for seq, section in enumerate(("a", "b", "c", "end"), start=1):
-            update = (replica.on_state, State(section, 1), _metadata(seq, "p1"), STATES)
+            update = (replica.on_state, State(section, 1), _metadata(seq, "p2"), STATES)
             assert updates.offer(update)
         assert requests.idle
         # one synchronous step, as one drain of the reader: the updates' actor is woken
@@ -170,6 +171,37 @@ async def test_a_request_for_an_idle_actor_is_taken_before_queued_updates_of_ano
         assert request_lane(asyncio.get_running_loop()).held == 0
     states = ["state a 1", "state b 1", "state c 1", "state end 1"]
     assert log == ["request turn", "follow-up turn", *states]
+
+
+async def test_a_participants_own_queued_updates_are_applied_before_its_request():
+    """A view read before the participant's own request is applied first: its turn must not
+    be answered from the context as it was before a view its asker had already seen. Other
+    participants' updates still wait."""
+    log: list[str] = []
+    replica, server = Replica(log), Server(log)
+    runtime = AgentRuntime()
+    runtime.register("replica", replica)
+    runtime.register("server", server)
+    async with runtime:
+        assert await runtime.ask(ASKS, Ping("warm"), reply_type=str) == "warm"  # parked, idle
+        await server.followed.wait()
+        server.followed.clear()
+        log.clear()
+        updates, requests = runtime._agents["replica"], runtime._agents["server"]
+        await runtime.publish(STATES, State("gate", 0), participant_id="p1")
+        await replica.holding.wait()
+        for seq, section in enumerate(("mine", "end"), start=1):
+            update = (replica.on_state, State(section, 1), _metadata(seq, "p1"), STATES)
+            assert updates.offer(update)
+        replica.gate.set()
+        request = (server.on_ask, Ping("turn"), _metadata(9, "p1", "_inbox.nobody"), ASKS)
+        assert requests.offer(request, False)
+        lane = request_lane(asyncio.get_running_loop())
+        assert lane.held == 1 and lane.holds_for("p1") and not lane.holds_for("p2")
+        await replica.ended.wait()
+        await server.followed.wait()
+        assert lane.held == 0 and not lane.holds_for("p1")
+    assert log.index("state mine 1") < log.index("request turn")
 
 
 async def test_a_one_way_message_takes_no_lane_and_queued_updates_keep_their_turn():

@@ -69,6 +69,7 @@ class Mailbox:
     __slots__ = (
         "_context",
         "_handoff",
+        "_held_for",
         "_holding",
         "_items",
         "_lane",
@@ -106,6 +107,7 @@ class Mailbox:
         """The queued slot of each superseding key (one per slot: bounded by the queue)."""
         self._lane: RequestLane | None = None
         self._holding = False
+        self._held_for: str | None = None
         """A request queued here while the actor was idle holds the lane (``RequestLane``)."""
         self._waiter: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -148,7 +150,7 @@ class Mailbox:
             items.append(delivery)
             if waiter is not None and not waiter.done():
                 if delivery[2].reply_to is not None:
-                    self._hold()
+                    self._hold(delivery[2].participant_id)
                 waiter.set_result(None)
         else:
             self._start_inline(delivery, waiter)
@@ -185,11 +187,13 @@ class Mailbox:
             waiter.set_result(None)
         return True
 
-    def _hold(self) -> None:
-        """A request queued for this idle actor: superseding updates elsewhere wait for it."""
+    def _hold(self, participant_id: str | None) -> None:
+        """A request queued for this idle actor: superseding updates elsewhere wait for it,
+        except the participant's own (``RequestLane``)."""
         if not self._holding and self._lane is not None:
             self._holding = True
-            self._lane.hold()
+            self._held_for = participant_id
+            self._lane.hold(participant_id)
 
     def _unhold(self, at_once: bool) -> None:
         """The request was taken (``at_once`` False: release after its handler's first step
@@ -197,9 +201,9 @@ class Mailbox:
         if self._holding and self._lane is not None:
             self._holding = False
             if at_once or self._loop is None or self._loop.is_closed():
-                self._lane.release()
+                self._lane.release(self._held_for)
             else:
-                self._loop.call_soon(self._lane.release)
+                self._loop.call_soon(self._lane.release, self._held_for)
 
     def start(self, *, call_on_start: bool) -> None:
         self._loop = asyncio.get_running_loop()
@@ -268,7 +272,7 @@ class Mailbox:
         except RuntimeError:  # offered from inside another task (or no inline start): queue it
             self._items.append(delivery)
             if delivery[2].reply_to is not None:
-                self._hold()
+                self._hold(delivery[2].participant_id)
             waiter.set_result(None)
             return
         handler, message, metadata, topic = delivery
@@ -334,7 +338,11 @@ class Mailbox:
             if items:
                 item = items.popleft()
                 if isinstance(item, Latest):
-                    if lane.held and not waited:  # a request elsewhere goes first (once)
+                    if (  # a request elsewhere goes first (once), unless it is the participant's
+                        lane.held
+                        and not waited
+                        and not lane.holds_for(item.delivery[2].participant_id)
+                    ):
                         items.appendleft(item)
                         waited = True
                         await self._behind_requests(lane)

@@ -17,7 +17,9 @@ actor's mailbox follow from that, and only for such one-way deliveries:
   resumes only after the request's handler has taken its first step and what that
   step scheduled (an answer's task) has been queued ahead of it. Without this, a turn's
   request read behind a burst of section views waited for every one of them to be
-  applied first, on the same event loop (issue 23: the compaction storm's tail).
+  applied first, on the same event loop (issue 23: the compaction storm's tail). The
+  participant's own updates do not wait: one read before its request must be applied
+  before it, or the turn is answered without a view its asker had already seen.
 
 A hold lasts at most until the idle actor's task runs, which is already scheduled when
 the hold is taken (its mailbox was parked), so an update is delayed by a few loop
@@ -96,26 +98,40 @@ class RequestLane:
     """Requests queued for idle actors on one event loop, which superseding updates wait for.
 
     ``hold`` when such a request is queued, ``release`` once when its actor took it (or can
-    no longer take it); ``clear()`` is what an update's mailbox awaits while ``held`` (a
-    future of its own, so cancelling one waiter leaves the others waiting).
+    no longer take it), each with the request's participant; ``clear()`` is what an
+    update's mailbox awaits while ``held`` (a future of its own, so cancelling one waiter
+    leaves the others waiting). An update of a participant with a held request does not
+    wait (``holds_for``): it arrived before that participant's request, which must see it
+    (a turn answered from the context as it was before a view its asker had seen).
     """
 
-    __slots__ = ("_waiters", "held")
+    __slots__ = ("_participants", "_waiters", "held")
 
     def __init__(self) -> None:
         self.held = 0
+        self._participants: dict[str | None, int] = {}
         self._waiters: list[asyncio.Future[None]] = []
 
-    def hold(self) -> None:
+    def hold(self, participant_id: str | None = None) -> None:
         self.held += 1
+        self._participants[participant_id] = self._participants.get(participant_id, 0) + 1
 
-    def release(self) -> None:
+    def release(self, participant_id: str | None = None) -> None:
         self.held -= 1
+        left = self._participants.get(participant_id, 0) - 1
+        if left > 0:
+            self._participants[participant_id] = left
+        else:
+            self._participants.pop(participant_id, None)
         if not self.held and self._waiters:
             waiters, self._waiters = self._waiters, []
             for waiter in waiters:
                 if not waiter.done():
                     waiter.set_result(None)
+
+    def holds_for(self, participant_id: str | None) -> bool:
+        """Whether a held request is of ``participant_id`` (a participant's own, not None)."""
+        return participant_id is not None and participant_id in self._participants
 
     def clear(self) -> asyncio.Future[None]:
         """A future done when no request holds the lane any more."""
