@@ -72,6 +72,7 @@ def _realtime(
     runtime: AgentRuntime,
     *,
     limits: RealtimeLimits | None = None,
+    summarizer: OfflineLLM = LLM,
 ) -> RealtimeConversation:
     provider = OpenAIRealtime(
         base_url=server.url, limits=limits or RealtimeLimits(), silence_ms=300
@@ -81,7 +82,7 @@ def _realtime(
         context=context,
         runtime=runtime,
         output_topic=VOICE_OUTPUT_TOPIC,
-        summarize=llm_summarizer(LLM, limit_bytes=480),
+        summarize=llm_summarizer(summarizer, limit_bytes=480),
         settings=SessionSettings(keep_tail=2),
     )
 
@@ -136,7 +137,13 @@ async def test_speech_in_is_answered_with_speech_out_and_a_reply_from_the_shared
 
 
 @pytest.mark.timeout(120)
-async def test_a_long_session_rolls_over_several_times_and_still_answers_the_first_facts() -> None:
+@pytest.mark.parametrize("summary_delay_s", [0.0, 0.15])
+async def test_a_long_session_rolls_over_several_times_and_still_answers_the_first_facts(
+    summary_delay_s: float,
+) -> None:
+    """Also with a summarizer slower than a turn (0.15 s before its first token: before
+    ``settled()``, a summary still running at the next turn left Lyon out of the seed)."""
+    summarizer = OfflineLLM(time_to_first_token_s=summary_delay_s, tokens_per_second=0)
     limit = 400
     context = ContextManager(LLM)
     facts = [
@@ -158,7 +165,11 @@ async def test_a_long_session_rolls_over_several_times_and_still_answers_the_fir
         client = Client()
         runtime.register("client", client)
         realtime = _realtime(
-            server, context, runtime, limits=RealtimeLimits(max_context_tokens=limit)
+            server,
+            context,
+            runtime,
+            limits=RealtimeLimits(max_context_tokens=limit),
+            summarizer=summarizer,
         )
         runtime.register("realtime", realtime)
         await runtime.start()
@@ -174,8 +185,11 @@ async def test_a_long_session_rolls_over_several_times_and_still_answers_the_fir
             )
             async with asyncio.timeout(WAIT_S):
                 results.append(await realtime.answer(turn, started=_noop))
-            # The participant listens to the answer before speaking again.
+            # The participant listens to the answer before speaking again, and the
+            # checkpoint or rollover its end started is over first: what each new session
+            # is seeded with then does not depend on how fast the summarizer ran.
             await client.wait(lambda c, n=index + 1: c.playback.count("done") >= n)
+            await realtime.settled("p1")
         await client.wait(lambda c: len(c.answers()) == len(texts))
         session = realtime.participants["p1"].session
         rollovers, stale = session.counts["rollovers"], session.counts["stale_events"]

@@ -12,7 +12,12 @@ from xrmq.actors.realtime.openai_realtime import OpenAIRealtime
 from xrmq.actors.realtime.pressure import RealtimeLimits
 from xrmq.actors.realtime.rollover import MachineSettings, Phase
 from xrmq.actors.realtime.server import Faults, OfflineRealtimeServer, ServerSettings
-from xrmq.actors.realtime.session import SUMMARY_HEADER, RealtimeSession, SessionSettings
+from xrmq.actors.realtime.session import (
+    SUMMARY_HEADER,
+    RealtimeSession,
+    SessionSettings,
+    Summarize,
+)
 from xrmq.actors.tools.summary import llm_summarizer
 
 SUMMARIZE = llm_summarizer(
@@ -28,6 +33,7 @@ def _session(
     machine: MachineSettings | None = None,
     recorder: Recorder | None = None,
     keep_tail: int = 2,
+    summarize: Summarize = SUMMARIZE,
 ) -> RealtimeSession:
     provider = OpenAIRealtime(
         base_url=server.url,
@@ -44,7 +50,7 @@ def _session(
     return RealtimeSession(
         provider,
         instructions=lambda: "The participant is Ada.",
-        summarize=SUMMARIZE,
+        summarize=summarize,
         settings=settings,
         listener=recorder,
         participant_id="p1",
@@ -82,6 +88,50 @@ async def test_pressure_rolls_the_session_over_before_the_provider_truncates_any
     assert any(SUMMARY_HEADER in text for text in server.instructions[1:])
     record = session.rollovers[-1]
     assert record.connect_s >= 0 and record.reason == "rollover"
+
+
+async def test_settled_returns_only_after_the_checkpoint_a_response_started_is_committed() -> None:
+    """A response over ``compress_at`` starts a checkpoint in the background; ``settled()``
+    waits for it (and for a rollover it requested), so a caller can take the next turn
+    with the checkpoint sequence fixed instead of depending on the summarizer's speed."""
+    gate, entered, order = asyncio.Event(), asyncio.Event(), []
+
+    async def held(head, previous):  # the first summary waits for the gate
+        entered.set()
+        await gate.wait()
+        summary = await SUMMARIZE(head, previous)
+        order.append("summarized")
+        return summary
+
+    limit = 400
+    async with OfflineRealtimeServer(
+        ServerSettings(max_context_tokens=limit), brain=ScriptedEars()
+    ) as server:
+        recorder = Recorder()
+        session = _session(
+            server,
+            limits=RealtimeLimits(max_context_tokens=limit),
+            recorder=recorder,
+            summarize=held,
+        )
+        await session.start()
+        await session.settled()  # nothing started yet: settled at once
+        seq = 0
+        while session.pressure() < session.settings.pressure.compress_at:
+            await recorder.ask(session, f"Note {seq}: shelf {seq} holds box {seq}.", seq)
+            seq += 1
+        async with asyncio.timeout(WAIT_S):
+            await entered.wait()  # that response's end started the checkpoint
+        settling = asyncio.ensure_future(session.settled())
+        asyncio.get_running_loop().call_soon(gate.set)  # after settled() took its first step
+        async with asyncio.timeout(WAIT_S):
+            await settling
+        order.append("settled")
+        committed, phase = session.checkpointer.committed, session.phase
+        scheduled = session.machine.scheduled
+        await session.close()
+    assert order == ["summarized", "settled"]
+    assert committed == 1 and phase is Phase.STREAMING and scheduled is None
 
 
 async def test_without_rollover_the_same_session_loses_its_first_facts_to_truncation() -> None:

@@ -427,6 +427,14 @@ class RealtimeConversation(ClosingDestination, Agent):
         await participant.session.send_text(turn.text, participant.seq)
         return await future
 
+    async def settled(self, participant_id: str) -> None:
+        """Return once the participant's session has no background work left: no
+        checkpoint summarizing, no rollover requested or under way
+        (``RealtimeSession.settled``); at once when it has no session."""
+        participant = self.participants.get(participant_id)
+        if participant is not None:
+            await participant.session.settled()
+
     async def release(self, participant_id: str) -> None:
         """The session stays: it is the participant's realtime conversation."""
 

@@ -197,7 +197,8 @@ class RealtimeSession:
         self._connections: dict[int, RealtimeConnection] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._checkpointing: asyncio.Task[None] | None = None
-        self._roll_wanted: str | None = None
+        self._wanting = 0
+        """Rollover requests spawned by a response's end and not yet scheduled."""
         self._requested_at: float | None = None
         self._closing_at: float | None = None
         self._user_message: int | None = None
@@ -325,6 +326,33 @@ class RealtimeSession:
             )
         )
 
+    async def settled(self) -> None:
+        """Return once the background work started by what the session has handled so
+        far is over: no checkpoint is being summarized, and no rollover is requested,
+        waiting for its boundary or connecting (the current session streams).
+
+        A response's end may start a checkpoint or request a rollover that finishes
+        later, so what the next session is seeded with depends on when the next turn
+        comes; a caller that needs a deterministic sequence (a test, a benchmark, a
+        shutdown that keeps the latest checkpoint) awaits this between turns. A rollover
+        whose boundary never comes is given up after ``boundary_wait_s``, which ends the
+        wait too; a session that is closed, gave up or never started is settled.
+        """
+        async with self._lock:  # the event in hand (a response's end) finishes what it starts
+            pass
+        await self.wait_for(self._settled)
+
+    def _settled(self) -> bool:
+        machine = self.machine
+        if machine.phase in (Phase.IDLE, Phase.FAILED, Phase.CLOSED):
+            return True
+        return (
+            machine.phase is Phase.STREAMING
+            and machine.scheduled is None
+            and self._checkpointing is None
+            and not self._wanting
+        )
+
     async def wait_for(self, predicate: Callable[[], bool]) -> None:
         """Return once ``predicate()`` holds, re-checked whenever the session's state or
         counters may have changed (after each provider event, a session ready, a rollover
@@ -447,6 +475,7 @@ class RealtimeSession:
             )
             async with self._lock:
                 await self._perform(self.machine.connect_failed(effect.epoch))
+            await self._notify()  # a retry's wait, or the session gave up
             return
         async with self._lock:
             if self.machine.epoch != effect.epoch or self.machine.phase is Phase.CLOSED:
@@ -614,9 +643,9 @@ class RealtimeSession:
             turns=pressure.used_turns,
         )
         if self.tracker.should_rollover():
-            self._spawn(self._want_rollover("pressure"))
+            self._spawn_rollover("pressure")
         elif self.tracker.session_expiring(self._clock()):
-            self._spawn(self._want_rollover("session_lifetime"))
+            self._spawn_rollover("session_lifetime")
         elif self.tracker.should_compress() and self._checkpointing is None:
             self._checkpointing = asyncio.ensure_future(self._checkpoint())
 
@@ -624,30 +653,48 @@ class RealtimeSession:
 
     async def _checkpoint(self) -> None:
         try:
-            for _ in range(self.settings.checkpoint_attempts):
-                async with self._lock:
-                    snapshot = self.checkpointer.begin()
-                summary: str | None = None
-                if snapshot.head and self._summarize is not None:
-                    head = tuple(ChatMessage(m.role, m.text) for m in snapshot.head if m.text)
-                    summary = await self._summarize(head, snapshot.previous_summary)
-                elif snapshot.head:
-                    return  # nothing to summarize with: the seed carries the whole transcript
-                async with self._lock:
-                    if self.checkpointer.commit(snapshot, summary) is not None:
-                        self.log.info(
-                            "realtime.checkpoint",
-                            summarized=len(snapshot.head),
-                            tail=len(snapshot.tail),
-                            watermark=snapshot.watermark,
-                        )
-                        return
-                self.counts["checkpoint_retries"] += 1
-                self.log.info(
-                    "realtime.checkpoint_discarded", discarded=self.checkpointer.discarded
-                )
+            await self._checkpoint_attempts()
+        except Exception as error:  # a summarizer that raises: no checkpoint, the seed keeps all
+            self.counts["checkpoint_failures"] += 1
+            self.log.warning("realtime.checkpoint_failed", error=repr(error))
         finally:
             self._checkpointing = None
+        await self._notify()  # settled() waits for it
+
+    async def _checkpoint_attempts(self) -> None:
+        for _ in range(self.settings.checkpoint_attempts):
+            async with self._lock:
+                snapshot = self.checkpointer.begin()
+            summary: str | None = None
+            if snapshot.head and self._summarize is not None:
+                head = tuple(ChatMessage(m.role, m.text) for m in snapshot.head if m.text)
+                summary = await self._summarize(head, snapshot.previous_summary)
+            elif snapshot.head:
+                return  # nothing to summarize with: the seed carries the whole transcript
+            async with self._lock:
+                if self.checkpointer.commit(snapshot, summary) is not None:
+                    self.log.info(
+                        "realtime.checkpoint",
+                        summarized=len(snapshot.head),
+                        tail=len(snapshot.tail),
+                        watermark=snapshot.watermark,
+                    )
+                    return
+            self.counts["checkpoint_retries"] += 1
+            self.log.info("realtime.checkpoint_discarded", discarded=self.checkpointer.discarded)
+
+    def _spawn_rollover(self, reason: str) -> None:
+        """Request a rollover from an event's handling (which holds the lock), counted
+        until it is scheduled (``settled``)."""
+        self._wanting += 1
+        self._spawn(self._wanted_rollover(reason))
+
+    async def _wanted_rollover(self, reason: str) -> None:
+        try:
+            await self._want_rollover(reason)
+        finally:
+            self._wanting -= 1
+            await self._notify()
 
     async def _want_rollover(self, reason: str) -> None:
         """Schedule the rollover now; its connect waits for the checkpoint in progress.
