@@ -14,6 +14,8 @@ mailboxes in one synchronous step, exactly as the reader does within one drain.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import msgspec
 import pytest
@@ -22,6 +24,7 @@ from xrmq.actors.context import ContextManager, register_sections
 from xrmq.actors.context.messages import ForgetParticipant, SectionView
 from xrmq.actors.models.offline import OfflineLLM
 from xrmq.actors.runtime import Agent, AgentRuntime, subscribe, superseding
+from xrmq.actors.runtime.mailbox import Mailbox
 from xrmq.actors.runtime.superseding import request_lane, superseding_keys
 from xrmq.schemas import ContextBlock, MessageMetadata
 from xrmq.topics import Topic
@@ -115,6 +118,28 @@ def _metadata(seq: int, participant: str | None = None, reply_to: str | None = N
     )
 
 
+@asynccontextmanager
+async def replica_held_server_idle() -> AsyncIterator[
+    tuple[list[str], Replica, Server, Mailbox, Mailbox]
+]:
+    """A running runtime with a ``Server`` parked idle after one answered request (and the
+    task it started) and a ``Replica`` held in its handler on the ``gate`` state, their
+    shared log empty: (log, replica, server, the replica's mailbox, the server's)."""
+    log: list[str] = []
+    replica, server = Replica(log), Server(log)
+    runtime = AgentRuntime()
+    runtime.register("replica", replica)
+    runtime.register("server", server)
+    async with runtime:
+        assert await runtime.ask(ASKS, Ping("warm"), reply_type=str) == "warm"  # parked, idle
+        await server.followed.wait()
+        server.followed.clear()
+        log.clear()
+        await runtime.publish(STATES, State("gate", 0), participant_id="p1")
+        await replica.holding.wait()
+        yield log, replica, server, runtime._agents["replica"], runtime._agents["server"]
+
+
 async def test_queued_updates_of_one_key_coalesce_to_the_newest_in_place_with_a_count():
     replica, witness = Replica(), Witness()
     runtime = AgentRuntime()
@@ -143,19 +168,7 @@ async def test_a_request_for_an_idle_actor_is_taken_before_queued_updates_of_ano
     """The updates' actor is scheduled first (its gate opens first), yet the request, and the
     task its handler started, run before any queued update of another participant: the
     request lane."""
-    log: list[str] = []
-    replica, server = Replica(log), Server(log)
-    runtime = AgentRuntime()
-    runtime.register("replica", replica)
-    runtime.register("server", server)
-    async with runtime:
-        assert await runtime.ask(ASKS, Ping("warm"), reply_type=str) == "warm"  # parked, idle
-        await server.followed.wait()
-        server.followed.clear()
-        log.clear()
-        updates, requests = runtime._agents["replica"], runtime._agents["server"]
-        await runtime.publish(STATES, State("gate", 0), participant_id="p1")
-        await replica.holding.wait()
+    async with replica_held_server_idle() as (log, replica, server, updates, requests):
         for seq, section in enumerate(("a", "b", "c", "end"), start=1):
             update = (replica.on_state, State(section, 1), _metadata(seq, "p2"), STATES)
             assert updates.offer(update)
@@ -177,19 +190,7 @@ async def test_a_participants_own_queued_updates_are_applied_before_its_request(
     """A view read before the participant's own request is applied first: its turn must not
     be answered from the context as it was before a view its asker had already seen. Other
     participants' updates still wait."""
-    log: list[str] = []
-    replica, server = Replica(log), Server(log)
-    runtime = AgentRuntime()
-    runtime.register("replica", replica)
-    runtime.register("server", server)
-    async with runtime:
-        assert await runtime.ask(ASKS, Ping("warm"), reply_type=str) == "warm"  # parked, idle
-        await server.followed.wait()
-        server.followed.clear()
-        log.clear()
-        updates, requests = runtime._agents["replica"], runtime._agents["server"]
-        await runtime.publish(STATES, State("gate", 0), participant_id="p1")
-        await replica.holding.wait()
+    async with replica_held_server_idle() as (log, replica, server, updates, requests):
         for seq, section in enumerate(("mine", "end"), start=1):
             update = (replica.on_state, State(section, 1), _metadata(seq, "p1"), STATES)
             assert updates.offer(update)
@@ -207,18 +208,7 @@ async def test_a_participants_own_queued_updates_are_applied_before_its_request(
 async def test_a_one_way_message_takes_no_lane_and_queued_updates_keep_their_turn():
     """The control of the test above: the same step with a one-way message instead of a
     request runs in plain wake-up order, the updates first."""
-    log: list[str] = []
-    replica, server = Replica(log), Server(log)
-    runtime = AgentRuntime()
-    runtime.register("replica", replica)
-    runtime.register("server", server)
-    async with runtime:
-        await runtime.ask(ASKS, Ping("warm"), reply_type=str)
-        await server.followed.wait()
-        log.clear()
-        updates, requests = runtime._agents["replica"], runtime._agents["server"]
-        await runtime.publish(STATES, State("gate", 0), participant_id="p1")
-        await replica.holding.wait()
+    async with replica_held_server_idle() as (log, replica, server, updates, requests):
         for seq, section in enumerate(("a", "end"), start=1):
             update = (replica.on_state, State(section, 1), _metadata(seq, "p1"), STATES)
             assert updates.offer(update)
