@@ -135,16 +135,7 @@ def run(ctx: SuiteContext) -> SuiteResult:
     cpu_total = [sum(per_rep) for per_rep in zip(*cpu.values())]
     group = "turn to first chunk at the renderer, zero-delay model"
     rows = [
-        Row(
-            group=group,
-            subject="raw pyzmq round trip (same broker)",
-            unit="us",
-            median=median(raw_p50),
-            repetitions=raw_p50,
-            higher_is_better=False,
-            extra={"p99 us": median(raw_p99)},
-            samples=thin(rtts),
-        ),
+        _baseline(group, "raw pyzmq round trip (same broker)", raw_p50, raw_p99, rtts),
         Row(
             group=group,
             subject="xrmq turn path",
@@ -167,25 +158,15 @@ def run(ctx: SuiteContext) -> SuiteResult:
                 ),
             },
         ),
-        Row(
-            group=group,
-            subject="raw pyzmq 2-hop round trip, paced like the turns",
-            unit="us",
-            median=median(paced_p50),
-            repetitions=paced_p50,
-            higher_is_better=False,
-            extra={"p99 us": median(paced_p99)},
-            samples=thin(paced),
+        _baseline(
+            group, "raw pyzmq 2-hop round trip, paced like the turns", paced_p50, paced_p99, paced
         ),
-        Row(
-            group=group,
-            subject="raw pyzmq 3-hop ring (the turn's crossings), paced like the turns",
-            unit="us",
-            median=median(ring_p50),
-            repetitions=ring_p50,
-            higher_is_better=False,
-            extra={"p99 us": median(ring_p99)},
-            samples=thin(rings),
+        _baseline(
+            group,
+            "raw pyzmq 3-hop ring (the turn's crossings), paced like the turns",
+            ring_p50,
+            ring_p99,
+            rings,
         ),
         Row(
             group="CPU per zero-delay turn, each process over the timed turns",
@@ -299,3 +280,19 @@ def warm_start(ctx: SuiteContext, deployment: Deployment) -> list[Row]:
 
 
 SUITE = Suite("turn", "Turn: query to first reply chunk at the renderer, across processes", run)
+
+
+def _baseline(
+    group: str, subject: str, p50: list[float], p99: list[float], samples: list[float]
+) -> Row:
+    """A raw pyzmq latency row: p50 per repetition, the median p99 beside it."""
+    return Row(
+        group=group,
+        subject=subject,
+        unit="us",
+        median=median(p50),
+        repetitions=p50,
+        higher_is_better=False,
+        extra={"p99 us": median(p99)},
+        samples=thin(samples),
+    )
