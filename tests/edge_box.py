@@ -78,9 +78,10 @@ roles = ["renderer"]
 
 
 class UpProcess:
-    """``xrmq up CONFIG`` with its output lines delivered to the test's loop."""
+    """``xrmq up CONFIG`` with its output lines delivered to the test's loop; ``env`` adds
+    to (or overrides) the process's environment."""
 
-    def __init__(self, config: Path) -> None:
+    def __init__(self, config: Path, env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "xrmq.actors.cli", "up", str(config)],
             stdout=subprocess.PIPE,
@@ -90,6 +91,7 @@ class UpProcess:
                 **os.environ,
                 "PYTHONPATH": str(PROCS),
                 "XRMQ_LOG_LEVEL": os.environ.get("XRMQ_CHILD_LOG_LEVEL", "WARNING"),
+                **(env or {}),
             },
         )
         self.lines: list[tuple[float, str]] = []

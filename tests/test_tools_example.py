@@ -4,6 +4,7 @@ conversation then answers from the shared context."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from buses import expect_line, reap
+from edge_box import UpProcess
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "examples"))
 from tools.camera import SCENES  # type: ignore[import-not-found]  # examples/, on sys.path
@@ -34,48 +36,54 @@ def test_the_inventory_finds_items_named_in_a_sentence() -> None:
 
 
 @pytest.mark.timeout(120)
-def test_up_tools_answers_from_the_camera_and_inventory_tools_and_compacts_by_hand(
+async def test_up_tools_answers_from_the_camera_and_inventory_tools_and_compacts_by_hand(
     tmp_path: Path,
 ) -> None:
+    """The box's output is read on a thread (``UpProcess``: its pipe never fills and blocks
+    the supervisor) and every failure below carries its last lines: the stack's warnings
+    (a tool server not discovered, a destination taken as dead) say why a turn went wrong."""
     runtime_dir = tmp_path / "run"
     runtime_dir.mkdir(mode=0o700)
     env = {**os.environ, "XRMQ_RUNTIME_DIR": str(runtime_dir), "XRMQ_LOG_LEVEL": "WARNING"}
-    up = subprocess.Popen(
-        [*CLI, "up", str(CONFIG)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
+    up = UpProcess(CONFIG, env={"XRMQ_RUNTIME_DIR": str(runtime_dir)})
     try:
-        expect_line(up, "xrmq up: ready")
-        bench = say(env, "--timeout", "50", "What is on the bench?")
-        assert bench.returncode == 0, bench.stderr
-        assert "red multimeter" in bench.stdout  # in every scene, and only in the camera's result
-        stock = say(env, "--timeout", "50", "How many multimeters are in stock?")
-        assert stock.returncode == 0, stock.stderr
-        assert "in_stock: 3" in stock.stdout
+        await up.line("xrmq up: ready", timeout=110)  # the test's own timeout governs
+        bench = await asyncio.to_thread(say, env, "--timeout", "50", "What is on the bench?")
+        assert bench.returncode == 0, f"{bench.stderr}\n{up.tail()}"
+        # in every scene, and only in the camera's result
+        assert "red multimeter" in bench.stdout, up.tail()
+        stock = await asyncio.to_thread(
+            say, env, "--timeout", "50", "How many multimeters are in stock?"
+        )
+        assert stock.returncode == 0, f"{stock.stderr}\n{up.tail()}"
+        assert "in_stock: 3" in stock.stdout, up.tail()
         # Manual compaction (docs/tools.md) of p1's transcript at the tools destination, over the
         # bus.
         # `xrmq context compact --tier` (the issue's spelling); the destination defaults
         # to the config's only tools destination.
         compact = [*CLI, "context", "compact", "--config", str(CONFIG), "--participant", "p1"]
-        done = subprocess.run(
-            [*compact, "--tier", "toolcall"], capture_output=True, text=True, env=env, timeout=60
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [*compact, "--tier", "toolcall"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
         )
-        missing = subprocess.run(
+        missing = await asyncio.to_thread(
+            subprocess.run,
             [*compact, "--tier", "summary", "--destination", "nowhere", "--timeout", "1"],
             capture_output=True,
             text=True,
             env=env,
             timeout=60,
         )
-        up.send_signal(signal.SIGTERM)
-        assert up.wait(timeout=30) == 0
+        up.proc.send_signal(signal.SIGTERM)
+        assert await up.wait(timeout=30) == 0, up.tail()
     finally:
-        reap(up)
+        up.reap()
     assert all("a red multimeter" in scene["bench"] for scene in SCENES)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, f"{done.stderr}\n{up.tail()}"
     assert (
         done.stdout.strip()
         == "compacted tool results at lab-tools: 0 reclaimed (0% of the transcript)"
