@@ -14,6 +14,9 @@ rollover is requested and happens at the next safe boundary. Every (re)connect i
 with ``instructions()`` (read then: the shared context as it is now), the latest
 checkpoint's summary, and the retained tail plus everything said after the snapshot.
 
+``settled()`` returns once that background work (a checkpoint, a requested rollover)
+is over: what the next session is seeded with depends on it.
+
 Events of a connection that is no longer current (a late ``response.done`` or error of a
 closed session) are dropped and counted (``counts["stale_events"]``). Each rollover's
 phases (boundary wait, connect to ready, replay) are kept in ``rollovers`` (the last
@@ -336,7 +339,8 @@ class RealtimeSession:
         comes; a caller that needs a deterministic sequence (a test, a benchmark, a
         shutdown that keeps the latest checkpoint) awaits this between turns. A rollover
         whose boundary never comes is given up after ``boundary_wait_s``, which ends the
-        wait too; a session that is closed, gave up or never started is settled.
+        wait too; a session that is closed, gave up or never started is settled. Not from
+        a ``SessionListener`` callback: those run under the session's lock.
         """
         async with self._lock:  # the event in hand (a response's end) finishes what it starts
             pass
