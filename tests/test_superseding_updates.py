@@ -119,6 +119,20 @@ def _metadata(seq: int, participant: str | None = None, reply_to: str | None = N
 
 
 @asynccontextmanager
+async def replica_held(replica: Replica) -> AsyncIterator[tuple[AgentRuntime, Witness]]:
+    """A running runtime with ``replica`` held in its handler on the ``gate`` state and a
+    ``Witness`` beside it (a mark it saw was read after all published before it)."""
+    witness = Witness()
+    runtime = AgentRuntime()
+    runtime.register("replica", replica)
+    runtime.register("witness", witness)
+    async with runtime:
+        await runtime.publish(STATES, State("gate", 0), participant_id="p1")
+        await replica.holding.wait()
+        yield runtime, witness
+
+
+@asynccontextmanager
 async def replica_held_server_idle() -> AsyncIterator[
     tuple[list[str], Replica, Server, Mailbox, Mailbox]
 ]:
@@ -141,13 +155,8 @@ async def replica_held_server_idle() -> AsyncIterator[
 
 
 async def test_queued_updates_of_one_key_coalesce_to_the_newest_in_place_with_a_count():
-    replica, witness = Replica(), Witness()
-    runtime = AgentRuntime()
-    runtime.register("replica", replica)
-    runtime.register("witness", witness)
-    async with runtime:
-        await runtime.publish(STATES, State("gate", 0), participant_id="p1")
-        await replica.holding.wait()
+    replica = Replica()
+    async with replica_held(replica) as (runtime, witness):
         burst = [("p1", "a", 1), ("p1", "a", 2), ("p1", "b", 1), ("p2", "a", 1)]
         burst += [("p1", "a", 3), ("p1", "b", 2), ("p2", "a", 2), ("p1", "a", 4)]
         for participant, section, revision in burst:
@@ -304,13 +313,8 @@ class BadKeys(Replica):
 
 
 async def test_an_update_whose_key_fails_is_delivered_as_it_is_and_counted_as_a_fault():
-    replica, witness = BadKeys(), Witness()
-    runtime = AgentRuntime()
-    runtime.register("replica", replica)
-    runtime.register("witness", witness)
-    async with runtime:
-        await runtime.publish(STATES, State("gate", 0), participant_id="p1")
-        await replica.holding.wait()
+    replica = BadKeys()
+    async with replica_held(replica) as (runtime, witness):
         for revision in (-1, -2, 1, 2):
             await runtime.publish(STATES, State("a", revision), participant_id="p1")
         await runtime.publish(MARKS, Ping("after"))
