@@ -214,6 +214,118 @@ async def test_a_participants_own_queued_updates_are_applied_before_its_request(
     assert log.index("state mine 1") < log.index("request turn")
 
 
+async def test_a_participants_own_update_queued_behind_anothers_is_applied_before_its_request():
+    """The participant's own view behind another participant's still goes before its request
+    (taken ahead of the other's, as a coalesced update takes its first one's place); the
+    other's waits for the request, as above."""
+    log: list[str] = []
+    replica, server = Replica(log), Server(log)
+    runtime = AgentRuntime()
+    runtime.register("replica", replica)
+    runtime.register("server", server)
+    async with runtime:
+        assert await runtime.ask(ASKS, Ping("warm"), reply_type=str) == "warm"  # parked, idle
+        await server.followed.wait()
+        server.followed.clear()
+        log.clear()
+        updates, requests = runtime._agents["replica"], runtime._agents["server"]
+        await runtime.publish(STATES, State("gate", 0), participant_id="p1")
+        await replica.holding.wait()
+        for seq, (participant, section) in enumerate(
+            (("p2", "other"), ("p1", "mine"), ("p2", "end")), start=1
+        ):
+            update = (replica.on_state, State(section, 1), _metadata(seq, participant), STATES)
+            assert updates.offer(update)
+        replica.gate.set()
+        request = (server.on_ask, Ping("turn"), _metadata(9, "p1", "_inbox.nobody"), ASKS)
+        assert requests.offer(request, False)
+        await replica.ended.wait()
+        await server.followed.wait()
+    states = ["state other 1", "state end 1"]
+    assert log == ["state mine 1", "request turn", "follow-up turn", *states]
+
+
+async def test_a_participants_own_update_behind_a_plain_delivery_is_applied_in_order_first():
+    """An update is never taken ahead of a plain delivery queued before it: the mailbox then
+    goes on in order, without waiting, until the participant's update is applied."""
+    log: list[str] = []
+    replica, server = Replica(log), Server(log)
+    runtime = AgentRuntime()
+    runtime.register("replica", replica)
+    runtime.register("server", server)
+    async with runtime:
+        assert await runtime.ask(ASKS, Ping("warm"), reply_type=str) == "warm"  # parked, idle
+        await server.followed.wait()
+        server.followed.clear()
+        log.clear()
+        updates, requests = runtime._agents["replica"], runtime._agents["server"]
+        await runtime.publish(STATES, State("gate", 0), participant_id="p1")
+        await replica.holding.wait()
+        queued = [
+            (replica.on_state, State("other", 1), _metadata(1, "p2"), STATES),
+            # a request to the busy replica: a plain delivery in its queue, which holds nothing
+            (replica.on_state, State("plain", 1), _metadata(2, "p3", "_inbox.nobody"), STATES),
+            (replica.on_state, State("mine", 1), _metadata(3, "p1"), STATES),
+            (replica.on_state, State("end", 1), _metadata(4, "p2"), STATES),
+        ]
+        for delivery in queued:
+            assert updates.offer(delivery)
+        replica.gate.set()
+        request = (server.on_ask, Ping("turn"), _metadata(9, "p1", "_inbox.nobody"), ASKS)
+        assert requests.offer(request, False)
+        assert request_lane(asyncio.get_running_loop()).held == 1
+        await replica.ended.wait()
+        await server.followed.wait()
+    assert log.index("state other 1") < log.index("state plain 1") < log.index("state mine 1")
+    assert log.index("state mine 1") < log.index("request turn")
+
+
+async def test_a_request_started_in_the_reader_lets_its_participants_waiting_updates_go_first():
+    """Updates already waiting for another participant's request look again when a request
+    starts in the reader (the first of its drain): its participant's update is applied
+    before the task its handler started, the other participant's after it."""
+    log: list[str] = []
+    replica, first, second = Replica(log), Server(log), Server(log)
+    runtime = AgentRuntime()
+    runtime.register("replica", replica)
+    runtime.register("first", first)
+    runtime.register("second", second)
+    loop = asyncio.get_running_loop()
+    async with runtime:
+        await runtime.ask(ASKS, Ping("warm"), reply_type=str)
+        await first.followed.wait()
+        await second.followed.wait()
+        first.followed.clear()
+        second.followed.clear()
+        log.clear()
+        updates = runtime._agents["replica"]
+        await runtime.publish(STATES, State("gate", 0), participant_id="p1")
+        await replica.holding.wait()
+        for seq, (participant, section) in enumerate(
+            (("p2", "other"), ("p1", "mine"), ("p2", "end")), start=1
+        ):
+            update = (replica.on_state, State(section, 1), _metadata(seq, participant), STATES)
+            assert updates.offer(update)
+        lane = request_lane(loop)
+
+        def reader_starts_a_request() -> None:  # a later drain: its first message, a request
+            assert lane.held == 1 and not lane.holds_for("p1")  # p3's, with the updates waiting
+            turn = (second.on_ask, Ping("one"), _metadata(9, "p1", "_inbox.nobody"), ASKS)
+            assert runtime._agents["second"].offer(turn, True)
+
+        # one synchronous step: the updates' actor is woken and will wait for p3's request;
+        # the reader's next drain starts p1's request while that request still holds the lane
+        replica.gate.set()
+        turn = (first.on_ask, Ping("three"), _metadata(8, "p3", "_inbox.nobody"), ASKS)
+        assert runtime._agents["first"].offer(turn, False)
+        loop.call_soon(reader_starts_a_request)
+        await replica.ended.wait()
+        await first.followed.wait()
+        await second.followed.wait()
+        assert lane.held == 0
+    assert log.index("state mine 1") < log.index("follow-up one") < log.index("state other 1")
+
+
 async def test_a_one_way_message_takes_no_lane_and_queued_updates_keep_their_turn():
     """The control of the test above: the same step with a one-way message instead of a
     request runs in plain wake-up order, the updates first."""
@@ -252,6 +364,14 @@ async def test_a_request_for_a_busy_actor_holds_nothing_and_a_stopped_holder_rel
         mailbox = runtime._agents["busy"]
         held = asyncio.create_task(runtime.ask(ASKS, Ping("busy"), reply_type=str))
         await busy.busy.wait()
+        # started in the reader, the request holds the lane for its first step and what that
+        # scheduled (released by a callback queued then, so before this one)
+        assert lane.held == 1
+        loop = asyncio.get_running_loop()
+        passed = loop.create_future()
+        loop.call_soon(passed.set_result, None)
+        await passed
+        assert lane.held == 0
         # behind the actor's own handler: it waits for its actor, not for updates elsewhere
         assert mailbox.offer((busy.on_ask, Ping("queued"), _metadata(1, None, "_inbox.x"), ASKS))
         assert lane.held == 0

@@ -263,7 +263,9 @@ class Mailbox:
 
     def _start_inline(self, delivery: Delivery, waiter: asyncio.Future[None]) -> None:
         """Run a handler's first step now, as the actor's (parked) task; hand it over if it
-        suspends."""
+        suspends. A request holds the lane for that step and what it scheduled, as a queued
+        one does until its actor takes it: its participant's updates waiting elsewhere are
+        applied before, others' after (``RequestLane``)."""
         loop, task, context = self._loop, self._task, self._context
         if TYPE_CHECKING:  # started: the offer found the task's waiter (no cost at run time)
             assert loop is not None and task is not None and context is not None
@@ -276,6 +278,8 @@ class Mailbox:
             waiter.set_result(None)
             return
         handler, message, metadata, topic = delivery
+        if metadata.reply_to is not None:
+            self._hold(metadata.participant_id)
         try:
             coro = handler(message, RuntimeContext(self.runtime, self.name, metadata, topic))
             yielded = context.run(coro.send, None)
@@ -293,6 +297,7 @@ class Mailbox:
                 waiter.set_result(None)
         finally:
             leave_task(loop, task)
+            self._unhold(at_once=False)
 
     def _failed(self, topic: Topic, metadata: MessageMetadata, error: BaseException | str) -> None:
         self.faults += 1
@@ -308,11 +313,33 @@ class Mailbox:
             self.faults += 1
             self.runtime.actor_fault(self.name, "reply", topic, metadata, error)
 
-    async def _behind_requests(self, lane: RequestLane) -> None:
-        """Wait until no request queued for an idle actor holds ``lane``; a ``cancel_stuck``
-        meanwhile (nothing is in flight) only ends the wait."""
+    def _before_requests(self, lane: RequestLane, head: Latest) -> Latest | None:
+        """The update to take while ``lane`` is held and ``head`` (taken off the queue) would
+        wait for it: None (wait) unless an update of a participant with a held request is
+        queued, which that request must see applied. That update is taken out of the queue
+        when only updates are ahead of it (it takes their place, as a coalesced update takes
+        its first one's: updates of different keys keep no order among themselves); behind a
+        plain delivery, ``head`` is taken instead (in order, without waiting), since nothing
+        may overtake a plain delivery that came before it.
+        """
+        items = self._items
+        plain = False
+        for index, item in enumerate(items):
+            if not isinstance(item, Latest):
+                plain = True
+            elif lane.holds_for(item.delivery[2].participant_id):
+                if plain:
+                    return head
+                del items[index]
+                return item
+        return None
+
+    async def _behind_requests(self, lane: RequestLane) -> bool:
+        """Wait until no request queued for an idle actor holds ``lane`` (True), or a request
+        of another participant is held (False: its updates may be queued here); a
+        ``cancel_stuck`` meanwhile (nothing is in flight) only ends the wait (True)."""
         try:
-            await lane.clear()
+            return await lane.clear()
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if not self._unstick or self._stopping:
@@ -320,6 +347,7 @@ class Mailbox:
             self._unstick = False
             if current is not None and current.uncancel():
                 raise  # also cancelled by someone else
+            return True
 
     async def _run(self, call_on_start: bool) -> None:
         runtime = self.runtime
@@ -337,16 +365,20 @@ class Mailbox:
         while True:
             if items:
                 item = items.popleft()
-                if isinstance(item, Latest):
-                    if (  # a request elsewhere goes first (once), unless it is the participant's
-                        lane.held
-                        and not waited
-                        and not lane.holds_for(item.delivery[2].participant_id)
-                    ):
+                if (  # a request elsewhere goes first (once), unless it is the participant's
+                    isinstance(item, Latest)
+                    and lane.held
+                    and not waited
+                    and not lane.holds_for(item.delivery[2].participant_id)
+                ):
+                    taken = self._before_requests(lane, item)
+                    if taken is not item:
                         items.appendleft(item)
-                        waited = True
-                        await self._behind_requests(lane)
-                        continue
+                        if taken is None:  # once the lane cleared, the head goes (no starving)
+                            waited = await self._behind_requests(lane)
+                            continue
+                        item = taken
+                if isinstance(item, Latest):
                     waited = False
                     del self._latest[item.key]
                     delivery: Delivery = item.delivery

@@ -19,7 +19,9 @@ actor's mailbox follow from that, and only for such one-way deliveries:
   request read behind a burst of section views waited for every one of them to be
   applied first, on the same event loop (issue 23: the compaction storm's tail). The
   participant's own updates do not wait: one read before its request must be applied
-  before it, or the turn is answered without a view its asker had already seen.
+  before it, or the turn is answered without a view its asker had already seen. That
+  holds wherever it is queued: behind other participants' updates it is taken first (in
+  their place), behind a plain delivery the queue goes on in order until it is applied.
 
 A hold lasts at most until the idle actor's task runs, which is already scheduled when
 the hold is taken (its mailbox was parked), so an update is delayed by a few loop
@@ -97,12 +99,15 @@ class Latest:
 class RequestLane:
     """Requests queued for idle actors on one event loop, which superseding updates wait for.
 
-    ``hold`` when such a request is queued, ``release`` once when its actor took it (or can
-    no longer take it), each with the request's participant; ``clear()`` is what an
-    update's mailbox awaits while ``held`` (a future of its own, so cancelling one waiter
-    leaves the others waiting). An update of a participant with a held request does not
-    wait (``holds_for``): it arrived before that participant's request, which must see it
-    (a turn answered from the context as it was before a view its asker had seen).
+    ``hold`` when such a request is queued (or starts its handler in the reader),
+    ``release`` once when its actor took it (or can no longer take it), each with the
+    request's participant; ``clear()`` is what an update's mailbox awaits while ``held``
+    (a future of its own, so cancelling one waiter leaves the others waiting). An update
+    of a participant with a held request does not wait (``holds_for``): it arrived before
+    that participant's request, which must see it (a turn answered from the context as it
+    was before a view its asker had seen). So a hold for a participant not held yet ends
+    every wait with False ("look again": such an update may be queued in a waiting
+    mailbox), and the last release ends them with True (cleared).
     """
 
     __slots__ = ("_participants", "_waiters", "held")
@@ -110,11 +115,14 @@ class RequestLane:
     def __init__(self) -> None:
         self.held = 0
         self._participants: dict[str | None, int] = {}
-        self._waiters: list[asyncio.Future[None]] = []
+        self._waiters: list[asyncio.Future[bool]] = []
 
     def hold(self, participant_id: str | None = None) -> None:
         self.held += 1
-        self._participants[participant_id] = self._participants.get(participant_id, 0) + 1
+        holds = self._participants.get(participant_id, 0)
+        self._participants[participant_id] = holds + 1
+        if not holds and participant_id is not None and self._waiters:
+            self._wake(False)
 
     def release(self, participant_id: str | None = None) -> None:
         self.held -= 1
@@ -124,18 +132,22 @@ class RequestLane:
         else:
             self._participants.pop(participant_id, None)
         if not self.held and self._waiters:
-            waiters, self._waiters = self._waiters, []
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
+            self._wake(True)
+
+    def _wake(self, cleared: bool) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(cleared)
 
     def holds_for(self, participant_id: str | None) -> bool:
         """Whether a held request is of ``participant_id`` (a participant's own, not None)."""
         return participant_id is not None and participant_id in self._participants
 
-    def clear(self) -> asyncio.Future[None]:
-        """A future done when no request holds the lane any more."""
-        waiter = asyncio.get_running_loop().create_future()
+    def clear(self) -> asyncio.Future[bool]:
+        """A future done when no request holds the lane any more (True), or when a request
+        of a participant not held before is held (False: look again)."""
+        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         return waiter
 
