@@ -218,19 +218,7 @@ async def test_a_participants_own_update_queued_behind_anothers_is_applied_befor
     """The participant's own view behind another participant's still goes before its request
     (taken ahead of the other's, as a coalesced update takes its first one's place); the
     other's waits for the request, as above."""
-    log: list[str] = []
-    replica, server = Replica(log), Server(log)
-    runtime = AgentRuntime()
-    runtime.register("replica", replica)
-    runtime.register("server", server)
-    async with runtime:
-        assert await runtime.ask(ASKS, Ping("warm"), reply_type=str) == "warm"  # parked, idle
-        await server.followed.wait()
-        server.followed.clear()
-        log.clear()
-        updates, requests = runtime._agents["replica"], runtime._agents["server"]
-        await runtime.publish(STATES, State("gate", 0), participant_id="p1")
-        await replica.holding.wait()
+    async with replica_held_server_idle() as (log, replica, server, updates, requests):
         for seq, (participant, section) in enumerate(
             (("p2", "other"), ("p1", "mine"), ("p2", "end")), start=1
         ):
@@ -248,19 +236,7 @@ async def test_a_participants_own_update_queued_behind_anothers_is_applied_befor
 async def test_a_participants_own_update_behind_a_plain_delivery_is_applied_in_order_first():
     """An update is never taken ahead of a plain delivery queued before it: the mailbox then
     goes on in order, without waiting, until the participant's update is applied."""
-    log: list[str] = []
-    replica, server = Replica(log), Server(log)
-    runtime = AgentRuntime()
-    runtime.register("replica", replica)
-    runtime.register("server", server)
-    async with runtime:
-        assert await runtime.ask(ASKS, Ping("warm"), reply_type=str) == "warm"  # parked, idle
-        await server.followed.wait()
-        server.followed.clear()
-        log.clear()
-        updates, requests = runtime._agents["replica"], runtime._agents["server"]
-        await runtime.publish(STATES, State("gate", 0), participant_id="p1")
-        await replica.holding.wait()
+    async with replica_held_server_idle() as (log, replica, server, updates, requests):
         queued = [
             (replica.on_state, State("other", 1), _metadata(1, "p2"), STATES),
             # a request to the busy replica: a plain delivery in its queue, which holds nothing
