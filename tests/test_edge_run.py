@@ -72,9 +72,9 @@ async def test_run_starts_a_replica_at_its_niceness_heartbeats_answers_its_shard
         proc = xrmq_run("echo", "--config", str(config), "--shard", "1")
         try:
             assert expect_line(proc, "xrmq run: ready").startswith("xrmq run: ready echo.1 pid=")
-            assert (
-                os.getpriority(os.PRIO_PROCESS, proc.pid) == os.getpriority(os.PRIO_PROCESS, 0) + 7
-            )
+            # seven above ours, as far as the kernel goes (19: a suite run under nice -n 19)
+            expected = min(os.getpriority(os.PRIO_PROCESS, 0) + 7, 19)
+            assert os.getpriority(os.PRIO_PROCESS, proc.pid) == expected
             watch = Heartbeats("echo.1")
             runtime = AgentRuntime(bus)
             runtime.register("watch", watch)
