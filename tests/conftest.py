@@ -5,16 +5,26 @@ where installed). Tests marked ``both_loops`` (the runtime's core) run on asynci
 loop as well, since an application may host a runtime on any asyncio loop.
 
 The project's fixed test dependencies are pytest, pytest-timeout and pytest-xdist; this
-hook is all the asyncio support the suite needs (pytest-timeout bounds every test). The
-suite runs a worker per core (``-n auto --dist loadfile``, the README's command): each
-session fixture here gives a worker directories of its own.
+hook is all the asyncio support the suite needs. The suite runs a worker per core (``-n
+auto --dist loadfile``, the README's command): each session fixture here gives a worker
+directories of its own.
+
+Every test has a timeout (pytest-timeout's: the ``timeout`` marker, else the configured
+one). pytest-timeout's default method is SIGALRM, whose handler never runs while uvloop
+waits (a hung ``async def`` test on uvloop hung the run), so an ``async def`` test is
+bounded by its own event loop instead: at its timeout its task is cancelled (its
+``finally`` blocks and ``async with`` exits run) and it fails as timed out. pytest-timeout
+stays as the backstop, ``GRACE_S`` later and by a thread, for a loop that no longer runs
+at all: it dumps every thread's stack and ends the run.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import os
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
+from typing import Any
 
 import pytest
 import structlog
@@ -87,6 +97,49 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         )
 
 
+GRACE_S = 15.0
+"""How long past its timeout an ``async def`` test's loop may take to cancel it before the
+backstop (pytest-timeout, by a thread) ends the run."""
+
+_TIMEOUT = pytest.StashKey[float]()
+
+
+def timeout_of(item: pytest.Item) -> float:
+    """The item's timeout as pytest-timeout reads it (0: none): its closest ``timeout``
+    marker, else ``--timeout``, ``$PYTEST_TIMEOUT`` or the ``timeout`` ini option."""
+    marker = item.get_closest_marker("timeout")
+    if marker is not None:
+        value = marker.kwargs.get("timeout", marker.args[0] if marker.args else None)
+        if value is not None:
+            return float(value)
+    config = item.config
+    value = config.getoption("timeout", None) or os.environ.get("PYTEST_TIMEOUT")
+    return float(value or config.getini("timeout") or 0)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(item.obj):
+            seconds = item.stash[_TIMEOUT] = timeout_of(item)
+            if seconds > 0:  # the backstop: closest, so it replaces the test's own
+                backstop = pytest.mark.timeout(seconds + GRACE_S, method="thread")
+                item.add_marker(backstop, append=False)
+
+
+async def _bounded(test: Coroutine[Any, Any, Any], seconds: float, name: str) -> Any:
+    """Await ``test``, cancelled at ``seconds`` (0: never) and then failed as timed out; a
+    ``TimeoutError`` of the test's own stays its own failure."""
+    if not seconds:
+        return await test
+    try:
+        async with asyncio.timeout(seconds) as scope:
+            return await test
+    except TimeoutError:
+        if not scope.expired():
+            raise
+    pytest.fail(f"Timeout: {name} did not finish within {seconds:g} s", pytrace=False)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     if not inspect.iscoroutinefunction(pyfuncitem.obj):
@@ -95,5 +148,6 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     kwargs = {name: pyfuncitem.funcargs[name] for name in names}
     loop = pyfuncitem.funcargs["event_loop_kind"]
     assert isinstance(loop, str)  # the event_loop_kind fixture's value
-    run(pyfuncitem.obj(**kwargs), loop=loop)
+    seconds = pyfuncitem.stash.get(_TIMEOUT, 0.0)
+    run(_bounded(pyfuncitem.obj(**kwargs), seconds, pyfuncitem.name), loop=loop)
     return True
