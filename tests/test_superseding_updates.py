@@ -25,7 +25,7 @@ from xrmq.actors.context.messages import ForgetParticipant, SectionView
 from xrmq.actors.models.offline import OfflineLLM
 from xrmq.actors.runtime import Agent, AgentRuntime, subscribe, superseding
 from xrmq.actors.runtime.mailbox import Mailbox
-from xrmq.actors.runtime.superseding import request_lane, superseding_keys
+from xrmq.actors.runtime.superseding import RequestLane, request_lane, superseding_keys
 from xrmq.schemas import ContextBlock, MessageMetadata
 from xrmq.topics import Topic
 
@@ -154,6 +154,21 @@ async def replica_held_server_idle() -> AsyncIterator[
         yield log, replica, server, runtime._agents["replica"], runtime._agents["server"]
 
 
+def gate_then_request(replica: Replica, server: Server, requests) -> RequestLane:
+    """One synchronous step, as one drain of the reader: the held updates' actor is woken
+    first (its gate opens), then p1's request "turn" is queued for the idle server."""
+    replica.gate.set()
+    request = (server.on_ask, Ping("turn"), _metadata(9, "p1", "_inbox.nobody"), ASKS)
+    assert requests.offer(request, False)
+    return request_lane(asyncio.get_running_loop())
+
+
+async def done(replica: Replica, server: Server) -> None:
+    """Wait until the replica applied its "end" update and the server's follow-up ran."""
+    await replica.ended.wait()
+    await server.followed.wait()
+
+
 async def test_queued_updates_of_one_key_coalesce_to_the_newest_in_place_with_a_count():
     replica = Replica()
     async with replica_held(replica) as (runtime, witness):
@@ -182,15 +197,10 @@ async def test_a_request_for_an_idle_actor_is_taken_before_queued_updates_of_ano
             update = (replica.on_state, State(section, 1), _metadata(seq, "p2"), STATES)
             assert updates.offer(update)
         assert requests.idle
-        # one synchronous step, as one drain of the reader: the updates' actor is woken
-        # first, then the request is queued for the idle server
-        replica.gate.set()
-        request = (server.on_ask, Ping("turn"), _metadata(9, "p1", "_inbox.nobody"), ASKS)
-        assert requests.offer(request, False)
-        assert request_lane(asyncio.get_running_loop()).held == 1
-        await replica.ended.wait()
-        await server.followed.wait()
-        assert request_lane(asyncio.get_running_loop()).held == 0
+        lane = gate_then_request(replica, server, requests)
+        assert lane.held == 1
+        await done(replica, server)
+        assert lane.held == 0
     states = ["state a 1", "state b 1", "state c 1", "state end 1"]
     assert log == ["request turn", "follow-up turn", *states]
 
@@ -203,13 +213,9 @@ async def test_a_participants_own_queued_updates_are_applied_before_its_request(
         for seq, section in enumerate(("mine", "end"), start=1):
             update = (replica.on_state, State(section, 1), _metadata(seq, "p1"), STATES)
             assert updates.offer(update)
-        replica.gate.set()
-        request = (server.on_ask, Ping("turn"), _metadata(9, "p1", "_inbox.nobody"), ASKS)
-        assert requests.offer(request, False)
-        lane = request_lane(asyncio.get_running_loop())
+        lane = gate_then_request(replica, server, requests)
         assert lane.held == 1 and lane.holds_for("p1") and not lane.holds_for("p2")
-        await replica.ended.wait()
-        await server.followed.wait()
+        await done(replica, server)
         assert lane.held == 0 and not lane.holds_for("p1")
     assert log.index("state mine 1") < log.index("request turn")
 
@@ -224,11 +230,8 @@ async def test_a_participants_own_update_queued_behind_anothers_is_applied_befor
         ):
             update = (replica.on_state, State(section, 1), _metadata(seq, participant), STATES)
             assert updates.offer(update)
-        replica.gate.set()
-        request = (server.on_ask, Ping("turn"), _metadata(9, "p1", "_inbox.nobody"), ASKS)
-        assert requests.offer(request, False)
-        await replica.ended.wait()
-        await server.followed.wait()
+        gate_then_request(replica, server, requests)
+        await done(replica, server)
     states = ["state other 1", "state end 1"]
     assert log == ["state mine 1", "request turn", "follow-up turn", *states]
 
@@ -246,12 +249,9 @@ async def test_a_participants_own_update_behind_a_plain_delivery_is_applied_in_o
         ]
         for delivery in queued:
             assert updates.offer(delivery)
-        replica.gate.set()
-        request = (server.on_ask, Ping("turn"), _metadata(9, "p1", "_inbox.nobody"), ASKS)
-        assert requests.offer(request, False)
-        assert request_lane(asyncio.get_running_loop()).held == 1
-        await replica.ended.wait()
-        await server.followed.wait()
+        lane = gate_then_request(replica, server, requests)
+        assert lane.held == 1
+        await done(replica, server)
     assert log.index("state other 1") < log.index("state plain 1") < log.index("state mine 1")
     assert log.index("state mine 1") < log.index("request turn")
 
