@@ -182,3 +182,49 @@ async def test_a_stalled_subscriber_costs_the_broker_a_bounded_amount_and_sees_i
             reap(stalled)
     assert held < 24 * 2**20, f"the broker held {held / 2**20:.1f} MiB for a stalled subscriber"
     assert report["gaps"] > 0 and report["received"] + report["gaps"] == total
+
+
+def vm_rss(pid: int) -> int:
+    """``VmRSS`` of ``/proc/<pid>/status``, in bytes."""
+    with open(f"/proc/{pid}/status") as status:
+        line = next(line for line in status if line.startswith("VmRSS:"))
+    return int(line.split()[1]) * 1024
+
+
+async def test_a_stalled_subscriber_of_large_messages_costs_the_broker_at_most_its_byte_budget():
+    """Issue 30 item 5: the budget is bytes, not messages (a message HWM of 65,536 held
+    600 x 1 MiB messages for one stalled subscriber: +561 MB). With 200 KB messages and a
+    4 MiB budget the broker holds the budget plus what arrives while it makes sure the
+    subscriber is stalled (``STILL_S``); the stalled subscriber's connection is shut and
+    counted, a reading one loses nothing, and the stalled one counts what it missed as gaps."""
+    budget, total, text = 4 << 20, 400, "z" * 200_000  # 80 MB for a subscriber not reading
+    with bus_process("--subscriber-budget-bytes", str(budget), "--metrics-interval", "0.1") as (
+        bus,
+        broker,
+    ):
+        stalled = python("loss_accounting_subscriber.py", bus, NOTES.name, str(total))
+        try:
+            expect_line(stalled, "ready")
+            watch = BrokerWatch()
+            runtime = AgentRuntime(bus, name="budget-publisher", metrics_interval=0.2)
+            runtime.register("watch", watch)
+            async with runtime:
+                await watch.wait(lambda: watch.last is not None)
+                assert watch.last.gauges["broker.subscriber_budget_bytes"] == budget
+                base = vm_rss(broker.pid)
+                os.kill(stalled.pid, signal.SIGSTOP)
+                try:
+                    for _ in range(total):
+                        runtime.send(NOTES, ConversationContextUpdate(text), participant_id="p1")
+                        await asyncio.sleep(0)  # let the reader of ``watch`` keep up
+                    await watch.wait(lambda: len(watch.notes) + watch.lost == total)
+                    held = vm_rss(broker.pid) - base
+                    await watch.wait(lambda: watch.last.gauges["broker.subscribers_evicted"] >= 1)
+                finally:
+                    os.kill(stalled.pid, signal.SIGCONT)
+                report = json.loads(await asyncio.to_thread(expect_line, stalled, "{"))
+        finally:
+            reap(stalled)
+    assert held < budget + 24 * 2**20, f"the broker held {held / 2**20:.1f} MiB (budget 4 MiB)"
+    assert watch.lost == 0  # a subscriber that reads loses nothing to another one's stall
+    assert report["gaps"] > 0 and report["received"] + report["gaps"] == total

@@ -117,8 +117,9 @@ class BusConfig(_Section, frozen=True):
     subscriber_budget_bytes: Annotated[int, msgspec.Meta(ge=1 << 20)] = (
         DEFAULT_SUBSCRIBER_BUDGET_BYTES
     )
-    """What one subscriber that stopped reading may cost the broker; beyond, the broker drops its
-    messages (the subscriber reports them as gaps)."""
+    """What subscribers that stopped reading may cost the broker, in bytes; beyond, the broker
+    shuts the connection of the one that does not drain (``broker.subscribers_evicted``), and
+    the subscriber reports what it missed as gaps."""
     security: SecurityConfig = SecurityConfig()
     identities: dict[str, IdentityConfig] = {}
     """Bus identities by name: clients' keys and any identity's permissions."""

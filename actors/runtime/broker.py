@@ -13,6 +13,14 @@ server, pyzmq's authenticator admits the configured identities, and the loop is
 ``security.forwarder``'s, which checks each message's metadata and each subscription
 against the identity's permissions (the plain bus keeps libzmq's loop: no cost there).
 
+Per-subscriber budget (``subscriber_budget_bytes``, default 64 MiB): what the broker may
+hold for subscribers that stopped reading, in bytes. The XPUB send HWM counts messages
+(``subscriber_hwm``, sized for typical messages so that subscribers that read never lose
+a burst); the bytes are held by ``SubscriberBudget`` (``subscriber_budget.py``, where the
+why is): past the budget, the connections of subscribers that do not drain are shut,
+which frees what was queued for them; they reconnect and report what they missed as gaps,
+and the broker counts them (``subscribers_evicted``, ``broker.subscribers_evicted``).
+
 Subscriber counts (``RuntimeMetrics.subscriptions``, ``xrmq topics``): the secure loop
 counts the subscriptions it applies. The plain broker with ``metrics_interval`` sets
 ``ZMQ_XPUB_VERBOSER``, so every subscription and unsubscription (one per prefix of a
@@ -31,6 +39,8 @@ from pathlib import Path
 
 import zmq
 
+from xrmq.schemas._validation import check_positive
+
 from .address import BusAddress, UnsafeDirectoryError, check_ipc_directories
 from .broker_report import MONITORED_EVENTS, BrokerReport
 from .logs import get_logger
@@ -43,6 +53,7 @@ from .security.forwarder import (
     IdentityAuthenticator,
     Rescan,
 )
+from .subscriber_budget import SubscriberBudget
 
 DEFAULT_HWM = 1_000_000
 """High-water mark for bus sockets: large and explicit (PUB/XPUB drop past it; receivers count the
@@ -52,14 +63,15 @@ DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 (libzmq does not read it; the sender reconnects and receivers see the messages lost meanwhile
 as gaps)."""
 DEFAULT_SUBSCRIBER_BUDGET_BYTES = 64 * 1024 * 1024
-"""What the broker may hold for one subscriber that stopped reading."""
+"""What the broker may hold, in bytes, for subscribers that stopped reading
+(``SubscriberBudget``)."""
 MESSAGE_BYTES_ESTIMATE = 1024
-"""A typical bus message, for turning the byte budget into a send HWM (counted in messages)."""
+"""A typical bus message, for the send HWM (counted in messages) that goes with the budget."""
 
 
 def subscriber_hwm(budget_bytes: int) -> int:
-    """The broker's per-subscriber send HWM for a byte budget: what a stalled subscriber can
-    cost (at typical message sizes) before the broker drops its messages (its gaps)."""
+    """The broker's per-subscriber send HWM for a byte budget: as many typical messages as it
+    holds (the bytes themselves are held by ``SubscriberBudget``, whatever the sizes)."""
     return max(1000, budget_bytes // MESSAGE_BYTES_ESTIMATE)
 
 
@@ -99,7 +111,10 @@ class Broker:
         self.capture = capture
         self.hwm = hwm
         self.max_message_bytes = max_message_bytes
+        check_positive(subscriber_budget_bytes, "subscriber_budget_bytes")
+        self.subscriber_budget_bytes = subscriber_budget_bytes
         self.subscriber_hwm = min(hwm, subscriber_hwm(subscriber_budget_bytes))
+        self._budget: SubscriberBudget | None = None
         self.metrics_interval = metrics_interval
         self._report: BrokerReport | None = None
         self.security = security
@@ -131,6 +146,11 @@ class Broker:
         """Publisher connections the broker dropped (a frame over ``max_message_bytes``, a
         protocol error); None without ``metrics_interval`` (nothing counts them)."""
         return None if self._report is None else self._report.publishers_dropped
+
+    @property
+    def subscribers_evicted(self) -> int:
+        """Subscriber connections shut for holding the broker past ``subscriber_budget_bytes``."""
+        return 0 if self._budget is None else self._budget.evicted
 
     @property
     def publishers_left(self) -> int | None:
@@ -194,6 +214,7 @@ class Broker:
                 frontend.monitor(monitor, MONITORED_EVENTS)
                 gauges = {
                     "broker.subscriber_hwm": float(self.subscriber_hwm),
+                    "broker.subscriber_budget_bytes": float(self.subscriber_budget_bytes),
                     "broker.max_message_bytes": float(self.max_message_bytes),
                 }
                 if security is None:
@@ -205,12 +226,19 @@ class Broker:
                     self.metrics_interval,
                     gauges,
                     subscriptions=counted,
+                    live_gauges=lambda: {
+                        "broker.subscribers_evicted": float(self.subscribers_evicted)
+                    },
                 )
             frontend.send(b"\x01")  # subscribe to everything, upstream
             backend = socket(zmq.XPUB)
             backend.setsockopt(zmq.SNDHWM, self.subscriber_hwm)  # per subscriber, bounds a stall
             backend.setsockopt(zmq.RCVHWM, self.hwm)
             backend.setsockopt(zmq.MAXMSGSIZE, 64 * 1024)  # subscriptions only
+            budget = None  # an inproc bus has no connections to shut (nor a kernel queue)
+            if not self.address.subscribe.startswith("inproc://"):
+                budget = SubscriberBudget(context, self.subscriber_budget_bytes, self._log)
+                budget.arm(backend)
             if security is not None:
                 security.serve(backend, BUS_DOMAIN)
                 backend.setsockopt(zmq.XPUB_MANUAL, 1)  # the forwarder applies permitted ones
@@ -249,6 +277,9 @@ class Broker:
             return
         if umask is not None:
             os.umask(umask)
+        self._budget = budget
+        if budget is not None:
+            budget.start()
         if self._report is not None:
             self._report.start()
         self._log.info(
@@ -256,6 +287,7 @@ class Broker:
             subscribe=self.address.subscribe,
             capture=self.capture,
             subscriber_hwm=self.subscriber_hwm,
+            subscriber_budget_bytes=self.subscriber_budget_bytes,
             max_message_bytes=self.max_message_bytes,
             security="curve" if security is not None else "none",
         )
@@ -280,6 +312,8 @@ class Broker:
         except zmq.ContextTerminated:
             pass
         finally:
+            if budget is not None:
+                budget.stop()
             if self._report is not None:
                 self._report.stop()
             for sock in sockets:

@@ -28,6 +28,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
 import msgspec
 import zmq
@@ -113,6 +114,7 @@ class BrokerReport:
         gauges: dict[str, float],
         *,
         subscriptions: str | None = None,
+        live_gauges: Callable[[], dict[str, float]] | None = None,
     ) -> None:
         self.peers = PeerWatch()
         self.subscriptions = SubscriptionCounts()
@@ -122,6 +124,8 @@ class BrokerReport:
         self._monitor = monitor
         self._interval = interval
         self._gauges = gauges
+        self._live_gauges = live_gauges
+        """Gauges read at each heartbeat (the broker's eviction count)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="xrmq-broker-report", daemon=True)
         self._connected = threading.Event()
@@ -206,6 +210,7 @@ class BrokerReport:
                     handler_errors=0,
                     gauges={
                         **self._gauges,
+                        **(self._live_gauges() if self._live_gauges is not None else {}),
                         "broker.publishers_dropped": float(self.peers.dropped),
                         "broker.publishers_left": float(self.peers.left),
                     },

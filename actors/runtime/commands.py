@@ -168,7 +168,7 @@ def add_commands(subparsers: Any) -> None:
         "--subscriber-budget-bytes",
         type=int,
         default=DEFAULT_SUBSCRIBER_BUDGET_BYTES,
-        help="what one stalled subscriber may cost the broker (its send HWM)",
+        help="bytes stalled subscribers may cost the broker (past it, one is disconnected)",
     )
     bus.add_argument(
         "--metrics-interval",

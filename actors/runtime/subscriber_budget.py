@@ -1,0 +1,226 @@
+"""The broker's per-subscriber byte budget: a subscriber that stops reading cannot make the
+broker hold more than ``budget_bytes`` for it.
+
+Why not a HWM: the XPUB side queues for each subscriber connection in a pipe of its own,
+bounded by ``ZMQ_SNDHWM``, which counts messages, not bytes (65,536 messages held 600 x 1
+MiB for one stalled subscriber: +561 MB). A HWM small enough to hold the budget in the worst
+case (``budget // max_message_bytes``: 16 messages at the defaults) drops half of a burst for
+subscribers that do read: libzmq's proxy thread learns that a pipe drained only every so many
+messages, so a pipe that small looks full to it while its reader keeps up. Nor can the broker
+count bytes per subscriber itself: XPUB fans a message out to every matching pipe inside
+libzmq and tells nobody which pipe is full or when one drains (a loop of its own would need a
+socket per subscriber; subscribers are SUB sockets of one endpoint). So the HWM stays sized
+for typical messages (``subscriber_hwm``) and this guard bounds the bytes:
+
+- What the broker holds is measured, not estimated: the process's heap bytes in use
+  (glibc ``mallinfo2``, else resident memory) above what it used when it became ready.
+  libzmq allocates every queued message there, once, however many pipes share it.
+- Which subscriber holds it is the one whose connection does not drain: its kernel send
+  queue (``TIOCOUTQ``) is full and has not moved since the last look. libzmq queues a
+  message in a pipe only while the connection cannot take it, so a subscriber whose kernel
+  queue moves is being served; one that stopped reading (stopped, hung, its own receive queue
+  full) keeps it full and still.
+- Every ``interval`` (5 ms), when the broker holds more than ``budget_bytes``, every such
+  stalled connection is shut down: libzmq drops the connection and frees everything queued
+  for it at once. The subscriber's socket reconnects and subscribes again by itself; what was
+  queued for it, and what was published until it was back, it reports as gaps (the runtime's
+  loss accounting: ``RuntimeMetrics.gaps``, the rate-limited ``bus.gap`` warning, a lost tail
+  by the sender's heartbeat). The broker counts the connections it shut (``evicted``, the
+  heartbeat's ``broker.subscribers_evicted``) and logs each (rate-limited).
+
+So the bound is in bytes, for all stalled subscribers together (stricter than per
+subscriber): the budget plus what arrives within one interval. A live subscriber is never
+cut for what others hold, nor for a burst it is reading through. The monitor and the ioctls
+run on this guard's thread; the proxy's path is untouched.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import fcntl
+import os
+import socket
+import struct
+import termios
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import zmq
+import zmq.utils.monitor
+
+from .ratelimit import AggregatedWarnings
+
+DEFAULT_INTERVAL_S = 0.005
+"""How often the guard looks at what the broker holds (the overshoot is what arrives meanwhile)."""
+STILL_S = 0.02
+"""How long a connection's full send queue must stay unchanged before the guard takes its
+subscriber as stalled (a reader's moves within that; one descheduled that long may be cut
+only if it has been still longer than every other)."""
+_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()
+        )
+    ]
+
+
+def heap_meter() -> Callable[[], int]:
+    """A function returning the bytes this process holds: heap bytes in use (glibc
+    ``mallinfo2``: what libzmq's queued messages occupy), else resident memory."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        mallinfo2 = libc.mallinfo2
+    except (OSError, AttributeError, TypeError):
+        page = os.sysconf("SC_PAGE_SIZE")
+
+        def resident() -> int:
+            with open("/proc/self/statm") as statm:
+                return int(statm.read().split()[1]) * page
+
+        return resident
+    mallinfo2.restype = _MallInfo2
+
+    def in_use() -> int:
+        info = mallinfo2()
+        return int(info.uordblks + info.hblkhd)
+
+    return in_use
+
+
+def send_queue(peer: socket.socket) -> int:
+    """Bytes in ``peer``'s kernel send queue, not yet taken by the other end."""
+    raw = fcntl.ioctl(peer.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+    return int(struct.unpack("i", raw)[0])
+
+
+class SubscriberBudget:
+    """Shuts the connections of stalled subscribers while the broker holds more than
+    ``budget_bytes`` (see the module docstring). ``arm(socket)`` on the XPUB socket's own
+    thread before the proxy starts; ``start()``; ``stop()``."""
+
+    def __init__(
+        self,
+        context: zmq.Context,
+        budget_bytes: int,
+        log: Any,
+        *,
+        interval: float = DEFAULT_INTERVAL_S,
+        meter: Callable[[], int] | None = None,
+    ) -> None:
+        self.budget_bytes = budget_bytes
+        self.evicted = 0
+        """Subscriber connections shut for holding the broker past the budget."""
+        self._context = context
+        self._interval = interval
+        self._meter = meter or heap_meter()
+        self._baseline = 0
+        self._endpoint = f"inproc://xrmq-broker-subscribers-{uuid.uuid4().hex}"
+        # fd -> [duplicate of the connection, its send queue at the last look, since when the
+        # queue has been full and unchanged]
+        self._peers: dict[int, list[Any]] = {}
+        self._warnings = AggregatedWarnings(log)
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="xrmq-broker-budget", daemon=True)
+
+    def arm(self, backend: zmq.Socket) -> None:
+        """Watch ``backend``'s connections (call on the thread that owns it)."""
+        backend.monitor(self._endpoint, _EVENTS)
+
+    def start(self) -> None:
+        self._baseline = self._meter()
+        self._thread.start()
+        self._ready.wait(5)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    @property
+    def held(self) -> int:
+        """Bytes the broker holds beyond what it held when it became ready."""
+        return max(0, self._meter() - self._baseline)
+
+    def _run(self) -> None:
+        events = self._context.socket(zmq.PAIR)
+        events.setsockopt(zmq.LINGER, 0)
+        events.connect(self._endpoint)
+        self._ready.set()
+        timeout_ms = max(1, int(self._interval * 1000))
+        try:
+            while not self._stop.is_set():
+                if events.poll(timeout_ms):
+                    while True:
+                        try:
+                            event = zmq.utils.monitor.recv_monitor_message(events, zmq.NOBLOCK)
+                        except zmq.Again:
+                            break
+                        self._event(event["event"], event["value"])
+                self._look()
+        finally:
+            events.close()
+            for peer, _ in self._peers.values():
+                peer.close()
+            self._peers.clear()
+            self._warnings.flush_all()
+
+    def _event(self, kind: int, fd: int) -> None:
+        if kind == zmq.EVENT_ACCEPTED:
+            old = self._peers.pop(fd, None)
+            if old is not None:
+                old[0].close()
+            try:
+                self._peers[fd] = [socket.socket(fileno=os.dup(fd)), -1, time.monotonic()]
+            except OSError:  # already gone
+                pass
+        elif kind == zmq.EVENT_DISCONNECTED:
+            peer = self._peers.pop(fd, None)
+            if peer is not None:
+                peer[0].close()
+
+    def _look(self) -> None:
+        """Note each connection's send queue; past the budget, shut the one that has been full
+        and still the longest (at least ``STILL_S``), one per look."""
+        now = time.monotonic()
+        longest: tuple[float, int, int] | None = None
+        for fd, entry in self._peers.items():
+            peer, last, since = entry
+            try:
+                queued = send_queue(peer)
+                full = queued * 2 >= peer.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+            except OSError:
+                continue
+            if not full or queued != last:
+                entry[1], entry[2] = queued, now
+            elif now - since >= STILL_S and (longest is None or since < longest[0]):
+                longest = since, fd, queued
+        if longest is None:
+            return
+        held = self.held
+        if held <= self.budget_bytes:
+            return
+        _, fd, queued = longest
+        peer = self._peers.pop(fd)[0]
+        try:
+            peer.shutdown(socket.SHUT_RDWR)  # libzmq drops the connection and its queue
+        except OSError:
+            pass
+        peer.close()
+        self.evicted += 1
+        self._warnings.warn(
+            "broker.subscriber_evicted",
+            None,
+            None,
+            held_bytes=held,
+            budget_bytes=self.budget_bytes,
+            send_queue_bytes=queued,
+            evicted=self.evicted,
+        )
