@@ -3,7 +3,9 @@
 ``metrics()`` reads the counters (``RuntimeCounters`` names, counted by the hot path in
 ``AgentRuntime._counters``), the mailboxes, the actors' gauges and the table sizes, and
 checks for stuck actors (restarting them with ``restart_stuck``); ``_publish_metrics`` is the
-heartbeat loop. ``AgentRuntime`` inherits these methods from ``Observation``.
+heartbeat loop, ``_publish_heartbeats`` the short one of a runtime without
+``metrics_interval`` (its streams' last seqs, once it has published). ``AgentRuntime``
+inherits these methods from ``Observation``.
 """
 
 from __future__ import annotations
@@ -141,6 +143,19 @@ class Observation:
                 self._log.error("runtime.metrics_failed", error=repr(error))
             self._warnings.flush()
             await asyncio.sleep(cast(float, self.metrics_interval))  # started only when set
+
+    async def _publish_heartbeats(self, interval: float) -> None:
+        """Without ``metrics_interval``: once this runtime has published, a heartbeat every
+        ``interval`` announcing its streams' last seqs (``heartbeat_s``)."""
+        while True:
+            await asyncio.sleep(interval)
+            if not self._streams:
+                continue  # published nothing yet: no tail to announce
+            try:
+                self.send(METRICS_TOPIC, self.metrics(self._recent_last_seqs()), source="runtime")
+            except Exception as error:
+                self._log.error("runtime.heartbeat_failed", error=repr(error))
+            self._warnings.flush()
 
     def _all_mailboxes(self) -> list[Mailbox]:
         mailboxes = list(self._agents.values())

@@ -91,6 +91,9 @@ HEARTBEAT_KEYS = 256
 """Streams a heartbeat lists beyond those that changed since the last one: all of them when
 there are this few, else the next slice in turn, so every stream's last seq is announced again
 and again (a receiver that lost the heartbeats of an overload still learns of the lost tail)."""
+DEFAULT_HEARTBEAT_S = 2.0
+"""Without ``metrics_interval``, how often a runtime that has published announces the last seq
+of its streams (a short heartbeat), so a receiver counts a lost tail within this long."""
 # An outgoing stream: [wire key, last seq, seq at the last eviction look, seq at the last
 # heartbeat].
 _KEY, _SEQ, _SEEN, _BEAT = range(4)
@@ -127,7 +130,11 @@ class AgentRuntime(Registration, Observation):
     ``METRICS_TOPIC`` that often: its heartbeat and what ``xrmq top`` shows. The
     heartbeat lists the last seq this runtime sent on each key that sent since the last
     one (and the others in turn, ``HEARTBEAT_KEYS``), so a receiver reports a lost tail of
-    a stream within one interval. An actor whose mailbox is non-empty and has not moved
+    a stream within one interval. Without it, a runtime that has published heartbeats every
+    ``heartbeat_s`` (default ``DEFAULT_HEARTBEAT_S``; None: never), so a long-lived
+    publisher's lost tail is counted too; and every runtime that has published sends a final
+    heartbeat when it stops, listing the last seq of every stream it numbered (its tail
+    announced before it goes). An actor whose mailbox is non-empty and has not moved
     for ``stuck_after`` seconds is reported in ``RuntimeMetrics.stuck`` and logged once
     (``actor.stuck``); with ``restart_stuck`` (default) it is restarted then: the
     handler in flight is cancelled (a fault of its message; an ask gets the error), the
@@ -159,6 +166,7 @@ class AgentRuntime(Registration, Observation):
         mailbox_capacity: int = 10_000,
         ready_timeout: float = 10.0,
         metrics_interval: float | None = None,
+        heartbeat_s: float | None = DEFAULT_HEARTBEAT_S,
         stuck_after: float = 10.0,
         restart_stuck: bool = True,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
@@ -178,6 +186,14 @@ class AgentRuntime(Registration, Observation):
         )
         for field, value in limits:
             check_positive(value, field)
+        for field, interval in (
+            ("metrics_interval", metrics_interval),
+            ("heartbeat_s", heartbeat_s),
+        ):
+            if interval is not None and not interval > 0:
+                raise ValueError(
+                    f"{field}: must be a positive number of seconds or None, got {interval!r}"
+                )
         if name is not None and not is_name(name, blank=False):
             raise ValueError("name: must be a non-empty string without NUL, not only whitespace")
         self._embedded = bus is None
@@ -196,6 +212,7 @@ class AgentRuntime(Registration, Observation):
         self.mailbox_capacity = mailbox_capacity
         self.ready_timeout = ready_timeout
         self.metrics_interval = metrics_interval
+        self.heartbeat_s = heartbeat_s
         self._metrics_task: asyncio.Task[None] | None = None
         self._progress = ProgressWatch(stuck_after)
         self.restart_stuck = restart_stuck
@@ -319,6 +336,10 @@ class AgentRuntime(Registration, Observation):
             self._metrics_task = asyncio.create_task(
                 self._publish_metrics(), name=f"xrmq-metrics-{self.name}"
             )
+        elif self.heartbeat_s:
+            self._metrics_task = asyncio.create_task(
+                self._publish_heartbeats(self.heartbeat_s), name=f"xrmq-heartbeat-{self.name}"
+            )
         self._log.info(
             "runtime.ready",
             bus=self.address.subscribe,
@@ -363,6 +384,8 @@ class AgentRuntime(Registration, Observation):
         self._pending.clear()
         if self._deadlines is not None:
             self._deadlines.close()
+        if self._running:
+            self._final_heartbeat()  # nothing publishes after it: ``running`` ends with it
         self._running = False
         for mailbox in mailboxes:
             await mailbox.stop()
@@ -1053,6 +1076,18 @@ class AgentRuntime(Registration, Observation):
 
     # ------------------------------------------------------------------ heartbeat streams
     # (the metrics snapshot and the heartbeat loop: metrics.py)
+
+    def _final_heartbeat(self) -> None:
+        """Announce the last seq of every stream this runtime numbered (``HEARTBEAT_KEYS`` per
+        heartbeat), so a receiver counts a tail lost just before this runtime stopped."""
+        streams = [stream for stream in self._streams.values() if stream[_SEQ]]
+        for start in range(0, len(streams), HEARTBEAT_KEYS):
+            listed = {s[_KEY].decode(): s[_SEQ] for s in streams[start : start + HEARTBEAT_KEYS]}
+            try:
+                self.send(METRICS_TOPIC, self.metrics(listed), source="runtime")
+            except Exception as error:
+                self._log.error("runtime.final_heartbeat_failed", error=repr(error))
+                return
 
     def _recent_last_seqs(self) -> dict[str, int]:
         """The heartbeat's ``last_seq``: every stream that sent since the last heartbeat, and the

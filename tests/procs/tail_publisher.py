@@ -1,0 +1,32 @@
+"""Publisher process with the runtime's defaults (no ``metrics_interval``): publishes on cue.
+
+argv: BUS TOPIC COUNT. Prints "ready" once connected; on the stdin line "send" publishes
+COUNT notes for participant p1 and prints "sent"; on "close" stops its runtime (its final
+heartbeat) and prints "closed".
+"""
+
+import asyncio
+import sys
+
+from xrmq.actors.runtime import AgentRuntime
+from xrmq.schemas import ConversationContextUpdate
+from xrmq.topics import context_topic
+
+bus, topic_name, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+TOPIC = context_topic(topic_name)
+
+
+async def main() -> None:
+    runtime = AgentRuntime(bus, name="tail-publisher")
+    await runtime.start()
+    print("ready", flush=True)
+    while (command := (await asyncio.to_thread(sys.stdin.readline)).strip()) != "close":
+        if command == "send":
+            for index in range(count):
+                runtime.send(TOPIC, ConversationContextUpdate(f"n{index}"), participant_id="p1")
+            print("sent", flush=True)
+    await runtime.stop()
+    print("closed", flush=True)
+
+
+asyncio.run(main())
