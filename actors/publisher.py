@@ -9,6 +9,9 @@ handshake ran before the first one, so nothing is dropped while connecting)::
     with Publisher("default", name="lab-sensor") as pub:
         pub.publish("notes", "The kettle is set to 85 degrees.", participant="p1", source="kettle")
 
+Its runtime heartbeats the last seq of what it published every ``heartbeat_s`` (2 s) and
+once more on ``close()``, so a subscriber counts what the bus dropped, even the last messages.
+
 ``topic`` is a ``Topic`` or a name (a standard topic, else a context topic); content
 is the message itself, a JSON object of its fields, or text (a context update, or a
 query on ``voice.query``), as ``xrmq publish`` takes it.
