@@ -14,7 +14,9 @@ for typical messages (``subscriber_hwm``) and this guard bounds the bytes:
 
 - What the broker holds is measured, not estimated: the process's heap bytes in use
   (glibc ``mallinfo2``, else resident memory) above what it used when it became ready.
-  libzmq allocates every queued message there, once, however many pipes share it.
+  libzmq allocates every queued message there, once, however many pipes share it. (The
+  measure is the whole process's: ``xrmq bus`` holds only the broker; a broker started
+  inside a larger process counts that process's growth too.)
 - Which subscriber holds it is the one whose connection does not drain: its kernel send
   queue (``TIOCOUTQ``) is full and has not moved since the last look. libzmq queues a
   message in a pipe only while the connection cannot take it, so a subscriber whose kernel
@@ -165,6 +167,7 @@ class SubscriberBudget:
                             break
                         self._event(event["event"], event["value"])
                 self._look()
+                self._warnings.flush()
         finally:
             events.close()
             for peer, _ in self._peers.values():
@@ -195,7 +198,9 @@ class SubscriberBudget:
             peer, last, since = entry
             try:
                 queued = send_queue(peer)
-                full = queued * 2 >= peer.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+                full = queued > 0 and queued * 2 >= peer.getsockopt(
+                    socket.SOL_SOCKET, socket.SO_SNDBUF
+                )
             except OSError:
                 continue
             if not full or queued != last:
