@@ -163,14 +163,18 @@ async def test_a_tail_lost_under_overload_is_counted_exactly_without_configured_
     ``metrics_interval``, and under overload 48 % of their notes were lost uncounted.
     A real broker (a 1,024-message HWM per subscriber) drops the tail of 20,000 notes for
     a subscriber that is stopped meanwhile; the publisher runs with the runtime's
-    defaults. Its final heartbeat when it closes, or while it lives its default short
-    heartbeat, makes the subscriber's loss count exactly what it did not receive."""
+    defaults. Its final heartbeat when it closes (its periodic one off, to pin the final
+    one), or while it lives its default short heartbeat, makes the subscriber's loss count
+    exactly what it did not receive."""
     from buses import broker_process, expect_line, python, reap
 
     total = 20_000
     with broker_process("--subscriber-budget-bytes", str(1 << 20)) as bus:
         subscriber = python("tail_subscriber.py", bus, "tail.notes", str(total), "tail-publisher")
-        publisher = python("tail_publisher.py", bus, "tail.notes", str(total), stdin=PIPE)
+        heartbeat = "none" if closes else "default"  # closing: only its final heartbeat
+        publisher = python(
+            "tail_publisher.py", bus, "tail.notes", str(total), heartbeat, stdin=PIPE
+        )
         try:
             expect_line(subscriber, "ready")
             expect_line(publisher, "ready")

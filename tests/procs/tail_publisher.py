@@ -1,8 +1,9 @@
 """Publisher process with the runtime's defaults (no ``metrics_interval``): publishes on cue.
 
-argv: BUS TOPIC COUNT. Prints "ready" once connected; on the stdin line "send" publishes
-COUNT notes for participant p1 and prints "sent"; on "close" stops its runtime (its final
-heartbeat) and prints "closed".
+argv: BUS TOPIC COUNT [HEARTBEAT]; HEARTBEAT "none" turns the short periodic heartbeat
+off (``heartbeat_s=None``: only the final one). Prints "ready" once connected; on the stdin
+line "send" publishes COUNT notes for participant p1 and prints "sent"; on "close" stops
+its runtime (its final heartbeat) and prints "closed".
 """
 
 import asyncio
@@ -13,11 +14,15 @@ from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import context_topic
 
 bus, topic_name, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+periodic = sys.argv[4:] != ["none"]
 TOPIC = context_topic(topic_name)
 
 
 async def main() -> None:
-    runtime = AgentRuntime(bus, name="tail-publisher")
+    if periodic:
+        runtime = AgentRuntime(bus, name="tail-publisher")
+    else:
+        runtime = AgentRuntime(bus, name="tail-publisher", heartbeat_s=None)
     await runtime.start()
     print("ready", flush=True)
     while (command := (await asyncio.to_thread(sys.stdin.readline)).strip()) != "close":
