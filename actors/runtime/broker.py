@@ -302,6 +302,7 @@ class Broker:
                 authenticator=authenticator,
                 rescan=self.rescan,
                 rescan_interval=self.rescan_interval,
+                evicted=lambda: self.subscribers_evicted,
             )
         self._bound.set()
         try:

@@ -177,8 +177,11 @@ class Forwarder:
         authenticator: IdentityAuthenticator | None = None,
         rescan: Rescan | None = None,
         rescan_interval: float = 1.0,
+        evicted: Callable[[], int] | None = None,
     ) -> None:
         self.policy = policy
+        self._evicted = evicted
+        """The broker's count of subscriber connections shut past its byte budget."""
         self.authenticator = authenticator
         self.frontend, self.backend, self.capture, self.control = (
             frontend,
@@ -338,9 +341,18 @@ class Forwarder:
             dropped=dict(self.dropped),
             denied=dict(self.denied),
             subscriptions=self.subscriptions.snapshot(),
-            gauges={"broker.handshakes_refused": self.authenticator.refused}
-            if self.authenticator is not None
-            else {},
+            gauges={
+                **(
+                    {"broker.handshakes_refused": self.authenticator.refused}
+                    if self.authenticator is not None
+                    else {}
+                ),
+                **(
+                    {"broker.subscribers_evicted": self._evicted()}
+                    if self._evicted is not None
+                    else {}
+                ),
+            },
         )
 
     def _publish_metrics(self) -> None:
