@@ -186,9 +186,12 @@ async def test_a_tail_lost_under_overload_is_counted_exactly_without_configured_
                 try:
                     command(publisher, "send")
                     await asyncio.to_thread(expect_line, publisher, "sent")
-                    # The observer reads: once it has every note, the broker has handled them
-                    # all (and dropped the stopped subscriber's tail).
-                    await observer.wait(lambda: observer.notes + observer.lost == total)
+                    # The observer reads: once a mark sent after the notes reaches it, the
+                    # broker has handled them all (and dropped the stopped subscriber's tail).
+                    marked = asyncio.ensure_future(observer.marked.wait())
+                    while not marked.done():
+                        command(publisher, "mark")
+                        await asyncio.wait([marked], timeout=0.05)
                 finally:
                     os.kill(subscriber.pid, signal.SIGCONT)
                 # Whatever was queued for the subscriber is read before a sync note gets
@@ -214,34 +217,63 @@ async def test_a_tail_lost_under_overload_is_counted_exactly_without_configured_
     assert report["received"] + report["gaps"] == total
 
 
-TAIL_NOTES = context_topic("tail.notes")
+TAIL_MARK = context_topic("tail.notes.mark")
 SYNC = context_topic("tail.notes.sync")
 
 
 class Observer(Agent):
-    """Counts the tail publisher's notes, received or reported lost."""
+    """Learns that the broker has handled the tail publisher's notes: its mark arrived."""
 
     def __init__(self) -> None:
-        self.notes = 0
-        self.lost = 0
-        self.changed = asyncio.Event()
+        self.marked = asyncio.Event()
 
-    @subscribe(TAIL_NOTES)
-    async def on_note(self, message: ConversationContextUpdate, ctx) -> None:
-        self.notes += 1
-        self.changed.set()
-
-    async def on_gap(self, gap, ctx) -> None:
-        if gap.topic == TAIL_NOTES.name:
-            self.lost += gap.count
-            self.changed.set()
-
-    async def wait(self, predicate) -> None:
-        while not predicate():
-            self.changed.clear()
-            await asyncio.wait_for(self.changed.wait(), 10)
+    @subscribe(TAIL_MARK)
+    async def on_mark(self, message: ConversationContextUpdate, ctx) -> None:
+        self.marked.set()
 
 
 def command(process, line: str) -> None:
     process.stdin.write(f"{line}\n")
     process.stdin.flush()
+
+
+@pytest.mark.parametrize("field", ["heartbeat_s", "metrics_interval"])
+@pytest.mark.parametrize("value", [0, -1.0])
+def test_a_heartbeat_interval_that_is_not_positive_is_refused_naming_it(field, value):
+    with pytest.raises(ValueError, match=f"{field}: must be a positive number of seconds or None"):
+        AgentRuntime(**{field: value})
+
+
+async def test_a_runtime_that_published_announces_every_streams_last_seq_when_it_stops():
+    """Issue 30 item 4: the final heartbeat lists every stream it numbered, however many
+    (``HEARTBEAT_KEYS`` per message), even with the periodic heartbeat off."""
+    from xrmq.actors.runtime.runtime import HEARTBEAT_KEYS
+
+    from buses import broker_process
+
+    class Beats(Agent):
+        def __init__(self) -> None:
+            self.last_seq: dict[str, int] = {}
+            self.changed = asyncio.Event()
+
+        @subscribe(METRICS_TOPIC)
+        async def on_metrics(self, message: RuntimeMetrics, ctx) -> None:
+            if message.runtime == "stopping-sender":
+                self.last_seq.update(message.last_seq)
+                self.changed.set()
+
+    streams = HEARTBEAT_KEYS + 44  # two final heartbeats
+    beats = Beats()
+    with broker_process() as bus:
+        receiver = AgentRuntime(bus, name="beats-receiver", heartbeat_s=None)
+        receiver.register("beats", beats)
+        async with receiver:
+            async with AgentRuntime(bus, name="stopping-sender", heartbeat_s=None) as sender:
+                for index in range(streams):
+                    sender.send(NOTES, ConversationContextUpdate("x"), participant_id=f"p{index}")
+                sender.send(NOTES, ConversationContextUpdate("y"), participant_id="p0")
+            while len(beats.last_seq) < streams:
+                beats.changed.clear()
+                await asyncio.wait_for(beats.changed.wait(), 10)
+    assert beats.last_seq[NOTES.key("p0").decode()] == 2
+    assert all(beats.last_seq[NOTES.key(f"p{i}").decode()] == 1 for i in range(1, streams))

@@ -2,8 +2,10 @@
 
 argv: BUS TOPIC COUNT [HEARTBEAT]; HEARTBEAT "none" turns the short periodic heartbeat
 off (``heartbeat_s=None``: only the final one). Prints "ready" once connected; on the stdin
-line "send" publishes COUNT notes for participant p1 and prints "sent"; on "close" stops
-its runtime (its final heartbeat) and prints "closed".
+line "send" publishes COUNT notes for participant p1 and prints "sent"; on "mark" publishes
+one note on TOPIC.mark (a reader that gets it has been sent everything before it: the broker
+forwards one publisher's messages in order); on "close" stops its runtime (its final
+heartbeat) and prints "closed".
 """
 
 import asyncio
@@ -16,6 +18,7 @@ from xrmq.topics import context_topic
 bus, topic_name, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
 periodic = sys.argv[4:] != ["none"]
 TOPIC = context_topic(topic_name)
+MARK = context_topic(f"{topic_name}.mark")
 
 
 async def main() -> None:
@@ -30,6 +33,8 @@ async def main() -> None:
             for index in range(count):
                 runtime.send(TOPIC, ConversationContextUpdate(f"n{index}"), participant_id="p1")
             print("sent", flush=True)
+        elif command == "mark":
+            runtime.send(MARK, ConversationContextUpdate("mark"))
     await runtime.stop()
     print("closed", flush=True)
 
