@@ -80,8 +80,8 @@ class BrokerWatch(Agent):
         self.changed.set()
 
     async def wait(self, predicate) -> None:
-        """Until ``predicate()``; 20 s in all (heartbeats change the watch all the time)."""
-        async with asyncio.timeout(20):
+        """Until ``predicate()``; 60 s in all (heartbeats change the watch all the time)."""
+        async with asyncio.timeout(60):
             while not predicate():
                 self.changed.clear()
                 await self.changed.wait()
