@@ -66,6 +66,31 @@ async def test_a_stopped_process_is_killed_when_its_heartbeat_stops_restarted_an
     )
 
 
+async def test_the_next_turn_after_a_destination_died_between_turns_waits_for_its_restart(
+    tmp_path,
+):
+    """Killed between turns, with the next turn sent at once (the proxy has not yet heard it
+    is gone): that turn is answered by the restarted process, not declined after 5 s."""
+    up = UpProcess(
+        stack_config(tmp_path, tokens_per_second=0, router="destination_dead_after_s = 1.0")
+    )
+    try:
+        _, _, ready = await up.line("xrmq up: ready")
+        conversation = pids_of(ready)["conversation"]
+        async with Front(f"ipc://{tmp_path}/bus") as front:
+            first = front.turn("p1", QUESTION)
+            await first.wait(20)
+            os.kill(conversation, signal.SIGKILL)
+            nxt = front.turn("p1", QUESTION)
+            await nxt.wait(30)
+            outcome = await nxt.wait_outcome(10)
+            _, _, restarted = await up.line("xrmq up: restarted conversation")
+        assert outcome is not None and outcome.status == "answered", outcome
+        assert nxt.answer.strip() and "can't help" not in nxt.answer, nxt.answer
+    finally:
+        up.reap()
+
+
 async def test_a_destination_killed_mid_answer_costs_its_own_turn_only(tmp_path):
     up = UpProcess(
         stack_config(tmp_path, tokens_per_second=4, router="destination_dead_after_s = 1.0")
