@@ -87,6 +87,7 @@ async def test_the_next_turn_after_a_destination_died_between_turns_waits_for_it
             _, _, restarted = await up.line("xrmq up: restarted conversation")
         assert outcome is not None and outcome.status == "answered", outcome
         assert nxt.answer.strip() and "can't help" not in nxt.answer, nxt.answer
+        assert int(restarted.rpartition("pid=")[2]) != conversation
     finally:
         up.reap()
 
