@@ -78,3 +78,40 @@ async def test_a_turn_canceled_while_waiting_for_the_earlier_turn_to_drain_ends(
         "answered",
     ]
     assert ends.counts == {turn.request_id: 1 for turn in (first, waiting, last)}
+
+
+# -- queries the router never took (issue 30, item 8) ---------------------------------------
+
+
+async def test_a_query_with_no_router_on_the_bus_fails_as_router_unavailable():
+    runtime = AgentRuntime(name="front")
+    collector = runtime.register("replies", ReplyCollector(router_silence_s=0.3))
+    async with runtime:
+        turn = ask(runtime, collector, "p1", "anyone there?")
+        await turn.wait(10)
+    assert turn.outcome is not None and turn.outcome.status == "failed"
+    assert (turn.outcome.error or "").startswith("RouterUnavailable: no router heard")
+
+
+def router_runtime(bus: str, destination: Destination) -> AgentRuntime:
+    runtime = AgentRuntime(bus, name="router-process", metrics_interval=0.05)
+    runtime.register(
+        "router",
+        AgentRouter(
+            {"conversation": destination},
+            SingleDestination(),
+            query_topic=QUERY_TOPIC,
+            output_topic=VOICE_OUTPUT_TOPIC,
+        ),
+    )
+    return runtime
+
+
+async def test_a_query_the_router_answers_is_not_failed_by_the_watch():
+    front = AgentRuntime(name="front")
+    collector = front.register("replies", ReplyCollector(router_silence_s=0.5))
+    async with front, router_runtime(front.address, Destination("conversation", Log())):
+        turn = ask(front, collector, "p1", "fine?")
+        await turn.wait(10)
+        outcome = await turn.wait_outcome(10)
+    assert outcome is not None and outcome.status == "answered"
