@@ -50,6 +50,7 @@ from xrmq.actors.runtime import (
     get_logger,
     shard_of,
 )
+from xrmq.actors.runtime.ratelimit import AggregatedWarnings
 from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import Topic
 
@@ -189,11 +190,19 @@ class SectionHost:
         self._reports: list[tuple[Topic, CompactReport, str]] = []
         self.compactions = 0
         """Compaction results applied (a summary replaced entries), for ``xrmq top``."""
+        self.entries_dropped = 0
+        """Entries dropped uncompacted to hold a section to its stored limit (a flood
+        while compaction lagged, ``SectionSpec.stored_limit_bytes``), for ``xrmq top``."""
+        self._drops: AggregatedWarnings | None = None
 
     def gauges(self) -> dict[str, float]:
         """Compactions applied so far and the jobs still out (the backlog)."""
         backlog = sum(record.job is not None for record in self.participants.values())
-        return {"context.compactions": self.compactions, "context.compaction_backlog": backlog}
+        return {
+            "context.compactions": self.compactions,
+            "context.compaction_backlog": backlog,
+            "context.entries_dropped": self.entries_dropped,
+        }
 
     @property
     def _runtime(self) -> AgentRuntime | None:
@@ -224,7 +233,21 @@ class SectionHost:
             record = self.participants[participant_id] = _Participant(
                 self.section.new_state(uuid4().hex)
             )
+        dropped = record.state.dropped_entries
         change(record.state)
+        dropped = record.state.dropped_entries - dropped
+        if dropped:
+            self.entries_dropped += dropped
+            if self._drops is None:
+                self._drops = AggregatedWarnings(get_logger(actor=self._agent.name))
+            self._drops.warn(
+                "context.entries_dropped",
+                self.section.spec.name,
+                participant_id,
+                dropped=dropped,
+                limit_bytes=self.section.spec.stored_limit_bytes,
+                reason="written faster than compaction keeps up",
+            )
         record.identities.extend(identities)
         if ack is not None:
             _acknowledge(record, ack)
