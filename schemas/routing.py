@@ -236,8 +236,8 @@ class TurnEnded(msgspec.Struct, frozen=True):
     router said why), ``failed`` (``route`` failed; the router said so unless the
     destination had started its reply), ``canceled`` (a newer turn, an interruption or a
     departure ended it). ``error`` is the cause of ``failed`` and ``unanswered`` as
-    ``"<Kind>: <what happened>"``, e.g. ``"ModelUnavailable: model local: cannot connect
-    to http://127.0.0.1:8000/v1"``. Every field is always on the wire.
+    ``"<Kind>: <what happened>"``, e.g. ``"ModelUnavailable: model local at
+    http://127.0.0.1:8000/v1: connection refused"``. Every field is always on the wire.
     """
 
     request_id: str

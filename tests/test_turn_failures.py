@@ -83,8 +83,8 @@ async def test_a_turn_whose_model_is_unreachable_ends_with_the_models_error_afte
             await turn.wait(60)
     assert turn.router_text == FAILURE_TEXT
     assert turn.outcome.status == "failed" and turn.outcome.route == "conversation"
-    assert turn.outcome.error.startswith(
-        f"ModelUnavailable: model hosted_vllm/m: cannot connect to {api_base} ("
+    assert turn.outcome.error == (
+        f"ModelUnavailable: model hosted_vllm/m at {api_base}: connection refused"
     )
     assert turn.failure == f"turn failed: {turn.outcome.error}"
 
@@ -203,8 +203,8 @@ def test_say_exits_with_the_cause_when_the_model_is_unreachable(tmp_path):
     assert result.returncode == 1, result.stderr
     assert result.stdout.strip() == FAILURE_TEXT
     assert result.stderr.startswith(
-        "xrmq say: turn failed: ModelUnavailable: model hosted_vllm/Qwen/Qwen3-4B: "
-        f"cannot connect to {api_base} ("
+        "xrmq say: turn failed: ModelUnavailable: model hosted_vllm/Qwen/Qwen3-4B at "
+        f"{api_base}: connection refused\n"
     ), result.stderr
     assert elapsed < 30  # the turn ended with the failure, not with say's 60 s timeout
 
