@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from xrmq.actors.conversation import Conversation
+from xrmq.actors.edge.config import decode_config, load_config, reply_wait_s
 from xrmq.actors.edge.replies import ReplyCollector, ask
 from xrmq.actors.models import LiteLLMService
 from xrmq.actors.models.litellm_service import import_litellm
@@ -33,6 +34,7 @@ from xrmq.schemas import DestinationResult
 from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC
 
 from buses import broker_process, expect_line, reap
+from openai_server import OpenAIServer, Reply
 from router_doubles import Destination, FakeContext, Log
 
 CLI = [sys.executable, "-m", "xrmq.actors.cli"]
@@ -174,11 +176,12 @@ def edge_box(config: Path, env: dict) -> Iterator[tuple[subprocess.Popen, dict[s
 
 
 def say(
-    env: dict, bus: str, text: str, timeout: float = 60
+    env: dict, bus: str, text: str, timeout: float = 60, *options: str
 ) -> tuple[subprocess.CompletedProcess, float]:
+    """``xrmq say`` with ``--timeout timeout`` (``options`` instead, when given)."""
     began = time.monotonic()
     result = subprocess.run(
-        [*CLI, "say", "--bus", bus, "--timeout", str(timeout), text],
+        [*CLI, "say", "--bus", bus, *(options or ("--timeout", str(timeout))), text],
         capture_output=True,
         text=True,
         env=env,
@@ -207,6 +210,56 @@ def test_say_exits_with_the_cause_when_the_model_is_unreachable(tmp_path):
         f"{api_base}: connection refused\n"
     ), result.stderr
     assert elapsed < 30  # the turn ended with the failure, not with say's 60 s timeout
+
+
+@pytest.mark.timeout(150)
+def test_say_reports_a_stalled_model_with_its_cause_before_its_default_timeout(tmp_path):
+    """Issue 29, item 3: a model that accepts the connection and sends nothing fails the
+    turn (``ModelTimeout``) before a ``say`` that kept its default wait gives up."""
+    env = quiet_env(tmp_path)
+    bus = f"ipc://{tmp_path}/bus"
+    with OpenAIServer(Reply(hang="before")) as server:
+        answers = (
+            f'{{ preset = "local", api_base = "{server.api_base}", retries = 0, timeout_s = 3 }}'
+        )
+        path = write_config(tmp_path / "edge.toml", bus, answers, STACK)
+        default_wait = reply_wait_s(load_config(path))
+        with edge_box(path, env):
+            result, elapsed = say(
+                env, bus, "Where is the spare key?", default_wait, "--config", str(path)
+            )
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith(
+        "xrmq say: turn failed: ModelTimeout: model hosted_vllm/Qwen/Qwen3-4B at "
+        f"{server.api_base}: no token in 3 s\n"
+    ), result.stderr
+    assert server.requests  # the model was asked, and stalled
+    assert elapsed < default_wait  # the turn ended with its cause, not with say's wait
+
+
+def test_the_clients_default_wait_outlasts_every_model_a_turn_waits_for():
+    """A client's default wait (``xrmq say``/``xrmq chat --timeout``) is the box's
+    first-token timeout plus a margin: the box reports a stalled model first."""
+    local = decode_config({"models": {"answers": "local"}})
+    assert local.models.answers.timeout_s == 30  # the preset issue 29 tripped over
+    assert reply_wait_s(local) > 30
+    slow = decode_config(
+        {
+            "models": {"answers": {"preset": "local", "timeout_s": 5}},
+            "destinations": {
+                "conversation": {"description": "General."},
+                "slow": {"description": "Slow.", "model": {"model": "offline", "timeout_s": 90}},
+            },
+        }
+    )
+    assert reply_wait_s(slow) > 90  # a destination's own model counts
+    choosing = decode_config(
+        {
+            "models": {"answers": {"preset": "local", "timeout_s": 5}, "routing": "local"},
+            "router": {"decisions": "llm"},
+        }
+    )
+    assert reply_wait_s(choosing) > 5 + 30  # the routing decision comes first
 
 
 @pytest.mark.timeout(90)
