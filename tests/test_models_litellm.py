@@ -32,7 +32,7 @@ from xrmq.actors.models import (
     ModelUnavailable,
     compaction_limit_instruction,
 )
-from xrmq.actors.models.litellm_service import import_litellm
+from xrmq.actors.models.litellm_service import import_litellm, provider_message
 
 from openai_server import OpenAIServer, Reply
 
@@ -460,3 +460,19 @@ def test_a_model_error_without_an_endpoint_reads_model_then_reason() -> None:
     error = ModelTimeout("m", "no token in 3 s", endpoint="http://h/v1")
     assert str(error) == "model m at http://h/v1: no token in 3 s"
     assert (error.model, error.endpoint, error.reason) == ("m", "http://h/v1", "no token in 3 s")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'litellm.BadRequestError: Hosted_vllmException - {"error": {"message": "too long"}}',
+        'litellm.BadRequestError: Hosted_vllmException - {"object": "error", "message": '
+        '"too long", "type": "BadRequestError"}',
+        'litellm.BadRequestError: OpenAIException - {"detail": "too long"}',
+        "litellm.BadRequestError: OpenAIException - Error code: 400 - {'error': "
+        "{'message': 'too long', 'code': 400}}",
+        "litellm.BadRequestError: OpenAIException - too long",
+    ],
+)
+def test_the_providers_message_is_found_in_every_wrapping(text: str) -> None:
+    assert provider_message(Exception(text)) == "too long"

@@ -360,9 +360,9 @@ def provider_message(exc: BaseException) -> str:
                 break
             except (ValueError, SyntaxError):
                 continue
-    if isinstance(body, dict):
+    if isinstance(body, dict):  # OpenAI's {"error": {...}}, vLLM's flat one, FastAPI's
         inner = body.get("error", body)
-        found = inner.get("message") if isinstance(inner, dict) else inner
+        found = inner.get("message", inner.get("detail")) if isinstance(inner, dict) else inner
         if isinstance(found, str) and found.strip():
             text = found
     return " ".join(text.split())[:300] or type(exc).__name__
