@@ -4,7 +4,9 @@
 first), then exits: 0; 1 when the router ended the turn without an answer (a failed
 model, no destination, a destination that restarted mid-turn), printing
 ``xrmq say: turn <status>: <Kind>: <cause>`` on stderr as soon as the router's
-``TurnEnded`` arrives; 2 when no complete answer came within ``--timeout``.
+``TurnEnded`` arrives; 2 when no complete answer came within ``--timeout``. A reply
+that failed mid-way is printed with `` [reply failed mid-way: <cause>]`` after what
+came of it, by ``say`` and ``chat`` alike (``Turn.midway``).
 
 ``chat`` reads lines from stdin and asks each as a query of one participant, printing
 the reply as it streams (``conversation: ...``); the next line is asked once the
@@ -69,8 +71,8 @@ async def say(
         await turn.wait(timeout)
         if turn.outcome is None:
             await turn.wait_outcome(OUTCOME_GRACE_S)
-    if turn.spoken:
-        print(turn.spoken, file=out, flush=True)
+    if turn.marked:
+        print(turn.marked, file=out, flush=True)
     if turn.failure is not None:
         print(f"xrmq say: {turn.failure}", file=sys.stderr, flush=True)
         return 1
@@ -87,6 +89,8 @@ class _StreamPrinter:
         """The last destination (not the router) that replied: ``/compact``'s default."""
 
     def __call__(self, turn: Turn, source: str, text: str, final: bool) -> None:
+        if source == "router" and turn.answer:
+            return  # the apology for a mid-way failure: the chat prints ``Turn.midway``
         key = (turn.request_id, source)
         if text and source != "router":
             self.last_source = source
@@ -97,14 +101,18 @@ class _StreamPrinter:
                 self._open = key
             self.out.write(text)
             self.out.flush()
-        if final and self._open == key:
-            self.close()
+        if final and self._open == key and source == "router":
+            self.close()  # a destination's line stays open for a mid-way failure's marker
 
-    def close(self) -> None:
+    def close(self, marker: str = "") -> None:
+        """End the open line, with ``marker`` (``Turn.midway``) after its text."""
         if self._open is not None:
-            self.out.write("\n")
+            self.out.write(marker + "\n")
             self.out.flush()
             self._open = None
+        elif marker:
+            self.out.write(marker.strip() + "\n")
+            self.out.flush()
 
 
 def _read_lines(
@@ -226,7 +234,9 @@ async def chat(
                     printer.close()
                     print(f"xrmq chat: {error}", file=sys.stderr, flush=True)
                     continue
-            printer.close()
+                if turn.outcome is None:  # a failure after the final frame is told next
+                    await turn.wait_outcome(OUTCOME_GRACE_S)
+            printer.close(turn.midway)
             if turn.failure is not None:
                 print(f"xrmq chat: {turn.failure}", file=sys.stderr, flush=True)
     return 0

@@ -167,7 +167,10 @@ def add_commands(subparsers: Any) -> None:
         "--bus (--embedded: its former name)",
     )
     chat.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds to wait for each reply (default 30)"
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds to wait for each reply (default: the --config's model timeout + 10)",
     )
     chat.set_defaults(func=run_chat)
 
@@ -178,8 +181,8 @@ def add_commands(subparsers: Any) -> None:
     say.add_argument(
         "--timeout",
         type=float,
-        default=30.0,
-        help="seconds to wait for the whole reply (default 30)",
+        default=None,
+        help="seconds to wait for the whole reply (default: the --config's model timeout + 10)",
     )
     say.set_defaults(func=run_say)
 
@@ -363,9 +366,20 @@ def run_demo(args: argparse.Namespace) -> int:
     return run(demo(sys.stdout, verbose=args.verbose))
 
 
+def _reply_wait(args: argparse.Namespace) -> None:
+    """``--timeout``'s default: the box's model timeout and a margin (``reply_wait_s``), so
+    the box reports a stalled model before the client gives up."""
+    if args.timeout is None:
+        from .config import reply_wait_s
+
+        private = getattr(args, "private_stack", False)
+        args.timeout = reply_wait_s(default_config() if private else _config(args.config))
+
+
 def run_chat(args: argparse.Namespace) -> int:
     from .chat import chat, chat_private_stack
 
+    _reply_wait(args)
     if args.timeout <= 0:
         raise ValueError("--timeout: must be > 0")
     if args.private_stack:
@@ -378,6 +392,7 @@ def run_chat(args: argparse.Namespace) -> int:
 def run_say(args: argparse.Namespace) -> int:
     from .chat import say
 
+    _reply_wait(args)
     if args.timeout <= 0:
         raise ValueError("--timeout: must be > 0")
     if not args.text.strip():

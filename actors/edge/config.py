@@ -923,3 +923,26 @@ def _cycle(config: EdgeConfig) -> list[str]:
         if name not in state and (found := visit(name, [name])):
             return found
     return []
+
+
+REPLY_WAIT_MARGIN_S = 10.0
+"""What a client's default wait adds to the box's model timeouts: the way of a turn to the
+model and back (bus, router, context lookup) on a loaded box."""
+
+
+def reply_wait_s(config: EdgeConfig) -> float:
+    """How long a client (``xrmq say``, ``xrmq chat``) waits for a reply by default.
+
+    Why: the box bounds a stalled model by its first-token timeout and then ends the turn
+    with the cause (``TurnEnded`` failed, ``ModelTimeout: no token in N s``); a client
+    that gave up first would report nothing but its own timeout (issue 29, item 3). So
+    the wait is the longest first-token timeout of the models that answer
+    (``models.answers`` and each destination's own), plus ``models.routing``'s when the
+    router asks a model (``router.decisions = "llm"``), plus ``REPLY_WAIT_MARGIN_S``.
+    """
+    answering = [config.models.answers]
+    answering += [d.model for d in config.destinations.values() if d.model is not None]
+    wait = max(spec.timeout_s for spec in answering) + REPLY_WAIT_MARGIN_S
+    if config.router.decisions == "llm":
+        wait += config.models.routing.timeout_s
+    return wait

@@ -32,7 +32,8 @@ as the table tests name them:
    ``ResponseOutput`` reply to the turn with source "router". It is said before the
    destination starts, so it plays before the destination's reply. A destination that
    fails before its first output (before ``started()``) is reported with
-   ``RouterTexts.failure``; after that the destination has finalized its partial reply.
+   ``RouterTexts.failure``; one that fails after it has finalized its partial reply,
+   and the router then says ``RouterTexts.lost`` (an apology for the rest of the answer).
    An answer that is not a ``DestinationResult`` fails the turn.
 7. Every destination receives the same bounded history of completed exchanges (answers
    with response context, and the router's clarifications).
