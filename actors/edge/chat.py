@@ -59,11 +59,17 @@ OUTCOME_GRACE_S = 1.0
 
 
 async def say(
-    bus: str, participant_id: str, text: str, *, timeout: float, out: TextIO = sys.stdout
+    bus: str,
+    participant_id: str,
+    text: str,
+    *,
+    timeout: float,
+    out: TextIO = sys.stdout,
+    router_silence_s: float | None = ROUTER_SILENCE_S,
 ) -> int:
     """Ask ``text`` as ``participant_id`` and print the reply; ``TimeoutError`` if it is not
-    complete in time."""
-    collector = ReplyCollector(router_silence_s=ROUTER_SILENCE_S)
+    complete in time. ``router_silence_s``: see ``ReplyCollector`` (None: no router watch)."""
+    collector = ReplyCollector(router_silence_s=router_silence_s)
     runtime = AgentRuntime(bus, ready_timeout=min(timeout, 10.0))
     runtime.register("replies", collector, participant_id=participant_id)
     async with runtime:
@@ -163,10 +169,12 @@ async def chat(
     stdin: TextIO = sys.stdin,
     out: TextIO = sys.stdout,
     config: EdgeConfig | None = None,
+    router_silence_s: float | None = ROUTER_SILENCE_S,
 ) -> int:
-    """The chat loop on ``bus`` (see the module docstring); 0 when the user leaves."""
+    """The chat loop on ``bus`` (see the module docstring); 0 when the user leaves.
+    ``router_silence_s``: see ``ReplyCollector`` (None: no router watch)."""
     printer = _StreamPrinter(out)
-    collector = ReplyCollector(on_fragment=printer, router_silence_s=ROUTER_SILENCE_S)
+    collector = ReplyCollector(on_fragment=printer, router_silence_s=router_silence_s)
     runtime = AgentRuntime(bus, ready_timeout=10.0)
     runtime.register("replies", collector, participant_id=participant_id)
     lines: asyncio.Queue[str | None] = asyncio.Queue()

@@ -11,7 +11,7 @@ from typing import Any
 
 from xrmq.actors.runtime import run
 from xrmq.actors.runtime.address import is_loopback_tcp
-from xrmq.actors.runtime.commands import add_bus_argument, require_broker
+from xrmq.actors.runtime.commands import IDENTITY_ENV, add_bus_argument, require_broker
 
 from .config import EdgeConfig, default_config, load_config
 
@@ -386,7 +386,15 @@ def run_chat(args: argparse.Namespace) -> int:
         return run(chat_private_stack(args.participant, timeout=args.timeout))
     require_broker(args.bus)
     config = None if args.config is None else load_config(args.config)
-    return run(chat(args.bus, args.participant, timeout=args.timeout, config=config))
+    return run(
+        chat(
+            args.bus,
+            args.participant,
+            timeout=args.timeout,
+            config=config,
+            router_silence_s=_router_watch(args, config),
+        )
+    )
 
 
 def run_say(args: argparse.Namespace) -> int:
@@ -398,4 +406,42 @@ def run_say(args: argparse.Namespace) -> int:
     if not args.text.strip():
         raise ValueError("TEXT: must be non-empty")
     require_broker(args.bus)
-    return run(say(args.bus, args.participant, args.text, timeout=args.timeout))
+    config = None if args.config is None else load_config(args.config)
+    return run(
+        say(
+            args.bus,
+            args.participant,
+            args.text,
+            timeout=args.timeout,
+            router_silence_s=_router_watch(args, config),
+        )
+    )
+
+
+def _router_watch(args: argparse.Namespace, config: EdgeConfig | None) -> float | None:
+    """How long a client waits for a silent router (``ReplyCollector.router_silence_s``).
+
+    The watch reads the router's heartbeats on ``xrmq.metrics``. On a plain bus anyone
+    may; on a CURVE bus only an identity whose table grants it (heartbeats name every
+    stream's key, so an identity bound to participants is not given it): there, without
+    that grant (or without ``--config`` to tell), the client goes without the watch rather
+    than failing to start.
+    """
+    import os
+
+    from xrmq.actors.runtime.security.acl import Patterns
+    from xrmq.actors.runtime.security.keys import KEY_ENV
+    from xrmq.topics import METRICS_TOPIC
+
+    from .identities import permissions
+    from .replies import ROUTER_SILENCE_S
+
+    if not os.environ.get(KEY_ENV):
+        return ROUTER_SILENCE_S
+    if config is None:
+        return None
+    name = args.identity or os.environ.get(IDENTITY_ENV) or args.default_identity
+    granted = permissions(config).get(name or "")
+    if granted is None or METRICS_TOPIC.name not in Patterns(granted.subscribe):
+        return None
+    return ROUTER_SILENCE_S
