@@ -357,6 +357,11 @@ def run_demo(args: argparse.Namespace) -> int:
 
         return run(run_realtime_demo(sys.stdout, verbose=args.verbose))
     if getattr(args, "voice", False):
+        from xrmq.actors.voice.requirements import missing
+
+        absent = missing()
+        if absent:
+            raise RuntimeError("--voice needs " + "; ".join(absent))
         from xrmq.actors.voice.session import run_voice_demo  # the voice extra
 
         return run(run_voice_demo(sys.stdout, verbose=args.verbose))
