@@ -19,6 +19,7 @@ import signal
 import sys
 from typing import Any
 
+from xrmq.actors.arguments import name, seconds
 from xrmq.actors.runtime import AgentRuntime, run
 from xrmq.actors.runtime.commands import add_bus_argument, require_broker
 from xrmq.schemas import ResponseOutput
@@ -35,10 +36,13 @@ def add_commands(subparsers: Any) -> None:
     add_bus_argument(listen)
     listen.add_argument(
         "--topic",
+        type=name,
         default=VOICE_OUTPUT_TOPIC.name,
         help="ResponseOutput topic (default: %(default)s)",
     )
-    listen.add_argument("--participant", help="render only this participant (default: everyone)")
+    listen.add_argument(
+        "--participant", type=name, help="render only this participant (default: everyone)"
+    )
     listen.add_argument(
         "--sink",
         choices=("console", "espeak", "wav", "speaker"),
@@ -56,14 +60,14 @@ def add_commands(subparsers: Any) -> None:
     )
     listen.add_argument(
         "--idle-timeout",
-        type=float,
+        type=seconds,
         default=10.0,
         help="seconds before an abandoned stream is closed",
     )
     listen.set_defaults(func=run_listen)
     mic = subparsers.add_parser("mic", help="publish microphone audio (or a WAV file) on audio.in")
     add_bus_argument(mic)
-    mic.add_argument("--participant", required=True, help="whose audio this is")
+    mic.add_argument("--participant", type=name, required=True, help="whose audio this is")
     mic.add_argument(
         "--wav", action="append", help="publish this WAV file in real time (repeatable)"
     )
