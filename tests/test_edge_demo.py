@@ -27,6 +27,7 @@ from xrmq.actors.edge.demo import (
 from xrmq.actors.edge.private_stack import PrivateStack
 
 from buses import processes_mentioning
+from system_packages import path_without
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -120,20 +121,6 @@ async def test_a_process_that_dies_stops_the_demo_stack_and_says_which(tmp_path,
     assert list(tmp_path.iterdir()) == []
 
 
-def path_without(program: str, directory: Path) -> str:
-    """A PATH of one directory holding a link to every program on this PATH but ``program``
-    (the first of each name, as a lookup finds it)."""
-    directory.mkdir()
-    for entry in os.environ.get("PATH", "").split(os.pathsep):
-        if not entry or not os.path.isdir(entry):
-            continue
-        for name in os.listdir(entry):
-            link = directory / name
-            if name != program and not link.exists() and not link.is_symlink():
-                link.symlink_to(Path(entry) / name)
-    return str(directory)
-
-
 def test_demo_voice_without_the_voice_extra_names_the_extra_and_exits_2(tmp_path):
     hidden = tmp_path / "no-numpy"
     hidden.mkdir()
@@ -159,7 +146,7 @@ def test_demo_voice_without_the_voice_extra_names_the_extra_and_exits_2(tmp_path
 def test_demo_voice_without_espeak_ng_says_so_before_starting_and_exits_2(tmp_path):
     env = {
         **os.environ,
-        "PATH": path_without("espeak-ng", tmp_path / "bin"),
+        "PATH": path_without(tmp_path / "bin", "espeak-ng"),
         "XRMQ_RUNTIME_DIR": str(tmp_path),
     }
     result = subprocess.run(
