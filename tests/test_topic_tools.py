@@ -33,6 +33,7 @@ from xrmq.topics import (
 )
 
 from buses import broker_process, expect_line, reap
+from raw_client import RawClient
 
 pytestmark = pytest.mark.timeout(60)
 CLI = [sys.executable, "-m", "xrmq.actors.cli"]
@@ -344,3 +345,29 @@ def test_capture_show_prints_bytes_as_length_and_hex_prefix_and_as_base64_in_jso
     exchange = dialogue_json["payload"]["exchanges"][0]
     assert base64.b64decode(exchange["identity"]) == identity
     assert base64.b64decode(audio_json["payload"]["pcm"]) == pcm
+
+
+async def test_echo_prints_a_dialogue_write_with_its_bytes_identity():
+    identity = bytes(range(20))
+    write = RecordExchanges("manager", 1, (ExchangeRecord(identity, "Freezer?", "Minus 80.", 1),))
+    with broker_process() as bus:
+        echo = subprocess.Popen(
+            [*CLI, "echo", "--bus", bus, "context.dialogue.write", "--count", "1"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            expect_line(echo, "xrmq echo: ready topic=context.dialogue.write")
+            client = RawClient(bus)
+            try:
+                client.wait_ready()
+                payload = msgspec.to_builtins(write, builtin_types=(bytes,))  # bytes stay bin
+                client.send("context.dialogue.write", "p1", 1, payload)
+            finally:
+                client.context.destroy(linger=0)
+            stdout, stderr = echo.communicate(timeout=20)
+        finally:
+            reap(echo)
+    assert echo.returncode == 0, stderr
+    assert f'"identity": <20 bytes: {identity[:16].hex()}...>' in stdout
