@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from xrmq.actors.arguments import name, seconds, words
 from xrmq.actors.runtime import run
 from xrmq.actors.runtime.address import is_loopback_tcp
 from xrmq.actors.runtime.commands import IDENTITY_ENV, add_bus_argument, require_broker
@@ -58,9 +59,10 @@ def add_commands(subparsers: Any) -> None:
     add_bus_argument(record)
     record.add_argument("file")
     record.add_argument("--count", type=int, help="stop after this many messages")
-    record.add_argument("--duration", type=float, help="stop after this many seconds")
+    record.add_argument("--duration", type=seconds, help="stop after this many seconds")
     record.add_argument(
         "--topic",
+        type=name,
         action="append",
         default=[],
         metavar="PATTERN",
@@ -78,6 +80,7 @@ def add_commands(subparsers: Any) -> None:
     )
     replay.add_argument(
         "--only",
+        type=name,
         action="append",
         default=[],
         metavar="PATTERN",
@@ -86,6 +89,7 @@ def add_commands(subparsers: Any) -> None:
     )
     replay.add_argument(
         "--exclude",
+        type=name,
         action="append",
         default=[],
         metavar="PATTERN",
@@ -95,8 +99,10 @@ def add_commands(subparsers: Any) -> None:
 
     echo = subparsers.add_parser("echo", help="print every message of one topic as it arrives")
     add_bus_argument(echo)
-    echo.add_argument("topic", help="topic name (standard topics are decoded with their schema)")
-    echo.add_argument("--participant", help="only this participant's messages")
+    echo.add_argument(
+        "topic", type=name, help="topic name (standard topics are decoded with their schema)"
+    )
+    echo.add_argument("--participant", type=name, help="only this participant's messages")
     echo.add_argument("--json", action="store_true", help="one JSON object per line")
     echo.add_argument("--count", type=int, help="stop after this many messages")
     echo.set_defaults(func=run_echo)
@@ -105,7 +111,7 @@ def add_commands(subparsers: Any) -> None:
         "topics", help="topics seen on the bus: messages, rates, publishers, participants"
     )
     add_bus_argument(topics)
-    topics.add_argument("--window", type=float, default=3.0, help="seconds to watch (default 3)")
+    topics.add_argument("--window", type=seconds, default=3.0, help="seconds to watch (default 3)")
     topics.set_defaults(func=run_topics)
 
     capture = subparsers.add_parser("capture", help="work with recordings of 'xrmq record'")
@@ -122,10 +128,13 @@ def add_commands(subparsers: Any) -> None:
     top.add_argument("--once", action="store_true", help="print one view and exit")
     top.add_argument("--json", action="store_true", help="print the rows as JSON")
     top.add_argument(
-        "--interval", type=float, default=1.0, help="seconds between redraws (default 1)"
+        "--interval", type=seconds, default=1.0, help="seconds between redraws (default 1)"
     )
     top.add_argument(
-        "--window", type=float, default=3.0, help="with --once: wait at most this long for reports"
+        "--window",
+        type=seconds,
+        default=3.0,
+        help="with --once: wait at most this long for reports",
     )
     top.add_argument(
         "--expect", type=int, help="with --once: print as soon as this many runtimes reported twice"
@@ -157,7 +166,9 @@ def add_commands(subparsers: Any) -> None:
         "chat", help="interactive text front end: type queries, read the streamed replies"
     )
     add_bus_argument(chat)
-    chat.add_argument("--participant", default="p1", help="participant id (default: %(default)s)")
+    chat.add_argument(
+        "--participant", type=name, default="p1", help="participant id (default: %(default)s)"
+    )
     chat.add_argument(
         "--private-stack",
         "--embedded",
@@ -168,7 +179,7 @@ def add_commands(subparsers: Any) -> None:
     )
     chat.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=None,
         help="seconds to wait for each reply (default: the --config's model timeout + 10)",
     )
@@ -176,11 +187,13 @@ def add_commands(subparsers: Any) -> None:
 
     say = subparsers.add_parser("say", help="ask one query, print the reply, exit")
     add_bus_argument(say)
-    say.add_argument("text")
-    say.add_argument("--participant", default="p1", help="participant id (default: %(default)s)")
+    say.add_argument("text", type=words)
+    say.add_argument(
+        "--participant", type=name, default="p1", help="participant id (default: %(default)s)"
+    )
     say.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=None,
         help="seconds to wait for the whole reply (default: the --config's model timeout + 10)",
     )
@@ -254,8 +267,6 @@ def run_record(args: argparse.Namespace) -> int:
 
     if args.count is not None and args.count < 1:
         raise ValueError("--count: must be >= 1")
-    if args.duration is not None and args.duration <= 0:
-        raise ValueError("--duration: must be > 0")
     require_broker(args.bus, endpoint="capture")
     from .topicfilter import TopicFilter
 
@@ -316,8 +327,6 @@ def run_echo(args: argparse.Namespace) -> int:
 def run_topics(args: argparse.Namespace) -> int:
     from .topictools import topics
 
-    if args.window <= 0:
-        raise ValueError("--window: must be > 0")
     require_broker(args.bus, endpoint="capture")
     return topics(args.bus, window=args.window, out=sys.stdout)
 
@@ -333,8 +342,6 @@ def run_capture_show(args: argparse.Namespace) -> int:
 def run_top(args: argparse.Namespace) -> int:
     from .top import watch
 
-    if args.interval <= 0 or args.window <= 0:
-        raise ValueError("--interval and --window: must be > 0")
     if args.expect is not None and args.expect < 1:
         raise ValueError("--expect: must be >= 1")
     require_broker(args.bus)
@@ -360,6 +367,11 @@ def run_demo(args: argparse.Namespace) -> int:
 
         return run(run_realtime_demo(sys.stdout, verbose=args.verbose))
     if getattr(args, "voice", False):
+        from xrmq.actors.voice.requirements import missing
+
+        absent = missing()
+        if absent:
+            raise RuntimeError("--voice needs " + "; ".join(absent))
         from xrmq.actors.voice.session import run_voice_demo  # the voice extra
 
         return run(run_voice_demo(sys.stdout, verbose=args.verbose))
@@ -380,8 +392,6 @@ def run_chat(args: argparse.Namespace) -> int:
     from .chat import chat, chat_private_stack
 
     _reply_wait(args)
-    if args.timeout <= 0:
-        raise ValueError("--timeout: must be > 0")
     if args.private_stack:
         return run(chat_private_stack(args.participant, timeout=args.timeout))
     require_broker(args.bus)
@@ -401,10 +411,6 @@ def run_say(args: argparse.Namespace) -> int:
     from .chat import say
 
     _reply_wait(args)
-    if args.timeout <= 0:
-        raise ValueError("--timeout: must be > 0")
-    if not args.text.strip():
-        raise ValueError("TEXT: must be non-empty")
     require_broker(args.bus)
     config = None if args.config is None else load_config(args.config)
     return run(
@@ -440,8 +446,8 @@ def _router_watch(args: argparse.Namespace, config: EdgeConfig | None) -> float 
         return ROUTER_SILENCE_S
     if config is None:
         return None
-    name = args.identity or os.environ.get(IDENTITY_ENV) or args.default_identity
-    granted = permissions(config).get(name or "")
+    identity = args.identity or os.environ.get(IDENTITY_ENV) or args.default_identity
+    granted = permissions(config).get(identity or "")
     if granted is None or METRICS_TOPIC.name not in Patterns(granted.subscribe):
         return None
     return ROUTER_SILENCE_S

@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO, TypeVar
 
+from xrmq.actors.arguments import name, seconds
 from xrmq.actors.context import ContextManager, utf8_size
 from xrmq.actors.context.manual import CompactOutcome, CompactStatus
 from xrmq.actors.runtime import AgentRuntime, run
@@ -51,12 +52,12 @@ def add_commands(subparsers: Any) -> None:
     def common(parser: argparse.ArgumentParser) -> None:
         add_bus_argument(parser, identity=CONTEXT_IDENTITY)
         parser.add_argument(
-            "--timeout", type=float, default=10.0, help="seconds to wait for the bus (default 10)"
+            "--timeout", type=seconds, default=10.0, help="seconds to wait for the bus (default 10)"
         )
 
     dump = commands.add_parser("dump", help="write the context (of one participant) as a dump")
     common(dump)
-    dump.add_argument("--participant", help="only this participant")
+    dump.add_argument("--participant", type=name, help="only this participant")
     dump.add_argument("--output", help="write to this file instead of stdout")
     dump.set_defaults(func=run_context)
 
@@ -69,17 +70,17 @@ def add_commands(subparsers: Any) -> None:
         "show", help="a participant's context as prompts render it, with sizes"
     )
     common(show)
-    show.add_argument("--participant", required=True)
+    show.add_argument("--participant", type=name, required=True)
     show.set_defaults(func=run_context)
 
     clear = commands.add_parser("clear", help="forget a participant's context")
     common(clear)
-    clear.add_argument("--participant", required=True)
+    clear.add_argument("--participant", type=name, required=True)
     clear.set_defaults(func=run_context)
 
     compact = commands.add_parser("compact", help="compact a participant's context now")
     common(compact)
-    compact.add_argument("--participant", required=True)
+    compact.add_argument("--participant", type=name, required=True)
     compact.add_argument("--section", help="'dialogue' or an incremental topic (default: all)")
     compact.add_argument(
         "--tier",
@@ -97,8 +98,6 @@ def add_commands(subparsers: Any) -> None:
 def run_context(args: argparse.Namespace) -> int:
     config = default_config() if args.config is None else load_config(args.config)
     bus = args.bus  # --bus, else the config's (``export_keys``)
-    if args.timeout <= 0:
-        raise ValueError("--timeout: must be > 0")
     command = args.context_command
     if command == "dump":
         return run(

@@ -14,7 +14,10 @@ Liveness: once the broker is up the supervisor joins the bus itself. It reads ev
 process's heartbeat (``RuntimeMetrics``) and publishes a ``SupervisorReport`` (the
 state of every process, for ``xrmq top``) whose return through the broker is the
 broker's own heartbeat. A ready process silent for ``supervisor.liveness_timeout_s``
-is killed (SIGKILL) and restarted like a crash (``liveness.LivenessWatch``).
+is killed (SIGKILL) and restarted like a crash (``liveness.LivenessWatch``). Its runtime
+(``xrmq-up.<pid>``) heartbeats too, every ``supervisor.metrics_interval_s``, so ``xrmq top``
+shows it like any other: a frame it rejects (a malformed report or heartbeat) is counted
+there, not only in its log.
 
 Fatal exits: a child that exits with ``FATAL_EXIT`` (2: ``xrmq run``'s exit for a
 configuration error found only once it starts, e.g. a corrupt journal, a missing key,
@@ -229,6 +232,7 @@ class Supervisor:
                 self.config.bus.address,
                 name=f"xrmq-up.{os.getpid()}",
                 ready_timeout=self.config.supervisor.ready_timeout_s,
+                metrics_interval=self.config.supervisor.metrics_interval_s,
                 **keys,
             )
         except ValueError as error:  # a key missing or unreadable: the box runs unwatched
