@@ -5,7 +5,11 @@ stack's bus with the stack's config file."""
 from __future__ import annotations
 
 import asyncio
+import shutil
+import sqlite3
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -146,3 +150,72 @@ async def test_a_context_command_without_a_running_box_says_so(tmp_path):
         "0.5",
     )
     assert code == 2 and "xrmq context:" in err
+
+
+def journal_rows_of(directory: Path, participant: str) -> list[tuple[str, str]]:
+    """Every journal row of ``participant`` in the stack's context journals, as (table, row).
+
+    A running context process holds its journal exclusively, so this reads a copy of the
+    database and its write-ahead log (a row is journaled before it is acknowledged).
+    """
+    rows: list[tuple[str, str]] = []
+    with tempfile.TemporaryDirectory() as copies:
+        for path in sorted((directory / "state").glob("*.sqlite3")):
+            copy = Path(copies) / path.name
+            shutil.copyfile(path, copy)
+            wal = path.with_name(path.name + "-wal")
+            if wal.exists():
+                shutil.copyfile(wal, copy.with_name(copy.name + "-wal"))
+            db = sqlite3.connect(copy)
+            try:
+                tables = [
+                    name
+                    for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                ]
+                for table in tables:
+                    columns = [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
+                    if "participant" in columns:
+                        query = f"SELECT * FROM {table} WHERE participant = ?"
+                        rows += [(table, repr(row)) for row in db.execute(query, (participant,))]
+            finally:
+                db.close()
+    return rows
+
+
+async def test_context_clear_forgets_the_participant_everywhere_on_a_running_box():
+    async with PrivateStack(default_config()) as stack:
+        assert stack.directory is not None
+        config = str(stack.directory / "edge.toml")
+        collector = ReplyCollector()
+        client = AgentRuntime(stack.bus, name="test-client")
+        client.register("replies", collector)
+        async with client:
+            said = ask(client, collector, "p2", "The freezer in room 210 is at minus 80.")
+            await said.wait(20)
+            before = ask(client, collector, "p2", "What is the freezer at?")
+            await before.wait(20)
+            assert "minus 80" in before.answer  # the box answers from what p2 said
+            assert any("minus 80" in row for _, row in journal_rows_of(stack.directory, "p2"))
+
+            code, out, err = await xrmq(
+                "context", "clear", "--participant", "p2", "--config", config
+            )
+            assert code == 0, err
+            assert "xrmq context: cleared p2" in out.decode(), out.decode()
+
+            code, data, err = await xrmq(
+                "context", "dump", "--participant", "p2", "--config", config
+            )
+            assert code == 0, err
+            assert decode_dump(data).participants == ()
+            assert journal_rows_of(stack.directory, "p2") == []
+
+            after = ask(client, collector, "p2", "What is the freezer at?")
+            await after.wait(20)
+            assert "minus 80" not in after.spoken, after.spoken
+            code, data, err = await xrmq(
+                "context", "dump", "--participant", "p2", "--config", config
+            )
+            assert code == 0, err
+            assert b"minus 80" not in data
+            assert not any("minus 80" in row for _, row in journal_rows_of(stack.directory, "p2"))
