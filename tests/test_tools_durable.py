@@ -170,6 +170,39 @@ async def test_a_participant_leaving_removes_their_transcript_rows(tmp_path):
         journal.close()
 
 
+async def test_participant_left_returns_once_the_store_forgot_the_transcript_and_its_originals(
+    tmp_path,
+):
+    front = AgentRuntime(name="front")
+    back = AgentRuntime(front.address, name="back")
+    store = open_store(tmp_path / "context-0.sqlite3")
+    register_transcripts(back, "lab-tools", store=store)
+    async with front, back:
+        agent = agent_on(front)
+        for index in range(1, 15):
+            await agent.answer(turn(f"t{index}", f"Read probe {index}."), started=never_started)
+        reclaimed = await agent.compact("p1", tier="toolcall")
+        await agent.mirrored()
+        journaled = store.read_transcript("p1", "lab-tools")
+        assert reclaimed.reclaimed_count == 2
+        assert journaled is not None and len(journaled.originals) == 2
+
+        await agent.participant_left("p1")  # no mirrored(): returning means it is forgotten
+        assert store.read_transcript("p1", "lab-tools") is None
+        assert await load(front) == TranscriptState()
+    store.close()
+
+
+async def test_participant_left_fails_naming_the_store_that_did_not_forget(tmp_path):
+    front = AgentRuntime(name="front")
+    async with front:
+        agent = agent_on(front, discovery_timeout_s=0.3)  # no store serves lab-tools
+        agent.transcript("p1")
+        with pytest.raises(TimeoutError, match="transcript store 'lab-tools' did not forget p1"):
+            await agent.participant_left("p1")
+        assert agent.transcript("p1").revision == 0  # this process forgot it all the same
+
+
 def test_a_version_1_journal_gains_the_transcript_tables(tmp_path):
     path = tmp_path / "context.sqlite3"
     open_store(path).close()
