@@ -15,6 +15,7 @@ import pytest
 
 from xrmq.actors.context.dump import decode_dump
 from xrmq.actors.edge.config import default_config
+from xrmq.actors.edge.context_commands import with_manager
 from xrmq.actors.edge.private_stack import PrivateStack
 from xrmq.actors.edge.replies import ReplyCollector, ask
 from xrmq.actors.runtime import AgentRuntime
@@ -219,3 +220,35 @@ async def test_context_clear_forgets_the_participant_everywhere_on_a_running_box
             assert code == 0, err
             assert b"minus 80" not in data
             assert not any("minus 80" in row for _, row in journal_rows_of(stack.directory, "p2"))
+
+
+async def test_context_clear_on_a_box_without_a_router_clears_the_context_and_says_so():
+    import msgspec
+
+    config = default_config()
+    processes = {name: spec for name, spec in config.processes.items() if name == "context"}
+    async with PrivateStack(msgspec.structs.replace(config, processes=processes)) as stack:
+        assert stack.directory is not None
+        path = str(stack.directory / "edge.toml")
+        assert stack.config is not None
+        await with_manager(  # returns once the notes section applied it
+            stack.config,
+            stack.bus,
+            lambda manager: manager.update(
+                "p3",
+                "notes",
+                ConversationContextUpdate("The freezer in room 210 is at minus 80."),
+                mode="incremental",
+            ),
+        )
+        code, data, err = await xrmq("context", "dump", "--participant", "p3", "--config", path)
+        assert code == 0 and b"minus 80" in data, err
+
+        code, out, err = await xrmq("context", "clear", "--participant", "p3", "--config", path)
+        assert (code, out.decode().strip()) == (
+            0,
+            "xrmq context: cleared p3's context "
+            "(the config runs no router: no destination was asked to forget them)",
+        ), err
+        code, data, err = await xrmq("context", "dump", "--participant", "p3", "--config", path)
+        assert code == 0 and decode_dump(data).participants == (), err
