@@ -163,7 +163,6 @@ async def chat(
     collector = ReplyCollector(on_fragment=printer)
     runtime = AgentRuntime(bus, ready_timeout=10.0)
     runtime.register("replies", collector, participant_id=participant_id)
-    forgetting = runtime.register("forget", ForgottenWaiter(), participant_id=participant_id)
     lines: asyncio.Queue[str | None] = asyncio.Queue()
     prompt = "you> " if stdin.isatty() else ""
     async with runtime:
@@ -202,7 +201,7 @@ async def chat(
                     )
                     print(outcome, file=out, flush=True)
                 elif command == "/clear":
-                    print(await clear(forgetting, participant_id), file=out, flush=True)
+                    print(await clear(bus, participant_id), file=out, flush=True)
                 else:
                     print(
                         f"xrmq chat: unknown command {command!r} (/help lists them)",
@@ -224,14 +223,25 @@ async def chat(
     return 0
 
 
-async def clear(
-    waiter: ForgottenWaiter, participant_id: str, *, timeout: float = FORGET_TIMEOUT_S
-) -> str:
-    """Run ``/clear``: forget the participant through the router; the line to print."""
+async def clear(bus: str, participant_id: str, *, timeout: float = FORGET_TIMEOUT_S) -> str:
+    """Run ``/clear``: forget the participant through the router; the line to print.
+
+    On a runtime of its own, joined for this command only: the chat itself subscribes to
+    nothing more than its replies, so an identity allowed only that can still chat (and
+    is told here what ``/clear`` needs)."""
+    waiter = ForgottenWaiter()
+    runtime = AgentRuntime(bus, ready_timeout=min(timeout, 10.0))
+    runtime.register("forget", waiter, participant_id=participant_id)
+    try:
+        await runtime.start()
+    except (TimeoutError, RuntimeError, OSError) as error:  # e.g. the identity may not
+        return f"xrmq chat: /clear: {error}"
     try:
         forgotten = await waiter.forget(participant_id, timeout)
     except TimeoutError as error:
         return f"xrmq chat: /clear: {error} (is the box's router running?)"
+    finally:
+        await runtime.stop()
     missed = failures(forgotten)
     if missed:
         return f"xrmq chat: /clear: not forgotten everywhere: {'; '.join(missed)}"
