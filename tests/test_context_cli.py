@@ -5,11 +5,7 @@ stack's bus with the stack's config file."""
 from __future__ import annotations
 
 import asyncio
-import shutil
-import sqlite3
 import sys
-import tempfile
-from pathlib import Path
 
 import pytest
 
@@ -21,6 +17,8 @@ from xrmq.actors.edge.replies import ReplyCollector, ask
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import context_topic
+
+from edge_box import journal_rows_of
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -151,36 +149,6 @@ async def test_a_context_command_without_a_running_box_says_so(tmp_path):
         "0.5",
     )
     assert code == 2 and "xrmq context:" in err
-
-
-def journal_rows_of(directory: Path, participant: str) -> list[tuple[str, str]]:
-    """Every journal row of ``participant`` in the stack's context journals, as (table, row).
-
-    A running context process holds its journal exclusively, so this reads a copy of the
-    database and its write-ahead log (a row is journaled before it is acknowledged).
-    """
-    rows: list[tuple[str, str]] = []
-    with tempfile.TemporaryDirectory() as copies:
-        for path in sorted((directory / "state").glob("*.sqlite3")):
-            copy = Path(copies) / path.name
-            shutil.copyfile(path, copy)
-            wal = path.with_name(path.name + "-wal")
-            if wal.exists():
-                shutil.copyfile(wal, copy.with_name(copy.name + "-wal"))
-            db = sqlite3.connect(copy)
-            try:
-                tables = [
-                    name
-                    for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-                ]
-                for table in tables:
-                    columns = [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
-                    if "participant" in columns:
-                        query = f"SELECT * FROM {table} WHERE participant = ?"
-                        rows += [(table, repr(row)) for row in db.execute(query, (participant,))]
-            finally:
-                db.close()
-    return rows
 
 
 async def test_context_clear_forgets_the_participant_everywhere_on_a_running_box():

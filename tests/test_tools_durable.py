@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import sys
 
 import pytest
 from tools_doubles import Probe, never_started, probe_reading, session_model, turn
@@ -337,3 +338,53 @@ async def test_an_instance_retired_over_its_bound_reads_its_transcript_back_from
     store.close()
     assert list(again.messages) == agent.transcript("p1").messages and again.revision == 1
     assert agent.store_refused == 0  # read back whole: nothing had to be re-sent
+
+
+@pytest.mark.timeout(180)
+async def test_context_clear_on_a_running_box_forgets_the_tools_transcript_and_its_rows(
+    monkeypatch,
+):
+    from xrmq.actors.edge.private_stack import PrivateStack
+    from xrmq.actors.edge.replies import ReplyCollector, ask
+
+    from buses import PROCS
+    from edge_box import journal_rows_of
+
+    monkeypatch.setenv("PYTHONPATH", str(PROCS))  # the camera process's role: edge_roles
+    monkeypatch.syspath_prepend(str(PROCS))
+    async with PrivateStack(tools_stack_config()) as stack:
+        assert stack.directory is not None
+        collector = ReplyCollector()
+        client = AgentRuntime(stack.bus, name="test-client")
+        client.register("replies", collector)
+        async with client, asyncio.timeout(150):
+            for index in range(2):
+                bench = ask(client, collector, "p2", f"What is on the bench? ({index})")
+                await bench.wait(30)
+                assert "red multimeter" in bench.answer, bench.answer
+            before = await load(client, "p2")
+            assert len(before.messages) == 8
+            assert any(
+                table == "transcript_messages"
+                for table, _ in journal_rows_of(stack.directory, "p2")
+            )
+
+            cleared = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "xrmq.actors.cli",
+                "context",
+                "clear",
+                "--participant",
+                "p2",
+                "--config",
+                str(stack.directory / "edge.toml"),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            out, err = await cleared.communicate()
+            assert (cleared.returncode, out.decode().strip()) == (0, "xrmq context: cleared p2"), (
+                err.decode()
+            )
+            assert await load(client, "p2") == TranscriptState()
+            assert journal_rows_of(stack.directory, "p2") == []
