@@ -220,3 +220,30 @@ async def test_context_clear_on_a_box_without_a_router_clears_the_context_and_sa
         ), err
         code, data, err = await xrmq("context", "dump", "--participant", "p3", "--config", path)
         assert code == 0 and decode_dump(data).participants == (), err
+
+
+async def test_context_clear_without_the_routers_confirmation_clears_the_context_and_exits_1():
+    import io
+
+    from xrmq.actors.edge.context_commands import clear
+    from xrmq.actors.edge.forget import ForgottenWaiter
+
+    class Manager:
+        def __init__(self) -> None:
+            self.cleared: list[str] = []
+
+        async def clear(self, participant_id: str) -> None:
+            self.cleared.append(participant_id)
+
+    manager = Manager()
+    runtime = AgentRuntime(name="no-router-here")  # an embedded bus nobody routes on
+    waiter = runtime.register("forget", ForgottenWaiter(source="xrmq-context"))
+    out, err = io.StringIO(), io.StringIO()
+    async with runtime:
+        code = await clear(manager, "p2", out, waiter=waiter, timeout=0.2, err=err)
+    assert (code, manager.cleared, out.getvalue()) == (1, ["p2"], "")
+    assert err.getvalue().splitlines() == [
+        "xrmq context: cleared p2's context, but not everywhere:",
+        "  router: no router confirmed forgetting p2 within 0.2s "
+        "(its turn history and the destinations may keep them)",
+    ]
