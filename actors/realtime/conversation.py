@@ -336,6 +336,8 @@ class RealtimeConversation(ClosingDestination, Agent):
         self._clock = clock
         self.outputs = ResponseOutputs(runtime, output_topic, source=route)
         self.participants: dict[str, _Participant] = {}
+        self._forgetting: dict[str, asyncio.Future[None]] = {}
+        """Participants being forgotten: every caller of ``participant_left`` awaits it."""
         self._closed = False
 
     def instructions_for(self, participant_id: str) -> str:
@@ -455,9 +457,20 @@ class RealtimeConversation(ClosingDestination, Agent):
         """Forget the participant: their session is closed, its checkpoint in progress
         cancelled, and its checkpoints and transcript dropped (a later frame or turn of
         theirs starts a fresh session, seeded from the shared context only)."""
-        participant = self.participants.pop(participant_id, None)
-        if participant is not None:
-            await participant.close(forget=True)
+        forgetting = self._forgetting.get(participant_id)
+        if forgetting is None:  # else: heard twice (participant.left, the router): one forget
+            participant = self.participants.pop(participant_id, None)
+            if participant is None:
+                return
+            forgetting = asyncio.ensure_future(participant.close(forget=True))
+            self._forgetting[participant_id] = forgetting
+
+            def forgotten(done: asyncio.Future[None]) -> None:
+                if self._forgetting.get(participant_id) is done:
+                    del self._forgetting[participant_id]
+
+            forgetting.add_done_callback(forgotten)
+        await asyncio.shield(forgetting)
 
     async def on_stop(self) -> None:
         await self.close()
