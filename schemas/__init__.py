@@ -8,7 +8,15 @@ process without copies) and validates its rules on construction and on decode, r
 from .audio import AudioFrame, AudioPlayback
 from .context import CompactionPrompts, ContextBlock, ConversationContextUpdate
 from .envelope import MessageMetadata
-from .interaction import Interrupted, ParticipantJoined, ParticipantLeft, ResponseOutput, UserQuery
+from .interaction import (
+    ForgetFailure,
+    Interrupted,
+    ParticipantForgotten,
+    ParticipantJoined,
+    ParticipantLeft,
+    ResponseOutput,
+    UserQuery,
+)
 from .metrics import ProcessState, RuntimeMetrics, SupervisorReport
 from .routing import Admission, AgentExchange, AgentTurn, DestinationResult, RoutingAid, TurnEnded
 
@@ -22,8 +30,10 @@ __all__ = [
     "ContextBlock",
     "ConversationContextUpdate",
     "DestinationResult",
+    "ForgetFailure",
     "Interrupted",
     "MessageMetadata",
+    "ParticipantForgotten",
     "ParticipantJoined",
     "ParticipantLeft",
     "ProcessState",

@@ -7,6 +7,7 @@ from xrmq.schemas import (
     AudioPlayback,
     ConversationContextUpdate,
     Interrupted,
+    ParticipantForgotten,
     ParticipantJoined,
     ParticipantLeft,
     ResponseOutput,
@@ -36,6 +37,11 @@ INTERRUPTED_TOPIC: Topic[Interrupted] = Topic("voice.interrupted", Interrupted)
 """The participant interrupted (barge-in): in-flight work for them stops."""
 PARTICIPANT_JOINED_TOPIC: Topic[ParticipantJoined] = Topic("participant.joined", ParticipantJoined)
 PARTICIPANT_LEFT_TOPIC: Topic[ParticipantLeft] = Topic("participant.left", ParticipantLeft)
+"""The participant left, or asks to be forgotten: the router forgets them everywhere."""
+PARTICIPANT_FORGOTTEN_TOPIC: Topic[ParticipantForgotten] = Topic(
+    "participant.forgotten", ParticipantForgotten
+)
+"""The router's ``ParticipantForgotten`` once every destination forgot a participant who left."""
 TURN_ENDED_TOPIC: Topic[TurnEnded] = Topic("voice.turn_ended", TurnEnded)
 """The router's ``TurnEnded`` for each turn, participant-scoped: how it ended and why."""
 AUDIO_IN_TOPIC: Topic[AudioFrame] = Topic("audio.in", AudioFrame)
@@ -66,6 +72,7 @@ STANDARD_TOPICS: tuple[Topic[Any], ...] = (
     INTERRUPTED_TOPIC,
     PARTICIPANT_JOINED_TOPIC,
     PARTICIPANT_LEFT_TOPIC,
+    PARTICIPANT_FORGOTTEN_TOPIC,
     TURN_ENDED_TOPIC,
     AUDIO_IN_TOPIC,
     AUDIO_OUT_TOPIC,
@@ -80,6 +87,7 @@ __all__ = [
     "AUDIO_PLAYBACK_TOPIC",
     "INTERRUPTED_TOPIC",
     "METRICS_TOPIC",
+    "PARTICIPANT_FORGOTTEN_TOPIC",
     "PARTICIPANT_JOINED_TOPIC",
     "PARTICIPANT_LEFT_TOPIC",
     "QUERY_TOPIC",

@@ -12,8 +12,9 @@ came of it, by ``say`` and ``chat`` alike (``Turn.midway``).
 the reply as it streams (``conversation: ...``); the next line is asked once the
 reply is complete; a failed turn is shown (``xrmq chat: turn failed: ...`` on stderr)
 and the chat goes on. A line starting with ``/`` is a chat command, never a query:
-``/help`` lists them, ``/clear`` makes the edge box forget the participant (their
-dialogue and context, as when they leave), ``/compact [SECTION]`` compacts the
+``/help`` lists them, ``/clear`` makes the edge box forget the participant everywhere (as
+when they leave: a ``ParticipantLeft`` through the router, ``forget.py``) and prints once
+the router confirmed it, or what did not forget, ``/compact [SECTION]`` compacts the
 participant's context now and prints what happened (docs/tools.md), ``/compact toolcall
 [DESTINATION]`` or ``/compact summary [DESTINATION]`` compacts the participant's
 transcript at a tools destination (tier 1, or a summary; by default the destination
@@ -36,11 +37,10 @@ from typing import TextIO
 
 from xrmq.actors.runtime import AgentRuntime, AskError
 from xrmq.actors.tools.control import compact_topic
-from xrmq.schemas import ParticipantLeft
 from xrmq.schemas.tools import CompactReply, CompactRequest
-from xrmq.topics import PARTICIPANT_LEFT_TOPIC
 
 from .config import EdgeConfig, default_config
+from .forget import ForgottenWaiter, failures
 from .private_stack import PrivateStack
 from .replies import ROUTER_SILENCE_S, ReplyCollector, Turn, ask
 
@@ -48,12 +48,14 @@ QUIT = "/quit"
 COMPACT = "/compact"
 HELP = """chat commands:
   /help   this list
-  /clear  forget this participant: the edge box drops their dialogue and context
+  /clear  forget this participant: the edge box drops all it holds of them
   /compact [SECTION]  compact this participant's context now
   /compact toolcall|summary [DESTINATION]  compact this participant's transcript at a
                                            tools destination (default: the last to answer)
   /quit   leave (end of input does the same)
 anything else is asked as a query"""
+FORGET_TIMEOUT_S = 10.0
+"""How long ``/clear`` waits for the router to confirm the participant was forgotten."""
 OUTCOME_GRACE_S = 1.0
 """How long ``say`` waits after a destination's final frame for the router's ``TurnEnded``."""
 
@@ -215,18 +217,7 @@ async def chat(
                     )
                     print(outcome, file=out, flush=True)
                 elif command == "/clear":
-                    runtime.send(
-                        PARTICIPANT_LEFT_TOPIC,
-                        ParticipantLeft(),
-                        participant_id=participant_id,
-                        source="text-input",
-                    )
-                    print(
-                        f"xrmq chat: cleared {participant_id}: "
-                        "the edge box forgets their dialogue and context",
-                        file=out,
-                        flush=True,
-                    )
+                    print(await clear(bus, participant_id), file=out, flush=True)
                 else:
                     print(
                         f"xrmq chat: unknown command {command!r} (/help lists them)",
@@ -248,6 +239,31 @@ async def chat(
             if turn.failure is not None:
                 print(f"xrmq chat: {turn.failure}", file=sys.stderr, flush=True)
     return 0
+
+
+async def clear(bus: str, participant_id: str, *, timeout: float = FORGET_TIMEOUT_S) -> str:
+    """Run ``/clear``: forget the participant through the router; the line to print.
+
+    On a runtime of its own, joined for this command only: the chat itself subscribes to
+    nothing more than its replies, so an identity allowed only that can still chat (and
+    is told here what ``/clear`` needs)."""
+    waiter = ForgottenWaiter()
+    runtime = AgentRuntime(bus, ready_timeout=min(timeout, 10.0))
+    runtime.register("forget", waiter, participant_id=participant_id)
+    try:
+        await runtime.start()
+    except (TimeoutError, RuntimeError, OSError) as error:  # e.g. the identity may not
+        return f"xrmq chat: /clear: {error}"
+    try:
+        forgotten = await waiter.forget(participant_id, timeout)
+    except TimeoutError as error:
+        return f"xrmq chat: /clear: {error} (is the box's router running?)"
+    finally:
+        await runtime.stop()
+    missed = failures(forgotten)
+    if missed:
+        return f"xrmq chat: /clear: not forgotten everywhere: {'; '.join(missed)}"
+    return f"xrmq chat: cleared {participant_id}: the edge box forgot all it held of them"
 
 
 async def compact(

@@ -11,7 +11,13 @@ least privilege the manager needs (``identities.CONTEXT_PERMISSIONS``).
 - ``load FILE``: merge a dump (by exchange identity: loading twice records nothing twice).
 - ``show --participant P``: each section's size against its budget, then the context
   exactly as a prompt renders it.
-- ``clear --participant P``: forget the participant (their journal rows go too).
+- ``clear --participant P``: forget the participant everywhere (``forget.py``): a
+  ``ParticipantLeft`` through the router, which forgets its turn history and focus and has
+  every destination forget them (tools transcripts and their originals, realtime sessions
+  and their checkpoints), confirmed by its ``ParticipantForgotten``; then the context
+  sections of every replica, and their journal rows. Exit 1, naming what did not forget,
+  when a destination failed or no router confirmed within ``--timeout``. A config without
+  a router: the context is cleared directly, and the command says nothing else was asked.
 - ``compact --participant P [--section S]``: compact now (``/compact``, docs/tools.md); exit
   1 when the model failed.
 - ``compact --participant P --tier toolcall|summary [--destination NAME]``: compact the
@@ -32,11 +38,12 @@ from typing import Any, BinaryIO, TextIO, TypeVar
 from xrmq.actors.arguments import name, seconds
 from xrmq.actors.context import ContextManager, utf8_size
 from xrmq.actors.context.manual import CompactOutcome, CompactStatus
-from xrmq.actors.runtime import AgentRuntime, run
+from xrmq.actors.runtime import Agent, AgentRuntime, run
 from xrmq.actors.runtime.commands import add_bus_argument
 from xrmq.actors.runtime.security.keys import client_credentials
 
 from .config import EdgeConfig, default_config, load_config
+from .forget import ForgottenWaiter, failures, has_router
 from .identities import CONTEXT_IDENTITY
 from .stack import plan_of
 
@@ -115,8 +122,15 @@ def run_context(args: argparse.Namespace) -> int:
             with_manager(config, bus, lambda m: show(m, args.participant), timeout=args.timeout)
         )
     if command == "clear":
+        waiter = ForgottenWaiter(source=CONTEXT_IDENTITY) if has_router(config) else None
         return run(
-            with_manager(config, bus, lambda m: clear(m, args.participant), timeout=args.timeout)
+            with_manager(
+                config,
+                bus,
+                lambda m: clear(m, args.participant, waiter=waiter, timeout=args.timeout),
+                timeout=args.timeout,
+                actors={} if waiter is None else {"forget": waiter},
+            )
         )
     if args.tier is not None:
         if args.section is not None:
@@ -185,13 +199,17 @@ async def with_manager(
     use: Callable[[ContextManager], Awaitable[T]],
     *,
     timeout: float = 10.0,
+    actors: dict[str, Agent] | None = None,
 ) -> T:
-    """Run ``use`` with a manager whose replica holds every context process's snapshot."""
+    """Run ``use`` with a manager whose replica holds every context process's snapshot
+    (and ``actors`` registered on the same runtime)."""
     manager = manager_for(config)
     credentials = client_credentials()  # on a CURVE bus the runtime's name is its identity's
     identity = CONTEXT_IDENTITY if credentials is None else credentials.identity
     runtime = AgentRuntime(bus, name=f"{identity}-{manager.id}", ready_timeout=timeout)
     runtime.register("context", manager.subscriber())
+    for name, actor in (actors or {}).items():
+        runtime.register(name, actor)
     async with runtime:
         hosts = manager.plan.section_hosts
         if manager.resyncs < hosts:
@@ -243,8 +261,39 @@ async def show(manager: ContextManager, participant: str, out: TextIO = sys.stdo
     return 0
 
 
-async def clear(manager: ContextManager, participant: str, out: TextIO = sys.stdout) -> int:
+async def clear(
+    manager: ContextManager,
+    participant: str,
+    out: TextIO = sys.stdout,
+    *,
+    waiter: ForgottenWaiter | None = None,
+    timeout: float = 10.0,
+    err: TextIO | None = None,
+) -> int:
+    """Forget ``participant`` through the router (``waiter``; None: the box has no router),
+    then clear their context sections and journal rows; 1 when something did not forget."""
+    missed: list[str] = []
+    if waiter is not None:
+        try:
+            missed = failures(await waiter.forget(participant, timeout))
+        except TimeoutError as error:
+            missed = [f"router: {error} (its turn history and the destinations may keep them)"]
     await manager.clear(participant)
+    if missed:
+        print(
+            f"xrmq context: cleared {participant}'s context, but not everywhere:",
+            *missed,
+            sep="\n  ",
+            file=err or sys.stderr,
+        )
+        return 1
+    if waiter is None:
+        print(
+            f"xrmq context: cleared {participant}'s context (the config runs no router: "
+            "no destination was asked to forget them)",
+            file=out,
+        )
+        return 0
     print(f"xrmq context: cleared {participant}", file=out)
     return 0
 

@@ -32,6 +32,7 @@ from xrmq.actors.runtime.security.keys import (
 from xrmq.topics import (
     INTERRUPTED_TOPIC,
     METRICS_TOPIC,
+    PARTICIPANT_FORGOTTEN_TOPIC,
     PARTICIPANT_JOINED_TOPIC,
     PARTICIPANT_LEFT_TOPIC,
     QUERY_TOPIC,
@@ -55,15 +56,18 @@ SUPERVISOR_PERMISSIONS = Permissions(
 CONTEXT_IDENTITY = "xrmq-context"
 """The default identity of ``xrmq context ...`` (runtime ``xrmq-context-<id>``): a split
 context manager that hosts nothing. It reads the sections' views and replica snapshots and
-publishes on the context namespace (writes, clears, compactions, snapshot asks); it cannot
-ask a question, speak as a destination or read a participant's answers."""
+publishes on the context namespace (writes, clears, compactions, snapshot asks); ``clear``
+asks the router to forget a participant (``participant.left`` as ``xrmq-context``) and reads
+its confirmation (``participant.forgotten``). It cannot ask a question, speak as a
+destination or read a participant's answers."""
 CONTEXT_PERMISSIONS = Permissions(
-    publish=[_NS],
-    sources=[DEFAULT_NAMESPACE, _NS],
+    publish=[_NS, PARTICIPANT_LEFT_TOPIC.name],
+    sources=[DEFAULT_NAMESPACE, _NS, CONTEXT_IDENTITY],
     subscribe=[
         f"{DEFAULT_NAMESPACE}.view",
         f"{DEFAULT_NAMESPACE}.replica.*",
         f"{DEFAULT_NAMESPACE}.host.started",
+        PARTICIPANT_FORGOTTEN_TOPIC.name,
     ],
 )
 TOOL_IDENTITIES = {
@@ -114,7 +118,12 @@ def role_permissions(config: EdgeConfig, role: str) -> Permissions:
         )
     if role == "router":
         return Permissions(
-            publish=[VOICE_OUTPUT_TOPIC.name, TURN_ENDED_TOPIC.name, *route_topics],
+            publish=[
+                VOICE_OUTPUT_TOPIC.name,
+                TURN_ENDED_TOPIC.name,
+                PARTICIPANT_FORGOTTEN_TOPIC.name,
+                *route_topics,
+            ],
             sources=["router", *(f"{name}-*" for name in destinations)],
             subscribe=[  # the output topic and heartbeats: its proxies watch their destinations
                 VOICE_OUTPUT_TOPIC.name,

@@ -189,8 +189,12 @@ class ClearingDestination:
         await self.agent.release(participant_id)
 
     async def participant_left(self, participant_id: str) -> None:
-        await self.agent.participant_left(participant_id)
-        await self.context.clear(participant_id)
+        """The agent forgets the participant, then their context is cleared (also when the
+        agent failed to: its error still reaches the router's confirmation)."""
+        try:
+            await self.agent.participant_left(participant_id)
+        finally:
+            await self.context.clear(participant_id)
 
 
 SHUTDOWN_GRACE_SHARE = 0.7

@@ -265,9 +265,11 @@ class TranscriptActor(Agent):
             self._reset = True
         apply_write(transcript, message)
         self._cleared = message.kind == "clear"  # until a later write starts a new one
-        if message.kind == "clear" and self.kind:
-            self._retiring = asyncio.create_task(self._retire_when_idle())
         journaled = await self._journal()
+        if message.kind == "clear" and self.kind:
+            # Only now: retiring cancels a handler in flight, and this one must answer
+            # (the departed participant's forget waits for it).
+            self._retiring = asyncio.create_task(self._retire_when_idle())
         return TranscriptAck(True, transcript.revision, journaled)
 
     async def _journal(self) -> bool:
