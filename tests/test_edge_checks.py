@@ -16,6 +16,7 @@ from xrmq.actors.edge.config import ConfigError, decode_config
 
 from buses import broker_process, expect_line, reap
 from edge_box import start_up, write_config
+from secure_bus import free_tcp_bus
 
 CLI = [sys.executable, "-m", "xrmq.actors.cli"]
 STACK = {
@@ -120,6 +121,40 @@ def test_up_on_a_bus_already_served_exits_2_with_one_message_and_starts_nothing(
         "broker (another `xrmq up`?)"
     )
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize("transport", ["ipc", "tcp"])
+def test_up_check_refuses_a_bus_another_broker_serves(tmp_path, transport):
+    bus = f"ipc://{tmp_path}/bus" if transport == "ipc" else free_tcp_bus()
+    broker = subprocess.Popen(
+        [*CLI, "bus", "--bus", bus],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "XRMQ_LOG_LEVEL": "WARNING"},
+    )
+    try:
+        expect_line(broker, "xrmq bus: ready")
+        path = tmp_path / "edge.toml"
+        path.write_text(
+            f'[bus]\naddress = "{bus}"\n[destinations.conversation]\ndescription = "x"\n'
+            '[processes.context]\nroles = ["context"]\n'
+            '[processes.conversation]\nroles = ["conversation"]\n'
+            '[processes.router]\nroles = ["router"]\n'
+        )
+        result = subprocess.run(
+            [*CLI, "up", "--check", str(path)], capture_output=True, text=True, timeout=30
+        )
+    finally:
+        reap(broker)
+    assert result.returncode == 2, result.stdout
+    assert result.stdout == ""
+    assert result.stderr.strip().startswith(f"xrmq up: {path}: bus.address: {bus!r}")
+    assert "(another `xrmq up`?)" in result.stderr
+    after = subprocess.run(  # the broker gone, the same config passes
+        [*CLI, "up", "--check", str(path)], capture_output=True, text=True, timeout=30
+    )
+    assert after.returncode == 0 and after.stdout.startswith(f"xrmq up: {path}: ok"), after
 
 
 def test_up_with_an_unset_key_exits_2_before_starting_anything(tmp_path):

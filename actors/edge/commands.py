@@ -26,7 +26,9 @@ def add_commands(subparsers: Any) -> None:
         help="TOML config (default: the built-in default; see examples/edge-box.toml)",
     )
     up.add_argument(
-        "--check", action="store_true", help="validate the config and its roles, start nothing"
+        "--check",
+        action="store_true",
+        help="validate the config and its roles, check the bus is free; start nothing",
     )
     up.add_argument(
         "--init-keys",
@@ -214,6 +216,7 @@ def run_up(args: argparse.Namespace) -> int:
                 f"; WARNING: insecure = true: {config.bus.address} is open to anyone who reaches it"
             )
     if args.check:
+        check_bus_free(config)  # what `xrmq up` would refuse, --check refuses too
         print(f"xrmq up: {config.source}: ok ({len(config.processes)} processes; {posture})")
         return 0
     if args.print_systemd:
