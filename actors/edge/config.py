@@ -402,6 +402,9 @@ class EdgeConfig(_Section, frozen=True):
     voice: VoiceConfig = VoiceConfig()
     source: str = DEFAULT_SOURCE
     """The file this config came from (set by the loader; not a TOML key)."""
+    defaulted: tuple[str, ...] = ()
+    """The tables taken from ``DEFAULT_BOX`` because the file names no processes
+    (``with_default_box``; set by the loader, not a TOML key)."""
 
     def path(self, value: str) -> Path:
         """A path of the config: relative ones are relative to the config file's directory."""
@@ -463,34 +466,16 @@ def default_config() -> EdgeConfig:
 
     A summary topic ``scene`` and an incremental topic ``notes``; one conversation
     destination; context sections, compaction workers, conversation, router and voice
-    renderer in processes of their own. ``examples/edge-box.toml`` spells out the same.
+    renderer in processes of their own (``DEFAULT_BOX``). ``examples/edge-box.toml``
+    spells out the same.
     """
-    return decode_config(
-        {
-            "context": {"topics": {"scene": {"mode": "summary"}, "notes": {"mode": "incremental"}}},
-            "destinations": {
-                "conversation": {
-                    "description": (
-                        "General assistant: answers questions from its own knowledge and the "
-                        "participant's context."
-                    ),
-                }
-            },
-            "router": {"default": "conversation"},
-            "processes": {
-                "context": {"roles": ["context"], "nice": 19},
-                "compaction": {"roles": ["compaction"], "after": ["context"], "nice": 19},
-                "conversation": {"roles": ["conversation"], "after": ["context"]},
-                "router": {"roles": ["router"], "after": ["conversation"]},
-                "renderer": {"roles": ["renderer"]},
-            },
-        }
-    )
+    return decode_config(DEFAULT_BOX)
 
 
 def decode_config(raw: Mapping[str, Any], *, source: str = DEFAULT_SOURCE) -> EdgeConfig:
     """Validate a decoded TOML document into ``EdgeConfig``; ``ConfigError`` on the first broken
     rule."""
+    raw, defaulted = with_default_box(raw)
     top = _convert(raw, _RawTop, "", source)
     models = _models(top.models, source)
     context = _context(top.context, source)
@@ -512,6 +497,7 @@ def decode_config(raw: Mapping[str, Any], *, source: str = DEFAULT_SOURCE) -> Ed
         processes=processes,
         voice=_convert(top.voice, VoiceConfig, "voice", source),
         source=source,
+        defaulted=defaulted,
     )
     _check_values(config, source)
     check_ranges(config, source)
@@ -1065,3 +1051,72 @@ def _numbers(value: object, key: str) -> list[tuple[str, float]]:
 
 def _bound(bound: float) -> str:
     return str(int(bound)) if float(bound).is_integer() else repr(bound)
+
+
+# ---------------------------------------------------------------------------- the default box
+# Issue 29 item 8: the most common first edit is "use my model", a file with only [models].
+# Refusing it ("processes: none configured") made every new user copy the whole reference
+# file; a file that names no processes now runs the built-in default box with its changes.
+
+DEFAULT_BOX: dict[str, Any] = {
+    "context": {"topics": {"scene": {"mode": "summary"}, "notes": {"mode": "incremental"}}},
+    "destinations": {
+        "conversation": {
+            "description": (
+                "General assistant: answers questions from its own knowledge and the "
+                "participant's context."
+            ),
+        }
+    },
+    "router": {"default": "conversation"},
+    "processes": {
+        "context": {"roles": ["context"], "nice": 19},
+        "compaction": {"roles": ["compaction"], "after": ["context"], "nice": 19},
+        "conversation": {"roles": ["conversation"], "after": ["context"]},
+        "router": {"roles": ["router"], "after": ["conversation"]},
+        "renderer": {"roles": ["renderer"]},
+    },
+}
+"""The built-in default box as a TOML document (``default_config``)."""
+
+
+def with_default_box(raw: Mapping[str, Any]) -> tuple[Mapping[str, Any], tuple[str, ...]]:
+    """``raw`` and the tables it takes from ``DEFAULT_BOX`` (dotted names, in order).
+
+    A document that names no processes (no ``[processes]`` or an empty one) gets the
+    default box's; and, where it names none of its own, the default box's destination
+    (with ``router.default``) and context topics. Anything else it sets is kept. A
+    document that names processes is returned unchanged: it describes its box itself.
+    """
+    if raw.get("processes"):
+        return raw, ()
+    box = {**raw, "processes": DEFAULT_BOX["processes"]}
+    defaulted = ["processes"]
+    router = raw.get("router", {})
+    if not raw.get("destinations") and isinstance(router, dict):
+        box["destinations"] = DEFAULT_BOX["destinations"]
+        box["router"] = {**DEFAULT_BOX["router"], **router}
+        defaulted.append("destinations")
+    context = raw.get("context", {})
+    if isinstance(context, dict) and not context.get("topics"):
+        box["context"] = {**context, "topics": DEFAULT_BOX["context"]["topics"]}
+        defaulted.append("context.topics")
+    return box, tuple(defaulted)
+
+
+def describe_defaulted(config: EdgeConfig) -> str | None:
+    """What a config took from the default box, in words (``xrmq up`` prints it); None: nothing."""
+    if not config.defaulted:
+        return None
+    parts = [f"processes ({', '.join(config.processes)})"]
+    if "destinations" in config.defaulted:
+        parts.append(f"destination {', '.join(map(repr, config.destinations))}")
+    if "context.topics" in config.defaulted:
+        parts.append(f"context topics ({', '.join(config.context.topics)})")
+    return (
+        "names no processes, so it runs the built-in default box's "
+        + ", ".join(parts[:-1])
+        + (" and " if len(parts) > 1 else "")
+        + parts[-1]
+        + " (examples/edge-box.toml spells them out)"
+    )

@@ -27,9 +27,10 @@ def write_config(config: EdgeConfig, path: str | Path) -> EdgeConfig:
     """
     raw = _without_none(msgspec.to_builtins(config))
     raw.pop("source", None)
+    raw.pop("defaulted", None)
     Path(path).write_text(_table(raw, ()), encoding="utf-8")
     loaded = load_config(path)
-    if msgspec.structs.replace(loaded, source=config.source) != config:
+    if msgspec.structs.replace(loaded, source=config.source, defaulted=config.defaulted) != config:
         raise ValueError(f"{path}: the written config does not load back unchanged")
     return loaded
 
