@@ -15,7 +15,9 @@ dialogue and context, as when they leave), ``/compact [SECTION]`` compacts the
 participant's context now and prints what happened (docs/tools.md), ``/compact toolcall
 [DESTINATION]`` or ``/compact summary [DESTINATION]`` compacts the participant's
 transcript at a tools destination (tier 1, or a summary; by default the destination
-that answered last), ``/quit`` (or end of input) leaves. On a
+that answered last, else the box's only tools destination: the chat asks the running box
+for its ``BoxInfo`` when it starts, and refuses at once a destination the box does not
+run as ``kind = "tools"``), ``/quit`` (or end of input) leaves. On a
 terminal, what is typed while a reply streams is not echoed into it: it is asked (and
 shown) once the reply is complete. It talks to a running ``xrmq up``
 on ``--bus``, or with ``--private-stack`` to a stack of the built-in default it starts
@@ -34,10 +36,11 @@ from typing import TextIO
 
 from xrmq.actors.runtime import AgentRuntime, AskError
 from xrmq.actors.tools.control import compact_topic
-from xrmq.schemas import ParticipantLeft
+from xrmq.schemas import BoxInfo, ParticipantLeft
 from xrmq.schemas.tools import CompactReply, CompactRequest
 from xrmq.topics import PARTICIPANT_LEFT_TOPIC
 
+from .boxinfo import ask_box_info, tools_destination_of
 from .config import EdgeConfig, default_config
 from .private_stack import PrivateStack
 from .replies import ReplyCollector, Turn, ask
@@ -164,6 +167,7 @@ async def chat(
     lines: asyncio.Queue[str | None] = asyncio.Queue()
     prompt = "you> " if stdin.isatty() else ""
     async with runtime:
+        box_asked = asyncio.ensure_future(ask_box_info(runtime))  # for /compact toolcall
         _read_lines(stdin, lines, asyncio.get_running_loop())
         print(
             f"xrmq chat: ready participant={participant_id} bus={bus} "
@@ -188,7 +192,10 @@ async def chat(
                 if command == "/help":
                     print(HELP, file=out, flush=True)
                 elif command == COMPACT and text.split()[1:2] in (["toolcall"], ["summary"]):
-                    done = await compact(runtime, participant_id, text, printer.last_source)
+                    box = await box_asked  # at once: asked when the chat started
+                    done = await compact(
+                        runtime, participant_id, text, printer.last_source, box=box
+                    )
                     print(done, file=out, flush=True)
                 elif command == COMPACT:
                     from .context_commands import compact_in_chat
@@ -229,6 +236,8 @@ async def chat(
             printer.close()
             if turn.failure is not None:
                 print(f"xrmq chat: {turn.failure}", file=sys.stderr, flush=True)
+        box_asked.cancel()
+        await asyncio.gather(box_asked, return_exceptions=True)
     return 0
 
 
@@ -239,17 +248,28 @@ async def compact(
     last: str | None,
     *,
     timeout: float = 10.0,
+    box: BoxInfo | None = None,
 ) -> str:
-    """Run ``/compact toolcall|summary [DESTINATION]``; the line to print."""
+    """Run ``/compact toolcall|summary [DESTINATION]``; the line to print.
+
+    With the running box's ``BoxInfo`` (``box``), a destination that is not one of its
+    tools destinations is refused at once (it would never answer), and with none named
+    the last to answer, else the box's only tools destination, is taken.
+    """
     words = line.split()[1:]
     tier = "toolcall" if words[:1] == ["toolcall"] else "summary"
     words = words[1:] if words[:1] in (["toolcall"], ["summary"]) else words
-    destination = words[0] if words else last
-    if destination is None:
+    named = words[0] if words else None
+    if box is None and named is None and last is None:
         return (
             "xrmq chat: /compact: no destination answered yet; "
             "name one: /compact toolcall|summary DESTINATION"
         )
+    tools = None if box is None else box.tools_destinations()
+    try:
+        destination = tools_destination_of(named, last, tools, "the box's")
+    except ValueError as error:
+        return f"xrmq chat: /compact: {error}"
     try:
         reply = await runtime.ask(
             compact_topic(destination),

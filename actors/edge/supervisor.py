@@ -14,7 +14,9 @@ Liveness: once the broker is up the supervisor joins the bus itself. It reads ev
 process's heartbeat (``RuntimeMetrics``) and publishes a ``SupervisorReport`` (the
 state of every process, for ``xrmq top``) whose return through the broker is the
 broker's own heartbeat. A ready process silent for ``supervisor.liveness_timeout_s``
-is killed (SIGKILL) and restarted like a crash (``liveness.LivenessWatch``).
+is killed (SIGKILL) and restarted like a crash (``liveness.LivenessWatch``). On the bus
+it also answers clients asking about the box (``BoxInfoRequest`` on ``xrmq.box``: the
+config it runs, its destinations; ``boxinfo``).
 
 Fatal exits: a child that exits with ``FATAL_EXIT`` (2: ``xrmq run``'s exit for a
 configuration error found only once it starts, e.g. a corrupt journal, a missing key,
@@ -49,10 +51,11 @@ from typing import Any, TextIO
 
 from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, RuntimeContext, get_logger
 from xrmq.actors.runtime.address import parse_bus
-from xrmq.schemas import ProcessState, RuntimeMetrics, SupervisorReport
+from xrmq.schemas import BoxInfo, BoxInfoRequest, ProcessState, RuntimeMetrics, SupervisorReport
 from xrmq.schemas.metrics import ProcessStateName
-from xrmq.topics import METRICS_TOPIC, SUPERVISOR_TOPIC
+from xrmq.topics import BOX_TOPIC, METRICS_TOPIC, SUPERVISOR_TOPIC
 
+from .boxinfo import box_info
 from .config import EdgeConfig, RestartPolicyConfig
 from .liveness import BUS, LivenessWatch
 from .process import FATAL_EXIT, READY_PREFIX
@@ -549,13 +552,22 @@ class Supervisor:
 
 
 class _Heartbeats(Agent):
-    """The supervisor's actor on the bus: every heartbeat, and its own reports coming back."""
+    """The supervisor's actor on the bus: every heartbeat, its own reports coming back, and
+    clients asking about the box (``BoxInfo``, ``boxinfo``)."""
 
     def __init__(self, supervisor: Supervisor) -> None:
         self.supervisor = supervisor
+        self.info = box_info(supervisor.config)
 
     def handlers(self) -> Handlers:
-        return {METRICS_TOPIC: self.on_metrics, SUPERVISOR_TOPIC: self.on_report}
+        return {
+            METRICS_TOPIC: self.on_metrics,
+            SUPERVISOR_TOPIC: self.on_report,
+            BOX_TOPIC: self.on_box_info,
+        }
+
+    async def on_box_info(self, message: BoxInfoRequest, ctx: RuntimeContext) -> BoxInfo:
+        return self.info
 
     async def on_metrics(self, message: RuntimeMetrics, ctx: RuntimeContext) -> None:
         self.supervisor.heartbeat(message)
