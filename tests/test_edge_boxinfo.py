@@ -108,32 +108,32 @@ async def test_compact_tier_and_chat_compact_take_the_tools_destinations_of_the_
     assert chat_s < 9  # refused at once: a destination that never answers cost 10 s each
 
 
-async def test_context_compact_tier_on_a_box_without_a_tools_destination_says_the_box_has_none(
-    tmp_path,
-):
+@pytest.mark.timeout(120)
+async def test_on_a_box_without_a_tools_destination_compact_tier_says_so_at_once(tmp_path):
     path = tmp_path / "edge.toml"
-    path.write_text(f'[bus]\naddress = "ipc://{tmp_path}/bus"\n')  # the default box
+    bus = f"ipc://{tmp_path}/bus"
+    path.write_text(f'[bus]\naddress = "{bus}"\n')  # the default box: no tools destination
     up = UpProcess(path)
     try:
-        await up.line("xrmq up: ready", timeout=50)
-        result, _ = await asyncio.to_thread(
-            xrmq,
-            "context",
-            "compact",
-            "--bus",
-            f"ipc://{tmp_path}/bus",
-            "--participant",
-            "p1",
-            "--tier",
-            "toolcall",
+        await up.line("xrmq up: ready", timeout=100)
+        tier, _ = await asyncio.to_thread(
+            xrmq, "context", "compact", "--bus", bus, "--participant", "p1", "--tier", "toolcall"
+        )
+        # the turn is answered by `conversation`, the default /compact toolcall would go to
+        chat, _ = await asyncio.to_thread(
+            xrmq, "chat", "--bus", bus, stdin="Hello there.\n/compact toolcall\n/quit\n"
         )
     finally:
         up.reap()
-    assert result.returncode == 2
-    assert result.stderr.strip() == (
+    assert tier.returncode == 2
+    assert tier.stderr.strip() == (
         "xrmq context: --destination: name the tools destination "
         "(the box's tools destinations: none)"
     )
+    assert chat.returncode == 0, chat.stderr
+    assert chat.stdout.splitlines()[-1] == (
+        "xrmq chat: /compact: name the tools destination (the box's tools destinations: none)"
+    ), chat.stdout
 
 
 async def test_without_a_supervisor_a_client_gets_no_box_info_and_keeps_its_own_default():
