@@ -14,9 +14,7 @@ Liveness: once the broker is up the supervisor joins the bus itself. It reads ev
 process's heartbeat (``RuntimeMetrics``) and publishes a ``SupervisorReport`` (the
 state of every process, for ``xrmq top``) whose return through the broker is the
 broker's own heartbeat. A ready process silent for ``supervisor.liveness_timeout_s``
-is killed (SIGKILL) and restarted like a crash (``liveness.LivenessWatch``). On the bus
-it also answers clients asking about the box (``BoxInfoRequest`` on ``xrmq.box``: the
-config it runs, its destinations; ``boxinfo``).
+is killed (SIGKILL) and restarted like a crash (``liveness.LivenessWatch``).
 
 Fatal exits: a child that exits with ``FATAL_EXIT`` (2: ``xrmq run``'s exit for a
 configuration error found only once it starts, e.g. a corrupt journal, a missing key,
@@ -28,6 +26,10 @@ Giving up: a process over its crash limit (or failed fatally) is handled per its
 ``stay_down`` leaves it down, says so loudly (a line here, state ``down`` in the
 report) and keeps the rest running, and ``xrmq up`` exits 1 when it is stopped;
 ``stop_box`` (always for the broker) stops everything and exits 1 at once.
+
+Box info: on the bus it also answers clients asking about the box (``BoxInfoRequest`` on
+``xrmq.box``: the config it runs, its destinations; ``boxinfo``), so a client command
+needs no ``--config`` to know them.
 
 On SIGINT/SIGTERM it stops the processes in reverse dependency order (SIGTERM, then
 SIGKILL after ``supervisor.shutdown_timeout_s``), the broker last, and removes the
