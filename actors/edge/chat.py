@@ -31,12 +31,12 @@ import asyncio
 import contextlib
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TextIO
 
 from xrmq.actors.runtime import AgentRuntime, AskError
 from xrmq.actors.tools.control import compact_topic
-from xrmq.schemas import BoxInfo, ParticipantLeft
+from xrmq.schemas import ParticipantLeft
 from xrmq.schemas.tools import CompactReply, CompactRequest
 from xrmq.topics import PARTICIPANT_LEFT_TOPIC
 
@@ -193,8 +193,9 @@ async def chat(
                     print(HELP, file=out, flush=True)
                 elif command == COMPACT and text.split()[1:2] in (["toolcall"], ["summary"]):
                     box = await box_asked  # at once: asked when the chat started
+                    tools = None if box is None else box.tools_destinations()
                     done = await compact(
-                        runtime, participant_id, text, printer.last_source, box=box
+                        runtime, participant_id, text, printer.last_source, tools=tools
                     )
                     print(done, file=out, flush=True)
                 elif command == COMPACT:
@@ -248,24 +249,23 @@ async def compact(
     last: str | None,
     *,
     timeout: float = 10.0,
-    box: BoxInfo | None = None,
+    tools: Sequence[str] | None = None,
 ) -> str:
     """Run ``/compact toolcall|summary [DESTINATION]``; the line to print.
 
-    With the running box's ``BoxInfo`` (``box``), a destination that is not one of its
-    tools destinations is refused at once (it would never answer), and with none named
-    the last to answer, else the box's only tools destination, is taken.
+    With the running box's tools destinations (``tools``, from its ``BoxInfo``; None:
+    unknown), a destination that is not one of them is refused at once (it would never
+    answer), and with none named the last to answer, else the box's only one, is taken.
     """
     words = line.split()[1:]
     tier = "toolcall" if words[:1] == ["toolcall"] else "summary"
     words = words[1:] if words[:1] in (["toolcall"], ["summary"]) else words
     named = words[0] if words else None
-    if box is None and named is None and last is None:
+    if tools is None and named is None and last is None:
         return (
             "xrmq chat: /compact: no destination answered yet; "
             "name one: /compact toolcall|summary DESTINATION"
         )
-    tools = None if box is None else box.tools_destinations()
     try:
         destination = tools_destination_of(named, last, tools, "the box's")
     except ValueError as error:

@@ -182,7 +182,12 @@ async def compact_transcript(
             except ValueError as error:
                 raise ValueError(f"--destination: {error}") from None
         line = await compact_at(
-            runtime, participant, f"/compact {tier} {named}", None, timeout=timeout, box=box
+            runtime,
+            participant,
+            f"/compact {tier} {named}",
+            None,
+            timeout=timeout,
+            tools=None if box is None else box.tools_destinations(),
         )
     print(line.removeprefix("xrmq chat: ").replace("/compact: ", ""), file=out, flush=True)
     return 1 if "/compact:" in line else 0
