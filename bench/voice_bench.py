@@ -4,6 +4,8 @@
   this process: CPU per participant at 50 frames/s and the frames/s one core sustains.
 * Synthesis to first frame (every mode): ``AudioTopicSink`` from ``play`` to its first
   ``audio.out`` frame (espeak-ng start-up and synthesis of one sentence).
+* Without the system package espeak-ng, every row that speaks (synthesis, and in full
+  mode recognition and the stack) is skipped with a note naming the package.
 * The whole stack (full mode only; quick skips it: the stack and Whisper take tens of
   seconds to start): ``voice_config()``'s edge stack, spoken questions (``VoiceSession``),
   per turn from the end of speech: VAD hangover (the configured trailing silence; the
@@ -16,12 +18,17 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 from .suite import Row, Suite, SuiteContext, SuiteResult
+
+ESPEAK_MISSING = (
+    "espeak-ng is not installed (apt-get install espeak-ng): the rows that speak are skipped"
+)
 
 
 def _row(
@@ -200,6 +207,10 @@ def run(ctx: SuiteContext) -> SuiteResult:
             higher=True,
         )
     )
+    notes = []
+    if shutil.which("espeak-ng") is None:
+        notes.append(ESPEAK_MISSING)
+        return SuiteResult(rows=rows, notes=notes)
     synthesis = []
     for rep in range(ctx.repetitions):
         ctx.progress(f"voice: synthesis to first frame, repetition {rep + 1}/{ctx.repetitions}")
@@ -213,7 +224,6 @@ def run(ctx: SuiteContext) -> SuiteResult:
             synthesis,
         )
     )
-    notes = []
     if ctx.quick:
         notes.append(
             "quick: the stack rows (end of speech -> first audio frame, voice vs text) are skipped"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -98,6 +99,9 @@ def test_quick_run_writes_results_for_the_suite(name: str, tmp_path: Path) -> No
         ]
     if name == "turn":
         _check_turn_rows(rows, results["repetitions"])
+    if name == "voice":
+        speaks = any("espeak-ng" in row["subject"] for row in rows)
+        assert speaks == (shutil.which("espeak-ng") is not None), rows
     if name == "curve":
         subjects = {row["subject"] for row in rows}
         assert subjects == {"tcp+curve+acl", "AccessPolicy.check_message"}

@@ -305,6 +305,36 @@ async def test_killing_the_section_host_mid_compaction_and_mid_burst_loses_no_ac
             reap(*procs)
 
 
+class ResyncProbe:
+    """Looks at a manager at every pass of the event loop while open, recording
+    ``(resyncs, resyncing)`` each time ``resyncs`` grew: a resync counted must be over.
+
+    Every pass, not every change the manager reports: a task resumed by anything else
+    (a thread's reply) between the count and the end of the resync would see it counted
+    and still under way, and a check on ``changed()`` alone runs too late to see that.
+    """
+
+    def __init__(self, context: ContextManager) -> None:
+        self.context = context
+        self.resyncs = context.resyncs
+        self.seen: list[tuple[int, bool]] = []
+        self._handle: asyncio.Handle | None = None
+
+    def _look(self) -> None:
+        if self.context.resyncs != self.resyncs:
+            self.resyncs = self.context.resyncs
+            self.seen.append((self.resyncs, self.context.resyncing))
+        self._handle = asyncio.get_running_loop().call_soon(self._look)
+
+    def __enter__(self) -> ResyncProbe:
+        self._look()
+        return self
+
+    def __exit__(self, *_) -> None:
+        assert self._handle is not None
+        self._handle.cancel()
+
+
 async def test_a_host_restarted_without_its_journal_is_never_served_stale(tmp_path):
     """A replica that sees a host's new epoch resyncs from its snapshot: views the restarted
     host no longer has are dropped, not served (here the host lost everything)."""
@@ -329,11 +359,13 @@ async def test_a_host_restarted_without_its_journal_is_never_served_stale(tmp_pa
                 sections.send_signal(signal.SIGKILL)
                 sections.wait()
                 resyncs = context.resyncs
-                # no journal: it starts empty
-                sections = python("context_sections.py", bus, json.dumps(PLAN))
-                procs.append(sections)
-                await asyncio.to_thread(expect_line, sections, "ready")
-                await until(context, lambda: context.resyncs > resyncs)
+                with ResyncProbe(context) as probe:
+                    # no journal: it starts empty
+                    sections = python("context_sections.py", bus, json.dumps(PLAN))
+                    procs.append(sections)
+                    await asyncio.to_thread(expect_line, sections, "ready")
+                    await until(context, lambda: context.resyncs > resyncs)
+                assert probe.seen and not any(resyncing for _, resyncing in probe.seen), probe.seen
                 assert not context.resyncing
                 assert [context.blocks(pid) for pid in PARTICIPANTS[:3]] == [(), (), ()]
                 await context.update(

@@ -202,6 +202,16 @@ def test_a_compactor_that_drops_every_number_scores_zero_on_numbers_and_full_mar
     assert result.by_kind["name"].answer_recall == 1.0
 
 
+def test_the_offline_model_answers_a_time_the_context_kept_never_the_clock(
+    quick_run: RunResult,
+) -> None:
+    """A question like "What time is my yoga class?" is answered from the summary, never
+    with the clock line (it was: 0 % of times answered while 71 % were kept)."""
+    time = figures(quick_run).by_kind["time"]
+    assert time.probes > 0 and time.context_recall > 0
+    assert time.answer_recall == time.context_recall
+
+
 def test_python_m_bench_eval_quick_runs_and_writes_its_report(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "bench", "eval", "--quick", "--out", str(tmp_path)],

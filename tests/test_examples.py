@@ -18,6 +18,7 @@ from xrmq.topics import VOICE_OUTPUT_TOPIC
 
 from buses import broker_process, expect_line, reap
 from recorders import ContextRecorder
+from system_packages import needs_espeak
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -162,9 +163,7 @@ def test_seed_example_runs_and_answers_from_the_scripted_model():
     assert stdout == "answered by conversation: The calibration meeting is at 15:30 in lab 2.\n"
 
 
-@pytest.mark.skipif(
-    __import__("shutil").which("espeak-ng") is None, reason="espeak-ng is not installed"
-)
+@needs_espeak
 def test_the_realtime_session_example_rolls_over_and_still_knows_the_first_facts() -> None:
     proc = example("realtime_session.py")
     stdout, stderr = proc.communicate(timeout=50)

@@ -8,6 +8,8 @@ here is what the demo prints.
 
 from __future__ import annotations
 
+import pytest
+
 from xrmq.actors.context.render import exchange_text, state_text, update_text
 from xrmq.actors.conversation import answer_messages, default_system_prompt
 from xrmq.actors.models import ChatRequest, OfflineLLM
@@ -139,3 +141,23 @@ def test_the_time_is_told_from_the_clock_line():
         reply("What time is it?", ["Current time: 2026-12-01 12:40:00 UTC"])
         == "It is 2026-12-01 12:40:00 UTC."
     )
+
+
+@pytest.mark.parametrize(
+    "question",
+    ["What time is it?", "what's the time", "What is the date today?", "What day is it?"],
+)
+def test_a_question_about_now_is_told_from_the_clock_line(question):
+    assert reply(question, ["Current time: 2026-12-01 12:40:00 UTC"]).startswith(
+        "It is 2026-12-01 12:40:00 UTC"
+    )
+
+
+def test_the_time_of_something_is_answered_from_the_context_never_from_the_clock():
+    clock = "Current time: 2026-12-01 12:40:00 UTC"
+    yoga = "[2026-12-01 09:00:00 UTC] User: My yoga class is at 18:15 in studio 3."
+    assert reply("What time is my yoga class?", [yoga, clock]) == (
+        "Your yoga class is at 18:15 in studio 3."
+    )
+    assert reply("What time is my yoga class?", [clock]) == NO_MATCH_ANSWER
+    assert reply("What day is the fire drill?", [clock]) == NO_MATCH_ANSWER

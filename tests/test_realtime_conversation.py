@@ -4,7 +4,6 @@ transcript as a seed-001 reply, and one shared memory with the text destinations
 from __future__ import annotations
 
 import asyncio
-import shutil
 
 import pytest
 from realtime_helpers import WAIT_S, ScriptedEars
@@ -20,6 +19,8 @@ from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
 from xrmq.actors.tools.summary import llm_summarizer
 from xrmq.schemas import AgentTurn, AudioFrame, AudioPlayback, ResponseOutput
 from xrmq.topics import AUDIO_IN_TOPIC, AUDIO_OUT_TOPIC, AUDIO_PLAYBACK_TOPIC, VOICE_OUTPUT_TOPIC
+
+from system_packages import needs_espeak
 
 LLM = OfflineLLM(time_to_first_token_s=0, tokens_per_second=0)
 
@@ -88,7 +89,7 @@ def _realtime(
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
+@needs_espeak
 async def test_speech_in_is_answered_with_speech_out_and_a_reply_from_the_shared_context() -> None:
     pytest.importorskip("faster_whisper")
     from xrmq.actors.voice.audio_sink import EspeakSynthesizer

@@ -15,6 +15,8 @@ from xrmq.actors.voice.commands import run_listen, run_mic
 from xrmq.actors.voice.role import build_stt, voice_settings
 from xrmq.actors.voice.stt import LiteLLMSTT, ModelIntegrityError, WhisperSTT, verify_model
 
+from system_packages import needs_espeak, path_without
+
 
 def test_voice_is_a_built_in_role():
     from xrmq.actors.edge.stack import voice_role
@@ -111,16 +113,32 @@ def test_the_cli_offers_mic_and_audio_listening():
         run_listen(build_parser().parse_args(["listen", "--sink", "wav"]))
 
 
-def test_voice_tts_names_the_synthesizer():
+@needs_espeak
+def test_voice_tts_defaults_to_espeak():
     from xrmq.actors.runtime import AgentRuntime
-    from xrmq.actors.voice.audio_sink import EspeakSynthesizer, LiteLLMSynthesizer
+    from xrmq.actors.voice.audio_sink import EspeakSynthesizer
     from xrmq.actors.voice.role import speech_out_sink
 
-    runtime = AgentRuntime()
-    assert isinstance(
-        speech_out_sink(runtime, decode_config({}).voice).synthesizer, EspeakSynthesizer
-    )
+    synthesizer = speech_out_sink(AgentRuntime(), decode_config({}).voice).synthesizer
+    assert isinstance(synthesizer, EspeakSynthesizer)
+
+
+def test_voice_tts_default_without_espeak_names_the_package(tmp_path, monkeypatch):
+    from xrmq.actors.runtime import AgentRuntime
+    from xrmq.actors.voice.role import speech_out_sink
+    from xrmq.actors.voice.sinks import SinkUnavailableError
+
+    monkeypatch.setenv("PATH", path_without(tmp_path, "espeak-ng"))
+    with pytest.raises(SinkUnavailableError, match="install the 'espeak-ng' package"):
+        speech_out_sink(AgentRuntime(), decode_config({}).voice)
+
+
+def test_voice_tts_names_a_litellm_synthesizer():
+    from xrmq.actors.runtime import AgentRuntime
+    from xrmq.actors.voice.audio_sink import LiteLLMSynthesizer
+    from xrmq.actors.voice.role import speech_out_sink
+
     voice = decode_config({"voice": {"tts": "openai/tts-1", "tts_voice": "nova"}}).voice
-    synthesizer = speech_out_sink(runtime, voice).synthesizer
+    synthesizer = speech_out_sink(AgentRuntime(), voice).synthesizer
     assert isinstance(synthesizer, LiteLLMSynthesizer)
     assert (synthesizer.model, synthesizer.voice) == ("openai/tts-1", "nova")

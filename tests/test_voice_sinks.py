@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import shutil
 import wave
 
 import pytest
@@ -18,6 +17,8 @@ from xrmq.actors.voice.sinks import (
     SinkUnavailableError,
     speaking_time,
 )
+
+from system_packages import needs_espeak
 
 
 def segment(
@@ -136,10 +137,7 @@ def test_espeak_sink_names_the_package_to_install_when_espeak_is_missing():
         EspeakSink(executable="espeak-ng-not-installed-here")
 
 
-@pytest.mark.skipif(
-    shutil.which("espeak-ng") is None,
-    reason="espeak-ng is not installed (apt-get install espeak-ng)",
-)
+@needs_espeak
 async def test_espeak_sink_writes_one_non_empty_wav_per_response(tmp_path):
     sleep = RecordedSleep()
     sink = EspeakSink(wav_dir=tmp_path, words_per_minute=175, sleep=sleep)
@@ -174,10 +172,7 @@ async def test_a_one_line_console_sink_streams_a_response_onto_one_line():
     ]
 
 
-@pytest.mark.skipif(
-    shutil.which("espeak-ng") is None,
-    reason="espeak-ng is not installed (apt-get install espeak-ng)",
-)
+@needs_espeak
 async def test_espeak_sink_reports_each_wav_it_wrote(tmp_path):
     written = []
     sink = EspeakSink(

@@ -9,13 +9,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from system_packages import ESPEAK_MISSING
+
 if TYPE_CHECKING:
     import numpy as np
 else:
     np = pytest.importorskip("numpy")
 pytest.importorskip("faster_whisper", reason="the voice extra is not installed")
 if shutil.which("espeak-ng") is None:
-    pytest.skip("espeak-ng is not installed", allow_module_level=True)
+    pytest.skip(ESPEAK_MISSING, allow_module_level=True)
 
 from xrmq.actors.voice.pcm import read_wav, resample
 from xrmq.actors.voice.stt import WhisperSTT

@@ -465,6 +465,10 @@ class ContextManager:
                 del self._replicas[participant_id]
         for topic, message, participant_id, _ in list(self._inflight.values()):
             runtime.send(topic, message, participant_id=participant_id, source=self._name)
+        # Over before it is counted: a task resumed between the count and the done callback
+        # must not see ``resyncs`` grown while ``resyncing`` still holds.
+        if self._resyncs.get(host) is asyncio.current_task():
+            del self._resyncs[host]
         self.resyncs += 1
         self._log.info(
             "context.resynced",

@@ -43,7 +43,7 @@ from xrmq.topics import PARTICIPANT_LEFT_TOPIC
 from .boxinfo import ask_box_info, tools_destination_of
 from .config import EdgeConfig, default_config
 from .private_stack import PrivateStack
-from .replies import ReplyCollector, Turn, ask
+from .replies import ROUTER_SILENCE_S, ReplyCollector, Turn, ask
 
 QUIT = "/quit"
 COMPACT = "/compact"
@@ -64,7 +64,7 @@ async def say(
 ) -> int:
     """Ask ``text`` as ``participant_id`` and print the reply; ``TimeoutError`` if it is not
     complete in time."""
-    collector = ReplyCollector()
+    collector = ReplyCollector(router_silence_s=ROUTER_SILENCE_S)
     runtime = AgentRuntime(bus, ready_timeout=min(timeout, 10.0))
     runtime.register("replies", collector, participant_id=participant_id)
     async with runtime:
@@ -161,7 +161,7 @@ async def chat(
 ) -> int:
     """The chat loop on ``bus`` (see the module docstring); 0 when the user leaves."""
     printer = _StreamPrinter(out)
-    collector = ReplyCollector(on_fragment=printer)
+    collector = ReplyCollector(on_fragment=printer, router_silence_s=ROUTER_SILENCE_S)
     runtime = AgentRuntime(bus, ready_timeout=10.0)
     runtime.register("replies", collector, participant_id=participant_id)
     lines: asyncio.Queue[str | None] = asyncio.Queue()

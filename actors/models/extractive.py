@@ -102,8 +102,15 @@ _QUESTION_START = re.compile(
     re.I,
 )
 _TIME_QUESTION = re.compile(
-    r"\b(?:what(?:'s| is)? (?:the )?(?:time|date|day)|time is it|today's date)\b", re.I
+    r"^\s*(?:(?:and|so|ok|okay|please|sorry)[\s,]+)*(?:"
+    r"what(?:'s| is)? the (?:current )?(?:time|date|day)(?: (?:now|today|right now))?"
+    r"|what (?:time|date|day) is it(?: (?:now|today|right now))?"
+    r"|what(?:'s| is)? today's date|(?:tell me )?the (?:current )?(?:time|date)"
+    r")[\s?.!]*$",
+    re.I,
 )
+"""A question about now (the clock line answers it), not the time of something:
+"What time is it?" is, "What time is my yoga class?" is a question for the context."""
 _DISCOURSE = re.compile(
     r"^(?:(?:actually|so|well|oh|ok|okay|also|btw|by the way|fyi|just so you know|"
     r"note that|please note that|remember that|please remember that)\b[\s,:]*)+",

@@ -42,7 +42,8 @@ as the table tests name them:
    on ``turn_topic`` after everything it said for the turn: how the turn ended and,
    for a failed or unanswered turn, the cause (``"<Kind>: <message>"``; a remote
    destination's error arrives as it was raised there). A front end ends the turn on
-   it, so a failure said by the router never leaves a client waiting.
+   it, so a failure said by the router never leaves a client waiting. A turn cancelled
+   before it ran (a newer query came at once) ends ``canceled`` too: every query ends once.
 
 Where the rules live: rule 1 in ``lanes.py`` (pure lane bookkeeping), rules 2 to 7 in
 ``policy.TurnPolicy`` (the sans-IO turn policy: decisions in, actions out), rules 8 and 9
@@ -277,9 +278,9 @@ class AgentRouter(Agent):
             raise RuntimeError("AgentRouter.handle: the router is stopped")
         if not isinstance(turn, AgentTurn):
             raise ValueError("AgentRouter.handle: turn must be an AgentTurn")
-        return self._enqueue(
-            turn.participant_id, lambda lane: self._route_and_report(turn, lane), turn=True
-        )
+        task = self._enqueue(turn.participant_id, lambda lane: self._route(turn, lane), turn=True)
+        task.add_done_callback(lambda task: self._report(turn, self._outcome(turn, task)))
+        return task
 
     def interrupt(self, participant_id: str | None = None) -> None:
         """Cancel a participant's turns in flight (every participant's for None); they drain on
@@ -412,18 +413,18 @@ class AgentRouter(Agent):
 
     # -- one turn ---------------------------------------------------------------------------
 
-    async def _route_and_report(self, turn: AgentTurn, lane: Lane[Any]) -> RouteResult:
-        """``_route``, then the turn's ``TurnEnded`` (also for a cancelled or crashed turn)."""
-        try:
-            result = await self._route(turn, lane)
-        except asyncio.CancelledError:
-            self._report(turn, RouteResult(turn.turn_id, "canceled"))
-            raise
-        except Exception as error:
-            self._report(turn, RouteResult(turn.turn_id, "failed", error=describe_failure(error)))
-            raise
-        self._report(turn, result)
-        return result
+    @staticmethod
+    def _outcome(turn: AgentTurn, task: asyncio.Task[RouteResult]) -> RouteResult:
+        """How a turn's task ended, as its ``RouteResult``. A done callback, not a wrapper
+        in the task: a turn cancelled before its task ever ran (queries sent at once) or
+        while it waited for the earlier turn to drain ends too, and a coroutine cancelled
+        before its first step runs none of its own code."""
+        if task.cancelled():
+            return RouteResult(turn.turn_id, "canceled")
+        error = task.exception()
+        if error is not None:
+            return RouteResult(turn.turn_id, "failed", error=describe_failure(error))
+        return task.result()
 
     def _report(self, turn: AgentTurn, result: RouteResult) -> None:
         """Rule 9: publish the turn's ``TurnEnded`` (registered with a running runtime)."""
