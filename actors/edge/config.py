@@ -7,6 +7,9 @@ documents every key; ``default_config()`` is the built-in default that needs no 
 
 Every error is one ``ConfigError`` (a ``ValueError``) naming the file, the key as a
 dotted path and the rule, e.g. ``edge.toml: processes.conversation.replicas: must be >= 1``.
+Every number has a range (``RANGES``: ``<key>: must be in [min, max], got <value>``). A
+file that names no processes runs the default box's (``with_default_box``; ``defaulted``
+says which tables it took).
 Decoding is pure apart from reading the file: no sockets, no directories, no imports
 of the roles (``roles.check_roles`` resolves role names separately).
 """
