@@ -32,11 +32,14 @@ class DestinationInfo(msgspec.Struct, frozen=True):
 
 class BoxInfo(msgspec.Struct, frozen=True, omit_defaults=True):
     """The running box's answer: the config it runs (``config``: its file, or
-    ``<built-in default>``), its bus and its destinations, in config order."""
+    ``<built-in default>``), its bus and its destinations, in config order, and the whole
+    config as TOML (``config_toml``, every table spelled out: what a client needs beyond
+    the destinations, e.g. the context topics and processes; empty when not given)."""
 
     config: str
     bus: str
     destinations: tuple[DestinationInfo, ...] = ()
+    config_toml: str = ""
 
     def __post_init__(self) -> None:
         names = [destination.name for destination in self.destinations]

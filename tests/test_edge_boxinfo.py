@@ -11,9 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
-from xrmq.actors.edge.boxinfo import ask_box_info, tools_destination_of
+from xrmq.actors.edge.boxinfo import ask_box_info, config_of, tools_destination_of
+from xrmq.actors.edge.config import load_config
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.schemas import BoxInfo, DestinationInfo
 
@@ -33,6 +35,8 @@ capture = false
 [models.answers]
 model = "offline"
 time_to_first_token_s = 0
+[context.topics.bench]
+mode = "incremental"
 [destinations.conversation]
 description = "General assistant."
 [destinations.lab]
@@ -82,15 +86,17 @@ async def test_compact_tier_and_chat_compact_take_the_tools_destinations_of_the_
             "--bus",
             bus,
             stdin="/compact toolcall conversation\n/compact summary nowhere\n"
-            "/compact toolcall\n/quit\n",
+            "/compact toolcall\n/compact bench\n/quit\n",
         )
     finally:
         up.reap()
-    assert info == BoxInfo(
+    assert info is not None
+    assert msgspec.structs.replace(info, config_toml="") == BoxInfo(
         str(config),
         bus,
         (DestinationInfo("conversation", "conversation"), DestinationInfo("lab", "tools")),
     )
+    assert config_of(info) == load_config(config)  # the whole config, as the box runs it
     assert compacted.returncode == 0, f"{compacted.stderr}\n{up.tail()}"
     assert (
         compacted.stdout.strip()
@@ -98,12 +104,14 @@ async def test_compact_tier_and_chat_compact_take_the_tools_destinations_of_the_
     )
     assert chat.returncode == 0, chat.stderr
     lines = chat.stdout.splitlines()
-    assert lines[1:4] == [
+    assert lines[1:5] == [
         "xrmq chat: /compact: 'conversation' is not a tools destination "
         "(the box's tools destinations: lab)",
         "xrmq chat: /compact: 'nowhere' is not a tools destination "
         "(the box's tools destinations: lab)",
         "xrmq chat: compacted tool results at lab: 0 reclaimed (0% of the transcript)",
+        # a topic of the box's config (the built-in default has none of that name)
+        "bench: nothing to compact (NOTHING_TO_CONDENSE)",
     ], chat.stdout
     assert chat_s < 9  # refused at once: a destination that never answers cost 10 s each
 

@@ -5,19 +5,22 @@ Why: a client command that needs the box's config (which destinations are ``kind
 from ``--config`` or assume the built-in default. On a box run from another file it said
 "(the config's tools destinations: none)" or waited its whole timeout for an answer no
 destination would give. ``xrmq up``'s supervisor answers ``BoxInfoRequest`` from the
-config it runs (``box_info``); clients ask it (``ask_box_info``) and fall back to their
-``--config`` only when no supervisor answers (processes run by systemd units, say).
+config it runs (``box_info``: the destinations, and the whole config as TOML,
+``config_of``); clients ask it (``ask_box_info``) and fall back to their ``--config``
+only when no supervisor answers (processes run by systemd units, say).
 """
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Sequence
 
 from xrmq.actors.runtime import AgentRuntime, AskError, RuntimeClosedError
 from xrmq.schemas import BoxInfo, BoxInfoRequest, DestinationInfo
 from xrmq.topics import BOX_TOPIC
 
-from .config import EdgeConfig
+from .config import EdgeConfig, decode_config, default_config
+from .configfile import config_toml
 
 BOX_INFO_WAIT_S = 2.0
 """How long a client waits for the supervisor's ``BoxInfo`` (it answers at once from
@@ -30,7 +33,25 @@ def box_info(config: EdgeConfig) -> BoxInfo:
         config.source,
         config.bus.address,
         tuple(DestinationInfo(name, d.kind) for name, d in config.destinations.items()),
+        config_toml(config),
     )
+
+
+def config_of(box: BoxInfo) -> EdgeConfig | None:
+    """The config the box runs, from its ``config_toml`` (its relative paths resolved as
+    the box's file's); None when it sent none."""
+    if not box.config_toml:
+        return None
+    return decode_config(tomllib.loads(box.config_toml), source=box.config)
+
+
+def box_config(box: BoxInfo | None) -> EdgeConfig:
+    """The running box's config (``config_of``), else the built-in default: no supervisor
+    answered (``box`` None), or its config does not decode here (another version)."""
+    try:
+        return (None if box is None else config_of(box)) or default_config()
+    except ValueError:
+        return default_config()
 
 
 async def ask_box_info(

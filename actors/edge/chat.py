@@ -40,7 +40,7 @@ from xrmq.schemas import ParticipantLeft
 from xrmq.schemas.tools import CompactReply, CompactRequest
 from xrmq.topics import PARTICIPANT_LEFT_TOPIC
 
-from .boxinfo import ask_box_info, tools_destination_of
+from .boxinfo import ask_box_info, box_config, tools_destination_of
 from .config import EdgeConfig, default_config
 from .private_stack import PrivateStack
 from .replies import ROUTER_SILENCE_S, ReplyCollector, Turn, ask
@@ -203,7 +203,7 @@ async def chat(
 
                     argument = text[len(COMPACT) :].strip()
                     outcome = await compact_in_chat(
-                        config or default_config(), bus, participant_id, argument
+                        config or box_config(await box_asked), bus, participant_id, argument
                     )
                     print(outcome, file=out, flush=True)
                 elif command == "/clear":
