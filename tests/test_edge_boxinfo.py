@@ -6,6 +6,7 @@ with no ``--config``."""
 from __future__ import annotations
 
 import asyncio
+import math
 import subprocess
 import sys
 import time
@@ -14,8 +15,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from xrmq.actors.edge.boxinfo import ask_box_info, config_of, tools_destination_of
-from xrmq.actors.edge.config import load_config
+from xrmq.actors.edge.boxinfo import ask_box_info, box_info, config_of, tools_destination_of
+from xrmq.actors.edge.config import decode_config, load_config
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.schemas import BoxInfo, DestinationInfo
 
@@ -159,3 +160,17 @@ def test_the_tools_destination_a_compaction_goes_to():
         tools_destination_of(None, "conversation", ["lab", "bench"], "the box's")
     with pytest.raises(ValueError, match=r"^'x' is not a tools destination \(the box's tools"):
         tools_destination_of("x", None, [], "the box's")
+
+
+def test_box_info_spells_out_the_config_or_leaves_it_out_when_it_has_no_toml_form():
+    config = decode_config({"destinations": {"lab": {"description": "x", "kind": "tools"}}})
+    info = box_info(config)
+    assert info.tools_destinations() == ["lab"]
+    from_box = config_of(info)
+    assert from_box is not None  # the same config, every table it took from the default spelled
+    assert msgspec.structs.replace(from_box, defaulted=config.defaulted) == config
+    odd = {"model": "offline", "options": {"weight": math.inf}}  # passed to the provider as is
+    unwritable = decode_config({"models": {"answers": odd}})
+    info = box_info(unwritable)
+    assert info.config_toml == "" and config_of(info) is None
+    assert [d.name for d in info.destinations] == ["conversation"]

@@ -28,12 +28,17 @@ memory; a box without one costs a client this much before it falls back)."""
 
 
 def box_info(config: EdgeConfig) -> BoxInfo:
-    """What the box running ``config`` tells its clients."""
+    """What the box running ``config`` tells its clients (without ``config_toml`` when a
+    provider option has no TOML form: the destinations still go)."""
+    try:
+        text = config_toml(config)
+    except ValueError:
+        text = ""
     return BoxInfo(
         config.source,
         config.bus.address,
         tuple(DestinationInfo(name, d.kind) for name, d in config.destinations.items()),
-        config_toml(config),
+        text,
     )
 
 
