@@ -6,6 +6,7 @@ process without copies) and validates its rules on construction and on decode, r
 """
 
 from .audio import AudioFrame, AudioPlayback
+from .box import BoxInfo, BoxInfoRequest, DestinationInfo
 from .context import CompactionPrompts, ContextBlock, ConversationContextUpdate
 from .envelope import MessageMetadata
 from .interaction import (
@@ -26,9 +27,12 @@ __all__ = [
     "AgentTurn",
     "AudioFrame",
     "AudioPlayback",
+    "BoxInfo",
+    "BoxInfoRequest",
     "CompactionPrompts",
     "ContextBlock",
     "ConversationContextUpdate",
+    "DestinationInfo",
     "DestinationResult",
     "ForgetFailure",
     "Interrupted",

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from xrmq.actors.edge.config import load_config
+from xrmq.actors.edge.config import default_config, load_config
 from xrmq.actors.edge.identities import KeyRescan, broker_security
 from xrmq.actors.runtime.address import parse_bus
 from xrmq.actors.runtime.broker import Broker
@@ -63,7 +63,9 @@ class Watched:
 
 def test_a_key_added_is_admitted_and_a_key_removed_refused_without_a_restart(tmp_path):
     bus = free_tcp_bus()
-    keys = make_keys(tmp_path / "keys", "broker", "alice", "xrmq-up")
+    # the config names no processes, so it runs the default box's: their keys too
+    box = list(default_config().processes)
+    keys = make_keys(tmp_path / "keys", "broker", "alice", "xrmq-up", *box)
     config_file = tmp_path / "edge.toml"
     config_file.write_text(CONFIG.format(bus=bus))
     config = load_config(config_file)

@@ -5,6 +5,7 @@ from typing import Any
 from xrmq.schemas import (
     AudioFrame,
     AudioPlayback,
+    BoxInfoRequest,
     ConversationContextUpdate,
     Interrupted,
     ParticipantForgotten,
@@ -54,6 +55,9 @@ METRICS_TOPIC: Topic[RuntimeMetrics] = Topic("xrmq.metrics", RuntimeMetrics)
 """Every runtime's periodic counters (its heartbeat); read by ``xrmq top`` and the supervisor."""
 SUPERVISOR_TOPIC: Topic[SupervisorReport] = Topic("xrmq.supervisor", SupervisorReport)
 """``xrmq up``'s report of every process it supervises (down ones too); read by ``xrmq top``."""
+BOX_TOPIC: Topic[BoxInfoRequest] = Topic("xrmq.box", BoxInfoRequest)
+"""Ask the running box about itself: ``xrmq up``'s supervisor replies with a ``BoxInfo``
+(the config it runs, its destinations), for clients that have no ``--config``."""
 
 ROUTER_SOURCE = "router"
 """The envelope ``source`` of the router's own text on ``VOICE_OUTPUT_TOPIC`` (an
@@ -79,12 +83,14 @@ STANDARD_TOPICS: tuple[Topic[Any], ...] = (
     AUDIO_PLAYBACK_TOPIC,
     METRICS_TOPIC,
     SUPERVISOR_TOPIC,
+    BOX_TOPIC,
 )
 
 __all__ = [
     "AUDIO_IN_TOPIC",
     "AUDIO_OUT_TOPIC",
     "AUDIO_PLAYBACK_TOPIC",
+    "BOX_TOPIC",
     "INTERRUPTED_TOPIC",
     "METRICS_TOPIC",
     "PARTICIPANT_FORGOTTEN_TOPIC",

@@ -18,7 +18,9 @@ the router confirmed it, or what did not forget, ``/compact [SECTION]`` compacts
 participant's context now and prints what happened (docs/tools.md), ``/compact toolcall
 [DESTINATION]`` or ``/compact summary [DESTINATION]`` compacts the participant's
 transcript at a tools destination (tier 1, or a summary; by default the destination
-that answered last), ``/quit`` (or end of input) leaves. On a
+that answered last, else the box's only tools destination: the chat asks the running box
+for its ``BoxInfo`` when it starts, and refuses at once a destination the box does not
+run as ``kind = "tools"``), ``/quit`` (or end of input) leaves. On a
 terminal, what is typed while a reply streams is not echoed into it: it is asked (and
 shown) once the reply is complete. It talks to a running ``xrmq up``
 on ``--bus``, or with ``--private-stack`` to a stack of the built-in default it starts
@@ -32,13 +34,14 @@ import asyncio
 import contextlib
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TextIO
 
 from xrmq.actors.runtime import AgentRuntime, AskError
 from xrmq.actors.tools.control import compact_topic
 from xrmq.schemas.tools import CompactReply, CompactRequest
 
+from .boxinfo import ask_box_info, box_config, tools_destination_of
 from .config import EdgeConfig, default_config
 from .forget import ForgottenWaiter, failures
 from .private_stack import PrivateStack
@@ -182,6 +185,7 @@ async def chat(
     lines: asyncio.Queue[str | None] = asyncio.Queue()
     prompt = "you> " if stdin.isatty() else ""
     async with runtime:
+        box_asked = asyncio.ensure_future(ask_box_info(runtime))  # for /compact toolcall
         _read_lines(stdin, lines, asyncio.get_running_loop())
         print(
             f"xrmq chat: ready participant={participant_id} bus={bus} "
@@ -206,14 +210,18 @@ async def chat(
                 if command == "/help":
                     print(HELP, file=out, flush=True)
                 elif command == COMPACT and text.split()[1:2] in (["toolcall"], ["summary"]):
-                    done = await compact(runtime, participant_id, text, printer.last_source)
+                    box = await box_asked  # at once: asked when the chat started
+                    tools = None if box is None else box.tools_destinations()
+                    done = await compact(
+                        runtime, participant_id, text, printer.last_source, tools=tools
+                    )
                     print(done, file=out, flush=True)
                 elif command == COMPACT:
                     from .context_commands import compact_in_chat
 
                     argument = text[len(COMPACT) :].strip()
                     outcome = await compact_in_chat(
-                        config or default_config(), bus, participant_id, argument
+                        config or box_config(await box_asked), bus, participant_id, argument
                     )
                     print(outcome, file=out, flush=True)
                 elif command == "/clear":
@@ -238,6 +246,8 @@ async def chat(
             printer.close(turn.midway)
             if turn.failure is not None:
                 print(f"xrmq chat: {turn.failure}", file=sys.stderr, flush=True)
+        box_asked.cancel()
+        await asyncio.gather(box_asked, return_exceptions=True)
     return 0
 
 
@@ -273,17 +283,27 @@ async def compact(
     last: str | None,
     *,
     timeout: float = 10.0,
+    tools: Sequence[str] | None = None,
 ) -> str:
-    """Run ``/compact toolcall|summary [DESTINATION]``; the line to print."""
+    """Run ``/compact toolcall|summary [DESTINATION]``; the line to print.
+
+    With the running box's tools destinations (``tools``, from its ``BoxInfo``; None:
+    unknown), a destination that is not one of them is refused at once (it would never
+    answer), and with none named the last to answer, else the box's only one, is taken.
+    """
     words = line.split()[1:]
     tier = "toolcall" if words[:1] == ["toolcall"] else "summary"
     words = words[1:] if words[:1] in (["toolcall"], ["summary"]) else words
-    destination = words[0] if words else last
-    if destination is None:
+    named = words[0] if words else None
+    if tools is None and named is None and last is None:
         return (
             "xrmq chat: /compact: no destination answered yet; "
             "name one: /compact toolcall|summary DESTINATION"
         )
+    try:
+        destination = tools_destination_of(named, last, tools, "the box's")
+    except ValueError as error:
+        return f"xrmq chat: /compact: {error}"
     try:
         reply = await runtime.ask(
             compact_topic(destination),

@@ -14,7 +14,7 @@ from xrmq.actors.runtime import run
 from xrmq.actors.runtime.address import is_loopback_tcp
 from xrmq.actors.runtime.commands import IDENTITY_ENV, add_bus_argument, require_broker
 
-from .config import EdgeConfig, default_config, load_config
+from .config import EdgeConfig, default_config, describe_defaulted, load_config
 
 
 def add_commands(subparsers: Any) -> None:
@@ -27,7 +27,9 @@ def add_commands(subparsers: Any) -> None:
         help="TOML config (default: the built-in default; see examples/edge-box.toml)",
     )
     up.add_argument(
-        "--check", action="store_true", help="validate the config and its roles, start nothing"
+        "--check",
+        action="store_true",
+        help="validate the config and its roles, check the bus is free; start nothing",
     )
     up.add_argument(
         "--init-keys",
@@ -205,7 +207,7 @@ def _config(path: str | None) -> EdgeConfig:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    from .checks import check_bus_free, check_can_answer
+    from .checks import check_bus_free, check_can_answer, unanswered_model_endpoints
     from .roles import check_roles
 
     config = _config(args.config)
@@ -229,9 +231,6 @@ def run_up(args: argparse.Namespace) -> int:
             posture += (
                 f"; WARNING: insecure = true: {config.bus.address} is open to anyone who reaches it"
             )
-    if args.check:
-        print(f"xrmq up: {config.source}: ok ({len(config.processes)} processes; {posture})")
-        return 0
     if args.print_systemd:
         from .systemd import render_units, systemd_units
 
@@ -241,7 +240,15 @@ def run_up(args: argparse.Namespace) -> int:
             )
         print(render_units(systemd_units(config, args.config)), end="")
         return 0
-    check_bus_free(config)
+    check_bus_free(config)  # what `xrmq up` would refuse, --check refuses too
+    defaulted = describe_defaulted(config)
+    if defaulted is not None:
+        print(f"xrmq up: {config.source}: {defaulted}", flush=True)
+    if args.check:
+        print(f"xrmq up: {config.source}: ok ({len(config.processes)} processes; {posture})")
+        return 0
+    for warning in unanswered_model_endpoints(config):  # the box starts all the same
+        print(f"xrmq up: WARNING: {warning}", flush=True)
     from .process import exit_process
 
     exit_process(run(_supervise(config, args.config)))  # every child is gone: no teardown needed

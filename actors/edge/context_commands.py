@@ -22,8 +22,9 @@ least privilege the manager needs (``identities.CONTEXT_PERMISSIONS``).
   1 when the model failed.
 - ``compact --participant P --tier toolcall|summary [--destination NAME]``: compact the
   participant's tool transcript at a tools destination instead (docs/tools.md's ``/compact
-  toolcall``; the destination defaults to the config's only ``kind = "tools"`` one); exit
-  1 when the destination did not answer.
+  toolcall``; the destination defaults to the running box's only ``kind = "tools"`` one,
+  as its supervisor tells (``BoxInfo``), else the config's); exit 1 when the destination
+  did not answer.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from xrmq.actors.runtime import Agent, AgentRuntime, run
 from xrmq.actors.runtime.commands import add_bus_argument
 from xrmq.actors.runtime.security.keys import client_credentials
 
+from .boxinfo import BOX_INFO_WAIT_S, ask_box_info, tools_destination_of
 from .config import EdgeConfig, default_config, load_config
 from .forget import ForgottenWaiter, failures, has_router
 from .identities import CONTEXT_IDENTITY
@@ -135,8 +137,11 @@ def run_context(args: argparse.Namespace) -> int:
     if args.tier is not None:
         if args.section is not None:
             raise ValueError("--section: a context section; --tier compacts a tool transcript")
-        destination = tools_destination(config, args.destination)
-        return run(compact_transcript(bus, args.participant, destination, args.tier, args.timeout))
+        return run(
+            compact_transcript(
+                bus, args.participant, args.destination, args.tier, args.timeout, config=config
+            )
+        )
     if args.destination is not None:
         raise ValueError("--destination: only with --tier (a tools destination's transcript)")
     return run(
@@ -162,19 +167,40 @@ def tools_destination(config: EdgeConfig, named: str | None) -> str:
 async def compact_transcript(
     bus: str,
     participant: str,
-    destination: str,
+    named: str | None,
     tier: str,
     timeout: float,
     out: TextIO = sys.stdout,
+    *,
+    config: EdgeConfig,
 ) -> int:
-    """One manual compaction of a tool transcript; 0 when the destination answered, else 1."""
+    """One manual compaction of a tool transcript; 0 when the destination answered, else 1.
+
+    The destination is ``named``, else the only tools destination of the running box (its
+    ``BoxInfo``), else, when no supervisor answers, of ``config`` (``ValueError`` when there
+    is not exactly one). A ``named`` one the box does not run as tools is refused at once
+    (exit 1), not after ``timeout``.
+    """
     from .chat import compact as compact_at
 
     async with AgentRuntime(
         bus, name="xrmq-context-compact", ready_timeout=min(timeout, 10.0)
     ) as runtime:
+        box = await ask_box_info(runtime, timeout=min(timeout, BOX_INFO_WAIT_S))
+        if named is None and box is None:
+            named = tools_destination(config, None)
+        elif named is None and box is not None:
+            try:
+                named = tools_destination_of(None, None, box.tools_destinations(), "the box's")
+            except ValueError as error:
+                raise ValueError(f"--destination: {error}") from None
         line = await compact_at(
-            runtime, participant, f"/compact {tier} {destination}", None, timeout=timeout
+            runtime,
+            participant,
+            f"/compact {tier} {named}",
+            None,
+            timeout=timeout,
+            tools=None if box is None else box.tools_destinations(),
         )
     print(line.removeprefix("xrmq chat: ").replace("/compact: ", ""), file=out, flush=True)
     return 1 if "/compact:" in line else 0

@@ -30,6 +30,7 @@ from xrmq.actors.runtime.security.keys import (
     load_secret,
 )
 from xrmq.topics import (
+    BOX_TOPIC,
     INTERRUPTED_TOPIC,
     METRICS_TOPIC,
     PARTICIPANT_FORGOTTEN_TOPIC,
@@ -50,7 +51,7 @@ heartbeat and publishes its report, which is also its probe of the broker."""
 SUPERVISOR_PERMISSIONS = Permissions(
     publish=[SUPERVISOR_TOPIC.name],
     sources=["supervisor"],
-    subscribe=[METRICS_TOPIC.name, SUPERVISOR_TOPIC.name],
+    subscribe=[METRICS_TOPIC.name, SUPERVISOR_TOPIC.name, BOX_TOPIC.name],
 )
 
 CONTEXT_IDENTITY = "xrmq-context"
