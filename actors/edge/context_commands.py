@@ -234,8 +234,8 @@ async def with_manager(
     identity = CONTEXT_IDENTITY if credentials is None else credentials.identity
     runtime = AgentRuntime(bus, name=f"{identity}-{manager.id}", ready_timeout=timeout)
     runtime.register("context", manager.subscriber())
-    for name, actor in (actors or {}).items():
-        runtime.register(name, actor)
+    for actor_name, actor in (actors or {}).items():
+        runtime.register(actor_name, actor)
     async with runtime:
         hosts = manager.plan.section_hosts
         if manager.resyncs < hosts:
