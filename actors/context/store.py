@@ -475,6 +475,7 @@ def open_store(path: str | os.PathLike[str], *, on_corrupt: OnCorrupt = "error")
         )
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _make_private(path)
     try:
         connection, recovered, transcripts = _open(path)
         return ContextStore(connection, path, recovered, None, transcripts)
@@ -490,6 +491,25 @@ def open_store(path: str | os.PathLike[str], *, on_corrupt: OnCorrupt = "error")
         )
         connection, recovered, transcripts = _open(path)
         return ContextStore(connection, path, recovered, backup, transcripts)
+
+
+def _make_private(path: Path) -> None:
+    """Create the journal 0600 if it is missing, and make it and its ``-wal``/``-shm``
+    0600 if they exist (an older xrmq left them 0644): SQLite creates the write-ahead
+    log (and the shared-memory file) with the database file's mode, so no file of the
+    journal is ever readable by another user, whatever the process's umask."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        for suffix in ("", "-wal", "-shm"):
+            try:
+                os.chmod(f"{path}{suffix}", 0o600)
+            except FileNotFoundError:
+                pass
+    except OSError as error:
+        raise ValueError(
+            f"context journal {path}: cannot make it and its -wal/-shm files mode 0600 "
+            f"({error}); the journal must be owned by the user running xrmq"
+        ) from None
 
 
 def _open(
