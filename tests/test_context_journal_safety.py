@@ -12,6 +12,8 @@ import asyncio
 import os
 import sqlite3
 import stat
+import subprocess
+import sys
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -22,12 +24,15 @@ from structlog.testing import capture_logs
 
 from xrmq.actors.context import ContextManager
 from xrmq.actors.context.store import open_store
-from xrmq.actors.edge.config import decode_config
-from xrmq.actors.edge.stack import open_context_store, open_orphan_stores
+from xrmq.actors.edge.config import decode_config, default_config
+from xrmq.actors.edge.configfile import write_config
+from xrmq.actors.edge.stack import context_store_path, open_context_store, open_orphan_stores
 from xrmq.actors.models import ScriptedLLM
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.runtime.address import UnsafeDirectoryError
 from xrmq.schemas import ConversationContextUpdate
+
+from buses import broker_process
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -297,3 +302,95 @@ def test_quarantined_rows_keep_the_original_values(tmp_path):
     (row,) = db.execute("SELECT row FROM quarantine").fetchall()
     db.close()
     assert msgspec.msgpack.decode(row[0]) == ["p9", "dialogue", b"\xc1\xc2", "w", 7, b""]
+
+
+# --- both, in a context process (``xrmq run context``) ----------------------------------------
+
+
+def box_config(tmp_path: Path, bus: str, state: Path) -> tuple[Path, Any]:
+    """The default box on ``bus`` with its journals in ``state``: (file, config)."""
+    base = default_config()
+    config = msgspec.structs.replace(
+        base,
+        context=msgspec.structs.replace(base.context, state_dir=str(state)),
+        bus=msgspec.structs.replace(base.bus, address=bus),
+    )
+    path = tmp_path / "edge.toml"
+    return path, write_config(config, path)
+
+
+def run_context(config_path: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "xrmq.actors.cli", "run", "context", "--config", str(config_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "XRMQ_LOG_LEVEL": "ERROR"},
+    )
+
+
+def test_a_context_process_refuses_a_state_dir_open_to_others_exiting_2_naming_it(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    os.chmod(state, 0o755)
+    with broker_process() as bus:
+        proc = run_context(box_config(tmp_path, bus, state)[0])
+        _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2  # fatal: not restarted
+    assert f"context.state_dir: directory {state} must not be accessible" in err
+    assert list(state.iterdir()) == []
+
+
+async def test_a_context_process_with_a_corrupt_row_starts_with_everyone_else_s_context(tmp_path):
+    state = tmp_path / "state"
+    with broker_process() as bus:
+        config_path, config = box_config(tmp_path, bus, state)
+        journal = context_store_path(config, 0)
+        async with manager_on(journal) as context:
+            for participant in PARTICIPANTS:
+                await fill_dialogue(context, participant)
+        corrupt(
+            journal,
+            "UPDATE sections SET state = x'c1' WHERE participant = 'p2' AND section = 'dialogue'",
+        )
+        proc = run_context(config_path)
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().startswith("xrmq run: ready context")
+        finally:
+            proc.terminate()
+            _out, err = proc.communicate(timeout=30)
+    assert "context.journal_rows_quarantined" in err and '"participant": "p2"' in err
+    reopened = open_store(journal)
+    try:
+        assert reopened.quarantined == 0
+        assert {pid for pid, _ in reopened.recovered} == {"p1", "p3"}
+        assert {row[:3] for row in quarantine_rows(reopened._db)} == {
+            ("p2", "sections", "dialogue"),
+            ("p2", "identities", "dialogue"),  # its exchange's identity goes with it
+        }
+    finally:
+        reopened.close()
+
+
+@asynccontextmanager
+async def manager_on(store: Path):
+    """A local manager with the box's topics on ``store`` (the box's journal)."""
+    runtime = AgentRuntime()
+    context = ContextManager(
+        ScriptedLLM(),
+        store=store,
+        incremental_context_topics=("notes",),
+        summary_context_topics=("scene",),
+    )
+    runtime.register("context", context.subscriber())
+    async with runtime:
+        async with asyncio.timeout(15):
+            yield context
+
+
+async def fill_dialogue(context: ContextManager, participant: str) -> None:
+    context.record_exchange(
+        participant, f"{participant} asks", "an answer", timestamp_us=T0, exchange_id=participant
+    )
+    await context.synced()
