@@ -1,6 +1,7 @@
 """The context journal's safety (issue 30 items 9 and 11): its files are private (0600)
-in a private state directory, and a row that cannot be read is quarantined for its
-participant alone while everyone else's context loads.
+in a private state directory, and a row that cannot be read (a section's or a tools
+transcript's) is quarantined for its participant alone while everyone else's context
+loads; both in the store, in a local manager and in a context process (``xrmq run``).
 
 The corrupt rows are written with ``sqlite3`` directly, as a damaged disk or a foreign
 writer would leave them. Tests wait on the manager's events, never on sleeps.
@@ -21,6 +22,7 @@ from typing import Any
 import msgspec
 import pytest
 from structlog.testing import capture_logs
+from tools_doubles import Probe, never_started, probe_reading, session_model, turn
 
 from xrmq.actors.context import ContextManager
 from xrmq.actors.context.store import open_store
@@ -30,9 +32,20 @@ from xrmq.actors.edge.stack import context_store_path, open_context_store, open_
 from xrmq.actors.models import ScriptedLLM
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.runtime.address import UnsafeDirectoryError
+from xrmq.actors.tools.agent import ToolAgent
+from xrmq.actors.tools.policy import AutoCompactor
+from xrmq.actors.tools.store import (
+    TranscriptLoad,
+    TranscriptState,
+    TranscriptTopics,
+    register_transcripts,
+)
+from xrmq.actors.tools.tool import Tool
 from xrmq.schemas import ConversationContextUpdate
+from xrmq.topics import VOICE_OUTPUT_TOPIC
 
 from buses import broker_process
+from router_doubles import FakeContext
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -394,3 +407,87 @@ async def fill_dialogue(context: ContextManager, participant: str) -> None:
         participant, f"{participant} asks", "an answer", timestamp_us=T0, exchange_id=participant
     )
     await context.synced()
+
+
+# --- item 11 for the tools transcripts journaled in the same file ----------------------------
+
+
+def tools_agent(runtime: AgentRuntime):
+    return ToolAgent(
+        session_model(),
+        context=FakeContext(),
+        runtime=runtime,
+        output_topic=VOICE_OUTPUT_TOPIC,
+        tools=[Tool("probe", "Read a probe.", Probe, probe_reading)],
+        transcripts="lab-tools",
+        compactor=AutoCompactor(enabled=False),
+        discovery_timeout_s=2.0,
+    )
+
+
+@asynccontextmanager
+async def transcripts_on(store):
+    """A front runtime (for a tools agent or loads) and a back one hosting the transcripts
+    of ``lab-tools`` journaled in ``store`` (closed on leaving)."""
+    front = AgentRuntime(name="front")
+    back = AgentRuntime(front.address, name="back")
+    register_transcripts(back, "lab-tools", store=store)
+    try:
+        async with front, back:
+            async with asyncio.timeout(20):
+                yield front
+    finally:
+        store.close()
+
+
+async def transcript_of(runtime: AgentRuntime, participant: str):
+    return await runtime.ask(
+        TranscriptTopics.of("lab-tools").load,
+        TranscriptLoad(),
+        reply_type=TranscriptState,
+        participant_id=participant,
+        timeout=10,
+    )
+
+
+async def journal_two_transcripts(path: Path):
+    async with transcripts_on(open_store(path)) as front:
+        agent = tools_agent(front)
+        for participant in ("p1", "p2"):
+            await agent.answer(
+                turn("t1", "Read probe 1.", participant=participant), started=never_started
+            )
+        await agent.mirrored()
+        return await transcript_of(front, "p1")
+
+
+@pytest.mark.parametrize(
+    ("garbage", "reason"),
+    [("x'c1'", "corrupt transcript ("), ("'not a blob'", "corrupt transcript header")],
+)
+async def test_a_transcript_that_cannot_be_read_is_quarantined_and_the_others_load(
+    tmp_path, garbage, reason
+):
+    path = tmp_path / "context-0.sqlite3"
+    before = await journal_two_transcripts(path)
+    assert before.messages
+    corrupt(path, f"UPDATE transcripts SET header = {garbage} WHERE participant = 'p2'")
+    store = open_store(path)  # a header of the wrong type was the whole journal's StoreError
+    with capture_logs() as logs:
+        async with transcripts_on(store) as front:
+            assert store.quarantined > 1  # the header and p2's messages
+            assert await transcript_of(front, "p1") == before
+            assert (await transcript_of(front, "p2")).messages == ()
+    again = open_store(path)
+    try:
+        assert again.quarantined == 0 and set(again.transcripts) == {("p1", "lab-tools")}
+        rows = quarantine_rows(again._db)
+        assert len(rows) == store.quarantined
+        assert {(p, s) for p, _, s, _ in rows} == {("p2", "lab-tools")}
+        assert all(r.startswith(reason) for *_, r in rows)
+    finally:
+        again.close()
+    if garbage == "x'c1'":  # decoded (and quarantined) by the transcripts' owner
+        assert [
+            log["participant"] for log in logs if log["event"] == "context.journal_rows_quarantined"
+        ] == ["p2"]

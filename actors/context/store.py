@@ -39,15 +39,18 @@ raises ``StoreError`` naming it, or with ``on_corrupt="backup_and_start_empty"``
 moved aside (``<file>.corrupt-<UTC time>``) and the journal starts empty, loudly.
 
 A row that cannot be read in a journal that can (a section state or pending job that
-does not decode) costs its participant's section alone, never everyone's context: when
-the journal is opened it is moved, with the rows that depend on it (a corrupt state's
-identities and job), to the ``quarantine`` table (participant, source table, section,
-the row's values as MessagePack, the reason, the time), in one transaction; the rest
-loads. ``ContextStore.quarantined`` counts the rows moved at this opening (a restart
-finds them gone from the tables they were in, so it does not count them again) and one
-error is logged per participant. The table is created when first needed and never read
-back by xrmq (it is for an operator to inspect), so a journal with it is still one of
-this schema version, which an older xrmq of the same version opens.
+does not decode, a transcript row of the wrong type) costs its participant's section
+or transcript alone, never everyone's context: when the journal is opened it is moved,
+with the rows that depend on it (a corrupt state's identities and job, the rest of the
+transcript), to the ``quarantine`` table (participant, source table, section or
+transcript name, the row's values as MessagePack, the reason, the time), in one
+transaction; the rest loads. A transcript its owner cannot decode is moved there by
+the owner (``quarantine_transcript``). ``ContextStore.quarantined`` counts the rows
+moved since this opening (a restart finds them gone from the tables they were in, so it
+does not count them again) and one error is logged per participant. The table is
+created when first needed and never read back by xrmq (it is for an operator to
+inspect), so a journal with it is still one of this schema version: an xrmq without
+quarantine opens it.
 
 The journal's files are private: the database is created 0600 before SQLite opens it
 (SQLite creates the write-ahead log and the shared-memory file with the database
@@ -63,7 +66,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal, Protocol, cast
 
 import msgspec
 
@@ -160,18 +163,26 @@ _KEYS = {
     "sections": ("participant", "section"),
     "identities": ("participant", "section", "identity"),
     "jobs": ("participant", "section"),
+    "transcripts": ("participant", "name"),
+    "transcript_messages": ("participant", "name", "position"),
+    "transcript_originals": ("participant", "name", "call_id"),
 }
 """The primary key of each table whose rows can be quarantined."""
 _COLUMNS = {
     "sections": ("participant", "section", "state", "ack_writer", "ack_seq", "acks"),
     "identities": ("participant", "section", "identity"),
     "jobs": ("participant", "section", "job"),
+    "transcripts": ("participant", "name", "header"),
+    "transcript_messages": ("participant", "name", "position", "message"),
+    "transcript_originals": ("participant", "name", "call_id", "position", "original"),
 }
+"""The columns of those tables, in the order a quarantined row keeps them."""
 
 
 class Quarantined(msgspec.Struct, frozen=True):
     """A journal row moved to the ``quarantine`` table: from ``source`` (a table), with
-    its values (``row``, in ``_COLUMNS[source]`` order) and why it could not be used."""
+    its values (``row``, in ``_COLUMNS[source]`` order) and why it could not be used.
+    Its ``section`` is the section's journal name, or a transcript's store name."""
 
     source: str
     row: tuple[object, ...]
@@ -457,11 +468,29 @@ class ContextStore:
         """One transcript as committed now (after every transaction handed to the writer),
         for an actor re-created after it was retired; None if the journal has none."""
 
-        def read() -> RecoveredTranscript | None:
-            found = _read_transcripts(self._db, self.path, (participant, name))
-            return found.get((participant, name))
+        def read() -> tuple[RecoveredTranscript | None, list[Quarantined]]:
+            found, bad = _read_transcripts(self._db, (participant, name))
+            _quarantine(self._db, bad)
+            return found.get((participant, name)), bad
 
-        return self._run(read)  # type: ignore[return-value]
+        found, bad = cast(tuple[RecoveredTranscript | None, list[Quarantined]], self._run(read))
+        self._quarantined(bad)
+        return found
+
+    def quarantine_transcript(self, participant: str, name: str, reason: str) -> None:
+        """Move a transcript its owner cannot decode (``reason``) to the ``quarantine``
+        table, now (after every transaction handed to the writer); count and log it."""
+
+        def move() -> list[Quarantined]:
+            rows = _transcript_rows(self._db, (participant, name), reason)
+            _quarantine(self._db, rows)
+            return rows
+
+        self._quarantined(cast(list[Quarantined], self._run(move)))
+
+    def _quarantined(self, rows: list[Quarantined]) -> None:
+        self.quarantined += len(rows)
+        _log_quarantined(self.path, rows)
 
     @property
     def open(self) -> bool:
@@ -627,8 +656,10 @@ def _open(
         if check != "ok":
             raise StoreError(path, f"corrupt database ({check})")
         recovered, quarantined = _read(connection)
+        transcripts, unreadable = _read_transcripts(connection)
+        quarantined += unreadable
         _quarantine(connection, quarantined)
-        return connection, recovered, _read_transcripts(connection, path), quarantined
+        return connection, recovered, transcripts, quarantined
     except sqlite3.OperationalError as error:
         connection.close()
         if "locked" in str(error):
@@ -750,33 +781,65 @@ def _quarantine(connection: sqlite3.Connection, rows: list[Quarantined]) -> None
 
 
 def _read_transcripts(
-    connection: sqlite3.Connection, path: Path, key: tuple[str, str] | None = None
-) -> dict[tuple[str, str], RecoveredTranscript]:
-    """Every transcript of the journal, or the one of ``key`` (participant, name)."""
+    connection: sqlite3.Connection, key: tuple[str, str] | None = None
+) -> tuple[dict[tuple[str, str], RecoveredTranscript], list[Quarantined]]:
+    """Every transcript of the journal, or the one of ``key`` (participant, name), and
+    every row of the transcripts with a row of the wrong type (a blob that is text, an
+    original that is not text), to quarantine: those are left out."""
     transcripts: dict[tuple[str, str], RecoveredTranscript] = {}
+    bad: dict[tuple[str, str], str] = {}
     where, parameters = ("", ()) if key is None else (" WHERE participant = ? AND name = ?", key)
-    try:
-        for participant, name, header in connection.execute(
-            "SELECT * FROM transcripts" + where, parameters
-        ):
-            transcripts[(participant, name)] = RecoveredTranscript(bytes(header), [], [])
-        for participant, name, _, message in connection.execute(
-            f"SELECT * FROM transcript_messages{where} ORDER BY participant, name, position",
-            parameters,
-        ):
-            item = transcripts.get((participant, name))
-            if item is not None:
-                item.messages.append(bytes(message))
-        for participant, name, call_id, _, original in connection.execute(
-            f"SELECT * FROM transcript_originals{where} ORDER BY participant, name, position",
-            parameters,
-        ):
-            item = transcripts.get((participant, name))
-            if item is not None:
-                item.originals.append((call_id, original))
-    except (ValueError, TypeError) as error:
-        raise StoreError(path, f"corrupt transcript row ({error})") from None
-    return transcripts
+    for participant, name, header in connection.execute(
+        "SELECT participant, name, header FROM transcripts" + where, parameters
+    ):
+        if isinstance(header, bytes):
+            transcripts[(participant, name)] = RecoveredTranscript(header, [], [])
+        else:
+            bad.setdefault((participant, name), "corrupt transcript header (not a blob)")
+    for participant, name, message in connection.execute(
+        f"SELECT participant, name, message FROM transcript_messages{where} "
+        "ORDER BY participant, name, position",
+        parameters,
+    ):
+        item = transcripts.get((participant, name))
+        if item is None:
+            continue
+        if isinstance(message, bytes):
+            item.messages.append(message)
+        else:
+            bad.setdefault((participant, name), "corrupt transcript message (not a blob)")
+    for participant, name, call_id, original in connection.execute(
+        f"SELECT participant, name, call_id, original FROM transcript_originals{where} "
+        "ORDER BY participant, name, position",
+        parameters,
+    ):
+        item = transcripts.get((participant, name))
+        if item is None:
+            continue
+        if isinstance(call_id, str) and isinstance(original, str):
+            item.originals.append((call_id, original))
+        else:
+            bad.setdefault((participant, name), "corrupt transcript original (not text)")
+    rows: list[Quarantined] = []
+    for broken, reason in bad.items():
+        transcripts.pop(broken, None)
+        rows += _transcript_rows(connection, broken, reason)
+    return transcripts, rows
+
+
+def _transcript_rows(
+    connection: sqlite3.Connection, key: tuple[str, str], reason: str
+) -> list[Quarantined]:
+    """Every row of the transcript ``key`` (participant, name), to quarantine for ``reason``."""
+    return [
+        Quarantined(table, tuple(row), reason)
+        for table in _TRANSCRIPT_TABLES
+        for row in connection.execute(
+            f"SELECT {', '.join(_COLUMNS[table])} FROM {table} "
+            "WHERE participant IS ? AND name IS ?",
+            key,
+        )
+    ]
 
 
 def _move_aside(path: Path) -> Path:
