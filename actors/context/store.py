@@ -66,7 +66,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Literal, Protocol, cast
+from typing import Any, Literal, Protocol, cast
 
 import msgspec
 
@@ -249,7 +249,8 @@ class ContextStore:
         self.backup_path = backup_path
         """Where a corrupt journal was moved (``backup_and_start_empty``), else None."""
         self.quarantined = quarantined
-        """Rows that could not be read, moved to the ``quarantine`` table at this opening."""
+        """Rows that could not be read, moved to the ``quarantine`` table since this
+        opening (at it, and transcripts their owner could not decode)."""
         self._scheduled: dict[int, Journaled] = {}
         self._handle: asyncio.Handle | None = None
         self._rows: list[tuple[str, tuple]] = []
@@ -703,10 +704,10 @@ def _read(
     a section whose state does not decode."""
     recovered: dict[tuple[str, str], Recovered] = {}
     bad: list[Quarantined] = []
-    broken: set[tuple[object, object]] = set()
+    broken: set[tuple[Any, Any]] = set()
     """(participant, section) whose state row is quarantined."""
 
-    def rows(table: str) -> Iterable[tuple[object, ...]]:
+    def rows(table: str) -> Iterable[tuple[Any, ...]]:
         return connection.execute(f"SELECT {', '.join(_COLUMNS[table])} FROM {table}")
 
     for row in rows("sections"):
@@ -714,10 +715,10 @@ def _read(
         try:
             if not isinstance(participant, str) or not isinstance(section, str):
                 raise TypeError("participant and section must be text")
-            state = _decode_state(blob)  # type: ignore[arg-type]
+            state = _decode_state(blob)
             recovered[(participant, section)] = Recovered(
                 state,
-                _decode_acks(acks) if acks else (),  # type: ignore[arg-type]
+                _decode_acks(acks) if acks else (),
             )
         except _UNREADABLE as error:
             bad.append(Quarantined("sections", row, f"corrupt section state ({error})"))
@@ -729,7 +730,7 @@ def _read(
         elif not isinstance(identity, bytes):
             bad.append(Quarantined("identities", row, "corrupt identity (not a blob)"))
         else:
-            item = recovered.get((participant, section))  # type: ignore[arg-type]
+            item = recovered.get((participant, section))
             if item is not None:
                 item.state.exchange_identities.add(identity)
     for row in rows("jobs"):
@@ -738,11 +739,11 @@ def _read(
             bad.append(Quarantined("jobs", row, "its section's state is corrupt"))
             continue
         try:
-            job = _decode_job(blob)  # type: ignore[arg-type]
+            job = _decode_job(blob)
         except _UNREADABLE as error:
             bad.append(Quarantined("jobs", row, f"corrupt pending job ({error})"))
             continue
-        item = recovered.get((participant, section))  # type: ignore[arg-type]
+        item = recovered.get((participant, section))
         if item is not None:
             item.state.pending = job
     return recovered, bad
