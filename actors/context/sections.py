@@ -861,9 +861,14 @@ class ContextHost(Agent):
         return len(self._foreign)
 
     def gauges(self) -> dict[str, float]:
+        """Migrations (see the class docstring), and the journal rows that could not be
+        read and were quarantined when this host's journals were opened
+        (``ContextStore.quarantined``)."""
+        journals = [self.store, *self.orphans] if self.store is not None else self.orphans
         return {
             "context.migrated": float(self.migrated),
             "context.migrating": float(self.migrating),
+            "context.journal_quarantined": float(sum(j.quarantined for j in journals)),
         }
 
     def handlers(self) -> Handlers:

@@ -175,7 +175,9 @@ class ContextSettings(_Section, frozen=True):
     under ``$XDG_STATE_HOME/xrmq``, else ``~/.local/state/xrmq``."""
     on_corrupt: str = "error"
     """A journal that cannot be read: ``error`` (the process does not start, naming the
-    file) or ``backup_and_start_empty`` (moved aside, the process starts empty)."""
+    file) or ``backup_and_start_empty`` (moved aside, the process starts empty). A row
+    that cannot be read in a journal that can is quarantined whatever this says
+    (``xrmq.actors.context.store``): only its participant's section starts empty."""
 
     def options(self) -> ContextOptions:
         """The context configuration this table describes (checked by ``context_options``)."""
