@@ -234,7 +234,9 @@ async def test_a_subscription_to_daves_answers_is_denied_and_counted(broker):
 async def test_a_client_asking_as_carol_is_not_ready_and_says_which_subscription(broker):
     alice = broker.runtime("alice", ready_timeout=1.0)
     alice.register("listener", Listener(), participant_id="carol")
-    with pytest.raises(TimeoutError, match="may it subscribe to voice.output"):
+    with pytest.raises(
+        TimeoutError, match="may it subscribe to voice.output as participant 'carol'"
+    ):
         await alice.start()
     await alice.stop()
 
