@@ -5,9 +5,10 @@ On a secure bus add `--key sensor.key_secret --server-key broker.key` (or set
 XRMQ_KEY and XRMQ_SERVER_KEY); its runtime is then named after its key's identity.
 Then `xrmq say --participant p1 "What temperature is the kettle set to?"` is answered
 from the note (`--participant NAME` publishes for another participant, e.g. `alice` of
-`examples/secure-edge-box.toml`, whose key may only ask as alice). `scene` is a summary topic (an update replaces the participant's state),
-`notes` an incremental one (updates append and are compacted over time). No asyncio:
-`Publisher` runs the bus client in a background thread.
+`examples/secure-edge-box.toml`, whose key may only ask as alice). `scene` is a summary
+topic (an update replaces the participant's state), `notes` an incremental one (updates
+append and are compacted over time). No asyncio: `Publisher` runs the bus client in a
+background thread.
 """
 
 import argparse
