@@ -12,12 +12,14 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 import pytest
+import zmq
 
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext
 from xrmq.schemas import ResponseOutput, RuntimeMetrics, UserQuery
@@ -40,11 +42,11 @@ rescan_s = 0
 [bus.identities.alice]
 publish = ["voice.query"]
 sources = ["text-input"]
-subscribe = ["voice.output"]
+subscribe = ["voice.output", "voice.turn_ended"]
 participants = ["alice"]
 
 [bus.identities.box]
-publish = ["voice.output"]
+publish = ["voice.output", "voice.turn_ended"]
 sources = ["*"]
 subscribe = ["voice.query"]
 
@@ -89,6 +91,12 @@ def broker(tmp_path) -> Iterator[BrokerProcess]:
         yield BrokerProcess(bus, keys, proc)
     finally:
         reap(proc)
+
+
+def data_keys(received: list[list[bytes]]) -> list[bytes]:
+    """The keys of the messages received, without control frames (a readiness probe still
+    on its way back when its round was over: its key goes on after the second NUL)."""
+    return [frames[0] for frames in received if frames[0].endswith(b"\x00")]
 
 
 def broker_metrics(ops: CurveClient, until, timeout: float = 20.0) -> RuntimeMetrics:
@@ -222,7 +230,7 @@ async def test_a_subscription_to_daves_answers_is_denied_and_counted(broker):
                 source="conversation",
             )
             got = await asyncio.to_thread(spy.wait_for, "voice.output")
-        assert [frames[0] for frames in got] == [b"voice.output\x00alice\x00"]
+        assert data_keys(got) == [b"voice.output\x00alice\x00"]
         metrics = await asyncio.to_thread(broker_metrics, ops, lambda m: bool(m.denied))
         assert metrics.denied == {"alice": 1}
     finally:
@@ -254,3 +262,66 @@ async def test_alice_as_alice_works_end_to_end(broker):
         )
         await listener.wait_for("answer to my door code?")
     assert listener.answers == [("alice", "answer to my door code?")]
+
+
+class RawSubscriber:
+    """alice's key on an XSUB socket, which filters nothing itself (a SUB drops what its own
+    subscriptions do not match): what reaches it is what the broker sent."""
+
+    def __init__(self, broker: BrokerProcess) -> None:
+        self.client = broker.client("alice")
+        bus = SecureBus(broker.bus, broker.keys, None)  # type: ignore[arg-type]  # no in-process broker
+        self.xsub = self.client._socket(zmq.XSUB, bus, "alice")
+        self.xsub.connect(bus.address.subscribe)
+        self.probe = f"_probe.{self.client.sender}".encode() + b"\x00"
+        self.xsub.send(b"\x01" + self.probe)
+
+    def subscribe(self, prefix: bytes) -> None:
+        self.xsub.send(b"\x01" + prefix)
+
+    def unsubscribe(self, prefix: bytes) -> None:
+        self.xsub.send(b"\x00" + prefix)
+
+    def wait_ready(self, timeout: float = 10.0) -> None:
+        """A probe comes back: every (un)subscription sent before it was applied."""
+        probe = self.probe + b"\x00?" + uuid.uuid4().hex.encode()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.client.pub.send_multipart([probe, b"", b""])
+            if self.xsub.poll(20) and self.xsub.recv_multipart()[0] == probe:
+                while self.xsub.poll(0):
+                    self.xsub.recv_multipart()
+                return
+        raise TimeoutError("no probe came back")
+
+    def wait_for(self, topic: str) -> list[list[bytes]]:
+        return self.client.wait_for(topic, self.xsub)
+
+    def close(self) -> None:
+        self.xsub.close(linger=0)
+        self.client.close()
+
+
+@pytest.mark.timeout(60)
+async def test_an_unsubscription_removes_what_a_bound_subscription_was_narrowed_to(broker):
+    alice = RawSubscriber(broker)
+    box = broker.client("box")
+    try:
+        alice.subscribe(b"voice.output\x00")
+        alice.subscribe(b"voice.turn_ended\x00")
+        await asyncio.to_thread(alice.wait_ready)
+        await asyncio.to_thread(box.wait_ready)
+        for participant in ("dave", "alice"):
+            box.send("voice.output", participant, {"text": "first"})
+        first = await asyncio.to_thread(alice.wait_for, "voice.output")
+        assert data_keys(first) == [b"voice.output\x00alice\x00"]
+        alice.unsubscribe(b"voice.output\x00")
+        await asyncio.to_thread(alice.wait_ready)  # its unsubscription was decided before
+        box.send("voice.output", "alice", {"text": "second"})
+        box.send("voice.turn_ended", "alice", {"text": "ended"})
+        # one connection, in order: had voice.output stayed subscribed, it would be here first
+        rest = await asyncio.to_thread(alice.wait_for, "voice.turn_ended")
+        assert data_keys(rest) == [b"voice.turn_ended\x00alice\x00"]
+    finally:
+        alice.close()
+        box.close()
