@@ -118,9 +118,11 @@ def _speaks_as(
     participants: Patterns, key_participant: bytes, participant: str | None
 ) -> str | None:
     """Why a bound identity may not send a message of these participants (None: it may)."""
-    for name in (key_participant.decode(errors="replace"), participant):
-        if name and name not in participants:
-            return f"may not speak as participant {name!r}"
+    name = key_participant.decode(errors="replace")
+    if name and name not in participants:
+        return f"may not speak as participant {name!r}"
+    if participant and participant != name and participant not in participants:
+        return f"may not speak as participant {participant!r}"
     return None
 
 
