@@ -59,6 +59,8 @@ METRICS_SOURCE = "runtime"
 PENDING_ASKS = 65_536
 """Asks remembered for reply authorization; the oldest is forgotten past this many."""
 
+AS_PARTICIPANT = "may not speak as participant"
+"""How the reason to drop a bound identity's message as another participant starts."""
 _metadata = msgspec.msgpack.Decoder(MessageMetadata)
 _UNDECIDED = object()
 _REPLY = object()
@@ -120,9 +122,9 @@ def _speaks_as(
     """Why a bound identity may not send a message of these participants (None: it may)."""
     name = key_participant.decode(errors="replace")
     if name and name not in participants:
-        return f"may not speak as participant {name!r}"
+        return f"{AS_PARTICIPANT} {name!r}"
     if participant and participant != name and participant not in participants:
-        return f"may not speak as participant {participant!r}"
+        return f"{AS_PARTICIPANT} {participant!r}"
     return None
 
 
