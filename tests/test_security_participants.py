@@ -325,3 +325,30 @@ async def test_an_unsubscription_removes_what_a_bound_subscription_was_narrowed_
     finally:
         alice.close()
         box.close()
+
+
+class Answerer(Agent):
+    """Answers an ask on ``voice.query`` with its reply (to the asker's inbox)."""
+
+    def handlers(self):
+        return {QUERY_TOPIC: self.on_query}
+
+    async def on_query(self, query: UserQuery, ctx: RuntimeContext) -> str:
+        return f"{ctx.metadata.participant_id}: answer to {query.text}"
+
+
+@pytest.mark.timeout(60)
+async def test_alices_ask_as_alice_is_answered_in_her_narrowed_inbox(broker):
+    box = broker.runtime("box")
+    box.register("answerer", Answerer())
+    alice = broker.runtime("alice")
+    async with box, alice:
+        answer = await alice.ask(
+            QUERY_TOPIC,
+            UserQuery("my door code?", 1),
+            reply_type=str,
+            participant_id="alice",
+            source="text-input",
+            timeout=10,
+        )
+    assert answer == "alice: answer to my door code?"
