@@ -107,6 +107,10 @@ class IdentityConfig(_Section, frozen=True):
     """Topic patterns it may subscribe to; None: its role defaults."""
     capture: bool = False
     """Whether it may read the capture socket (``xrmq record``)."""
+    participants: list[str] | None = None
+    """Participant patterns it may speak and listen as (``alice``, ``guest-*``, ``*``); the
+    broker drops what it publishes as any other participant and narrows its subscriptions
+    to these participants' messages (and global ones). None: every participant."""
 
 
 class BusConfig(_Section, frozen=True):
@@ -1035,6 +1039,47 @@ def _validate(config: EdgeConfig, source: str) -> None:
         )
 
 
+SERVES_EVERY_PARTICIPANT = ("context", "compaction", "conversation", "router")
+"""Built-in roles whose actors serve every participant: their identities cannot be bound."""
+
+
+def _check_participants(
+    config: EdgeConfig, name: str, participants: list[str], source: str
+) -> None:
+    """``bus.identities.NAME.participants``: each a participant id, a prefix ending in ``*``,
+    or ``*``; and not on an identity running the box's own actors, which serve everyone."""
+    key = f"bus.identities.{name}.participants"
+    for index, pattern in enumerate(participants):
+        if not pattern.strip() or "\x00" in pattern or "*" in pattern[:-1]:
+            raise ConfigError(
+                source,
+                f"{key}[{index}]",
+                f"{pattern!r}: a participant id, a prefix ending in '*' (\"guest-*\"), or '*'",
+            )
+    if config.bus.identities[name].capture:
+        raise ConfigError(
+            source,
+            key,
+            "capture = true reads every participant's messages: an identity bound to "
+            "participants cannot have it",
+        )
+    from .identities import TOOL_IDENTITIES  # which imports this module
+
+    for process, spec in config.processes.items():
+        roles = [role for role in spec.roles if role in SERVES_EVERY_PARTICIPANT]
+        if roles and config.identity(process) == name:
+            raise ConfigError(
+                source,
+                key,
+                f"identity {name!r} runs role {roles[0]!r} (process {process!r}), whose actors "
+                "serve every participant: leave participants out of its table",
+            )
+    if name in TOOL_IDENTITIES:
+        raise ConfigError(
+            source, key, f"{name!r} is xrmq's own tool identity, which serves every participant"
+        )
+
+
 def _check_security(config: EdgeConfig, source: str) -> None:
     from xrmq.actors.runtime.security.acl import Patterns
 
@@ -1071,6 +1116,8 @@ def _check_security(config: EdgeConfig, source: str) -> None:
                 Patterns(getattr(identity, field) or ())
             except ValueError as error:
                 raise ConfigError(source, f"{key}.{field}", str(error)) from None
+        if identity.participants is not None:
+            _check_participants(config, name, identity.participants, source)
     for name, process in config.processes.items():
         if process.identity is not None and not _NAME.match(process.identity):
             raise ConfigError(

@@ -10,6 +10,11 @@ topic as ``router`` and on its destinations' route topics; a sensor or client id
 (any other key in the ``authorized`` directory) gets nothing unless its
 ``[bus.identities.NAME]`` table grants it. A table's ``publish``/``sources``/``subscribe``
 replace the derived lists; custom ``package.module:function`` roles derive nothing.
+
+A table's ``participants`` binds a client identity to the participants it may speak and
+listen as (``participants = ["alice"]``; ``acl`` has the rules the broker enforces); without
+it an identity keeps every participant, and so do the box's own actors and tools, which
+serve everyone (the config refuses ``participants`` on their identities).
 """
 
 from __future__ import annotations
@@ -216,6 +221,7 @@ def permissions(config: EdgeConfig) -> dict[str, Permissions]:
             sources=table.sources if table.sources is not None else base.sources,
             subscribe=table.subscribe if table.subscribe is not None else base.subscribe,
             capture=table.capture or base.capture,
+            participants=table.participants,
         )
     return derived
 
