@@ -261,6 +261,11 @@ def identity_keys(config: EdgeConfig, *, strict: bool) -> dict[str, tuple[bytes,
     on_file.pop(BROKER_NAME, None)
     identities: dict[str, tuple[bytes, Permissions]] = {}
     granted = permissions(config)
+    defaulted = (
+        {config.identity(process) for process in config.processes}
+        if "processes" in config.defaulted
+        else set()
+    )
     for name in dict.fromkeys([*granted, *on_file]):
         table = config.bus.identities.get(name)
         if table is not None and table.key is not None:
@@ -269,6 +274,8 @@ def identity_keys(config: EdgeConfig, *, strict: bool) -> dict[str, tuple[bytes,
             key = on_file[name]
         elif not strict or (name == CONTEXT_IDENTITY and table is None):
             continue
+        elif table is None and name in defaulted:
+            continue  # a process of the default box the file never named: admitted once keyed
         else:
             where = f"bus.identities.{name}.key" if table is not None else "bus.security.keys"
             own = name == SUPERVISOR_IDENTITY or name in {
