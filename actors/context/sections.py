@@ -944,11 +944,42 @@ class ContextHost(Agent):
         return views
 
     async def on_sync(self, message: HostSync, ctx: RuntimeContext) -> HostViews:
+        """One participant's views, or the page of the snapshot after ``message.after``."""
         if self.store is not None:
             await self.store.barrier()  # a snapshot shows only what is in the journal
         runtime = self.runtime
         epoch = runtime.epoch if runtime is not None else 0
-        return HostViews(self.index, epoch, tuple(self.views(message.participant_id)))
+        if message.participant_id is not None:
+            return HostViews(self.index, epoch, tuple(self.views(message.participant_id)))
+        limit = runtime.max_message_bytes if runtime is not None else message.page_bytes
+        if message.page_bytes:
+            limit = min(limit, message.page_bytes)
+        return self._page(epoch, message.after, limit)
+
+    def _page(self, epoch: int, after: str | None, limit: int) -> HostViews:
+        """The participants after ``after`` (in name order) whose views fit in a reply of
+        ``limit`` bytes, each with all its views; at least one, so a participant whose
+        views alone exceed the limit fails its reply (logged at the replica) instead of
+        stalling the resync. ``next_after`` names the last one when more follow."""
+        dialogues = {agent.key: agent for agent in self._dialogues()}
+        ids = set(dialogues)
+        for topic in self.topics:
+            ids.update(topic.host.participants)
+        remaining = sorted(pid for pid in ids if after is None or pid > after)
+        views: list[tuple[str, SectionView]] = []
+        size = PAGE_OVERHEAD_BYTES
+        for index, pid in enumerate(remaining):
+            agent = dialogues.get(pid)
+            own = agent.host.views(pid) if agent is not None else []
+            for topic in self.topics:
+                own.extend(topic.host.views(pid))
+            cost = sum(len(_page_encoder.encode(item)) for item in own)
+            cursor = len(_page_encoder.encode(pid))
+            if views and size + cost + cursor > limit:
+                return HostViews(self.index, epoch, tuple(views), remaining[index - 1])
+            views.extend(own)
+            size += cost
+        return HostViews(self.index, epoch, tuple(views))
 
     async def on_dump(self, message: HostSync, ctx: RuntimeContext) -> HostDump:
         if self.store is not None:
@@ -982,6 +1013,10 @@ class ContextHost(Agent):
         if self.store is not None:
             self.store.close()
 
+
+PAGE_OVERHEAD_BYTES = 64
+"""A ``HostViews`` page's bytes besides its views and cursor (host, epoch, framing)."""
+_page_encoder = msgspec.msgpack.Encoder()
 
 MIGRATION_RETRY_S = 1.0
 """How often a host asks again an owner that did not take a migrated dialogue yet."""

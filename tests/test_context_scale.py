@@ -1,0 +1,188 @@
+"""Context at scale, scaled down to CI size (issue 30 items 1 and 2), across real processes:
+a broker, a section host with its journal, and this (the conversation's) process with a
+split ``ContextManager``.
+
+- A replica smaller than the participants it serves (a cache of 64, 200 participants with a
+  note each) fetches an evicted participant's views from its section host before an answer
+  is built: the answer and ``blocks()`` still hold the note.
+- A host snapshot larger than the bus's message limit (64 KiB here, 4 MiB in a box) is
+  paged: a replica resyncs completely from a restarted host, and ``xrmq context show``
+  fetches the one participant it shows.
+
+Progress is awaited on handshakes (ready lines, replica changes), never on sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import signal
+
+import pytest
+
+from xrmq.actors.context import ContextManager
+from xrmq.actors.conversation import Conversation
+from xrmq.actors.edge.config import default_config
+from xrmq.actors.edge.context_commands import show, with_manager
+from xrmq.actors.edge.stack import plan_of
+from xrmq.actors.models import OfflineLLM
+from xrmq.actors.runtime import AgentRuntime
+from xrmq.schemas import AgentTurn, ConversationContextUpdate
+from xrmq.topics import VOICE_OUTPUT_TOPIC
+
+from buses import broker_process, expect_line, python, reap
+
+pytestmark = pytest.mark.timeout(180)
+
+T0 = 1_714_572_785_000_000
+SECOND = 1_000_000
+PLAN = {
+    "incremental_context_topics": ["notes"],
+    "summary_context_topics": ["scene"],
+    "namespace": "scale-test",
+    "compaction_workers": 1,
+    "control_timeout_s": 30.0,
+}
+
+
+def note(participant: str) -> str:
+    number = participant[1:]
+    return f"The spare battery of {participant} is in cabinet C{number}-7."
+
+
+async def until(context: ContextManager, predicate) -> None:
+    while not predicate():
+        await context.changed()
+
+
+async def write_notes(context: ContextManager, participants: list[str], text=note) -> None:
+    for start in range(0, len(participants), 50):
+        await asyncio.gather(
+            *(
+                context.update(
+                    pid,
+                    "notes",
+                    ConversationContextUpdate(text(pid)),
+                    mode="incremental",
+                    timestamp_us=T0 + SECOND,
+                )
+                for pid in participants[start : start + 50]
+            )
+        )
+
+
+async def test_a_participant_evicted_from_the_replica_cache_answers_from_its_notes():
+    participants = [f"p{i}" for i in range(200)]
+    with broker_process() as bus:
+        sections = python("context_sections.py", bus, json.dumps(PLAN))
+        try:
+            await asyncio.to_thread(expect_line, sections, "ready")
+            runtime = AgentRuntime(bus, name="conversation")
+            context = ContextManager(OfflineLLM(), deployment="split", max_participants=64, **PLAN)
+            runtime.register("context", context.subscriber())
+            async with runtime:
+                conversation = Conversation(
+                    OfflineLLM(time_to_first_token_s=0, tokens_per_second=0),
+                    context=context,
+                    runtime=runtime,
+                    output_topic=VOICE_OUTPUT_TOPIC,
+                )
+                await write_notes(context, participants)
+                await context.synced()
+                assert context.participants <= 64 and context.replicas_evicted > 0
+                assert context.blocks("p1") == ()  # evicted: the host still holds its note
+
+                async def started() -> None:
+                    return None
+
+                result = await conversation.answer(
+                    AgentTurn(
+                        "p1", "p1-t1", "Which cabinet holds the spare battery?", timestamp_us=T0
+                    ),
+                    started=started,
+                )
+                assert "C1-7" in result.response, result.response
+                assert any(note("p1") in block.text for block in context.blocks("p1"))
+
+                # concurrent fetches of one participant are one request to the host
+                assert context.blocks("p2") == ()
+                fetches = context.replica_fetches
+                assert await asyncio.gather(context.ensure("p2"), context.ensure("p2")) == [
+                    True,
+                    True,
+                ]
+                assert context.replica_fetches == fetches + 1
+                assert any(note("p2") in block.text for block in context.blocks("p2"))
+                # a participant the replica holds whole is not fetched again
+                assert await context.ensure("p2") is True
+                assert context.replica_fetches == fetches + 1
+                await conversation.close()
+        finally:
+            reap(sections)
+
+
+LIMIT = 64 * 1024
+
+
+def long_note(participant: str) -> str:
+    return f"{note(participant)} " + "The shelf above it holds spare fuses and cables. " * 8
+
+
+async def test_a_restarted_host_resyncs_a_replica_past_the_message_limit_and_show_works(
+    tmp_path,
+):
+    config = default_config()
+    edge_plan = {
+        key: value
+        for key, value in config.context.manager_kwargs().items()
+        if key != "compaction_prompts"  # the defaults
+    }
+    plan = plan_of(config)
+    edge_plan.update(
+        namespace=plan.namespace,
+        section_hosts=plan.section_hosts,
+        compaction_workers=plan.compaction_workers,
+    )
+    host_args = json.dumps({**edge_plan, "max_message_bytes": LIMIT})
+    journal = str(tmp_path / "context.sqlite3")
+    participants = [f"p{i}" for i in range(400)]
+    with broker_process("--max-message-bytes", str(LIMIT)) as bus:
+        sections = python("context_sections.py", bus, host_args, journal)
+        procs = [sections]
+        try:
+            await asyncio.to_thread(expect_line, sections, "ready")
+            runtime = AgentRuntime(bus, name="conversation", max_message_bytes=LIMIT)
+            context = ContextManager(OfflineLLM(), deployment="split", **edge_plan)
+            runtime.register("context", context.subscriber())
+            async with runtime:
+                await write_notes(context, participants, long_note)
+                await context.synced()
+                expected = {pid: context.blocks(pid) for pid in participants}
+                shown = sum(len(block.text) for blocks in expected.values() for block in blocks)
+                assert shown > 2 * LIMIT  # one snapshot would not fit in a message
+
+                sections.send_signal(signal.SIGKILL)
+                sections.wait()
+                resyncs = context.resyncs
+                sections = python("context_sections.py", bus, host_args, journal)
+                procs.append(sections)
+                await asyncio.to_thread(expect_line, sections, "ready")
+                await until(context, lambda: context.resyncs > resyncs)
+                assert not context.resyncing
+                assert {pid: context.blocks(pid) for pid in participants} == expected
+
+            # `xrmq context show --participant p7`: the one participant, fetched alone
+            out = io.StringIO()
+
+            async def show_one(manager: ContextManager) -> int:
+                assert manager.resyncs == 0 and manager.participants == 1
+                return await show(manager, "p7", out)
+
+            assert await with_manager(config, bus, show_one, timeout=20, participant="p7") == 0
+            assert long_note("p7") in out.getvalue(), out.getvalue()
+            # and from every host's paged snapshot (`xrmq context dump` starts so)
+            assert await with_manager(config, bus, lambda m: show(m, "p8", out), timeout=20) == 0
+            assert long_note("p8") in out.getvalue(), out.getvalue()
+        finally:
+            reap(*procs)
