@@ -19,9 +19,12 @@ import io
 import json
 import signal
 
+import msgspec
 import pytest
 
 from xrmq.actors.context import ContextManager
+from xrmq.actors.context.dump import decode_dump
+from xrmq.actors.context.messages import HostDump, HostSync, HostViews
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.edge.config import default_config
 from xrmq.actors.edge.context_commands import show, with_manager
@@ -181,8 +184,69 @@ async def test_a_restarted_host_resyncs_a_replica_past_the_message_limit_and_sho
 
             assert await with_manager(config, bus, show_one, timeout=20, participant="p7") == 0
             assert long_note("p7") in out.getvalue(), out.getvalue()
-            # and from every host's paged snapshot (`xrmq context dump` starts so)
+            # and from every host's paged snapshot (`xrmq context dump` starts so), and a
+            # dump of everyone, read page by page
             assert await with_manager(config, bus, lambda m: show(m, "p8", out), timeout=20) == 0
             assert long_note("p8") in out.getvalue(), out.getvalue()
+            dump = decode_dump(await with_manager(config, bus, lambda m: m.dump(), timeout=20))
+            assert sorted(p.participant_id for p in dump.participants) == sorted(participants)
+            assert all(
+                long_note(p.participant_id) in entry.text
+                for p in dump.participants
+                for section in p.sections
+                for entry in section.entries
+            )
         finally:
             reap(*procs)
+
+
+async def test_snapshot_pages_fit_the_limit_and_hold_each_participant_whole():
+    """Pages of views and of dumps: each within ``page_bytes``, every participant in exactly
+    one page with all its sections (dialogue and notes), together the whole snapshot."""
+    page_bytes = 4096
+    runtime = AgentRuntime(name="pages")
+    context = ContextManager(OfflineLLM(), **PLAN)
+    runtime.register("context", context.subscriber())
+    participants = [f"p{i}" for i in range(60)]
+    async with runtime:
+        for pid in participants:
+            context.record_exchange(
+                pid, f"My locker is {pid}.", "Noted.", timestamp_us=T0, exchange_id=f"{pid}-t1"
+            )
+        await write_notes(context, participants, long_note)
+        await context.synced()
+        whole = await runtime.ask(
+            context.plan.topics.host_sync(0), HostSync(), reply_type=HostViews, timeout=20
+        )
+        assert len(msgspec.msgpack.encode(whole)) > 4 * page_bytes
+
+        async def pages(topic, reply_type) -> list:
+            replies, after = [], None
+            while True:
+                page = await runtime.ask(
+                    topic, HostSync(after=after, page_bytes=page_bytes), reply_type=reply_type
+                )
+                assert len(msgspec.msgpack.encode(page)) <= page_bytes
+                replies.append(page)
+                if page.next_after is None:
+                    return replies
+                after = page.next_after
+
+        views = await pages(context.plan.topics.host_sync(0), HostViews)
+        assert len(views) > 4
+        owners = [{pid for pid, _ in page.views} for page in views]
+        assert sum(len(owner) for owner in owners) == len(participants)  # none split
+        assert set().union(*owners) == set(participants)
+        paged = [item for page in views for item in page.views]
+        assert len(paged) == len(whole.views) and set(paged) == set(whole.views)
+        assert all(
+            {view.section for pid, view in page.views if pid == owner} == {"dialogue", "notes"}
+            for page in views
+            for owner in {pid for pid, _ in page.views}
+        )
+        dumps = await pages(context.plan.topics.host_dump(0), HostDump)
+        assert len(dumps) > 4
+        dumped = [p.participant_id for page in dumps for p in page.participants]
+        assert sorted(dumped) == sorted(participants)
+        assert all(len(p.sections) == 2 for page in dumps for p in page.participants)
+        await context.close()

@@ -893,26 +893,21 @@ class ContextManager:
 
         The versioned msgspec format of ``dump.ContextDump``: per section the summary,
         the verbatim entries and the exchange identities, as the section actors hold
-        them (their journaled state). ``load`` reads it back.
+        them (their journaled state), read from each host page by page (within the bus's
+        message limit). ``load`` reads it back.
         """
         if participant_id is not None:
             _check_participant(participant_id)
         runtime = await self._running_runtime("dump")
-        replies = await asyncio.gather(
+        hosts = await asyncio.gather(
             *(
-                runtime.ask(
-                    self.plan.topics.host_dump(host),
-                    HostSync(participant_id),
-                    reply_type=HostDump,
-                    source=self._name,
-                    timeout=self.plan.control_timeout_s,
-                )
+                self._dump_host(runtime, host, participant_id)
                 for host in range(self.plan.section_hosts)
             )
         )
         merged: dict[str, list] = {}
-        for reply in replies:
-            for participant in reply.participants:
+        for host_participants in hosts:
+            for participant in host_participants:
                 merged.setdefault(participant.participant_id, []).extend(participant.sections)
         participants = tuple(
             ParticipantDump(
@@ -922,6 +917,25 @@ class ContextManager:
             for pid, sections in sorted(merged.items())
         )
         return encode_dump(ContextDump(participants))
+
+    async def _dump_host(
+        self, runtime: AgentRuntime, host: int, participant_id: str | None
+    ) -> list[ParticipantDump]:
+        """One host's section states (of one participant), page by page."""
+        participants: list[ParticipantDump] = []
+        after: str | None = None
+        while True:
+            page = await runtime.ask(
+                self.plan.topics.host_dump(host),
+                HostSync(participant_id, after=after, page_bytes=runtime.max_message_bytes),
+                reply_type=HostDump,
+                source=self._name,
+                timeout=self.plan.control_timeout_s,
+            )
+            participants.extend(page.participants)
+            if page.next_after is None:
+                return participants
+            after = page.next_after
 
     async def load(self, data: bytes) -> int:
         """Merge a ``dump()`` into this manager's context; return the sections loaded.

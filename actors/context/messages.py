@@ -203,7 +203,7 @@ class HostStarted(msgspec.Struct, frozen=True):
 class HostSync(msgspec.Struct, frozen=True):
     """Ask a section host for its snapshot (views, or dumps), or one participant's part.
 
-    A snapshot of views comes in pages (a host holds more than one message carries): the
+    A snapshot comes in pages (a host holds more than one message carries): the
     page of the participants after ``after`` in name order, in at most ``page_bytes``
     (0: the host's own message limit; a smaller one is the asker's).
     """
@@ -227,9 +227,11 @@ class HostViews(msgspec.Struct, frozen=True):
 
 
 class HostDump(msgspec.Struct, frozen=True):
-    """A host's section states in dump form."""
+    """A page of a host's section states in dump form (or one participant's), paged as
+    ``HostViews``: ``next_after`` is the ``after`` of the next page, None after the last."""
 
     participants: tuple[ParticipantDump, ...]
+    next_after: str | None = None
 
 
 _SUMMARIZER_ID = re.compile(r"[0-9a-f]{12}\.result")

@@ -33,8 +33,9 @@ from __future__ import annotations
 import asyncio
 import os
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 from uuid import uuid4
 
 import msgspec
@@ -951,58 +952,68 @@ class ContextHost(Agent):
         epoch = runtime.epoch if runtime is not None else 0
         if message.participant_id is not None:
             return HostViews(self.index, epoch, tuple(self.views(message.participant_id)))
-        limit = runtime.max_message_bytes if runtime is not None else message.page_bytes
-        if message.page_bytes:
-            limit = min(limit, message.page_bytes)
-        return self._page(epoch, message.after, limit)
-
-    def _page(self, epoch: int, after: str | None, limit: int) -> HostViews:
-        """The participants after ``after`` (in name order) whose views fit in a reply of
-        ``limit`` bytes, each with all its views; at least one, so a participant whose
-        views alone exceed the limit fails its reply (logged at the replica) instead of
-        stalling the resync. ``next_after`` names the last one when more follow."""
         dialogues = {agent.key: agent for agent in self._dialogues()}
-        ids = set(dialogues)
-        for topic in self.topics:
-            ids.update(topic.host.participants)
-        remaining = sorted(pid for pid in ids if after is None or pid > after)
-        views: list[tuple[str, SectionView]] = []
-        size = PAGE_OVERHEAD_BYTES
-        for index, pid in enumerate(remaining):
+
+        def views_of(pid: str) -> list[tuple[str, SectionView]]:
             agent = dialogues.get(pid)
             own = agent.host.views(pid) if agent is not None else []
             for topic in self.topics:
                 own.extend(topic.host.views(pid))
-            cost = sum(len(_page_encoder.encode(item)) for item in own)
-            cursor = len(_page_encoder.encode(pid))
-            if views and size + cost + cursor > limit:
-                return HostViews(self.index, epoch, tuple(views), remaining[index - 1])
-            views.extend(own)
-            size += cost
-        return HostViews(self.index, epoch, tuple(views))
+            return own
+
+        views, after = self._page(message, dialogues, views_of)
+        return HostViews(self.index, epoch, tuple(views), after)
 
     async def on_dump(self, message: HostSync, ctx: RuntimeContext) -> HostDump:
+        """One participant's section states, or the page of them after ``message.after``."""
         if self.store is not None:
             await self.store.barrier()
-        sections: dict[str, list[SectionDump]] = {}
-        for agent in self._dialogues():
-            if message.participant_id is None or agent.key == message.participant_id:
-                dump = agent.host.export(agent.key)
-                if dump is not None:
-                    sections.setdefault(agent.key, []).append(dump)
+        dialogues = {agent.key: agent for agent in self._dialogues()}
+
+        def dump_of(pid: str) -> list[ParticipantDump]:
+            agent = dialogues.get(pid)
+            exports = [agent.host.export(pid)] if agent is not None else []
+            exports.extend(topic.host.export(pid) for topic in self.topics)
+            sections = tuple(dump for dump in exports if dump is not None)
+            return [ParticipantDump(pid, sections)] if sections else []
+
+        if message.participant_id is not None:
+            return HostDump(tuple(dump_of(message.participant_id)))
+        dumps, after = self._page(message, dialogues, dump_of)
+        return HostDump(tuple(dumps), after)
+
+    def _page(
+        self,
+        message: HostSync,
+        dialogues: Mapping[str, object],
+        items_of: Callable[[str], list[T]],
+    ) -> tuple[list[T], str | None]:
+        """The items of the participants after ``message.after`` (in name order) that fit
+        in a reply within the message limit (the smaller of this runtime's and
+        ``message.page_bytes``), each participant's items whole; at least one
+        participant, so one whose items alone exceed the limit fails its reply (an error
+        the asker logs) instead of stalling the pages. Also the cursor of the next page
+        (the last participant taken), None after the last."""
+        runtime = self.runtime
+        limit = runtime.max_message_bytes if runtime is not None else message.page_bytes
+        if message.page_bytes > 0:
+            limit = min(limit, message.page_bytes)
+        ids = set(dialogues)
         for topic in self.topics:
-            ids = (
-                list(topic.host.participants)
-                if message.participant_id is None
-                else [message.participant_id]
-            )
-            for pid in ids:
-                dump = topic.host.export(pid)
-                if dump is not None:
-                    sections.setdefault(pid, []).append(dump)
-        return HostDump(
-            tuple(ParticipantDump(pid, tuple(dumps)) for pid, dumps in sorted(sections.items()))
-        )
+            ids.update(topic.host.participants)
+        after = message.after
+        remaining = sorted(pid for pid in ids if after is None or pid > after)
+        items: list[T] = []
+        size = PAGE_OVERHEAD_BYTES
+        for index, pid in enumerate(remaining):
+            own = items_of(pid)
+            cost = sum(len(_page_encoder.encode(item)) for item in own)
+            cursor = len(_page_encoder.encode(pid))
+            if items and size + cost + cursor > limit:
+                return items, remaining[index - 1]
+            items.extend(own)
+            size += cost
+        return items, None
 
     async def on_stop(self) -> None:
         if self._migration is not None:
@@ -1014,8 +1025,10 @@ class ContextHost(Agent):
             self.store.close()
 
 
+T = TypeVar("T")
+
 PAGE_OVERHEAD_BYTES = 64
-"""A ``HostViews`` page's bytes besides its views and cursor (host, epoch, framing)."""
+"""A page's bytes besides its items and cursor (``HostViews``' host and epoch, framing)."""
 _page_encoder = msgspec.msgpack.Encoder()
 
 MIGRATION_RETRY_S = 1.0
