@@ -24,14 +24,15 @@ import pytest
 
 from xrmq.actors.context import ContextManager
 from xrmq.actors.context.dump import decode_dump
-from xrmq.actors.context.messages import HostDump, HostSync, HostViews
+from xrmq.actors.context.messages import HostDump, HostSync, HostViews, SectionView
+from xrmq.actors.context.replica import ParticipantReplica
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.edge.config import default_config
 from xrmq.actors.edge.context_commands import show, with_manager
 from xrmq.actors.edge.stack import plan_of
 from xrmq.actors.models import OfflineLLM
 from xrmq.actors.runtime import AgentRuntime
-from xrmq.schemas import AgentTurn, ConversationContextUpdate
+from xrmq.schemas import AgentTurn, ContextBlock, ConversationContextUpdate
 from xrmq.topics import VOICE_OUTPUT_TOPIC
 
 from buses import broker_process, expect_line, python, reap
@@ -250,3 +251,91 @@ async def test_snapshot_pages_fit_the_limit_and_hold_each_participant_whole():
         assert sorted(dumped) == sorted(participants)
         assert all(len(p.sections) == 2 for page in dumps for p in page.participants)
         await context.close()
+
+
+class ScriptedHosts:
+    """A running runtime's ``ask`` answered by ``answer(topic name, message)`` (an exception
+    is raised), recording every ask: the section hosts as a replica sees them."""
+
+    running = True
+    max_message_bytes = LIMIT
+
+    def __init__(self, answer) -> None:
+        self.answer = answer
+        self.asks: list[tuple[str, HostSync]] = []
+
+    async def ask(self, topic, message, **_) -> object:
+        self.asks.append((topic.name, message))
+        result = self.answer(topic.name, message)
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def send(self, *_, **__) -> None:
+        return None
+
+
+def scene(pid: str, *, host: int = 0, epoch: int = 5, revision: int = 1) -> SectionView:
+    block = ContextBlock(None, f"{pid} at bench {revision}.")
+    return SectionView("scene", False, f"g-{pid}", revision, (block,), host=host, epoch=epoch)
+
+
+def split_manager(**kwargs) -> ContextManager:
+    return ContextManager(OfflineLLM(), deployment="split", **{**PLAN, **kwargs})
+
+
+async def test_a_fetch_a_host_did_not_answer_shows_what_came_and_is_tried_again():
+    context = split_manager(max_participants=2, section_hosts=2)
+    for pid in ("p0", "p1", "p2"):
+        context._on_view(pid, scene(pid))
+    assert context.replicas_evicted == 1 and context.blocks("p0") == ()
+    down = {1}
+
+    def answer(topic: str, message: HostSync) -> object:
+        host = int(topic.split(".")[-2])
+        if host in down:
+            return TimeoutError("no answer")
+        views = (("p0", scene("p0", host=host)),) if host == 0 else ()
+        return HostViews(host, 5, views)
+
+    hosts = ScriptedHosts(answer)
+    context._runtime = hosts  # the replica's view of the hosts
+    assert await context.ensure("p0") is False  # host 1 did not answer: not whole
+    assert [block.text for block in context.blocks("p0")] == ["p0 at bench 1."]
+    down.clear()
+    assert await context.ensure("p0") is True  # tried again
+    assert len(hosts.asks) == 4
+    assert await context.ensure("p0") is True  # whole now: no ask
+    assert len(hosts.asks) == 4
+    assert all(message.participant_id == "p0" for _, message in hosts.asks)
+
+
+def test_a_view_older_than_the_one_held_is_ignored():
+    """A fetched snapshot's reply may be taken before a view that was published earlier."""
+    replica = ParticipantReplica(complete=True)
+    replica.apply_view(scene("p0", revision=3), "me")
+    replica.apply_view(scene("p0", revision=2), "me")
+    assert replica.topics["scene"].revision == 3
+    replica.apply_view(scene("p0", epoch=6, revision=1), "me")  # a restarted host's: taken
+    assert replica.topics["scene"].epoch == 6
+
+
+async def test_a_host_restarted_between_pages_is_read_again_from_its_first_page():
+    context = split_manager()
+    context._on_view("p0", scene("p0", epoch=5))
+    pages = {
+        (5, None): HostViews(0, 5, (("p0", scene("p0", epoch=5)),), "p0"),
+        (6, "p0"): HostViews(0, 6, (("p2", scene("p2", epoch=6)),)),  # restarted meanwhile
+        (6, None): HostViews(0, 6, (("p1", scene("p1", epoch=6)),), "p1"),
+        (6, "p1"): HostViews(0, 6, (("p2", scene("p2", epoch=6)),)),
+    }
+    epochs = iter([5, 6, 6, 6])
+
+    hosts = ScriptedHosts(lambda _, message: pages[next(epochs), message.after])
+    context._runtime = hosts  # the replica's view of the hosts
+    await context._resync(0)
+    assert [message.after for _, message in hosts.asks] == [None, "p0", None, "p1"]
+    assert {message.page_bytes for _, message in hosts.asks} == {LIMIT}
+    assert context.blocks("p0") == ()  # the restarted host no longer holds it
+    assert [block.text for block in context.blocks("p1")] == ["p1 at bench 1."]
+    assert context.resyncs == 1 and not context.resyncing
