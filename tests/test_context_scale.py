@@ -303,10 +303,15 @@ async def test_a_fetch_a_host_did_not_answer_shows_what_came_and_is_tried_again(
     assert await context.ensure("p0") is False  # host 1 did not answer: not whole
     assert [block.text for block in context.blocks("p0")] == ["p0 at bench 1."]
     down.clear()
+    # a host that timed out is not waited for again at every turn ...
+    assert await context.ensure("p0") is False
+    assert [topic for topic, _ in hosts.asks[2:]] == [context.plan.topics.host_sync(0).name]
+    # ... until it is heard from
+    context._on_view("p9", scene("p9", host=1))
     assert await context.ensure("p0") is True  # tried again
-    assert len(hosts.asks) == 4
+    assert len(hosts.asks) == 5
     assert await context.ensure("p0") is True  # whole now: no ask
-    assert len(hosts.asks) == 4
+    assert len(hosts.asks) == 5
     assert all(message.participant_id == "p0" for _, message in hosts.asks)
 
 

@@ -270,6 +270,9 @@ class ContextManager:
         self.replica_fetches = 0
         """Participants fetched from the section hosts (``ensure``) after evictions."""
         self._fetches: dict[str, asyncio.Task[bool]] = {}
+        self._silent_hosts: dict[int, float] = {}
+        """Hosts a fetch timed out on -> the loop time until which fetches skip them (a
+        view or ``HostStarted`` of the host ends it early)."""
         self.snapshot_at_start = snapshot_at_start
         self._warnings = AggregatedWarnings(self._log)
         self._runtime: AgentRuntime | None = None
@@ -397,6 +400,7 @@ class ContextManager:
     def _on_view(self, participant_id: str, view: SectionView) -> None:
         if self._closed:
             return
+        self._silent_hosts.pop(view.host, None)
         known = self._host_epochs.get(view.host)
         if known is not None and view.epoch < known:
             return  # from an incarnation before the host's restart
@@ -430,6 +434,7 @@ class ContextManager:
     # --- restarts ------------------------------------------------------------------------
 
     def _on_host_started(self, started: HostStarted) -> None:
+        self._silent_hosts.pop(started.host, None)
         if self._host_epochs.get(started.host) != started.epoch:
             self._start_resync(started.host)
 
@@ -586,7 +591,10 @@ class ContextManager:
         participant share one fetch. At once when the replica holds it whole, or when
         the replica never evicted (it then holds everything the hosts hold). Returns
         whether the replica holds it whole: False when a host did not answer (logged;
-        ``blocks()`` then shows what the replica has) or no runtime runs.
+        ``blocks()`` then shows what the replica has) or no runtime runs. A host that
+        did not answer is not asked again for ``control_timeout_s`` unless it is heard
+        from (a view, its ``HostStarted``), so while it is down an answer waits for it
+        once, not at every turn.
         """
         _check_participant(participant_id)
         replica = self._replicas.get(participant_id)
@@ -609,6 +617,13 @@ class ContextManager:
     async def _fetch(self, runtime: AgentRuntime, participant_id: str) -> bool:
         """Apply every host's views of one participant; mark it whole if all answered."""
         self.replica_fetches += 1
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        hosts = [
+            host
+            for host in range(self.plan.section_hosts)
+            if self._silent_hosts.get(host, now) <= now
+        ]
         replies = await asyncio.gather(
             *(
                 runtime.ask(
@@ -618,14 +633,16 @@ class ContextManager:
                     source=self._name,
                     timeout=self.plan.control_timeout_s,
                 )
-                for host in range(self.plan.section_hosts)
+                for host in hosts
             ),
             return_exceptions=True,
         )
-        whole = True
-        for host, reply in enumerate(replies):
+        whole = len(hosts) == self.plan.section_hosts
+        for host, reply in zip(hosts, replies):
             if isinstance(reply, BaseException):
                 whole = False
+                if isinstance(reply, TimeoutError):
+                    self._silent_hosts[host] = loop.time() + self.plan.control_timeout_s
                 self._log.warning(
                     "context.fetch_unanswered",
                     host=host,
