@@ -462,7 +462,8 @@ class ContextManager:
         runtime = self._runtime
         if runtime is None or not runtime.running:
             return
-        present: set[tuple[str, str]] = set()
+        present: dict[str, set[str]] = {}
+        """Participant -> the sections the snapshot holds."""
         epoch: int | None = None
         after: str | None = None
         pages = views = 0
@@ -493,12 +494,12 @@ class ContextManager:
             views += len(page.views)
             for participant_id, view in page.views:
                 self._apply(participant_id, view)
-                present.add((participant_id, view.section))
+                present.setdefault(participant_id, set()).add(view.section)
             if page.next_after is None:
                 break
             after = page.next_after
         for participant_id, replica in list(self._replicas.items()):
-            replica.drop_host(host, epoch, {name for pid, name in present if pid == participant_id})
+            replica.drop_host(host, epoch, present.get(participant_id, set()))
             if replica.empty:
                 del self._replicas[participant_id]
         for topic, message, participant_id, _ in list(self._inflight.values()):
