@@ -37,9 +37,8 @@ class TurnEnds(Agent):
         await self._arrived.setdefault(request_id, asyncio.Event()).wait()
 
 
-def routed(destination: Destination) -> tuple[AgentRuntime, ReplyCollector, TurnEnds]:
-    runtime = AgentRuntime(name="turn-ends")
-    collector = runtime.register("replies", ReplyCollector())
+def register_router(runtime: AgentRuntime, destination: Destination) -> None:
+    """A router on ``runtime`` with ``destination`` as its only (local) destination."""
     runtime.register(
         "router",
         AgentRouter(
@@ -49,6 +48,12 @@ def routed(destination: Destination) -> tuple[AgentRuntime, ReplyCollector, Turn
             output_topic=VOICE_OUTPUT_TOPIC,
         ),
     )
+
+
+def routed(destination: Destination) -> tuple[AgentRuntime, ReplyCollector, TurnEnds]:
+    runtime = AgentRuntime(name="turn-ends")
+    collector = runtime.register("replies", ReplyCollector())
+    register_router(runtime, destination)
     return runtime, collector, runtime.register("ends", TurnEnds())
 
 
@@ -95,15 +100,7 @@ async def test_a_query_with_no_router_on_the_bus_fails_as_router_unavailable():
 
 def router_runtime(bus: str, destination: Destination) -> AgentRuntime:
     runtime = AgentRuntime(bus, name="router-process", metrics_interval=0.05)
-    runtime.register(
-        "router",
-        AgentRouter(
-            {"conversation": destination},
-            SingleDestination(),
-            query_topic=QUERY_TOPIC,
-            output_topic=VOICE_OUTPUT_TOPIC,
-        ),
-    )
+    register_router(runtime, destination)
     return runtime
 
 

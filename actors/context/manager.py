@@ -197,7 +197,8 @@ class ContextManager:
     ``store``: the journal's path for a local manager (None: memory only); a
     manager given the path of an earlier one's journal starts with its context.
     ``on_corrupt``: ``"error"`` (a ``StoreError`` naming the file) or
-    ``"backup_and_start_empty"`` for a journal that cannot be read.
+    ``"backup_and_start_empty"`` for a journal that cannot be read (a row that cannot
+    be read is quarantined either way: only its participant's section starts empty).
     ``max_participants`` bounds the replica (views arrive from the bus for any
     participant): beyond it the least recently used participant without a write in
     flight is dropped from the replica, counted in ``replicas_evicted`` and logged (once

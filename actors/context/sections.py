@@ -51,6 +51,7 @@ from xrmq.actors.runtime import (
     get_logger,
     shard_of,
 )
+from xrmq.actors.runtime.ratelimit import AggregatedWarnings
 from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import Topic
 
@@ -190,11 +191,19 @@ class SectionHost:
         self._reports: list[tuple[Topic, CompactReport, str]] = []
         self.compactions = 0
         """Compaction results applied (a summary replaced entries), for ``xrmq top``."""
+        self.entries_dropped = 0
+        """Entries dropped uncompacted to hold a section to its stored limit (a flood
+        while compaction lagged, ``SectionSpec.stored_limit_bytes``), for ``xrmq top``."""
+        self._drops: AggregatedWarnings | None = None
 
     def gauges(self) -> dict[str, float]:
         """Compactions applied so far and the jobs still out (the backlog)."""
         backlog = sum(record.job is not None for record in self.participants.values())
-        return {"context.compactions": self.compactions, "context.compaction_backlog": backlog}
+        return {
+            "context.compactions": self.compactions,
+            "context.compaction_backlog": backlog,
+            "context.entries_dropped": self.entries_dropped,
+        }
 
     @property
     def _runtime(self) -> AgentRuntime | None:
@@ -225,7 +234,21 @@ class SectionHost:
             record = self.participants[participant_id] = _Participant(
                 self.section.new_state(uuid4().hex)
             )
+        dropped = record.state.dropped_entries
         change(record.state)
+        dropped = record.state.dropped_entries - dropped
+        if dropped:
+            self.entries_dropped += dropped
+            if self._drops is None:
+                self._drops = AggregatedWarnings(get_logger(actor=self._agent.name))
+            self._drops.warn(
+                "context.entries_dropped",
+                self.section.spec.name,
+                participant_id,
+                dropped=dropped,
+                limit_bytes=self.section.spec.stored_limit_bytes,
+                reason="written faster than compaction keeps up",
+            )
         record.identities.extend(identities)
         if ack is not None:
             _acknowledge(record, ack)
@@ -839,9 +862,14 @@ class ContextHost(Agent):
         return len(self._foreign)
 
     def gauges(self) -> dict[str, float]:
+        """Migrations (see the class docstring), and the journal rows that could not be
+        read and were quarantined when this host's journals were opened
+        (``ContextStore.quarantined``)."""
+        journals = [self.store, *self.orphans] if self.store is not None else self.orphans
         return {
             "context.migrated": float(self.migrated),
             "context.migrating": float(self.migrating),
+            "context.journal_quarantined": float(sum(j.quarantined for j in journals)),
         }
 
     def handlers(self) -> Handlers:

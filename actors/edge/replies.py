@@ -12,7 +12,9 @@ whichever comes first. Router text (source ``router``: an acknowledgement, or wh
 router says instead of an answer) does not end the turn by itself, since a
 destination's reply may follow it; the ``TurnEnded`` published right after it does, and
 carries the cause of a failure (``Turn.outcome``). ``Turn.wait_outcome`` waits for that
-last word after the answer, so a failure after the first chunk is seen too.
+last word after the answer, so a failure after the first chunk is seen too: a front end
+prints such a partial answer with ``Turn.midway`` after it (``" [reply failed mid-way:
+<cause>]"``), never as if the cut sentence were the whole answer (issue 29, item 4).
 
 A query is delivered at most once: the router keeps no queue, so a query published
 while the router is down or hung, or while the broker restarts, is lost. With
@@ -82,12 +84,31 @@ class Turn:
 
     @property
     def router_text(self) -> str:
-        return " ".join(text for source, text in self.parts if source == ROUTER_SOURCE)
+        """What the router said before any destination's text (an acknowledgement, or
+        what it said instead of an answer)."""
+        return " ".join(self._router_parts(before=True))
+
+    @property
+    def router_after(self) -> str:
+        """What the router said once a destination had begun: its apology for an answer
+        that failed mid-way (when it arrived before the destination's final frame)."""
+        return " ".join(self._router_parts(before=False))
+
+    def _router_parts(self, *, before: bool) -> list[str]:
+        began = False
+        found = []
+        for source, text in self.parts:
+            if source != ROUTER_SOURCE:
+                began = True
+            elif began != before:
+                found.append(text)
+        return found
 
     @property
     def spoken(self) -> str:
-        """Everything said for the turn, router text first as it is played."""
-        return " ".join(part for part in (self.router_text, self.answer.strip()) if part)
+        """Everything said for the turn, in the order it is played."""
+        said = (self.router_text, self.answer.strip(), self.router_after)
+        return " ".join(part for part in said if part)
 
     @property
     def failure(self) -> str | None:
@@ -96,6 +117,23 @@ class Turn:
         if outcome is None or outcome.status not in FAILED_STATUSES:
             return None
         return f"turn {outcome.status}: {outcome.error or 'no cause given'}"
+
+    @property
+    def midway(self) -> str:
+        """``" [reply failed mid-way: <cause>]"`` when the turn failed after a destination
+        had started answering, else ``""``: the marker a front end prints after the
+        partial answer."""
+        outcome = self.outcome
+        if outcome is None or outcome.status != "failed" or not self.answer.strip():
+            return ""
+        return f" [reply failed mid-way: {outcome.error or 'no cause given'}]"
+
+    @property
+    def marked(self) -> str:
+        """What a text front end prints: the router's text, the answer and the ``midway``
+        marker, which stands for the router's apology after a mid-way failure."""
+        said = " ".join(part for part in (self.router_text, self.answer.strip()) if part)
+        return said + self.midway if self.midway else self.spoken
 
     async def wait(self, timeout: float) -> None:
         """Wait until the turn is done; ``TimeoutError`` naming the turn otherwise."""
