@@ -785,8 +785,10 @@ class ContextHost(Agent):
     At start (before the runtime reports ready) it spawns the dialogue actor of every
     participant its journal holds, with the recovered state, and has every section
     re-issue pending compactions and publish its views under this runtime's epoch;
-    then it publishes ``HostStarted``. It answers ``HostSync`` asks with every view it
-    holds (a replica's resync) or every state as a dump (``ContextManager.dump``).
+    then it publishes ``HostStarted``. It answers ``HostSync`` asks with the views it
+    holds (a replica's resync, or one participant's fetch) or the states as a dump
+    (``ContextManager.dump``): a snapshot in pages within the message limit, in
+    participant name order, each participant whole in one page.
 
     A journal written under another shard count holds participants this shard no longer
     owns, and a shard count that went down leaves journals no process opens (``orphans``,
