@@ -1,10 +1,13 @@
 """``xrmq context dump|load|show|clear|compact``: a running edge box's participant context.
 
 Each command joins the bus with a split ``ContextManager`` built from the config (the
-same plan as the box's processes), whose replica starts from every context process's
-full snapshot; it never calls ``close()`` (that would forget every participant). On a
-CURVE bus it connects as identity ``xrmq-context`` by default (``--identity``), with the
-least privilege the manager needs (``identities.CONTEXT_PERMISSIONS``).
+same plan as the box's processes); it never calls ``close()`` (that would forget every
+participant). A command about one participant (``show``, ``clear``, ``compact``) fetches
+only that participant from every context process (``ContextManager.ensure``); ``dump``
+and ``load`` start from every context process's snapshot (paged: any number of
+participants fits the bus's message limit). On a CURVE bus it connects as identity
+``xrmq-context`` by default (``--identity``), with the least privilege the manager needs
+(``identities.CONTEXT_PERMISSIONS``).
 
 - ``dump [--participant P] [--output FILE]``: the versioned dump (``ContextManager.dump``)
   on stdout or in FILE.
@@ -121,7 +124,13 @@ def run_context(args: argparse.Namespace) -> int:
         )
     if command == "show":
         return run(
-            with_manager(config, bus, lambda m: show(m, args.participant), timeout=args.timeout)
+            with_manager(
+                config,
+                bus,
+                lambda m: show(m, args.participant),
+                timeout=args.timeout,
+                participant=args.participant,
+            )
         )
     if command == "clear":
         waiter = ForgottenWaiter(source=CONTEXT_IDENTITY) if has_router(config) else None
@@ -131,6 +140,7 @@ def run_context(args: argparse.Namespace) -> int:
                 bus,
                 lambda m: clear(m, args.participant, waiter=waiter, timeout=args.timeout),
                 timeout=args.timeout,
+                participant=args.participant,
                 actors={} if waiter is None else {"forget": waiter},
             )
         )
@@ -146,7 +156,11 @@ def run_context(args: argparse.Namespace) -> int:
         raise ValueError("--destination: only with --tier (a tools destination's transcript)")
     return run(
         with_manager(
-            config, bus, lambda m: compact(m, args.participant, args.section), timeout=args.timeout
+            config,
+            bus,
+            lambda m: compact(m, args.participant, args.section),
+            timeout=args.timeout,
+            participant=args.participant,
         )
     )
 
@@ -206,7 +220,7 @@ async def compact_transcript(
     return 1 if "/compact:" in line else 0
 
 
-def manager_for(config: EdgeConfig) -> ContextManager:
+def manager_for(config: EdgeConfig, *, snapshot_at_start: bool = True) -> ContextManager:
     """A split manager with the plan of ``config``'s processes (it hosts nothing)."""
     plan = plan_of(config)
     return ContextManager(
@@ -216,6 +230,7 @@ def manager_for(config: EdgeConfig) -> ContextManager:
         compaction_workers=plan.compaction_workers,
         section_hosts=plan.section_hosts,
         namespace=plan.namespace,
+        snapshot_at_start=snapshot_at_start,
     )
 
 
@@ -225,11 +240,13 @@ async def with_manager(
     use: Callable[[ContextManager], Awaitable[T]],
     *,
     timeout: float = 10.0,
+    participant: str | None = None,
     actors: dict[str, Agent] | None = None,
 ) -> T:
-    """Run ``use`` with a manager whose replica holds every context process's snapshot
-    (and ``actors`` registered on the same runtime)."""
-    manager = manager_for(config)
+    """Run ``use`` with a manager whose replica holds every context process's snapshot,
+    or, given ``participant``, that participant only (fetched from every process); and
+    ``actors`` registered on the same runtime."""
+    manager = manager_for(config, snapshot_at_start=participant is None)
     credentials = client_credentials()  # on a CURVE bus the runtime's name is its identity's
     identity = CONTEXT_IDENTITY if credentials is None else credentials.identity
     runtime = AgentRuntime(bus, name=f"{identity}-{manager.id}", ready_timeout=timeout)
@@ -238,7 +255,13 @@ async def with_manager(
         runtime.register(actor_name, actor)
     async with runtime:
         hosts = manager.plan.section_hosts
-        if manager.resyncs < hosts:
+        if participant is not None:
+            if not await manager.ensure(participant):
+                raise RuntimeError(
+                    f"a context process did not answer on {bus} for participant "
+                    f"{participant!r} (is `xrmq up` running with this config?)"
+                )
+        elif manager.resyncs < hosts:
             raise RuntimeError(
                 f"{hosts - manager.resyncs} of {hosts} context process(es) did not answer on {bus} "
                 "(is `xrmq up` running with this config?)"
@@ -272,6 +295,7 @@ async def show(manager: ContextManager, participant: str, out: TextIO = sys.stdo
     from xrmq.actors.conversation import context_message
 
     config = manager.plan.config
+    await manager.ensure(participant)  # held whole even past the replica's bound
     sections = manager.section_blocks(participant)
     for section in config.sections:
         name = section.spec.name
@@ -336,7 +360,10 @@ async def compact_in_chat(config: EdgeConfig, bus: str, participant: str, argume
     """``/compact [SECTION]`` in ``xrmq chat``: compact the participant's context now."""
     try:
         outcome = await with_manager(
-            config, bus, lambda m: m.compact(participant, argument.strip() or None)
+            config,
+            bus,
+            lambda m: m.compact(participant, argument.strip() or None),
+            participant=participant,
         )
     except (ValueError, TimeoutError, RuntimeError) as error:
         return f"/compact: {error}"

@@ -37,7 +37,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from xrmq.actors.conversation import ParticipantContext, context_message, system_message
+from xrmq.actors.conversation import (
+    ParticipantContext,
+    context_message,
+    ensure_context,
+    system_message,
+)
 from xrmq.actors.interaction import Reply, ResponseOutputs
 from xrmq.actors.prompts import load_prompt
 from xrmq.actors.routing.agent import ClosingDestination, Started, current_turn_context
@@ -371,6 +376,9 @@ class RealtimeConversation(ClosingDestination, Agent):
 
     async def _start(self, participant: _Participant) -> None:
         try:
+            # the session's instructions render the context: a participant the context's
+            # replica evicted is fetched first
+            await ensure_context(self.context, participant.participant_id)
             await participant.session.start()
         except Exception as error:
             participant.log.error("realtime.start_failed", error=str(error))

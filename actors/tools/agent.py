@@ -38,7 +38,12 @@ from typing import Any, Literal
 import msgspec
 
 from xrmq.actors.clock import now_us
-from xrmq.actors.conversation import ParticipantContext, context_message, system_message
+from xrmq.actors.conversation import (
+    ParticipantContext,
+    context_message,
+    ensure_context,
+    system_message,
+)
 from xrmq.actors.interaction import ResponseOutputs
 from xrmq.actors.models import ChatMessage, ChatOptions, LLMService, ModelError, ToolCall, ToolSpec
 from xrmq.actors.routing.agent import ClosingDestination, current_turn_context
@@ -295,6 +300,7 @@ class ToolAgent(ClosingDestination):
         route = routed.route if routed is not None else "tools"
         pid = turn.participant_id
         log = get_logger(actor=route, participant=pid, turn=turn.turn_id)
+        await ensure_context(self.context, pid)  # an evicted participant's notes, fetched
         if turn.history:
             self.context.reconcile_history(
                 pid,
