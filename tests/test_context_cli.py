@@ -5,6 +5,7 @@ stack's bus with the stack's config file."""
 from __future__ import annotations
 
 import asyncio
+import io
 import sys
 
 import pytest
@@ -246,3 +247,18 @@ async def test_context_clear_without_the_routers_confirmation_clears_the_context
         "  router: no router confirmed forgetting p2 within 0.2s "
         "(its turn history and the destinations may keep them)",
     ]
+
+
+def test_a_dump_to_a_terminal_is_refused_naming_output(monkeypatch):
+    """A dump is MessagePack: written to a terminal it is noise, so it asks for a file."""
+    from xrmq.actors.cli import build_parser
+    from xrmq.actors.edge.context_commands import run_context
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stdout", Terminal())
+    args = build_parser().parse_args(["context", "dump", "--participant", "p1"])
+    with pytest.raises(ValueError, match="--output: a dump is binary"):
+        run_context(args)

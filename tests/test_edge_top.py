@@ -227,3 +227,15 @@ async def test_top_shows_the_supervisors_own_runtime_with_the_frames_it_rejected
     [row] = [row for row in rows if row["runtime"] == supervisor]
     assert row["pid"] == up.pid and row["actors"] == {"supervisor": 0}
     assert row["rejected"] == 1 and row["rejected_by"] == {"payload": 1}
+
+
+def test_top_prints_a_whole_gauge_in_full_and_a_fraction_to_four_digits():
+    from xrmq.actors.edge.top import _number
+
+    assert [_number(v) for v in (4194304.0, 0, 65536, 0.123456, 2.5)] == [
+        "4194304",
+        "0",
+        "65536",
+        "0.1235",
+        "2.5",
+    ]

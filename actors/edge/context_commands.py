@@ -112,6 +112,11 @@ def run_context(args: argparse.Namespace) -> int:
     bus = args.bus  # --bus, else the config's (``export_keys``)
     command = args.context_command
     if command == "dump":
+        if args.output is None and sys.stdout.isatty():
+            raise ValueError(
+                "--output: a dump is binary (MessagePack), not for a terminal: give --output "
+                "FILE or redirect stdout (`xrmq context show --participant P` prints text)"
+            )
         return run(
             with_manager(
                 config, bus, lambda m: dump(m, args.participant, args.output), timeout=args.timeout

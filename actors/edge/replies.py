@@ -212,7 +212,7 @@ class ReplyCollector(Agent):
         self._heard_router = True
         self._lose(
             f"RouterRestarted: the router ({metrics.runtime}) started after the query was "
-            "sent (it was restarted); the query was lost, ask again",
+            "sent (it was starting or restarting) and never saw it; ask again",
             sent_before_us=metrics.epoch,
         )
 
