@@ -16,9 +16,11 @@ import msgspec
 import pytest
 
 from xrmq.actors.edge.boxinfo import ask_box_info, box_info, config_of, tools_destination_of
-from xrmq.actors.edge.config import decode_config, load_config
-from xrmq.actors.runtime import AgentRuntime
-from xrmq.schemas import BoxInfo, DestinationInfo
+from xrmq.actors.edge.chat import say
+from xrmq.actors.edge.config import decode_config, default_config, load_config, reply_wait_s
+from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, RuntimeContext
+from xrmq.schemas import BoxInfo, BoxInfoRequest, DestinationInfo
+from xrmq.topics import BOX_TOPIC
 
 from buses import broker_process
 from edge_box import UpProcess
@@ -174,3 +176,40 @@ def test_box_info_spells_out_the_config_or_leaves_it_out_when_it_has_no_toml_for
     info = box_info(unwritable)
     assert info.config_toml == "" and config_of(info) is None
     assert [d.name for d in info.destinations] == ["conversation"]
+
+
+class _Supervisor(Agent):
+    """Answers ``BoxInfoRequest`` as ``xrmq up``'s supervisor does, for ``config``."""
+
+    def __init__(self, config) -> None:
+        self.info = box_info(config)
+
+    def handlers(self) -> Handlers:
+        return {BOX_TOPIC: self.on_box_info}
+
+    async def on_box_info(self, message: BoxInfoRequest, ctx: RuntimeContext) -> BoxInfo:
+        return self.info
+
+
+@pytest.mark.timeout(60)
+async def test_say_without_timeout_or_config_waits_as_long_as_the_running_box_says():
+    """Issue 29 item 3: the client's default wait follows the box's (its model timeout and a
+    margin), not the built-in config's: here a box whose model gives up after 1 s."""
+    config = decode_config({"models": {"answers": {"model": "offline", "timeout_s": 1}}})
+    wait = reply_wait_s(config)
+    assert wait < reply_wait_s(default_config())
+    with broker_process() as bus:
+        box = AgentRuntime(bus, name="box")
+        box.register("supervisor", _Supervisor(config))
+        async with box:  # no router: nothing ever answers, so say waits its whole wait
+            began = time.monotonic()
+            with pytest.raises(TimeoutError, match=rf"within {wait:g}s \(no reply at all\)"):
+                await say(
+                    bus,
+                    "p1",
+                    "Anyone?",
+                    timeout=reply_wait_s(default_config()),
+                    router_silence_s=None,
+                    follow_box=True,
+                )
+            assert wait <= time.monotonic() - began < wait + 5

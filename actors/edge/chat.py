@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import sys
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import TextIO
 
@@ -41,8 +42,8 @@ from xrmq.actors.runtime import AgentRuntime, AskError
 from xrmq.actors.tools.control import compact_topic
 from xrmq.schemas.tools import CompactReply, CompactRequest
 
-from .boxinfo import ask_box_info, box_config, tools_destination_of
-from .config import EdgeConfig, default_config
+from .boxinfo import BOX_INFO_WAIT_S, ask_box_info, box_config, tools_destination_of
+from .config import EdgeConfig, default_config, reply_wait_s
 from .forget import ForgottenWaiter, failures
 from .private_stack import PrivateStack
 from .replies import ROUTER_SILENCE_S, ReplyCollector, Turn, ask
@@ -71,15 +72,25 @@ async def say(
     timeout: float,
     out: TextIO = sys.stdout,
     router_silence_s: float | None = ROUTER_SILENCE_S,
+    follow_box: bool = False,
 ) -> int:
     """Ask ``text`` as ``participant_id`` and print the reply; ``TimeoutError`` if it is not
-    complete in time. ``router_silence_s``: see ``ReplyCollector`` (None: no router watch)."""
+    complete in time. ``router_silence_s``: see ``ReplyCollector`` (None: no router watch).
+
+    ``follow_box``: ``timeout`` is only the fallback; the wait is the running box's own
+    (``reply_wait_s`` of the config its supervisor reports, asked while the query is
+    already on its way), so the box reports a stalled model before this client gives up.
+    """
     collector = ReplyCollector(router_silence_s=router_silence_s)
     runtime = AgentRuntime(bus, ready_timeout=min(timeout, 10.0))
     runtime.register("replies", collector, participant_id=participant_id)
     async with runtime:
         turn = ask(runtime, collector, participant_id, text)
-        await turn.wait(timeout)
+        if follow_box:
+            box = await ask_box_info(runtime, timeout=min(BOX_INFO_WAIT_S, timeout))
+            if box is not None:
+                timeout = reply_wait_s(box_config(box))
+        await turn.wait(max(timeout - (time.monotonic() - turn.sent), 0.001), budget=timeout)
         if turn.outcome is None:
             await turn.wait_outcome(OUTCOME_GRACE_S)
     if turn.marked:

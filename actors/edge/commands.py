@@ -417,6 +417,7 @@ def run_chat(args: argparse.Namespace) -> int:
 def run_say(args: argparse.Namespace) -> int:
     from .chat import say
 
+    follow_box = args.timeout is None and args.config is None  # nothing said: the box's
     _reply_wait(args)
     require_broker(args.bus)
     config = None if args.config is None else load_config(args.config)
@@ -427,6 +428,7 @@ def run_say(args: argparse.Namespace) -> int:
             args.text,
             timeout=args.timeout,
             router_silence_s=_router_watch(args, config),
+            follow_box=follow_box,
         )
     )
 

@@ -135,15 +135,16 @@ class Turn:
         said = " ".join(part for part in (self.router_text, self.answer.strip()) if part)
         return said + self.midway if self.midway else self.spoken
 
-    async def wait(self, timeout: float) -> None:
-        """Wait until the turn is done; ``TimeoutError`` naming the turn otherwise."""
+    async def wait(self, timeout: float, *, budget: float | None = None) -> None:
+        """Wait until the turn is done; ``TimeoutError`` naming the turn and ``budget`` (the
+        whole wait since the query was sent; default ``timeout``) otherwise."""
         try:
             await asyncio.wait_for(self.done.wait(), timeout)
         except TimeoutError:
             heard = f" (heard so far: {self.spoken!r})" if self.parts else " (no reply at all)"
             raise TimeoutError(
                 f"no complete answer to {self.participant_id}'s {self.text!r} within "
-                f"{timeout:g}s{heard}"
+                f"{timeout if budget is None else budget:g}s{heard}"
             ) from None
 
     async def wait_outcome(self, grace: float) -> TurnEnded | None:
