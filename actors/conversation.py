@@ -10,7 +10,8 @@ An answer request is exactly three messages (docs/context.md, "Prompt layout"):
    then the application ``instructions``. It holds no clock, so it is an identical
    prefix across requests.
 2. user: the participant's context (summaries first, then entries in recorded-time
-   order, as ``ContextManager.blocks`` renders them), then the current time last.
+   order, as ``ContextManager.blocks`` renders them, after ``ContextManager.ensure``
+   fetched a participant its replica had evicted), then the current time last.
 3. user: the current request.
 
 Publishing (docs/context.md): the answer is a reply to the turn id on ``output_topic``, with the
@@ -82,6 +83,16 @@ class ParticipantContext(Protocol):
         *,
         exchange_ids: Sequence[object | None],
     ) -> None: ...
+
+
+async def ensure_context(context: ParticipantContext, participant_id: str) -> None:
+    """Have ``context`` hold the participant's whole context before it is rendered: a
+    ``ContextManager`` whose replica evicted the participant fetches it from its section
+    hosts (``ContextManager.ensure``, bounded by its control timeout). A context without
+    ``ensure`` (a test double) holds everything already."""
+    ensure = getattr(context, "ensure", None)
+    if ensure is not None:
+        await ensure(participant_id)
 
 
 def system_message(system_prompt: str, instructions: str) -> str:
@@ -186,6 +197,7 @@ class Conversation(ClosingDestination):
         routed = current_turn_context()
         route = routed.route if routed is not None else DEFAULT_ROUTE
         pid = turn.participant_id
+        await ensure_context(self.context, pid)  # an evicted participant's notes, fetched
         if turn.history:
             self.context.reconcile_history(
                 pid,

@@ -5,6 +5,12 @@ shipper reads them); ``XRMQ_LOG_FORMAT=console|json`` overrides the choice (``xr
 on a terminal sets ``console`` for the processes it starts, whose output is a pipe).
 Loggers are bound to runtime, actor, participant and turn by the code that knows them:
 ``get_logger(actor="router").bind(participant="p1", turn="t3")``.
+
+The level is ``XRMQ_LOG_LEVEL``, else WARNING: a program that uses the library (the
+examples, an application) prints its own output and the problems, not the runtimes'
+lifecycle lines; ``XRMQ_LOG_LEVEL=INFO`` (or ``configure_logging(level=...)`` before the
+first log line) shows them. The ``xrmq`` command chooses its own level (``actors/cli.py``:
+INFO for ``up``, ``run`` and ``bus``, whose logs are their output).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ def configure_logging(*, json: bool | None = None, level: str | int | None = Non
 
     ``json`` defaults to ``XRMQ_LOG_FORMAT`` (``json`` or ``console``), else "stderr is
     not a terminal"; ``level`` defaults to the ``XRMQ_LOG_LEVEL`` environment variable,
-    else INFO.
+    else WARNING.
     """
     global _configured
     with _lock:
@@ -36,9 +42,9 @@ def configure_logging(*, json: bool | None = None, level: str | int | None = Non
             chosen = os.environ.get("XRMQ_LOG_FORMAT", "").lower()
             json = chosen == "json" if chosen in ("json", "console") else not sys.stderr.isatty()
         if level is None:
-            level = os.environ.get("XRMQ_LOG_LEVEL", "INFO")
+            level = os.environ.get("XRMQ_LOG_LEVEL", "WARNING")
         if isinstance(level, str):
-            level = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
+            level = logging.getLevelNamesMapping().get(level.upper(), logging.WARNING)
         renderer = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer()
         structlog.configure(
             processors=[

@@ -67,6 +67,7 @@ class Tally:
         self.done: list[int] = []
         self.by_topic: Counter[str] = Counter()
         self.lock = threading.Lock()
+        self._closed = threading.Condition(self.lock)
 
     def observe(self, frames: list[bytes]) -> None:
         if len(frames) != 3:
@@ -96,10 +97,17 @@ class Tally:
                     del self.open[pid]
                     self.done.append(sum(counts.values()))
                     self.by_topic.update(counts)
+                    self._closed.notify_all()
                 return
             if _EVENTS.match(name) and _EVENT.decode(payload).kind in _ENDS:
                 return
             counts[topic_label(name.decode(errors="replace"))] += 1
+
+    def wait_done(self, turns: int, timeout: float) -> bool:
+        """Block until ``turns`` turns closed (from another thread than the reader's);
+        False if ``timeout`` seconds passed first."""
+        with self._closed:
+            return self._closed.wait_for(lambda: len(self.done) >= turns, timeout)
 
     def take(self) -> dict:
         with self.lock:

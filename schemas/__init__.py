@@ -6,9 +6,18 @@ process without copies) and validates its rules on construction and on decode, r
 """
 
 from .audio import AudioFrame, AudioPlayback
+from .box import BoxInfo, BoxInfoRequest, DestinationInfo
 from .context import CompactionPrompts, ContextBlock, ConversationContextUpdate
 from .envelope import MessageMetadata
-from .interaction import Interrupted, ParticipantJoined, ParticipantLeft, ResponseOutput, UserQuery
+from .interaction import (
+    ForgetFailure,
+    Interrupted,
+    ParticipantForgotten,
+    ParticipantJoined,
+    ParticipantLeft,
+    ResponseOutput,
+    UserQuery,
+)
 from .metrics import ProcessState, RuntimeMetrics, SupervisorReport
 from .routing import Admission, AgentExchange, AgentTurn, DestinationResult, RoutingAid, TurnEnded
 
@@ -18,12 +27,17 @@ __all__ = [
     "AgentTurn",
     "AudioFrame",
     "AudioPlayback",
+    "BoxInfo",
+    "BoxInfoRequest",
     "CompactionPrompts",
     "ContextBlock",
     "ConversationContextUpdate",
+    "DestinationInfo",
     "DestinationResult",
+    "ForgetFailure",
     "Interrupted",
     "MessageMetadata",
+    "ParticipantForgotten",
     "ParticipantJoined",
     "ParticipantLeft",
     "ProcessState",

@@ -35,7 +35,39 @@ class ParticipantJoined(msgspec.Struct, frozen=True):
 
 
 class ParticipantLeft(msgspec.Struct, frozen=True):
-    """Notification that one participant left the interaction."""
+    """Notification that one participant left the interaction, and the request to forget
+    them: the router forgets their turn history and focus and tells every destination,
+    and confirms with ``ParticipantForgotten``."""
+
+
+class ForgetFailure(msgspec.Struct, frozen=True):
+    """A destination that did not confirm it forgot a participant: its ``route`` name and
+    the cause as ``"<Kind>: <message>"`` (a timeout, the destination's own error)."""
+
+    route: str
+    error: str
+
+    def __post_init__(self) -> None:
+        require_name(self.route, "ForgetFailure", "route")
+        require(bool(self.error.strip()), "ForgetFailure", "error", "must be non-empty text")
+
+
+class ParticipantForgotten(msgspec.Struct, frozen=True):
+    """The router's answer to a ``ParticipantLeft``: it forgot the participant (named in the
+    envelope, like every interaction message) and asked each destination to forget them.
+
+    ``request_id`` is the envelope ``message_id`` of the ``ParticipantLeft`` it answers
+    (None when the router forgot the participant on its own, e.g. a rejoin). ``failed``
+    names each destination that failed or did not answer in time: their state of the
+    participant may remain. Empty: everything the box holds of them is gone.
+    """
+
+    request_id: str | None = None
+    failed: tuple[ForgetFailure, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.request_id is not None:
+            require_name(self.request_id, "ParticipantForgotten", "request_id")
 
 
 ResponseKind = Literal["reply", "update", "withdraw"]

@@ -233,11 +233,12 @@ class TurnEnded(msgspec.Struct, frozen=True):
     (every reply fragment of the turn carries it as ``request_id`` too). ``status``:
     ``answered`` (``route`` answered; its final frame came first), ``clarified``
     (``route`` asked a question), ``unanswered`` (no destination took the turn; the
-    router said why), ``failed`` (``route`` failed; the router said so unless the
-    destination had started its reply), ``canceled`` (a newer turn, an interruption or a
-    departure ended it). ``error`` is the cause of ``failed`` and ``unanswered`` as
-    ``"<Kind>: <what happened>"``, e.g. ``"ModelUnavailable: model local: cannot connect
-    to http://127.0.0.1:8000/v1"``. Every field is always on the wire.
+    router said why), ``failed`` (``route`` failed; the router said so, or apologized
+    for the rest of the answer when the destination had started its reply),
+    ``canceled`` (a newer turn, an interruption or a departure ended it). ``error`` is
+    the cause of ``failed`` and ``unanswered`` as ``"<Kind>: <what happened>"``, e.g.
+    ``"ModelUnavailable: model local at http://127.0.0.1:8000/v1: connection
+    refused"``. Every field is always on the wire.
     """
 
     request_id: str

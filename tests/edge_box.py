@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -176,6 +179,36 @@ class Front:
 
     def turn(self, participant_id: str, text: str) -> Turn:
         return ask(self.runtime, self.collector, participant_id, text)
+
+
+def journal_rows_of(directory: Path, participant: str) -> list[tuple[str, str]]:
+    """Every journal row of ``participant`` in the stack's context journals, as (table, row).
+
+    A running context process holds its journal exclusively, so this reads a copy of the
+    database and its write-ahead log (a row is journaled before it is acknowledged).
+    """
+    rows: list[tuple[str, str]] = []
+    with tempfile.TemporaryDirectory() as copies:
+        for path in sorted((directory / "state").glob("*.sqlite3")):
+            copy = Path(copies) / path.name
+            shutil.copyfile(path, copy)
+            wal = path.with_name(path.name + "-wal")
+            if wal.exists():
+                shutil.copyfile(wal, copy.with_name(copy.name + "-wal"))
+            db = sqlite3.connect(copy)
+            try:
+                tables = [
+                    name
+                    for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                ]
+                for table in tables:
+                    columns = [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
+                    if "participant" in columns:
+                        query = f"SELECT * FROM {table} WHERE participant = ?"
+                        rows += [(table, repr(row)) for row in db.execute(query, (participant,))]
+            finally:
+                db.close()
+    return rows
 
 
 # -- a box of the test roles (tests/procs/edge_roles.py), for the supervisor's own tests ------

@@ -9,12 +9,16 @@ when the reply does not fit that provider.
 
 Each request takes the next scripted ``Reply`` (the last one repeats). A reply can
 ``hang`` before answering or after its first chunk until the server is closed, which is
-how a test makes a provider that never answers or stalls mid-stream.
+how a test makes a provider that never answers or stalls mid-stream; with ``drop_after``
+it sends that many chunks and then closes the connection in the middle of the body (a
+streamed reply is chunked, as a real provider's is, so the client sees an incomplete
+body, not a short one); an error ``status`` carries ``message`` as the provider's.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,6 +35,10 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     hang: str | None = None
     """``"before"``: never answer; ``"after_first"``: stall after the first chunk."""
+    drop_after: int | None = None
+    """Close the connection after this many chunks, mid-body (None: finish the stream)."""
+    message: str | None = None
+    """The error reply's ``error.message`` (default ``"scripted <status>"``)."""
 
 
 @dataclass
@@ -99,7 +107,7 @@ class OpenAIServer:
                     payload = json.dumps(
                         {
                             "error": {
-                                "message": f"scripted {reply.status}",
+                                "message": reply.message or f"scripted {reply.status}",
                                 "type": "scripted",
                                 "code": str(reply.status),
                             }
@@ -119,10 +127,16 @@ class OpenAIServer:
                 self.send_header("content-type", "text/event-stream")
                 self.send_header("cache-control", "no-cache")
                 self.send_header("connection", "close")
+                self.send_header("transfer-encoding", "chunked")
                 self.end_headers()
                 model = body.get("model", "m")
                 try:
                     for index, text in enumerate(reply.chunks):
+                        if index == reply.drop_after:
+                            self.wfile.flush()
+                            self.connection.shutdown(socket.SHUT_RDWR)  # no last chunk
+                            self.close_connection = True
+                            return
                         self._event(
                             {
                                 "id": "c1",
@@ -150,14 +164,18 @@ class OpenAIServer:
                             "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
                         }
                     )
-                    self.wfile.write(b"data: [DONE]\n\n")
-                    self.wfile.flush()
+                    self._chunk(b"data: [DONE]\n\n")
+                    self._chunk(b"")  # the last chunk: the body is complete
                 except (BrokenPipeError, ConnectionResetError):
                     pass
                 self.close_connection = True
 
             def _event(self, data: dict[str, Any]) -> None:
-                self.wfile.write(b"data: " + json.dumps(data).encode() + b"\n\n")
+                self._chunk(b"data: " + json.dumps(data).encode() + b"\n\n")
+
+            def _chunk(self, data: bytes) -> None:
+                """One piece of a chunked body (empty: the last chunk)."""
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                 self.wfile.flush()
 
         return Handler

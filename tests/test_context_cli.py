@@ -5,17 +5,21 @@ stack's bus with the stack's config file."""
 from __future__ import annotations
 
 import asyncio
+import io
 import sys
 
 import pytest
 
 from xrmq.actors.context.dump import decode_dump
 from xrmq.actors.edge.config import default_config
+from xrmq.actors.edge.context_commands import with_manager
 from xrmq.actors.edge.private_stack import PrivateStack
 from xrmq.actors.edge.replies import ReplyCollector, ask
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import context_topic
+
+from edge_box import journal_rows_of
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -146,3 +150,115 @@ async def test_a_context_command_without_a_running_box_says_so(tmp_path):
         "0.5",
     )
     assert code == 2 and "xrmq context:" in err
+
+
+async def test_context_clear_forgets_the_participant_everywhere_on_a_running_box():
+    async with PrivateStack(default_config()) as stack:
+        assert stack.directory is not None
+        config = str(stack.directory / "edge.toml")
+        collector = ReplyCollector()
+        client = AgentRuntime(stack.bus, name="test-client")
+        client.register("replies", collector)
+        async with client:
+            said = ask(client, collector, "p2", "The freezer in room 210 is at minus 80.")
+            await said.wait(20)
+            before = ask(client, collector, "p2", "What is the freezer at?")
+            await before.wait(20)
+            assert "minus 80" in before.answer  # the box answers from what p2 said
+            assert any("minus 80" in row for _, row in journal_rows_of(stack.directory, "p2"))
+
+            code, out, err = await xrmq(
+                "context", "clear", "--participant", "p2", "--config", config
+            )
+            assert (code, out.decode().strip()) == (0, "xrmq context: cleared p2"), err
+
+            code, data, err = await xrmq(
+                "context", "dump", "--participant", "p2", "--config", config
+            )
+            assert code == 0, err
+            assert decode_dump(data).participants == ()
+            assert journal_rows_of(stack.directory, "p2") == []
+
+            after = ask(client, collector, "p2", "What is the freezer at?")
+            await after.wait(20)
+            assert "minus 80" not in after.spoken, after.spoken
+            code, data, err = await xrmq(
+                "context", "dump", "--participant", "p2", "--config", config
+            )
+            assert code == 0, err
+            assert b"minus 80" not in data
+            assert not any("minus 80" in row for _, row in journal_rows_of(stack.directory, "p2"))
+
+
+async def test_context_clear_on_a_box_without_a_router_clears_the_context_and_says_so():
+    import msgspec
+
+    config = default_config()
+    processes = {name: spec for name, spec in config.processes.items() if name == "context"}
+    async with PrivateStack(msgspec.structs.replace(config, processes=processes)) as stack:
+        assert stack.directory is not None
+        path = str(stack.directory / "edge.toml")
+        assert stack.config is not None
+        await with_manager(  # returns once the notes section applied it
+            stack.config,
+            stack.bus,
+            lambda manager: manager.update(
+                "p3",
+                "notes",
+                ConversationContextUpdate("The freezer in room 210 is at minus 80."),
+                mode="incremental",
+            ),
+        )
+        code, data, err = await xrmq("context", "dump", "--participant", "p3", "--config", path)
+        assert code == 0 and b"minus 80" in data, err
+
+        code, out, err = await xrmq("context", "clear", "--participant", "p3", "--config", path)
+        assert (code, out.decode().strip()) == (
+            0,
+            "xrmq context: cleared p3's context "
+            "(the config runs no router: no destination was asked to forget them)",
+        ), err
+        code, data, err = await xrmq("context", "dump", "--participant", "p3", "--config", path)
+        assert code == 0 and decode_dump(data).participants == (), err
+
+
+async def test_context_clear_without_the_routers_confirmation_clears_the_context_and_exits_1():
+    import io
+
+    from xrmq.actors.edge.context_commands import clear
+    from xrmq.actors.edge.forget import ForgottenWaiter
+
+    class Manager:
+        def __init__(self) -> None:
+            self.cleared: list[str] = []
+
+        async def clear(self, participant_id: str) -> None:
+            self.cleared.append(participant_id)
+
+    manager = Manager()
+    runtime = AgentRuntime(name="no-router-here")  # an embedded bus nobody routes on
+    waiter = runtime.register("forget", ForgottenWaiter(source="xrmq-context"))
+    out, err = io.StringIO(), io.StringIO()
+    async with runtime:
+        code = await clear(manager, "p2", out, waiter=waiter, timeout=0.2, err=err)
+    assert (code, manager.cleared, out.getvalue()) == (1, ["p2"], "")
+    assert err.getvalue().splitlines() == [
+        "xrmq context: cleared p2's context, but not everywhere:",
+        "  router: no router confirmed forgetting p2 within 0.2s "
+        "(its turn history and the destinations may keep them)",
+    ]
+
+
+def test_a_dump_to_a_terminal_is_refused_naming_output(monkeypatch):
+    """A dump is MessagePack: written to a terminal it is noise, so it asks for a file."""
+    from xrmq.actors.cli import build_parser
+    from xrmq.actors.edge.context_commands import run_context
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stdout", Terminal())
+    args = build_parser().parse_args(["context", "dump", "--participant", "p1"])
+    with pytest.raises(ValueError, match="--output: a dump is binary"):
+        run_context(args)

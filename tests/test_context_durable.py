@@ -397,3 +397,36 @@ async def test_a_write_the_journal_failed_to_commit_is_acknowledged_only_once_a_
     assert [
         entry.text.endswith("kept despite the failure") for entry in recovered.state.entries
     ] == [True]
+
+
+async def test_a_notes_flood_while_compaction_hangs_keeps_the_section_bounded_and_counted(tmp_path):
+    """Issue 30 item 3: whatever the write rate, a topic section holds at most four budgets
+    of uncompacted notes (plus the newest), in memory and in its journal row; the rest is
+    dropped oldest first and counted, never held while compaction lags."""
+    store = tmp_path / "context.sqlite3"
+    hanging = ScriptedLLM(default=ScriptedResponse(hang=True))
+    notes = 1000
+    async with manager(hanging, store, **SMALL) as context:
+        for i in range(notes):
+            await context.update(
+                "p1",
+                NOTES,
+                ConversationContextUpdate(f"reading {i}: " + "x" * 200),
+                mode="incremental",
+                timestamp_us=T0 + i * SECOND,
+            )
+        await context.synced()
+        assert any(
+            block.text.endswith(f"reading {notes - 1}: " + "x" * 200)
+            for block in context.blocks("p1")
+        )
+    with sqlite3.connect(store) as db:
+        (blob,) = db.execute(
+            "SELECT state FROM sections WHERE participant = 'p1' AND section = ?",
+            (f"topic:{NOTES}",),
+        ).fetchone()
+    state = msgspec.msgpack.decode(blob)
+    stored = sum(entry["size"] for entry in state["entries"][:-1])
+    assert stored <= 4 * SMALL["topic_budget_bytes"]
+    assert len(blob) < 4 * SMALL["topic_budget_bytes"] + 2_000
+    assert state["dropped_entries"] + len(state["entries"]) == notes

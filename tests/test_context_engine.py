@@ -835,3 +835,39 @@ def test_history_tail_scanning_from_the_newest_exchange_adds_what_the_window_rul
     assert history_tail(known, exchanges, exchange_ids=ids, now_us=now) == (
         _history_tail_reference(known, exchanges, exchange_ids=ids, now_us=now)
     )
+
+
+# --- bounded while compaction lags (issue 30, item 3) ------------------------------------
+
+
+def test_a_flood_while_compaction_lags_stays_within_four_budgets_and_counts_what_it_dropped():
+    section = make_topic(budget=1000)
+    state = section.new_state("g")
+    for i in range(6):
+        update(section, state, i)
+    request = section.next_compaction(state)  # in flight, and never answered meanwhile
+    assert request is not None and state.pending is not None
+    snapshot = set(state.pending.entry_ids)
+    for i in range(6, 2006):
+        update(section, state, i)
+        newest = state.entries[-1].size
+        assert section.uncompacted_bytes(state) - newest <= section.spec.stored_limit_bytes
+    assert section.spec.stored_limit_bytes == 4000
+    kept = entry_ids(state)
+    assert state.dropped_entries == 2006 - len(kept) > 1900
+    assert snapshot <= set(kept)  # the job in flight still finds its entries
+    assert kept[-1] == 2006  # the newest update is kept: the oldest went first
+    assert section.apply_result(state, ok(request, "S")) is ApplyStatus.APPLIED
+    assert not snapshot & set(entry_ids(state))
+    assert section.next_compaction(state) is not None  # the rest compacts as usual
+
+
+def test_a_section_within_four_budgets_drops_nothing():
+    section = make_dialogue(budget=1000)
+    state = section.new_state("g")
+    for i in range(6):
+        exchange(section, state, i)
+    assert section.next_compaction(state) is not None
+    for i in range(6, 41):
+        exchange(section, state, i)
+    assert state.dropped_entries == 0 and len(state.entries) == 41

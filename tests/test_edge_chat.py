@@ -103,14 +103,49 @@ async def test_chat_commands_are_never_sent_as_queries():
             stdin=io.StringIO("/help\n/nope\nHello?\n/clear\n/quit\n"),
             out=out,
         )
-        await asyncio.wait_for(destination.left.wait(), 10)
+        assert destination.left.is_set()  # /clear returned once the router confirmed it
         await router.stop()
     assert code == 0
     text = out.getvalue()
     assert HELP in text
     assert "xrmq chat: unknown command '/nope' (/help lists them)" in text
-    assert "xrmq chat: cleared ann: the edge box forgets their dialogue and context" in text
+    assert "xrmq chat: cleared ann: the edge box forgot all it held of them" in text
     assert [entry[2] for entry in log.of("answer")] and len(
         log.of("answer")
     ) == 1  # only "Hello?" was asked
     assert ("left", "conversation", "ann") in [entry[:3] for entry in log]
+
+
+async def test_chat_clear_names_the_destination_that_did_not_forget():
+    import io
+
+    from xrmq.actors.edge.chat import chat
+    from xrmq.actors.routing import AgentRouter, SingleDestination
+    from xrmq.actors.runtime import AgentRuntime
+    from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC
+
+    from router_doubles import Destination, Log
+
+    class Stuck(Destination):
+        async def participant_left(self, participant_id: str) -> None:
+            raise TimeoutError("the transcript store 'tools' did not answer")
+
+    front = AgentRuntime(name="box")
+    router = front.register(
+        "router",
+        AgentRouter(
+            {"tools": Stuck("tools", Log())},
+            SingleDestination(),
+            query_topic=QUERY_TOPIC,
+            output_topic=VOICE_OUTPUT_TOPIC,
+        ),
+    )
+    out = io.StringIO()
+    async with front:
+        code = await chat(front.address, "ann", timeout=10, stdin=io.StringIO("/clear\n"), out=out)
+        await router.stop()
+    assert code == 0
+    assert (
+        "xrmq chat: /clear: not forgotten everywhere: "
+        "tools: TimeoutError: the transcript store 'tools' did not answer"
+    ) in out.getvalue().splitlines()

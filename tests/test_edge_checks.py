@@ -6,16 +6,19 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 
 import pytest
 
-from xrmq.actors.edge.checks import check_can_answer
-from xrmq.actors.edge.config import ConfigError, decode_config
+from xrmq.actors.edge.checks import check_can_answer, model_endpoints
+from xrmq.actors.edge.config import ConfigError, decode_config, default_config, load_config
+from xrmq.actors.models import parse_model_spec
 
 from buses import broker_process, expect_line, reap
 from edge_box import start_up, write_config
+from secure_bus import free_tcp_bus
 
 CLI = [sys.executable, "-m", "xrmq.actors.cli"]
 STACK = {
@@ -32,18 +35,43 @@ def rule_of(raw: dict) -> str:
     return str(raised.value)
 
 
-def test_a_config_with_only_models_fails_the_check_naming_the_missing_processes(tmp_path):
+def test_a_config_with_only_models_runs_the_default_box_and_check_says_so(tmp_path):
     path = tmp_path / "edge.toml"
-    path.write_text('[models]\nanswers = "offline"\n')
+    path.write_text(f'[bus]\naddress = "ipc://{tmp_path}/bus"\n[models]\nanswers = "local"\n')
     result = subprocess.run(
         [*CLI, "up", "--check", str(path)], capture_output=True, text=True, timeout=30
     )
-    assert result.returncode == 2
-    assert result.stderr.strip() == (
-        f"xrmq up: {path}: processes: none configured: `xrmq up` would start a bus "
-        "that answers nothing (examples/edge-box.toml lists the processes)"
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        f"xrmq up: {path}: names no processes, so it runs the built-in default box's processes "
+        "(context, compaction, conversation, router, renderer), destination 'conversation' "
+        "and context topics (scene, notes) (examples/edge-box.toml spells them out)",
+        f"xrmq up: {path}: ok (5 processes; bus security none)",
+    ]
+    config = load_config(path)
+    default = default_config()
+    assert (config.processes, config.destinations, config.context.topics) == (
+        default.processes,
+        default.destinations,
+        default.context.topics,
     )
-    assert result.stdout == ""
+    assert config.models.answers == parse_model_spec("local")
+
+
+def test_a_config_without_processes_keeps_its_own_destinations_and_topics():
+    config = decode_config(
+        {
+            "destinations": {"helper": {"description": "Helps."}},
+            "context": {"topics": {"room": {"mode": "summary"}}},
+        }
+    )
+    assert config.processes == default_config().processes
+    assert list(config.destinations) == ["helper"] and config.router.default is None
+    assert list(config.context.topics) == ["room"]
+    assert config.defaulted == ("processes",)
+    check_can_answer(config)
+    named = decode_config({"processes": {"agents": {"roles": ["edge_roles:echo"]}}})
+    assert named.defaulted == () and list(named.processes) == ["agents"]
 
 
 def test_a_config_without_a_router_or_a_conversation_fails_the_check():
@@ -122,6 +150,40 @@ def test_up_on_a_bus_already_served_exits_2_with_one_message_and_starts_nothing(
     assert result.stdout == ""
 
 
+@pytest.mark.parametrize("transport", ["ipc", "tcp"])
+def test_up_check_refuses_a_bus_another_broker_serves(tmp_path, transport):
+    bus = f"ipc://{tmp_path}/bus" if transport == "ipc" else free_tcp_bus()
+    broker = subprocess.Popen(
+        [*CLI, "bus", "--bus", bus],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "XRMQ_LOG_LEVEL": "WARNING"},
+    )
+    try:
+        expect_line(broker, "xrmq bus: ready")
+        path = tmp_path / "edge.toml"
+        path.write_text(
+            f'[bus]\naddress = "{bus}"\n[destinations.conversation]\ndescription = "x"\n'
+            '[processes.context]\nroles = ["context"]\n'
+            '[processes.conversation]\nroles = ["conversation"]\n'
+            '[processes.router]\nroles = ["router"]\n'
+        )
+        result = subprocess.run(
+            [*CLI, "up", "--check", str(path)], capture_output=True, text=True, timeout=30
+        )
+    finally:
+        reap(broker)
+    assert result.returncode == 2, result.stdout
+    assert result.stdout == ""
+    assert result.stderr.strip().startswith(f"xrmq up: {path}: bus.address: {bus!r}")
+    assert "(another `xrmq up`?)" in result.stderr
+    after = subprocess.run(  # the broker gone, the same config passes
+        [*CLI, "up", "--check", str(path)], capture_output=True, text=True, timeout=30
+    )
+    assert after.returncode == 0 and after.stdout.startswith(f"xrmq up: {path}: ok"), after
+
+
 def test_up_with_an_unset_key_exits_2_before_starting_anything(tmp_path):
     path = tmp_path / "edge.toml"
     path.write_text(
@@ -169,3 +231,49 @@ def test_a_clean_exit_is_not_a_crash_and_the_ready_line_bus_works_with_bus(tmp_p
         assert up.wait(timeout=30) == 0
     finally:
         reap(up)
+
+
+def test_up_warns_at_start_that_a_model_endpoint_did_not_answer_and_keeps_running(tmp_path):
+    with socket.socket() as refusing, socket.socket() as listening:
+        refusing.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        down = f"http://127.0.0.1:{refusing.getsockname()[1]}/v1"
+        up_ = f"http://127.0.0.1:{listening.getsockname()[1]}/v1"
+        config = write_config(
+            tmp_path,
+            f'[models]\nanswers = {{ preset = "local", api_base = "{down}" }}\n'
+            f'compaction = {{ preset = "local", api_base = "{up_}" }}\n'
+            '[processes.idle]\nroles = ["edge_roles:idle"]\n',
+        )
+        up = start_up(config)
+        try:
+            assert up.stdout is not None
+            before_ready = []
+            for line in up.stdout:  # up to the ready line: the box started all the same
+                before_ready.append(line.strip())
+                if line.startswith("xrmq up: ready"):
+                    break
+            up.send_signal(signal.SIGTERM)
+            assert up.wait(timeout=30) == 0
+        finally:
+            reap(up)
+    assert before_ready[-1].startswith("xrmq up: ready"), before_ready
+    warnings = [line for line in before_ready if "WARNING" in line]
+    assert len(warnings) == 1, before_ready
+    assert warnings[0].startswith(
+        f"xrmq up: WARNING: model endpoint {down} did not answer (models.answers: "
+    ), warnings
+
+
+def test_only_the_http_endpoints_of_models_the_box_uses_are_probed():
+    local = {"preset": "local", "api_base": "http://127.0.0.1:9/v1"}
+    raw = {"models": {"answers": local, "routing": {**local, "api_base": "http://10.0.0.1/v1"}}}
+    # the router decides "first": the routing model is not used, so not probed
+    assert model_endpoints(decode_config(raw)) == [("models.answers", "http://127.0.0.1:9/v1")]
+    llm = decode_config({**raw, "router": {"decisions": "llm"}})
+    assert [url for _, url in model_endpoints(llm)] == [
+        "http://127.0.0.1:9/v1",
+        "http://10.0.0.1/v1",
+    ]
+    assert model_endpoints(default_config()) == []  # offline models have no endpoint

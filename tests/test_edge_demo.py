@@ -27,6 +27,7 @@ from xrmq.actors.edge.demo import (
 from xrmq.actors.edge.private_stack import PrivateStack
 
 from buses import processes_mentioning
+from system_packages import path_without
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -118,3 +119,45 @@ async def test_a_process_that_dies_stops_the_demo_stack_and_says_which(tmp_path,
         in reason
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_demo_voice_without_the_voice_extra_names_the_extra_and_exits_2(tmp_path):
+    hidden = tmp_path / "no-numpy"
+    hidden.mkdir()
+    # None in sys.modules is how Python marks a module absent: `import numpy` raises
+    # ModuleNotFoundError, as on a machine without the voice extra.
+    (hidden / "sitecustomize.py").write_text("import sys\n\nsys.modules['numpy'] = None\n")
+    env = {**os.environ, "PYTHONPATH": str(hidden), "XRMQ_RUNTIME_DIR": str(tmp_path)}
+    result = subprocess.run(
+        [*xrmq_command(), "demo", "--voice"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=50,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert "--voice needs the voice extra (numpy" in result.stderr  # and what needs numpy
+    assert "pip install 'xrmq[voice]'" in result.stderr
+    assert "starting the edge stack" not in result.stdout
+
+
+def test_demo_voice_without_espeak_ng_says_so_before_starting_and_exits_2(tmp_path):
+    env = {
+        **os.environ,
+        "PATH": path_without(tmp_path / "bin", "espeak-ng"),
+        "XRMQ_RUNTIME_DIR": str(tmp_path),
+    }
+    result = subprocess.run(
+        [*xrmq_command(), "demo", "--voice"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=50,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert "espeak-ng (speaks the questions): apt-get install espeak-ng" in result.stderr
+    assert "starting the edge stack" not in result.stdout

@@ -113,7 +113,7 @@ def test_a_context_process_with_a_corrupt_journal_names_the_file_or_moves_it_asi
                 tmp_path / f"{on_corrupt}.toml",
             )
             journal = context_store_path(config, 0)
-            journal.parent.mkdir(parents=True, exist_ok=True)
+            journal.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # a private state dir
             journal.write_bytes(b"SQLite format 3\x00" + b"\xff" * 3000)  # a header, then garbage
             proc = run_context(tmp_path / f"{on_corrupt}.toml", bus)
             if on_corrupt == "error":

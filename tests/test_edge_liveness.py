@@ -12,17 +12,22 @@ import asyncio
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
 
+from xrmq.actors.edge.replies import ROUTER_SILENCE_S, ReplyCollector, ask
 from xrmq.actors.models.extractive import NO_MATCH_ANSWER
+from xrmq.actors.runtime import AgentRuntime
 
 from buses import processes_mentioning
 from edge_box import Front, UpProcess, stack_config
 
 pytestmark = pytest.mark.timeout(120)
 
+CLI = [sys.executable, "-m", "xrmq.actors.cli"]
 QUESTION = "How warm is the kettle?"  # no context: the offline model answers NO_MATCH_ANSWER
 
 
@@ -64,6 +69,80 @@ async def test_a_stopped_process_is_killed_when_its_heartbeat_stops_restarted_an
         f"SIGSTOP -> killed {killed_at - stopped_at:.2f}s,"
         f" -> restarted {restarted_at - stopped_at:.2f}s"
     )
+
+
+async def test_the_next_turn_after_a_destination_died_between_turns_waits_for_its_restart(
+    tmp_path,
+):
+    """Killed between turns, with the next turn sent at once (the proxy has not yet heard it
+    is gone): that turn is answered by the restarted process, not declined after 5 s."""
+    up = UpProcess(
+        stack_config(tmp_path, tokens_per_second=0, router="destination_dead_after_s = 1.0")
+    )
+    try:
+        _, _, ready = await up.line("xrmq up: ready")
+        conversation = pids_of(ready)["conversation"]
+        async with Front(f"ipc://{tmp_path}/bus") as front:
+            first = front.turn("p1", QUESTION)
+            await first.wait(20)
+            os.kill(conversation, signal.SIGKILL)
+            nxt = front.turn("p1", QUESTION)
+            await nxt.wait(30)
+            outcome = await nxt.wait_outcome(10)
+            _, _, restarted = await up.line("xrmq up: restarted conversation")
+        assert outcome is not None and outcome.status == "answered", outcome
+        assert nxt.answer.strip() and "can't help" not in nxt.answer, nxt.answer
+        assert int(restarted.rpartition("pid=")[2]) != conversation
+    finally:
+        up.reap()
+
+
+async def test_a_query_sent_while_the_router_was_down_fails_as_router_restarted(tmp_path):
+    """Delivery is at most once: the router that comes back never saw the query, and the
+    client says so at its first heartbeat instead of waiting out its timeout."""
+    up = UpProcess(stack_config(tmp_path, tokens_per_second=0))
+    try:
+        _, _, ready = await up.line("xrmq up: ready")
+        runtime = AgentRuntime(f"ipc://{tmp_path}/bus", name="front")
+        collector = runtime.register("replies", ReplyCollector(router_silence_s=20))
+        async with runtime:
+            os.kill(pids_of(ready)["router"], signal.SIGKILL)
+            lost = ask(runtime, collector, "p1", QUESTION)
+            await lost.wait(30)
+            again = ask(runtime, collector, "p1", QUESTION)
+            await again.wait(30)
+            outcome = await again.wait_outcome(10)
+        assert lost.outcome is not None and lost.outcome.status == "failed"
+        assert (lost.outcome.error or "").startswith("RouterRestarted: the router"), lost.outcome
+        assert outcome is not None and outcome.status == "answered"
+    finally:
+        up.reap()
+
+
+async def test_say_fails_fast_naming_the_router_when_it_is_hung(tmp_path):
+    up = UpProcess(stack_config(tmp_path, supervisor="liveness_timeout_s = 120"))
+    router = None
+    try:
+        _, _, ready = await up.line("xrmq up: ready")
+        router = pids_of(ready)["router"]
+        os.kill(router, signal.SIGSTOP)
+        began = time.monotonic()
+        said = await asyncio.to_thread(
+            subprocess.run,
+            [*CLI, "say", "--bus", f"ipc://{tmp_path}/bus", "--timeout", "60", QUESTION],
+            capture_output=True,
+            text=True,
+            timeout=90,
+            env={**os.environ, "XRMQ_LOG_LEVEL": "ERROR"},
+        )
+        elapsed = time.monotonic() - began
+        assert said.returncode == 1, said
+        assert "turn failed: RouterUnavailable: no router heard" in said.stderr, said.stderr
+        assert elapsed < ROUTER_SILENCE_S + 10  # told within the silence, not the 60 s timeout
+    finally:
+        if router is not None:
+            os.kill(router, signal.SIGCONT)
+        up.reap()
 
 
 async def test_a_destination_killed_mid_answer_costs_its_own_turn_only(tmp_path):

@@ -3,13 +3,19 @@ command."""
 
 from __future__ import annotations
 
+import asyncio
+import signal
+
 import pytest
 
 from xrmq.actors.edge.top import RED, RESET, TopView, render
-from xrmq.actors.runtime import Agent, AgentRuntime
+from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
 from xrmq.schemas import ProcessState, RuntimeMetrics, SupervisorReport
+from xrmq.topics import METRICS_TOPIC, SUPERVISOR_TOPIC
 
-from buses import broker_process, top_once_json
+from buses import broker_process, expect_line, reap, top_once_json
+from edge_box import start_up, write_config
+from raw_client import RawClient
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -180,3 +186,56 @@ def test_the_header_names_the_bus_and_totals_every_runtime():
         first == "xrmq top  bus ipc:///run/box/bus  broker: up  2 runtimes  in 20.0/s  out 10.0/s"
     )
     assert second == "  gaps 0  rejected 2  overflow 0  handler errors 0  restarts 1"
+
+
+class Heartbeats(Agent):
+    """Sets ``rejected`` once the ``watched`` runtime reports a rejected frame."""
+
+    def __init__(self, watched: str) -> None:
+        self.watched = watched
+        self.rejected = asyncio.Event()
+
+    @subscribe(METRICS_TOPIC)
+    async def on_metrics(self, message: RuntimeMetrics, ctx: RuntimeContext) -> None:
+        if message.runtime == self.watched and message.rejected:
+            self.rejected.set()
+
+
+async def test_top_shows_the_supervisors_own_runtime_with_the_frames_it_rejected(tmp_path):
+    config = write_config(tmp_path, '[processes.echo]\nroles = ["edge_roles:echo"]\n')
+    bus = f"ipc://{tmp_path}/bus"
+    up = start_up(config)
+    try:
+        expect_line(up, "xrmq up: ready")
+        supervisor = f"xrmq-up.{up.pid}"
+        watcher = Heartbeats(supervisor)
+        runtime = AgentRuntime(bus)
+        runtime.register("heartbeats", watcher)
+        async with runtime:
+            client = RawClient(bus)
+            try:
+                client.wait_ready()
+                client.send(SUPERVISOR_TOPIC.name, None, 1, {"not": "a report"})
+            finally:
+                client.context.destroy(linger=0)
+            await asyncio.wait_for(watcher.rejected.wait(), 20)
+            rows = await top_once_json(bus, expect=3)  # the broker, echo and the supervisor
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(timeout=30) == 0
+    finally:
+        reap(up)
+    [row] = [row for row in rows if row["runtime"] == supervisor]
+    assert row["pid"] == up.pid and row["actors"] == {"supervisor": 0}
+    assert row["rejected"] == 1 and row["rejected_by"] == {"payload": 1}
+
+
+def test_top_prints_a_whole_gauge_in_full_and_a_fraction_to_four_digits():
+    from xrmq.actors.edge.top import _number
+
+    assert [_number(v) for v in (4194304.0, 0, 65536, 0.123456, 2.5)] == [
+        "4194304",
+        "0",
+        "65536",
+        "0.1235",
+        "2.5",
+    ]

@@ -163,6 +163,23 @@ def test_seed_example_runs_and_answers_from_the_scripted_model():
     assert stdout == "answered by conversation: The calibration meeting is at 15:30 in lab 2.\n"
 
 
+def test_an_example_prints_its_result_alone_and_its_info_logs_only_when_asked():
+    quiet = {key: value for key, value in os.environ.items() if key != "XRMQ_LOG_LEVEL"}
+    runs = {}
+    for asked, env in (("default", quiet), ("INFO", {**quiet, "XRMQ_LOG_LEVEL": "INFO"})):
+        runs[asked] = subprocess.run(
+            [sys.executable, str(EXAMPLES / "seed_example.py")],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+        )
+        assert runs[asked].returncode == 0, runs[asked].stderr[-3000:]
+    answer = "answered by conversation: The calibration meeting is at 15:30 in lab 2.\n"
+    assert runs["default"].stdout == answer and runs["default"].stderr == ""
+    assert runs["INFO"].stdout == answer and '"event": "runtime.ready"' in runs["INFO"].stderr
+
+
 @needs_espeak
 def test_the_realtime_session_example_rolls_over_and_still_knows_the_first_facts() -> None:
     proc = example("realtime_session.py")

@@ -4,12 +4,15 @@ Two seams litellm offers for this: ``mock_response`` (litellm builds a streamed 
 response, or raises a mapped error for its special strings) and a ``CustomLLM``
 registered in ``litellm.custom_provider_map`` (our provider sees exactly what litellm
 would send to a real one, and its generator shows whether the stream was closed).
+How each kind of failure reads (issue 29, item 4) is shown against a real loopback
+server (``openai_server``): refused, HTTP status, no token, stalled, dropped mid-stream.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import subprocess
 import sys
 from typing import Any
@@ -29,7 +32,9 @@ from xrmq.actors.models import (
     ModelUnavailable,
     compaction_limit_instruction,
 )
-from xrmq.actors.models.litellm_service import import_litellm
+from xrmq.actors.models.litellm_service import import_litellm, provider_message
+
+from openai_server import OpenAIServer, Reply
 
 litellm = import_litellm()
 from litellm import CustomLLM  # noqa: E402
@@ -323,7 +328,7 @@ async def test_provider_cut_off_surfaces_as_finish_reason_length(provider_map) -
 
 async def test_no_first_chunk_within_the_request_timeout_raises_model_timeout(provider_map) -> None:
     provider = provider_map(Provider(["hang"]))
-    with pytest.raises(ModelTimeout, match="no chunk within 0.05 s"):
+    with pytest.raises(ModelTimeout, match="no token in 0.05 s"):
         await service(retries=0, timeout_s=30).complete(ANSWER_REQUEST, ChatOptions(timeout_s=0.05))
     assert provider.ended == ["CancelledError"]
 
@@ -359,3 +364,115 @@ def test_importing_the_models_package_does_not_import_litellm() -> None:
         timeout=30,
     )
     assert out.stdout.strip() == "False"
+
+
+# ------------------------------------------- one clean line per kind of failure (issue 29, 4)
+
+FAMILIES = ("hosted_vllm/m", "openai/m")
+"""litellm reaches an OpenAI-compatible server through aiohttp (hosted_vllm) or the
+OpenAI SDK's httpx (openai); each words its failures its own way."""
+
+
+async def failure(model: str, api_base: str, **options: Any) -> tuple[ModelError, list[str]]:
+    """The error a streamed answer from ``api_base`` ends with, and the text received first."""
+    options.setdefault("retries", 0)
+    llm = LiteLLMService(model, api_base=api_base, api_key="sk-test", **options)
+    received: list[str] = []
+    with pytest.raises(ModelError) as raised:
+        async for text in llm.stream(ANSWER_REQUEST):
+            received.append(text)
+    return raised.value, received
+
+
+def assert_clean(error: ModelError) -> None:
+    """One line with no provider repr in it."""
+    text = str(error)
+    assert "\n" not in text and "litellm" not in text and "Exception" not in text, text
+    assert " object at 0x" not in text and "{" not in text, text
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("model", FAMILIES)
+async def test_a_refused_connection_reads_model_at_endpoint_connection_refused(model):
+    with socket.socket() as sock:  # bound, not listening: connections are refused
+        sock.bind(("127.0.0.1", 0))
+        api_base = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        error, _ = await failure(model, api_base)
+    assert isinstance(error, ModelUnavailable)
+    assert str(error) == f"model {model} at {api_base}: connection refused"
+    assert_clean(error)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("model", FAMILIES)
+@pytest.mark.parametrize(
+    ("status", "message", "kind"),
+    [
+        (429, "Too many requests, slow down", ModelRateLimited),
+        (503, "the model is overloaded", ModelUnavailable),
+        (400, "max_tokens is too large", ModelRequestRejected),
+    ],
+)
+async def test_an_http_error_reads_its_status_and_the_providers_message(
+    model, status, message, kind
+):
+    with OpenAIServer(Reply(status=status, message=message)) as server:
+        error, _ = await failure(model, server.api_base)
+    assert isinstance(error, kind)
+    assert str(error) == f"model {model} at {server.api_base}: HTTP {status}: {message}"
+    assert_clean(error)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("model", FAMILIES)
+async def test_a_server_that_accepts_and_never_sends_reads_no_token_in_n_s(model):
+    with OpenAIServer(Reply(hang="before")) as server:
+        error, _ = await failure(model, server.api_base, timeout_s=0.5)
+    assert isinstance(error, ModelTimeout)
+    assert str(error) == f"model {model} at {server.api_base}: no token in 0.5 s"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("model", FAMILIES)
+async def test_a_stream_that_stalls_reads_stalled_after_n_tokens(model):
+    with OpenAIServer(Reply(chunks=("one", " two"), hang="after_first")) as server:
+        error, received = await failure(model, server.api_base, timeout_s=0.5)
+    assert received == ["one"]
+    assert isinstance(error, ModelTimeout)
+    assert str(error) == (
+        f"model {model} at {server.api_base}: stream stalled after 1 token: no token in 0.5 s"
+    )
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("model", FAMILIES)
+async def test_a_stream_cut_mid_answer_reads_dropped_after_n_tokens_never_cannot_connect(model):
+    with OpenAIServer(Reply(chunks=("one", " two", " three", " four"), drop_after=2)) as server:
+        error, received = await failure(model, server.api_base, retries=3)
+    assert received == ["one", " two"]
+    assert isinstance(error, ModelUnavailable)
+    assert str(error) == f"model {model} at {server.api_base}: stream dropped after 2 tokens"
+    assert len(server.requests) == 1  # part of the answer was out: never retried
+
+
+def test_a_model_error_without_an_endpoint_reads_model_then_reason() -> None:
+    assert str(ModelTimeout("m", "no token in 3 s")) == "model m: no token in 3 s"
+    error = ModelTimeout("m", "no token in 3 s", endpoint="http://h/v1")
+    assert str(error) == "model m at http://h/v1: no token in 3 s"
+    assert (error.model, error.endpoint, error.reason) == ("m", "http://h/v1", "no token in 3 s")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'litellm.BadRequestError: Hosted_vllmException - {"error": {"message": "too long"}}',
+        'litellm.BadRequestError: Hosted_vllmException - {"object": "error", "message": '
+        '"too long", "type": "BadRequestError"}',
+        'litellm.BadRequestError: OpenAIException - {"detail": "too long"}',
+        "litellm.BadRequestError: OpenAIException - Error code: 400 - {'error': "
+        "{'message': 'too long', 'code': 400}}",
+        "litellm.BadRequestError: OpenAIException - too long",
+    ],
+)
+def test_the_providers_message_is_found_in_every_wrapping(text: str) -> None:
+    assert provider_message(Exception(text)) == "too long"

@@ -87,7 +87,7 @@ async def test_a_429_is_rate_limited_never_a_timeout():
 
 async def test_timeout_bounds_the_time_to_the_first_chunk_across_every_attempt():
     with OpenAIServer(Reply(hang="before")) as server:
-        with pytest.raises(ModelTimeout, match=r"no chunk within 0.5 s"):
+        with pytest.raises(ModelTimeout, match=r"no token in 0.5 s"):
             await openai_service(server, retries=3, timeout_s=0.5).complete(QUESTION)
     assert len(server.requests) == 1  # the deadline is spent: no attempt after it
 
@@ -95,7 +95,7 @@ async def test_timeout_bounds_the_time_to_the_first_chunk_across_every_attempt()
 async def test_a_stall_between_chunks_is_a_timeout_after_the_first_chunk():
     received = []
     with OpenAIServer(Reply(chunks=("first", " second"), hang="after_first")) as server:
-        with pytest.raises(ModelTimeout, match=r"the stream stalled: no chunk for 0.5 s"):
+        with pytest.raises(ModelTimeout, match=r"stream stalled after 1 token: no token in 0.5 s"):
             async for text in openai_service(server, retries=3, timeout_s=0.5).stream(QUESTION):
                 received.append(text)
     assert received == ["first"] and len(server.requests) == 1

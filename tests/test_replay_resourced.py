@@ -62,3 +62,15 @@ def test_what_the_identity_may_not_publish_is_named_before_anything_is_sent():
         ("notes", "text-input"): "may not publish on 'notes'"
     }
     assert refused_by(Permissions(publish=["*"], sources=["*"]), "alice", messages) == {}
+
+
+def test_what_a_bound_identity_may_not_replay_as_another_participant_is_named():
+    resource = Resourcer("alice")
+    messages = [
+        resource(recorded(b"voice.query\x00carol\x00", "q1", 1, participant_id="carol")),
+        resource(recorded(b"voice.query\x00alice\x00", "q2", 1, participant_id="alice")),
+    ]
+    bound = Permissions(publish=["voice.query"], sources=["text-input"], participants=["alice"])
+    assert refused_by(bound, "alice", messages) == {
+        ("voice.query", "text-input"): "may not speak as participant 'carol'"
+    }

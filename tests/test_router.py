@@ -293,12 +293,13 @@ async def test_failure_before_the_first_chunk_is_reported_by_the_router():
     assert log.of("say") == [("say", "chat", "t1", RouterTexts().failure)]
 
 
-async def test_failure_after_the_first_chunk_is_left_to_the_destination():
+async def test_failure_after_the_first_chunk_ends_with_the_routers_apology():
     log = Log()
     chat = Destination("chat", log, answers=[("after", ConnectionError("cut"))])
     router = make_router(log, [chat], "chat")
     assert (await router.handle(turn("t1"))).status == "failed"
-    assert log.of("say") == []
+    assert log.of("say") == [("say", "chat", "t1", "Sorry, I lost the rest of that answer.")]
+    assert log.index(("started", "chat", "t1")) < log.index(log.of("say")[0])
 
 
 # -- history ------------------------------------------------------------------------------

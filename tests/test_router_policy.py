@@ -41,7 +41,7 @@ from xrmq.schemas import (
     TurnEnded,
 )
 
-TEXTS = RouterTexts(failure="FAILURE", unavailable="UNAVAILABLE")
+TEXTS = RouterTexts(failure="FAILURE", unavailable="UNAVAILABLE", lost="LOST")
 ON = RoutingAid("a destination")
 TURN = AgentTurn("p1", "t1", "hello", timestamp_us=7)
 EARLIER = AgentExchange("before", "earlier answer", 1, "t0", "a")
@@ -464,10 +464,10 @@ ROWS = {
         error="Boom: it broke",
         history=(),
     ),
-    "rule 6: a failure after the first output is left to the destination": Row(
+    "rule 6: a failure after the first output ends with the router's apology": Row(
         decisions=("a",),
         answers={"a": (AFTER,)},
-        trace=["decide a,b,c", "admit a", "answer a", "done failed"],
+        trace=["decide a,b,c", "admit a", "answer a", "say a: LOST", "done failed"],
         result=("failed", "a"),
         error="Boom: it broke",
         history=(),

@@ -105,7 +105,8 @@ async def test_a_remote_turn_crosses_the_broker_four_times_before_its_first_chun
                 for count in (1, 2, 3):
                     front.send(QUERY_TOPIC, UserQuery("Hello?", 1), participant_id="p1")
                     await recorder.wait_for(lambda frames, n=count: recorder.finals() == n)
-                await until(lambda: len(tally.done) == 3)
+                # filled by the reader thread: waited for there, not in loop passes
+                assert await asyncio.to_thread(tally.wait_done, 3, 20)
         finally:
             stop.set()
             reader.join()

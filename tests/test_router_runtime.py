@@ -5,20 +5,31 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import ScriptedLLM, ScriptedResponse
 from xrmq.actors.routing import AgentRouter, SingleDestination
-from xrmq.actors.runtime import AgentRuntime
-from xrmq.schemas import Admission, Interrupted, ParticipantJoined, ParticipantLeft, UserQuery
+from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext
+from xrmq.schemas import (
+    Admission,
+    ForgetFailure,
+    Interrupted,
+    ParticipantForgotten,
+    ParticipantJoined,
+    ParticipantLeft,
+    UserQuery,
+)
 from xrmq.topics import (
     INTERRUPTED_TOPIC,
+    PARTICIPANT_FORGOTTEN_TOPIC,
     PARTICIPANT_JOINED_TOPIC,
     PARTICIPANT_LEFT_TOPIC,
     QUERY_TOPIC,
     VOICE_OUTPUT_TOPIC,
 )
 
-from router_doubles import Destination, FakeContext, Log, OutputRecorder
+from router_doubles import Decisions, Destination, FakeContext, Log, OutputRecorder
 
 
 def runtime_router(runtime: AgentRuntime, agents: dict, **kwargs) -> AgentRouter:
@@ -147,3 +158,88 @@ async def test_a_join_for_a_participant_with_router_state_starts_them_afresh():
     assert log.of("cleanup") == [("cleanup", "p1")]  # p2 had no state: nothing to clean
     assert log.of("admit")[-1][3] is False  # focus did not survive the new session
     assert recorder.frames == []
+
+
+class ForgottenRecorder(Agent):
+    """Logs every ``ParticipantForgotten`` the router publishes."""
+
+    def __init__(self, log: Log) -> None:
+        self.log = log
+        self.heard = asyncio.Event()
+
+    def handlers(self):
+        return {PARTICIPANT_FORGOTTEN_TOPIC: self.on_forgotten}
+
+    async def on_forgotten(self, message: ParticipantForgotten, ctx: RuntimeContext) -> None:
+        self.log.append(("forgotten", ctx.participant_id, message.request_id, message.failed))
+        self.heard.set()
+
+
+class SlowToForget(Destination):
+    """Forgets a participant only once ``forget`` is set; ``asked`` is set when it is asked."""
+
+    def __init__(self, name: str, log: Log) -> None:
+        super().__init__(name, log)
+        self.asked = asyncio.Event()
+        self.forget = asyncio.Event()
+
+    async def participant_left(self, participant_id: str) -> None:
+        self.asked.set()
+        await self.forget.wait()
+        await super().participant_left(participant_id)
+
+
+class CannotForget(Destination):
+    async def participant_left(self, participant_id: str) -> None:
+        raise TimeoutError("the transcript store did not answer within 2s")
+
+
+@pytest.mark.timeout(20)
+async def test_a_participant_left_is_confirmed_once_every_destination_forgot_and_history_is_gone():
+    log = Log()
+    chat = Destination("chat", log)
+    slow = SlowToForget("notes", log)
+    broken = CannotForget("tools", log)
+    runtime = AgentRuntime()
+    forgotten = runtime.register("forgotten", ForgottenRecorder(log))
+    router = AgentRouter(
+        {"chat": chat, "notes": slow, "tools": broken},
+        Decisions(log),
+        default="chat",
+        query_topic=QUERY_TOPIC,
+        output_topic=VOICE_OUTPUT_TOPIC,
+    )
+    runtime.register("router", router)
+    async with runtime:
+        for text in ("The freezer in room 210 is at minus 80.", "What is the freezer at?"):
+            runtime.send(QUERY_TOPIC, UserQuery(text, 1), participant_id="p1")
+            await chat.answered.wait()
+            chat.answered.clear()
+        first = log.of("answer")[0][2]
+        assert log.of("answer")[1][3] == (first,)  # the history the router passes on
+
+        left = runtime.send(PARTICIPANT_LEFT_TOPIC, ParticipantLeft(), participant_id="p1")
+        await slow.asked.wait()
+        assert not forgotten.heard.is_set()  # not before every destination forgot
+        slow.forget.set()
+        await asyncio.wait_for(forgotten.heard.wait(), 5)
+        assert router.gauges()["router.participants"] == 0
+
+        third = runtime.send(
+            QUERY_TOPIC, UserQuery("What is the freezer at?", 2), participant_id="p1"
+        )
+        await chat.answered.wait()
+    assert log.of("answer")[2][2:4] == (third, ())  # no history survived the departure
+    assert log.of("forgotten") == [
+        (
+            "forgotten",
+            "p1",
+            left,
+            (
+                ForgetFailure(
+                    "tools", "TimeoutError: the transcript store did not answer within 2s"
+                ),
+            ),
+        )
+    ]
+    assert log.index(("left", "notes", "p1")) < log.index(log.of("forgotten")[0])

@@ -61,3 +61,9 @@ def test_an_unknown_control_frame_changes_nothing():
     readiness = Readiness()
     readiness.returned(b"notes\x00\x00?unknown")
     assert readiness.pending() == []
+
+
+def test_pending_names_the_participants_of_unanswered_subscriptions():
+    readiness = Readiness()
+    readiness.arm([*SUBSCRIPTIONS, topic_key("voice.output", "p2")])
+    assert readiness.pending_participants() == ["p1", "p2"]

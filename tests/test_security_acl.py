@@ -227,3 +227,133 @@ def test_a_remembered_decision_still_records_every_ask_and_checks_every_reply():
     assert "own inbox" in acl.check_message(
         "router", key("route.conversation.answer"), bad_reply_to, False
     )
+
+
+# -- participants: an identity bound to the participants it may speak and listen as ---------
+
+BOUND = {
+    **POLICY_IDENTITIES,
+    "alice": Permissions(
+        publish=["voice.query"],
+        sources=["text-input"],
+        subscribe=["voice.output"],
+        participants=["alice"],
+    ),
+    "kiosk": Permissions(
+        publish=["voice.query"],
+        sources=["*"],
+        subscribe=["voice.output"],
+        participants=["guest-*", "host"],
+    ),
+    "lamp": Permissions(subscribe=["voice.output"], participants=[]),
+}
+
+
+def with_participant(sender: str, participant: str | None, **extra) -> bytes:
+    return metadata(sender, "text-input", participant_id=participant, **extra)
+
+
+@pytest.mark.parametrize(
+    "identity, participant, allowed",
+    [
+        ("alice", "alice", True),
+        ("alice", "carol", False),
+        ("alice", "alice2", False),  # a name is exact
+        ("alice", None, True),  # a global message is no participant's
+        ("kiosk", "guest-7", True),
+        ("kiosk", "host", True),
+        ("kiosk", "hostess", False),
+        ("kiosk", "carol", False),
+        ("renderer", "carol", True),  # no participants key: every participant
+    ],
+)
+def test_a_message_as_a_participant_the_identity_may_not_speak_as_is_dropped(
+    identity, participant, allowed
+):
+    acl = AccessPolicy({**BOUND, "renderer": Permissions(publish=["voice.query"], sources=["*"])})
+    meta = with_participant(f"{identity}-1", participant)
+    reason = acl.check_message(identity, key("voice.query", participant or ""), meta, False)
+    assert (reason is None) == allowed, reason
+    if not allowed:
+        assert reason == f"may not speak as participant {participant!r}"
+
+
+def test_a_remembered_decision_does_not_let_another_participant_through():
+    acl = AccessPolicy(BOUND)
+    ok = with_participant("alice-1", "alice")
+    assert acl.check_message("alice", key("voice.query", "alice"), ok, False) is None
+    carol = with_participant("alice-1", "carol")  # same identity, topic, sender and source
+    assert acl.check_message("alice", key("voice.query", "carol"), carol, False) is not None
+
+
+def test_the_metadata_participant_is_held_to_the_same_rule_as_the_keys():
+    acl = AccessPolicy(BOUND)
+    hidden = with_participant("alice-1", "carol")
+    reason = acl.check_message("alice", key("voice.query", "alice"), hidden, False)
+    assert reason == "may not speak as participant 'carol'"
+
+
+def test_a_dropped_ask_as_another_participant_is_not_remembered_for_replies():
+    acl = AccessPolicy(BOUND)
+    ask = with_participant("alice-1", "carol", message_id="ask-c", reply_to="_inbox.alice-1")
+    assert acl.check_message("alice", key("voice.query", "carol"), ask, False) is not None
+    reply = metadata("router", "router", correlation_id="ask-c")
+    assert "no ask" in acl.check_message("router", key("_inbox.alice-1", "carol"), reply, False)
+
+
+def test_a_probe_as_another_participant_is_dropped():
+    acl = AccessPolicy(BOUND)
+    assert acl.check_message("alice", key("voice.output", "alice", "?x"), b"", True) is None
+    reason = acl.check_message("alice", key("voice.output", "carol", "?x"), b"", True)
+    assert reason == "may not speak as participant 'carol'"
+
+
+@pytest.mark.parametrize(
+    "identity, prefix, applied",
+    [
+        # a whole topic: its global messages and the allowed participants' only
+        ("alice", b"voice.output\x00", [b"voice.output\x00\x00", b"voice.output\x00alice\x00"]),
+        ("alice", b"voice.output\x00alice\x00", [b"voice.output\x00alice\x00"]),
+        ("alice", b"voice.output\x00\x00", [b"voice.output\x00\x00"]),
+        ("alice", b"voice.output\x00carol\x00", []),
+        ("alice", b"voice.output\x00ali", [b"voice.output\x00alice\x00"]),
+        ("alice", b"voice.output\x00c", []),
+        (
+            "alice",
+            b"_inbox.alice-1\x00",
+            [b"_inbox.alice-1\x00\x00", b"_inbox.alice-1\x00alice\x00"],
+        ),
+        (
+            "kiosk",
+            b"voice.output\x00",
+            [b"voice.output\x00\x00", b"voice.output\x00host\x00", b"voice.output\x00guest-"],
+        ),
+        ("kiosk", b"voice.output\x00guest-", [b"voice.output\x00guest-"]),
+        ("kiosk", b"voice.output\x00guest-7", [b"voice.output\x00guest-7"]),
+        ("kiosk", b"voice.output\x00gu", [b"voice.output\x00guest-"]),
+        ("kiosk", b"voice.output\x00guest-7\x00", [b"voice.output\x00guest-7\x00"]),
+        ("kiosk", b"voice.output\x00hostess\x00", []),
+        ("lamp", b"voice.output\x00", [b"voice.output\x00\x00"]),  # global messages only
+        ("lamp", b"voice.output\x00alice\x00", []),
+        ("renderer", b"voice.output\x00", [b"voice.output\x00"]),  # unbound: as asked
+        ("renderer", b"voice.output\x00carol\x00", [b"voice.output\x00carol\x00"]),
+    ],
+)
+def test_a_bound_identitys_subscription_is_narrowed_to_its_participants(identity, prefix, applied):
+    acl = AccessPolicy(BOUND)
+    assert acl.applied_subscriptions(identity, prefix) == applied
+    reason = acl.check_subscription(identity, prefix)
+    assert (reason is None) == bool(applied), reason
+    if not applied:
+        assert reason is not None and reason.startswith("may not listen as participant")
+
+
+def test_a_malformed_participant_pattern_is_refused_naming_the_rule():
+    with pytest.raises(ValueError, match="a name, a prefix ending in"):
+        AccessPolicy({"alice": Permissions(participants=["guest-*-x"])})
+
+
+def test_a_bound_identity_never_reads_the_capture_socket():
+    acl = AccessPolicy({"alice": Permissions(capture=True, participants=["alice"])})
+    assert not acl.may_capture("alice")
+    assert acl.check_subscription("alice", b"xrmq.capture\x00") is not None

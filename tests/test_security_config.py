@@ -107,6 +107,40 @@ def test_keys_commands_write_and_list(tmp_path):
             "bus.security.rescan_s",
             "must be >= 0 (0: never re-scan)",
         ),
+        (
+            {"bus": {"identities": {"s": {"participants": ["guest-*-x"]}}}},
+            "bus.identities.s.participants[0]",
+            "'guest-*-x': a participant id, a prefix ending in '*' (\"guest-*\"), or '*'",
+        ),
+        (
+            {"bus": {"identities": {"s": {"participants": ["alice", " "]}}}},
+            "bus.identities.s.participants[1]",
+            "a participant id, a prefix ending in '*'",
+        ),
+        (
+            {"bus": {"identities": {"s": {"participants": "alice"}}}},
+            "bus.identities.s.participants",
+            "must be an array",
+        ),
+        (
+            {
+                "processes": {"front": {"roles": ["router"], "identity": "desk"}},
+                "bus": {"identities": {"desk": {"participants": ["alice"]}}},
+            },
+            "bus.identities.desk.participants",
+            "identity 'desk' runs role 'router' (process 'front'), whose actors serve every "
+            "participant: leave participants out of its table",
+        ),
+        (
+            {"bus": {"identities": {"s": {"participants": ["alice"], "capture": True}}}},
+            "bus.identities.s.participants",
+            "capture = true reads every participant's messages",
+        ),
+        (
+            {"bus": {"identities": {"xrmq-context": {"participants": ["alice"]}}}},
+            "bus.identities.xrmq-context.participants",
+            "xrmq's own tool identity, which serves every participant",
+        ),
     ],
 )
 def test_security_config_errors_name_the_key_and_the_rule(raw, key, rule):
@@ -159,6 +193,26 @@ def test_an_identity_table_replaces_the_derived_lists_it_names():
     granted = permissions(config)
     assert granted["renderer"].subscribe == ["voice.output"]
     assert granted["alice"].publish == ["voice.query"] and granted["alice"].subscribe == []
+
+
+def test_participants_bind_only_the_identities_whose_tables_name_them():
+    config = decode_config(
+        {
+            **_processes(),
+            "bus": {
+                "identities": {
+                    "alice": {"publish": ["voice.query"], "participants": ["alice"]},
+                    "kiosk": {"participants": ["guest-*", "host"]},
+                    "sensor": {"publish": ["notes"]},
+                }
+            },
+        }
+    )
+    granted = permissions(config)
+    assert granted["alice"].participants == ["alice"]
+    assert granted["kiosk"].participants == ["guest-*", "host"]
+    assert granted["sensor"].participants is None  # no key: every participant, as before
+    assert granted["renderer"].participants is None  # the box's own: every participant
 
 
 def _processes() -> dict:

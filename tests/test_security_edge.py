@@ -1,7 +1,8 @@
 """The secure edge box: ``xrmq up --init-keys`` with a curve config on tcp loopback answers
 ``xrmq say --key``, takes a sensor's note, drops its forgeries (``xrmq top`` shows the
-broker's counters), runs the SDK's example (docs/context.md) over the bus; and the unsafe
-default is refused."""
+broker's counters), holds alice's key to participant alice (``say`` as carol is not
+answered), runs the SDK's example (docs/context.md) over the bus; and the unsafe default
+is refused."""
 
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ keys = "keys"
 publish = ["voice.query"]
 sources = ["text-input"]
 subscribe = ["voice.output", "voice.turn_ended"]
+participants = ["alice"]
 
 [bus.identities.sensor]
 publish = ["notes", "scene"]
@@ -143,6 +145,8 @@ async def test_a_curve_edge_box_from_init_keys_answers_say_with_a_key_and_runs_s
             str(keys / "alice.key_secret"),
             "--server-key",
             str(keys / "broker.key"),
+            "--participant",
+            "alice",
         ]
         answer = cli(env, "say", *as_alice, "--timeout", "30", "Hello there.")
         assert answer.returncode == 0, answer.stderr
@@ -172,7 +176,13 @@ async def test_a_curve_edge_box_from_init_keys_answers_say_with_a_key_and_runs_s
             # the ops identity may read the capture socket
             expect_line(record, "xrmq record: ready")
             sensor = subprocess.run(
-                [sys.executable, str(EXAMPLES / "sensor_publisher.py"), bus],
+                [
+                    sys.executable,
+                    str(EXAMPLES / "sensor_publisher.py"),
+                    bus,
+                    "--participant",
+                    "alice",
+                ],
                 capture_output=True,
                 text=True,
                 env=sensor_env,
@@ -216,8 +226,16 @@ async def test_a_curve_edge_box_from_init_keys_answers_say_with_a_key_and_runs_s
         )
         assert kettle.returncode == 0, kettle.stderr
         assert "85" in kettle.stdout  # the sensor's note reached the participant's context
+        # alice's key is bound to participant alice: asking as carol gets nothing back
+        as_carol = [*as_alice[:-1], "carol"]
+        carol = cli(env, "say", *as_carol, "--timeout", "30", "What is carol's door code?")
+        assert carol.returncode != 0 and "85" not in carol.stdout
+        assert "may it subscribe to voice.output, voice.turn_ended as participant 'carol'" in (
+            carol.stderr
+        )
 
-        top = cli(env, "top", *as_ops, "--once", "--json", "--expect", "6", "--window", "30")
+        # the broker, five processes and xrmq up's own runtime
+        top = cli(env, "top", *as_ops, "--once", "--json", "--expect", "7", "--window", "30")
         assert top.returncode == 0, top.stderr
         rows = {row["runtime"]: row for row in json.loads(top.stdout)}
         assert {
@@ -231,8 +249,9 @@ async def test_a_curve_edge_box_from_init_keys_answers_say_with_a_key_and_runs_s
             "router": "router",
             "renderer": "renderer",
         }
-        assert rows["broker"]["dropped"] == {"sensor": 1}
-        assert rows["broker"]["denied"] == {}
+        assert rows["broker"]["dropped"]["sensor"] == 1
+        assert set(rows["broker"]["dropped"]) == {"sensor", "alice"}  # alice: its carol probes
+        assert set(rows["broker"]["denied"]) == {"alice"}  # alice: its carol subscriptions
 
         seed_result, printed = await run_seed_example(bus, keys, up)
         assert seed_result.status == "answered"

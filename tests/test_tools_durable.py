@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import sys
 
 import pytest
 from tools_doubles import Probe, never_started, probe_reading, session_model, turn
@@ -170,6 +171,39 @@ async def test_a_participant_leaving_removes_their_transcript_rows(tmp_path):
         journal.close()
 
 
+async def test_participant_left_returns_once_the_store_forgot_the_transcript_and_its_originals(
+    tmp_path,
+):
+    front = AgentRuntime(name="front")
+    back = AgentRuntime(front.address, name="back")
+    store = open_store(tmp_path / "context-0.sqlite3")
+    register_transcripts(back, "lab-tools", store=store)
+    async with front, back:
+        agent = agent_on(front)
+        for index in range(1, 15):
+            await agent.answer(turn(f"t{index}", f"Read probe {index}."), started=never_started)
+        reclaimed = await agent.compact("p1", tier="toolcall")
+        await agent.mirrored()
+        journaled = store.read_transcript("p1", "lab-tools")
+        assert reclaimed.reclaimed_count == 2
+        assert journaled is not None and len(journaled.originals) == 2
+
+        await agent.participant_left("p1")  # no mirrored(): returning means it is forgotten
+        assert store.read_transcript("p1", "lab-tools") is None
+        assert await load(front) == TranscriptState()
+    store.close()
+
+
+async def test_participant_left_fails_naming_the_store_that_did_not_forget(tmp_path):
+    front = AgentRuntime(name="front")
+    async with front:
+        agent = agent_on(front, discovery_timeout_s=0.3)  # no store serves lab-tools
+        agent.transcript("p1")
+        with pytest.raises(TimeoutError, match="transcript store 'lab-tools' did not forget p1"):
+            await agent.participant_left("p1")
+        assert agent.transcript("p1").revision == 0  # this process forgot it all the same
+
+
 def test_a_version_1_journal_gains_the_transcript_tables(tmp_path):
     path = tmp_path / "context.sqlite3"
     open_store(path).close()
@@ -304,3 +338,53 @@ async def test_an_instance_retired_over_its_bound_reads_its_transcript_back_from
     store.close()
     assert list(again.messages) == agent.transcript("p1").messages and again.revision == 1
     assert agent.store_refused == 0  # read back whole: nothing had to be re-sent
+
+
+@pytest.mark.timeout(180)
+async def test_context_clear_on_a_running_box_forgets_the_tools_transcript_and_its_rows(
+    monkeypatch,
+):
+    from xrmq.actors.edge.private_stack import PrivateStack
+    from xrmq.actors.edge.replies import ReplyCollector, ask
+
+    from buses import PROCS
+    from edge_box import journal_rows_of
+
+    monkeypatch.setenv("PYTHONPATH", str(PROCS))  # the camera process's role: edge_roles
+    monkeypatch.syspath_prepend(str(PROCS))
+    async with PrivateStack(tools_stack_config()) as stack:
+        assert stack.directory is not None
+        collector = ReplyCollector()
+        client = AgentRuntime(stack.bus, name="test-client")
+        client.register("replies", collector)
+        async with client, asyncio.timeout(150):
+            for index in range(2):
+                bench = ask(client, collector, "p2", f"What is on the bench? ({index})")
+                await bench.wait(30)
+                assert "red multimeter" in bench.answer, bench.answer
+            before = await load(client, "p2")
+            assert len(before.messages) == 8
+            assert any(
+                table == "transcript_messages"
+                for table, _ in journal_rows_of(stack.directory, "p2")
+            )
+
+            cleared = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "xrmq.actors.cli",
+                "context",
+                "clear",
+                "--participant",
+                "p2",
+                "--config",
+                str(stack.directory / "edge.toml"),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            out, err = await cleared.communicate()
+            assert (cleared.returncode, out.decode().strip()) == (0, "xrmq context: cleared p2"), (
+                err.decode()
+            )
+            assert await load(client, "p2") == TranscriptState()
+            assert journal_rows_of(stack.directory, "p2") == []

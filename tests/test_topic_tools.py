@@ -4,6 +4,7 @@ and a replay that leaves out what an edge box derives (issue 17, item 5)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import subprocess
 import sys
@@ -11,13 +12,28 @@ import sys
 import msgspec
 import pytest
 
+from xrmq.actors.context.messages import ExchangeRecord, RecordExchanges
 from xrmq.actors.edge.recording import MAGIC, encode_record, read_records
 from xrmq.actors.edge.topicfilter import replay_filter
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext
-from xrmq.schemas import ConversationContextUpdate, MessageMetadata, ResponseOutput, UserQuery
-from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC, Topic, context_topic, topic_key
+from xrmq.schemas import (
+    AudioFrame,
+    ConversationContextUpdate,
+    MessageMetadata,
+    ResponseOutput,
+    UserQuery,
+)
+from xrmq.topics import (
+    AUDIO_IN_TOPIC,
+    QUERY_TOPIC,
+    VOICE_OUTPUT_TOPIC,
+    Topic,
+    context_topic,
+    topic_key,
+)
 
 from buses import broker_process, expect_line, reap
+from raw_client import RawClient
 
 pytestmark = pytest.mark.timeout(60)
 CLI = [sys.executable, "-m", "xrmq.actors.cli"]
@@ -294,3 +310,64 @@ async def test_topics_lists_each_topic_with_its_messages_publishers_and_particip
         "2",
     ]  # messages; publishers, participants
     assert rows["scene"][0] == "1" and rows["scene"][2:4] == ["1", "1"]
+
+
+def test_capture_show_prints_bytes_as_length_and_hex_prefix_and_as_base64_in_json(tmp_path):
+    identity = bytes(range(40))
+    write = RecordExchanges(
+        "manager", 1, (ExchangeRecord(identity, "Freezer?", "Minus 80.", 1_000_000),)
+    )
+    pcm = b"\x01\x00" * 160
+    capture = tmp_path / "bytes.cap"
+    write_capture(
+        capture,
+        [
+            frames("context.dialogue.write", write, "p1", 1, "manager"),
+            frames(AUDIO_IN_TOPIC, AudioFrame(pcm, 16_000, 1, 0, 1_000_000), "p1", 2, "mic"),
+        ],
+    )
+    text = subprocess.run(
+        [*CLI, "capture", "show", str(capture)], capture_output=True, text=True, timeout=30
+    )
+    assert text.returncode == 0, text.stderr
+    dialogue, audio = text.stdout.splitlines()
+    assert f'"identity": <40 bytes: {identity[:16].hex()}...>' in dialogue
+    assert '"request": "Freezer?"' in dialogue
+    assert f'"pcm": <320 bytes: {pcm[:16].hex()}...>' in audio
+    as_json = subprocess.run(
+        [*CLI, "capture", "show", "--json", str(capture)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert as_json.returncode == 0, as_json.stderr
+    dialogue_json, audio_json = (json.loads(line) for line in as_json.stdout.splitlines())
+    exchange = dialogue_json["payload"]["exchanges"][0]
+    assert base64.b64decode(exchange["identity"]) == identity
+    assert base64.b64decode(audio_json["payload"]["pcm"]) == pcm
+
+
+async def test_echo_prints_a_dialogue_write_with_its_bytes_identity():
+    identity = bytes(range(20))
+    write = RecordExchanges("manager", 1, (ExchangeRecord(identity, "Freezer?", "Minus 80.", 1),))
+    with broker_process() as bus:
+        echo = subprocess.Popen(
+            [*CLI, "echo", "--bus", bus, "context.dialogue.write", "--count", "1"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            expect_line(echo, "xrmq echo: ready topic=context.dialogue.write")
+            client = RawClient(bus)
+            try:
+                client.wait_ready()
+                payload = msgspec.to_builtins(write, builtin_types=(bytes,))  # bytes stay bin
+                client.send("context.dialogue.write", "p1", 1, payload)
+            finally:
+                client.context.destroy(linger=0)
+            stdout, stderr = echo.communicate(timeout=20)
+        finally:
+            reap(echo)
+    assert echo.returncode == 0, stderr
+    assert f'"identity": <20 bytes: {identity[:16].hex()}...>' in stdout

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from xrmq.actors.conversation import Conversation
+from xrmq.actors.edge.config import decode_config, load_config, reply_wait_s
 from xrmq.actors.edge.replies import ReplyCollector, ask
 from xrmq.actors.models import LiteLLMService
 from xrmq.actors.models.litellm_service import import_litellm
@@ -33,6 +34,7 @@ from xrmq.schemas import DestinationResult
 from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC
 
 from buses import broker_process, expect_line, reap
+from openai_server import OpenAIServer, Reply
 from router_doubles import Destination, FakeContext, Log
 
 CLI = [sys.executable, "-m", "xrmq.actors.cli"]
@@ -83,10 +85,129 @@ async def test_a_turn_whose_model_is_unreachable_ends_with_the_models_error_afte
             await turn.wait(60)
     assert turn.router_text == FAILURE_TEXT
     assert turn.outcome.status == "failed" and turn.outcome.route == "conversation"
-    assert turn.outcome.error.startswith(
-        f"ModelUnavailable: model hosted_vllm/m: cannot connect to {api_base} ("
+    assert turn.outcome.error == (
+        f"ModelUnavailable: model hosted_vllm/m at {api_base}: connection refused"
     )
     assert turn.failure == f"turn failed: {turn.outcome.error}"
+
+
+class HeardSink:
+    """A renderer's sink that records what one participant hears: (sources, text) per
+    segment."""
+
+    def __init__(self, participant_id: str) -> None:
+        self.participant_id = participant_id
+        self.heard: list[tuple[tuple[str, ...], str]] = []
+        self.router_spoke = asyncio.Event()
+
+    async def play(self, segment) -> None:
+        if segment.participant_id != self.participant_id:
+            return
+        self.heard.append((segment.sources, segment.text))
+        if "router" in segment.sources:
+            self.router_spoke.set()
+
+    async def end(self, ended) -> None:
+        pass
+
+
+DROPPING = Reply(chunks=("The spare key", " is in", " drawer 12."), drop_after=2)
+"""A model that sends two tokens of its answer and then drops the connection."""
+
+
+@contextmanager
+def dropping_model() -> Iterator[tuple[OpenAIServer, LiteLLMService]]:
+    with OpenAIServer(DROPPING) as server:
+        yield server, LiteLLMService("hosted_vllm/m", api_base=server.api_base, retries=0)
+
+
+@pytest.mark.timeout(120)  # litellm's import takes seconds on a loaded machine
+async def test_a_reply_that_fails_mid_way_is_marked_and_the_listener_hears_an_apology():
+    """Issue 29, item 4: the partial reply is printed with a marker naming the cause, and
+    the router apologizes on the output topic after it (never a silently cut sentence)."""
+    import io
+
+    from xrmq.actors.edge.chat import say
+    from xrmq.actors.voice import VoiceRenderer
+
+    import_litellm()
+    front, back, collector = front_and_back()
+    sink = HeardSink("p1")
+    front.register("renderer", VoiceRenderer(sink))
+    with dropping_model() as (server, llm):
+        conversation = Conversation(
+            llm, context=FakeContext(), runtime=back, output_topic=VOICE_OUTPUT_TOPIC
+        )
+        back.register("conversation-server", serve("conversation", conversation))
+        async with front, back:
+            turn = ask(front, collector, "p1", "Where is the spare key?")
+            await turn.wait(60)
+            await turn.wait_outcome(10)
+            await asyncio.wait_for(sink.router_spoke.wait(), 10)
+            out = io.StringIO()
+            code = await say(front.address, "p2", "And the other one?", timeout=60, out=out)
+    cause = (
+        f"ModelUnavailable: model hosted_vllm/m at {server.api_base}: stream dropped after 2 tokens"
+    )
+    assert turn.outcome.error == cause
+    assert turn.answer == "The spare key is in"
+    assert turn.marked == f"The spare key is in [reply failed mid-way: {cause}]"
+    heard = [(sources[0], text.strip()) for sources, text in sink.heard]
+    assert heard[-1] == ("router", "Sorry, I lost the rest of that answer.")
+    assert " ".join(text for source, text in heard[:-1]) == "The spare key is in"
+    assert code == 1
+    assert out.getvalue() == f"The spare key is in [reply failed mid-way: {cause}]\n"
+
+
+def test_the_marker_follows_the_partial_answer_whenever_the_apology_arrives():
+    """The router's apology may reach a front end before the destination's final frame
+    (they come from two publishers): the printed text is the same either way."""
+    from xrmq.actors.edge.replies import Turn
+    from xrmq.schemas import TurnEnded
+
+    apology = ("router", "Sorry, I lost the rest of that answer.")
+    for parts in (
+        [("conversation", "The spare key"), ("conversation", " is in"), apology],
+        [("conversation", "The spare key"), apology, ("conversation", " is in")],
+    ):
+        turn = Turn("p1", "Where is the spare key?", "t1", 0.0, parts=parts)
+        turn.outcome = TurnEnded("t1", "failed", "conversation", "Boom: cut")
+        assert turn.router_text == ""
+        assert turn.spoken == "The spare key is in Sorry, I lost the rest of that answer."
+        assert turn.marked == "The spare key is in [reply failed mid-way: Boom: cut]"
+    before = Turn("p1", "Hi", "t2", 0.0, parts=[("router", "Sorry, something went wrong.")])
+    before.outcome = TurnEnded("t2", "failed", "conversation", "Boom: down")
+    assert before.midway == "" and before.marked == "Sorry, something went wrong."
+
+
+@pytest.mark.timeout(120)
+async def test_chat_marks_a_reply_that_failed_mid_way(capsys):
+    import io
+
+    from xrmq.actors.edge.chat import chat
+
+    import_litellm()
+    front, back, _ = front_and_back()
+    with dropping_model() as (server, llm):
+        conversation = Conversation(
+            llm, context=FakeContext(), runtime=back, output_topic=VOICE_OUTPUT_TOPIC
+        )
+        back.register("conversation-server", serve("conversation", conversation))
+        out = io.StringIO()
+        async with front, back:
+            code = await chat(
+                front.address,
+                "p1",
+                timeout=60,
+                stdin=io.StringIO("Where is the spare key?\n/quit\n"),
+                out=out,
+            )
+    cause = (
+        f"ModelUnavailable: model hosted_vllm/m at {server.api_base}: stream dropped after 2 tokens"
+    )
+    assert code == 0
+    assert f"conversation: The spare key is in [reply failed mid-way: {cause}]\n" in out.getvalue()
+    assert f"xrmq chat: turn failed: {cause}" in capsys.readouterr().err
 
 
 async def test_a_turn_without_its_destination_ends_unanswered_naming_the_unreachable_destination():
@@ -174,11 +295,12 @@ def edge_box(config: Path, env: dict) -> Iterator[tuple[subprocess.Popen, dict[s
 
 
 def say(
-    env: dict, bus: str, text: str, timeout: float = 60
+    env: dict, bus: str, text: str, timeout: float = 60, *options: str
 ) -> tuple[subprocess.CompletedProcess, float]:
+    """``xrmq say`` with ``--timeout timeout`` (``options`` instead, when given)."""
     began = time.monotonic()
     result = subprocess.run(
-        [*CLI, "say", "--bus", bus, "--timeout", str(timeout), text],
+        [*CLI, "say", "--bus", bus, *(options or ("--timeout", str(timeout))), text],
         capture_output=True,
         text=True,
         env=env,
@@ -203,10 +325,60 @@ def test_say_exits_with_the_cause_when_the_model_is_unreachable(tmp_path):
     assert result.returncode == 1, result.stderr
     assert result.stdout.strip() == FAILURE_TEXT
     assert result.stderr.startswith(
-        "xrmq say: turn failed: ModelUnavailable: model hosted_vllm/Qwen/Qwen3-4B: "
-        f"cannot connect to {api_base} ("
+        "xrmq say: turn failed: ModelUnavailable: model hosted_vllm/Qwen/Qwen3-4B at "
+        f"{api_base}: connection refused\n"
     ), result.stderr
     assert elapsed < 30  # the turn ended with the failure, not with say's 60 s timeout
+
+
+@pytest.mark.timeout(150)
+def test_say_reports_a_stalled_model_with_its_cause_before_its_default_timeout(tmp_path):
+    """Issue 29, item 3: a model that accepts the connection and sends nothing fails the
+    turn (``ModelTimeout``) before a ``say`` that kept its default wait gives up."""
+    env = quiet_env(tmp_path)
+    bus = f"ipc://{tmp_path}/bus"
+    with OpenAIServer(Reply(hang="before")) as server:
+        answers = (
+            f'{{ preset = "local", api_base = "{server.api_base}", retries = 0, timeout_s = 3 }}'
+        )
+        path = write_config(tmp_path / "edge.toml", bus, answers, STACK)
+        default_wait = reply_wait_s(load_config(path))
+        with edge_box(path, env):
+            result, elapsed = say(
+                env, bus, "Where is the spare key?", default_wait, "--config", str(path)
+            )
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith(
+        "xrmq say: turn failed: ModelTimeout: model hosted_vllm/Qwen/Qwen3-4B at "
+        f"{server.api_base}: no token in 3 s\n"
+    ), result.stderr
+    assert server.requests  # the model was asked, and stalled
+    assert elapsed < default_wait  # the turn ended with its cause, not with say's wait
+
+
+def test_the_clients_default_wait_outlasts_every_model_a_turn_waits_for():
+    """A client's default wait (``xrmq say``/``xrmq chat --timeout``) is the box's
+    first-token timeout plus a margin: the box reports a stalled model first."""
+    local = decode_config({"models": {"answers": "local"}})
+    assert local.models.answers.timeout_s == 30  # the preset issue 29 tripped over
+    assert reply_wait_s(local) > 30
+    slow = decode_config(
+        {
+            "models": {"answers": {"preset": "local", "timeout_s": 5}},
+            "destinations": {
+                "conversation": {"description": "General."},
+                "slow": {"description": "Slow.", "model": {"model": "offline", "timeout_s": 90}},
+            },
+        }
+    )
+    assert reply_wait_s(slow) > 90  # a destination's own model counts
+    choosing = decode_config(
+        {
+            "models": {"answers": {"preset": "local", "timeout_s": 5}, "routing": "local"},
+            "router": {"decisions": "llm"},
+        }
+    )
+    assert reply_wait_s(choosing) > 5 + 30  # the routing decision comes first
 
 
 @pytest.mark.timeout(90)

@@ -55,7 +55,9 @@ class Process:
         self.stderr = stderr
 
     @classmethod
-    async def start(cls, tmp_path: Path, name: str, *args: str, ready: str) -> Process:
+    async def start(
+        cls, tmp_path: Path, name: str, *args: str, ready: str, env: dict | None = None
+    ) -> Process:
         stderr = tmp_path / f"{name}.stderr"
         with open(stderr, "wb") as errors:
             process = await asyncio.create_subprocess_exec(
@@ -65,7 +67,7 @@ class Process:
                 *args,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=errors,
-                env={**os.environ, "XRMQ_LOG_LEVEL": "WARNING"},
+                env={**os.environ, "XRMQ_LOG_LEVEL": "WARNING", **(env or {})},
             )
         child = cls(process, stderr)
         await child.read_until(lambda line: line.startswith(ready))
@@ -141,3 +143,48 @@ async def test_xrmq_listen_in_another_process_renders_replies_published_by_this_
     matches = [pattern.match(line) for line in lines]
     assert all(matches), lines
     assert " ".join(match.group(1) for match in matches) == "Hello from another process."
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [
+        (1, "espeak-ng exited with 1: audio open error: No such file or directory"),
+        # espeak-ng may exit 0 after it failed to open the audio device, saying so on stderr
+        (0, "espeak-ng exited with 0 but failed: audio open error: No such file or directory"),
+    ],
+)
+async def test_listen_with_the_espeak_sink_prints_espeak_ngs_error_and_exits_non_zero(
+    tmp_path, status, error
+):
+    fake = tmp_path / "bin"  # a test double of espeak-ng on a machine without a sound card
+    fake.mkdir()
+    (fake / "espeak-ng").write_text(
+        "#!/bin/sh\ncat >/dev/null\n"
+        "echo 'audio open error: No such file or directory' >&2\n"
+        f"exit {status}\n"
+    )
+    (fake / "espeak-ng").chmod(0o755)
+    bus = f"ipc://{tmp_path}/bus"
+    broker = await Process.start(
+        tmp_path, "bus", "bus", "--bus", bus, "--no-capture", ready="xrmq bus: ready"
+    )
+    try:
+        listener = await Process.start(
+            tmp_path,
+            "listen",
+            *("listen", "--bus", bus, "--participant", "p1", "--sink", "espeak"),
+            ready="xrmq listen: ready",
+            env={"PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"},
+        )
+        try:
+            async with AgentRuntime(bus) as runtime:
+                conversation = ResponseOutputs(runtime, VOICE_OUTPUT_TOPIC, source="conversation")
+                async with conversation.reply("p1", request_id="t1") as reply:
+                    await reply.send("Hello.")
+                code = await asyncio.wait_for(listener.process.wait(), LINE_TIMEOUT_S)
+        finally:
+            await listener.stop()
+    finally:
+        await broker.stop()
+    assert code == 1
+    assert f"xrmq listen: the espeak sink failed: {error}" in listener.stderr.read_text()

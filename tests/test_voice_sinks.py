@@ -14,7 +14,9 @@ from xrmq.actors.voice.sinks import (
     ConsoleSink,
     EspeakSink,
     RecordingSink,
+    SinkError,
     SinkUnavailableError,
+    run_espeak,
     speaking_time,
 )
 
@@ -181,3 +183,26 @@ async def test_espeak_sink_reports_each_wav_it_wrote(tmp_path):
     await sink.play(segment("The kettle is on."))
     await sink.end(ended())
     assert written == sink.written == [tmp_path / "p1-000001-conversation.wav"]
+
+
+@pytest.mark.parametrize(
+    ("stderr", "status", "failure"),
+    [
+        ("ALSA lib pcm.c:2666:(snd_pcm_open_noupdate) Unknown PCM cards.pcm.rear", 0, None),
+        ("audio open error: No such file or directory", 0, "exited with 0 but failed"),
+        ("error: Connection refused", 0, "exited with 0 but failed"),
+        ("audio reopen error: Device busy", 3, "exited with 3"),
+    ],
+)
+async def test_espeak_fails_on_its_exit_status_or_its_audio_error_and_not_on_alsa_notices(
+    tmp_path, stderr, status, failure
+):
+    fake = tmp_path / "espeak-ng"  # a test double: what espeak-ng prints, and its exit status
+    fake.write_text(f"#!/bin/sh\ncat >/dev/null\necho '{stderr}' >&2\nexit {status}\n")
+    fake.chmod(0o755)
+    if failure is None:
+        assert await run_espeak([str(fake)], "Hello.") == b""
+        return
+    with pytest.raises(SinkError) as raised:
+        await run_espeak([str(fake)], "Hello.")
+    assert str(raised.value) == f"espeak-ng {failure}: {stderr}"

@@ -5,8 +5,10 @@ from typing import Any
 from xrmq.schemas import (
     AudioFrame,
     AudioPlayback,
+    BoxInfoRequest,
     ConversationContextUpdate,
     Interrupted,
+    ParticipantForgotten,
     ParticipantJoined,
     ParticipantLeft,
     ResponseOutput,
@@ -36,6 +38,11 @@ INTERRUPTED_TOPIC: Topic[Interrupted] = Topic("voice.interrupted", Interrupted)
 """The participant interrupted (barge-in): in-flight work for them stops."""
 PARTICIPANT_JOINED_TOPIC: Topic[ParticipantJoined] = Topic("participant.joined", ParticipantJoined)
 PARTICIPANT_LEFT_TOPIC: Topic[ParticipantLeft] = Topic("participant.left", ParticipantLeft)
+"""The participant left, or asks to be forgotten: the router forgets them everywhere."""
+PARTICIPANT_FORGOTTEN_TOPIC: Topic[ParticipantForgotten] = Topic(
+    "participant.forgotten", ParticipantForgotten
+)
+"""The router's ``ParticipantForgotten`` once every destination forgot a participant who left."""
 TURN_ENDED_TOPIC: Topic[TurnEnded] = Topic("voice.turn_ended", TurnEnded)
 """The router's ``TurnEnded`` for each turn, participant-scoped: how it ended and why."""
 AUDIO_IN_TOPIC: Topic[AudioFrame] = Topic("audio.in", AudioFrame)
@@ -48,6 +55,9 @@ METRICS_TOPIC: Topic[RuntimeMetrics] = Topic("xrmq.metrics", RuntimeMetrics)
 """Every runtime's periodic counters (its heartbeat); read by ``xrmq top`` and the supervisor."""
 SUPERVISOR_TOPIC: Topic[SupervisorReport] = Topic("xrmq.supervisor", SupervisorReport)
 """``xrmq up``'s report of every process it supervises (down ones too); read by ``xrmq top``."""
+BOX_TOPIC: Topic[BoxInfoRequest] = Topic("xrmq.box", BoxInfoRequest)
+"""Ask the running box about itself: ``xrmq up``'s supervisor replies with a ``BoxInfo``
+(the config it runs, its destinations), for clients that have no ``--config``."""
 
 ROUTER_SOURCE = "router"
 """The envelope ``source`` of the router's own text on ``VOICE_OUTPUT_TOPIC`` (an
@@ -66,20 +76,24 @@ STANDARD_TOPICS: tuple[Topic[Any], ...] = (
     INTERRUPTED_TOPIC,
     PARTICIPANT_JOINED_TOPIC,
     PARTICIPANT_LEFT_TOPIC,
+    PARTICIPANT_FORGOTTEN_TOPIC,
     TURN_ENDED_TOPIC,
     AUDIO_IN_TOPIC,
     AUDIO_OUT_TOPIC,
     AUDIO_PLAYBACK_TOPIC,
     METRICS_TOPIC,
     SUPERVISOR_TOPIC,
+    BOX_TOPIC,
 )
 
 __all__ = [
     "AUDIO_IN_TOPIC",
     "AUDIO_OUT_TOPIC",
     "AUDIO_PLAYBACK_TOPIC",
+    "BOX_TOPIC",
     "INTERRUPTED_TOPIC",
     "METRICS_TOPIC",
+    "PARTICIPANT_FORGOTTEN_TOPIC",
     "PARTICIPANT_JOINED_TOPIC",
     "PARTICIPANT_LEFT_TOPIC",
     "QUERY_TOPIC",

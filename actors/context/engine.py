@@ -92,6 +92,15 @@ class SectionSpec(msgspec.Struct, frozen=True):
         a limit can be stated even for a budget under 4 bytes)."""
         return max(self.budget_bytes // 4, 1)
 
+    @property
+    def stored_limit_bytes(self) -> int:
+        """Uncompacted entries (but the newest) are held to four budgets, whatever the write
+        rate: past it (a flood while compaction lags) the oldest entries no job holds are
+        dropped and counted (``SectionState.dropped_entries``), so a section's memory and
+        journal row stay bounded. Four: a job in flight takes at most an input budget, and
+        the entries that arrive meanwhile compact in the next run."""
+        return 4 * self.budget_bytes
+
 
 class CompactionSettings(msgspec.Struct, frozen=True):
     """Manager-wide compaction configuration shared by every section."""
@@ -157,6 +166,8 @@ class SectionState(msgspec.Struct):
     """A compaction failed: the next one waits for the section's next entry."""
     exchange_identities: set[bytes] = set()
     """Short identities of every exchange recorded this session (dialogue only)."""
+    dropped_entries: int = 0
+    """Entries dropped uncompacted to hold the section to ``stored_limit_bytes``."""
 
 
 class ApplyStatus(enum.Enum):
@@ -329,6 +340,34 @@ class Section(msgspec.Struct, frozen=True):
         bisect.insort(state.entries, entry, key=_order)
         state.awaiting_entry = False
         state.revision += 1
+        self._hold_to_limit(state)
+
+    def _hold_to_limit(self, state: SectionState) -> None:
+        """Drop the oldest entries (never the newest, nor one a job in flight summarizes)
+        while the uncompacted entries before the newest exceed ``stored_limit_bytes``; count
+        them. The newest is left out of the sum, so one large entry evicts nothing."""
+        if not state.entries:
+            return
+        excess = (
+            self.uncompacted_bytes(state) - state.entries[-1].size - self.spec.stored_limit_bytes
+        )
+        if excess <= 0:
+            return
+        held = set(state.pending.entry_ids) if state.pending is not None else set()
+        if state.condense_due is not None:
+            held.update(state.condense_due.entry_ids)
+        dropped: set[int] = set()
+        for entry in state.entries[:-1]:
+            if excess <= 0:
+                break
+            if entry.entry_id in held:
+                continue
+            dropped.add(entry.entry_id)
+            excess -= entry.size
+        if dropped:
+            state.entries = [entry for entry in state.entries if entry.entry_id not in dropped]
+            state.backlog = [entry_id for entry_id in state.backlog if entry_id not in dropped]
+            state.dropped_entries += len(dropped)
 
     def record_exchange(
         self,

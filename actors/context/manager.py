@@ -31,7 +31,15 @@ the host has not acknowledged (applied once: exchanges by identity, other writes
 their sequence number). ``resyncing`` tells whether such a resync is under way, and
 ``synced()`` waits for it. A split manager builds its replica from every host's
 snapshot when its runtime starts, so a restarted conversation process keeps every
-participant's context in its prompts.
+participant's context in its prompts. A snapshot comes in pages within the bus's
+message limit (``HostSync.after``: a host holds more than one message carries), each
+participant's views whole in one page; a host restarted between pages is read again
+from its first page.
+
+Scale: the replica holds at most ``max_participants``. Once it evicted one, a
+participant it does not hold whole may have context at the hosts: ``ensure`` fetches
+that participant's views (one ``HostSync`` of the participant per host) before its
+context is rendered.
 """
 
 from __future__ import annotations
@@ -143,6 +151,7 @@ class ContextSubscriber(Agent):
         return {
             "context.replica_participants": float(self._manager.participants),
             "context.replicas_evicted": float(self._manager.replicas_evicted),
+            "context.replica_fetches": float(self._manager.replica_fetches),
         }
 
     @superseding(lambda view: (view.section, view.dialogue, view.host, view.epoch))
@@ -188,12 +197,17 @@ class ContextManager:
     ``store``: the journal's path for a local manager (None: memory only); a
     manager given the path of an earlier one's journal starts with its context.
     ``on_corrupt``: ``"error"`` (a ``StoreError`` naming the file) or
-    ``"backup_and_start_empty"`` for a journal that cannot be read.
+    ``"backup_and_start_empty"`` for a journal that cannot be read (a row that cannot
+    be read is quarantined either way: only its participant's section starts empty).
     ``max_participants`` bounds the replica (views arrive from the bus for any
     participant): beyond it the least recently used participant without a write in
     flight is dropped from the replica, counted in ``replicas_evicted`` and logged (once
-    per interval, with the count); its context stays in the section actors, and its next
-    views bring each section back.
+    per interval, with the count); its context stays in the section actors, and
+    ``ensure`` (awaited by a conversation before it builds an answer) fetches it back
+    whole, counted in ``replica_fetches``.
+    ``snapshot_at_start`` (split): build the replica from every host's snapshot when the
+    runtime starts (a conversation's process); False: hold only the participants asked
+    about (``ensure``), as ``xrmq context show`` does for its one participant.
     """
 
     def __init__(
@@ -216,6 +230,7 @@ class ContextManager:
         on_corrupt: OnCorrupt = "error",
         section_hosts: int = 1,
         max_participants: int = DEFAULT_MAX_PARTICIPANTS,
+        snapshot_at_start: bool = True,
     ) -> None:
         if (
             isinstance(max_participants, bool)
@@ -253,6 +268,13 @@ class ContextManager:
         self.max_participants = max_participants
         self.replicas_evicted = 0
         """Participants dropped from the replica over ``max_participants``."""
+        self.replica_fetches = 0
+        """Participants fetched from the section hosts (``ensure``) after evictions."""
+        self._fetches: dict[str, asyncio.Task[bool]] = {}
+        self._silent_hosts: dict[int, float] = {}
+        """Hosts a fetch timed out on -> the loop time until which fetches skip them (a
+        view or ``HostStarted`` of the host ends it early)."""
+        self.snapshot_at_start = snapshot_at_start
         self._warnings = AggregatedWarnings(self._log)
         self._runtime: AgentRuntime | None = None
         self._name = namespace
@@ -334,7 +356,7 @@ class ContextManager:
         for topic, message, participant_id in outbox:
             runtime.send(topic, message, participant_id=participant_id, source=self._name)
         # a (re)started process: its replica from every host's snapshot
-        if self.deployment == "split":
+        if self.deployment == "split" and self.snapshot_at_start:
             await asyncio.gather(*(self._resync(host) for host in range(self.plan.section_hosts)))
 
     def _on_stopped(self) -> None:
@@ -379,6 +401,7 @@ class ContextManager:
     def _on_view(self, participant_id: str, view: SectionView) -> None:
         if self._closed:
             return
+        self._silent_hosts.pop(view.host, None)
         known = self._host_epochs.get(view.host)
         if known is not None and view.epoch < known:
             return  # from an incarnation before the host's restart
@@ -412,6 +435,7 @@ class ContextManager:
     # --- restarts ------------------------------------------------------------------------
 
     def _on_host_started(self, started: HostStarted) -> None:
+        self._silent_hosts.pop(started.host, None)
         if self._host_epochs.get(started.host) != started.epoch:
             self._start_resync(started.host)
 
@@ -439,28 +463,44 @@ class ContextManager:
         runtime = self._runtime
         if runtime is None or not runtime.running:
             return
-        try:
-            snapshot = await runtime.ask(
-                self.plan.topics.host_sync(host),
-                HostSync(),
-                reply_type=HostViews,
-                source=self._name,
-                timeout=self.plan.control_timeout_s,
-            )
-        except (TimeoutError, RuntimeError) as error:
-            self._log.warning("context.resync_unanswered", host=host, error=repr(error))
-            return
-        if self._closed:
-            return
-        self._host_epochs[host] = max(self._host_epochs.get(host, 0), snapshot.epoch)
-        present: set[tuple[str, str]] = set()
-        for participant_id, view in snapshot.views:
-            self._apply(participant_id, view)
-            present.add((participant_id, view.section))
+        present: dict[str, set[str]] = {}
+        """Participant -> the sections the snapshot holds."""
+        epoch: int | None = None
+        after: str | None = None
+        pages = views = 0
+        while True:
+            try:
+                page = await runtime.ask(
+                    self.plan.topics.host_sync(host),
+                    HostSync(after=after, page_bytes=runtime.max_message_bytes),
+                    reply_type=HostViews,
+                    source=self._name,
+                    timeout=self.plan.control_timeout_s,
+                )
+            except (TimeoutError, RuntimeError) as error:
+                self._log.warning(
+                    "context.resync_unanswered", host=host, pages=pages, error=repr(error)
+                )
+                return
+            if self._closed:
+                return
+            if epoch is not None and page.epoch != epoch and after is not None:
+                # the host restarted between pages: its snapshot again, from the start
+                present.clear()
+                epoch, after = page.epoch, None
+                continue
+            epoch = page.epoch
+            self._host_epochs[host] = max(self._host_epochs.get(host, 0), epoch)
+            pages += 1
+            views += len(page.views)
+            for participant_id, view in page.views:
+                self._apply(participant_id, view)
+                present.setdefault(participant_id, set()).add(view.section)
+            if page.next_after is None:
+                break
+            after = page.next_after
         for participant_id, replica in list(self._replicas.items()):
-            replica.drop_host(
-                host, snapshot.epoch, {name for pid, name in present if pid == participant_id}
-            )
+            replica.drop_host(host, epoch, present.get(participant_id, set()))
             if replica.empty:
                 del self._replicas[participant_id]
         for topic, message, participant_id, _ in list(self._inflight.values()):
@@ -473,8 +513,9 @@ class ContextManager:
         self._log.info(
             "context.resynced",
             host=host,
-            epoch=snapshot.epoch,
-            views=len(snapshot.views),
+            epoch=epoch,
+            pages=pages,
+            views=views,
             resent=len(self._inflight),
         )
         self._changed()
@@ -526,17 +567,110 @@ class ContextManager:
     def _replica(self, participant_id: str) -> ParticipantReplica:
         replica = self._replicas.get(participant_id)
         if replica is None:
-            replica = self._replicas[participant_id] = ParticipantReplica()
+            replica = self._replicas[participant_id] = ParticipantReplica(
+                complete=self._complete_by_default
+            )
             if len(self._replicas) > self.max_participants:
                 self._evict(participant_id)
         else:
             self._replicas.move_to_end(participant_id)
         return replica
 
+    @property
+    def _complete_by_default(self) -> bool:
+        """Whether a participant the replica does not hold has no context at the hosts:
+        so while every view since the start (and every host's snapshot) is here, i.e.
+        until the replica first evicts (or for a manager that takes no snapshot at start,
+        never)."""
+        return self.snapshot_at_start and not self.replicas_evicted
+
+    async def ensure(self, participant_id: str) -> bool:
+        """Make the replica hold a participant's whole context before it is rendered.
+
+        A participant evicted from the replica (``max_participants``), or back in it by
+        one section's view only, is fetched from every section host (one ``HostSync`` of
+        that participant each, within ``control_timeout_s``); concurrent calls for one
+        participant share one fetch. At once when the replica holds it whole, or when
+        the replica never evicted (it then holds everything the hosts hold). Returns
+        whether the replica holds it whole: False when a host did not answer (logged;
+        ``blocks()`` then shows what the replica has) or no runtime runs. A host that
+        did not answer is not asked again for ``control_timeout_s`` unless it is heard
+        from (a view, its ``HostStarted``), so while it is down an answer waits for it
+        once, not at every turn.
+        """
+        _check_participant(participant_id)
+        replica = self._replicas.get(participant_id)
+        if replica is not None and replica.complete:
+            return True
+        if replica is None and self._complete_by_default:
+            return True
+        fetch = self._fetches.get(participant_id)
+        if fetch is None:
+            runtime = self._runtime
+            if self._closed or runtime is None or not runtime.running:
+                return False
+            fetch = asyncio.get_running_loop().create_task(
+                self._fetch(runtime, participant_id), name="xrmq-context-fetch"
+            )
+            self._fetches[participant_id] = fetch
+            fetch.add_done_callback(lambda _: self._fetches.pop(participant_id, None))
+        return await asyncio.shield(fetch)
+
+    async def _fetch(self, runtime: AgentRuntime, participant_id: str) -> bool:
+        """Apply every host's views of one participant; mark it whole if all answered."""
+        self.replica_fetches += 1
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        hosts = [
+            host
+            for host in range(self.plan.section_hosts)
+            if self._silent_hosts.get(host, now) <= now
+        ]
+        replies = await asyncio.gather(
+            *(
+                runtime.ask(
+                    self.plan.topics.host_sync(host),
+                    HostSync(participant_id),
+                    reply_type=HostViews,
+                    source=self._name,
+                    timeout=self.plan.control_timeout_s,
+                )
+                for host in hosts
+            ),
+            return_exceptions=True,
+        )
+        whole = len(hosts) == self.plan.section_hosts
+        for host, reply in zip(hosts, replies):
+            if isinstance(reply, BaseException):
+                whole = False
+                if isinstance(reply, TimeoutError):
+                    self._silent_hosts[host] = loop.time() + self.plan.control_timeout_s
+                self._log.warning(
+                    "context.fetch_unanswered",
+                    host=host,
+                    participant=participant_id,
+                    error=repr(reply),
+                )
+                continue
+            if self._closed:
+                return False
+            known = self._host_epochs.get(host)
+            if known is not None and reply.epoch < known:
+                whole = False  # an answer of the host's previous incarnation
+                continue
+            for pid, view in reply.views:
+                if pid == participant_id:
+                    self._on_view(pid, view)
+        if whole:
+            self._replica(participant_id).complete = True
+        self._changed()
+        return whole
+
     def _evict(self, keep: str) -> None:
         """Drop the least recently used participant that has no write in flight here."""
         busy = {item[2] for item in self._inflight.values()}
         busy.update(item[1] for item in self._waiters.values())
+        busy.update(self._fetches)
         busy.add(keep)
         for participant_id, replica in self._replicas.items():
             if participant_id not in busy and not replica.pending:
@@ -778,26 +912,21 @@ class ContextManager:
 
         The versioned msgspec format of ``dump.ContextDump``: per section the summary,
         the verbatim entries and the exchange identities, as the section actors hold
-        them (their journaled state). ``load`` reads it back.
+        them (their journaled state), read from each host page by page (within the bus's
+        message limit). ``load`` reads it back.
         """
         if participant_id is not None:
             _check_participant(participant_id)
         runtime = await self._running_runtime("dump")
-        replies = await asyncio.gather(
+        hosts = await asyncio.gather(
             *(
-                runtime.ask(
-                    self.plan.topics.host_dump(host),
-                    HostSync(participant_id),
-                    reply_type=HostDump,
-                    source=self._name,
-                    timeout=self.plan.control_timeout_s,
-                )
+                self._dump_host(runtime, host, participant_id)
                 for host in range(self.plan.section_hosts)
             )
         )
         merged: dict[str, list] = {}
-        for reply in replies:
-            for participant in reply.participants:
+        for host_participants in hosts:
+            for participant in host_participants:
                 merged.setdefault(participant.participant_id, []).extend(participant.sections)
         participants = tuple(
             ParticipantDump(
@@ -807,6 +936,25 @@ class ContextManager:
             for pid, sections in sorted(merged.items())
         )
         return encode_dump(ContextDump(participants))
+
+    async def _dump_host(
+        self, runtime: AgentRuntime, host: int, participant_id: str | None
+    ) -> list[ParticipantDump]:
+        """One host's section states (of one participant), page by page."""
+        participants: list[ParticipantDump] = []
+        after: str | None = None
+        while True:
+            page = await runtime.ask(
+                self.plan.topics.host_dump(host),
+                HostSync(participant_id, after=after, page_bytes=runtime.max_message_bytes),
+                reply_type=HostDump,
+                source=self._name,
+                timeout=self.plan.control_timeout_s,
+            )
+            participants.extend(page.participants)
+            if page.next_after is None:
+                return participants
+            after = page.next_after
 
     async def load(self, data: bytes) -> int:
         """Merge a ``dump()`` into this manager's context; return the sections loaded.

@@ -33,7 +33,8 @@ topic                                       message                 handled by
 
 A section host is one process (shard) of section actors, with its journal. Its views
 carry its index and epoch (incarnation); a new epoch tells every replica that the host
-restarted, and the replica resyncs from the host's full snapshot (``HostSync``).
+restarted, and the replica resyncs from the host's full snapshot (``HostSync``), page by
+page, each page within the bus's message limit.
 """
 
 from __future__ import annotations
@@ -200,23 +201,37 @@ class HostStarted(msgspec.Struct, frozen=True):
 
 
 class HostSync(msgspec.Struct, frozen=True):
-    """Ask a section host for its full snapshot (views, or dumps), optionally of one participant."""
+    """Ask a section host for its snapshot (views, or dumps), or one participant's part.
+
+    A snapshot comes in pages (a host holds more than one message carries): the
+    page of the participants after ``after`` in name order, in at most ``page_bytes``
+    (0: the host's own message limit; a smaller one is the asker's).
+    """
 
     participant_id: str | None = None
+    after: str | None = None
+    page_bytes: int = 0
 
 
 class HostViews(msgspec.Struct, frozen=True):
-    """A host's full snapshot: every view it holds, as (participant, view)."""
+    """A page of a host's snapshot (or one participant's views), as (participant, view).
+
+    A participant's views are all in one page. ``next_after`` is the ``after`` of the next
+    page; None: this was the last.
+    """
 
     host: int
     epoch: int
     views: tuple[tuple[str, SectionView], ...]
+    next_after: str | None = None
 
 
 class HostDump(msgspec.Struct, frozen=True):
-    """A host's section states in dump form."""
+    """A page of a host's section states in dump form (or one participant's), paged as
+    ``HostViews``: ``next_after`` is the ``after`` of the next page, None after the last."""
 
     participants: tuple[ParticipantDump, ...]
+    next_after: str | None = None
 
 
 _SUMMARIZER_ID = re.compile(r"[0-9a-f]{12}\.result")

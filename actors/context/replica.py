@@ -22,17 +22,29 @@ from .render import render_participant
 
 
 class ParticipantReplica:
-    __slots__ = ("dialogue", "identities", "pending", "topics")
+    __slots__ = ("complete", "dialogue", "identities", "pending", "topics")
 
-    def __init__(self) -> None:
+    def __init__(self, *, complete: bool) -> None:
         self.dialogue: SectionView | None = None
         self.topics: dict[str, SectionView] = {}
         self.pending: list[tuple[int, ContextBlock]] = []
         """(write seq, rendered exchange) of dialogue writes not yet in a view."""
         self.identities: set[bytes] = set()
+        self.complete = complete
+        """Whether it holds every section the hosts hold (else it is fetched before use)."""
 
     def apply_view(self, view: SectionView, writer: str) -> None:
-        """Take a section's newest view; drop the pending writes it acknowledges."""
+        """Take a section's newest view; drop the pending writes it acknowledges.
+
+        A view older than the one held (same host incarnation and generation, lower
+        revision: a fetched snapshot's reply overtook it) is ignored."""
+        held = self.dialogue if view.dialogue else self.topics.get(view.section)
+        if (
+            held is not None
+            and (held.host, held.epoch, held.generation) == (view.host, view.epoch, view.generation)
+            and held.revision > view.revision
+        ):
+            return
         if not view.dialogue:
             self.topics[view.section] = view
             return

@@ -33,8 +33,9 @@ from __future__ import annotations
 import asyncio
 import os
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 from uuid import uuid4
 
 import msgspec
@@ -50,6 +51,7 @@ from xrmq.actors.runtime import (
     get_logger,
     shard_of,
 )
+from xrmq.actors.runtime.ratelimit import AggregatedWarnings
 from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import Topic
 
@@ -189,11 +191,19 @@ class SectionHost:
         self._reports: list[tuple[Topic, CompactReport, str]] = []
         self.compactions = 0
         """Compaction results applied (a summary replaced entries), for ``xrmq top``."""
+        self.entries_dropped = 0
+        """Entries dropped uncompacted to hold a section to its stored limit (a flood
+        while compaction lagged, ``SectionSpec.stored_limit_bytes``), for ``xrmq top``."""
+        self._drops: AggregatedWarnings | None = None
 
     def gauges(self) -> dict[str, float]:
         """Compactions applied so far and the jobs still out (the backlog)."""
         backlog = sum(record.job is not None for record in self.participants.values())
-        return {"context.compactions": self.compactions, "context.compaction_backlog": backlog}
+        return {
+            "context.compactions": self.compactions,
+            "context.compaction_backlog": backlog,
+            "context.entries_dropped": self.entries_dropped,
+        }
 
     @property
     def _runtime(self) -> AgentRuntime | None:
@@ -224,7 +234,21 @@ class SectionHost:
             record = self.participants[participant_id] = _Participant(
                 self.section.new_state(uuid4().hex)
             )
+        dropped = record.state.dropped_entries
         change(record.state)
+        dropped = record.state.dropped_entries - dropped
+        if dropped:
+            self.entries_dropped += dropped
+            if self._drops is None:
+                self._drops = AggregatedWarnings(get_logger(actor=self._agent.name))
+            self._drops.warn(
+                "context.entries_dropped",
+                self.section.spec.name,
+                participant_id,
+                dropped=dropped,
+                limit_bytes=self.section.spec.stored_limit_bytes,
+                reason="written faster than compaction keeps up",
+            )
         record.identities.extend(identities)
         if ack is not None:
             _acknowledge(record, ack)
@@ -761,8 +785,10 @@ class ContextHost(Agent):
     At start (before the runtime reports ready) it spawns the dialogue actor of every
     participant its journal holds, with the recovered state, and has every section
     re-issue pending compactions and publish its views under this runtime's epoch;
-    then it publishes ``HostStarted``. It answers ``HostSync`` asks with every view it
-    holds (a replica's resync) or every state as a dump (``ContextManager.dump``).
+    then it publishes ``HostStarted``. It answers ``HostSync`` asks with the views it
+    holds (a replica's resync, or one participant's fetch) or the states as a dump
+    (``ContextManager.dump``): a snapshot in pages within the message limit, in
+    participant name order, each participant whole in one page.
 
     A journal written under another shard count holds participants this shard no longer
     owns, and a shard count that went down leaves journals no process opens (``orphans``,
@@ -838,9 +864,14 @@ class ContextHost(Agent):
         return len(self._foreign)
 
     def gauges(self) -> dict[str, float]:
+        """Migrations (see the class docstring), and the journal rows that could not be
+        read and were quarantined when this host's journals were opened
+        (``ContextStore.quarantined``)."""
+        journals = [self.store, *self.orphans] if self.store is not None else self.orphans
         return {
             "context.migrated": float(self.migrated),
             "context.migrating": float(self.migrating),
+            "context.journal_quarantined": float(sum(j.quarantined for j in journals)),
         }
 
     def handlers(self) -> Handlers:
@@ -944,34 +975,75 @@ class ContextHost(Agent):
         return views
 
     async def on_sync(self, message: HostSync, ctx: RuntimeContext) -> HostViews:
+        """One participant's views, or the page of the snapshot after ``message.after``."""
         if self.store is not None:
             await self.store.barrier()  # a snapshot shows only what is in the journal
         runtime = self.runtime
         epoch = runtime.epoch if runtime is not None else 0
-        return HostViews(self.index, epoch, tuple(self.views(message.participant_id)))
+        if message.participant_id is not None:
+            return HostViews(self.index, epoch, tuple(self.views(message.participant_id)))
+        dialogues = {agent.key: agent for agent in self._dialogues()}
+
+        def views_of(pid: str) -> list[tuple[str, SectionView]]:
+            agent = dialogues.get(pid)
+            own = agent.host.views(pid) if agent is not None else []
+            for topic in self.topics:
+                own.extend(topic.host.views(pid))
+            return own
+
+        views, after = self._page(message, dialogues, views_of)
+        return HostViews(self.index, epoch, tuple(views), after)
 
     async def on_dump(self, message: HostSync, ctx: RuntimeContext) -> HostDump:
+        """One participant's section states, or the page of them after ``message.after``."""
         if self.store is not None:
             await self.store.barrier()
-        sections: dict[str, list[SectionDump]] = {}
-        for agent in self._dialogues():
-            if message.participant_id is None or agent.key == message.participant_id:
-                dump = agent.host.export(agent.key)
-                if dump is not None:
-                    sections.setdefault(agent.key, []).append(dump)
+        dialogues = {agent.key: agent for agent in self._dialogues()}
+
+        def dump_of(pid: str) -> list[ParticipantDump]:
+            agent = dialogues.get(pid)
+            exports = [agent.host.export(pid)] if agent is not None else []
+            exports.extend(topic.host.export(pid) for topic in self.topics)
+            sections = tuple(dump for dump in exports if dump is not None)
+            return [ParticipantDump(pid, sections)] if sections else []
+
+        if message.participant_id is not None:
+            return HostDump(tuple(dump_of(message.participant_id)))
+        dumps, after = self._page(message, dialogues, dump_of)
+        return HostDump(tuple(dumps), after)
+
+    def _page(
+        self,
+        message: HostSync,
+        dialogues: Mapping[str, object],
+        items_of: Callable[[str], list[T]],
+    ) -> tuple[list[T], str | None]:
+        """The items of the participants after ``message.after`` (in name order) that fit
+        in a reply within the message limit (the smaller of this runtime's and
+        ``message.page_bytes``), each participant's items whole; at least one
+        participant, so one whose items alone exceed the limit fails its reply (an error
+        the asker logs) instead of stalling the pages. Also the cursor of the next page
+        (the last participant taken), None after the last."""
+        runtime = self.runtime
+        limit = runtime.max_message_bytes if runtime is not None else message.page_bytes
+        if message.page_bytes > 0:
+            limit = min(limit, message.page_bytes)
+        ids = set(dialogues)
         for topic in self.topics:
-            ids = (
-                list(topic.host.participants)
-                if message.participant_id is None
-                else [message.participant_id]
-            )
-            for pid in ids:
-                dump = topic.host.export(pid)
-                if dump is not None:
-                    sections.setdefault(pid, []).append(dump)
-        return HostDump(
-            tuple(ParticipantDump(pid, tuple(dumps)) for pid, dumps in sorted(sections.items()))
-        )
+            ids.update(topic.host.participants)
+        after = message.after
+        remaining = sorted(pid for pid in ids if after is None or pid > after)
+        items: list[T] = []
+        size = PAGE_OVERHEAD_BYTES
+        for index, pid in enumerate(remaining):
+            own = items_of(pid)
+            cost = sum(len(_page_encoder.encode(item)) for item in own)
+            cursor = len(_page_encoder.encode(pid))
+            if items and size + cost + cursor > limit:
+                return items, remaining[index - 1]
+            items.extend(own)
+            size += cost
+        return items, None
 
     async def on_stop(self) -> None:
         if self._migration is not None:
@@ -982,6 +1054,12 @@ class ContextHost(Agent):
         if self.store is not None:
             self.store.close()
 
+
+T = TypeVar("T")
+
+PAGE_OVERHEAD_BYTES = 64
+"""A page's bytes besides its items and cursor (``HostViews``' host and epoch, framing)."""
+_page_encoder = msgspec.msgpack.Encoder()
 
 MIGRATION_RETRY_S = 1.0
 """How often a host asks again an owner that did not take a migrated dialogue yet."""

@@ -37,6 +37,24 @@ memory, and a second process opening the same journal is refused, naming the fil
 journal step by step, a newer one is refused. A corrupt, truncated or foreign file
 raises ``StoreError`` naming it, or with ``on_corrupt="backup_and_start_empty"`` is
 moved aside (``<file>.corrupt-<UTC time>``) and the journal starts empty, loudly.
+
+A row that cannot be read in a journal that can (a section state or pending job that
+does not decode, a transcript row of the wrong type) costs its participant's section
+or transcript alone, never everyone's context: when the journal is opened it is moved,
+with the rows that depend on it (a corrupt state's identities and job, the rest of the
+transcript), to the ``quarantine`` table (participant, source table, section or
+transcript name, the row's values as MessagePack, the reason, the time), in one
+transaction; the rest loads. A transcript its owner cannot decode is moved there by
+the owner (``quarantine_transcript``). ``ContextStore.quarantined`` counts the rows
+moved since this opening (a restart finds them gone from the tables they were in, so it
+does not count them again) and one error is logged per participant. The table is
+created when first needed and never read back by xrmq (it is for an operator to
+inspect), so a journal with it is still one of this schema version: an xrmq without
+quarantine opens it.
+
+The journal's files are private: the database is created 0600 before SQLite opens it
+(SQLite creates the write-ahead log and the shared-memory file with the database
+file's mode) and an older journal's files are made 0600 when it is opened.
 """
 
 from __future__ import annotations
@@ -48,7 +66,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 import msgspec
 
@@ -133,6 +151,54 @@ class StoreError(RuntimeError):
         )
 
 
+_UNREADABLE = (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError)
+"""What decoding a row's blob raises for a row that cannot be read."""
+
+_QUARANTINE_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS quarantine (participant TEXT NOT NULL, source TEXT NOT NULL, "
+    "section TEXT NOT NULL, row BLOB NOT NULL, reason TEXT NOT NULL, "
+    "quarantined_at_us INTEGER NOT NULL)"
+)
+_KEYS = {
+    "sections": ("participant", "section"),
+    "identities": ("participant", "section", "identity"),
+    "jobs": ("participant", "section"),
+    "transcripts": ("participant", "name"),
+    "transcript_messages": ("participant", "name", "position"),
+    "transcript_originals": ("participant", "name", "call_id"),
+}
+"""The primary key of each table whose rows can be quarantined."""
+_COLUMNS = {
+    "sections": ("participant", "section", "state", "ack_writer", "ack_seq", "acks"),
+    "identities": ("participant", "section", "identity"),
+    "jobs": ("participant", "section", "job"),
+    "transcripts": ("participant", "name", "header"),
+    "transcript_messages": ("participant", "name", "position", "message"),
+    "transcript_originals": ("participant", "name", "call_id", "position", "original"),
+}
+"""The columns of those tables, in the order a quarantined row keeps them."""
+
+
+class Quarantined(msgspec.Struct, frozen=True):
+    """A journal row moved to the ``quarantine`` table: from ``source`` (a table), with
+    its values (``row``, in ``_COLUMNS[source]`` order) and why it could not be used.
+    Its ``section`` is the section's journal name, or a transcript's store name."""
+
+    source: str
+    row: tuple[object, ...]
+    reason: str
+
+    @property
+    def participant(self) -> str:
+        value = self.row[0]
+        return value if isinstance(value, str) else repr(value)
+
+    @property
+    def section(self) -> str:
+        value = self.row[1]
+        return value if isinstance(value, str) else repr(value)
+
+
 class InUseError(StoreError):
     """Another process holds the journal: never moved aside, whatever ``on_corrupt`` says."""
 
@@ -171,6 +237,7 @@ class ContextStore:
         recovered: dict[tuple[str, str], Recovered],
         backup_path: Path | None,
         transcripts: dict[tuple[str, str], RecoveredTranscript] | None = None,
+        quarantined: int = 0,
     ) -> None:
         self._db = connection
         self.path = path
@@ -181,6 +248,9 @@ class ContextStore:
         name); each is taken (popped) by the actor that restores it."""
         self.backup_path = backup_path
         """Where a corrupt journal was moved (``backup_and_start_empty``), else None."""
+        self.quarantined = quarantined
+        """Rows that could not be read, moved to the ``quarantine`` table since this
+        opening (at it, and transcripts their owner could not decode)."""
         self._scheduled: dict[int, Journaled] = {}
         self._handle: asyncio.Handle | None = None
         self._rows: list[tuple[str, tuple]] = []
@@ -399,11 +469,29 @@ class ContextStore:
         """One transcript as committed now (after every transaction handed to the writer),
         for an actor re-created after it was retired; None if the journal has none."""
 
-        def read() -> RecoveredTranscript | None:
-            found = _read_transcripts(self._db, self.path, (participant, name))
-            return found.get((participant, name))
+        def read() -> tuple[RecoveredTranscript | None, list[Quarantined]]:
+            found, bad = _read_transcripts(self._db, (participant, name))
+            _quarantine(self._db, bad)
+            return found.get((participant, name)), bad
 
-        return self._run(read)  # type: ignore[return-value]
+        found, bad = cast(tuple[RecoveredTranscript | None, list[Quarantined]], self._run(read))
+        self._quarantined(bad)
+        return found
+
+    def quarantine_transcript(self, participant: str, name: str, reason: str) -> None:
+        """Move a transcript its owner cannot decode (``reason``) to the ``quarantine``
+        table, now (after every transaction handed to the writer); count and log it."""
+
+        def move() -> list[Quarantined]:
+            rows = _transcript_rows(self._db, (participant, name), reason)
+            _quarantine(self._db, rows)
+            return rows
+
+        self._quarantined(cast(list[Quarantined], self._run(move)))
+
+    def _quarantined(self, rows: list[Quarantined]) -> None:
+        self.quarantined += len(rows)
+        _log_quarantined(self.path, rows)
 
     @property
     def open(self) -> bool:
@@ -475,9 +563,9 @@ def open_store(path: str | os.PathLike[str], *, on_corrupt: OnCorrupt = "error")
         )
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    backup = None
     try:
-        connection, recovered, transcripts = _open(path)
-        return ContextStore(connection, path, recovered, None, transcripts)
+        connection, recovered, transcripts, quarantined = _open(path)
     except StoreError as error:
         if on_corrupt == "error" or isinstance(error, InUseError):
             raise
@@ -488,8 +576,46 @@ def open_store(path: str | os.PathLike[str], *, on_corrupt: OnCorrupt = "error")
             backup=str(backup),
             action="moved aside; starting with an empty journal",
         )
-        connection, recovered, transcripts = _open(path)
-        return ContextStore(connection, path, recovered, backup, transcripts)
+        connection, recovered, transcripts, quarantined = _open(path)
+    _log_quarantined(path, quarantined)
+    return ContextStore(connection, path, recovered, backup, transcripts, len(quarantined))
+
+
+def _log_quarantined(path: Path, quarantined: list[Quarantined]) -> None:
+    """One error per participant whose rows were quarantined: its sections, the rows, why."""
+    by_participant: dict[str, list[Quarantined]] = {}
+    for item in quarantined:
+        by_participant.setdefault(item.participant, []).append(item)
+    log = get_logger(actor="context.store", path=str(path))
+    for participant, items in by_participant.items():
+        log.error(
+            "context.journal_rows_quarantined",
+            participant=participant,
+            sections=sorted({item.section for item in items}),
+            rows=len(items),
+            reason="; ".join(dict.fromkeys(item.reason for item in items)),
+            action="moved to the journal's quarantine table; the participant's other "
+            "sections and every other participant loaded",
+        )
+
+
+def _make_private(path: Path) -> None:
+    """Create the journal 0600 if it is missing, and make it and its ``-wal``/``-shm``
+    0600 if they exist (an older xrmq left them 0644): SQLite creates the write-ahead
+    log (and the shared-memory file) with the database file's mode, so no file of the
+    journal is ever readable by another user, whatever the process's umask."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        for suffix in ("", "-wal", "-shm"):
+            try:
+                os.chmod(f"{path}{suffix}", 0o600)
+            except FileNotFoundError:
+                pass
+    except OSError as error:
+        raise ValueError(
+            f"context journal {path}: cannot make it and its -wal/-shm files mode 0600 "
+            f"({error}); the journal must be owned by the user running xrmq"
+        ) from None
 
 
 def _open(
@@ -498,7 +624,9 @@ def _open(
     sqlite3.Connection,
     dict[tuple[str, str], Recovered],
     dict[tuple[str, str], RecoveredTranscript],
+    list[Quarantined],
 ]:
+    _make_private(path)
     try:
         # One thread uses it at a time: this one to open and read, then the writer thread.
         connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -528,7 +656,11 @@ def _open(
         check = connection.execute("PRAGMA quick_check").fetchone()[0]
         if check != "ok":
             raise StoreError(path, f"corrupt database ({check})")
-        return connection, _read(connection, path), _read_transcripts(connection, path)
+        recovered, quarantined = _read(connection)
+        transcripts, unreadable = _read_transcripts(connection)
+        quarantined += unreadable
+        _quarantine(connection, quarantined)
+        return connection, recovered, transcripts, quarantined
     except sqlite3.OperationalError as error:
         connection.close()
         if "locked" in str(error):
@@ -564,56 +696,151 @@ def migrate(connection: sqlite3.Connection, path: Path, version: int) -> int:
     return version
 
 
-def _read(connection: sqlite3.Connection, path: Path) -> dict[tuple[str, str], Recovered]:
+def _read(
+    connection: sqlite3.Connection,
+) -> tuple[dict[tuple[str, str], Recovered], list[Quarantined]]:
+    """Every section the journal holds, and the rows that cannot be used: a state or job
+    that does not decode, an identity that is not a blob, and the identities and job of
+    a section whose state does not decode."""
     recovered: dict[tuple[str, str], Recovered] = {}
-    try:
-        for participant, section, blob, acks in connection.execute(
-            "SELECT participant, section, state, acks FROM sections"
-        ):
+    bad: list[Quarantined] = []
+    broken: set[tuple[Any, Any]] = set()
+    """(participant, section) whose state row is quarantined."""
+
+    def rows(table: str) -> Iterable[tuple[Any, ...]]:
+        return connection.execute(f"SELECT {', '.join(_COLUMNS[table])} FROM {table}")
+
+    for row in rows("sections"):
+        participant, section, blob, _, _, acks = row
+        try:
+            if not isinstance(participant, str) or not isinstance(section, str):
+                raise TypeError("participant and section must be text")
+            state = _decode_state(blob)
             recovered[(participant, section)] = Recovered(
-                _decode_state(blob), _decode_acks(acks) if acks else ()
+                state,
+                _decode_acks(acks) if acks else (),
             )
-        for participant, section, identity in connection.execute("SELECT * FROM identities"):
+        except _UNREADABLE as error:
+            bad.append(Quarantined("sections", row, f"corrupt section state ({error})"))
+            broken.add((participant, section))
+    for row in rows("identities"):
+        participant, section, identity = row
+        if (participant, section) in broken:
+            bad.append(Quarantined("identities", row, "its section's state is corrupt"))
+        elif not isinstance(identity, bytes):
+            bad.append(Quarantined("identities", row, "corrupt identity (not a blob)"))
+        else:
             item = recovered.get((participant, section))
             if item is not None:
                 item.state.exchange_identities.add(identity)
-        for participant, section, blob in connection.execute("SELECT * FROM jobs"):
-            item = recovered.get((participant, section))
-            if item is not None:
-                item.state.pending = _decode_job(blob)
-    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError) as error:
-        raise StoreError(path, f"corrupt row ({error})") from None
-    return recovered
+    for row in rows("jobs"):
+        participant, section, blob = row
+        if (participant, section) in broken:
+            bad.append(Quarantined("jobs", row, "its section's state is corrupt"))
+            continue
+        try:
+            job = _decode_job(blob)
+        except _UNREADABLE as error:
+            bad.append(Quarantined("jobs", row, f"corrupt pending job ({error})"))
+            continue
+        item = recovered.get((participant, section))
+        if item is not None:
+            item.state.pending = job
+    return recovered, bad
+
+
+def _quarantine(connection: sqlite3.Connection, rows: list[Quarantined]) -> None:
+    """Move ``rows`` to the ``quarantine`` table (created if missing), in one transaction."""
+    if not rows:
+        return
+    now_us = time.time_ns() // 1000
+    connection.execute("BEGIN")
+    try:
+        connection.execute(_QUARANTINE_SCHEMA)
+        for item in rows:
+            connection.execute(
+                "INSERT INTO quarantine VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    item.participant,
+                    item.source,
+                    item.section,
+                    _encode(item.row),
+                    item.reason,
+                    now_us,
+                ),
+            )
+            key = _KEYS[item.source]
+            connection.execute(
+                f"DELETE FROM {item.source} WHERE "
+                + " AND ".join(f"{column} IS ?" for column in key),
+                item.row[: len(key)],
+            )
+        connection.execute("COMMIT")
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
 
 
 def _read_transcripts(
-    connection: sqlite3.Connection, path: Path, key: tuple[str, str] | None = None
-) -> dict[tuple[str, str], RecoveredTranscript]:
-    """Every transcript of the journal, or the one of ``key`` (participant, name)."""
+    connection: sqlite3.Connection, key: tuple[str, str] | None = None
+) -> tuple[dict[tuple[str, str], RecoveredTranscript], list[Quarantined]]:
+    """Every transcript of the journal, or the one of ``key`` (participant, name), and
+    every row of the transcripts with a row of the wrong type (a blob that is text, an
+    original that is not text), to quarantine: those are left out."""
     transcripts: dict[tuple[str, str], RecoveredTranscript] = {}
+    bad: dict[tuple[str, str], str] = {}
     where, parameters = ("", ()) if key is None else (" WHERE participant = ? AND name = ?", key)
-    try:
-        for participant, name, header in connection.execute(
-            "SELECT * FROM transcripts" + where, parameters
-        ):
-            transcripts[(participant, name)] = RecoveredTranscript(bytes(header), [], [])
-        for participant, name, _, message in connection.execute(
-            f"SELECT * FROM transcript_messages{where} ORDER BY participant, name, position",
-            parameters,
-        ):
-            item = transcripts.get((participant, name))
-            if item is not None:
-                item.messages.append(bytes(message))
-        for participant, name, call_id, _, original in connection.execute(
-            f"SELECT * FROM transcript_originals{where} ORDER BY participant, name, position",
-            parameters,
-        ):
-            item = transcripts.get((participant, name))
-            if item is not None:
-                item.originals.append((call_id, original))
-    except (ValueError, TypeError) as error:
-        raise StoreError(path, f"corrupt transcript row ({error})") from None
-    return transcripts
+    for participant, name, header in connection.execute(
+        "SELECT participant, name, header FROM transcripts" + where, parameters
+    ):
+        if isinstance(header, bytes):
+            transcripts[(participant, name)] = RecoveredTranscript(header, [], [])
+        else:
+            bad.setdefault((participant, name), "corrupt transcript header (not a blob)")
+    for participant, name, message in connection.execute(
+        f"SELECT participant, name, message FROM transcript_messages{where} "
+        "ORDER BY participant, name, position",
+        parameters,
+    ):
+        item = transcripts.get((participant, name))
+        if item is None:
+            continue
+        if isinstance(message, bytes):
+            item.messages.append(message)
+        else:
+            bad.setdefault((participant, name), "corrupt transcript message (not a blob)")
+    for participant, name, call_id, original in connection.execute(
+        f"SELECT participant, name, call_id, original FROM transcript_originals{where} "
+        "ORDER BY participant, name, position",
+        parameters,
+    ):
+        item = transcripts.get((participant, name))
+        if item is None:
+            continue
+        if isinstance(call_id, str) and isinstance(original, str):
+            item.originals.append((call_id, original))
+        else:
+            bad.setdefault((participant, name), "corrupt transcript original (not text)")
+    rows: list[Quarantined] = []
+    for broken, reason in bad.items():
+        transcripts.pop(broken, None)
+        rows += _transcript_rows(connection, broken, reason)
+    return transcripts, rows
+
+
+def _transcript_rows(
+    connection: sqlite3.Connection, key: tuple[str, str], reason: str
+) -> list[Quarantined]:
+    """Every row of the transcript ``key`` (participant, name), to quarantine for ``reason``."""
+    return [
+        Quarantined(table, tuple(row), reason)
+        for table in _TRANSCRIPT_TABLES
+        for row in connection.execute(
+            f"SELECT {', '.join(_COLUMNS[table])} FROM {table} "
+            "WHERE participant IS ? AND name IS ?",
+            key,
+        )
+    ]
 
 
 def _move_aside(path: Path) -> Path:

@@ -25,7 +25,7 @@ import zmq
 
 from xrmq.actors.runtime.address import check_ipc_directories, parse_bus
 from xrmq.actors.runtime.broker import DEFAULT_MAX_MESSAGE_BYTES, shared_context
-from xrmq.actors.runtime.security.acl import AccessPolicy, Permissions
+from xrmq.actors.runtime.security.acl import AS_PARTICIPANT, AccessPolicy, Permissions
 from xrmq.actors.runtime.security.keys import client_credentials
 from xrmq.schemas import MessageMetadata
 from xrmq.topics import split_key
@@ -234,10 +234,13 @@ def replay(
                     f"{topic} (source {source!r}): {reason}"
                     for (topic, source), reason in sorted(refused.items())
                 )
+                keys = "publish/sources"
+                if any(reason.startswith(AS_PARTICIPANT) for reason in refused.values()):
+                    keys += "/participants"  # the identity is bound to other participants
                 raise ValueError(
                     f"{path}: identity {credentials.identity!r} may not replay it onto this "
                     f"CURVE bus: {rules} (grant it in [bus.identities.{credentials.identity}] "
-                    "publish/sources, or leave those topics out with --exclude)"
+                    f"{keys}, or leave those topics out with --exclude)"
                 )
     address = parse_bus(bus)
     check_ipc_directories(address)

@@ -4,18 +4,23 @@
 first), then exits: 0; 1 when the router ended the turn without an answer (a failed
 model, no destination, a destination that restarted mid-turn), printing
 ``xrmq say: turn <status>: <Kind>: <cause>`` on stderr as soon as the router's
-``TurnEnded`` arrives; 2 when no complete answer came within ``--timeout``.
+``TurnEnded`` arrives; 2 when no complete answer came within ``--timeout``. A reply
+that failed mid-way is printed with `` [reply failed mid-way: <cause>]`` after what
+came of it, by ``say`` and ``chat`` alike (``Turn.midway``).
 
 ``chat`` reads lines from stdin and asks each as a query of one participant, printing
 the reply as it streams (``conversation: ...``); the next line is asked once the
 reply is complete; a failed turn is shown (``xrmq chat: turn failed: ...`` on stderr)
 and the chat goes on. A line starting with ``/`` is a chat command, never a query:
-``/help`` lists them, ``/clear`` makes the edge box forget the participant (their
-dialogue and context, as when they leave), ``/compact [SECTION]`` compacts the
+``/help`` lists them, ``/clear`` makes the edge box forget the participant everywhere (as
+when they leave: a ``ParticipantLeft`` through the router, ``forget.py``) and prints once
+the router confirmed it, or what did not forget, ``/compact [SECTION]`` compacts the
 participant's context now and prints what happened (docs/tools.md), ``/compact toolcall
 [DESTINATION]`` or ``/compact summary [DESTINATION]`` compacts the participant's
 transcript at a tools destination (tier 1, or a summary; by default the destination
-that answered last), ``/quit`` (or end of input) leaves. On a
+that answered last, else the box's only tools destination: the chat asks the running box
+for its ``BoxInfo`` when it starts, and refuses at once a destination the box does not
+run as ``kind = "tools"``), ``/quit`` (or end of input) leaves. On a
 terminal, what is typed while a reply streams is not echoed into it: it is asked (and
 shown) once the reply is complete. It talks to a running ``xrmq up``
 on ``--bus``, or with ``--private-stack`` to a stack of the built-in default it starts
@@ -29,48 +34,67 @@ import asyncio
 import contextlib
 import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from typing import TextIO
 
 from xrmq.actors.runtime import AgentRuntime, AskError
 from xrmq.actors.tools.control import compact_topic
-from xrmq.schemas import ParticipantLeft
 from xrmq.schemas.tools import CompactReply, CompactRequest
-from xrmq.topics import PARTICIPANT_LEFT_TOPIC
 
-from .config import EdgeConfig, default_config
+from .boxinfo import BOX_INFO_WAIT_S, ask_box_info, box_config, tools_destination_of
+from .config import EdgeConfig, default_config, reply_wait_s
+from .forget import ForgottenWaiter, failures
 from .private_stack import PrivateStack
-from .replies import ReplyCollector, Turn, ask
+from .replies import ROUTER_SILENCE_S, ReplyCollector, Turn, ask
 
 QUIT = "/quit"
 COMPACT = "/compact"
 HELP = """chat commands:
   /help   this list
-  /clear  forget this participant: the edge box drops their dialogue and context
+  /clear  forget this participant: the edge box drops all it holds of them
   /compact [SECTION]  compact this participant's context now
   /compact toolcall|summary [DESTINATION]  compact this participant's transcript at a
                                            tools destination (default: the last to answer)
   /quit   leave (end of input does the same)
 anything else is asked as a query"""
+FORGET_TIMEOUT_S = 10.0
+"""How long ``/clear`` waits for the router to confirm the participant was forgotten."""
 OUTCOME_GRACE_S = 1.0
 """How long ``say`` waits after a destination's final frame for the router's ``TurnEnded``."""
 
 
 async def say(
-    bus: str, participant_id: str, text: str, *, timeout: float, out: TextIO = sys.stdout
+    bus: str,
+    participant_id: str,
+    text: str,
+    *,
+    timeout: float,
+    out: TextIO = sys.stdout,
+    router_silence_s: float | None = ROUTER_SILENCE_S,
+    follow_box: bool = False,
 ) -> int:
     """Ask ``text`` as ``participant_id`` and print the reply; ``TimeoutError`` if it is not
-    complete in time."""
-    collector = ReplyCollector()
+    complete in time. ``router_silence_s``: see ``ReplyCollector`` (None: no router watch).
+
+    ``follow_box``: ``timeout`` is only the fallback; the wait is the running box's own
+    (``reply_wait_s`` of the config its supervisor reports, asked while the query is
+    already on its way), so the box reports a stalled model before this client gives up.
+    """
+    collector = ReplyCollector(router_silence_s=router_silence_s)
     runtime = AgentRuntime(bus, ready_timeout=min(timeout, 10.0))
     runtime.register("replies", collector, participant_id=participant_id)
     async with runtime:
         turn = ask(runtime, collector, participant_id, text)
-        await turn.wait(timeout)
+        if follow_box:
+            box = await ask_box_info(runtime, timeout=min(BOX_INFO_WAIT_S, timeout))
+            if box is not None:
+                timeout = reply_wait_s(box_config(box))
+        await turn.wait(max(timeout - (time.monotonic() - turn.sent), 0.001), budget=timeout)
         if turn.outcome is None:
             await turn.wait_outcome(OUTCOME_GRACE_S)
-    if turn.spoken:
-        print(turn.spoken, file=out, flush=True)
+    if turn.marked:
+        print(turn.marked, file=out, flush=True)
     if turn.failure is not None:
         print(f"xrmq say: {turn.failure}", file=sys.stderr, flush=True)
         return 1
@@ -87,6 +111,8 @@ class _StreamPrinter:
         """The last destination (not the router) that replied: ``/compact``'s default."""
 
     def __call__(self, turn: Turn, source: str, text: str, final: bool) -> None:
+        if source == "router" and turn.answer:
+            return  # the apology for a mid-way failure: the chat prints ``Turn.midway``
         key = (turn.request_id, source)
         if text and source != "router":
             self.last_source = source
@@ -97,14 +123,18 @@ class _StreamPrinter:
                 self._open = key
             self.out.write(text)
             self.out.flush()
-        if final and self._open == key:
-            self.close()
+        if final and self._open == key and source == "router":
+            self.close()  # a destination's line stays open for a mid-way failure's marker
 
-    def close(self) -> None:
+    def close(self, marker: str = "") -> None:
+        """End the open line, with ``marker`` (``Turn.midway``) after its text."""
         if self._open is not None:
-            self.out.write("\n")
+            self.out.write(marker + "\n")
             self.out.flush()
             self._open = None
+        elif marker:
+            self.out.write(marker.strip() + "\n")
+            self.out.flush()
 
 
 def _read_lines(
@@ -155,15 +185,18 @@ async def chat(
     stdin: TextIO = sys.stdin,
     out: TextIO = sys.stdout,
     config: EdgeConfig | None = None,
+    router_silence_s: float | None = ROUTER_SILENCE_S,
 ) -> int:
-    """The chat loop on ``bus`` (see the module docstring); 0 when the user leaves."""
+    """The chat loop on ``bus`` (see the module docstring); 0 when the user leaves.
+    ``router_silence_s``: see ``ReplyCollector`` (None: no router watch)."""
     printer = _StreamPrinter(out)
-    collector = ReplyCollector(on_fragment=printer)
+    collector = ReplyCollector(on_fragment=printer, router_silence_s=router_silence_s)
     runtime = AgentRuntime(bus, ready_timeout=10.0)
     runtime.register("replies", collector, participant_id=participant_id)
     lines: asyncio.Queue[str | None] = asyncio.Queue()
     prompt = "you> " if stdin.isatty() else ""
     async with runtime:
+        box_asked = asyncio.ensure_future(ask_box_info(runtime))  # for /compact toolcall
         _read_lines(stdin, lines, asyncio.get_running_loop())
         print(
             f"xrmq chat: ready participant={participant_id} bus={bus} "
@@ -188,29 +221,22 @@ async def chat(
                 if command == "/help":
                     print(HELP, file=out, flush=True)
                 elif command == COMPACT and text.split()[1:2] in (["toolcall"], ["summary"]):
-                    done = await compact(runtime, participant_id, text, printer.last_source)
+                    box = await box_asked  # at once: asked when the chat started
+                    tools = None if box is None else box.tools_destinations()
+                    done = await compact(
+                        runtime, participant_id, text, printer.last_source, tools=tools
+                    )
                     print(done, file=out, flush=True)
                 elif command == COMPACT:
                     from .context_commands import compact_in_chat
 
                     argument = text[len(COMPACT) :].strip()
                     outcome = await compact_in_chat(
-                        config or default_config(), bus, participant_id, argument
+                        config or box_config(await box_asked), bus, participant_id, argument
                     )
                     print(outcome, file=out, flush=True)
                 elif command == "/clear":
-                    runtime.send(
-                        PARTICIPANT_LEFT_TOPIC,
-                        ParticipantLeft(),
-                        participant_id=participant_id,
-                        source="text-input",
-                    )
-                    print(
-                        f"xrmq chat: cleared {participant_id}: "
-                        "the edge box forgets their dialogue and context",
-                        file=out,
-                        flush=True,
-                    )
+                    print(await clear(bus, participant_id), file=out, flush=True)
                 else:
                     print(
                         f"xrmq chat: unknown command {command!r} (/help lists them)",
@@ -226,10 +252,39 @@ async def chat(
                     printer.close()
                     print(f"xrmq chat: {error}", file=sys.stderr, flush=True)
                     continue
-            printer.close()
+                if turn.outcome is None:  # a failure after the final frame is told next
+                    await turn.wait_outcome(OUTCOME_GRACE_S)
+            printer.close(turn.midway)
             if turn.failure is not None:
                 print(f"xrmq chat: {turn.failure}", file=sys.stderr, flush=True)
+        box_asked.cancel()
+        await asyncio.gather(box_asked, return_exceptions=True)
     return 0
+
+
+async def clear(bus: str, participant_id: str, *, timeout: float = FORGET_TIMEOUT_S) -> str:
+    """Run ``/clear``: forget the participant through the router; the line to print.
+
+    On a runtime of its own, joined for this command only: the chat itself subscribes to
+    nothing more than its replies, so an identity allowed only that can still chat (and
+    is told here what ``/clear`` needs)."""
+    waiter = ForgottenWaiter()
+    runtime = AgentRuntime(bus, ready_timeout=min(timeout, 10.0))
+    runtime.register("forget", waiter, participant_id=participant_id)
+    try:
+        await runtime.start()
+    except (TimeoutError, RuntimeError, OSError) as error:  # e.g. the identity may not
+        return f"xrmq chat: /clear: {error}"
+    try:
+        forgotten = await waiter.forget(participant_id, timeout)
+    except TimeoutError as error:
+        return f"xrmq chat: /clear: {error} (is the box's router running?)"
+    finally:
+        await runtime.stop()
+    missed = failures(forgotten)
+    if missed:
+        return f"xrmq chat: /clear: not forgotten everywhere: {'; '.join(missed)}"
+    return f"xrmq chat: cleared {participant_id}: the edge box forgot all it held of them"
 
 
 async def compact(
@@ -239,17 +294,27 @@ async def compact(
     last: str | None,
     *,
     timeout: float = 10.0,
+    tools: Sequence[str] | None = None,
 ) -> str:
-    """Run ``/compact toolcall|summary [DESTINATION]``; the line to print."""
+    """Run ``/compact toolcall|summary [DESTINATION]``; the line to print.
+
+    With the running box's tools destinations (``tools``, from its ``BoxInfo``; None:
+    unknown), a destination that is not one of them is refused at once (it would never
+    answer), and with none named the last to answer, else the box's only one, is taken.
+    """
     words = line.split()[1:]
     tier = "toolcall" if words[:1] == ["toolcall"] else "summary"
     words = words[1:] if words[:1] in (["toolcall"], ["summary"]) else words
-    destination = words[0] if words else last
-    if destination is None:
+    named = words[0] if words else None
+    if tools is None and named is None and last is None:
         return (
             "xrmq chat: /compact: no destination answered yet; "
             "name one: /compact toolcall|summary DESTINATION"
         )
+    try:
+        destination = tools_destination_of(named, last, tools, "the box's")
+    except ValueError as error:
+        return f"xrmq chat: /compact: {error}"
     try:
         reply = await runtime.ask(
             compact_topic(destination),

@@ -1,11 +1,17 @@
 """What ``xrmq up`` checks before it starts anything: the box can answer, and can start.
 
-Why: a config can be valid key by key and still run a box that answers nothing (only
-``[models]``, as a first real-model config often is), answers every turn twice (the
-router in two processes), or crashes on start in a loop that restarting cannot fix (an
-unset API key, a bus another ``xrmq up`` already serves). Each is one ``ConfigError``
-naming the key and the rule, raised by ``xrmq up --check`` and by ``xrmq up`` before
-its first process starts (exit code 2, one message).
+Why: a config can be valid key by key and still run a box that answers nothing (no
+destination), answers every turn twice (the router in two processes), or crashes on
+start in a loop that restarting cannot fix (an unset API key, a bus another ``xrmq up``
+already serves). Each is one ``ConfigError`` naming the key and the rule, raised by
+``xrmq up --check`` and by ``xrmq up`` before its first process starts (exit code 2, one
+message). (A file with only ``[models]`` is not one of them: it runs the default box's
+processes, ``config.with_default_box``.)
+
+A model server that is down is not a config error (it may come up later), but a box that
+reports ready while every answer will fail misleads: ``xrmq up`` probes each http(s)
+model endpoint with a TCP connect at start and warns of one that does not answer
+(``unanswered_model_endpoints``).
 
 The answer-path rules apply to configs built from the built-in roles; a config that
 also runs an application's own roles (``package.module:function``) may route and
@@ -19,6 +25,7 @@ import fcntl
 import os
 import socket
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from xrmq.actors.models import ModelSpec
 from xrmq.actors.runtime.address import parse_bus
@@ -170,3 +177,70 @@ def check_bus_free(config: EdgeConfig) -> None:
                         f"{config.bus.address!r}: port {port} is already in use "
                         "(another `xrmq up`?)",
                     ) from None
+
+
+PROBE_TIMEOUT_S = 1.0
+"""How long the start-up probe waits for a model endpoint to accept a TCP connection."""
+
+
+def model_endpoints(config: EdgeConfig) -> list[tuple[str, str]]:
+    """(config key, URL) of every http(s) ``api_base`` the box's models use, each URL once.
+
+    The models of the built-in roles it runs; every configured model when it also runs an
+    application's roles (they may use any of them).
+    """
+    roles = _all_roles(config)
+    if any(":" in role for role in roles):
+        used = [
+            (f"models.{name}", getattr(config.models, name))
+            for name in ("answers", "compaction", "routing")
+        ]
+        used += [
+            (f"destinations.{name}.model", destination.model)
+            for name, destination in config.destinations.items()
+            if destination.model is not None
+        ]
+    else:
+        used = _models_in_use(config, roles)
+    endpoints: dict[str, str] = {}
+    for key, spec in used:
+        url = spec.api_base
+        if url is not None and url.startswith(("http://", "https://")):
+            endpoints.setdefault(url, key)
+    return [(key, url) for url, key in endpoints.items()]
+
+
+def probe_endpoint(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+    """Why ``url``'s host and port did not accept a TCP connection within ``timeout_s``
+    (``connection refused``, ``no connection within 1s``, ...); None when it did.
+
+    Only the connection is tried: no request, so no key and no model is needed.
+    """
+    parsed = urlsplit(url)
+    try:
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    except ValueError:
+        return "no valid port in the URL"
+    if not parsed.hostname:
+        return "no host in the URL"
+    try:
+        with socket.create_connection((parsed.hostname, port), timeout=timeout_s):
+            return None
+    except TimeoutError:
+        return f"no connection within {timeout_s:g}s"
+    except OSError as error:
+        return (error.strerror or str(error)).lower()
+
+
+def unanswered_model_endpoints(config: EdgeConfig) -> list[str]:
+    """One warning per model endpoint of ``config`` that did not answer the probe
+    (``xrmq up`` prints them at start and keeps running: the server may come up later)."""
+    warnings = []
+    for key, url in model_endpoints(config):
+        reason = probe_endpoint(url)
+        if reason is not None:
+            warnings.append(
+                f"model endpoint {url} did not answer ({key}: {reason}); "
+                "its turns will fail until it does"
+            )
+    return warnings

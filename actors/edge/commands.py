@@ -9,11 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from xrmq.actors.arguments import name, seconds, words
 from xrmq.actors.runtime import run
 from xrmq.actors.runtime.address import is_loopback_tcp
-from xrmq.actors.runtime.commands import add_bus_argument, require_broker
+from xrmq.actors.runtime.commands import IDENTITY_ENV, add_bus_argument, require_broker
 
-from .config import EdgeConfig, default_config, load_config
+from .config import EdgeConfig, default_config, describe_defaulted, load_config
 
 
 def add_commands(subparsers: Any) -> None:
@@ -26,7 +27,9 @@ def add_commands(subparsers: Any) -> None:
         help="TOML config (default: the built-in default; see examples/edge-box.toml)",
     )
     up.add_argument(
-        "--check", action="store_true", help="validate the config and its roles, start nothing"
+        "--check",
+        action="store_true",
+        help="validate the config and its roles, check the bus is free; start nothing",
     )
     up.add_argument(
         "--init-keys",
@@ -58,9 +61,10 @@ def add_commands(subparsers: Any) -> None:
     add_bus_argument(record)
     record.add_argument("file")
     record.add_argument("--count", type=int, help="stop after this many messages")
-    record.add_argument("--duration", type=float, help="stop after this many seconds")
+    record.add_argument("--duration", type=seconds, help="stop after this many seconds")
     record.add_argument(
         "--topic",
+        type=name,
         action="append",
         default=[],
         metavar="PATTERN",
@@ -78,6 +82,7 @@ def add_commands(subparsers: Any) -> None:
     )
     replay.add_argument(
         "--only",
+        type=name,
         action="append",
         default=[],
         metavar="PATTERN",
@@ -86,6 +91,7 @@ def add_commands(subparsers: Any) -> None:
     )
     replay.add_argument(
         "--exclude",
+        type=name,
         action="append",
         default=[],
         metavar="PATTERN",
@@ -95,8 +101,10 @@ def add_commands(subparsers: Any) -> None:
 
     echo = subparsers.add_parser("echo", help="print every message of one topic as it arrives")
     add_bus_argument(echo)
-    echo.add_argument("topic", help="topic name (standard topics are decoded with their schema)")
-    echo.add_argument("--participant", help="only this participant's messages")
+    echo.add_argument(
+        "topic", type=name, help="topic name (standard topics are decoded with their schema)"
+    )
+    echo.add_argument("--participant", type=name, help="only this participant's messages")
     echo.add_argument("--json", action="store_true", help="one JSON object per line")
     echo.add_argument("--count", type=int, help="stop after this many messages")
     echo.set_defaults(func=run_echo)
@@ -105,7 +113,7 @@ def add_commands(subparsers: Any) -> None:
         "topics", help="topics seen on the bus: messages, rates, publishers, participants"
     )
     add_bus_argument(topics)
-    topics.add_argument("--window", type=float, default=3.0, help="seconds to watch (default 3)")
+    topics.add_argument("--window", type=seconds, default=3.0, help="seconds to watch (default 3)")
     topics.set_defaults(func=run_topics)
 
     capture = subparsers.add_parser("capture", help="work with recordings of 'xrmq record'")
@@ -122,10 +130,13 @@ def add_commands(subparsers: Any) -> None:
     top.add_argument("--once", action="store_true", help="print one view and exit")
     top.add_argument("--json", action="store_true", help="print the rows as JSON")
     top.add_argument(
-        "--interval", type=float, default=1.0, help="seconds between redraws (default 1)"
+        "--interval", type=seconds, default=1.0, help="seconds between redraws (default 1)"
     )
     top.add_argument(
-        "--window", type=float, default=3.0, help="with --once: wait at most this long for reports"
+        "--window",
+        type=seconds,
+        default=3.0,
+        help="with --once: wait at most this long for reports",
     )
     top.add_argument(
         "--expect", type=int, help="with --once: print as soon as this many runtimes reported twice"
@@ -157,7 +168,9 @@ def add_commands(subparsers: Any) -> None:
         "chat", help="interactive text front end: type queries, read the streamed replies"
     )
     add_bus_argument(chat)
-    chat.add_argument("--participant", default="p1", help="participant id (default: %(default)s)")
+    chat.add_argument(
+        "--participant", type=name, default="p1", help="participant id (default: %(default)s)"
+    )
     chat.add_argument(
         "--private-stack",
         "--embedded",
@@ -167,19 +180,24 @@ def add_commands(subparsers: Any) -> None:
         "--bus (--embedded: its former name)",
     )
     chat.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds to wait for each reply (default 30)"
+        "--timeout",
+        type=seconds,
+        default=None,
+        help="seconds to wait for each reply (default: the --config's model timeout + 10)",
     )
     chat.set_defaults(func=run_chat)
 
     say = subparsers.add_parser("say", help="ask one query, print the reply, exit")
     add_bus_argument(say)
-    say.add_argument("text")
-    say.add_argument("--participant", default="p1", help="participant id (default: %(default)s)")
+    say.add_argument("text", type=words)
+    say.add_argument(
+        "--participant", type=name, default="p1", help="participant id (default: %(default)s)"
+    )
     say.add_argument(
         "--timeout",
-        type=float,
-        default=30.0,
-        help="seconds to wait for the whole reply (default 30)",
+        type=seconds,
+        default=None,
+        help="seconds to wait for the whole reply (default: the --config's model timeout + 10)",
     )
     say.set_defaults(func=run_say)
 
@@ -189,7 +207,7 @@ def _config(path: str | None) -> EdgeConfig:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    from .checks import check_bus_free, check_can_answer
+    from .checks import check_bus_free, check_can_answer, unanswered_model_endpoints
     from .roles import check_roles
 
     config = _config(args.config)
@@ -213,9 +231,6 @@ def run_up(args: argparse.Namespace) -> int:
             posture += (
                 f"; WARNING: insecure = true: {config.bus.address} is open to anyone who reaches it"
             )
-    if args.check:
-        print(f"xrmq up: {config.source}: ok ({len(config.processes)} processes; {posture})")
-        return 0
     if args.print_systemd:
         from .systemd import render_units, systemd_units
 
@@ -225,7 +240,15 @@ def run_up(args: argparse.Namespace) -> int:
             )
         print(render_units(systemd_units(config, args.config)), end="")
         return 0
-    check_bus_free(config)
+    check_bus_free(config)  # what `xrmq up` would refuse, --check refuses too
+    defaulted = describe_defaulted(config)
+    if defaulted is not None:
+        print(f"xrmq up: {config.source}: {defaulted}", flush=True)
+    if args.check:
+        print(f"xrmq up: {config.source}: ok ({len(config.processes)} processes; {posture})")
+        return 0
+    for warning in unanswered_model_endpoints(config):  # the box starts all the same
+        print(f"xrmq up: WARNING: {warning}", flush=True)
     from .process import exit_process
 
     exit_process(run(_supervise(config, args.config)))  # every child is gone: no teardown needed
@@ -251,8 +274,6 @@ def run_record(args: argparse.Namespace) -> int:
 
     if args.count is not None and args.count < 1:
         raise ValueError("--count: must be >= 1")
-    if args.duration is not None and args.duration <= 0:
-        raise ValueError("--duration: must be > 0")
     require_broker(args.bus, endpoint="capture")
     from .topicfilter import TopicFilter
 
@@ -313,8 +334,6 @@ def run_echo(args: argparse.Namespace) -> int:
 def run_topics(args: argparse.Namespace) -> int:
     from .topictools import topics
 
-    if args.window <= 0:
-        raise ValueError("--window: must be > 0")
     require_broker(args.bus, endpoint="capture")
     return topics(args.bus, window=args.window, out=sys.stdout)
 
@@ -330,8 +349,6 @@ def run_capture_show(args: argparse.Namespace) -> int:
 def run_top(args: argparse.Namespace) -> int:
     from .top import watch
 
-    if args.interval <= 0 or args.window <= 0:
-        raise ValueError("--interval and --window: must be > 0")
     if args.expect is not None and args.expect < 1:
         raise ValueError("--expect: must be >= 1")
     require_broker(args.bus)
@@ -357,30 +374,89 @@ def run_demo(args: argparse.Namespace) -> int:
 
         return run(run_realtime_demo(sys.stdout, verbose=args.verbose))
     if getattr(args, "voice", False):
+        from xrmq.actors.voice.requirements import missing
+
+        absent = missing()
+        if absent:
+            raise RuntimeError("--voice needs " + "; ".join(absent))
         from xrmq.actors.voice.session import run_voice_demo  # the voice extra
 
         return run(run_voice_demo(sys.stdout, verbose=args.verbose))
     return run(demo(sys.stdout, verbose=args.verbose))
 
 
+def _reply_wait(args: argparse.Namespace) -> None:
+    """``--timeout``'s default: the box's model timeout and a margin (``reply_wait_s``), so
+    the box reports a stalled model before the client gives up."""
+    if args.timeout is None:
+        from .config import reply_wait_s
+
+        private = getattr(args, "private_stack", False)
+        args.timeout = reply_wait_s(default_config() if private else _config(args.config))
+
+
 def run_chat(args: argparse.Namespace) -> int:
     from .chat import chat, chat_private_stack
 
-    if args.timeout <= 0:
-        raise ValueError("--timeout: must be > 0")
+    _reply_wait(args)
     if args.private_stack:
         return run(chat_private_stack(args.participant, timeout=args.timeout))
     require_broker(args.bus)
     config = None if args.config is None else load_config(args.config)
-    return run(chat(args.bus, args.participant, timeout=args.timeout, config=config))
+    return run(
+        chat(
+            args.bus,
+            args.participant,
+            timeout=args.timeout,
+            config=config,
+            router_silence_s=_router_watch(args, config),
+        )
+    )
 
 
 def run_say(args: argparse.Namespace) -> int:
     from .chat import say
 
-    if args.timeout <= 0:
-        raise ValueError("--timeout: must be > 0")
-    if not args.text.strip():
-        raise ValueError("TEXT: must be non-empty")
+    follow_box = args.timeout is None and args.config is None  # nothing said: the box's
+    _reply_wait(args)
     require_broker(args.bus)
-    return run(say(args.bus, args.participant, args.text, timeout=args.timeout))
+    config = None if args.config is None else load_config(args.config)
+    return run(
+        say(
+            args.bus,
+            args.participant,
+            args.text,
+            timeout=args.timeout,
+            router_silence_s=_router_watch(args, config),
+            follow_box=follow_box,
+        )
+    )
+
+
+def _router_watch(args: argparse.Namespace, config: EdgeConfig | None) -> float | None:
+    """How long a client waits for a silent router (``ReplyCollector.router_silence_s``).
+
+    The watch reads the router's heartbeats on ``xrmq.metrics``. On a plain bus anyone
+    may; on a CURVE bus only an identity whose table grants it (heartbeats name every
+    stream's key, so an identity bound to participants is not given it): there, without
+    that grant (or without ``--config`` to tell), the client goes without the watch rather
+    than failing to start.
+    """
+    import os
+
+    from xrmq.actors.runtime.security.acl import Patterns
+    from xrmq.actors.runtime.security.keys import KEY_ENV
+    from xrmq.topics import METRICS_TOPIC
+
+    from .identities import permissions
+    from .replies import ROUTER_SILENCE_S
+
+    if not os.environ.get(KEY_ENV):
+        return ROUTER_SILENCE_S
+    if config is None:
+        return None
+    identity = args.identity or os.environ.get(IDENTITY_ENV) or args.default_identity
+    granted = permissions(config).get(identity or "")
+    if granted is None or METRICS_TOPIC.name not in Patterns(granted.subscribe):
+        return None
+    return ROUTER_SILENCE_S

@@ -7,6 +7,9 @@ documents every key; ``default_config()`` is the built-in default that needs no 
 
 Every error is one ``ConfigError`` (a ``ValueError``) naming the file, the key as a
 dotted path and the rule, e.g. ``edge.toml: processes.conversation.replicas: must be >= 1``.
+Every number has a range (``RANGES``: ``<key>: must be in [min, max], got <value>``). A
+file that names no processes runs the default box's (``with_default_box``; ``defaulted``
+says which tables it took).
 Decoding is pure apart from reading the file: no sockets, no directories, no imports
 of the roles (``roles.check_roles`` resolves role names separately).
 """
@@ -104,6 +107,10 @@ class IdentityConfig(_Section, frozen=True):
     """Topic patterns it may subscribe to; None: its role defaults."""
     capture: bool = False
     """Whether it may read the capture socket (``xrmq record``)."""
+    participants: list[str] | None = None
+    """Participant patterns it may speak and listen as (``alice``, ``guest-*``, ``*``); the
+    broker drops what it publishes as any other participant and narrows its subscriptions
+    to these participants' messages (and global ones). None: every participant."""
 
 
 class BusConfig(_Section, frozen=True):
@@ -173,7 +180,9 @@ class ContextSettings(_Section, frozen=True):
     under ``$XDG_STATE_HOME/xrmq``, else ``~/.local/state/xrmq``."""
     on_corrupt: str = "error"
     """A journal that cannot be read: ``error`` (the process does not start, naming the
-    file) or ``backup_and_start_empty`` (moved aside, the process starts empty)."""
+    file) or ``backup_and_start_empty`` (moved aside, the process starts empty). A row
+    that cannot be read in a journal that can is quarantined whatever this says
+    (``xrmq.actors.context.store``): only its participant's section starts empty."""
 
     def options(self) -> ContextOptions:
         """The context configuration this table describes (checked by ``context_options``)."""
@@ -403,6 +412,9 @@ class EdgeConfig(_Section, frozen=True):
     voice: VoiceConfig = VoiceConfig()
     source: str = DEFAULT_SOURCE
     """The file this config came from (set by the loader; not a TOML key)."""
+    defaulted: tuple[str, ...] = ()
+    """The tables taken from ``DEFAULT_BOX`` because the file names no processes
+    (``with_default_box``; set by the loader, not a TOML key)."""
 
     def path(self, value: str) -> Path:
         """A path of the config: relative ones are relative to the config file's directory."""
@@ -442,6 +454,227 @@ class EdgeConfig(_Section, frozen=True):
         return layers
 
 
+# ---------------------------------------------------------------------------- ranges
+# Issue 29 item 10: a number a type allows can still be absurd (``shutdown_timeout_s = inf``
+# waits forever; ``max_message_bytes = 2**63`` overflows ZeroMQ's C long at start). Every
+# number of the config has a range here, checked once the file is decoded, before the rules
+# across keys, so the error names the key and its range.
+
+_SECONDS = (0.001, 3600)
+"""A timeout or a wait: a millisecond to an hour."""
+_LONG_SECONDS = (0.001, 86_400)
+"""A window or a session: up to a day."""
+_TEXT_BYTES = (1, 1 << 24)
+"""A context budget: up to 16 MiB of rendered text."""
+_TOKENS = (1, 10_000_000)
+
+_MODEL_RANGES: dict[str, tuple[float, float]] = {
+    "timeout_s": _SECONDS,
+    "temperature": (0, 2),
+    "max_tokens": (1, 1_000_000),
+    "retries": (0, 100),
+    "time_to_first_token_s": (0, 3600),
+    "tokens_per_second": (0, 1_000_000),
+}
+"""A model spec's numbers, wherever a spec is named (``models.*``, ``destinations.*.model``)."""
+
+_RESTART_RANGES: dict[str, tuple[float, float]] = {
+    "max_crashes": (1, 10_000),
+    "window_s": _LONG_SECONDS,
+    "backoff_initial_s": _SECONDS,
+    "backoff_max_s": _LONG_SECONDS,
+}
+
+_REALTIME_RANGES: dict[str, tuple[float, float]] = {
+    "compress_at": (0.01, 1),
+    "rollover_at": (0.01, 1),
+    "max_context_tokens": _TOKENS,
+    "max_audio_turns": (1, 1_000_000),
+    "max_audio_duration_s": _LONG_SECONDS,
+    "max_session_s": _LONG_SECONDS,
+    "backlog_items": (1, 1_000_000),
+    "connect_attempts": (1, 100),
+    "keep_tail": (0, 10_000),
+    "boundary_wait_s": _SECONDS,
+    "connect_latency_s": (0, 60),
+    "server_max_context_tokens": _TOKENS,
+}
+
+RANGES: dict[str, tuple[float, float]] = {
+    "bus.max_message_bytes": (1024, 1 << 30),
+    "bus.subscriber_budget_bytes": (1 << 20, 1 << 34),
+    "bus.security.rescan_s": (0, 3600),
+    **{f"models.*.{field}": bounds for field, bounds in _MODEL_RANGES.items()},
+    "context.dialogue_budget_bytes": _TEXT_BYTES,
+    "context.topic_budget_bytes": _TEXT_BYTES,
+    "context.compaction_input_budget_bytes": _TEXT_BYTES,
+    "context.topics.*.budget_bytes": _TEXT_BYTES,
+    **{f"destinations.*.model.{field}": bounds for field, bounds in _MODEL_RANGES.items()},
+    "destinations.*.max_iterations": (1, 1000),
+    "destinations.*.tool_timeout_s": _SECONDS,
+    "destinations.*.token_threshold": _TOKENS,
+    **{f"destinations.*.realtime.{field}": bounds for field, bounds in _REALTIME_RANGES.items()},
+    "router.history_limit": (1, 10_000),
+    "router.destination_dead_after_s": _SECONDS,
+    "supervisor.ready_timeout_s": _SECONDS,
+    "supervisor.shutdown_timeout_s": _SECONDS,
+    "supervisor.metrics_interval_s": (0.001, 60),
+    "supervisor.liveness_timeout_s": _SECONDS,
+    "supervisor.stuck_after_s": _LONG_SECONDS,
+    **{f"supervisor.restart.{field}": bounds for field, bounds in _RESTART_RANGES.items()},
+    "processes.*.replicas": (1, 256),
+    "processes.*.compaction_workers": (1, 256),
+    "processes.*.nice": (0, 19),
+    **{f"processes.*.restart.{field}": bounds for field, bounds in _RESTART_RANGES.items()},
+    "voice.vad_threshold": (0.15, 1),
+    "voice.min_speech_s": (0, 60),
+    "voice.trailing_silence_s": (0.001, 60),
+    "voice.max_utterance_s": _SECONDS,
+    "voice.barge_in_min_s": (0, 60),
+    "voice.barge_in_min_words": (0, 1000),
+}
+"""Every number of the config, by dotted key (``*``: any one table name), and its inclusive
+range (finite). A number without an entry is a bug: ``range_of`` raises ``KeyError``."""
+
+_UNCHECKED = ("source", "options", "thinking_off")
+"""Fields not walked: the file's name, and provider parameters passed to the provider as
+written (their numbers are the provider's to judge)."""
+
+
+def _check_values(config: EdgeConfig, source: str) -> None:
+    """The rules of single numbers that say more than their range; checked before it."""
+    if config.bus.security.rescan_s < 0:
+        raise ConfigError(source, "bus.security.rescan_s", "must be >= 0 (0: never re-scan)")
+    for name, destination in config.destinations.items():
+        if destination.kind != "tools":
+            continue
+        key = f"destinations.{name}"
+        if destination.max_iterations < 1:
+            raise ConfigError(source, f"{key}.max_iterations", "must be >= 1")
+        if destination.tool_timeout_s <= 0:
+            raise ConfigError(source, f"{key}.tool_timeout_s", "must be > 0")
+        if destination.token_threshold <= 0:
+            raise ConfigError(source, f"{key}.token_threshold", "must be > 0")
+    if not 0.15 < config.voice.vad_threshold < 1.0:
+        raise ConfigError(source, "voice.vad_threshold", "must be in (0.15, 1)")
+    for name, process in config.processes.items():
+        if not 0 <= process.nice <= 19:
+            raise ConfigError(
+                source,
+                f"processes.{name}.nice",
+                "must be in [0, 19] (a process may lower its priority, not raise it)",
+            )
+
+
+def range_of(key: str) -> tuple[float, float]:
+    """The inclusive range of the number at dotted ``key`` (``KeyError`` when it has none)."""
+    parts = key.split(".")
+    for pattern, bounds in RANGES.items():
+        names = pattern.split(".")
+        if len(names) == len(parts) and all(n in ("*", p) for n, p in zip(names, parts)):
+            return bounds
+    raise KeyError(f"{key}: no range in RANGES")
+
+
+def check_ranges(config: EdgeConfig, source: str) -> None:
+    """Raise ``ConfigError`` at the first number outside its range (NaN is outside every one):
+    ``<file>: <key>: must be in [<min>, <max>], got <value>``."""
+    for key, value in _numbers(config, ""):
+        low, high = range_of(key)
+        if not low <= value <= high:
+            raise ConfigError(
+                source, key, f"must be in [{_bound(low)}, {_bound(high)}], got {value!r}"
+            )
+
+
+def _numbers(value: object, key: str) -> list[tuple[str, float]]:
+    found: list[tuple[str, float]] = []
+    if isinstance(value, msgspec.Struct):
+        for field in value.__struct_fields__:
+            if field not in _UNCHECKED:
+                found += _numbers(getattr(value, field), _join(key, field))
+    elif isinstance(value, dict):
+        for name, item in value.items():
+            if isinstance(item, msgspec.Struct):
+                found += _numbers(item, f"{key}.{name}")
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        found.append((key, value))
+    return found
+
+
+def _bound(bound: float) -> str:
+    return str(int(bound)) if float(bound).is_integer() else repr(bound)
+
+
+# ---------------------------------------------------------------------------- the default box
+# Issue 29 item 8: the most common first edit is "use my model", a file with only [models].
+# Refusing it ("processes: none configured") made every new user copy the whole reference
+# file; a file that names no processes now runs the built-in default box with its changes.
+
+DEFAULT_BOX: dict[str, Any] = {
+    "context": {"topics": {"scene": {"mode": "summary"}, "notes": {"mode": "incremental"}}},
+    "destinations": {
+        "conversation": {
+            "description": (
+                "General assistant: answers questions from its own knowledge and the "
+                "participant's context."
+            ),
+        }
+    },
+    "router": {"default": "conversation"},
+    "processes": {
+        "context": {"roles": ["context"], "nice": 19},
+        "compaction": {"roles": ["compaction"], "after": ["context"], "nice": 19},
+        "conversation": {"roles": ["conversation"], "after": ["context"]},
+        "router": {"roles": ["router"], "after": ["conversation"]},
+        "renderer": {"roles": ["renderer"]},
+    },
+}
+"""The built-in default box as a TOML document (``default_config``)."""
+
+
+def with_default_box(raw: Mapping[str, Any]) -> tuple[Mapping[str, Any], tuple[str, ...]]:
+    """``raw`` and the tables it takes from ``DEFAULT_BOX`` (dotted names, in order).
+
+    A document that names no processes (no ``[processes]`` or an empty one) gets the
+    default box's; and, where it names none of its own, the default box's destination
+    (with ``router.default``) and context topics. Anything else it sets is kept. A
+    document that names processes is returned unchanged: it describes its box itself.
+    """
+    if raw.get("processes"):
+        return raw, ()
+    box = {**raw, "processes": DEFAULT_BOX["processes"]}
+    defaulted = ["processes"]
+    router = raw.get("router", {})
+    if not raw.get("destinations") and isinstance(router, dict):
+        box["destinations"] = DEFAULT_BOX["destinations"]
+        box["router"] = {**DEFAULT_BOX["router"], **router}
+        defaulted.append("destinations")
+    context = raw.get("context", {})
+    if isinstance(context, dict) and not context.get("topics"):
+        box["context"] = {**context, "topics": DEFAULT_BOX["context"]["topics"]}
+        defaulted.append("context.topics")
+    return box, tuple(defaulted)
+
+
+def describe_defaulted(config: EdgeConfig) -> str | None:
+    """What a config took from the default box, in words (``xrmq up`` prints it); None: nothing."""
+    if not config.defaulted:
+        return None
+    parts = [f"processes ({', '.join(config.processes)})"]
+    if "destinations" in config.defaulted:
+        parts.append(f"destination {', '.join(map(repr, config.destinations))}")
+    if "context.topics" in config.defaulted:
+        parts.append(f"context topics ({', '.join(config.context.topics)})")
+    return (
+        "names no processes, so it runs the built-in default box's "
+        + ", ".join(parts[:-1])
+        + (" and " if len(parts) > 1 else "")
+        + parts[-1]
+        + " (examples/edge-box.toml spells them out)"
+    )
+
+
 # ---------------------------------------------------------------------------- loading
 
 
@@ -464,34 +697,16 @@ def default_config() -> EdgeConfig:
 
     A summary topic ``scene`` and an incremental topic ``notes``; one conversation
     destination; context sections, compaction workers, conversation, router and voice
-    renderer in processes of their own. ``examples/edge-box.toml`` spells out the same.
+    renderer in processes of their own (``DEFAULT_BOX``). ``examples/edge-box.toml``
+    spells out the same.
     """
-    return decode_config(
-        {
-            "context": {"topics": {"scene": {"mode": "summary"}, "notes": {"mode": "incremental"}}},
-            "destinations": {
-                "conversation": {
-                    "description": (
-                        "General assistant: answers questions from its own knowledge and the "
-                        "participant's context."
-                    ),
-                }
-            },
-            "router": {"default": "conversation"},
-            "processes": {
-                "context": {"roles": ["context"], "nice": 19},
-                "compaction": {"roles": ["compaction"], "after": ["context"], "nice": 19},
-                "conversation": {"roles": ["conversation"], "after": ["context"]},
-                "router": {"roles": ["router"], "after": ["conversation"]},
-                "renderer": {"roles": ["renderer"]},
-            },
-        }
-    )
+    return decode_config(DEFAULT_BOX)
 
 
 def decode_config(raw: Mapping[str, Any], *, source: str = DEFAULT_SOURCE) -> EdgeConfig:
     """Validate a decoded TOML document into ``EdgeConfig``; ``ConfigError`` on the first broken
     rule."""
+    raw, defaulted = with_default_box(raw)
     top = _convert(raw, _RawTop, "", source)
     models = _models(top.models, source)
     context = _context(top.context, source)
@@ -513,7 +728,11 @@ def decode_config(raw: Mapping[str, Any], *, source: str = DEFAULT_SOURCE) -> Ed
         processes=processes,
         voice=_convert(top.voice, VoiceConfig, "voice", source),
         source=source,
+        defaulted=defaulted,
     )
+    _check_values(config, source)
+    check_ranges(config, source)
+    _check_context(context, source)
     _validate(config, source)
     return config
 
@@ -614,8 +833,12 @@ def _context(raw: dict[str, Any], source: str) -> ContextSettings:
         for name, value in topics_raw.items()
     }
     settings: ContextSettings = _convert({**raw, "topics": {}}, ContextSettings, "context", source)
-    settings = msgspec.structs.replace(settings, topics=topics)
-    for name, topic in topics.items():
+    return msgspec.structs.replace(settings, topics=topics)
+
+
+def _check_context(settings: ContextSettings, source: str) -> None:
+    """The rules of ``[context]`` beyond each value's type and range."""
+    for name, topic in settings.topics.items():
         if topic.mode not in TOPIC_MODES:
             raise ConfigError(
                 source,
@@ -643,7 +866,6 @@ def _context(raw: dict[str, Any], source: str) -> ContextSettings:
         raise ConfigError(
             source, _CONTEXT_KEYS.get(parameter, f"context.{parameter}"), rule
         ) from None
-    return settings
 
 
 _CONTEXT_KEYS = {
@@ -678,12 +900,6 @@ def _check_destination_kind(name: str, destination: DestinationConfig, source: s
             raise ConfigError(
                 source, f"{key}.tool_servers", f"{server!r}: must be 1-40 letters, digits or '-'"
             )
-    if destination.max_iterations < 1:
-        raise ConfigError(source, f"{key}.max_iterations", "must be >= 1")
-    if destination.tool_timeout_s <= 0:
-        raise ConfigError(source, f"{key}.tool_timeout_s", "must be > 0")
-    if destination.token_threshold <= 0:
-        raise ConfigError(source, f"{key}.token_threshold", "must be > 0")
 
 
 def _check_realtime(realtime: RealtimeConfig, key: str, source: str) -> None:
@@ -736,13 +952,11 @@ def _check_voice(voice: VoiceConfig, source: str) -> None:
     rules = {
         "stt": bool(voice.stt.strip()) and voice.stt != "whisper:",
         "tts": bool(voice.tts.strip()),
-        "vad_threshold": 0.15 < voice.vad_threshold < 1.0,
         "max_utterance_s": voice.max_utterance_s > voice.min_speech_s,
     }
     texts = {
         "stt": "must be 'whisper', 'whisper:DIR' or a litellm model string",
         "tts": "must be 'espeak' or a litellm model string",
-        "vad_threshold": "must be in (0.15, 1)",
         "max_utterance_s": "must be > voice.min_speech_s",
     }
     for field, ok in rules.items():
@@ -819,16 +1033,51 @@ def _validate(config: EdgeConfig, source: str) -> None:
             raise ConfigError(
                 source, f"{key}.on_give_up", f"must be {allowed}, got {process.on_give_up!r}"
             )
-        if not 0 <= process.nice <= 19:
-            raise ConfigError(
-                source,
-                f"{key}.nice",
-                "must be in [0, 19] (a process may lower its priority, not raise it)",
-            )
     cycle = _cycle(config)
     if cycle:
         raise ConfigError(
             source, f"processes.{cycle[0]}.after", f"dependency cycle: {' -> '.join(cycle)}"
+        )
+
+
+SERVES_EVERY_PARTICIPANT = ("context", "compaction", "conversation", "router")
+"""Built-in roles whose actors serve every participant: their identities cannot be bound."""
+
+
+def _check_participants(
+    config: EdgeConfig, name: str, participants: list[str], source: str
+) -> None:
+    """``bus.identities.NAME.participants``: each a participant id, a prefix ending in ``*``,
+    or ``*``; and not on an identity running the box's own actors, which serve everyone."""
+    key = f"bus.identities.{name}.participants"
+    for index, pattern in enumerate(participants):
+        if not pattern.strip() or "\x00" in pattern or "*" in pattern[:-1]:
+            raise ConfigError(
+                source,
+                f"{key}[{index}]",
+                f"{pattern!r}: a participant id, a prefix ending in '*' (\"guest-*\"), or '*'",
+            )
+    if config.bus.identities[name].capture:
+        raise ConfigError(
+            source,
+            key,
+            "capture = true reads every participant's messages: an identity bound to "
+            "participants cannot have it",
+        )
+    from .identities import TOOL_IDENTITIES  # which imports this module
+
+    for process, spec in config.processes.items():
+        roles = [role for role in spec.roles if role in SERVES_EVERY_PARTICIPANT]
+        if roles and config.identity(process) == name:
+            raise ConfigError(
+                source,
+                key,
+                f"identity {name!r} runs role {roles[0]!r} (process {process!r}), whose actors "
+                "serve every participant: leave participants out of its table",
+            )
+    if name in TOOL_IDENTITIES:
+        raise ConfigError(
+            source, key, f"{name!r} is xrmq's own tool identity, which serves every participant"
         )
 
 
@@ -855,8 +1104,6 @@ def _check_security(config: EdgeConfig, source: str) -> None:
         and "://" in config.bus.address
     ):
         raise ConfigError(source, "bus.security.mode", "curve needs an ipc:// or tcp:// bus")
-    if security.rescan_s < 0:
-        raise ConfigError(source, "bus.security.rescan_s", "must be >= 0 (0: never re-scan)")
     for name, identity in config.bus.identities.items():
         key = f"bus.identities.{name}"
         if name == "broker":
@@ -870,6 +1117,8 @@ def _check_security(config: EdgeConfig, source: str) -> None:
                 Patterns(getattr(identity, field) or ())
             except ValueError as error:
                 raise ConfigError(source, f"{key}.{field}", str(error)) from None
+        if identity.participants is not None:
+            _check_participants(config, name, identity.participants, source)
     for name, process in config.processes.items():
         if process.identity is not None and not _NAME.match(process.identity):
             raise ConfigError(
@@ -924,3 +1173,26 @@ def _cycle(config: EdgeConfig) -> list[str]:
         if name not in state and (found := visit(name, [name])):
             return found
     return []
+
+
+REPLY_WAIT_MARGIN_S = 10.0
+"""What a client's default wait adds to the box's model timeouts: the way of a turn to the
+model and back (bus, router, context lookup) on a loaded box."""
+
+
+def reply_wait_s(config: EdgeConfig) -> float:
+    """How long a client (``xrmq say``, ``xrmq chat``) waits for a reply by default.
+
+    Why: the box bounds a stalled model by its first-token timeout and then ends the turn
+    with the cause (``TurnEnded`` failed, ``ModelTimeout: no token in N s``); a client
+    that gave up first would report nothing but its own timeout (issue 29, item 3). So
+    the wait is the longest first-token timeout of the models that answer
+    (``models.answers`` and each destination's own), plus ``models.routing``'s when the
+    router asks a model (``router.decisions = "llm"``), plus ``REPLY_WAIT_MARGIN_S``.
+    """
+    answering = [config.models.answers]
+    answering += [d.model for d in config.destinations.values() if d.model is not None]
+    wait = max(spec.timeout_s for spec in answering) + REPLY_WAIT_MARGIN_S
+    if config.router.decisions == "llm":
+        wait += config.models.routing.timeout_s
+    return wait

@@ -1,4 +1,5 @@
-"""Write an ``EdgeConfig`` to a TOML file that ``load_config`` reads back unchanged.
+"""Write an ``EdgeConfig`` to a TOML file that ``load_config`` reads back unchanged
+(``config_toml``: the text alone, e.g. for ``BoxInfo``).
 
 Why: the supervisor's children read their config from a file (``xrmq run NAME --config
 PATH``), so a stack a command builds in code (``xrmq demo``, ``xrmq chat --private-stack``)
@@ -25,13 +26,19 @@ def write_config(config: EdgeConfig, path: str | Path) -> EdgeConfig:
 
     Raises ``ValueError`` if the file does not load back to the same config.
     """
-    raw = _without_none(msgspec.to_builtins(config))
-    raw.pop("source", None)
-    Path(path).write_text(_table(raw, ()), encoding="utf-8")
+    Path(path).write_text(config_toml(config), encoding="utf-8")
     loaded = load_config(path)
-    if msgspec.structs.replace(loaded, source=config.source) != config:
+    if msgspec.structs.replace(loaded, source=config.source, defaulted=config.defaulted) != config:
         raise ValueError(f"{path}: the written config does not load back unchanged")
     return loaded
+
+
+def config_toml(config: EdgeConfig) -> str:
+    """``config`` as the TOML text ``load_config`` reads (every table it has, spelled out)."""
+    raw = _without_none(msgspec.to_builtins(config))
+    raw.pop("source", None)
+    raw.pop("defaulted", None)
+    return _table(raw, ())
 
 
 def _without_none(value: Any) -> Any:

@@ -10,6 +10,11 @@ topic as ``router`` and on its destinations' route topics; a sensor or client id
 (any other key in the ``authorized`` directory) gets nothing unless its
 ``[bus.identities.NAME]`` table grants it. A table's ``publish``/``sources``/``subscribe``
 replace the derived lists; custom ``package.module:function`` roles derive nothing.
+
+A table's ``participants`` binds a client identity to the participants it may speak and
+listen as (``participants = ["alice"]``; ``acl`` has the rules the broker enforces); without
+it an identity keeps every participant, and so do the box's own actors and tools, which
+serve everyone (the config refuses ``participants`` on their identities).
 """
 
 from __future__ import annotations
@@ -30,8 +35,10 @@ from xrmq.actors.runtime.security.keys import (
     load_secret,
 )
 from xrmq.topics import (
+    BOX_TOPIC,
     INTERRUPTED_TOPIC,
     METRICS_TOPIC,
+    PARTICIPANT_FORGOTTEN_TOPIC,
     PARTICIPANT_JOINED_TOPIC,
     PARTICIPANT_LEFT_TOPIC,
     QUERY_TOPIC,
@@ -49,21 +56,24 @@ heartbeat and publishes its report, which is also its probe of the broker."""
 SUPERVISOR_PERMISSIONS = Permissions(
     publish=[SUPERVISOR_TOPIC.name],
     sources=["supervisor"],
-    subscribe=[METRICS_TOPIC.name, SUPERVISOR_TOPIC.name],
+    subscribe=[METRICS_TOPIC.name, SUPERVISOR_TOPIC.name, BOX_TOPIC.name],
 )
 
 CONTEXT_IDENTITY = "xrmq-context"
 """The default identity of ``xrmq context ...`` (runtime ``xrmq-context-<id>``): a split
 context manager that hosts nothing. It reads the sections' views and replica snapshots and
-publishes on the context namespace (writes, clears, compactions, snapshot asks); it cannot
-ask a question, speak as a destination or read a participant's answers."""
+publishes on the context namespace (writes, clears, compactions, snapshot asks); ``clear``
+asks the router to forget a participant (``participant.left`` as ``xrmq-context``) and reads
+its confirmation (``participant.forgotten``). It cannot ask a question, speak as a
+destination or read a participant's answers."""
 CONTEXT_PERMISSIONS = Permissions(
-    publish=[_NS],
-    sources=[DEFAULT_NAMESPACE, _NS],
+    publish=[_NS, PARTICIPANT_LEFT_TOPIC.name],
+    sources=[DEFAULT_NAMESPACE, _NS, CONTEXT_IDENTITY],
     subscribe=[
         f"{DEFAULT_NAMESPACE}.view",
         f"{DEFAULT_NAMESPACE}.replica.*",
         f"{DEFAULT_NAMESPACE}.host.started",
+        PARTICIPANT_FORGOTTEN_TOPIC.name,
     ],
 )
 TOOL_IDENTITIES = {
@@ -114,7 +124,12 @@ def role_permissions(config: EdgeConfig, role: str) -> Permissions:
         )
     if role == "router":
         return Permissions(
-            publish=[VOICE_OUTPUT_TOPIC.name, TURN_ENDED_TOPIC.name, *route_topics],
+            publish=[
+                VOICE_OUTPUT_TOPIC.name,
+                TURN_ENDED_TOPIC.name,
+                PARTICIPANT_FORGOTTEN_TOPIC.name,
+                *route_topics,
+            ],
             sources=["router", *(f"{name}-*" for name in destinations)],
             subscribe=[  # the output topic and heartbeats: its proxies watch their destinations
                 VOICE_OUTPUT_TOPIC.name,
@@ -206,6 +221,7 @@ def permissions(config: EdgeConfig) -> dict[str, Permissions]:
             sources=table.sources if table.sources is not None else base.sources,
             subscribe=table.subscribe if table.subscribe is not None else base.subscribe,
             capture=table.capture or base.capture,
+            participants=table.participants,
         )
     return derived
 
@@ -245,6 +261,11 @@ def identity_keys(config: EdgeConfig, *, strict: bool) -> dict[str, tuple[bytes,
     on_file.pop(BROKER_NAME, None)
     identities: dict[str, tuple[bytes, Permissions]] = {}
     granted = permissions(config)
+    defaulted = (
+        {config.identity(process) for process in config.processes}
+        if "processes" in config.defaulted
+        else set()
+    )
     for name in dict.fromkeys([*granted, *on_file]):
         table = config.bus.identities.get(name)
         if table is not None and table.key is not None:
@@ -253,6 +274,8 @@ def identity_keys(config: EdgeConfig, *, strict: bool) -> dict[str, tuple[bytes,
             key = on_file[name]
         elif not strict or (name == CONTEXT_IDENTITY and table is None):
             continue
+        elif table is None and name in defaulted:
+            continue  # a process of the default box the file never named: admitted once keyed
         else:
             where = f"bus.identities.{name}.key" if table is not None else "bus.security.keys"
             own = name == SUPERVISOR_IDENTITY or name in {

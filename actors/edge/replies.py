@@ -12,7 +12,19 @@ whichever comes first. Router text (source ``router``: an acknowledgement, or wh
 router says instead of an answer) does not end the turn by itself, since a
 destination's reply may follow it; the ``TurnEnded`` published right after it does, and
 carries the cause of a failure (``Turn.outcome``). ``Turn.wait_outcome`` waits for that
-last word after the answer, so a failure after the first chunk is seen too.
+last word after the answer, so a failure after the first chunk is seen too: a front end
+prints such a partial answer with ``Turn.midway`` after it (``" [reply failed mid-way:
+<cause>]"``), never as if the cut sentence were the whole answer (issue 29, item 4).
+
+A query is delivered at most once: the router keeps no queue, so a query published
+while the router is down or hung, or while the broker restarts, is lost. With
+``router_silence_s`` the collector tells its turns so instead of leaving them waiting:
+it follows the router's heartbeat (a runtime whose ``RuntimeMetrics`` carry ``router.*``
+gauges), and a turn nothing answered yet ends ``failed`` with ``RouterUnavailable`` once
+no router was heard for ``router_silence_s`` (also when none was ever heard), or with
+``RouterRestarted`` when a router heartbeats whose incarnation started after the query
+was sent (its epoch is its start time: what reached the one before is gone). A turn a
+destination is already answering is left to its final frame.
 """
 
 from __future__ import annotations
@@ -21,10 +33,22 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, RuntimeContext
-from xrmq.schemas import ResponseOutput, TurnEnded, UserQuery
-from xrmq.topics import QUERY_TOPIC, ROUTER_SOURCE, TURN_ENDED_TOPIC, VOICE_OUTPUT_TOPIC, Topic
+from xrmq.actors.runtime import Agent, AgentRuntime, Handler, Handlers, RuntimeContext
+from xrmq.schemas import ResponseOutput, RuntimeMetrics, TurnEnded, UserQuery
+from xrmq.topics import (
+    METRICS_TOPIC,
+    QUERY_TOPIC,
+    ROUTER_SOURCE,
+    TURN_ENDED_TOPIC,
+    VOICE_OUTPUT_TOPIC,
+    Topic,
+)
+
+ROUTER_SILENCE_S = 5.0
+"""A front end's default: a router unheard this long is down (the supervisor's default
+liveness timeout, five of its one-second heartbeats)."""
 
 FAILED_STATUSES = ("failed", "unanswered", "canceled")
 """``TurnEnded.status`` values a front end reports as a failed turn."""
@@ -39,6 +63,8 @@ class Turn:
     request_id: str
     sent: float
     """``time.monotonic()`` when the query was handed to the bus."""
+    sent_us: int = 0
+    """Wall-clock microseconds when the query was sent (its ``UserQuery.timestamp_us``)."""
     first_chunk_s: float | None = None
     """Seconds from ``sent`` to the first fragment with text, at the collector."""
     parts: list[tuple[str, str]] = field(default_factory=list)
@@ -58,12 +84,31 @@ class Turn:
 
     @property
     def router_text(self) -> str:
-        return " ".join(text for source, text in self.parts if source == ROUTER_SOURCE)
+        """What the router said before any destination's text (an acknowledgement, or
+        what it said instead of an answer)."""
+        return " ".join(self._router_parts(before=True))
+
+    @property
+    def router_after(self) -> str:
+        """What the router said once a destination had begun: its apology for an answer
+        that failed mid-way (when it arrived before the destination's final frame)."""
+        return " ".join(self._router_parts(before=False))
+
+    def _router_parts(self, *, before: bool) -> list[str]:
+        began = False
+        found = []
+        for source, text in self.parts:
+            if source != ROUTER_SOURCE:
+                began = True
+            elif began != before:
+                found.append(text)
+        return found
 
     @property
     def spoken(self) -> str:
-        """Everything said for the turn, router text first as it is played."""
-        return " ".join(part for part in (self.router_text, self.answer.strip()) if part)
+        """Everything said for the turn, in the order it is played."""
+        said = (self.router_text, self.answer.strip(), self.router_after)
+        return " ".join(part for part in said if part)
 
     @property
     def failure(self) -> str | None:
@@ -73,15 +118,33 @@ class Turn:
             return None
         return f"turn {outcome.status}: {outcome.error or 'no cause given'}"
 
-    async def wait(self, timeout: float) -> None:
-        """Wait until the turn is done; ``TimeoutError`` naming the turn otherwise."""
+    @property
+    def midway(self) -> str:
+        """``" [reply failed mid-way: <cause>]"`` when the turn failed after a destination
+        had started answering, else ``""``: the marker a front end prints after the
+        partial answer."""
+        outcome = self.outcome
+        if outcome is None or outcome.status != "failed" or not self.answer.strip():
+            return ""
+        return f" [reply failed mid-way: {outcome.error or 'no cause given'}]"
+
+    @property
+    def marked(self) -> str:
+        """What a text front end prints: the router's text, the answer and the ``midway``
+        marker, which stands for the router's apology after a mid-way failure."""
+        said = " ".join(part for part in (self.router_text, self.answer.strip()) if part)
+        return said + self.midway if self.midway else self.spoken
+
+    async def wait(self, timeout: float, *, budget: float | None = None) -> None:
+        """Wait until the turn is done; ``TimeoutError`` naming the turn and ``budget`` (the
+        whole wait since the query was sent; default ``timeout``) otherwise."""
         try:
             await asyncio.wait_for(self.done.wait(), timeout)
         except TimeoutError:
             heard = f" (heard so far: {self.spoken!r})" if self.parts else " (no reply at all)"
             raise TimeoutError(
                 f"no complete answer to {self.participant_id}'s {self.text!r} within "
-                f"{timeout:g}s{heard}"
+                f"{timeout if budget is None else budget:g}s{heard}"
             ) from None
 
     async def wait_outcome(self, grace: float) -> TurnEnded | None:
@@ -108,14 +171,76 @@ class ReplyCollector(Agent):
         *,
         on_fragment: Fragment | None = None,
         turn_topic: Topic[TurnEnded] = TURN_ENDED_TOPIC,
+        router_silence_s: float | None = None,
     ) -> None:
+        if router_silence_s is not None and not router_silence_s > 0:
+            raise ValueError("ReplyCollector.router_silence_s: must be positive (or None)")
         self.output_topic = output_topic
         self.turn_topic = turn_topic
         self.on_fragment = on_fragment
+        self.router_silence_s = router_silence_s
         self.turns: dict[str, Turn] = {}
+        self._heard_router = False
+        self._router_heard = time.monotonic()
+        """When a router was last heard (at first: when the collector was made)."""
+        self._watching: asyncio.Task[None] | None = None
 
     def handlers(self) -> Handlers:
-        return {self.output_topic: self.on_output, self.turn_topic: self.on_turn_ended}
+        handlers: dict[Topic[Any], Handler] = {
+            self.output_topic: self.on_output,
+            self.turn_topic: self.on_turn_ended,
+        }
+        if self.router_silence_s is not None:
+            handlers[METRICS_TOPIC] = self.on_heartbeat
+        return handlers
+
+    async def on_start(self) -> None:
+        if self.router_silence_s is not None:
+            self._router_heard = time.monotonic()
+            self._watching = asyncio.create_task(self._watch_router(self.router_silence_s))
+
+    async def on_stop(self) -> None:
+        if self._watching is not None:
+            self._watching.cancel()
+            await asyncio.gather(self._watching, return_exceptions=True)
+
+    async def on_heartbeat(self, metrics: RuntimeMetrics, ctx: RuntimeContext) -> None:
+        """A runtime's heartbeat: a router's shows it alive; one whose incarnation started
+        after a turn's query was sent (its epoch is its start time) never saw that query."""
+        if not any(name.startswith("router.") for name in metrics.gauges):
+            return
+        self._router_heard = time.monotonic()
+        self._heard_router = True
+        self._lose(
+            f"RouterRestarted: the router ({metrics.runtime}) started after the query was "
+            "sent (it was starting or restarting) and never saw it; ask again",
+            sent_before_us=metrics.epoch,
+        )
+
+    async def _watch_router(self, silence_s: float) -> None:
+        while True:
+            await asyncio.sleep(min(silence_s / 4, 0.5))
+            silent = time.monotonic() - self._router_heard
+            if silent > silence_s:
+                heard = "the router not" if self._heard_router else "no router"
+                self._lose(
+                    f"RouterUnavailable: {heard} heard on the bus for {silent:.1f}s "
+                    "(down, hung, or the broker restarting); the query was not taken, "
+                    "ask again once `xrmq top` shows the router"
+                )
+
+    def _lose(self, cause: str, *, sent_before_us: int | None = None) -> None:
+        """End every turn nothing answered yet (sent before ``sent_before_us``, wall-clock
+        microseconds, if given) as failed with ``cause``."""
+        for request_id, turn in list(self.turns.items()):
+            if turn.parts or turn.done.is_set():
+                continue
+            if sent_before_us is not None and not turn.sent_us < sent_before_us:
+                continue
+            del self.turns[request_id]
+            turn.outcome = TurnEnded(request_id, "failed", None, cause)
+            turn.ended.set()
+            turn.done.set()
 
     def expect(self, turn: Turn) -> Turn:
         self.turns[turn.request_id] = turn
@@ -157,11 +282,8 @@ def ask(
 
     The turn is registered before the loop can deliver anything, so no fragment is missed.
     """
-    sent = time.monotonic()
+    sent, sent_us = time.monotonic(), time.time_ns() // 1000
     request_id = runtime.send(
-        QUERY_TOPIC,
-        UserQuery(text, time.time_ns() // 1000),
-        participant_id=participant_id,
-        source=source,
+        QUERY_TOPIC, UserQuery(text, sent_us), participant_id=participant_id, source=source
     )
-    return collector.expect(Turn(participant_id, text, request_id, sent))
+    return collector.expect(Turn(participant_id, text, request_id, sent, sent_us=sent_us))

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ from xrmq.actors.routing import (
 from xrmq.actors.routing.agent import RoutableAgent
 from xrmq.actors.routing.decisions import DecisionService
 from xrmq.actors.runtime import AgentRuntime
+from xrmq.actors.runtime.address import UnsafeDirectoryError
 from xrmq.actors.tools import AutoCompactor, ToolAgent
 from xrmq.actors.tools.control import CompactServer
 from xrmq.actors.tools.store import register_transcripts
@@ -106,16 +108,42 @@ def state_dir(config: EdgeConfig) -> Path:
     return Path(base) / "xrmq" / bus
 
 
+def private_state_dir(config: EdgeConfig) -> Path:
+    """``state_dir(config)``, created (mode 0700) if missing and checked as the bus's
+    runtime directory is (``runtime_dir``): the journals hold every participant's
+    context, so a symlink, a directory owned by another user or one open to others is
+    refused with ``UnsafeDirectoryError`` naming the path and the rule."""
+    path = state_dir(config)
+    if not path.is_symlink():
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = os.lstat(path)
+    mode = stat.S_IMODE(info.st_mode)
+    if stat.S_ISLNK(info.st_mode):
+        problem = "is a symlink (refused: it could point anywhere)"
+    elif info.st_uid != os.getuid():
+        problem = f"must be owned by uid {os.getuid()}, not {info.st_uid}"
+    elif mode & 0o077:
+        problem = f"must not be accessible to other users (mode {mode:04o}, needs 0700)"
+    else:
+        return path
+    raise UnsafeDirectoryError(
+        f"context.state_dir: directory {path} {problem}; chmod 700 it or set [context] "
+        "state_dir to a real directory of yours of mode 0700"
+    )
+
+
 def context_store_path(config: EdgeConfig, shard: int) -> Path:
     """The journal of context process ``shard``."""
     return state_dir(config) / f"{plan_of(config).namespace}-{shard}.sqlite3"
 
 
 def open_context_store(config: EdgeConfig, shard: int) -> ContextStore | None:
-    """Open (and read) the journal of context process ``shard``; None with ``persist = false``."""
+    """Open (and read) the journal of context process ``shard``, in the checked state
+    directory (``private_state_dir``); None with ``persist = false``."""
     if not config.context.persist:
         return None
     on_corrupt: Any = config.context.on_corrupt  # validated by the config's decoding
+    private_state_dir(config)
     return open_store(context_store_path(config, shard), on_corrupt=on_corrupt)
 
 
@@ -134,7 +162,7 @@ def open_orphan_stores(config: EdgeConfig, shards: int) -> list[ContextStore]:
     on_corrupt: Any = config.context.on_corrupt
     return [
         open_store(path, on_corrupt=on_corrupt)
-        for path in orphan_journals(state_dir(config), plan_of(config).namespace, shards)
+        for path in orphan_journals(private_state_dir(config), plan_of(config).namespace, shards)
     ]
 
 
@@ -189,8 +217,12 @@ class ClearingDestination:
         await self.agent.release(participant_id)
 
     async def participant_left(self, participant_id: str) -> None:
-        await self.agent.participant_left(participant_id)
-        await self.context.clear(participant_id)
+        """The agent forgets the participant, then their context is cleared (also when the
+        agent failed to: its error still reaches the router's confirmation)."""
+        try:
+            await self.agent.participant_left(participant_id)
+        finally:
+            await self.context.clear(participant_id)
 
 
 SHUTDOWN_GRACE_SHARE = 0.7

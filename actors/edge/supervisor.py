@@ -14,7 +14,10 @@ Liveness: once the broker is up the supervisor joins the bus itself. It reads ev
 process's heartbeat (``RuntimeMetrics``) and publishes a ``SupervisorReport`` (the
 state of every process, for ``xrmq top``) whose return through the broker is the
 broker's own heartbeat. A ready process silent for ``supervisor.liveness_timeout_s``
-is killed (SIGKILL) and restarted like a crash (``liveness.LivenessWatch``).
+is killed (SIGKILL) and restarted like a crash (``liveness.LivenessWatch``). Its runtime
+(``xrmq-up.<pid>``) heartbeats too, every ``supervisor.metrics_interval_s``, so ``xrmq top``
+shows it like any other: a frame it rejects (a malformed report or heartbeat) is counted
+there, not only in its log.
 
 Fatal exits: a child that exits with ``FATAL_EXIT`` (2: ``xrmq run``'s exit for a
 configuration error found only once it starts, e.g. a corrupt journal, a missing key,
@@ -26,6 +29,10 @@ Giving up: a process over its crash limit (or failed fatally) is handled per its
 ``stay_down`` leaves it down, says so loudly (a line here, state ``down`` in the
 report) and keeps the rest running, and ``xrmq up`` exits 1 when it is stopped;
 ``stop_box`` (always for the broker) stops everything and exits 1 at once.
+
+Box info: on the bus it also answers clients asking about the box (``BoxInfoRequest`` on
+``xrmq.box``: the config it runs, its destinations; ``boxinfo``), so a client command
+needs no ``--config`` to know them.
 
 On SIGINT/SIGTERM it stops the processes in reverse dependency order (SIGTERM, then
 SIGKILL after ``supervisor.shutdown_timeout_s``), the broker last, and removes the
@@ -49,10 +56,11 @@ from typing import Any, TextIO
 
 from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, RuntimeContext, get_logger
 from xrmq.actors.runtime.address import parse_bus
-from xrmq.schemas import ProcessState, RuntimeMetrics, SupervisorReport
+from xrmq.schemas import BoxInfo, BoxInfoRequest, ProcessState, RuntimeMetrics, SupervisorReport
 from xrmq.schemas.metrics import ProcessStateName
-from xrmq.topics import METRICS_TOPIC, SUPERVISOR_TOPIC
+from xrmq.topics import BOX_TOPIC, METRICS_TOPIC, SUPERVISOR_TOPIC
 
+from .boxinfo import box_info
 from .config import EdgeConfig, RestartPolicyConfig
 from .liveness import BUS, LivenessWatch
 from .process import FATAL_EXIT, READY_PREFIX
@@ -229,6 +237,7 @@ class Supervisor:
                 self.config.bus.address,
                 name=f"xrmq-up.{os.getpid()}",
                 ready_timeout=self.config.supervisor.ready_timeout_s,
+                metrics_interval=self.config.supervisor.metrics_interval_s,
                 **keys,
             )
         except ValueError as error:  # a key missing or unreadable: the box runs unwatched
@@ -549,13 +558,22 @@ class Supervisor:
 
 
 class _Heartbeats(Agent):
-    """The supervisor's actor on the bus: every heartbeat, and its own reports coming back."""
+    """The supervisor's actor on the bus: every heartbeat, its own reports coming back, and
+    clients asking about the box (``BoxInfo``, ``boxinfo``)."""
 
     def __init__(self, supervisor: Supervisor) -> None:
         self.supervisor = supervisor
+        self.info = box_info(supervisor.config)
 
     def handlers(self) -> Handlers:
-        return {METRICS_TOPIC: self.on_metrics, SUPERVISOR_TOPIC: self.on_report}
+        return {
+            METRICS_TOPIC: self.on_metrics,
+            SUPERVISOR_TOPIC: self.on_report,
+            BOX_TOPIC: self.on_box_info,
+        }
+
+    async def on_box_info(self, message: BoxInfoRequest, ctx: RuntimeContext) -> BoxInfo:
+        return self.info
 
     async def on_metrics(self, message: RuntimeMetrics, ctx: RuntimeContext) -> None:
         self.supervisor.heartbeat(message)

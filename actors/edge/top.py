@@ -238,7 +238,8 @@ def render(rows: list[RuntimeRow], *, stale_after_s: float = 5.0, color: bool = 
         gauges, sessions = _realtime_gauges(gauges)
         if gauges:
             lines.append(
-                "  " + "  ".join(f"{name} {value:g}" for name, value in sorted(gauges.items()))
+                "  "
+                + "  ".join(f"{name} {_number(value)}" for name, value in sorted(gauges.items()))
             )
         for destination, tier_counts in sorted(tiers.items()):
             lines.append(f"  tools {destination} compaction: " + _tier_line(tier_counts))
@@ -280,7 +281,7 @@ def _tier_gauges(gauges: dict[str, float]) -> tuple[dict[str, float], dict[str, 
 
 def _tier_line(counts: dict[str, float]) -> str:
     return "  ".join(
-        f"{label} {counts.get(counter, 0):g}" for counter, label in TIER_GAUGES.items()
+        f"{label} {_number(counts.get(counter, 0))}" for counter, label in TIER_GAUGES.items()
     )
 
 
@@ -490,3 +491,11 @@ def _print(
             header = header.rstrip("\n") + f"  ({hint})\n\n"
         out.write((CLEAR if live and color else "") + header + render(rows, color=color))
     out.flush()
+
+
+def _number(value: float) -> str:
+    """A gauge as a person reads it: a whole number in full (4194304, not 4.1943e+06),
+    anything else to four significant digits."""
+    if float(value).is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.4g}"

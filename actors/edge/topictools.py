@@ -11,12 +11,19 @@
   messages.
 - ``capture show FILE [--json]`` prints a recording made by ``xrmq record``.
 
+Every payload prints, whatever it holds (issue 29, item 2): a bytes value (an exchange's
+``identity``, an audio frame's ``pcm``) reads ``<N bytes: 0a1b...>`` in text (its length
+and a hex prefix: enough to tell values apart, not a screenful of audio) and is base64 in
+``--json`` (lossless, and what ``msgspec`` decodes back into a ``bytes`` field); a
+MessagePack timestamp is ISO 8601 and any other extension type ``{"ext": code, "data": ...}``.
+
 The decoding (``describe``) is pure; the commands do the socket I/O, with the same
 readiness probe as ``record``.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import signal
 import threading
@@ -44,11 +51,58 @@ _STANDARD = {topic.name: topic for topic in STANDARD_TOPICS}
 _metadata = msgspec.msgpack.Decoder(MessageMetadata)
 _broker_metrics = msgspec.msgpack.Decoder(RuntimeMetrics)
 BROKER_NAME = "broker"
+BYTES_PREFIX = 16
+"""How many leading bytes of a bytes value the text output shows, in hex."""
 
 
 def _every_field(message: msgspec.Struct) -> dict[str, Any]:
-    """A decoded message's fields, those at their default included (the wire leaves them out)."""
-    return {name: msgspec.to_builtins(getattr(message, name)) for name in message.__struct_fields__}
+    """A decoded message's fields, those at their default included (the wire leaves them out);
+    bytes stay bytes, for the output to render."""
+    return {
+        name: msgspec.to_builtins(getattr(message, name), builtin_types=(bytes, datetime))
+        for name in message.__struct_fields__
+    }
+
+
+def _bytes_text(value: bytes) -> str:
+    more = "..." if len(value) > BYTES_PREFIX else ""
+    return f"<{len(value)} bytes: {value[:BYTES_PREFIX].hex()}{more}>"
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` with what JSON cannot hold made JSON: bytes base64, a timestamp ISO 8601, an
+    extension type ``{"ext", "data"}``."""
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, msgspec.msgpack.Ext):
+        return {"ext": value.code, "data": _jsonable(value.data)}
+    if isinstance(value, dict):
+        return {
+            _jsonable(key) if isinstance(key, bytes | datetime) else key: _jsonable(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_jsonable(item) for item in value]
+    return value
+
+
+def _text(value: Any) -> str:
+    """``value`` as JSON reads, but bytes as ``<N bytes: hex...>`` (unquoted: not a string)."""
+    if isinstance(value, bytes):
+        return _bytes_text(value)
+    if isinstance(value, msgspec.msgpack.Ext):
+        return f'{{"ext": {value.code}, "data": {_text(value.data)}}}'
+    if isinstance(value, dict):
+        items = (
+            f"{_text(key) if isinstance(key, bytes) else _text(str(_jsonable(key)))}: {_text(item)}"
+            for key, item in value.items()
+        )
+        return "{" + ", ".join(items) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_text(item) for item in value) + "]"
+    return json.dumps(_jsonable(value), ensure_ascii=False)
 
 
 def describe(frames: Sequence[bytes]) -> dict[str, Any] | None:
@@ -88,11 +142,10 @@ def describe(frames: Sequence[bytes]) -> dict[str, Any] | None:
 
 def _line(message: dict[str, Any], as_json: bool) -> str:
     if as_json:
-        return json.dumps(message, ensure_ascii=False)
+        return json.dumps(_jsonable(message), ensure_ascii=False)
     when = datetime.fromtimestamp(message["timestamp_us"] / 1e6, UTC).strftime("%H:%M:%S.%f")[:-3]
     who = f"[{message['participant']}]" if message["participant"] else "[-]"
-    payload = json.dumps(message["payload"], ensure_ascii=False)
-    return f"{when} {message['topic']} {who} {message['source']}: {payload}"
+    return f"{when} {message['topic']} {who} {message['source']}: {_text(message['payload'])}"
 
 
 def _stop_event() -> threading.Event:

@@ -1,7 +1,10 @@
 """The one exception family every model call raises.
 
-A caller catches ``ModelError`` and gets the model name and the reason; the subclasses
-say what kind of failure it was, and ``retryable`` says whether trying again later can
+A caller catches ``ModelError`` and gets the model name, the endpoint it called (when
+it has one) and the reason: one clean line a user can act on (``model m at
+http://127.0.0.1:8000/v1: connection refused``), never a provider library's repr, which
+stays on the exception's ``__cause__`` and in the log. The subclasses say what kind of
+failure it was, and ``retryable`` says whether trying again later can
 help (services retry such failures themselves, but only before the first chunk).
 Cancellation is not an error: ``asyncio.CancelledError`` propagates unchanged.
 """
@@ -10,14 +13,17 @@ from __future__ import annotations
 
 
 class ModelError(Exception):
-    """A model call failed. ``str(error)`` reads ``model <model>: <reason>``."""
+    """A model call failed. ``str(error)`` reads ``model <model>: <reason>``, or ``model
+    <model> at <endpoint>: <reason>`` with an ``endpoint``."""
 
     retryable: bool = False
 
-    def __init__(self, model: str, reason: str) -> None:
-        super().__init__(f"model {model}: {reason}")
+    def __init__(self, model: str, reason: str, *, endpoint: str | None = None) -> None:
+        where = f"model {model}" if endpoint is None else f"model {model} at {endpoint}"
+        super().__init__(f"{where}: {reason}")
         self.model = model
         self.reason = reason
+        self.endpoint = endpoint
 
 
 class ModelTimeout(ModelError):

@@ -9,9 +9,13 @@ compromised).
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import email.utils
+import json
 import os
+import re
+import socket
 import sys
 import time
 from collections.abc import AsyncGenerator, Mapping
@@ -191,7 +195,8 @@ class LiteLLMService(LLMService):
         attempt = 0
         while True:
             arguments = self._arguments(litellm, request, max(deadline - loop.time(), 0.001))
-            delivered = False
+            tokens = 0  # text chunks passed on
+            streaming = False  # the provider answered: its stream is open
             finish: FinishReason = "stop"
             usage = Usage()
             deltas = ToolCallDeltas()
@@ -200,12 +205,11 @@ class LiteLLMService(LLMService):
                 try:
                     async with asyncio.timeout_at(deadline):
                         response = await litellm.acompletion(**arguments)
+                    streaming = True
                     chunks = aiter(response)
                     while True:
                         async with (
-                            asyncio.timeout(timeout_s)
-                            if delivered
-                            else asyncio.timeout_at(deadline)
+                            asyncio.timeout(timeout_s) if tokens else asyncio.timeout_at(deadline)
                         ):
                             chunk = await anext(chunks, None)
                         if chunk is None:
@@ -224,16 +228,22 @@ class LiteLLMService(LLMService):
                         deltas.add(choice.delta)
                         text = choice.delta.content  # None on the final chunk
                         if text:
-                            delivered = True
+                            tokens += 1
                             yield text
                 finally:
                     if response is not None:
                         await response.aclose()
             except Exception as exc:
                 error = _model_error(
-                    litellm, self.model, exc, timeout_s, self.api_base, delivered=delivered
+                    litellm,
+                    self.model,
+                    exc,
+                    timeout_s,
+                    self.api_base,
+                    tokens=tokens,
+                    streaming=streaming,
                 )
-                if not delivered and error.retryable and attempt < self.retries:
+                if not tokens and error.retryable and attempt < self.retries:
                     wait = retry_after_s(exc)
                     delay = wait if wait is not None else self.retry_backoff_s * 2**attempt
                     if loop.time() + delay < deadline:
@@ -248,8 +258,14 @@ class LiteLLMService(LLMService):
                             self.model,
                             f"{error.reason}; the provider asks to retry after "
                             f"{wait:g} s, past the {timeout_s:g} s deadline",
+                            endpoint=self.api_base,
                         )
-                self._log.warning("model_failed", reason=error.reason, after_first_chunk=delivered)
+                self._log.warning(
+                    "model_failed",
+                    reason=error.reason,
+                    after_tokens=tokens,
+                    detail=f"{type(exc).__name__}: {exc}"[:500],
+                )
                 raise error from exc
             yield ChatResult(finish, usage, deltas.tool_calls(), deltas.reasoning())
             return
@@ -286,7 +302,74 @@ _CONNECT_FAILURES = (
     "name or service not known",
     "nodename nor servname",
 )
-"""Texts by which litellm's wrapped exceptions say the server could not be reached at all."""
+"""Texts by which litellm's wrapped exceptions say the server could not be reached at all
+(litellm reports that as a connection or an internal server error, by provider)."""
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and every exception behind it (``__cause__``, ``__context__``), each once."""
+    seen: list[BaseException] = []
+    stack: list[BaseException | None] = [exc]
+    while stack:
+        item = stack.pop()
+        if item is None or any(item is known for known in seen):
+            continue
+        seen.append(item)
+        stack += [item.__context__, item.__cause__]
+    return seen
+
+
+def _unreachable(errors: Any, exc: BaseException) -> str | None:
+    """What kept the server from being reached (``connection refused``, ``cannot resolve
+    the host``, ``cannot connect``), or None if it was reached. The socket's own error
+    behind litellm's and the SDK's wrappers says which."""
+    chain = _chain(exc)
+    for item in chain:
+        if isinstance(item, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(item, socket.gaierror):
+            return "cannot resolve the host"
+    text = str(exc).lower()
+    if "connection refused" in text or "connect call failed" in text:
+        return "connection refused"
+    if "name or service not known" in text or "nodename nor servname" in text:
+        return "cannot resolve the host"
+    if isinstance(exc, errors.APIConnectionError) or any(
+        isinstance(item, ConnectionError) for item in chain
+    ):
+        return "cannot connect"
+    if isinstance(exc, errors.InternalServerError | errors.ServiceUnavailableError) and any(
+        failure in text for failure in _CONNECT_FAILURES
+    ):
+        return "cannot connect"
+    return None
+
+
+def provider_message(exc: BaseException) -> str:
+    """The provider's own words in a litellm exception, without litellm's prefixes
+    (``litellm.RateLimitError: RateLimitError: Hosted_vllmException - ``), the SDK's
+    (``Error code: 429 - ``) or the JSON envelope (``{"error": {"message": ...}}``)."""
+    text = str(getattr(exc, "message", None) or exc)
+    text = text.rpartition("Exception - ")[2]
+    text = re.sub(r"^Error code: \d+ - ", "", text).strip()
+    body: Any = None
+    if text.startswith("{"):
+        for parse in (json.loads, ast.literal_eval):
+            try:
+                body = parse(text)
+                break
+            except (ValueError, SyntaxError):
+                continue
+    if isinstance(body, dict):  # OpenAI's {"error": {...}}, vLLM's flat one, FastAPI's
+        inner = body.get("error", body)
+        found = inner.get("message", inner.get("detail")) if isinstance(inner, dict) else inner
+        if isinstance(found, str) and found.strip():
+            text = found
+    return " ".join(text.split())[:300] or type(exc).__name__
+
+
+def _tokens(count: int) -> str:
+    return f"{count} token" if count == 1 else f"{count} tokens"
 
 
 def _model_error(
@@ -296,40 +379,50 @@ def _model_error(
     timeout_s: float,
     api_base: str | None = None,
     *,
-    delivered: bool = False,
+    tokens: int = 0,
+    streaming: bool = False,
 ) -> ModelError:
-    """Map a litellm (or asyncio) exception to the ``ModelError`` family.
+    """Map a litellm (or asyncio) exception to the ``ModelError`` family, with one clean
+    reason (issue 29, item 4): ``connection refused``, ``HTTP 429: <provider message>``,
+    ``no token in N s``, ``stream stalled after N tokens: no token in N s``, ``stream
+    dropped after N tokens``.
 
-    litellm wraps a failure raised while streaming in ``MidStreamFallbackError``; the
-    kind of failure is that of the exception it wraps. A server that cannot be reached
-    at all (litellm reports it as a connection or an internal server error, depending on
-    the provider) reads ``cannot connect to <api_base>``.
+    ``tokens`` counts the text chunks received (one token each on an OpenAI-compatible
+    server); ``streaming`` says the provider had answered and its stream was open, so a
+    connection lost then is a dropped stream, never "cannot connect". litellm wraps a
+    failure raised while streaming in ``MidStreamFallbackError``; the kind of failure is
+    that of the exception it wraps.
     """
     errors = litellm.exceptions
     while isinstance(exc, errors.MidStreamFallbackError) and exc.original_exception is not None:
         exc = exc.original_exception
-    detail = f"{type(exc).__name__}: {exc}"[:500]
+
+    def error(kind: type[ModelError], reason: str) -> ModelError:
+        return kind(model, reason, endpoint=api_base)
+
     if isinstance(exc, TimeoutError | errors.Timeout):
-        if delivered:
-            return ModelTimeout(
-                model, f"the stream stalled: no chunk for {timeout_s:g} s ({detail})"
+        if tokens:
+            return error(
+                ModelTimeout, f"stream stalled after {_tokens(tokens)}: no token in {timeout_s:g} s"
             )
-        return ModelTimeout(model, f"no chunk within {timeout_s:g} s ({detail})")
+        return error(ModelTimeout, f"no token in {timeout_s:g} s")
+    unreachable = _unreachable(errors, exc)
+    if unreachable is not None:
+        if streaming:
+            return error(ModelUnavailable, f"stream dropped after {_tokens(tokens)}")
+        return error(ModelUnavailable, unreachable)
+    status = getattr(exc, "status_code", None)
+    reason = provider_message(exc)
+    if isinstance(status, int):
+        reason = f"HTTP {status}: {reason}"
+    if tokens:
+        reason += f" (after {_tokens(tokens)})"
     if isinstance(exc, errors.ContextWindowExceededError):
-        return ContextWindowExceeded(model, f"request exceeds the context window ({detail})")
+        return error(ContextWindowExceeded, f"request exceeds the context window: {reason}")
     if isinstance(exc, errors.RateLimitError):
-        return ModelRateLimited(model, f"rate limited ({detail})")
-    if isinstance(
-        exc,
-        errors.APIConnectionError | errors.InternalServerError | errors.ServiceUnavailableError,
-    ):
-        if isinstance(exc, errors.APIConnectionError) or any(
-            text in str(exc).lower() for text in _CONNECT_FAILURES
-        ):
-            return ModelUnavailable(
-                model, f"cannot connect to {api_base or 'the provider'} ({detail})"
-            )
-        return ModelUnavailable(model, f"provider unavailable ({detail})")
+        return error(ModelRateLimited, reason)
+    if isinstance(exc, errors.InternalServerError | errors.ServiceUnavailableError):
+        return error(ModelUnavailable, reason)
     if isinstance(
         exc,
         errors.BadRequestError
@@ -338,5 +431,5 @@ def _model_error(
         | errors.NotFoundError
         | errors.UnprocessableEntityError,
     ):
-        return ModelRequestRejected(model, f"request rejected ({detail})")
-    return ModelError(model, f"failed ({detail})")
+        return error(ModelRequestRejected, reason)
+    return error(ModelError, f"{type(exc).__name__}: {reason}")

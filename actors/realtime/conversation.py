@@ -22,7 +22,8 @@ them as one realtime line): ``realtime.<participant>.pressure``, ``.epoch``, ``.
 the counters of ``GAUGE_COUNTS`` (rollovers, replayed input, overflow, stale-epoch drops,
 ...), and the last rollover's phases with their median (``.rollover_<phase>_ms``,
 ``.rollover_<phase>_p50_ms``: boundary_wait, checkpoint, handshake, connect, replay).
-``participant.left`` closes the participant's session.
+``participant.left`` (and the router's ``participant_left``) forgets the participant: the
+session is closed, its checkpoint in progress cancelled, its checkpoints dropped.
 """
 
 from __future__ import annotations
@@ -36,7 +37,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from xrmq.actors.conversation import ParticipantContext, context_message, system_message
+from xrmq.actors.conversation import (
+    ParticipantContext,
+    context_message,
+    ensure_context,
+    system_message,
+)
 from xrmq.actors.interaction import Reply, ResponseOutputs
 from xrmq.actors.prompts import load_prompt
 from xrmq.actors.routing.agent import ClosingDestination, Started, current_turn_context
@@ -271,11 +277,23 @@ class _Participant(SessionListener):
         self.frames_out += 1
         await self.owner.publish(self.owner.audio_out, frame, self.participant_id)
 
-    async def close(self) -> None:
+    async def close(self, *, forget: bool = False) -> None:
+        """Stop the speaker and close the session; ``forget`` also drops what the session
+        holds of the participant (``RealtimeSession.forget``) and what this side recorded."""
         self._player.cancel()
         with contextlib.suppress(BaseException):
             await self._player
-        await self.session.close()
+        if forget:
+            starting = self.starting
+            if starting is not None and not starting.done():  # no connect after the forget
+                starting.cancel()
+                await asyncio.gather(starting, return_exceptions=True)
+            await self.session.forget()
+            self.recorded.clear()
+            self._recorded_order.clear()
+            self._by_response.clear()
+        else:
+            await self.session.close()
 
 
 class RealtimeConversation(ClosingDestination, Agent):
@@ -323,6 +341,8 @@ class RealtimeConversation(ClosingDestination, Agent):
         self._clock = clock
         self.outputs = ResponseOutputs(runtime, output_topic, source=route)
         self.participants: dict[str, _Participant] = {}
+        self._forgetting: dict[str, asyncio.Future[None]] = {}
+        """Participants being forgotten: every caller of ``participant_left`` awaits it."""
         self._closed = False
 
     def instructions_for(self, participant_id: str) -> str:
@@ -356,6 +376,9 @@ class RealtimeConversation(ClosingDestination, Agent):
 
     async def _start(self, participant: _Participant) -> None:
         try:
+            # the session's instructions render the context: a participant the context's
+            # replica evicted is fetched first
+            await ensure_context(self.context, participant.participant_id)
             await participant.session.start()
         except Exception as error:
             participant.log.error("realtime.start_failed", error=str(error))
@@ -439,9 +462,23 @@ class RealtimeConversation(ClosingDestination, Agent):
         """The session stays: it is the participant's realtime conversation."""
 
     async def participant_left(self, participant_id: str) -> None:
-        participant = self.participants.pop(participant_id, None)
-        if participant is not None:
-            await participant.close()
+        """Forget the participant: their session is closed, its checkpoint in progress
+        cancelled, and its checkpoints and transcript dropped (a later frame or turn of
+        theirs starts a fresh session, seeded from the shared context only)."""
+        forgetting = self._forgetting.get(participant_id)
+        if forgetting is None:  # else: heard twice (participant.left, the router): one forget
+            participant = self.participants.pop(participant_id, None)
+            if participant is None:
+                return
+            forgetting = asyncio.ensure_future(participant.close(forget=True))
+            self._forgetting[participant_id] = forgetting
+
+            def forgotten(done: asyncio.Future[None]) -> None:
+                if self._forgetting.get(participant_id) is done:
+                    del self._forgetting[participant_id]
+
+            forgetting.add_done_callback(forgotten)
+        await asyncio.shield(forgetting)
 
     async def on_stop(self) -> None:
         await self.close()

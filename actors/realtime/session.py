@@ -382,6 +382,25 @@ class RealtimeSession:
                 await task
         self._ready.set()
 
+    async def forget(self) -> None:
+        """Close the session and drop all it holds of the participant (they left, or asked
+        to be forgotten): the checkpoint being summarized is cancelled, so nothing of
+        theirs is summarized afterwards; the checkpoints, the transcript, the input
+        backlog and the partial texts are dropped, so nothing can seed a session again."""
+        checkpointing = self._checkpointing
+        if checkpointing is not None:
+            checkpointing.cancel()
+            await asyncio.gather(checkpointing, return_exceptions=True)
+        await self.close()
+        self.machine.backlog.clear()
+        self.transcript = LiveTranscript()
+        self.checkpointer = Checkpointer(self.transcript, keep_tail=self.settings.keep_tail)
+        self._user_message, self._user_text = None, ""
+        self._assistant.clear()
+        self._assistant_text.clear()
+        self._heard.clear()
+        self.log.info("realtime.forgotten")
+
     # -- input and effects ---------------------------------------------------------------
 
     async def _input(self, item: InputItem) -> None:

@@ -2,8 +2,8 @@
 
 Why: a turn's failure crosses processes (destination -> proxy -> router -> the
 ``TurnEnded`` a front end prints), so it travels as text that keeps the exception's kind
-and message, e.g. ``"ModelUnavailable: model local: cannot connect to
-http://127.0.0.1:8000/v1"``, never as a ``repr`` with quotes and nesting.
+and message, e.g. ``"ModelUnavailable: model local at
+http://127.0.0.1:8000/v1: connection refused"``, never as a ``repr`` with quotes and nesting.
 """
 
 from __future__ import annotations

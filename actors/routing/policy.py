@@ -62,9 +62,12 @@ class RouterTexts:
     """A destination failed before its first output."""
     unavailable: str = "Sorry, I can't help with that."
     """No destination took the turn and none said why."""
+    lost: str = "Sorry, I lost the rest of that answer."
+    """A destination failed after its first output: said after its partial reply, so the
+    listener never hears a sentence cut off without a word."""
 
     def __post_init__(self) -> None:
-        for name in ("failure", "unavailable"):
+        for name in ("failure", "unavailable", "lost"):
             if not getattr(self, name).strip():
                 raise ValueError(f"RouterTexts.{name}: must be non-empty text")
 
@@ -292,9 +295,11 @@ class TurnPolicy:
 
     def answer_failed(self, cause: str, *, started: bool) -> list[Action]:
         """The destination's answer raised ``cause`` (``"<Kind>: <message>"``); rule 6: the
-        router says its failure text only if the destination had not started."""
+        router says its failure text if the destination had not started, else its apology
+        for the rest of the answer (after the partial reply the destination finalized)."""
         asked = self._expect(Answer)
-        actions: list[Action] = [] if started else [Say(asked.route, self._texts.failure)]
+        text = self._texts.lost if started else self._texts.failure
+        actions: list[Action] = [Say(asked.route, text)]
         failed = RouteResult(self.turn.turn_id, "failed", asked.route, error=cause)
         return self._done(failed, actions)
 

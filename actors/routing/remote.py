@@ -82,6 +82,10 @@ waiting out its idle timeout. Until that runtime heartbeats again (a new incarna
 once its supervisor restarted it; or the same one, if it was only silent), the proxy's
 next requests wait for it (at most ``timeout_s``) instead of being sent to nobody, so
 the next turn is answered as soon as it is back.
+A destination that dies between turns is not yet known dead when the next request
+leaves: that request went to nobody. Once the runtime serving the participant heartbeats
+as a new incarnation, the proxy sends the request again (within the same ``timeout_s``),
+so that turn too is answered by the restarted process instead of declined.
 
 Without ``dead_after_s`` (no heartbeats to watch), the proxy instead asks ``status``
 after every ``liveness_s`` of silence while it waits for a call's events: a destination
@@ -110,6 +114,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
@@ -326,6 +331,8 @@ class RemoteAgent(Agent):
         self._dead: tuple[str, int] | None = None
         """The (runtime, epoch) found dead, until that runtime is heard from again."""
         self._revived = asyncio.Event()
+        self._restarts: dict[str, set[asyncio.Future[None]]] = {}
+        """By destination runtime: futures resolved when a newer incarnation of it is heard."""
         self.aids_ignored = 0
         """Published aids dropped: another protocol version, or no participant."""
         self._log = get_logger(actor=f"remote.{name}")
@@ -388,6 +395,10 @@ class RemoteAgent(Agent):
         known = self._servers.get(runtime)
         if known is not None and epoch < known[0]:
             return  # an older incarnation's late message
+        if known is not None and epoch > known[0]:
+            for restarted in self._restarts.pop(runtime, ()):
+                if not restarted.done():
+                    restarted.set_result(None)
         dead = self._dead
         if dead is not None and dead[0] == runtime and epoch >= dead[1]:
             self._dead = None  # it answered (a reply or a publication): it is back
@@ -537,16 +548,24 @@ class RemoteAgent(Agent):
                 self.remote_name,
                 f"DestinationUnreachable: the answer was not accepted: {self._dead_reason()}",
             )
-        asking = runtime.request(  # sent now, not when a task wrapping ask() first runs
-            self.topics.turn,
-            request,
-            reply_type=RouteOutcome,
-            participant_id=pid,
-            source=self.name,
-            timeout=self.timeout_s,
-        )
+
+        def send(timeout: float) -> asyncio.Future[RouteOutcome]:
+            return cast(
+                "asyncio.Future[RouteOutcome]",
+                runtime.request(
+                    self.topics.turn,
+                    request,
+                    reply_type=RouteOutcome,
+                    participant_id=pid,
+                    source=self.name,
+                    timeout=timeout,
+                ),
+            )
+
+        sent = [send(self.timeout_s)]  # sent now, not when a task wrapping ask() first runs
         try:
-            outcome: RouteOutcome = await asyncio.shield(asking)
+            await self._answered(send, pid, sent)
+            outcome: RouteOutcome = await asyncio.shield(sent[-1])
         except TimeoutError as error:
             self._signal(call_id, "cancel", pid)  # in case the request arrives late
             raise RemoteAnswerError(
@@ -558,7 +577,7 @@ class RemoteAgent(Agent):
             # once its outcome says it runs, drain it as a cancelled answer() would.
             self._signal(call_id, "cancel", pid)
             try:
-                outcome = await asking
+                outcome = await sent[-1]
             except Exception:
                 raise asyncio.CancelledError from None
             if outcome.answering:
@@ -801,14 +820,70 @@ class RemoteAgent(Agent):
     async def _ask(self, topic: Topic, message: Any, participant_id: str, reply_type: Any) -> Any:
         if not await self._revival():
             raise TimeoutError(f"remote {self.remote_name}: {self._dead_reason()}")
-        return await self._runtime().ask(
-            topic,
-            message,
-            reply_type=reply_type,
-            participant_id=participant_id,
-            source=self.name,
-            timeout=self.timeout_s,
-        )
+        runtime = self._runtime()
+
+        def send(timeout: float) -> asyncio.Future[Any]:
+            return cast(
+                "asyncio.Future[Any]",
+                runtime.request(
+                    topic,
+                    message,
+                    reply_type=reply_type,
+                    participant_id=participant_id,
+                    source=self.name,
+                    timeout=timeout,
+                ),
+            )
+
+        sent = [send(self.timeout_s)]
+        await self._answered(send, participant_id, sent)
+        return await sent[-1]
+
+    async def _answered(
+        self,
+        send: Callable[[float], asyncio.Future[Any]],
+        participant_id: str,
+        sent: list[asyncio.Future[Any]],
+    ) -> None:
+        """Wait until the request ``sent[-1]`` is answered (or failed), sending it again with
+        ``send(timeout left)`` (appended to ``sent``) whenever a new incarnation of the runtime
+        serving ``participant_id`` is heard first: a request sent to a destination that died
+        between turns went to nobody, and its restarted process never sees it (issue 30,
+        item 6: the next turn was declined after ``timeout_s`` instead of answered).
+
+        Only with heartbeats watched (``dead_after_s``), which announce the restart; the
+        serving runtime is the one of the participant's routing aid, else the only one heard.
+        """
+        if self.dead_after_s is None:
+            return
+        cached = self._aids.get(participant_id)
+        serving = cached.runtime if cached is not None else None
+        if serving is None and len(self._servers) == 1:
+            serving = next(iter(self._servers))
+        if serving is None:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
+        while not sent[-1].done():
+            restarted: asyncio.Future[None] = loop.create_future()
+            self._restarts.setdefault(serving, set()).add(restarted)
+            try:
+                await asyncio.wait((sent[-1], restarted), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiting = self._restarts.get(serving)
+                if waiting is not None:
+                    waiting.discard(restarted)
+                    if not waiting:
+                        del self._restarts[serving]
+                restarted.cancel()
+            if sent[-1].done():
+                return
+            left = deadline - loop.time()
+            if left <= 0:
+                return
+            sent[-1].cancel()
+            self._log.info("remote.request_resent", participant=participant_id, runtime=serving)
+            sent.append(send(left))
 
     def _route(self) -> str:
         routed = current_turn_context()

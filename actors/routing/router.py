@@ -32,17 +32,24 @@ as the table tests name them:
    ``ResponseOutput`` reply to the turn with source "router". It is said before the
    destination starts, so it plays before the destination's reply. A destination that
    fails before its first output (before ``started()``) is reported with
-   ``RouterTexts.failure``; after that the destination has finalized its partial reply.
+   ``RouterTexts.failure``; one that fails after it has finalized its partial reply,
+   and the router then says ``RouterTexts.lost`` (an apology for the rest of the answer).
    An answer that is not a ``DestinationResult`` fails the turn.
 7. Every destination receives the same bounded history of completed exchanges (answers
    with response context, and the router's clarifications).
 8. A departure cancels and drains the participant's turns, forgets focus and history,
    calls every destination's ``participant_left()`` and then ``cleanup_participant``.
+   Registered with a running runtime, the router then confirms it on
+   ``forgotten_topic`` with one ``ParticipantForgotten`` naming every destination that
+   failed or did not answer in time (its state of the participant may remain): a
+   ``ParticipantLeft`` is also the request to forget a participant everywhere
+   (``xrmq context clear``, ``/clear``), and this is its answer.
 9. Registered with a running runtime, the router publishes one ``TurnEnded`` per turn
    on ``turn_topic`` after everything it said for the turn: how the turn ended and,
    for a failed or unanswered turn, the cause (``"<Kind>: <message>"``; a remote
    destination's error arrives as it was raised there). A front end ends the turn on
-   it, so a failure said by the router never leaves a client waiting.
+   it, so a failure said by the router never leaves a client waiting. A turn cancelled
+   before it ran (a newer query came at once) ends ``canceled`` too: every query ends once.
 
 Where the rules live: rule 1 in ``lanes.py`` (pure lane bookkeeping), rules 2 to 7 in
 ``policy.TurnPolicy`` (the sans-IO turn policy: decisions in, actions out), rules 8 and 9
@@ -74,7 +81,9 @@ from xrmq.actors.runtime import (
 from xrmq.schemas import (
     Admission,
     AgentTurn,
+    ForgetFailure,
     Interrupted,
+    ParticipantForgotten,
     ParticipantJoined,
     ParticipantLeft,
     ResponseOutput,
@@ -83,6 +92,7 @@ from xrmq.schemas import (
     UserQuery,
 )
 from xrmq.topics import (
+    PARTICIPANT_FORGOTTEN_TOPIC,
     PARTICIPANT_JOINED_TOPIC,
     PARTICIPANT_LEFT_TOPIC,
     ROUTER_SOURCE,
@@ -142,7 +152,9 @@ class AgentRouter(Agent):
     afresh). ``cleanup_participant(pid)`` runs after a departure has drained the
     participant's turns; it requires ``query_topic`` and ``output_topic``. ``default``
     names the fallback destination; ``history_limit`` bounds the shared history;
-    ``turn_topic`` (carrying ``TurnEnded``; None: not published) receives each turn's end.
+    ``turn_topic`` (carrying ``TurnEnded``; None: not published) receives each turn's end,
+    ``forgotten_topic`` (carrying ``ParticipantForgotten``; None: not published) each
+    departure's confirmation.
     ``shutdown_grace_s`` is how long ``stop()`` (and so the actor's ``on_stop``) lets
     the turns in flight finish before it cancels them (0: cancel at once).
     """
@@ -167,6 +179,7 @@ class AgentRouter(Agent):
         max_participants: int = DEFAULT_MAX_PARTICIPANTS,
         shutdown_grace_s: float = 0.0,
         turn_topic: Topic[TurnEnded] | None = TURN_ENDED_TOPIC,
+        forgotten_topic: Topic[ParticipantForgotten] | None = PARTICIPANT_FORGOTTEN_TOPIC,
     ) -> None:
         if not isinstance(agents, Mapping) or not agents:
             raise ValueError("AgentRouter.agents: must map at least one name to a RoutableAgent")
@@ -180,6 +193,7 @@ class AgentRouter(Agent):
         check_topic(output_topic, ResponseOutput, "AgentRouter.output_topic")
         check_topic(interrupted_topic, Interrupted, "AgentRouter.interrupted_topic")
         check_topic(turn_topic, TurnEnded, "AgentRouter.turn_topic")
+        check_topic(forgotten_topic, ParticipantForgotten, "AgentRouter.forgotten_topic")
         for topic in participant_topics or ():
             if not (
                 isinstance(topic, Topic)
@@ -225,6 +239,7 @@ class AgentRouter(Agent):
             raise ValueError("AgentRouter.shutdown_grace_s: must be >= 0")
         self.shutdown_grace_s = shutdown_grace_s
         self.turn_topic = turn_topic
+        self.forgotten_topic = forgotten_topic
         self._lanes: Lanes[asyncio.Task[Any]] = Lanes(max_participants, history_limit)
         """By participant, least recently active first (bounded by ``max_participants``)."""
         self._stopped = False
@@ -277,9 +292,9 @@ class AgentRouter(Agent):
             raise RuntimeError("AgentRouter.handle: the router is stopped")
         if not isinstance(turn, AgentTurn):
             raise ValueError("AgentRouter.handle: turn must be an AgentTurn")
-        return self._enqueue(
-            turn.participant_id, lambda lane: self._route_and_report(turn, lane), turn=True
-        )
+        task = self._enqueue(turn.participant_id, lambda lane: self._route(turn, lane), turn=True)
+        task.add_done_callback(lambda task: self._report(turn, self._outcome(turn, task)))
+        return task
 
     def interrupt(self, participant_id: str | None = None) -> None:
         """Cancel a participant's turns in flight (every participant's for None); they drain on
@@ -287,10 +302,11 @@ class AgentRouter(Agent):
         for task in self._lanes.turns(participant_id):
             task.cancel()
 
-    async def participant_left(self, participant_id: str) -> None:
+    async def participant_left(self, participant_id: str) -> tuple[ForgetFailure, ...]:
         """Cancel and drain the participant's turns, forget their focus and history, tell
-        every destination, then run ``cleanup_participant``."""
-        await self._enqueue(
+        every destination, then run ``cleanup_participant``; return the destinations (and
+        the cleanup) that failed, with the cause (empty: all forgot the participant)."""
+        return await self._enqueue(
             participant_id, lambda lane: self._depart(participant_id, lane), turn=False
         )
 
@@ -338,7 +354,7 @@ class AgentRouter(Agent):
     async def _on_left(self, message: ParticipantLeft, ctx: RuntimeContext) -> None:
         if ctx.participant_id is not None:
             self._watch(
-                asyncio.ensure_future(self.participant_left(ctx.participant_id)),
+                asyncio.ensure_future(self._forget(ctx.participant_id, ctx.metadata.message_id)),
                 ctx.participant_id,
                 None,
             )
@@ -347,7 +363,20 @@ class AgentRouter(Agent):
         pid = ctx.participant_id
         if pid is not None and pid in self._lanes:
             self._log.warning("router.rejoined_without_departure", participant=pid)
-            self._watch(asyncio.ensure_future(self.participant_left(pid)), pid, None)
+            self._watch(asyncio.ensure_future(self._forget(pid, None)), pid, None)
+
+    async def _forget(self, participant_id: str, request_id: str | None) -> None:
+        """Rule 8 for a departure heard on the bus: the departure, then its confirmation."""
+        failed = await self.participant_left(participant_id)
+        runtime = self.runtime
+        if self.forgotten_topic is None or runtime is None or not runtime.running:
+            return
+        runtime.send(
+            self.forgotten_topic,
+            ParticipantForgotten(request_id, failed),
+            participant_id=participant_id,
+            source=ROUTER_SOURCE,
+        )
 
     def _watch(self, task: asyncio.Future[Any], participant_id: str, turn_id: str | None) -> None:
         """Log the failure of work the actor started and nobody awaits."""
@@ -391,10 +420,12 @@ class AgentRouter(Agent):
             await asyncio.wait(earlier)
         return await work(lane)
 
-    async def _depart(self, participant_id: str, lane: Lane[Any]) -> None:
-        """Rule 8 (``policy.departure``), after the participant's earlier work drained."""
+    async def _depart(self, participant_id: str, lane: Lane[Any]) -> tuple[ForgetFailure, ...]:
+        """Rule 8 (``policy.departure``), after the participant's earlier work drained;
+        the steps that failed."""
         log = self._log.bind(participant=participant_id)
         steps = departure(self.agents, cleanup=self.cleanup_participant is not None)
+        failed: list[ForgetFailure] = []
         for step in steps:
             if isinstance(step, Forget):
                 lane.state = ParticipantRouting(self.history_limit)
@@ -403,27 +434,33 @@ class AgentRouter(Agent):
                     await self.agents[step.route].participant_left(participant_id)
                 except Exception as error:
                     log.error("router.participant_left_failed", route=step.route, error=repr(error))
+                    failed.append(ForgetFailure(step.route, describe_failure(error)))
             elif isinstance(step, Cleanup) and self.cleanup_participant is not None:
-                await self.cleanup_participant(participant_id)
+                try:
+                    await self.cleanup_participant(participant_id)
+                except Exception as error:
+                    log.error("router.cleanup_failed", error=repr(error))
+                    failed.append(ForgetFailure("cleanup_participant", describe_failure(error)))
         current = asyncio.current_task()
         if current is not None:
             self._lanes.forget(participant_id, lane, current)
-        log.info("router.participant_left")
+        log.info("router.participant_left", failed=[f.route for f in failed])
+        return tuple(failed)
 
     # -- one turn ---------------------------------------------------------------------------
 
-    async def _route_and_report(self, turn: AgentTurn, lane: Lane[Any]) -> RouteResult:
-        """``_route``, then the turn's ``TurnEnded`` (also for a cancelled or crashed turn)."""
-        try:
-            result = await self._route(turn, lane)
-        except asyncio.CancelledError:
-            self._report(turn, RouteResult(turn.turn_id, "canceled"))
-            raise
-        except Exception as error:
-            self._report(turn, RouteResult(turn.turn_id, "failed", error=describe_failure(error)))
-            raise
-        self._report(turn, result)
-        return result
+    @staticmethod
+    def _outcome(turn: AgentTurn, task: asyncio.Task[RouteResult]) -> RouteResult:
+        """How a turn's task ended, as its ``RouteResult``. A done callback, not a wrapper
+        in the task: a turn cancelled before its task ever ran (queries sent at once) or
+        while it waited for the earlier turn to drain ends too, and a coroutine cancelled
+        before its first step runs none of its own code."""
+        if task.cancelled():
+            return RouteResult(turn.turn_id, "canceled")
+        error = task.exception()
+        if error is not None:
+            return RouteResult(turn.turn_id, "failed", error=describe_failure(error))
+        return task.result()
 
     def _report(self, turn: AgentTurn, result: RouteResult) -> None:
         """Rule 9: publish the turn's ``TurnEnded`` (registered with a running runtime)."""

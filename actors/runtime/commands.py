@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from xrmq.actors.arguments import name, utf8
 from xrmq.schemas import ConversationContextUpdate, MessageMetadata, UserQuery
 from xrmq.topics import STANDARD_TOPICS, Topic, context_topic
 
@@ -199,10 +200,16 @@ def add_commands(subparsers: Any) -> None:
     )
     add_bus_argument(publish)
     publish.add_argument(
-        "topic", help="topic name: a standard topic, or any other name for a context topic"
+        "topic",
+        type=name,
+        help="topic name: a standard topic, or any other name for a context topic",
     )
-    publish.add_argument("content", help="text, or a JSON object with the payload's fields")
-    publish.add_argument("--participant", help="participant id (omit for a global message)")
+    publish.add_argument(
+        "content", type=utf8, help="text, or a JSON object with the payload's fields"
+    )
+    publish.add_argument(
+        "--participant", type=name, help="participant id (omit for a global message)"
+    )
     publish.add_argument("--source", default="application", help="source name in the envelope")
     publish.set_defaults(func=run_publish)
 

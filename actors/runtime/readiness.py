@@ -51,6 +51,17 @@ class Readiness:
             {prefix.split(SEP)[0].decode(errors="replace") for prefix in self._probes.values()}
         )
 
+    def pending_participants(self) -> list[str]:
+        """The participants named by subscriptions that have not answered yet, sorted (a
+        CURVE identity bound to other participants is denied those)."""
+        return sorted(
+            {
+                participant.decode(errors="replace")
+                for prefix in self._probes.values()
+                if (participant := prefix.split(SEP)[1])
+            }
+        )
+
     async def wait(
         self, send: Callable[[bytes], object], timeout: float, not_ready: Callable[[], str]
     ) -> None:

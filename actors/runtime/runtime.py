@@ -429,9 +429,11 @@ class AgentRuntime(Registration, Observation):
         if self.credentials is None:
             return message
         pending = self._readiness.pending()
+        participants = self._readiness.pending_participants()
+        listening = f" as participant {', '.join(map(repr, participants))}" if participants else ""
         return (
             f"{message} (CURVE identity {self.credentials.identity!r}: is its key admitted, "
-            f"and may it subscribe to {', '.join(pending)}?)"
+            f"and may it subscribe to {', '.join(pending)}{listening}?)"
         )
 
     # ------------------------------------------------------------------ publishing

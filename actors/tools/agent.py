@@ -38,7 +38,12 @@ from typing import Any, Literal
 import msgspec
 
 from xrmq.actors.clock import now_us
-from xrmq.actors.conversation import ParticipantContext, context_message, system_message
+from xrmq.actors.conversation import (
+    ParticipantContext,
+    context_message,
+    ensure_context,
+    system_message,
+)
 from xrmq.actors.interaction import ResponseOutputs
 from xrmq.actors.models import ChatMessage, ChatOptions, LLMService, ModelError, ToolCall, ToolSpec
 from xrmq.actors.routing.agent import ClosingDestination, current_turn_context
@@ -184,10 +189,21 @@ class ToolAgent(ClosingDestination):
         """Keep the transcript: focus moving elsewhere does not end the session."""
 
     async def participant_left(self, participant_id: str) -> None:
-        """Forget the participant's transcript (in the store too)."""
+        """Forget the participant's transcript here and in the store: return once the store
+        cleared it (its messages, summary and reclaimed originals, and their journal rows),
+        so a router's confirmation means it is gone. ``TimeoutError`` naming the store when
+        it did not answer in time (this process forgot it all the same)."""
         self._transcripts.pop(participant_id, None)
         self._locks.pop(participant_id, None)
-        self._write(participant_id, TranscriptWrite("clear", ()), None)
+        if self.store is None or not getattr(self.runtime, "running", False):
+            return
+        answer = await _first(self._ask(participant_id, TranscriptWrite("clear", ())))
+        if isinstance(answer, Exception):
+            name = self.store.write.name.removesuffix(".transcript.write")
+            raise TimeoutError(
+                f"the transcript store {name!r} did not forget {participant_id}: "
+                f"{type(answer).__name__}: {answer}"
+            )
 
     async def close(self) -> None:
         self._closed = True
@@ -284,6 +300,7 @@ class ToolAgent(ClosingDestination):
         route = routed.route if routed is not None else "tools"
         pid = turn.participant_id
         log = get_logger(actor=route, participant=pid, turn=turn.turn_id)
+        await ensure_context(self.context, pid)  # an evicted participant's notes, fetched
         if turn.history:
             self.context.reconcile_history(
                 pid,

@@ -265,9 +265,11 @@ class TranscriptActor(Agent):
             self._reset = True
         apply_write(transcript, message)
         self._cleared = message.kind == "clear"  # until a later write starts a new one
-        if message.kind == "clear" and self.kind:
-            self._retiring = asyncio.create_task(self._retire_when_idle())
         journaled = await self._journal()
+        if message.kind == "clear" and self.kind:
+            # Only now: retiring cancels a handler in flight, and this one must answer
+            # (the departed participant's forget waits for it).
+            self._retiring = asyncio.create_task(self._retire_when_idle())
         return TranscriptAck(True, transcript.revision, journaled)
 
     async def _journal(self) -> bool:
@@ -352,17 +354,20 @@ class TranscriptActor(Agent):
 
 
 def _decoded(
-    rows: RecoveredTranscript, kind: str, pid: str, path: object
+    rows: RecoveredTranscript, kind: str, pid: str, store: ContextStore, name: str
 ) -> TranscriptState | None:
+    """The state of a journaled transcript; None for one that does not decode, whose rows
+    are quarantined (``ContextStore.quarantine_transcript``) and which starts empty."""
     try:
         return recovered_state(rows)
     except (msgspec.DecodeError, msgspec.ValidationError) as error:
         get_logger(actor=kind, participant=pid).error(
             "tools.transcript_unreadable",
-            path=str(path),
+            path=str(store.path),
             error=str(error),
-            action="starting this transcript empty",
+            action="quarantined in the journal; starting this transcript empty",
         )
+        store.quarantine_transcript(pid, name, f"corrupt transcript ({error})")
         return None
 
 
@@ -385,7 +390,7 @@ def register_transcripts(
     retired: set[str] = set()
     if store is not None:
         for pid, store_name in [key for key in store.transcripts if key[1] == name]:
-            state = _decoded(store.transcripts.pop((pid, store_name)), kind, pid, store.path)
+            state = _decoded(store.transcripts.pop((pid, store_name)), kind, pid, store, name)
             if state is not None:
                 recovered[pid] = state
     if recovered:
@@ -396,7 +401,7 @@ def register_transcripts(
         if state is None and key in retired and store is not None and store.open:
             retired.discard(key)
             rows = store.read_transcript(key, name)  # rare: only after a retirement
-            state = None if rows is None else _decoded(rows, kind, key, store.path)
+            state = None if rows is None else _decoded(rows, kind, key, store, name)
         return TranscriptActor(
             key, kind, name=name, store=store, recovered=state, on_retired=retired.add
         )

@@ -9,7 +9,8 @@ are imported by name, not from here: ``listener`` (``VoiceInput``, the keyed ``v
 actor), ``vad`` (the pure ``UtteranceSegmenter``) and ``silero`` (its VAD shell),
 ``stt`` (``WhisperSTT``, ``LiteLLMSTT``), ``gate`` (``BargeInGate``), ``bias``
 (``bias_prompt``), ``audio_sink`` (``AudioTopicSink``), ``mic`` and ``playback``
-(client sides), ``role`` (the edge role), ``session`` (``xrmq demo --voice``).
+(client sides), ``role`` (the edge role), ``session`` (``xrmq demo --voice``;
+``requirements`` names what it lacks without importing the extra).
 
 The names below are loaded on first use (PEP 562, ``xrmq.actors._lazy``): importing the
 pure ``VoiceOrdering`` does not load the renderer, its sinks, ZeroMQ or the runtime.

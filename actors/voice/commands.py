@@ -9,6 +9,11 @@ process of an edge box does, so a new query or a barge-in drops stale replies. I
 prints ``xrmq listen: ready ...`` on stdout once its subscriptions are live, shows each
 reply on one line as it streams (console), prints ``xrmq listen: wrote PATH`` for each
 WAV file (``--wav-dir``), and stops cleanly on SIGINT/SIGTERM.
+
+A sink that fails (espeak-ng without a sound card) stops it: it prints the error with
+espeak-ng's stderr and exits 1. A renderer in a box logs a failed segment and goes on;
+a listener whose only job is to render has nothing to go on with, and went silent after
+``ready`` when it did.
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ import signal
 import sys
 from typing import Any
 
+from xrmq.actors.arguments import name, seconds
 from xrmq.actors.runtime import AgentRuntime, run
 from xrmq.actors.runtime.commands import add_bus_argument, require_broker
 from xrmq.schemas import ResponseOutput
 from xrmq.topics import INTERRUPTED_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC, Topic
 
+from .ordering import ResponseEnded, Segment
 from .renderer import VoiceRenderer
 from .sinks import DEFAULT_WORDS_PER_MINUTE, ConsoleSink, EspeakSink, Sink, SinkUnavailableError
 
@@ -35,10 +42,13 @@ def add_commands(subparsers: Any) -> None:
     add_bus_argument(listen)
     listen.add_argument(
         "--topic",
+        type=name,
         default=VOICE_OUTPUT_TOPIC.name,
         help="ResponseOutput topic (default: %(default)s)",
     )
-    listen.add_argument("--participant", help="render only this participant (default: everyone)")
+    listen.add_argument(
+        "--participant", type=name, help="render only this participant (default: everyone)"
+    )
     listen.add_argument(
         "--sink",
         choices=("console", "espeak", "wav", "speaker"),
@@ -56,14 +66,14 @@ def add_commands(subparsers: Any) -> None:
     )
     listen.add_argument(
         "--idle-timeout",
-        type=float,
+        type=seconds,
         default=10.0,
         help="seconds before an abandoned stream is closed",
     )
     listen.set_defaults(func=run_listen)
     mic = subparsers.add_parser("mic", help="publish microphone audio (or a WAV file) on audio.in")
     add_bus_argument(mic)
-    mic.add_argument("--participant", required=True, help="whose audio this is")
+    mic.add_argument("--participant", type=name, required=True, help="whose audio this is")
     mic.add_argument(
         "--wav", action="append", help="publish this WAV file in real time (repeatable)"
     )
@@ -84,6 +94,31 @@ def build_sink(args: argparse.Namespace) -> Sink:
     )
 
 
+class FailureWatch:
+    """A sink that plays through ``sink``, keeps its first failure (``error``) and then sets
+    ``stop``; the failure still reaches the renderer, which logs it."""
+
+    def __init__(self, sink: Sink, stop: asyncio.Event) -> None:
+        self.sink = sink
+        self.stop = stop
+        self.error: Exception | None = None
+
+    async def play(self, segment: Segment) -> None:
+        await self._watch(self.sink.play(segment))
+
+    async def end(self, ended: ResponseEnded) -> None:
+        await self._watch(self.sink.end(ended))
+
+    async def _watch(self, call: Any) -> None:
+        try:
+            await call
+        except Exception as error:
+            if self.error is None:
+                self.error = error
+                self.stop.set()
+            raise
+
+
 def run_listen(args: argparse.Namespace) -> int:
     if args.sink in ("wav", "speaker"):
         return _listen_audio(args)
@@ -94,19 +129,26 @@ def run_listen(args: argparse.Namespace) -> int:
     except SinkUnavailableError as error:
         print(f"xrmq listen: {error}", file=sys.stderr)
         return 1
+    stop = asyncio.Event()
+    watch = FailureWatch(sink, stop)
     renderer = VoiceRenderer(
-        sink,
+        watch,
         output_topic=topic,
         query_topic=QUERY_TOPIC,
         interrupted_topic=INTERRUPTED_TOPIC,
         idle_timeout_s=args.idle_timeout,
     )
-    run(_listen(args.bus, renderer, args.participant))
+    run(_listen(args.bus, renderer, args.participant, stop))
+    if watch.error is not None:
+        print(f"xrmq listen: the {args.sink} sink failed: {watch.error}", file=sys.stderr)
+        return 1
     return 0
 
 
-async def _listen(bus: str, renderer: VoiceRenderer, participant_id: str | None) -> None:
-    stop = asyncio.Event()
+async def _listen(
+    bus: str, renderer: VoiceRenderer, participant_id: str | None, stop: asyncio.Event
+) -> None:
+    """Render until ``stop`` is set: by SIGINT/SIGTERM, or by the sink's failure."""
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)

@@ -317,11 +317,19 @@ def find_espeak(owner: str, executable: str = "espeak-ng") -> str:
     return found
 
 
+_ESPEAK_FAILED = re.compile(r"^(audio (re)?open )?error: ", re.MULTILINE)
+"""The lines espeak-ng prints when it cannot open the audio device (``audio open error: ...``,
+``audio reopen error: ...``; ``error: ...`` in older versions). It may still exit 0: the
+failure is not in its exit status in every version. Other lines (ALSA's notices on a
+working machine) are not a failure."""
+
+
 async def run_espeak(command: list[str], text: str, *, capture: bool = False) -> bytes:
     """Run espeak-ng ``command`` with ``text`` on stdin; its stdout when ``capture``, else b"".
 
     Cancelling kills the process (an interrupted utterance stops speaking at once); a
-    non-zero exit is a ``SinkError`` carrying espeak-ng's stderr.
+    non-zero exit, or an exit 0 with espeak-ng's audio error on stderr (no sound card), is
+    a ``SinkError`` carrying espeak-ng's stderr.
     """
     process = await asyncio.create_subprocess_exec(
         *command,
@@ -336,9 +344,11 @@ async def run_espeak(command: list[str], text: str, *, capture: bool = False) ->
             process.kill()
             await process.wait()
         raise
+    detail = err.decode(errors="replace").strip()
     if process.returncode != 0:
-        detail = err.decode(errors="replace").strip()
         raise SinkError(f"espeak-ng exited with {process.returncode}: {detail}")
+    if _ESPEAK_FAILED.search(detail):
+        raise SinkError(f"espeak-ng exited with 0 but failed: {detail}")
     return out or b""
 
 

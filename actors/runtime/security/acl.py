@@ -24,6 +24,18 @@ The rules:
 - A control frame (a readiness probe: key with a suffix, empty metadata and payload)
   may go on any topic the identity may subscribe to, and on ``xrmq.capture`` for an
   identity with ``capture``.
+- ``participants`` (None: every participant) binds an identity to the participants it
+  may speak and listen as. Every message it publishes, probes and replies included, names
+  in its key and its metadata either no participant (a global message) or one its
+  patterns match; anything else is dropped. Its subscriptions are narrowed to what it may
+  receive (``applied_subscriptions``): a whole-topic ``<topic> NUL`` becomes the topic's
+  global messages (``<topic> NUL NUL``) plus one prefix per allowed participant
+  (``<topic> NUL alice NUL``, or ``<topic> NUL guest-`` for ``guest-*``), and the broker
+  applies those to the subscriber's connection instead, so its XPUB socket never sends it
+  another participant's message. A subscription that can match none of them is denied.
+  That is why a participant pattern, like a topic one, is a name, a prefix ending in
+  ``*``, or ``*``: each is exactly one ZeroMQ subscription prefix. A bound identity never
+  gets ``capture`` (the capture socket carries every participant's messages).
 
 A pattern is a topic (or source) name, a prefix ending in ``*`` (``route.*``,
 ``context.topic.*``), or ``*`` alone for everything.
@@ -47,6 +59,8 @@ METRICS_SOURCE = "runtime"
 PENDING_ASKS = 65_536
 """Asks remembered for reply authorization; the oldest is forgotten past this many."""
 
+AS_PARTICIPANT = "may not speak as participant"
+"""How the reason to drop a bound identity's message as another participant starts."""
 _metadata = msgspec.msgpack.Decoder(MessageMetadata)
 _UNDECIDED = object()
 _REPLY = object()
@@ -66,6 +80,8 @@ class Permissions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     """Topic patterns it may subscribe to."""
     capture: bool = False
     """Whether it may read the broker's capture socket (``xrmq record``)."""
+    participants: list[str] | None = None
+    """Participant patterns it may speak and listen as; None: every participant."""
 
 
 class Patterns:
@@ -87,14 +103,55 @@ class Patterns:
 
 
 class _Compiled:
-    __slots__ = ("capture", "name", "publish", "sources", "subscribe")
+    __slots__ = ("capture", "name", "participants", "publish", "sources", "subscribe")
 
     def __init__(self, name: str, permissions: Permissions) -> None:
         self.name = name
         self.publish = Patterns(permissions.publish)
         self.sources = Patterns(permissions.sources)
         self.subscribe = Patterns(permissions.subscribe)
-        self.capture = permissions.capture
+        bound = permissions.participants
+        self.participants = None if bound is None or "*" in bound else Patterns(bound)
+        # the capture socket carries every participant's messages: never a bound identity's
+        self.capture = permissions.capture and self.participants is None
+
+
+def _speaks_as(
+    participants: Patterns, key_participant: bytes, participant: str | None
+) -> str | None:
+    """Why a bound identity may not send a message of these participants (None: it may)."""
+    name = key_participant.decode(errors="replace")
+    if name and name not in participants:
+        return f"{AS_PARTICIPANT} {name!r}"
+    if participant and participant != name and participant not in participants:
+        return f"{AS_PARTICIPANT} {participant!r}"
+    return None
+
+
+def _narrowed(participants: Patterns, topic: bytes, rest: bytes) -> list[bytes]:
+    """The part of subscription ``<topic> NUL <rest>`` a bound identity may receive, as
+    ZeroMQ prefixes (module docstring); [] if none."""
+    whole = topic + SEP
+    if SEP in rest:  # names one participant (empty: global messages)
+        name = rest.partition(SEP)[0].decode(errors="replace")
+        return [whole + rest] if not name or name in participants else []
+    start = rest.decode(errors="replace")
+    if start.startswith(participants.prefixes):
+        return [whole + rest]  # every participant it can match is allowed
+    applied = [whole + SEP] if not start else []
+    covered = participants.prefixes
+    applied += [
+        whole + name.encode() + SEP
+        for name in sorted(participants.exact)
+        if name.startswith(start) and not name.startswith(covered)
+    ]
+    applied += [
+        whole + prefix.encode()
+        for prefix in dict.fromkeys(participants.prefixes)
+        if prefix.startswith(start)
+        and not any(prefix != other and prefix.startswith(other) for other in covered)
+    ]
+    return applied
 
 
 class AccessPolicy:
@@ -106,8 +163,11 @@ class AccessPolicy:
     def __init__(
         self, identities: Mapping[str, Permissions], *, pending_asks: int = PENDING_ASKS
     ) -> None:
-        self._identities = {name: _Compiled(name, perms) for name, perms in identities.items()}
-        self._by_length = sorted(self._identities, key=len, reverse=True)
+        self._identities: dict[str, _Compiled] = {}
+        self._bound: dict[str, Patterns] = {}
+        """The identities with ``participants``, checked on every message they send."""
+        self._by_length: list[str] = []
+        self._set(identities)
         self._owners: dict[str, str | None] = {}
         self._asks: OrderedDict[str, str] = OrderedDict()
         self._decisions: dict[tuple[str, bytes, str, str], object] = {}
@@ -116,10 +176,18 @@ class AccessPolicy:
     def update(self, identities: Mapping[str, Permissions]) -> None:
         """Admit exactly ``identities`` from now on (a key added or removed since the start);
         the remembered decisions and runtime owners are forgotten, the pending asks kept."""
-        self._identities = {name: _Compiled(name, perms) for name, perms in identities.items()}
-        self._by_length = sorted(self._identities, key=len, reverse=True)
+        self._set(identities)
         self._owners.clear()
         self._decisions.clear()
+
+    def _set(self, identities: Mapping[str, Permissions]) -> None:
+        self._identities = {name: _Compiled(name, perms) for name, perms in identities.items()}
+        self._bound = {
+            name: compiled.participants
+            for name, compiled in self._identities.items()
+            if compiled.participants is not None
+        }
+        self._by_length = sorted(self._identities, key=len, reverse=True)
 
     @property
     def identities(self) -> list[str]:
@@ -157,14 +225,31 @@ class AccessPolicy:
         return topic in compiled.subscribe
 
     def check_subscription(self, identity: str, prefix: bytes) -> str | None:
-        """A subscription prefix must name a whole topic (``<topic> NUL``...) it may receive."""
-        topic, sep, _ = prefix.partition(SEP)
+        """A subscription prefix must name a whole topic (``<topic> NUL``...) it may receive,
+        and for a bound identity match a participant it may listen as (or global messages)."""
+        topic, sep, rest = prefix.partition(SEP)
         if not sep or not topic:
             return "a subscription must name a whole topic (<topic> NUL)"
         name = topic.decode(errors="replace")
         if not self.may_subscribe(identity, name):
             return f"may not subscribe to {name!r}"
+        bound = self._bound.get(identity)
+        if bound is not None and not _narrowed(bound, topic, rest):
+            start = rest.partition(SEP)[0].decode(errors="replace")
+            if SEP in rest:
+                return f"may not listen as participant {start!r}"
+            return f"may not listen as participants starting {start!r}"
         return None
+
+    def applied_subscriptions(self, identity: str, prefix: bytes) -> list[bytes]:
+        """The prefixes the broker applies for ``identity``'s (permitted) subscription
+        ``prefix``: ``prefix`` itself, or for a bound identity the part of it naming global
+        messages and its participants (module docstring)."""
+        bound = self._bound.get(identity)
+        if bound is None:
+            return [prefix]
+        topic, sep, rest = prefix.partition(SEP)
+        return _narrowed(bound, topic, rest) if sep else []
 
     def check_message(
         self, identity: str, key: bytes, metadata_frame: bytes | memoryview, payload_empty: bool
@@ -178,7 +263,7 @@ class AccessPolicy:
         if len(parts) != 3 or not parts[0]:
             return "key must be <topic> NUL <participant> NUL"
         if parts[2]:
-            return self._check_control(identity, parts[0], metadata_frame, payload_empty)
+            return self._check_control(identity, parts, metadata_frame, payload_empty)
         try:
             metadata = _metadata.decode(metadata_frame)
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -193,11 +278,18 @@ class AccessPolicy:
             if len(self._decisions) >= _DECISIONS:
                 self._decisions.clear()
             self._decisions[slot] = decision
+        if decision is not None and decision is not _REPLY:
+            return decision  # type: ignore[return-value]
+        bound = self._bound.get(identity) if self._bound else None
+        if bound is not None:
+            refused = _speaks_as(bound, parts[1], metadata.participant_id)
+            if refused is not None:
+                return refused
         if decision is _REPLY:
             return self._check_reply(identity, metadata)
-        if decision is None and reply_to is not None:
+        if reply_to is not None:
             self._remember_ask(metadata.message_id, parts[0].decode(errors="replace"))
-        return decision  # type: ignore[return-value]
+        return None
 
     def _decide(self, identity: str, topic: str, metadata: MessageMetadata) -> str | object | None:
         """The part of the decision that depends on identity, topic, sender and source only."""
@@ -227,16 +319,17 @@ class AccessPolicy:
     def _check_control(
         self,
         identity: str,
-        topic_bytes: bytes,
+        parts: list[bytes],
         metadata_frame: bytes | memoryview,
         payload_empty: bool,
     ) -> str | None:
         if len(metadata_frame) or not payload_empty:
             return "a control frame carries no metadata or payload"
-        topic = topic_bytes.decode(errors="replace")
-        if self.may_subscribe(identity, topic):
-            return None
-        return f"probe on {topic!r}, which it may not subscribe to"
+        topic = parts[0].decode(errors="replace")
+        if not self.may_subscribe(identity, topic):
+            return f"probe on {topic!r}, which it may not subscribe to"
+        bound = self._bound.get(identity)
+        return _speaks_as(bound, parts[1], None) if bound is not None else None
 
     def _remember_ask(self, message_id: str, topic: str) -> None:
         asks = self._asks

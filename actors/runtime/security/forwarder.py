@@ -5,7 +5,13 @@ forwards in Python: each message from the XSUB side is received without copying,
 ``User-Id`` (the identity pyzmq's ``ThreadAuthenticator`` named at the handshake) and
 metadata frame are checked by ``AccessPolicy`` and it is forwarded (to the XPUB side
 and the capture socket) or dropped, counted and logged. The XPUB side runs in manual
-mode: each subscription is checked the same way and applied only if permitted. Every
+mode: each subscription is checked the same way and applied only if permitted; for an
+identity bound to participants (``Permissions.participants``) it is applied narrowed to
+the prefixes of its participants and of global messages (``AccessPolicy.
+applied_subscriptions``), on that subscriber's connection only, so libzmq's own send side
+never hands it another participant's message. An unsubscription removes the same narrowed
+prefixes (a change of the identity's participants applies to its next subscriptions: what
+an open connection subscribed to stays until it unsubscribes or disconnects). Every
 ``metrics_interval`` seconds the broker publishes its own ``RuntimeMetrics`` (runtime
 ``broker``) with the per-identity drop and denial counters (``xrmq top``).
 
@@ -302,17 +308,21 @@ class Forwarder:
             if not data or data[0] not in (0, 1):
                 continue  # not a subscription: subscribers have nothing else to say
             prefix = data[1:]
+            identity = _user_id(message)
             if data[0] == 0:
-                backend.setsockopt(zmq.UNSUBSCRIBE, prefix)
+                # what its subscription was narrowed to (a departed peer's: nothing to undo)
+                for applied in self._applied(identity, prefix):
+                    backend.setsockopt(zmq.UNSUBSCRIBE, applied)
                 self.subscriptions.unsubscribed(prefix)
                 continue
-            identity = _user_id(message)
             try:
                 reason = self.policy.check_subscription(identity, prefix)
+                applied_prefixes = self.policy.applied_subscriptions(identity, prefix)
             except Exception as error:  # a bug in a check must not stop the bus: deny
                 reason = f"check failed: {error!r}"
             if reason is None:
-                backend.setsockopt(zmq.SUBSCRIBE, prefix)  # applies to the peer just read
+                for applied in applied_prefixes:  # each applies to the peer just read
+                    backend.setsockopt(zmq.SUBSCRIBE, applied)
                 self.subscriptions.subscribed(prefix)
                 continue
             self.denied[identity] = self.denied.get(identity, 0) + 1
@@ -322,6 +332,17 @@ class Forwarder:
                 reason,
                 prefix=prefix[:200].decode(errors="replace"),
             )
+
+    def _applied(self, identity: str, prefix: bytes) -> list[bytes]:
+        """The prefixes a subscription of ``identity`` was applied as, to unsubscribe them:
+        narrowed ones and the prefix itself (applied before a re-scan bound the identity);
+        libzmq ignores an unsubscription of a prefix the peer does not hold."""
+        try:
+            narrowed = self.policy.applied_subscriptions(identity, prefix)
+        except Exception as error:  # a bug in a check must not stop the bus
+            self._log.error("broker.unsubscribe_failed", error=repr(error))
+            narrowed = []
+        return list(dict.fromkeys([*narrowed, prefix]))
 
     def metrics(self) -> RuntimeMetrics:
         """The broker's counters: forwarded messages and per-identity drops and denials."""

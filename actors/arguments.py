@@ -1,0 +1,68 @@
+"""Validators of command-line arguments: argparse ``type=`` callables.
+
+A bad argument is refused while the command line is parsed, so argparse names it (``xrmq
+say: error: argument --timeout: must be ...``) and exits 2, before anything connects or
+starts; the value never reaches code that would fail on it with a message of its own
+("cannot convert float NaN", "'utf-8' codec can't encode ...") or take it as valid (an
+empty topic). Issue 29, item 11.
+
+- ``seconds``: a timeout, duration, window or interval: a finite number > 0.
+- ``name``: a topic (or topic pattern) or a participant: non-empty, no NUL (NUL ends the
+  fields of a wire key, ``xrmq.topics``), UTF-8.
+- ``utf8``: any text that goes on the bus; ``words``: text that must also say something.
+
+Text reaches Python from argv decoded as UTF-8 with ``surrogateescape``: a byte that is
+not UTF-8 (a Latin-1 terminal) becomes a lone surrogate U+DC80..U+DCFF, which cannot be
+encoded again. The error names the original byte and where it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+
+def _encodable(value: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        code = ord(value[error.start])
+        what = (
+            f"the byte 0x{code - 0xDC00:02x}"
+            if 0xDC80 <= code <= 0xDCFF
+            else f"the lone surrogate U+{code:04X}"
+        )
+        raise argparse.ArgumentTypeError(
+            f"must be UTF-8 text: {what} at position {error.start} is not UTF-8"
+        ) from None
+    return value
+
+
+def seconds(value: str) -> float:
+    """A finite number of seconds > 0."""
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number) or number <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {value!r}")
+    return number
+
+
+def name(value: str) -> str:
+    """A topic, topic pattern or participant: non-empty UTF-8 without NUL."""
+    if not value or "\x00" in value:
+        raise argparse.ArgumentTypeError("must be a non-empty name without NUL")
+    return _encodable(value)
+
+
+def utf8(value: str) -> str:
+    """Text that can go on the bus: UTF-8."""
+    return _encodable(value)
+
+
+def words(value: str) -> str:
+    """Text that says something: UTF-8, not blank."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("must be non-empty text")
+    return _encodable(value)
