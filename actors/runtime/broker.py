@@ -237,7 +237,9 @@ class Broker:
             backend.setsockopt(zmq.MAXMSGSIZE, 64 * 1024)  # subscriptions only
             budget = None  # an inproc bus has no connections to shut (nor a kernel queue)
             if not self.address.subscribe.startswith("inproc://"):
-                budget = SubscriberBudget(context, self.subscriber_budget_bytes, self._log)
+                budget = SubscriberBudget(
+                    context, self.subscriber_budget_bytes, self._log, self.address.subscribe
+                )
                 budget.arm(backend)
             if security is not None:
                 security.serve(backend, BUS_DOMAIN)

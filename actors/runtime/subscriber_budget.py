@@ -97,6 +97,31 @@ def heap_meter() -> Callable[[], int]:
     return in_use
 
 
+def local_address(endpoint: str) -> str | int | None:
+    """What ``getsockname()`` of a connection accepted on ``endpoint`` shows: the ipc path, the
+    tcp port; None when not known."""
+    if endpoint.startswith("ipc://"):
+        return endpoint[len("ipc://") :]
+    if endpoint.startswith("tcp://"):
+        port = endpoint.rpartition(":")[2]
+        return int(port) if port.isdigit() else None
+    return None
+
+
+def _local_of(peer: socket.socket) -> str | int | None:
+    try:
+        name = peer.getsockname()
+    except OSError:
+        return None
+    if isinstance(name, str):
+        return name
+    if isinstance(name, bytes):  # an abstract ipc address: libzmq writes it "@name"
+        return "@" + name[1:].decode(errors="replace")
+    if isinstance(name, tuple) and len(name) >= 2:
+        return int(name[1])
+    return None
+
+
 def send_queue(peer: socket.socket) -> int:
     """Bytes in ``peer``'s kernel send queue, not yet taken by the other end."""
     raw = fcntl.ioctl(peer.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
@@ -113,11 +138,15 @@ class SubscriberBudget:
         context: zmq.Context,
         budget_bytes: int,
         log: Any,
+        endpoint: str,
         *,
         interval: float = DEFAULT_INTERVAL_S,
         meter: Callable[[], int] | None = None,
     ) -> None:
         self.budget_bytes = budget_bytes
+        self._local = local_address(endpoint)
+        """The subscribe endpoint's own address: a descriptor whose socket is not on it was
+        reused by another connection (one of publishers) before its event was read."""
         self.evicted = 0
         """Subscriber connections shut for holding the broker past the budget."""
         self._context = context
@@ -170,8 +199,8 @@ class SubscriberBudget:
                 self._warnings.flush()
         finally:
             events.close()
-            for peer, _ in self._peers.values():
-                peer.close()
+            for entry in self._peers.values():
+                entry[0].close()
             self._peers.clear()
             self._warnings.flush_all()
 
@@ -181,13 +210,17 @@ class SubscriberBudget:
             if old is not None:
                 old[0].close()
             try:
-                self._peers[fd] = [socket.socket(fileno=os.dup(fd)), -1, time.monotonic()]
+                peer = socket.socket(fileno=os.dup(fd))
             except OSError:  # already gone
-                pass
+                return
+            if self._local is not None and _local_of(peer) != self._local:
+                peer.close()  # the descriptor was closed and reused meanwhile: not a subscriber
+                return
+            self._peers[fd] = [peer, -1, time.monotonic()]
         elif kind == zmq.EVENT_DISCONNECTED:
-            peer = self._peers.pop(fd, None)
-            if peer is not None:
-                peer[0].close()
+            gone = self._peers.pop(fd, None)
+            if gone is not None:
+                gone[0].close()
 
     def _look(self) -> None:
         """Note each connection's send queue; past the budget, shut the one that has been full
