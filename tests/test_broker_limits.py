@@ -230,3 +230,50 @@ async def test_a_stalled_subscriber_of_large_messages_costs_the_broker_at_most_i
     assert held < budget + 24 * 2**20, f"the broker held {held / 2**20:.1f} MiB (budget 4 MiB)"
     assert watch.lost == 0  # a subscriber that reads loses nothing to another one's stall
     assert report["gaps"] > 0 and report["received"] + report["gaps"] == total
+
+
+def test_the_budget_guard_shuts_only_a_connection_full_and_still_and_only_past_the_budget(
+    monkeypatch,
+):
+    """Issue 30 item 5, the guard's rule on real sockets: a connection whose send queue is
+    full and has not moved for ``STILL_S`` is shut once the broker holds more than the
+    budget; one whose reader keeps up is never shut."""
+    import socket
+
+    import zmq
+
+    from xrmq.actors.runtime import subscriber_budget
+    from xrmq.actors.runtime.logs import get_logger
+    from xrmq.actors.runtime.subscriber_budget import STILL_S, SubscriberBudget
+
+    clock, held = [100.0], [0]
+    monkeypatch.setattr(subscriber_budget.time, "monotonic", lambda: clock[0])
+    stalled, stalled_reader = socket.socketpair()
+    live, live_reader = socket.socketpair()
+    stalled.setblocking(False)
+    try:
+        while True:
+            stalled.send(b"x" * 65536)
+    except BlockingIOError:
+        pass  # its reader never reads: the queue is full
+    guard = SubscriberBudget(
+        zmq.Context.instance(), 1000, get_logger(), "inproc://guard", meter=lambda: held[0]
+    )
+    try:
+        guard._event(zmq.EVENT_ACCEPTED, stalled.fileno())
+        guard._event(zmq.EVENT_ACCEPTED, live.fileno())
+        guard._look()
+        clock[0] += 2 * STILL_S
+        guard._look()
+        assert guard.evicted == 0  # full and still, but the broker holds less than the budget
+        held[0] = 5000
+        live.send(b"y")
+        live_reader.recv(1)
+        guard._look()
+        assert guard.evicted == 1
+        with pytest.raises(OSError):
+            stalled.send(b"z")  # shut: libzmq would see the connection end and free its queue
+        live.send(b"y")  # still served
+    finally:
+        for sock in (stalled, stalled_reader, live, live_reader):
+            sock.close()
