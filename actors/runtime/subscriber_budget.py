@@ -18,22 +18,27 @@ for typical messages (``subscriber_hwm``) and this guard bounds the bytes:
   measure is the whole process's: ``xrmq bus`` holds only the broker; a broker started
   inside a larger process counts that process's growth too.)
 - Which subscriber holds it is the one whose connection does not drain: its kernel send
-  queue (``TIOCOUTQ``) is full and has not moved since the last look. libzmq queues a
+  queue (``TIOCOUTQ``) is full and has not moved for ``STILL_S`` (20 ms). libzmq queues a
   message in a pipe only while the connection cannot take it, so a subscriber whose kernel
   queue moves is being served; one that stopped reading (stopped, hung, its own receive queue
   full) keeps it full and still.
-- Every ``interval`` (5 ms), when the broker holds more than ``budget_bytes``, every such
-  stalled connection is shut down: libzmq drops the connection and frees everything queued
-  for it at once. The subscriber's socket reconnects and subscribes again by itself; what was
+- Every ``interval`` (5 ms), when the broker holds more than ``budget_bytes``, the
+  connection stalled the longest is shut down (one per look, so a reader that was only
+  descheduled is not cut along with the one that holds the bytes): libzmq drops the
+  connection and frees everything queued for it at once. The subscriber's socket reconnects and subscribes again by itself; what was
   queued for it, and what was published until it was back, it reports as gaps (the runtime's
   loss accounting: ``RuntimeMetrics.gaps``, the rate-limited ``bus.gap`` warning, a lost tail
   by the sender's heartbeat). The broker counts the connections it shut (``evicted``, the
   heartbeat's ``broker.subscribers_evicted``) and logs each (rate-limited).
 
 So the bound is in bytes, for all stalled subscribers together (stricter than per
-subscriber): the budget plus what arrives within one interval. A live subscriber is never
-cut for what others hold, nor for a burst it is reading through. The monitor and the ioctls
-run on this guard's thread; the proxy's path is untouched.
+subscriber): the budget plus what arrives while a stall is confirmed (``STILL_S`` plus one
+interval; 200 KB messages from one publisher over ipc: about 16 MiB here). A subscriber
+whose reader keeps up is not cut for what others hold. A stalled one loses everything
+queued for it (not only what passed the budget): libzmq cannot drop part of a pipe. The
+monitor and the ioctls run on this guard's thread; the proxy's path is untouched. (The
+capture socket's subscriber, ``xrmq record``, is not watched: its queue is bounded by its
+HWM alone.)
 """
 
 from __future__ import annotations
