@@ -25,8 +25,9 @@ for typical messages (``subscriber_hwm``) and this guard bounds the bytes:
 - Every ``interval`` (5 ms), when the broker holds more than ``budget_bytes``, the
   connection stalled the longest is shut down (one per look, so a reader that was only
   descheduled is not cut along with the one that holds the bytes): libzmq drops the
-  connection and frees everything queued for it at once. The subscriber's socket reconnects and subscribes again by itself; what was
-  queued for it, and what was published until it was back, it reports as gaps (the runtime's
+  connection and frees everything queued for it at once. The subscriber's socket
+  reconnects and subscribes again by itself; what was queued for it, and what was
+  published until it was back, it reports as gaps (the runtime's
   loss accounting: ``RuntimeMetrics.gaps``, the rate-limited ``bus.gap`` warning, a lost tail
   by the sender's heartbeat). The broker counts the connections it shut (``evicted``, the
   heartbeat's ``broker.subscribers_evicted``) and logs each (rate-limited).
