@@ -277,3 +277,40 @@ async def test_a_runtime_that_published_announces_every_streams_last_seq_when_it
                 await asyncio.wait_for(beats.changed.wait(), 10)
     assert beats.last_seq[NOTES.key("p0").decode()] == 2
     assert all(beats.last_seq[NOTES.key(f"p{i}").decode()] == 1 for i in range(1, streams))
+
+
+async def test_a_stream_lost_whole_is_counted_from_its_senders_final_heartbeat(tmp_path):
+    """Issue 30 item 4: ``xrmq publish`` sends one message and stops. If that message (or
+    every message of a short-lived publisher) is lost, the receiver has no baseline for the
+    stream; a heartbeat from a sender that started after the receiver's subscriptions were
+    live names messages that were all bound for it, so they count from seq 1."""
+
+    def drop(frames: list[bytes]) -> bool:  # every note of the one-shot sender
+        return (
+            len(frames) == 3
+            and frames[0] == NOTES.key("p1")
+            and bool(frames[1])
+            and _metadata.decode(frames[1]).sender == "one-shot"
+        )
+
+    bus = LossyBus(f"{tmp_path}/bus", drop)
+    try:
+        watcher = Watcher()
+        receiver = AgentRuntime(bus.address)
+        receiver.register("watcher", watcher)
+        async with receiver:
+            async with AgentRuntime(bus.address, name="one-shot", heartbeat_s=None) as sender:
+                for index in range(3):
+                    await sender.publish(
+                        NOTES, ConversationContextUpdate(f"n{index}"), participant_id="p1"
+                    )
+            await watcher.wait(lambda: any(kind == "gap" for kind, _ in watcher.events))
+            gaps = [value for kind, value in watcher.events if kind == "gap"]
+            metrics = receiver.metrics()
+    finally:
+        bus.close()
+    assert bus.dropped == 3
+    assert [
+        (g.sender, g.topic, g.participant_id, g.first_missing, g.last_missing) for g in gaps
+    ] == [("one-shot", NOTES.name, "p1", 1, 3)]
+    assert metrics.gaps == 3

@@ -247,6 +247,11 @@ class AgentRuntime(Registration, Observation):
         self._reply_decoders: dict[Any, msgspec.msgpack.Decoder] = {}
         self._readiness = Readiness()
         self._tracker = SequenceTracker(stream_capacity)
+        self._live_since_us: int | None = None
+        """When every subscription of ``start`` was live through the broker (µs, wall clock)."""
+        self._live_prefixes: tuple[bytes, ...] = ()
+        """Those subscriptions: a stream on one of them from a sender whose epoch is later was
+        bound for this runtime from its first message (``_on_heartbeat``)."""
         self._streams: dict[tuple[str, str | None], list[Any]] = {}
         """Outgoing streams by (topic name, participant): [wire key, last seq sent, ...]."""
         self._ids = itertools.count(1)
@@ -325,6 +330,8 @@ class AgentRuntime(Registration, Observation):
         except BaseException:
             await self.stop()
             raise
+        self._live_since_us = time.time_ns() // 1000
+        self._live_prefixes = tuple(self._subscriptions)
         self._running = (
             True  # ``running`` means ready: every subscription is live through the broker
         )
@@ -1068,9 +1075,26 @@ class AgentRuntime(Registration, Observation):
             heartbeat = _heartbeat_decoder.decode(payload)  # type: ignore[arg-type]  # a buffer
         except _DECODE_ERRORS:
             return  # counted as a payload reject by the routes that decode it (xrmq top)
+        # A sender that started after this runtime's subscriptions were live sent all of its
+        # messages on them to this runtime: a stream of it with no baseline here lost them all
+        # (a one-shot ``xrmq publish``). Not after an eviction of the stream table (a baseline
+        # may have been forgotten), nor on a CURVE bus (the broker may narrow subscriptions).
+        since = self._live_since_us
+        whole = (
+            since is not None
+            and metadata.epoch > since
+            and self.credentials is None
+            and not self._tracker.evicted
+        )
         for wire_key, last_sent in heartbeat.last_seq.items():
             key = wire_key.encode()
-            first_missing = self._tracker.catch_up(key, metadata.sender, metadata.epoch, last_sent)
+            first_missing = self._tracker.catch_up(
+                key,
+                metadata.sender,
+                metadata.epoch,
+                last_sent,
+                bound_here=whole and key.startswith(self._live_prefixes),
+            )
             if first_missing:
                 name, _, rest = key.partition(SEP)
                 participant = rest[:-1].decode(errors="replace") or None

@@ -102,12 +102,25 @@ class SequenceTracker:
         self.resynced += 1
         return IN_ORDER
 
-    def catch_up(self, key: bytes, sender: str, epoch: int, last_sent: int) -> int:
+    def catch_up(
+        self, key: bytes, sender: str, epoch: int, last_sent: int, *, bound_here: bool = False
+    ) -> int:
         """A heartbeat says the sender's last seq on ``key`` is ``last_sent``; return the
         first missing seq if this stream's tail never arrived (then the stream is advanced
-        to ``last_sent``), else 0. Streams this runtime has no baseline for are ignored."""
-        last = self._streams.get((key, sender, epoch))
-        if last is None or last_sent <= last[_SEQ]:
+        to ``last_sent``), else 0. A stream this runtime has no baseline for is ignored,
+        unless ``bound_here``: every message of it was bound for this runtime (the caller
+        knows the sender started after this runtime's subscription was live), so none
+        arrived: 1 is the first missing."""
+        stream = key, sender, epoch
+        last = self._streams.get(stream)
+        if last is None:
+            if not bound_here or last_sent < 1:
+                return 0
+            self._streams[stream] = [last_sent, 0, 0, 0]
+            if len(self._streams) > self.capacity:
+                self.evicted += evict_over(self._streams, self.capacity, _SEQ, _SEEN)
+            return 1
+        if last_sent <= last[_SEQ]:
             return 0
         first_missing = last[_SEQ] + 1
         last[_SEQ] = last_sent
