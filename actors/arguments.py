@@ -62,7 +62,7 @@ def name(value: str) -> str:
 
 def topic_globs(value: str) -> list[str]:
     """``value``'s comma-separated fnmatch patterns (see the module docstring)."""
-    if not value.strip() or "\x00" in value:
+    if not name(value).strip():
         raise argparse.ArgumentTypeError(
             f"must be a topic or glob (fnmatch: * ? [seq]), comma-separated, got {value!r}"
         )
@@ -74,7 +74,7 @@ def topic_globs(value: str) -> list[str]:
             raise argparse.ArgumentTypeError(
                 f"unclosed '[' in {pattern!r} (a literal '[' is written '[[]')"
             )
-    return [_encodable(pattern) for pattern in patterns]
+    return patterns
 
 
 def _split_globs(value: str) -> list[str]:
@@ -117,9 +117,9 @@ def _brackets_closed(pattern: str) -> bool:
 
 def participant(value: str) -> str:
     """A participant id: non-blank UTF-8 without NUL."""
-    if not value.strip() or "\x00" in value:
+    if not name(value).strip():
         raise argparse.ArgumentTypeError(f"must be a non-blank participant id, got {value!r}")
-    return _encodable(value)
+    return value
 
 
 def utf8(value: str) -> str:

@@ -426,6 +426,15 @@ def test_is_internal_holds_every_topic_the_runtime_makes_itself_and_no_user_topi
     assert [name for name in users if is_internal(name)] == []
 
 
+def test_a_replay_leaves_out_every_internal_topic_by_default():
+    from xrmq.topics import INTERNAL_TOPICS
+
+    internal = ["tools.search.call", "conversation.transcript.write", "_probe.x", "xrmq.turns"]
+    assert [name for name in internal if replay_filter().admits(name)] == []
+    assert [p for p in INTERNAL_TOPICS if replay_filter().admits(p.replace("*", "x"))] == []
+    assert replay_filter(["tools.*"]).admits("tools.search.call")
+
+
 def topics_rows(stdout: str) -> dict[str, list[str]]:
     """``xrmq topics``' table rows by topic (header and footer lines left out)."""
     lines = stdout.splitlines()
@@ -571,16 +580,18 @@ async def test_capture_show_hides_internal_topics_of_a_recording_and_filters_it(
         (["topics"], ["--topic", "voice.*,"], "argument --topic: empty pattern"),
         (["topics"], ["--topic", "  "], "argument --topic: must be"),
         (["topics"], ["--participant", " "], "argument --participant: must be"),
+        (["record"], ["--topic", "voice.[ab"], "argument --topic: unclosed '['"),
+        (["replay"], ["--only", "notes,"], "argument --only: empty pattern"),
+        (["replay"], ["--exclude", " "], "argument --exclude: must be"),
+        (["echo", "voice.output"], ["--participant", ""], "argument --participant: must be"),
     ],
 )
 def test_a_bad_topic_glob_or_participant_is_refused_naming_the_argument(
     tmp_path, command, arguments, error
 ):
-    file = (
-        [str(tmp_path / "none.cap")]
-        if command[0] == "capture"
-        else ["--bus", f"ipc://{tmp_path}/bus"]
-    )
+    file = [str(tmp_path / "none.cap")] if command[0] in ("capture", "record", "replay") else []
+    if command[0] != "capture":
+        file.extend(["--bus", f"ipc://{tmp_path}/bus"])
     done = subprocess.run(
         [*CLI, *command, *arguments, *file], capture_output=True, text=True, timeout=30
     )

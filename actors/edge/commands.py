@@ -67,11 +67,12 @@ def add_commands(subparsers: Any) -> None:
     record.add_argument("--duration", type=seconds, help="stop after this many seconds")
     record.add_argument(
         "--topic",
-        type=name,
-        action="append",
+        type=topic_globs,
+        action="extend",
         default=[],
         metavar="PATTERN",
-        help="record only topics matching this glob (repeatable; default: every topic)",
+        help="record only topics matching this glob (repeatable, or a comma list; default: "
+        "every topic)",
     )
     record.set_defaults(func=run_record)
 
@@ -85,20 +86,20 @@ def add_commands(subparsers: Any) -> None:
     )
     replay.add_argument(
         "--only",
-        type=name,
-        action="append",
+        type=topic_globs,
+        action="extend",
         default=[],
         metavar="PATTERN",
-        help="replay only topics matching this glob (repeatable; default: every topic but "
-        "those the box derives: route.*, _inbox.*, context.*, xrmq.*, voice.output, ...)",
+        help="replay only topics matching this glob (repeatable, or a comma list; default: every "
+        "topic but those the box derives: its internal topics, voice.output, voice.turn_ended)",
     )
     replay.add_argument(
         "--exclude",
-        type=name,
-        action="append",
+        type=topic_globs,
+        action="extend",
         default=[],
         metavar="PATTERN",
-        help="also leave out topics matching this glob (repeatable)",
+        help="also leave out topics matching this glob (repeatable, or a comma list)",
     )
     replay.set_defaults(func=run_replay)
 
