@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -103,6 +104,7 @@ class _Participant:
         "published",
         "state",
         "stored_job",
+        "used",
         "view",
         "warned",
     )
@@ -125,6 +127,8 @@ class _Participant:
         """Manual compactions (writer, seq) waiting for the run to end."""
         self.view: SectionView | None = None
         """The latest view published (so journaled): what a snapshot shows."""
+        self.used = time.monotonic()
+        """When it was last written (retirement to the journal goes by it)."""
 
 
 MAX_WRITERS = 16
@@ -195,6 +199,15 @@ class SectionHost:
         """Entries dropped uncompacted to hold a section to its stored limit (a flood
         while compaction lagged, ``SectionSpec.stored_limit_bytes``), for ``xrmq top``."""
         self._drops: AggregatedWarnings | None = None
+        self._retiring = store is not None and not self._dialogue
+        """Whether idle participants are retired to the journal (a topic section with a
+        journal; a dialogue actor holds one participant and retires whole)."""
+        self.retired = 0
+        """Participants retired from memory to the journal."""
+        self.loaded = 0
+        """Retired participants loaded back from the journal by a write, load, compaction
+        or clear."""
+        self._sweeper: asyncio.TimerHandle | None = None
 
     def gauges(self) -> dict[str, float]:
         """Compactions applied so far and the jobs still out (the backlog)."""
@@ -203,6 +216,8 @@ class SectionHost:
             "context.compactions": self.compactions,
             "context.compaction_backlog": backlog,
             "context.entries_dropped": self.entries_dropped,
+            "context.participants_retired": self.retired,
+            "context.participants_loaded": self.loaded,
         }
 
     @property
@@ -229,11 +244,7 @@ class SectionHost:
         ``identities`` names the exchange identities ``change`` added (the journal
         stores them as rows of their own).
         """
-        record = self.participants.get(participant_id)
-        if record is None:
-            record = self.participants[participant_id] = _Participant(
-                self.section.new_state(uuid4().hex)
-            )
+        record = self._resident(participant_id)
         dropped = record.state.dropped_entries
         change(record.state)
         dropped = record.state.dropped_entries - dropped
@@ -258,28 +269,116 @@ class SectionHost:
         """Whether the participant's state already holds write ``seq`` of ``writer`` (a
         write re-sent after a restart is applied once, whichever writers came between:
         each writer's last applied write is kept, in the journal too)."""
-        record = self.participants.get(participant_id)
+        record = self._get(participant_id)
         return record is not None and seq <= record.acks.get(writer, 0)
 
     def touch(self, participant_id: str, ack: tuple[str, int]) -> None:
         """Acknowledge a write that changed nothing (its view still tells the writer)."""
-        record = self.participants.get(participant_id)
-        if record is None:
-            record = self.participants[participant_id] = _Participant(
-                self.section.new_state(uuid4().hex)
-            )
+        record = self._resident(participant_id)
         _acknowledge(record, ack)
         self._mark_dirty(participant_id)
 
     def restore(self, participant_id: str, recovered: Recovered) -> None:
         """Take a participant's state from the journal (call ``resume`` once the loop runs)."""
+        self.participants[participant_id] = self._journaled(recovered)
+
+    def _journaled(self, recovered: Recovered) -> _Participant:
         record = _Participant(recovered.state, recovered.acks)
         record.journaled = _journal_key(record)
         record.view = self._view(record, self.section.render(record.state).blocks)
-        self.participants[participant_id] = record
+        return record
+
+    # --- retirement to the journal ----------------------------------------------------
+
+    def _get(self, participant_id: str) -> _Participant | None:
+        """The participant's state in memory, loaded back from the journal if it was
+        retired (so a write never lands on an empty state); None if neither holds it."""
+        record = self.participants.get(participant_id)
+        if record is not None:
+            if self._retiring:
+                self.participants[participant_id] = self.participants.pop(participant_id)
+            record.used = time.monotonic()
+            return record
+        if not self._retiring or self._store is None:
+            return None
+        recovered = self._store.read_section(participant_id, self.journal_name)
+        if recovered is None:
+            return None
+        record = self.participants[participant_id] = self._journaled(recovered)
+        record.published = (record.state.revision, record.ack)  # the view it had
+        self.loaded += 1
+        return record
+
+    def _resident(self, participant_id: str) -> _Participant:
+        """``_get``, or a new empty state (a first write)."""
+        record = self._get(participant_id)
+        if record is None:
+            record = self.participants[participant_id] = _Participant(
+                self.section.new_state(uuid4().hex)
+            )
+        return record
+
+    def _peek(self, participant_id: str) -> _Participant | None:
+        """The participant's state, read from the journal without keeping it in memory if
+        it was retired (a snapshot, a fetch or a dump)."""
+        record = self.participants.get(participant_id)
+        if record is None and self._retiring and self._store is not None:
+            recovered = self._store.read_section(participant_id, self.journal_name)
+            if recovered is not None:
+                record = self._journaled(recovered)
+        return record
+
+    def participant_ids(self) -> set[str]:
+        """Every participant this section holds, in memory or retired to the journal."""
+        ids = set(self.participants)
+        if self._retiring and self._store is not None:
+            ids.update(self._store.section_participants(self.journal_name))
+        return ids
+
+    def _retirable(self, participant_id: str, record: _Participant) -> bool:
+        state = record.state
+        return (
+            participant_id not in self._dirty
+            and record.job is None
+            and not record.manual
+            and not record.identities
+            and state.pending is None
+            and record.journaled == _journal_key(record)
+            and record.published == (state.revision, record.ack)
+        )
+
+    def sweep(self) -> None:
+        """Retire to the journal the participants unused for ``retire_idle_s``, and the
+        least recently used beyond ``max_resident_participants``: only what the journal
+        holds as it is in memory (nothing dirty, no transaction being written, no
+        compaction out), so dropping it from memory loses nothing."""
+        store = self._store
+        if not self._retiring or store is None or store.writing:
+            return
+        over = len(self.participants) - self._plan.max_resident_participants
+        idle_before = time.monotonic() - self._plan.retire_idle_s
+        for participant_id in list(self.participants):  # least recently used first
+            record = self.participants[participant_id]
+            if over <= 0 and record.used > idle_before:
+                break
+            if self._retirable(participant_id, record):
+                del self.participants[participant_id]
+                self.retired += 1
+                over -= 1
+
+    def _tick(self) -> None:
+        self.sweep()
+        self._sweeper = asyncio.get_running_loop().call_later(self._sweep_every_s, self._tick)
+
+    @property
+    def _sweep_every_s(self) -> float:
+        return min(60.0, self._plan.retire_idle_s / 4)
 
     def resume(self) -> None:
-        """After ``restore``: re-issue pending compactions and publish every view anew."""
+        """After ``restore``: re-issue pending compactions and publish every view anew;
+        start retiring idle participants (``sweep``)."""
+        if self._retiring and self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().call_later(self._sweep_every_s, self._tick)
         for participant_id, record in self.participants.items():
             pending = record.state.pending
             if pending is not None and record.job is None:
@@ -290,7 +389,7 @@ class SectionHost:
 
     def compact_now(self, participant_id: str, writer: str, seq: int) -> None:
         """Manual compaction: compact every eligible entry now; report to ``writer`` when done."""
-        record = self.participants.get(participant_id)
+        record = self._get(participant_id)
         if record is None or not self.section.start_run(record.state):
             self._report(participant_id, writer, seq, CompactStatus.NOTHING_TO_CONDENSE)
             return
@@ -318,18 +417,19 @@ class SectionHost:
         self.write(participant_id, merge, ack, added)
 
     def export(self, participant_id: str) -> SectionDump | None:
-        record = self.participants.get(participant_id)
+        record = self._peek(participant_id)
         return None if record is None else export_section(self.section, record.state)
 
     def views(self, participant_id: str | None = None) -> list[tuple[str, SectionView]]:
         """The latest published view of every participant (or of one), for a replica's
-        snapshot: what the journal holds, never a change it has not committed yet."""
-        ids = list(self.participants) if participant_id is None else [participant_id]
+        snapshot: what the journal holds, never a change it has not committed yet (a
+        retired participant's is rendered from the journal)."""
+        ids = sorted(self.participant_ids()) if participant_id is None else [participant_id]
         runtime = self._agent.runtime
         epoch = runtime.epoch if runtime is not None and runtime.running else 0
         views = []
         for pid in ids:
-            record = self.participants.get(pid)
+            record = self._peek(pid)
             if record is not None and record.view is not None:
                 views.append((pid, msgspec.structs.replace(record.view, epoch=epoch)))
         return views
@@ -369,7 +469,7 @@ class SectionHost:
 
     def result(self, participant_id: str, done: CompactionDone) -> None:
         """Apply a worker's result; a result for a forgotten state is dropped."""
-        record = self.participants.get(participant_id)
+        record = self._get(participant_id)
         if record is None:
             self._log(participant_id).debug(
                 "compaction.stale", job=done.result.job.job_id, reason="cleared"
@@ -399,12 +499,13 @@ class SectionHost:
             )
 
     def clear(self, participant_id: str | None) -> Cleared:
-        """Forget one participant (every participant for None); return what was forgotten."""
-        ids = list(self.participants) if participant_id is None else [participant_id]
+        """Forget one participant (every participant for None); return what was forgotten
+        (a retired participant's generation is read from the journal)."""
+        ids = list(self.participant_ids()) if participant_id is None else [participant_id]
         generations: list[str] = []
         jobs: list[JobAt] = []
         for pid in ids:
-            record = self.participants.pop(pid, None)
+            record = self.participants.pop(pid, None) or self._peek(pid)
             self._dirty.discard(pid)
             if record is None:
                 continue
@@ -422,6 +523,9 @@ class SectionHost:
 
     def stop(self) -> None:
         """Cancel timers and pending publication (the actor is stopping)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         for record in self.participants.values():
             if record.job is not None:
                 record.job.timer.cancel()
@@ -530,6 +634,7 @@ class SectionHost:
             self._send(topic, view, participant_id)
         for report_topic, report, participant_id in reports:
             self._send(report_topic, report, participant_id)
+        self.sweep()
 
     def stage(self, store: ContextStore) -> tuple[list[Callable[[], None]], Callable[[], None]]:
         """The journal's commit of this turn: stage every dirty participant's state;
@@ -1030,7 +1135,7 @@ class ContextHost(Agent):
             limit = min(limit, message.page_bytes)
         ids = set(dialogues)
         for topic in self.topics:
-            ids.update(topic.host.participants)
+            ids.update(topic.host.participant_ids())
         after = message.after
         remaining = sorted(pid for pid in ids if after is None or pid > after)
         items: list[T] = []

@@ -478,6 +478,36 @@ class ContextStore:
         self._quarantined(bad)
         return found
 
+    def read_section(self, participant: str, section: str) -> Recovered | None:
+        """One participant's section as committed now (after every transaction handed to
+        the writer), for a section host that retired it from memory; None if the journal
+        has none. A row that cannot be read is quarantined (counted, logged) and None."""
+
+        def read() -> tuple[Recovered | None, list[Quarantined]]:
+            found, bad = _read(self._db, (participant, section))
+            _quarantine(self._db, bad)
+            return found.get((participant, section)), bad
+
+        found, bad = cast(tuple[Recovered | None, list[Quarantined]], self._run(read))
+        self._quarantined(bad)
+        return found
+
+    def section_participants(self, section: str) -> list[str]:
+        """Every participant the journal holds a state of ``section`` for (committed now)."""
+
+        def read() -> list[str]:
+            rows = self._db.execute(
+                "SELECT participant FROM sections WHERE section = ?", (section,)
+            ).fetchall()
+            return [row[0] for row in rows if isinstance(row[0], str)]
+
+        return cast(list[str], self._run(read))
+
+    @property
+    def writing(self) -> bool:
+        """Whether a transaction is being written (its rows not committed yet)."""
+        return self._writing > 0
+
     def quarantine_transcript(self, participant: str, name: str, reason: str) -> None:
         """Move a transcript its owner cannot decode (``reason``) to the ``quarantine``
         table, now (after every transaction handed to the writer); count and log it."""
@@ -697,18 +727,24 @@ def migrate(connection: sqlite3.Connection, path: Path, version: int) -> int:
 
 
 def _read(
-    connection: sqlite3.Connection,
+    connection: sqlite3.Connection, key: tuple[str, str] | None = None
 ) -> tuple[dict[tuple[str, str], Recovered], list[Quarantined]]:
-    """Every section the journal holds, and the rows that cannot be used: a state or job
-    that does not decode, an identity that is not a blob, and the identities and job of
-    a section whose state does not decode."""
+    """Every section the journal holds (or the one of ``key``, (participant, section)),
+    and the rows that cannot be used: a state or job that does not decode, an identity
+    that is not a blob, and the identities and job of a section whose state does not
+    decode."""
     recovered: dict[tuple[str, str], Recovered] = {}
     bad: list[Quarantined] = []
     broken: set[tuple[Any, Any]] = set()
     """(participant, section) whose state row is quarantined."""
 
     def rows(table: str) -> Iterable[tuple[Any, ...]]:
-        return connection.execute(f"SELECT {', '.join(_COLUMNS[table])} FROM {table}")
+        where, parameters = (
+            ("", ()) if key is None else (" WHERE participant = ? AND section = ?", key)
+        )
+        return connection.execute(
+            f"SELECT {', '.join(_COLUMNS[table])} FROM {table}{where}", parameters
+        )
 
     for row in rows("sections"):
         participant, section, blob, _, _, acks = row

@@ -1,0 +1,148 @@
+"""Idle participants retired to the journal (issue 30 item 3): a topic section with a
+journal keeps in memory at most ``max_resident_participants`` (and only those written
+within ``retire_idle_s``); a retired participant lives in the journal alone and is
+loaded back, whole, by its next write, load, compaction or clear, and is read from the
+journal by a fetch, a snapshot and a dump.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import asynccontextmanager
+
+import pytest
+
+from xrmq.actors.context import ContextManager
+from xrmq.actors.context import sections as sections_module
+from xrmq.actors.context.dump import decode_dump
+from xrmq.actors.context.plan import context_plan
+from xrmq.actors.models import ScriptedLLM
+from xrmq.actors.runtime import AgentRuntime
+from xrmq.schemas import ConversationContextUpdate
+
+pytestmark = pytest.mark.timeout(60)
+
+NOTES = "sample.notes"
+
+
+@asynccontextmanager
+async def manager(store, **kwargs):
+    runtime = AgentRuntime()
+    context = ContextManager(
+        ScriptedLLM(), store=store, incremental_context_topics=(NOTES,), **kwargs
+    )
+    runtime.register("context", context.subscriber())
+    async with runtime:
+        async with asyncio.timeout(45):
+            yield context
+
+
+def notes_host(context: ContextManager):
+    assert context.host is not None
+    return context.host.topics[0].host
+
+
+async def note(context: ContextManager, participant: str, text: str) -> None:
+    await context.update(participant, NOTES, ConversationContextUpdate(text), mode="incremental")
+
+
+def texts(context: ContextManager, participant: str) -> str:
+    return "\n".join(block.text for block in context.blocks(participant))
+
+
+async def test_a_section_host_keeps_at_most_its_resident_limit_and_every_note_answers(tmp_path):
+    async with manager(tmp_path / "c.sqlite3", max_resident_participants=8) as context:
+        for i in range(50):
+            await note(context, f"p{i}", f"p{i} keeps the key in drawer {i}")
+        await context.synced()
+        host = notes_host(context)
+        assert len(host.participants) <= 8
+        assert host.retired >= 42
+        assert len(host.participant_ids()) == 50
+        # a fetch (the host's views) answers every participant, through the journal
+        views = dict(host.views())
+        assert len(views) == 50
+        for i in range(50):
+            (_, view), *_ = host.views(f"p{i}")
+            assert f"drawer {i}" in view.blocks[0].text
+        assert len(host.participants) <= 8  # reading did not bring them back
+
+
+async def test_a_write_to_a_retired_participant_lands_on_its_journaled_state(tmp_path):
+    async with manager(tmp_path / "c.sqlite3", max_resident_participants=8) as context:
+        for i in range(20):
+            await note(context, f"p{i}", f"p{i} first note")
+        await context.synced()
+        host = notes_host(context)
+        assert "p0" not in host.participants
+        await note(context, "p0", "p0 second note")
+        await context.synced()
+        assert host.loaded >= 1
+        text = texts(context, "p0")
+        assert "p0 first note" in text and "p0 second note" in text
+        exported = host.export("p0")
+        assert exported is not None and len(exported.entries) == 2
+
+
+async def test_a_restart_and_a_resync_include_retired_participants(tmp_path):
+    store = tmp_path / "c.sqlite3"
+    async with manager(store, max_resident_participants=4) as context:
+        for i in range(30):
+            await note(context, f"p{i}", f"p{i} note")
+        await context.synced()
+        await context._resync(0)
+        assert all(f"p{i} note" in texts(context, f"p{i}") for i in range(30))
+        dumped = decode_dump(await context.dump())
+        assert {participant.participant_id for participant in dumped.participants} == {
+            f"p{i}" for i in range(30)
+        }
+    async with manager(store, max_resident_participants=4) as restarted:
+        await restarted.synced()
+        for i in range(30):
+            await restarted.ensure(f"p{i}")
+            assert f"p{i} note" in texts(restarted, f"p{i}")
+
+
+async def test_clearing_a_retired_participant_forgets_it_everywhere(tmp_path):
+    async with manager(tmp_path / "c.sqlite3", max_resident_participants=2) as context:
+        for i in range(10):
+            await note(context, f"p{i}", f"p{i} note")
+        await context.synced()
+        host = notes_host(context)
+        assert "p0" not in host.participants and "p1" not in host.participants
+        await context.clear("p0")
+        assert texts(context, "p0") == ""
+        assert "p0" not in host.participant_ids()
+        await note(context, "p0", "p0 starts again")
+        await context.synced()
+        assert "p0 note" not in texts(context, "p0")
+
+
+async def test_participants_idle_past_retire_idle_s_are_retired(tmp_path, monkeypatch):
+    async with manager(tmp_path / "c.sqlite3", retire_idle_s=600) as context:
+        for i in range(5):
+            await note(context, f"p{i}", f"p{i} note")
+        await context.synced()
+        host = notes_host(context)
+        assert len(host.participants) == 5  # under the limit, and recently written
+        now = sections_module.time.monotonic()
+        monkeypatch.setattr(sections_module.time, "monotonic", lambda: now + 601)
+        host.sweep()
+        assert host.participants == {}
+        assert "p3 note" in texts(context, "p3")
+        (_, view), *_ = host.views("p3")
+        assert "p3 note" in view.blocks[0].text
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "rule"),
+    [
+        ("retire_idle_s", 0.5, "from 1 to 86400"),
+        ("retire_idle_s", 100_000, "from 1 to 86400"),
+        ("max_resident_participants", 0, "from 1 to 10000000"),
+        ("max_resident_participants", True, "int"),
+    ],
+)
+def test_retirement_settings_out_of_range_are_refused_naming_the_field(key, value, rule):
+    with pytest.raises(ValueError, match=f"{key}: .*{rule}"):
+        context_plan(incremental_context_topics=(NOTES,), **{key: value})
