@@ -12,10 +12,12 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from xrmq.actors.context import ContextManager
+from xrmq.actors.context import ContextManager, register_sections
 from xrmq.actors.context import sections as sections_module
 from xrmq.actors.context.dump import decode_dump
 from xrmq.actors.context.plan import context_plan
+from xrmq.actors.context.sections import TOPIC_JOURNAL_PREFIX
+from xrmq.actors.context.store import open_store
 from xrmq.actors.models import ScriptedLLM
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.schemas import ConversationContextUpdate
@@ -134,6 +136,44 @@ async def test_participants_idle_past_retire_idle_s_are_retired(tmp_path, monkey
         assert "p3 note" in view.blocks[0].text
 
 
+async def test_a_restart_reaches_ready_without_loading_idle_topic_participants(tmp_path):
+    store = tmp_path / "c.sqlite3"
+    async with manager(store) as context:
+        for start in range(0, 1000, 100):
+            await asyncio.gather(
+                *(note(context, f"p{i}", f"p{i} first note") for i in range(start, start + 100))
+            )
+        await context.synced()
+    journal = open_store(store, on_demand_prefix=TOPIC_JOURNAL_PREFIX)  # a context process's
+    assert journal.recovered == {}  # nothing of the topic read at opening
+    runtime = AgentRuntime()
+    host = register_sections(
+        runtime, context_plan(incremental_context_topics=(NOTES,)), store=journal
+    )
+    replica = ContextManager(
+        ScriptedLLM(),
+        deployment="split",
+        incremental_context_topics=(NOTES,),
+        snapshot_at_start=False,
+    )
+    runtime.register("replica", replica.subscriber())
+    async with runtime:
+        async with asyncio.timeout(45):
+            notes = host.topics[0].host
+            assert notes.participants == {} and notes.loaded == 0  # ready, none loaded
+            assert len(notes.participant_ids()) == 1000
+            await replica.update(
+                "p7", NOTES, ConversationContextUpdate("p7 second note"), mode="incremental"
+            )
+            await replica.synced()
+            assert notes.loaded == 1 and list(notes.participants) == ["p7"]
+            text = texts(replica, "p7")
+            assert "p7 first note" in text and "p7 second note" in text
+            assert await replica.ensure("p8")
+            assert "p8 first note" in texts(replica, "p8")
+            assert list(notes.participants) == ["p7"]  # a fetch reads the journal only
+
+
 @pytest.mark.parametrize(
     ("key", "value", "rule"),
     [
@@ -146,3 +186,17 @@ async def test_participants_idle_past_retire_idle_s_are_retired(tmp_path, monkey
 def test_retirement_settings_out_of_range_are_refused_naming_the_field(key, value, rule):
     with pytest.raises(ValueError, match=f"{key}: .*{rule}"):
         context_plan(incremental_context_topics=(NOTES,), **{key: value})
+
+
+def test_the_box_config_sets_retirement_and_refuses_it_out_of_range(tmp_path):
+    from xrmq.actors.edge.config import ConfigError, load_config
+    from xrmq.actors.edge.stack import plan_of
+
+    good = tmp_path / "good.toml"
+    good.write_text("[context]\nretire_idle_s = 120\nmax_resident_participants = 500\n")
+    plan = plan_of(load_config(good))
+    assert (plan.retire_idle_s, plan.max_resident_participants) == (120.0, 500)
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[context]\nmax_resident_participants = 0\n")
+    with pytest.raises(ConfigError, match="context.max_resident_participants: .*from 1 to"):
+        load_config(bad)

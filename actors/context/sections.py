@@ -150,7 +150,17 @@ def _acknowledge(record: _Participant, ack: tuple[str, int]) -> None:
 def journal_name(section: Section) -> str:
     """A section's name in the journal: ``dialogue``, or ``topic:<name>`` (a topic may
     itself be called "dialogue")."""
-    return "dialogue" if section.spec.kind == "dialogue" else f"topic:{section.spec.name}"
+    return (
+        "dialogue"
+        if section.spec.kind == "dialogue"
+        else f"{TOPIC_JOURNAL_PREFIX}{section.spec.name}"
+    )
+
+
+TOPIC_JOURNAL_PREFIX = "topic:"
+"""What every topic section's journal name starts with: a context process opens its
+journal with ``open_store(..., on_demand_prefix=TOPIC_JOURNAL_PREFIX)``, so its topic
+sections are read when first used, not at start."""
 
 
 def _journal_key(record: _Participant) -> tuple:

@@ -242,7 +242,8 @@ class ContextStore:
         self._db = connection
         self.path = path
         self.recovered = recovered
-        """What the journal held when opened, by (participant, section)."""
+        """What the journal held when opened, by (participant, section): everything, or
+        (``open_store``'s ``on_demand_prefix``) all but the sections read on demand."""
         self.transcripts = {} if transcripts is None else transcripts
         """The tools transcripts the journal held when opened, by (participant, store
         name); each is taken (popped) by the actor that restores it."""
@@ -580,8 +581,19 @@ class ContextStore:
 # ---------------------------------------------------------------------------- opening
 
 
-def open_store(path: str | os.PathLike[str], *, on_corrupt: OnCorrupt = "error") -> ContextStore:
+def open_store(
+    path: str | os.PathLike[str],
+    *,
+    on_corrupt: OnCorrupt = "error",
+    on_demand_prefix: str | None = None,
+) -> ContextStore:
     """Open (creating it and its directory) the journal at ``path`` and read it whole.
+
+    With ``on_demand_prefix``, the sections whose journal name starts with it are not
+    read at opening (so a restart's time does not grow with their participants), except
+    those with a pending compaction job (re-issued at start): their owner reads each when
+    first used (``read_section``), and a row of theirs that cannot be read is quarantined
+    then.
 
     Raises ``StoreError`` naming the file for a corrupt, truncated or foreign database
     or one of a newer schema; with ``on_corrupt="backup_and_start_empty"`` the file is
@@ -595,7 +607,7 @@ def open_store(path: str | os.PathLike[str], *, on_corrupt: OnCorrupt = "error")
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     backup = None
     try:
-        connection, recovered, transcripts, quarantined = _open(path)
+        connection, recovered, transcripts, quarantined = _open(path, on_demand_prefix)
     except StoreError as error:
         if on_corrupt == "error" or isinstance(error, InUseError):
             raise
@@ -606,7 +618,7 @@ def open_store(path: str | os.PathLike[str], *, on_corrupt: OnCorrupt = "error")
             backup=str(backup),
             action="moved aside; starting with an empty journal",
         )
-        connection, recovered, transcripts, quarantined = _open(path)
+        connection, recovered, transcripts, quarantined = _open(path, on_demand_prefix)
     _log_quarantined(path, quarantined)
     return ContextStore(connection, path, recovered, backup, transcripts, len(quarantined))
 
@@ -649,7 +661,7 @@ def _make_private(path: Path) -> None:
 
 
 def _open(
-    path: Path,
+    path: Path, on_demand_prefix: str | None = None
 ) -> tuple[
     sqlite3.Connection,
     dict[tuple[str, str], Recovered],
@@ -686,7 +698,7 @@ def _open(
         check = connection.execute("PRAGMA quick_check").fetchone()[0]
         if check != "ok":
             raise StoreError(path, f"corrupt database ({check})")
-        recovered, quarantined = _read(connection)
+        recovered, quarantined = _read(connection, on_demand_prefix=on_demand_prefix)
         transcripts, unreadable = _read_transcripts(connection)
         quarantined += unreadable
         _quarantine(connection, quarantined)
@@ -727,24 +739,33 @@ def migrate(connection: sqlite3.Connection, path: Path, version: int) -> int:
 
 
 def _read(
-    connection: sqlite3.Connection, key: tuple[str, str] | None = None
+    connection: sqlite3.Connection,
+    key: tuple[str, str] | None = None,
+    *,
+    on_demand_prefix: str | None = None,
 ) -> tuple[dict[tuple[str, str], Recovered], list[Quarantined]]:
-    """Every section the journal holds (or the one of ``key``, (participant, section)),
-    and the rows that cannot be used: a state or job that does not decode, an identity
-    that is not a blob, and the identities and job of a section whose state does not
-    decode."""
+    """Every section the journal holds (or the one of ``key``, (participant, section);
+    or all but those named ``on_demand_prefix...`` without a pending job), and the rows
+    that cannot be used: a state or job that does not decode, an identity that is not a
+    blob, and the identities and job of a section whose state does not decode."""
     recovered: dict[tuple[str, str], Recovered] = {}
     bad: list[Quarantined] = []
     broken: set[tuple[Any, Any]] = set()
     """(participant, section) whose state row is quarantined."""
 
     def rows(table: str) -> Iterable[tuple[Any, ...]]:
-        where, parameters = (
-            ("", ()) if key is None else (" WHERE participant = ? AND section = ?", key)
-        )
-        return connection.execute(
-            f"SELECT {', '.join(_COLUMNS[table])} FROM {table}{where}", parameters
-        )
+        where: str = ""
+        parameters: tuple[object, ...] = ()
+        if key is not None:
+            where, parameters = " WHERE t.participant = ? AND t.section = ?", key
+        elif on_demand_prefix is not None:
+            where = (
+                " WHERE substr(t.section, 1, ?) != ? OR EXISTS (SELECT 1 FROM jobs AS j "
+                "WHERE j.participant = t.participant AND j.section = t.section)"
+            )
+            parameters = (len(on_demand_prefix), on_demand_prefix)
+        columns = ", ".join(f"t.{column}" for column in _COLUMNS[table])
+        return connection.execute(f"SELECT {columns} FROM {table} AS t{where}", parameters)
 
     for row in rows("sections"):
         participant, section, blob, _, _, acks = row
