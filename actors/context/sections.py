@@ -214,6 +214,9 @@ class SectionHost:
         journal; a dialogue actor holds one participant and retires whole)."""
         self.retired = 0
         """Participants retired from memory to the journal."""
+        self._retired: set[str] = set()
+        """The participants the journal alone holds (``adopt_journal``, ``sweep``): only
+        these are read from it, so a new participant's first write costs no read."""
         self.loaded = 0
         """Retired participants loaded back from the journal by a write, load, compaction
         or clear."""
@@ -309,8 +312,9 @@ class SectionHost:
                 self.participants[participant_id] = self.participants.pop(participant_id)
             record.used = time.monotonic()
             return record
-        if not self._retiring or self._store is None:
+        if participant_id not in self._retired or self._store is None:
             return None
+        self._retired.discard(participant_id)
         recovered = self._store.read_section(participant_id, self.journal_name)
         if recovered is None:
             return None
@@ -332,7 +336,7 @@ class SectionHost:
         """The participant's state, read from the journal without keeping it in memory if
         it was retired (a snapshot, a fetch or a dump)."""
         record = self.participants.get(participant_id)
-        if record is None and self._retiring and self._store is not None:
+        if record is None and participant_id in self._retired and self._store is not None:
             recovered = self._store.read_section(participant_id, self.journal_name)
             if recovered is not None:
                 record = self._journaled(recovered)
@@ -340,10 +344,15 @@ class SectionHost:
 
     def participant_ids(self) -> set[str]:
         """Every participant this section holds, in memory or retired to the journal."""
-        ids = set(self.participants)
+        return set(self.participants) | self._retired
+
+    def adopt_journal(self) -> None:
+        """Count as retired every participant the journal holds and memory does not (a
+        journal opened with this section read on demand, ``open_store``'s
+        ``on_demand_prefix``): their ids are read, their states when first used."""
         if self._retiring and self._store is not None:
-            ids.update(self._store.section_participants(self.journal_name))
-        return ids
+            journaled = self._store.section_participants(self.journal_name)
+            self._retired.update(pid for pid in journaled if pid not in self.participants)
 
     def _retirable(self, participant_id: str, record: _Participant) -> bool:
         state = record.state
@@ -373,6 +382,7 @@ class SectionHost:
                 break
             if self._retirable(participant_id, record):
                 del self.participants[participant_id]
+                self._retired.add(participant_id)
                 self.retired += 1
                 over -= 1
 
@@ -516,6 +526,7 @@ class SectionHost:
         jobs: list[JobAt] = []
         for pid in ids:
             record = self.participants.pop(pid, None) or self._peek(pid)
+            self._retired.discard(pid)
             self._dirty.discard(pid)
             if record is None:
                 continue
@@ -1265,6 +1276,8 @@ def register_sections(
             actor = by_name.get(section_name)
             if actor is not None:
                 actor.host.restore(pid, recovered)
+        for actor in actors:
+            actor.host.adopt_journal()
     runtime.register_keyed(
         kind,
         DialogueSectionActor,
