@@ -26,6 +26,17 @@ is durable. A ``ContextHost`` per process restores the journal before the runtim
 reports ready: each participant's state, re-issuing its pending compaction, and
 publishing its views under the new epoch; then it announces ``HostStarted`` and
 answers every replica's request for a full snapshot.
+
+With a journal, a topic section keeps in memory only the participants written within
+``retire_idle_s``, at most ``max_resident_participants`` (``ContextPlan``): the others
+are retired to the journal once it holds exactly what memory holds (nothing dirty, no
+transaction being written, no compaction out), so retiring loses nothing. A retired
+participant's next write, load, compaction or clear reads it back first (a point read
+on the journal's thread, which the loop waits for, after the transaction in flight);
+a fetch, a snapshot page or a dump reads it without keeping it. A context process
+opens its journal with the topic sections read on demand (``TOPIC_JOURNAL_PREFIX``),
+so a restart reads only their participant ids. Dialogues are per-participant actors
+and are all restored at start.
 """
 
 from __future__ import annotations
