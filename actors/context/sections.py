@@ -232,6 +232,8 @@ class SectionHost:
         """Retired participants loaded back from the journal by a write, load, compaction
         or clear."""
         self._sweeper: asyncio.TimerHandle | None = None
+        self._prefetched: dict[str, _Participant] = {}
+        """Retired participants read for the snapshot page being built (``prefetch``)."""
 
     def gauges(self) -> dict[str, float]:
         """Compactions applied so far and the jobs still out (the backlog)."""
@@ -346,12 +348,25 @@ class SectionHost:
     def _peek(self, participant_id: str) -> _Participant | None:
         """The participant's state, read from the journal without keeping it in memory if
         it was retired (a snapshot, a fetch or a dump)."""
-        record = self.participants.get(participant_id)
+        record = self.participants.get(participant_id) or self._prefetched.get(participant_id)
         if record is None and participant_id in self._retired and self._store is not None:
             recovered = self._store.read_section(participant_id, self.journal_name)
             if recovered is not None:
                 record = self._journaled(recovered)
         return record
+
+    def prefetch(self, participant_ids: Sequence[str]) -> None:
+        """Read the retired among ``participant_ids`` from the journal in one go, for the
+        reads of a snapshot page that follow (synchronously: nothing changes meanwhile);
+        ``forget_prefetched`` once the page is built."""
+        wanted = [pid for pid in participant_ids if pid in self._retired]
+        if wanted and self._store is not None:
+            found = self._store.read_sections(self.journal_name, wanted)
+            for pid, recovered in found.items():
+                self._prefetched[pid] = self._journaled(recovered)
+
+    def forget_prefetched(self) -> None:
+        self._prefetched = {}
 
     def participant_ids(self) -> set[str]:
         """Every participant this section holds, in memory or retired to the journal."""
@@ -459,10 +474,16 @@ class SectionHost:
         runtime = self._agent.runtime
         epoch = runtime.epoch if runtime is not None and runtime.running else 0
         views = []
-        for pid in ids:
-            record = self._peek(pid)
-            if record is not None and record.view is not None:
-                views.append((pid, msgspec.structs.replace(record.view, epoch=epoch)))
+        if participant_id is None:
+            self.prefetch(ids)
+        try:
+            for pid in ids:
+                record = self._peek(pid)
+                if record is not None and record.view is not None:
+                    views.append((pid, msgspec.structs.replace(record.view, epoch=epoch)))
+        finally:
+            if participant_id is None:
+                self.forget_prefetched()
         return views
 
     def _view(self, record: _Participant, blocks) -> SectionView:
@@ -1172,15 +1193,22 @@ class ContextHost(Agent):
         remaining = sorted(pid for pid in ids if after is None or pid > after)
         items: list[T] = []
         size = PAGE_OVERHEAD_BYTES
-        for index, pid in enumerate(remaining):
-            own = items_of(pid)
-            cost = sum(len(_page_encoder.encode(item)) for item in own)
-            cursor = len(_page_encoder.encode(pid))
-            if items and size + cost + cursor > limit:
-                return items, remaining[index - 1]
-            items.extend(own)
-            size += cost
-        return items, None
+        try:
+            for index, pid in enumerate(remaining):
+                if index % PAGE_PREFETCH == 0:  # retired participants, read in one go
+                    for topic in self.topics:
+                        topic.host.prefetch(remaining[index : index + PAGE_PREFETCH])
+                own = items_of(pid)
+                cost = sum(len(_page_encoder.encode(item)) for item in own)
+                cursor = len(_page_encoder.encode(pid))
+                if items and size + cost + cursor > limit:
+                    return items, remaining[index - 1]
+                items.extend(own)
+                size += cost
+            return items, None
+        finally:
+            for topic in self.topics:
+                topic.host.forget_prefetched()
 
     async def on_stop(self) -> None:
         if self._migration is not None:
@@ -1194,6 +1222,8 @@ class ContextHost(Agent):
 
 T = TypeVar("T")
 
+PAGE_PREFETCH = 512
+"""Participants whose retired sections a snapshot page reads from the journal at once."""
 PAGE_OVERHEAD_BYTES = 64
 """A page's bytes besides its items and cursor (``HostViews``' host and epoch, framing)."""
 _page_encoder = msgspec.msgpack.Encoder()

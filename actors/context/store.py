@@ -493,6 +493,25 @@ class ContextStore:
         self._quarantined(bad)
         return found
 
+    def read_sections(self, section: str, participants: list[str]) -> dict[str, Recovered]:
+        """``read_section`` of many participants in one go (a snapshot page), by participant;
+        those the journal has no (readable) state of are left out."""
+
+        def read() -> tuple[dict[str, Recovered], list[Quarantined]]:
+            found: dict[str, Recovered] = {}
+            bad: list[Quarantined] = []
+            for start in range(0, len(participants), _READ_CHUNK):
+                chunk = participants[start : start + _READ_CHUNK]
+                some, unreadable = _read(self._db, many=(section, chunk))
+                found.update((pid, item) for (pid, _), item in some.items())
+                bad += unreadable
+            _quarantine(self._db, bad)
+            return found, bad
+
+        found, bad = cast(tuple[dict[str, Recovered], list[Quarantined]], self._run(read))
+        self._quarantined(bad)
+        return found
+
     def section_participants(self, section: str) -> list[str]:
         """Every participant the journal holds a state of ``section`` for (committed now)."""
 
@@ -738,16 +757,22 @@ def migrate(connection: sqlite3.Connection, path: Path, version: int) -> int:
     return version
 
 
+_READ_CHUNK = 500
+"""Participants per query of ``read_sections`` (within SQLite's bound on parameters)."""
+
+
 def _read(
     connection: sqlite3.Connection,
     key: tuple[str, str] | None = None,
     *,
+    many: tuple[str, list[str]] | None = None,
     on_demand_prefix: str | None = None,
 ) -> tuple[dict[tuple[str, str], Recovered], list[Quarantined]]:
     """Every section the journal holds (or the one of ``key``, (participant, section);
-    or all but those named ``on_demand_prefix...`` without a pending job), and the rows
-    that cannot be used: a state or job that does not decode, an identity that is not a
-    blob, and the identities and job of a section whose state does not decode."""
+    or the section of each of ``many``'s participants; or all but those named
+    ``on_demand_prefix...`` without a pending job), and the rows that cannot be used: a
+    state or job that does not decode, an identity that is not a blob, and the
+    identities and job of a section whose state does not decode."""
     recovered: dict[tuple[str, str], Recovered] = {}
     bad: list[Quarantined] = []
     broken: set[tuple[Any, Any]] = set()
@@ -758,6 +783,11 @@ def _read(
         parameters: tuple[object, ...] = ()
         if key is not None:
             where, parameters = " WHERE t.participant = ? AND t.section = ?", key
+        elif many is not None:
+            section, participants = many
+            marks = ", ".join("?" * len(participants))
+            where = f" WHERE t.section = ? AND t.participant IN ({marks})"
+            parameters = (section, *participants)
         elif on_demand_prefix is not None:
             where = (
                 " WHERE substr(t.section, 1, ?) != ? OR EXISTS (SELECT 1 FROM jobs AS j "
