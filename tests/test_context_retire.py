@@ -8,6 +8,7 @@ journal by a fetch, a snapshot and a dump.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from contextlib import asynccontextmanager
 
 import pytest
@@ -200,3 +201,46 @@ def test_the_box_config_sets_retirement_and_refuses_it_out_of_range(tmp_path):
     bad.write_text("[context]\nmax_resident_participants = 0\n")
     with pytest.raises(ConfigError, match="context.max_resident_participants: .*from 1 to"):
         load_config(bad)
+
+
+async def test_a_corrupt_row_read_on_demand_is_quarantined_for_its_participant_alone(tmp_path):
+    store = tmp_path / "c.sqlite3"
+    async with manager(store) as context:
+        for i in range(5):
+            await note(context, f"p{i}", f"p{i} first note")
+        await context.synced()
+    db = sqlite3.connect(store)
+    db.execute("UPDATE sections SET state = x'c1' WHERE participant = 'p2'")
+    db.commit()
+    db.close()
+    journal = open_store(store, on_demand_prefix=TOPIC_JOURNAL_PREFIX)
+    assert journal.quarantined == 0  # not read yet
+    runtime = AgentRuntime()
+    host = register_sections(
+        runtime, context_plan(incremental_context_topics=(NOTES,)), store=journal
+    )
+    replica = ContextManager(
+        ScriptedLLM(),
+        deployment="split",
+        incremental_context_topics=(NOTES,),
+        snapshot_at_start=False,
+    )
+    runtime.register("replica", replica.subscriber())
+    async with runtime:
+        async with asyncio.timeout(45):
+            for i in range(5):
+                await replica.ensure(f"p{i}")  # a fetch reads the journal
+            assert journal.quarantined == 1
+            assert [f"p{i} first note" in texts(replica, f"p{i}") for i in range(5)] == [
+                True,
+                True,
+                False,
+                True,
+                True,
+            ]
+            await replica.update(
+                "p2", NOTES, ConversationContextUpdate("p2 again"), mode="incremental"
+            )
+            await replica.synced()
+            assert "p2 again" in texts(replica, "p2")
+            assert host.gauges()["context.journal_quarantined"] == 1

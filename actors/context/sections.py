@@ -351,7 +351,9 @@ class SectionHost:
         record = self.participants.get(participant_id) or self._prefetched.get(participant_id)
         if record is None and participant_id in self._retired and self._store is not None:
             recovered = self._store.read_section(participant_id, self.journal_name)
-            if recovered is not None:
+            if recovered is None:
+                self._retired.discard(participant_id)  # quarantined: nothing to read again
+            else:
                 record = self._journaled(recovered)
         return record
 
@@ -362,8 +364,12 @@ class SectionHost:
         wanted = [pid for pid in participant_ids if pid in self._retired]
         if wanted and self._store is not None:
             found = self._store.read_sections(self.journal_name, wanted)
-            for pid, recovered in found.items():
-                self._prefetched[pid] = self._journaled(recovered)
+            for pid in wanted:
+                recovered = found.get(pid)
+                if recovered is None:
+                    self._retired.discard(pid)  # quarantined: nothing to read again
+                else:
+                    self._prefetched[pid] = self._journaled(recovered)
 
     def forget_prefetched(self) -> None:
         self._prefetched = {}
