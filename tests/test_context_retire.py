@@ -244,3 +244,46 @@ async def test_a_corrupt_row_read_on_demand_is_quarantined_for_its_participant_a
             await replica.synced()
             assert "p2 again" in texts(replica, "p2")
             assert host.gauges()["context.journal_quarantined"] == 1
+
+
+@asynccontextmanager
+async def small_runtime_manager(store, keyed_instances: int):
+    runtime = AgentRuntime(keyed_instances=keyed_instances)
+    context = ContextManager(ScriptedLLM(), store=store, incremental_context_topics=(NOTES,))
+    runtime.register("context", context.subscriber())
+    async with runtime:
+        async with asyncio.timeout(45):
+            yield context
+
+
+async def exchange(context: ContextManager, participant: str, n: int) -> None:
+    context.record_exchange(
+        participant,
+        f"{participant} question {n}",
+        f"{participant} answer {n}",
+        timestamp_us=1_714_572_785_000_000 + n * 1_000_000,
+        exchange_id=f"{participant}-{n}",
+    )
+
+
+async def test_a_dialogue_retired_over_the_runtime_s_keyed_limit_comes_back_whole(tmp_path):
+    async with small_runtime_manager(tmp_path / "c.sqlite3", keyed_instances=8) as context:
+        for i in range(20):
+            await exchange(context, f"p{i}", 0)
+        await context.synced()
+        assert context.host is not None
+        assert len(context.host.runtime.keyed_instances("context.dialogue")) <= 8
+        await exchange(context, "p0", 1)  # p0's dialogue actor was retired
+        await context.synced()
+        text = texts(context, "p0")
+        assert "p0 question 0" in text and "p0 question 1" in text
+        # every dialogue is in the snapshot and the dump, retired or not
+        views = dict(context.host.views())
+        assert all(f"p{i}" in views for i in range(20))
+        dumped = decode_dump(await context.dump())
+        with_dialogue = {
+            participant.participant_id
+            for participant in dumped.participants
+            if any(section.kind == "dialogue" for section in participant.sections)
+        }
+        assert with_dialogue == {f"p{i}" for i in range(20)}

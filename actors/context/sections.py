@@ -314,6 +314,12 @@ class SectionHost:
         record.view = self._view(record, self.section.render(record.state).blocks)
         return record
 
+    def view_of(self, recovered: Recovered) -> SectionView:
+        """The view of a state read from the journal, without holding it."""
+        view = self._journaled(recovered).view
+        assert view is not None  # rendered by _journaled
+        return view
+
     # --- retirement to the journal ----------------------------------------------------
 
     def _get(self, participant_id: str) -> _Participant | None:
@@ -772,7 +778,11 @@ class DialogueSectionActor(Agent):
 
     After a clear it holds nothing, and it retires itself once its mailbox is idle, so
     a departed participant leaves no actor behind. A participant the journal holds is
-    spawned at start with its recovered state.
+    spawned at start with its recovered state. The runtime keeps at most its
+    ``keyed_instances`` of these actors (least recently used retired first): with a
+    journal a retired one's state is in the journal alone, and the actor spawned by the
+    participant's next message starts from it (``ContextHost.take``), re-issuing a
+    pending compaction.
     """
 
     def __init__(
@@ -784,9 +794,12 @@ class DialogueSectionActor(Agent):
         store: ContextStore | None = None,
         host: int = 0,
         recovered: Recovered | None = None,
+        context_host: ContextHost | None = None,
     ) -> None:
         self.key = participant_id
         self.kind = kind
+        self._context_host = context_host
+        self._resumed = recovered is None
         self.host = SectionHost(
             self, plan.config.dialogue, plan, plan.topics.dialogue_result, store=store, host=host
         )
@@ -797,6 +810,20 @@ class DialogueSectionActor(Agent):
 
     def gauges(self) -> dict[str, float]:
         return {**self.host.gauges(), "context.participants": len(self.host.participants)}
+
+    def resume(self) -> None:
+        """Once, for a state from the journal: re-issue its pending compaction and
+        publish its view (``SectionHost.resume``)."""
+        if not self._resumed:
+            self._resumed = True
+            self.host.resume()
+
+    def _held(self) -> None:
+        if self._context_host is not None and self.host.participants:
+            self._context_host.dialogues_held.add(self.key)
+
+    async def on_start(self) -> None:
+        self.resume()
 
     async def on_write(self, message: RecordExchanges, ctx: RuntimeContext) -> None:
         section = self.host.section
@@ -814,17 +841,20 @@ class DialogueSectionActor(Agent):
                     added.append(record.identity)
 
         self.host.write(self.key, add, ack=(message.writer, message.seq), identities=added)
+        self._held()
 
     async def on_load(self, message: LoadSection, ctx: RuntimeContext) -> None:
         if self.host.acknowledged(self.key, message.writer, message.seq):
             return
         self.host.load(self.key, message.dump, (message.writer, message.seq))
+        self._held()
 
     async def on_migrate(self, message: LoadSection, ctx: RuntimeContext) -> bool:
         """The participant's dialogue from another shard's journal (the shard count changed):
         merged as a load is (never duplicating an exchange, so a repeat changes nothing);
         answered once this shard's journal holds it."""
         self.host.load(self.key, message.dump, None)
+        self._held()
         store = self.host.store
         if store is not None:
             await store.barrier()
@@ -838,6 +868,8 @@ class DialogueSectionActor(Agent):
 
     async def on_clear(self, message: ClearSection, ctx: RuntimeContext) -> Cleared:
         cleared = self.host.clear(self.key)
+        if self._context_host is not None:
+            self._context_host.dialogues_held.discard(self.key)
         self._retiring = asyncio.create_task(self._retire_when_idle())
         return cleared
 
@@ -997,6 +1029,14 @@ class ContextHost(Agent):
                     self.recovered[pid] = item
                 else:
                     self._foreign[id(journal), pid] = (journal, pid, item)
+        self.dialogues_held: set[str] = set(self.recovered) if store is not None else set()
+        """With a journal, the participants of this shard whose dialogue has a state,
+        whether its actor is live or was retired by the runtime's ``keyed_instances``
+        bound (then the journal alone holds it: ``take``, and the snapshots read it)."""
+        self._dialogue_reader = SectionHost(
+            self, plan.config.dialogue, plan, plan.topics.dialogue_result, host=index
+        )
+        """Renders a retired dialogue read from the journal (it holds no state)."""
         self.migrated = 0
         """Dialogues migrated to the shard that owns them now."""
         self._migration: asyncio.Task[None] | None = None
@@ -1015,6 +1055,11 @@ class ContextHost(Agent):
         for key in [key for key in self._foreign if pid is None or key[1] == pid]:
             journal, participant, _ = self._foreign.pop(key)
             journal.delete(participant, section)
+        if pid is None and self.store is not None:  # retired dialogues have no actor to ask
+            live = {agent.key for agent in self._dialogues()}
+            for participant in [p for p in self.dialogues_held if p not in live]:
+                self.store.delete(participant, section)
+                self.dialogues_held.discard(participant)
         return DEFERRED_REPLY
 
     async def migration_finished(self) -> None:
@@ -1042,8 +1087,40 @@ class ContextHost(Agent):
         return self._handlers
 
     def take(self, participant_id: str) -> Recovered | None:
-        """The recovered dialogue state of a participant whose actor is being built."""
-        return self.recovered.pop(participant_id, None)
+        """The dialogue state of a participant whose actor is being built: recovered at
+        start, or, for one whose actor the runtime retired, read from the journal after
+        handing it what the retired actor still had scheduled (``ContextStore.flush``)."""
+        recovered = self.recovered.pop(participant_id, None)
+        if recovered is None and participant_id in self.dialogues_held:
+            recovered = self._journaled_dialogue(participant_id)
+        return recovered
+
+    def _journaled_dialogue(self, participant_id: str) -> Recovered | None:
+        """A held dialogue as the journal has it (None, and no longer held, if it has
+        none: cleared meanwhile, or quarantined)."""
+        if self.store is None:
+            return None
+        self.store.flush()
+        found = self.store.read_section(participant_id, journal_name(self._plan.config.dialogue))
+        if found is None:
+            self.dialogues_held.discard(participant_id)
+        return found
+
+    def _retired_dialogue_views(self, participant_id: str) -> list[tuple[str, SectionView]]:
+        if participant_id not in self.dialogues_held:
+            return []
+        recovered = self._journaled_dialogue(participant_id)
+        if recovered is None:
+            return []
+        return [(participant_id, self._dialogue_reader.view_of(recovered))]
+
+    def _retired_dialogue_dump(self, participant_id: str) -> SectionDump | None:
+        if participant_id not in self.dialogues_held:
+            return None
+        recovered = self._journaled_dialogue(participant_id)
+        if recovered is None:
+            return None
+        return export_section(self._plan.config.dialogue, recovered.state)
 
     def _dialogues(self) -> list[DialogueSectionActor]:
         runtime = self.runtime
@@ -1062,7 +1139,7 @@ class ContextHost(Agent):
         for participant_id in list(self.recovered):
             agent = runtime.spawn(self.kind, participant_id)
             if isinstance(agent, DialogueSectionActor):
-                agent.host.resume()
+                agent.resume()
         participants = {pid for topic in self.topics for pid in topic.host.participants}
         participants.update(agent.key for agent in self._dialogues())
         if self.store is not None:
@@ -1131,9 +1208,14 @@ class ContextHost(Agent):
     def views(self, participant_id: str | None = None) -> list[tuple[str, SectionView]]:
         """Every view this host holds (of one participant), as (participant, view)."""
         views: list[tuple[str, SectionView]] = []
+        live = set()
         for agent in self._dialogues():
+            live.add(agent.key)
             if participant_id is None or agent.key == participant_id:
                 views.extend(agent.host.views(agent.key))
+        retired = self.dialogues_held if participant_id is None else {participant_id}
+        for pid in sorted(retired - live):
+            views.extend(self._retired_dialogue_views(pid))
         for topic in self.topics:
             views.extend(topic.host.views(participant_id))
         return views
@@ -1150,7 +1232,7 @@ class ContextHost(Agent):
 
         def views_of(pid: str) -> list[tuple[str, SectionView]]:
             agent = dialogues.get(pid)
-            own = agent.host.views(pid) if agent is not None else []
+            own = agent.host.views(pid) if agent is not None else self._retired_dialogue_views(pid)
             for topic in self.topics:
                 own.extend(topic.host.views(pid))
             return own
@@ -1166,7 +1248,9 @@ class ContextHost(Agent):
 
         def dump_of(pid: str) -> list[ParticipantDump]:
             agent = dialogues.get(pid)
-            exports = [agent.host.export(pid)] if agent is not None else []
+            exports = [
+                agent.host.export(pid) if agent is not None else self._retired_dialogue_dump(pid)
+            ]
             exports.extend(topic.host.export(pid) for topic in self.topics)
             sections = tuple(dump for dump in exports if dump is not None)
             return [ParticipantDump(pid, sections)] if sections else []
@@ -1192,7 +1276,7 @@ class ContextHost(Agent):
         limit = runtime.max_message_bytes if runtime is not None else message.page_bytes
         if message.page_bytes > 0:
             limit = min(limit, message.page_bytes)
-        ids = set(dialogues)
+        ids = set(dialogues) | self.dialogues_held
         for topic in self.topics:
             ids.update(topic.host.participant_ids())
         after = message.after
@@ -1329,7 +1413,7 @@ def register_sections(
         kind,
         DialogueSectionActor,
         factory=lambda key: DialogueSectionActor(
-            key, plan, kind, store=store, host=shard, recovered=host.take(key)
+            key, plan, kind, store=store, host=shard, recovered=host.take(key), context_host=host
         ),
         shard=shard,
         shards=shards,

@@ -416,6 +416,17 @@ class ContextStore:
         if not self._closed:
             self._kick()  # what changed while this transaction was written
 
+    def flush(self) -> None:
+        """Hand what is scheduled to the writer now, not on the next loop turn, so a read
+        that follows (``read_section``) sees it (a dialogue actor the runtime retired
+        with a change not yet staged, whose participant writes again)."""
+        if self._closed or not self._scheduled:
+            return
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self._commit_turn()
+
     async def barrier(self) -> None:
         """Return once everything staged, scheduled or being written so far is committed."""
         if self._handle is None and not self._writing and not self._scheduled:
