@@ -19,7 +19,7 @@ from xrmq.actors.context.dump import decode_dump
 from xrmq.actors.context.plan import context_plan
 from xrmq.actors.context.sections import TOPIC_JOURNAL_PREFIX
 from xrmq.actors.context.store import open_store
-from xrmq.actors.models import ScriptedLLM
+from xrmq.actors.models import ScriptedLLM, ScriptedResponse
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.schemas import ConversationContextUpdate
 
@@ -287,3 +287,38 @@ async def test_a_dialogue_retired_over_the_runtime_s_keyed_limit_comes_back_whol
             if any(section.kind == "dialogue" for section in participant.sections)
         }
         assert with_dialogue == {f"p{i}" for i in range(20)}
+
+
+async def test_a_retired_dialogue_s_pending_compaction_is_re_issued_when_it_comes_back(tmp_path):
+    llm = ScriptedLLM(ScriptedResponse(hang=True), default="Summary of the p0 dialogue.")
+    runtime = AgentRuntime(keyed_instances=4)
+    context = ContextManager(
+        llm,
+        store=tmp_path / "c.sqlite3",
+        incremental_context_topics=(NOTES,),
+        dialogue_budget_bytes=600,
+        topic_budget_bytes=600,
+        compaction_input_budget_bytes=900,
+        compaction_timeout_s=0.5,  # the hung worker's copy is retried at the other one
+    )
+    runtime.register("context", context.subscriber())
+    async with runtime:
+        async with asyncio.timeout(30):
+            for n in range(12):
+                context.record_exchange(
+                    "p0",
+                    f"p0 question {n} " + "x" * 80,
+                    f"answer {n}",
+                    timestamp_us=1_714_572_785_000_000 + n * 1_000_000,
+                    exchange_id=f"p0-{n}",
+                )
+            await llm.wait_streaming()  # p0's compaction is out, and hangs
+            for i in range(1, 10):
+                await exchange(context, f"p{i}", 0)  # p0's actor is retired
+            await context.synced()
+            assert context.host is not None
+            assert "p0" not in context.host.runtime.keyed_instances("context.dialogue")
+            await exchange(context, "p0", 99)  # back from the journal, its job timed again
+            while not any("Summary of the p0" in block.text for block in context.blocks("p0")):
+                await context.changed()
+            assert len(llm.requests) >= 2
