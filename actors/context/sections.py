@@ -568,6 +568,8 @@ class SectionHost:
         ids = list(self.participant_ids()) if participant_id is None else [participant_id]
         generations: list[str] = []
         jobs: list[JobAt] = []
+        if participant_id is None:
+            self.prefetch(ids)  # the retired ones' generations, read in one go
         for pid in ids:
             record = self.participants.pop(pid, None) or self._peek(pid)
             self._retired.discard(pid)
@@ -582,6 +584,7 @@ class SectionHost:
                 self._report(
                     pid, writer, seq, CompactStatus.SUMMARIZE_FAILED, "the participant was cleared"
                 )
+        self.forget_prefetched()
         if self._store is not None:
             self._store.delete(participant_id, self.journal_name)
         return Cleared(tuple(generations), tuple(jobs))
