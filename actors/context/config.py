@@ -42,6 +42,8 @@ DEFAULT_COMPACTION_WORKERS = 2
 DEFAULT_WORKER_CONCURRENCY = 4
 DEFAULT_COMPACTION_TIMEOUT_S = 120.0
 DEFAULT_CONTROL_TIMEOUT_S = 5.0
+DEFAULT_RETIRE_IDLE_S = 600.0
+DEFAULT_MAX_RESIDENT_PARTICIPANTS = 10_000
 
 Budget = Annotated[int, msgspec.Meta(gt=0, description="a positive int of bytes")]
 """A section budget: UTF-8 bytes of rendered text."""
@@ -54,6 +56,16 @@ Namespace = Annotated[
     msgspec.Meta(min_length=1, pattern="^[^\\x00]*$", description="a non-empty string without NUL"),
 ]
 """The prefix of a deployment's internal topics (NUL ends a wire key's fields)."""
+IdleSeconds = Annotated[
+    float, msgspec.Meta(ge=1, le=86_400, description="a number of seconds from 1 to 86400")
+]
+"""How long a participant's section stays in memory unused before it is retired to the
+journal."""
+Resident = Annotated[
+    int, msgspec.Meta(ge=1, le=10_000_000, description="an int from 1 to 10000000")
+]
+"""Participants a section host keeps in memory at most (the least recently used beyond
+it are retired to the journal)."""
 
 
 class ContextOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -77,6 +89,12 @@ class ContextOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     compaction_timeout_s: Seconds = DEFAULT_COMPACTION_TIMEOUT_S
     control_timeout_s: Seconds = DEFAULT_CONTROL_TIMEOUT_S
     section_hosts: Count = 1
+    retire_idle_s: IdleSeconds = DEFAULT_RETIRE_IDLE_S
+    """With a journal: a participant unused this long is retired from a topic section's
+    memory to the journal (loaded back on its next use)."""
+    max_resident_participants: Resident = DEFAULT_MAX_RESIDENT_PARTICIPANTS
+    """With a journal: participants a topic section keeps in memory at most; the least
+    recently used beyond it are retired to the journal."""
 
 
 SECTION_OPTIONS = (

@@ -72,6 +72,8 @@ from .clearing import clear_remote
 from .config import (
     DEFAULT_COMPACTION_INPUT_BUDGET_BYTES,
     DEFAULT_DIALOGUE_BUDGET_BYTES,
+    DEFAULT_MAX_RESIDENT_PARTICIPANTS,
+    DEFAULT_RETIRE_IDLE_S,
     DEFAULT_TOPIC_BUDGET_BYTES,
 )
 from .dump import ContextDump, ParticipantDump, decode_dump, encode_dump
@@ -205,6 +207,10 @@ class ContextManager:
     per interval, with the count); its context stays in the section actors, and
     ``ensure`` (awaited by a conversation before it builds an answer) fetches it back
     whole, counted in ``replica_fetches``.
+    ``retire_idle_s`` and ``max_resident_participants`` (with ``store``): a topic
+    section keeps in memory only participants written within ``retire_idle_s`` and at
+    most ``max_resident_participants``; the others live in the journal alone and are
+    loaded back on their next write (``ContextPlan``).
     ``snapshot_at_start`` (split): build the replica from every host's snapshot when the
     runtime starts (a conversation's process); False: hold only the participants asked
     about (``ensure``), as ``xrmq context show`` does for its one participant.
@@ -231,6 +237,8 @@ class ContextManager:
         section_hosts: int = 1,
         max_participants: int = DEFAULT_MAX_PARTICIPANTS,
         snapshot_at_start: bool = True,
+        retire_idle_s: float = DEFAULT_RETIRE_IDLE_S,
+        max_resident_participants: int = DEFAULT_MAX_RESIDENT_PARTICIPANTS,
     ) -> None:
         if (
             isinstance(max_participants, bool)
@@ -258,6 +266,8 @@ class ContextManager:
             compaction_timeout_s=compaction_timeout_s,
             control_timeout_s=control_timeout_s,
             section_hosts=section_hosts,
+            retire_idle_s=retire_idle_s,
+            max_resident_participants=max_resident_participants,
         )
         self.llm = llm
         self.deployment = deployment

@@ -19,7 +19,9 @@ from .config import (
     DEFAULT_COMPACTION_TIMEOUT_S,
     DEFAULT_COMPACTION_WORKERS,
     DEFAULT_CONTROL_TIMEOUT_S,
+    DEFAULT_MAX_RESIDENT_PARTICIPANTS,
     DEFAULT_NAMESPACE,
+    DEFAULT_RETIRE_IDLE_S,
     DEFAULT_WORKER_CONCURRENCY,
     ContextConfig,
     ContextOptions,
@@ -53,6 +55,11 @@ class ContextPlan(msgspec.Struct, frozen=True):
     - ``control_timeout_s`` bounds each clear/cancel round trip of ``clear``/``close``.
     - ``section_hosts``: how many processes (shards) host section actors; host ``i``
       owns dialogue shard ``i`` and answers a replica's resync on its own topics.
+    - ``retire_idle_s`` and ``max_resident_participants``: with a journal, a topic
+      section keeps in memory only the participants used within ``retire_idle_s`` and
+      at most ``max_resident_participants`` of them (least recently used retired
+      first); a retired participant lives in the journal alone and is loaded back on
+      its next write, fetch, load, compaction or clear (``sections.SectionHost``).
     """
 
     config: ContextConfig
@@ -62,6 +69,8 @@ class ContextPlan(msgspec.Struct, frozen=True):
     compaction_timeout_s: float = DEFAULT_COMPACTION_TIMEOUT_S
     control_timeout_s: float = DEFAULT_CONTROL_TIMEOUT_S
     section_hosts: int = 1
+    retire_idle_s: float = DEFAULT_RETIRE_IDLE_S
+    max_resident_participants: int = DEFAULT_MAX_RESIDENT_PARTICIPANTS
 
     @property
     def topics(self) -> ContextTopics:
@@ -83,6 +92,8 @@ def plan_of(options: ContextOptions) -> ContextPlan:
         compaction_timeout_s=options.compaction_timeout_s,
         control_timeout_s=options.control_timeout_s,
         section_hosts=options.section_hosts,
+        retire_idle_s=options.retire_idle_s,
+        max_resident_participants=options.max_resident_participants,
     )
 
 

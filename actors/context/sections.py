@@ -26,12 +26,24 @@ is durable. A ``ContextHost`` per process restores the journal before the runtim
 reports ready: each participant's state, re-issuing its pending compaction, and
 publishing its views under the new epoch; then it announces ``HostStarted`` and
 answers every replica's request for a full snapshot.
+
+With a journal, a topic section keeps in memory only the participants written within
+``retire_idle_s``, at most ``max_resident_participants`` (``ContextPlan``): the others
+are retired to the journal once it holds exactly what memory holds (nothing dirty, no
+transaction being written, no compaction out), so retiring loses nothing. A retired
+participant's next write, load, compaction or clear reads it back first (a point read
+on the journal's thread, which the loop waits for, after the transaction in flight);
+a fetch, a snapshot page or a dump reads it without keeping it. A context process
+opens its journal with the topic sections read on demand (``TOPIC_JOURNAL_PREFIX``),
+so a restart reads only their participant ids. Dialogues are per-participant actors
+and are all restored at start.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -103,6 +115,7 @@ class _Participant:
         "published",
         "state",
         "stored_job",
+        "used",
         "view",
         "warned",
     )
@@ -125,6 +138,8 @@ class _Participant:
         """Manual compactions (writer, seq) waiting for the run to end."""
         self.view: SectionView | None = None
         """The latest view published (so journaled): what a snapshot shows."""
+        self.used = time.monotonic()
+        """When it was last written (retirement to the journal goes by it)."""
 
 
 MAX_WRITERS = 16
@@ -146,7 +161,17 @@ def _acknowledge(record: _Participant, ack: tuple[str, int]) -> None:
 def journal_name(section: Section) -> str:
     """A section's name in the journal: ``dialogue``, or ``topic:<name>`` (a topic may
     itself be called "dialogue")."""
-    return "dialogue" if section.spec.kind == "dialogue" else f"topic:{section.spec.name}"
+    return (
+        "dialogue"
+        if section.spec.kind == "dialogue"
+        else f"{TOPIC_JOURNAL_PREFIX}{section.spec.name}"
+    )
+
+
+TOPIC_JOURNAL_PREFIX = "topic:"
+"""What every topic section's journal name starts with: a context process opens its
+journal with ``open_store(..., on_demand_prefix=TOPIC_JOURNAL_PREFIX)``, so its topic
+sections are read when first used, not at start."""
 
 
 def _journal_key(record: _Participant) -> tuple:
@@ -195,6 +220,20 @@ class SectionHost:
         """Entries dropped uncompacted to hold a section to its stored limit (a flood
         while compaction lagged, ``SectionSpec.stored_limit_bytes``), for ``xrmq top``."""
         self._drops: AggregatedWarnings | None = None
+        self._retiring = store is not None and not self._dialogue
+        """Whether idle participants are retired to the journal (a topic section with a
+        journal; a dialogue actor holds one participant and retires whole)."""
+        self.retired = 0
+        """Participants retired from memory to the journal."""
+        self._retired: set[str] = set()
+        """The participants the journal alone holds (``adopt_journal``, ``sweep``): only
+        these are read from it, so a new participant's first write costs no read."""
+        self.loaded = 0
+        """Retired participants loaded back from the journal by a write, load, compaction
+        or clear."""
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._prefetched: dict[str, _Participant] = {}
+        """Retired participants read for the snapshot page being built (``prefetch``)."""
 
     def gauges(self) -> dict[str, float]:
         """Compactions applied so far and the jobs still out (the backlog)."""
@@ -203,6 +242,8 @@ class SectionHost:
             "context.compactions": self.compactions,
             "context.compaction_backlog": backlog,
             "context.entries_dropped": self.entries_dropped,
+            "context.participants_retired": self.retired,
+            "context.participants_loaded": self.loaded,
         }
 
     @property
@@ -229,11 +270,7 @@ class SectionHost:
         ``identities`` names the exchange identities ``change`` added (the journal
         stores them as rows of their own).
         """
-        record = self.participants.get(participant_id)
-        if record is None:
-            record = self.participants[participant_id] = _Participant(
-                self.section.new_state(uuid4().hex)
-            )
+        record = self._resident(participant_id)
         dropped = record.state.dropped_entries
         change(record.state)
         dropped = record.state.dropped_entries - dropped
@@ -258,28 +295,148 @@ class SectionHost:
         """Whether the participant's state already holds write ``seq`` of ``writer`` (a
         write re-sent after a restart is applied once, whichever writers came between:
         each writer's last applied write is kept, in the journal too)."""
-        record = self.participants.get(participant_id)
+        record = self._get(participant_id)
         return record is not None and seq <= record.acks.get(writer, 0)
 
     def touch(self, participant_id: str, ack: tuple[str, int]) -> None:
         """Acknowledge a write that changed nothing (its view still tells the writer)."""
-        record = self.participants.get(participant_id)
-        if record is None:
-            record = self.participants[participant_id] = _Participant(
-                self.section.new_state(uuid4().hex)
-            )
+        record = self._resident(participant_id)
         _acknowledge(record, ack)
         self._mark_dirty(participant_id)
 
     def restore(self, participant_id: str, recovered: Recovered) -> None:
         """Take a participant's state from the journal (call ``resume`` once the loop runs)."""
+        self.participants[participant_id] = self._journaled(recovered)
+
+    def _journaled(self, recovered: Recovered) -> _Participant:
         record = _Participant(recovered.state, recovered.acks)
         record.journaled = _journal_key(record)
         record.view = self._view(record, self.section.render(record.state).blocks)
-        self.participants[participant_id] = record
+        return record
+
+    def view_of(self, recovered: Recovered) -> SectionView:
+        """The view of a state read from the journal, without holding it."""
+        view = self._journaled(recovered).view
+        assert view is not None  # rendered by _journaled
+        return view
+
+    # --- retirement to the journal ----------------------------------------------------
+
+    def _get(self, participant_id: str) -> _Participant | None:
+        """The participant's state in memory, loaded back from the journal if it was
+        retired (so a write never lands on an empty state); None if neither holds it."""
+        record = self.participants.get(participant_id)
+        if record is not None:
+            if self._retiring:
+                self.participants[participant_id] = self.participants.pop(participant_id)
+            record.used = time.monotonic()
+            return record
+        if participant_id not in self._retired or self._store is None:
+            return None
+        self._retired.discard(participant_id)
+        recovered = self._store.read_section(participant_id, self.journal_name)
+        if recovered is None:
+            return None
+        record = self.participants[participant_id] = self._journaled(recovered)
+        record.published = (record.state.revision, record.ack)  # the view it had
+        self.loaded += 1
+        return record
+
+    def _resident(self, participant_id: str) -> _Participant:
+        """``_get``, or a new empty state (a first write)."""
+        record = self._get(participant_id)
+        if record is None:
+            record = self.participants[participant_id] = _Participant(
+                self.section.new_state(uuid4().hex)
+            )
+        return record
+
+    def _peek(self, participant_id: str) -> _Participant | None:
+        """The participant's state, read from the journal without keeping it in memory if
+        it was retired (a snapshot, a fetch or a dump)."""
+        record = self.participants.get(participant_id) or self._prefetched.get(participant_id)
+        if record is None and participant_id in self._retired and self._store is not None:
+            recovered = self._store.read_section(participant_id, self.journal_name)
+            if recovered is None:
+                self._retired.discard(participant_id)  # quarantined: nothing to read again
+            else:
+                record = self._journaled(recovered)
+        return record
+
+    def prefetch(self, participant_ids: Sequence[str]) -> None:
+        """Read the retired among ``participant_ids`` from the journal in one go, for the
+        reads of a snapshot page that follow (synchronously: nothing changes meanwhile);
+        ``forget_prefetched`` once the page is built."""
+        wanted = [pid for pid in participant_ids if pid in self._retired]
+        if wanted and self._store is not None:
+            found = self._store.read_sections(self.journal_name, wanted)
+            for pid in wanted:
+                recovered = found.get(pid)
+                if recovered is None:
+                    self._retired.discard(pid)  # quarantined: nothing to read again
+                else:
+                    self._prefetched[pid] = self._journaled(recovered)
+
+    def forget_prefetched(self) -> None:
+        self._prefetched = {}
+
+    def participant_ids(self) -> set[str]:
+        """Every participant this section holds, in memory or retired to the journal."""
+        return set(self.participants) | self._retired
+
+    def adopt_journal(self) -> None:
+        """Count as retired every participant the journal holds and memory does not (a
+        journal opened with this section read on demand, ``open_store``'s
+        ``on_demand_prefix``): their ids are read, their states when first used."""
+        if self._retiring and self._store is not None:
+            journaled = self._store.section_participants(self.journal_name)
+            self._retired.update(pid for pid in journaled if pid not in self.participants)
+
+    def _retirable(self, participant_id: str, record: _Participant) -> bool:
+        state = record.state
+        return (
+            participant_id not in self._dirty
+            and record.job is None
+            and not record.manual
+            and not record.identities
+            and state.pending is None
+            and record.journaled == _journal_key(record)
+            and record.published == (state.revision, record.ack)
+        )
+
+    def sweep(self) -> None:
+        """Retire to the journal the participants unused for ``retire_idle_s``, and the
+        least recently used beyond ``max_resident_participants``: only what the journal
+        holds as it is in memory (nothing dirty, no transaction being written, no
+        compaction out), so dropping it from memory loses nothing."""
+        store = self._store
+        if not self._retiring or store is None or store.writing:
+            return
+        over = len(self.participants) - self._plan.max_resident_participants
+        idle_before = time.monotonic() - self._plan.retire_idle_s
+        for participant_id in list(self.participants):  # least recently used first
+            record = self.participants[participant_id]
+            if over <= 0 and record.used > idle_before:
+                break
+            if self._retirable(participant_id, record):
+                del self.participants[participant_id]
+                self._retired.add(participant_id)
+                self.retired += 1
+                over -= 1
+
+    def _tick(self) -> None:
+        self.sweep()
+        self._sweeper = asyncio.get_running_loop().call_later(self._sweep_every_s, self._tick)
+
+    @property
+    def _sweep_every_s(self) -> float:
+        return min(60.0, self._plan.retire_idle_s / 4)
 
     def resume(self) -> None:
-        """After ``restore``: re-issue pending compactions and publish every view anew."""
+        """After ``restore``: re-issue pending compactions and publish every view anew;
+        start retiring idle participants (``sweep``)."""
+        if self._retiring and self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().call_later(self._sweep_every_s, self._tick)
         for participant_id, record in self.participants.items():
             pending = record.state.pending
             if pending is not None and record.job is None:
@@ -290,7 +447,7 @@ class SectionHost:
 
     def compact_now(self, participant_id: str, writer: str, seq: int) -> None:
         """Manual compaction: compact every eligible entry now; report to ``writer`` when done."""
-        record = self.participants.get(participant_id)
+        record = self._get(participant_id)
         if record is None or not self.section.start_run(record.state):
             self._report(participant_id, writer, seq, CompactStatus.NOTHING_TO_CONDENSE)
             return
@@ -318,20 +475,27 @@ class SectionHost:
         self.write(participant_id, merge, ack, added)
 
     def export(self, participant_id: str) -> SectionDump | None:
-        record = self.participants.get(participant_id)
+        record = self._peek(participant_id)
         return None if record is None else export_section(self.section, record.state)
 
     def views(self, participant_id: str | None = None) -> list[tuple[str, SectionView]]:
         """The latest published view of every participant (or of one), for a replica's
-        snapshot: what the journal holds, never a change it has not committed yet."""
-        ids = list(self.participants) if participant_id is None else [participant_id]
+        snapshot: what the journal holds, never a change it has not committed yet (a
+        retired participant's is rendered from the journal)."""
+        ids = sorted(self.participant_ids()) if participant_id is None else [participant_id]
         runtime = self._agent.runtime
         epoch = runtime.epoch if runtime is not None and runtime.running else 0
         views = []
-        for pid in ids:
-            record = self.participants.get(pid)
-            if record is not None and record.view is not None:
-                views.append((pid, msgspec.structs.replace(record.view, epoch=epoch)))
+        if participant_id is None:
+            self.prefetch(ids)
+        try:
+            for pid in ids:
+                record = self._peek(pid)
+                if record is not None and record.view is not None:
+                    views.append((pid, msgspec.structs.replace(record.view, epoch=epoch)))
+        finally:
+            if participant_id is None:
+                self.forget_prefetched()
         return views
 
     def _view(self, record: _Participant, blocks) -> SectionView:
@@ -369,7 +533,7 @@ class SectionHost:
 
     def result(self, participant_id: str, done: CompactionDone) -> None:
         """Apply a worker's result; a result for a forgotten state is dropped."""
-        record = self.participants.get(participant_id)
+        record = self._get(participant_id)
         if record is None:
             self._log(participant_id).debug(
                 "compaction.stale", job=done.result.job.job_id, reason="cleared"
@@ -399,12 +563,16 @@ class SectionHost:
             )
 
     def clear(self, participant_id: str | None) -> Cleared:
-        """Forget one participant (every participant for None); return what was forgotten."""
-        ids = list(self.participants) if participant_id is None else [participant_id]
+        """Forget one participant (every participant for None); return what was forgotten
+        (a retired participant's generation is read from the journal)."""
+        ids = list(self.participant_ids()) if participant_id is None else [participant_id]
         generations: list[str] = []
         jobs: list[JobAt] = []
+        if participant_id is None:
+            self.prefetch(ids)  # the retired ones' generations, read in one go
         for pid in ids:
-            record = self.participants.pop(pid, None)
+            record = self.participants.pop(pid, None) or self._peek(pid)
+            self._retired.discard(pid)
             self._dirty.discard(pid)
             if record is None:
                 continue
@@ -416,12 +584,16 @@ class SectionHost:
                 self._report(
                     pid, writer, seq, CompactStatus.SUMMARIZE_FAILED, "the participant was cleared"
                 )
+        self.forget_prefetched()
         if self._store is not None:
             self._store.delete(participant_id, self.journal_name)
         return Cleared(tuple(generations), tuple(jobs))
 
     def stop(self) -> None:
         """Cancel timers and pending publication (the actor is stopping)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         for record in self.participants.values():
             if record.job is not None:
                 record.job.timer.cancel()
@@ -530,6 +702,7 @@ class SectionHost:
             self._send(topic, view, participant_id)
         for report_topic, report, participant_id in reports:
             self._send(report_topic, report, participant_id)
+        self.sweep()
 
     def stage(self, store: ContextStore) -> tuple[list[Callable[[], None]], Callable[[], None]]:
         """The journal's commit of this turn: stage every dirty participant's state;
@@ -608,7 +781,11 @@ class DialogueSectionActor(Agent):
 
     After a clear it holds nothing, and it retires itself once its mailbox is idle, so
     a departed participant leaves no actor behind. A participant the journal holds is
-    spawned at start with its recovered state.
+    spawned at start with its recovered state. The runtime keeps at most its
+    ``keyed_instances`` of these actors (least recently used retired first): with a
+    journal a retired one's state is in the journal alone, and the actor spawned by the
+    participant's next message starts from it (``ContextHost.take``), re-issuing a
+    pending compaction.
     """
 
     def __init__(
@@ -620,9 +797,12 @@ class DialogueSectionActor(Agent):
         store: ContextStore | None = None,
         host: int = 0,
         recovered: Recovered | None = None,
+        context_host: ContextHost | None = None,
     ) -> None:
         self.key = participant_id
         self.kind = kind
+        self._context_host = context_host
+        self._resumed = recovered is None
         self.host = SectionHost(
             self, plan.config.dialogue, plan, plan.topics.dialogue_result, store=store, host=host
         )
@@ -633,6 +813,20 @@ class DialogueSectionActor(Agent):
 
     def gauges(self) -> dict[str, float]:
         return {**self.host.gauges(), "context.participants": len(self.host.participants)}
+
+    def resume(self) -> None:
+        """Once, for a state from the journal: re-issue its pending compaction and
+        publish its view (``SectionHost.resume``)."""
+        if not self._resumed:
+            self._resumed = True
+            self.host.resume()
+
+    def _held(self) -> None:
+        if self._context_host is not None and self.host.participants:
+            self._context_host.dialogues_held.add(self.key)
+
+    async def on_start(self) -> None:
+        self.resume()
 
     async def on_write(self, message: RecordExchanges, ctx: RuntimeContext) -> None:
         section = self.host.section
@@ -650,17 +844,20 @@ class DialogueSectionActor(Agent):
                     added.append(record.identity)
 
         self.host.write(self.key, add, ack=(message.writer, message.seq), identities=added)
+        self._held()
 
     async def on_load(self, message: LoadSection, ctx: RuntimeContext) -> None:
         if self.host.acknowledged(self.key, message.writer, message.seq):
             return
         self.host.load(self.key, message.dump, (message.writer, message.seq))
+        self._held()
 
     async def on_migrate(self, message: LoadSection, ctx: RuntimeContext) -> bool:
         """The participant's dialogue from another shard's journal (the shard count changed):
         merged as a load is (never duplicating an exchange, so a repeat changes nothing);
         answered once this shard's journal holds it."""
         self.host.load(self.key, message.dump, None)
+        self._held()
         store = self.host.store
         if store is not None:
             await store.barrier()
@@ -674,6 +871,8 @@ class DialogueSectionActor(Agent):
 
     async def on_clear(self, message: ClearSection, ctx: RuntimeContext) -> Cleared:
         cleared = self.host.clear(self.key)
+        if self._context_host is not None:
+            self._context_host.dialogues_held.discard(self.key)
         self._retiring = asyncio.create_task(self._retire_when_idle())
         return cleared
 
@@ -833,6 +1032,14 @@ class ContextHost(Agent):
                     self.recovered[pid] = item
                 else:
                     self._foreign[id(journal), pid] = (journal, pid, item)
+        self.dialogues_held: set[str] = set(self.recovered) if store is not None else set()
+        """With a journal, the participants of this shard whose dialogue has a state,
+        whether its actor is live or was retired by the runtime's ``keyed_instances``
+        bound (then the journal alone holds it: ``take``, and the snapshots read it)."""
+        self._dialogue_reader = SectionHost(
+            self, plan.config.dialogue, plan, plan.topics.dialogue_result, host=index
+        )
+        """Renders a retired dialogue read from the journal (it holds no state)."""
         self.migrated = 0
         """Dialogues migrated to the shard that owns them now."""
         self._migration: asyncio.Task[None] | None = None
@@ -851,6 +1058,11 @@ class ContextHost(Agent):
         for key in [key for key in self._foreign if pid is None or key[1] == pid]:
             journal, participant, _ = self._foreign.pop(key)
             journal.delete(participant, section)
+        if pid is None and self.store is not None:  # retired dialogues have no actor to ask
+            live = {agent.key for agent in self._dialogues()}
+            for participant in [p for p in self.dialogues_held if p not in live]:
+                self.store.delete(participant, section)
+                self.dialogues_held.discard(participant)
         return DEFERRED_REPLY
 
     async def migration_finished(self) -> None:
@@ -878,8 +1090,40 @@ class ContextHost(Agent):
         return self._handlers
 
     def take(self, participant_id: str) -> Recovered | None:
-        """The recovered dialogue state of a participant whose actor is being built."""
-        return self.recovered.pop(participant_id, None)
+        """The dialogue state of a participant whose actor is being built: recovered at
+        start, or, for one whose actor the runtime retired, read from the journal after
+        handing it what the retired actor still had scheduled (``ContextStore.flush``)."""
+        recovered = self.recovered.pop(participant_id, None)
+        if recovered is None and participant_id in self.dialogues_held:
+            recovered = self._journaled_dialogue(participant_id)
+        return recovered
+
+    def _journaled_dialogue(self, participant_id: str) -> Recovered | None:
+        """A held dialogue as the journal has it (None, and no longer held, if it has
+        none: cleared meanwhile, or quarantined)."""
+        if self.store is None:
+            return None
+        self.store.flush()
+        found = self.store.read_section(participant_id, journal_name(self._plan.config.dialogue))
+        if found is None:
+            self.dialogues_held.discard(participant_id)
+        return found
+
+    def _retired_dialogue_views(self, participant_id: str) -> list[tuple[str, SectionView]]:
+        if participant_id not in self.dialogues_held:
+            return []
+        recovered = self._journaled_dialogue(participant_id)
+        if recovered is None:
+            return []
+        return [(participant_id, self._dialogue_reader.view_of(recovered))]
+
+    def _retired_dialogue_dump(self, participant_id: str) -> SectionDump | None:
+        if participant_id not in self.dialogues_held:
+            return None
+        recovered = self._journaled_dialogue(participant_id)
+        if recovered is None:
+            return None
+        return export_section(self._plan.config.dialogue, recovered.state)
 
     def _dialogues(self) -> list[DialogueSectionActor]:
         runtime = self.runtime
@@ -898,7 +1142,7 @@ class ContextHost(Agent):
         for participant_id in list(self.recovered):
             agent = runtime.spawn(self.kind, participant_id)
             if isinstance(agent, DialogueSectionActor):
-                agent.host.resume()
+                agent.resume()
         participants = {pid for topic in self.topics for pid in topic.host.participants}
         participants.update(agent.key for agent in self._dialogues())
         if self.store is not None:
@@ -967,9 +1211,14 @@ class ContextHost(Agent):
     def views(self, participant_id: str | None = None) -> list[tuple[str, SectionView]]:
         """Every view this host holds (of one participant), as (participant, view)."""
         views: list[tuple[str, SectionView]] = []
+        live = set()
         for agent in self._dialogues():
+            live.add(agent.key)
             if participant_id is None or agent.key == participant_id:
                 views.extend(agent.host.views(agent.key))
+        retired = self.dialogues_held if participant_id is None else {participant_id}
+        for pid in sorted(retired - live):
+            views.extend(self._retired_dialogue_views(pid))
         for topic in self.topics:
             views.extend(topic.host.views(participant_id))
         return views
@@ -986,7 +1235,7 @@ class ContextHost(Agent):
 
         def views_of(pid: str) -> list[tuple[str, SectionView]]:
             agent = dialogues.get(pid)
-            own = agent.host.views(pid) if agent is not None else []
+            own = agent.host.views(pid) if agent is not None else self._retired_dialogue_views(pid)
             for topic in self.topics:
                 own.extend(topic.host.views(pid))
             return own
@@ -1002,7 +1251,9 @@ class ContextHost(Agent):
 
         def dump_of(pid: str) -> list[ParticipantDump]:
             agent = dialogues.get(pid)
-            exports = [agent.host.export(pid)] if agent is not None else []
+            exports = [
+                agent.host.export(pid) if agent is not None else self._retired_dialogue_dump(pid)
+            ]
             exports.extend(topic.host.export(pid) for topic in self.topics)
             sections = tuple(dump for dump in exports if dump is not None)
             return [ParticipantDump(pid, sections)] if sections else []
@@ -1028,22 +1279,29 @@ class ContextHost(Agent):
         limit = runtime.max_message_bytes if runtime is not None else message.page_bytes
         if message.page_bytes > 0:
             limit = min(limit, message.page_bytes)
-        ids = set(dialogues)
+        ids = set(dialogues) | self.dialogues_held
         for topic in self.topics:
-            ids.update(topic.host.participants)
+            ids.update(topic.host.participant_ids())
         after = message.after
         remaining = sorted(pid for pid in ids if after is None or pid > after)
         items: list[T] = []
         size = PAGE_OVERHEAD_BYTES
-        for index, pid in enumerate(remaining):
-            own = items_of(pid)
-            cost = sum(len(_page_encoder.encode(item)) for item in own)
-            cursor = len(_page_encoder.encode(pid))
-            if items and size + cost + cursor > limit:
-                return items, remaining[index - 1]
-            items.extend(own)
-            size += cost
-        return items, None
+        try:
+            for index, pid in enumerate(remaining):
+                if index % PAGE_PREFETCH == 0:  # retired participants, read in one go
+                    for topic in self.topics:
+                        topic.host.prefetch(remaining[index : index + PAGE_PREFETCH])
+                own = items_of(pid)
+                cost = sum(len(_page_encoder.encode(item)) for item in own)
+                cursor = len(_page_encoder.encode(pid))
+                if items and size + cost + cursor > limit:
+                    return items, remaining[index - 1]
+                items.extend(own)
+                size += cost
+            return items, None
+        finally:
+            for topic in self.topics:
+                topic.host.forget_prefetched()
 
     async def on_stop(self) -> None:
         if self._migration is not None:
@@ -1057,6 +1315,8 @@ class ContextHost(Agent):
 
 T = TypeVar("T")
 
+PAGE_PREFETCH = 512
+"""Participants whose retired sections a snapshot page reads from the journal at once."""
 PAGE_OVERHEAD_BYTES = 64
 """A page's bytes besides its items and cursor (``HostViews``' host and epoch, framing)."""
 _page_encoder = msgspec.msgpack.Encoder()
@@ -1150,11 +1410,13 @@ def register_sections(
             actor = by_name.get(section_name)
             if actor is not None:
                 actor.host.restore(pid, recovered)
+        for actor in actors:
+            actor.host.adopt_journal()
     runtime.register_keyed(
         kind,
         DialogueSectionActor,
         factory=lambda key: DialogueSectionActor(
-            key, plan, kind, store=store, host=shard, recovered=host.take(key)
+            key, plan, kind, store=store, host=shard, recovered=host.take(key), context_host=host
         ),
         shard=shard,
         shards=shards,

@@ -242,7 +242,8 @@ class ContextStore:
         self._db = connection
         self.path = path
         self.recovered = recovered
-        """What the journal held when opened, by (participant, section)."""
+        """What the journal held when opened, by (participant, section): everything, or
+        (``open_store``'s ``on_demand_prefix``) all but the sections read on demand."""
         self.transcripts = {} if transcripts is None else transcripts
         """The tools transcripts the journal held when opened, by (participant, store
         name); each is taken (popped) by the actor that restores it."""
@@ -415,6 +416,17 @@ class ContextStore:
         if not self._closed:
             self._kick()  # what changed while this transaction was written
 
+    def flush(self) -> None:
+        """Hand what is scheduled to the writer now, not on the next loop turn, so a read
+        that follows (``read_section``) sees it (a dialogue actor the runtime retired
+        with a change not yet staged, whose participant writes again)."""
+        if self._closed or not self._scheduled:
+            return
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self._commit_turn()
+
     async def barrier(self) -> None:
         """Return once everything staged, scheduled or being written so far is committed."""
         if self._handle is None and not self._writing and not self._scheduled:
@@ -477,6 +489,55 @@ class ContextStore:
         found, bad = cast(tuple[RecoveredTranscript | None, list[Quarantined]], self._run(read))
         self._quarantined(bad)
         return found
+
+    def read_section(self, participant: str, section: str) -> Recovered | None:
+        """One participant's section as committed now (after every transaction handed to
+        the writer), for a section host that retired it from memory; None if the journal
+        has none. A row that cannot be read is quarantined (counted, logged) and None."""
+
+        def read() -> tuple[Recovered | None, list[Quarantined]]:
+            found, bad = _read(self._db, (participant, section))
+            _quarantine(self._db, bad)
+            return found.get((participant, section)), bad
+
+        found, bad = cast(tuple[Recovered | None, list[Quarantined]], self._run(read))
+        self._quarantined(bad)
+        return found
+
+    def read_sections(self, section: str, participants: list[str]) -> dict[str, Recovered]:
+        """``read_section`` of many participants in one go (a snapshot page), by participant;
+        those the journal has no (readable) state of are left out."""
+
+        def read() -> tuple[dict[str, Recovered], list[Quarantined]]:
+            found: dict[str, Recovered] = {}
+            bad: list[Quarantined] = []
+            for start in range(0, len(participants), _READ_CHUNK):
+                chunk = participants[start : start + _READ_CHUNK]
+                some, unreadable = _read(self._db, many=(section, chunk))
+                found.update((pid, item) for (pid, _), item in some.items())
+                bad += unreadable
+            _quarantine(self._db, bad)
+            return found, bad
+
+        found, bad = cast(tuple[dict[str, Recovered], list[Quarantined]], self._run(read))
+        self._quarantined(bad)
+        return found
+
+    def section_participants(self, section: str) -> list[str]:
+        """Every participant the journal holds a state of ``section`` for (committed now)."""
+
+        def read() -> list[str]:
+            rows = self._db.execute(
+                "SELECT participant FROM sections WHERE section = ?", (section,)
+            ).fetchall()
+            return [row[0] for row in rows if isinstance(row[0], str)]
+
+        return cast(list[str], self._run(read))
+
+    @property
+    def writing(self) -> bool:
+        """Whether a transaction is being written (its rows not committed yet)."""
+        return self._writing > 0
 
     def quarantine_transcript(self, participant: str, name: str, reason: str) -> None:
         """Move a transcript its owner cannot decode (``reason``) to the ``quarantine``
@@ -550,8 +611,19 @@ class ContextStore:
 # ---------------------------------------------------------------------------- opening
 
 
-def open_store(path: str | os.PathLike[str], *, on_corrupt: OnCorrupt = "error") -> ContextStore:
+def open_store(
+    path: str | os.PathLike[str],
+    *,
+    on_corrupt: OnCorrupt = "error",
+    on_demand_prefix: str | None = None,
+) -> ContextStore:
     """Open (creating it and its directory) the journal at ``path`` and read it whole.
+
+    With ``on_demand_prefix``, the sections whose journal name starts with it are not
+    read at opening (so a restart's time does not grow with their participants), except
+    those with a pending compaction job (re-issued at start): their owner reads each when
+    first used (``read_section``), and a row of theirs that cannot be read is quarantined
+    then.
 
     Raises ``StoreError`` naming the file for a corrupt, truncated or foreign database
     or one of a newer schema; with ``on_corrupt="backup_and_start_empty"`` the file is
@@ -565,7 +637,7 @@ def open_store(path: str | os.PathLike[str], *, on_corrupt: OnCorrupt = "error")
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     backup = None
     try:
-        connection, recovered, transcripts, quarantined = _open(path)
+        connection, recovered, transcripts, quarantined = _open(path, on_demand_prefix)
     except StoreError as error:
         if on_corrupt == "error" or isinstance(error, InUseError):
             raise
@@ -576,7 +648,7 @@ def open_store(path: str | os.PathLike[str], *, on_corrupt: OnCorrupt = "error")
             backup=str(backup),
             action="moved aside; starting with an empty journal",
         )
-        connection, recovered, transcripts, quarantined = _open(path)
+        connection, recovered, transcripts, quarantined = _open(path, on_demand_prefix)
     _log_quarantined(path, quarantined)
     return ContextStore(connection, path, recovered, backup, transcripts, len(quarantined))
 
@@ -619,7 +691,7 @@ def _make_private(path: Path) -> None:
 
 
 def _open(
-    path: Path,
+    path: Path, on_demand_prefix: str | None = None
 ) -> tuple[
     sqlite3.Connection,
     dict[tuple[str, str], Recovered],
@@ -656,7 +728,7 @@ def _open(
         check = connection.execute("PRAGMA quick_check").fetchone()[0]
         if check != "ok":
             raise StoreError(path, f"corrupt database ({check})")
-        recovered, quarantined = _read(connection)
+        recovered, quarantined = _read(connection, on_demand_prefix=on_demand_prefix)
         transcripts, unreadable = _read_transcripts(connection)
         quarantined += unreadable
         _quarantine(connection, quarantined)
@@ -696,19 +768,45 @@ def migrate(connection: sqlite3.Connection, path: Path, version: int) -> int:
     return version
 
 
+_READ_CHUNK = 500
+"""Participants per query of ``read_sections`` (within SQLite's bound on parameters)."""
+
+
 def _read(
     connection: sqlite3.Connection,
+    key: tuple[str, str] | None = None,
+    *,
+    many: tuple[str, list[str]] | None = None,
+    on_demand_prefix: str | None = None,
 ) -> tuple[dict[tuple[str, str], Recovered], list[Quarantined]]:
-    """Every section the journal holds, and the rows that cannot be used: a state or job
-    that does not decode, an identity that is not a blob, and the identities and job of
-    a section whose state does not decode."""
+    """Every section the journal holds (or the one of ``key``, (participant, section);
+    or the section of each of ``many``'s participants; or all but those named
+    ``on_demand_prefix...`` without a pending job), and the rows that cannot be used: a
+    state or job that does not decode, an identity that is not a blob, and the
+    identities and job of a section whose state does not decode."""
     recovered: dict[tuple[str, str], Recovered] = {}
     bad: list[Quarantined] = []
     broken: set[tuple[Any, Any]] = set()
     """(participant, section) whose state row is quarantined."""
 
     def rows(table: str) -> Iterable[tuple[Any, ...]]:
-        return connection.execute(f"SELECT {', '.join(_COLUMNS[table])} FROM {table}")
+        where: str = ""
+        parameters: tuple[object, ...] = ()
+        if key is not None:
+            where, parameters = " WHERE t.participant = ? AND t.section = ?", key
+        elif many is not None:
+            section, participants = many
+            marks = ", ".join("?" * len(participants))
+            where = f" WHERE t.section = ? AND t.participant IN ({marks})"
+            parameters = (section, *participants)
+        elif on_demand_prefix is not None:
+            where = (
+                " WHERE substr(t.section, 1, ?) != ? OR EXISTS (SELECT 1 FROM jobs AS j "
+                "WHERE j.participant = t.participant AND j.section = t.section)"
+            )
+            parameters = (len(on_demand_prefix), on_demand_prefix)
+        columns = ", ".join(f"t.{column}" for column in _COLUMNS[table])
+        return connection.execute(f"SELECT {columns} FROM {table} AS t{where}", parameters)
 
     for row in rows("sections"):
         participant, section, blob, _, _, acks = row

@@ -28,9 +28,13 @@ import msgspec
 from xrmq.actors.context.config import (
     DEFAULT_COMPACTION_INPUT_BUDGET_BYTES,
     DEFAULT_DIALOGUE_BUDGET_BYTES,
+    DEFAULT_MAX_RESIDENT_PARTICIPANTS,
+    DEFAULT_RETIRE_IDLE_S,
     DEFAULT_TOPIC_BUDGET_BYTES,
     Budget,
     ContextOptions,
+    IdleSeconds,
+    Resident,
     context_options,
 )
 from xrmq.actors.context.store import ON_CORRUPT
@@ -183,6 +187,12 @@ class ContextSettings(_Section, frozen=True):
     file) or ``backup_and_start_empty`` (moved aside, the process starts empty). A row
     that cannot be read in a journal that can is quarantined whatever this says
     (``xrmq.actors.context.store``): only its participant's section starts empty."""
+    retire_idle_s: IdleSeconds = DEFAULT_RETIRE_IDLE_S
+    """With ``persist``: a participant's topic section unused this long leaves the
+    context process's memory for the journal alone (loaded back on its next use)."""
+    max_resident_participants: Resident = DEFAULT_MAX_RESIDENT_PARTICIPANTS
+    """With ``persist``: participants each topic section keeps in memory at most (the
+    least recently used beyond it are retired to the journal)."""
 
     def options(self) -> ContextOptions:
         """The context configuration this table describes (checked by ``context_options``)."""
@@ -509,6 +519,8 @@ RANGES: dict[str, tuple[float, float]] = {
     "context.topic_budget_bytes": _TEXT_BYTES,
     "context.compaction_input_budget_bytes": _TEXT_BYTES,
     "context.topics.*.budget_bytes": _TEXT_BYTES,
+    "context.retire_idle_s": (1, 86_400),
+    "context.max_resident_participants": (1, 10_000_000),
     **{f"destinations.*.model.{field}": bounds for field, bounds in _MODEL_RANGES.items()},
     "destinations.*.max_iterations": (1, 1000),
     "destinations.*.tool_timeout_s": _SECONDS,

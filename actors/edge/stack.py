@@ -42,7 +42,7 @@ from typing import Any
 
 from xrmq.actors.context import ContextManager, context_plan, register_sections, register_workers
 from xrmq.actors.context.plan import ContextPlan
-from xrmq.actors.context.sections import orphan_journals
+from xrmq.actors.context.sections import TOPIC_JOURNAL_PREFIX, orphan_journals
 from xrmq.actors.context.store import ContextStore, open_store
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import LLMService, ModelSpec, create_llm
@@ -95,6 +95,8 @@ def plan_of(config: EdgeConfig) -> ContextPlan:
         **config.context.manager_kwargs(),
         compaction_workers=max(workers, 1),
         section_hosts=section_hosts(config),
+        retire_idle_s=config.context.retire_idle_s,
+        max_resident_participants=config.context.max_resident_participants,
     )
 
 
@@ -144,7 +146,11 @@ def open_context_store(config: EdgeConfig, shard: int) -> ContextStore | None:
         return None
     on_corrupt: Any = config.context.on_corrupt  # validated by the config's decoding
     private_state_dir(config)
-    return open_store(context_store_path(config, shard), on_corrupt=on_corrupt)
+    return open_store(
+        context_store_path(config, shard),
+        on_corrupt=on_corrupt,
+        on_demand_prefix=TOPIC_JOURNAL_PREFIX,  # a restart reads only dialogues and jobs
+    )
 
 
 def prepared_llm(spec: ModelSpec) -> LLMService:
