@@ -118,7 +118,7 @@ def test_salient_values_are_numbers_identifiers_times_and_names_not_bookkeeping(
 
 def test_previous_summary_returned_unchanged_while_entries_add_values_is_frozen():
     previous = "Meeting in room 12 at 09:00."
-    assert summary_problem(previous, previous, ["Correction: meeting moved to room 539."]) == (
+    assert summary_problem(previous, previous, ["Correction: meeting moved to room 539."], 500) == (
         "frozen"
     )
 
@@ -126,18 +126,29 @@ def test_previous_summary_returned_unchanged_while_entries_add_values_is_frozen(
 def test_previous_summary_with_the_new_value_merged_in_is_accepted():
     previous = "Meeting in room 12 at 09:00 with the finance team of the northern office."
     merged = "Meeting in room 539 at 09:00 with the finance team of the northern office."
-    assert summary_problem(merged, previous, ["Correction: meeting moved to room 539."]) is None
+    assert (
+        summary_problem(merged, previous, ["Correction: meeting moved to room 539."], 500) is None
+    )
 
 
 def test_summary_without_the_entries_values_is_lossy():
     entries = ["Sensor S1 read 101 kPa.", "Sensor S2 read 102 kPa."]
-    assert summary_problem("The material records sensor readings.", "", entries) == "lossy"
-    assert summary_problem("S1 read 101 kPa.", "", [*entries, "Door D7 at 10:30."]) == "lossy"
-    assert summary_problem("S1 101, S2 102.", "", entries) is None
+    assert summary_problem("The material records sensor readings.", "", entries, 500) == "lossy"
+    assert summary_problem("S1 read 101 kPa.", "", [*entries, "Door D7 at 10:30."], 500) == "lossy"
+    assert summary_problem("S1 101, S2 102.", "", entries, 500) is None
+
+
+def test_a_summary_is_held_to_the_values_that_fit_its_limit():
+    entries = [f"Sensor S{i} read {100 + i} kPa." for i in range(10)]
+    assert summary_problem("Sensor S3 read 103 kPa.", "", entries, 30) is None
+    assert summary_problem("Sensors read pressures.", "", entries, 30) == "lossy"
 
 
 def test_entries_without_values_never_fail_a_summary():
-    assert summary_problem("Chatted about the weather.", "", ["hello there", "how are you"]) is None
+    assert (
+        summary_problem("Chatted about the weather.", "", ["hello there", "how are you"], 500)
+        is None
+    )
 
 
 # --- the engine --------------------------------------------------------------------------

@@ -729,7 +729,9 @@ class Section(msgspec.Struct, frozen=True):
         """Guarded: why ``text`` must not replace the entries (and the summary), counted."""
         if not self.settings.guarded:
             return None
-        problem = summary_problem(text, state.summary, self._texts(state, entry_ids))
+        problem = summary_problem(
+            text, state.summary, self._texts(state, entry_ids), self.spec.summary_limit_bytes
+        )
         if problem == "frozen":
             state.frozen_summaries += 1
         elif problem == "lossy":

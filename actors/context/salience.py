@@ -150,22 +150,26 @@ def _folded(text: str) -> str:
 
 
 def summary_problem(
-    summary: str, previous: str, entries: list[str] | tuple[str, ...]
+    summary: str, previous: str, entries: list[str] | tuple[str, ...], limit_bytes: int
 ) -> SummaryProblem | None:
     """Why ``summary`` must not replace ``entries`` (after ``previous``), or None if it may.
 
-    ``frozen``: the entries carry values the previous summary lacks, and ``summary`` is the
-    previous summary (nearly: ``NEAR_IDENTICAL_RATIO``) without any of them. ``lossy``: it
-    keeps fewer than ``MIN_KEPT_SHARE`` (and at least one) of the entries' values. A value
-    is kept when it occurs in the summary (case and whitespace folded). Entries without
-    values never make a summary fail.
+    The yardstick is what fits: the extractive summary of the same material within the same
+    ``limit_bytes`` (the fallback's). ``frozen``: ``summary`` is the previous summary (nearly:
+    ``NEAR_IDENTICAL_RATIO``) without any value the entries added, where the yardstick keeps
+    some. ``lossy``: it keeps fewer than ``MIN_KEPT_SHARE`` (and at least one) of the entries'
+    values the yardstick keeps. A value is kept when it occurs in the text (case and
+    whitespace folded). Entries without values never make a summary fail, nor does a
+    material whose values do not fit the limit at all.
     """
     values = salient_values("\n".join(entries))
     if not values:
         return None
+    yardstick = _folded(extractive_summary("\n".join([previous, *entries]), limit_bytes))
     text, before = _folded(summary), _folded(previous)
     kept = {value for value in values if value in text}
-    added = {value for value in values if value not in before}
+    fits = {value for value in values if value in yardstick}
+    added = {value for value in fits if value not in before}
     if (
         before
         and added
@@ -174,6 +178,6 @@ def summary_problem(
         >= NEAR_IDENTICAL_RATIO
     ):
         return "frozen"
-    if len(kept) < max(1, math.ceil(len(values) * MIN_KEPT_SHARE)):
+    if fits and len(kept) < max(1, math.ceil(len(fits) * MIN_KEPT_SHARE)):
         return "lossy"
     return None
