@@ -16,6 +16,7 @@ import re
 import pytest
 
 from xrmq.actors.context import ContextManager
+from xrmq.actors.context.config import context_config
 from xrmq.actors.context.salience import extractive_summary, salient_values
 from xrmq.actors.models import ChatRequest, ScriptedLLM, ScriptedResponse, compaction_limit
 from xrmq.actors.runtime import AgentRuntime
@@ -127,3 +128,11 @@ async def test_a_weak_compaction_model_loses_no_value_and_the_fallback_is_counte
         run = run + 1 if index and request == sent[index - 1] else 1
         longest = max(longest, run)
     assert longest <= 2
+
+
+def test_summary_guards_are_off_unless_asked_for_and_reach_every_section():
+    assert not context_config(incremental_context_topics=(TOPIC,)).dialogue.settings.guarded
+    guarded = context_config(incremental_context_topics=(TOPIC,), summary_guards=True)
+    assert all(s.settings.guarded for s in (guarded.dialogue, *guarded.topics))
+    with pytest.raises(ValueError, match="summary_guards"):
+        context_config(summary_guards="yes")  # type: ignore[arg-type]
