@@ -135,4 +135,4 @@ def test_summary_guards_are_off_unless_asked_for_and_reach_every_section():
     guarded = context_config(incremental_context_topics=(TOPIC,), summary_guards=True)
     assert all(s.settings.guarded for s in (guarded.dialogue, *guarded.topics))
     with pytest.raises(ValueError, match="summary_guards"):
-        context_config(summary_guards="yes")  # type: ignore[arg-type]
+        context_config(summary_guards="yes")
