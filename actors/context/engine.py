@@ -21,6 +21,14 @@ Compaction runs over an immutable snapshot (docs/context.md, "Snapshot compactio
 names the ids of the entries it summarizes, and its result removes exactly those, so entries
 recorded while it ran survive. A result whose job is not the state's pending job (the state was
 cleared and recreated, the job was already answered or abandoned) is discarded.
+
+Summary guards (``CompactionSettings.guarded``, issue 32): a small model may return the
+previous summary again or a description without the values people said. Guarded, every
+model summary is checked against the entries it replaces before it is accepted, a failed
+request is never resent unchanged, and the extractive summariser (``salience``, no model)
+compacts what the model keeps failing on, so a weak model cannot make values disappear or
+a section overflow. ``next_compaction`` may then compact by the fallback itself (the
+model's backoff), which changes the state like an applied result.
 """
 
 from __future__ import annotations
@@ -694,6 +702,11 @@ class Section(msgspec.Struct, frozen=True):
         is applied; a complete one still too long keeps its start and end; an empty,
         cut-off or failed one leaves the original summary to keep its start and end.
         A timed-out job is reported as a result with an ``error``.
+
+        With ``CompactionSettings.guarded`` a compact result is first checked
+        (``salience.summary_problem``): a frozen or lossy summary is ``REJECTED``, counted by
+        cause, and handled as a failure; failures are never retried unchanged and the
+        material's third one is compacted by the extractive fallback (``FALLBACK``).
         """
         pending = state.pending
         if pending is None or result.job != pending.request.job:
@@ -714,7 +727,7 @@ class Section(msgspec.Struct, frozen=True):
         if not failed and utf8_size(text) <= limit:
             self._model_summary(state, text, pending.entry_ids)
             return ApplyStatus.APPLIED
-        self._replace_summary(
+        self._model_summary(
             state, clip_middle(pending.candidate if failed else text, limit), pending.entry_ids
         )
         return ApplyStatus.CLIPPED
