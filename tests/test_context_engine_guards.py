@@ -12,6 +12,8 @@ import re
 from collections.abc import Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from xrmq.actors.context import (
     ApplyStatus,
@@ -20,6 +22,7 @@ from xrmq.actors.context import (
     Section,
     SectionSpec,
     SectionState,
+    utf8_size,
 )
 from xrmq.actors.context.compaction import CompactionRequest
 from xrmq.actors.context.salience import extractive_summary, salient_values, summary_problem
@@ -38,7 +41,7 @@ Model = Callable[[CompactionRequest], CompactionResult]
 def guarded_topic(budget: int = 3000) -> Section:
     return Section(
         SectionSpec("sample.notes", "incremental", budget),
-        CompactionSettings(budget // 2 + 256, guarded=True),
+        CompactionSettings((budget + 1) // 2 + 256, guarded=True),
     )
 
 
@@ -222,3 +225,45 @@ def test_repeated_fallbacks_back_off_the_model():
     assert run.state.model_skips > 0 or run.state.fallback_streak >= 3
     # Backing off: fewer model requests than three per compacted batch.
     assert model_made < 3 * run.state.fallbacks
+
+
+OUTCOMES = st.sampled_from(["good", "frozen", "lossy", "cut_off", "error", "over"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    budget=st.integers(400, 3000),
+    outcomes=st.lists(OUTCOMES, min_size=1, max_size=60),
+    sizes=st.lists(st.integers(0, 300), min_size=1, max_size=60),
+)
+def test_guarded_sections_keep_their_limits_and_never_resend_a_request_unchanged(
+    budget, outcomes, sizes
+):
+    section = guarded_topic(budget)
+    state = section.new_state("g")
+    state.summary = EARLIER
+    models: dict[str, Model] = {
+        "good": good,
+        "frozen": frozen,
+        "lossy": lossy,
+        "cut_off": cut_off,
+        "error": lambda request: CompactionResult(request.job, error="model down"),
+        "over": lambda request: CompactionResult(request.job, "x " * request.limit_bytes, "stop"),
+    }
+    sent: list[str] = []
+    for i, size in enumerate(sizes):
+        section.append_update(
+            state, f"Sensor S{i} read {i} kPa. " + "z" * size, timestamp_us=T0 + i * SECOND
+        )
+        step = 0
+        while (request := section.next_compaction(state)) is not None:
+            if request.kind == "compact":
+                assert not sent or request.user_message != sent[-1], "resent unchanged"
+                sent.append(request.user_message)
+            outcome = outcomes[(i + step) % len(outcomes)]
+            section.apply_result(state, models[outcome](request))
+            step += 1
+        assert utf8_size(state.summary) <= section.spec.summary_limit_bytes
+        assert state.summary_by in ("", "model", "extractive")
+        assert sum(utf8_size(b.text) for b in section.render(state).blocks) <= budget
+        assert state.failures < 3 and 0 <= state.model_skips <= 8
