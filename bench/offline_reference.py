@@ -18,15 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from xrmq.actors.context.salience import _ALNUM, _LABEL, _TAG
 from xrmq.actors.models import ChatMessage, ChatRequest, Usage
 from xrmq.actors.models.chunking import word_chunks
 from xrmq.actors.models.extractive import (
-    _ALNUM,
     _CLOCK_LINE,
     _GREETING,
-    _LABEL,
     _LEADING_TAGS,
-    _TAG,
     _THANKS,
     _TIME_QUESTION,
     _WORD,

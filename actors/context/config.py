@@ -83,6 +83,11 @@ class ContextOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     """One budget for every topic, or one per configured topic."""
     compaction_input_budget_bytes: Budget = DEFAULT_COMPACTION_INPUT_BUDGET_BYTES
     compaction_prompts: CompactionPrompts | None = None
+    summary_guards: bool = False
+    """Check every model summary before it replaces entries, never resend a failed request
+    unchanged, and fall back to the extractive summariser (``CompactionSettings.guarded``).
+    Off by default for now: on, a summary that keeps too few of its entries' values is
+    refused, which placeholder summaries in existing deployments' tests would be."""
     namespace: Namespace = DEFAULT_NAMESPACE
     compaction_workers: Count = DEFAULT_COMPACTION_WORKERS
     worker_concurrency: Count = DEFAULT_WORKER_CONCURRENCY
@@ -104,6 +109,7 @@ SECTION_OPTIONS = (
     "topic_budget_bytes",
     "compaction_input_budget_bytes",
     "compaction_prompts",
+    "summary_guards",
 )
 """The ``ContextOptions`` fields that define the sections (``context_config``'s arguments)."""
 
@@ -248,7 +254,9 @@ def context_options(**kwargs: Any) -> ContextOptions:
 def config_of(options: ContextOptions) -> ContextConfig:
     """The sections a checked ``ContextOptions`` defines."""
     prompts = options.compaction_prompts or CompactionPrompts()
-    settings = CompactionSettings(options.compaction_input_budget_bytes, prompts)
+    settings = CompactionSettings(
+        options.compaction_input_budget_bytes, prompts, guarded=options.summary_guards
+    )
     budgets = options.topic_budget_bytes
 
     def budget(name: str) -> int:
@@ -276,6 +284,7 @@ def context_config(
     topic_budget_bytes: int | Mapping[str, int] = DEFAULT_TOPIC_BUDGET_BYTES,
     compaction_input_budget_bytes: int = DEFAULT_COMPACTION_INPUT_BUDGET_BYTES,
     compaction_prompts: CompactionPrompts | None = None,
+    summary_guards: bool = False,
 ) -> ContextConfig:
     """Check the ContextManager's section arguments (same names and defaults) into the
     sections they define: ``config_of(context_options(...))``; the rules are
@@ -288,5 +297,6 @@ def context_config(
             topic_budget_bytes=topic_budget_bytes,
             compaction_input_budget_bytes=compaction_input_budget_bytes,
             compaction_prompts=compaction_prompts,
+            summary_guards=summary_guards,
         )
     )

@@ -21,6 +21,14 @@ Compaction runs over an immutable snapshot (docs/context.md, "Snapshot compactio
 names the ids of the entries it summarizes, and its result removes exactly those, so entries
 recorded while it ran survive. A result whose job is not the state's pending job (the state was
 cleared and recreated, the job was already answered or abandoned) is discarded.
+
+Summary guards (``CompactionSettings.guarded``, issue 32): a small model may return the
+previous summary again or a description without the values people said. Guarded, every
+model summary is checked against the entries it replaces before it is accepted, a failed
+request is never resent unchanged, and the extractive summariser (``salience``, no model)
+compacts what the model keeps failing on, so a weak model cannot make values disappear or
+a section overflow. ``next_compaction`` may then compact by the fallback itself (the
+model's backoff), which changes the state like an applied result.
 """
 
 from __future__ import annotations
@@ -53,6 +61,7 @@ from .render import (
     summary_label,
     update_text,
 )
+from .salience import SummaryProblem, extractive_summary, summary_problem
 
 SectionKind = Literal["dialogue", "incremental", "summary"]
 """Dialogue and incremental topics keep entries and a rolling summary; a summary topic
@@ -102,12 +111,30 @@ class SectionSpec(msgspec.Struct, frozen=True):
         return 4 * self.budget_bytes
 
 
+MODEL_ATTEMPTS = 3
+"""Model requests for the same material before the extractive fallback compacts it: the
+batch, a different or smaller batch after the next entry, then at once a smaller one."""
+
+MAX_MODEL_SKIPS = 8
+"""Backoff cap: compactions made by the fallback, without asking the model, after a run of
+fallbacks (1, 3, 7, then 8 after the second, third, fourth fallback in a row)."""
+
+SummarySource = Literal["", "model", "extractive"]
+"""What made a section's summary: nothing yet (or a merged dump), the model, or the
+deterministic extractive fallback."""
+
+
 class CompactionSettings(msgspec.Struct, frozen=True):
     """Manager-wide compaction configuration shared by every section."""
 
     input_budget_bytes: int
     """Bound on the previous summary plus the entries sent in one request."""
     prompts: CompactionPrompts = msgspec.field(default_factory=CompactionPrompts)
+    guarded: bool = False
+    """Summary guards (docs/context.md, "Compaction"): every model summary is checked
+    (``salience.summary_problem``) before it replaces entries, a failing request is never
+    resent unchanged, and material the model keeps failing on is compacted by the extractive
+    fallback. Off, the engine behaves as the seed table says (the manager turns it on)."""
 
 
 class Entry(msgspec.Struct, frozen=True):
@@ -168,6 +195,24 @@ class SectionState(msgspec.Struct):
     """Short identities of every exchange recorded this session (dialogue only)."""
     dropped_entries: int = 0
     """Entries dropped uncompacted to hold the section to ``stored_limit_bytes``."""
+    summary_by: SummarySource = ""
+    """What made ``summary`` (guarded settings): the model or the extractive fallback."""
+    failures: int = 0
+    """Failed model requests in a row on the current material (guarded settings)."""
+    failed_request: bytes = b""
+    """Digest of the last failed request's material, so it is never resent unchanged."""
+    batch_cap: int = 0
+    """Most entries the next compact request may take (0: as many as fit)."""
+    frozen_summaries: int = 0
+    """Model summaries refused as the previous summary again (``summary_problem``)."""
+    lossy_summaries: int = 0
+    """Model summaries refused for dropping the entries' values (``summary_problem``)."""
+    fallbacks: int = 0
+    """Batches compacted by the extractive fallback instead of the model."""
+    fallback_streak: int = 0
+    """Fallbacks since the model's last accepted summary."""
+    model_skips: int = 0
+    """Backoff: compactions still to make by the fallback before the model is asked again."""
 
 
 class ApplyStatus(enum.Enum):
@@ -181,6 +226,11 @@ class ApplyStatus(enum.Enum):
     """The summary was over its limit; ``next_compaction`` returns a condense request."""
     FAILED = "failed"
     """Empty, cut off or an error: entries kept, retried after the section's next entry."""
+    REJECTED = "rejected"
+    """Guarded: the summary failed the check (frozen or lossy); handled like a failure."""
+    FALLBACK = "fallback"
+    """Guarded: the model failed the same material again; the extractive summariser
+    compacted the batch instead."""
     STALE = "stale"
     """The result's job is not the pending job; it was discarded and nothing changed."""
 
@@ -300,6 +350,16 @@ def fit_newest(
             kept.append(ContextBlock(newest.timestamp_us, text))
             clipped = True
     return tuple(reversed(kept)), len(dated) - len(kept), clipped
+
+
+def _digest_message(message: str) -> bytes:
+    return hashlib.blake2b(message.encode(), digest_size=12).digest()
+
+
+def _digest(summary: str, texts: Sequence[str]) -> bytes:
+    """Digest of the compact request for ``texts`` after ``summary``: equal digests, equal
+    requests (the prompts are fixed per section)."""
+    return _digest_message(compact_message(summary, texts))
 
 
 def _order(entry: Entry) -> tuple[int, int]:
@@ -477,22 +537,38 @@ class Section(msgspec.Struct, frozen=True):
             return self._issue(
                 state, "condense", condense_message(material), due.entry_ids, due.candidate
             )
-        if not state.backlog:
-            if state.awaiting_entry or not self.compaction_due(state):
-                return None
-            state.backlog = [entry.entry_id for entry in self._eligible(state)]
+        while True:
             if not state.backlog:
-                return None
-        return self._issue_batch(state)
+                if state.awaiting_entry or not self.compaction_due(state):
+                    return None
+                state.backlog = [entry.entry_id for entry in self._eligible(state)]
+                if not state.backlog:
+                    return None
+            texts, ids = self._batch(state)
+            if self.settings.guarded:
+                if state.model_skips == 0 and _digest(state.summary, texts) == state.failed_request:
+                    keep = len(ids) // 2  # never the failed request again: a smaller batch
+                    texts, ids = texts[:keep], ids[:keep]
+                if state.model_skips > 0:  # backing off: the model is not asked this time
+                    state.model_skips -= 1
+                    self._fallback(state, ids, backoff=True)
+                    continue
+                if not ids:  # one entry that failed alone: no smaller request exists
+                    self._fallback(state, self._batch(state)[1])
+                    continue
+            message = compact_message(state.summary, texts)
+            return self._issue(state, "compact", message, tuple(ids))
 
-    def _issue_batch(self, state: SectionState) -> CompactionRequest:
-        """The oldest backlog entries that fit beside the previous summary.
+    def _batch(self, state: SectionState) -> tuple[list[str], list[int]]:
+        """The oldest backlog entries that fit beside the previous summary (at most
+        ``batch_cap`` when set): their texts as sent and their ids.
 
         The first entry of a batch is always taken; if it alone exceeds the room, it
         keeps its start and end with an omission marker, so later entries still compact.
         """
         room = self.settings.input_budget_bytes - utf8_size(state.summary)
         backlog = set(state.backlog)
+        cap = state.batch_cap or len(state.backlog)
         texts: list[str] = []
         ids: list[int] = []
         for entry in state.entries:
@@ -502,12 +578,12 @@ class Section(msgspec.Struct, frozen=True):
                 texts.append(clip_middle(entry.text, room))
                 ids.append(entry.entry_id)
                 break
-            if entry.size > room:
+            if entry.size > room or len(ids) >= cap:
                 break
             texts.append(entry.text)
             ids.append(entry.entry_id)
             room -= entry.size
-        return self._issue(state, "compact", compact_message(state.summary, texts), tuple(ids))
+        return texts, ids
 
     def _issue(
         self,
@@ -626,6 +702,11 @@ class Section(msgspec.Struct, frozen=True):
         is applied; a complete one still too long keeps its start and end; an empty,
         cut-off or failed one leaves the original summary to keep its start and end.
         A timed-out job is reported as a result with an ``error``.
+
+        With ``CompactionSettings.guarded`` a compact result is first checked
+        (``salience.summary_problem``): a frozen or lossy summary is ``REJECTED``, counted by
+        cause, and handled as a failure; failures are never retried unchanged and the
+        material's third one is compacted by the extractive fallback (``FALLBACK``).
         """
         pending = state.pending
         if pending is None or result.job != pending.request.job:
@@ -635,22 +716,103 @@ class Section(msgspec.Struct, frozen=True):
         failed = result.error is not None or result.finish_reason not in (None, "stop") or not text
         limit = self.spec.summary_limit_bytes
         if pending.request.kind == "compact":
-            if failed:
-                state.backlog = []
-                state.awaiting_entry = True
-                return ApplyStatus.FAILED
+            problem = None if failed else self._check(state, text, pending.entry_ids)
+            if failed or problem is not None:
+                return self._failed(state, pending, problem)
             if utf8_size(text) > limit:
                 state.condense_due = CondenseDue(text, pending.entry_ids)
                 return ApplyStatus.CONDENSE_DUE
-            self._replace_summary(state, text, pending.entry_ids)
+            self._model_summary(state, text, pending.entry_ids)
             return ApplyStatus.APPLIED
         if not failed and utf8_size(text) <= limit:
-            self._replace_summary(state, text, pending.entry_ids)
+            self._model_summary(state, text, pending.entry_ids)
             return ApplyStatus.APPLIED
-        self._replace_summary(
+        self._model_summary(
             state, clip_middle(pending.candidate if failed else text, limit), pending.entry_ids
         )
         return ApplyStatus.CLIPPED
+
+    def _texts(self, state: SectionState, entry_ids: Sequence[int]) -> list[str]:
+        wanted = set(entry_ids)
+        return [entry.text for entry in state.entries if entry.entry_id in wanted]
+
+    def _check(
+        self, state: SectionState, text: str, entry_ids: tuple[int, ...]
+    ) -> SummaryProblem | None:
+        """Guarded: why ``text`` must not replace the entries (and the summary), counted."""
+        if not self.settings.guarded:
+            return None
+        problem = summary_problem(
+            text, state.summary, self._texts(state, entry_ids), self.spec.summary_limit_bytes
+        )
+        if problem == "frozen":
+            state.frozen_summaries += 1
+        elif problem == "lossy":
+            state.lossy_summaries += 1
+        return problem
+
+    def _failed(
+        self, state: SectionState, pending: PendingJob, problem: SummaryProblem | None
+    ) -> ApplyStatus:
+        """A compact request failed (or its summary was refused): keep the entries.
+
+        Unguarded, or on the material's first failure, the next request waits for the
+        section's next entry. Guarded, the material's second failure asks at once for a
+        smaller batch, and its third (or a failure no smaller batch can follow) compacts
+        the batch with the extractive fallback.
+        """
+        status = ApplyStatus.FAILED if problem is None else ApplyStatus.REJECTED
+        if not self.settings.guarded:
+            state.backlog = []
+            state.awaiting_entry = True
+            return status
+        state.failures += 1
+        state.failed_request = _digest_message(pending.request.user_message)
+        if state.failures == 1:
+            state.backlog = []
+            state.awaiting_entry = True
+            return status
+        if state.failures < MODEL_ATTEMPTS and len(pending.entry_ids) > 1:
+            state.batch_cap = len(pending.entry_ids) // 2
+            if not state.backlog:
+                state.backlog = [entry.entry_id for entry in self._eligible(state)]
+            return status
+        self._fallback(state, list(pending.entry_ids))
+        return ApplyStatus.FALLBACK
+
+    def _fallback(
+        self, state: SectionState, entry_ids: Sequence[int], *, backoff: bool = False
+    ) -> None:
+        """Compact ``entry_ids`` with the extractive summariser (no model) and continue the
+        run with the rest. A fallback the model's failures caused (not ``backoff``) backs
+        the model off: the next 0, 1, 3, 7 (at most ``MAX_MODEL_SKIPS``) compactions skip it."""
+        texts = self._texts(state, entry_ids)
+        room = self.settings.input_budget_bytes - utf8_size(state.summary)
+        if len(texts) == 1 and utf8_size(texts[0]) > room:
+            texts = [clip_middle(texts[0], room)]
+        material = compact_message(state.summary, texts)
+        summary = extractive_summary(material, self.spec.summary_limit_bytes)
+        self._replace_summary(state, summary, tuple(entry_ids))
+        state.summary_by = "extractive"
+        state.fallbacks += 1
+        if not backoff:
+            state.fallback_streak += 1
+            state.model_skips = min(2 ** (state.fallback_streak - 1) - 1, MAX_MODEL_SKIPS)
+        self._reset_failures(state)
+
+    def _model_summary(self, state: SectionState, text: str, entry_ids: tuple[int, ...]) -> None:
+        self._replace_summary(state, text, entry_ids)
+        if self.settings.guarded:
+            state.summary_by = "model"
+            state.fallback_streak = 0
+            self._reset_failures(state)
+
+    @staticmethod
+    def _reset_failures(state: SectionState) -> None:
+        state.failures = 0
+        state.failed_request = b""
+        state.batch_cap = 0
+        state.awaiting_entry = False
 
     def _replace_summary(
         self, state: SectionState, summary: str, entry_ids: tuple[int, ...]

@@ -234,9 +234,16 @@ class SectionHost:
         self._sweeper: asyncio.TimerHandle | None = None
         self._prefetched: dict[str, _Participant] = {}
         """Retired participants read for the snapshot page being built (``prefetch``)."""
+        self.summaries_frozen = 0
+        """Model summaries refused as the previous summary again (issue 32's guards)."""
+        self.summaries_lossy = 0
+        """Model summaries refused for dropping the entries' values."""
+        self.compaction_fallbacks = 0
+        """Batches compacted by the extractive fallback instead of the model."""
 
     def gauges(self) -> dict[str, float]:
-        """Compactions applied so far and the jobs still out (the backlog)."""
+        """Compactions applied so far, the jobs still out (the backlog), and the guards'
+        refusals by cause and fallbacks."""
         backlog = sum(record.job is not None for record in self.participants.values())
         return {
             "context.compactions": self.compactions,
@@ -244,7 +251,32 @@ class SectionHost:
             "context.entries_dropped": self.entries_dropped,
             "context.participants_retired": self.retired,
             "context.participants_loaded": self.loaded,
+            "context.summaries_frozen": self.summaries_frozen,
+            "context.summaries_lossy": self.summaries_lossy,
+            "context.compaction_fallbacks": self.compaction_fallbacks,
         }
+
+    def _tally(
+        self, participant_id: str, state: SectionState, before: tuple[int, int, int]
+    ) -> None:
+        """Count and log what the guards did to ``state`` since ``before`` (``_guarded``)."""
+        frozen, lossy, fallbacks = (a - b for a, b in zip(_guarded(state), before, strict=True))
+        if not (frozen or lossy or fallbacks):
+            return
+        self.summaries_frozen += frozen
+        self.summaries_lossy += lossy
+        self.compaction_fallbacks += fallbacks
+        log = self._log(participant_id)
+        for cause, count in (("frozen", frozen), ("lossy", lossy)):
+            if count:
+                log.warning("compaction.rejected", cause=cause, count=count)
+        if fallbacks:
+            log.warning(
+                "compaction.fallback",
+                count=fallbacks,
+                summary_by=state.summary_by,
+                model_skips=state.model_skips,
+            )
 
     @property
     def _runtime(self) -> AgentRuntime | None:
@@ -272,6 +304,7 @@ class SectionHost:
         """
         record = self._resident(participant_id)
         dropped = record.state.dropped_entries
+        guarded = _guarded(record.state)
         change(record.state)
         dropped = record.state.dropped_entries - dropped
         if dropped:
@@ -290,6 +323,7 @@ class SectionHost:
         if ack is not None:
             _acknowledge(record, ack)
         self._advance(participant_id, record)
+        self._tally(participant_id, record.state, guarded)
 
     def acknowledged(self, participant_id: str, writer: str, seq: int) -> bool:
         """Whether the participant's state already holds write ``seq`` of ``writer`` (a
@@ -540,6 +574,7 @@ class SectionHost:
             )
             return
         job = record.job
+        guarded = _guarded(record.state)
         status = self.section.apply_result(record.state, done.result)
         if status in (ApplyStatus.APPLIED, ApplyStatus.CLIPPED):
             self.compactions += 1
@@ -555,11 +590,14 @@ class SectionHost:
                     )
         self._log_status(participant_id, status, done.result)
         self._advance(participant_id, record)
+        self._tally(participant_id, record.state, guarded)
         if status is not ApplyStatus.STALE:
             self._manual_done(
                 participant_id,
                 record,
-                _failure(done.result) if status is ApplyStatus.FAILED else None,
+                _failure(done.result)
+                if status in (ApplyStatus.FAILED, ApplyStatus.REJECTED)
+                else None,
             )
 
     def clear(self, participant_id: str | None) -> Cleared:
@@ -651,9 +689,11 @@ class SectionHost:
         result = CompactionResult(
             job, error=f"timeout after {self._plan.compaction_timeout_s}s at workers {tried}"
         )
+        guarded = _guarded(record.state)
         status = self.section.apply_result(record.state, result)
         self._log_status(participant_id, status, result)
         self._advance(participant_id, record)
+        self._tally(participant_id, record.state, guarded)
         self._manual_done(
             participant_id, record, result.error if status is ApplyStatus.FAILED else None
         )
@@ -662,9 +702,9 @@ class SectionHost:
         self, participant_id: str, status: ApplyStatus, result: CompactionResult
     ) -> None:
         log = self._log(participant_id)
-        if status is ApplyStatus.FAILED:
+        if status in (ApplyStatus.FAILED, ApplyStatus.REJECTED):
             log.warning(
-                "compaction.failed",
+                f"compaction.{status.value}",
                 job=result.job.job_id,
                 error=result.error,
                 finish_reason=result.finish_reason,
@@ -769,10 +809,13 @@ class SectionHost:
 
 
 def _failure(result: CompactionResult) -> str:
+    """Why a compact result was not applied (failed, or refused by the summary check)."""
     if result.error is not None:
         return result.error
     if result.finish_reason not in (None, "stop"):
         return f"the model stopped: {result.finish_reason}"
+    if result.text.strip():
+        return "the model's summary was refused: the previous summary again, or values lost"
     return "the model returned no summary"
 
 
@@ -1433,3 +1476,8 @@ def register_sections(
         runtime.register(topic_actor_name(name, actor.host.section.spec.name), actor)
     runtime.register(host_actor_name(name, shard), host)
     return host
+
+
+def _guarded(state: SectionState) -> tuple[int, int, int]:
+    """The state's guard counters: summaries refused as frozen, as lossy, and fallbacks."""
+    return (state.frozen_summaries, state.lossy_summaries, state.fallbacks)

@@ -176,6 +176,9 @@ class ContextSettings(_Section, frozen=True):
     """Budget of every topic that does not set its own ``budget_bytes``."""
     compaction_input_budget_bytes: Budget = DEFAULT_COMPACTION_INPUT_BUDGET_BYTES
     prompts: PromptsConfig = PromptsConfig()
+    summary_guards: bool = False
+    """Check every model summary, never resend a failed request unchanged, and fall back to
+    the extractive summariser (docs/context.md, "Compaction", the guarded rows)."""
     persist: bool = True
     """Whether the context processes journal every section state (SQLite) and restore it
     after a restart."""
@@ -212,6 +215,7 @@ class ContextSettings(_Section, frozen=True):
             "topic_budget_bytes": {name: self.topic_budget(name) for name in self.topics},
             "compaction_input_budget_bytes": self.compaction_input_budget_bytes,
             "compaction_prompts": self.prompts.prompts(),
+            "summary_guards": self.summary_guards,
         }
 
     def topic_budget(self, name: str) -> int:

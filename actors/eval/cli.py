@@ -62,6 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="LOG",
         help="rerun a logged run from its calls.jsonl with no model",
     )
+    parser.add_argument(
+        "--guards",
+        action="store_true",
+        help="compact with the summary guards on (check, fallback, no unchanged resends)",
+    )
     parser.add_argument("--concurrency", type=int, default=4, help="participants run at once")
     parser.add_argument(
         "--out", type=Path, default=Path("bench-results/eval"), help="output directory"
@@ -144,6 +149,7 @@ async def _run_all(
             compaction_llm=compaction_llm,
             answers_llm=answers_llm,
             concurrency=concurrency,
+            guarded=bool(header.get("guards", False)),
         )
         for name, prompts in variants.items()
     ]
@@ -180,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
                 "compaction": msgspec.to_builtins(compaction),
             },
             "prompts": msgspec.to_builtins(variants),
+            "guards": args.guards,
             "versions": _versions(),
         }
         log = CallLog(args.out / "calls.jsonl", header)

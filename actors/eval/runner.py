@@ -23,7 +23,6 @@ from collections.abc import Mapping
 import msgspec
 
 from xrmq.actors.context.engine import (
-    ApplyStatus,
     CompactionSettings,
     Section,
     SectionSpec,
@@ -90,9 +89,12 @@ class RunResult(msgspec.Struct, kw_only=True):
     """Each participant's rendered blocks at each probe point, as the probes saw them."""
 
 
-def sections_for(config: SessionConfig, prompts: CompactionPrompts) -> dict[str, Section]:
-    """The three sections of a session, with the given compaction prompts."""
-    settings = CompactionSettings(config.compaction_input_budget_bytes, prompts)
+def sections_for(
+    config: SessionConfig, prompts: CompactionPrompts, *, guarded: bool = False
+) -> dict[str, Section]:
+    """The three sections of a session, with the given compaction prompts, and the summary
+    guards if ``guarded`` (``CompactionSettings.guarded``)."""
+    settings = CompactionSettings(config.compaction_input_budget_bytes, prompts, guarded=guarded)
     return {
         "dialogue": Section(
             SectionSpec("dialogue", "dialogue", config.dialogue_budget_bytes), settings
@@ -146,16 +148,23 @@ class _Participant:
     async def compact(self, name: str, llm: LLMService) -> None:
         """Run every compaction the section asks for now, to the end."""
         section, state, stats = self.sections[name], self.states[name], self.stats[name]
-        while (request := section.next_compaction(state)) is not None:
-            before = {entry.entry_id for entry in state.entries}
-            status = section.apply_result(state, await compact(llm, request))
-            stats.statuses[status.value] = stats.statuses.get(status.value, 0) + 1
-            if status in (ApplyStatus.APPLIED, ApplyStatus.CLIPPED):
+        before = {entry.entry_id for entry in state.entries}
+        while True:
+            # A guarded section may compact by its fallback inside next_compaction (backoff).
+            request = section.next_compaction(state)
+            status = None
+            if request is not None:
+                status = section.apply_result(state, await compact(llm, request))
+                stats.statuses[status.value] = stats.statuses.get(status.value, 0) + 1
+            after = {entry.entry_id for entry in state.entries}
+            if before - after:
                 stats.compactions += 1
                 stats.summary_bytes.append(len(state.summary.encode()))
-                after = {entry.entry_id for entry in state.entries}
                 for entry_id in before - after:
                     self.absorbed_at[(name, entry_id)] = stats.compactions
+            before = after
+            if request is None:
+                break
 
     def depth(self, event_index: int) -> int:
         """Summary rewrites the statement of ``event_index`` has been through (0: verbatim)."""
@@ -255,10 +264,12 @@ async def run_variant(
     compaction_llm: LLMService,
     answers_llm: LLMService,
     concurrency: int = 4,
+    guarded: bool = False,
 ) -> RunResult:
     """Run ``session`` with ``prompts``; participants run concurrently, at most
-    ``concurrency`` at once (each participant's own calls stay in order)."""
-    sections = sections_for(session.config, prompts)
+    ``concurrency`` at once (each participant's own calls stay in order); ``guarded``
+    turns the summary guards on."""
+    sections = sections_for(session.config, prompts, guarded=guarded)
     gate = asyncio.Semaphore(concurrency)
 
     async def one(pid: str) -> _Outcome:

@@ -6,6 +6,9 @@ acknowledged, a greeting greeted; a summary keeps the sentences that carry names
 times, identifiers and corrections, within a byte limit. Both are deterministic, so a
 demo or a test shows exactly which input the output came from.
 
+The summariser and ``content_lines`` live in the pure ``context.salience`` (the context
+engine falls back to the same summariser); they are re-exported here.
+
 Per-line work is memoized (``LINE_CACHE_SIZE``): consecutive turns of one participant
 send mostly the same context lines, so each line is cleaned and analysed once, not once
 per turn; the caches are LRUs of fixed size and change no result.
@@ -18,28 +21,14 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import NamedTuple
 
+from xrmq.actors.context.salience import STOPWORDS as _STOPWORDS
+from xrmq.actors.context.salience import content_line
+from xrmq.actors.context.salience import extractive_summary as extractive_summary
+
 NO_MATCH_ANSWER = "I have nothing about that in what I was given."
 
-_STOPWORDS = frozenset(
-    """a an the is are was were be been am do does did what which who whom whose where when
-    why how i you me my your yours it its of in on at to for and or but with about that this
-    these those there here tell know can could would should will please have has had any
-    some from by as we our us they them their he she his her him if so not no yes just
-    now then than into out up down over again more most all""".split()
-)
 _WORD = re.compile(r"[a-z0-9]+")
-_TAG = re.compile(r"</?[A-Za-z][\w.:-]*>")
-_ALNUM = re.compile(r"\w")
-_LABEL = re.compile(r"^[\W_]*\w[\w ]{0,40}:\s*$")
-_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+")
-_NUMBER = re.compile(r"\d")
-_TIME = re.compile(r"\b\d{1,2}:\d{2}\b")
-_IDENTIFIER = re.compile(r"\b(?=\w*[A-Za-z])(?=\w*\d)[\w-]+\b|\b\w+[_-]\w+\b")
-_CAPITALIZED = re.compile(r"\b[A-Z][a-z]+")
-_CORRECTION = re.compile(
-    r"\b(actually|correction|corrected|instead|changed|now|no longer|updated)\b", re.I
-)
-_ELLIPSIS = "…"
+
 
 LINE_CACHE_SIZE = 4096
 """Distinct lines each per-line cache remembers, least recently used dropped first.
@@ -61,20 +50,6 @@ def keywords(text: str) -> set[str]:
             word = word[:-1]
         found.add(word)
     return found
-
-
-def content_lines(text: str) -> list[str]:
-    """The lines of ``text`` that carry content: markup tags removed, lines without any
-    letter or digit (rules, delimiters) and short label lines ("Previous summary:")
-    dropped."""
-    return [line for raw in text.splitlines() if (line := _content_line(raw)) is not None]
-
-
-@lru_cache(maxsize=LINE_CACHE_SIZE)
-def _content_line(raw: str) -> str | None:
-    """One line of ``content_lines``: its content, or None for a line it drops."""
-    line = _TAG.sub("", raw).strip()
-    return line if line and _ALNUM.search(line) and not _LABEL.match(line) else None
 
 
 _LEADING_TAGS = re.compile(r"^(?:\[[^\]]*\]\s*|Summary of earlier [^:]*:\s*|Current state:\s*)+")
@@ -207,6 +182,17 @@ class _LineFact(NamedTuple):
     """The clause's match words (empty for no fact)."""
 
 
+_content_line = lru_cache(maxsize=LINE_CACHE_SIZE)(content_line)
+"""``content_line``, memoized: a turn's context repeats the previous turn's lines."""
+
+
+def content_lines(text: str) -> list[str]:
+    """The lines of ``text`` that carry content: markup tags removed, lines without any
+    letter or digit (rules, delimiters) and short label lines ("Previous summary:")
+    dropped."""
+    return [line for raw in text.splitlines() if (line := _content_line(raw)) is not None]
+
+
 @lru_cache(maxsize=LINE_CACHE_SIZE)
 def _line_fact(line: str) -> _LineFact:
     clock = bool(_CLOCK_LINE.match(_LEADING_TAGS.sub("", line)))
@@ -283,59 +269,3 @@ def reply(message: str, context: Sequence[str]) -> str:
         else:
             parts.append(acknowledge(rest))
     return " ".join(parts) or NO_MATCH_ANSWER
-
-
-def _salience(sentence: str) -> int:
-    return (
-        1
-        + 3 * len(_NUMBER.findall(sentence))
-        + 2 * len(_TIME.findall(sentence))
-        + 2 * len(_IDENTIFIER.findall(sentence))
-        + 2 * sum(word.lower() not in _STOPWORDS for word in _CAPITALIZED.findall(sentence))
-        + 3 * len(_CORRECTION.findall(sentence))
-    )
-
-
-def _utf8_len(text: str) -> int:
-    return len(text.encode("utf-8"))
-
-
-def _shorten(text: str, limit_bytes: int) -> str:
-    """``text`` cut at a word boundary with an ellipsis, at most ``limit_bytes`` bytes."""
-    room = limit_bytes - _utf8_len(_ELLIPSIS)
-    if room <= 0:
-        return text.encode("utf-8")[:limit_bytes].decode("utf-8", "ignore")
-    head = text.encode("utf-8")[:room].decode("utf-8", "ignore")
-    if " " in head and not text.encode("utf-8")[room : room + 1].isspace():
-        head = head.rsplit(" ", 1)[0]
-    return head.rstrip() + _ELLIPSIS
-
-
-def extractive_summary(material: str, limit_bytes: int) -> str:
-    """Keep the most informative sentences of ``material`` within ``limit_bytes``.
-
-    ``material`` is the previous summary followed by the new entries; its sentences are
-    scored together, so the result merges both. Sentences with numbers, times, names,
-    identifiers and corrections score highest; exact repeats count once. Chosen
-    sentences keep their original order, one per line. If not even the best sentence
-    fits, it is shortened at a word boundary. The result never exceeds ``limit_bytes``
-    UTF-8 bytes.
-    """
-    sentences: list[str] = []
-    for line in content_lines(material):
-        for sentence in _SENTENCE_BREAK.split(line):
-            if sentence and sentence not in sentences:
-                sentences.append(sentence)
-    if not sentences or limit_bytes <= 0:
-        return ""
-    ranked = sorted(range(len(sentences)), key=lambda i: (-_salience(sentences[i]), i))
-    chosen: list[int] = []
-    used = -1  # the first sentence needs no separator
-    for index in ranked:
-        cost = _utf8_len(sentences[index]) + 1
-        if used + cost <= limit_bytes:
-            chosen.append(index)
-            used += cost
-    if not chosen:
-        return _shorten(sentences[ranked[0]], limit_bytes)
-    return "\n".join(sentences[i] for i in sorted(chosen))

@@ -1,0 +1,183 @@
+"""Salient values and the extractive summariser: pure text functions of the context core.
+
+A summary that replaces entries must keep what they said: the numbers, identifiers, times
+and proper names people will ask about (issue 32). ``salient_values`` finds those values,
+``summary_problem`` judges a model's summary against the entries it replaces and the
+previous summary (``frozen``: the previous summary again while the entries added values;
+``lossy``: too few of the entries' values kept), and ``extractive_summary`` is the
+deterministic summariser that keeps the sentences carrying values: the built-in offline
+model answers compaction requests with it, and the engine falls back to it when a model's
+summaries keep failing. No model, clock or I/O here, so the engine may use it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from typing import Literal
+
+SummaryProblem = Literal["frozen", "lossy"]
+"""Why a model's summary was refused: the previous summary again, or values dropped."""
+
+NEAR_IDENTICAL_RATIO = 0.9
+"""A summary at least this similar to the previous one (``difflib`` ratio, after case and
+whitespace folding) is "nearly identical": frozen unless it kept a value the entries added."""
+
+MIN_KEPT_SHARE = 0.5
+"""A summary must keep at least this share (and at least one) of the entries' values."""
+
+_TAG = re.compile(r"</?[A-Za-z][\w.:-]*>")
+_ALNUM = re.compile(r"\w")
+_LABEL = re.compile(r"^[\W_]*\w[\w ]{0,40}:\s*$")
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+")
+_NUMBER = re.compile(r"\d")
+_TIME = re.compile(r"\b\d{1,2}:\d{2}\b")
+_IDENTIFIER = re.compile(r"\b(?=\w*[A-Za-z])(?=\w*\d)[\w-]+\b|\b\w+[_-]\w+\b")
+_CAPITALIZED = re.compile(r"\b[A-Z][a-z]+")
+_ELLIPSIS = "…"
+
+STOPWORDS = frozenset(
+    """a an the is are was were be been am do does did what which who whom whose where when
+    why how i you me my your yours it its of in on at to for and or but with about that this
+    these those there here tell know can could would should will please have has had any
+    some from by as we our us they them their he she his her him if so not no yes just
+    now then than into out up down over again more most all""".split()
+)
+
+
+def content_lines(text: str) -> list[str]:
+    """The lines of ``text`` that carry content: markup tags removed, lines without any
+    letter or digit (rules, delimiters) and short label lines ("Previous summary:")
+    dropped."""
+    return [line for raw in text.splitlines() if (line := content_line(raw)) is not None]
+
+
+def content_line(raw: str) -> str | None:
+    """One line of ``content_lines``: its content, or None for a line it drops."""
+    line = _TAG.sub("", raw).strip()
+    return line if line and _ALNUM.search(line) and not _LABEL.match(line) else None
+
+
+_CORRECTION = re.compile(
+    r"\b(actually|correction|corrected|instead|changed|now|no longer|updated)\b", re.I
+)
+
+
+def _salience(sentence: str) -> int:
+    return (
+        1
+        + 3 * len(_NUMBER.findall(sentence))
+        + 2 * len(_TIME.findall(sentence))
+        + 2 * len(_IDENTIFIER.findall(sentence))
+        + 2 * sum(word.lower() not in STOPWORDS for word in _CAPITALIZED.findall(sentence))
+        + 3 * len(_CORRECTION.findall(sentence))
+    )
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def _shorten(text: str, limit_bytes: int) -> str:
+    """``text`` cut at a word boundary with an ellipsis, at most ``limit_bytes`` bytes."""
+    room = limit_bytes - _utf8_len(_ELLIPSIS)
+    if room <= 0:
+        return text.encode("utf-8")[:limit_bytes].decode("utf-8", "ignore")
+    head = text.encode("utf-8")[:room].decode("utf-8", "ignore")
+    if " " in head and not text.encode("utf-8")[room : room + 1].isspace():
+        head = head.rsplit(" ", 1)[0]
+    return head.rstrip() + _ELLIPSIS
+
+
+def extractive_summary(material: str, limit_bytes: int) -> str:
+    """Keep the most informative sentences of ``material`` within ``limit_bytes``.
+
+    ``material`` is the previous summary followed by the new entries; its sentences are
+    scored together, so the result merges both. Sentences with numbers, times, names,
+    identifiers and corrections score highest; exact repeats count once. Chosen
+    sentences keep their original order, one per line. If not even the best sentence
+    fits, it is shortened at a word boundary. The result never exceeds ``limit_bytes``
+    UTF-8 bytes.
+    """
+    sentences: list[str] = []
+    for line in content_lines(material):
+        for sentence in _SENTENCE_BREAK.split(line):
+            if sentence and sentence not in sentences:
+                sentences.append(sentence)
+    if not sentences or limit_bytes <= 0:
+        return ""
+    ranked = sorted(range(len(sentences)), key=lambda i: (-_salience(sentences[i]), i))
+    chosen: list[int] = []
+    used = -1  # the first sentence needs no separator
+    for index in ranked:
+        cost = _utf8_len(sentences[index]) + 1
+        if used + cost <= limit_bytes:
+            chosen.append(index)
+            used += cost
+    if not chosen:
+        return _shorten(sentences[ranked[0]], limit_bytes)
+    return "\n".join(sentences[i] for i in sorted(chosen))
+
+
+_BOOKKEEPING = re.compile(
+    r"\[[^\]]*\]|\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}:\d{2}:\d{2}\b|\bUTC\b"
+    r"|\b(?:User|Assistant|Summary of earlier|Current state):"
+)
+"""What rendering adds to an entry (its time and source tags, the speaker labels): when
+and where something was recorded, not a value it carries."""
+_VALUE = re.compile(r"\d{1,2}:\d{2}\b|\b(?=[\w-]*\d)[\w-]*\w|\d+(?:[.,]\d+)*")
+_NAME = re.compile(r"(?<![.!?:]\s)(?<!^)\b[A-Z][a-z]+(?:\s[A-Z][a-z]+)*")
+
+
+def salient_values(text: str) -> frozenset[str]:
+    """The values ``text`` carries, lower-cased: times, numbers, identifiers with digits, and
+    proper names (capitalized words not starting a sentence, stop words excluded). Dates,
+    clock stamps, time and source tags and speaker labels are bookkeeping and not counted."""
+    found: set[str] = set()
+    for raw in text.splitlines():
+        line = _BOOKKEEPING.sub(" ", _TAG.sub(" ", raw)).strip()
+        found.update(match.group(0).lower() for match in _VALUE.finditer(line))
+        for match in _NAME.finditer(line):
+            words = [w for w in match.group(0).split() if w.lower() not in STOPWORDS]
+            if words:
+                found.add(" ".join(words).lower())
+    return frozenset(found)
+
+
+def _folded(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def summary_problem(
+    summary: str, previous: str, entries: list[str] | tuple[str, ...], limit_bytes: int
+) -> SummaryProblem | None:
+    """Why ``summary`` must not replace ``entries`` (after ``previous``), or None if it may.
+
+    The yardstick is what fits: the extractive summary of the same material within the same
+    ``limit_bytes`` (the fallback's). ``frozen``: ``summary`` is the previous summary (nearly:
+    ``NEAR_IDENTICAL_RATIO``) without any value the entries added, where the yardstick keeps
+    some. ``lossy``: it keeps fewer than ``MIN_KEPT_SHARE`` (and at least one) of the entries'
+    values the yardstick keeps. A value is kept when it occurs in the text (case and
+    whitespace folded). Entries without values never make a summary fail, nor does a
+    material whose values do not fit the limit at all.
+    """
+    values = salient_values("\n".join(entries))
+    if not values:
+        return None
+    yardstick = _folded(extractive_summary("\n".join([previous, *entries]), limit_bytes))
+    text, before = _folded(summary), _folded(previous)
+    kept = {value for value in values if value in text}
+    fits = {value for value in values if value in yardstick}
+    added = {value for value in fits if value not in before}
+    if (
+        before
+        and added
+        and not kept & added
+        and difflib.SequenceMatcher(None, text, before, autojunk=False).ratio()
+        >= NEAR_IDENTICAL_RATIO
+    ):
+        return "frozen"
+    if fits and len(kept) < max(1, math.ceil(len(fits) * MIN_KEPT_SHARE)):
+        return "lossy"
+    return None
