@@ -12,9 +12,14 @@ from __future__ import annotations
 import time
 
 import pytest
+import structlog
+from structlog.testing import capture_logs
 
+from xrmq.actors import logs as actor_logs
 from xrmq.actors.conversation import Conversation, estimate_tokens
 from xrmq.actors.models import LiteLLMService, ScriptedLLM, ScriptedResponse
+from xrmq.actors.routing import AgentRouter
+from xrmq.actors.routing.decisions import KeywordDecisions
 from xrmq.schemas import STAGES, AgentTurn
 from xrmq.topics import VOICE_OUTPUT_TOPIC
 
@@ -137,3 +142,33 @@ async def test_usage_is_estimated_from_the_text_when_the_model_reports_none():
     assert usage.completion_tokens == estimate_tokens("On the desk.")
     request = conversation.request(turn)
     assert usage.prompt_tokens == sum(estimate_tokens(m.content) for m in request)
+
+
+async def test_each_turn_is_logged_as_one_turn_done_line_with_its_stages_and_usage():
+    structlog.reset_defaults()  # at INFO, as ``xrmq up``'s processes log (conftest restores)
+    actor_logs._configured = False
+    actor_logs.configure_logging(level="INFO")
+    desk = Desk()
+    llm = ScriptedLLM(ScriptedResponse(chunks=("On the ", "desk.")))
+    conversation = Conversation(llm, context=desk, runtime=desk, output_topic=VOICE_OUTPUT_TOPIC)
+
+    async def say(turn, route, text) -> None:
+        pass
+
+    router = AgentRouter(
+        {"conversation": conversation}, KeywordDecisions(), output=say, default="conversation"
+    )
+    with capture_logs() as logs:
+        result = await router.handle(AgentTurn("p1", "t1", "Where is the red mug?"))
+    assert result.status == "answered"
+    [done] = [line for line in logs if line["event"] == "turn.done"]
+    assert (done["turn"], done["participant"], done["status"], done["route"]) == (
+        "t1",
+        "p1",
+        "answered",
+        "conversation",
+    )
+    assert done["received_us"] <= done["routed_us"] <= done["model_request_us"]
+    assert done["first_token_us"] <= done["first_chunk_us"] <= done["ended_us"]
+    assert "query_us" not in done  # handed in directly: no query was published
+    assert done["usage"]["estimated"] is True and "crossed" not in done  # one process

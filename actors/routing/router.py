@@ -534,7 +534,7 @@ class AgentRouter(Agent):
         its answer returned them."""
         stages = times.stages or DestinationStages()
         crossed = ["query"] if times.query_crossed and times.query_us is not None else []
-        if stages.runtime is not None and stages.runtime != router:
+        if router is not None and stages.runtime not in (None, router):
             crossed += [
                 stage
                 for stage, value in (
