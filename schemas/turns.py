@@ -21,6 +21,9 @@ from .routing import TurnStatus
 from .stages import TurnUsage
 
 STAGES: tuple[str, ...] = (
+    "speech_start",
+    "speech_end",
+    "transcribed",
     "query",
     "received",
     "routed",
@@ -30,14 +33,16 @@ STAGES: tuple[str, ...] = (
     "first_chunk",
     "ended",
 )
-"""A text turn's stages in the order it passes them; ``TurnRecord`` has ``<stage>_us`` for
-each. ``query``: the ``UserQuery`` was published (its envelope time, the client's clock);
-``received``: the router took it; ``routed``: the router picked the destination;
-``admitted``: the destination's admission reached the router (a remote destination starts
-answering as it admits, so its ``model_request`` may come first); ``model_request``: the
-destination sent its model request; ``first_token``: the model's first text arrived;
-``first_chunk``: the destination published the reply's first chunk; ``ended``: the
-router ended the turn (just before its ``TurnEnded``)."""
+"""A turn's stages in the order it passes them; ``TurnRecord`` has ``<stage>_us`` for
+each. A spoken turn first: ``speech_start``, ``speech_end`` (its voiced audio began and
+ended) and ``transcribed`` (its transcript was ready), from its ``UserQuery``. ``query``:
+the ``UserQuery`` was published (its envelope time, the client's clock); ``received``:
+the router took it; ``routed``: the router picked the destination; ``admitted``: the
+destination's admission reached the router (a remote destination starts answering as it
+admits, so its ``model_request`` may come first); ``model_request``: the destination sent
+its model request; ``first_token``: the model's first text arrived; ``first_chunk``: the
+destination published the reply's first chunk; ``ended``: the router ended the turn
+(just before its ``TurnEnded``)."""
 
 
 class TurnRecord(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -52,6 +57,9 @@ class TurnRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     route: str | None = None
     error: str | None = None
     router: str | None = None
+    speech_start_us: int | None = None
+    speech_end_us: int | None = None
+    transcribed_us: int | None = None
     query_us: int | None = None
     received_us: int | None = None
     routed_us: int | None = None

@@ -16,12 +16,13 @@ import structlog
 from structlog.testing import capture_logs
 
 from xrmq.actors import logs as actor_logs
+from xrmq.actors.clock import now_us
 from xrmq.actors.conversation import Conversation, estimate_tokens
 from xrmq.actors.models import LiteLLMService, ScriptedLLM, ScriptedResponse
 from xrmq.actors.routing import AgentRouter
 from xrmq.actors.routing.decisions import KeywordDecisions
-from xrmq.schemas import STAGES, AgentTurn
-from xrmq.topics import VOICE_OUTPUT_TOPIC
+from xrmq.schemas import STAGES, AgentTurn, UserQuery
+from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC
 
 from edge_box import Front, UpProcess, stack_config
 from openai_server import OpenAIServer, Reply
@@ -172,3 +173,39 @@ async def test_each_turn_is_logged_as_one_turn_done_line_with_its_stages_and_usa
     assert done["first_token_us"] <= done["first_chunk_us"] <= done["ended_us"]
     assert "query_us" not in done  # handed in directly: no query was published
     assert done["usage"]["estimated"] is True and "crossed" not in done  # one process
+
+
+async def test_a_spoken_query_adds_its_speech_and_transcript_stages_before_the_query(tmp_path):
+    """As the voice input sends it (``actors/voice/listener.py``): speech start and end and
+    the transcript's time ride in the ``UserQuery``, taken in the voice input's process."""
+    up = UpProcess(stack_config(tmp_path, tokens_per_second=200))
+    try:
+        await up.line("xrmq up: ready")
+        front = Front(f"ipc://{tmp_path}/bus")
+        recorder = TurnRecorder()
+        front.runtime.register("turns", recorder)
+        async with front:
+            now = now_us()
+            query = UserQuery(
+                "How warm is the kettle?",
+                now - 1_500_000,
+                speech_end_us=now - 400_000,
+                transcribed_us=now,
+            )
+            request_id = front.runtime.send(
+                QUERY_TOPIC, query, participant_id="p2", source="voice-input"
+            )
+            [record] = await recorder.until(1)
+    finally:
+        up.reap()
+    assert record.turn_id == request_id and record.status == "answered"
+    stages = record.stages()
+    assert list(stages)[:4] == ["speech_start", "speech_end", "transcribed", "query"]
+    assert (stages["speech_start"], stages["speech_end"], stages["transcribed"]) == (
+        query.timestamp_us,
+        query.speech_end_us,
+        query.transcribed_us,
+    )
+    times = [stages[stage] for stage in ("speech_start", *CAUSAL)]
+    assert times == sorted(times), stages
+    assert {"speech_start", "speech_end", "transcribed", "query"} <= set(record.crossed)

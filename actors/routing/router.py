@@ -160,6 +160,8 @@ class _TurnTimes:
     received_us: int
     query_us: int | None = None
     query_crossed: bool = False
+    speech: tuple[int, int, int | None] | None = None
+    """A spoken query's speech start, speech end and transcript times."""
     route: str | None = None
     routed_us: int | None = None
     admitted_us: int | None = None
@@ -378,6 +380,8 @@ class AgentRouter(Agent):
             ctx.participant_id, metadata.message_id, query.text, timestamp_us=query.timestamp_us
         )
         times.query_us = metadata.timestamp_us
+        if query.speech_end_us is not None:
+            times.speech = (query.timestamp_us, query.speech_end_us, query.transcribed_us)
         runtime = self.runtime
         times.query_crossed = runtime is None or metadata.sender != runtime.name
         if self._stopped:
@@ -533,7 +537,19 @@ class AgentRouter(Agent):
         """The turn's ``TurnRecord``: the router's times, and the destination's stages when
         its answer returned them."""
         stages = times.stages or DestinationStages()
-        crossed = ["query"] if times.query_crossed and times.query_us is not None else []
+        speech_start, speech_end, transcribed = times.speech or (None, None, None)
+        crossed = []
+        if times.query_crossed:
+            crossed = [
+                stage
+                for stage, value in (
+                    ("speech_start", speech_start),
+                    ("speech_end", speech_end),
+                    ("transcribed", transcribed),
+                    ("query", times.query_us),
+                )
+                if value is not None
+            ]
         if router is not None and stages.runtime not in (None, router):
             crossed += [
                 stage
@@ -551,6 +567,9 @@ class AgentRouter(Agent):
             route=result.route,
             error=result.error,
             router=router,
+            speech_start_us=speech_start,
+            speech_end_us=speech_end,
+            transcribed_us=transcribed,
             query_us=times.query_us,
             received_us=times.received_us,
             routed_us=times.routed_us,
