@@ -423,6 +423,11 @@ class _MetricsWatcher(Agent):
         self.view.observe_supervisor(message)
         self.changed.set()
 
+
+class _TurnWatcher(Agent):
+    def __init__(self, view: TopView) -> None:
+        self.view = view
+
     @subscribe(TURNS_TOPIC)
     async def on_turn(self, message: TurnRecord, ctx: RuntimeContext) -> None:
         self.view.turns.observe(message)
@@ -437,8 +442,10 @@ async def watch(
     window: float,
     expect: int | None,
     out: TextIO = sys.stdout,
+    turns: bool = True,
 ) -> int:
-    """Subscribe to the metrics topic and print the view.
+    """Subscribe to the metrics topic and print the view; with ``turns`` also to
+    ``xrmq.turns``, for the conversation pane.
 
     ``once``: print one view and return, as soon as ``expect`` runtimes have each
     reported twice (so rates exist), else after ``window`` seconds. Otherwise redraw
@@ -450,6 +457,8 @@ async def watch(
     keyed = client_credentials() is not None  # then its name must start with its identity's
     runtime = AgentRuntime(bus, name=None if keyed else f"top-{os.getpid()}")
     runtime.register("top", _MetricsWatcher(view, changed))
+    if turns:
+        runtime.register("top-turns", _TurnWatcher(view))
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
