@@ -9,6 +9,10 @@ empty topic). Issue 29, item 11.
 - ``seconds``: a timeout, duration, window or interval: a finite number > 0.
 - ``name``: a topic (or topic pattern) or a participant: non-empty, no NUL (NUL ends the
   fields of a wire key, ``xrmq.topics``), UTF-8.
+- ``topic_globs``: ``--topic GLOB``: one or more fnmatch patterns, comma-separated (a
+  topic name holds no comma in practice; ``[,]`` matches one); each non-blank, without NUL,
+  every ``[`` closed (fnmatch would otherwise match it literally and silently find nothing).
+- ``participant``: a participant id: non-blank UTF-8 without NUL.
 - ``utf8``: any text that goes on the bus; ``words``: text that must also say something.
 
 Text reaches Python from argv decoded as UTF-8 with ``surrogateescape``: a byte that is
@@ -54,6 +58,68 @@ def name(value: str) -> str:
     if not value or "\x00" in value:
         raise argparse.ArgumentTypeError("must be a non-empty name without NUL")
     return _encodable(value)
+
+
+def topic_globs(value: str) -> list[str]:
+    """``value``'s comma-separated fnmatch patterns (see the module docstring)."""
+    if not name(value).strip():
+        raise argparse.ArgumentTypeError(
+            f"must be a topic or glob (fnmatch: * ? [seq]), comma-separated, got {value!r}"
+        )
+    patterns = _split_globs(value)
+    for pattern in patterns:
+        if not pattern.strip():
+            raise argparse.ArgumentTypeError(f"empty pattern in the comma list {value!r}")
+        if not _brackets_closed(pattern):
+            raise argparse.ArgumentTypeError(
+                f"unclosed '[' in {pattern!r} (a literal '[' is written '[[]')"
+            )
+    return patterns
+
+
+def _split_globs(value: str) -> list[str]:
+    """Split at commas outside ``[...]``, so ``[,]`` stays one pattern."""
+    patterns, start, index = [], 0, 0
+    while index < len(value):
+        if value[index] == "[":
+            end = _set_end(value, index)
+            index = index if end < 0 else end
+        elif value[index] == ",":
+            patterns.append(value[start:index])
+            start = index + 1
+        index += 1
+    patterns.append(value[start:])
+    return patterns
+
+
+def _set_end(pattern: str, index: int) -> int:
+    """Where the ``]`` closing the set opened at ``pattern[index]`` is, -1 if none (fnmatch's
+    rules: a ``]`` right after ``[`` or ``[!`` is a member, not the end)."""
+    end = index + 1
+    if end < len(pattern) and pattern[end] == "!":
+        end += 1
+    if end < len(pattern) and pattern[end] == "]":
+        end += 1
+    return pattern.find("]", end)
+
+
+def _brackets_closed(pattern: str) -> bool:
+    """Whether every ``[`` of ``pattern`` opens a set that a ``]`` closes."""
+    index = 0
+    while index < len(pattern):
+        if pattern[index] == "[":
+            index = _set_end(pattern, index)
+            if index < 0:
+                return False
+        index += 1
+    return True
+
+
+def participant(value: str) -> str:
+    """A participant id: non-blank UTF-8 without NUL."""
+    if not name(value).strip():
+        raise argparse.ArgumentTypeError(f"must be a non-blank participant id, got {value!r}")
+    return value
 
 
 def utf8(value: str) -> str:

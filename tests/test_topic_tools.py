@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import subprocess
 import sys
 
@@ -182,7 +183,10 @@ def test_capture_show_prints_every_message_decoded(tmp_path):
     capture = tmp_path / "session.cap"
     write_capture(capture, SESSION)
     text = subprocess.run(
-        [*CLI, "capture", "show", str(capture)], capture_output=True, text=True, timeout=30
+        [*CLI, "capture", "show", "--all", str(capture)],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
@@ -327,7 +331,10 @@ def test_capture_show_prints_bytes_as_length_and_hex_prefix_and_as_base64_in_jso
         ],
     )
     text = subprocess.run(
-        [*CLI, "capture", "show", str(capture)], capture_output=True, text=True, timeout=30
+        [*CLI, "capture", "show", "--all", str(capture)],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert text.returncode == 0, text.stderr
     dialogue, audio = text.stdout.splitlines()
@@ -335,7 +342,7 @@ def test_capture_show_prints_bytes_as_length_and_hex_prefix_and_as_base64_in_jso
     assert '"request": "Freezer?"' in dialogue
     assert f'"pcm": <320 bytes: {pcm[:16].hex()}...>' in audio
     as_json = subprocess.run(
-        [*CLI, "capture", "show", "--json", str(capture)],
+        [*CLI, "capture", "show", "--all", "--json", str(capture)],
         capture_output=True,
         text=True,
         timeout=30,
@@ -371,3 +378,221 @@ async def test_echo_prints_a_dialogue_write_with_its_bytes_identity():
             reap(echo)
     assert echo.returncode == 0, stderr
     assert f'"identity": <20 bytes: {identity[:16].hex()}...>' in stdout
+
+
+# Issue 33, item 4: the topic tools show what a user needs. Internal topics (the runtime's
+# own traffic: ``xrmq.topics.is_internal``) are hidden unless --all, and the output says how
+# many were; --topic GLOB and --participant P narrow what is shown.
+
+HIDDEN = re.compile(r"^\+(\d+) internal topics? hidden: --all shows them$")
+
+
+def test_is_internal_holds_every_topic_the_runtime_makes_itself_and_no_user_topic():
+    from xrmq.actors.context.messages import ContextTopics
+    from xrmq.actors.routing.remote import DestinationTopics
+    from xrmq.actors.tools.server import ToolTopics
+    from xrmq.actors.tools.store import TranscriptTopics
+    from xrmq.topics import STANDARD_TOPICS, is_internal
+
+    context = ContextTopics("context")
+    route = DestinationTopics.of("conversation")
+    tools = ToolTopics.of("search")
+    transcripts = TranscriptTopics.of("conversation")
+    made_by_the_runtime = [
+        "_inbox.router",
+        "_inbox.*",
+        "_probe.raw-1234",
+        "route.conversation.events.8a2348cebb354edf98d50349b11c7b17",
+        *(topic.name for topic in (route.aid, route.aids, route.turn, route.status)),
+        *(topic.name for topic in (context.view, context.dialogue_write, context.dialogue_load)),
+        context.topic_write("notes").name,
+        context.replica("e030457c56ad").name,
+        context.worker_jobs(0).name,
+        *(topic.name for topic in (tools.list, tools.call, tools.cancel)),
+        transcripts.write.name,
+        transcripts.load.name,
+        *(topic.name for topic in STANDARD_TOPICS if topic.name.startswith("xrmq.")),
+    ]
+    assert [name for name in made_by_the_runtime if not is_internal(name)] == []
+    users = [
+        *(topic.name for topic in STANDARD_TOPICS if not topic.name.startswith("xrmq.")),
+        "notes",
+        "scene",
+        "kitchen.sensors",
+        "contexts",
+        "routes.plan",
+        "transcript",
+    ]
+    assert [name for name in users if is_internal(name)] == []
+
+
+def test_a_replay_leaves_out_every_internal_topic_by_default():
+    from xrmq.topics import INTERNAL_TOPICS
+
+    internal = ["tools.search.call", "conversation.transcript.write", "_probe.x", "xrmq.turns"]
+    assert [name for name in internal if replay_filter().admits(name)] == []
+    assert [p for p in INTERNAL_TOPICS if replay_filter().admits(p.replace("*", "x"))] == []
+    assert replay_filter(["tools.*"]).admits("tools.search.call")
+
+
+def topics_rows(stdout: str) -> dict[str, list[str]]:
+    """``xrmq topics``' table rows by topic (header and footer lines left out)."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("TOPIC ")) + 1
+    return {
+        line.split()[0]: line.split()[1:]
+        for line in lines[start:]
+        if line and not line[0].isdigit() and not line.startswith("+")
+    }
+
+
+def hidden_count(text: str) -> int | None:
+    found = [HIDDEN.match(line) for line in text.splitlines()]
+    counts = [int(match.group(1)) for match in found if match]
+    assert len(counts) <= 1, text
+    return counts[0] if counts else None
+
+
+async def test_topics_hides_internal_topics_says_how_many_and_filters_by_glob_and_participant():
+    views = {
+        "default": [],
+        "all": ["--all"],
+        "narrowed": ["--topic", "notes", "--topic", "voice.*,audio.*", "--participant", "p2"],
+        "internal": ["--all", "--topic", "route.*"],
+    }
+    with broker_process("--metrics-interval", "0.1") as bus:
+        procs = {
+            view: subprocess.Popen(
+                [*CLI, "topics", "--bus", bus, "--window", "3", *arguments],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for view, arguments in views.items()
+        }
+        try:
+            for proc in procs.values():
+                expect_line(proc, "xrmq topics: ready")
+            client = RawClient(bus)
+            try:
+                client.wait_ready()
+                for seq, (topic, participant) in enumerate(
+                    [
+                        ("notes", "p1"),
+                        ("voice.query", "p2"),
+                        ("route.conversation.aid", "p1"),
+                        ("_inbox.box", "p1"),
+                        ("context.view", "p1"),
+                    ],
+                    1,
+                ):
+                    client.send(topic, participant, seq, {"text": "x"})
+            finally:
+                client.close()
+            out = {view: proc.communicate(timeout=30)[0] for view, proc in procs.items()}
+        finally:
+            reap(*procs.values())
+    shown = topics_rows(out["default"])
+    assert {"notes", "voice.query"} <= set(shown)
+    assert not [name for name in shown if name.split(".")[0] in ("route", "_inbox", "context")]
+    assert not [name for name in shown if name.startswith(("xrmq.", "_probe."))]
+    everything = topics_rows(out["all"])
+    assert {"route.conversation.aid", "_inbox.box", "context.view", "xrmq.metrics"} <= set(
+        everything
+    )
+    internal = [name for name in everything if name not in shown]
+    assert hidden_count(out["default"]) == len(internal) >= 4
+    assert hidden_count(out["all"]) is None
+    assert list(topics_rows(out["narrowed"])) == ["voice.query"]
+    assert topics_rows(out["narrowed"])["voice.query"][0] == "1"
+    assert list(topics_rows(out["internal"])) == ["route.conversation.aid"]
+
+
+async def test_capture_show_hides_internal_topics_of_a_recording_and_filters_it(tmp_path):
+    capture = tmp_path / "session.cap"
+    sent = [
+        ("notes", "p1"),
+        ("voice.query", "p2"),
+        ("xrmq.metrics", None),
+        ("route.conversation.aid", "p1"),
+        ("_inbox.box", "p1"),
+        ("xrmq.metrics", None),
+        ("context.view", "p2"),
+        ("voice.query", "p1"),
+    ]
+    with broker_process() as bus:
+        recorder = subprocess.Popen(
+            [*CLI, "record", "--bus", bus, "--count", str(len(sent)), str(capture)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            expect_line(recorder, "xrmq record: ready")
+            client = RawClient(bus)
+            try:
+                client.wait_ready()
+                for seq, (topic, participant) in enumerate(sent, 1):
+                    client.send(topic, participant, seq, {"text": f"m{seq}"})
+            finally:
+                client.close()
+            assert expect_line(recorder, "xrmq record: wrote").startswith(
+                f"xrmq record: wrote {len(sent)} messages"
+            )
+        finally:
+            reap(recorder)
+
+    def show(*arguments: str) -> tuple[list[tuple[str, str]], str]:
+        done = subprocess.run(
+            [*CLI, "capture", "show", "--json", *arguments, str(capture)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert done.returncode == 0, done.stderr
+        messages = [json.loads(line) for line in done.stdout.splitlines()]
+        return [(m["topic"], m["participant"]) for m in messages], done.stderr
+
+    shown, note = show()
+    assert shown == [("notes", "p1"), ("voice.query", "p2"), ("voice.query", "p1")]
+    assert "+5 messages on 4 internal topics hidden: --all shows them" in note
+    everything, note = show("--all")
+    assert everything == [(topic, participant) for topic, participant in sent]
+    assert "hidden" not in note
+    assert show("--participant", "p1")[0] == [("notes", "p1"), ("voice.query", "p1")]
+    assert show("--topic", "voice.*")[0] == [("voice.query", "p2"), ("voice.query", "p1")]
+    assert show("--all", "--topic", "xrmq.*,_inbox.*", "--participant", "p1")[0] == [
+        ("_inbox.box", "p1")
+    ]
+    assert show("--topic", "voice.*", "--participant", "p2")[0] == [("voice.query", "p2")]
+    narrowed, note = show("--participant", "p2")
+    assert narrowed == [("voice.query", "p2")]
+    assert "+1 message on 1 internal topic hidden: --all shows them" in note  # context.view p2
+
+
+@pytest.mark.parametrize(
+    ("command", "arguments", "error"),
+    [
+        (["capture", "show"], ["--topic", ""], "argument --topic: must be"),
+        (["capture", "show"], ["--topic", "voice.*,,notes"], "argument --topic: empty pattern"),
+        (["capture", "show"], ["--topic", "voice.[ab"], "argument --topic: unclosed '['"),
+        (["capture", "show"], ["--participant", ""], "argument --participant: must be"),
+        (["topics"], ["--topic", "voice.*,"], "argument --topic: empty pattern"),
+        (["topics"], ["--topic", "  "], "argument --topic: must be"),
+        (["topics"], ["--participant", " "], "argument --participant: must be"),
+        (["record"], ["--topic", "voice.[ab"], "argument --topic: unclosed '['"),
+        (["replay"], ["--only", "notes,"], "argument --only: empty pattern"),
+        (["replay"], ["--exclude", " "], "argument --exclude: must be"),
+        (["echo", "voice.output"], ["--participant", ""], "argument --participant: must be"),
+    ],
+)
+def test_a_bad_topic_glob_or_participant_is_refused_naming_the_argument(
+    tmp_path, command, arguments, error
+):
+    file = [str(tmp_path / "none.cap")] if command[0] in ("capture", "record", "replay") else []
+    if command[0] != "capture":
+        file.extend(["--bus", f"ipc://{tmp_path}/bus"])
+    done = subprocess.run(
+        [*CLI, *command, *arguments, *file], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 2 and error in done.stderr, done.stderr

@@ -1,5 +1,6 @@
 """Typed topics: names bound to schemas, and the standard topics of the XR conversation layer."""
 
+from fnmatch import fnmatchcase
 from typing import Any
 
 from xrmq.schemas import (
@@ -63,6 +64,40 @@ BOX_TOPIC: Topic[BoxInfoRequest] = Topic("xrmq.box", BoxInfoRequest)
 """Ask the running box about itself: ``xrmq up``'s supervisor replies with a ``BoxInfo``
 (the config it runs, its destinations), for clients that have no ``--config``."""
 
+INTERNAL_TOPICS: tuple[str, ...] = (
+    "_inbox.*",
+    "_probe.*",
+    "xrmq.*",
+    "route.*",
+    "context.*",
+    "tools.*",
+    "*.transcript.write",
+    "*.transcript.load",
+)
+"""The runtime's own namespaces (fnmatch patterns), hidden by ``xrmq topics`` and ``xrmq
+capture show`` unless ``--all``: what the box says to itself, never what a user publishes
+or reads.
+
+- ``_inbox.*``, ``_probe.*``: ask replies to a runtime and readiness probes (private topics,
+  ``actors.runtime.subscriptions``);
+- ``xrmq.*``: heartbeats (``METRICS_TOPIC``), the supervisor's reports, box info;
+- ``route.*``: the router's calls to its destinations and their event streams;
+- ``context.*``: the context actors' sections, views, replicas, hosts and compaction workers
+  (``actors.context.messages.ContextTopics``, under the default namespace ``context``);
+- ``tools.*``: calls to tool servers; ``*.transcript.write``, ``*.transcript.load``: a
+  destination's transcript store.
+
+A user's topics are the rest: queries, answers, audio, participant events and the context
+topics sensors publish on (``notes``, ``scene``: ``context_topic``). A deployment that
+renames the context namespace (``[context] namespace``) has its context traffic shown: the
+rule holds names, not a config."""
+
+
+def is_internal(topic: str) -> bool:
+    """Whether ``topic`` is the runtime's own traffic (``INTERNAL_TOPICS``)."""
+    return any(fnmatchcase(topic, pattern) for pattern in INTERNAL_TOPICS)
+
+
 ROUTER_SOURCE = "router"
 """The envelope ``source`` of the router's own text on ``VOICE_OUTPUT_TOPIC`` (an
 acknowledgement, or a failure said instead of an answer): front ends tell it apart from a
@@ -96,6 +131,7 @@ __all__ = [
     "AUDIO_OUT_TOPIC",
     "AUDIO_PLAYBACK_TOPIC",
     "BOX_TOPIC",
+    "INTERNAL_TOPICS",
     "INTERRUPTED_TOPIC",
     "METRICS_TOPIC",
     "PARTICIPANT_FORGOTTEN_TOPIC",
@@ -115,6 +151,7 @@ __all__ = [
     "check_topic",
     "context_topic",
     "deeply_immutable",
+    "is_internal",
     "registry_counts",
     "split_key",
     "topic_key",

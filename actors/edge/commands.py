@@ -7,14 +7,17 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from xrmq.actors.arguments import name, seconds, words
+from xrmq.actors.arguments import name, participant, seconds, topic_globs, words
 from xrmq.actors.runtime import run
 from xrmq.actors.runtime.address import is_loopback_tcp
 from xrmq.actors.runtime.commands import IDENTITY_ENV, add_bus_argument, require_broker
 
 from .config import EdgeConfig, default_config, describe_defaulted, load_config
+
+if TYPE_CHECKING:
+    from .topictools import TopicView
 
 
 def add_commands(subparsers: Any) -> None:
@@ -64,11 +67,12 @@ def add_commands(subparsers: Any) -> None:
     record.add_argument("--duration", type=seconds, help="stop after this many seconds")
     record.add_argument(
         "--topic",
-        type=name,
-        action="append",
+        type=topic_globs,
+        action="extend",
         default=[],
         metavar="PATTERN",
-        help="record only topics matching this glob (repeatable; default: every topic)",
+        help="record only topics matching this glob (repeatable, or a comma list; default: "
+        "every topic)",
     )
     record.set_defaults(func=run_record)
 
@@ -82,20 +86,20 @@ def add_commands(subparsers: Any) -> None:
     )
     replay.add_argument(
         "--only",
-        type=name,
-        action="append",
+        type=topic_globs,
+        action="extend",
         default=[],
         metavar="PATTERN",
-        help="replay only topics matching this glob (repeatable; default: every topic but "
-        "those the box derives: route.*, _inbox.*, context.*, xrmq.*, voice.output, ...)",
+        help="replay only topics matching this glob (repeatable, or a comma list; default: every "
+        "topic but those the box derives: its internal topics, voice.output, voice.turn_ended)",
     )
     replay.add_argument(
         "--exclude",
-        type=name,
-        action="append",
+        type=topic_globs,
+        action="extend",
         default=[],
         metavar="PATTERN",
-        help="also leave out topics matching this glob (repeatable)",
+        help="also leave out topics matching this glob (repeatable, or a comma list)",
     )
     replay.set_defaults(func=run_replay)
 
@@ -104,7 +108,7 @@ def add_commands(subparsers: Any) -> None:
     echo.add_argument(
         "topic", type=name, help="topic name (standard topics are decoded with their schema)"
     )
-    echo.add_argument("--participant", type=name, help="only this participant's messages")
+    echo.add_argument("--participant", type=participant, help="only this participant's messages")
     echo.add_argument("--json", action="store_true", help="one JSON object per line")
     echo.add_argument("--count", type=int, help="stop after this many messages")
     echo.set_defaults(func=run_echo)
@@ -114,6 +118,7 @@ def add_commands(subparsers: Any) -> None:
     )
     add_bus_argument(topics)
     topics.add_argument("--window", type=seconds, default=3.0, help="seconds to watch (default 3)")
+    add_view_arguments(topics)
     topics.set_defaults(func=run_topics)
 
     capture = subparsers.add_parser("capture", help="work with recordings of 'xrmq record'")
@@ -121,6 +126,7 @@ def add_commands(subparsers: Any) -> None:
     show = capture_commands.add_parser("show", help="print a recording, one message per line")
     show.add_argument("file")
     show.add_argument("--json", action="store_true", help="one JSON object per line")
+    add_view_arguments(show)
     show.set_defaults(func=run_capture_show)
 
     top = subparsers.add_parser(
@@ -204,6 +210,32 @@ def add_commands(subparsers: Any) -> None:
 
 def _config(path: str | None) -> EdgeConfig:
     return default_config() if path is None else load_config(path)
+
+
+def add_view_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--all``, ``--topic`` and ``--participant`` of ``topics`` and ``capture show``
+    (``topictools.TopicView``)."""
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="also show internal topics (_inbox.*, _probe.*, xrmq.*, route.*, context.*, "
+        "tools.*, *.transcript.*: xrmq.topics.INTERNAL_TOPICS)",
+    )
+    parser.add_argument(
+        "--topic",
+        type=topic_globs,
+        action="extend",
+        default=[],
+        metavar="GLOB",
+        help="only topics matching this fnmatch glob (repeatable, or a comma list)",
+    )
+    parser.add_argument("--participant", type=participant, help="only this participant's messages")
+
+
+def _view(args: argparse.Namespace) -> TopicView:
+    from .topictools import TopicView
+
+    return TopicView(tuple(args.topic), args.participant, args.all)
 
 
 def run_up(args: argparse.Namespace) -> int:
@@ -335,7 +367,7 @@ def run_topics(args: argparse.Namespace) -> int:
     from .topictools import topics
 
     require_broker(args.bus, endpoint="capture")
-    return topics(args.bus, window=args.window, out=sys.stdout)
+    return topics(args.bus, window=args.window, out=sys.stdout, view=_view(args))
 
 
 def run_capture_show(args: argparse.Namespace) -> int:
@@ -343,7 +375,7 @@ def run_capture_show(args: argparse.Namespace) -> int:
 
     if not Path(args.file).is_file():
         raise ValueError(f"{args.file}: no such recording (make one with `xrmq record FILE`)")
-    return show(args.file, as_json=args.json, out=sys.stdout)
+    return show(args.file, as_json=args.json, out=sys.stdout, err=sys.stderr, view=_view(args))
 
 
 def run_top(args: argparse.Namespace) -> int:

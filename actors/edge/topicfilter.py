@@ -3,9 +3,9 @@
 Why: a capture holds everything that crossed the bus, including what an edge box makes
 itself from its inputs: the router's calls to its destinations (``route.*``), ask
 replies (``_inbox.*``), readiness probes, the context sections' internal traffic
-(``context.*``), heartbeats (``xrmq.*``), and the answers (``voice.output``,
-``voice.turn_ended``). Replayed onto a running stack, those are made a second time
-(the renderer speaks every answer twice), so by default a replay publishes only what
+(``context.*``), heartbeats (``xrmq.*``), tool calls (``tools.*``), and the answers
+(``voice.output``, ``voice.turn_ended``). Replayed onto a running stack, those are made a
+second time (the renderer speaks every answer twice), so by default a replay publishes only what
 enters a box (queries, interruptions, participant events, context updates) and lets
 the stack derive the rest. ``--only`` and ``--exclude`` choose otherwise.
 """
@@ -16,16 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-DERIVED = (
-    "route.*",
-    "_inbox.*",
-    "_probe.*",
-    "context.*",
-    "xrmq.*",
-    "voice.output",
-    "voice.turn_ended",
-)
-"""Topics an edge box makes itself: left out of a replay unless asked for."""
+from xrmq.topics import INTERNAL_TOPICS
+
+DERIVED = (*INTERNAL_TOPICS, "voice.output", "voice.turn_ended")
+"""Topics an edge box makes itself: left out of a replay unless asked for. The runtime's
+internal topics (``xrmq.topics.INTERNAL_TOPICS``, the rule ``xrmq topics`` and ``xrmq
+capture show`` hide by) and the answers, which a box derives from the queries."""
 
 
 @dataclass(frozen=True)

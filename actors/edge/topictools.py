@@ -4,12 +4,23 @@
   arrives: a standard topic decoded with its schema (defaults filled in: a final frame
   shows ``"final": true``), any other topic's MessagePack payload as it is, and a
   payload that is not MessagePack as hex.
-- ``topics [--window S]`` reads the broker's capture stream for a while and prints, per
-  topic seen, its messages, rate, publishers (sender runtimes) and participants, and its
+- ``topics [--window S] [--all] [--topic GLOB] [--participant P]`` reads the broker's
+  capture stream for a while and prints, per topic seen, its messages, rate, publishers
+  (sender runtimes) and participants, and its
   live subscriptions from the broker's heartbeat (``RuntimeMetrics.subscriptions``, which
   crosses the capture stream too); a topic subscribed to but silent is listed with 0
   messages.
-- ``capture show FILE [--json]`` prints a recording made by ``xrmq record``.
+- ``capture show FILE [--json] [--all] [--topic GLOB] [--participant P]`` prints a
+  recording made by ``xrmq record``.
+
+What ``topics`` and ``capture show`` print (issue 33, item 4): a box's bus carries mostly
+its own traffic (heartbeats, the router's calls, the context actors' sections, ask
+replies), dozens of topics beside the few a user publishes or reads. They hide the
+internal ones (``xrmq.topics.is_internal``: the rule is written once, there) unless
+``--all``, and always say how many they hid (``+41 internal topics hidden: --all shows
+them``; ``capture show`` says it on stderr, so ``--json`` stays one object a line), so an
+empty answer never reads as an empty bus. ``--topic GLOB`` (fnmatch, repeatable or a comma
+list) and ``--participant P`` narrow further; the hidden count is of what they admitted.
 
 Every payload prints, whatever it holds (issue 29, item 2): a bytes value (an exchange's
 ``identity``, an audio frame's ``pcm``) reads ``<N bytes: 0a1b...>`` in text (its length
@@ -30,7 +41,9 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -42,7 +55,7 @@ from xrmq.actors.runtime.broker import shared_context
 from xrmq.actors.runtime.security.keys import client_credentials
 from xrmq.actors.runtime.subscriptions import topic_of
 from xrmq.schemas import MessageMetadata, RuntimeMetrics
-from xrmq.topics import METRICS_TOPIC, STANDARD_TOPICS, split_key
+from xrmq.topics import METRICS_TOPIC, STANDARD_TOPICS, is_internal, split_key
 
 from .recording import read_records
 
@@ -53,6 +66,32 @@ _broker_metrics = msgspec.msgpack.Decoder(RuntimeMetrics)
 BROKER_NAME = "broker"
 BYTES_PREFIX = 16
 """How many leading bytes of a bytes value the text output shows, in hex."""
+
+
+@dataclass(frozen=True)
+class TopicView:
+    """Which topics and messages ``topics`` and ``capture show`` print: those matching one of
+    ``patterns`` (any when empty) and of ``participant`` (any when None), internal topics
+    only with ``everything`` (``--all``)."""
+
+    patterns: tuple[str, ...] = ()
+    participant: str | None = None
+    everything: bool = False
+
+    def selects(self, topic: str) -> bool:
+        """Whether ``topic`` matches ``--topic`` (internal or not)."""
+        return not self.patterns or any(fnmatchcase(topic, pattern) for pattern in self.patterns)
+
+    def hides(self, topic: str) -> bool:
+        """Whether ``topic`` is left out for being internal."""
+        return not self.everything and is_internal(topic)
+
+
+def hidden_note(topics: int, messages: int | None = None) -> str:
+    """``+N internal topics hidden: --all shows them`` (with the messages they carried)."""
+    plural = "" if topics == 1 else "s"
+    carried = "" if messages is None else f"{messages} message{'' if messages == 1 else 's'} on "
+    return f"+{carried}{topics} internal topic{plural} hidden: --all shows them"
 
 
 def _every_field(message: msgspec.Struct) -> dict[str, Any]:
@@ -232,9 +271,16 @@ def echo(
     return 0
 
 
-def topics(bus: str, *, window: float, out: TextIO, ready_timeout: float = 10.0) -> int:
-    """Watch the capture stream for ``window`` seconds and print what each topic carried, with
-    its live subscriptions from the broker's last report in that time."""
+def topics(
+    bus: str,
+    *,
+    window: float,
+    out: TextIO,
+    view: TopicView = TopicView(),
+    ready_timeout: float = 10.0,
+) -> int:
+    """Watch the capture stream for ``window`` seconds and print what each topic ``view``
+    shows carried, with its live subscriptions from the broker's last report in that time."""
     sub, pub = _connect(bus, capture=True, prefixes=[b""], ready_timeout=ready_timeout)
     seen: dict[str, dict[str, Any]] = {}
     subscriptions: dict[str, int] | None = None
@@ -252,6 +298,8 @@ def topics(bus: str, *, window: float, out: TextIO, ready_timeout: float = 10.0)
             metadata = _metadata.decode(frames[1])
             if message["topic"] == METRICS_TOPIC.name and metadata.sender == BROKER_NAME:
                 subscriptions = _broker_metrics.decode(frames[2]).subscriptions
+            if view.participant is not None and message["participant"] != view.participant:
+                continue
             stats = seen.setdefault(
                 message["topic"], {"messages": 0, "senders": set(), "participants": set()}
             )
@@ -263,15 +311,23 @@ def topics(bus: str, *, window: float, out: TextIO, ready_timeout: float = 10.0)
     finally:
         sub.close(linger=0)
         pub.close(linger=0)
-    print(topics_table(seen, subscriptions, elapsed), file=out, flush=True)
+    print(topics_table(seen, subscriptions, elapsed, view), file=out, flush=True)
     return 0
 
 
 def topics_table(
-    seen: dict[str, dict[str, Any]], subscriptions: dict[str, int] | None, elapsed: float
+    seen: dict[str, dict[str, Any]],
+    subscriptions: dict[str, int] | None,
+    elapsed: float,
+    view: TopicView = TopicView(),
 ) -> str:
-    """The table of ``xrmq topics``: every topic seen or subscribed to, one line each."""
-    names = sorted({*seen, *(subscriptions or {})})
+    """The table of ``xrmq topics``: every topic ``view`` shows that was seen (or, without
+    ``--participant``, subscribed to), one line each, and how many internal ones it hid."""
+    subscribed = subscriptions or {} if view.participant is None else {}
+    listed = {*seen, *subscribed}
+    selected = [name for name in sorted(listed) if view.selects(name)]
+    names = [name for name in selected if not view.hides(name)]
+    hidden = len(selected) - len(names)
     lines = [
         f"{'TOPIC':40} {'MSGS':>7} {'MSG/S':>8} {'PUBLISHERS':>10} {'PARTICIPANTS':>12} "
         f"{'SUBSCRIBERS':>11}"
@@ -293,16 +349,31 @@ def topics_table(
         else "subscribers: no broker report in the window (`xrmq bus` reports them with "
         "--metrics-interval, as under `xrmq up`)"
     )
-    lines.append(f"{len(names)} topics in {elapsed:.1f}s ({counted})")
+    whose = "" if view.participant is None else f", participant {view.participant}'s messages"
+    lines.append(f"{len(names)} topics in {elapsed:.1f}s ({counted}{whose})")
+    if hidden:
+        lines.append(hidden_note(hidden))
     return "\n".join(lines)
 
 
-def show(path: str, *, as_json: bool, out: TextIO) -> int:
-    """Print every message of the recording at ``path``."""
+def show(
+    path: str, *, as_json: bool, out: TextIO, err: TextIO, view: TopicView = TopicView()
+) -> int:
+    """Print every message of the recording at ``path`` that ``view`` shows; say on ``err``
+    how many internal ones it hid."""
+    hidden: dict[str, int] = {}
     with Path(path).open("rb") as file:
         for record in read_records(file, name=path):
             message = describe(record.frames)
-            if message is not None:
-                print(_line(message, as_json), file=out)
+            if message is None or not view.selects(message["topic"]):
+                continue
+            if view.participant is not None and message["participant"] != view.participant:
+                continue
+            if view.hides(message["topic"]):
+                hidden[message["topic"]] = hidden.get(message["topic"], 0) + 1
+                continue
+            print(_line(message, as_json), file=out)
     out.flush()
+    if hidden:
+        print(f"xrmq capture show: {hidden_note(len(hidden), sum(hidden.values()))}", file=err)
     return 0

@@ -112,6 +112,7 @@ calls them as before.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections import OrderedDict, deque
 from collections.abc import Callable
@@ -331,8 +332,9 @@ class RemoteAgent(Agent):
         self._dead: tuple[str, int] | None = None
         """The (runtime, epoch) found dead, until that runtime is heard from again."""
         self._revived = asyncio.Event()
-        self._restarts: dict[str, set[asyncio.Future[None]]] = {}
-        """By destination runtime: futures resolved when a newer incarnation of it is heard."""
+        self._restarts: dict[str, set[asyncio.Future[int]]] = {}
+        """By destination runtime: futures resolved with the epoch of a newer incarnation of it
+        when one is heard."""
         self.aids_ignored = 0
         """Published aids dropped: another protocol version, or no participant."""
         self._log = get_logger(actor=f"remote.{name}")
@@ -398,7 +400,7 @@ class RemoteAgent(Agent):
         if known is not None and epoch > known[0]:
             for restarted in self._restarts.pop(runtime, ()):
                 if not restarted.done():
-                    restarted.set_result(None)
+                    restarted.set_result(epoch)
         dead = self._dead
         if dead is not None and dead[0] == runtime and epoch >= dead[1]:
             self._dead = None  # it answered (a reply or a publication): it is back
@@ -846,10 +848,12 @@ class RemoteAgent(Agent):
         sent: list[asyncio.Future[Any]],
     ) -> None:
         """Wait until the request ``sent[-1]`` is answered (or failed), sending it again with
-        ``send(timeout left)`` (appended to ``sent``) whenever a new incarnation of the runtime
-        serving ``participant_id`` is heard first: a request sent to a destination that died
-        between turns went to nobody, and its restarted process never sees it (issue 30,
-        item 6: the next turn was declined after ``timeout_s`` instead of answered).
+        ``send(timeout left)`` (appended to ``sent``) when a new incarnation of the runtime
+        serving ``participant_id`` is heard first that started after the request was sent
+        (its epoch is its start time): a request sent to a destination that died between
+        turns went to nobody, and its restarted process never sees it (issue 30, item 6:
+        the next turn was declined after ``timeout_s`` instead of answered). One that
+        started before may have it already, and is left to answer it once.
 
         Only with heartbeats watched (``dead_after_s``), which announce the restart; the
         serving runtime is the one of the participant's routing aid, else the only one heard.
@@ -864,8 +868,9 @@ class RemoteAgent(Agent):
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_s
+        sent_us = time.time_ns() // 1000
         while not sent[-1].done():
-            restarted: asyncio.Future[None] = loop.create_future()
+            restarted: asyncio.Future[int] = loop.create_future()
             self._restarts.setdefault(serving, set()).add(restarted)
             try:
                 await asyncio.wait((sent[-1], restarted), return_when=asyncio.FIRST_COMPLETED)
@@ -881,8 +886,11 @@ class RemoteAgent(Agent):
             left = deadline - loop.time()
             if left <= 0:
                 return
+            if not restarted.cancelled() and restarted.result() <= sent_us:
+                continue  # up before the request left: it has it, and answers it
             sent[-1].cancel()
             self._log.info("remote.request_resent", participant=participant_id, runtime=serving)
+            sent_us = time.time_ns() // 1000
             sent.append(send(left))
 
     def _route(self) -> str:
