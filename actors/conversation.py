@@ -146,6 +146,29 @@ def turn_usage(usage: Usage | None, messages: Sequence[ChatMessage], answer: str
     return TurnUsage(prompt, estimate_tokens(answer), estimated=True)
 
 
+def add_usage(total: TurnUsage | None, more: TurnUsage) -> TurnUsage:
+    """Two model calls' usage added up (one answer of several calls): a count or cost
+    either lacks is unknown, and the sum is estimated when either was."""
+
+    def plus(a: Any, b: Any) -> Any:
+        return None if a is None or b is None else a + b
+
+    if total is None:
+        return more
+    reasoning = (
+        None
+        if total.reasoning_tokens is None and more.reasoning_tokens is None
+        else (total.reasoning_tokens or 0) + (more.reasoning_tokens or 0)
+    )
+    return TurnUsage(
+        plus(total.prompt_tokens, more.prompt_tokens),
+        plus(total.completion_tokens, more.completion_tokens),
+        reasoning,
+        total.estimated or more.estimated,
+        plus(total.cost_usd, more.cost_usd),
+    )
+
+
 class Conversation(ClosingDestination):
     """Application-instructed conversation agent over participant-scoped context.
 

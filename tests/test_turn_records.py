@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 
+import msgspec
 import pytest
 import structlog
 from structlog.testing import capture_logs
@@ -18,15 +19,25 @@ from structlog.testing import capture_logs
 from xrmq.actors import logs as actor_logs
 from xrmq.actors.clock import now_us
 from xrmq.actors.conversation import Conversation, estimate_tokens
-from xrmq.actors.models import LiteLLMService, ScriptedLLM, ScriptedResponse
+from xrmq.actors.models import (
+    LiteLLMService,
+    ScriptedLLM,
+    ScriptedResponse,
+    ToolCall,
+    Usage,
+)
 from xrmq.actors.routing import AgentRouter
 from xrmq.actors.routing.decisions import KeywordDecisions
-from xrmq.schemas import STAGES, AgentTurn, UserQuery
+from xrmq.actors.runtime import AgentRuntime
+from xrmq.actors.tools.agent import ToolAgent
+from xrmq.actors.tools.tool import Tool
+from xrmq.schemas import STAGES, AgentTurn, TurnUsage, UserQuery
 from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC
 
 from edge_box import Front, UpProcess, stack_config
 from openai_server import OpenAIServer, Reply
 from recorders import TurnRecorder
+from router_doubles import FakeContext
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -209,3 +220,34 @@ async def test_a_spoken_query_adds_its_speech_and_transcript_stages_before_the_q
     times = [stages[stage] for stage in ("speech_start", *CAUSAL)]
     assert times == sorted(times), stages
     assert {"speech_start", "speech_end", "transcribed", "query"} <= set(record.crossed)
+
+
+class Where(msgspec.Struct):
+    pass
+
+
+async def test_a_tool_agents_stages_span_its_model_calls_and_add_up_their_usage():
+    llm = ScriptedLLM(
+        ScriptedResponse(
+            tool_calls=(ToolCall("c1", "where", "{}"),),
+            usage=Usage(100, 5, reasoning_tokens=3, cost_usd=0.001),
+        ),
+        ScriptedResponse(chunks=("On the ", "desk."), usage=Usage(130, 4, cost_usd=0.002)),
+    )
+    async with AgentRuntime() as runtime:
+        agent = ToolAgent(
+            llm,
+            context=FakeContext(),
+            runtime=runtime,
+            output_topic=VOICE_OUTPUT_TOPIC,
+            tools=[Tool("where", "Where the mug is.", Where, lambda args: "desk")],
+        )
+
+        async def started() -> None:
+            pass
+
+        result = await agent.answer(AgentTurn("p1", "t1", "Where is the mug?"), started=started)
+    stages = result.stages
+    assert stages is not None and stages.runtime == runtime.name and stages.model == "scripted"
+    assert stages.model_request_us <= stages.first_token_us <= stages.first_chunk_us
+    assert stages.usage == TurnUsage(230, 9, 3, cost_usd=pytest.approx(0.003))
