@@ -20,7 +20,7 @@ from .interaction import (
 )
 from .metrics import ProcessState, RuntimeMetrics, SupervisorReport
 from .routing import Admission, AgentExchange, AgentTurn, DestinationResult, RoutingAid, TurnEnded
-from .stages import DestinationStages, TurnUsage
+from .stages import DestinationStages, ToolCallTime, TurnUsage
 from .turns import STAGES, TurnRecord
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "RoutingAid",
     "RuntimeMetrics",
     "SupervisorReport",
+    "ToolCallTime",
     "TurnEnded",
     "TurnRecord",
     "TurnUsage",

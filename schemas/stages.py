@@ -19,6 +19,16 @@ class TurnUsage(msgspec.Struct, frozen=True, omit_defaults=True):
     cost_usd: float | None = None
 
 
+class ToolCallTime(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One tool call of the answer: the tool's name, when it was called and answered (Unix
+    microseconds, the destination's clock), and whether it failed."""
+
+    name: str
+    started_us: int
+    ended_us: int
+    failed: bool = False
+
+
 class DestinationStages(msgspec.Struct, frozen=True, omit_defaults=True):
     """The stages a destination saw while answering, returned in its ``DestinationResult``.
 
@@ -32,3 +42,5 @@ class DestinationStages(msgspec.Struct, frozen=True, omit_defaults=True):
     first_token_us: int | None = None
     first_chunk_us: int | None = None
     usage: TurnUsage | None = None
+    tool_calls: tuple[ToolCallTime, ...] = ()
+    """The tool calls the answer made, in the order they ended (parallel calls overlap)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import msgspec
 
 from .routing import TurnStatus
-from .stages import TurnUsage
+from .stages import ToolCallTime, TurnUsage
 
 STAGES: tuple[str, ...] = (
     "speech_start",
@@ -70,6 +70,7 @@ class TurnRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     ended_us: int | None = None
     model: str | None = None
     usage: TurnUsage | None = None
+    tool_calls: tuple[ToolCallTime, ...] = ()
     crossed: tuple[str, ...] = ()
 
     def stages(self) -> dict[str, int]:

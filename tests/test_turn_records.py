@@ -226,7 +226,7 @@ class Where(msgspec.Struct):
     pass
 
 
-async def test_a_tool_agents_stages_span_its_model_calls_and_add_up_their_usage():
+async def test_a_tool_agents_stages_span_its_model_calls_with_its_tool_calls_and_usage():
     llm = ScriptedLLM(
         ScriptedResponse(
             tool_calls=(ToolCall("c1", "where", "{}"),),
@@ -251,3 +251,6 @@ async def test_a_tool_agents_stages_span_its_model_calls_and_add_up_their_usage(
     assert stages is not None and stages.runtime == runtime.name and stages.model == "scripted"
     assert stages.model_request_us <= stages.first_token_us <= stages.first_chunk_us
     assert stages.usage == TurnUsage(230, 9, 3, cost_usd=pytest.approx(0.003))
+    [call] = stages.tool_calls
+    assert (call.name, call.failed) == ("where", False)
+    assert stages.model_request_us <= call.started_us <= call.ended_us <= stages.first_token_us

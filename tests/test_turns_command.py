@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 
+import msgspec
 import pytest
 
 from xrmq.actors.edge.turns import (
@@ -24,7 +25,7 @@ from xrmq.actors.edge.turns import (
     step_percentiles,
     steps,
 )
-from xrmq.schemas import TurnRecord, TurnUsage
+from xrmq.schemas import ToolCallTime, TurnRecord, TurnUsage
 
 from buses import PROCS
 from edge_box import Front, UpProcess, stack_config
@@ -87,6 +88,11 @@ def test_a_turn_renders_as_a_waterfall_with_its_usage_and_the_crossed_stages_mar
     assert "first chunk 50.0 ms" in lines[0] and "150+10 tokens (estimated)" in lines[0]
     assert lines[6].split()[0] == "first_chunk" and lines[6].endswith("| *")
     assert "over the last 1 turns" in render_percentiles([record("t", first_chunk_ms=5)])
+    called = msgspec.structs.replace(
+        record("t2", first_chunk_ms=50),
+        tool_calls=(ToolCallTime("camera__look", T0 + 2_000, T0 + 14_500, failed=True),),
+    )
+    assert "  tool camera__look 12.5 ms (failed)" in render_turn(called).splitlines()
 
 
 def test_the_conversation_pane_has_each_participants_last_turn_percentiles_and_tokens():

@@ -128,6 +128,9 @@ def render_turn(record: TurnRecord) -> str:
         bar = " " * left + "#" * width
         mark = " *" if stage in crossed else ""
         lines.append(f"  {stage:<14}{since:>10.1f} ms  +{step:>9.1f}  |{bar:<{BAR_WIDTH}}|{mark}")
+    for call in record.tool_calls:
+        took = (call.ended_us - call.started_us) / 1000
+        lines.append(f"  tool {call.name} {took:.1f} ms" + (" (failed)" if call.failed else ""))
     if crossed:
         lines.append("  (* taken in another process than the router's)")
     return "\n".join(lines) + "\n"

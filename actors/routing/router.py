@@ -580,6 +580,7 @@ class AgentRouter(Agent):
             ended_us=now_us(),
             model=stages.model,
             usage=stages.usage,
+            tool_calls=stages.tool_calls,
             crossed=tuple(crossed),
         )
 

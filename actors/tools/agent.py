@@ -56,6 +56,7 @@ from xrmq.schemas import (
     DestinationStages,
     ResponseOutput,
     RoutingAid,
+    ToolCallTime,
     TurnUsage,
 )
 from xrmq.schemas._validation import check_positive
@@ -119,9 +120,10 @@ class _ModelTimes:
     ``schemas/stages.py``): the first request, the first text, the first chunk published,
     and every call's usage added up."""
 
-    __slots__ = ("first_chunk_us", "first_token_us", "request_us", "usage")
+    __slots__ = ("first_chunk_us", "first_token_us", "request_us", "tools", "usage")
 
     def __init__(self) -> None:
+        self.tools: list[ToolCallTime] = []
         self.request_us: int | None = None
         self.first_token_us: int | None = None
         self.first_chunk_us: int | None = None
@@ -370,6 +372,7 @@ class ToolAgent(ClosingDestination):
             times.first_token_us,
             times.first_chunk_us,
             times.usage,
+            tuple(times.tools),
         )
         return DestinationResult(response=text, stages=stages)
 
@@ -425,13 +428,24 @@ class ToolAgent(ClosingDestination):
             transcript.append(
                 ChatMessage("assistant", content, tool_calls=calls, reasoning=reasoning)
             )
-            replies = await asyncio.gather(*(self._call(pid, transcript, call) for call in calls))
+            replies = await asyncio.gather(
+                *(self._timed_call(pid, transcript, call, times) for call in calls)
+            )
             transcript.append(
                 *(ChatMessage("tool", r.content, tool_call_id=c.id) for c, r in zip(calls, replies))
             )
             for call, outcome in zip(calls, replies):
                 if outcome.error is not None:
                     log.info("tools.call_failed", tool=call.name, call=call.id, error=outcome.error)
+
+    async def _timed_call(
+        self, pid: str, transcript: Transcript, call: ToolCall, times: _ModelTimes
+    ) -> ToolCallReply:
+        """``_call``, noting when the call began and ended for the turn record."""
+        began = now_us()
+        reply = await self._call(pid, transcript, call)
+        times.tools.append(ToolCallTime(call.name, began, now_us(), reply.error is not None))
+        return reply
 
     async def _call(self, pid: str, transcript: Transcript, call: ToolCall) -> ToolCallReply:
         if call.name == EXTRACT_TOOL.name:
