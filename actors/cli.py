@@ -22,6 +22,7 @@ _COMMAND_MODULES = (
     "xrmq.actors.runtime.commands",
     "xrmq.actors.edge.commands",
     "xrmq.actors.edge.context_commands",
+    "xrmq.actors.edge.turn_commands",
     "xrmq.actors.voice.commands",
     "xrmq.actors.eval.cli",
 )

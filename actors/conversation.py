@@ -20,6 +20,11 @@ nonblank chunk awaits ``started()``; once a chunk was published, an empty final 
 closes the reply whether the answer completed, failed or was cancelled; a cancelled
 answer publishes no further text. Failures propagate after the model stream is closed.
 The exchange is recorded in the context only after the final frame was published.
+
+The result carries the turn's model stages (``DestinationStages``, ``schemas/stages.py``):
+when the model request was sent, the first token came and the first chunk was
+published, and the usage (the provider's, else estimated from the text), so the router's
+``TurnRecord`` has them without a message of their own (three clock reads a turn).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from typing import Any, Protocol
 from xrmq.actors.clock import now_us
 from xrmq.actors.context.render import format_time
 from xrmq.actors.interaction import ResponseOutputs
-from xrmq.actors.models import ChatMessage, ChatOptions, LLMService, ModelError
+from xrmq.actors.models import ChatMessage, ChatOptions, LLMService, ModelError, Usage
 from xrmq.actors.prompts import load_prompt
 from xrmq.actors.routing.agent import ClosingDestination, current_turn_context
 from xrmq.actors.runtime import get_logger
@@ -38,8 +43,10 @@ from xrmq.schemas import (
     AgentTurn,
     ContextBlock,
     DestinationResult,
+    DestinationStages,
     ResponseOutput,
     RoutingAid,
+    TurnUsage,
 )
 from xrmq.topics import Topic
 
@@ -119,6 +126,49 @@ def answer_messages(
     ]
 
 
+CHARS_PER_TOKEN = 4
+"""The estimate of a token's length when the provider reports no usage (English text)."""
+
+
+def estimate_tokens(text: str) -> int:
+    """About how many tokens ``text`` is: one per ``CHARS_PER_TOKEN`` characters, at least one."""
+    return max(1, -(-len(text) // CHARS_PER_TOKEN))
+
+
+def turn_usage(usage: Usage | None, messages: Sequence[ChatMessage], answer: str) -> TurnUsage:
+    """The answer's usage for the turn record: the provider's counts and cost, or, when it
+    reported no counts, an estimate from the request's and the answer's text."""
+    if usage is not None and usage.input_tokens is not None and usage.output_tokens is not None:
+        return TurnUsage(
+            usage.input_tokens, usage.output_tokens, usage.reasoning_tokens, cost_usd=usage.cost_usd
+        )
+    prompt = sum(estimate_tokens(message.content) for message in messages)
+    return TurnUsage(prompt, estimate_tokens(answer), estimated=True)
+
+
+def add_usage(total: TurnUsage | None, more: TurnUsage) -> TurnUsage:
+    """Two model calls' usage added up (one answer of several calls): a count or cost
+    either lacks is unknown, and the sum is estimated when either was."""
+
+    def plus(a: Any, b: Any) -> Any:
+        return None if a is None or b is None else a + b
+
+    if total is None:
+        return more
+    reasoning = (
+        None
+        if total.reasoning_tokens is None and more.reasoning_tokens is None
+        else (total.reasoning_tokens or 0) + (more.reasoning_tokens or 0)
+    )
+    return TurnUsage(
+        plus(total.prompt_tokens, more.prompt_tokens),
+        plus(total.completion_tokens, more.completion_tokens),
+        reasoning,
+        total.estimated or more.estimated,
+        plus(total.cost_usd, more.cost_usd),
+    )
+
+
 class Conversation(ClosingDestination):
     """Application-instructed conversation agent over participant-scoped context.
 
@@ -175,6 +225,8 @@ class Conversation(ClosingDestination):
         self._system = system_message(self.system_prompt, instructions)
         self._clock = clock
         self._closed = False
+        name = getattr(runtime, "name", None)
+        self._runtime_name = name if isinstance(name, str) else None
 
     def request(self, turn: AgentTurn) -> list[ChatMessage]:
         """The three messages of the answer request for ``turn``, from the context as it is now."""
@@ -210,12 +262,20 @@ class Conversation(ClosingDestination):
         messages = self.request(turn)
         outputs = ResponseOutputs(self.runtime, self.output_topic, source=route)
         parts: list[str] = []
+        clock = now_us  # stage times: the wall clock, as the router's (``clock`` is the prompt's)
+        first_token_us = first_chunk_us = None
         async with outputs.reply(
             pid, request_id=turn.turn_id, timestamp_us=turn.timestamp_us, started=started
         ) as reply:
+            request_us = clock()
             async with self.llm.stream(messages, self.options) as stream:
                 async for chunk in stream:
-                    await reply.send(chunk)
+                    if first_token_us is None:
+                        first_token_us = clock()
+                        await reply.send(chunk)
+                        first_chunk_us = clock()
+                    else:
+                        await reply.send(chunk)
                     parts.append(chunk)
         text = "".join(parts).strip()
         if not text:
@@ -231,7 +291,15 @@ class Conversation(ClosingDestination):
             timestamp_us=turn.timestamp_us if turn.timestamp_us is not None else self._clock(),
             exchange_id=turn.turn_id,
         )
-        return DestinationResult(response=text)
+        stages = DestinationStages(
+            self._runtime_name,
+            self.llm.model,
+            request_us,
+            first_token_us,
+            first_chunk_us,
+            turn_usage(stream.usage, messages, text),
+        )
+        return DestinationResult(response=text, stages=stages)
 
     async def release(self, participant_id: str) -> None:
         """Keep completed participant context; this destination holds no active resources."""

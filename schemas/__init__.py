@@ -20,8 +20,11 @@ from .interaction import (
 )
 from .metrics import ProcessState, RuntimeMetrics, SupervisorReport
 from .routing import Admission, AgentExchange, AgentTurn, DestinationResult, RoutingAid, TurnEnded
+from .stages import DestinationStages, ToolCallTime, TurnUsage
+from .turns import STAGES, TurnRecord
 
 __all__ = [
+    "STAGES",
     "Admission",
     "AgentExchange",
     "AgentTurn",
@@ -34,6 +37,7 @@ __all__ = [
     "ConversationContextUpdate",
     "DestinationInfo",
     "DestinationResult",
+    "DestinationStages",
     "ForgetFailure",
     "Interrupted",
     "MessageMetadata",
@@ -45,6 +49,9 @@ __all__ = [
     "RoutingAid",
     "RuntimeMetrics",
     "SupervisorReport",
+    "ToolCallTime",
     "TurnEnded",
+    "TurnRecord",
+    "TurnUsage",
     "UserQuery",
 ]

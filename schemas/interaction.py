@@ -13,17 +13,29 @@ import msgspec
 from ._validation import require, require_name
 
 
-class UserQuery(msgspec.Struct, frozen=True):
-    """One accepted user query from an input boundary such as voice or text."""
+class UserQuery(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One accepted user query from an input boundary such as voice or text.
+
+    A spoken query also says when the speech ended and when its transcript was ready
+    (Unix microseconds, the voice input's clock), for the turn's record
+    (``schemas/turns.py``); a typed one leaves them out.
+    """
 
     text: str
     """Gate-accepted speech or direct typed text."""
     timestamp_us: int
-    """Input presentation time as Unix microseconds."""
+    """Input presentation time as Unix microseconds (speech: when it began)."""
+    speech_end_us: int | None = None
+    """Speech: when its last voiced audio ended."""
+    transcribed_us: int | None = None
+    """Speech: when its transcript was ready."""
 
     def __post_init__(self) -> None:
         require(bool(self.text.strip()), "UserQuery", "text", "must be non-empty text")
         require(self.timestamp_us >= 0, "UserQuery", "timestamp_us", "must be >= 0")
+        for name in ("speech_end_us", "transcribed_us"):
+            value = getattr(self, name)
+            require(value is None or value >= 0, "UserQuery", name, "must be >= 0")
 
 
 class Interrupted(msgspec.Struct, frozen=True):

@@ -11,6 +11,7 @@ from typing import Literal
 import msgspec
 
 from ._validation import require, require_name, require_text
+from .stages import DestinationStages
 
 
 class AgentExchange(msgspec.Struct, frozen=True):
@@ -85,10 +86,13 @@ FocusTransition = Literal["take", "release"]
 
 
 class DestinationResult(msgspec.Struct, frozen=True):
-    """Optional completed response context and the router's focus transition."""
+    """Optional completed response context and the router's focus transition; ``stages``:
+    when the destination sent its model request, got the first token and published its
+    first chunk, and the model's usage (``schemas/turns.py``), for the turn's record."""
 
     response: str | None = None
     focus: FocusTransition | None = None
+    stages: DestinationStages | None = None
 
 
 # -- Remote destinations --------------------------------------------------------------

@@ -12,7 +12,8 @@ Each request takes the next scripted ``Reply`` (the last one repeats). A reply c
 how a test makes a provider that never answers or stalls mid-stream; with ``drop_after``
 it sends that many chunks and then closes the connection in the middle of the body (a
 streamed reply is chunked, as a real provider's is, so the client sees an incomplete
-body, not a short one); an error ``status`` carries ``message`` as the provider's.
+body, not a short one); an error ``status`` carries ``message`` as the provider's; with
+``usage`` the stream ends with OpenAI's usage chunk.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ class Reply:
     """Close the connection after this many chunks, mid-body (None: finish the stream)."""
     message: str | None = None
     """The error reply's ``error.message`` (default ``"scripted <status>"``)."""
+    usage: dict[str, Any] | None = None
+    """The ``usage`` object of a last chunk without choices, sent (as OpenAI does) when the
+    request asked for it (``stream_options.include_usage``); None: no usage reported."""
 
 
 @dataclass
@@ -164,6 +168,18 @@ class OpenAIServer:
                             "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
                         }
                     )
+                    include = (body.get("stream_options") or {}).get("include_usage")
+                    if reply.usage is not None and include:
+                        self._event(
+                            {
+                                "id": "c1",
+                                "object": "chat.completion.chunk",
+                                "created": 1,
+                                "model": model,
+                                "choices": [],
+                                "usage": reply.usage,
+                            }
+                        )
                     self._chunk(b"data: [DONE]\n\n")
                     self._chunk(b"")  # the last chunk: the body is complete
                 except (BrokenPipeError, ConnectionResetError):

@@ -1,12 +1,12 @@
-"""Test support: an actor that records what arrives on context topics."""
+"""Test support: actors that record what arrives on context topics and on `xrmq.turns`."""
 
 from __future__ import annotations
 
 import asyncio
 
 from xrmq.actors.runtime import Agent, RuntimeContext
-from xrmq.schemas import ConversationContextUpdate
-from xrmq.topics import context_topic
+from xrmq.schemas import ConversationContextUpdate, TurnRecord
+from xrmq.topics import TURNS_TOPIC, context_topic
 
 
 class ContextRecorder(Agent):
@@ -28,3 +28,24 @@ class ContextRecorder(Agent):
         while len(self.updates) < count:
             self.changed.clear()
             await asyncio.wait_for(self.changed.wait(), 20)
+
+
+class TurnRecorder(Agent):
+    """Records every ``TurnRecord`` the router publishes on ``xrmq.turns``."""
+
+    def __init__(self) -> None:
+        self.records: list[TurnRecord] = []
+        self.changed = asyncio.Event()
+
+    def handlers(self):
+        return {TURNS_TOPIC: self.on_record}
+
+    async def on_record(self, record: TurnRecord, ctx: RuntimeContext) -> None:
+        self.records.append(record)
+        self.changed.set()
+
+    async def until(self, count: int, timeout: float = 20) -> list[TurnRecord]:
+        while len(self.records) < count:
+            self.changed.clear()
+            await asyncio.wait_for(self.changed.wait(), timeout)
+        return self.records

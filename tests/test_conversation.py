@@ -15,7 +15,6 @@ from xrmq.schemas import (
     AgentExchange,
     AgentTurn,
     ContextBlock,
-    DestinationResult,
     ResponseOutput,
     RoutingAid,
 )
@@ -254,7 +253,7 @@ async def test_complete_text_is_returned_as_routing_context():
     result = await conversation(ScriptedLLM("At 15:30 in room B."), recorder).answer(
         TURN, started=recorder.started
     )
-    assert result == DestinationResult(response="At 15:30 in room B.")
+    assert (result.response, result.focus) == ("At 15:30 in room B.", None)
 
 
 async def test_failure_after_the_first_chunk_closes_the_reply_with_an_empty_final_and_raises():

@@ -152,7 +152,8 @@ async def test_the_remote_destination_publishes_nothing_until_the_routers_starte
         gate.set()
         result = await answering
         await recorder.wait_for(lambda frames: recorder.finals() == 2)
-    assert result == DestinationResult("Hello there.")
+    assert (result.response, result.focus) == ("Hello there.", None)
+    assert result.stages is not None and result.stages.runtime == "back"  # its clock, carried
     assert [frame.text for _, _, frame in recorder.frames] == [
         "Router first.",
         "Hello",

@@ -167,6 +167,11 @@ def test_every_subscription_a_built_in_role_makes_is_within_its_derived_permissi
         assert [topic for topic in topics if topic not in allowed] == [], name
 
 
+def test_the_router_may_publish_its_turn_records():
+    router = role_permissions(default_config(), "router")
+    assert "xrmq.turns" in Patterns(router.publish)  # else a CURVE broker drops them
+
+
 def test_role_defaults_are_least_privilege():
     config = default_config()
     renderer = role_permissions(config, "renderer")

@@ -126,6 +126,9 @@ async def test_spoken_question_from_another_process_becomes_a_query_and_is_answe
     )
     assert error <= 0.25, query.text
     assert query.timestamp_us > 0
+    # its speech and transcript times, for the turn record (issue 33)
+    assert query.speech_end_us is not None and query.transcribed_us is not None
+    assert query.timestamp_us < query.speech_end_us <= query.transcribed_us
     assert voice.counts.frame_gaps == 0 and voice.counts.queries == 1
     [answer] = recorder.written
     duration, rms = wav_stats(answer)

@@ -16,6 +16,7 @@ from xrmq.schemas import (
     RuntimeMetrics,
     SupervisorReport,
     TurnEnded,
+    TurnRecord,
     UserQuery,
 )
 
@@ -46,6 +47,9 @@ PARTICIPANT_FORGOTTEN_TOPIC: Topic[ParticipantForgotten] = Topic(
 """The router's ``ParticipantForgotten`` once every destination forgot a participant who left."""
 TURN_ENDED_TOPIC: Topic[TurnEnded] = Topic("voice.turn_ended", TurnEnded)
 """The router's ``TurnEnded`` for each turn, participant-scoped: how it ended and why."""
+TURNS_TOPIC: Topic[TurnRecord] = Topic("xrmq.turns", TurnRecord)
+"""The router's ``TurnRecord`` for each turn, participant-scoped, after its ``TurnEnded``:
+the time of each stage, model usage and cost; read by ``xrmq turns`` and ``xrmq top``."""
 AUDIO_IN_TOPIC: Topic[AudioFrame] = Topic("audio.in", AudioFrame)
 """Microphone audio from each participant's client (20 ms PCM16 frames by default)."""
 AUDIO_OUT_TOPIC: Topic[AudioFrame] = Topic("audio.out", AudioFrame)
@@ -113,6 +117,7 @@ STANDARD_TOPICS: tuple[Topic[Any], ...] = (
     PARTICIPANT_LEFT_TOPIC,
     PARTICIPANT_FORGOTTEN_TOPIC,
     TURN_ENDED_TOPIC,
+    TURNS_TOPIC,
     AUDIO_IN_TOPIC,
     AUDIO_OUT_TOPIC,
     AUDIO_PLAYBACK_TOPIC,
@@ -138,6 +143,7 @@ __all__ = [
     "SEP",
     "STANDARD_TOPICS",
     "SUPERVISOR_TOPIC",
+    "TURNS_TOPIC",
     "TURN_ENDED_TOPIC",
     "VOICE_OUTPUT_TOPIC",
     "Topic",

@@ -392,8 +392,30 @@ def run_top(args: argparse.Namespace) -> int:
             interval=args.interval,
             window=args.window,
             expect=args.expect,
+            turns=_may_read_turns(args),
         )
     )
+
+
+def _may_read_turns(args: argparse.Namespace) -> bool:
+    """Whether ``top`` subscribes to ``xrmq.turns`` (its conversation pane): on a plain bus
+    always; on a CURVE bus only when ``--config`` grants its identity the topic, since a
+    subscription the broker refuses would keep ``top`` from starting at all."""
+    import os
+
+    from xrmq.actors.runtime.security.acl import Patterns
+    from xrmq.actors.runtime.security.keys import KEY_ENV
+    from xrmq.topics import TURNS_TOPIC
+
+    from .identities import permissions
+
+    if not os.environ.get(KEY_ENV):
+        return True
+    if args.config is None:
+        return False
+    identity = args.identity or os.environ.get(IDENTITY_ENV) or args.default_identity
+    granted = permissions(load_config(args.config)).get(identity or "")
+    return granted is not None and TURNS_TOPIC.name in Patterns(granted.subscribe)
 
 
 def run_demo(args: argparse.Namespace) -> int:

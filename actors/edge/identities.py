@@ -44,6 +44,7 @@ from xrmq.topics import (
     QUERY_TOPIC,
     SUPERVISOR_TOPIC,
     TURN_ENDED_TOPIC,
+    TURNS_TOPIC,
     VOICE_OUTPUT_TOPIC,
 )
 
@@ -127,6 +128,7 @@ def role_permissions(config: EdgeConfig, role: str) -> Permissions:
             publish=[
                 VOICE_OUTPUT_TOPIC.name,
                 TURN_ENDED_TOPIC.name,
+                TURNS_TOPIC.name,
                 PARTICIPANT_FORGOTTEN_TOPIC.name,
                 *route_topics,
             ],

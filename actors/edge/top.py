@@ -8,6 +8,9 @@ state and reason on its row, and a row of its own if it never reported. Actors t
 runtime reports stuck (non-empty mailbox, no progress) are marked. ``render`` draws
 the rows as plain text with ANSI emphasis, under ``summary``'s header (the bus and its
 broker, totals over every runtime); ``--json`` prints the rows for scripts and tests.
+Below the runtimes, the conversation pane (issue 33): per participant, from the router's
+``TurnRecord`` on ``xrmq.turns``, the last turn's stage breakdown, p50/p95 of query to
+first chunk, and the tokens and cost so far (``turns.TurnStats.pane``; text only).
 Live on a terminal, ``q`` quits. Restarts count what ``top`` saw (new epochs while it
 watched).
 """
@@ -24,9 +27,11 @@ import msgspec
 
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
 from xrmq.actors.runtime.security.keys import client_credentials
-from xrmq.schemas import RuntimeMetrics, SupervisorReport
+from xrmq.schemas import RuntimeMetrics, SupervisorReport, TurnRecord
 from xrmq.schemas.metrics import RuntimeCounters, counters_of
-from xrmq.topics import METRICS_TOPIC, SUPERVISOR_TOPIC
+from xrmq.topics import METRICS_TOPIC, SUPERVISOR_TOPIC, TURNS_TOPIC
+
+from .turns import TurnStats
 
 BOLD, DIM, RED, RESET = "\x1b[1m", "\x1b[2m", "\x1b[31m", "\x1b[0m"
 CLEAR = "\x1b[H\x1b[2J"
@@ -87,6 +92,8 @@ class TopView:
     def __init__(self) -> None:
         self._runtimes: dict[str, _Seen] = {}
         self._supervisor: SupervisorReport | None = None
+        self.turns = TurnStats()
+        """The turns seen since ``top`` started: its conversation pane."""
 
     def observe_supervisor(self, report: SupervisorReport) -> None:
         self._supervisor = report
@@ -417,6 +424,15 @@ class _MetricsWatcher(Agent):
         self.changed.set()
 
 
+class _TurnWatcher(Agent):
+    def __init__(self, view: TopView) -> None:
+        self.view = view
+
+    @subscribe(TURNS_TOPIC)
+    async def on_turn(self, message: TurnRecord, ctx: RuntimeContext) -> None:
+        self.view.turns.observe(message)
+
+
 async def watch(
     bus: str,
     *,
@@ -426,8 +442,10 @@ async def watch(
     window: float,
     expect: int | None,
     out: TextIO = sys.stdout,
+    turns: bool = True,
 ) -> int:
-    """Subscribe to the metrics topic and print the view.
+    """Subscribe to the metrics topic and print the view; with ``turns`` also to
+    ``xrmq.turns``, for the conversation pane.
 
     ``once``: print one view and return, as soon as ``expect`` runtimes have each
     reported twice (so rates exist), else after ``window`` seconds. Otherwise redraw
@@ -439,6 +457,8 @@ async def watch(
     keyed = client_credentials() is not None  # then its name must start with its identity's
     runtime = AgentRuntime(bus, name=None if keyed else f"top-{os.getpid()}")
     runtime.register("top", _MetricsWatcher(view, changed))
+    if turns:
+        runtime.register("top-turns", _TurnWatcher(view))
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
@@ -457,7 +477,14 @@ async def watch(
                     await asyncio.wait_for(changed.wait(), remaining)
                 except TimeoutError:
                     break
-            _print(view.rows(loop.time()), bus, as_json=as_json, live=False, out=out)
+            _print(
+                view.rows(loop.time()),
+                bus,
+                as_json=as_json,
+                live=False,
+                out=out,
+                pane=view.turns.pane(),
+            )
             return 0
         keys = None if as_json else _quit_on_q(loop, stop, sys.stdin)
         try:
@@ -469,6 +496,7 @@ async def watch(
                     live=True,
                     out=out,
                     hint="q or Ctrl-C quits" if keys is not None else "Ctrl-C quits",
+                    pane=view.turns.pane(),
                 )
                 try:
                     await asyncio.wait_for(stop.wait(), interval)
@@ -480,7 +508,14 @@ async def watch(
 
 
 def _print(
-    rows: list[RuntimeRow], bus: str, *, as_json: bool, live: bool, out: TextIO, hint: str = ""
+    rows: list[RuntimeRow],
+    bus: str,
+    *,
+    as_json: bool,
+    live: bool,
+    out: TextIO,
+    hint: str = "",
+    pane: str = "",
 ) -> None:
     if as_json:
         out.write(msgspec.json.encode(rows).decode() + "\n")
@@ -489,7 +524,8 @@ def _print(
         header = summary(rows, bus, color=color)
         if hint:
             header = header.rstrip("\n") + f"  ({hint})\n\n"
-        out.write((CLEAR if live and color else "") + header + render(rows, color=color))
+        body = render(rows, color=color) + ("\n" + pane if pane else "")
+        out.write((CLEAR if live and color else "") + header + body)
     out.flush()
 
 

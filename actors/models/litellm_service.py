@@ -22,6 +22,8 @@ from collections.abc import AsyncGenerator, Mapping
 from types import ModuleType
 from typing import Any
 
+import msgspec
+
 from xrmq.actors.logs import get_logger
 
 from .errors import (
@@ -215,11 +217,7 @@ class LiteLLMService(LLMService):
                         if chunk is None:
                             break
                         if getattr(chunk, "usage", None) is not None:
-                            usage = Usage(
-                                chunk.usage.prompt_tokens,
-                                chunk.usage.completion_tokens,
-                                getattr(chunk.usage, "total_tokens", None),
-                            )
+                            usage = reported_usage(litellm, self.model, chunk.usage)
                         if not chunk.choices:
                             continue  # the usage-only chunk that ends a stream
                         choice = chunk.choices[0]
@@ -269,6 +267,31 @@ class LiteLLMService(LLMService):
                 raise error from exc
             yield ChatResult(finish, usage, deltas.tool_calls(), deltas.reasoning())
             return
+
+
+def reported_usage(litellm: ModuleType, model: str, reported: Any) -> Usage:
+    """The provider's usage chunk as ``Usage``, priced by litellm's table when it knows the
+    model (a model it has no price for, such as a local one, has no cost). Once per call."""
+    details = getattr(reported, "completion_tokens_details", None)
+    reasoning = getattr(details, "reasoning_tokens", None) if details is not None else None
+    usage = Usage(
+        reported.prompt_tokens,
+        reported.completion_tokens,
+        getattr(reported, "total_tokens", None),
+        reasoning if isinstance(reasoning, int) else None,
+    )
+    if usage.input_tokens is None or usage.output_tokens is None:
+        return usage
+    try:
+        prompt_cost, completion_cost = litellm.cost_per_token(
+            model=model,
+            prompt_tokens=usage.input_tokens,
+            completion_tokens=usage.output_tokens,
+        )
+        cost = float(prompt_cost) + float(completion_cost)
+    except Exception:  # litellm raises when it has no price for the model
+        return usage
+    return msgspec.structs.replace(usage, cost_usd=cost)
 
 
 def retry_after_s(exc: BaseException) -> float | None:

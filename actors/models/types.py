@@ -171,12 +171,16 @@ class ChatRequest(msgspec.Struct, frozen=True):
 
 
 class Usage(msgspec.Struct, frozen=True):
-    """Token counts, when the provider reports them (``None`` otherwise)."""
+    """Token counts, when the provider reports them (``None`` otherwise), and the cost."""
 
     input_tokens: int | None = None
     output_tokens: int | None = None
     total_tokens: int | None = None
     """The provider's total, else input plus output when both are known (``total``)."""
+    reasoning_tokens: int | None = None
+    """The output tokens spent reasoning, when the provider says."""
+    cost_usd: float | None = None
+    """What the call cost, when the service knows the model's price (litellm's table)."""
 
     @property
     def total(self) -> int | None:

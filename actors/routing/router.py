@@ -50,6 +50,11 @@ as the table tests name them:
    destination's error arrives as it was raised there). A front end ends the turn on
    it, so a failure said by the router never leaves a client waiting. A turn cancelled
    before it ran (a newer query came at once) ends ``canceled`` too: every query ends once.
+   Right after it, the router publishes the turn's ``TurnRecord`` on ``record_topic``
+   (``schemas/turns.py``: when the turn passed each stage, the model's usage and cost;
+   the destination's stages arrive in its ``DestinationResult``) and logs it as one
+   ``turn.done`` line (also without a runtime). A handful of clock reads per turn, one
+   publish: nothing per chunk.
 
 Where the rules live: rule 1 in ``lanes.py`` (pure lane bookkeeping), rules 2 to 7 in
 ``policy.TurnPolicy`` (the sans-IO turn policy: decisions in, actions out), rules 8 and 9
@@ -67,8 +72,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
+import msgspec
+
+from xrmq.actors.clock import now_us
 from xrmq.actors.interaction import ResponseOutputs
 from xrmq.actors.runtime import (
     Agent,
@@ -81,6 +90,8 @@ from xrmq.actors.runtime import (
 from xrmq.schemas import (
     Admission,
     AgentTurn,
+    DestinationResult,
+    DestinationStages,
     ForgetFailure,
     Interrupted,
     ParticipantForgotten,
@@ -89,6 +100,7 @@ from xrmq.schemas import (
     ResponseOutput,
     RoutingAid,
     TurnEnded,
+    TurnRecord,
     UserQuery,
 )
 from xrmq.topics import (
@@ -97,6 +109,7 @@ from xrmq.topics import (
     PARTICIPANT_LEFT_TOPIC,
     ROUTER_SOURCE,
     TURN_ENDED_TOPIC,
+    TURNS_TOPIC,
     Topic,
     check_topic,
 )
@@ -140,6 +153,21 @@ RouterOutput = Callable[[AgentTurn, "str | None", str], Awaitable[None]]
 destination it concerns, None when no destination is involved."""
 
 
+@dataclass(slots=True)
+class _TurnTimes:
+    """What the router notes of one turn for its ``TurnRecord`` (Unix microseconds)."""
+
+    received_us: int
+    query_us: int | None = None
+    query_crossed: bool = False
+    speech: tuple[int, int, int | None] | None = None
+    """A spoken query's speech start, speech end and transcript times."""
+    route: str | None = None
+    routed_us: int | None = None
+    admitted_us: int | None = None
+    stages: DestinationStages | None = None
+
+
 class AgentRouter(Agent):
     """Route turns to ``agents`` (name -> ``RoutableAgent``) with ``decisions``.
 
@@ -153,6 +181,7 @@ class AgentRouter(Agent):
     participant's turns; it requires ``query_topic`` and ``output_topic``. ``default``
     names the fallback destination; ``history_limit`` bounds the shared history;
     ``turn_topic`` (carrying ``TurnEnded``; None: not published) receives each turn's end,
+    ``record_topic`` (carrying ``TurnRecord``; None: not published) each turn's record,
     ``forgotten_topic`` (carrying ``ParticipantForgotten``; None: not published) each
     departure's confirmation.
     ``shutdown_grace_s`` is how long ``stop()`` (and so the actor's ``on_stop``) lets
@@ -179,6 +208,7 @@ class AgentRouter(Agent):
         max_participants: int = DEFAULT_MAX_PARTICIPANTS,
         shutdown_grace_s: float = 0.0,
         turn_topic: Topic[TurnEnded] | None = TURN_ENDED_TOPIC,
+        record_topic: Topic[TurnRecord] | None = TURNS_TOPIC,
         forgotten_topic: Topic[ParticipantForgotten] | None = PARTICIPANT_FORGOTTEN_TOPIC,
     ) -> None:
         if not isinstance(agents, Mapping) or not agents:
@@ -193,6 +223,7 @@ class AgentRouter(Agent):
         check_topic(output_topic, ResponseOutput, "AgentRouter.output_topic")
         check_topic(interrupted_topic, Interrupted, "AgentRouter.interrupted_topic")
         check_topic(turn_topic, TurnEnded, "AgentRouter.turn_topic")
+        check_topic(record_topic, TurnRecord, "AgentRouter.record_topic")
         check_topic(forgotten_topic, ParticipantForgotten, "AgentRouter.forgotten_topic")
         for topic in participant_topics or ():
             if not (
@@ -239,6 +270,7 @@ class AgentRouter(Agent):
             raise ValueError("AgentRouter.shutdown_grace_s: must be >= 0")
         self.shutdown_grace_s = shutdown_grace_s
         self.turn_topic = turn_topic
+        self.record_topic = record_topic
         self.forgotten_topic = forgotten_topic
         self._lanes: Lanes[asyncio.Task[Any]] = Lanes(max_participants, history_limit)
         """By participant, least recently active first (bounded by ``max_participants``)."""
@@ -288,12 +320,17 @@ class AgentRouter(Agent):
 
     def submit(self, turn: AgentTurn) -> asyncio.Task[RouteResult]:
         """Start routing ``turn`` (as ``handle`` does) and return its task without awaiting it."""
+        return self._submit(turn, _TurnTimes(now_us()))
+
+    def _submit(self, turn: AgentTurn, times: _TurnTimes) -> asyncio.Task[RouteResult]:
         if self._stopped:
             raise RuntimeError("AgentRouter.handle: the router is stopped")
         if not isinstance(turn, AgentTurn):
             raise ValueError("AgentRouter.handle: turn must be an AgentTurn")
-        task = self._enqueue(turn.participant_id, lambda lane: self._route(turn, lane), turn=True)
-        task.add_done_callback(lambda task: self._report(turn, self._outcome(turn, task)))
+        task = self._enqueue(
+            turn.participant_id, lambda lane: self._route(turn, lane, times), turn=True
+        )
+        task.add_done_callback(lambda task: self._report(turn, self._outcome(turn, task), times))
         return task
 
     def interrupt(self, participant_id: str | None = None) -> None:
@@ -337,15 +374,22 @@ class AgentRouter(Agent):
         if ctx.participant_id is None:
             self._log.warning("router.query_without_participant", sender=ctx.metadata.sender)
             return
+        times = _TurnTimes(now_us())
+        metadata = ctx.metadata
         turn = AgentTurn(
-            ctx.participant_id, ctx.metadata.message_id, query.text, timestamp_us=query.timestamp_us
+            ctx.participant_id, metadata.message_id, query.text, timestamp_us=query.timestamp_us
         )
+        times.query_us = metadata.timestamp_us
+        if query.speech_end_us is not None:
+            times.speech = (query.timestamp_us, query.speech_end_us, query.transcribed_us)
+        runtime = self.runtime
+        times.query_crossed = runtime is None or metadata.sender != runtime.name
         if self._stopped:
             self._log.warning(
                 "router.query_refused_stopping", participant=turn.participant_id, turn=turn.turn_id
             )
             return
-        self._watch(self.submit(turn), turn.participant_id, turn.turn_id)
+        self._watch(self._submit(turn, times), turn.participant_id, turn.turn_id)
 
     async def _on_interrupted(self, message: Interrupted, ctx: RuntimeContext) -> None:
         self._log.info("router.interrupted", participant=ctx.participant_id)
@@ -462,19 +506,85 @@ class AgentRouter(Agent):
             return RouteResult(turn.turn_id, "failed", error=describe_failure(error))
         return task.result()
 
-    def _report(self, turn: AgentTurn, result: RouteResult) -> None:
-        """Rule 9: publish the turn's ``TurnEnded`` (registered with a running runtime)."""
+    def _report(self, turn: AgentTurn, result: RouteResult, times: _TurnTimes) -> None:
+        """Rule 9: publish the turn's ``TurnEnded`` then its ``TurnRecord`` (registered with a
+        running runtime), and log the record."""
         runtime = self.runtime
-        if self.turn_topic is None or runtime is None or not runtime.running:
+        running = runtime is not None and runtime.running
+        name = runtime.name if runtime is not None else None
+        record = self._record(turn, result, times, name)
+        log = msgspec.to_builtins(record)
+        del log["turn_id"], log["participant_id"]
+        self._log.info("turn.done", turn=turn.turn_id, participant=turn.participant_id, **log)
+        if runtime is None or not running:
             return
-        runtime.send(
-            self.turn_topic,
-            turn_ended(result),
-            participant_id=turn.participant_id,
-            source=ROUTER_SOURCE,
+        if self.turn_topic is not None:
+            runtime.send(
+                self.turn_topic,
+                turn_ended(result),
+                participant_id=turn.participant_id,
+                source=ROUTER_SOURCE,
+            )
+        if self.record_topic is not None:
+            runtime.send(
+                self.record_topic, record, participant_id=turn.participant_id, source=ROUTER_SOURCE
+            )
+
+    @staticmethod
+    def _record(
+        turn: AgentTurn, result: RouteResult, times: _TurnTimes, router: str | None
+    ) -> TurnRecord:
+        """The turn's ``TurnRecord``: the router's times, and the destination's stages when
+        its answer returned them."""
+        stages = times.stages or DestinationStages()
+        speech_start, speech_end, transcribed = times.speech or (None, None, None)
+        crossed = []
+        if times.query_crossed:
+            crossed = [
+                stage
+                for stage, value in (
+                    ("speech_start", speech_start),
+                    ("speech_end", speech_end),
+                    ("transcribed", transcribed),
+                    ("query", times.query_us),
+                )
+                if value is not None
+            ]
+        if router is not None and stages.runtime not in (None, router):
+            crossed += [
+                stage
+                for stage, value in (
+                    ("model_request", stages.model_request_us),
+                    ("first_token", stages.first_token_us),
+                    ("first_chunk", stages.first_chunk_us),
+                )
+                if value is not None
+            ]
+        return TurnRecord(
+            turn.turn_id,
+            turn.participant_id,
+            result.status,
+            route=result.route,
+            error=result.error,
+            router=router,
+            speech_start_us=speech_start,
+            speech_end_us=speech_end,
+            transcribed_us=transcribed,
+            query_us=times.query_us,
+            received_us=times.received_us,
+            routed_us=times.routed_us,
+            admitted_us=times.admitted_us,
+            model_request_us=stages.model_request_us,
+            first_token_us=stages.first_token_us,
+            first_chunk_us=stages.first_chunk_us,
+            ended_us=now_us(),
+            model=stages.model,
+            usage=stages.usage,
+            tool_calls=stages.tool_calls,
+            crossed=tuple(crossed),
         )
 
-    async def _route(self, turn: AgentTurn, lane: Lane[Any]) -> RouteResult:
+    async def _route(self, turn: AgentTurn, lane: Lane[Any], times: _TurnTimes) -> RouteResult:
         """Run the turn's ``TurnPolicy`` (rules 2 to 7): perform each action it returns and
         feed it the outcome of each question, until it is done."""
         log = self._log.bind(participant=turn.participant_id, turn=turn.turn_id)
@@ -496,7 +606,7 @@ class AgentRouter(Agent):
                 await self._perform(effect, turn, log)
             if isinstance(question, Done):
                 return question.result
-            actions = await self._ask(policy, question, turn, log)
+            actions = await self._ask(policy, question, turn, log, times)
 
     async def _perform(self, effect: Action, turn: AgentTurn, log: Any) -> None:
         if isinstance(effect, Say):
@@ -509,16 +619,24 @@ class AgentRouter(Agent):
             raise AssertionError(f"AgentRouter: {type(effect).__name__} is not an effect")
 
     async def _ask(
-        self, policy: TurnPolicy, question: Action, turn: AgentTurn, log: Any
+        self, policy: TurnPolicy, question: Action, turn: AgentTurn, log: Any, times: _TurnTimes
     ) -> list[Action]:
-        """Await the outcome of ``question`` and hand it to ``policy``."""
+        """Await the outcome of ``question`` and hand it to ``policy``; note when the turn was
+        routed (the destination asked to admit or, a fallback, to answer) and admitted."""
         if isinstance(question, Decide):
             return policy.decided(await self._decide(turn, question.candidates, log))
         if isinstance(question, Admit):
+            times.route, times.routed_us, times.admitted_us = question.route, now_us(), None
             admission = await self._admit(question.route, turn, question.focused, log)
-            return policy.admit_failed() if admission is None else policy.admitted(admission)
+            if admission is None:
+                return policy.admit_failed()
+            if admission.disposition == "accept":
+                times.admitted_us = now_us()
+            return policy.admitted(admission)
         if isinstance(question, Answer):
-            return await self._answer(policy, question, turn, log)
+            if times.route != question.route or times.admitted_us is None:
+                times.route, times.routed_us, times.admitted_us = question.route, now_us(), None
+            return await self._answer(policy, question, turn, log, times)
         raise AssertionError(f"AgentRouter: {type(question).__name__} is not a question")
 
     async def _aids(
@@ -563,7 +681,7 @@ class AgentRouter(Agent):
                 return None
 
     async def _answer(
-        self, policy: TurnPolicy, question: Answer, turn: AgentTurn, log: Any
+        self, policy: TurnPolicy, question: Answer, turn: AgentTurn, log: Any, times: _TurnTimes
     ) -> list[Action]:
         """The destination's answer, handed to ``policy`` (its failure too, saying whether the
         destination had started)."""
@@ -585,6 +703,8 @@ class AgentRouter(Agent):
             except Exception as error:
                 log.error("router.answer_failed", route=name, started=began, error=repr(error))
                 return policy.answer_failed(describe_failure(error), started=began)
+        if isinstance(result, DestinationResult):
+            times.stages = result.stages
         return policy.answered(result)
 
     async def _release(self, name: str, participant_id: str, log: Any) -> None:

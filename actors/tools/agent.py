@@ -40,15 +40,25 @@ import msgspec
 from xrmq.actors.clock import now_us
 from xrmq.actors.conversation import (
     ParticipantContext,
+    add_usage,
     context_message,
     ensure_context,
     system_message,
+    turn_usage,
 )
 from xrmq.actors.interaction import ResponseOutputs
 from xrmq.actors.models import ChatMessage, ChatOptions, LLMService, ModelError, ToolCall, ToolSpec
 from xrmq.actors.routing.agent import ClosingDestination, current_turn_context
 from xrmq.actors.runtime import ReplyStream, RuntimeClosedError, get_logger
-from xrmq.schemas import AgentTurn, DestinationResult, ResponseOutput, RoutingAid
+from xrmq.schemas import (
+    AgentTurn,
+    DestinationResult,
+    DestinationStages,
+    ResponseOutput,
+    RoutingAid,
+    ToolCallTime,
+    TurnUsage,
+)
 from xrmq.schemas._validation import check_positive
 from xrmq.schemas.tools import ToolCallReply
 from xrmq.topics import Topic
@@ -103,6 +113,21 @@ TIER_COUNTERS = (
 
 MAX_PARTICIPANTS = 10_000
 """Transcripts held at most; the least recently used beyond it is dropped, and counted."""
+
+
+class _ModelTimes:
+    """One answer's model stages across the tool loop's calls (the turn record's,
+    ``schemas/stages.py``): the first request, the first text, the first chunk published,
+    and every call's usage added up."""
+
+    __slots__ = ("first_chunk_us", "first_token_us", "request_us", "tools", "usage")
+
+    def __init__(self) -> None:
+        self.tools: list[ToolCallTime] = []
+        self.request_us: int | None = None
+        self.first_token_us: int | None = None
+        self.first_chunk_us: int | None = None
+        self.usage: TurnUsage | None = None
 
 
 class ToolAgent(ClosingDestination):
@@ -316,11 +341,12 @@ class ToolAgent(ClosingDestination):
             transcript.append(ChatMessage("user", turn.text))
             outputs = ResponseOutputs(self.runtime, self.output_topic, source=route)
             parts: list[str] = []
+            times = _ModelTimes()
             try:
                 async with outputs.reply(
                     pid, request_id=turn.turn_id, timestamp_us=turn.timestamp_us, started=started
                 ) as reply:
-                    await self._loop(pid, transcript, reply, parts, log)
+                    await self._loop(pid, transcript, reply, parts, log, times)
                 text = "".join(parts).strip()
                 if not text:
                     raise ModelError(self.llm.model, "the answer was empty")
@@ -338,10 +364,26 @@ class ToolAgent(ClosingDestination):
             timestamp_us=turn.timestamp_us if turn.timestamp_us is not None else self._clock(),
             exchange_id=turn.turn_id,
         )
-        return DestinationResult(response=text)
+        name = getattr(self.runtime, "name", None)
+        stages = DestinationStages(
+            name if isinstance(name, str) else None,
+            self.llm.model,
+            times.request_us,
+            times.first_token_us,
+            times.first_chunk_us,
+            times.usage,
+            tuple(times.tools),
+        )
+        return DestinationResult(response=text, stages=stages)
 
     async def _loop(
-        self, pid: str, transcript: Transcript, reply: Any, parts: list[str], log: Any
+        self,
+        pid: str,
+        transcript: Transcript,
+        reply: Any,
+        parts: list[str],
+        log: Any,
+        times: _ModelTimes,
     ) -> None:
         specs = self.tool_specs()
         for iteration in range(self.max_iterations):
@@ -349,8 +391,13 @@ class ToolAgent(ClosingDestination):
             last = iteration == self.max_iterations - 1
             said: list[str] = []
             offered = () if last else specs
-            async with self.llm.stream(self.request(pid), self.options, tools=offered) as stream:
+            messages = self.request(pid)
+            if times.request_us is None:
+                times.request_us = now_us()
+            async with self.llm.stream(messages, self.options, tools=offered) as stream:
                 async for chunk in stream:
+                    if times.first_token_us is None:
+                        times.first_token_us = now_us()
                     # Text of a later model call continues what was said: a word break between.
                     spoken = chunk
                     if (
@@ -361,10 +408,13 @@ class ToolAgent(ClosingDestination):
                     ):
                         spoken = f" {chunk}"
                     await reply.send(spoken)
+                    if times.first_chunk_us is None:
+                        times.first_chunk_us = now_us()
                     said.append(chunk)
                     parts.append(spoken)
             result = stream.result
             usage = stream.usage
+            times.usage = add_usage(times.usage, turn_usage(usage, messages, "".join(said)))
             transcript.note_usage(usage.total if usage is not None else None)
             calls = () if result is None or last else result.tool_calls
             reasoning = None if result is None else result.reasoning
@@ -378,13 +428,24 @@ class ToolAgent(ClosingDestination):
             transcript.append(
                 ChatMessage("assistant", content, tool_calls=calls, reasoning=reasoning)
             )
-            replies = await asyncio.gather(*(self._call(pid, transcript, call) for call in calls))
+            replies = await asyncio.gather(
+                *(self._timed_call(pid, transcript, call, times) for call in calls)
+            )
             transcript.append(
                 *(ChatMessage("tool", r.content, tool_call_id=c.id) for c, r in zip(calls, replies))
             )
             for call, outcome in zip(calls, replies):
                 if outcome.error is not None:
                     log.info("tools.call_failed", tool=call.name, call=call.id, error=outcome.error)
+
+    async def _timed_call(
+        self, pid: str, transcript: Transcript, call: ToolCall, times: _ModelTimes
+    ) -> ToolCallReply:
+        """``_call``, noting when the call began and ended for the turn record."""
+        began = now_us()
+        reply = await self._call(pid, transcript, call)
+        times.tools.append(ToolCallTime(call.name, began, now_us(), reply.error is not None))
+        return reply
 
     async def _call(self, pid: str, transcript: Transcript, call: ToolCall) -> ToolCallReply:
         if call.name == EXTRACT_TOOL.name:

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from xrmq.actors.clock import now_us
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, get_logger, subscribe
 from xrmq.schemas import (
     AudioFrame,
@@ -250,7 +251,9 @@ class VoiceInput(Agent):
             return
         if verdict == "interrupt":
             self._interrupt("words")
-        query = UserQuery(text, utterance.start_us)
+        query = UserQuery(
+            text, utterance.start_us, speech_end_us=utterance.end_us, transcribed_us=now_us()
+        )
         self.counts.queries += 1
         self._log.info("voice.query", text=text, speech_s=round(speech_s, 2))
         self._send(QUERY_TOPIC, query)

@@ -1,0 +1,83 @@
+"""Turn records: where each turn's time went, its model usage and cost (issue 33).
+
+The router publishes one ``TurnRecord`` per turn on ``xrmq.turns``, after the turn's
+``TurnEnded``, and logs it as one ``turn.done`` line. A destination that answers with a
+model returns the stages only it sees (``DestinationStages``) inside its
+``DestinationResult``, so they cross a process boundary with the result the router
+already awaits: no message per stage, nothing per chunk.
+
+Every timestamp is Unix microseconds from the wall clock of the process that took it
+(one clock per host); ``crossed`` names the stages taken in another process than the
+router's, whose difference to the router's own stages includes the clocks' offset when
+the processes run on different hosts. A stage the turn did not pass through is absent
+(None, and left off the wire), never zero.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from .routing import TurnStatus
+from .stages import ToolCallTime, TurnUsage
+
+STAGES: tuple[str, ...] = (
+    "speech_start",
+    "speech_end",
+    "transcribed",
+    "query",
+    "received",
+    "routed",
+    "admitted",
+    "model_request",
+    "first_token",
+    "first_chunk",
+    "ended",
+)
+"""A turn's stages in the order it passes them; ``TurnRecord`` has ``<stage>_us`` for
+each. A spoken turn first: ``speech_start``, ``speech_end`` (its voiced audio began and
+ended) and ``transcribed`` (its transcript was ready), from its ``UserQuery``. ``query``:
+the ``UserQuery`` was published (its envelope time, the client's clock); ``received``:
+the router took it; ``routed``: the router picked the destination; ``admitted``: the
+destination's admission reached the router (a remote destination starts answering as it
+admits, so its ``model_request`` may come first); ``model_request``: the destination sent
+its model request; ``first_token``: the model's first text arrived; ``first_chunk``: the
+destination published the reply's first chunk; ``ended``: the router ended the turn
+(just before its ``TurnEnded``)."""
+
+
+class TurnRecord(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One turn: who, where it went, how it ended, when it passed each stage (``STAGES``),
+    and what the model used. ``turn_id`` is the ``UserQuery``'s message id (the
+    ``TurnEnded.request_id``); ``router``: the runtime that routed it; ``crossed``: the
+    stages whose time was taken in another process than ``router``."""
+
+    turn_id: str
+    participant_id: str
+    status: TurnStatus
+    route: str | None = None
+    error: str | None = None
+    router: str | None = None
+    speech_start_us: int | None = None
+    speech_end_us: int | None = None
+    transcribed_us: int | None = None
+    query_us: int | None = None
+    received_us: int | None = None
+    routed_us: int | None = None
+    admitted_us: int | None = None
+    model_request_us: int | None = None
+    first_token_us: int | None = None
+    first_chunk_us: int | None = None
+    ended_us: int | None = None
+    model: str | None = None
+    usage: TurnUsage | None = None
+    tool_calls: tuple[ToolCallTime, ...] = ()
+    crossed: tuple[str, ...] = ()
+
+    def stages(self) -> dict[str, int]:
+        """The stages the turn passed, in ``STAGES`` order: name -> Unix microseconds."""
+        found: dict[str, int] = {}
+        for stage in STAGES:
+            value = getattr(self, f"{stage}_us")
+            if value is not None:
+                found[stage] = value
+        return found
