@@ -117,7 +117,7 @@ async def test_the_broker_counts_subscribers_as_they_come_and_go_and_topics_show
                 await reports.wait_for(1)  # a process killed: libzmq unsubscribes it
                 listing = await asyncio.to_thread(
                     subprocess.run,
-                    [*CLI, "topics", "--bus", bus, "--window", "0.5"],
+                    [*CLI, "topics", "--all", "--bus", bus, "--window", "0.5"],
                     capture_output=True,
                     text=True,
                     timeout=30,

@@ -290,7 +290,7 @@ def test_context_commands_connect_as_xrmq_context_with_least_privilege(box, tmp_
 
 @pytest.mark.timeout(180)
 def test_topics_shows_the_secure_brokers_subscriber_counts(box):
-    listing = box.cli("topics", *box.as_("ops"), "--window", "2.5")
+    listing = box.cli("topics", *box.as_("ops"), "--all", "--window", "2.5")
     assert listing.returncode == 0, listing.stderr
     rows = {line.split()[0]: line.split()[1:] for line in listing.stdout.splitlines()[2:-1]}
     # the router reads the query and output topics; the conversation the context view

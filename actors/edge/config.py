@@ -33,8 +33,6 @@ from xrmq.actors.context.config import (
     DEFAULT_TOPIC_BUDGET_BYTES,
     Budget,
     ContextOptions,
-    IdleSeconds,
-    Resident,
     context_options,
 )
 from xrmq.actors.context.store import ON_CORRUPT
@@ -190,10 +188,10 @@ class ContextSettings(_Section, frozen=True):
     file) or ``backup_and_start_empty`` (moved aside, the process starts empty). A row
     that cannot be read in a journal that can is quarantined whatever this says
     (``xrmq.actors.context.store``): only its participant's section starts empty."""
-    retire_idle_s: IdleSeconds = DEFAULT_RETIRE_IDLE_S
+    retire_idle_s: float = DEFAULT_RETIRE_IDLE_S
     """With ``persist``: a participant's topic section unused this long leaves the
     context process's memory for the journal alone (loaded back on its next use)."""
-    max_resident_participants: Resident = DEFAULT_MAX_RESIDENT_PARTICIPANTS
+    max_resident_participants: int = DEFAULT_MAX_RESIDENT_PARTICIPANTS
     """With ``persist``: participants each topic section keeps in memory at most (the
     least recently used beyond it are retired to the journal)."""
 
