@@ -40,6 +40,17 @@ def private_state_home(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 
 @pytest.fixture(autouse=True, scope="session")
+def private_pulse_runtime(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """espeak-ng loads PulseAudio's client, which on a machine's first use (no
+    ``$XDG_RUNTIME_DIR``) makes its runtime directory ``pulse-XXXX`` in ``$TMPDIR``: inside a
+    test's own ``tmp_path`` when the test sets ``TMPDIR``, whose emptiness the test checks
+    (seen on a fresh CI machine, never after). Its own directory, here, for every process."""
+    directory = tmp_path_factory.mktemp("pulse")
+    directory.chmod(0o700)
+    os.environ.setdefault("PULSE_RUNTIME_PATH", str(directory))
+
+
+@pytest.fixture(autouse=True, scope="session")
 def private_runtime_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Bus names (``default`` and the rest) resolve to sockets in the session's own runtime
     directory, never the user's: a box the developer is running, or another test session
