@@ -7,6 +7,7 @@ starts; the value never reaches code that would fail on it with a message of its
 empty topic). Issue 29, item 11.
 
 - ``seconds``: a timeout, duration, window or interval: a finite number > 0.
+- ``count``: how many (messages, turns, runtimes): a whole number >= 1.
 - ``name``: a topic (or topic pattern) or a participant: non-empty, no NUL (NUL ends the
   fields of a wire key, ``xrmq.topics``), UTF-8.
 - ``topic_globs``: ``--topic GLOB``: one or more fnmatch patterns, comma-separated (a
@@ -50,6 +51,17 @@ def seconds(value: str) -> float:
         number = math.nan
     if not math.isfinite(number) or number <= 0:
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {value!r}")
+    return number
+
+
+def count(value: str) -> int:
+    """A whole number >= 1."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1 (a whole number), got {value!r}")
     return number
 
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from xrmq.actors.arguments import name, participant, seconds, topic_globs, words
+from xrmq.actors.arguments import count, name, participant, seconds, topic_globs, words
 from xrmq.actors.runtime import run
 from xrmq.actors.runtime.address import is_loopback_tcp
 from xrmq.actors.runtime.commands import IDENTITY_ENV, add_bus_argument, require_broker
@@ -63,7 +63,7 @@ def add_commands(subparsers: Any) -> None:
     record = subparsers.add_parser("record", help="write the broker's capture stream to a file")
     add_bus_argument(record)
     record.add_argument("file")
-    record.add_argument("--count", type=int, help="stop after this many messages")
+    record.add_argument("--count", type=count, help="stop after this many messages")
     record.add_argument("--duration", type=seconds, help="stop after this many seconds")
     record.add_argument(
         "--topic",
@@ -110,7 +110,7 @@ def add_commands(subparsers: Any) -> None:
     )
     echo.add_argument("--participant", type=participant, help="only this participant's messages")
     echo.add_argument("--json", action="store_true", help="one JSON object per line")
-    echo.add_argument("--count", type=int, help="stop after this many messages")
+    echo.add_argument("--count", type=count, help="stop after this many messages")
     echo.set_defaults(func=run_echo)
 
     topics = subparsers.add_parser(
@@ -145,7 +145,9 @@ def add_commands(subparsers: Any) -> None:
         help="with --once: wait at most this long for reports",
     )
     top.add_argument(
-        "--expect", type=int, help="with --once: print as soon as this many runtimes reported twice"
+        "--expect",
+        type=count,
+        help="with --once: print as soon as this many runtimes reported twice",
     )
     top.set_defaults(func=run_top)
 
@@ -304,8 +306,6 @@ def run_run(args: argparse.Namespace) -> int:
 def run_record(args: argparse.Namespace) -> int:
     from .capture import record
 
-    if args.count is not None and args.count < 1:
-        raise ValueError("--count: must be >= 1")
     require_broker(args.bus, endpoint="capture")
     from .topicfilter import TopicFilter
 
@@ -350,8 +350,6 @@ def run_replay(args: argparse.Namespace) -> int:
 def run_echo(args: argparse.Namespace) -> int:
     from .topictools import echo
 
-    if args.count is not None and args.count < 1:
-        raise ValueError("--count: must be >= 1")
     require_broker(args.bus)
     return echo(
         args.bus,
@@ -381,8 +379,6 @@ def run_capture_show(args: argparse.Namespace) -> int:
 def run_top(args: argparse.Namespace) -> int:
     from .top import watch
 
-    if args.expect is not None and args.expect < 1:
-        raise ValueError("--expect: must be >= 1")
     require_broker(args.bus)
     return run(
         watch(

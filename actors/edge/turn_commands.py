@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from xrmq.actors.arguments import name
+from xrmq.actors.arguments import count, name
 from xrmq.actors.runtime import run
 from xrmq.actors.runtime.commands import add_bus_argument, require_broker
 
@@ -23,11 +23,11 @@ def add_commands(subparsers: Any) -> None:
         action="store_true",
         help="print turns until Ctrl-C (the default without --count)",
     )
-    turns.add_argument("--count", type=int, help="stop after this many turns")
+    turns.add_argument("--count", type=count, help="stop after this many turns")
     turns.add_argument("--json", action="store_true", help="one JSON record a line, no summary")
     turns.add_argument(
         "--last",
-        type=int,
+        type=count,
         default=100,
         help="turns the p50/p95 summary is taken over (default 100)",
     )
@@ -37,12 +37,8 @@ def add_commands(subparsers: Any) -> None:
 def run_turns(args: argparse.Namespace) -> int:
     from .turns import follow
 
-    if args.count is not None and args.count < 1:
-        raise ValueError("--count: must be >= 1")
     if args.follow and args.count is not None:
         raise ValueError("--follow: runs until Ctrl-C, so it takes no --count")
-    if args.last < 1:
-        raise ValueError("--last: must be >= 1")
     require_broker(args.bus)
     return run(
         follow(
