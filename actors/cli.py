@@ -23,7 +23,7 @@ _COMMAND_MODULES = (
     "xrmq.actors.edge.commands",
     "xrmq.actors.edge.context_commands",
     "xrmq.actors.edge.turn_commands",
-    "xrmq.actors.voice.commands",
+    "xrmq.actors.edge.voice_commands",
     "xrmq.actors.eval.cli",
 )
 LONG_RUNNING = frozenset({"up", "run", "bus"})

@@ -12,6 +12,9 @@ Rules read, in this order of preference:
   (e.g. ``Budget``'s "a positive int of bytes");
 - a Meta bound: ``must be >= 1``, ``must be > 0``, a length or a pattern;
 - a wrong kind: ``must be an integer, got a string`` (TOML's words: a table, an array);
+- a value of the right kind outside a ``Literal``'s choices: ``must be one of 'a', 'b',
+  got 'c'`` (a Meta description words the choices otherwise: ``must be 'a' or 'b', got
+  'c'``);
 - a Struct's unknown key (with the closest allowed one) or missing required key.
 
 Pure: msgspec only.
@@ -21,7 +24,9 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Any
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 import msgspec
 from msgspec import inspect as mi
@@ -73,13 +78,33 @@ def explain(value: Any, type_: Any, *, describe_kind: bool = False) -> Problem |
     return _explain(value, mi.type_info(type_), (), describe_kind)
 
 
-def _expected(info: mi.Type) -> str:
+Choices = Mapping[frozenset[Any], tuple[Any, ...]]
+"""The ``Literal`` choices of a field in the order its annotation writes them, by value set:
+``type_info`` sorts a ``Literal``'s values, and a rule lists them as the author did."""
+_NO_CHOICES: Choices = MappingProxyType({})
+
+
+def _choices(annotation: Any) -> dict[frozenset[Any], tuple[Any, ...]]:
+    if get_origin(annotation) is Literal:
+        values = get_args(annotation)
+        return {frozenset(values): values}
+    found: dict[frozenset[Any], tuple[Any, ...]] = {}
+    for argument in get_args(annotation):
+        found.update(_choices(argument))
+    return found
+
+
+def _written(info: mi.LiteralType, choices: Choices) -> tuple[Any, ...]:
+    return choices.get(frozenset(info.values), info.values)
+
+
+def _expected(info: mi.Type, choices: Choices = _NO_CHOICES) -> str:
     if isinstance(info, mi.Metadata):
-        return _expected(info.type)
+        return _expected(info.type, choices)
     if isinstance(info, mi.UnionType):
-        return " or ".join(dict.fromkeys(_expected(member) for member in info.types))
+        return " or ".join(dict.fromkeys(_expected(member, choices) for member in info.types))
     if isinstance(info, mi.LiteralType):
-        return " or ".join(repr(value) for value in info.values)
+        return " or ".join(repr(value) for value in _written(info, choices))
     return {
         mi.IntType: "an integer",
         mi.FloatType: "a number",
@@ -102,6 +127,8 @@ def _fits_kind(value: Any, info: mi.Type) -> bool:
         return _fits_kind(value, info.type)
     if isinstance(info, mi.AnyType):
         return True
+    if isinstance(info, mi.LiteralType):  # of a choice's kind; which choice is a rule
+        return any(_same_kind(value, choice) for choice in info.values)
     if isinstance(info, mi.UnionType):
         return any(_fits_kind(value, member) for member in info.types)
     if isinstance(value, bool) or isinstance(info, mi.BoolType):
@@ -118,9 +145,11 @@ def _fits_kind(value: Any, info: mi.Type) -> bool:
         return isinstance(value, dict)
     if isinstance(info, (mi.ListType, mi.TupleType, mi.VarTupleType, mi.SetType, mi.FrozenSetType)):
         return isinstance(value, (list, tuple))
-    if isinstance(info, mi.LiteralType):
-        return value in info.values
     return True  # a type this walk does not model: msgspec's own check stands
+
+
+def _same_kind(value: Any, choice: Any) -> bool:
+    return isinstance(value, bool) == isinstance(choice, bool) and isinstance(value, type(choice))
 
 
 def _bound(value: Any, info: mi.Type) -> str | None:
@@ -148,9 +177,11 @@ def _bound(value: Any, info: mi.Type) -> str | None:
     return None
 
 
-def _explain(value: Any, info: mi.Type, path: Path, kinds: bool = False) -> Problem | None:
+def _explain(
+    value: Any, info: mi.Type, path: Path, kinds: bool = False, choices: Choices = _NO_CHOICES
+) -> Problem | None:
     if isinstance(info, mi.Metadata):
-        problem = _explain(value, info.type, path, kinds)
+        problem = _explain(value, info.type, path, kinds, choices)
         description = (info.extra_json_schema or {}).get("description")
         described = kinds or _fits_kind(value, info.type)
         if problem is not None and problem.path == path and description and described:
@@ -159,13 +190,16 @@ def _explain(value: Any, info: mi.Type, path: Path, kinds: bool = False) -> Prob
     if isinstance(info, mi.UnionType):
         members = [member for member in info.types if _fits_kind(value, member)]
         if not members:
-            return Problem(path, f"must be {_expected(info)}, got {kind_of(value)}")
-        problems = [_explain(value, member, path, kinds) for member in members]
+            return Problem(path, f"must be {_expected(info, choices)}, got {kind_of(value)}")
+        problems = [_explain(value, member, path, kinds, choices) for member in members]
         if any(problem is None for problem in problems):
             return None
         return problems[0]
     if not _fits_kind(value, info):
-        return Problem(path, f"must be {_expected(info)}, got {kind_of(value)}")
+        return Problem(path, f"must be {_expected(info, choices)}, got {kind_of(value)}")
+    if isinstance(info, mi.LiteralType) and value not in info.values:
+        written = ", ".join(map(repr, _written(info, choices)))
+        return Problem(path, f"must be one of {written}, got {value!r}")
     bound = _bound(value, info)
     if bound is not None:
         return Problem(path, bound)
@@ -207,6 +241,7 @@ def _explain_struct(
     value: dict[str, Any], info: mi.StructType, path: Path, kinds: bool
 ) -> Problem | None:
     fields = {field.encode_name: field for field in info.fields}
+    hints = get_type_hints(info.cls, include_extras=True)
     if info.forbid_unknown_fields:
         for key in value:
             if key not in fields:
@@ -222,7 +257,8 @@ def _explain_struct(
             if field.required:
                 return Problem((*path, name), "is required")
             continue
-        problem = _explain(value[name], field.type, (*path, name), kinds)
+        choices = _choices(hints.get(field.name))
+        problem = _explain(value[name], field.type, (*path, name), kinds, choices)
         if problem is not None:
             return problem
     return None

@@ -113,7 +113,7 @@ async def synthesis_to_first_frame(count: int) -> list[float]:
 
 async def stack_turns(turns: int) -> tuple[list, list]:
     from xrmq.actors.edge.private_stack import PrivateStack
-    from xrmq.actors.voice.session import QUESTIONS, VoiceSession, voice_config
+    from xrmq.actors.edge.voice_demo import QUESTIONS, VoiceSession, voice_config
 
     directory = Path(tempfile.mkdtemp(prefix="xrmq-voice-bench-"))
     voice, text = [], []

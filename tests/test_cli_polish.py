@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from xrmq.actors import cli
-from xrmq.actors.edge.config import default_config
+from xrmq.actors.edge.config_loader import default_config
 from xrmq.actors.edge.supervisor import Supervisor
 
 from buses import broker_process

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from xrmq.actors.context.dump import decode_dump
-from xrmq.actors.edge.config import default_config
+from xrmq.actors.edge.config_loader import default_config
 from xrmq.actors.edge.context_commands import with_manager
 from xrmq.actors.edge.private_stack import PrivateStack
 from xrmq.actors.edge.replies import ReplyCollector, ask

@@ -26,7 +26,7 @@ from tools_doubles import Probe, never_started, probe_reading, session_model, tu
 
 from xrmq.actors.context import ContextManager
 from xrmq.actors.context.store import open_store
-from xrmq.actors.edge.config import decode_config, default_config
+from xrmq.actors.edge.config_loader import decode_config, default_config
 from xrmq.actors.edge.configfile import write_config
 from xrmq.actors.edge.stack import context_store_path, open_context_store, open_orphan_stores
 from xrmq.actors.models import ScriptedLLM

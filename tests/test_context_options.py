@@ -19,7 +19,8 @@ from xrmq.actors.context.config import (
     context_options,
 )
 from xrmq.actors.context.plan import context_plan, plan_of
-from xrmq.actors.edge.config import ConfigError, ContextSettings, decode_config
+from xrmq.actors.edge.config import ConfigError, ContextSettings
+from xrmq.actors.edge.config_loader import decode_config
 from xrmq.actors.explain import Problem, explain
 from xrmq.actors.models import ScriptedLLM
 

@@ -190,7 +190,8 @@ def test_retirement_settings_out_of_range_are_refused_naming_the_field(key, valu
 
 
 def test_the_box_config_sets_retirement_and_refuses_it_out_of_range(tmp_path):
-    from xrmq.actors.edge.config import ConfigError, load_config
+    from xrmq.actors.edge.config import ConfigError
+    from xrmq.actors.edge.config_loader import load_config
     from xrmq.actors.edge.stack import plan_of
 
     good = tmp_path / "good.toml"

@@ -27,7 +27,7 @@ from xrmq.actors.context.dump import decode_dump
 from xrmq.actors.context.messages import HostDump, HostSync, HostViews, SectionView
 from xrmq.actors.context.replica import ParticipantReplica
 from xrmq.actors.conversation import Conversation
-from xrmq.actors.edge.config import default_config
+from xrmq.actors.edge.config_loader import default_config
 from xrmq.actors.edge.context_commands import show, with_manager
 from xrmq.actors.edge.stack import plan_of
 from xrmq.actors.models import OfflineLLM

@@ -17,7 +17,8 @@ import pytest
 
 from xrmq.actors.edge.boxinfo import ask_box_info, box_info, config_of, tools_destination_of
 from xrmq.actors.edge.chat import say
-from xrmq.actors.edge.config import decode_config, default_config, load_config, reply_wait_s
+from xrmq.actors.edge.config import reply_wait_s
+from xrmq.actors.edge.config_loader import decode_config, default_config, load_config
 from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, RuntimeContext
 from xrmq.schemas import BoxInfo, BoxInfoRequest, DestinationInfo
 from xrmq.topics import BOX_TOPIC

@@ -13,7 +13,8 @@ import sys
 import pytest
 
 from xrmq.actors.edge.checks import check_can_answer, model_endpoints
-from xrmq.actors.edge.config import ConfigError, decode_config, default_config, load_config
+from xrmq.actors.edge.config import ConfigError
+from xrmq.actors.edge.config_loader import decode_config, default_config, load_config
 from xrmq.actors.models import parse_model_spec
 
 from buses import broker_process, expect_line, reap
@@ -123,7 +124,7 @@ def test_an_unset_api_key_env_fails_the_check(monkeypatch):
 def test_the_reference_and_default_configs_pass_and_application_roles_need_no_router():
     from pathlib import Path
 
-    from xrmq.actors.edge.config import default_config, load_config
+    from xrmq.actors.edge.config_loader import default_config, load_config
 
     check_can_answer(default_config())
     check_can_answer(load_config(Path(__file__).parent.parent / "examples" / "edge-box.toml"))

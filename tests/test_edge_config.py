@@ -10,7 +10,8 @@ import msgspec
 import pytest
 
 from xrmq.actors.context import context_config
-from xrmq.actors.edge.config import ConfigError, decode_config, default_config, load_config
+from xrmq.actors.edge.config import ConfigError
+from xrmq.actors.edge.config_loader import decode_config, default_config, load_config
 from xrmq.actors.models import parse_model_spec
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "edge-box.toml"

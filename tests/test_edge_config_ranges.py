@@ -10,14 +10,9 @@ import sys
 import msgspec
 import pytest
 
-from xrmq.actors.edge.config import (
-    RANGES,
-    ConfigError,
-    EdgeConfig,
-    decode_config,
-    default_config,
-    range_of,
-)
+from xrmq.actors.edge.config import ConfigError, EdgeConfig
+from xrmq.actors.edge.config_loader import decode_config, default_config
+from xrmq.actors.edge.config_ranges import RANGES, range_of
 
 CLI = [sys.executable, "-m", "xrmq.actors.cli"]
 

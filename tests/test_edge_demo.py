@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from xrmq.actors.edge.config import load_config
+from xrmq.actors.edge.config_loader import load_config
 from xrmq.actors.edge.configfile import write_config
 from xrmq.actors.edge.demo import (
     FOLLOW_UP_FACT,

@@ -14,7 +14,8 @@ import msgspec
 import pytest
 
 from xrmq.actors.context import ContextManager
-from xrmq.actors.edge.config import RestartPolicyConfig, default_config
+from xrmq.actors.edge.config import RestartPolicyConfig
+from xrmq.actors.edge.config_loader import default_config
 from xrmq.actors.edge.private_stack import PrivateStack
 from xrmq.actors.edge.replies import ReplyCollector, ask
 from xrmq.actors.edge.stack import plan_of

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from xrmq.actors.edge.config import ConfigError, decode_config, default_config
+from xrmq.actors.edge.config import ConfigError
+from xrmq.actors.edge.config_loader import decode_config, default_config
 from xrmq.actors.edge.configfile import write_config
 from xrmq.actors.edge.stack import (
     context_store_path,

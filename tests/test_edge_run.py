@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from xrmq.actors.edge.config import decode_config, default_config
+from xrmq.actors.edge.config_loader import decode_config, default_config
 from xrmq.actors.edge.process import select_instance
 from xrmq.actors.edge.roles import ROLES, resolve_role
 from xrmq.actors.runtime import Agent, AgentRuntime, shard_of, subscribe

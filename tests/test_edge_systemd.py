@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from xrmq.actors.edge.config import decode_config, load_config
+from xrmq.actors.edge.config_loader import decode_config, load_config
 from xrmq.actors.edge.systemd import systemd_units
 
 CONFIG = Path(__file__).parent.parent / "examples" / "edge-box.toml"

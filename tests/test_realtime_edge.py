@@ -14,9 +14,11 @@ import pytest
 from realtime_helpers import WAIT_S, ScriptedEars
 
 from xrmq.actors.edge.checks import check_can_answer
-from xrmq.actors.edge.config import ConfigError, RealtimeConfig, load_config
+from xrmq.actors.edge.config import ConfigError
+from xrmq.actors.edge.config_loader import load_config
 from xrmq.actors.edge.configfile import write_config
 from xrmq.actors.edge.top import TopView, render
+from xrmq.actors.realtime.config import RealtimeConfig
 from xrmq.schemas import RuntimeMetrics
 
 from buses import processes_mentioning
@@ -335,7 +337,7 @@ def _demo_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 @pytest.mark.timeout(300)
 def test_demo_realtime_rolls_over_and_recalls_the_first_fact(tmp_path):
-    from xrmq.actors.realtime.demo import EXPECTED, FIRST_FACT, QUESTION, missing_requirements
+    from xrmq.actors.edge.realtime_demo import EXPECTED, FIRST_FACT, QUESTION, missing_requirements
 
     missing = missing_requirements()
     if missing:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from xrmq.actors.edge.config import ConfigError, decode_config, default_config, load_config
+from xrmq.actors.edge.config import ConfigError
+from xrmq.actors.edge.config_loader import decode_config, default_config, load_config
 from xrmq.actors.edge.identities import broker_security, init_keys, permissions, role_permissions
 from xrmq.actors.edge.roles import check_roles
 from xrmq.actors.edge.top import TopView, render

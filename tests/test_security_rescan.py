@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from xrmq.actors.edge.config import default_config, load_config
+from xrmq.actors.edge.config_loader import default_config, load_config
 from xrmq.actors.edge.identities import KeyRescan, broker_security
 from xrmq.actors.runtime.address import parse_bus
 from xrmq.actors.runtime.broker import Broker

@@ -224,12 +224,8 @@ def test_a_version_1_journal_gains_the_transcript_tables(tmp_path):
 def tools_stack_config():
     import msgspec
 
-    from xrmq.actors.edge.config import (
-        DestinationConfig,
-        ProcessConfig,
-        RestartPolicyConfig,
-        default_config,
-    )
+    from xrmq.actors.edge.config import DestinationConfig, ProcessConfig, RestartPolicyConfig
+    from xrmq.actors.edge.config_loader import default_config
     from xrmq.actors.models import parse_model_spec
 
     base = default_config()

@@ -94,7 +94,7 @@ async def test_up_tools_answers_from_the_camera_and_inventory_tools_and_compacts
 def test_context_compact_tier_needs_a_destination_when_the_config_has_none_or_several(
     tmp_path: Path,
 ) -> None:
-    from xrmq.actors.edge.config import load_config
+    from xrmq.actors.edge.config_loader import load_config
     from xrmq.actors.edge.context_commands import tools_destination
 
     assert tools_destination(load_config(CONFIG), None) == "lab-tools"
@@ -148,7 +148,8 @@ def test_context_compact_tier_needs_a_destination_when_the_config_has_none_or_se
 def test_a_tools_destinations_keys_are_checked_naming_the_key(
     tmp_path: Path, text: str, message: str
 ) -> None:
-    from xrmq.actors.edge.config import ConfigError, load_config
+    from xrmq.actors.edge.config import ConfigError
+    from xrmq.actors.edge.config_loader import load_config
 
     path = tmp_path / "edge.toml"
     path.write_text(f'[destinations.t]\ndescription = "Tools."\n{text}\n')
@@ -158,7 +159,7 @@ def test_a_tools_destinations_keys_are_checked_naming_the_key(
 
 
 def test_the_tools_config_decodes_with_the_seed_defaults() -> None:
-    from xrmq.actors.edge.config import load_config
+    from xrmq.actors.edge.config_loader import load_config
 
     config = load_config(CONFIG)
     tools = config.destinations["lab-tools"]

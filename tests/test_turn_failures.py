@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from xrmq.actors.conversation import Conversation
-from xrmq.actors.edge.config import decode_config, load_config, reply_wait_s
+from xrmq.actors.edge.config import reply_wait_s
+from xrmq.actors.edge.config_loader import decode_config, load_config
 from xrmq.actors.edge.replies import ReplyCollector, ask
 from xrmq.actors.models import LiteLLMService
 from xrmq.actors.models.litellm_service import import_litellm

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from xrmq.actors.cli import build_parser
+from xrmq.actors.edge.voice_commands import add_commands, build_sink, run_listen
 from xrmq.actors.interaction import ResponseOutputs
 from xrmq.actors.runtime import AgentRuntime
-from xrmq.actors.voice.commands import add_commands, build_sink, run_listen
 from xrmq.actors.voice.sinks import ConsoleSink
 from xrmq.topics import VOICE_OUTPUT_TOPIC
 

@@ -9,10 +9,11 @@ import pytest
 pytest.importorskip("numpy")
 
 from xrmq.actors.cli import build_parser
-from xrmq.actors.edge.config import ConfigError, decode_config
+from xrmq.actors.edge.config import ConfigError
+from xrmq.actors.edge.config_loader import decode_config
 from xrmq.actors.edge.roles import resolve_role
-from xrmq.actors.voice.commands import run_listen, run_mic
-from xrmq.actors.voice.role import build_stt, voice_settings
+from xrmq.actors.edge.voice_commands import run_listen, run_mic
+from xrmq.actors.voice.builders import build_stt, voice_settings
 from xrmq.actors.voice.stt import LiteLLMSTT, ModelIntegrityError, WhisperSTT, verify_model
 
 from system_packages import needs_espeak, path_without
@@ -117,7 +118,7 @@ def test_the_cli_offers_mic_and_audio_listening():
 def test_voice_tts_defaults_to_espeak():
     from xrmq.actors.runtime import AgentRuntime
     from xrmq.actors.voice.audio_sink import EspeakSynthesizer
-    from xrmq.actors.voice.role import speech_out_sink
+    from xrmq.actors.voice.builders import speech_out_sink
 
     synthesizer = speech_out_sink(AgentRuntime(), decode_config({}).voice).synthesizer
     assert isinstance(synthesizer, EspeakSynthesizer)
@@ -125,7 +126,7 @@ def test_voice_tts_defaults_to_espeak():
 
 def test_voice_tts_default_without_espeak_names_the_package(tmp_path, monkeypatch):
     from xrmq.actors.runtime import AgentRuntime
-    from xrmq.actors.voice.role import speech_out_sink
+    from xrmq.actors.voice.builders import speech_out_sink
     from xrmq.actors.voice.sinks import SinkUnavailableError
 
     monkeypatch.setenv("PATH", path_without(tmp_path, "espeak-ng"))
@@ -136,7 +137,7 @@ def test_voice_tts_default_without_espeak_names_the_package(tmp_path, monkeypatc
 def test_voice_tts_names_a_litellm_synthesizer():
     from xrmq.actors.runtime import AgentRuntime
     from xrmq.actors.voice.audio_sink import LiteLLMSynthesizer
-    from xrmq.actors.voice.role import speech_out_sink
+    from xrmq.actors.voice.builders import speech_out_sink
 
     voice = decode_config({"voice": {"tts": "openai/tts-1", "tts_voice": "nova"}}).voice
     synthesizer = speech_out_sink(AgentRuntime(), voice).synthesizer

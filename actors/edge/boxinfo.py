@@ -19,7 +19,8 @@ from xrmq.actors.runtime import AgentRuntime, AskError, RuntimeClosedError
 from xrmq.schemas import BoxInfo, BoxInfoRequest, DestinationInfo
 from xrmq.topics import BOX_TOPIC
 
-from .config import EdgeConfig, decode_config, default_config
+from .config import EdgeConfig
+from .config_loader import decode_config, default_config
 from .configfile import config_toml
 
 BOX_INFO_WAIT_S = 2.0

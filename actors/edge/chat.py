@@ -43,7 +43,8 @@ from xrmq.actors.tools.control import compact_topic
 from xrmq.schemas.tools import CompactReply, CompactRequest
 
 from .boxinfo import BOX_INFO_WAIT_S, ask_box_info, box_config, tools_destination_of
-from .config import EdgeConfig, default_config, reply_wait_s
+from .config import EdgeConfig, reply_wait_s
+from .config_loader import default_config
 from .forget import ForgottenWaiter, failures
 from .private_stack import PrivateStack
 from .replies import ROUTER_SILENCE_S, ReplyCollector, Turn, ask

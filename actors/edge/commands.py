@@ -14,7 +14,8 @@ from xrmq.actors.runtime import run
 from xrmq.actors.runtime.address import is_loopback_tcp
 from xrmq.actors.runtime.commands import IDENTITY_ENV, add_bus_argument, require_broker
 
-from .config import EdgeConfig, default_config, describe_defaulted, load_config
+from .config import EdgeConfig, describe_defaulted
+from .config_loader import default_config, load_config
 
 if TYPE_CHECKING:
     from .topictools import TopicView
@@ -420,7 +421,7 @@ def run_demo(args: argparse.Namespace) -> int:
     if getattr(args, "voice", False) and getattr(args, "realtime", False):
         raise ValueError("--voice and --realtime: choose one demo")
     if getattr(args, "realtime", False):
-        from xrmq.actors.realtime.demo import run_realtime_demo  # checks the extras itself
+        from .realtime_demo import run_realtime_demo  # checks the extras itself
 
         return run(run_realtime_demo(sys.stdout, verbose=args.verbose))
     if getattr(args, "voice", False):
@@ -429,7 +430,7 @@ def run_demo(args: argparse.Namespace) -> int:
         absent = missing()
         if absent:
             raise RuntimeError("--voice needs " + "; ".join(absent))
-        from xrmq.actors.voice.session import run_voice_demo  # the voice extra
+        from .voice_demo import run_voice_demo  # the voice extra
 
         return run(run_voice_demo(sys.stdout, verbose=args.verbose))
     return run(demo(sys.stdout, verbose=args.verbose))

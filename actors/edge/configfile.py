@@ -17,7 +17,8 @@ from typing import Any
 
 import msgspec
 
-from .config import EdgeConfig, load_config
+from .config import EdgeConfig
+from .config_loader import load_config
 
 
 def write_config(config: EdgeConfig, path: str | Path) -> EdgeConfig:

@@ -47,7 +47,8 @@ from xrmq.actors.runtime.commands import add_bus_argument
 from xrmq.actors.runtime.security.keys import client_credentials
 
 from .boxinfo import BOX_INFO_WAIT_S, ask_box_info, tools_destination_of
-from .config import EdgeConfig, default_config, load_config
+from .config import EdgeConfig
+from .config_loader import default_config, load_config
 from .forget import ForgottenWaiter, failures, has_router
 from .identities import CONTEXT_IDENTITY
 from .stack import plan_of

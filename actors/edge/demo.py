@@ -49,13 +49,8 @@ from xrmq.topics import (
     context_topic,
 )
 
-from .config import (
-    DestinationConfig,
-    EdgeConfig,
-    ProcessConfig,
-    RestartPolicyConfig,
-    default_config,
-)
+from .config import DestinationConfig, EdgeConfig, ProcessConfig, RestartPolicyConfig
+from .config_loader import default_config
 from .private_stack import PrivateStack
 from .replies import ReplyCollector, Turn, ask
 from .stack import plan_of

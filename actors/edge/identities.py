@@ -48,25 +48,16 @@ from xrmq.topics import (
     VOICE_OUTPUT_TOPIC,
 )
 
-from .config import ConfigError, EdgeConfig, load_config
+from .config import CONTEXT_IDENTITY, SUPERVISOR_IDENTITY, ConfigError, EdgeConfig
+from .config_loader import load_config
 
 _NS = DEFAULT_NAMESPACE + ".*"
-SUPERVISOR_IDENTITY = "xrmq-up"
-"""The identity of ``xrmq up`` itself on the bus (runtime ``xrmq-up.<pid>``): it reads every
-heartbeat and publishes its report, which is also its probe of the broker."""
 SUPERVISOR_PERMISSIONS = Permissions(
     publish=[SUPERVISOR_TOPIC.name],
     sources=["supervisor"],
     subscribe=[METRICS_TOPIC.name, SUPERVISOR_TOPIC.name, BOX_TOPIC.name],
 )
 
-CONTEXT_IDENTITY = "xrmq-context"
-"""The default identity of ``xrmq context ...`` (runtime ``xrmq-context-<id>``): a split
-context manager that hosts nothing. It reads the sections' views and replica snapshots and
-publishes on the context namespace (writes, clears, compactions, snapshot asks); ``clear``
-asks the router to forget a participant (``participant.left`` as ``xrmq-context``) and reads
-its confirmation (``participant.forgotten``). It cannot ask a question, speak as a
-destination or read a participant's answers."""
 CONTEXT_PERMISSIONS = Permissions(
     publish=[_NS, PARTICIPANT_LEFT_TOPIC.name],
     sources=[DEFAULT_NAMESPACE, _NS, CONTEXT_IDENTITY],

@@ -19,6 +19,7 @@ from typing import Any
 
 from xrmq.actors.context import ContextManager
 from xrmq.actors.context.plan import ContextPlan
+from xrmq.actors.realtime.config import RealtimeConfig
 from xrmq.actors.realtime.conversation import RealtimeConversation
 from xrmq.actors.realtime.openai_realtime import DEFAULT_BASE_URL, DEFAULT_LIMITS, OpenAIRealtime
 from xrmq.actors.realtime.pressure import CHARS_PER_TOKEN, PressurePolicy, RealtimeLimits
@@ -32,18 +33,16 @@ from xrmq.actors.tools.workers import WorkerSummarizer
 from xrmq.schemas import RoutingAid
 from xrmq.topics import VOICE_OUTPUT_TOPIC
 
-from .config import DestinationConfig, RealtimeConfig
+from .config import DestinationConfig
 
 
 def realtime_settings(realtime: RealtimeConfig) -> SessionSettings:
     """The session settings ``[destinations.NAME.realtime]`` describes."""
-    policy: Any = realtime.policy  # validated by the config's decoding
-    overflow: Any = realtime.overflow
     return SessionSettings(
         machine=MachineSettings(
-            policy=policy,
+            policy=realtime.policy,
             backlog_items=realtime.backlog_items,
-            overflow=overflow,
+            overflow=realtime.overflow,
             connect_attempts=realtime.connect_attempts,
         ),
         pressure=PressurePolicy(compress_at=realtime.compress_at, rollover_at=realtime.rollover_at),

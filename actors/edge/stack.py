@@ -24,7 +24,7 @@ On SIGTERM the router and the conversation servers let answers in flight finish 
 70% of ``supervisor.shutdown_timeout_s``, then cancel what is left.
 - ``renderer``: a ``VoiceRenderer`` with a console sink on the voice output topic (with
   ``voice.speech_out``: ``voice.tts`` speech as ``audio.out`` frames).
-- ``voice``: speech in (``xrmq.actors.voice.role``): one ``VoiceInput`` per participant
+- ``voice``: speech in (``xrmq.actors.voice.listener``): one ``VoiceInput`` per participant
   on ``audio.in`` (VAD, speech-to-text), publishing queries and barge-in interruptions.
 
 Every process derives the same ``ContextPlan`` from the config, so the section actors,
@@ -327,7 +327,7 @@ def router_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInsta
 def renderer_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
     sink: Sink = ConsoleSink()
     if config.voice.speech_out:
-        from xrmq.actors.voice.role import speech_out_sink  # numpy: the voice extra
+        from xrmq.actors.voice.builders import speech_out_sink  # numpy: the voice extra
 
         sink = speech_out_sink(runtime, config.voice)
     runtime.register(
@@ -337,9 +337,36 @@ def renderer_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessIns
 
 
 def voice_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
-    from xrmq.actors.voice.role import voice_role as build  # the voice extra, imported only here
+    """The keyed ``voice`` kind (one ``VoiceInput`` per participant on ``audio.in``, sharded
+    over the process's replicas) with the recognizer ``[voice]`` names, loaded before the
+    process reports ready; and, when context topics are configured, a split
+    ``ContextManager`` replica whose ``blocks()`` bias the recognizer."""
+    # the voice extra (numpy, faster-whisper), imported only here
+    from xrmq.actors.voice.builders import build_stt, voice_settings
+    from xrmq.actors.voice.listener import register_voice_input
+    from xrmq.actors.voice.stt import WhisperSTT
 
-    build(runtime, config, process)
+    stt = build_stt(config.voice)
+    if isinstance(stt, WhisperSTT):
+        stt.load()  # once per process, before it reports ready
+    context = None
+    if config.voice.context_bias and config.context.topics:
+        manager = ContextManager(
+            create_llm(config.models.compaction),
+            **config.context.manager_kwargs(),
+            compaction_workers=plan_of(config).compaction_workers,
+            deployment="split",
+        )
+        runtime.register("voice-context", manager.subscriber())
+        context = manager.blocks
+    register_voice_input(
+        runtime,
+        stt,
+        settings=voice_settings(config.voice),
+        context=context,
+        shard=process.shard,
+        shards=process.shards,
+    )
 
 
 BUILTIN_ROLES = {

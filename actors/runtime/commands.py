@@ -114,7 +114,7 @@ def export_keys(args: argparse.Namespace) -> None:
 
 def _resolve_client(args: argparse.Namespace) -> None:
     if args.config is not None:
-        from xrmq.actors.edge.config import load_config  # the config file is the edge box's
+        from xrmq.actors.edge.config_loader import load_config  # the config file is the edge box's
         from xrmq.actors.edge.identities import broker_public_file, keys_dir
 
         config = load_config(args.config)
@@ -225,7 +225,7 @@ def run_bus(args: argparse.Namespace) -> int:
     rescan: Rescan | None = None
     rescan_interval = 1.0
     if args.config is not None:
-        from xrmq.actors.edge.config import load_config  # the config file is the edge box's
+        from xrmq.actors.edge.config_loader import load_config  # the config file is the edge box's
         from xrmq.actors.edge.identities import KeyRescan, broker_security
 
         config = load_config(args.config)

@@ -27,12 +27,17 @@ from typing import Any
 from xrmq.actors.arguments import name, seconds
 from xrmq.actors.runtime import AgentRuntime, run
 from xrmq.actors.runtime.commands import add_bus_argument, require_broker
+from xrmq.actors.voice.ordering import ResponseEnded, Segment
+from xrmq.actors.voice.renderer import VoiceRenderer
+from xrmq.actors.voice.sinks import (
+    DEFAULT_WORDS_PER_MINUTE,
+    ConsoleSink,
+    EspeakSink,
+    Sink,
+    SinkUnavailableError,
+)
 from xrmq.schemas import ResponseOutput
 from xrmq.topics import INTERRUPTED_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC, Topic
-
-from .ordering import ResponseEnded, Segment
-from .renderer import VoiceRenderer
-from .sinks import DEFAULT_WORDS_PER_MINUTE, ConsoleSink, EspeakSink, Sink, SinkUnavailableError
 
 
 def add_commands(subparsers: Any) -> None:
@@ -165,7 +170,7 @@ async def _listen(
 
 
 def _listen_audio(args: argparse.Namespace) -> int:
-    from .playback import AudioRecorder, speaker_player  # numpy: the voice extra
+    from xrmq.actors.voice.playback import AudioRecorder, speaker_player  # numpy: the voice extra
 
     if args.sink == "wav" and args.wav_dir is None:
         raise ValueError("--sink wav: needs --wav-dir DIR")
@@ -194,7 +199,7 @@ def _listen_audio(args: argparse.Namespace) -> int:
 
 
 def run_mic(args: argparse.Namespace) -> int:
-    from .mic import publish_device, publish_wav  # numpy: the voice extra
+    from xrmq.actors.voice.mic import publish_device, publish_wav  # numpy: the voice extra
 
     require_broker(args.bus, endpoint="publish")
 

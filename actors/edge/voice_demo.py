@@ -23,17 +23,17 @@ from typing import TextIO
 
 import msgspec
 
-from xrmq.actors.edge.config import EdgeConfig, ProcessConfig
-from xrmq.actors.edge.demo import demo_config
-from xrmq.actors.edge.private_stack import PrivateStack
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
+from xrmq.actors.voice.mic import FrameSender, wav_pcm
+from xrmq.actors.voice.pcm import SAMPLE_RATE
+from xrmq.actors.voice.playback import AudioRecorder
+from xrmq.actors.voice.wer import word_error_rate
 from xrmq.schemas import AudioFrame, ConversationContextUpdate, ResponseOutput, UserQuery
 from xrmq.topics import AUDIO_OUT_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC, context_topic
 
-from .mic import FrameSender, wav_pcm
-from .pcm import SAMPLE_RATE
-from .playback import AudioRecorder
-from .wer import word_error_rate
+from .config import EdgeConfig, ProcessConfig
+from .demo import demo_config
+from .private_stack import PrivateStack
 
 TURN_TIMEOUT_S = 60.0
 PARTICIPANT = "alice"
@@ -196,7 +196,7 @@ class VoiceSession:
 
 async def run_voice_demo(out: TextIO = sys.stdout, *, verbose: bool = False) -> int:
     """``xrmq demo --voice``: 0 when every spoken question was heard, answered and spoken."""
-    from .stt import bundled_model_dir
+    from xrmq.actors.voice.stt import bundled_model_dir
 
     try:
         bundled_model_dir()

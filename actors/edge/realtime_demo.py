@@ -29,18 +29,14 @@ from typing import TextIO
 
 import msgspec
 
-from xrmq.actors.edge.config import (
-    DestinationConfig,
-    EdgeConfig,
-    ProcessConfig,
-    RealtimeConfig,
-    RestartPolicyConfig,
-    default_config,
-)
-from xrmq.actors.edge.private_stack import PrivateStack
+from xrmq.actors.realtime.config import RealtimeConfig
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
 from xrmq.schemas import AudioPlayback, ResponseOutput, RuntimeMetrics
 from xrmq.topics import AUDIO_PLAYBACK_TOPIC, METRICS_TOPIC, VOICE_OUTPUT_TOPIC
+
+from .config import DestinationConfig, EdgeConfig, ProcessConfig, RestartPolicyConfig
+from .config_loader import default_config
+from .private_stack import PrivateStack
 
 PARTICIPANT = "alice"
 DESTINATION = "realtime"
@@ -162,7 +158,8 @@ class Listener(Agent):
 async def _turn(runtime: AgentRuntime, listener: Listener, text: str, directory: Path) -> str:
     """Speak ``text`` and return the answer once its audio has finished playing."""
     from xrmq.actors.voice.mic import FrameSender, wav_pcm
-    from xrmq.actors.voice.session import speak
+
+    from .voice_demo import speak
 
     answers, played = len(listener.answers), listener.playback_done
     pcm = wav_pcm(speak(text, directory, f"turn-{answers}"), lead_s=0.2, tail_s=0.8)

@@ -1,9 +1,8 @@
-"""The edge box's ``voice`` role and the renderer's speech-out sink, built from ``[voice]``.
+"""The voice objects ``[voice]`` describes: the recognizer, the listener's settings and
+the speech-out sink.
 
-``voice_role`` hosts the keyed ``voice`` kind (one ``VoiceInput`` per participant on
-``audio.in``, sharded over the process's replicas) with the recognizer the config names,
-loaded before the process reports ready, and, when context topics are configured, a
-split ``ContextManager`` replica whose ``blocks()`` bias the recognizer.
+The edge box's ``voice`` and ``renderer`` roles build them from a ``VoiceConfig``; they
+need the voice extra (numpy, faster-whisper), which is why this is apart from ``config``.
 """
 
 from __future__ import annotations
@@ -15,12 +14,12 @@ from xrmq.actors.runtime import AgentRuntime
 
 from .audio_sink import AudioTopicSink, EspeakSynthesizer, LiteLLMSynthesizer
 from .gate import GateSettings
-from .listener import VoiceSettings, register_voice_input
+from .listener import VoiceSettings
 from .stt import LiteLLMSTT, SpeechToText, WhisperSTT
 from .vad import SegmenterSettings
 
 if TYPE_CHECKING:
-    from xrmq.actors.edge.config import EdgeConfig, ProcessInstance, VoiceConfig
+    from .config import VoiceConfig
 
 
 def build_stt(voice: VoiceConfig) -> SpeechToText:
@@ -43,34 +42,6 @@ def voice_settings(voice: VoiceConfig) -> VoiceSettings:
         ),
         gate=GateSettings(min_speech_s=voice.barge_in_min_s, min_words=voice.barge_in_min_words),
         context_bias=voice.context_bias,
-    )
-
-
-def voice_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
-    from xrmq.actors.context import ContextManager
-    from xrmq.actors.edge.stack import plan_of
-    from xrmq.actors.models import create_llm
-
-    stt = build_stt(config.voice)
-    if isinstance(stt, WhisperSTT):
-        stt.load()  # once per process, before it reports ready
-    context = None
-    if config.voice.context_bias and config.context.topics:
-        manager = ContextManager(
-            create_llm(config.models.compaction),
-            **config.context.manager_kwargs(),
-            compaction_workers=plan_of(config).compaction_workers,
-            deployment="split",
-        )
-        runtime.register("voice-context", manager.subscriber())
-        context = manager.blocks
-    register_voice_input(
-        runtime,
-        stt,
-        settings=voice_settings(config.voice),
-        context=context,
-        shard=process.shard,
-        shards=process.shards,
     )
 
 
