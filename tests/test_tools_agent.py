@@ -363,7 +363,7 @@ async def test_the_transcript_lives_in_a_keyed_actor_and_a_new_agent_continues_f
 
 
 async def test_slash_compact_in_chat_compacts_at_the_tools_destination_over_the_bus() -> None:
-    from xrmq.actors.edge.chat import compact
+    from xrmq.actors.edge.tool_compaction import compact
     from xrmq.actors.tools.control import CompactServer
 
     front = AgentRuntime(name="front")

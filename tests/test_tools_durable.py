@@ -266,9 +266,9 @@ async def test_a_kill_9_of_the_context_process_keeps_the_transcript_placeholders
     ask), SIGKILL of the context process: the restarted process serves the same
     transcript from its journal; then SIGKILL of the conversation process: the new
     ToolAgent continues from it."""
-    from xrmq.actors.edge.chat import compact
     from xrmq.actors.edge.private_stack import PrivateStack
     from xrmq.actors.edge.replies import ReplyCollector, ask
+    from xrmq.actors.edge.tool_compaction import compact
 
     from buses import PROCS
 

@@ -35,19 +35,18 @@ import contextlib
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import TextIO
 
-from xrmq.actors.runtime import AgentRuntime, AskError
-from xrmq.actors.tools.control import compact_topic
-from xrmq.schemas.tools import CompactReply, CompactRequest
+from xrmq.actors.runtime import AgentRuntime
 
-from .boxinfo import BOX_INFO_WAIT_S, ask_box_info, box_config, tools_destination_of
+from .boxinfo import BOX_INFO_WAIT_S, ask_box_info, box_config
 from .config import EdgeConfig, reply_wait_s
 from .config_loader import default_config
 from .forget import ForgottenWaiter, failures
 from .private_stack import PrivateStack
 from .replies import ROUTER_SILENCE_S, ReplyCollector, Turn, ask
+from .tool_compaction import compact
 
 QUIT = "/quit"
 COMPACT = "/compact"
@@ -286,59 +285,6 @@ async def clear(bus: str, participant_id: str, *, timeout: float = FORGET_TIMEOU
     if missed:
         return f"xrmq chat: /clear: not forgotten everywhere: {'; '.join(missed)}"
     return f"xrmq chat: cleared {participant_id}: the edge box forgot all it held of them"
-
-
-async def compact(
-    runtime: AgentRuntime,
-    participant_id: str,
-    line: str,
-    last: str | None,
-    *,
-    timeout: float = 10.0,
-    tools: Sequence[str] | None = None,
-) -> str:
-    """Run ``/compact toolcall|summary [DESTINATION]``; the line to print.
-
-    With the running box's tools destinations (``tools``, from its ``BoxInfo``; None:
-    unknown), a destination that is not one of them is refused at once (it would never
-    answer), and with none named the last to answer, else the box's only one, is taken.
-    """
-    words = line.split()[1:]
-    tier = "toolcall" if words[:1] == ["toolcall"] else "summary"
-    words = words[1:] if words[:1] in (["toolcall"], ["summary"]) else words
-    named = words[0] if words else None
-    if tools is None and named is None and last is None:
-        return (
-            "xrmq chat: /compact: no destination answered yet; "
-            "name one: /compact toolcall|summary DESTINATION"
-        )
-    try:
-        destination = tools_destination_of(named, last, tools, "the box's")
-    except ValueError as error:
-        return f"xrmq chat: /compact: {error}"
-    try:
-        reply = await runtime.ask(
-            compact_topic(destination),
-            CompactRequest(tier),
-            reply_type=CompactReply,
-            participant_id=participant_id,
-            timeout=timeout,
-        )
-    except TimeoutError:
-        return (
-            f"xrmq chat: /compact: {destination!r} is not a tools destination "
-            f"(no answer within {timeout:g} s)"
-        )
-    except AskError as error:
-        return f"xrmq chat: /compact: {error}"
-    if tier == "toolcall":
-        share = f"{reply.reclaimed_fraction:.0%}"
-        return (
-            f"xrmq chat: compacted tool results at {destination}: "
-            f"{reply.reclaimed_count} reclaimed ({share} of the transcript)"
-        )
-    fraction = f"{reply.reclaimed_fraction:.0%}"
-    return f"xrmq chat: summary at {destination}: {reply.status} ({fraction} reclaimed)"
 
 
 async def chat_private_stack(

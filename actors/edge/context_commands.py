@@ -52,6 +52,7 @@ from .config_loader import default_config, load_config
 from .forget import ForgottenWaiter, failures, has_router
 from .identities import CONTEXT_IDENTITY
 from .stack import plan_of
+from .tool_compaction import compact as compact_at
 
 T = TypeVar("T")
 
@@ -201,8 +202,6 @@ async def compact_transcript(
     is not exactly one). A ``named`` one the box does not run as tools is refused at once
     (exit 1), not after ``timeout``.
     """
-    from .chat import compact as compact_at
-
     async with AgentRuntime(
         bus, name="xrmq-context-compact", ready_timeout=min(timeout, 10.0)
     ) as runtime:
