@@ -20,11 +20,11 @@ from importlib import metadata
 
 _COMMAND_MODULES = (
     "xrmq.actors.runtime.commands",
-    "xrmq.actors.edge.commands",
+    "xrmq.actors.edge.box_commands",
     "xrmq.actors.edge.context_commands",
     "xrmq.actors.edge.turn_commands",
     "xrmq.actors.edge.voice_commands",
-    "xrmq.actors.eval.cli",
+    "xrmq.actors.eval.eval_cli",
 )
 LONG_RUNNING = frozenset({"up", "run", "bus"})
 """Commands whose logs are their output: INFO by default."""

@@ -41,7 +41,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["eval"]:  # the compaction-quality eval has options of its own
-        from xrmq.actors.eval.cli import main as eval_main
+        from xrmq.actors.eval.eval_cli import main as eval_main
 
         return eval_main(argv[1:])
     args = parse_args(argv)

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from xrmq.actors.edge.recording import MAGIC, encode_record, read_records, replay_offsets
+from xrmq.actors.edge.capture_file import MAGIC, encode_record, read_records, replay_offsets
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
 from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import context_topic

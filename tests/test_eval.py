@@ -19,11 +19,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from xrmq.actors.eval import cli
+from xrmq.actors.eval import eval_cli as cli
+from xrmq.actors.eval.eval_session import QUICK_CONFIG, Fact, Session, Statement, generate_session
 from xrmq.actors.eval.report import figures
 from xrmq.actors.eval.runner import RunResult, run_variant
 from xrmq.actors.eval.scoring import mentions, score, states_as_current
-from xrmq.actors.eval.session import QUICK_CONFIG, Fact, Session, Statement, generate_session
 from xrmq.actors.models import LLMService, OfflineLLM, compaction_limit
 from xrmq.actors.models.types import ChatRequest, ChatResult
 from xrmq.schemas import CompactionPrompts

@@ -14,7 +14,7 @@ import msgspec
 import pytest
 
 from xrmq.actors.context.messages import ExchangeRecord, RecordExchanges
-from xrmq.actors.edge.recording import MAGIC, encode_record, read_records
+from xrmq.actors.edge.capture_file import MAGIC, encode_record, read_records
 from xrmq.actors.edge.topicfilter import replay_filter
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext
 from xrmq.schemas import (

@@ -30,7 +30,7 @@ from xrmq.actors.runtime.security.keys import client_credentials
 from xrmq.schemas import MessageMetadata
 from xrmq.topics import split_key
 
-from .recording import MAGIC, encode_record, read_records, replay_offsets
+from .capture_file import MAGIC, encode_record, read_records, replay_offsets
 from .topicfilter import TopicFilter
 
 _PROBE_TOPIC = b"xrmq.capture\x00\x00"

@@ -57,7 +57,7 @@ from xrmq.actors.runtime.subscriptions import topic_of
 from xrmq.schemas import MessageMetadata, RuntimeMetrics
 from xrmq.topics import METRICS_TOPIC, STANDARD_TOPICS, is_internal, split_key
 
-from .recording import read_records
+from .capture_file import read_records
 
 CAPTURE_PROBE = b"xrmq.capture"
 _STANDARD = {topic.name: topic for topic in STANDARD_TOPICS}

@@ -15,8 +15,8 @@ from typing import Any
 
 import msgspec
 
+from .eval_session import FACT_KINDS
 from .runner import ProbeResult, RunResult
-from .session import FACT_KINDS
 
 DEPTH_BUCKETS: tuple[tuple[int, int, str], ...] = (
     (1, 1, "1"),

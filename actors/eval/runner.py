@@ -34,8 +34,8 @@ from xrmq.actors.conversation import answer_messages, context_message, default_s
 from xrmq.actors.models import LLMService
 from xrmq.schemas import CompactionPrompts, ContextBlock
 
+from .eval_session import Event, Fact, Session, SessionConfig
 from .scoring import Score, score
-from .session import Event, Fact, Session, SessionConfig
 
 SECTION_ORDER = ("dialogue", "notes", "scene")
 """The manager renders the dialogue first, then topics in configured order."""

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 import msgspec
 
-from .session import Fact
+from .eval_session import Fact
 
 _SPACE = re.compile(r"\s+")
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")

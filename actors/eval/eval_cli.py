@@ -26,8 +26,8 @@ from xrmq.actors.models.recording import CallLog, RecordingLLM, ReplayLLM, read_
 from xrmq.schemas import CompactionPrompts
 
 from . import report
+from .eval_session import QUICK_CONFIG, SessionConfig, generate_session
 from .runner import RunResult, run_variant
-from .session import QUICK_CONFIG, SessionConfig, generate_session
 
 DEFAULT_SEED = 7
 DEFAULT_VARIANT = "default"
