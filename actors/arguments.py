@@ -4,7 +4,7 @@ A bad argument is refused while the command line is parsed, so argparse names it
 say: error: argument --timeout: must be ...``) and exits 2, before anything connects or
 starts; the value never reaches code that would fail on it with a message of its own
 ("cannot convert float NaN", "'utf-8' codec can't encode ...") or take it as valid (an
-empty topic). Issue 29, item 11.
+empty topic).
 
 - ``seconds``: a timeout, duration, window or interval: a finite number > 0.
 - ``count``: how many (messages, turns, runtimes): a whole number >= 1.

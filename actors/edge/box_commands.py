@@ -425,7 +425,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
         return run(run_realtime_demo(sys.stdout, verbose=args.verbose))
     if getattr(args, "voice", False):
-        from xrmq.actors.voice.requirements import missing
+        from .voice_requirements import missing
 
         absent = missing()
         if absent:

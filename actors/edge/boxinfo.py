@@ -1,4 +1,4 @@
-"""The running box tells clients about itself: ``BoxInfo`` on ``xrmq.box`` (issue 29, item 6).
+"""The running box tells clients about itself: ``BoxInfo`` on ``xrmq.box``.
 
 Why: a client command that needs the box's config (which destinations are ``kind =
 "tools"``, for ``/compact toolcall`` and ``xrmq context compact --tier``) used to read it

@@ -14,7 +14,7 @@ destination's reply may follow it; the ``TurnEnded`` published right after it do
 carries the cause of a failure (``Turn.outcome``). ``Turn.wait_outcome`` waits for that
 last word after the answer, so a failure after the first chunk is seen too: a front end
 prints such a partial answer with ``Turn.midway`` after it (``" [reply failed mid-way:
-<cause>]"``), never as if the cut sentence were the whole answer (issue 29, item 4).
+<cause>]"``), never as if the cut sentence were the whole answer.
 
 A query is delivered at most once: the router keeps no queue, so a query published
 while the router is down or hung, or while the broker restarts, is lost. With

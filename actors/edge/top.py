@@ -8,7 +8,7 @@ state and reason on its row, and a row of its own if it never reported. Actors t
 runtime reports stuck (non-empty mailbox, no progress) are marked. ``render`` draws
 the rows as plain text with ANSI emphasis, under ``summary``'s header (the bus and its
 broker, totals over every runtime); ``--json`` prints the rows for scripts and tests.
-Below the runtimes, the conversation pane (issue 33): per participant, from the router's
+Below the runtimes, the conversation pane: per participant, from the router's
 ``TurnRecord`` on ``xrmq.turns``, the last turn's stage breakdown, p50/p95 of query to
 first chunk, and the tokens and cost so far (``turns.TurnStats.pane``; text only).
 Live on a terminal, ``q`` quits. Restarts count what ``top`` saw (new epochs while it

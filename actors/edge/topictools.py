@@ -13,7 +13,7 @@
 - ``capture show FILE [--json] [--all] [--topic GLOB] [--participant P]`` prints a
   recording made by ``xrmq record``.
 
-What ``topics`` and ``capture show`` print (issue 33, item 4): a box's bus carries mostly
+What ``topics`` and ``capture show`` print: a box's bus carries mostly
 its own traffic (heartbeats, the router's calls, the context actors' sections, ask
 replies), dozens of topics beside the few a user publishes or reads. They hide the
 internal ones (``xrmq.topics.is_internal``: the rule is written once, there) unless
@@ -22,7 +22,7 @@ them``; ``capture show`` says it on stderr, so ``--json`` stays one object a lin
 empty answer never reads as an empty bus. ``--topic GLOB`` (fnmatch, repeatable or a comma
 list) and ``--participant P`` narrow further; the hidden count is of what they admitted.
 
-Every payload prints, whatever it holds (issue 29, item 2): a bytes value (an exchange's
+Every payload prints, whatever it holds: a bytes value (an exchange's
 ``identity``, an audio frame's ``pcm``) reads ``<N bytes: 0a1b...>`` in text (its length
 and a hex prefix: enough to tell values apart, not a screenful of audio) and is base64 in
 ``--json`` (lossless, and what ``msgspec`` decodes back into a ``bytes`` field); a

@@ -1,4 +1,4 @@
-"""``xrmq turns``: the command line of ``turns.follow`` (issue 33 item 2)."""
+"""``xrmq turns``: the command line of ``turns.follow``."""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 Pure cores: ``pressure`` (usage normalization, context pressure), ``checkpoint``
 (snapshot, summary, verbatim tail, recovery), ``boundary`` (the safe-boundary rule),
-``rollover`` (epochs, bounded backlog, policies). I/O: ``provider`` (the adapter
+``rollover`` (epochs, bounded backlog, policies), ``config`` (``RealtimeConfig``: a
+destination's ``[destinations.NAME.realtime]`` table). I/O: ``provider`` (the adapter
 interface), ``openai_realtime`` (the OpenAI Realtime protocol over websockets),
 ``server`` (the offline simulated realtime server), ``session`` (one participant's
 session shell), ``conversation`` (``RealtimeConversation``, the routed destination).

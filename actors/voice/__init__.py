@@ -1,16 +1,17 @@
 """Voice: the renderer actor, its pure ordering rules, and its sinks; speech in and out.
 
 ``VoiceRenderer`` subscribes to a ``ResponseOutput`` topic and plays it through a sink;
-``VoiceOrdering`` holds the ordering rules on their own; ``xrmq listen`` and ``xrmq mic``
-(``commands``) are clients of a running bus.
+``VoiceOrdering`` holds the ordering rules on their own; ``config`` is ``[voice]``
+(``VoiceConfig``), which the edge box composes into its config.
 
 The voice front end needs the ``voice`` extra (numpy, faster-whisper), so its modules
 are imported by name, not from here: ``listener`` (``VoiceInput``, the keyed ``voice``
 actor), ``vad`` (the pure ``UtteranceSegmenter``) and ``silero`` (its VAD shell),
 ``stt`` (``WhisperSTT``, ``LiteLLMSTT``), ``gate`` (``BargeInGate``), ``bias``
 (``bias_prompt``), ``audio_sink`` (``AudioTopicSink``), ``mic`` and ``playback``
-(client sides), ``role`` (the edge role), ``session`` (``xrmq demo --voice``;
-``requirements`` names what it lacks without importing the extra).
+(client sides), ``builders`` (the recognizer and speech-out sink ``[voice]`` names).
+The commands and the demo (``xrmq listen``, ``xrmq mic``, ``xrmq demo --voice``) are the
+edge box's.
 
 The names below are loaded on first use (PEP 562, ``xrmq.actors._lazy``): importing the
 pure ``VoiceOrdering`` does not load the renderer, its sinks, ZeroMQ or the runtime.
