@@ -148,7 +148,7 @@ def test_a_role_that_is_not_a_process_runs_alone_with_one_replica():
 
 
 def test_resolve_role_names_what_is_wrong():
-    assert resolve_role("xrmq.actors.edge.config:default_config") is default_config
+    assert resolve_role("xrmq.actors.edge.config_loader:default_config") is default_config
     with pytest.raises(LookupError, match="unknown role 'nope'"):
         resolve_role("nope")
     with pytest.raises(LookupError, match="cannot import 'no.such.module'"):
