@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(120)  # litellm's import takes seconds on a loa
 
 BUILD_ROLE = """
 import sys
-from xrmq.actors.edge.config import decode_config
+from xrmq.actors.edge.config_loader import decode_config
 from xrmq.actors.edge.stack import conversation_role
 from xrmq.actors.runtime import AgentRuntime
 config = decode_config({{
