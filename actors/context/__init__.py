@@ -4,8 +4,10 @@
 - ``render``: the rendered text of every block kind and the merge of a participant's
   sections into prompt order.
 - ``compaction``: compaction requests and results, prompts with limit and format.
-- ``engine``: one section's state machine (entries, rolling summary, budgets,
-  compaction snapshots, the Situation/Handling table, rendering).
+- ``state``: what a section is and remembers (spec, settings, state, results) and the
+  exchange identities.
+- ``engine``: one section's operations (entries, rolling summary, budgets, compaction
+  snapshots, the Situation/Handling table, rendering).
 - ``config``: validation of the ContextManager's constructor arguments.
 
 The actors around it (thin shells, see docs/design.md "Context as actors"):
@@ -44,22 +46,22 @@ if TYPE_CHECKING:  # the same names, typed, for type checkers
         context_options,
     )
     from .dump import ContextDump, decode_dump, encode_dump
-    from .engine import (
-        ApplyStatus,
-        CompactionSettings,
-        Entry,
-        OverBudget,
-        RenderedSection,
-        Section,
-        SectionSpec,
-        SectionState,
-    )
+    from .engine import Section
     from .manager import ContextManager, ContextSubscriber
     from .manual import CompactOutcome, CompactStatus, SectionOutcome
     from .messages import ContextTopics
     from .plan import ContextPlan, context_plan
     from .render import DIALOGUE_SECTION, render_participant
     from .sections import ContextHost, register_sections
+    from .state import (
+        ApplyStatus,
+        CompactionSettings,
+        Entry,
+        OverBudget,
+        RenderedSection,
+        SectionSpec,
+        SectionState,
+    )
     from .store import SCHEMA_VERSION, ContextStore, StoreError, open_store
     from .workers import CompactionWorker, register_workers
 
@@ -77,14 +79,14 @@ _EXPORTS = {
     "ContextOptions": ".config",
     "context_config": ".config",
     "context_options": ".config",
-    "ApplyStatus": ".engine",
-    "CompactionSettings": ".engine",
-    "Entry": ".engine",
-    "OverBudget": ".engine",
-    "RenderedSection": ".engine",
+    "ApplyStatus": ".state",
+    "CompactionSettings": ".state",
+    "Entry": ".state",
+    "OverBudget": ".state",
+    "RenderedSection": ".state",
     "Section": ".engine",
-    "SectionSpec": ".engine",
-    "SectionState": ".engine",
+    "SectionSpec": ".state",
+    "SectionState": ".state",
     "ContextDump": ".dump",
     "decode_dump": ".dump",
     "encode_dump": ".dump",

@@ -24,15 +24,15 @@ import msgspec
 from xrmq.actors.explain import explain
 from xrmq.schemas import CompactionPrompts
 
-from .engine import (
+from .engine import Section
+from .render import DIALOGUE_SECTION
+from .state import (
     INPUT_BUDGET_MARGIN_BYTES,
     CompactionSettings,
-    Section,
     SectionKind,
     SectionSpec,
     min_input_budget,
 )
-from .render import DIALOGUE_SECTION
 
 DEFAULT_DIALOGUE_BUDGET_BYTES = 8_000
 DEFAULT_TOPIC_BUDGET_BYTES = 4_000

@@ -77,7 +77,6 @@ from .config import (
     DEFAULT_TOPIC_BUDGET_BYTES,
 )
 from .dump import ContextDump, ParticipantDump, decode_dump, encode_dump
-from .engine import exchange_identity, history_tail
 from .manual import CompactOutcome, CompactStatus, SectionOutcome
 from .messages import (
     CompactReport,
@@ -106,6 +105,7 @@ from .plan import (
 from .render import check_timestamp, exchange_text
 from .replica import ParticipantReplica
 from .sections import ContextHost, journal_name, register_sections
+from .state import exchange_identity, history_tail
 from .store import ContextStore, OnCorrupt, open_store
 from .workers import register_workers
 

@@ -16,9 +16,8 @@ from xrmq.schemas import ContextBlock
 
 from .clip import utf8_size
 from .config import ContextConfig
-from .engine import fit_newest
 from .messages import SectionView, view_ack
-from .render import render_participant
+from .render import fit_newest, render_participant
 
 
 class ParticipantReplica:

@@ -69,7 +69,7 @@ from xrmq.topics import Topic
 
 from .compaction import CompactionRequest, CompactionResult, JobRef
 from .dump import ParticipantDump, SectionDump, dump_entries, export_section
-from .engine import ApplyStatus, PendingJob, Section, SectionState
+from .engine import Section
 from .manual import CompactStatus
 from .messages import (
     CancelJobs,
@@ -90,6 +90,7 @@ from .messages import (
     TopicWrite,
 )
 from .plan import ContextPlan
+from .state import ApplyStatus, PendingJob, SectionState
 from .store import ContextStore, Recovered
 
 

@@ -72,7 +72,7 @@ import msgspec
 
 from xrmq.actors.runtime import get_logger
 
-from .engine import PendingJob, SectionState
+from .state import PendingJob, SectionState
 
 SCHEMA_VERSION = 3
 """The journal's schema version (``PRAGMA user_version``): 2 added the tools transcripts,
