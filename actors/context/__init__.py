@@ -20,6 +20,12 @@ The actors around it (thin shells, see docs/design.md "Context as actors"):
 - ``store``: the journal of one section host (SQLite, WAL), a thin I/O shell.
 - ``dump``: the versioned dump format of ``dump()``/``load()`` (docs/tools.md).
 - ``manual``: the outcomes of a manual ``compact()`` (docs/tools.md).
+- ``hosting``: the runtime a manager is attached to, or the private one it starts.
+- ``writes``: a manager's writes in flight and the callers waiting for them.
+- ``replication``: a manager's replica of every participant's views, kept in step with
+  the section hosts (resync after a restart, fetch after an eviction).
+- ``subscriber``: ``ContextSubscriber``, the agent through which the replica hears the bus.
+- ``operations``: the requests behind ``dump``, ``load`` and ``compact``.
 - ``manager``: ``ContextManager``, the SDK's facade.
 
 The names below are loaded on first use (PEP 562, ``xrmq.actors._lazy``): importing the
@@ -47,7 +53,7 @@ if TYPE_CHECKING:  # the same names, typed, for type checkers
     )
     from .dump import ContextDump, decode_dump, encode_dump
     from .engine import Section
-    from .manager import ContextManager, ContextSubscriber
+    from .manager import ContextManager
     from .manual import CompactOutcome, CompactStatus, SectionOutcome
     from .messages import ContextTopics
     from .plan import ContextPlan, context_plan
@@ -63,6 +69,7 @@ if TYPE_CHECKING:  # the same names, typed, for type checkers
         SectionState,
     )
     from .store import SCHEMA_VERSION, ContextStore, StoreError, open_store
+    from .subscriber import ContextSubscriber
     from .workers import CompactionWorker, register_workers
 
 _EXPORTS = {
@@ -91,7 +98,7 @@ _EXPORTS = {
     "decode_dump": ".dump",
     "encode_dump": ".dump",
     "ContextManager": ".manager",
-    "ContextSubscriber": ".manager",
+    "ContextSubscriber": ".subscriber",
     "CompactOutcome": ".manual",
     "CompactStatus": ".manual",
     "SectionOutcome": ".manual",
