@@ -8,12 +8,15 @@
   exchange identities.
 - ``engine``: one section's operations (entries, rolling summary, budgets, compaction
   snapshots, the Situation/Handling table, rendering).
-- ``config``: validation of the ContextManager's constructor arguments.
+- ``plan``: ``ContextPlan``, the context's one settings type (the ContextManager's
+  keyword arguments and the deployment's), checked by ``context_plan``; its sections
+  (``plan.config``) and bus topics (``plan.topics``) are derived from it.
+- ``config``: ``ContextTable``, the ``[context]`` table of an edge box's TOML, which
+  builds the same plan.
 
 The actors around it (thin shells, see docs/design.md "Context as actors"):
 
 - ``messages``: the bus messages and topics between the context actors.
-- ``plan``: ``ContextPlan``, what every process of one deployment agrees on.
 - ``sections``: the dialogue actor per participant and the actor per context topic.
 - ``workers``: the compaction-worker pool that calls the model.
 - ``replica``: the manager's local, never half-updated copy of the section views.
@@ -35,28 +38,28 @@ around it, nor ZeroMQ and the runtime they need.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from xrmq.actors._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the same names, typed, for type checkers
     from .clip import OMISSION_MARKER, clip_middle, utf8_size
     from .compaction import CompactionRequest, CompactionResult, JobRef
-    from .config import (
-        DEFAULT_COMPACTION_INPUT_BUDGET_BYTES,
-        DEFAULT_DIALOGUE_BUDGET_BYTES,
-        DEFAULT_TOPIC_BUDGET_BYTES,
-        ContextConfig,
-        ContextOptions,
-        context_config,
-        context_options,
-    )
     from .dump import ContextDump, decode_dump, encode_dump
     from .engine import Section
     from .manager import ContextManager
     from .manual import CompactOutcome, CompactStatus, SectionOutcome
     from .messages import ContextTopics
-    from .plan import ContextPlan, context_plan
+    from .plan import (
+        DEFAULT_COMPACTION_INPUT_BUDGET_BYTES,
+        DEFAULT_DIALOGUE_BUDGET_BYTES,
+        DEFAULT_TOPIC_BUDGET_BYTES,
+        ContextPlan,
+        ContextSections,
+        context_plan,
+    )
+    from .plan import ContextPlan as ContextOptions
+    from .plan import context_plan as context_options
     from .render import DIALOGUE_SECTION, render_participant
     from .sections import ContextHost, register_sections
     from .state import (
@@ -79,13 +82,9 @@ _EXPORTS = {
     "CompactionRequest": ".compaction",
     "CompactionResult": ".compaction",
     "JobRef": ".compaction",
-    "DEFAULT_COMPACTION_INPUT_BUDGET_BYTES": ".config",
-    "DEFAULT_DIALOGUE_BUDGET_BYTES": ".config",
-    "DEFAULT_TOPIC_BUDGET_BYTES": ".config",
-    "ContextConfig": ".config",
-    "ContextOptions": ".config",
-    "context_config": ".config",
-    "context_options": ".config",
+    "DEFAULT_COMPACTION_INPUT_BUDGET_BYTES": ".plan",
+    "DEFAULT_DIALOGUE_BUDGET_BYTES": ".plan",
+    "DEFAULT_TOPIC_BUDGET_BYTES": ".plan",
     "ApplyStatus": ".state",
     "CompactionSettings": ".state",
     "Entry": ".state",
@@ -104,6 +103,7 @@ _EXPORTS = {
     "SectionOutcome": ".manual",
     "ContextTopics": ".messages",
     "ContextPlan": ".plan",
+    "ContextSections": ".plan",
     "context_plan": ".plan",
     "DIALOGUE_SECTION": ".render",
     "render_participant": ".render",
@@ -131,12 +131,12 @@ __all__ = [
     "CompactionResult",
     "CompactionSettings",
     "CompactionWorker",
-    "ContextConfig",
     "ContextDump",
     "ContextHost",
     "ContextManager",
     "ContextOptions",
     "ContextPlan",
+    "ContextSections",
     "ContextStore",
     "ContextSubscriber",
     "ContextTopics",
@@ -162,4 +162,34 @@ __all__ = [
     "utf8_size",
 ]
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+_lazy_getattr, _lazy_dir = lazy_exports(__name__, _EXPORTS)
+
+# Earlier spellings of the one settings type (``ContextPlan``), for code written against
+# them (CHANGELOG, "Issue 36"): ``ContextOptions`` was the checked keyword arguments,
+# ``ContextConfig`` the sections (now ``plan.config``).
+_ALIASES = {"ContextOptions": "ContextPlan", "context_options": "context_plan"}
+
+
+def __getattr__(name: str) -> Any:
+    return _lazy_getattr(_ALIASES.get(name, name))
+
+
+def __dir__() -> list[str]:
+    return sorted({*_lazy_dir(), *_ALIASES})
+
+
+def context_config(**kwargs: Any) -> ContextSections:
+    """The sections ``context_plan(**kwargs)`` defines (its ``config``)."""
+    from .plan import context_plan
+
+    return context_plan(**kwargs).config
+
+
+def config_of(plan: ContextPlan) -> ContextSections:
+    """A checked plan's sections: ``plan.config``."""
+    return plan.config
+
+
+def plan_of(plan: ContextPlan) -> ContextPlan:
+    """A checked plan is its own deployment (``ContextOptions`` and ``ContextPlan`` are one)."""
+    return plan

@@ -46,23 +46,21 @@ from xrmq.schemas import CompactionPrompts, ContextBlock, ConversationContextUpd
 from xrmq.schemas._validation import check_name
 
 from .clearing import clear_remote
-from .config import (
-    DEFAULT_COMPACTION_INPUT_BUDGET_BYTES,
-    DEFAULT_DIALOGUE_BUDGET_BYTES,
-    DEFAULT_MAX_RESIDENT_PARTICIPANTS,
-    DEFAULT_RETIRE_IDLE_S,
-    DEFAULT_TOPIC_BUDGET_BYTES,
-)
 from .dump import decode_dump
 from .hosting import Deployment, ManagerRuntime
 from .manual import CompactOutcome
 from .messages import ExchangeRecord, RecordExchanges, SectionView, TopicWrite
 from .operations import compact_context, compact_targets, dump_context, load_context
 from .plan import (
+    DEFAULT_COMPACTION_INPUT_BUDGET_BYTES,
     DEFAULT_COMPACTION_TIMEOUT_S,
     DEFAULT_COMPACTION_WORKERS,
     DEFAULT_CONTROL_TIMEOUT_S,
+    DEFAULT_DIALOGUE_BUDGET_BYTES,
+    DEFAULT_MAX_RESIDENT_PARTICIPANTS,
     DEFAULT_NAMESPACE,
+    DEFAULT_RETIRE_IDLE_S,
+    DEFAULT_TOPIC_BUDGET_BYTES,
     DEFAULT_WORKER_CONCURRENCY,
     ContextPlan,
     context_plan,
