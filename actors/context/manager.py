@@ -230,7 +230,8 @@ class ContextManager:
 
     @property
     def _runtime(self) -> AgentRuntime | None:
-        """The runtime the manager is attached to (its subscriber's, or its private one)."""
+        """The runtime the manager is attached to (its subscriber's, or its private one);
+        settable so a test can put scripted section hosts behind the replica."""
         return self._hosting.runtime
 
     @_runtime.setter
@@ -263,11 +264,13 @@ class ContextManager:
         return self._replica.resyncing
 
     def _on_view(self, participant_id: str, view: SectionView) -> None:
-        """A section's view, as the subscriber hands it to the replica."""
+        """Apply a view as the subscriber does when one arrives (tests and benchmarks feed
+        the replica through it without a bus)."""
         self._replica.on_view(participant_id, view)
 
     async def _resync(self, host: int) -> None:
-        """Resync ``host`` now, as the replica does when it sees the host restart."""
+        """Resync ``host`` now, as the replica does when it sees the host restart (tests
+        and benchmarks time and check a resync through it)."""
         await self._replica.resync(host)
 
     async def changed(self) -> None:
