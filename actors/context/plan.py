@@ -81,7 +81,9 @@ class ContextPlan(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
     Build one with ``context_plan(**kwargs)``, which checks every field against its type
     and Meta and the rules across fields; a ``ContextPlan`` made directly is not checked
-    (msgspec validates on decode and convert, not on construction).
+    (msgspec validates on decode and convert, not on construction). Equal settings are
+    equal plans; the sections are built once per plan (``config``, cached in the
+    instance dict the Struct is declared with).
 
     - ``namespace`` prefixes every internal topic (``messages.ContextTopics``).
     - ``compaction_workers`` is the size of the worker pool: workers ``0..n-1``, each
