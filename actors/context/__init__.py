@@ -15,7 +15,11 @@ The actors around it (thin shells, see docs/design.md "Context as actors"):
 - ``sections``: the dialogue actor per participant and the actor per context topic.
 - ``workers``: the compaction-worker pool that calls the model.
 - ``replica``: the manager's local, never half-updated copy of the section views.
-- ``store``: the journal of one section host (SQLite, WAL), a thin I/O shell.
+- ``store``: opening the journal of one section host (SQLite, WAL): schema, versions,
+  corrupt files.
+- ``journal``: ``ContextStore``, the journal the section actors write through, a thin
+  I/O shell (one transaction per loop turn, on a writer thread).
+- ``journal_rows``: decoding the journal's rows, and the quarantine of unreadable ones.
 - ``dump``: the versioned dump format of ``dump()``/``load()`` (docs/tools.md).
 - ``manual``: the outcomes of a manual ``compact()`` (docs/tools.md).
 - ``manager``: ``ContextManager``, the SDK's facade.
@@ -54,13 +58,14 @@ if TYPE_CHECKING:  # the same names, typed, for type checkers
         SectionSpec,
         SectionState,
     )
+    from .journal import ContextStore
     from .manager import ContextManager, ContextSubscriber
     from .manual import CompactOutcome, CompactStatus, SectionOutcome
     from .messages import ContextTopics
     from .plan import ContextPlan, context_plan
     from .render import DIALOGUE_SECTION, render_participant
     from .sections import ContextHost, register_sections
-    from .store import SCHEMA_VERSION, ContextStore, StoreError, open_store
+    from .store import SCHEMA_VERSION, StoreError, open_store
     from .workers import CompactionWorker, register_workers
 
 _EXPORTS = {
@@ -101,7 +106,7 @@ _EXPORTS = {
     "ContextHost": ".sections",
     "register_sections": ".sections",
     "SCHEMA_VERSION": ".store",
-    "ContextStore": ".store",
+    "ContextStore": ".journal",
     "StoreError": ".store",
     "open_store": ".store",
     "CompactionWorker": ".workers",

@@ -78,6 +78,7 @@ from .config import (
 )
 from .dump import ContextDump, ParticipantDump, decode_dump, encode_dump
 from .engine import exchange_identity, history_tail
+from .journal import ContextStore
 from .manual import CompactOutcome, CompactStatus, SectionOutcome
 from .messages import (
     CompactReport,
@@ -106,7 +107,7 @@ from .plan import (
 from .render import check_timestamp, exchange_text
 from .replica import ParticipantReplica
 from .sections import ContextHost, journal_name, register_sections
-from .store import ContextStore, OnCorrupt, open_store
+from .store import OnCorrupt, open_store
 from .workers import register_workers
 
 Deployment = Literal["local", "split"]

@@ -70,6 +70,8 @@ from xrmq.topics import Topic
 from .compaction import CompactionRequest, CompactionResult, JobRef
 from .dump import ParticipantDump, SectionDump, dump_entries, export_section
 from .engine import ApplyStatus, PendingJob, Section, SectionState
+from .journal import ContextStore
+from .journal_rows import Recovered
 from .manual import CompactStatus
 from .messages import (
     CancelJobs,
@@ -90,7 +92,6 @@ from .messages import (
     TopicWrite,
 )
 from .plan import ContextPlan
-from .store import ContextStore, Recovered
 
 
 class _Job:
