@@ -12,7 +12,14 @@ The actors around it (thin shells, see docs/design.md "Context as actors"):
 
 - ``messages``: the bus messages and topics between the context actors.
 - ``plan``: ``ContextPlan``, what every process of one deployment agrees on.
-- ``sections``: the dialogue actor per participant and the actor per context topic.
+- ``sections``: ``register_sections``, hosting the section actors in a runtime.
+- ``section_actors``: the dialogue actor per participant and the actor per context topic.
+- ``section_host``: ``SectionHost``, the engine's loop inside a section actor, composed of
+  ``section_residency`` (memory or journal), ``section_jobs`` (compaction jobs at the
+  workers), ``section_publication`` (views after the journal commit) and
+  ``section_records``.
+- ``context_host``: ``ContextHost``, one section host's recovery and snapshots.
+- ``shard_migration``: dialogues moved to the shard that owns them.
 - ``workers``: the compaction-worker pool that calls the model.
 - ``replica``: the manager's local, never half-updated copy of the section views.
 - ``store``: opening the journal of one section host (SQLite, WAL): schema, versions,
@@ -47,6 +54,7 @@ if TYPE_CHECKING:  # the same names, typed, for type checkers
         context_config,
         context_options,
     )
+    from .context_host import ContextHost
     from .dump import ContextDump, decode_dump, encode_dump
     from .engine import (
         ApplyStatus,
@@ -64,7 +72,7 @@ if TYPE_CHECKING:  # the same names, typed, for type checkers
     from .messages import ContextTopics
     from .plan import ContextPlan, context_plan
     from .render import DIALOGUE_SECTION, render_participant
-    from .sections import ContextHost, register_sections
+    from .sections import register_sections
     from .store import SCHEMA_VERSION, StoreError, open_store
     from .workers import CompactionWorker, register_workers
 
@@ -103,7 +111,7 @@ _EXPORTS = {
     "context_plan": ".plan",
     "DIALOGUE_SECTION": ".render",
     "render_participant": ".render",
-    "ContextHost": ".sections",
+    "ContextHost": ".context_host",
     "register_sections": ".sections",
     "SCHEMA_VERSION": ".store",
     "ContextStore": ".journal",

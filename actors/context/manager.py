@@ -76,9 +76,10 @@ from .config import (
     DEFAULT_RETIRE_IDLE_S,
     DEFAULT_TOPIC_BUDGET_BYTES,
 )
+from .context_host import ContextHost
 from .dump import ContextDump, ParticipantDump, decode_dump, encode_dump
 from .engine import exchange_identity, history_tail
-from .journal import ContextStore
+from .journal import ContextStore, journal_name
 from .manual import CompactOutcome, CompactStatus, SectionOutcome
 from .messages import (
     CompactReport,
@@ -106,7 +107,7 @@ from .plan import (
 )
 from .render import check_timestamp, exchange_text
 from .replica import ParticipantReplica
-from .sections import ContextHost, journal_name, register_sections
+from .sections import register_sections
 from .store import OnCorrupt, open_store
 from .workers import register_workers
 

@@ -41,10 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from xrmq.actors.context import ContextManager, context_plan, register_sections, register_workers
-from xrmq.actors.context.journal import ContextStore
+from xrmq.actors.context.journal import TOPIC_JOURNAL_PREFIX, ContextStore
 from xrmq.actors.context.plan import ContextPlan
-from xrmq.actors.context.sections import TOPIC_JOURNAL_PREFIX, orphan_journals
-from xrmq.actors.context.store import open_store
+from xrmq.actors.context.store import open_store, orphan_journals
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import LLMService, ModelSpec, create_llm
 from xrmq.actors.routing import (
