@@ -1,7 +1,8 @@
 """Participant-scoped routing (upstream xr_ai_routing): the router, its decision
 services, the destination contract and remote destinations.
 
-- ``agent``: ``RoutableAgent``, the turn context a router sets for destinations.
+- ``destination``: ``RoutableAgent``, the turn context a router sets for destinations, and
+  ``answer_prologue``, the start every destination's answer shares.
 - ``decisions``: ``DecisionService`` and the built-in services.
 - ``state``: pure focus and history state of one participant.
 - ``policy``: the turn policy, pure (``TurnPolicy``: decisions in, actions out).
@@ -20,15 +21,15 @@ from typing import TYPE_CHECKING
 from xrmq.actors._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the same names, typed, for type checkers
-    from .agent import RoutableAgent, RoutingTurnContext, current_turn_context
     from .decisions import DecisionService, KeywordDecisions, LLMDecisions, SingleDestination
+    from .destination import RoutableAgent, RoutingTurnContext, current_turn_context
     from .remote import DestinationServer, RemoteAgent, RemoteAnswerError, remote, serve
     from .router import AgentRouter, RouteResult, RouterTexts
 
 _EXPORTS = {
-    "RoutableAgent": ".agent",
-    "RoutingTurnContext": ".agent",
-    "current_turn_context": ".agent",
+    "RoutableAgent": ".destination",
+    "RoutingTurnContext": ".destination",
+    "current_turn_context": ".destination",
     "DecisionService": ".decisions",
     "KeywordDecisions": ".decisions",
     "LLMDecisions": ".decisions",

@@ -154,7 +154,7 @@ from xrmq.schemas.routing import (
 )
 from xrmq.topics import METRICS_TOPIC, Topic
 
-from .agent import (
+from .destination import (
     RoutableAgent,
     RoutingTurnContext,
     Started,

@@ -114,8 +114,14 @@ from xrmq.topics import (
     check_topic,
 )
 
-from .agent import RoutableAgent, RoutingTurnContext, check_routable, routed_turn, routing_aid_of
 from .decisions import DecisionService
+from .destination import (
+    RoutableAgent,
+    RoutingTurnContext,
+    check_routable,
+    routed_turn,
+    routing_aid_of,
+)
 from .failure import describe_failure
 from .lanes import Lane, Lanes
 from .policy import (
