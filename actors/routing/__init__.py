@@ -8,7 +8,10 @@ services, the destination contract and remote destinations.
 - ``policy``: the turn policy, pure (``TurnPolicy``: decisions in, actions out).
 - ``lanes``: per-participant serialization of the router's work, pure bookkeeping.
 - ``router``: ``AgentRouter``.
-- ``remote``: ``RemoteAgent`` (a destination in another process) and ``DestinationServer``.
+- ``remote_protocol``: the route protocol to a destination in another process (its topics,
+  its errors, the exchange); ``remote``: ``RemoteAgent``, the router's proxy for such a
+  destination; ``remote_liveness``: the proxy's failure detectors; ``remote_server``:
+  ``DestinationServer``, which serves a local destination to proxies.
 
 The names below are loaded on first use (PEP 562, ``xrmq.actors._lazy``): importing the
 pure ``policy``, ``lanes`` or ``state`` does not load the router, ZeroMQ or the runtime.
@@ -23,7 +26,9 @@ from xrmq.actors._lazy import lazy_exports
 if TYPE_CHECKING:  # the same names, typed, for type checkers
     from .decisions import DecisionService, KeywordDecisions, LLMDecisions, SingleDestination
     from .destination import RoutableAgent, RoutingTurnContext, current_turn_context
-    from .remote import DestinationServer, RemoteAgent, RemoteAnswerError, remote, serve
+    from .remote import RemoteAgent, remote
+    from .remote_protocol import RemoteAnswerError
+    from .remote_server import DestinationServer, serve
     from .router import AgentRouter, RouteResult, RouterTexts
 
 _EXPORTS = {
@@ -34,11 +39,11 @@ _EXPORTS = {
     "KeywordDecisions": ".decisions",
     "LLMDecisions": ".decisions",
     "SingleDestination": ".decisions",
-    "DestinationServer": ".remote",
+    "DestinationServer": ".remote_server",
     "RemoteAgent": ".remote",
-    "RemoteAnswerError": ".remote",
+    "RemoteAnswerError": ".remote_protocol",
     "remote": ".remote",
-    "serve": ".remote",
+    "serve": ".remote_server",
     "AgentRouter": ".router",
     "RouteResult": ".policy",
     "RouterTexts": ".policy",
