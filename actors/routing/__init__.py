@@ -7,7 +7,9 @@ services, the destination contract and remote destinations.
 - ``state``: pure focus and history state of one participant.
 - ``policy``: the turn policy, pure (``TurnPolicy``: decisions in, actions out).
 - ``lanes``: per-participant serialization of the router's work, pure bookkeeping.
-- ``router``: ``AgentRouter``.
+- ``router``: ``AgentRouter``; ``destination_calls``: its calls to destinations and the
+  decision service, each failure an outcome; ``turn_report``: each turn's ``TurnEnded``
+  and ``TurnRecord``.
 - ``remote_protocol``: the route protocol to a destination in another process (its topics,
   its errors, the exchange); ``remote``: ``RemoteAgent``, the router's proxy for such a
   destination; ``remote_liveness``: the proxy's failure detectors; ``remote_server``:
