@@ -86,7 +86,7 @@ class RemoteAgent(Agent):
     it receives its answer calls' events and the destination's routing aids there.
     ``timeout_s`` bounds every ask; ``drain_timeout_s`` bounds the wait for a cancelled
     answer to end. ``dead_after_s`` (None: never) and ``output_topic``: see "A
-    destination that dies" in the module docstring; the destination's runtime must
+    destination that dies" in ``remote_protocol``; the destination's runtime must
     publish heartbeats (``metrics_interval`` shorter than ``dead_after_s``), as every
     process of an edge box does. A cached routing aid is used while the destination's
     runtime was heard from within ``dead_after_s`` (or, without, ``liveness_s``).
@@ -265,7 +265,7 @@ class RemoteAgent(Agent):
 
     async def answer(self, turn: AgentTurn, *, started: Started) -> DestinationResult:
         """Follow the answer ``admit()`` started for this turn, or start one without
-        admission (a fallback turn); see the module docstring for the exchange."""
+        admission (a fallback turn); ``remote_protocol`` gives the exchange."""
         runtime = self._runtime()
         pid = turn.participant_id
         admitted = self._admitted.get(pid)

@@ -3,8 +3,8 @@
 ``DestinationServer`` (from ``serve(name, agent)``) is registered with the runtime of
 the process that hosts ``agent``, and exposes it as destination ``name`` to the
 ``RemoteAgent`` proxies of routers in other processes (``remote_protocol.py`` gives the
-exchange). It admits and starts answering a turn in one request, so a remote turn costs
-one round trip before its first chunk; runs each answer on a task it owns, reporting how
+exchange). It admits and starts answering a turn in one request, so the answer does not
+wait for a second request from the proxy; runs each answer on a task it owns, reporting how
 it ended after the destination finished (so after its final frame); and publishes a
 participant's routing aid whenever it changes, so proxies need not ask it per turn.
 """
