@@ -54,8 +54,8 @@ from xrmq.actors.routing import (
     remote,
     serve,
 )
-from xrmq.actors.routing.agent import RoutableAgent
 from xrmq.actors.routing.decisions import DecisionService
+from xrmq.actors.routing.destination import RoutableAgent
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.runtime.address import UnsafeDirectoryError
 from xrmq.actors.tools import AutoCompactor, ToolAgent
