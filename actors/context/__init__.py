@@ -17,10 +17,21 @@
 The actors around it (thin shells, see docs/design.md "Context as actors"):
 
 - ``messages``: the bus messages and topics between the context actors.
-- ``sections``: the dialogue actor per participant and the actor per context topic.
+- ``sections``: ``register_sections``, hosting the section actors in a runtime.
+- ``section_actors``: the dialogue actor per participant and the actor per context topic.
+- ``section_host``: ``SectionHost``, the engine's loop inside a section actor, composed of
+  ``section_residency`` (memory or journal), ``section_jobs`` (compaction jobs at the
+  workers), ``section_publication`` (views after the journal commit) and
+  ``section_records``.
+- ``context_host``: ``ContextHost``, one section host's recovery and snapshots.
+- ``shard_migration``: dialogues moved to the shard that owns them.
 - ``workers``: the compaction-worker pool that calls the model.
 - ``replica``: the manager's local, never half-updated copy of the section views.
-- ``store``: the journal of one section host (SQLite, WAL), a thin I/O shell.
+- ``store``: opening the journal of one section host (SQLite, WAL): schema, versions,
+  corrupt files.
+- ``journal``: ``ContextStore``, the journal the section actors write through, a thin
+  I/O shell (one transaction per loop turn, on a writer thread).
+- ``journal_rows``: decoding the journal's rows, and the quarantine of unreadable ones.
 - ``dump``: the versioned dump format of ``dump()``/``load()`` (docs/tools.md).
 - ``manual``: the outcomes of a manual ``compact()`` (docs/tools.md).
 - ``hosting``: the runtime a manager is attached to, or the private one it starts.
@@ -45,8 +56,10 @@ from xrmq.actors._lazy import lazy_exports
 if TYPE_CHECKING:  # the same names, typed, for type checkers
     from .clip import OMISSION_MARKER, clip_middle, utf8_size
     from .compaction import CompactionRequest, CompactionResult, JobRef
+    from .context_host import ContextHost
     from .dump import ContextDump, decode_dump, encode_dump
     from .engine import Section
+    from .journal import ContextStore
     from .manager import ContextManager
     from .manual import CompactOutcome, CompactStatus, SectionOutcome
     from .messages import ContextTopics
@@ -61,7 +74,7 @@ if TYPE_CHECKING:  # the same names, typed, for type checkers
     from .plan import ContextPlan as ContextOptions
     from .plan import context_plan as context_options
     from .render import DIALOGUE_SECTION, render_participant
-    from .sections import ContextHost, register_sections
+    from .sections import register_sections
     from .state import (
         ApplyStatus,
         CompactionSettings,
@@ -71,7 +84,7 @@ if TYPE_CHECKING:  # the same names, typed, for type checkers
         SectionSpec,
         SectionState,
     )
-    from .store import SCHEMA_VERSION, ContextStore, StoreError, open_store
+    from .store import SCHEMA_VERSION, StoreError, open_store
     from .subscriber import ContextSubscriber
     from .workers import CompactionWorker, register_workers
 
@@ -107,10 +120,10 @@ _EXPORTS = {
     "context_plan": ".plan",
     "DIALOGUE_SECTION": ".render",
     "render_participant": ".render",
-    "ContextHost": ".sections",
+    "ContextHost": ".context_host",
     "register_sections": ".sections",
     "SCHEMA_VERSION": ".store",
-    "ContextStore": ".store",
+    "ContextStore": ".journal",
     "StoreError": ".store",
     "open_store": ".store",
     "CompactionWorker": ".workers",

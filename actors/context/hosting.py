@@ -21,9 +21,10 @@ from xrmq.actors.models import LLMService
 from xrmq.actors.runtime import Agent, AgentRuntime
 from xrmq.topics import Topic
 
+from .context_host import ContextHost
+from .journal import ContextStore
 from .plan import ContextPlan
-from .sections import ContextHost, register_sections
-from .store import ContextStore
+from .sections import register_sections
 from .workers import register_workers
 
 Deployment = Literal["local", "split"]

@@ -46,8 +46,10 @@ from xrmq.schemas import CompactionPrompts, ContextBlock, ConversationContextUpd
 from xrmq.schemas._validation import check_name
 
 from .clearing import clear_remote
+from .context_host import ContextHost
 from .dump import decode_dump
 from .hosting import Deployment, ManagerRuntime
+from .journal import ContextStore, journal_name
 from .manual import CompactOutcome
 from .messages import ExchangeRecord, RecordExchanges, SectionView, TopicWrite
 from .operations import compact_context, compact_targets, dump_context, load_context
@@ -68,9 +70,8 @@ from .plan import (
 from .render import check_timestamp, exchange_text
 from .replica import ParticipantReplica
 from .replication import DIALOGUE_KEY, ContextReplica
-from .sections import ContextHost, journal_name
 from .state import exchange_identity, history_tail
-from .store import ContextStore, OnCorrupt, open_store
+from .store import OnCorrupt, open_store
 from .subscriber import ContextSubscriber
 from .writes import Writes
 

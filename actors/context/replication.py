@@ -30,11 +30,10 @@ from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.runtime.ratelimit import AggregatedWarnings
 
 from .hosting import ManagerRuntime
+from .journal import ContextStore, journal_name
 from .messages import HostStarted, HostSync, HostViews, SectionView, view_ack
 from .plan import ContextPlan
 from .replica import ParticipantReplica
-from .sections import journal_name
-from .store import ContextStore
 from .writes import Writes
 
 DIALOGUE_KEY = "\x00"
