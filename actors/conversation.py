@@ -37,7 +37,7 @@ from xrmq.actors.context.render import format_time
 from xrmq.actors.interaction import ResponseOutputs
 from xrmq.actors.models import ChatMessage, ChatOptions, LLMService, ModelError, Usage
 from xrmq.actors.prompts import load_prompt
-from xrmq.actors.routing.agent import ClosingDestination, current_turn_context
+from xrmq.actors.routing.destination import ClosingDestination, answer_prologue
 from xrmq.actors.runtime import get_logger
 from xrmq.schemas import (
     AgentTurn,
@@ -90,16 +90,6 @@ class ParticipantContext(Protocol):
         *,
         exchange_ids: Sequence[object | None],
     ) -> None: ...
-
-
-async def ensure_context(context: ParticipantContext, participant_id: str) -> None:
-    """Have ``context`` hold the participant's whole context before it is rendered: a
-    ``ContextManager`` whose replica evicted the participant fetches it from its section
-    hosts (``ContextManager.ensure``, bounded by its control timeout). A context without
-    ``ensure`` (a test double) holds everything already."""
-    ensure = getattr(context, "ensure", None)
-    if ensure is not None:
-        await ensure(participant_id)
 
 
 def system_message(system_prompt: str, instructions: str) -> str:
@@ -246,19 +236,8 @@ class Conversation(ClosingDestination):
         """
         if self._closed:
             raise RuntimeError("Conversation.answer: the conversation is closed")
-        routed = current_turn_context()
-        route = routed.route if routed is not None else DEFAULT_ROUTE
+        route = await answer_prologue(turn, DEFAULT_ROUTE, self.context)
         pid = turn.participant_id
-        await ensure_context(self.context, pid)  # an evicted participant's notes, fetched
-        if turn.history:
-            self.context.reconcile_history(
-                pid,
-                [
-                    (exchange.request, exchange.response, exchange.timestamp_us)
-                    for exchange in turn.history
-                ],
-                exchange_ids=[exchange.exchange_id for exchange in turn.history],
-            )
         messages = self.request(turn)
         outputs = ResponseOutputs(self.runtime, self.output_topic, source=route)
         parts: list[str] = []

@@ -100,7 +100,7 @@ async def restart(path: str) -> dict:
     from xrmq.actors.runtime import AgentRuntime
 
     try:  # as a context process opens its journal (topic sections read on demand)
-        from xrmq.actors.context.sections import TOPIC_JOURNAL_PREFIX
+        from xrmq.actors.context.journal import TOPIC_JOURNAL_PREFIX
 
         lazy = {"on_demand_prefix": TOPIC_JOURNAL_PREFIX}
     except ImportError:  # before issue 30 item 3: read whole

@@ -34,6 +34,7 @@ LAYERS: dict[str, int] = {
     "clock": KERNEL,
     "logs": KERNEL,
     "_lazy": KERNEL,
+    "explain": KERNEL,
     "models": CAPABILITY,
     "context": CAPABILITY,
     "routing": CAPABILITY,
@@ -48,14 +49,13 @@ LAYERS: dict[str, int] = {
     "eval": APP,
     "cli": APP,
     "arguments": APP,
-    "explain": APP,
 }
 
 
-def modules() -> dict[str, Path]:
+def modules(packages: Mapping[str, Path] = PACKAGES) -> dict[str, Path]:
     """Every module of the library by its installed name (a package by its ``__init__``)."""
     found: dict[str, Path] = {}
-    for package, folder in PACKAGES.items():
+    for package, folder in packages.items():
         for path in sorted(folder.rglob("*.py")):
             parts = list(path.relative_to(folder).with_suffix("").parts)
             if parts[-1] == "__init__":
@@ -97,8 +97,9 @@ def imports(module: str, path: Path, known: Mapping[str, Path]) -> set[str]:
     return found
 
 
-def graph() -> dict[str, set[str]]:
-    known = modules()
+def graph(packages: Mapping[str, Path] = PACKAGES) -> dict[str, set[str]]:
+    """Each module's imports of the library (of ``packages``)."""
+    known = modules(packages)
     return {module: imports(module, path, known) for module, path in known.items()}
 
 
@@ -155,7 +156,9 @@ def layer(module: str) -> int | None:
     parts = module.split(".")
     if parts[:2] != ["xrmq", "actors"] or len(parts) < 3:
         return None
-    return LAYERS.get(parts[2], APP)
+    if parts[2] not in LAYERS:
+        raise KeyError(f"{module}: no layer; add {parts[2]!r} to LAYERS")
+    return LAYERS[parts[2]]
 
 
 def upward(edges: Mapping[str, Iterable[str]]) -> list[tuple[str, str]]:

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from xrmq.actors.context import ContextManager
-from xrmq.actors.context.sections import DialogueSectionActor
+from xrmq.actors.context.section_actors import DialogueSectionActor
 from xrmq.actors.models import ScriptedLLM, ScriptedResponse
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.schemas import ConversationContextUpdate

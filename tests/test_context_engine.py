@@ -25,7 +25,7 @@ from xrmq.actors.context import (
     utf8_size,
 )
 from xrmq.actors.context.compaction import compact_message
-from xrmq.actors.context.engine import SectionKind, exchange_identity, history_tail
+from xrmq.actors.context.state import SectionKind, exchange_identity, history_tail
 from xrmq.actors.models import compaction_limit
 from xrmq.schemas import CompactionPrompts
 

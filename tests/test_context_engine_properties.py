@@ -25,7 +25,7 @@ from xrmq.actors.context import (
     utf8_size,
 )
 from xrmq.actors.context.compaction import compact_message
-from xrmq.actors.context.engine import min_input_budget
+from xrmq.actors.context.state import min_input_budget
 
 T0 = 1_714_572_785_000_000
 ALPHABET = st.sampled_from("abc xyz.\né€日本🙂")  # 1- to 4-byte characters, no "[" (the marker's)

@@ -15,8 +15,7 @@ import re
 
 import pytest
 
-from xrmq.actors.context import ContextManager
-from xrmq.actors.context.config import context_config
+from xrmq.actors.context import ContextManager, context_config
 from xrmq.actors.context.salience import extractive_summary, salient_values
 from xrmq.actors.models import ChatRequest, ScriptedLLM, ScriptedResponse, compaction_limit
 from xrmq.actors.runtime import AgentRuntime

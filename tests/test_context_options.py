@@ -10,16 +10,17 @@ from typing import Annotated
 import msgspec
 import pytest
 
-from xrmq.actors.context import ContextManager
-from xrmq.actors.context.config import (
-    Budget,
+from xrmq.actors.context import (
+    ContextManager,
     ContextOptions,
     config_of,
     context_config,
     context_options,
+    plan_of,
 )
-from xrmq.actors.context.plan import context_plan, plan_of
-from xrmq.actors.edge.config import ConfigError, ContextSettings
+from xrmq.actors.context.config import ContextTable as ContextSettings
+from xrmq.actors.context.plan import Budget, context_plan
+from xrmq.actors.edge.config import ConfigError
 from xrmq.actors.edge.config_loader import decode_config
 from xrmq.actors.explain import Problem, explain
 from xrmq.actors.models import ScriptedLLM

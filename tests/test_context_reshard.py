@@ -16,7 +16,7 @@ import pytest
 
 from xrmq.actors.context import ContextManager, context_plan, open_store, register_sections
 from xrmq.actors.context.messages import HostSync, HostViews
-from xrmq.actors.context.sections import orphan_journals
+from xrmq.actors.context.store import orphan_journals
 from xrmq.actors.models import ScriptedLLM
 from xrmq.actors.runtime import AgentRuntime, shard_of
 from xrmq.actors.runtime.address import parse_bus

@@ -14,10 +14,10 @@ from contextlib import asynccontextmanager
 import pytest
 
 from xrmq.actors.context import ContextManager, register_sections
-from xrmq.actors.context import sections as sections_module
+from xrmq.actors.context import section_residency as sections_module
 from xrmq.actors.context.dump import decode_dump
+from xrmq.actors.context.journal import TOPIC_JOURNAL_PREFIX
 from xrmq.actors.context.plan import context_plan
-from xrmq.actors.context.sections import TOPIC_JOURNAL_PREFIX
 from xrmq.actors.context.store import open_store
 from xrmq.actors.models import ScriptedLLM, ScriptedResponse
 from xrmq.actors.runtime import AgentRuntime

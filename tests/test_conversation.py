@@ -9,7 +9,7 @@ import pytest
 
 from xrmq.actors.conversation import DEFAULT_ROUTING, Conversation, default_system_prompt
 from xrmq.actors.models import ChatMessage, ModelError, ScriptedLLM, ScriptedResponse
-from xrmq.actors.routing.agent import RoutingTurnContext, routed_turn
+from xrmq.actors.routing.destination import RoutingTurnContext, routed_turn
 from xrmq.schemas import (
     Admission,
     AgentExchange,

@@ -13,7 +13,8 @@ import pytest
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import ModelError, ScriptedLLM, ScriptedResponse
 from xrmq.actors.routing import AgentRouter, RemoteAnswerError, SingleDestination, remote, serve
-from xrmq.actors.routing.remote import DestinationDied, DestinationServer
+from xrmq.actors.routing.remote_protocol import DestinationDied
+from xrmq.actors.routing.remote_server import DestinationServer
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeClosedError
 from xrmq.schemas import (
     Admission,

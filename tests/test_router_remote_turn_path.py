@@ -13,8 +13,8 @@ import pytest
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import OfflineLLM
 from xrmq.actors.routing import AgentRouter, SingleDestination, remote, serve
-from xrmq.actors.routing.agent import RoutingTurnContext, routed_turn
-from xrmq.actors.routing.remote import DestinationTopics, RemoteProtocolError
+from xrmq.actors.routing.destination import RoutingTurnContext, routed_turn
+from xrmq.actors.routing.remote_protocol import DestinationTopics, RemoteProtocolError
 from xrmq.actors.runtime import Agent, AgentRuntime, AskError
 from xrmq.schemas import Admission, AgentTurn, DestinationResult, RoutingAid, UserQuery
 from xrmq.schemas.routing import RouteAidAsk, RouteAids, RouteRequest

@@ -389,7 +389,7 @@ HIDDEN = re.compile(r"^\+(\d+) internal topics? hidden: --all shows them$")
 
 def test_is_internal_holds_every_topic_the_runtime_makes_itself_and_no_user_topic():
     from xrmq.actors.context.messages import ContextTopics
-    from xrmq.actors.routing.remote import DestinationTopics
+    from xrmq.actors.routing.remote_protocol import DestinationTopics
     from xrmq.actors.tools.server import ToolTopics
     from xrmq.actors.tools.store import TranscriptTopics
     from xrmq.topics import STANDARD_TOPICS, is_internal

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import msgspec
 
-from .engine import Entry, Section, SectionState
+from .engine import Section
+from .state import Entry, SectionState
 
 DUMP_FORMAT = "xrmq.context.dump"
 DUMP_VERSION = 1

@@ -23,6 +23,8 @@ from typing import cast
 
 from xrmq.schemas import ContextBlock
 
+from .clip import clip_middle, utf8_size
+
 DIALOGUE_SECTION = "dialogue"
 """Name of the dialogue section (in job identities and logs); topic sections are named
 after their topics. A topic may itself be called "dialogue": sections are told apart by
@@ -91,3 +93,29 @@ def render_participant(sections: Iterable[Sequence[ContextBlock]]) -> tuple[Cont
 def _timestamp(block: ContextBlock) -> int:
     """The sort key of a dated block (only dated blocks are sorted by it)."""
     return cast(int, block.timestamp_us)
+
+
+def fit_newest(
+    dated: Sequence[ContextBlock], room: int
+) -> tuple[tuple[ContextBlock, ...], int, bool]:
+    """The newest of ``dated`` (in time order) that fit in ``room`` bytes, in time order.
+
+    Returns ``(kept, omitted, clipped_newest)``: the oldest blocks are left out; when not
+    even the newest fits, it keeps its start and end within ``room``. Shared by
+    ``Section.render`` and the manager's replica, so both leave out the same blocks.
+    """
+    kept: list[ContextBlock] = []
+    for block in reversed(dated):
+        size = utf8_size(block.text)
+        if size > room:
+            break
+        kept.append(block)
+        room -= size
+    clipped = False
+    if not kept and dated:
+        newest = dated[-1]
+        text = clip_middle(newest.text, room)
+        if text:
+            kept.append(ContextBlock(newest.timestamp_us, text))
+            clipped = True
+    return tuple(reversed(kept)), len(dated) - len(kept), clipped

@@ -15,10 +15,9 @@ from typing import cast
 from xrmq.schemas import ContextBlock
 
 from .clip import utf8_size
-from .config import ContextConfig
-from .engine import fit_newest
 from .messages import SectionView, view_ack
-from .render import render_participant
+from .plan import ContextSections
+from .render import fit_newest, render_participant
 
 
 class ParticipantReplica:
@@ -102,7 +101,7 @@ class ParticipantReplica:
         kept, _, _ = fit_newest(dated, room)
         return (*summaries, *kept)
 
-    def blocks(self, config: ContextConfig) -> tuple[ContextBlock, ...]:
+    def blocks(self, config: ContextSections) -> tuple[ContextBlock, ...]:
         """Prompt order: summaries first (dialogue, then topics in configured order),
         then every dated block in recorded-time order."""
         sections = [self.dialogue_blocks(config.dialogue.spec.budget_bytes)]

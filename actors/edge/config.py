@@ -19,31 +19,19 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import msgspec
 
-from xrmq.actors.context.config import (
-    DEFAULT_COMPACTION_INPUT_BUDGET_BYTES,
-    DEFAULT_DIALOGUE_BUDGET_BYTES,
-    DEFAULT_MAX_RESIDENT_PARTICIPANTS,
-    DEFAULT_RETIRE_IDLE_S,
-    DEFAULT_TOPIC_BUDGET_BYTES,
-    Budget,
-    ContextOptions,
-    context_options,
-)
+from xrmq.actors.context.config import ContextTable
 from xrmq.actors.models import ModelSpec, parse_model_spec
 from xrmq.actors.realtime.config import RealtimeConfig
 from xrmq.actors.runtime.address import DEFAULT_BUS
 from xrmq.actors.runtime.broker import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_SUBSCRIBER_BUDGET_BYTES
 from xrmq.actors.voice.config import VoiceConfig
-from xrmq.schemas import CompactionPrompts
 
 DEFAULT_SOURCE = "<built-in default>"
 """What errors name as the file when the config did not come from one."""
-
-TOPIC_MODES = ("summary", "incremental")
 
 TABLE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 """A name the config gives a table (a process, a destination, an identity)."""
@@ -147,84 +135,6 @@ class ModelsConfig(_Section, frozen=True):
     """The model compaction workers summarize context with."""
     routing: ModelSpec = parse_model_spec("offline")
     """The model the router's ``llm`` decision service chooses destinations with."""
-
-
-class TopicConfig(_Section, frozen=True):
-    mode: str
-    """``summary`` (an update replaces the topic's state) or ``incremental`` (updates append and are
-    compacted)."""
-    budget_bytes: Budget | None = None
-    """This topic's budget; None uses ``context.topic_budget_bytes``."""
-
-
-class PromptsConfig(_Section, frozen=True):
-    source: str | None = None
-    dialogue: str | None = None
-    condense: str | None = None
-
-    def prompts(self) -> CompactionPrompts:
-        """The ``CompactionPrompts`` with the defaults for every prompt not given."""
-        given = {
-            name: value
-            for name in ("source", "dialogue", "condense")
-            if (value := getattr(self, name)) is not None
-        }
-        return CompactionPrompts(**given)
-
-
-class ContextSettings(_Section, frozen=True):
-    topics: dict[str, TopicConfig] = {}
-    """Context topics by name, in the order their summaries are rendered."""
-    dialogue_budget_bytes: Budget = DEFAULT_DIALOGUE_BUDGET_BYTES
-    topic_budget_bytes: Budget = DEFAULT_TOPIC_BUDGET_BYTES
-    """Budget of every topic that does not set its own ``budget_bytes``."""
-    compaction_input_budget_bytes: Budget = DEFAULT_COMPACTION_INPUT_BUDGET_BYTES
-    prompts: PromptsConfig = PromptsConfig()
-    summary_guards: bool = False
-    """Check every model summary, never resend a failed request unchanged, and fall back to
-    the extractive summariser (docs/context.md, "Compaction", the guarded rows)."""
-    persist: bool = True
-    """Whether the context processes journal every section state (SQLite) and restore it
-    after a restart."""
-    state_dir: str | None = None
-    """Where the journals live (one per context process); None: a per-bus directory
-    under ``$XDG_STATE_HOME/xrmq``, else ``~/.local/state/xrmq``."""
-    on_corrupt: str = "error"
-    """A journal that cannot be read: ``error`` (the process does not start, naming the
-    file) or ``backup_and_start_empty`` (moved aside, the process starts empty). A row
-    that cannot be read in a journal that can is quarantined whatever this says
-    (``xrmq.actors.context.store``): only its participant's section starts empty."""
-    retire_idle_s: float = DEFAULT_RETIRE_IDLE_S
-    """With ``persist``: a participant's topic section unused this long leaves the
-    context process's memory for the journal alone (loaded back on its next use)."""
-    max_resident_participants: int = DEFAULT_MAX_RESIDENT_PARTICIPANTS
-    """With ``persist``: participants each topic section keeps in memory at most (the
-    least recently used beyond it are retired to the journal)."""
-
-    def options(self) -> ContextOptions:
-        """The context configuration this table describes (checked by ``context_options``)."""
-        return context_options(**self.manager_kwargs())
-
-    def manager_kwargs(self) -> dict[str, Any]:
-        """The ``ContextManager`` constructor's keyword arguments this table describes (the
-        section fields of ``ContextOptions``)."""
-        return {
-            "summary_context_topics": [
-                name for name, topic in self.topics.items() if topic.mode == "summary"
-            ],
-            "incremental_context_topics": [
-                name for name, topic in self.topics.items() if topic.mode == "incremental"
-            ],
-            "dialogue_budget_bytes": self.dialogue_budget_bytes,
-            "topic_budget_bytes": {name: self.topic_budget(name) for name in self.topics},
-            "compaction_input_budget_bytes": self.compaction_input_budget_bytes,
-            "compaction_prompts": self.prompts.prompts(),
-            "summary_guards": self.summary_guards,
-        }
-
-    def topic_budget(self, name: str) -> int:
-        budget = self.topics[name].budget_bytes
-        return self.topic_budget_bytes if budget is None else budget
 
 
 class DestinationConfig(_Section, frozen=True):
@@ -336,7 +246,7 @@ class ProcessInstance(msgspec.Struct, frozen=True):
 class EdgeConfig(_Section, frozen=True):
     bus: BusConfig = BusConfig()
     models: ModelsConfig = ModelsConfig()
-    context: ContextSettings = ContextSettings()
+    context: ContextTable = ContextTable()
     destinations: dict[str, DestinationConfig] = {}
     router: RouterConfig = RouterConfig()
     supervisor: SupervisorConfig = SupervisorConfig()

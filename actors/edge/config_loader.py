@@ -24,6 +24,7 @@ from typing import Any
 
 import msgspec
 
+from xrmq.actors.context.config import ContextTable, TopicTable
 from xrmq.actors.explain import explain, kind_of
 from xrmq.actors.models import ModelSpec, parse_model_spec
 from xrmq.actors.voice.config import VoiceConfig
@@ -33,7 +34,6 @@ from .config import (
     TABLE_NAME,
     BusConfig,
     ConfigError,
-    ContextSettings,
     DestinationConfig,
     EdgeConfig,
     IdentityConfig,
@@ -41,7 +41,6 @@ from .config import (
     ProcessConfig,
     RouterConfig,
     SupervisorConfig,
-    TopicConfig,
 )
 from .config_ranges import check_ranges
 from .config_rules import check_rules, check_values
@@ -237,13 +236,13 @@ def _destination(raw: Any, key: str, source: str) -> DestinationConfig:
     return _convert(raw, DestinationConfig, key, source)
 
 
-def _context(raw: dict[str, Any], source: str) -> ContextSettings:
+def _context(raw: dict[str, Any], source: str) -> ContextTable:
     topics_raw = raw.get("topics", {})
     if not isinstance(topics_raw, dict):
         raise ConfigError(source, "context.topics", f"must be a table, got {kind_of(topics_raw)}")
     topics = {
-        name: _convert(value, TopicConfig, f"context.topics.{name}", source)
+        name: _convert(value, TopicTable, f"context.topics.{name}", source)
         for name, value in topics_raw.items()
     }
-    settings: ContextSettings = _convert({**raw, "topics": {}}, ContextSettings, "context", source)
+    settings: ContextTable = _convert({**raw, "topics": {}}, ContextTable, "context", source)
     return msgspec.structs.replace(settings, topics=topics)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 
+from xrmq.actors.context.config import TOPIC_MODES, ContextTable
 from xrmq.actors.context.store import ON_CORRUPT
 from xrmq.actors.realtime.config import RealtimeConfig, realtime_problem
 from xrmq.actors.runtime.address import is_loopback_tcp, parse_bus
@@ -22,9 +23,7 @@ from xrmq.actors.voice.config import VoiceConfig, value_problem, voice_problem
 from .config import (
     TABLE_NAME,
     TOOL_IDENTITY_NAMES,
-    TOPIC_MODES,
     ConfigError,
-    ContextSettings,
     DestinationConfig,
     EdgeConfig,
     RestartPolicyConfig,
@@ -67,7 +66,7 @@ def check_rules(config: EdgeConfig, source: str) -> None:
     _validate(config, source)
 
 
-def _check_context(settings: ContextSettings, source: str) -> None:
+def _check_context(settings: ContextTable, source: str) -> None:
     """The rules of ``[context]`` beyond each value's type and range."""
     for name, topic in settings.topics.items():
         if topic.mode not in TOPIC_MODES:
@@ -103,7 +102,7 @@ _CONTEXT_KEYS = {
     "summary_context_topics": "context.topics",
     "incremental_context_topics": "context.topics",
 }
-"""The edge key of a ``ContextOptions`` field whose name differs in the TOML table."""
+"""The edge key of a ``ContextPlan`` field whose name differs in the TOML table."""
 
 
 def _check_destination_kind(name: str, destination: DestinationConfig, source: str) -> None:

@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from xrmq.actors.context import ContextManager, context_plan, register_sections, register_workers
+from xrmq.actors.context.journal import TOPIC_JOURNAL_PREFIX, ContextStore
 from xrmq.actors.context.plan import ContextPlan
-from xrmq.actors.context.sections import TOPIC_JOURNAL_PREFIX, orphan_journals
-from xrmq.actors.context.store import ContextStore, open_store
+from xrmq.actors.context.store import open_store, orphan_journals
 from xrmq.actors.conversation import Conversation
 from xrmq.actors.models import LLMService, ModelSpec, create_llm
 from xrmq.actors.routing import (
@@ -54,8 +54,8 @@ from xrmq.actors.routing import (
     remote,
     serve,
 )
-from xrmq.actors.routing.agent import RoutableAgent
 from xrmq.actors.routing.decisions import DecisionService
+from xrmq.actors.routing.destination import RoutableAgent
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.runtime.address import UnsafeDirectoryError
 from xrmq.actors.tools import AutoCompactor, ToolAgent

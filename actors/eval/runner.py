@@ -22,13 +22,9 @@ from collections.abc import Mapping
 
 import msgspec
 
-from xrmq.actors.context.engine import (
-    CompactionSettings,
-    Section,
-    SectionSpec,
-    SectionState,
-)
+from xrmq.actors.context.engine import Section
 from xrmq.actors.context.render import render_participant
+from xrmq.actors.context.state import CompactionSettings, SectionSpec, SectionState
 from xrmq.actors.context.workers import compact
 from xrmq.actors.conversation import answer_messages, context_message, default_system_prompt
 from xrmq.actors.models import LLMService

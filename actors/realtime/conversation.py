@@ -37,15 +37,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from xrmq.actors.conversation import (
-    ParticipantContext,
-    context_message,
-    ensure_context,
-    system_message,
-)
+from xrmq.actors.conversation import ParticipantContext, context_message, system_message
 from xrmq.actors.interaction import Reply, ResponseOutputs
 from xrmq.actors.prompts import load_prompt
-from xrmq.actors.routing.agent import ClosingDestination, Started, current_turn_context
+from xrmq.actors.routing.destination import (
+    ClosingDestination,
+    Started,
+    answer_prologue,
+    ensure_context,
+)
 from xrmq.actors.runtime import Agent, RuntimeContext, get_logger, subscribe
 from xrmq.schemas import (
     AgentTurn,
@@ -438,14 +438,13 @@ class RealtimeConversation(ClosingDestination, Agent):
         (transcript on ``output_topic``, speech on ``audio.out``) comes from the session."""
         if self._closed:
             raise RuntimeError("RealtimeConversation.answer: closed")
-        routed = current_turn_context()
+        route = await answer_prologue(turn, self.route)
         participant = self.participant(turn.participant_id)
         future: asyncio.Future[DestinationResult] = asyncio.get_running_loop().create_future()
         participant.pending_text = _Turn(
             turn.turn_id, turn.timestamp_us or _now_us(), text_future=future, started=started
         )
-        if routed is not None:
-            participant.log.debug("realtime.text_turn", route=routed.route)
+        participant.log.debug("realtime.text_turn", route=route)
         participant.seq += 1
         await participant.session.send_text(turn.text, participant.seq)
         return await future

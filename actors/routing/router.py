@@ -44,23 +44,17 @@ as the table tests name them:
    failed or did not answer in time (its state of the participant may remain): a
    ``ParticipantLeft`` is also the request to forget a participant everywhere
    (``xrmq context clear``, ``/clear``), and this is its answer.
-9. Registered with a running runtime, the router publishes one ``TurnEnded`` per turn
-   on ``turn_topic`` after everything it said for the turn: how the turn ended and,
-   for a failed or unanswered turn, the cause (``"<Kind>: <message>"``; a remote
-   destination's error arrives as it was raised there). A front end ends the turn on
-   it, so a failure said by the router never leaves a client waiting. A turn cancelled
-   before it ran (a newer query came at once) ends ``canceled`` too: every query ends once.
-   Right after it, the router publishes the turn's ``TurnRecord`` on ``record_topic``
-   (``schemas/turns.py``: when the turn passed each stage, the model's usage and cost;
-   the destination's stages arrive in its ``DestinationResult``) and logs it as one
-   ``turn.done`` line (also without a runtime). A handful of clock reads per turn, one
-   publish: nothing per chunk.
+9. Every turn ends once: registered with a running runtime, the router publishes its
+   ``TurnEnded`` on ``turn_topic``, then its ``TurnRecord`` on ``record_topic``, after
+   everything it said for the turn (``turn_report.py`` has the rule whole).
 
 Where the rules live: rule 1 in ``lanes.py`` (pure lane bookkeeping), rules 2 to 7 in
 ``policy.TurnPolicy`` (the sans-IO turn policy: decisions in, actions out), rules 8 and 9
-in ``policy.departure`` and ``policy.turn_ended``; this module is the glue that awaits
-destinations, the decision service and the output, and runs the actions.
-``tests/test_router_policy.py`` has table rows named after each rule.
+in ``policy.departure`` and ``policy.turn_ended``, the turn's record in ``turn_report.py``.
+This module is the glue that awaits the destinations and the decision service (through
+``destination_calls.py``, which turns each failure into an outcome the policy handles)
+and the output, and runs the actions. ``tests/test_router_policy.py`` has table rows
+named after each rule.
 
 With ``query_topic`` the router is an actor: register it with the runtime; it turns
 each ``UserQuery`` into a turn whose id is the query's message id (the id the voice
@@ -72,10 +66,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar, cast
-
-import msgspec
 
 from xrmq.actors.clock import now_us
 from xrmq.actors.interaction import ResponseOutputs
@@ -88,17 +79,14 @@ from xrmq.actors.runtime import (
     get_logger,
 )
 from xrmq.schemas import (
-    Admission,
     AgentTurn,
     DestinationResult,
-    DestinationStages,
     ForgetFailure,
     Interrupted,
     ParticipantForgotten,
     ParticipantJoined,
     ParticipantLeft,
     ResponseOutput,
-    RoutingAid,
     TurnEnded,
     TurnRecord,
     UserQuery,
@@ -114,12 +102,12 @@ from xrmq.topics import (
     check_topic,
 )
 
-from .agent import RoutableAgent, RoutingTurnContext, check_routable, routed_turn, routing_aid_of
 from .decisions import DecisionService
+from .destination import RoutableAgent, check_routable
+from .destination_calls import admit, answer, decide, release, routing_aids
 from .failure import describe_failure
 from .lanes import Lane, Lanes
 from .policy import (
-    INELIGIBLE,
     Action,
     Admit,
     Answer,
@@ -135,9 +123,9 @@ from .policy import (
     Say,
     TurnPolicy,
     departure,
-    turn_ended,
 )
 from .state import ParticipantRouting
+from .turn_report import TurnTimes, report_turn, turn_outcome
 
 __all__ = ["AgentRouter", "RouteResult", "RouterOutput", "RouterTexts"]
 
@@ -151,21 +139,6 @@ lane is forgotten (else the least recently active one, its turns cancelled)."""
 RouterOutput = Callable[[AgentTurn, "str | None", str], Awaitable[None]]
 """``output(turn, route, text)``: say router-owned text for ``turn``; ``route`` is the
 destination it concerns, None when no destination is involved."""
-
-
-@dataclass(slots=True)
-class _TurnTimes:
-    """What the router notes of one turn for its ``TurnRecord`` (Unix microseconds)."""
-
-    received_us: int
-    query_us: int | None = None
-    query_crossed: bool = False
-    speech: tuple[int, int, int | None] | None = None
-    """A spoken query's speech start, speech end and transcript times."""
-    route: str | None = None
-    routed_us: int | None = None
-    admitted_us: int | None = None
-    stages: DestinationStages | None = None
 
 
 class AgentRouter(Agent):
@@ -320,9 +293,9 @@ class AgentRouter(Agent):
 
     def submit(self, turn: AgentTurn) -> asyncio.Task[RouteResult]:
         """Start routing ``turn`` (as ``handle`` does) and return its task without awaiting it."""
-        return self._submit(turn, _TurnTimes(now_us()))
+        return self._submit(turn, TurnTimes(now_us()))
 
-    def _submit(self, turn: AgentTurn, times: _TurnTimes) -> asyncio.Task[RouteResult]:
+    def _submit(self, turn: AgentTurn, times: TurnTimes) -> asyncio.Task[RouteResult]:
         if self._stopped:
             raise RuntimeError("AgentRouter.handle: the router is stopped")
         if not isinstance(turn, AgentTurn):
@@ -330,7 +303,17 @@ class AgentRouter(Agent):
         task = self._enqueue(
             turn.participant_id, lambda lane: self._route(turn, lane, times), turn=True
         )
-        task.add_done_callback(lambda task: self._report(turn, self._outcome(turn, task), times))
+        task.add_done_callback(
+            lambda task: report_turn(
+                turn,
+                turn_outcome(turn, task),
+                times,
+                runtime=self.runtime,
+                log=self._log,
+                turn_topic=self.turn_topic,
+                record_topic=self.record_topic,
+            )
+        )
         return task
 
     def interrupt(self, participant_id: str | None = None) -> None:
@@ -374,16 +357,10 @@ class AgentRouter(Agent):
         if ctx.participant_id is None:
             self._log.warning("router.query_without_participant", sender=ctx.metadata.sender)
             return
-        times = _TurnTimes(now_us())
-        metadata = ctx.metadata
+        times = TurnTimes.of_query(query, ctx.metadata, self.runtime)
         turn = AgentTurn(
-            ctx.participant_id, metadata.message_id, query.text, timestamp_us=query.timestamp_us
+            ctx.participant_id, ctx.metadata.message_id, query.text, timestamp_us=query.timestamp_us
         )
-        times.query_us = metadata.timestamp_us
-        if query.speech_end_us is not None:
-            times.speech = (query.timestamp_us, query.speech_end_us, query.transcribed_us)
-        runtime = self.runtime
-        times.query_crossed = runtime is None or metadata.sender != runtime.name
         if self._stopped:
             self._log.warning(
                 "router.query_refused_stopping", participant=turn.participant_id, turn=turn.turn_id
@@ -493,103 +470,12 @@ class AgentRouter(Agent):
 
     # -- one turn ---------------------------------------------------------------------------
 
-    @staticmethod
-    def _outcome(turn: AgentTurn, task: asyncio.Task[RouteResult]) -> RouteResult:
-        """How a turn's task ended, as its ``RouteResult``. A done callback, not a wrapper
-        in the task: a turn cancelled before its task ever ran (queries sent at once) or
-        while it waited for the earlier turn to drain ends too, and a coroutine cancelled
-        before its first step runs none of its own code."""
-        if task.cancelled():
-            return RouteResult(turn.turn_id, "canceled")
-        error = task.exception()
-        if error is not None:
-            return RouteResult(turn.turn_id, "failed", error=describe_failure(error))
-        return task.result()
-
-    def _report(self, turn: AgentTurn, result: RouteResult, times: _TurnTimes) -> None:
-        """Rule 9: publish the turn's ``TurnEnded`` then its ``TurnRecord`` (registered with a
-        running runtime), and log the record."""
-        runtime = self.runtime
-        running = runtime is not None and runtime.running
-        name = runtime.name if runtime is not None else None
-        record = self._record(turn, result, times, name)
-        log = msgspec.to_builtins(record)
-        del log["turn_id"], log["participant_id"]
-        self._log.info("turn.done", turn=turn.turn_id, participant=turn.participant_id, **log)
-        if runtime is None or not running:
-            return
-        if self.turn_topic is not None:
-            runtime.send(
-                self.turn_topic,
-                turn_ended(result),
-                participant_id=turn.participant_id,
-                source=ROUTER_SOURCE,
-            )
-        if self.record_topic is not None:
-            runtime.send(
-                self.record_topic, record, participant_id=turn.participant_id, source=ROUTER_SOURCE
-            )
-
-    @staticmethod
-    def _record(
-        turn: AgentTurn, result: RouteResult, times: _TurnTimes, router: str | None
-    ) -> TurnRecord:
-        """The turn's ``TurnRecord``: the router's times, and the destination's stages when
-        its answer returned them."""
-        stages = times.stages or DestinationStages()
-        speech_start, speech_end, transcribed = times.speech or (None, None, None)
-        crossed = []
-        if times.query_crossed:
-            crossed = [
-                stage
-                for stage, value in (
-                    ("speech_start", speech_start),
-                    ("speech_end", speech_end),
-                    ("transcribed", transcribed),
-                    ("query", times.query_us),
-                )
-                if value is not None
-            ]
-        if router is not None and stages.runtime not in (None, router):
-            crossed += [
-                stage
-                for stage, value in (
-                    ("model_request", stages.model_request_us),
-                    ("first_token", stages.first_token_us),
-                    ("first_chunk", stages.first_chunk_us),
-                )
-                if value is not None
-            ]
-        return TurnRecord(
-            turn.turn_id,
-            turn.participant_id,
-            result.status,
-            route=result.route,
-            error=result.error,
-            router=router,
-            speech_start_us=speech_start,
-            speech_end_us=speech_end,
-            transcribed_us=transcribed,
-            query_us=times.query_us,
-            received_us=times.received_us,
-            routed_us=times.routed_us,
-            admitted_us=times.admitted_us,
-            model_request_us=stages.model_request_us,
-            first_token_us=stages.first_token_us,
-            first_chunk_us=stages.first_chunk_us,
-            ended_us=now_us(),
-            model=stages.model,
-            usage=stages.usage,
-            tool_calls=stages.tool_calls,
-            crossed=tuple(crossed),
-        )
-
-    async def _route(self, turn: AgentTurn, lane: Lane[Any], times: _TurnTimes) -> RouteResult:
+    async def _route(self, turn: AgentTurn, lane: Lane[Any], times: TurnTimes) -> RouteResult:
         """Run the turn's ``TurnPolicy`` (rules 2 to 7): perform each action it returns and
         feed it the outcome of each question, until it is done."""
         log = self._log.bind(participant=turn.participant_id, turn=turn.turn_id)
         unreachable: dict[str, str] = {}
-        aids = await self._aids(turn.participant_id, log, unreachable)
+        aids = await routing_aids(self.agents, turn.participant_id, log, unreachable)
         policy = TurnPolicy(
             turn,
             lane.state,
@@ -612,22 +498,23 @@ class AgentRouter(Agent):
         if isinstance(effect, Say):
             await self._say(turn, effect.route, effect.text)
         elif isinstance(effect, Release):
-            await self._release(effect.route, turn.participant_id, log)
+            await release(effect.route, self.agents[effect.route], turn.participant_id, log)
         elif isinstance(effect, Note):
             getattr(log, effect.level)(effect.event, **effect.fields)
         else:
             raise AssertionError(f"AgentRouter: {type(effect).__name__} is not an effect")
 
     async def _ask(
-        self, policy: TurnPolicy, question: Action, turn: AgentTurn, log: Any, times: _TurnTimes
+        self, policy: TurnPolicy, question: Action, turn: AgentTurn, log: Any, times: TurnTimes
     ) -> list[Action]:
         """Await the outcome of ``question`` and hand it to ``policy``; note when the turn was
         routed (the destination asked to admit or, a fallback, to answer) and admitted."""
         if isinstance(question, Decide):
-            return policy.decided(await self._decide(turn, question.candidates, log))
+            return policy.decided(await decide(self.decisions, turn, question.candidates, log))
         if isinstance(question, Admit):
             times.route, times.routed_us, times.admitted_us = question.route, now_us(), None
-            admission = await self._admit(question.route, turn, question.focused, log)
+            agent = self.agents[question.route]
+            admission = await admit(question.route, agent, turn, question.focused, log)
             if admission is None:
                 return policy.admit_failed()
             if admission.disposition == "accept":
@@ -636,82 +523,16 @@ class AgentRouter(Agent):
         if isinstance(question, Answer):
             if times.route != question.route or times.admitted_us is None:
                 times.route, times.routed_us, times.admitted_us = question.route, now_us(), None
-            return await self._answer(policy, question, turn, log, times)
-        raise AssertionError(f"AgentRouter: {type(question).__name__} is not a question")
-
-    async def _aids(
-        self, participant_id: str, log: Any, unreachable: dict[str, str]
-    ) -> dict[str, RoutingAid]:
-        """Every destination's routing aid; one that cannot be had makes it ineligible
-        (logged, and the reason kept in ``unreachable``)."""
-
-        async def aid(name: str, agent: RoutableAgent) -> RoutingAid:
-            try:
-                return await routing_aid_of(agent, participant_id)
-            except Exception as error:
-                log.warning("router.routing_aid_failed", route=name, error=repr(error))
-                unreachable[name] = f"unreachable ({describe_failure(error)})"
-                return INELIGIBLE
-
-        if len(self.agents) == 1:  # in this task: gather would start a task and a loop pass
-            [(name, agent)] = self.agents.items()
-            return {name: await aid(name, agent)}
-        found = await asyncio.gather(*(aid(name, agent) for name, agent in self.agents.items()))
-        return dict(zip(self.agents, found))
-
-    async def _decide(
-        self, turn: AgentTurn, choices: Mapping[str, RoutingAid], log: Any
-    ) -> str | None:
-        """The decision service's choice; a failing service chooses none (logged)."""
-        try:
-            return await self.decisions.decide(turn, choices)
-        except Exception as error:
-            log.warning("router.decision_failed", error=repr(error))
-            return None
-
-    async def _admit(self, name: str, turn: AgentTurn, focused: bool, log: Any) -> Admission | None:
-        """The destination's admission; None (logged) when ``admit()`` failed."""
-        with routed_turn(
-            RoutingTurnContext(name, turn.participant_id, turn.turn_id, focused, started_work=False)
-        ):
-            try:
-                return await self.agents[name].admit(turn, focused=focused)
-            except Exception as error:
-                log.warning("router.admit_failed", route=name, error=repr(error))
-                return None
-
-    async def _answer(
-        self, policy: TurnPolicy, question: Answer, turn: AgentTurn, log: Any, times: _TurnTimes
-    ) -> list[Action]:
-        """The destination's answer, handed to ``policy`` (its failure too, saying whether the
-        destination had started)."""
-        name = question.route
-        began = False
-
-        async def started() -> None:
-            nonlocal began
-            began = True
-
-        # started() only notes that the answer began: router text is said before answer()
-        with routed_turn(
-            RoutingTurnContext(
-                name, turn.participant_id, turn.turn_id, question.focused, started_work=False
+            agent = self.agents[question.route]
+            result, failure, began = await answer(
+                question.route, agent, turn, question.focused, log
             )
-        ):
-            try:
-                result = await self.agents[name].answer(turn, started=started)
-            except Exception as error:
-                log.error("router.answer_failed", route=name, started=began, error=repr(error))
-                return policy.answer_failed(describe_failure(error), started=began)
-        if isinstance(result, DestinationResult):
-            times.stages = result.stages
-        return policy.answered(result)
-
-    async def _release(self, name: str, participant_id: str, log: Any) -> None:
-        try:
-            await self.agents[name].release(participant_id)
-        except Exception as error:
-            log.error("router.release_failed", route=name, error=repr(error))
+            if failure is not None:
+                return policy.answer_failed(failure, started=began)
+            if isinstance(result, DestinationResult):
+                times.stages = result.stages
+            return policy.answered(result)
+        raise AssertionError(f"AgentRouter: {type(question).__name__} is not a question")
 
     async def _say(self, turn: AgentTurn, route: str | None, text: str) -> None:
         """Say router-owned text for ``turn``: through ``output``, or as a reply on

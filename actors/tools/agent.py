@@ -42,13 +42,12 @@ from xrmq.actors.conversation import (
     ParticipantContext,
     add_usage,
     context_message,
-    ensure_context,
     system_message,
     turn_usage,
 )
 from xrmq.actors.interaction import ResponseOutputs
 from xrmq.actors.models import ChatMessage, ChatOptions, LLMService, ModelError, ToolCall, ToolSpec
-from xrmq.actors.routing.agent import ClosingDestination, current_turn_context
+from xrmq.actors.routing.destination import ClosingDestination, answer_prologue
 from xrmq.actors.runtime import ReplyStream, RuntimeClosedError, get_logger
 from xrmq.schemas import (
     AgentTurn,
@@ -321,20 +320,9 @@ class ToolAgent(ClosingDestination):
         """Run the tool loop for ``turn`` and stream the answer; see the module docstring."""
         if self._closed:
             raise RuntimeError("ToolAgent.answer: the agent is closed")
-        routed = current_turn_context()
-        route = routed.route if routed is not None else "tools"
+        route = await answer_prologue(turn, "tools", self.context)
         pid = turn.participant_id
         log = get_logger(actor=route, participant=pid, turn=turn.turn_id)
-        await ensure_context(self.context, pid)  # an evicted participant's notes, fetched
-        if turn.history:
-            self.context.reconcile_history(
-                pid,
-                [
-                    (exchange.request, exchange.response, exchange.timestamp_us)
-                    for exchange in turn.history
-                ],
-                exchange_ids=[exchange.exchange_id for exchange in turn.history],
-            )
         await self._discover(log)
         async with self._lock(pid):
             transcript = await self._load(pid, log)

@@ -41,7 +41,8 @@ from xrmq.topics import Topic
 from .transcript import CompactionCounters, Transcript
 
 if TYPE_CHECKING:
-    from xrmq.actors.context.store import ContextStore, RecoveredTranscript
+    from xrmq.actors.context.journal import ContextStore
+    from xrmq.actors.context.journal_rows import RecoveredTranscript
 
 RESYNC_DELAYS_S = (0.5, 1.0, 2.0, 4.0)
 """After an unanswered write, the agent re-sends the whole transcript after these delays

@@ -1,4 +1,5 @@
-"""The destination contract: what a router needs from an agent it routes turns to.
+"""The destination contract: what a router needs from an agent it routes turns to, and
+what every destination does first when it answers.
 
 ``RoutableAgent`` is structural (a ``Protocol``): a local ``Conversation``, an
 application's own agent and a ``RemoteAgent`` proxy for an agent in another process
@@ -7,13 +8,18 @@ all satisfy it, so the router never knows where a destination runs.
 While a router admits or answers a turn it sets the *turn context* (a contextvar), so
 a destination can read the name the router knows it by, e.g. to attribute its
 published reply, without the name being wired into its constructor.
+
+``answer_prologue`` is the one start of a destination's ``answer()``: the route it
+answers under, and (for a destination with a shared context) the participant's context
+fetched and the turn's history reconciled into it, so every destination sees the
+exchanges the router shares the same way.
 """
 
 from __future__ import annotations
 
 import contextvars
 import inspect
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -135,3 +141,50 @@ def routed_turn(context: RoutingTurnContext) -> Iterator[RoutingTurnContext]:
         yield context
     finally:
         _CURRENT.reset(token)
+
+
+class TurnHistory(Protocol):
+    """What ``answer_prologue`` needs of a destination's context (a ``ContextManager``)."""
+
+    def reconcile_history(
+        self,
+        participant_id: str,
+        exchanges: Sequence[tuple[str, str, int | None]],
+        *,
+        exchange_ids: Sequence[object | None],
+    ) -> None: ...
+
+
+async def ensure_context(context: object, participant_id: str) -> None:
+    """Have ``context`` hold the participant's whole context before it is rendered: a
+    ``ContextManager`` whose replica evicted the participant fetches it from its section
+    hosts (``ContextManager.ensure``, bounded by its control timeout). A context without
+    ``ensure`` (a test double) holds everything already."""
+    ensure = getattr(context, "ensure", None)
+    if ensure is not None:
+        await ensure(participant_id)
+
+
+async def answer_prologue(
+    turn: AgentTurn, default_route: str, context: TurnHistory | None = None
+) -> str:
+    """Start answering ``turn``: return the route to answer under (the router's name for the
+    destination, ``default_route`` outside a router). With ``context``, first fetch the
+    participant's context (``ensure_context``: an evicted participant's notes) and reconcile
+    the turn's history into it (exchanges it already holds are not replayed)."""
+    routed = _CURRENT.get()
+    route = routed.route if routed is not None else default_route
+    if context is None:
+        return route
+    pid = turn.participant_id
+    await ensure_context(context, pid)
+    if turn.history:
+        context.reconcile_history(
+            pid,
+            [
+                (exchange.request, exchange.response, exchange.timestamp_us)
+                for exchange in turn.history
+            ],
+            exchange_ids=[exchange.exchange_id for exchange in turn.history],
+        )
+    return route

@@ -1,0 +1,162 @@
+"""The end of a routed turn, reported: rule 9 of ``AgentRouter`` (``router.py``).
+
+Every turn ends once. Registered with a running runtime, the router publishes one
+``TurnEnded`` per turn on ``turn_topic`` after everything it said for the turn: how the
+turn ended and, for a failed or unanswered turn, the cause (``"<Kind>: <message>"``; a
+remote destination's error arrives as it was raised there). A front end ends the turn on
+it, so a failure said by the router never leaves a client waiting. A turn cancelled
+before it ran (a newer query came at once) ends ``canceled`` too: every query ends once.
+Right after it, the router publishes the turn's ``TurnRecord`` on ``record_topic``
+(``schemas/turns.py``: when the turn passed each stage, the model's usage and cost; the
+destination's stages arrive in its ``DestinationResult``) and logs it as one
+``turn.done`` line (also without a runtime). The router notes a handful of clock reads
+per turn in its ``TurnTimes`` and publishes once: nothing per chunk, so recording every
+turn costs the hot path nothing it would notice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from xrmq.actors.clock import now_us
+from xrmq.schemas import (
+    AgentTurn,
+    DestinationStages,
+    MessageMetadata,
+    TurnEnded,
+    TurnRecord,
+    UserQuery,
+)
+from xrmq.topics import ROUTER_SOURCE, Topic
+
+from .failure import describe_failure
+from .policy import RouteResult, turn_ended
+
+
+@dataclass(slots=True)
+class TurnTimes:
+    """What the router notes of one turn for its ``TurnRecord`` (Unix microseconds)."""
+
+    received_us: int
+    query_us: int | None = None
+    query_crossed: bool = False
+    speech: tuple[int, int, int | None] | None = None
+    """A spoken query's speech start, speech end and transcript times."""
+    route: str | None = None
+    routed_us: int | None = None
+    admitted_us: int | None = None
+    stages: DestinationStages | None = None
+
+    @classmethod
+    def of_query(cls, query: UserQuery, metadata: MessageMetadata, runtime: Any) -> TurnTimes:
+        """The times of a turn received now as ``query``: when the query was published, its
+        speech times if it was spoken, and whether it crossed from another process than the
+        router's ``runtime``."""
+        times = cls(now_us())
+        times.query_us = metadata.timestamp_us
+        if query.speech_end_us is not None:
+            times.speech = (query.timestamp_us, query.speech_end_us, query.transcribed_us)
+        times.query_crossed = runtime is None or metadata.sender != runtime.name
+        return times
+
+
+def turn_outcome(turn: AgentTurn, task: asyncio.Task[RouteResult]) -> RouteResult:
+    """How a turn's task ended, as its ``RouteResult``. A done callback, not a wrapper
+    in the task: a turn cancelled before its task ever ran (queries sent at once) or
+    while it waited for the earlier turn to drain ends too, and a coroutine cancelled
+    before its first step runs none of its own code."""
+    if task.cancelled():
+        return RouteResult(turn.turn_id, "canceled")
+    error = task.exception()
+    if error is not None:
+        return RouteResult(turn.turn_id, "failed", error=describe_failure(error))
+    return task.result()
+
+
+def report_turn(
+    turn: AgentTurn,
+    result: RouteResult,
+    times: TurnTimes,
+    *,
+    runtime: Any,
+    log: Any,
+    turn_topic: Topic[TurnEnded] | None,
+    record_topic: Topic[TurnRecord] | None,
+) -> None:
+    """Rule 9: publish the turn's ``TurnEnded`` then its ``TurnRecord`` on the router's
+    ``runtime`` (when it runs), and log the record on the router's ``log``."""
+    running = runtime is not None and runtime.running
+    name = runtime.name if runtime is not None else None
+    record = turn_record(turn, result, times, name)
+    fields = msgspec.to_builtins(record)
+    del fields["turn_id"], fields["participant_id"]
+    log.info("turn.done", turn=turn.turn_id, participant=turn.participant_id, **fields)
+    if runtime is None or not running:
+        return
+    if turn_topic is not None:
+        runtime.send(
+            turn_topic,
+            turn_ended(result),
+            participant_id=turn.participant_id,
+            source=ROUTER_SOURCE,
+        )
+    if record_topic is not None:
+        runtime.send(record_topic, record, participant_id=turn.participant_id, source=ROUTER_SOURCE)
+
+
+def turn_record(
+    turn: AgentTurn, result: RouteResult, times: TurnTimes, router: str | None
+) -> TurnRecord:
+    """The turn's ``TurnRecord``: the router's times, and the destination's stages when
+    its answer returned them."""
+    stages = times.stages or DestinationStages()
+    speech_start, speech_end, transcribed = times.speech or (None, None, None)
+    crossed = []
+    if times.query_crossed:
+        crossed = [
+            stage
+            for stage, value in (
+                ("speech_start", speech_start),
+                ("speech_end", speech_end),
+                ("transcribed", transcribed),
+                ("query", times.query_us),
+            )
+            if value is not None
+        ]
+    if router is not None and stages.runtime not in (None, router):
+        crossed += [
+            stage
+            for stage, value in (
+                ("model_request", stages.model_request_us),
+                ("first_token", stages.first_token_us),
+                ("first_chunk", stages.first_chunk_us),
+            )
+            if value is not None
+        ]
+    return TurnRecord(
+        turn.turn_id,
+        turn.participant_id,
+        result.status,
+        route=result.route,
+        error=result.error,
+        router=router,
+        speech_start_us=speech_start,
+        speech_end_us=speech_end,
+        transcribed_us=transcribed,
+        query_us=times.query_us,
+        received_us=times.received_us,
+        routed_us=times.routed_us,
+        admitted_us=times.admitted_us,
+        model_request_us=stages.model_request_us,
+        first_token_us=stages.first_token_us,
+        first_chunk_us=stages.first_chunk_us,
+        ended_us=now_us(),
+        model=stages.model,
+        usage=stages.usage,
+        tool_calls=stages.tool_calls,
+        crossed=tuple(crossed),
+    )
