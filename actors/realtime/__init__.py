@@ -2,9 +2,12 @@
 
 Pure cores: ``pressure`` (usage normalization, context pressure), ``checkpoint``
 (snapshot, summary, verbatim tail, recovery), ``boundary`` (the safe-boundary rule),
-``rollover`` (epochs, bounded backlog, policies). I/O: ``provider`` (the adapter
-interface), ``openai_realtime`` (the OpenAI Realtime protocol over websockets),
-``server`` (the offline simulated realtime server), ``session`` (one participant's
-session shell), ``conversation`` (``RealtimeConversation``, the routed destination).
+``rollover`` (epochs, bounded backlog, policies), ``turns`` (provider events into the
+transcript, barge-in cuts), ``history`` (each rollover's phases, the rollover-loop
+guard). I/O: ``provider`` (the adapter interface), ``openai_realtime`` (the OpenAI
+Realtime protocol over websockets), ``server`` (the offline simulated realtime server),
+``session`` (one participant's session shell) and ``background`` (its tasks, background
+checkpoint and settling), ``conversation`` (``RealtimeConversation``, the routed
+destination).
 The I/O modules need the ``realtime`` extra (websockets) and are imported by name.
 """
