@@ -14,8 +14,8 @@ from xrmq.actors.runtime import Agent, Handlers, RuntimeContext
 from xrmq.schemas.tools import CompactReply, CompactRequest
 from xrmq.topics import Topic
 
-from .agent import ToolAgent
 from .tiers import SummaryCompactResult
+from .tool_agent import ToolAgent
 
 
 def compact_topic(destination: str) -> Topic[CompactRequest]:
