@@ -1,4 +1,4 @@
-"""Realtime speech-to-speech sessions that never hit the provider's limit (seed 003).
+"""Realtime speech-to-speech sessions that never hit the provider's limit.
 
 Pure cores: ``pressure`` (usage normalization, context pressure), ``checkpoint``
 (snapshot, summary, verbatim tail, recovery), ``boundary`` (the safe-boundary rule),

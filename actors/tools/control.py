@@ -2,7 +2,7 @@
 
 Tools destination NAME answers asks on ``tools.NAME.compact`` (``CompactRequest`` ->
 ``CompactReply``) for the envelope's participant by running ``ToolAgent.compact``, and
-reports the agent's seed-002 counters per tier as gauges ``tools.NAME.<counter>``
+reports the agent's docs/tools.md counters per tier as gauges ``tools.NAME.<counter>``
 (``ToolAgent.tier_counters``), which ``xrmq top`` shows on a line of their own.
 """
 
