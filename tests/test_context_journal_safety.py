@@ -32,7 +32,6 @@ from xrmq.actors.edge.stack import context_store_path, open_context_store, open_
 from xrmq.actors.models import ScriptedLLM
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.runtime.address import UnsafeDirectoryError
-from xrmq.actors.tools.agent import ToolAgent
 from xrmq.actors.tools.policy import AutoCompactor
 from xrmq.actors.tools.store import (
     TranscriptLoad,
@@ -41,6 +40,7 @@ from xrmq.actors.tools.store import (
     register_transcripts,
 )
 from xrmq.actors.tools.tool import Tool
+from xrmq.actors.tools.tool_agent import ToolAgent
 from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import VOICE_OUTPUT_TOPIC
 

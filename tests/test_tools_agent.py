@@ -29,12 +29,12 @@ from xrmq.actors.models import (
 )
 from xrmq.actors.routing import AgentRouter
 from xrmq.actors.runtime import AgentRuntime
-from xrmq.actors.tools.agent import EXTRACT_TOOL, ToolAgent
 from xrmq.actors.tools.client import remote_tool
 from xrmq.actors.tools.policy import AutoCompactor
 from xrmq.actors.tools.server import serve_tools
 from xrmq.actors.tools.tiers import SummaryCompactResult, ToolCallCompactResult
 from xrmq.actors.tools.tool import Tool
+from xrmq.actors.tools.tool_agent import EXTRACT_TOOL, ToolAgent
 from xrmq.topics import VOICE_OUTPUT_TOPIC
 
 from router_doubles import Decisions, FakeContext, Log, OutputRecorder, router_output

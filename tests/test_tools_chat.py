@@ -10,10 +10,10 @@ from tools_doubles import Probe, never_started, probe_reading, session_model, tu
 
 from xrmq.actors.edge.chat import chat
 from xrmq.actors.runtime import AgentRuntime
-from xrmq.actors.tools.agent import ToolAgent
 from xrmq.actors.tools.control import CompactServer
 from xrmq.actors.tools.policy import AutoCompactor
 from xrmq.actors.tools.tool import Tool
+from xrmq.actors.tools.tool_agent import ToolAgent
 from xrmq.topics import VOICE_OUTPUT_TOPIC
 
 from buses import broker_process

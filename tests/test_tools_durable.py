@@ -15,7 +15,6 @@ from tools_doubles import Probe, never_started, probe_reading, session_model, tu
 
 from xrmq.actors.context.store import SCHEMA_VERSION, open_store
 from xrmq.actors.runtime import AgentRuntime
-from xrmq.actors.tools.agent import ToolAgent
 from xrmq.actors.tools.policy import AutoCompactor
 from xrmq.actors.tools.store import (
     TranscriptLoad,
@@ -26,6 +25,7 @@ from xrmq.actors.tools.store import (
 )
 from xrmq.actors.tools.tiers import placeholder
 from xrmq.actors.tools.tool import Tool
+from xrmq.actors.tools.tool_agent import ToolAgent
 from xrmq.topics import VOICE_OUTPUT_TOPIC
 
 from router_doubles import FakeContext

@@ -29,8 +29,8 @@ from xrmq.actors.models import (
 from xrmq.actors.routing import AgentRouter
 from xrmq.actors.routing.decisions import KeywordDecisions
 from xrmq.actors.runtime import AgentRuntime
-from xrmq.actors.tools.agent import ToolAgent
 from xrmq.actors.tools.tool import Tool
+from xrmq.actors.tools.tool_agent import ToolAgent
 from xrmq.schemas import STAGES, AgentTurn, TurnUsage, UserQuery
 from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC
 

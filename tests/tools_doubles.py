@@ -8,8 +8,8 @@ import re
 import msgspec
 
 from xrmq.actors.models import ChatRequest, ScriptedLLM, ScriptedResponse, ToolCall, Usage
-from xrmq.actors.tools.agent import EXTRACT_TOOL
 from xrmq.actors.tools.tiers import placeholder
+from xrmq.actors.tools.tool_agent import EXTRACT_TOOL
 from xrmq.schemas import AgentTurn
 
 

@@ -2,10 +2,10 @@
 
 The voice demo needs the ``voice`` extra (numpy, faster-whisper and the bundled Whisper
 model's carrier package) in this process and in the box it starts, and espeak-ng on PATH
-to speak its questions. Without them it would die mid-way (a ``ModuleNotFoundError``,
-or a ``CancelledError`` once the renderer failed to start). ``missing`` lists each absent
-one with what installs it, so the command refuses up front (exit 2, as any bad
-invocation) the way ``xrmq demo --realtime`` does. This module imports nothing of the
+to speak its questions. Without them it would die mid-way: a ``ModuleNotFoundError``
+traceback, or a ``CancelledError`` once the renderer failed to start. ``missing`` lists
+each absent one with what installs it, so the command refuses up front (exit 2, as any
+bad invocation) the way ``xrmq demo --realtime`` does. This module imports nothing of the
 extra at module level, so it can be imported to find out.
 """
 

@@ -1,11 +1,14 @@
-"""Realtime speech-to-speech sessions that never hit the provider's limit (seed 003).
+"""Realtime speech-to-speech sessions that never hit the provider's limit.
 
 Pure cores: ``pressure`` (usage normalization, context pressure), ``checkpoint``
 (snapshot, summary, verbatim tail, recovery), ``boundary`` (the safe-boundary rule),
 ``rollover`` (epochs, bounded backlog, policies), ``config`` (``RealtimeConfig``: a
-destination's ``[destinations.NAME.realtime]`` table). I/O: ``provider`` (the adapter
-interface), ``openai_realtime`` (the OpenAI Realtime protocol over websockets),
-``server`` (the offline simulated realtime server), ``session`` (one participant's
-session shell), ``conversation`` (``RealtimeConversation``, the routed destination).
+destination's ``[destinations.NAME.realtime]`` table), ``turns`` (provider events into the
+transcript, barge-in cuts), ``history`` (each rollover's phases, the rollover-loop
+guard). I/O: ``provider`` (the adapter interface), ``openai_realtime`` (the OpenAI
+Realtime protocol over websockets), ``server`` (the offline simulated realtime server),
+``session`` (one participant's session shell) and ``background`` (its tasks, background
+checkpoint and settling), ``conversation`` (``RealtimeConversation``, the routed
+destination).
 The I/O modules need the ``realtime`` extra (websockets) and are imported by name.
 """

@@ -1,4 +1,4 @@
-"""The safe-boundary rule of a realtime rollover (seed 003, "Reconnect boundary").
+"""The safe-boundary rule of a realtime rollover.
 
 A session may be replaced only when nothing is in flight that the replacement would
 lose or cut: the user's turn is complete, the assistant's response is complete, no tool

@@ -1,4 +1,4 @@
-"""Checkpoint without loss (seed 003, "Open question 2"), as a pure core.
+"""Checkpoint without loss, as a pure core.
 
 The summary must never replace the live context directly: messages produced while the
 summarizer runs would be lost. So a checkpoint is built from an immutable snapshot:

@@ -4,7 +4,7 @@ One provider realtime session (``RealtimeSession``) per participant, opened on t
 participant's first ``audio.in`` frame (or routed text turn) and fed every frame from
 then on (resampled to the provider's rate). The provider's answer is spoken onto
 ``audio.out`` (20 ms PCM16 frames, paced in real time, ``audio.playback`` started/done
-around it) and its transcript published as a reply on ``output_topic`` with seed 001's
+around it) and its transcript published as a reply on ``output_topic`` with docs/context.md's
 framing (``ResponseOutputs``: one stream per response, an empty final frame), so the
 voice renderer's text clients see it. A routed text turn (``answer``) is sent into the
 same session as a text item and its reply streamed the same way.

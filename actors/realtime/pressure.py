@@ -1,4 +1,4 @@
-"""Context pressure of a realtime session, as a pure tracker (seed 003, "Open question 1").
+"""Context pressure of a realtime session, as a pure tracker.
 
 Why a tracker of its own: the remote session holds the conversation, so the only way
 to know how full it is is what the provider reports (usage per response) and what the

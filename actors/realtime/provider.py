@@ -1,9 +1,9 @@
 """The provider adapter interface of a realtime speech-to-speech session.
 
 A provider (``RealtimeProvider``) opens connections; ``connect`` returns only after the
-provider explicitly acknowledged the session *and* every seeded item (seed 003: "returning
-immediately after sending session.update is not a sufficiently strong contract for
-reliable backlog replay"), so the backlog may be replayed the moment it returns. It
+provider explicitly acknowledged the session *and* every seeded item (returning right
+after sending ``session.update`` would not be a contract strong enough to replay the
+backlog reliably), so the backlog may be replayed the moment it returns. It
 raises ``RealtimeConnectError`` when the connection is refused or the acknowledgement does
 not come within ``ready_timeout_s``.
 

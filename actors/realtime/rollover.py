@@ -1,7 +1,7 @@
 """The rollover state machine of one participant's realtime session, sans I/O.
 
 Why a pure machine: what may be sent where, what is buffered, when a session is
-replaced and which provider events still count are the subtle part of seed 003, and
+replaced and which provider events still count are the subtle part of a rollover, and
 they are testable without a socket or a clock. The shell (``session.py``) feeds calls
 in and performs the returned effects in order.
 

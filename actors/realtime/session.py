@@ -2,9 +2,12 @@
 
 ``RealtimeSession`` drives a ``RealtimeProvider`` with the ``RolloverMachine``
 (epochs, backlog, boundary, policy), a ``PressureTracker`` per connection and a
-``Checkpointer`` over the participant's ``LiveTranscript``. It performs the machine's
-effects in order under one lock, so input reaches each session in the order it was
-given; a connect runs in a task of its own (input keeps being buffered meanwhile).
+``Checkpointer`` over the participant's ``LiveTranscript``, which a ``TurnRecorder``
+(``turns``) fills from the provider's events. It performs the machine's effects in order
+under one lock, so input reaches each session in the order it was given; a connect runs
+in a task of its own (input keeps being buffered meanwhile). The tasks it starts, the
+background checkpoint and the condition its waiters wait on are its ``SessionWork``
+(``background``); what each rollover took is its ``RolloverHistory`` (``history``).
 
 After every completed response the pressure is read: from ``compress_at`` a background
 checkpoint starts (the older prefix summarized by ``summarize``, e.g. the compaction
@@ -20,23 +23,23 @@ is over: what the next session is seeded with depends on it.
 Events of a connection that is no longer current (a late ``response.done`` or error of a
 closed session) are dropped and counted (``counts["stale_events"]``). Each rollover's
 phases (boundary wait, connect to ready, replay) are kept in ``rollovers`` (the last
-``MAX_RECORDS``) and logged as ``realtime.rollover``.
+``MAX_RECORDS``, ``history``) and logged as ``realtime.rollover``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections import Counter, deque
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
 
-from xrmq.actors.models import ChatMessage
 from xrmq.actors.runtime import get_logger
 
-from .checkpoint import Checkpointer, LiveTranscript, heard_part
+from .background import SessionWork, Summarize
+from .checkpoint import Checkpointer, LiveTranscript
+from .history import RolloverHistory
 from .pressure import PressurePolicy, PressureTracker
 from .provider import (
     AudioDelta,
@@ -70,12 +73,8 @@ from .rollover import (
     RolloverMachine,
     Send,
 )
+from .turns import TurnRecorder
 
-Summarize = Callable[[tuple[ChatMessage, ...], str | None], Awaitable[str | None]]
-
-MAX_RECORDS = 32
-MAX_INEFFECTIVE = 2
-"""Rollovers in a row that start above ``rollover_at`` before proactive rollover stops."""
 SUMMARY_HEADER = "Summary of the conversation so far (earlier sessions):"
 
 
@@ -102,47 +101,6 @@ class SessionSettings:
             raise ValueError("SessionSettings.checkpoint_attempts: must be >= 1")
         if not self.boundary_wait_s > 0:
             raise ValueError("SessionSettings.boundary_wait_s: must be > 0")
-
-
-@dataclass(frozen=True, slots=True)
-class RolloverRecord:
-    """One rollover (or reconnect) and its phases, in seconds."""
-
-    epoch: int
-    reason: str
-    waited_s: float
-    """Boundary wait: from the rollover request to the safe boundary (the old session closed)."""
-    connect_s: float
-    """From closing the old session to the new one's ready acknowledgement."""
-    replay_s: float
-    backlog: int
-    """Input items buffered and replayed in order."""
-    checkpoint_s: float = 0.0
-    """Of ``connect_s``: waiting for the checkpoint in progress (and a retry's backoff)."""
-    handshake_s: float = 0.0
-    """Of ``connect_s``: the provider's connect up to its ready acknowledgement."""
-
-    def phases(self) -> dict[str, float]:
-        """The phases by the names the gauges use (``rollover_<phase>_ms``)."""
-        return {
-            "boundary_wait": self.waited_s,
-            "checkpoint": self.checkpoint_s,
-            "handshake": self.handshake_s,
-            "connect": self.connect_s,
-            "replay": self.replay_s,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class _Spoken:
-    """A completed response a barge-in may still cut."""
-
-    response_id: str
-    message: int
-    text: str
-    item_id: str | None
-    audio_ms: float
-    epoch: int
 
 
 class SessionListener:
@@ -191,40 +149,28 @@ class RealtimeSession:
         self.tracker = PressureTracker(provider.limits, self.settings.pressure)
         self.listener = SessionListener() if listener is None else listener
         self.participant_id = participant_id
-        self.rollovers: deque[RolloverRecord] = deque(maxlen=MAX_RECORDS)
         self.log = get_logger(actor="realtime", participant=participant_id)
+        self.turns = TurnRecorder(self.transcript, sample_rate=provider.sample_rate)
+        self.history = RolloverHistory(self.log, clock)
+        self.rollovers = self.history.records
+        """The last rollovers and their phases (``RolloverRecord``)."""
         self._instructions = instructions
-        self._summarize = summarize
         self._clock = clock
         self._lock = asyncio.Lock()
+        self.work = SessionWork(
+            self._lock,
+            summarize=summarize,
+            attempts=self.settings.checkpoint_attempts,
+            counts=self.machine.counts,
+            log=self.log,
+        )
         self._connections: dict[int, RealtimeConnection] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._checkpointing: asyncio.Task[None] | None = None
-        self._wanting = 0
-        """Rollover requests spawned by a response's end and not yet scheduled."""
-        self._requested_at: float | None = None
-        self._closing_at: float | None = None
-        self._user_message: int | None = None
-        self._user_text = ""
-        self._assistant: dict[str, int] = {}
-        self._assistant_text: dict[str, str] = {}
         self._ready = asyncio.Event()
         self._failure: str | None = None
         self._replay_s = 0.0
         self._replayed = 0
-        self._changed = asyncio.Condition()
-        self._items: dict[str, str] = {}
-        """Each response's assistant item id (what ``truncate`` names)."""
-        self._audio_bytes: Counter[str] = Counter()
-        """Each response's audio received, in bytes."""
-        self._heard: dict[str, int] = {}
-        """Responses cut by a barge-in: the milliseconds heard."""
-        self._finished: deque[_Spoken] = deque(maxlen=8)
-        """The latest completed responses (a barge-in may come after the last event)."""
         self._watch = 0
         """The generation of the boundary watch (one per scheduled rollover)."""
-        self._ineffective = 0
-        """Rollovers in a row whose new session started above ``rollover_at``."""
 
     # -- public ----------------------------------------------------------------------
 
@@ -283,41 +229,26 @@ class RealtimeSession:
     async def truncate(self, response_id: str, audio_end_ms: int) -> None:
         """Barge-in: the participant heard response ``response_id`` only up to
         ``audio_end_ms``. The provider is told (``conversation.item.truncate``) and the
-        transcript keeps only the words heard (``heard_part``), now or when the response
-        ends, so the next checkpoint and seed hold what was heard, not what was generated."""
+        transcript keeps only the words heard (``TurnRecorder.heard``), now or when the
+        response ends, so the next checkpoint and seed hold what was heard, not what was
+        generated."""
         async with self._lock:
-            spoken = next((s for s in self._finished if s.response_id == response_id), None)
-            if spoken is None:
-                audio_ms, item_id = self._audio_ms(response_id), self._items.get(response_id)
-            else:
-                audio_ms, item_id = spoken.audio_ms, spoken.item_id
-            end = max(0, min(int(audio_end_ms), int(audio_ms)))
+            cut = self.turns.cut(response_id, audio_end_ms)
             connection = self._connections.get(self.machine.epoch)
-            current = spoken is None or spoken.epoch == self.machine.epoch  # not a closed session's
-            if item_id is not None and connection is not None and current:
+            if cut.item_id is not None and connection is not None and cut.current(self.epoch):
                 try:
-                    await connection.truncate(item_id, end)
+                    await connection.truncate(cut.item_id, cut.end_ms)
                 except Exception as error:  # the connection died: its Disconnected follows
                     self.log.warning("realtime.truncate_failed", error=repr(error))
                 self.counts["truncated_responses"] += 1
-            if spoken is None:
-                self._heard[response_id] = end  # applied when the response ends
-            else:  # it already ended: cut its message now
-                with contextlib.suppress(KeyError):  # already summarized away
-                    self.transcript.replace(spoken.message, heard_part(spoken.text, end, audio_ms))
-
-    def _audio_ms(self, response_id: str) -> float:
-        return self._audio_bytes[response_id] / 2 / self.provider.sample_rate * 1000
+            self.turns.heard(cut)
 
     async def request_rollover(self, reason: str) -> None:
         """Roll over at the next safe boundary with a fresh checkpoint (under the
         ``natural`` policy: keep it for the next disconnect); returns once the checkpoint
         was committed or failed."""
         await self._want_rollover(reason)
-        checkpointing = self._checkpointing
-        if checkpointing is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(checkpointing)
+        await self.work.checkpointed()
 
     async def wait_streaming(self, epoch: int) -> None:
         """Return once a session of ``epoch`` or later is ready (or this one gave up)."""
@@ -350,23 +281,13 @@ class RealtimeSession:
         machine = self.machine
         if machine.phase in (Phase.IDLE, Phase.FAILED, Phase.CLOSED):
             return True
-        return (
-            machine.phase is Phase.STREAMING
-            and machine.scheduled is None
-            and self._checkpointing is None
-            and not self._wanting
-        )
+        return machine.phase is Phase.STREAMING and machine.scheduled is None and not self.work.busy
 
     async def wait_for(self, predicate: Callable[[], bool]) -> None:
         """Return once ``predicate()`` holds, re-checked whenever the session's state or
         counters may have changed (after each provider event, a session ready, a rollover
         given up)."""
-        async with self._changed:
-            await self._changed.wait_for(predicate)
-
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
+        await self.work.wait_for(predicate)
 
     def pressure(self) -> float:
         return self.tracker.pressure().value
@@ -374,12 +295,7 @@ class RealtimeSession:
     async def close(self) -> None:
         async with self._lock:
             await self._perform(self.machine.close())
-        tasks = [task for task in self._tasks if task is not asyncio.current_task()]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(BaseException):
-                await task
+        await self.work.cancel()
         self._ready.set()
 
     async def forget(self) -> None:
@@ -387,18 +303,12 @@ class RealtimeSession:
         to be forgotten): the checkpoint being summarized is cancelled, so nothing of
         theirs is summarized afterwards; the checkpoints, the transcript, the input
         backlog and the partial texts are dropped, so nothing can seed a session again."""
-        checkpointing = self._checkpointing
-        if checkpointing is not None:
-            checkpointing.cancel()
-            await asyncio.gather(checkpointing, return_exceptions=True)
+        await self.work.drop_checkpoint()
         await self.close()
         self.machine.backlog.clear()
         self.transcript = LiveTranscript()
         self.checkpointer = Checkpointer(self.transcript, keep_tail=self.settings.keep_tail)
-        self._user_message, self._user_text = None, ""
-        self._assistant.clear()
-        self._assistant_text.clear()
-        self._heard.clear()
+        self.turns.forget(self.transcript)
         self.log.info("realtime.forgotten")
 
     # -- input and effects ---------------------------------------------------------------
@@ -419,11 +329,11 @@ class RealtimeSession:
                 await self._send(effect)
             elif isinstance(effect, Close):
                 connection = self._connections.pop(effect.epoch, None)
-                self._closing_at = self._clock()
+                self.history.closing()
                 if connection is not None:
-                    self._spawn(connection.close())
+                    self.work.spawn(connection.close())
             elif isinstance(effect, Connect):
-                self._spawn(self._connect(effect))
+                self.work.spawn(self._connect(effect))
             elif isinstance(effect, Overflowed):
                 self.log.warning(
                     "realtime.backlog_overflow",
@@ -453,8 +363,7 @@ class RealtimeSession:
                 await connection.commit()
                 await connection.create_response()
             else:
-                self._user_message = self.transcript.append("user", item.text)
-                self._user_text = item.text
+                self.turns.text_sent(item.text)
                 self.tracker.add_transcript(item.text)
                 await connection.send_text(item.text)
                 await connection.create_response()
@@ -462,30 +371,13 @@ class RealtimeSession:
             self.counts["send_failures"] += 1
             self.log.warning("realtime.send_failed", epoch=effect.epoch, error=repr(error))
 
-    def _spawn(self, coroutine: Awaitable[Any]) -> None:
-        task = asyncio.ensure_future(coroutine)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def _seed(self) -> SessionSeed:
-        recovered = self.checkpointer.recovered()
-        parts = [self._instructions().strip()]
-        if recovered.summary:
-            parts.append(f"{SUMMARY_HEADER}\n{recovered.summary}")
-        items = tuple(SeedItem(message.role, message.text) for message in recovered.messages)
-        return SessionSeed(
-            "\n\n".join(part for part in parts if part), items, server_vad=self.settings.server_vad
-        )
-
     async def _connect(self, effect: Connect) -> None:
         if effect.reason == "retry":
             retries = self.counts["connect_failures"]
             await asyncio.sleep(self.settings.retry_backoff_s * 2 ** max(0, retries - 1))
-        checkpointing = self._checkpointing
-        if checkpointing is not None and effect.reason != "start":
-            with contextlib.suppress(Exception):
-                await asyncio.shield(checkpointing)
-        seed = self._seed()
+        if effect.reason != "start":
+            await self.work.checkpointed()
+        seed = session_seed(self._instructions(), self.checkpointer, self.settings.server_vad)
         started = self._clock()
         try:
             connection = await self.provider.connect(seed)
@@ -498,11 +390,11 @@ class RealtimeSession:
             )
             async with self._lock:
                 await self._perform(self.machine.connect_failed(effect.epoch))
-            await self._notify()  # a retry's wait, or the session gave up
+            await self.work.notify()  # a retry's wait, or the session gave up
             return
         async with self._lock:
             if self.machine.epoch != effect.epoch or self.machine.phase is Phase.CLOSED:
-                self._spawn(connection.close())
+                self.work.spawn(connection.close())
                 return
             self._connections[effect.epoch] = connection
             seeded = seed.instructions + " ".join(item.text for item in seed.items)
@@ -512,48 +404,33 @@ class RealtimeSession:
                 started_at=self._clock(),
                 seeded_text=seeded,
             )
-            self._assistant.clear()
-            self._assistant_text.clear()
-            self._spawn(self._pump(effect.epoch, connection))
+            self.turns.new_session()
+            self.work.spawn(self._pump(effect.epoch, connection))
             phase = self.machine.phase
             backlog = len(self.machine.backlog)
             ready_at = self._clock()
             self._replay_s, self._replayed = 0.0, 0
             await self._perform(self.machine.ready(effect.epoch))
             if phase is Phase.ROLLING:
-                self._check_effective(seed)
-            if phase in (Phase.ROLLING, Phase.RECONNECTING):
-                closing = self._closing_at if self._closing_at is not None else started
-                requested = self._requested_at if self._requested_at is not None else closing
-                record = RolloverRecord(
-                    effect.epoch,
-                    "rollover" if phase is Phase.ROLLING else "disconnected",
-                    max(0.0, closing - requested),
-                    ready_at - closing,
-                    self._replay_s,
-                    backlog,
-                    checkpoint_s=max(0.0, started - closing),
-                    handshake_s=ready_at - started,
-                )
-                self.rollovers.append(record)
-                self._requested_at = None
-                self._closing_at = None
-                self.log.info(
-                    "realtime.rollover",
-                    epoch=record.epoch,
-                    reason=record.reason,
-                    waited_s=round(record.waited_s, 4),
-                    checkpoint_s=round(record.checkpoint_s, 4),
-                    handshake_s=round(record.handshake_s, 4),
-                    connect_s=round(record.connect_s, 4),
-                    replay_s=round(record.replay_s, 4),
-                    backlog=backlog,
+                self.history.check_effective(
+                    self.tracker.pressure(),
+                    self.settings.pressure.rollover_at,
+                    machine=self.machine,
+                    checkpointer=self.checkpointer,
                     seeded_items=len(seed.items),
-                    stale_events=self.counts["stale_events"],
-                    policy=self.machine.policy,
                 )
+            self.history.ready(
+                self.machine,
+                epoch=effect.epoch,
+                phase=phase,
+                started=started,
+                ready_at=ready_at,
+                replay_s=self._replay_s,
+                backlog=backlog,
+                seeded_items=len(seed.items),
+            )
             self._ready.set()
-        await self._notify()
+        await self.work.notify()
 
     # -- provider events ---------------------------------------------------------------------
 
@@ -570,14 +447,14 @@ class RealtimeSession:
                         kind=type(event).__name__,
                         error=repr(error),
                     )
-            await self._notify()
+            await self.work.notify()
 
     async def _on_event(self, epoch: int, event: RealtimeEvent) -> None:
         if isinstance(event, Disconnected) and event.by_client:
             return  # the close of a session we replaced or closed: expected
         if not self.machine.accept(epoch):
             return
-        machine, transcript = self.machine, self.transcript
+        machine, turns = self.machine, self.turns
         if isinstance(event, SpeechStarted):
             await self._perform(machine.user_turn(True))
             await self.listener.speech_started()
@@ -585,37 +462,29 @@ class RealtimeSession:
             pass
         elif isinstance(event, InputCommitted):
             self.tracker.add_turn()
-            self._user_message = transcript.append("user", "", complete=False)
-            self._user_text = ""
+            turns.user_committed()
             if self.settings.server_vad:  # the provider answers a turn it detected
                 machine.boundary.response_active = True
             await self._perform(machine.user_turn(False))
         elif isinstance(event, InputTranscript):
-            if self._user_message is not None:
-                transcript.replace(self._user_message, event.text)
-            self._user_text = event.text
+            turns.user_transcript(event.text)
             self.tracker.add_transcript(event.text)
             await self.listener.user_text(event.text)
         elif isinstance(event, ResponseStarted):
-            self._assistant[event.response_id] = transcript.append("assistant", "", complete=False)
-            self._assistant_text[event.response_id] = ""
+            turns.response_started(event.response_id)
             await self._perform(machine.response(True))
         elif isinstance(event, OutputItem):
-            self._items[event.response_id] = event.item_id
+            turns.output_item(event.response_id, event.item_id)
         elif isinstance(event, ItemTruncated):
             self.counts["items_truncated"] += 1
             self.log.debug(
                 "realtime.item_truncated", item=event.item_id, audio_end_ms=event.audio_end_ms
             )
         elif isinstance(event, AudioDelta):
-            self._audio_bytes[event.response_id] += len(event.pcm)
+            turns.audio(event.response_id, len(event.pcm))
             await self.listener.audio(event.response_id, event.pcm)
         elif isinstance(event, TranscriptDelta):
-            text = self._assistant_text.get(event.response_id, "") + event.text
-            self._assistant_text[event.response_id] = text
-            message = self._assistant.get(event.response_id)
-            if message is not None:
-                transcript.replace(message, text, complete=False)
+            turns.delta(event.response_id, event.text)
             await self.listener.text(event.response_id, event.text)
         elif isinstance(event, ResponseDone):
             await self._response_done(event)
@@ -626,34 +495,17 @@ class RealtimeSession:
             )
         elif isinstance(event, Disconnected):
             self._connections.pop(epoch, None)
-            self._closing_at = self._clock()
+            self.history.closing()
             self.log.warning("realtime.disconnected", epoch=epoch, reason=event.reason)
             await self._perform(machine.disconnected(epoch))
 
     async def _response_done(self, event: ResponseDone) -> None:
-        if event.response_id not in self._assistant:
+        user_text = self.turns.response_done(event, self.epoch)
+        if user_text is None:
             self.counts["duplicate_terminal_events"] += 1
-            return  # a second response.done for one response (or one never started)
-        message = self._assistant.pop(event.response_id, None)
-        self._assistant_text.pop(event.response_id, None)
-        text = event.text
-        heard = self._heard.pop(event.response_id, None)
-        if heard is not None:  # cut by a barge-in: only what was heard
-            text = heard_part(text, heard, self._audio_ms(event.response_id))
-        audio_ms = self._audio_ms(event.response_id)
-        self._audio_bytes.pop(event.response_id, None)
-        item_id = self._items.pop(event.response_id, None)
-        if message is not None:
-            # nothing said: an empty, complete message
-            self.transcript.replace(message, text if text.strip() else "")
-            self._finished.append(
-                _Spoken(event.response_id, message, event.text, item_id, audio_ms, self.epoch)
-            )
-        if self._user_message is not None and not self._user_text:
-            self.transcript.replace(self._user_message, "")
+            return
         self.tracker.add_transcript(event.text)
         self.tracker.response_done(event.usage)
-        user_text, self._user_text, self._user_message = self._user_text, "", None
         await self._perform(self.machine.response(False))
         await self.listener.response_done(user_text, event)
         pressure = self.tracker.pressure()
@@ -666,58 +518,13 @@ class RealtimeSession:
             turns=pressure.used_turns,
         )
         if self.tracker.should_rollover():
-            self._spawn_rollover("pressure")
+            self.work.want(partial(self._want_rollover, "pressure"))
         elif self.tracker.session_expiring(self._clock()):
-            self._spawn_rollover("session_lifetime")
-        elif self.tracker.should_compress() and self._checkpointing is None:
-            self._checkpointing = asyncio.ensure_future(self._checkpoint())
+            self.work.want(partial(self._want_rollover, "session_lifetime"))
+        elif self.tracker.should_compress():
+            self.work.checkpoint(self.checkpointer)
 
-    # -- checkpoint and rollover ------------------------------------------------------------
-
-    async def _checkpoint(self) -> None:
-        try:
-            await self._checkpoint_attempts()
-        except Exception as error:  # a summarizer that raises: no checkpoint, the seed keeps all
-            self.counts["checkpoint_failures"] += 1
-            self.log.warning("realtime.checkpoint_failed", error=repr(error))
-        finally:
-            self._checkpointing = None
-        await self._notify()  # settled() waits for it
-
-    async def _checkpoint_attempts(self) -> None:
-        for _ in range(self.settings.checkpoint_attempts):
-            async with self._lock:
-                snapshot = self.checkpointer.begin()
-            summary: str | None = None
-            if snapshot.head and self._summarize is not None:
-                head = tuple(ChatMessage(m.role, m.text) for m in snapshot.head if m.text)
-                summary = await self._summarize(head, snapshot.previous_summary)
-            elif snapshot.head:
-                return  # nothing to summarize with: the seed carries the whole transcript
-            async with self._lock:
-                if self.checkpointer.commit(snapshot, summary) is not None:
-                    self.log.info(
-                        "realtime.checkpoint",
-                        summarized=len(snapshot.head),
-                        tail=len(snapshot.tail),
-                        watermark=snapshot.watermark,
-                    )
-                    return
-            self.counts["checkpoint_retries"] += 1
-            self.log.info("realtime.checkpoint_discarded", discarded=self.checkpointer.discarded)
-
-    def _spawn_rollover(self, reason: str) -> None:
-        """Request a rollover from an event's handling (which holds the lock), counted
-        until it is scheduled (``settled``)."""
-        self._wanting += 1
-        self._spawn(self._wanted_rollover(reason))
-
-    async def _wanted_rollover(self, reason: str) -> None:
-        try:
-            await self._want_rollover(reason)
-        finally:
-            self._wanting -= 1
-            await self._notify()
+    # -- rollover ----------------------------------------------------------------------------
 
     async def _want_rollover(self, reason: str) -> None:
         """Schedule the rollover now; its connect waits for the checkpoint in progress.
@@ -726,15 +533,13 @@ class RealtimeSession:
         it is safe and input is buffered from then, so the old session never receives
         more than it held when the pressure crossed ``rollover_at``.
         """
-        if self._requested_at is None:
-            self._requested_at = self._clock()
-        if self._checkpointing is None:
-            self._checkpointing = asyncio.ensure_future(self._checkpoint())
+        self.history.requested()
+        self.work.checkpoint(self.checkpointer)
         async with self._lock:
             await self._perform(self.machine.request_rollover(reason))
             if self.machine.scheduled is not None:
                 self._watch += 1
-                self._spawn(self._watch_boundary(self._watch))
+                self.work.spawn(self._watch_boundary(self._watch))
 
     async def _watch_boundary(self, generation: int) -> None:
         """Bound the wait for a safe boundary: after ``boundary_wait_s`` the rollover is
@@ -747,41 +552,22 @@ class RealtimeSession:
                 return
             blockers = machine.boundary.blockers()
             await self._perform(machine.abandon_rollover())
-            self._requested_at = None
+            self.history.abandoned()
             self.log.warning(
                 "realtime.boundary_timeout",
                 waited_s=self.settings.boundary_wait_s,
                 blockers=list(blockers),
                 boundary_timeouts=self.counts["boundary_timeouts"],
             )
-        await self._notify()
+        await self.work.notify()
 
-    def _check_effective(self, seed: SessionSeed) -> None:
-        """Guard against a rollover loop: a new session whose seed alone is over
-        ``rollover_at`` would roll over again after its first response. Such a rollover
-        is counted (``ineffective_rollovers``) and the next checkpoint keeps half the tail
-        verbatim (more of it summarized); after ``MAX_INEFFECTIVE`` in a row the session
-        stops rolling over proactively (policy ``natural``: the checkpoint waits for the
-        next disconnect; ``rollover_loop_stopped``), logged as an error."""
-        pressure = self.tracker.pressure()
-        if pressure.value < self.settings.pressure.rollover_at:
-            self._ineffective = 0
-            return
-        self._ineffective += 1
-        self.counts["ineffective_rollovers"] += 1
-        self.checkpointer.keep_tail //= 2
-        self.log.warning(
-            "realtime.rollover_ineffective",
-            pressure=round(pressure.value, 3),
-            seeded_items=len(seed.items),
-            keep_tail=self.checkpointer.keep_tail,
-            in_a_row=self._ineffective,
-        )
-        if self._ineffective >= MAX_INEFFECTIVE and self.machine.policy == "proactive":
-            self.machine.policy = "natural"
-            self.counts["rollover_loop_stopped"] += 1
-            self.log.error(
-                "realtime.rollover_loop_stopped",
-                pressure=round(pressure.value, 3),
-                in_a_row=self._ineffective,
-            )
+
+def session_seed(instructions: str, checkpointer: Checkpointer, server_vad: bool) -> SessionSeed:
+    """What a (re)connect is seeded with: the instructions, the latest checkpoint's
+    summary, and the retained tail plus everything said after the snapshot."""
+    recovered = checkpointer.recovered()
+    parts = [instructions.strip()]
+    if recovered.summary:
+        parts.append(f"{SUMMARY_HEADER}\n{recovered.summary}")
+    items = tuple(SeedItem(message.role, message.text) for message in recovered.messages)
+    return SessionSeed("\n\n".join(part for part in parts if part), items, server_vad=server_vad)

@@ -2,13 +2,12 @@
 
 - ``Tool`` (``tool``): a typed function a model can call; ``serve_tools`` (``server``)
   serves tools on the bus; ``remote_tool``/``ToolSet`` (``client``) call them.
-- ``ToolAgent`` (``agent``): the routed destination running the tool loop.
+- ``ToolAgent`` (``tool_agent``): the routed destination running the tool loop.
 - docs/tools.md: ``tiers`` (tier 1 and tier 2 as pure functions), ``transcript`` (one
   participant's transcript), ``policy`` (``AutoCompactor``), ``summary`` (tier 2's
   request and summarizers).
 """
 
-from .agent import EXTRACT_TOOL, ToolAgent
 from .client import RemoteTool, ToolSet, namespaced, remote_tool
 from .policy import ESCALATION_RATIO, AutoCompactor, AutoCompactReport
 from .server import ToolServer, serve_tools
@@ -22,6 +21,7 @@ from .tiers import (
     plan_summary,
 )
 from .tool import Tool
+from .tool_agent import EXTRACT_TOOL, ToolAgent
 from .transcript import Transcript
 
 __all__ = [

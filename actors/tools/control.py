@@ -2,7 +2,7 @@
 
 Tools destination NAME answers asks on ``tools.NAME.compact`` (``CompactRequest`` ->
 ``CompactReply``) for the envelope's participant by running ``ToolAgent.compact``, and
-reports the agent's seed-002 counters per tier as gauges ``tools.NAME.<counter>``
+reports the agent's docs/tools.md counters per tier as gauges ``tools.NAME.<counter>``
 (``ToolAgent.tier_counters``), which ``xrmq top`` shows on a line of their own.
 """
 
@@ -14,8 +14,8 @@ from xrmq.actors.runtime import Agent, Handlers, RuntimeContext
 from xrmq.schemas.tools import CompactReply, CompactRequest
 from xrmq.topics import Topic
 
-from .agent import ToolAgent
 from .tiers import SummaryCompactResult
+from .tool_agent import ToolAgent
 
 
 def compact_topic(destination: str) -> Topic[CompactRequest]:

@@ -4,8 +4,8 @@ It holds the committed messages (user turns, assistant messages with their tool 
 tool results), the current turn's pending messages (committed after the turn's final
 frame, dropped when the turn is cancelled or fails: a barge-in records nothing), the
 summary of what tier 2 folded away, the originals of reclaimed tool results (for
-``extract_compacted_tool_result``), the last response's ``total_tokens`` and seed
-002's counters. Every store is bounded: originals beyond ``originals_budget_chars``
+``extract_compacted_tool_result``), the last response's ``total_tokens`` and
+docs/tools.md's counters. Every store is bounded: originals beyond ``originals_budget_chars``
 are evicted oldest first, and counted.
 """
 

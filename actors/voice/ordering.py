@@ -4,7 +4,9 @@ Why a separate class: the rules (who speaks next, what a new query or an urgent 
 does to the output being played, when an abandoned stream is closed) are the subtle
 part of the renderer, and they are testable without a bus, a sink or a clock. The
 ``VoiceRenderer`` actor only feeds messages in, plays what :meth:`VoiceOrdering.take`
-hands out and applies the returned effects.
+hands out and applies the returned effects. Each participant's queues, and which
+response plays next from them, are a ``ParticipantQueues`` (``queues``); this module
+keeps the rules across participants and streams.
 
 Contract:
 
@@ -44,17 +46,27 @@ Rules (upstream xr_ai_voice / xr_ai_interaction, docs/interaction.md):
 
 from __future__ import annotations
 
-import re
-from collections import Counter, OrderedDict, deque
-from dataclasses import dataclass, field
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
 from typing import Literal
 
 from xrmq.schemas import ResponseOutput
 from xrmq.schemas._validation import check_positive
 
-EndReason = Literal["completed", "incomplete", "cut", "superseded", "interrupted"]
+from .queues import EndReason, Item, ParticipantQueues, ResponseEnded, StreamKey
 
-_LAST_WORD_BREAK = re.compile(r"\s(?=\S*\Z)")
+__all__ = [
+    "Cut",
+    "Dropped",
+    "Effect",
+    "EndReason",
+    "Forgotten",
+    "ResponseEnded",
+    "Segment",
+    "StreamClosed",
+    "VoiceOrdering",
+    "Wake",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,17 +88,6 @@ class Segment:
     urgent: bool
     token: int
     """Identifies this hand-out; :meth:`VoiceOrdering.finished` ignores stale tokens."""
-
-
-@dataclass(frozen=True, slots=True)
-class ResponseEnded:
-    """A response that played at least one segment has ended (completed, cut or dropped)."""
-
-    participant_id: str
-    response: int
-    kind: Literal["reply", "update"]
-    sources: tuple[str, ...]
-    reason: EndReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,51 +132,6 @@ class Forgotten:
 
 
 Effect = Cut | Wake | Dropped | StreamClosed | Forgotten
-StreamKey = tuple[str, str, str]
-
-
-@dataclass(slots=True, eq=False)
-class _Item:
-    """One response: complete, or a stream still receiving fragments."""
-
-    number: int
-    participant_id: str
-    kind: Literal["reply", "update"]
-    sources: tuple[str, ...]
-    request_id: str | None
-    timestamp_us: int | None
-    pending: str
-    urgent: bool = False
-    key: StreamKey | None = None
-    closed: bool = True
-    last_fragment_at: float = 0.0
-    started: bool = False
-    sender: str = ""
-    """The bus sender (runtime) of the stream's fragments."""
-    gapped: bool = False
-    """A fragment of this stream may have been lost: it cannot end ``completed``."""
-
-
-@dataclass(slots=True)
-class _Participant:
-    participant_id: str
-    active: _Item | None = None
-    playing: int | None = None
-    """Token of the segment out for playing, if any."""
-    urgent: deque[_Item] = field(default_factory=deque)
-    replies: deque[_Item] = field(default_factory=deque)
-    updates: deque[_Item] = field(default_factory=deque)
-    ended: deque[ResponseEnded] = field(default_factory=deque)
-    requests: OrderedDict[str, bool] = field(default_factory=OrderedDict)
-    """Request ids seen for this participant -> superseded?"""
-    gap_from: set[str] = field(default_factory=set)
-    """Senders whose next fragment for this participant follows a reported gap."""
-
-    def queued(self) -> int:
-        return len(self.urgent) + len(self.replies) + len(self.updates)
-
-    def idle(self) -> bool:
-        return self.active is None and self.playing is None and not self.ended and not self.queued()
 
 
 class VoiceOrdering:
@@ -211,8 +167,8 @@ class VoiceOrdering:
         self.combine_updates = combine_updates
         self.counts: Counter[str] = Counter()
         """Dropped messages, evictions, cuts and timeouts by reason."""
-        self._participants: dict[str, _Participant] = {}
-        self._open: OrderedDict[StreamKey, _Item] = OrderedDict()
+        self._participants: dict[str, ParticipantQueues] = {}
+        self._open: OrderedDict[StreamKey, Item] = OrderedDict()
         self._closed: OrderedDict[StreamKey, str] = OrderedDict()
         self._numbers = 0
         self._tokens = 0
@@ -257,7 +213,8 @@ class VoiceOrdering:
             ]
         state = self._participant(participant_id)
         if message.kind == "withdraw":
-            return self._withdraw(state, source)
+            withdrawn = state.withdraw(source)
+            return [self._drop(participant_id, source, "withdrawn") for _ in range(withdrawn)]
         if message.kind == "update":
             item = self._new_item(state, "update", source, None, message)
             item.urgent = message.urgent
@@ -284,7 +241,7 @@ class VoiceOrdering:
         """
         state = self._participant(participant_id)
         effects = self._supersede(state, "superseded", keep=request_id)
-        self._remember_request(state, request_id)
+        state.remember_request(request_id, self.request_capacity)
         if self._forgotten:
             effects, self._forgotten = self._forgotten + effects, []
         return effects
@@ -336,11 +293,13 @@ class VoiceOrdering:
             return None
         while True:
             if state.active is None:
-                state.active = self._next_item(state)
+                state.active, combined = state.next_item(self.combine_updates)
+                if combined:
+                    self.counts["updates_combined"] += combined
                 if state.active is None:
                     return None
             item = state.active
-            text = self._release(item)
+            text = item.release()
             if text:
                 self._tokens += 1
                 state.playing = self._tokens
@@ -375,13 +334,13 @@ class VoiceOrdering:
 
     # -- internals --------------------------------------------------------------------
 
-    def _participant(self, participant_id: str) -> _Participant:
+    def _participant(self, participant_id: str) -> ParticipantQueues:
         """The participant's state, made the most recently active; a new one may make the
         ordering forget the least recently active idle participant (else the least recent)."""
         participants = self._participants
         state = participants.pop(participant_id, None)
         if state is None:
-            state = _Participant(participant_id)
+            state = ParticipantQueues(participant_id)
             if len(participants) >= self.max_participants:
                 victim = next(
                     (pid for pid, other in participants.items() if other.idle()),
@@ -391,7 +350,7 @@ class VoiceOrdering:
         participants[participant_id] = state
         return state
 
-    def _forget(self, state: _Participant) -> None:
+    def _forget(self, state: ParticipantQueues) -> None:
         for item in (state.active, *state.urgent, *state.replies, *state.updates):
             if item is not None:
                 self._discard_stream(item, "evicted")
@@ -400,14 +359,14 @@ class VoiceOrdering:
 
     def _new_item(
         self,
-        state: _Participant,
+        state: ParticipantQueues,
         kind: Literal["reply", "update"],
         source: str,
         request_id: str | None,
         message: ResponseOutput,
-    ) -> _Item:
+    ) -> Item:
         self._numbers += 1
-        return _Item(
+        return Item(
             self._numbers,
             state.participant_id,
             kind,
@@ -424,7 +383,12 @@ class VoiceOrdering:
         return Dropped(participant_id, source, reason, detail)
 
     def _reply(
-        self, state: _Participant, source: str, message: ResponseOutput, now: float, sender: str
+        self,
+        state: ParticipantQueues,
+        source: str,
+        message: ResponseOutput,
+        now: float,
+        sender: str,
     ) -> list[Effect]:
         participant_id = state.participant_id
         after_gap = sender in state.gap_from
@@ -434,7 +398,7 @@ class VoiceOrdering:
         assert request_id is not None  # ResponseOutput requires it for replies
         if state.requests.get(request_id):
             return [self._drop(participant_id, source, "superseded", f"request {request_id}")]
-        self._remember_request(state, request_id)
+        state.remember_request(request_id, self.request_capacity)
         if message.response_id is None:
             return self._enqueue(state, self._new_item(state, "reply", source, request_id, message))
         key = (participant_id, source, message.response_id)
@@ -477,7 +441,7 @@ class VoiceOrdering:
             effects += self._close_stream(next(iter(self._open.values())), "evicted")
         return effects + self._enqueue(state, item)
 
-    def _enqueue(self, state: _Participant, item: _Item) -> list[Effect]:
+    def _enqueue(self, state: ParticipantQueues, item: Item) -> list[Effect]:
         effects: list[Effect] = []
         if item.urgent:
             state.urgent.append(item)
@@ -489,7 +453,8 @@ class VoiceOrdering:
         else:
             state.updates.append(item)
         while state.queued() > self.queue_capacity:
-            victim = self._evict(state)
+            victim = state.pop_least_valuable()
+            self._discard_stream(victim, "evicted")
             effects.append(
                 self._drop(
                     state.participant_id,
@@ -501,33 +466,15 @@ class VoiceOrdering:
         effects.append(Wake(state.participant_id))
         return effects
 
-    def _evict(self, state: _Participant) -> _Item:
-        """Remove the least valuable queued item: oldest update, else oldest reply, else oldest
-        urgent."""
-        queue = state.updates or state.replies or state.urgent
-        victim = queue.popleft()
-        self._discard_stream(victim, "evicted")
-        return victim
-
-    def _withdraw(self, state: _Participant, source: str) -> list[Effect]:
-        effects: list[Effect] = []
-        for queue in (state.updates, state.urgent):
-            kept = [item for item in queue if item.sources != (source,)]
-            for _ in range(len(queue) - len(kept)):
-                effects.append(self._drop(state.participant_id, source, "withdrawn"))
-            queue.clear()
-            queue.extend(kept)
-        return effects
-
     def _supersede(
-        self, state: _Participant, reason: EndReason, *, keep: str | None
+        self, state: ParticipantQueues, reason: EndReason, *, keep: str | None
     ) -> list[Effect]:
         """Mark seen requests superseded; drop their queued replies and the active one."""
         for request_id in state.requests:
             if request_id != keep:
                 state.requests[request_id] = True
         effects: list[Effect] = []
-        kept: list[_Item] = []
+        kept: list[Item] = []
         for item in state.replies:
             if state.requests.get(item.request_id or ""):
                 self._discard_stream(item, reason)
@@ -549,7 +496,7 @@ class VoiceOrdering:
             effects += self._end_active(state, reason)
         return effects
 
-    def _end_active(self, state: _Participant, reason: EndReason) -> list[Effect]:
+    def _end_active(self, state: ParticipantQueues, reason: EndReason) -> list[Effect]:
         """Stop the active response now; cut its playing segment."""
         item = state.active
         assert item is not None
@@ -563,7 +510,7 @@ class VoiceOrdering:
         effects.append(Wake(state.participant_id))
         return effects
 
-    def _finish_active(self, state: _Participant, reason: EndReason) -> None:
+    def _finish_active(self, state: ParticipantQueues, reason: EndReason) -> None:
         item = state.active
         assert item is not None
         state.active = None
@@ -573,7 +520,7 @@ class VoiceOrdering:
             )
 
     def _close_stream(
-        self, item: _Item, reason: Literal["completed", "idle_timeout", "evicted"]
+        self, item: Item, reason: Literal["completed", "idle_timeout", "evicted"]
     ) -> list[Effect]:
         """The stream gets no more fragments; what it received still plays."""
         assert item.key is not None
@@ -586,7 +533,7 @@ class VoiceOrdering:
             effects.insert(0, StreamClosed(item.participant_id, item.key[1], item.key[2], reason))
         return effects
 
-    def _discard_stream(self, item: _Item, reason: str) -> None:
+    def _discard_stream(self, item: Item, reason: str) -> None:
         """Forget a dropped response's text and stream; its later fragments count as late."""
         if item.key is not None and not item.closed:
             self._open.pop(item.key, None)
@@ -599,48 +546,3 @@ class VoiceOrdering:
         self._closed.move_to_end(key)
         while len(self._closed) > self.closed_capacity:
             self._closed.popitem(last=False)
-
-    def _remember_request(self, state: _Participant, request_id: str) -> None:
-        if request_id not in state.requests:
-            state.requests[request_id] = False
-            while len(state.requests) > self.request_capacity:
-                state.requests.popitem(last=False)
-
-    def _next_item(self, state: _Participant) -> _Item | None:
-        if state.urgent:
-            return state.urgent.popleft()
-        if state.replies:
-            return state.replies.popleft()
-        if not state.updates:
-            return None
-        parts = list(state.updates) if self.combine_updates else [state.updates[0]]
-        for _ in parts:
-            state.updates.popleft()
-        if len(parts) == 1:
-            return parts[0]
-        self.counts["updates_combined"] += len(parts) - 1
-        first = parts[0]
-        return _Item(
-            first.number,
-            first.participant_id,
-            "update",
-            tuple(dict.fromkeys(source for part in parts for source in part.sources)),
-            None,
-            min(
-                (part.timestamp_us for part in parts if part.timestamp_us is not None), default=None
-            ),
-            " ".join(part.pending.strip() for part in parts),
-        )
-
-    @staticmethod
-    def _release(item: _Item) -> str:
-        """Take the speakable text of ``item``: all of it once closed, else up to the last word
-        break."""
-        if item.closed:
-            text, item.pending = item.pending, ""
-            return text.strip()
-        match = _LAST_WORD_BREAK.search(item.pending)
-        if match is None:
-            return ""
-        text, item.pending = item.pending[: match.start()], item.pending[match.end() :]
-        return text.strip()

@@ -31,7 +31,6 @@ tool ``extract_compacted_tool_result`` returns a reclaimed original.
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
@@ -48,7 +47,7 @@ from xrmq.actors.conversation import (
 from xrmq.actors.interaction import ResponseOutputs
 from xrmq.actors.models import ChatMessage, ChatOptions, LLMService, ModelError, ToolCall, ToolSpec
 from xrmq.actors.routing.destination import ClosingDestination, answer_prologue
-from xrmq.actors.runtime import ReplyStream, RuntimeClosedError, get_logger
+from xrmq.actors.runtime import get_logger
 from xrmq.schemas import (
     AgentTurn,
     DestinationResult,
@@ -64,20 +63,12 @@ from xrmq.topics import Topic
 
 from .client import RemoteTool, ToolSet
 from .policy import AutoCompactor, AutoCompactReport, Summarize
-from .store import (
-    RESYNC_DELAYS_S,
-    TranscriptAck,
-    TranscriptLoad,
-    TranscriptState,
-    TranscriptTopics,
-    TranscriptWrite,
-    restore,
-    write_of,
-)
+from .store import TranscriptTopics
 from .summary import COMPACTED_NOTE, llm_summarizer
 from .tiers import SummaryCompactResult, ToolCallCompactResult
 from .tool import Tool, failed
 from .transcript import Transcript, UnknownToolCall
+from .transcript_mirror import TranscriptMirror
 
 EXTRACT_TOOL = ToolSpec(
     "extract_compacted_tool_result",
@@ -110,9 +101,6 @@ TIER_COUNTERS = (
 )
 """docs/tools.md's counters per tier and outcome that ``ToolAgent.tier_counters`` totals."""
 
-MAX_PARTICIPANTS = 10_000
-"""Transcripts held at most; the least recently used beyond it is dropped, and counted."""
-
 
 class _ModelTimes:
     """One answer's model stages across the tool loop's calls (the turn record's,
@@ -141,7 +129,8 @@ class ToolAgent(ClosingDestination):
     of ``servers`` time out after ``tool_timeout_s``; discovery after
     ``discovery_timeout_s``. With ``transcripts`` (a store name) every transcript is
     mirrored to the keyed ``TranscriptActor`` s of that store (``store``) and loaded
-    from them when this process does not hold it.
+    from them when this process does not hold it; ``transcripts`` (``TranscriptMirror``)
+    holds them.
     """
 
     def __init__(
@@ -192,19 +181,14 @@ class ToolAgent(ClosingDestination):
         self.discovery_timeout_s = discovery_timeout_s
         self.tool_timeout_s = tool_timeout_s
         self.store = None if transcripts is None else TranscriptTopics.of(transcripts)
+        self.transcripts = TranscriptMirror(runtime, self.store, timeout_s=discovery_timeout_s)
         if on_tool_chunk is not None and not callable(on_tool_chunk):
             raise ValueError("ToolAgent.on_tool_chunk: must be callable")
         self.on_tool_chunk = on_tool_chunk
         prompt = DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
         self._system = system_message(prompt, instructions)
         self._clock = clock
-        self._transcripts: OrderedDict[str, Transcript] = OrderedDict()
-        self._locks: dict[str, asyncio.Lock] = {}
-        self.transcripts_evicted = 0
         self._tiers = dict.fromkeys(TIER_COUNTERS, 0)
-        self.store_refused = 0
-        """Writes the transcript store refused or left unanswered (each followed by a resync)."""
-        self._acks: set[asyncio.Task[None]] = set()
         self._closed = False
 
     # ------------------------------------------------------------ RoutableAgent
@@ -217,37 +201,31 @@ class ToolAgent(ClosingDestination):
         cleared it (its messages, summary and reclaimed originals, and their journal rows),
         so a router's confirmation means it is gone. ``TimeoutError`` naming the store when
         it did not answer in time (this process forgot it all the same)."""
-        self._transcripts.pop(participant_id, None)
-        self._locks.pop(participant_id, None)
-        if self.store is None or not getattr(self.runtime, "running", False):
-            return
-        answer = await _first(self._ask(participant_id, TranscriptWrite("clear", ())))
-        if isinstance(answer, Exception):
-            name = self.store.write.name.removesuffix(".transcript.write")
-            raise TimeoutError(
-                f"the transcript store {name!r} did not forget {participant_id}: "
-                f"{type(answer).__name__}: {answer}"
-            )
+        await self.transcripts.forget(participant_id)
 
     async def close(self) -> None:
         self._closed = True
-        for task in list(self._acks):
-            task.cancel()
+        self.transcripts.close()
 
     # ------------------------------------------------------------ transcripts
 
     def transcript(self, participant_id: str) -> Transcript:
         """The participant's transcript (created on first use)."""
-        transcript = self._transcripts.get(participant_id)
-        if transcript is None:
-            transcript = self._transcripts[participant_id] = Transcript()
-            while len(self._transcripts) > MAX_PARTICIPANTS:
-                dropped, _ = self._transcripts.popitem(last=False)
-                self._locks.pop(dropped, None)
-                self.transcripts_evicted += 1
-        else:
-            self._transcripts.move_to_end(participant_id)
-        return transcript
+        return self.transcripts.transcript(participant_id)
+
+    @property
+    def transcripts_evicted(self) -> int:
+        """Transcripts dropped: more than ``transcript_mirror.MAX_PARTICIPANTS`` were held."""
+        return self.transcripts.evicted
+
+    @property
+    def store_refused(self) -> int:
+        """Writes the transcript store refused or left unanswered (each followed by a resync)."""
+        return self.transcripts.refused
+
+    async def mirrored(self) -> None:
+        """Return once every transcript write sent so far was answered (or given up)."""
+        await self.transcripts.mirrored()
 
     def tier_counters(self) -> dict[str, int]:
         """docs/tools.md's counters over every transcript, since this agent started:
@@ -288,8 +266,10 @@ class ToolAgent(ClosingDestination):
         """Run one tier by hand (``/compact`` (docs/tools.md) and ``/compact toolcall``)."""
         if tier not in ("toolcall", "summary"):
             raise ValueError("ToolAgent.compact.tier: must be 'toolcall' or 'summary'")
-        async with self._lock(participant_id):
-            transcript = await self._load(participant_id, get_logger(participant=participant_id))
+        async with self.transcripts.lock(participant_id):
+            transcript = await self.transcripts.load(
+                participant_id, get_logger(participant=participant_id)
+            )
             before = self._counted(transcript)
             result: ToolCallCompactResult | SummaryCompactResult
             if tier == "toolcall":
@@ -301,16 +281,10 @@ class ToolAgent(ClosingDestination):
                 )
                 result = transcript.apply_summary(plan, summary)
             self._tally(transcript, before)
-            answered = self._mirror(participant_id, transcript, [])
+            answered = self.transcripts.mirror(participant_id, transcript, [])
         if answered is not None:
             await answered  # the store's first answer: journaled, unless it was down
         return result
-
-    def _lock(self, participant_id: str) -> asyncio.Lock:
-        lock = self._locks.get(participant_id)
-        if lock is None:
-            lock = self._locks[participant_id] = asyncio.Lock()
-        return lock
 
     # ------------------------------------------------------------ the turn
 
@@ -324,8 +298,8 @@ class ToolAgent(ClosingDestination):
         pid = turn.participant_id
         log = get_logger(actor=route, participant=pid, turn=turn.turn_id)
         await self._discover(log)
-        async with self._lock(pid):
-            transcript = await self._load(pid, log)
+        async with self.transcripts.lock(pid):
+            transcript = await self.transcripts.load(pid, log)
             transcript.append(ChatMessage("user", turn.text))
             outputs = ResponseOutputs(self.runtime, self.output_topic, source=route)
             parts: list[str] = []
@@ -344,7 +318,7 @@ class ToolAgent(ClosingDestination):
             # Leaving the reply without an exception means its final frame was published.
             turn_messages = list(transcript.pending)
             transcript.commit()
-            self._mirror(pid, transcript, turn_messages)
+            self.transcripts.mirror(pid, transcript, turn_messages)
         self.context.record_exchange(
             pid,
             turn.text,
@@ -442,133 +416,6 @@ class ToolAgent(ClosingDestination):
         on_chunk = None if observer is None else (lambda chunk: observer(pid, call, chunk))
         return await self.toolset.call(self.runtime, call, participant_id=pid, on_chunk=on_chunk)
 
-    async def _load(self, pid: str, log: Any) -> Transcript:
-        """The participant's transcript: held here, else loaded from the store."""
-        if pid in self._transcripts or self.store is None:
-            return self.transcript(pid)
-        try:
-            state = await self.runtime.ask(
-                self.store.load,
-                TranscriptLoad(),
-                reply_type=TranscriptState,
-                participant_id=pid,
-                timeout=self.discovery_timeout_s,
-            )
-        except Exception as error:  # the store is not up: this turn starts afresh, say so
-            log.warning("tools.transcript_load_failed", error=f"{type(error).__name__}: {error}")
-            # Not held, so never mirrored (a write would replace the stored transcript);
-            # the next turn loads again.
-            return Transcript()
-        self.transcript(pid)
-        restored = self._transcripts[pid] = restore(state)
-        return restored
-
-    def _mirror(
-        self, pid: str, transcript: Transcript, turn_messages: list[ChatMessage]
-    ) -> asyncio.Future[None] | None:
-        """Send the store what changed: the whole transcript after a rewrite or when the
-        store may have missed a write (``resync``), else the turn. A transcript this agent
-        does not hold (its load failed) is not mirrored. Returns what resolves once the
-        store first answered the write (None when nothing was sent)."""
-        if self.store is None or self._transcripts.get(pid) is not transcript:
-            return None
-        rewritten = transcript.take_rewritten()
-        new_originals = transcript.take_new_originals()
-        if transcript.resync:
-            transcript.resync = False
-            write = write_of(
-                transcript, "replace", tuple(transcript.messages), transcript.originals()
-            )
-        elif rewritten:
-            write = write_of(transcript, "replace", tuple(transcript.messages), new_originals)
-        else:
-            write = write_of(transcript, "append", tuple(turn_messages), new_originals)
-        return self._write(pid, write, transcript)
-
-    def _write(
-        self, pid: str, write: TranscriptWrite, transcript: Transcript | None
-    ) -> asyncio.Future[None] | None:
-        """Ask the store to apply ``write`` (sent now, so writes and loads keep their
-        order); a refusal or no answer resyncs ``transcript``. Returns what resolves once
-        the store first answered (or did not, in time)."""
-        if self.store is None or not getattr(self.runtime, "running", False):
-            return None
-        answered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        task = asyncio.create_task(
-            self._acknowledged(pid, write, transcript, self._ask(pid, write), answered),
-            name=f"xrmq-transcript-write-{pid}",
-        )
-        self._acks.add(task)
-        task.add_done_callback(self._acks.discard)
-        task.add_done_callback(lambda _: _resolve(answered))
-        return answered
-
-    def _ask(self, pid: str, write: TranscriptWrite) -> ReplyStream[TranscriptAck] | Exception:
-        """Send ``write`` to the store now; its reply stream, or why it could not be sent."""
-        assert self.store is not None
-        try:
-            return self.runtime.ask_stream(
-                self.store.write,
-                write,
-                reply_type=TranscriptAck,
-                participant_id=pid,
-                timeout=self.discovery_timeout_s,
-            )
-        except (RuntimeClosedError, ValueError) as error:  # stopping, or over the message limit
-            return error
-
-    async def _acknowledged(
-        self,
-        pid: str,
-        write: TranscriptWrite,
-        transcript: Transcript | None,
-        sent: ReplyStream[TranscriptAck] | Exception,
-        answered: asyncio.Future[None],
-    ) -> None:
-        """Await the store's answer to ``write``; while it refuses or stays silent and no
-        newer write went out, re-send the whole transcript after each ``RESYNC_DELAYS_S``."""
-        for attempt, delay in enumerate((0.0, *RESYNC_DELAYS_S)):
-            if attempt:
-                await asyncio.sleep(delay)  # a backoff: the store's process is restarting
-                if not self._resync_due(pid, write, transcript):
-                    return
-                assert transcript is not None
-                async with self._lock(pid):  # never in the middle of a turn
-                    if not self._resync_due(pid, write, transcript):
-                        return
-                    transcript.resync = False
-                    write = write_of(
-                        transcript, "replace", tuple(transcript.messages), transcript.originals()
-                    )
-                    sent = self._ask(pid, write)
-            reason = _refusal(await _first(sent))
-            _resolve(answered)
-            if reason is None:
-                return
-            self.store_refused += 1
-            get_logger(actor="tools.transcripts", participant=pid).info(
-                "tools.transcript_resync", revision=write.revision, reason=reason
-            )
-            if transcript is None:
-                return
-            transcript.resync = True  # the next write sends the whole transcript
-            if transcript.revision != write.revision:
-                return  # a newer write is out: it (or its own retries) carries the resync
-
-    async def mirrored(self) -> None:
-        """Return once every transcript write sent so far was answered (or given up)."""
-        while self._acks:
-            await asyncio.gather(*list(self._acks), return_exceptions=True)
-
-    def _resync_due(self, pid: str, write: TranscriptWrite, transcript: Transcript | None) -> bool:
-        """Whether ``write`` is still the participant's latest and the store needs it all."""
-        return (
-            transcript is not None
-            and self._transcripts.get(pid) is transcript
-            and transcript.revision == write.revision
-            and transcript.resync
-        )
-
     async def _auto_compact(self, transcript: Transcript, log: Any) -> AutoCompactReport | None:
         before = self._counted(transcript)
         report = await self.compactor.auto_compact(transcript, self.summarize)
@@ -605,33 +452,6 @@ class ToolAgent(ClosingDestination):
                 if tool.spec().name not in self.toolset:
                     self.toolset.add(tool)
             self.servers.remove(server)
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-async def _first(sent: ReplyStream[TranscriptAck] | Exception) -> TranscriptAck | Exception:
-    """The store's answer to a write: its acknowledgement, or the failure."""
-    if isinstance(sent, Exception):
-        return sent
-    async with sent:
-        try:
-            async for ack in sent:
-                return ack
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:  # the store is down or restarting
-            return error
-    return RuntimeClosedError("no answer")
-
-
-def _refusal(answer: TranscriptAck | Exception) -> str | None:
-    """Why the store did not apply a write; None when it did."""
-    if isinstance(answer, Exception):
-        return f"{type(answer).__name__}: {answer}"
-    return None if answer.applied else f"refused: the store is at revision {answer.revision}"
 
 
 def _extract(transcript: Transcript, arguments: str) -> ToolCallReply:
