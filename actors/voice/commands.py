@@ -25,8 +25,8 @@ import sys
 from typing import Any
 
 from xrmq.actors.arguments import name, seconds
+from xrmq.actors.edge.bus_commands import add_bus_argument, require_broker
 from xrmq.actors.runtime import AgentRuntime, run
-from xrmq.actors.runtime.commands import add_bus_argument, require_broker
 from xrmq.schemas import ResponseOutput
 from xrmq.topics import INTERRUPTED_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC, Topic
 
