@@ -1,76 +1,132 @@
-"""Observation: the runtime's ``RuntimeMetrics`` (its heartbeat, what ``xrmq top`` shows).
+"""Observation: what a runtime counts, logs and reports as ``RuntimeMetrics`` (its heartbeat,
+what ``xrmq top`` shows).
 
-``metrics()`` reads the counters (``RuntimeCounters`` names, counted by the hot path in
-``AgentRuntime._counters``), the mailboxes, the actors' gauges and the table sizes, and
-checks for stuck actors (restarting them with ``restart_stuck``); ``_publish_metrics`` is the
-heartbeat loop, ``_publish_heartbeats`` the short one of a runtime without
-``metrics_interval`` (its streams' last seqs, once it has published). ``AgentRuntime``
-inherits these methods from ``Observation``.
+``Observation`` owns the counters (``RuntimeCounters`` names: the send and receive paths
+increment the one ``counters`` dict they were handed at construction, never through a call),
+the per-category tables, the aggregated warnings and the stuck-actor watch. The faults of
+an actor's path (a handler's failure, an ``on_start``/``on_stop`` that raised, a mailbox
+task that ended) are counted and logged here, once per actor, topic and sender per interval.
+``metrics()`` reads the counters, the mailboxes, the actors' gauges and the table sizes, and
+restarts stuck actors (``restart_stuck``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from xrmq.schemas import RuntimeMetrics
-from xrmq.topics import METRICS_TOPIC, registry_counts
+import structlog
+
+from xrmq.schemas import MessageMetadata, RuntimeMetrics
+from xrmq.schemas.metrics import RUNTIME_COUNTERS
+from xrmq.topics import Topic, registry_counts
+
+from .progress import ProgressWatch
+from .ratelimit import AggregatedWarnings
 
 if TYPE_CHECKING:
-    import structlog
-
-    from xrmq.topics import Topic
-
+    from .agent import Agent
     from .mailbox import Mailbox
-    from .progress import ProgressWatch
-    from .ratelimit import AggregatedWarnings
-    from .routes import KeyedKind
-    from .security.keys import ClientCredentials
+    from .registry import Registry
     from .sequence import SequenceTracker
+
+Reply = Callable[..., None]
+"""``AgentRuntime.reply``: how a handler's failure answers its ask."""
 
 
 class Observation:
-    """The observation methods of ``AgentRuntime`` (see the module docstring); a base of
-    ``AgentRuntime`` only."""
+    """The counters, warnings and fault accounting of one runtime; see the module docstring."""
 
-    if TYPE_CHECKING:  # the runtime's state these methods use (set by AgentRuntime.__init__)
-        name: str
-        epoch: int
-        credentials: ClientCredentials | None
-        metrics_interval: float | None
-        restart_stuck: bool
-        _running: bool
-        _log: structlog.typing.FilteringBoundLogger
-        _warnings: AggregatedWarnings
-        _progress: ProgressWatch
-        _counters: dict[str, int]
-        _rejected_by: dict[str, int]
-        _evicted_by: dict[str, int]
-        _tracker: SequenceTracker
-        _streams: dict[tuple[str, str | None], list[Any]]
-        _pending: dict[str, Any]
-        _agents: dict[str, Mailbox]
-        _keyed: dict[str, KeyedKind]
+    def __init__(
+        self,
+        name: str,
+        log: structlog.typing.FilteringBoundLogger,
+        *,
+        stuck_after: float,
+        warn_interval_s: float,
+    ) -> None:
+        self.name = name
+        self.log = log
+        self.warnings = AggregatedWarnings(log, interval_s=warn_interval_s)
+        self.counters = dict.fromkeys(RUNTIME_COUNTERS, 0)
+        self.rejected_by: dict[str, int] = {}
+        self.evicted_by: dict[str, int] = {}
+        self.progress = ProgressWatch(stuck_after)
 
-        def send(
-            self,
-            topic: Topic,
-            message: Any,
-            *,
-            participant_id: str | None = None,
-            source: str = ...,
-            correlation_id: str | None = None,
-            parent_message_id: str | None = None,
-            reply_to: str | None = None,
-        ) -> str: ...
+    def count_eviction(self, table: str, count: int = 1) -> None:
+        self.counters["evicted"] += count
+        self.evicted_by[table] = self.evicted_by.get(table, 0) + count
 
-        def _recent_last_seqs(self) -> dict[str, int]: ...
+    async def guarded_hook(self, agent: Agent, hook: str, mailbox: Mailbox | None = None) -> None:
+        """Run ``agent.on_start``/``on_stop``; a failure is logged and counted (a fault of
+        ``mailbox``'s actor), never propagated."""
+        try:
+            await getattr(agent, hook)()
+        except Exception as error:
+            self.counters["handler_errors"] += 1
+            self.counters["faults"] += 1
+            if mailbox is not None:
+                mailbox.faults += 1
+            self.log.error(f"actor.{hook}_failed", actor=agent.name, error=repr(error))
 
-    def metrics(self, last_seq: dict[str, int] | None = None) -> RuntimeMetrics:
-        """This runtime's counters, mailbox depths, faults, table sizes and actor gauges, now."""
-        mailboxes = self._all_mailboxes()
+    def handler_failed(
+        self,
+        reply: Reply,
+        actor: str,
+        topic: Topic,
+        metadata: MessageMetadata,
+        error: BaseException | str,
+    ) -> None:
+        """Count and log a handler's failure and answer an ask with the error (``reply``)."""
+        self.counters["handler_errors"] += 1
+        self.actor_fault(actor, "handler", topic, metadata, error)
+        if metadata.reply_to is not None:
+            text = repr(error) if isinstance(error, BaseException) else error
+            try:
+                reply(metadata, None, error=text)
+            except Exception as reply_error:
+                self.actor_fault(actor, "reply", topic, metadata, reply_error)
+
+    def actor_fault(
+        self,
+        actor: str,
+        step: str,
+        topic: Topic,
+        metadata: MessageMetadata,
+        error: BaseException | str,
+    ) -> None:
+        """Count a fault in an actor's path and log it, aggregated."""
+        self.counters["faults"] += 1
+        self.warnings.warn(
+            f"actor.{step}_failed",
+            topic.name,
+            metadata.sender,
+            actor=actor,
+            participant=metadata.participant_id,
+            error=repr(error) if isinstance(error, BaseException) else error,
+        )
+
+    def mailbox_restarted(self, actor: str, error: BaseException | None) -> None:
+        self.counters["actor_restarts"] += 1
+        self.log.error("actor.mailbox_restarted", actor=actor, error=repr(error))
+
+    def metrics(
+        self,
+        registry: Registry,
+        tracker: SequenceTracker,
+        *,
+        outgoing_streams: int,
+        asks_in_flight: int,
+        epoch: int,
+        restart: bool,
+        identity: str | None,
+        last_seq: dict[str, int] | None,
+    ) -> RuntimeMetrics:
+        """The snapshot, with the table sizes the runtime's other parts hold; ``restart``: restart
+        the actors found stuck now."""
+        mailboxes = registry.all_mailboxes()
         gauges: dict[str, float] = {}
         for mailbox in mailboxes:
             try:
@@ -78,8 +134,8 @@ class Observation:
                     gauges[name] = gauges.get(name, 0) + value
             except Exception as error:  # an actor's gauges() must not stop the heartbeat
                 mailbox.faults += 1
-                self._counters["faults"] += 1
-                self._warnings.warn(
+                self.counters["faults"] += 1
+                self.warnings.warn(
                     "actor.gauges_failed",
                     None,
                     None,
@@ -87,82 +143,56 @@ class Observation:
                     actor=mailbox.name,
                     error=repr(error),
                 )
-        stuck, newly = self._progress.check(
-            ((mailbox.name, mailbox.head) for mailbox in mailboxes), time.monotonic()
-        )
-        for name in newly:
-            mailbox = next(m for m in mailboxes if m.name == name)
-            self._log.warning(
-                "actor.stuck", actor=name, seconds=round(stuck[name], 1), depth=mailbox.depth
-            )
-            if self.restart_stuck and self._running and mailbox.cancel_stuck():
-                self._counters["stuck_restarts"] += 1
-                self._log.warning(
-                    "actor.stuck_restarted",
-                    actor=name,
-                    depth=mailbox.depth,
-                    seconds=round(stuck[name], 1),
-                    stuck_restarts=self._counters["stuck_restarts"],
-                )
+        stuck = self._check_stuck(mailboxes, restart)
         names = registry_counts()
         tables = {
-            "incoming_streams": len(self._tracker),
-            "outgoing_streams": len(self._streams),
-            "warnings": len(self._warnings),
+            "incoming_streams": len(tracker),
+            "outgoing_streams": outgoing_streams,
+            "warnings": len(self.warnings),
             "topic_names": names["held"] + names["transient"],
-            "asks_in_flight": len(self._pending),
+            "asks_in_flight": asks_in_flight,
         }
-        for kind, keyed in self._keyed.items():
+        for kind, keyed in registry.keyed.items():
             tables[f"keyed[{kind}]"] = len(keyed.instances)
         return RuntimeMetrics(
             runtime=self.name,
-            epoch=self.epoch,
+            epoch=epoch,
             pid=os.getpid(),
             timestamp_us=time.time_ns() // 1000,
             actors={mailbox.name: mailbox.depth for mailbox in mailboxes},
             gauges=gauges,
-            **cast(dict[str, Any], self._counters),
-            rejected_by=dict(self._rejected_by),
+            **cast(dict[str, Any], self.counters),
+            rejected_by=dict(self.rejected_by),
             evicted_by={
-                **self._evicted_by,
-                **({"incoming_streams": self._tracker.evicted} if self._tracker.evicted else {}),
+                **self.evicted_by,
+                **({"incoming_streams": tracker.evicted} if tracker.evicted else {}),
             },
             actor_faults={mailbox.name: mailbox.faults for mailbox in mailboxes if mailbox.faults},
             tables=tables,
             last_seq=last_seq or {},
-            resynced=self._tracker.resynced,
+            resynced=tracker.resynced,
             stuck=stuck,
-            identity=self.credentials.identity if self.credentials is not None else None,
+            identity=identity,
         )
 
-    async def _publish_metrics(self) -> None:
-        while True:
-            try:
-                self.send(METRICS_TOPIC, self.metrics(self._recent_last_seqs()), source="runtime")
-            except Exception as error:
-                self._log.error("runtime.metrics_failed", error=repr(error))
-            self._warnings.flush()
-            await asyncio.sleep(cast(float, self.metrics_interval))  # started only when set
-
-    async def _publish_heartbeats(self, interval: float) -> None:
-        """Without ``metrics_interval``: once this runtime has published, a heartbeat every
-        ``interval`` announcing its streams' last seqs (``heartbeat_s``)."""
-        while True:
-            await asyncio.sleep(interval)
-            if not self._streams:
-                continue  # published nothing yet: no tail to announce
-            try:
-                self.send(METRICS_TOPIC, self.metrics(self._recent_last_seqs()), source="runtime")
-            except Exception as error:
-                self._log.error("runtime.heartbeat_failed", error=repr(error))
-            self._warnings.flush()
-
-    def _all_mailboxes(self) -> list[Mailbox]:
-        mailboxes = list(self._agents.values())
-        for keyed in self._keyed.values():
-            mailboxes.extend(keyed.instances.values())
-        return mailboxes
-
-    def _count_eviction(self, table: str, count: int = 1) -> None:
-        self._counters["evicted"] += count
-        self._evicted_by[table] = self._evicted_by.get(table, 0) + count
+    def _check_stuck(self, mailboxes: list[Mailbox], restart: bool) -> dict[str, float]:
+        """The stuck actors, by seconds stuck; the newly stuck are logged and, with
+        ``restart``, restarted."""
+        stuck, newly = self.progress.check(
+            ((mailbox.name, mailbox.head) for mailbox in mailboxes), time.monotonic()
+        )
+        for name in newly:
+            mailbox = next(m for m in mailboxes if m.name == name)
+            self.log.warning(
+                "actor.stuck", actor=name, seconds=round(stuck[name], 1), depth=mailbox.depth
+            )
+            if restart and mailbox.cancel_stuck():
+                self.counters["stuck_restarts"] += 1
+                self.log.warning(
+                    "actor.stuck_restarted",
+                    actor=name,
+                    depth=mailbox.depth,
+                    seconds=round(stuck[name], 1),
+                    stuck_restarts=self.counters["stuck_restarts"],
+                )
+        return stuck
