@@ -21,7 +21,7 @@ from xrmq.schemas import MessageMetadata
 from xrmq.topics import Topic
 
 from .deadlines import AskDeadlines
-from .errors import AskError, RuntimeClosedError
+from .exceptions import AskError, RuntimeClosedError
 from .scope import GLOBAL, Scope
 from .streams import ReplyStream
 

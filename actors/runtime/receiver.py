@@ -2,7 +2,7 @@
 message checked and handed to its mailboxes.
 
 ``Receiver`` reads the registry's routing table (``registry.py``) and the asks in flight,
-counts into the observation's counters (``metrics.py``), and reports gaps (``sequence.py``)
+counts into the observation's counters (``observation.py``), and reports gaps (``sequence.py``)
 as they are revealed, by a message or by another runtime's heartbeat. Every table and bound
 method the hot path uses is bound once at construction, never looked up per message.
 
@@ -27,7 +27,7 @@ from ._compat import INLINE_START
 from .agent import Agent
 from .edge_checks import EnvelopeCheck, metadata_category
 from .mailbox import Mailbox
-from .metrics import Observation
+from .observation import Observation
 from .readiness import Readiness
 from .registry import Registry
 from .routes import KeyedKind, Route

@@ -11,7 +11,7 @@ a gap by the receiver. Without a bus address the runtime starts an embedded brok
 prologue of every message built from a topic; ``reply``). It composes objects with one job
 each: the registry of actors, routes and keyed instances (``registry.py``), the receive path
 (``receiver.py``), asks in flight (``asks.py``), outgoing streams and heartbeats
-(``outgoing.py``), counters, faults and metrics (``metrics.py``), and the sockets with the
+(``outgoing.py``), counters, faults and metrics (``observation.py``), and the sockets with the
 readiness handshake (``connection.py``); it is the ``MailboxHost`` of its mailboxes. The
 tables and bound methods the hot path uses are bound to this object once, at construction,
 so composing them costs no attribute hop per message; the private APIs of the hot path are
@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 import msgspec
 import zmq
 
+from xrmq.actors.logs import get_logger
 from xrmq.schemas import MessageMetadata, RuntimeMetrics
 from xrmq.schemas._validation import is_name
 from xrmq.topics import METRICS_TOPIC, SEP, Topic
@@ -45,10 +46,9 @@ from .asks import DEFERRED_REPLY, Asks
 from .broker import DEFAULT_HWM, DEFAULT_MAX_MESSAGE_BYTES
 from .connection import BusConnection, resolve_bus
 from .edge_checks import DEFAULT_EPOCH_SKEW_S
-from .errors import RuntimeClosedError
-from .logs import get_logger
+from .exceptions import RuntimeClosedError
 from .mailbox import Mailbox
-from .metrics import Observation
+from .observation import Observation
 from .outgoing import DEFAULT_HEARTBEAT_S, DEFAULT_OUTGOING_STREAMS, OutgoingStreams
 from .ratelimit import DEFAULT_INTERVAL_S
 from .receiver import Receiver
