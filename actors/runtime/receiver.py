@@ -51,9 +51,9 @@ Pending = dict[str, Any]
 
 
 class Receiver:
-    """The receive path of one runtime; see the module docstring. ``start`` hands it the
-    SUB socket and the loop; ``finished`` holds the actors whose ``on_stop`` has run while
-    the runtime stops (nothing more reaches them)."""
+    """The receive path of one runtime; see the module docstring. ``attach`` hands it the
+    SUB socket and the loop when the runtime starts; ``finished`` holds the actors whose
+    ``on_stop`` has run while the runtime stops (nothing more reaches them)."""
 
     def __init__(
         self,
@@ -84,37 +84,36 @@ class Receiver:
         self.finished: set[str] = set()
         self.gaps: deque[Gap] = deque(maxlen=1000)
         """The most recent gaps (the ``gaps`` counter counts all of them)."""
-        self.sub: zmq.Socket | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.drain_handle: asyncio.Handle | None = None
+        self._sub: zmq.Socket | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._drain_handle: asyncio.Handle | None = None
         self._fd: int | None = None
-        self.live_since_us: int | None = None
+        self._live_since_us: int | None = None
         """When every subscription of ``start`` was live through the broker (µs, wall clock)."""
-        self.live_prefixes: tuple[bytes, ...] = ()
+        self._live_prefixes: tuple[bytes, ...] = ()
         """Those subscriptions: a stream on one of them from a sender whose epoch is later was
         bound for this runtime from its first message (``_on_heartbeat``)."""
 
-    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+    def attach(self, sub: zmq.Socket, loop: asyncio.AbstractEventLoop) -> None:
         """Read ``sub`` from ``loop``'s reader callback, starting with what arrived already."""
-        assert self.sub is not None  # connected by start()
-        fd = self.sub.getsockopt(zmq.FD)
+        fd = sub.getsockopt(zmq.FD)
         assert isinstance(fd, int)  # ZeroMQ's descriptor
-        self.loop, self._fd = loop, fd
+        self._sub, self._loop, self._fd = sub, loop, fd
         loop.add_reader(fd, self.on_readable)
-        self.drain_handle = loop.call_soon(self.on_readable)
+        self._drain_handle = loop.call_soon(self.on_readable)
 
     def live(self, prefixes: tuple[bytes, ...]) -> None:
         """Every subscription (``prefixes``) is live through the broker from now on."""
-        self.live_since_us = time.time_ns() // 1000
-        self.live_prefixes = prefixes
+        self._live_since_us = time.time_ns() // 1000
+        self._live_prefixes = prefixes
 
     def detach(self) -> None:
         """Stop reading (the runtime stops)."""
         if self._fd is not None:
             asyncio.get_running_loop().remove_reader(self._fd)
             self._fd = None
-        if self.drain_handle is not None:
-            self.drain_handle.cancel()
+        if self._drain_handle is not None:
+            self._drain_handle.cancel()
 
     def on_readable(self) -> None:
         """Drain the SUB socket from the event loop's reader callback, in batches.
@@ -138,8 +137,8 @@ class Receiver:
         and payload frames are decoded straight from ZeroMQ's buffers, never copied.
         """
         if TYPE_CHECKING:  # the reader is registered only while the socket is open
-            assert self.sub is not None and self.loop is not None
-        recv, dispatch = self.sub.recv, self.dispatch
+            assert self._sub is not None and self._loop is not None
+        recv, dispatch = self._sub.recv, self.dispatch
         for position in range(_DRAIN_BATCH):
             try:
                 first = recv(_NOBLOCK, copy=False)
@@ -179,7 +178,7 @@ class Receiver:
                         payload = recv(_NOBLOCK, copy=False)
                         frames += 1
             self._reject("frames", key, frames=frames)
-        self.drain_handle = self.loop.call_soon(self._resume_drain)
+        self._drain_handle = self._loop.call_soon(self._resume_drain)
 
     def _resume_drain(self) -> None:
         """Continue a drain that yielded, if anything is left (after an ask's reply, usually
@@ -191,9 +190,9 @@ class Receiver:
         """Whether a message is waiting: ZeroMQ's EVENTS, which also re-arms the edge-triggered
         descriptor, as a drain that ends in EAGAIN does, for less than the EAGAIN costs."""
         if TYPE_CHECKING:  # called from the reader only
-            assert self.sub is not None
+            assert self._sub is not None
         try:
-            return bool(cast(int, self.sub.get(_EVENTS)) & _POLLIN)
+            return bool(cast(int, self._sub.get(_EVENTS)) & _POLLIN)
         except zmq.ZMQError:  # closed during stop()
             return False
 
@@ -416,7 +415,7 @@ class Receiver:
         # messages on them to this runtime: a stream of it with no baseline here lost them all
         # (a one-shot ``xrmq publish``). Not after an eviction of the stream table (a baseline
         # may have been forgotten), nor on a CURVE bus (the broker may narrow subscriptions).
-        since = self.live_since_us
+        since = self._live_since_us
         whole = (
             since is not None
             and metadata.epoch > since
@@ -430,7 +429,7 @@ class Receiver:
                 metadata.sender,
                 metadata.epoch,
                 last_sent,
-                bound_here=whole and key.startswith(self.live_prefixes),
+                bound_here=whole and key.startswith(self._live_prefixes),
             )
             if first_missing:
                 name, _, rest = key.partition(SEP)

@@ -224,13 +224,13 @@ class AgentRuntime:
         check_ipc_directories(self.address)
         self._subscriptions.add(self._inbox_bytes + SEP)
         receiver = self._receiver
-        self._pub, receiver.sub = self._connection.open(self._subscriptions)
+        self._pub, sub = self._connection.open(self._subscriptions)
         self.epoch = time.time_ns() // 1000
         self._id_prefix = f"{self.name}:{self.epoch:x}:"
         # The loop, once: on 3.11 every get_running_loop() makes a getpid() system call.
         loop = asyncio.get_running_loop()
         self._asks.start(loop)
-        receiver.attach(loop)
+        receiver.attach(sub, loop)
         try:
             await self._connection.wait_ready(self._subscriptions)
         except BaseException:
