@@ -19,7 +19,7 @@ import sys
 from importlib import metadata
 
 _COMMAND_MODULES = (
-    "xrmq.actors.runtime.commands",
+    "xrmq.actors.edge.bus_commands",
     "xrmq.actors.edge.box_commands",
     "xrmq.actors.edge.context_commands",
     "xrmq.actors.edge.turn_commands",
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
 
     configure_logging(level=level)
     try:
-        from xrmq.actors.runtime.commands import export_keys
+        from xrmq.actors.edge.bus_commands import export_keys
 
         export_keys(args)
         return int(args.func(args) or 0)

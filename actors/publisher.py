@@ -26,7 +26,7 @@ from types import TracebackType
 from typing import Any
 
 from xrmq.actors.runtime import DEFAULT_BUS, AgentRuntime
-from xrmq.actors.runtime.commands import parse_content, topic_for
+from xrmq.actors.runtime.content import parse_content, topic_for
 from xrmq.topics import Topic
 
 APPLICATION = "application"

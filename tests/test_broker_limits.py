@@ -242,8 +242,8 @@ def test_the_budget_guard_shuts_only_a_connection_full_and_still_and_only_past_t
 
     import zmq
 
+    from xrmq.actors.logs import get_logger
     from xrmq.actors.runtime import subscriber_budget
-    from xrmq.actors.runtime.logs import get_logger
     from xrmq.actors.runtime.subscriber_budget import STILL_S, SubscriberBudget
 
     clock, held = [100.0], [0]

@@ -247,7 +247,7 @@ def test_a_heartbeat_interval_that_is_not_positive_is_refused_naming_it(field, v
 async def test_a_runtime_that_published_announces_every_streams_last_seq_when_it_stops():
     """Issue 30 item 4: the final heartbeat lists every stream it numbered, however many
     (``HEARTBEAT_KEYS`` per message), even with the periodic heartbeat off."""
-    from xrmq.actors.runtime.runtime import HEARTBEAT_KEYS
+    from xrmq.actors.runtime.outgoing import HEARTBEAT_KEYS
 
     from buses import broker_process
 

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xrmq.actors.arguments import count, name, participant, seconds, topic_globs, words
+from xrmq.actors.edge.bus_commands import IDENTITY_ENV, add_bus_argument, require_broker
 from xrmq.actors.runtime import run
 from xrmq.actors.runtime.address import is_loopback_tcp
-from xrmq.actors.runtime.commands import IDENTITY_ENV, add_bus_argument, require_broker
 
 from .config import EdgeConfig, describe_defaulted
 from .config_loader import default_config, load_config

@@ -42,8 +42,8 @@ from typing import Any, BinaryIO, TextIO, TypeVar
 from xrmq.actors.arguments import name, seconds
 from xrmq.actors.context import ContextManager, utf8_size
 from xrmq.actors.context.manual import CompactOutcome, CompactStatus
+from xrmq.actors.edge.bus_commands import add_bus_argument
 from xrmq.actors.runtime import Agent, AgentRuntime, run
-from xrmq.actors.runtime.commands import add_bus_argument
 from xrmq.actors.runtime.security.keys import client_credentials
 
 from .boxinfo import BOX_INFO_WAIT_S, ask_box_info, tools_destination_of

@@ -7,8 +7,8 @@ import sys
 from typing import Any
 
 from xrmq.actors.arguments import count, name
+from xrmq.actors.edge.bus_commands import add_bus_argument, require_broker
 from xrmq.actors.runtime import run
-from xrmq.actors.runtime.commands import add_bus_argument, require_broker
 
 
 def add_commands(subparsers: Any) -> None:

@@ -25,8 +25,8 @@ import sys
 from typing import Any
 
 from xrmq.actors.arguments import name, seconds
+from xrmq.actors.edge.bus_commands import add_bus_argument, require_broker
 from xrmq.actors.runtime import AgentRuntime, run
-from xrmq.actors.runtime.commands import add_bus_argument, require_broker
 from xrmq.actors.voice.ordering import ResponseEnded, Segment
 from xrmq.actors.voice.renderer import VoiceRenderer
 from xrmq.actors.voice.sinks import (

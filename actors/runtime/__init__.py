@@ -1,12 +1,16 @@
 """The actor runtime: bus addresses, broker, agents, mailboxes and AgentRuntime."""
 
+from xrmq.actors.logs import configure_logging, get_logger
+
 from .address import DEFAULT_BUS, BusAddress, parse_bus, runtime_dir
-from .agent import GLOBAL, Agent, Handler, Handlers, RuntimeContext, Scope, subscribe
+from .agent import Agent, Handler, Handlers, RuntimeContext, subscribe
+from .asks import DEFERRED_REPLY
 from .broker import Broker, BrokerError
-from .logs import configure_logging, get_logger
+from .exceptions import AskError, RuntimeClosedError
 from .loop import event_loop_name, run
 from .routes import shard_of
-from .runtime import DEFERRED_REPLY, AgentRuntime, AskError, RuntimeClosedError
+from .runtime import AgentRuntime
+from .scope import GLOBAL, Scope
 from .sequence import Gap
 from .streams import ReplyOverflow, ReplyStream
 from .superseding import superseding

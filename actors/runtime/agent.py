@@ -14,10 +14,9 @@ functions (``{topic: Kind.on_write}``).
 
 from __future__ import annotations
 
-import enum
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
@@ -25,6 +24,7 @@ from xrmq.schemas import MessageMetadata
 from xrmq.topics import Topic
 
 from .annotations import EMPTY, admits, describe, message_annotation
+from .scope import Scope
 
 if TYPE_CHECKING:
     from .runtime import AgentRuntime
@@ -131,22 +131,44 @@ def check_handlers(agent_type: type, handlers: Handlers) -> list[tuple[Topic, st
     return pairs
 
 
-class Scope(enum.Enum):
-    """The type of ``GLOBAL``."""
+RegisterHook = Callable[[str, "Agent"], Sequence[tuple[str, "Agent"]]]
+"""A capability's part in ``AgentRuntime.register`` (``add_register_hook``): given the name
+and the agent being registered, the companion actors to register beside it, each with its
+name (none: empty). Raising ``ValueError`` refuses the registration before anything is
+registered."""
+ToolsCheck = Callable[[Sequence[Any], str], tuple[Any, ...]]
+"""What checks ``Agent(tools=...)``: the tools as a tuple, or ``ValueError`` naming the owner."""
 
-    GLOBAL = "global"
-
-    def __repr__(self) -> str:
-        return self.name
+_register_hooks: list[RegisterHook] = []
 
 
-GLOBAL: Final = Scope.GLOBAL
-"""``participant_id=GLOBAL``: publish to everyone, from a handler of one participant's message.
+def _no_tools(tools: Sequence[Any], owner: str) -> tuple[Any, ...]:
+    """Before the tools package is imported no ``Tool`` exists: whatever was given is none."""
+    raise ValueError(f"{owner}: every tool must be a Tool")
 
-In ``RuntimeContext.publish`` and ``ask``, None (the default) keeps the current message's
-participant, as upstream; GLOBAL is the explicit way out of it. ``AgentRuntime.publish``
-accepts it too (there, None is already global: no message is being handled).
-"""
+
+_tools_check: list[ToolsCheck] = [_no_tools]
+
+
+def add_register_hook(hook: RegisterHook) -> None:
+    """Extend every ``register`` with ``hook`` (once, however often it is added).
+
+    The kernel knows nothing of the capabilities built on it: one that gives agents a
+    feature at registration installs its hook when it is imported (the tools package
+    serves ``Agent(tools=...)``'s tools as a tool server beside the agent).
+    """
+    if hook not in _register_hooks:
+        _register_hooks.append(hook)
+
+
+def companions(name: str, agent: Agent) -> list[tuple[str, Agent]]:
+    """The companion actors the register hooks add to ``agent`` registered as ``name``."""
+    return [companion for hook in _register_hooks for companion in hook(name, agent)]
+
+
+def set_tools_check(check: ToolsCheck) -> None:
+    """Check ``Agent(tools=...)`` with ``check`` (the tools package, when it is imported)."""
+    _tools_check[0] = check
 
 
 class Agent:
@@ -159,8 +181,9 @@ class Agent:
     the agent owns these ``xrmq.actors.tools.Tool`` s, and ``AgentRuntime.register``
     serves them on the bus as tool server ``tool_server`` (default: the registered name),
     exactly as ``serve_tools`` does: callers reach them as ``SERVER__TOOL`` through
-    ``remote_tool``/``ToolSet``. A keyed kind's instances serve no tools (they are
-    spawned after the runtime started).
+    ``remote_tool``/``ToolSet``. The tools package provides both (``set_tools_check``,
+    ``add_register_hook``), so the kernel does not import it. A keyed kind's instances
+    serve no tools (they are spawned after the runtime started).
     """
 
     name: str = ""
@@ -170,9 +193,7 @@ class Agent:
 
     def __init__(self, *, tools: Sequence[Any] = (), tool_server: str | None = None) -> None:
         if tools:
-            from xrmq.actors.tools.server import check_tools  # tools build on the runtime
-
-            self._tools = check_tools(tools, f"{type(self).__qualname__}.tools")
+            self._tools = _tools_check[0](tools, f"{type(self).__qualname__}.tools")
         self._tool_server = tool_server
 
     @property
@@ -228,8 +249,8 @@ class RuntimeContext(msgspec.Struct, eq=False):
     current message's participant, and links correlation and parent ids, so everything
     published while handling one message can be traced back to it. One is built per
     handled message and a handler may keep it (in a task it starts, say), so it is
-    never reused; it is a Struct only for msgspec's C constructor (measured 100 -> 50 ns;
-    the fields are not type-checked and it is never encoded).
+    never reused; it is a Struct only for msgspec's C constructor, which costs half a
+    class's (the fields are not type-checked and it is never encoded).
     """
 
     runtime: AgentRuntime

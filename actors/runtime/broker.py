@@ -39,11 +39,11 @@ from pathlib import Path
 
 import zmq
 
+from xrmq.actors.logs import get_logger
 from xrmq.schemas._validation import check_positive
 
 from .address import BusAddress, UnsafeDirectoryError, check_ipc_directories
 from .broker_report import MONITORED_EVENTS, BrokerReport
-from .logs import get_logger
 from .security.acl import AccessPolicy
 from .security.forwarder import (
     BUS_DOMAIN,

@@ -1,5 +1,8 @@
 """Actor mailboxes: bounded queues drained by one task, one message at a time.
 
+A mailbox knows the runtime hosting it only as a ``MailboxHost``: whether it runs, how a
+handler's result is replied, and where the faults of its actor's path are counted.
+
 Hot path: benchmark before and after a change here (``python -m bench bus turn storm``,
 see ``bench/README.md``).
 """
@@ -10,7 +13,7 @@ import asyncio
 import contextvars
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from xrmq.schemas import MessageMetadata
 from xrmq.schemas._validation import check_positive
@@ -20,12 +23,44 @@ from ._compat import enter_task, leave_task
 from .agent import Agent, RuntimeContext
 from .superseding import Latest, RequestLane, request_lane, superseding_keys
 
-if TYPE_CHECKING:
-    from .runtime import AgentRuntime
-
 Delivery = tuple[
     Callable[[Any, RuntimeContext], Coroutine[Any, Any, Any]], Any, MessageMetadata, Topic
 ]
+
+
+class MailboxHost(Protocol):
+    """What a mailbox needs of the runtime hosting it (``AgentRuntime``); it is also the
+    ``runtime`` of its handlers' ``RuntimeContext``."""
+
+    @property
+    def running(self) -> bool: ...
+
+    def reply(self, request: MessageMetadata, result: Any, *, error: str | None = None) -> None:
+        """Send a handler's result (or failure) to the asker."""
+
+    async def guarded_hook(self, agent: Agent, hook: str, mailbox: Mailbox | None = None) -> None:
+        """Run ``on_start``/``on_stop``; a failure is a counted fault, never raised."""
+
+    def handler_failed(
+        self, actor: str, topic: Topic, metadata: MessageMetadata, error: BaseException | str
+    ) -> None:
+        """Count and log a handler's failure; answer an ask with the error."""
+
+    def actor_fault(
+        self,
+        actor: str,
+        step: str,
+        topic: Topic,
+        metadata: MessageMetadata,
+        error: BaseException | str,
+    ) -> None:
+        """Count and log a fault in the actor's path (``step``: reply, report...)."""
+
+    def mailbox_restarted(self, actor: str, error: BaseException | None) -> None:
+        """The worker task ended although nobody stopped it; it was started again."""
+
+    def coalesced(self) -> None:
+        """Count a superseding update replaced while queued (``RuntimeMetrics.coalesced``)."""
 
 
 class Mailbox:
@@ -84,13 +119,16 @@ class Mailbox:
         "capacity",
         "coalesced",
         "faults",
+        "host",
         "name",
         "runtime",
     )
 
-    def __init__(self, runtime: AgentRuntime, agent: Agent, name: str, capacity: int) -> None:
+    def __init__(self, host: MailboxHost, agent: Agent, name: str, capacity: int) -> None:
         check_positive(capacity, "mailbox_capacity")
-        self.runtime = runtime
+        self.host = host
+        self.runtime: Any = host
+        """The host as handlers see it (``RuntimeContext.runtime``: the ``AgentRuntime``)."""
         self.agent = agent
         self.name = name
         self.capacity = capacity
@@ -166,13 +204,12 @@ class Mailbox:
             slot = self._latest.get(key)
         except Exception as error:  # a bad (or unhashable) key: an ordinary delivery, a fault
             self.faults += 1
-            self.runtime.actor_fault(self.name, "superseding key", topic, metadata, error)
+            self.host.actor_fault(self.name, "superseding key", topic, metadata, error)
             key = None
         if slot is not None:
             slot.delivery = delivery
             self.coalesced += 1
-            # the runtime's counter (RuntimeMetrics.coalesced), kept beside its others
-            self.runtime._counters["coalesced"] += 1
+            self.host.coalesced()
             return True
         items = self._items
         if len(items) >= self.capacity:
@@ -228,12 +265,12 @@ class Mailbox:
             self._unhold(at_once=True)
             return
         self._unhold(at_once=True)
-        if not self.runtime.running:
+        if not self.host.running:
             return
         error = None if task.cancelled() else task.exception()
         self._waiter = None
         self._handoff = None
-        self.runtime.mailbox_restarted(self.name, error)
+        self.host.mailbox_restarted(self.name, error)
         self._spawn(False)
 
     def cancel_stuck(self) -> bool:
@@ -302,16 +339,16 @@ class Mailbox:
     def _failed(self, topic: Topic, metadata: MessageMetadata, error: BaseException | str) -> None:
         self.faults += 1
         try:
-            self.runtime.handler_failed(self.name, topic, metadata, error)
+            self.host.handler_failed(self.name, topic, metadata, error)
         except Exception as report_error:  # the report itself must not end the worker either
-            self.runtime.actor_fault(self.name, "report", topic, metadata, report_error)
+            self.host.actor_fault(self.name, "report", topic, metadata, report_error)
 
     def _reply(self, metadata: MessageMetadata, topic: Topic, result: Any) -> None:
         try:
-            self.runtime.reply(metadata, result)
+            self.host.reply(metadata, result)
         except Exception as error:  # e.g. an envelope no edge check caught: a fault, not the end
             self.faults += 1
-            self.runtime.actor_fault(self.name, "reply", topic, metadata, error)
+            self.host.actor_fault(self.name, "reply", topic, metadata, error)
 
     def _before_requests(self, lane: RequestLane, head: Latest) -> Latest | None:
         """The update to take while ``lane`` is held and ``head`` (taken off the queue) would
@@ -352,7 +389,7 @@ class Mailbox:
     async def _run(self, call_on_start: bool) -> None:
         runtime = self.runtime
         if call_on_start:
-            await runtime.guarded_hook(self.agent, "on_start", self)
+            await self.host.guarded_hook(self.agent, "on_start", self)
         items = self._items
         loop = self._loop
         if TYPE_CHECKING:  # start() set it before creating this task

@@ -1,7 +1,7 @@
 """The routing table's entries: where a topic's messages go in one runtime, and keyed kinds.
 
 ``AgentRuntime.register``/``register_keyed`` build them before ``start()``; the reader
-(``AgentRuntime._dispatch``, the hot path) only reads them. ``shard_of`` is how every process
+(``Receiver.dispatch``, the hot path) only reads them. ``shard_of`` is how every process
 agrees which replica owns a key.
 """
 

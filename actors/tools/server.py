@@ -8,6 +8,11 @@ model response run in parallel. A call asked with ``stream`` of a streaming tool
 result). ``tools.NAME.cancel`` cancels a running call (its
 caller gave up: a barge-in or a timeout). At most ``max_running`` calls run at once;
 a call beyond that is refused with an error result, never queued without bound.
+
+``Agent(tools=...)`` is served through the kernel's extension points: importing this
+module installs ``check_tools`` (``set_tools_check``) and ``serve_declared_tools``
+(``add_register_hook``), so ``AgentRuntime.register`` serves an agent's tools without
+the runtime importing the tools package (a ``Tool`` cannot exist before it is imported).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from xrmq.actors.runtime import (
     RuntimeContext,
     get_logger,
 )
+from xrmq.actors.runtime.agent import add_register_hook, set_tools_check
 from xrmq.schemas import MessageMetadata
 from xrmq.schemas._validation import check_positive
 from xrmq.schemas.tools import (
@@ -174,3 +180,24 @@ def serve_tools(
     agent = ToolServer(server, tools, max_running=max_running)
     runtime.register(f"tools.{server}", agent)
     return agent
+
+
+def serve_declared_tools(name: str, agent: Agent) -> list[tuple[str, Agent]]:
+    """The ``ToolServer`` serving an ``Agent(tools=...)``'s tools, as a companion registered
+    beside it (a register hook); checked before anything is registered, so a bad server
+    name leaves the runtime as it was."""
+    if not agent.tools:
+        return []
+    server = agent.tool_server or name
+    try:
+        tool_server = ToolServer(server, agent.tools)
+    except ValueError as error:
+        raise ValueError(
+            f"register: {name!r} serves tools as tool server {server!r}: "
+            f"{error}; name one with Agent(tool_server=...)"
+        ) from None
+    return [(f"tools.{server}", tool_server)]
+
+
+set_tools_check(check_tools)
+add_register_hook(serve_declared_tools)

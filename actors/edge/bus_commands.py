@@ -1,4 +1,10 @@
-"""Bus-level commands: ``xrmq bus``, ``xrmq publish``, ``xrmq schema``, ``xrmq keys``."""
+"""Bus-level commands: ``xrmq bus``, ``xrmq publish``, ``xrmq schema``, ``xrmq keys``.
+
+The app's side of the bus: argument parsing, the box's config and identities (``--config``,
+``--identity``), and the broker as a process. Each ``add_commands`` is listed in
+``xrmq.actors.cli``; the text-to-message helpers ``xrmq publish`` shares with the
+``Publisher`` are the kernel's (``xrmq.actors.runtime.content``).
+"""
 
 from __future__ import annotations
 
@@ -8,23 +14,22 @@ import os
 import signal
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from xrmq.actors.arguments import name, utf8
-from xrmq.schemas import ConversationContextUpdate, MessageMetadata, UserQuery
-from xrmq.topics import STANDARD_TOPICS, Topic, context_topic
-
-from .address import DEFAULT_BUS, is_loopback_tcp, parse_bus
-from .broker import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_SUBSCRIBER_BUDGET_BYTES, Broker
-from .logs import get_logger
-from .loop import run
-from .runtime import AgentRuntime
-from .security.forwarder import BrokerSecurity, Rescan
-from .security.keys import (
+from xrmq.actors.runtime import DEFAULT_BUS, AgentRuntime, get_logger, parse_bus, run
+from xrmq.actors.runtime.address import is_loopback_tcp
+from xrmq.actors.runtime.broker import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_SUBSCRIBER_BUDGET_BYTES,
+    Broker,
+)
+from xrmq.actors.runtime.content import parse_content, topic_for
+from xrmq.actors.runtime.security.forwarder import BrokerSecurity, Rescan
+from xrmq.actors.runtime.security.keys import (
     KEY_ENV,
     SECRET_SUFFIX,
     SERVER_KEY_ENV,
@@ -32,6 +37,8 @@ from .security.keys import (
     list_keys,
     require_curve,
 )
+from xrmq.schemas import ConversationContextUpdate, MessageMetadata
+from xrmq.topics import STANDARD_TOPICS, Topic
 
 
 def default_bus() -> str:
@@ -264,33 +271,6 @@ def run_bus(args: argparse.Namespace) -> int:
     stop.wait()
     broker.stop()
     return 0
-
-
-def topic_for(name: str) -> Topic:
-    """A standard topic by name, else the context topic of that name."""
-    for topic in STANDARD_TOPICS:
-        if topic.name == name:
-            return topic
-    return context_topic(name)
-
-
-def parse_content(topic: Topic, content: str) -> Any:
-    """Build the payload from text or a JSON object; ``ValueError`` naming the rule."""
-    stripped = content.lstrip()
-    if stripped.startswith("{"):
-        try:
-            return msgspec.json.decode(content.encode(), type=topic.message_type)
-        except msgspec.ValidationError as error:
-            raise ValueError(f"content: {error}") from None
-        except msgspec.DecodeError as error:
-            raise ValueError(f"content: invalid JSON: {error}") from None
-    if topic.message_type is UserQuery:
-        return UserQuery(content, time.time_ns() // 1000)
-    if topic.message_type is ConversationContextUpdate:
-        return ConversationContextUpdate(content)
-    raise ValueError(
-        f"content: topic {topic.name!r} needs a JSON object of {topic.message_type.__name__} fields"
-    )
 
 
 KNOWN_CONTEXT_TOPICS = ("scene", "notes")
