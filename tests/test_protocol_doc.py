@@ -1,6 +1,6 @@
-"""The README's protocol section is enough for another language (issue 17, item 6).
+"""docs/protocol.md is enough for another language (issue 17, item 6).
 
-``DocClient`` knows only what the README says (raw pyzmq and MessagePack, no xrmq
+``DocClient`` knows only what docs/protocol.md says (raw pyzmq and MessagePack, no xrmq
 import in its code): it subscribes to the participant's replies and turn ends, waits
 for readiness with a probe, publishes a ``UserQuery`` on ``voice.query`` and reads the
 streamed answer to its ``message_id`` until the destination's final fragment (a missing
@@ -30,7 +30,7 @@ NUL = b"\x00"
 
 
 class DocClient:
-    """The README's "Asking and reading the answer", step by step, for participant ``p1``."""
+    """docs/protocol.md's "Asking and reading the answer", step by step, for participant ``p1``."""
 
     def __init__(self, bus: str, participant: str = "p1") -> None:
         prefix = bus[len("ipc://") :]  # `ipc:///path/prefix`: prefix.in, prefix.out
@@ -111,7 +111,7 @@ class DocClient:
 
 
 @pytest.mark.timeout(60)
-async def test_a_client_that_follows_the_readme_reads_a_whole_streamed_answer_and_the_turns_end():
+async def test_a_client_that_follows_the_protocol_doc_reads_a_whole_answer_and_the_turns_end():
     with broker_process() as bus:
         runtime = AgentRuntime(bus, name="box")
         context = FakeContext()
