@@ -11,7 +11,7 @@ public methods.
 
 from __future__ import annotations
 
-from xrmq.actors.runtime import Agent, Handlers, RuntimeContext, superseding
+from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, RuntimeContext, superseding
 
 from .hosting import ManagerRuntime
 from .messages import CompactReport, ForgetParticipant, HostStarted, SectionView
@@ -32,8 +32,9 @@ class ContextSubscriber(Agent):
         self._manager_id = manager_id
 
     def on_register(self) -> None:
-        assert self.runtime is not None  # register() set it
-        self._hosting.attach(self.runtime, self.name or self._hosting.plan.namespace)
+        runtime = self.runtime
+        assert isinstance(runtime, AgentRuntime)  # register() set it: the one implementation
+        self._hosting.attach(runtime, self.name or self._hosting.plan.namespace)
 
     def handlers(self) -> Handlers:
         """The section views and host restarts every replica follows, and this manager's

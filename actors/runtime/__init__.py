@@ -3,7 +3,7 @@
 from xrmq.actors.logs import configure_logging, get_logger
 
 from .address import DEFAULT_BUS, BusAddress, parse_bus, runtime_dir
-from .agent import Agent, Handler, Handlers, RuntimeContext, subscribe
+from .agent import Agent, AgentHost, Handler, Handlers, RuntimeContext, subscribe
 from .asks import DEFERRED_REPLY
 from .broker import Broker, BrokerError
 from .exceptions import AskError, RuntimeClosedError
@@ -20,6 +20,7 @@ __all__ = [
     "DEFERRED_REPLY",
     "GLOBAL",
     "Agent",
+    "AgentHost",
     "AgentRuntime",
     "AskError",
     "Broker",

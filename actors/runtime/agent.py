@@ -14,20 +14,25 @@ functions (``{topic: Kind.on_write}``).
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import msgspec
 
-from xrmq.schemas import MessageMetadata
+from xrmq.schemas import MessageMetadata, RuntimeMetrics
 from xrmq.topics import Topic
 
 from .annotations import EMPTY, admits, describe, message_annotation
 from .scope import Scope
 
 if TYPE_CHECKING:
-    from .runtime import AgentRuntime
+    from .address import BusAddress
+    from .security.keys import ClientCredentials
+    from .sequence import Gap
+    from .streams import ReplyStream
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -171,6 +176,121 @@ def set_tools_check(check: ToolsCheck) -> None:
     _tools_check[0] = check
 
 
+_HostedT = TypeVar("_HostedT", bound="Agent")
+
+
+class AgentHost(Protocol):
+    """The runtime as its actors see it (``Agent.runtime``, ``RuntimeContext.runtime``): the
+    public API of ``AgentRuntime``, which is the one implementation. A protocol, so that the
+    actors' module does not import the runtime that imports it; see ``AgentRuntime`` for
+    each member's contract."""
+
+    name: str
+    address: BusAddress
+    credentials: ClientCredentials | None
+    epoch: int
+    max_message_bytes: int
+    gaps: deque[Gap]
+
+    @property
+    def running(self) -> bool: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def publish(
+        self,
+        topic: Topic,
+        message: Any,
+        *,
+        participant_id: str | Scope | None = None,
+        source: str = ...,
+    ) -> None: ...
+
+    def send(
+        self,
+        topic: Topic,
+        message: Any,
+        *,
+        participant_id: str | None = None,
+        source: str = ...,
+        correlation_id: str | None = None,
+        parent_message_id: str | None = None,
+        reply_to: str | None = None,
+    ) -> str: ...
+
+    async def ask(
+        self,
+        topic: Topic,
+        message: Any,
+        *,
+        reply_type: Any = ...,
+        participant_id: str | Scope | None = None,
+        source: str = ...,
+        timeout: float = ...,
+        correlation_id: str | None = None,
+    ) -> Any: ...
+
+    def request(
+        self,
+        topic: Topic,
+        message: Any,
+        *,
+        reply_type: Any = ...,
+        participant_id: str | Scope | None = None,
+        source: str = ...,
+        timeout: float = ...,
+        correlation_id: str | None = None,
+    ) -> asyncio.Task[Any]: ...
+
+    def ask_stream(
+        self,
+        topic: Topic,
+        message: Any,
+        *,
+        reply_type: Any = ...,
+        participant_id: str | Scope | None = None,
+        source: str = ...,
+        timeout: float = ...,
+        max_buffered: int = ...,
+    ) -> ReplyStream[Any]: ...
+
+    def reply(self, request: MessageMetadata, result: Any, *, error: str | None = None) -> None: ...
+
+    def register(
+        self,
+        name: str,
+        agent: _HostedT,
+        *,
+        participant_id: str | None = None,
+        mailbox_capacity: int | None = None,
+    ) -> _HostedT: ...
+
+    def register_keyed(
+        self,
+        kind: str,
+        agent_type: type[Agent],
+        *,
+        factory: Callable[[str], Agent] | None = None,
+        shard: int = 0,
+        shards: int = 1,
+        mailbox_capacity: int | None = None,
+        handlers: Handlers | None = None,
+        max_instances: int | None = None,
+    ) -> None: ...
+
+    def agent(self, name: str) -> Agent: ...
+
+    def keyed_instances(self, kind: str) -> dict[str, Agent]: ...
+
+    def spawn(self, kind: str, key: str) -> Agent: ...
+
+    async def retire(self, kind: str, key: str) -> bool: ...
+
+    def metrics(self, last_seq: dict[str, int] | None = None) -> RuntimeMetrics: ...
+
+
 class Agent:
     """Base class of actors hosted by an ``AgentRuntime``.
 
@@ -187,7 +307,7 @@ class Agent:
     """
 
     name: str = ""
-    runtime: AgentRuntime | None = None
+    runtime: AgentHost | None = None
     _tools: tuple[Any, ...] = ()
     _tool_server: str | None = None
 
@@ -253,7 +373,7 @@ class RuntimeContext(msgspec.Struct, eq=False):
     class's (the fields are not type-checked and it is never encoded).
     """
 
-    runtime: AgentRuntime
+    runtime: AgentHost
     agent_name: str
     metadata: MessageMetadata
     topic: Topic

@@ -20,7 +20,7 @@ from xrmq.schemas._validation import check_positive
 from xrmq.topics import Topic
 
 from ._compat import enter_task, leave_task
-from .agent import Agent, RuntimeContext
+from .agent import Agent, AgentHost, RuntimeContext
 from .superseding import Latest, RequestLane, request_lane, superseding_keys
 
 Delivery = tuple[
@@ -29,8 +29,8 @@ Delivery = tuple[
 
 
 class MailboxHost(Protocol):
-    """What a mailbox needs of the runtime hosting it (``AgentRuntime``); it is also the
-    ``runtime`` of its handlers' ``RuntimeContext``."""
+    """What a mailbox needs of the runtime hosting it (``AgentRuntime``), which its handlers
+    see as an ``AgentHost``."""
 
     @property
     def running(self) -> bool: ...
@@ -124,11 +124,13 @@ class Mailbox:
         "runtime",
     )
 
-    def __init__(self, host: MailboxHost, agent: Agent, name: str, capacity: int) -> None:
+    def __init__(
+        self, host: MailboxHost, runtime: AgentHost, agent: Agent, name: str, capacity: int
+    ) -> None:
         check_positive(capacity, "mailbox_capacity")
         self.host = host
-        self.runtime: Any = host
-        """The host as handlers see it (``RuntimeContext.runtime``: the ``AgentRuntime``)."""
+        self.runtime = runtime
+        """The runtime as handlers see it (``RuntimeContext.runtime``; the host itself)."""
         self.agent = agent
         self.name = name
         self.capacity = capacity

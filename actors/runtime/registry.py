@@ -4,18 +4,19 @@
 the reader (``receiver.py``, the hot path) only reads it, and spawns a keyed instance on its
 first message (``keyed_targets``). A registration also registers the companion actors the
 register hooks add (``agent.add_register_hook``: the tools package serves an agent's tools).
-The registry knows its host only as a ``MailboxHost`` (what the mailboxes it builds need).
+The registry knows its host only as a ``MailboxHost`` (what the mailboxes it builds need) and
+an ``AgentHost`` (what its actors see).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from xrmq.schemas._validation import check_positive, is_name
 
-from .agent import Agent, Handlers, check_handlers, companions, subscriptions
+from .agent import Agent, AgentHost, Handlers, check_handlers, companions, subscriptions
 from .mailbox import Mailbox, MailboxHost
 from .routes import KeyedKind, Route, shard_of
 
@@ -33,6 +34,7 @@ class Registry:
     def __init__(
         self,
         host: MailboxHost,
+        runtime: AgentHost,
         mailbox_capacity: int,
         max_keyed_instances: int,
         count_eviction: Callable[[str], None],
@@ -40,8 +42,8 @@ class Registry:
         check_positive(mailbox_capacity, "mailbox_capacity")
         check_positive(max_keyed_instances, "keyed_instances")
         self._host = host
-        self._runtime: Any = host
-        """The host as agents see it (``Agent.runtime``: the ``AgentRuntime``)."""
+        self._runtime = runtime
+        """The host as agents see it (``Agent.runtime``)."""
         self._count_eviction = count_eviction
         self.mailbox_capacity = mailbox_capacity
         self.max_keyed_instances = max_keyed_instances
@@ -77,7 +79,9 @@ class Registry:
         beside = companions(name, agent)
         for companion, _ in beside:
             self._check_registrable(companion)
-        mailbox = Mailbox(self._host, agent, name, mailbox_capacity or self.mailbox_capacity)
+        mailbox = Mailbox(
+            self._host, self._runtime, agent, name, mailbox_capacity or self.mailbox_capacity
+        )
         agent.name, agent.runtime = name, self._runtime
         self.agents[name] = mailbox
         pid = participant_id.encode() if participant_id is not None else None
@@ -198,7 +202,7 @@ class Registry:
             agent = keyed.factory(key)
             name = f"{keyed.kind}[{key}]"
             agent.name, agent.runtime = name, self._runtime
-            mailbox = Mailbox(self._host, agent, name, keyed.capacity)
+            mailbox = Mailbox(self._host, self._runtime, agent, name, keyed.capacity)
             mailbox.start(call_on_start=True)
             if len(instances) >= keyed.max_instances:
                 self._retire_least_used(keyed)

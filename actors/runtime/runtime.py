@@ -160,7 +160,7 @@ class AgentRuntime:
         )
         self._counters = observation.counters
         self._registry = registry = Registry(
-            self, mailbox_capacity, keyed_instances, observation.count_eviction
+            self, self, mailbox_capacity, keyed_instances, observation.count_eviction
         )
         # The registry's tables, bound once (start() subscribes and starts from them).
         self._agents = registry.agents
