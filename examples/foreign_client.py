@@ -5,8 +5,8 @@ python examples/foreign_client.py [BUS] [PARTICIPANT] [TEXT] [SPEECH.wav]
 With a WAV (16 kHz mono PCM16), it also sends it as microphone audio: AudioFrame maps
 on "audio.in", 20 ms (640 bytes) per frame, paced in real time, as a headset would.
 
-No xrmq import: this is what a C#, C++ or Rust client does, following the README's
-protocol section. Every message is three frames [key, metadata, payload]; the key is
+No xrmq import: this is what a C#, C++ or Rust client does, following
+docs/protocol.md. Every message is three frames [key, metadata, payload]; the key is
 "<topic> NUL <participant> NUL". A ZeroMQ connection drops what is sent before it is
 up, so the client first publishes a probe under a private key until it comes back.
 

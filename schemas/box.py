@@ -1,4 +1,4 @@
-"""What a running edge box tells its clients about itself (issue 29, item 6).
+"""What a running edge box tells its clients about itself.
 
 A client command (``xrmq chat``'s ``/compact``, ``xrmq context compact --tier``) used to
 read the box's config from ``--config`` or assume the built-in default, so on a box run

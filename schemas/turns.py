@@ -1,4 +1,4 @@
-"""Turn records: where each turn's time went, its model usage and cost (issue 33).
+"""Turn records: where each turn's time went, its model usage and cost.
 
 The router publishes one ``TurnRecord`` per turn on ``xrmq.turns``, after the turn's
 ``TurnEnded``, and logs it as one ``turn.done`` line. A destination that answers with a

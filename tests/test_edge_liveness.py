@@ -193,7 +193,7 @@ async def test_sigterm_mid_answer_finishes_the_answer_then_exits_promptly_leavin
             assert await up.wait() == 0
             exited_s = time.monotonic() - answered_at
         assert up.texts()[-1] == "xrmq up: stopped"
-        assert exited_s < 3.0  # prompt: no drain timeout waited out (bar: 1 s, see the README)
+        assert exited_s < 3.0  # prompt: no drain timeout waited out (bar: 1 s, docs/edge-box.md)
         assert not any("drain_timeout" in line or "did not stop" in line for line in up.texts())
     finally:
         up.reap()

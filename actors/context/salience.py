@@ -1,7 +1,7 @@
 """Salient values and the extractive summariser: pure text functions of the context core.
 
 A summary that replaces entries must keep what they said: the numbers, identifiers, times
-and proper names people will ask about (issue 32). ``salient_values`` finds those values,
+and proper names people will ask about. ``salient_values`` finds those values,
 ``summary_problem`` judges a model's summary against the entries it replaces and the
 previous summary (``frozen``: the previous summary again while the entries added values;
 ``lossy``: too few of the entries' values kept), and ``extractive_summary`` is the

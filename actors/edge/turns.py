@@ -1,4 +1,4 @@
-"""``xrmq turns``: each turn's stage breakdown as it ends, and p50/p95 per stage (issue 33).
+"""``xrmq turns``: each turn's stage breakdown as it ends, and p50/p95 per stage.
 
 The router publishes one ``TurnRecord`` per turn on ``xrmq.turns`` (``schemas/turns.py``);
 this command subscribes and prints each as it arrives (``--participant``: one participant's

@@ -406,7 +406,7 @@ def _model_error(
     streaming: bool = False,
 ) -> ModelError:
     """Map a litellm (or asyncio) exception to the ``ModelError`` family, with one clean
-    reason (issue 29, item 4): ``connection refused``, ``HTTP 429: <provider message>``,
+    reason: ``connection refused``, ``HTTP 429: <provider message>``,
     ``no token in N s``, ``stream stalled after N tokens: no token in N s``, ``stream
     dropped after N tokens``.
 

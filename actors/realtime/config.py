@@ -34,7 +34,7 @@ _NotNegativeSeconds = Annotated[float, msgspec.Meta(ge=0)]
 
 class RealtimeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """A ``kind = "realtime"`` destination's session (``RealtimeConversation``, docs in
-    README "Realtime sessions")."""
+    docs/realtime.md)."""
 
     provider: Provider = "offline"
     """``offline`` (the offline realtime server, started inside the destination's process on

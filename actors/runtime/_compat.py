@@ -14,7 +14,8 @@ nowhere else, checked at import, and replaced by a public equivalent when it is 
   does). Handlers see the same task and context either way.
 - ``zmq.backend.Socket.send``, the Cython base of ``zmq.Socket.send``: the Python
   wrapper only adds the DRAFT ``routing_id``/``group`` arguments, and calling the base
-  halves a three-frame send (0.98 -> 0.44 us). Fallback: the public ``zmq.Socket.send``.
+  halves the cost of a three-frame send (bench/README.md). Fallback: the public
+  ``zmq.Socket.send``.
 
 ``XRMQ_COMPAT_FALLBACK=1`` in the environment forces both fallbacks (the tests run the
 mailbox suite that way; it is also a switch to rule these paths out when debugging).

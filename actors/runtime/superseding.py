@@ -17,7 +17,7 @@ actor's mailbox follow from that, and only for such one-way deliveries:
   resumes only after the request's handler has taken its first step and what that
   step scheduled (an answer's task) has been queued ahead of it. Without this, a turn's
   request read behind a burst of section views waited for every one of them to be
-  applied first, on the same event loop (issue 23: the compaction storm's tail). The
+  applied first, on the same event loop. The
   participant's own updates do not wait: one read before its request must be applied
   before it, or the turn is answered without a view its asker had already seen. That
   holds wherever it is queued: behind other participants' updates it is taken first (in

@@ -1,5 +1,5 @@
 """Bus security: CURVE keys (``keys``), per-identity permissions (``acl``) and the secure
-broker loop (``forwarder``). See the README's threat model."""
+broker loop (``forwarder``). See docs/security.md, the threat model."""
 
 from .acl import AccessPolicy, Permissions
 from .forwarder import BrokerSecurity
