@@ -12,7 +12,7 @@ context's one settings type (``plan.ContextPlan``). Its budgets are typed with t
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -29,8 +29,15 @@ from .plan import (
     context_plan,
 )
 
-TOPIC_MODES = ("summary", "incremental")
+TopicMode = Annotated[
+    Literal["summary", "incremental"], msgspec.Meta(description="'summary' or 'incremental'")
+]
 """A topic's ``mode``: an update replaces its state, or appends and is compacted."""
+CorruptJournal = Annotated[
+    Literal["error", "backup_and_start_empty"],
+    msgspec.Meta(description="'error' or 'backup_and_start_empty'"),
+]
+"""What a context process does with a journal it cannot read (``store.OnCorrupt``)."""
 
 
 class _Table(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -40,7 +47,7 @@ class _Table(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
 class TopicTable(_Table, frozen=True):
     """``[context.topics.NAME]``: one context topic."""
 
-    mode: str
+    mode: TopicMode
     """``summary`` (an update replaces the topic's state) or ``incremental`` (updates append and are
     compacted)."""
     budget_bytes: Budget | None = None
@@ -83,7 +90,7 @@ class ContextTable(_Table, frozen=True):
     state_dir: str | None = None
     """Where the journals live (one per context process); None: a per-bus directory
     under ``$XDG_STATE_HOME/xrmq``, else ``~/.local/state/xrmq``."""
-    on_corrupt: str = "error"
+    on_corrupt: CorruptJournal = "error"
     """A journal that cannot be read: ``error`` (the process does not start, naming the
     file) or ``backup_and_start_empty`` (moved aside, the process starts empty). A row
     that cannot be read in a journal that can is quarantined whatever this says

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import re
 
-from xrmq.actors.context.config import TOPIC_MODES, ContextTable
-from xrmq.actors.context.store import ON_CORRUPT
+from xrmq.actors.context.config import ContextTable
 from xrmq.actors.realtime.config import RealtimeConfig, realtime_problem
 from xrmq.actors.runtime.address import is_loopback_tcp, parse_bus
 from xrmq.actors.voice.config import VoiceConfig, value_problem, voice_problem
@@ -68,18 +67,6 @@ def check_rules(config: EdgeConfig, source: str) -> None:
 
 def _check_context(settings: ContextTable, source: str) -> None:
     """The rules of ``[context]`` beyond each value's type and range."""
-    for name, topic in settings.topics.items():
-        if topic.mode not in TOPIC_MODES:
-            raise ConfigError(
-                source,
-                f"context.topics.{name}.mode",
-                f"must be {' or '.join(map(repr, TOPIC_MODES))}, got {topic.mode!r}",
-            )
-    if settings.on_corrupt not in ON_CORRUPT:
-        allowed = " or ".join(map(repr, ON_CORRUPT))
-        raise ConfigError(
-            source, "context.on_corrupt", f"must be {allowed}, got {settings.on_corrupt!r}"
-        )
     if settings.state_dir is not None and not settings.state_dir.strip():
         raise ConfigError(source, "context.state_dir", "must be a non-empty path")
     try:
