@@ -11,6 +11,7 @@ import pytest
 
 from xrmq.actors.models import ChatMessage, ToolCall
 from xrmq.actors.tools.conversation_state import Conversation
+from xrmq.actors.tools.transcript import Transcript
 from xrmq.schemas.tools import ToolCallReply
 
 PNG_1x1 = base64.b64decode(
@@ -290,3 +291,30 @@ def test_an_image_file_only_pillow_reads_is_a_clear_error_without_pillow(
     monkeypatch.setitem(sys.modules, "PIL.Image", None)
     with pytest.raises(ValueError, match=r"scan\.bmp' needs Pillow .*pip install 'xrmq\[images\]'"):
         Conversation().add_user_message("look", images=bitmap)
+
+
+def test_a_tools_transcript_is_seen_as_a_conversation_and_rolls_back_like_one() -> None:
+    transcript = Transcript()
+    transcript.append(
+        ChatMessage("user", "q1"),
+        ChatMessage("assistant", "a1", reasoning="because"),
+        ChatMessage("user", "q2"),
+        ChatMessage("assistant", "", tool_calls=(ToolCall("c1", "f"),)),
+        ChatMessage("tool", "r", tool_call_id="c1"),
+        ChatMessage("assistant", "a2"),
+    )
+    transcript.commit()
+    transcript.note_usage(99)
+    seen = transcript.conversation()
+    assert seen.messages[1] == {
+        "role": "assistant",
+        "content": "a1",
+        "reasoning_content": "because",
+    }
+    assert seen.total_tokens == 99 and seen.chat_messages() == transcript.messages
+    dropped = transcript.pop_from_last_user_message()
+    assert [m.role for m in dropped] == ["assistant", "tool", "assistant"]
+    assert transcript.messages[-1] == ChatMessage("user", "q2")
+    assert transcript.take_rewritten()  # the store gets the whole transcript
+    assert transcript.pop_from_last_user_message(inclusive=True) == [ChatMessage("user", "q2")]
+    assert transcript.messages[-1].content == "a1"
