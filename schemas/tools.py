@@ -125,3 +125,5 @@ class TranscriptEditReply(msgspec.Struct, frozen=True):
     question: str = ""
     dropped: int = 0
     conversation: str = ""
+    images: tuple[str, ...] = ()
+    """The dropped question's images (``retry`` asks with them again)."""

@@ -23,7 +23,8 @@ for its ``BoxInfo`` when it starts, and refuses at once a destination the box do
 run as ``kind = "tools"``), ``/retry`` drops the last answer and its question at the
 tools destination that gave it and asks the question again, ``/revise TEXT`` asks TEXT
 instead, ``/render FILE`` writes the participant's transcript at a tools destination as
-an HTML page (``chat_edits``), ``/quit`` (or end of input) leaves. On a
+an HTML page, ``/image PATH`` shows an image file to the model with the next question
+(``chat_edits``), ``/quit`` (or end of input) leaves. On a
 terminal, what is typed while a reply streams is not echoed into it: it is asked (and
 shown) once the reply is complete. It talks to a running ``xrmq up``
 on ``--bus``, or with ``--private-stack`` to a stack of the built-in default it starts
@@ -44,7 +45,7 @@ from typing import TextIO
 from xrmq.actors.runtime import AgentRuntime
 
 from .boxinfo import BOX_INFO_WAIT_S, ask_box_info, box_config
-from .chat_edits import render, take_back
+from .chat_edits import attach, render, take_back
 from .config import EdgeConfig, reply_wait_s
 from .config_loader import default_config
 from .forget import ForgottenWaiter, failures
@@ -65,6 +66,8 @@ HELP = """chat commands:
           and ask the question again
   /revise TEXT  drop the last answer and its question there, and ask TEXT instead
   /render FILE  write this participant's transcript at a tools destination as HTML
+  /image PATH  show the image at PATH (PNG, JPEG, GIF, WebP; others with Pillow) to the
+               model with the next question
   /quit   leave (end of input does the same)
 anything else is asked as a query"""
 FORGET_TIMEOUT_S = 10.0
@@ -219,16 +222,21 @@ async def chat(
             box = await box_asked
             return None if box is None else list(box.tools_destinations())
 
+        attached: list[str] = []  # /image: shown with the next question
+
         async def run_command(text: str) -> str | None:
             """Run the chat command ``text``; the question to ask next, if any."""
             command = text.split()[0]
             if command in ("/retry", "/revise"):
-                said, again = await take_back(
+                said, again, images = await take_back(
                     runtime, participant_id, text, printer.last_source, tools=await box_tools()
                 )
                 print(said, file=out, flush=True)
+                attached.extend(images)
                 return again
-            if command == "/render":
+            if command == "/image":
+                print(attach(text[len("/image") :].strip(), attached), file=out, flush=True)
+            elif command == "/render":
                 said = await render(
                     runtime, participant_id, text, printer.last_source, tools=await box_tools()
                 )
@@ -276,7 +284,8 @@ async def chat(
                 if asked is None:
                     continue
                 text = asked  # /retry or /revise: the question to ask again
-            turn = ask(runtime, collector, participant_id, text)
+            images, attached[:] = tuple(attached), []
+            turn = ask(runtime, collector, participant_id, text, images=images)
             with _no_echo(stdin):
                 try:
                     await turn.wait(timeout)

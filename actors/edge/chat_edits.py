@@ -4,9 +4,11 @@ on the destination's transcript topic, ``actors/tools/edits.py``).
 
 ``/retry`` and ``/revise`` go to the destination that answered last, which must be a
 tools destination (the only ones that keep a transcript of their own): it drops the last
-question and all that answered it, and the chat asks that question again, or ``TEXT``
-instead. ``/render`` writes the transcript of the last tools destination to answer (else
-the box's only one) as a standalone HTML page (``Conversation.render_history_as_html``).
+question and all that answered it, and the chat asks that question again (with its
+images), or ``TEXT`` instead (with the images attached by ``/image`` since).
+``/render`` writes the transcript of the last tools destination to answer (else the
+box's only one) as a standalone HTML page (``Conversation.render_history_as_html``).
+``/image PATH`` attaches an image file (as a data URL) to the next question.
 """
 
 from __future__ import annotations
@@ -15,13 +17,33 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from xrmq.actors.runtime import AgentRuntime, AskError
+from xrmq.actors.tools.conversation_images import image_url
 from xrmq.actors.tools.conversation_state import Conversation
 from xrmq.actors.tools.edits import edit_topic
 from xrmq.schemas.tools import TranscriptEdit, TranscriptEditReply
 
 from .boxinfo import tools_destination_of
 
-EDITS = ("/retry", "/revise", "/render")
+MAX_IMAGES_CHARS = 3 * 1024 * 1024
+"""The data URLs one question may carry, in all: under the bus's 4 MiB message limit."""
+
+
+def attach(path: str, attached: list[str]) -> str:
+    """Run ``/image PATH``: add the image's data URL to ``attached`` (the next question's
+    images); the line to print."""
+    if not path:
+        return "xrmq chat: /image PATH: name the image file to show with the next question"
+    try:
+        url = image_url(path, "/image")
+    except ValueError as error:
+        return f"xrmq chat: {error}"
+    if sum(map(len, attached)) + len(url) > MAX_IMAGES_CHARS:
+        return (
+            f"xrmq chat: /image: {path} is too large to send: the images of one question "
+            f"must fit in {MAX_IMAGES_CHARS // (1024 * 1024)} MiB as data URLs"
+        )
+    attached.append(url)
+    return f"xrmq chat: {path} will be shown with the next question ({len(attached)} image(s))"
 
 
 async def take_back(
@@ -32,30 +54,33 @@ async def take_back(
     *,
     tools: Sequence[str] | None,
     timeout: float = 10.0,
-) -> tuple[str, str | None]:
-    """Run ``/retry`` or ``/revise TEXT``: the line to print, and the question to ask now
-    (None: nothing to ask, the line says why)."""
+) -> tuple[str, str | None, tuple[str, ...]]:
+    """Run ``/retry`` or ``/revise TEXT``: the line to print, the question to ask now
+    (None: nothing to ask, the line says why) and, for ``/retry``, its images."""
     command, _, revised = line.partition(" ")
     name = command[1:]
     revised = revised.strip()
     if command == "/revise" and not revised:
-        return "xrmq chat: /revise TEXT: say what to ask instead", None
+        return "xrmq chat: /revise TEXT: say what to ask instead", None, ()
     if last is None:
-        return f"xrmq chat: {command}: nothing was answered yet", None
+        return f"xrmq chat: {command}: nothing was answered yet", None, ()
     if tools is not None and last not in tools:
         return (
             f"xrmq chat: {command}: {last!r} answered last and keeps no transcript of its own; "
             f"only a tools destination's answer can be taken back "
             f"(the box's tools destinations: {', '.join(tools) or 'none'})",
             None,
+            (),
         )
     reply = await _ask(runtime, participant_id, last, name, timeout)
     if isinstance(reply, str):
-        return f"xrmq chat: {command}: {reply}", None
+        return f"xrmq chat: {command}: {reply}", None, ()
     if not reply.question:
-        return f"xrmq chat: {command}: {last} holds no question to take back", None
-    question = revised or reply.question
-    return f"xrmq chat: asking {last} again: {question}", question
+        return f"xrmq chat: {command}: {last} holds no question to take back", None, ()
+    if revised:
+        return f"xrmq chat: asking {last} again: {revised}", revised, ()
+    shown = f" (with {len(reply.images)} image(s))" if reply.images else ""
+    return f"xrmq chat: asking {last} again: {reply.question}{shown}", reply.question, reply.images
 
 
 async def render(

@@ -91,9 +91,27 @@ class ChatMessage(msgspec.Struct, frozen=True):
     """The call a ``tool`` message answers."""
     reasoning: str | None = None
     """Reasoning content returned by the model, kept verbatim."""
+    images: tuple[str, ...] = ()
+    """A user message's images (data URLs or http(s) URLs), sent after its text as
+    ``image_url`` content blocks."""
 
     def __post_init__(self) -> None:
         _require(self.role in ROLES, "ChatMessage", "role", f"must be one of {', '.join(ROLES)}")
+        _require(
+            not self.images or self.role == "user",
+            "ChatMessage",
+            "images",
+            "only a user message carries images",
+        )
+        _require(
+            all(
+                isinstance(url, str) and url.startswith(("data:image/", "https://", "http://"))
+                for url in self.images
+            ),
+            "ChatMessage",
+            "images",
+            "each must be a data:image/ URL or an http(s) URL",
+        )
         _require(isinstance(self.content, str), "ChatMessage", "content", "must be non-empty text")
         may_be_blank = self.role == "tool" or (self.role == "assistant" and bool(self.tool_calls))
         _require(

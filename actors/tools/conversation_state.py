@@ -274,14 +274,19 @@ class Conversation:
         return conversation
 
     def chat_messages(self) -> list[ChatMessage]:
-        """The messages as the models' ``ChatMessage`` (text blocks joined; ``ValueError``
-        for an image block, which a ``ChatMessage`` cannot carry)."""
+        """The messages as the models' ``ChatMessage`` (text blocks joined, image blocks as
+        its ``images``)."""
         return [chat_message(message) for message in self.messages]
 
 
 def message_param(message: ChatMessage, reasoning_field: str = "reasoning_content") -> Any:
     """``message`` as OpenAI's typed chat message."""
     out: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.images:
+        out["content"] = [
+            *([{"type": "text", "text": message.content}] if message.content else []),
+            *({"type": "image_url", "image_url": {"url": url}} for url in message.images),
+        ]
     if message.tool_calls:
         out["tool_calls"] = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
@@ -297,10 +302,16 @@ def message_param(message: ChatMessage, reasoning_field: str = "reasoning_conten
 def chat_message(message: Mapping[str, Any]) -> ChatMessage:
     """OpenAI's typed chat message as the models' ``ChatMessage``."""
     content = message.get("content")
+    images: list[str] = []
     if isinstance(content, list):
-        if any(block.get("type") != "text" for block in content):
-            raise ValueError("Conversation: a ChatMessage carries text only, not image blocks")
-        content = "\n\n".join(block["text"] for block in content)
+        texts = []
+        for block in content:
+            if block.get("type") == "image_url":
+                url = block["image_url"]
+                images.append(url["url"] if isinstance(url, Mapping) else url)
+            else:
+                texts.append(block["text"])
+        content = "\n\n".join(texts)
     calls = tuple(
         ToolCall(c["id"], c["function"]["name"], c["function"].get("arguments") or "{}")
         for c in message.get("tool_calls") or ()
@@ -312,6 +323,7 @@ def chat_message(message: Mapping[str, Any]) -> ChatMessage:
         tool_calls=calls,
         tool_call_id=message.get("tool_call_id"),
         reasoning=reasoning,
+        images=tuple(images),
     )
 
 

@@ -42,5 +42,7 @@ class TranscriptEditServer(Agent):
             conversation = await self.agent.conversation(pid)
             return TranscriptEditReply("render", conversation=conversation.dumps())
         dropped = await self.agent.take_back(pid)
-        question = dropped[0].content if dropped and dropped[0].role == "user" else ""
-        return TranscriptEditReply(message.action, question, len(dropped))
+        if not dropped or dropped[0].role != "user":
+            return TranscriptEditReply(message.action, dropped=len(dropped))
+        asked = dropped[0]
+        return TranscriptEditReply(message.action, asked.content, len(dropped), images=asked.images)

@@ -327,7 +327,7 @@ class ToolAgent(ClosingDestination):
         await self._discover(log)
         async with self.transcripts.lock(pid):
             transcript = await self.transcripts.load(pid, log)
-            transcript.append(ChatMessage("user", turn.text))
+            transcript.append(ChatMessage("user", turn.text, images=turn.images))
             outputs = ResponseOutputs(self.runtime, self.output_topic, source=route)
             parts: list[str] = []
             times = _ModelTimes()
