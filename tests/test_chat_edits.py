@@ -131,3 +131,54 @@ async def test_retry_revise_and_render_say_what_they_need_when_they_cannot_run()
     assert printed.count("xrmq chat: /revise TEXT: say what to ask instead") == 2
     assert "xrmq chat: /render FILE: name the HTML file to write" in printed
     assert "/revise TEXT  drop the last answer and its question there" in printed
+
+
+@pytest.mark.timeout(60)
+async def test_only_a_tools_destination_with_a_question_can_take_it_back():
+    from tools_doubles import Probe, never_started, probe_reading, session_model
+
+    from xrmq.actors.edge.chat_edits import take_back
+    from xrmq.actors.tools.edits import TranscriptEditServer
+    from xrmq.actors.tools.policy import AutoCompactor
+    from xrmq.actors.tools.tool import Tool
+    from xrmq.actors.tools.tool_agent import ToolAgent
+    from xrmq.schemas import AgentTurn
+    from xrmq.topics import VOICE_OUTPUT_TOPIC
+
+    from buses import broker_process
+    from router_doubles import FakeContext
+
+    with broker_process() as bus:
+        runtime = AgentRuntime(bus, name="tools-box")
+        agent = ToolAgent(
+            session_model(),
+            context=FakeContext(),
+            runtime=runtime,
+            output_topic=VOICE_OUTPUT_TOPIC,
+            tools=[Tool("probe", "Read a probe.", Probe, probe_reading)],
+            compactor=AutoCompactor(enabled=False),
+        )
+        runtime.register("lab-tools-transcript", TranscriptEditServer("lab-tools", agent))
+        async with runtime:
+            elsewhere = await take_back(
+                runtime, "p1", "/retry", "conversation", tools=["lab-tools"]
+            )
+            empty = await take_back(runtime, "p1", "/retry", "lab-tools", tools=["lab-tools"])
+            pixel = "data:image/png;base64,AAAA"
+            shown = AgentTurn("p1", "t1", "Read probe 1.", timestamp_us=1, images=(pixel,))
+            await agent.answer(shown, started=never_started)
+            retried = await take_back(runtime, "p1", "/retry", "lab-tools", tools=["lab-tools"])
+    assert elsewhere == (
+        "xrmq chat: /retry: 'conversation' answered last and keeps no transcript of its own; "
+        "only a tools destination's answer can be taken back "
+        "(the box's tools destinations: lab-tools)",
+        None,
+        (),
+    )
+    assert empty == ("xrmq chat: /retry: lab-tools holds no question to take back", None, ())
+    assert retried == (
+        "xrmq chat: asking lab-tools again: Read probe 1. (with 1 image(s))",
+        "Read probe 1.",
+        (pixel,),
+    )
+    assert agent.transcript("p1").messages == []
