@@ -9,7 +9,11 @@ A request is: the system message (system prompt, instructions, and the transcrip
 summary with docs/tools.md's compaction note once there is one); the participant's shared
 context (``ContextManager.blocks``, then the current time), as ``Conversation``
 renders it; then the participant's transcript (earlier turns with their tool calls and
-results, then this turn's).
+results, then this turn's; a turn's images go with its user message).
+
+``take_back`` drops the transcript's last question and what answered it (``/retry``,
+``/revise``); ``conversation`` shows the transcript as OpenAI's typed chat messages
+(``conversation_state.Conversation``, ``/render``).
 
 Framing is docs/context.md's, as in ``Conversation``: the first nonblank chunk awaits
 ``started()``; once a chunk was published an empty final frame closes the reply,

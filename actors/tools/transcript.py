@@ -6,7 +6,9 @@ frame, dropped when the turn is cancelled or fails: a barge-in records nothing),
 summary of what tier 2 folded away, the originals of reclaimed tool results (for
 ``extract_compacted_tool_result``), the last response's ``total_tokens`` and
 docs/tools.md's counters. Every store is bounded: originals beyond ``originals_budget_chars``
-are evicted oldest first, and counted.
+are evicted oldest first, and counted. ``conversation()`` shows it as OpenAI's typed chat
+messages (``conversation_state.Conversation``), the form its journal rows hold;
+``pop_from_last_user_message`` takes back the last question (``/retry``, ``/revise``).
 """
 
 from __future__ import annotations
