@@ -27,6 +27,10 @@ the provider withheld the rest. ``error``: the stream raised a ``ModelError``.
 """
 
 
+IMAGE_URL_PREFIXES = ("data:image/", "https://", "http://")
+"""What a message's image may be (as ``UserQuery.images``; the models import no schemas)."""
+
+
 def _require(condition: bool, type_name: str, field: str, rule: str) -> None:
     if not condition:
         raise ValueError(f"{type_name}.{field}: {rule}")
@@ -104,10 +108,7 @@ class ChatMessage(msgspec.Struct, frozen=True):
             "only a user message carries images",
         )
         _require(
-            all(
-                isinstance(url, str) and url.startswith(("data:image/", "https://", "http://"))
-                for url in self.images
-            ),
+            all(isinstance(url, str) and url.startswith(IMAGE_URL_PREFIXES) for url in self.images),
             "ChatMessage",
             "images",
             "each must be a data:image/ URL or an http(s) URL",

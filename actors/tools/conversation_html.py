@@ -14,8 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-SAFE_IMAGE_PREFIXES = ("data:image/", "https://", "http://")
-"""The image URLs a rendered page shows (anything else, e.g. ``javascript:``, is not)."""
+from xrmq.schemas._validation import IMAGE_URL_PREFIXES
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +69,7 @@ def content_to_html(entry: HistoryEntry) -> str:
     elif entry.text:
         parts.append(f'<div class="text">{html.escape(entry.text)}</div>')
     for url in entry.images:
-        if url.startswith(SAFE_IMAGE_PREFIXES):
+        if url.startswith(IMAGE_URL_PREFIXES):  # never javascript: or file:
             parts.append(f'<img class="image" alt="image" src="{html.escape(url, quote=True)}">')
         else:
             parts.append('<div class="image">[image with an unsupported URL]</div>')

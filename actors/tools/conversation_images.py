@@ -16,6 +16,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from xrmq.schemas._validation import IMAGE_URL_PREFIXES
+
 IMAGE_TYPES = {
     ".png": "image/png",
     ".jpg": "image/jpeg",
@@ -33,7 +35,7 @@ def data_url(data: bytes, media_type: str) -> str:
 
 def image_url(image: Any, field: str = "images") -> str:
     """The URL an ``image_url`` block carries for ``image`` (see the module docstring)."""
-    if isinstance(image, str) and image.startswith(("http://", "https://", "data:image/")):
+    if isinstance(image, str) and image.startswith(IMAGE_URL_PREFIXES):
         return image
     if isinstance(image, str | os.PathLike):
         path = Path(image)
