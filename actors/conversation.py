@@ -106,13 +106,17 @@ def context_message(blocks: Sequence[ContextBlock], now_us: int) -> str:
 
 
 def answer_messages(
-    system: str, blocks: Sequence[ContextBlock], now_us: int, request: str
+    system: str,
+    blocks: Sequence[ContextBlock],
+    now_us: int,
+    request: str,
+    images: tuple[str, ...] = (),
 ) -> list[ChatMessage]:
-    """The three messages of an answer request."""
+    """The three messages of an answer request (the request's images after its text)."""
     return [
         ChatMessage("system", system),
         ChatMessage("user", context_message(blocks, now_us)),
-        ChatMessage("user", request),
+        ChatMessage("user", request, images=images),
     ]
 
 
@@ -221,7 +225,11 @@ class Conversation(ClosingDestination):
     def request(self, turn: AgentTurn) -> list[ChatMessage]:
         """The three messages of the answer request for ``turn``, from the context as it is now."""
         return answer_messages(
-            self._system, self.context.blocks(turn.participant_id), self._clock(), turn.text
+            self._system,
+            self.context.blocks(turn.participant_id),
+            self._clock(),
+            turn.text,
+            turn.images,
         )
 
     async def answer(

@@ -57,3 +57,18 @@ def check_positive(value: object, label: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{label}: must be an int >= 1")
     return value
+
+
+IMAGE_URL_PREFIXES = ("data:image/", "https://", "http://")
+"""What an image in a message may be: a data URL of an image, or an http(s) URL."""
+
+
+def require_image_urls(images: tuple[str, ...], type_name: str, field: str) -> None:
+    """Require each of ``images`` to be an image data URL or an http(s) URL."""
+    for image in images:
+        require(
+            isinstance(image, str) and image.startswith(IMAGE_URL_PREFIXES),
+            type_name,
+            field,
+            "each must be a data:image/ URL or an http(s) URL",
+        )

@@ -10,7 +10,7 @@ from typing import Literal
 
 import msgspec
 
-from ._validation import require, require_name
+from ._validation import require, require_image_urls, require_name
 
 
 class UserQuery(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -29,9 +29,13 @@ class UserQuery(msgspec.Struct, frozen=True, omit_defaults=True):
     """Speech: when its last voiced audio ended."""
     transcribed_us: int | None = None
     """Speech: when its transcript was ready."""
+    images: tuple[str, ...] = ()
+    """Images the query shows the model, as data URLs (``data:image/png;base64,...``) or
+    http(s) URLs; a destination whose model does not accept images fails the turn."""
 
     def __post_init__(self) -> None:
         require(bool(self.text.strip()), "UserQuery", "text", "must be non-empty text")
+        require_image_urls(self.images, "UserQuery", "images")
         require(self.timestamp_us >= 0, "UserQuery", "timestamp_us", "must be >= 0")
         for name in ("speech_end_us", "transcribed_us"):
             value = getattr(self, name)

@@ -10,7 +10,7 @@ from typing import Literal
 
 import msgspec
 
-from ._validation import require, require_name, require_text
+from ._validation import require, require_image_urls, require_name, require_text
 from .stages import DestinationStages
 
 
@@ -36,11 +36,14 @@ class AgentTurn(msgspec.Struct, frozen=True):
     text: str
     history: tuple[AgentExchange, ...] = ()
     timestamp_us: int | None = None
+    images: tuple[str, ...] = ()
+    """The query's images (``UserQuery.images``)."""
 
     def __post_init__(self) -> None:
         require_name(self.participant_id, "AgentTurn", "participant_id")
         require_name(self.turn_id, "AgentTurn", "turn_id")
         require_text(self.text, "AgentTurn", "text")
+        require_image_urls(self.images, "AgentTurn", "images")
 
 
 class RoutingAid(msgspec.Struct, frozen=True):

@@ -95,3 +95,35 @@ class CompactReply(msgspec.Struct, frozen=True):
     status: str
     reclaimed_fraction: float = 0.0
     reclaimed_count: int = 0
+
+
+TRANSCRIPT_EDITS = ("retry", "revise", "render")
+
+
+class TranscriptEdit(msgspec.Struct, frozen=True):
+    """Act on the envelope's participant's transcript at a tools destination: ``retry`` and
+    ``revise`` drop the last question and all that answered it (the chat asks again);
+    ``render`` reads the transcript."""
+
+    action: str
+
+    def __post_init__(self) -> None:
+        require(
+            self.action in TRANSCRIPT_EDITS,
+            "TranscriptEdit",
+            "action",
+            "must be 'retry', 'revise' or 'render'",
+        )
+
+
+class TranscriptEditReply(msgspec.Struct, frozen=True):
+    """What an edit did: ``question`` is the question dropped (empty: there was none),
+    ``dropped`` the messages dropped; ``conversation`` is the transcript as
+    ``Conversation.dumps`` writes it (``render``)."""
+
+    action: str
+    question: str = ""
+    dropped: int = 0
+    conversation: str = ""
+    images: tuple[str, ...] = ()
+    """The dropped question's images (``retry`` asks with them again)."""

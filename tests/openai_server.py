@@ -13,7 +13,8 @@ how a test makes a provider that never answers or stalls mid-stream; with ``drop
 it sends that many chunks and then closes the connection in the middle of the body (a
 streamed reply is chunked, as a real provider's is, so the client sees an incomplete
 body, not a short one); an error ``status`` carries ``message`` as the provider's; with
-``usage`` the stream ends with OpenAI's usage chunk.
+``usage`` the stream ends with OpenAI's usage chunk; with ``reasoning`` it begins with a
+reasoning delta.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ class Reply:
     usage: dict[str, Any] | None = None
     """The ``usage`` object of a last chunk without choices, sent (as OpenAI does) when the
     request asked for it (``stream_options.include_usage``); None: no usage reported."""
+    reasoning: str | None = None
+    """Reasoning content, streamed as a first delta of its own under ``reasoning_field``."""
+    reasoning_field: str = "reasoning_content"
 
 
 @dataclass
@@ -135,6 +139,25 @@ class OpenAIServer:
                 self.end_headers()
                 model = body.get("model", "m")
                 try:
+                    if reply.reasoning is not None:
+                        self._event(
+                            {
+                                "id": "c1",
+                                "object": "chat.completion.chunk",
+                                "created": 1,
+                                "model": model,
+                                "choices": [
+                                    {
+                                        "index": 0,
+                                        "delta": {
+                                            "role": "assistant",
+                                            reply.reasoning_field: reply.reasoning,
+                                        },
+                                        "finish_reason": None,
+                                    }
+                                ],
+                            }
+                        )
                     for index, text in enumerate(reply.chunks):
                         if index == reply.drop_after:
                             self.wfile.flush()

@@ -215,7 +215,7 @@ def test_a_version_1_journal_gains_the_transcript_tables(tmp_path):
     db.close()
     opened = open_store(path)
     try:
-        assert opened._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert opened._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
         assert opened.transcripts == {}
     finally:
         opened.close()

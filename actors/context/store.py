@@ -42,7 +42,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -59,12 +59,14 @@ from .journal_rows import (
     select_transcripts,
 )
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The journal's schema version (``PRAGMA user_version``): 2 added the tools transcripts,
-3 every writer's last acknowledged write."""
+3 every writer's last acknowledged write, 4 transcript messages as OpenAI's typed chat
+messages."""
 
 
 _encode = msgspec.msgpack.Encoder().encode
+_decode_any = msgspec.msgpack.Decoder().decode
 
 
 _TRANSCRIPT_SCHEMA = (
@@ -100,9 +102,54 @@ def _add_transcripts(connection: sqlite3.Connection) -> None:
         connection.execute(statement)
 
 
+def _openai_transcript_messages(db: sqlite3.Connection) -> None:
+    """Version 3 -> 4: each transcript message row holds OpenAI's typed chat message
+    (``{"role", "content", "tool_calls": [{"id", "type": "function", "function": {"name",
+    "arguments"}}], "tool_call_id", "reasoning_content"}``) instead of the models'
+    ``ChatMessage`` struct (tool calls ``{"id", "name", "arguments"}``, ``reasoning``). A row
+    that is not an old message is left as it is, for the transcript's reader to quarantine."""
+    rows = db.execute(
+        "SELECT participant, name, position, message FROM transcript_messages"
+    ).fetchall()
+    for participant, name, position, blob in rows:
+        try:
+            message = _openai_message(_decode_any(blob))
+        except (msgspec.DecodeError, TypeError, KeyError):
+            continue
+        if message is not None:
+            db.execute(
+                "UPDATE transcript_messages SET message = ? "
+                "WHERE participant = ? AND name = ? AND position = ?",
+                (_encode(message), participant, name, position),
+            )
+
+
+def _openai_message(old: Any) -> dict[str, Any] | None:
+    """An old journal's ``ChatMessage`` (decoded as a map) as OpenAI's typed chat message."""
+    if not isinstance(old, dict) or not isinstance(old.get("role"), str):
+        return None
+    message: dict[str, Any] = {"role": old["role"], "content": old.get("content")}
+    calls = old.get("tool_calls") or []
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": call["name"], "arguments": call.get("arguments", "{}")},
+            }
+            for call in calls
+        ]
+    if old.get("tool_call_id") is not None:
+        message["tool_call_id"] = old["tool_call_id"]
+    if old.get("reasoning") is not None:
+        message["reasoning_content"] = old["reasoning"]
+    return message
+
+
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _add_transcripts,
     2: _add_writer_acks,
+    3: _openai_transcript_messages,
 }
 """``MIGRATIONS[v]`` upgrades a journal at version ``v`` to ``v + 1`` (a change of the
 tables adds a step here and bumps ``SCHEMA_VERSION``)."""

@@ -20,7 +20,11 @@ participant's context now and prints what happened (docs/tools.md), ``/compact t
 transcript at a tools destination (tier 1, or a summary; by default the destination
 that answered last, else the box's only tools destination: the chat asks the running box
 for its ``BoxInfo`` when it starts, and refuses at once a destination the box does not
-run as ``kind = "tools"``), ``/quit`` (or end of input) leaves. On a
+run as ``kind = "tools"``), ``/retry`` drops the last answer and its question at the
+tools destination that gave it and asks the question again, ``/revise TEXT`` asks TEXT
+instead, ``/render FILE`` writes the participant's transcript at a tools destination as
+an HTML page, ``/image PATH`` shows an image file to the model with the next question
+(``chat_edits``), ``/quit`` (or end of input) leaves. On a
 terminal, what is typed while a reply streams is not echoed into it: it is asked (and
 shown) once the reply is complete. It talks to a running ``xrmq up``
 on ``--bus``, or with ``--private-stack`` to a stack of the built-in default it starts
@@ -41,6 +45,7 @@ from typing import TextIO
 from xrmq.actors.runtime import AgentRuntime
 
 from .boxinfo import BOX_INFO_WAIT_S, ask_box_info, box_config
+from .chat_edits import attach, render, take_back
 from .config import EdgeConfig, reply_wait_s
 from .config_loader import default_config
 from .forget import ForgottenWaiter, failures
@@ -50,12 +55,19 @@ from .tool_compaction import compact
 
 QUIT = "/quit"
 COMPACT = "/compact"
+
 HELP = """chat commands:
   /help   this list
   /clear  forget this participant: the edge box drops all it holds of them
   /compact [SECTION]  compact this participant's context now
   /compact toolcall|summary [DESTINATION]  compact this participant's transcript at a
                                            tools destination (default: the last to answer)
+  /retry  drop the last answer (and its question) at the tools destination that gave it,
+          and ask the question again
+  /revise TEXT  drop the last answer and its question there, and ask TEXT instead
+  /render FILE  write this participant's transcript at a tools destination as HTML
+  /image PATH  show the image at PATH (PNG, JPEG, GIF, WebP; others with Pillow) to the
+               model with the next question
   /quit   leave (end of input does the same)
 anything else is asked as a query"""
 FORGET_TIMEOUT_S = 10.0
@@ -204,6 +216,57 @@ async def chat(
             file=out,
             flush=True,
         )
+
+        async def box_tools() -> list[str] | None:
+            """The running box's tools destinations (asked when the chat started)."""
+            box = await box_asked
+            return None if box is None else list(box.tools_destinations())
+
+        attached: list[str] = []  # /image: shown with the next question
+
+        async def run_command(text: str) -> str | None:
+            """Run the chat command ``text``; the question to ask next, if any."""
+            command = text.split()[0]
+            if command in ("/retry", "/revise"):
+                said, again, images = await take_back(
+                    runtime, participant_id, text, printer.last_source, tools=await box_tools()
+                )
+                print(said, file=out, flush=True)
+                attached.extend(images)
+                return again
+            if command == "/image":
+                print(attach(text[len("/image") :].strip(), attached), file=out, flush=True)
+            elif command == "/render":
+                said = await render(
+                    runtime, participant_id, text, printer.last_source, tools=await box_tools()
+                )
+                print(said, file=out, flush=True)
+            elif command == "/help":
+                print(HELP, file=out, flush=True)
+            elif command == COMPACT and text.split()[1:2] in (["toolcall"], ["summary"]):
+                tools = await box_tools()
+                done = await compact(
+                    runtime, participant_id, text, printer.last_source, tools=tools
+                )
+                print(done, file=out, flush=True)
+            elif command == COMPACT:
+                from .context_commands import compact_in_chat
+
+                argument = text[len(COMPACT) :].strip()
+                outcome = await compact_in_chat(
+                    config or box_config(await box_asked), bus, participant_id, argument
+                )
+                print(outcome, file=out, flush=True)
+            elif command == "/clear":
+                print(await clear(bus, participant_id), file=out, flush=True)
+            else:
+                print(
+                    f"xrmq chat: unknown command {command!r} (/help lists them)",
+                    file=out,
+                    flush=True,
+                )
+            return None
+
         while True:
             out.write(prompt)
             out.flush()
@@ -217,34 +280,12 @@ async def chat(
             if not text:
                 continue
             if text.startswith("/"):
-                command = text.split()[0]
-                if command == "/help":
-                    print(HELP, file=out, flush=True)
-                elif command == COMPACT and text.split()[1:2] in (["toolcall"], ["summary"]):
-                    box = await box_asked  # at once: asked when the chat started
-                    tools = None if box is None else box.tools_destinations()
-                    done = await compact(
-                        runtime, participant_id, text, printer.last_source, tools=tools
-                    )
-                    print(done, file=out, flush=True)
-                elif command == COMPACT:
-                    from .context_commands import compact_in_chat
-
-                    argument = text[len(COMPACT) :].strip()
-                    outcome = await compact_in_chat(
-                        config or box_config(await box_asked), bus, participant_id, argument
-                    )
-                    print(outcome, file=out, flush=True)
-                elif command == "/clear":
-                    print(await clear(bus, participant_id), file=out, flush=True)
-                else:
-                    print(
-                        f"xrmq chat: unknown command {command!r} (/help lists them)",
-                        file=out,
-                        flush=True,
-                    )
-                continue
-            turn = ask(runtime, collector, participant_id, text)
+                asked = await run_command(text)
+                if asked is None:
+                    continue
+                text = asked  # /retry or /revise: the question to ask again
+            images, attached[:] = tuple(attached), []
+            turn = ask(runtime, collector, participant_id, text, images=images)
             with _no_echo(stdin):
                 try:
                     await turn.wait(timeout)

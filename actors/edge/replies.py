@@ -277,13 +277,18 @@ def ask(
     text: str,
     *,
     source: str = "text-input",
+    images: tuple[str, ...] = (),
 ) -> Turn:
-    """Publish ``text`` as ``participant_id``'s query; the returned turn fills in as replies arrive.
+    """Publish ``text`` (with ``images``, data or http(s) URLs) as ``participant_id``'s
+    query; the returned turn fills in as replies arrive.
 
     The turn is registered before the loop can deliver anything, so no fragment is missed.
     """
     sent, sent_us = time.monotonic(), time.time_ns() // 1000
     request_id = runtime.send(
-        QUERY_TOPIC, UserQuery(text, sent_us), participant_id=participant_id, source=source
+        QUERY_TOPIC,
+        UserQuery(text, sent_us, images=images),
+        participant_id=participant_id,
+        source=source,
     )
     return collector.expect(Turn(participant_id, text, request_id, sent, sent_us=sent_us))

@@ -60,6 +60,7 @@ from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.runtime.address import UnsafeDirectoryError
 from xrmq.actors.tools import AutoCompactor, ToolAgent
 from xrmq.actors.tools.control import CompactServer
+from xrmq.actors.tools.edits import TranscriptEditServer
 from xrmq.actors.tools.store import register_transcripts
 from xrmq.actors.tools.workers import WorkerSummarizer
 from xrmq.actors.voice import ConsoleSink, Sink, VoiceRenderer
@@ -276,6 +277,7 @@ def conversation_role(runtime: AgentRuntime, config: EdgeConfig, process: Proces
             )
             runtime.register(f"{name}-server", serve(name, ClearingDestination(tools, context)))
             runtime.register(f"{name}-compact", CompactServer(name, tools))
+            runtime.register(f"{name}-transcript", TranscriptEditServer(name, tools))
             continue
         conversation = Conversation(
             prepared_llm(destination.model or config.models.answers),

@@ -38,6 +38,7 @@ from .litellm_tools import ToolCallDeltas, message_dict, tool_dict
 from .reasoning import reasoning_off
 from .service import LLMService
 from .types import ChatMessage, ChatOptions, ChatRequest, ChatResult, FinishReason, Usage
+from .vision import accepts_images
 
 REASONING_OFF: Mapping[str, Any] = {"reasoning_effort": "none"}
 """What a request with ``thinking=False`` sends to an Anthropic or Gemini reasoning model
@@ -191,6 +192,13 @@ class LiteLLMService(LLMService):
 
     async def _generate(self, request: ChatRequest) -> AsyncGenerator[str | ChatResult, None]:
         litellm = await _litellm_off_loop()
+        if any(message.images for message in request.messages):
+            if accepts_images(litellm, self.model) is False:
+                raise ModelError(
+                    self.model,
+                    "does not accept images (litellm's model map: supports_vision is false); "
+                    "ask without the image, or route image turns to a multimodal model",
+                )
         timeout_s = request.options.timeout_s or self.timeout_s
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s  # the first chunk's, across every attempt

@@ -17,6 +17,11 @@ from .types import ChatMessage, ToolCall, ToolSpec
 def message_dict(message: ChatMessage) -> dict[str, Any]:
     """``message`` in OpenAI's chat format."""
     out: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.images:
+        out["content"] = [
+            *([{"type": "text", "text": message.content}] if message.content else []),
+            *({"type": "image_url", "image_url": {"url": url}} for url in message.images),
+        ]
     if message.tool_calls:
         out["tool_calls"] = [
             {

@@ -27,6 +27,10 @@ the provider withheld the rest. ``error``: the stream raised a ``ModelError``.
 """
 
 
+IMAGE_URL_PREFIXES = ("data:image/", "https://", "http://")
+"""What a message's image may be (as ``UserQuery.images``; the models import no schemas)."""
+
+
 def _require(condition: bool, type_name: str, field: str, rule: str) -> None:
     if not condition:
         raise ValueError(f"{type_name}.{field}: {rule}")
@@ -91,9 +95,24 @@ class ChatMessage(msgspec.Struct, frozen=True):
     """The call a ``tool`` message answers."""
     reasoning: str | None = None
     """Reasoning content returned by the model, kept verbatim."""
+    images: tuple[str, ...] = ()
+    """A user message's images (data URLs or http(s) URLs), sent after its text as
+    ``image_url`` content blocks."""
 
     def __post_init__(self) -> None:
         _require(self.role in ROLES, "ChatMessage", "role", f"must be one of {', '.join(ROLES)}")
+        _require(
+            not self.images or self.role == "user",
+            "ChatMessage",
+            "images",
+            "only a user message carries images",
+        )
+        _require(
+            all(isinstance(url, str) and url.startswith(IMAGE_URL_PREFIXES) for url in self.images),
+            "ChatMessage",
+            "images",
+            "each must be a data:image/ URL or an http(s) URL",
+        )
         _require(isinstance(self.content, str), "ChatMessage", "content", "must be non-empty text")
         may_be_blank = self.role == "tool" or (self.role == "assistant" and bool(self.tool_calls))
         _require(

@@ -359,7 +359,11 @@ class AgentRouter(Agent):
             return
         times = TurnTimes.of_query(query, ctx.metadata, self.runtime)
         turn = AgentTurn(
-            ctx.participant_id, ctx.metadata.message_id, query.text, timestamp_us=query.timestamp_us
+            ctx.participant_id,
+            ctx.metadata.message_id,
+            query.text,
+            timestamp_us=query.timestamp_us,
+            images=query.images,
         )
         if self._stopped:
             self._log.warning(

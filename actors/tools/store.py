@@ -10,13 +10,15 @@ that does not hold a participant's transcript (a new process, a restart) loads i
 the actor with an ask. So the transcript outlives the agent's process.
 
 With a journal (``xrmq.actors.context.store.ContextStore``, the context process's own),
-every write is journaled before it is acknowledged, so the transcript also outlives the
-context process: a restarted actor starts from the journal. A write is an ask answered
-with ``TranscriptAck`` once committed. Each write names the revision it applies to
-(``base``) and the one it makes; an ``append`` whose base is not the actor's revision
-(the actor missed a write: its process was down) is refused, and the agent sends the
-whole transcript (a ``replace``) instead. An unanswered write (the store is down) makes
-the agent send a ``replace`` with its next write, and again after ``RESYNC_DELAYS_S``.
+every write is journaled (each message a row holding OpenAI's typed chat message, as
+``conversation_state.message_param`` writes it, in msgpack) before it is acknowledged,
+so the transcript also outlives the context process: a restarted actor starts from the
+journal. A write is an ask answered with ``TranscriptAck`` once committed. Each write
+names the revision it applies to (``base``) and the one it makes; an ``append`` whose
+base is not the actor's revision (the actor missed a write: its process was down) is
+refused, and the agent sends the whole transcript (a ``replace``) instead. An unanswered
+write (the store is down) makes the agent send a ``replace`` with its next write, and
+again after ``RESYNC_DELAYS_S``.
 
 Topics for store NAME: ``NAME.transcript.write`` (``TranscriptWrite`` -> ``TranscriptAck``)
 and ``NAME.transcript.load`` (``TranscriptLoad`` -> ``TranscriptState``); the
@@ -29,7 +31,7 @@ import asyncio
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
@@ -38,6 +40,7 @@ from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, get_logger
 from xrmq.schemas._validation import check_name
 from xrmq.topics import Topic
 
+from .conversation_state import chat_message, message_param
 from .transcript import CompactionCounters, Transcript
 
 if TYPE_CHECKING:
@@ -121,7 +124,21 @@ class TranscriptHeader(msgspec.Struct, frozen=True):
 
 _encode = msgspec.msgpack.Encoder().encode
 _decode_header = msgspec.msgpack.Decoder(TranscriptHeader).decode
-_decode_message = msgspec.msgpack.Decoder(ChatMessage).decode
+_decode_param = msgspec.msgpack.Decoder(dict[str, Any]).decode
+
+
+def _encode_message(message: ChatMessage) -> bytes:
+    """A journal row of ``message``: OpenAI's typed chat message, as msgpack."""
+    return _encode(message_param(message))
+
+
+def _decode_message(blob: bytes) -> ChatMessage:
+    """The message of a journal row (``msgspec.ValidationError`` when it is not one)."""
+    param = _decode_param(blob)
+    try:
+        return chat_message(param)
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise msgspec.ValidationError(f"not an OpenAI chat message: {error!r}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,7 +331,7 @@ class TranscriptActor(Agent):
         store.put_transcript(
             *key,
             _encode(header),
-            [_encode(m) for m in transcript.messages[start:]],
+            [_encode_message(m) for m in transcript.messages[start:]],
             start,
             rows,
             dropped,

@@ -9,7 +9,11 @@ A request is: the system message (system prompt, instructions, and the transcrip
 summary with docs/tools.md's compaction note once there is one); the participant's shared
 context (``ContextManager.blocks``, then the current time), as ``Conversation``
 renders it; then the participant's transcript (earlier turns with their tool calls and
-results, then this turn's).
+results, then this turn's; a turn's images go with its user message).
+
+``take_back`` drops the transcript's last question and what answered it (``/retry``,
+``/revise``); ``conversation`` shows the transcript as OpenAI's typed chat messages
+(``conversation_state.Conversation``, ``/render``).
 
 Framing is docs/context.md's, as in ``Conversation``: the first nonblank chunk awaits
 ``started()``; once a chunk was published an empty final frame closes the reply,
@@ -62,6 +66,7 @@ from xrmq.schemas.tools import ToolCallReply
 from xrmq.topics import Topic
 
 from .client import RemoteTool, ToolSet
+from .conversation_state import Conversation
 from .policy import AutoCompactor, AutoCompactReport, Summarize
 from .store import TranscriptTopics
 from .summary import COMPACTED_NOTE, llm_summarizer
@@ -246,14 +251,17 @@ class ToolAgent(ClosingDestination):
         """What the model is offered: the tools, then ``extract_compacted_tool_result``."""
         return (*self.toolset.specs(), EXTRACT_TOOL)
 
+    def system_content(self, transcript: Transcript) -> str:
+        """The system message of a request over ``transcript`` (its summary, once there is one)."""
+        if transcript.summary:
+            return f"{self._system}\n\n{COMPACTED_NOTE}\n\n{transcript.summary}"
+        return self._system
+
     def request(self, participant_id: str) -> list[ChatMessage]:
         """The messages of the next model call for the participant, as things are now."""
         transcript = self.transcript(participant_id)
-        system = self._system
-        if transcript.summary:
-            system = f"{system}\n\n{COMPACTED_NOTE}\n\n{transcript.summary}"
         return [
-            ChatMessage("system", system),
+            ChatMessage("system", self.system_content(transcript)),
             ChatMessage(
                 "user", context_message(self.context.blocks(participant_id), self._clock())
             ),
@@ -286,6 +294,29 @@ class ToolAgent(ClosingDestination):
             await answered  # the store's first answer: journaled, unless it was down
         return result
 
+    async def take_back(self, participant_id: str) -> list[ChatMessage]:
+        """Drop the participant's last question and everything after it from the transcript
+        (``/retry`` and ``/revise`` ask again); the dropped messages, once the store first
+        answered the rewrite. Waits for a turn in progress to end."""
+        async with self.transcripts.lock(participant_id):
+            log = get_logger(participant=participant_id)
+            transcript = await self.transcripts.load(participant_id, log)
+            dropped = transcript.pop_from_last_user_message(inclusive=True)
+            answered = self.transcripts.mirror(participant_id, transcript, [])
+        if answered is not None:
+            await answered
+        return dropped
+
+    async def conversation(self, participant_id: str) -> Conversation:
+        """The participant's transcript as a ``Conversation`` (system message first), as
+        ``/render`` shows it. Waits for a turn in progress to end."""
+        async with self.transcripts.lock(participant_id):
+            log = get_logger(participant=participant_id)
+            transcript = await self.transcripts.load(participant_id, log)
+            conversation = transcript.conversation()
+            conversation.set_system_message_content(self.system_content(transcript))
+        return conversation
+
     # ------------------------------------------------------------ the turn
 
     async def answer(
@@ -300,7 +331,7 @@ class ToolAgent(ClosingDestination):
         await self._discover(log)
         async with self.transcripts.lock(pid):
             transcript = await self.transcripts.load(pid, log)
-            transcript.append(ChatMessage("user", turn.text))
+            transcript.append(ChatMessage("user", turn.text, images=turn.images))
             outputs = ResponseOutputs(self.runtime, self.output_topic, source=route)
             parts: list[str] = []
             times = _ModelTimes()

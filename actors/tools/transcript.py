@@ -6,7 +6,9 @@ frame, dropped when the turn is cancelled or fails: a barge-in records nothing),
 summary of what tier 2 folded away, the originals of reclaimed tool results (for
 ``extract_compacted_tool_result``), the last response's ``total_tokens`` and
 docs/tools.md's counters. Every store is bounded: originals beyond ``originals_budget_chars``
-are evicted oldest first, and counted.
+are evicted oldest first, and counted. ``conversation()`` shows it as OpenAI's typed chat
+messages (``conversation_state.Conversation``), the form its journal rows hold;
+``pop_from_last_user_message`` takes back the last question (``/retry``, ``/revise``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 
 from xrmq.actors.models import ChatMessage
 
+from .conversation_state import CompactionCounter, Conversation
 from .tiers import (
     SummaryCompactResult,
     SummaryPlan,
@@ -108,6 +111,31 @@ class Transcript:
     def note_usage(self, total_tokens: int | None) -> None:
         """Remember the last response's total tokens (``None``: not reported)."""
         self.total_tokens = total_tokens
+
+    def conversation(self) -> Conversation:
+        """The committed then pending messages as a ``Conversation`` (OpenAI's typed chat
+        messages), with the token count, the compaction round counters and the originals."""
+        conversation = Conversation.of_chat_messages(self.all_messages())
+        conversation.total_tokens = self.total_tokens
+        conversation.compaction_counter = CompactionCounter(
+            self.counters.tool_rounds, self.counters.summary_rounds
+        )
+        conversation.originals = dict(self._originals)
+        return conversation
+
+    def pop_from_last_user_message(self, inclusive: bool = False) -> list[ChatMessage]:
+        """Drop the committed messages after the last user message (``/retry``), and with
+        ``inclusive`` that message too (``/revise``); the dropped messages (none without a
+        user message). A drop rewrites the transcript (the store gets all of it)."""
+        last = max((i for i, m in enumerate(self.messages) if m.role == "user"), default=None)
+        if last is None:
+            return []
+        start = last if inclusive else last + 1
+        dropped = self.messages[start:]
+        if dropped:
+            self.messages = self.messages[:start]
+            self.rewritten = True
+        return dropped
 
     # ----------------------------------------------------------------- sizes
 
