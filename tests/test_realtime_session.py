@@ -296,9 +296,7 @@ async def test_when_every_connect_fails_the_session_says_so() -> None:
     assert session.phase is Phase.CLOSED and session.counts["connect_failures"] == 2
 
 
-async def test_a_lifetime_reconnect_at_low_pressure_reseeds_the_dialogue_verbatim_unsummarized() -> (
-    None
-):
+async def test_a_lifetime_reconnect_at_low_pressure_reseeds_the_dialogue_verbatim() -> None:
     """Seed 003: "Session duration should help schedule a reconnect, but does not by
     itself imply that the content needs summarization." A session reconnecting for its
     lifetime (``max_session_s``) below ``compress_at`` makes no summary call, and the new
