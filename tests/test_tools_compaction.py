@@ -1,0 +1,143 @@
+"""docs/tools.md's automatic compaction as a ``ToolAgent`` runs it: the trigger is the
+response's ``total_tokens`` (estimated by the tokenizer when the provider reports none),
+checked before each step of a turn, so one long tool loop is summarized inside the turn;
+a custom ``CompactorAbstract`` is called; a disabled compactor never compacts."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+from tools_doubles import Probe, never_started, probe_reading, request_tokens, turn
+
+from xrmq.actors.models import ChatRequest, ScriptedLLM, ScriptedResponse, ToolCall, Usage
+from xrmq.actors.runtime import AgentRuntime
+from xrmq.actors.tools.policy import (
+    AutoCompactor,
+    AutoCompactReport,
+    Compacting,
+    CompactorAbstract,
+    count_tokens,
+)
+from xrmq.actors.tools.tool import Tool
+from xrmq.actors.tools.tool_agent import ToolAgent
+from xrmq.topics import VOICE_OUTPUT_TOPIC
+
+from router_doubles import FakeContext
+
+SURVEY = "Survey every probe of the rig."
+CALLS = 50
+
+
+def surveyor(*, report_usage: bool = True) -> ScriptedLLM:
+    """Calls the probe ``CALLS`` times in one turn, one call per step, then answers;
+    writes a short summary when asked for one."""
+    made = [0]
+
+    def respond(request: ChatRequest) -> ScriptedResponse:
+        usage = Usage(total_tokens=request_tokens(request)) if report_usage else Usage()
+        if "Summarize the earlier part" in request.messages[0].content:
+            return ScriptedResponse("## overview\nProbes were surveyed in order.", usage=usage)
+        if made[0] < CALLS:
+            made[0] += 1
+            call = ToolCall(f"s{made[0]}", "probe", json.dumps({"index": made[0]}))
+            return ScriptedResponse(usage=usage, tool_calls=(call,))
+        return ScriptedResponse(f"All {CALLS} probes are steady.", usage=usage)
+
+    return ScriptedLLM(default=respond)
+
+
+def agent_with(llm: ScriptedLLM, runtime: AgentRuntime, **kwargs: object) -> ToolAgent:
+    return ToolAgent(
+        llm,
+        context=FakeContext(),
+        runtime=runtime,
+        output_topic=VOICE_OUTPUT_TOPIC,
+        tools=[Tool("probe", "Read a probe.", Probe, probe_reading)],
+        max_iterations=CALLS + 5,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def is_answer_step(request: ChatRequest) -> bool:
+    return "Summarize the earlier part" not in request.messages[0].content
+
+
+async def test_one_long_tool_loop_is_summarized_within_the_turn_and_its_requests_stay_bounded() -> (
+    None
+):
+    threshold = 4_000
+    llm = surveyor()
+    async with AgentRuntime() as runtime:
+        agent = agent_with(llm, runtime, compactor=AutoCompactor(token_threshold=threshold))
+        result = await agent.answer(turn("t1", SURVEY), started=never_started)
+        transcript = agent.transcript("p1")
+    steps = [request for request in llm.requests if is_answer_step(request)]
+    assert result.response == f"All {CALLS} probes are steady." and len(steps) == CALLS + 1
+    # Unbounded, the last request would hold every result.
+    results = sum(len(probe_reading(Probe(index))) for index in range(1, CALLS + 1)) // 4
+    assert results > 5 * threshold
+    sizes = [request_tokens(request) for request in steps]
+    growth = max(b - a for a, b in itertools.pairwise(sizes))
+    assert max(sizes) <= threshold + growth  # checked before each step: at most one step over
+    assert transcript.counters.summary_rounds >= 1 and transcript.summary is not None
+    for request in steps:
+        body = request.messages[2:]  # after the system message and the shared context
+        assert body[0].role == "user" and body[0].content == SURVEY
+        offered = {call.id for message in body for call in message.tool_calls}
+        assert all(m.tool_call_id in offered for m in body if m.role == "tool")
+
+
+async def test_a_provider_without_usage_is_estimated_by_the_tokenizer_and_compacted_on_it() -> None:
+    llm = surveyor(report_usage=False)
+    seen: list[tuple[int | None, bool]] = []
+
+    class Watching(AutoCompactor):
+        async def auto_compact(self, agent: Compacting) -> AutoCompactReport | None:
+            seen.append((agent.conversation.total_tokens, agent.conversation.tokens_estimated))
+            return await super().auto_compact(agent)
+
+    async with AgentRuntime() as runtime:
+        agent = agent_with(llm, runtime, compactor=Watching(token_threshold=3_000))
+        await agent.answer(turn("t1", SURVEY), started=never_started)
+        transcript = agent.transcript("p1")
+    assert seen[0] == (None, False)  # nothing was reported before the first step
+    expected = count_tokens(llm.model, llm.requests[0].messages, "")
+    assert seen[1] == (expected, True)
+    assert transcript.counters.toolcall_reclaimed > 0 and transcript.counters.summary_rounds > 0
+
+
+async def test_a_custom_compactor_is_called_before_every_step() -> None:
+    class Recording(CompactorAbstract):
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, int]] = []
+
+        async def auto_compact(self, agent: Compacting) -> None:
+            self.calls.append((agent.participant_id, len(agent.conversation.all_messages())))
+
+    compactor, llm = Recording(), surveyor()
+    async with AgentRuntime() as runtime:
+        agent = agent_with(llm, runtime, compactor=compactor)
+        await agent.answer(turn("t1", SURVEY), started=never_started)
+    # One user message, then each step adds a call and its result.
+    assert compactor.calls == [("p1", 1 + 2 * step) for step in range(CALLS + 1)]
+
+
+async def test_a_disabled_compactor_never_compacts() -> None:
+    class Disabled(CompactorAbstract):
+        enabled = False
+
+        async def auto_compact(self, agent: Compacting) -> None:
+            raise AssertionError("a disabled compactor is never called")
+
+    llm = surveyor()
+    async with AgentRuntime() as runtime:
+        off = agent_with(llm, runtime, compactor=AutoCompactor(token_threshold=10, enabled=False))
+        await off.answer(turn("t1", SURVEY), started=never_started)
+        custom = agent_with(surveyor(), runtime, compactor=Disabled())
+        await custom.answer(turn("t1", SURVEY), started=never_started)
+    for agent in (off, custom):
+        counters = agent.transcript("p1").counters
+        assert (counters.toolcall_rounds_total, counters.summary_rounds) == (0, 0)
+        assert len(agent.transcript("p1").messages) == 2 + 2 * CALLS
+    assert all(is_answer_step(request) for request in llm.requests)
