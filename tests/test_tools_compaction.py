@@ -1,15 +1,29 @@
 """docs/tools.md's automatic compaction as a ``ToolAgent`` runs it: the trigger is the
 response's ``total_tokens`` (estimated by the tokenizer when the provider reports none),
 checked before each step of a turn, so one long tool loop is summarized inside the turn;
-a custom ``CompactorAbstract`` is called; a disabled compactor never compacts."""
+a custom ``CompactorAbstract`` is called; a disabled compactor never compacts; the box
+config's ``auto_compact`` and ``compactor`` build them."""
 
 from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 
-from tools_doubles import Probe, never_started, probe_reading, request_tokens, turn
+import pytest
+from tools_doubles import (
+    Probe,
+    RecordingCompactor,
+    never_started,
+    probe_reading,
+    request_tokens,
+    turn,
+)
 
+from xrmq.actors.edge.config import ConfigError, EdgeConfig
+from xrmq.actors.edge.config_loader import load_config
+from xrmq.actors.edge.roles import check_roles
+from xrmq.actors.edge.stack import build_compactor
 from xrmq.actors.models import ChatRequest, ScriptedLLM, ScriptedResponse, ToolCall, Usage
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.tools.policy import (
@@ -108,19 +122,39 @@ async def test_a_provider_without_usage_is_estimated_by_the_tokenizer_and_compac
 
 
 async def test_a_custom_compactor_is_called_before_every_step() -> None:
-    class Recording(CompactorAbstract):
-        def __init__(self) -> None:
-            self.calls: list[tuple[str, int]] = []
-
-        async def auto_compact(self, agent: Compacting) -> None:
-            self.calls.append((agent.participant_id, len(agent.conversation.all_messages())))
-
-    compactor, llm = Recording(), surveyor()
+    compactor, llm = RecordingCompactor(), surveyor()
     async with AgentRuntime() as runtime:
         agent = agent_with(llm, runtime, compactor=compactor)
         await agent.answer(turn("t1", SURVEY), started=never_started)
     # One user message, then each step adds a call and its result.
     assert compactor.calls == [("p1", 1 + 2 * step) for step in range(CALLS + 1)]
+
+
+def box(tmp_path: Path, table: str) -> EdgeConfig:
+    path = tmp_path / "edge.toml"
+    path.write_text(f'[destinations.t]\ndescription = "Tools."\nkind = "tools"\n{table}\n')
+    return load_config(path)
+
+
+def test_the_box_config_builds_the_compactor_it_names(tmp_path: Path) -> None:
+    default = build_compactor(box(tmp_path, ""), "t")
+    assert isinstance(default, AutoCompactor) and default.enabled
+    assert default.token_threshold == 192_000
+    tuned = build_compactor(box(tmp_path, "auto_compact = { token_threshold = 5000 }"), "t")
+    assert isinstance(tuned, AutoCompactor) and tuned.token_threshold == 5000
+    off = build_compactor(box(tmp_path, "auto_compact = { enabled = false }"), "t")
+    assert isinstance(off, AutoCompactor) and not off.enabled
+    custom = box(tmp_path, 'compactor = "tools_doubles:RecordingCompactor"')
+    check_roles(custom)  # what `xrmq up --check` resolves
+    assert type(build_compactor(custom, "t")) is RecordingCompactor
+    custom_off = box(
+        tmp_path,
+        'compactor = "tools_doubles:RecordingCompactor"\nauto_compact = { enabled = false }',
+    )
+    assert not build_compactor(custom_off, "t").enabled
+    wrong = box(tmp_path, 'compactor = "tools_doubles:Probe"')
+    with pytest.raises(ConfigError, match=r"destinations\.t\.compactor: .* is not a Compactor"):
+        check_roles(wrong)
 
 
 async def test_a_disabled_compactor_never_compacts() -> None:
