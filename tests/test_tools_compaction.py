@@ -24,7 +24,15 @@ from xrmq.actors.edge.config import ConfigError, EdgeConfig
 from xrmq.actors.edge.config_loader import load_config
 from xrmq.actors.edge.roles import check_roles
 from xrmq.actors.edge.stack import build_compactor
-from xrmq.actors.models import ChatRequest, ScriptedLLM, ScriptedResponse, ToolCall, Usage
+from xrmq.actors.models import (
+    ChatMessage,
+    ChatRequest,
+    OfflineLLM,
+    ScriptedLLM,
+    ScriptedResponse,
+    ToolCall,
+    Usage,
+)
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.tools.policy import (
     AutoCompactor,
@@ -33,6 +41,8 @@ from xrmq.actors.tools.policy import (
     CompactorAbstract,
     count_tokens,
 )
+from xrmq.actors.tools.summary import COMPACTED_NOTE, SUMMARY_LIMIT_TOKENS, llm_summarizer
+from xrmq.actors.tools.summary import count_tokens as count_text_tokens
 from xrmq.actors.tools.tool import Tool
 from xrmq.actors.tools.tool_agent import ToolAgent
 from xrmq.topics import VOICE_OUTPUT_TOPIC
@@ -95,6 +105,8 @@ async def test_one_long_tool_loop_is_summarized_within_the_turn_and_its_requests
     growth = max(b - a for a, b in itertools.pairwise(sizes))
     assert max(sizes) <= threshold + growth  # checked before each step: at most one step over
     assert transcript.counters.summary_rounds >= 1 and transcript.summary is not None
+    # After a summary the system message is the prompt, the compaction note and the summary.
+    assert steps[-1].messages[0].content.endswith(f"{COMPACTED_NOTE}\n\n{transcript.summary}")
     for request in steps:
         body = request.messages[2:]  # after the system message and the shared context
         assert body[0].role == "user" and body[0].content == SURVEY
@@ -175,3 +187,76 @@ async def test_a_disabled_compactor_never_compacts() -> None:
         assert (counters.toolcall_rounds_total, counters.summary_rounds) == (0, 0)
         assert len(agent.transcript("p1").messages) == 2 + 2 * CALLS
     assert all(is_answer_step(request) for request in llm.requests)
+
+
+# ---------------------------------------------------------------- the summary
+
+
+def dialogue() -> tuple[ChatMessage, ...]:
+    return (
+        ChatMessage("user", "I prefer metric units. Please check the pressure of tank 4."),
+        ChatMessage(
+            "assistant", "", tool_calls=(ToolCall("r1", "gauge", json.dumps({"tank": 4})),)
+        ),
+        ChatMessage("tool", "Tank 4 pressure is 41.7 kPa. Valve V-12 is open.", tool_call_id="r1"),
+        ChatMessage("assistant", "Tank 4 reads 41.7 kPa. I will close valve V-12 next."),
+        ChatMessage("user", "Thanks, quickly please. Is tank 5 also safe?"),
+    )
+
+
+async def test_the_offline_model_writes_the_summary_in_the_seeds_sections() -> None:
+    summarize = llm_summarizer(OfflineLLM(time_to_first_token_s=0, tokens_per_second=0))
+    summary = await summarize(dialogue(), None)
+    assert summary is not None
+    headers = [line[3:] for line in summary.splitlines() if line.startswith("## ")]
+    assert headers == [
+        "system_context",
+        "overview",
+        "key_facts",
+        "user_preferences",
+        "decisions",
+        "pending_tasks",
+        "open_questions",
+        "tone_context",
+    ]
+    section = dict(part.split("\n", 1) for part in summary.split("\n\n"))
+    assert "gauge (r1)" in section["## system_context"]
+    assert "r1: Tank 4 pressure is 41.7 kPa." in section["## key_facts"]
+    assert section["## user_preferences"] == "I prefer metric units."
+    assert "close valve V-12" in section["## decisions"]
+    assert section["## pending_tasks"] == "Please check the pressure of tank 4."
+    assert section["## open_questions"] == "Is tank 5 also safe?"
+    assert "quickly please" in section["## tone_context"]
+    assert count_text_tokens(summary) <= SUMMARY_LIMIT_TOKENS
+    # A second summary merges the first one in, section by section.
+    later = (ChatMessage("user", "My badge number is 4471."),)
+    merged = await summarize(later, summary)
+    assert merged is not None
+    facts = dict(part.split("\n", 1) for part in merged.split("\n\n"))["## key_facts"]
+    assert "r1: Tank 4 pressure is 41.7 kPa." in facts and "My badge number is 4471." in facts
+
+
+class Wordy:
+    """A model whose summaries run long: ``condensed`` answers the condense request."""
+
+    def __init__(self, condensed: str) -> None:
+        self.condensed = condensed
+        self.prompts: list[str] = []
+
+    def __call__(self, request: ChatRequest) -> ScriptedResponse:
+        self.prompts.append(request.messages[0].content)
+        if request.messages[0].content.startswith("Condense"):
+            return ScriptedResponse(self.condensed)
+        return ScriptedResponse("## key_facts\n" + "Probe 7 reads 41.7 kPa. " * 400)
+
+
+async def test_a_summary_over_1024_tokens_is_condensed_and_always_ends_within_them() -> None:
+    short = "## key_facts\nProbe 7 reads 41.7 kPa."
+    wordy = Wordy(short)
+    summary = await llm_summarizer(ScriptedLLM(default=wordy))(dialogue(), None)
+    assert summary == short and len(wordy.prompts) == 2
+    assert "Use markdown sections: system_context, overview" in wordy.prompts[1]
+    stubborn = Wordy("## key_facts\n" + "Probe 7 still reads 41.7 kPa. " * 400)
+    cut = await llm_summarizer(ScriptedLLM(default=stubborn))(dialogue(), None)
+    assert cut is not None and cut.startswith("## key_facts\nProbe 7 still reads")
+    assert SUMMARY_LIMIT_TOKENS - 20 < count_text_tokens(cut) <= SUMMARY_LIMIT_TOKENS
