@@ -20,6 +20,7 @@ from tools_doubles import (
     turn,
 )
 
+from xrmq.actors.context import context_plan, register_workers
 from xrmq.actors.edge.config import ConfigError, EdgeConfig
 from xrmq.actors.edge.config_loader import load_config
 from xrmq.actors.edge.roles import check_roles
@@ -45,6 +46,7 @@ from xrmq.actors.tools.summary import COMPACTED_NOTE, SUMMARY_LIMIT_TOKENS, llm_
 from xrmq.actors.tools.summary import count_tokens as count_text_tokens
 from xrmq.actors.tools.tool import Tool
 from xrmq.actors.tools.tool_agent import ToolAgent
+from xrmq.actors.tools.workers import WorkerSummarizer
 from xrmq.topics import VOICE_OUTPUT_TOPIC
 
 from router_doubles import FakeContext
@@ -260,3 +262,15 @@ async def test_a_summary_over_1024_tokens_is_condensed_and_always_ends_within_th
     cut = await llm_summarizer(ScriptedLLM(default=stubborn))(dialogue(), None)
     assert cut is not None and cut.startswith("## key_facts\nProbe 7 still reads")
     assert SUMMARY_LIMIT_TOKENS - 20 < count_text_tokens(cut) <= SUMMARY_LIMIT_TOKENS
+
+
+async def test_the_compaction_workers_condense_a_summary_over_1024_tokens() -> None:
+    plan = context_plan(compaction_workers=2)
+    runtime = AgentRuntime()
+    wordy = Wordy("## key_facts\nProbe 7 reads 41.7 kPa.")
+    register_workers(runtime, plan, ScriptedLLM(default=wordy))
+    summarizer = runtime.register("tools-summarizer", WorkerSummarizer(plan, timeout_s=10))
+    async with runtime:
+        summary = await summarizer(dialogue(), None)
+    assert summary == "## key_facts\nProbe 7 reads 41.7 kPa." and summarizer.failed == 0
+    assert [prompt.split(" ", 1)[0] for prompt in wordy.prompts] == ["Summarize", "Condense"]
