@@ -40,10 +40,14 @@ from xrmq.actors.tools.policy import (
     AutoCompactReport,
     Compacting,
     CompactorAbstract,
-    count_tokens,
+    count_message_tokens,
 )
-from xrmq.actors.tools.summary import COMPACTED_NOTE, SUMMARY_LIMIT_TOKENS, llm_summarizer
-from xrmq.actors.tools.summary import count_tokens as count_text_tokens
+from xrmq.actors.tools.summary import (
+    COMPACTED_NOTE,
+    SUMMARY_LIMIT_TOKENS,
+    count_text_tokens,
+    llm_summarizer,
+)
 from xrmq.actors.tools.tool import Tool
 from xrmq.actors.tools.tool_agent import ToolAgent
 from xrmq.actors.tools.workers import WorkerSummarizer
@@ -130,7 +134,7 @@ async def test_a_provider_without_usage_is_estimated_by_the_tokenizer_and_compac
         await agent.answer(turn("t1", SURVEY), started=never_started)
         transcript = agent.transcript("p1")
     assert seen[0] == (None, False)  # nothing was reported before the first step
-    expected = count_tokens(llm.model, llm.requests[0].messages, "")
+    expected = count_message_tokens(llm.model, llm.requests[0].messages, "")
     assert seen[1] == (expected, True)
     assert transcript.counters.toolcall_reclaimed > 0 and transcript.counters.summary_rounds > 0
 

@@ -183,7 +183,7 @@ class AutoCompactor(CompactorAbstract):
         )
 
 
-def count_tokens(model: str, messages: Sequence[ChatMessage], answer: str) -> int:
+def count_message_tokens(model: str, messages: Sequence[ChatMessage], answer: str) -> int:
     """litellm's ``token_counter`` over a request and its answer, as OpenAI messages."""
     from xrmq.actors.models.litellm_service import import_litellm
     from xrmq.actors.models.litellm_tools import message_dict
@@ -195,6 +195,6 @@ def count_tokens(model: str, messages: Sequence[ChatMessage], answer: str) -> in
 
 
 async def estimate_total_tokens(model: str, messages: Sequence[ChatMessage], answer: str) -> int:
-    """``count_tokens`` off the event loop: litellm's import and a long transcript's
+    """``count_message_tokens`` off the event loop: litellm's import and a long transcript's
     tokenization are seconds of CPU that would stall every actor of the process."""
-    return await asyncio.to_thread(count_tokens, model, tuple(messages), answer)
+    return await asyncio.to_thread(count_message_tokens, model, tuple(messages), answer)

@@ -90,7 +90,7 @@ def condense_request(summary: str, limit_bytes: int) -> tuple[str, str]:
     return f"{CONDENSE_PROMPT}\n{compaction_limit_instruction(limit_bytes)}", summary
 
 
-def count_tokens(text: str, model: str = "") -> int:
+def count_text_tokens(text: str, model: str = "") -> int:
     """``text``'s tokens by litellm's tokenizer for ``model`` (unknown: its default)."""
     from xrmq.actors.models.litellm_service import import_litellm
 
@@ -120,7 +120,7 @@ async def within_tokens(
 ) -> str:
     """``summary`` when it fits ``limit_tokens``; else condensed by one more request; cut
     at the limit if that is still over. Tokenizing runs off the event loop."""
-    if await asyncio.to_thread(count_tokens, summary, model) <= limit_tokens:
+    if await asyncio.to_thread(count_text_tokens, summary, model) <= limit_tokens:
         return summary
     condensed = await ask(*condense_request(summary, limit_bytes))
     text = condensed.strip() if condensed and condensed.strip() else summary
