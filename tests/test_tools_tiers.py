@@ -186,6 +186,30 @@ def test_no_cut_leaves_an_orphaned_tool_result_and_the_last_user_message_is_kept
     assert last_user in plan.tail
 
 
+@settings(max_examples=200, deadline=None)
+@given(transcripts(), transcripts(), st.integers(0, 40))
+def test_a_summary_during_a_turn_keeps_the_turn_pending_and_no_tail_starts_with_a_result(
+    earlier: list[ChatMessage], turn: list[ChatMessage], keep: int
+) -> None:
+    current = turn[: next((i for i, m in enumerate(turn) if m.role == "user" and i), len(turn))]
+    transcript = Transcript()
+    transcript.append(*earlier)
+    transcript.commit()
+    transcript.append(*current)  # one turn in progress: its user message, then its steps
+    plan = transcript.plan_summary(keep)
+    outcome = transcript.apply_summary(plan, "the summary")
+    kept = transcript.all_messages()
+    if plan is None:
+        assert outcome.status is SummaryStatus.NOTHING_TO_CONDENSE
+        return
+    assert kept and kept[0].role != "tool"
+    # The cut is never before the turn's user message: every earlier turn is summarized,
+    # and what stays is the turn's, pending, led by its user message.
+    assert transcript.messages == [] and transcript.pending == list(plan.tail)
+    assert transcript.pending[0] == current[0]
+    assert all(m in current for m in transcript.pending)
+
+
 def test_a_pending_turn_is_summarized_inside_the_turn() -> None:
     """docs/tools.md checks "before each step": one long turn's own earlier tool rounds
     are summarized while it runs, its user message kept at the tail's start, and what
