@@ -294,3 +294,55 @@ async def test_when_every_connect_fails_the_session_says_so() -> None:
             await session.start()
         await session.close()
     assert session.phase is Phase.CLOSED and session.counts["connect_failures"] == 2
+
+
+async def test_a_lifetime_reconnect_at_low_pressure_reseeds_the_dialogue_verbatim() -> None:
+    """Seed 003: "Session duration should help schedule a reconnect, but does not by
+    itself imply that the content needs summarization." A session reconnecting for its
+    lifetime (``max_session_s``) below ``compress_at`` makes no summary call, and the new
+    session holds the whole dialogue word for word."""
+    now = [0.0]
+    calls: list[int] = []
+
+    async def counting(head, previous):
+        calls.append(len(head))
+        return await SUMMARIZE(head, previous)
+
+    async with OfflineRealtimeServer(brain=ScriptedEars()) as server:
+        recorder = Recorder()
+        provider = OpenAIRealtime(
+            base_url=server.url,
+            limits=RealtimeLimits(max_context_tokens=100_000, max_session_s=600),
+            ready_timeout_s=20,
+        )
+        session = RealtimeSession(
+            provider,
+            instructions=lambda: "The participant is Ada.",
+            summarize=counting,
+            settings=SessionSettings(keep_tail=2, retry_backoff_s=0.0, server_vad=False),
+            listener=recorder,
+            participant_id="p1",
+            clock=lambda: now[0],
+        )
+        await session.start()
+        facts = ["My badge number is 4417.", "I parked on level 3.", "My cat is called Tom."]
+        for seq, fact in enumerate(facts[:-1]):
+            await recorder.ask(session, fact, seq)
+        now[0] = 600.0  # the session's lifetime is over: the next response schedules a reconnect
+        await recorder.ask(session, facts[-1], 5)
+        async with asyncio.timeout(WAIT_S):
+            await session.settled()
+        pressure = session.pressure()
+        dialogue = [(role, text) for role, text in server.seeded_items[-1]]
+        answers = [done.text for _, done in recorder.done]
+        await session.close()
+    assert pressure < session.settings.pressure.compress_at
+    assert session.counts["rollovers"] == 1 and len(server.instructions) == 2
+    assert calls == [] and session.checkpointer.latest is None
+    assert SUMMARY_HEADER not in server.instructions[-1]
+    expected = [
+        item
+        for fact, answer in zip(facts, answers)
+        for item in (("user", fact), ("assistant", answer))
+    ]
+    assert dialogue == expected

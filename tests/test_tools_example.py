@@ -142,7 +142,26 @@ def test_context_compact_tier_needs_a_destination_when_the_config_has_none_or_se
         ),
         ('kind = "tools"\nmax_iterations = 0', "destinations.t.max_iterations: must be >= 1"),
         ('kind = "tools"\ntool_timeout_s = 0', "destinations.t.tool_timeout_s: must be > 0"),
-        ('kind = "tools"\ntoken_threshold = -1', "destinations.t.token_threshold: must be > 0"),
+        (
+            'kind = "tools"\nauto_compact = { token_threshold = -1 }',
+            "destinations.t.auto_compact.token_threshold: must be > 0",
+        ),
+        (
+            'kind = "tools"\nauto_compact = { enabled = "no" }',
+            "destinations.t.auto_compact.enabled: must be a boolean, got a string",
+        ),
+        (
+            'kind = "tools"\nauto_compact = { threshold = 10 }',
+            "destinations.t.auto_compact.threshold: unknown key; did you mean 'token_threshold'?",
+        ),
+        (
+            'kind = "tools"\ncompactor = "no colon"',
+            "destinations.t.compactor: must be package.module:Class, got 'no colon'",
+        ),
+        (
+            "auto_compact = { enabled = false }",
+            'destinations.t.auto_compact: only a kind = "tools" destination compacts',
+        ),
     ],
 )
 def test_a_tools_destinations_keys_are_checked_naming_the_key(
@@ -159,15 +178,16 @@ def test_a_tools_destinations_keys_are_checked_naming_the_key(
 
 
 def test_the_tools_config_decodes_with_the_seed_defaults() -> None:
+    from xrmq.actors.edge.config import AutoCompactConfig
     from xrmq.actors.edge.config_loader import load_config
 
     config = load_config(CONFIG)
     tools = config.destinations["lab-tools"]
-    assert (tools.kind, tools.tool_servers, tools.max_iterations, tools.token_threshold) == (
+    assert (tools.kind, tools.tool_servers, tools.max_iterations, tools.auto_compact) == (
         "tools",
         ["camera", "inventory"],
         8,
-        192_000,
+        AutoCompactConfig(enabled=True, token_threshold=192_000),
     )
     assert config.destinations["conversation"].kind == "conversation"
 

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from xrmq.actors.models import ChatMessage, ToolCall
-from xrmq.actors.tools.policy import ESCALATION_RATIO, TOKEN_THRESHOLD, AutoCompactor
+from xrmq.actors.tools.policy import (
+    ESCALATION_RATIO,
+    TOKEN_THRESHOLD,
+    AutoCompactor,
+    Compacting,
+    CompactorAbstract,
+)
 from xrmq.actors.tools.tiers import (
     PLACEHOLDER,
     SUMMARY_KEEP_MAX,
@@ -141,6 +151,94 @@ def test_summary_cut_never_leaves_the_tail_starting_with_an_orphaned_tool_result
         assert all(m.tool_call_id in kept_calls for m in plan.tail if m.role == "tool"), keep
 
 
+@st.composite
+def transcripts(draw: st.DrawFn) -> list[ChatMessage]:
+    """Well-formed tool-calling transcripts: turns of a user message, tool rounds (an
+    assistant message with 1-3 parallel calls, then their results) and maybe an answer."""
+    messages: list[ChatMessage] = []
+    ids = iter(range(10_000))
+    for _ in range(draw(st.integers(1, 5))):
+        messages.append(user(f"turn {len(messages)}"))
+        for _ in range(draw(st.integers(0, 6))):
+            calls = [f"c{next(ids)}" for _ in range(draw(st.integers(1, 3)))]
+            messages.append(
+                ChatMessage("assistant", "", tool_calls=tuple(ToolCall(c, "probe") for c in calls))
+            )
+            messages += [result(c) for c in calls]
+        if draw(st.booleans()):
+            messages.append(ChatMessage("assistant", "answer"))
+    return messages
+
+
+@settings(max_examples=300, deadline=None)
+@given(transcripts(), st.integers(0, 40))
+def test_no_cut_leaves_an_orphaned_tool_result_and_the_last_user_message_is_kept(
+    messages: list[ChatMessage], keep: int
+) -> None:
+    plan = plan_summary(messages, keep)
+    if plan is None:
+        return
+    assert plan.head + plan.tail[int(plan.kept_user) :] == tuple(messages)
+    assert plan.tail and plan.tail[0].role != "tool"
+    kept_calls = {c.id for m in plan.tail for c in m.tool_calls}
+    assert all(m.tool_call_id in kept_calls for m in plan.tail if m.role == "tool")
+    last_user = [m for m in messages if m.role == "user"][-1]
+    assert last_user in plan.tail
+
+
+@settings(max_examples=200, deadline=None)
+@given(transcripts(), transcripts(), st.integers(0, 40))
+def test_a_summary_during_a_turn_keeps_the_turn_pending_and_no_tail_starts_with_a_result(
+    earlier: list[ChatMessage], turn: list[ChatMessage], keep: int
+) -> None:
+    current = turn[: next((i for i, m in enumerate(turn) if m.role == "user" and i), len(turn))]
+    transcript = Transcript()
+    transcript.append(*earlier)
+    transcript.commit()
+    transcript.append(*current)  # one turn in progress: its user message, then its steps
+    plan = transcript.plan_summary(keep)
+    outcome = transcript.apply_summary(plan, "the summary")
+    kept = transcript.all_messages()
+    if plan is None:
+        assert outcome.status is SummaryStatus.NOTHING_TO_CONDENSE
+        return
+    assert kept and kept[0].role != "tool"
+    # The cut is never before the turn's user message: every earlier turn is summarized,
+    # and what stays is the turn's, pending, led by its user message.
+    assert transcript.messages == [] and transcript.pending == list(plan.tail)
+    assert transcript.pending[0] == current[0]
+    assert all(m in current for m in transcript.pending)
+
+
+def test_a_pending_turn_is_summarized_inside_the_turn() -> None:
+    """docs/tools.md checks "before each step": one long turn's own earlier tool rounds
+    are summarized while it runs, its user message kept at the tail's start, and what
+    stays keeps its place (committed before, pending after)."""
+    transcript = Transcript()
+    transcript.append(user("earlier"), ChatMessage("assistant", "fine"))
+    transcript.commit()
+    transcript.append(*rounds(20))  # the turn in progress: a user message, 40 tool messages
+    plan = transcript.plan_summary(16)
+    assert plan is not None and plan.kept_user and len(plan.head) == 2 + 25
+    outcome = transcript.apply_summary(plan, "the summary")
+    assert outcome.status is SummaryStatus.COMPACTED
+    assert transcript.messages == [] and transcript.pending[0] == user()
+    assert len(transcript.pending) == 17 and transcript.pending[1].role == "assistant"
+    transcript.commit()
+    assert len(transcript.messages) == 17 and transcript.summary == "the summary"
+
+
+def test_a_short_turn_in_progress_is_kept_whole_and_the_earlier_turns_summarized() -> None:
+    transcript = Transcript()
+    transcript.append(*rounds(20))
+    transcript.commit()
+    transcript.append(user("now"), call("n"))
+    plan = transcript.plan_summary(4)
+    assert plan is not None and not plan.kept_user and len(plan.head) == 41
+    transcript.apply_summary(plan, "the summary")
+    assert transcript.messages == [] and transcript.pending == [user("now"), call("n")]
+
+
 def test_summary_cut_is_at_the_last_user_message_when_its_tail_fits() -> None:
     messages = [*rounds(3), user("latest"), call("z"), result("z")]
     assert summary_cut(messages, 16) == 7
@@ -260,17 +358,18 @@ def filled(count: int = 40, tokens: int | None = 250_000) -> Transcript:
 
 async def test_no_compaction_while_under_threshold_or_usage_unknown_or_disabled() -> None:
     summarize = Summarizer()
-    assert await AutoCompactor().auto_compact(filled(tokens=192_000), summarize) is None
-    unknown = filled(tokens=None)  # without usage: its 16 KB against the default 4 x 192,000 bytes
-    assert AutoCompactor().pressure(unknown) == (unknown.rendered_bytes(), 768_000)
-    assert await AutoCompactor().auto_compact(unknown, summarize) is None
-    assert await AutoCompactor(enabled=False).auto_compact(filled(), summarize) is None
+    assert await AutoCompactor().auto_compact(Compacting(filled(tokens=192_000), summarize)) is None
+    # Without a usage report the transcript's size does not count, however large it is.
+    huge = filled(400, tokens=None)
+    assert estimated_message_length(huge.messages) > 4 * TOKEN_THRESHOLD // 10
+    assert await AutoCompactor(token_threshold=10).auto_compact(Compacting(huge, summarize)) is None
+    assert await AutoCompactor(enabled=False).auto_compact(Compacting(filled(), summarize)) is None
     assert summarize.calls == []
 
 
 async def test_a_sufficient_first_tier1_round_does_not_escalate_and_resets_the_trigger() -> None:
     transcript, summarize = filled(40, tokens=200_000), Summarizer()
-    report = await AutoCompactor().auto_compact(transcript, summarize)
+    report = await AutoCompactor().auto_compact(Compacting(transcript, summarize))
     assert report is not None and report.outcome is SummaryStatus.COMPACTED
     assert [type(step) for step in report.steps] == [ToolCallCompactResult]
     assert summarize.calls == [] and transcript.counters.tool_rounds == 1
@@ -280,12 +379,12 @@ async def test_a_sufficient_first_tier1_round_does_not_escalate_and_resets_the_t
 
 async def test_escalation_after_escalation_rounds_consecutive_tier1_rounds() -> None:
     transcript, summarize, compactor = filled(40, tokens=200_000), Summarizer(), AutoCompactor()
-    await compactor.auto_compact(transcript, summarize)
+    await compactor.auto_compact(Compacting(transcript, summarize))
     assert summarize.calls == []
     transcript.append(*(m for i in range(40, 60) for m in (call(f"c{i}"), result(f"c{i}"))))
     transcript.commit()
     transcript.note_usage(200_000)
-    report = await compactor.auto_compact(transcript, summarize)
+    report = await compactor.auto_compact(Compacting(transcript, summarize))
     assert report is not None and len(summarize.calls) == 1  # the second round escalated
     assert transcript.counters.tool_rounds == 0 and transcript.counters.summary_rounds == 1
 
@@ -298,7 +397,7 @@ async def test_escalation_in_the_same_round_when_reclaiming_leaves_the_estimate_
     transcript.messages = [
         m if m.role != "tool" else result(m.tool_call_id or "", "ok") for m in transcript.messages
     ]
-    report = await AutoCompactor().auto_compact(transcript, summarize)
+    report = await AutoCompactor().auto_compact(Compacting(transcript, summarize))
     assert report is not None and report.steps[0] == ToolCallCompactResult(0, 0.0)
     assert len(summarize.calls) == 1 and report.outcome is SummaryStatus.COMPACTED
 
@@ -309,7 +408,7 @@ async def test_still_over_after_a_summary_retries_max_retries_times_halving_both
     original_tool, original_plan = transcript.compact_toolcall, transcript.plan_summary
     transcript.compact_toolcall = lambda keep: keeps.append(("tool", keep)) or original_tool(keep)  # type: ignore
     transcript.plan_summary = lambda keep: keeps.append(("summary", keep)) or original_plan(keep)  # type: ignore
-    report = await AutoCompactor().auto_compact(transcript, summarize)
+    report = await AutoCompactor().auto_compact(Compacting(transcript, summarize))
     assert keeps == [
         ("tool", 12),
         ("summary", 16),
@@ -323,24 +422,46 @@ async def test_still_over_after_a_summary_retries_max_retries_times_halving_both
 
 
 async def test_the_outcomes_nothing_to_condense_and_summarize_failed_reach_the_report() -> None:
-    failed = await AutoCompactor().auto_compact(filled(40, tokens=10_000_000), Summarizer(None))
+    failed = await AutoCompactor().auto_compact(
+        Compacting(filled(40, tokens=10_000_000), Summarizer(None))
+    )
     assert failed is not None and failed.outcome is SummaryStatus.SUMMARIZE_FAILED
     tiny = Transcript()
     tiny.append(user(), call("a"), result("a", "ok"))
     tiny.commit()
     tiny.note_usage(10_000_000)
-    nothing = await AutoCompactor().auto_compact(tiny, Summarizer())
+    nothing = await AutoCompactor().auto_compact(Compacting(tiny, Summarizer()))
     assert nothing is not None and nothing.outcome is SummaryStatus.NOTHING_TO_CONDENSE
     assert tiny.total_tokens == 10_000_000
 
 
-async def test_without_usage_the_rendered_bytes_against_the_byte_budget_trigger() -> None:
-    transcript, summarize = filled(40, tokens=None), Summarizer()
-    budget = transcript.rendered_bytes() - 1
-    compactor = AutoCompactor(byte_budget=budget)
-    assert compactor.pressure(transcript) == (float(budget + 1), float(budget))
-    report = await compactor.auto_compact(transcript, summarize)
-    assert report is not None and transcript.rendered_bytes() <= budget * ESCALATION_RATIO
-    # Usage, when reported, takes precedence over bytes.
-    transcript.note_usage(10)
-    assert not compactor.due(transcript)
+async def test_no_compaction_without_a_new_usage_report_however_long_the_transcript() -> None:
+    """docs/tools.md: ``total_tokens`` is the only trigger, "reset to None after a
+    compaction so it does not trigger again immediately": a transcript still long after a
+    compaction is not compacted again until a response reports usage over the threshold."""
+    transcript, summarize = filled(80, tokens=10_000_000), Summarizer()
+    compactor = AutoCompactor(token_threshold=1_000)
+    first = await compactor.auto_compact(Compacting(transcript, summarize))
+    assert first is not None and transcript.total_tokens is None
+    calls, counters = len(summarize.calls), dataclasses.replace(transcript.counters)
+    for _ in range(3):  # checks before the next model calls, no response in between
+        assert await compactor.auto_compact(Compacting(transcript, summarize)) is None
+    assert len(summarize.calls) == calls and transcript.counters == counters
+    transcript.note_usage(5_000)  # the next response's report fires it again
+    assert await compactor.auto_compact(Compacting(transcript, summarize)) is not None
+
+
+async def test_a_custom_compactor_subclasses_compactor_abstract() -> None:
+    class Counting(CompactorAbstract):
+        def __init__(self) -> None:
+            self.seen: list[int] = []
+
+        async def auto_compact(self, agent: Compacting) -> None:
+            self.seen.append(len(agent.conversation.all_messages()))
+
+    compactor = Counting()
+    await compactor.auto_compact(Compacting(filled(3), Summarizer()))
+    assert compactor.seen == [7] and compactor.enabled
+    assert (compactor.toolcall_keep_max, compactor.summary_keep_max) == (12, 16)
+    with pytest.raises(TypeError):
+        CompactorAbstract()  # type: ignore[abstract]

@@ -8,6 +8,7 @@ import re
 import msgspec
 
 from xrmq.actors.models import ChatRequest, ScriptedLLM, ScriptedResponse, ToolCall, Usage
+from xrmq.actors.tools.policy import Compacting, CompactorAbstract
 from xrmq.actors.tools.tiers import placeholder
 from xrmq.actors.tools.tool_agent import EXTRACT_TOOL
 from xrmq.schemas import AgentTurn
@@ -84,3 +85,13 @@ def session_model() -> ScriptedLLM:
         )
 
     return ScriptedLLM(default=respond)
+
+
+class RecordingCompactor(CompactorAbstract):
+    """A custom strategy that compacts nothing and records each call (participant, messages)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    async def auto_compact(self, agent: Compacting) -> None:
+        self.calls.append((agent.participant_id, len(agent.conversation.all_messages())))

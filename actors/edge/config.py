@@ -137,6 +137,16 @@ class ModelsConfig(_Section, frozen=True):
     """The model the router's ``llm`` decision service chooses destinations with."""
 
 
+class AutoCompactConfig(_Section, frozen=True):
+    """docs/tools.md's configuration of a tools destination's automatic compaction."""
+
+    enabled: bool = True
+    """The switch: false never compacts automatically (``/compact`` still does)."""
+    token_threshold: int = 192_000
+    """The trigger: the last response's ``total_tokens`` above it (counted by the tokenizer
+    when the model reports no usage)."""
+
+
 class DestinationConfig(_Section, frozen=True):
     description: str
     """What the destination answers: the routing aid the router chooses with."""
@@ -157,8 +167,12 @@ class DestinationConfig(_Section, frozen=True):
     """For ``tools``: model calls per turn at most."""
     tool_timeout_s: float = 10.0
     """For ``tools``: how long one tool call may take before it is an error result."""
-    token_threshold: int = 192_000
-    """For ``tools``: docs/tools.md's ``auto_compact.token_threshold``."""
+    auto_compact: AutoCompactConfig = AutoCompactConfig()
+    """For ``tools``: docs/tools.md's ``auto_compact = { enabled, token_threshold }``."""
+    compactor: str | None = None
+    """For ``tools``: ``package.module:Class`` of a ``CompactorAbstract`` built without
+    arguments (``auto_compact.enabled`` still switches it); None: ``AutoCompactor`` with
+    ``auto_compact.token_threshold``."""
     realtime: RealtimeConfig | None = None
     """For ``realtime``: the session (None: every default)."""
 

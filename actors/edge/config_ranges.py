@@ -56,7 +56,7 @@ RANGES: dict[str, tuple[float, float]] = {
     **{f"destinations.*.model.{field}": bounds for field, bounds in _MODEL_RANGES.items()},
     "destinations.*.max_iterations": (1, 1000),
     "destinations.*.tool_timeout_s": _SECONDS,
-    "destinations.*.token_threshold": _TOKENS,
+    "destinations.*.auto_compact.token_threshold": _TOKENS,
     **{f"destinations.*.realtime.{field}": bounds for field, bounds in REALTIME_RANGES.items()},
     "router.history_limit": (1, 10_000),
     "router.destination_dead_after_s": _SECONDS,

@@ -22,11 +22,15 @@ from xrmq.actors.voice.config import VoiceConfig, value_problem, voice_problem
 from .config import (
     TABLE_NAME,
     TOOL_IDENTITY_NAMES,
+    AutoCompactConfig,
     ConfigError,
     DestinationConfig,
     EdgeConfig,
     RestartPolicyConfig,
 )
+
+COMPACTOR = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+"""A custom compactor as a destination names it: ``package.module:Class``."""
 
 ROLE = re.compile(r"^(?:[a-z][a-z0-9-]*|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
 """A role as a process names it: a built-in role's name or ``package.module:function``."""
@@ -45,8 +49,8 @@ def check_values(config: EdgeConfig, source: str) -> None:
             raise ConfigError(source, f"{key}.max_iterations", "must be >= 1")
         if destination.tool_timeout_s <= 0:
             raise ConfigError(source, f"{key}.tool_timeout_s", "must be > 0")
-        if destination.token_threshold <= 0:
-            raise ConfigError(source, f"{key}.token_threshold", "must be > 0")
+        if destination.auto_compact.token_threshold <= 0:
+            raise ConfigError(source, f"{key}.auto_compact.token_threshold", "must be > 0")
     problem = value_problem(config.voice)
     if problem is not None:
         raise ConfigError(source, f"voice.{problem[0]}", problem[1])
@@ -105,7 +109,23 @@ def _check_destination_kind(name: str, destination: DestinationConfig, source: s
             raise ConfigError(
                 source, f"{key}.tool_servers", 'only a kind = "tools" destination calls tools'
             )
+        for field, is_set in (
+            ("compactor", destination.compactor is not None),
+            ("auto_compact", destination.auto_compact != AutoCompactConfig()),
+        ):
+            if is_set:
+                raise ConfigError(
+                    source,
+                    f"{key}.{field}",
+                    'only a kind = "tools" destination compacts a tool transcript',
+                )
         return
+    if destination.compactor is not None and not COMPACTOR.match(destination.compactor):
+        raise ConfigError(
+            source,
+            f"{key}.compactor",
+            f"must be package.module:Class, got {destination.compactor!r}",
+        )
     for server in destination.tool_servers:
         if not (0 < len(server) <= 40 and all(c.isalnum() or c == "-" for c in server)):
             raise ConfigError(

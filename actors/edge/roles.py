@@ -9,15 +9,13 @@ so an application runs its own actors in the edge box without registering anythi
 
 from __future__ import annotations
 
-import importlib
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from xrmq.actors.runtime import AgentRuntime
 
 from .config import ConfigError, EdgeConfig, ProcessInstance
+from .dotted import config_base, import_attribute, resolve_compactor
 
 RoleBuilder = Callable[[AgentRuntime, EdgeConfig, ProcessInstance], None]
 
@@ -48,31 +46,29 @@ def resolve_role(name: str, base: Path | None = None) -> RoleBuilder:
                 f"unknown role {name!r} (built-in roles: {known}; or use package.module:function)"
             )
         return ROLES[name]
-    module_name, _, attribute = name.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        top = module_name.split(".")[0]
-        nearby = base is not None and ((base / top).is_dir() or (base / f"{top}.py").is_file())
-        if base is None or not nearby or str(base) in sys.path:
-            raise LookupError(f"cannot import {module_name!r}: {error}") from None
-        sys.path.append(str(base))
-        return resolve_role(name, base)
-    found: Any = getattr(module, attribute, None)
+    found = import_attribute(name, base)
     if not callable(found):
-        raise LookupError(f"{module_name!r} has no function {attribute!r}")
+        raise LookupError(f"{name.partition(':')[0]!r} has no function {name.partition(':')[2]!r}")
     return found
 
 
 def check_roles(config: EdgeConfig, process: str | None = None) -> dict[str, list[RoleBuilder]]:
-    """Resolve the roles of every process (or of ``process``), by process name.
+    """Resolve the roles of every process (or of ``process``), by process name, after
+    every destination's ``compactor``.
 
     Raises ``ConfigError`` naming the file and ``processes.<name>.roles[<i>]``, so
     ``xrmq up`` refuses a config before it starts anything.
     """
     names = [process] if process is not None else list(config.processes)
-    source = Path(config.source)
-    base = source.parent.resolve() if source.is_file() else None
+    base = config_base(config)
+    for destination_name, destination in config.destinations.items():
+        if destination.compactor is not None:
+            try:
+                resolve_compactor(destination.compactor, base)
+            except LookupError as error:
+                raise ConfigError(
+                    config.source, f"destinations.{destination_name}.compactor", str(error)
+                ) from None
     resolved: dict[str, list[RoleBuilder]] = {}
     for name in names:
         builders = []

@@ -58,7 +58,7 @@ from xrmq.actors.routing.decisions import DecisionService
 from xrmq.actors.routing.destination import RoutableAgent
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.runtime.address import UnsafeDirectoryError
-from xrmq.actors.tools import AutoCompactor, ToolAgent
+from xrmq.actors.tools import AutoCompactor, CompactorAbstract, ToolAgent
 from xrmq.actors.tools.control import CompactServer
 from xrmq.actors.tools.edits import TranscriptEditServer
 from xrmq.actors.tools.store import register_transcripts
@@ -67,7 +67,8 @@ from xrmq.actors.voice import ConsoleSink, Sink, VoiceRenderer
 from xrmq.schemas import RoutingAid
 from xrmq.topics import INTERRUPTED_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC
 
-from .config import EdgeConfig, ProcessInstance
+from .config import ConfigError, EdgeConfig, ProcessInstance
+from .dotted import config_base, resolve_compactor
 
 
 def worker_slices(config: EdgeConfig) -> dict[tuple[str, int], list[int]]:
@@ -271,7 +272,7 @@ def conversation_role(runtime: AgentRuntime, config: EdgeConfig, process: Proces
                 routing=RoutingAid(destination.description, keywords=tuple(destination.keywords)),
                 max_iterations=destination.max_iterations,
                 tool_timeout_s=destination.tool_timeout_s,
-                compactor=AutoCompactor(token_threshold=destination.token_threshold),
+                compactor=build_compactor(config, name),
                 summarize=summarizer,
                 transcripts=name,
             )
@@ -379,3 +380,20 @@ BUILTIN_ROLES = {
     "renderer": renderer_role,
     "voice": voice_role,
 }
+
+
+def build_compactor(config: EdgeConfig, name: str) -> CompactorAbstract:
+    """Destination ``name``'s compactor: its ``compactor`` class built without arguments,
+    else ``AutoCompactor`` at ``auto_compact.token_threshold``; ``auto_compact.enabled =
+    false`` switches either off."""
+    destination = config.destinations[name]
+    settings = destination.auto_compact
+    if destination.compactor is None:
+        return AutoCompactor(token_threshold=settings.token_threshold, enabled=settings.enabled)
+    try:
+        compactor = resolve_compactor(destination.compactor, config_base(config))()
+    except LookupError as error:
+        raise ConfigError(config.source, f"destinations.{name}.compactor", str(error)) from None
+    if not settings.enabled:
+        compactor.enabled = False
+    return compactor

@@ -3,7 +3,8 @@
 Deterministic and visibly dependent on its input (see ``extractive``):
 
 - A request whose system prompt states a compaction limit (``compaction_limit``) gets an
-  extractive summary of the other messages within that limit.
+  extractive summary of the other messages within that limit, in the markdown sections
+  the prompt names when it names some (``summary_sections``, ``sectioned``).
 - A request with tools calls one when the user's words match a tool's name or
   description, and answers from the tool's result once it is there (``offline_tools``).
 - Any other request is a turn: the last message is what the user said and the messages
@@ -25,11 +26,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, Awaitable, Callable
 
-from xrmq.actors.prompts.compaction import compaction_limit
+from xrmq.actors.prompts.compaction import compaction_limit, summary_sections
 
 from .chunking import chunk_count, word_chunks
 from .extractive import content_lines, extractive_summary, reply
 from .offline_tools import answer_after_tools, choose_tool_call
+from .sectioned import sectioned_summary
 from .service import LLMService
 from .types import ChatRequest, ChatResult, FinishReason, Usage
 
@@ -67,6 +69,9 @@ class OfflineLLM(LLMService):
         limit = compaction_limit(messages[0].content) if has_system else None
         if limit is not None:
             material = "\n".join(message.content for message in messages[1:])
+            sections = summary_sections(messages[0].content)
+            if sections:
+                return sectioned_summary(material, sections, limit)
             return extractive_summary(material, limit)
         after_tools = answer_after_tools(request)
         if after_tools is not None:

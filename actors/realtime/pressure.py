@@ -39,6 +39,10 @@ CHARS_PER_TOKEN = 4.0
 """The transcript estimate: about four characters of English text per token."""
 
 
+LIFETIME = "session_lifetime"
+"""The reconnect reason of a session whose ``max_session_s`` is nearly over."""
+
+
 def estimate_tokens(text: str) -> int:
     """Tokens of ``text`` as the transcript estimate counts them (at least 1 for any text)."""
     return 0 if not text else max(1, round(len(text) / CHARS_PER_TOKEN))
@@ -199,6 +203,12 @@ class PressureTracker:
 
     def should_rollover(self) -> bool:
         return self.pressure().value >= self.policy.rollover_at
+
+    def needs_summary(self, reason: str) -> bool:
+        """Whether a reconnect for ``reason`` first summarizes: any reason but the
+        session's lifetime does; the lifetime only when the pressure reached
+        ``compress_at`` (a session that is old but not full reconnects verbatim)."""
+        return reason != LIFETIME or self.should_compress()
 
     def session_expiring(self, now: float) -> bool:
         """Whether the session's lifetime schedules a reconnect (never a summary)."""

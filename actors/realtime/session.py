@@ -40,7 +40,7 @@ from xrmq.actors.runtime import get_logger
 from .background import SessionWork, Summarize
 from .checkpoint import Checkpointer, LiveTranscript
 from .history import RolloverHistory
-from .pressure import PressurePolicy, PressureTracker
+from .pressure import LIFETIME, PressurePolicy, PressureTracker
 from .provider import (
     AudioDelta,
     Disconnected,
@@ -520,7 +520,7 @@ class RealtimeSession:
         if self.tracker.should_rollover():
             self.work.want(partial(self._want_rollover, "pressure"))
         elif self.tracker.session_expiring(self._clock()):
-            self.work.want(partial(self._want_rollover, "session_lifetime"))
+            self.work.want(partial(self._want_rollover, LIFETIME))
         elif self.tracker.should_compress():
             self.work.checkpoint(self.checkpointer)
 
@@ -531,10 +531,13 @@ class RealtimeSession:
 
         Scheduling at once (not after the summary) means the boundary is taken as soon as
         it is safe and input is buffered from then, so the old session never receives
-        more than it held when the pressure crossed ``rollover_at``.
+        more than it held when the pressure crossed ``rollover_at``. A reconnect for the
+        session's lifetime alone, below ``compress_at``, summarizes nothing: the new
+        session is seeded with the dialogue verbatim (``PressureTracker.needs_summary``).
         """
         self.history.requested()
-        self.work.checkpoint(self.checkpointer)
+        if self.tracker.needs_summary(reason):
+            self.work.checkpoint(self.checkpointer)
         async with self._lock:
             await self._perform(self.machine.request_rollover(reason))
             if self.machine.scheduled is not None:

@@ -9,7 +9,13 @@
 """
 
 from .client import RemoteTool, ToolSet, namespaced, remote_tool
-from .policy import ESCALATION_RATIO, AutoCompactor, AutoCompactReport
+from .policy import (
+    ESCALATION_RATIO,
+    AutoCompactor,
+    AutoCompactReport,
+    Compacting,
+    CompactorAbstract,
+)
 from .server import ToolServer, serve_tools
 from .tiers import (
     PLACEHOLDER,
@@ -30,6 +36,8 @@ __all__ = [
     "PLACEHOLDER",
     "AutoCompactReport",
     "AutoCompactor",
+    "Compacting",
+    "CompactorAbstract",
     "RemoteTool",
     "SummaryCompactResult",
     "SummaryStatus",

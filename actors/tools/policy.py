@@ -1,21 +1,29 @@
-"""``AutoCompactor``: docs/tools.md's policy chaining the tiers, checked before each model call.
+"""Automatic compaction: ``CompactorAbstract`` and docs/tools.md's ``AutoCompactor``.
 
-Pure apart from the injected ``summarize`` coroutine (the compaction workers, or a
-model directly): given the same transcript and summaries it always does the same.
+A compactor is called before each model call of a turn with the agent as it compacts
+(``Compacting``: the participant's conversation and the summarizer) and decides alone
+what to do; a custom strategy subclasses ``CompactorAbstract`` and implements
+``auto_compact(agent)``. ``AutoCompactor`` is docs/tools.md's policy, pure apart from the
+injected ``summarize`` coroutine (the compaction workers, or a model directly).
 
-Trigger: the last response's ``usage.total_tokens`` above ``token_threshold``; when
-no usage was reported, the transcript's rendered UTF-8 bytes above ``byte_budget``.
-A round reclaims old tool results (tier 1); it is done when fewer than
-``escalation_rounds`` tier-1 rounds ran in a row and the estimate after reclaiming is
-at most ``threshold * ESCALATION_RATIO``; otherwise it escalates to a summary (tier 2)
-in the same round. Still over after a summary, up to ``max_retries`` further rounds
-run, each halving both keep values. The token count is cleared after a compaction, so
-the stale count of the response before it does not fire again at once.
+Trigger: the last response's ``total_tokens`` above ``token_threshold``, and nothing else
+(no fallback to the transcript's size: a stale or unknown size never fires). A provider
+that reports no usage gets its total counted by litellm's tokenizer
+(``estimate_total_tokens``, marked estimated), so the trigger stays one number. A round
+reclaims old tool results (tier 1); it is done when fewer than ``escalation_rounds`` tier-1
+rounds ran in a row and the estimate after reclaiming is at most ``threshold *
+ESCALATION_RATIO``; otherwise it escalates to a summary (tier 2) in the same round, of the
+current turn's messages too. Still over after a summary, up to ``max_retries`` further
+rounds run, each halving both keep values. The token count is cleared after a compaction,
+so the stale count of the response before it does not fire again at once: only the next
+usage report can.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import abc
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from xrmq.actors.models import ChatMessage
@@ -35,9 +43,6 @@ module constant, not a per-compactor setting)."""
 
 TOKEN_THRESHOLD = 192_000
 """docs/tools.md's default ``auto_compact.token_threshold``."""
-
-BYTES_PER_TOKEN = 4
-"""The default byte budget's bytes per token of the threshold (English text runs about 4)."""
 
 Summarize = Callable[[tuple[ChatMessage, ...], str | None], Awaitable[str | None]]
 """``summarize(head, previous_summary)`` returns the new summary, or ``None`` on failure."""
@@ -61,8 +66,35 @@ class AutoCompactReport:
     still_over: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Compacting:
+    """What a compactor is given of the agent: the participant's conversation (the
+    ``Transcript``) and the agent's summarizer."""
+
+    conversation: Transcript
+    summarize: Summarize
+    participant_id: str = ""
+
+
+class CompactorAbstract(abc.ABC):
+    """The base of a compaction strategy: implement ``auto_compact(agent)``.
+
+    It is awaited before every model call of a turn while ``enabled``; what it returns is
+    logged. ``toolcall_keep_max`` and ``summary_keep_max`` are also what the manual tiers
+    (``ToolAgent.compact``, ``/compact``) keep.
+    """
+
+    enabled: bool = True
+    toolcall_keep_max: int = TOOLCALL_KEEP_MAX
+    summary_keep_max: int = SUMMARY_KEEP_MAX
+
+    @abc.abstractmethod
+    async def auto_compact(self, agent: Compacting) -> AutoCompactReport | None:
+        """Compact ``agent.conversation`` if this strategy says so; ``None``: it did not."""
+
+
 @dataclass
-class AutoCompactor:
+class AutoCompactor(CompactorAbstract):
     """docs/tools.md's ``AutoCompactor``: every parameter with the seed's default."""
 
     toolcall_keep_max: int = TOOLCALL_KEEP_MAX
@@ -71,9 +103,6 @@ class AutoCompactor:
     max_retries: int = 2
     token_threshold: int = TOKEN_THRESHOLD
     enabled: bool = True
-    byte_budget: int | None = None
-    """The transcript's rendered-bytes limit, used when the model reports no usage;
-    ``None``: ``BYTES_PER_TOKEN`` bytes per token of ``token_threshold``."""
     reports: list[AutoCompactReport] = field(default_factory=list, repr=False)
     """The most recent reports (at most 16), newest last."""
 
@@ -83,37 +112,22 @@ class AutoCompactor:
                 raise ValueError(f"AutoCompactor.{name}: must be >= 0")
         if self.token_threshold <= 0:
             raise ValueError("AutoCompactor.token_threshold: must be positive")
-        if self.byte_budget is not None and self.byte_budget <= 0:
-            raise ValueError("AutoCompactor.byte_budget: must be positive")
-
-    def pressure(self, transcript: Transcript) -> tuple[float, float]:
-        """(measure, limit): tokens against the threshold, else bytes against the budget."""
-        if transcript.total_tokens is not None:
-            return float(transcript.total_tokens), float(self.token_threshold)
-        budget = (
-            self.token_threshold * BYTES_PER_TOKEN if self.byte_budget is None else self.byte_budget
-        )
-        return float(transcript.rendered_bytes()), float(budget)
 
     def due(self, transcript: Transcript) -> bool:
-        """Whether the transcript is over its limit now."""
-        if not self.enabled:
-            return False
-        measure, limit = self.pressure(transcript)
-        return measure > limit
+        """Whether the last reported (or estimated) ``total_tokens`` is over the threshold."""
+        tokens = transcript.total_tokens
+        return self.enabled and tokens is not None and tokens > self.token_threshold
 
-    async def auto_compact(
-        self, transcript: Transcript, summarize: Summarize
-    ) -> AutoCompactReport | None:
+    async def auto_compact(self, agent: Compacting) -> AutoCompactReport | None:
         """Compact when due; ``None`` when not due."""
-        if not self.due(transcript):
+        transcript = agent.conversation
+        if not self.due(transcript) or transcript.total_tokens is None:
             return None
-        measure, limit = self.pressure(transcript)
         report = await self._round(
             transcript,
-            summarize,
-            measure,
-            limit,
+            agent.summarize,
+            float(transcript.total_tokens),
+            float(self.token_threshold),
             self.toolcall_keep_max,
             self.summary_keep_max,
             self.max_retries,
@@ -167,3 +181,20 @@ class AutoCompactor:
             remaining - 1,
             steps,
         )
+
+
+def count_message_tokens(model: str, messages: Sequence[ChatMessage], answer: str) -> int:
+    """litellm's ``token_counter`` over a request and its answer, as OpenAI messages."""
+    from xrmq.actors.models.litellm_service import import_litellm
+    from xrmq.actors.models.litellm_tools import message_dict
+
+    litellm = import_litellm()
+    request = [message_dict(message) for message in messages]
+    counted = [*request, {"role": "assistant", "content": answer}] if answer else request
+    return int(litellm.token_counter(model=model, messages=counted))
+
+
+async def estimate_total_tokens(model: str, messages: Sequence[ChatMessage], answer: str) -> int:
+    """``count_message_tokens`` off the event loop: litellm's import and a long transcript's
+    tokenization are seconds of CPU that would stall every actor of the process."""
+    return await asyncio.to_thread(count_message_tokens, model, tuple(messages), answer)

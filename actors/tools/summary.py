@@ -1,29 +1,56 @@
-"""Tier 2's summary request: the prompt, the transcript as material, and two summarizers.
+"""Tier 2's summary request: the prompt, the transcript as material, the token bound, and
+two summarizers.
 
 ``summary_request(head, previous)`` is the compaction request for a transcript prefix:
-docs/tools.md's markdown sections, the limit stated the way every xrmq compaction request
-states it (``compaction_limit_instruction``, so ``OfflineLLM`` summarizes it
-extractively). ``llm_summarizer(llm)`` sends it to a model directly;
-``worker_summarizer(...)`` (``workers.py``) sends it to the context's compaction workers.
+docs/tools.md's markdown sections (``SUMMARY_SECTIONS``, asked for with
+``sections_instruction``), the limit stated the way every xrmq compaction request states
+it (``compaction_limit_instruction``), so ``OfflineLLM`` writes the same sections
+extractively. A summary must fit in ``SUMMARY_LIMIT_TOKENS`` counted by litellm's
+tokenizer (``within_tokens``): one over is sent back once to be condensed
+(``condense_request``), and cut at the limit if it is still over, so the bound holds
+whatever the model does. ``llm_summarizer(llm)`` sends both requests to a model directly;
+``WorkerSummarizer`` (``workers.py``) to the context's compaction workers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
 
 from xrmq.actors.models import ChatMessage, ChatOptions, LLMService, compaction_limit_instruction
+from xrmq.actors.prompts.compaction import sections_instruction
 
 from .policy import Summarize
 
+SUMMARY_SECTIONS = (
+    "system_context",
+    "overview",
+    "key_facts",
+    "user_preferences",
+    "decisions",
+    "pending_tasks",
+    "open_questions",
+    "tone_context",
+)
+"""docs/tools.md's sections of a summary, in order."""
+
+SUMMARY_LIMIT_TOKENS = 1024
+"""docs/tools.md: a summary is at most 1024 tokens, counted by the tokenizer."""
+
 SUMMARY_LIMIT_BYTES = 4096
-"""About docs/tools.md's 1024 tokens, in the bytes xrmq's compaction requests state."""
+"""The size a summary request states to the model: about ``SUMMARY_LIMIT_TOKENS``."""
 
 SUMMARY_PROMPT = (
-    "Summarize the earlier part of this tool-using conversation for future turns. Use "
-    "markdown sections: system_context, overview, key_facts, user_preferences, decisions, "
-    "pending_tasks, open_questions, tone_context. Keep names, numbers, identifiers and "
+    "Summarize the earlier part of this tool-using conversation for future turns. "
+    f"{sections_instruction(SUMMARY_SECTIONS)} Keep names, numbers, identifiers and "
     "tool-call IDs verbatim; mark uncertain items as unconfirmed. Merge the previous summary "
     "in. Do not answer or continue the conversation."
+)
+
+CONDENSE_PROMPT = (
+    "Condense this summary of a tool-using conversation: shorter, the same facts. "
+    f"{sections_instruction(SUMMARY_SECTIONS)} Keep names, numbers, identifiers and "
+    "tool-call IDs verbatim."
 )
 
 COMPACTED_NOTE = (
@@ -32,6 +59,9 @@ COMPACTED_NOTE = (
     "with the ID, or re-run the tool."
 )
 """Rendered with a summary into the agent's system message (docs/tools.md's compaction note)."""
+
+Ask = Callable[[str, str], Awaitable[str | None]]
+"""``ask(system, user)``: one compaction request's text, or ``None`` when it failed."""
 
 
 def render_message(message: ChatMessage) -> str:
@@ -55,16 +85,70 @@ def summary_request(
     return system, material
 
 
-def llm_summarizer(llm: LLMService, *, limit_bytes: int = SUMMARY_LIMIT_BYTES) -> Summarize:
+def condense_request(summary: str, limit_bytes: int) -> tuple[str, str]:
+    """(system prompt, user message) asking for ``summary`` shorter, in the same sections."""
+    return f"{CONDENSE_PROMPT}\n{compaction_limit_instruction(limit_bytes)}", summary
+
+
+def count_text_tokens(text: str, model: str = "") -> int:
+    """``text``'s tokens by litellm's tokenizer for ``model`` (unknown: its default)."""
+    from xrmq.actors.models.litellm_service import import_litellm
+
+    return int(import_litellm().token_counter(model=model, text=text))
+
+
+def cut_to_tokens(text: str, limit: int, model: str = "") -> str:
+    """The longest prefix of ``text`` within ``limit`` tokens, ended at a line or word."""
+    from xrmq.actors.models.litellm_service import import_litellm
+
+    litellm = import_litellm()
+    tokens = litellm.encode(model=model, text=text)
+    if len(tokens) <= limit:
+        return text
+    cut = str(litellm.decode(model=model, tokens=list(tokens[:limit])))
+    end = max(cut.rfind("\n"), cut.rfind(" "))
+    return (cut[:end] if end > 0 else cut).rstrip()
+
+
+async def within_tokens(
+    summary: str,
+    ask: Ask,
+    *,
+    limit_tokens: int = SUMMARY_LIMIT_TOKENS,
+    limit_bytes: int = SUMMARY_LIMIT_BYTES,
+    model: str = "",
+) -> str:
+    """``summary`` when it fits ``limit_tokens``; else condensed by one more request; cut
+    at the limit if that is still over. Tokenizing runs off the event loop."""
+    if await asyncio.to_thread(count_text_tokens, summary, model) <= limit_tokens:
+        return summary
+    condensed = await ask(*condense_request(summary, limit_bytes))
+    text = condensed.strip() if condensed and condensed.strip() else summary
+    return await asyncio.to_thread(cut_to_tokens, text, limit_tokens, model)
+
+
+def llm_summarizer(
+    llm: LLMService,
+    *,
+    limit_bytes: int = SUMMARY_LIMIT_BYTES,
+    limit_tokens: int = SUMMARY_LIMIT_TOKENS,
+) -> Summarize:
     """A ``Summarize`` that asks ``llm`` directly; any failure is ``None`` (SUMMARIZE_FAILED)."""
 
-    async def summarize(head: tuple[ChatMessage, ...], previous: str | None) -> str | None:
-        system, user = summary_request(head, previous, limit_bytes)
+    async def ask(system: str, user: str) -> str | None:
         try:
             messages = [ChatMessage("system", system), ChatMessage("user", user)]
             completion = await llm.complete(messages, ChatOptions(thinking=False))
         except Exception:  # a failed summary leaves the transcript as it is
             return None
         return completion.text.strip() or None
+
+    async def summarize(head: tuple[ChatMessage, ...], previous: str | None) -> str | None:
+        summary = await ask(*summary_request(head, previous, limit_bytes))
+        if summary is None:
+            return None
+        return await within_tokens(
+            summary, ask, limit_tokens=limit_tokens, limit_bytes=limit_bytes, model=llm.model
+        )
 
     return summarize

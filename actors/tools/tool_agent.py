@@ -27,8 +27,10 @@ tool yields them (local tools, and remote ones through ``ask_stream``), before t
 ends; the model and the transcript get the whole result when it ends, or, when the call
 fails after some chunks, the error with the chunks as ``"partial"``.
 
-Before each model call the ``AutoCompactor`` (docs/tools.md) checks the transcript; tier 2
-summaries come from ``summarize`` (the compaction workers or a model). The built-in
+Before each model call the compactor (``AutoCompactor``, docs/tools.md, or a custom
+``CompactorAbstract``) checks the transcript, the current turn's messages included; tier 2
+summaries come from ``summarize`` (the compaction workers or a model). A response without
+usage gets its ``total_tokens`` counted by the tokenizer, marked estimated. The built-in
 tool ``extract_compacted_tool_result`` returns a reclaimed original.
 """
 
@@ -66,8 +68,19 @@ from xrmq.schemas.tools import ToolCallReply
 from xrmq.topics import Topic
 
 from .client import RemoteTool, ToolSet
+<<<<<<< HEAD
 from .conversation_state import Conversation
 from .policy import AutoCompactor, AutoCompactReport, Summarize
+=======
+from .policy import (
+    AutoCompactor,
+    AutoCompactReport,
+    Compacting,
+    CompactorAbstract,
+    Summarize,
+    estimate_total_tokens,
+)
+>>>>>>> i31-compaction
 from .store import TranscriptTopics
 from .summary import COMPACTED_NOTE, llm_summarizer
 from .tiers import SummaryCompactResult, ToolCallCompactResult
@@ -129,7 +142,8 @@ class ToolAgent(ClosingDestination):
     whose whole catalogs are discovered over the bus before the first turn (a server
     that does not answer is tried again on the next turn). ``context``, ``runtime``,
     ``output_topic``, ``instructions``, ``system_prompt``, ``routing``, ``options`` and
-    ``clock`` are as for ``Conversation``. ``compactor`` holds docs/tools.md's parameters;
+    ``clock`` are as for ``Conversation``. ``compactor`` (a ``CompactorAbstract``; default
+    ``AutoCompactor()``, docs/tools.md's parameters) is awaited before each model call;
     ``summarize`` writes tier-2 summaries (default: ``llm`` itself). Calls to the tools
     of ``servers`` time out after ``tool_timeout_s``; discovery after
     ``discovery_timeout_s``. With ``transcripts`` (a store name) every transcript is
@@ -152,7 +166,7 @@ class ToolAgent(ClosingDestination):
         routing: RoutingAid | None = None,
         options: ChatOptions | None = None,
         max_iterations: int = 8,
-        compactor: AutoCompactor | None = None,
+        compactor: CompactorAbstract | None = None,
         summarize: Summarize | None = None,
         discovery_timeout_s: float = 2.0,
         tool_timeout_s: float = 10.0,
@@ -181,6 +195,8 @@ class ToolAgent(ClosingDestination):
         self.routing = DEFAULT_ROUTING if routing is None else routing
         self.options = ChatOptions() if options is None else options
         self.max_iterations = max_iterations
+        if compactor is not None and not isinstance(compactor, CompactorAbstract):
+            raise ValueError("ToolAgent.compactor: must be a CompactorAbstract")
         self.compactor = AutoCompactor() if compactor is None else compactor
         self.summarize = llm_summarizer(llm) if summarize is None else summarize
         self.discovery_timeout_s = discovery_timeout_s
@@ -380,7 +396,7 @@ class ToolAgent(ClosingDestination):
     ) -> None:
         specs = self.tool_specs()
         for iteration in range(self.max_iterations):
-            await self._auto_compact(transcript, log)
+            await self._auto_compact(pid, transcript, log)
             last = iteration == self.max_iterations - 1
             said: list[str] = []
             offered = () if last else specs
@@ -408,7 +424,12 @@ class ToolAgent(ClosingDestination):
             result = stream.result
             usage = stream.usage
             times.usage = add_usage(times.usage, turn_usage(usage, messages, "".join(said)))
-            transcript.note_usage(usage.total if usage is not None else None)
+            total = None if usage is None else usage.total
+            if total is None:  # no usage reported: the tokenizer's count, marked estimated
+                estimate = await estimate_total_tokens(self.llm.model, messages, "".join(said))
+                transcript.note_usage(estimate, estimated=True)
+            else:
+                transcript.note_usage(total)
             calls = () if result is None or last else result.tool_calls
             reasoning = None if result is None else result.reasoning
             content = "".join(said)
@@ -447,9 +468,13 @@ class ToolAgent(ClosingDestination):
         on_chunk = None if observer is None else (lambda chunk: observer(pid, call, chunk))
         return await self.toolset.call(self.runtime, call, participant_id=pid, on_chunk=on_chunk)
 
-    async def _auto_compact(self, transcript: Transcript, log: Any) -> AutoCompactReport | None:
+    async def _auto_compact(
+        self, pid: str, transcript: Transcript, log: Any
+    ) -> AutoCompactReport | None:
+        if not self.compactor.enabled:
+            return None
         before = self._counted(transcript)
-        report = await self.compactor.auto_compact(transcript, self.summarize)
+        report = await self.compactor.auto_compact(Compacting(transcript, self.summarize, pid))
         self._tally(transcript, before)
         if report is not None:
             log.info(

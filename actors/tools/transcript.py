@@ -2,9 +2,11 @@
 
 It holds the committed messages (user turns, assistant messages with their tool calls,
 tool results), the current turn's pending messages (committed after the turn's final
-frame, dropped when the turn is cancelled or fails: a barge-in records nothing), the
+frame, dropped when the turn is cancelled or fails: a barge-in records nothing; a
+summary taken inside that turn stays, as compactions of committed messages do), the
 summary of what tier 2 folded away, the originals of reclaimed tool results (for
-``extract_compacted_tool_result``), the last response's ``total_tokens`` and
+``extract_compacted_tool_result``), the last response's ``total_tokens`` (measured or
+estimated) and
 docs/tools.md's counters. Every store is bounded: originals beyond ``originals_budget_chars``
 are evicted oldest first, and counted. ``conversation()`` shows it as OpenAI's typed chat
 messages (``conversation_state.Conversation``), the form its journal rows hold;
@@ -67,6 +69,7 @@ class Transcript:
         self.pending: list[ChatMessage] = []
         self.summary: str | None = None
         self.total_tokens: int | None = None
+        self.tokens_estimated = False
         self.counters = CompactionCounters()
         self._originals: OrderedDict[str, str] = OrderedDict()
         self._originals_chars = 0
@@ -81,6 +84,7 @@ class Transcript:
     def clear(self) -> None:
         """Forget everything: messages, summary, token count, counters, originals."""
         self.messages, self.pending, self.summary, self.total_tokens = [], [], None, None
+        self.tokens_estimated = False
         self.counters = CompactionCounters()
         self._originals.clear()
         self._originals_chars = 0
@@ -108,9 +112,11 @@ class Transcript:
         """Committed then pending messages: what a request renders."""
         return [*self.messages, *self.pending]
 
-    def note_usage(self, total_tokens: int | None) -> None:
-        """Remember the last response's total tokens (``None``: not reported)."""
+    def note_usage(self, total_tokens: int | None, *, estimated: bool = False) -> None:
+        """Remember the last response's total tokens; ``estimated`` when a tokenizer
+        counted them because the provider reported no usage."""
         self.total_tokens = total_tokens
+        self.tokens_estimated = estimated
 
     def conversation(self) -> Conversation:
         """The committed then pending messages as a ``Conversation`` (OpenAI's typed chat
@@ -136,19 +142,6 @@ class Transcript:
             self.messages = self.messages[:start]
             self.rewritten = True
         return dropped
-
-    # ----------------------------------------------------------------- sizes
-
-    def rendered_bytes(self) -> int:
-        """UTF-8 bytes of the summary, every content, reasoning and tool-call argument."""
-        total = len(self.summary.encode()) if self.summary else 0
-        for message in self.all_messages():
-            total += len(message.content.encode())
-            total += len(message.reasoning.encode()) if message.reasoning else 0
-            total += sum(
-                len(call.arguments.encode()) + len(call.name) for call in message.tool_calls
-            )
-        return total
 
     @property
     def originals_count(self) -> int:
@@ -214,8 +207,9 @@ class Transcript:
     # ----------------------------------------------------------------- tier 2
 
     def plan_summary(self, keep_recent: int) -> SummaryPlan | None:
-        """Tier 2's cut over the committed messages (a pending turn is never summarized)."""
-        return plan_summary(self.messages, keep_recent)
+        """Tier 2's cut over committed and pending messages: a long turn is summarized
+        inside the turn (its user message is kept at the tail's start)."""
+        return plan_summary(self.all_messages(), keep_recent)
 
     def apply_summary(self, plan: SummaryPlan | None, summary: str | None) -> SummaryCompactResult:
         """Apply a summary of ``plan.head`` (which must still be the transcript's prefix).
@@ -225,10 +219,11 @@ class Transcript:
         ``total_tokens`` is cleared and the tier-1 round counter restarts. Otherwise
         nothing changes; the outcome is counted either way.
         """
-        if plan is not None and tuple(self.messages[: len(plan.head)]) != plan.head:
+        everything = self.all_messages()
+        if plan is not None and tuple(everything[: len(plan.head)]) != plan.head:
             summary = None  # the transcript changed under the summarizer: apply nothing
-        later = self.messages[len(plan.head) + plan.cut_tail_length :] if plan is not None else []
-        messages, result = apply_summary(self.messages, plan, summary)
+        later = everything[len(plan.head) + plan.cut_tail_length :] if plan is not None else []
+        messages, result = apply_summary(everything, plan, summary)
         if result.status is SummaryStatus.NOTHING_TO_CONDENSE:
             self.counters.nothing_to_condense += 1
         elif result.status is SummaryStatus.SUMMARIZE_FAILED:
@@ -238,10 +233,23 @@ class Transcript:
                 call_id = message.tool_call_id
                 if message.role == "tool" and call_id and message.content != placeholder(call_id):
                     self._store(call_id, message.content)
-            self.messages = [*messages, *later]
+            kept = [*messages, *later]
+            committed = self._committed_after(plan, len(self.messages)) if plan else 0
+            self.messages, self.pending = kept[:committed], kept[committed:]
             self.summary = summary
             self.rewritten = True
             self.total_tokens = None
             self.counters.tool_rounds = 0
             self.counters.summary_rounds += 1
         return result
+
+    @staticmethod
+    def _committed_after(plan: SummaryPlan, committed: int) -> int:
+        """How many messages of the summarized transcript are committed: the tail's
+        messages that were (a re-kept user message counts with the side it came from)."""
+        head = len(plan.head)
+        kept_user = 0
+        if plan.kept_user:
+            index = max(i for i, message in enumerate(plan.head) if message.role == "user")
+            kept_user = int(index < committed)
+        return kept_user + max(0, committed - head)

@@ -6,7 +6,8 @@ place where summarizing model calls run and are bounded. Each summary is one
 ``CompactionJob`` (section ``tools``) sent to a worker chosen round robin; the worker
 publishes its ``CompactionDone`` on this actor's own result topic. A job that fails,
 comes back empty or takes longer than ``timeout_s`` is a failed summary
-(``SUMMARIZE_FAILED``: the transcript stays as it is).
+(``SUMMARIZE_FAILED``: the transcript stays as it is). A summary over
+``SUMMARY_LIMIT_TOKENS`` goes back to a worker once to be condensed (``within_tokens``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from xrmq.actors.models import ChatMessage
 from xrmq.actors.runtime import Agent, Handlers, RuntimeContext, get_logger
 from xrmq.topics import Topic
 
-from .summary import SUMMARY_LIMIT_BYTES, summary_request
+from .summary import SUMMARY_LIMIT_BYTES, SUMMARY_LIMIT_TOKENS, summary_request, within_tokens
 
 SECTION = "tools"
 
@@ -31,13 +32,19 @@ class WorkerSummarizer(Agent):
     """A ``Summarize`` backed by the compaction workers; register it, then call it."""
 
     def __init__(
-        self, plan: ContextPlan, *, timeout_s: float = 60.0, limit_bytes: int = SUMMARY_LIMIT_BYTES
+        self,
+        plan: ContextPlan,
+        *,
+        timeout_s: float = 60.0,
+        limit_bytes: int = SUMMARY_LIMIT_BYTES,
+        limit_tokens: int = SUMMARY_LIMIT_TOKENS,
     ) -> None:
         if not timeout_s > 0:
             raise ValueError("WorkerSummarizer.timeout_s: must be positive")
         self.plan = plan
         self.timeout_s = timeout_s
         self.limit_bytes = limit_bytes
+        self.limit_tokens = limit_tokens
         self.generation = uuid.uuid4().hex[:12]
         name = f"{plan.topics.namespace}.tools.{self.generation}.result"
         self.results = Topic(name, CompactionDone)
@@ -54,11 +61,19 @@ class WorkerSummarizer(Agent):
             future.set_result(message)
 
     async def __call__(self, head: tuple[ChatMessage, ...], previous: str | None) -> str | None:
+        summary = await self._ask(*summary_request(head, previous, self.limit_bytes))
+        if summary is None:
+            return None
+        return await within_tokens(
+            summary, self._ask, limit_tokens=self.limit_tokens, limit_bytes=self.limit_bytes
+        )
+
+    async def _ask(self, system: str, user: str) -> str | None:
+        """One compaction job's text; ``None`` (counted, logged) when it failed."""
         runtime = self.runtime
         if runtime is None or not runtime.running:
             return None
         job_id = next(self._ids)
-        system, user = summary_request(head, previous, self.limit_bytes)
         job = JobRef(SECTION, self.generation, job_id)
         request = CompactionRequest(job, "compact", system, user, self.limit_bytes)
         future: asyncio.Future[CompactionDone] = asyncio.get_running_loop().create_future()
