@@ -68,10 +68,7 @@ from xrmq.schemas.tools import ToolCallReply
 from xrmq.topics import Topic
 
 from .client import RemoteTool, ToolSet
-<<<<<<< HEAD
 from .conversation_state import Conversation
-from .policy import AutoCompactor, AutoCompactReport, Summarize
-=======
 from .policy import (
     AutoCompactor,
     AutoCompactReport,
@@ -80,7 +77,6 @@ from .policy import (
     Summarize,
     estimate_total_tokens,
 )
->>>>>>> i31-compaction
 from .store import TranscriptTopics
 from .summary import COMPACTED_NOTE, llm_summarizer
 from .tiers import SummaryCompactResult, ToolCallCompactResult
