@@ -45,6 +45,7 @@ from xrmq.actors.tools.policy import (
 from xrmq.actors.tools.summary import (
     COMPACTED_NOTE,
     SUMMARY_LIMIT_TOKENS,
+    compacted_system_message,
     count_text_tokens,
     llm_summarizer,
 )
@@ -111,8 +112,9 @@ async def test_one_long_tool_loop_is_summarized_within_the_turn_and_its_requests
     growth = max(b - a for a, b in itertools.pairwise(sizes))
     assert max(sizes) <= threshold + growth  # checked before each step: at most one step over
     assert transcript.counters.summary_rounds >= 1 and transcript.summary is not None
-    # After a summary the system message is the prompt, the compaction note and the summary.
-    assert steps[-1].messages[0].content.endswith(f"{COMPACTED_NOTE}\n\n{transcript.summary}")
+    # After a summary the system message is "summary + compaction note" (seed 002).
+    system = steps[-1].messages[0].content
+    assert system.endswith(f"\n\n{COMPACTED_NOTE}") and system.startswith("## system_context")
     for request in steps:
         body = request.messages[2:]  # after the system message and the shared context
         assert body[0].role == "user" and body[0].content == SURVEY
@@ -278,3 +280,21 @@ async def test_the_compaction_workers_condense_a_summary_over_1024_tokens() -> N
         summary = await summarizer(dialogue(), None)
     assert summary == "## key_facts\nProbe 7 reads 41.7 kPa." and summarizer.failed == 0
     assert [prompt.split(" ", 1)[0] for prompt in wordy.prompts] == ["Summarize", "Condense"]
+
+
+def test_a_summary_replaces_the_system_message_with_summary_and_compaction_note() -> None:
+    """Seed 002: "On success the system message is replaced with 'summary + compaction
+    note'"; the summary's system_context is the agent's own prompt, verbatim."""
+    written = "## system_context\nAn assistant.\n\n## key_facts\n- probe 7 reads 3.3 V"
+    message = compacted_system_message(written, "You read probes. Quote volts exactly.")
+    assert message == (
+        "## system_context\nYou read probes. Quote volts exactly.\n\n"
+        f"## key_facts\n- probe 7 reads 3.3 V\n\n{COMPACTED_NOTE}"
+    )
+    without = compacted_system_message("## key_facts\n- door 4417", "Be brief.")
+    assert (
+        without == f"## system_context\nBe brief.\n\n## key_facts\n- door 4417\n\n{COMPACTED_NOTE}"
+    )
+    last = compacted_system_message("## overview\nx\n## system_context\nold prompt", "New.")
+    assert last == f"## overview\nx\n## system_context\nNew.\n\n{COMPACTED_NOTE}"
+    assert compacted_system_message("## overview\nx", "") == f"## overview\nx\n\n{COMPACTED_NOTE}"

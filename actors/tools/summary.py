@@ -15,6 +15,7 @@ whatever the model does. ``llm_summarizer(llm)`` sends both requests to a model 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable, Sequence
 
 from xrmq.actors.models import ChatMessage, ChatOptions, LLMService, compaction_limit_instruction
@@ -54,11 +55,35 @@ CONDENSE_PROMPT = (
 )
 
 COMPACTED_NOTE = (
-    "Earlier turns of this session were summarized below; the latest user message is verbatim "
+    "Earlier turns of this session were summarized above; the latest user message is verbatim "
     "and authoritative. Older tool results may be placeholders: call extract_compacted_tool_result "
     "with the ID, or re-run the tool."
 )
-"""Rendered with a summary into the agent's system message (docs/tools.md's compaction note)."""
+"""Follows the summary in the agent's system message (docs/tools.md's compaction note)."""
+
+_SYSTEM_CONTEXT = re.compile(r"^#+\s*system_context\s*$", re.MULTILINE)
+_NEXT_HEADER = re.compile(r"^#+\s*\w+\s*$", re.MULTILINE)
+
+
+def compacted_system_message(summary: str, system_prompt: str) -> str:
+    """The system message once a summary exists: seed 002's "summary + compaction note".
+
+    The summary's ``system_context`` section is the agent's own system prompt, verbatim (a
+    model's paraphrase of the operator's instructions would change what the agent does): it
+    replaces the section the model wrote, or leads the summary when the model wrote none. An
+    empty prompt leaves the summary as the model wrote it.
+    """
+    if system_prompt:
+        own = f"## system_context\n{system_prompt.strip()}\n"
+        found = _SYSTEM_CONTEXT.search(summary)
+        if found is None:
+            summary = f"{own}\n{summary.lstrip()}"
+        else:
+            after = _NEXT_HEADER.search(summary, found.end())
+            rest = summary[after.start() :] if after is not None else ""
+            summary = f"{summary[: found.start()]}{own}\n{rest}".rstrip()
+    return f"{summary.rstrip()}\n\n{COMPACTED_NOTE}"
+
 
 Ask = Callable[[str, str], Awaitable[str | None]]
 """``ask(system, user)``: one compaction request's text, or ``None`` when it failed."""

@@ -5,8 +5,9 @@ tool calls they run in parallel (each a bus ask for a remote tool), their result
 back to the model, and so on until it answers without calls or ``max_iterations``
 model calls were made (the last one then offers no tools, so it answers).
 
-A request is: the system message (system prompt, instructions, and the transcript's
-summary with docs/tools.md's compaction note once there is one); the participant's shared
+A request is: the system message (the system prompt and instructions; once the transcript
+has a summary, seed 002's "summary + compaction note", the prompt verbatim as the summary's
+``system_context`` section); the participant's shared
 context (``ContextManager.blocks``, then the current time), as ``Conversation``
 renders it; then the participant's transcript (earlier turns with their tool calls and
 results, then this turn's; a turn's images go with its user message).
@@ -78,7 +79,7 @@ from .policy import (
     estimate_total_tokens,
 )
 from .store import TranscriptTopics
-from .summary import COMPACTED_NOTE, llm_summarizer
+from .summary import compacted_system_message, llm_summarizer
 from .tiers import SummaryCompactResult, ToolCallCompactResult
 from .tool import Tool, failed
 from .transcript import Transcript, UnknownToolCall
@@ -266,7 +267,7 @@ class ToolAgent(ClosingDestination):
     def system_content(self, transcript: Transcript) -> str:
         """The system message of a request over ``transcript`` (its summary, once there is one)."""
         if transcript.summary:
-            return f"{self._system}\n\n{COMPACTED_NOTE}\n\n{transcript.summary}"
+            return compacted_system_message(transcript.summary, self._system)
         return self._system
 
     def request(self, participant_id: str) -> list[ChatMessage]:
