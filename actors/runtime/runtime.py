@@ -142,7 +142,8 @@ class AgentRuntime:
         self.outgoing_streams = outgoing_streams
         self.max_keyed_instances = keyed_instances
         self._running = False
-        self._closed = False
+        self.stopping = False
+        """Whether ``stop()`` began: an actor's ``on_stop`` is then not its retirement."""
         self.epoch = 0
         self._id_prefix = ""
         self._ids = itertools.count(1)
@@ -219,7 +220,7 @@ class AgentRuntime:
         """Connect, wait until every subscription is live through the broker, start actors."""
         if self._running:
             return
-        if self._closed:
+        if self.stopping:
             raise RuntimeClosedError("start: this runtime was stopped; create a new one")
         check_ipc_directories(self.address)
         self._subscriptions.add(self._inbox_bytes + SEP)
@@ -262,9 +263,9 @@ class AgentRuntime:
         run gets no further message, and no keyed instance is spawned meanwhile. Then
         intake stops, pending asks fail, and in-flight handlers are cancelled.
         """
-        if self._closed:
+        if self.stopping:
             return
-        self._closed = self._registry.closed = True
+        self.stopping = self._registry.closed = True
         receiver = self._receiver
         mailboxes = self._registry.all_mailboxes()
         if self._running:
@@ -543,9 +544,9 @@ class AgentRuntime:
         ``ValueError`` if this runtime's shard does not own ``key``."""
         return self._registry.spawn(kind, key)
 
-    async def retire(self, kind: str, key: str) -> bool:
-        """Stop and forget the instance of ``kind`` for ``key``; True if there was one."""
-        return await self._registry.retire(kind, key)
+    async def retire(self, kind: str, key: str, *, idle_only: bool = False) -> bool:
+        """Stop and forget ``kind``'s instance for ``key`` (``idle_only``: if idle); True if so."""
+        return await self._registry.retire(kind, key, idle_only=idle_only)
 
     # ------------------------------------------------------------------ observation
 
