@@ -82,10 +82,10 @@ class AgentRuntime:
     a stream within one interval. Without it, a runtime that has published heartbeats every
     ``heartbeat_s`` (default ``DEFAULT_HEARTBEAT_S``; None: never), so a long-lived
     publisher's lost tail is counted too; and every runtime that has published sends a final
-    heartbeat when it stops, listing the last seq of every stream it numbered (its tail
-    announced before it goes). An actor whose mailbox is non-empty and has not moved
-    for ``stuck_after`` seconds is reported in ``RuntimeMetrics.stuck`` and logged once
-    (``actor.stuck``); with ``restart_stuck`` (default) it is restarted then: the
+    heartbeat when it stops, listing the last seq of every stream it numbered, and waits
+    (``ready_timeout`` at most) until it passed the broker. An actor whose mailbox is
+    non-empty and has not moved for ``stuck_after`` seconds is in ``RuntimeMetrics.stuck``,
+    logged once (``actor.stuck``); with ``restart_stuck`` (default) it is restarted then: the
     handler in flight is cancelled (a fault of its message; an ask gets the error), the
     mailbox and its queue are kept, and the actor takes its next message; counted in
     ``RuntimeMetrics.stuck_restarts`` and logged (``actor.stuck_restarted``). A handler
@@ -272,14 +272,11 @@ class AgentRuntime:
             for mailbox in reversed(mailboxes):
                 await self.guarded_hook(mailbox.agent, "on_stop", mailbox)
                 receiver.finished.add(mailbox.name)
-        receiver.detach()
         if self._metrics_task is not None:
             self._metrics_task.cancel()
-            try:
-                await self._metrics_task
-            except asyncio.CancelledError:
-                pass
+            await asyncio.gather(self._metrics_task, return_exceptions=True)
         self._asks.close()
+        announced = self._running and bool(self._streams)
         if self._running:
             self._outgoing.final()  # nothing publishes after it: ``running`` ends with it
         self._running = False
@@ -287,6 +284,9 @@ class AgentRuntime:
             await mailbox.stop()
         if self._registry.retiring:
             await asyncio.gather(*self._registry.retiring, return_exceptions=True)
+        if announced:  # the final heartbeat passed the broker before the socket closes
+            await self._connection.flush(self._inbox_bytes + SEP, self.ready_timeout, self._log)
+        receiver.detach()
         self._observation.warnings.flush_all()
         await self._connection.close()
         self._log.info("runtime.stopped", **{k: v for k, v in self._counters.items() if v})
