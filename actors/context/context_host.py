@@ -127,6 +127,8 @@ class ContextHost(Agent):
             self, plan.config.dialogue, plan, plan.topics.dialogue_result, host=index
         )
         """Renders a retired dialogue read from the journal (it holds no state)."""
+        self._prefetched: dict[str, Recovered] = {}
+        """Retired dialogues read for the snapshot page being built (``_prefetch``)."""
         t = plan.topics
         self._handlers: dict[Topic, Handler] = {
             t.host_sync(index): self.on_sync,
@@ -238,6 +240,9 @@ class ContextHost(Agent):
     def _journaled_dialogue(self, participant_id: str) -> Recovered | None:
         """A held dialogue as the journal has it (None, and no longer held, if it has
         none: cleared meanwhile, or quarantined)."""
+        prefetched = self._prefetched.get(participant_id)
+        if prefetched is not None:
+            return prefetched
         if self.store is None:
             return None
         self.store.flush()
@@ -377,8 +382,10 @@ class ContextHost(Agent):
         try:
             for index, pid in enumerate(remaining):
                 if index % PAGE_PREFETCH == 0:  # retired participants, read in one go
+                    chunk = remaining[index : index + PAGE_PREFETCH]
+                    self._prefetch([pid for pid in chunk if pid not in dialogues])
                     for topic in self.topics:
-                        topic.host.residency.prefetch(remaining[index : index + PAGE_PREFETCH])
+                        topic.host.residency.prefetch(chunk)
                 own = items_of(pid)
                 cost = sum(len(_page_encoder.encode(item)) for item in own)
                 cursor = len(_page_encoder.encode(pid))
@@ -388,8 +395,22 @@ class ContextHost(Agent):
                 size += cost
             return items, None
         finally:
+            self._prefetched = {}
             for topic in self.topics:
                 topic.host.residency.forget_prefetched()
+
+    def _prefetch(self, participant_ids: list[str]) -> None:
+        """Read the held dialogues among ``participant_ids`` whose actor is not live from
+        the journal in one go, for the snapshot page being built (after handing it what
+        retired actors still had scheduled)."""
+        wanted = [pid for pid in participant_ids if pid in self.dialogues_held]
+        if not wanted or self.store is None:
+            self._prefetched = {}
+            return
+        self.store.flush()
+        self._prefetched = self.store.read_sections(
+            journal_name(self._plan.config.dialogue), wanted
+        )
 
     async def on_stop(self) -> None:
         if self._checking is not None:
