@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 import uuid
+from typing import Any
 
 import zmq
 
-from xrmq.actors.logs import get_logger
 from xrmq.schemas._validation import check_positive
 from xrmq.topics import METRICS_TOPIC
 
@@ -120,29 +119,27 @@ class BusConnection:
             f"and may it subscribe to {', '.join(pending)}{listening}?)"
         )
 
-    async def flush(self, prefix: bytes, timeout: float) -> float:
+    async def flush(self, prefix: bytes, timeout: float, log: Any) -> None:
         """Return once everything the PUB socket queued so far has passed the broker (a
         probe on ``prefix``, a subscription of this runtime, sent behind it came back,
         resent until then), so closing the socket discards none of it (``ZMQ_LINGER``
         would, after 2 s): a runtime's final heartbeat reaches the broker however much it
         queued before it. After ``timeout`` seconds without an answer (no broker), logs
-        what it could not confirm and returns. The seconds it took."""
+        what it could not confirm and returns."""
         pub = self.pub
         if pub is None:
-            return 0.0
-        started = time.monotonic()
+            return
         self.readiness.arm([prefix])
         try:
             await self.readiness.wait(
                 lambda key: pub.send_multipart((key, b"", b"")), timeout, lambda: ""
             )
         except TimeoutError:
-            get_logger(bus=self.address.publish).warning(
+            log.warning(
                 "runtime.final_heartbeat_unconfirmed",
                 timeout_s=timeout,
                 reason="no broker answered: what was queued last may not have left",
             )
-        return time.monotonic() - started
 
     async def close(self) -> None:
         """Close the sockets and stop the embedded broker."""

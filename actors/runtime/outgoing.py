@@ -14,7 +14,7 @@ tail learns of it; a stopping runtime announces every stream it numbered (``fina
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -36,10 +36,6 @@ HEARTBEAT_KEYS = 256
 """Streams a heartbeat lists beyond those that changed since the last one: all of them when
 there are this few, else the next slice in turn, so every stream's last seq is announced again
 and again (a receiver that lost the heartbeats of an overload still learns of the lost tail)."""
-BACKED_UP_S = 0.05
-"""A flush at stop longer than this: the broker was backed up (``linger``)."""
-FINAL_REPEATS = 4
-"""How often a runtime whose flush found the broker backed up announces its tail again."""
 _KEY, _SEQ, _SEEN, _BEAT = range(4)
 
 Beat = Callable[[dict[str, int]], object]
@@ -150,22 +146,6 @@ class OutgoingStreams:
             except Exception as error:
                 self._log.error("runtime.heartbeat_failed", error=repr(error))
             self._warnings.flush()
-
-    async def linger(self, flush: Callable[[], Awaitable[float]]) -> None:
-        """After ``final``: ``flush`` (until what was sent passed the broker; it returns how
-        long that took). A broker that took longer than ``BACKED_UP_S`` was backed up, and
-        so may be what it sends to a slow subscriber, which then drops the final heartbeat:
-        it is announced again ``FINAL_REPEATS`` times over as long again as the flush took
-        (a subscriber as far behind catches up meanwhile), and flushed once more."""
-        if not any(stream[_SEQ] for stream in self.table.values()):
-            return  # published nothing: no tail to announce
-        took = await flush()
-        if took < BACKED_UP_S:
-            return
-        for _ in range(FINAL_REPEATS):
-            await asyncio.sleep(took / FINAL_REPEATS)
-            self.final()
-        await flush()
 
     def final(self) -> None:
         """Announce the last seq of every stream this runtime numbered (``HEARTBEAT_KEYS`` per

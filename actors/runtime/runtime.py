@@ -276,15 +276,16 @@ class AgentRuntime:
             self._metrics_task.cancel()
             await asyncio.gather(self._metrics_task, return_exceptions=True)
         self._asks.close()
+        announced = self._running and bool(self._streams)
+        if self._running:
+            self._outgoing.final()  # nothing publishes after it: ``running`` ends with it
+        self._running = False
         for mailbox in mailboxes:
             await mailbox.stop()
         if self._registry.retiring:
             await asyncio.gather(*self._registry.retiring, return_exceptions=True)
-        if self._running:  # the final heartbeat, past the broker (again if it was backed up)
-            self._outgoing.final()  # nothing publishes after it: ``running`` ends with it
-            flush = self._connection.flush
-            await self._outgoing.linger(lambda: flush(self._inbox_bytes + SEP, self.ready_timeout))
-        self._running = False
+        if announced:  # the final heartbeat passed the broker before the socket closes
+            await self._connection.flush(self._inbox_bytes + SEP, self.ready_timeout, self._log)
         receiver.detach()
         self._observation.warnings.flush_all()
         await self._connection.close()
