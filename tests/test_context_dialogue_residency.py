@@ -23,6 +23,7 @@ from structlog.testing import capture_logs
 from xrmq.actors.context import ContextManager, register_sections
 from xrmq.actors.context import context_host as context_host_module
 from xrmq.actors.context import section_actors as section_actors_module
+from xrmq.actors.context.dump import decode_dump
 from xrmq.actors.context.journal import ON_DEMAND_ALL
 from xrmq.actors.context.plan import context_plan
 from xrmq.actors.context.store import open_store
@@ -107,6 +108,13 @@ async def test_a_restart_reaches_ready_without_spawning_idle_dialogues(tmp_path)
         assert "p8 question 0" in texts(replica, "p8")
         assert list(runtime.keyed_instances(KIND)) == ["p7"]
         assert len(dict(host.views())) == 200  # a snapshot has every dialogue
+        dumped = decode_dump(await replica.dump())  # in pages, read from the journal
+        assert {
+            participant.participant_id
+            for participant in dumped.participants
+            if any(section.kind == "dialogue" for section in participant.sections)
+        } == {f"p{i}" for i in range(200)}
+        assert list(runtime.keyed_instances(KIND)) == ["p7"]
 
 
 async def test_a_context_process_opens_its_journal_reading_no_dialogue(tmp_path):
