@@ -193,9 +193,9 @@ class ContextHost(Agent):
         self.migration.drop(pid)
         if pid is None and self.store is not None:  # retired dialogues have no actor to ask
             live = {agent.key for agent in self._dialogues()}
-            for participant in [p for p in self.dialogues_held if p not in live]:
-                self.store.delete(participant, section)
-                self.dialogues_held.discard(participant)
+            retired = [p for p in self.dialogues_held if p not in live]
+            self.store.delete_many(retired, section)  # one transaction, however many
+            self.dialogues_held.difference_update(retired)
         return DEFERRED_REPLY
 
     async def migration_finished(self) -> None:

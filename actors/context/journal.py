@@ -323,6 +323,17 @@ class ContextStore:
             ],
         )
 
+    def delete_many(self, participants: list[str], section: str) -> None:
+        """``delete`` of many participants' rows of ``section``, in one transaction, now."""
+        self._run(
+            self._write,
+            [
+                (f"DELETE FROM {table} WHERE participant = ? AND section = ?", (pid, section))
+                for pid in participants
+                for table in ("sections", "identities", "jobs")
+            ],
+        )
+
     def delete_all(self) -> None:
         """Remove every row (a manager's ``close()``)."""
         self._rows = []
