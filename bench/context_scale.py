@@ -1,6 +1,6 @@
 """Context memory, journal and restart at full scale (issue 30 item 3), measured once.
 
-``python -m bench.context_scale [--participants N] [--flood-s S] [--quick]``
+``python -m bench.context_scale [--participants N] [--flood-s S] [--quick] [--dialogues]``
 
 Each phase runs in a process of its own (so its RSS is its own), with a journal in a
 temporary directory:
@@ -14,7 +14,10 @@ temporary directory:
   (``register_sections``), as a restarted context process does: seconds from opening
   the journal to ready, RSS at ready, and the participants loaded into memory;
 - flood: 3 participants' notes written as fast as the manager takes them for S seconds
-  (default 20): RSS before/after, notes written, journal size.
+  (default 20): RSS before/after, notes written, journal size;
+- dialogues (``--dialogues``, instead of the phases above): the fill and the restart with
+  one recorded exchange (a dialogue) for each of N participants instead of a note: the
+  restart's time, RSS and dialogue actors live at ready.
 """
 
 from __future__ import annotations
@@ -94,17 +97,56 @@ async def fill(path: str, participants: int) -> dict:
     }
 
 
+async def fill_dialogues(path: str, participants: int) -> dict:
+    from xrmq.actors.runtime import AgentRuntime
+
+    runtime = AgentRuntime(name="context-scale-dialogues")
+    context = _manager(path)
+    runtime.register("context", context.subscriber())
+    async with runtime:
+        before = rss_mib()
+        started = time.perf_counter()
+        for start in range(0, participants, 500):
+            for i in range(start, min(participants, start + 500)):
+                context.record_exchange(
+                    f"p{i}",
+                    f"Where is the spare battery of p{i}?",
+                    note(i),
+                    timestamp_us=1_714_572_785_000_000 + i,
+                    exchange_id=f"p{i}-0",
+                )
+            await context.synced()
+        written = time.perf_counter() - started
+        after = rss_mib()
+        assert context.store is not None
+        await context.store.barrier()
+        context.store.checkpoint()
+        journal = context.store.size_bytes()
+    return {
+        "participants": participants,
+        "write_s": round(written, 1),
+        "rss_before_mib": before,
+        "rss_after_mib": after,
+        "journal_mib": round(journal / 2**20, 1),
+    }
+
+
 async def restart(path: str) -> dict:
     from xrmq.actors.context import context_plan, register_sections
     from xrmq.actors.context.store import open_store
     from xrmq.actors.runtime import AgentRuntime
 
-    try:  # as a context process opens its journal (topic sections read on demand)
-        from xrmq.actors.context.journal import TOPIC_JOURNAL_PREFIX
+    try:  # as a context process opens its journal (every section read on demand)
+        from xrmq.actors.context.journal import ON_DEMAND_ALL
 
-        lazy = {"on_demand_prefix": TOPIC_JOURNAL_PREFIX}
-    except ImportError:  # before issue 30 item 3: read whole
-        lazy = {}
+        lazy = {"on_demand_prefix": ON_DEMAND_ALL}
+    except ImportError:
+        try:  # before: dialogues read whole, topic sections on demand
+            from xrmq.actors.context.journal import TOPIC_JOURNAL_PREFIX
+
+            lazy = {"on_demand_prefix": TOPIC_JOURNAL_PREFIX}
+        except ImportError:  # before issue 30 item 3: read whole
+            lazy = {}
     before = rss_mib()
     started = time.perf_counter()
     runtime = AgentRuntime(name="context-scale-restart")
@@ -121,6 +163,7 @@ async def restart(path: str) -> dict:
         "rss_before_mib": before,
         "rss_ready_mib": rss_mib(),
         "loaded_at_ready": loaded,
+        "dialogue_actors_at_ready": len(runtime.keyed_instances("context.dialogue")),
     }
     await runtime.stop()
     return result
@@ -180,12 +223,17 @@ def main() -> None:
     parser.add_argument("--participants", type=int, default=100_000)
     parser.add_argument("--flood-s", type=float, default=20.0)
     parser.add_argument("--quick", action="store_true", help="5,000 participants, 3 s flood")
+    parser.add_argument(
+        "--dialogues", action="store_true", help="fill and restart with one dialogue each"
+    )
     parser.add_argument("--phase", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.phase:
         name, path, *rest = args.phase
         if name == "fill":
             result = asyncio.run(fill(path, int(rest[0])))
+        elif name == "fill-dialogues":
+            result = asyncio.run(fill_dialogues(path, int(rest[0])))
         elif name == "restart":
             result = asyncio.run(restart(path))
         else:
@@ -200,6 +248,10 @@ def main() -> None:
     seconds = 3.0 if args.quick else args.flood_s
     with tempfile.TemporaryDirectory(prefix="context-scale-") as directory:
         journal = os.path.join(directory, "scale.sqlite3")
+        if args.dialogues:
+            print("fill", _phase("fill-dialogues", journal, str(participants)), flush=True)
+            print("restart", _phase("restart", journal), flush=True)
+            return
         print("fill", _phase("fill", journal, str(participants)), flush=True)
         print("restart", _phase("restart", journal), flush=True)
         print("flood", _phase("flood", os.path.join(directory, "flood.sqlite3"), str(seconds)))

@@ -9,7 +9,10 @@ or a lost tail the sender's heartbeat revealed). Two phases per repetition:
   repetitions); bar: no loss goes unreported (and normally there is no loss at all);
 - overload: the publishers send as fast as they can for a few seconds (the subscriber's
   receive HWM is small, so the broker drops what it cannot hold for it); bar:
-  every loss is reported, at the latest by a heartbeat after the subscriber caught up.
+  every loss is reported, at the latest by a heartbeat after the subscriber caught up;
+- closing overload: as many publisher processes without heartbeats (a one-shot client's
+  defaults) send as fast as they can for the same time and stop: their final heartbeat
+  alone announces their tails; bar: every loss is reported.
 
 Unreported losses are what the publishers sent minus what the subscriber received or
 was told it lost, counted once it has been quiet for two heartbeat intervals.
@@ -50,11 +53,62 @@ def phase(
     }
 
 
+def closing_phase(
+    bus: str, subscriber: Worker, count: int, seconds: float, rep: int
+) -> dict[str, float]:
+    """``count`` publisher processes without heartbeats send as fast as they can for
+    ``seconds`` and stop; then the subscriber accounts for what they sent."""
+    closing = [
+        Worker(
+            f"load-closing-{rep}-{index}",
+            "-m",
+            "bench.load_workers",
+            "closing",
+            bus,
+            TOPIC,
+            f"load-close-{rep}-{index}",
+            str(KEYS),
+        )
+        for index in range(count)
+    ]
+    try:
+        for worker in closing:
+            worker.expect("ready", timeout=60)
+        for worker in closing:
+            worker.command(f"go {seconds}")
+        sent = sum(worker.result(timeout=seconds + 120)["sent"] for worker in closing)
+    finally:
+        for worker in closing:
+            worker.close()
+    subscriber.command(f"report {sent} {2 * HEARTBEAT_S}")
+    report = subscriber.result(timeout=300)
+    return {
+        "sent": sent,
+        "received": report["received"],
+        "lost": report["lost"],
+        "unreported": sent - report["received"] - report["lost"],
+        "seconds": seconds,
+    }
+
+
+def progress(ctx: SuiteContext, name: str, rep: int, figures: dict[str, float]) -> None:
+    ctx.progress(
+        f"load: {name} rep {rep + 1}/{ctx.repetitions}: "
+        f"sent {figures['sent']:.0f}, "
+        f"received {figures['received']:.0f}, lost {figures['lost']:.0f}, "
+        f"unreported {figures['unreported']:.0f}"
+    )
+
+
 def run(ctx: SuiteContext) -> SuiteResult:
     sustained_s = 0.5 if ctx.quick else 60.0 / ctx.repetitions
     overload_s = 0.3 if ctx.quick else 3.0
     publishers_n = 2 if ctx.quick else PUBLISHERS
-    results: dict[str, list[dict[str, float]]] = {"sustained": [], "overload": []}
+    results: dict[str, list[dict[str, float]]] = {
+        "sustained": [],
+        "overload": [],
+        "closing overload": [],
+    }
     with broker() as (bus, _):
         subscriber = Worker(
             "load-subscriber",
@@ -89,12 +143,10 @@ def run(ctx: SuiteContext) -> SuiteResult:
                 ):
                     figures = phase(publishers, subscriber, rate, seconds)
                     results[name].append(figures)
-                    ctx.progress(
-                        f"load: {name} rep {rep + 1}/{ctx.repetitions}: "
-                        f"sent {figures['sent']:.0f}, "
-                        f"received {figures['received']:.0f}, lost {figures['lost']:.0f}, "
-                        f"unreported {figures['unreported']:.0f}"
-                    )
+                    progress(ctx, name, rep, figures)
+                figures = closing_phase(bus, subscriber, publishers_n, overload_s, rep)
+                results["closing overload"].append(figures)
+                progress(ctx, "closing overload", rep, figures)
         finally:
             for worker in (subscriber, *publishers):
                 worker.close()
@@ -135,7 +187,9 @@ def run(ctx: SuiteContext) -> SuiteResult:
         "overload: as fast "
         f"as the publishers can for {overload_s:g} s; subscriber receive HWM {SUBSCRIBER_HWM}; "
         "heartbeats every "
-        f"{HEARTBEAT_S:g} s; {KEYS} keys per publisher"
+        f"{HEARTBEAT_S:g} s; {KEYS} keys per publisher; closing overload: as many publisher "
+        "processes without heartbeats, sending as fast as they can for the overload's time, "
+        "then stopping (their final heartbeat alone announces their tails)"
     ]
     return SuiteResult(rows=rows, bars=bars, notes=notes)
 

@@ -5,6 +5,10 @@ INTERVAL seconds; prints ``ready``, then for each ``go RATE SECONDS`` command pu
 messages a second for SECONDS over KEYS participants, waits until a heartbeat went out
 after its last message, and prints ``{"sent": N}``.
 
+``closing BUS TOPIC NAME KEYS``: a publisher without heartbeats that sends as fast as it
+can on ``go _ SECONDS``, then stops and prints ``{"sent": N}`` (its final heartbeat alone
+announces its tail).
+
 ``subscriber BUS TOPIC HWM``: an ``AgentRuntime`` (receive HWM ``HWM``: a small one makes
 an overload overflow into losses) that counts the messages it receives and the losses it
 is told of (gaps, a lost tail included); prints ``ready``, then for each ``report TOTAL
@@ -51,6 +55,28 @@ async def publisher(bus: str, topic_name: str, name: str, keys: int, interval: f
                 await asyncio.sleep(0.005 if rate > 0 else 0)
             await asyncio.sleep(interval * 1.5)  # a heartbeat went out after the last message
             print(json.dumps({"sent": sent}), flush=True)
+
+
+async def closing(bus: str, topic_name: str, name: str, keys: int) -> None:
+    """A publisher without heartbeats (``heartbeat_s=None``, as a one-shot client): on
+    ``go SECONDS`` it publishes as fast as it can for SECONDS, stops (its final heartbeat
+    alone announces its tail), prints ``{"sent": N}`` and exits."""
+    topic = context_topic(topic_name)
+    message = ConversationContextUpdate(TEXT)
+    participants = [f"{name}-k{index}" for index in range(keys)]
+    runtime = AgentRuntime(bus, name=name, heartbeat_s=None)
+    await runtime.start()
+    print("ready", flush=True)
+    reader = await lines()
+    seconds = float((await reader.readline()).decode().split()[1])
+    sent, started = 0, time.monotonic()
+    while time.monotonic() - started < seconds:
+        for _ in range(500):
+            runtime.send(topic, message, participant_id=participants[sent % keys])
+            sent += 1
+        await asyncio.sleep(0)
+    await runtime.stop()
+    print(json.dumps({"sent": sent}), flush=True)
 
 
 class Accounting(Agent):
@@ -100,6 +126,8 @@ def main() -> None:
     role, bus, topic_name, *rest = sys.argv[1:]
     if role == "publisher":
         run(publisher(bus, topic_name, rest[0], int(rest[1]), float(rest[2])))
+    elif role == "closing":
+        run(closing(bus, topic_name, rest[0], int(rest[1])))
     else:
         run(subscriber(bus, topic_name, int(rest[0])))
 

@@ -25,6 +25,9 @@ class LossyBus:
         self._back.bind(f"ipc://{prefix}.out")
         self._front.send(b"\x01")
         self._stop = threading.Event()
+        self.paused = threading.Event()
+        """While set, nothing is read from publishers (a broker that stalls: what they send
+        queues on their side)."""
         self._thread = threading.Thread(target=self._serve, name="lossy-bus", daemon=True)
         self._thread.start()
 
@@ -32,8 +35,10 @@ class LossyBus:
         poller = zmq.Poller()
         poller.register(self._front, zmq.POLLIN)
         poller.register(self._back, zmq.POLLIN)
+        subscriptions = zmq.Poller()
+        subscriptions.register(self._back, zmq.POLLIN)
         while not self._stop.is_set():
-            for sock, _ in poller.poll(50):
+            for sock, _ in (subscriptions if self.paused.is_set() else poller).poll(50):
                 if sock is self._back:
                     self._front.send(self._back.recv())
                     continue

@@ -277,3 +277,46 @@ def test_the_budget_guard_shuts_only_a_connection_full_and_still_and_only_past_t
     finally:
         for sock in (stalled, stalled_reader, live, live_reader):
             sock.close()
+
+
+async def test_a_stalled_capture_subscriber_costs_the_broker_at_most_its_byte_budget():
+    """Issue 30: ``xrmq capture`` subscribes through the broker's capture socket, which had
+    a HWM of 1,000,000 messages and no byte guard: one capture subscriber that stops
+    reading held 80 MB of 200 KB messages here. It is held to the subscribers' budget:
+    its connection is shut and counted, and a reading subscriber loses nothing."""
+    budget, total, text = 4 << 20, 400, "z" * 200_000
+    with bus_process("--subscriber-budget-bytes", str(budget), "--metrics-interval", "0.1") as (
+        bus,
+        broker,
+    ):
+        capture = python("capture_subscriber.py", bus)
+        try:
+            watch = BrokerWatch()
+            runtime = AgentRuntime(bus, name="capture-publisher", metrics_interval=0.2)
+            runtime.register("watch", watch)
+            async with runtime:
+                ready = asyncio.ensure_future(asyncio.to_thread(expect_line, capture, "ready"))
+                async with asyncio.timeout(30):
+                    while not ready.done():  # frames until one reaches it through capture
+                        runtime.send(NOTES, ConversationContextUpdate("hello"), participant_id="p0")
+                        await asyncio.wait([ready], timeout=0.05)
+                await ready
+                await watch.wait(lambda: watch.last is not None)
+                evicted = watch.last.gauges["broker.subscribers_evicted"]
+                base = vm_rss(broker.pid)
+                os.kill(capture.pid, signal.SIGSTOP)
+                try:
+                    for _ in range(total):
+                        runtime.send(NOTES, ConversationContextUpdate(text), participant_id="p1")
+                        await asyncio.sleep(0)  # let the reader of ``watch`` keep up
+                    await watch.wait(lambda: watch.notes.count(text) + watch.lost == total)
+                    held = vm_rss(broker.pid) - base
+                    await watch.wait(
+                        lambda: watch.last.gauges["broker.subscribers_evicted"] > evicted
+                    )
+                finally:
+                    os.kill(capture.pid, signal.SIGCONT)
+        finally:
+            reap(capture)
+    assert held < budget + 24 * 2**20, f"the broker held {held / 2**20:.1f} MiB (budget 4 MiB)"
+    assert watch.lost == 0  # a subscriber that reads loses nothing to the capture's stall

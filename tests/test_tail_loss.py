@@ -314,3 +314,50 @@ async def test_a_stream_lost_whole_is_counted_from_its_senders_final_heartbeat(t
         (g.sender, g.topic, g.participant_id, g.first_missing, g.last_missing) for g in gaps
     ] == [("one-shot", NOTES.name, "p1", 1, 3)]
     assert metrics.gaps == 3
+
+
+async def test_a_tail_lost_behind_a_stalled_broker_is_counted_exactly_after_the_publisher_closes(
+    tmp_path,
+):
+    """Issue 30 item 4: a publisher that closes with more queued than the broker takes
+    within ``ZMQ_LINGER`` (2 s) lost the rest at close, its final heartbeat with it, so the
+    loss was counted nowhere. Its stop now waits until what it queued, the final heartbeat
+    last, has passed the broker: with a broker stalled past the linger, the tail the
+    broker then drops (the last 5 of 3,000 notes of 2 KB) is counted exactly."""
+    total, tail = 3_000, 5
+
+    def drop(frames: list[bytes]) -> bool:
+        return (
+            len(frames) == 3
+            and frames[0] == NOTES.key("p1")
+            and bool(frames[1])
+            and _metadata.decode(frames[1]).sender == "closing-sender"
+            and _metadata.decode(frames[1]).seq > total - tail
+        )
+
+    bus = LossyBus(f"{tmp_path}/bus", drop)
+    try:
+        watcher = Watcher()
+        receiver = AgentRuntime(bus.address)
+        receiver.register("watcher", watcher)
+        async with receiver:
+            sender = AgentRuntime(bus.address, name="closing-sender", heartbeat_s=None)
+            await sender.start()
+            bus.paused.set()
+            for index in range(total):
+                note = ConversationContextUpdate(f"{index} " + "z" * 2000)
+                sender.send(NOTES, note, participant_id="p1")
+            stopping = asyncio.ensure_future(sender.stop())
+            done, _ = await asyncio.wait([stopping], timeout=3.0)  # past the 2 s linger
+            assert not done, "the publisher closed with its tail and final heartbeat unsent"
+            bus.paused.clear()
+            await asyncio.wait_for(stopping, 20)
+            await watcher.wait(lambda: any(kind == "gap" for kind, _ in watcher.events))
+            metrics = receiver.metrics()
+    finally:
+        bus.close()
+    notes = [value for kind, value in watcher.events if kind == "note"]
+    assert len(notes) == total - tail and bus.dropped == tail
+    gaps = [value for kind, value in watcher.events if kind == "gap"]
+    assert [(g.first_missing, g.last_missing) for g in gaps] == [(total - tail + 1, total)]
+    assert metrics.gaps == tail

@@ -8,14 +8,24 @@ replica that sees it knows what this host holds. It answers every replica's requ
 for a full snapshot (and a dump's) in pages within the message limit, so a snapshot of
 many participants never needs one message larger than the bus allows.
 
-Dialogues are per-participant actors, all restored at start; the runtime retires the
-least recently used beyond its ``keyed_instances`` bound, and this host keeps track of
-the participants whose dialogue the journal alone then holds (``dialogues_held``), so
-snapshots and dumps read them and the participant's next message starts from them.
+Dialogues are per-participant actors. A context process opens its journal with every
+section read on demand, so a restart reads only the participants' ids and the states
+with a pending compaction (re-issued): its time does not grow with participants who are
+not active. A dialogue actor is spawned by its participant's first message and starts
+from the journal; it is retired again once idle for ``retire_idle_s``, and the runtime
+retires the least recently used beyond its ``keyed_instances`` bound. This host keeps
+track of the participants whose dialogue the journal alone holds (``dialogues_held``),
+so snapshots and dumps read them and the participant's next message starts from them.
+Without a journal a dialogue actor never retires idle, and one retired over the bound
+loses its dialogue: counted (``context.dialogues_lost``) and logged, so memory stays
+bounded and nothing is lost without a count. The journal is read through in the
+background once (``check_journal``, the first page before ready), so a row that cannot
+be read is quarantined at start, not when its participant comes back.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
@@ -30,6 +40,7 @@ from xrmq.actors.runtime import (
     get_logger,
     shard_of,
 )
+from xrmq.actors.runtime.ratelimit import AggregatedWarnings
 from xrmq.topics import Topic
 
 from .dump import ParticipantDump, SectionDump, export_section
@@ -43,6 +54,9 @@ from .shard_migration import DialogueMigration
 
 T = TypeVar("T")
 
+CHECK_PAGE = 1024
+"""Sections the background read of a journal (``check_journal``) reads at a time; the
+first page is read before the host reports ready."""
 PAGE_PREFETCH = 512
 """Participants whose retired sections a snapshot page reads from the journal at once."""
 PAGE_OVERHEAD_BYTES = 64
@@ -97,18 +111,79 @@ class ContextHost(Agent):
                     self.migration.foreign[id(journal), pid] = (journal, pid, item)
         self.dialogues_held: set[str] = set(self.recovered) if store is not None else set()
         """With a journal, the participants of this shard whose dialogue has a state,
-        whether its actor is live or was retired by the runtime's ``keyed_instances``
-        bound (then the journal alone holds it: ``take``, and the snapshots read it)."""
+        whether its actor is live or was retired (idle, or over the runtime's
+        ``keyed_instances`` bound) or never spawned since the journal was opened (read on
+        demand): then the journal alone holds it (``take``, and the snapshots read it)."""
+        if store is not None:
+            self._adopt_journal(store, dialogue, shards)
+        self.dialogues_lost = 0
+        """Without a journal, dialogues dropped with their actor (retired over the
+        runtime's ``keyed_instances`` bound): memory stays bounded, and the loss counted."""
+        self._losses = AggregatedWarnings(get_logger(actor=f"context.host.{index}"))
+        self._checking: asyncio.Task[None] | None = None
+        self.checked = asyncio.Event()
+        """Set once the whole journal was read through (``check_journal``)."""
         self._dialogue_reader = SectionHost(
             self, plan.config.dialogue, plan, plan.topics.dialogue_result, host=index
         )
         """Renders a retired dialogue read from the journal (it holds no state)."""
+        self._prefetched: dict[str, Recovered] = {}
+        """Retired dialogues read for the snapshot page being built (``_prefetch``)."""
         t = plan.topics
         self._handlers: dict[Topic, Handler] = {
             t.host_sync(index): self.on_sync,
             t.host_dump(index): self.on_dump,
             t.dialogue_clear: self.on_clear,
         }
+
+    def _adopt_journal(self, store: ContextStore, dialogue: str, shards: int) -> None:
+        """Hold every dialogue the journal has and did not read at opening (``open_store``'s
+        ``on_demand_prefix``): this shard's by id alone, read when first used; other
+        shards' (the shard count changed) read now, to migrate."""
+        foreign: list[str] = []
+        for pid in store.section_participants(dialogue):
+            if pid in self.recovered or (id(store), pid) in self.migration.foreign:
+                continue
+            if shard_of(pid, shards) == self.index:
+                self.dialogues_held.add(pid)
+            else:
+                foreign.append(pid)
+        for pid, item in store.read_sections(dialogue, foreign).items():
+            self.migration.foreign[id(store), pid] = (store, pid, item)
+
+    def dialogue_lost(self, participant_id: str) -> None:
+        """Count and log (rate-limited) a dialogue dropped with its actor, without a journal."""
+        self.dialogues_lost += 1
+        self._losses.warn(
+            "context.dialogue_lost",
+            None,
+            None,
+            participant=participant_id,
+            lost=self.dialogues_lost,
+            reason="dialogue actor retired over the runtime's keyed_instances bound, "
+            "without a journal ([context] persist) to keep it",
+        )
+
+    async def check_journal(self, first: asyncio.Future[None] | None = None) -> None:
+        """Read the whole journal through, ``CHECK_PAGE`` sections at a time, keeping
+        nothing: a row that cannot be read is quarantined (counted, logged) now, not when
+        its participant is next used, so ``context.journal_quarantined`` soon tells what a
+        damaged journal cost. ``first`` is set after the first page."""
+        store = self.store
+        try:
+            if store is not None:
+                after = await store.check(None, CHECK_PAGE)
+                if first is not None:
+                    first.set_result(None)
+                    first = None
+                while after is not None:
+                    after = await store.check(after, CHECK_PAGE)
+            self.checked.set()
+        except Exception as error:  # a journal that fails reading fails its writes loudly too
+            get_logger(actor=self.name).error("context.journal_check_failed", error=repr(error))
+        finally:
+            if first is not None and not first.done():
+                first.set_result(None)
 
     async def on_clear(self, message: ClearSection, ctx: RuntimeContext) -> object:
         """Drop the waiting dialogue of a cleared participant (all for a global clear);
@@ -118,9 +193,9 @@ class ContextHost(Agent):
         self.migration.drop(pid)
         if pid is None and self.store is not None:  # retired dialogues have no actor to ask
             live = {agent.key for agent in self._dialogues()}
-            for participant in [p for p in self.dialogues_held if p not in live]:
-                self.store.delete(participant, section)
-                self.dialogues_held.discard(participant)
+            retired = [p for p in self.dialogues_held if p not in live]
+            self.store.delete_many(retired, section)  # one transaction, however many
+            self.dialogues_held.difference_update(retired)
         return DEFERRED_REPLY
 
     async def migration_finished(self) -> None:
@@ -147,6 +222,7 @@ class ContextHost(Agent):
             "context.migrated": float(self.migrated),
             "context.migrating": float(self.migrating),
             "context.journal_quarantined": float(sum(j.quarantined for j in journals)),
+            "context.dialogues_lost": float(self.dialogues_lost),
         }
 
     def handlers(self) -> Handlers:
@@ -164,6 +240,9 @@ class ContextHost(Agent):
     def _journaled_dialogue(self, participant_id: str) -> Recovered | None:
         """A held dialogue as the journal has it (None, and no longer held, if it has
         none: cleared meanwhile, or quarantined)."""
+        prefetched = self._prefetched.get(participant_id)
+        if prefetched is not None:
+            return prefetched
         if self.store is None:
             return None
         self.store.flush()
@@ -206,6 +285,10 @@ class ContextHost(Agent):
             agent = runtime.spawn(self.kind, participant_id)
             if isinstance(agent, DialogueSectionActor):
                 agent.resume()
+        if self.store is not None and self._checking is None:  # a journal's first page
+            first = asyncio.get_running_loop().create_future()  # before ready: a small
+            self._checking = asyncio.create_task(self.check_journal(first))  # one is whole
+            await first
         participants = {pid for topic in self.topics for pid in topic.host.participants}
         participants.update(agent.key for agent in self._dialogues())
         if self.store is not None:
@@ -299,8 +382,10 @@ class ContextHost(Agent):
         try:
             for index, pid in enumerate(remaining):
                 if index % PAGE_PREFETCH == 0:  # retired participants, read in one go
+                    chunk = remaining[index : index + PAGE_PREFETCH]
+                    self._prefetch([pid for pid in chunk if pid not in dialogues])
                     for topic in self.topics:
-                        topic.host.residency.prefetch(remaining[index : index + PAGE_PREFETCH])
+                        topic.host.residency.prefetch(chunk)
                 own = items_of(pid)
                 cost = sum(len(_page_encoder.encode(item)) for item in own)
                 cursor = len(_page_encoder.encode(pid))
@@ -310,10 +395,26 @@ class ContextHost(Agent):
                 size += cost
             return items, None
         finally:
+            self._prefetched = {}
             for topic in self.topics:
                 topic.host.residency.forget_prefetched()
 
+    def _prefetch(self, participant_ids: list[str]) -> None:
+        """Read the held dialogues among ``participant_ids`` whose actor is not live from
+        the journal in one go, for the snapshot page being built (after handing it what
+        retired actors still had scheduled)."""
+        wanted = [pid for pid in participant_ids if pid in self.dialogues_held]
+        if not wanted or self.store is None:
+            self._prefetched = {}
+            return
+        self.store.flush()
+        self._prefetched = self.store.read_sections(
+            journal_name(self._plan.config.dialogue), wanted
+        )
+
     async def on_stop(self) -> None:
+        if self._checking is not None:
+            self._checking.cancel()
         await self.migration.stop()
         if self.store is not None:
             self.store.close()

@@ -32,7 +32,7 @@ import sqlite3
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 import msgspec
 
@@ -45,6 +45,7 @@ from .journal_rows import (
     Quarantined,
     Recovered,
     RecoveredTranscript,
+    check_page,
     log_quarantined,
     quarantine,
     select_sections,
@@ -56,9 +57,11 @@ from .state import PendingJob, SectionState
 _encode = msgspec.msgpack.Encoder().encode
 
 TOPIC_JOURNAL_PREFIX = "topic:"
-"""What every topic section's journal name starts with: a context process opens its
-journal with ``open_store(..., on_demand_prefix=TOPIC_JOURNAL_PREFIX)``, so its topic
-sections are read when first used, not at start."""
+"""What every topic section's journal name starts with (``open_store(...,
+on_demand_prefix=TOPIC_JOURNAL_PREFIX)`` reads the topic sections when first used)."""
+ON_DEMAND_ALL = ""
+"""The ``on_demand_prefix`` of every section: a context process opens its journal with it,
+so a restart reads only the participants' ids and the sections with a pending job."""
 
 
 def journal_name(section: Section) -> str:
@@ -320,6 +323,17 @@ class ContextStore:
             ],
         )
 
+    def delete_many(self, participants: list[str], section: str) -> None:
+        """``delete`` of many participants' rows of ``section``, in one transaction, now."""
+        self._run(
+            self._write,
+            [
+                (f"DELETE FROM {table} WHERE participant = ? AND section = ?", (pid, section))
+                for pid in participants
+                for table in ("sections", "identities", "jobs")
+            ],
+        )
+
     def delete_all(self) -> None:
         """Remove every row (a manager's ``close()``)."""
         self._rows = []
@@ -373,6 +387,22 @@ class ContextStore:
         found, bad = cast(tuple[dict[str, Recovered], list[Quarantined]], self._run(read))
         self._quarantined(bad)
         return found
+
+    async def check(self, after: tuple[Any, Any] | None, limit: int) -> tuple[Any, Any] | None:
+        """Read the next ``limit`` sections after the key ``after`` (None: from the first)
+        without keeping them, on the writer thread while the loop goes on, and quarantine
+        the rows that cannot be read (counted, logged): a journal opened with sections
+        read on demand is checked whole this way in the background. The key to go on
+        from, None after the last."""
+
+        def read() -> tuple[list[Quarantined], tuple[Any, Any] | None]:
+            bad, last = check_page(self._db, after, limit)
+            quarantine(self._db, bad)
+            return bad, last
+
+        bad, last = await asyncio.wrap_future(self._writer.submit(read))
+        self._quarantined(bad)
+        return last
 
     def section_participants(self, section: str) -> list[str]:
         """Every participant the journal holds a state of ``section`` for (committed now)."""

@@ -183,6 +183,32 @@ def select_sections(
     return recovered, bad
 
 
+def check_page(
+    connection: sqlite3.Connection, after: tuple[Any, Any] | None, limit: int
+) -> tuple[list[Quarantined], tuple[Any, Any] | None]:
+    """Read the sections of up to ``limit`` (participant, section) keys after ``after`` (in
+    key order; from the first with None) as ``select_sections`` does, keeping nothing:
+    the rows that cannot be used, and the key to read on from (None after the last)."""
+    where: str = ""
+    parameters: tuple[Any, ...] = ()
+    if after is not None:
+        where = " WHERE participant > ? OR (participant = ? AND section > ?)"
+        parameters = (after[0], after[0], after[1])
+    keys = connection.execute(
+        f"SELECT participant, section FROM sections{where} ORDER BY participant, section LIMIT ?",
+        (*parameters, limit),
+    ).fetchall()
+    by_section: dict[Any, list[Any]] = {}
+    for participant, section in keys:
+        by_section.setdefault(section, []).append(participant)
+    bad: list[Quarantined] = []
+    for section, participants in by_section.items():
+        for start in range(0, len(participants), READ_CHUNK):
+            chunk = participants[start : start + READ_CHUNK]
+            bad += select_sections(connection, many=(section, chunk))[1]
+    return bad, (tuple(keys[-1]) if len(keys) == limit else None)
+
+
 def quarantine(connection: sqlite3.Connection, rows: list[Quarantined]) -> None:
     """Move ``rows`` to the ``quarantine`` table (created if missing), in one transaction."""
     if not rows:

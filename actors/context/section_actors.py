@@ -11,6 +11,8 @@ of its topic, whose name is its mailbox.
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 
 from xrmq.actors.runtime import Agent, Handler, Handlers, RuntimeContext, get_logger
 from xrmq.schemas import ConversationContextUpdate
@@ -37,12 +39,14 @@ class DialogueSectionActor(Agent):
     """The dialogue section of one participant (a keyed actor, spawned on first message).
 
     After a clear it holds nothing, and it retires itself once its mailbox is idle, so
-    a departed participant leaves no actor behind. A participant the journal holds is
-    spawned at start with its recovered state. The runtime keeps at most its
-    ``keyed_instances`` of these actors (least recently used retired first): with a
-    journal a retired one's state is in the journal alone, and the actor spawned by the
-    participant's next message starts from it (``ContextHost.take``), re-issuing a
-    pending compaction.
+    a departed participant leaves no actor behind. With a journal it also retires
+    itself once unused for ``retire_idle_s`` with nothing the journal does not hold
+    (``retire_if_idle``, looked at every ``retire_idle_s / 4``, at most a minute), and
+    the runtime keeps at most its ``keyed_instances`` of these actors (least recently
+    used retired first): a retired one's state is in the journal alone, and the actor
+    spawned by the participant's next message starts from it (``ContextHost.take``),
+    re-issuing a pending compaction. Without a journal it never retires idle, and one
+    retired over the bound drops its dialogue, counted by ``lost``.
     """
 
     def __init__(
@@ -55,9 +59,15 @@ class DialogueSectionActor(Agent):
         host: int = 0,
         recovered: Recovered | None = None,
         held: set[str] | None = None,
+        lost: Callable[[str], None] | None = None,
     ) -> None:
         self.key = participant_id
         self.kind = kind
+        self._plan = plan
+        self._store = store
+        self._lost = lost
+        """Told of a dialogue dropped with this actor (without a journal)."""
+        self._idle_timer: asyncio.TimerHandle | None = None
         self._held_by = held
         """The participants whose dialogue has a state (``ContextHost.dialogues_held``)."""
         self._resumed = recovered is None
@@ -85,6 +95,39 @@ class DialogueSectionActor(Agent):
 
     async def on_start(self) -> None:
         self.resume()
+        if self._store is not None:
+            self._arm_idle_timer()
+
+    def _arm_idle_timer(self) -> None:
+        every = min(60.0, self._plan.retire_idle_s / 4)
+        self._idle_timer = asyncio.get_running_loop().call_later(every, self._idle_tick)
+
+    def _idle_tick(self) -> None:
+        self._retiring = asyncio.create_task(self._retire_idle())
+
+    async def _retire_idle(self) -> None:
+        await self.retire_if_idle()
+
+    async def retire_if_idle(self) -> bool:
+        """Retire this actor if its participant was unused for ``retire_idle_s`` and the
+        journal holds its state as memory does (nothing unsaved, no compaction out, no
+        message queued or handled): True if it did; else look again later."""
+        runtime = self.runtime
+        store = self._store
+        record = self.host.participants.get(self.key)
+        if runtime is None or not runtime.running or runtime.stopping or store is None:
+            return False
+        if (
+            record is not None
+            and not store.writing
+            and time.monotonic() - record.used >= self._plan.retire_idle_s
+            and self.host.residency.retirable(self.key, record)
+            and await runtime.retire(self.kind, self.key, idle_only=True)
+        ):
+            return True
+        if self._idle_timer is not None:
+            self._arm_idle_timer()
+        return False
 
     async def on_write(self, message: RecordExchanges, ctx: RuntimeContext) -> None:
         section = self.host.section
@@ -143,6 +186,13 @@ class DialogueSectionActor(Agent):
         await runtime.retire(self.kind, self.key)
 
     async def on_stop(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        runtime = self.runtime
+        retired = runtime is not None and not runtime.stopping
+        if retired and self._store is None and self.host.participants and self._lost:
+            self._lost(self.key)
         self.host.stop()
 
 

@@ -8,9 +8,10 @@ participant's next write, load, compaction or clear reads it back first (``get``
 point read on the journal's thread, which the loop waits for, after the transaction in
 flight); a fetch, a snapshot page or a dump reads it without keeping it (``peek``,
 ``prefetch``). A context process opens its journal with the topic sections read on
-demand (``TOPIC_JOURNAL_PREFIX``), so a restart reads only their participant ids
-(``adopt_journal``). A dialogue actor holds one participant and is retired whole by the
-runtime, so a dialogue section never retires here.
+demand (``ON_DEMAND_ALL``), so a restart reads only their participant ids
+(``adopt_journal``). A dialogue actor holds one participant and is retired whole
+(``DialogueSectionActor.retire_if_idle``, by the same ``retirable`` rule), so a dialogue
+section never retires here.
 
 The participants dict is the host's; this object decides what stays in it, least
 recently used first (its order).
@@ -138,7 +139,9 @@ class Residency:
             journaled = self._store.section_participants(self._journal_name)
             self.retired_ids.update(pid for pid in journaled if pid not in self.participants)
 
-    def _retirable(self, participant_id: str, record: ParticipantRecord) -> bool:
+    def retirable(self, participant_id: str, record: ParticipantRecord) -> bool:
+        """Whether the journal holds the participant's state exactly as memory does, with
+        nothing in flight (no change unsaved, job out, manual compaction or view unpublished)."""
         state = record.state
         return (
             not self._unsaved(participant_id)
@@ -164,7 +167,7 @@ class Residency:
             record = self.participants[participant_id]
             if over <= 0 and record.used > idle_before:
                 break
-            if self._retirable(participant_id, record):
+            if self.retirable(participant_id, record):
                 del self.participants[participant_id]
                 self.retired_ids.add(participant_id)
                 self.retired += 1

@@ -95,6 +95,7 @@ def register_sections(
             host=shard,
             recovered=host.take(key),
             held=host.dialogues_held,
+            lost=host.dialogue_lost,
         ),
         shard=shard,
         shards=shards,

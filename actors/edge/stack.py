@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from xrmq.actors.context import ContextManager, context_plan, register_sections, register_workers
-from xrmq.actors.context.journal import TOPIC_JOURNAL_PREFIX, ContextStore
+from xrmq.actors.context.journal import ON_DEMAND_ALL, ContextStore
 from xrmq.actors.context.plan import ContextPlan
 from xrmq.actors.context.store import open_store, orphan_journals
 from xrmq.actors.conversation import Conversation
@@ -151,7 +151,7 @@ def open_context_store(config: EdgeConfig, shard: int) -> ContextStore | None:
     return open_store(
         context_store_path(config, shard),
         on_corrupt=on_corrupt,
-        on_demand_prefix=TOPIC_JOURNAL_PREFIX,  # a restart reads only dialogues and jobs
+        on_demand_prefix=ON_DEMAND_ALL,  # a restart reads only ids and pending jobs
     )
 
 

@@ -191,6 +191,7 @@ class AgentHost(Protocol):
     epoch: int
     max_message_bytes: int
     gaps: deque[Gap]
+    stopping: bool
 
     @property
     def running(self) -> bool: ...
@@ -286,7 +287,7 @@ class AgentHost(Protocol):
 
     def spawn(self, kind: str, key: str) -> Agent: ...
 
-    async def retire(self, kind: str, key: str) -> bool: ...
+    async def retire(self, kind: str, key: str, *, idle_only: bool = False) -> bool: ...
 
     def metrics(self, last_seq: dict[str, int] | None = None) -> RuntimeMetrics: ...
 

@@ -19,7 +19,8 @@ hold for subscribers that stopped reading, in bytes. The XPUB send HWM counts me
 a burst); the bytes are held by ``SubscriberBudget`` (``subscriber_budget.py``, where the
 why is): past the budget, the connections of subscribers that do not drain are shut,
 which frees what was queued for them; they reconnect and report what they missed as gaps,
-and the broker counts them (``subscribers_evicted``, ``broker.subscribers_evicted``).
+and the broker counts them (``subscribers_evicted``, ``broker.subscribers_evicted``). The
+capture socket's subscribers are held to the same budget and HWM.
 
 Subscriber counts (``RuntimeMetrics.subscriptions``, ``xrmq topics``): the secure loop
 counts the subscriptions it applies. The plain broker with ``metrics_interval`` sets
@@ -250,10 +251,12 @@ class Broker:
             capture = None
             if self.capture or counted is not None:
                 capture = socket(zmq.PUB)
-                capture.setsockopt(zmq.SNDHWM, self.hwm)
+                capture.setsockopt(zmq.SNDHWM, self.subscriber_hwm)  # a subscriber's, too
                 if security is not None:
                     security.serve(capture, CAPTURE_DOMAIN)
                 if self.capture:
+                    if budget is not None:  # a capture subscriber costs the same budget
+                        budget.arm(capture, self.address.capture)
                     capture.bind(self.address.capture)
                 if counted is not None:
                     capture.bind(counted)

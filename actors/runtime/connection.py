@@ -3,7 +3,8 @@ broker's XSUB) and the SUB socket (from its XPUB), and the readiness handshake.
 
 ``open`` connects and subscribes; ``wait_ready`` probes every subscription until it comes
 back through the broker (``readiness.py``), so nothing sent or expected after ``start()`` is
-lost to ZeroMQ's slow joiner; ``close`` closes the sockets and stops an embedded broker.
+lost to ZeroMQ's slow joiner; ``flush`` waits, at stop, until what was sent has passed the
+broker; ``close`` closes the sockets and stops an embedded broker.
 Heartbeats (``METRICS_TOPIC``) are subscribed to as well, except on a CURVE bus: they reveal
 the lost tails of streams, but reading them there is a permission of its own (they name
 every stream's key), so an identity detects lost tails only if one of its actors subscribes
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
+from typing import Any
 
 import zmq
 
@@ -116,6 +118,28 @@ class BusConnection:
             f"{message} (CURVE identity {self.credentials.identity!r}: is its key admitted, "
             f"and may it subscribe to {', '.join(pending)}{listening}?)"
         )
+
+    async def flush(self, prefix: bytes, timeout: float, log: Any) -> None:
+        """Return once everything the PUB socket queued so far has passed the broker (a
+        probe on ``prefix``, a subscription of this runtime, sent behind it came back,
+        resent until then), so closing the socket discards none of it (``ZMQ_LINGER``
+        would, after 2 s): a runtime's final heartbeat reaches the broker however much it
+        queued before it. After ``timeout`` seconds without an answer (no broker), logs
+        what it could not confirm and returns."""
+        pub = self.pub
+        if pub is None:
+            return
+        self.readiness.arm([prefix])
+        try:
+            await self.readiness.wait(
+                lambda key: pub.send_multipart((key, b"", b"")), timeout, lambda: ""
+            )
+        except TimeoutError:
+            log.warning(
+                "runtime.final_heartbeat_unconfirmed",
+                timeout_s=timeout,
+                reason="no broker answered: what was queued last may not have left",
+            )
 
     async def close(self) -> None:
         """Close the sockets and stop the embedded broker."""

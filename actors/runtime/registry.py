@@ -161,11 +161,13 @@ class Registry:
             raise ValueError(f"spawn: key {key!r} belongs to shard {owner}, not {keyed.shard}")
         return self.keyed_targets(keyed, key)[0].agent
 
-    async def retire(self, kind: str, key: str) -> bool:
+    async def retire(self, kind: str, key: str, *, idle_only: bool = False) -> bool:
         """``AgentRuntime.retire``."""
-        mailbox = self.keyed[kind].instances.pop(key, None)
-        if mailbox is None:
+        instances = self.keyed[kind].instances
+        mailbox = instances.get(key)
+        if mailbox is None or (idle_only and not mailbox.idle):
             return False
+        del instances[key]
         await self._host.guarded_hook(mailbox.agent, "on_stop", mailbox)
         await mailbox.stop()
         return True

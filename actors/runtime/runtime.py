@@ -82,10 +82,10 @@ class AgentRuntime:
     a stream within one interval. Without it, a runtime that has published heartbeats every
     ``heartbeat_s`` (default ``DEFAULT_HEARTBEAT_S``; None: never), so a long-lived
     publisher's lost tail is counted too; and every runtime that has published sends a final
-    heartbeat when it stops, listing the last seq of every stream it numbered (its tail
-    announced before it goes). An actor whose mailbox is non-empty and has not moved
-    for ``stuck_after`` seconds is reported in ``RuntimeMetrics.stuck`` and logged once
-    (``actor.stuck``); with ``restart_stuck`` (default) it is restarted then: the
+    heartbeat when it stops, listing the last seq of every stream it numbered, and waits
+    (``ready_timeout`` at most) until it passed the broker. An actor whose mailbox is
+    non-empty and has not moved for ``stuck_after`` seconds is in ``RuntimeMetrics.stuck``,
+    logged once (``actor.stuck``); with ``restart_stuck`` (default) it is restarted then: the
     handler in flight is cancelled (a fault of its message; an ask gets the error), the
     mailbox and its queue are kept, and the actor takes its next message; counted in
     ``RuntimeMetrics.stuck_restarts`` and logged (``actor.stuck_restarted``). A handler
@@ -142,7 +142,8 @@ class AgentRuntime:
         self.outgoing_streams = outgoing_streams
         self.max_keyed_instances = keyed_instances
         self._running = False
-        self._closed = False
+        self.stopping = False
+        """Whether ``stop()`` began: an actor's ``on_stop`` is then not its retirement."""
         self.epoch = 0
         self._id_prefix = ""
         self._ids = itertools.count(1)
@@ -219,7 +220,7 @@ class AgentRuntime:
         """Connect, wait until every subscription is live through the broker, start actors."""
         if self._running:
             return
-        if self._closed:
+        if self.stopping:
             raise RuntimeClosedError("start: this runtime was stopped; create a new one")
         check_ipc_directories(self.address)
         self._subscriptions.add(self._inbox_bytes + SEP)
@@ -262,23 +263,20 @@ class AgentRuntime:
         run gets no further message, and no keyed instance is spawned meanwhile. Then
         intake stops, pending asks fail, and in-flight handlers are cancelled.
         """
-        if self._closed:
+        if self.stopping:
             return
-        self._closed = self._registry.closed = True
+        self.stopping = self._registry.closed = True
         receiver = self._receiver
         mailboxes = self._registry.all_mailboxes()
         if self._running:
             for mailbox in reversed(mailboxes):
                 await self.guarded_hook(mailbox.agent, "on_stop", mailbox)
                 receiver.finished.add(mailbox.name)
-        receiver.detach()
         if self._metrics_task is not None:
             self._metrics_task.cancel()
-            try:
-                await self._metrics_task
-            except asyncio.CancelledError:
-                pass
+            await asyncio.gather(self._metrics_task, return_exceptions=True)
         self._asks.close()
+        announced = self._running and bool(self._streams)
         if self._running:
             self._outgoing.final()  # nothing publishes after it: ``running`` ends with it
         self._running = False
@@ -286,6 +284,9 @@ class AgentRuntime:
             await mailbox.stop()
         if self._registry.retiring:
             await asyncio.gather(*self._registry.retiring, return_exceptions=True)
+        if announced:  # the final heartbeat passed the broker before the socket closes
+            await self._connection.flush(self._inbox_bytes + SEP, self.ready_timeout, self._log)
+        receiver.detach()
         self._observation.warnings.flush_all()
         await self._connection.close()
         self._log.info("runtime.stopped", **{k: v for k, v in self._counters.items() if v})
@@ -543,9 +544,9 @@ class AgentRuntime:
         ``ValueError`` if this runtime's shard does not own ``key``."""
         return self._registry.spawn(kind, key)
 
-    async def retire(self, kind: str, key: str) -> bool:
-        """Stop and forget the instance of ``kind`` for ``key``; True if there was one."""
-        return await self._registry.retire(kind, key)
+    async def retire(self, kind: str, key: str, *, idle_only: bool = False) -> bool:
+        """Stop and forget ``kind``'s instance for ``key`` (``idle_only``: if idle); True if so."""
+        return await self._registry.retire(kind, key, idle_only=idle_only)
 
     # ------------------------------------------------------------------ observation
 

@@ -37,9 +37,10 @@ subscriber): the budget plus what arrives while a stall is confirmed (``STILL_S`
 interval; 200 KB messages from one publisher over ipc: about 16 MiB here). A subscriber
 whose reader keeps up is not cut for what others hold. A stalled one loses everything
 queued for it (not only what passed the budget): libzmq cannot drop part of a pipe. The
-monitor and the ioctls run on this guard's thread; the proxy's path is untouched. (The
-capture socket's subscriber, ``xrmq record``, is not watched: its queue is bounded by its
-HWM alone.)
+monitor and the ioctls run on this guard's thread; the proxy's path is untouched. The
+capture socket's subscribers (``xrmq capture``) connect to a PUB socket of their own: the
+broker watches that socket's connections the same way (``arm`` it too), so one that stops
+reading costs the same budget.
 """
 
 from __future__ import annotations
@@ -153,13 +154,14 @@ class SubscriberBudget:
         self._local = local_address(endpoint)
         """The subscribe endpoint's own address: a descriptor whose socket is not on it was
         reused by another connection (one of publishers) before its event was read."""
+        self._monitors: list[tuple[str, str | int | None]] = []
+        """Each watched socket's monitor endpoint, and the address its connections are on."""
         self.evicted = 0
         """Subscriber connections shut for holding the broker past the budget."""
         self._context = context
         self._interval = interval
         self._meter = meter or heap_meter()
         self._baseline = 0
-        self._endpoint = f"inproc://xrmq-broker-subscribers-{uuid.uuid4().hex}"
         # fd -> [duplicate of the connection, its send queue at the last look, since when the
         # queue has been full and unchanged]
         self._peers: dict[int, list[Any]] = {}
@@ -168,9 +170,13 @@ class SubscriberBudget:
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="xrmq-broker-budget", daemon=True)
 
-    def arm(self, backend: zmq.Socket) -> None:
-        """Watch ``backend``'s connections (call on the thread that owns it)."""
-        backend.monitor(self._endpoint, _EVENTS)
+    def arm(self, backend: zmq.Socket, endpoint: str | None = None) -> None:
+        """Watch the connections of ``backend``, bound on ``endpoint`` (default: the one
+        this guard was made for); call on the thread that owns it, before ``start``."""
+        monitor = f"inproc://xrmq-broker-subscribers-{uuid.uuid4().hex}"
+        backend.monitor(monitor, _EVENTS)
+        local = local_address(endpoint) if endpoint is not None else self._local
+        self._monitors.append((monitor, local))
 
     def start(self) -> None:
         self._baseline = self._meter()
@@ -187,30 +193,38 @@ class SubscriberBudget:
         return max(0, self._meter() - self._baseline)
 
     def _run(self) -> None:
-        events = self._context.socket(zmq.PAIR)
-        events.setsockopt(zmq.LINGER, 0)
-        events.connect(self._endpoint)
+        poller = zmq.Poller()
+        watched: dict[zmq.Socket, str | int | None] = {}
+        for monitor, local in self._monitors:
+            events = self._context.socket(zmq.PAIR)
+            events.setsockopt(zmq.LINGER, 0)
+            events.connect(monitor)
+            poller.register(events, zmq.POLLIN)
+            watched[events] = local
         self._ready.set()
         timeout_ms = max(1, int(self._interval * 1000))
         try:
             while not self._stop.is_set():
-                if events.poll(timeout_ms):
+                for events, _ in poller.poll(timeout_ms):
                     while True:
                         try:
                             event = zmq.utils.monitor.recv_monitor_message(events, zmq.NOBLOCK)
                         except zmq.Again:
                             break
-                        self._event(event["event"], event["value"])
+                        self._event(event["event"], event["value"], watched[events])
                 self._look()
                 self._warnings.flush()
         finally:
-            events.close()
+            for events in watched:
+                events.close()
             for entry in self._peers.values():
                 entry[0].close()
             self._peers.clear()
             self._warnings.flush_all()
 
-    def _event(self, kind: int, fd: int) -> None:
+    def _event(self, kind: int, fd: int, local: str | int | None = None) -> None:
+        """A connection accepted or ended on descriptor ``fd`` of a socket bound on
+        ``local`` (None: not known, not checked)."""
         if kind == zmq.EVENT_ACCEPTED:
             old = self._peers.pop(fd, None)
             if old is not None:
@@ -219,7 +233,7 @@ class SubscriberBudget:
                 peer = socket.socket(fileno=os.dup(fd))
             except OSError:  # already gone
                 return
-            if self._local is not None and _local_of(peer) != self._local:
+            if local is not None and _local_of(peer) != local:
                 peer.close()  # the descriptor was closed and reused meanwhile: not a subscriber
                 return
             self._peers[fd] = [peer, -1, time.monotonic()]
