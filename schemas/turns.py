@@ -72,6 +72,12 @@ class TurnRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     usage: TurnUsage | None = None
     tool_calls: tuple[ToolCallTime, ...] = ()
     crossed: tuple[str, ...] = ()
+    client: str | None = None
+    """The runtime that published the query (its ``MessageMetadata.sender``)."""
+    destination: str | None = None
+    """The runtime whose clock took the destination's stages (``DestinationStages.runtime``)."""
+    traceparent: str | None = None
+    """The query's W3C trace context when its publisher traces: the turn's trace joins it."""
 
     def stages(self) -> dict[str, int]:
         """The stages the turn passed, in ``STAGES`` order: name -> Unix microseconds."""

@@ -277,13 +277,19 @@ def ask(
     text: str,
     *,
     source: str = "text-input",
+    traceparent: str | None = None,
 ) -> Turn:
     """Publish ``text`` as ``participant_id``'s query; the returned turn fills in as replies arrive.
 
     The turn is registered before the loop can deliver anything, so no fragment is missed.
+    ``traceparent``: the W3C trace context of a caller that traces (the turn joins its trace).
     """
     sent, sent_us = time.monotonic(), time.time_ns() // 1000
     request_id = runtime.send(
-        QUERY_TOPIC, UserQuery(text, sent_us), participant_id=participant_id, source=source
+        QUERY_TOPIC,
+        UserQuery(text, sent_us),
+        participant_id=participant_id,
+        source=source,
+        traceparent=traceparent,
     )
     return collector.expect(Turn(participant_id, text, request_id, sent, sent_us=sent_us))

@@ -67,6 +67,7 @@ from xrmq.schemas import RoutingAid
 from xrmq.topics import INTERRUPTED_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC
 
 from .config import EdgeConfig, ProcessInstance
+from .telemetry import ENDPOINT_ENV, traces_endpoint
 
 
 def worker_slices(config: EdgeConfig) -> dict[tuple[str, int], list[int]]:
@@ -322,6 +323,23 @@ def router_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInsta
             **options,
         ),
     )
+    endpoint = traces_endpoint(config.telemetry.otlp_endpoint)
+    if endpoint is not None:
+        register_trace_exporter(runtime, endpoint)
+
+
+def register_trace_exporter(runtime: AgentRuntime, endpoint: str) -> None:
+    """The ``TraceExporter`` of the turn records, sending to ``endpoint``: OpenTelemetry is
+    imported here, only when a collector is named. ``ValueError`` (the config's fault)
+    naming the setting when the ``otel`` extra is not installed."""
+    try:
+        from .otlp import TraceExporter
+    except ImportError as error:
+        raise ValueError(
+            f"telemetry.otlp_endpoint (or ${ENDPOINT_ENV}): exporting traces needs the otel "
+            f"extra (pip install 'xrmq[otel]'): {error}"
+        ) from None
+    runtime.register("trace-exporter", TraceExporter(endpoint))
 
 
 def renderer_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:

@@ -50,6 +50,10 @@ class TurnTimes:
     routed_us: int | None = None
     admitted_us: int | None = None
     stages: DestinationStages | None = None
+    client: str | None = None
+    """The runtime that published the query."""
+    traceparent: str | None = None
+    """The query's W3C trace context, when its publisher traces."""
 
     @classmethod
     def of_query(cls, query: UserQuery, metadata: MessageMetadata, runtime: Any) -> TurnTimes:
@@ -61,6 +65,7 @@ class TurnTimes:
         if query.speech_end_us is not None:
             times.speech = (query.timestamp_us, query.speech_end_us, query.transcribed_us)
         times.query_crossed = runtime is None or metadata.sender != runtime.name
+        times.client, times.traceparent = metadata.sender, metadata.traceparent
         return times
 
 
@@ -159,4 +164,7 @@ def turn_record(
         usage=stages.usage,
         tool_calls=stages.tool_calls,
         crossed=tuple(crossed),
+        client=times.client,
+        destination=stages.runtime,
+        traceparent=times.traceparent,
     )
