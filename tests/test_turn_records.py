@@ -26,13 +26,14 @@ from xrmq.actors.models import (
     ToolCall,
     Usage,
 )
-from xrmq.actors.routing import AgentRouter
+from xrmq.actors.routing import AgentRouter, turn_report
 from xrmq.actors.routing.decisions import KeywordDecisions
+from xrmq.actors.routing.turn_report import turn_record
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.tools.tool import Tool
 from xrmq.actors.tools.tool_agent import ToolAgent
 from xrmq.schemas import STAGES, AgentTurn, TurnUsage, UserQuery
-from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC
+from xrmq.topics import QUERY_TOPIC, TURNS_TOPIC, VOICE_OUTPUT_TOPIC
 
 from edge_box import Front, UpProcess, stack_config
 from openai_server import OpenAIServer, Reply
@@ -184,6 +185,47 @@ async def test_each_turn_is_logged_as_one_turn_done_line_with_its_stages_and_usa
     assert done["first_token_us"] <= done["first_chunk_us"] <= done["ended_us"]
     assert "query_us" not in done  # handed in directly: no query was published
     assert done["usage"]["estimated"] is True and "crossed" not in done  # one process
+
+
+@pytest.mark.parametrize(
+    ("level", "record_topic", "built"),
+    [
+        ("WARNING", None, 0),
+        ("INFO", None, 1),
+        ("WARNING", TURNS_TOPIC, 1),
+    ],
+)
+async def test_a_router_that_neither_publishes_nor_logs_records_builds_none(
+    monkeypatch, level, record_topic, built
+):
+    """Telemetry off (no record topic, the log above INFO) costs the turn no record."""
+    structlog.reset_defaults()  # conftest restores
+    actor_logs._configured = False
+    actor_logs.configure_logging(level=level)
+    calls = []
+
+    def counted(*args):
+        calls.append(args)
+        return turn_record(*args)
+
+    monkeypatch.setattr(turn_report, "turn_record", counted)
+    llm = ScriptedLLM(ScriptedResponse(chunks=("On the ", "desk.")))
+    desk = Desk()
+    conversation = Conversation(llm, context=desk, runtime=desk, output_topic=VOICE_OUTPUT_TOPIC)
+
+    async def say(turn, route, text) -> None:
+        pass
+
+    router = AgentRouter(
+        {"conversation": conversation},
+        KeywordDecisions(),
+        output=say,
+        default="conversation",
+        record_topic=record_topic,
+    )
+    result = await router.handle(AgentTurn("p1", "t1", "Where is the red mug?"))
+    assert result.status == "answered"
+    assert len(calls) == built
 
 
 async def test_a_spoken_query_adds_its_speech_and_transcript_stages_before_the_query(tmp_path):

@@ -25,9 +25,9 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
-from xrmq.actors.runtime import Agent, RuntimeContext, subscribe
+from xrmq.actors.runtime import Agent, Handlers, RuntimeContext
 from xrmq.schemas import TurnRecord
-from xrmq.topics import TURNS_TOPIC
+from xrmq.topics import TURNS_TOPIC, Topic
 
 from .telemetry import SpanPlan, parent_of, trace_id_of_turn, turn_spans
 
@@ -45,19 +45,32 @@ _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
 class TraceExporter(Agent):
-    """Sends each turn's record on ``TURNS_TOPIC`` to ``endpoint`` (an OTLP/HTTP traces URL)
-    as one trace; ``exporter`` replaces the OTLP one (a test's or a benchmark's)."""
+    """Sends each turn's record on ``topic`` to ``endpoint`` (an OTLP/HTTP traces URL) as one
+    trace; ``exporter`` replaces the OTLP one (a test's or a benchmark's)."""
 
-    def __init__(self, endpoint: str, *, exporter: SpanExporter | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        topic: Topic[TurnRecord] = TURNS_TOPIC,
+        exporter: SpanExporter | None = None,
+    ) -> None:
         self.endpoint = endpoint
+        self.topic = topic
         self._processor = BatchSpanProcessor(exporter or OTLPSpanExporter(endpoint=endpoint))
         self._resources: dict[str, Resource] = {}
         self._random = random.Random()
 
-    @subscribe(TURNS_TOPIC)
+    def handlers(self) -> Handlers:
+        return {self.topic: self.on_turn}
+
     async def on_turn(self, record: TurnRecord, ctx: RuntimeContext) -> None:
         for span in self.spans(record):
             self._processor.on_end(span)
+
+    def flush(self, timeout_ms: int = 30_000) -> bool:
+        """Send what is queued now (blocking); False if it did not go out in time."""
+        return self._processor.force_flush(timeout_ms)
 
     async def on_stop(self) -> None:
         await asyncio.to_thread(self._processor.shutdown)

@@ -9,7 +9,8 @@ before it ran (a newer query came at once) ends ``canceled`` too: every query en
 Right after it, the router publishes the turn's ``TurnRecord`` on ``record_topic``
 (``schemas/turns.py``: when the turn passed each stage, the model's usage and cost; the
 destination's stages arrive in its ``DestinationResult``) and logs it as one
-``turn.done`` line (also without a runtime). The router notes a handful of clock reads
+``turn.done`` line (also without a runtime); a router that does neither (no record topic,
+its log above INFO) builds no record. The router notes a handful of clock reads
 per turn in its ``TurnTimes`` and publishes once: nothing per chunk, so recording every
 turn costs the hot path nothing it would notice.
 """
@@ -17,6 +18,7 @@ turn costs the hot path nothing it would notice.
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,13 +95,19 @@ def report_turn(
     record_topic: Topic[TurnRecord] | None,
 ) -> None:
     """Rule 9: publish the turn's ``TurnEnded`` then its ``TurnRecord`` on the router's
-    ``runtime`` (when it runs), and log the record on the router's ``log``."""
+    ``runtime`` (when it runs), and log the record on the router's ``log``. A router that
+    neither publishes records nor logs at INFO builds none: telemetry off costs nothing."""
     running = runtime is not None and runtime.running
     name = runtime.name if runtime is not None else None
-    record = turn_record(turn, result, times, name)
-    fields = msgspec.to_builtins(record)
-    del fields["turn_id"], fields["participant_id"]
-    log.info("turn.done", turn=turn.turn_id, participant=turn.participant_id, **fields)
+    enabled = getattr(log, "is_enabled_for", None)
+    logged = enabled is None or enabled(logging.INFO)
+    record = None
+    if logged or record_topic is not None:
+        record = turn_record(turn, result, times, name)
+    if logged and record is not None:
+        fields = msgspec.to_builtins(record)
+        del fields["turn_id"], fields["participant_id"]
+        log.info("turn.done", turn=turn.turn_id, participant=turn.participant_id, **fields)
     if runtime is None or not running:
         return
     if turn_topic is not None:
@@ -109,7 +117,7 @@ def report_turn(
             participant_id=turn.participant_id,
             source=ROUTER_SOURCE,
         )
-    if record_topic is not None:
+    if record_topic is not None and record is not None:
         runtime.send(record_topic, record, participant_id=turn.participant_id, source=ROUTER_SOURCE)
 
 
