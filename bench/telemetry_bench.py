@@ -8,8 +8,9 @@ times, the router switched between them (``telemetry MODE``):
 
 - ``off``: the router publishes no ``TurnRecord``;
 - ``records`` (the box's default): every record published on ``xrmq.turns``;
-- ``otlp``: every record published to the exporter, which sends it as a trace; the window
-  ends after the exporter flushed, so its sending is inside it.
+- ``otlp``: every record published and handed to the exporter (one of the router's record
+  observers, as in the box), which sends it as a trace; the window ends after the exporter
+  flushed, so its sending is inside it.
 
 The figure is the CPU of every process of the turn path (``Deployment.cpu_ns``: all
 threads, the exporter's included) per turn. Telemetry runs in the router and the broker
@@ -36,8 +37,8 @@ ROUNDS = 3
 """Windows per mode and repetition, the modes interleaved (a slow drift of the machine's
 load falls on all three alike)."""
 HOSTS = ("router", "broker")
-"""The processes telemetry runs in (the records are built and sent by the router, the
-broker forwards them, the exporter runs in the router)."""
+"""The processes telemetry runs in (the router builds, sends and exports the records, the
+broker takes them)."""
 RECORDS_LIMIT = 0.02
 EXPORT_LIMIT = 0.05
 

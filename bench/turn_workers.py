@@ -53,7 +53,7 @@ from xrmq.actors.models import LiteLLMService, LLMService, OfflineLLM
 from xrmq.actors.routing import AgentRouter, SingleDestination, remote, serve
 from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, RuntimeContext, run
 from xrmq.actors.voice import CallbackSink, ResponseEnded, Segment, VoiceRenderer
-from xrmq.schemas import ConversationContextUpdate, ResponseOutput, TurnRecord, UserQuery
+from xrmq.schemas import ConversationContextUpdate, ResponseOutput, UserQuery
 from xrmq.topics import (
     INTERRUPTED_TOPIC,
     QUERY_TOPIC,
@@ -201,26 +201,23 @@ async def router(bus: str, config: dict) -> None:
     await serve_commands(runtime, telemetry_commands(runtime, router, config.get("telemetry")))
 
 
-TRACED_TOPIC = Topic("bench.traced", TurnRecord)
-"""Where the router publishes its records in the ``otlp`` mode: the exporter's topic only."""
-
-
 def telemetry_commands(
     runtime: AgentRuntime, router: AgentRouter, endpoint: str | None
 ) -> dict[str, Callable[..., Awaitable[None]]]:
-    """With an OTLP ``endpoint``: a ``TraceExporter`` on ``TRACED_TOPIC``, and the commands
-    ``telemetry MODE`` (``off``: no record published; ``records``: on ``xrmq.turns``, the
-    default; ``otlp``: on the exporter's topic, so every record is exported) and ``flush``
-    (the exporter sends what it holds), each printing a line once done."""
+    """With an OTLP ``endpoint``: a ``TraceExporter``, and the commands ``telemetry MODE``
+    (``off``: no record published; ``records``: on ``xrmq.turns``, the default; ``otlp``:
+    published and exported, the exporter one of the router's record observers as in the
+    box) and ``flush`` (the exporter sends what it holds), each printing a line once done."""
     if endpoint is None:
         return {}
     from xrmq.actors.edge.otlp import TraceExporter  # the otel extra: only here
 
-    exporter = runtime.register("trace-exporter", TraceExporter(endpoint, topic=TRACED_TOPIC))
-    topics = {"off": None, "records": TURNS_TOPIC, "otlp": TRACED_TOPIC}
+    exporter = runtime.register("trace-exporter", TraceExporter(endpoint))
+    topics = {"off": None, "records": TURNS_TOPIC, "otlp": TURNS_TOPIC}
 
     async def telemetry(mode: str) -> None:
         router.record_topic = topics[mode]
+        router.record_observers[:] = [exporter.observe] if mode == "otlp" else []
         emit({"mode": mode})
 
     async def flush() -> None:

@@ -1,7 +1,8 @@
 """The OTLP/HTTP trace exporter of a box: every turn's record sent as a trace.
 
-``TraceExporter`` is an actor on ``xrmq.turns`` (in the router's process, where the records
-are published): each ``TurnRecord`` becomes the spans ``telemetry.turn_spans`` plans, built
+``TraceExporter`` observes the router's records in the router's process (one of its
+``record_observers``: no bus hop, no decoding, which would cost more than the spans): each
+``TurnRecord`` becomes the spans ``telemetry.turn_spans`` plans, built
 as OpenTelemetry SDK spans with their recorded times and ids, each under the resource of the
 process that ran it (``service.instance.id`` is its runtime name), and handed to a
 ``BatchSpanProcessor`` whose thread sends them to the collector over OTLP/HTTP (protobuf).
@@ -25,9 +26,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
-from xrmq.actors.runtime import Agent, Handlers, RuntimeContext
+from xrmq.actors.runtime import Agent
 from xrmq.schemas import TurnRecord
-from xrmq.topics import TURNS_TOPIC, Topic
 
 from .telemetry import SpanPlan, parent_of, trace_id_of_turn, turn_spans
 
@@ -45,26 +45,20 @@ _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
 class TraceExporter(Agent):
-    """Sends each turn's record on ``topic`` to ``endpoint`` (an OTLP/HTTP traces URL) as one
-    trace; ``exporter`` replaces the OTLP one (a test's or a benchmark's)."""
+    """Sends each turn's record it observes (``observe``, one of the router's
+    ``record_observers``) to ``endpoint`` (an OTLP/HTTP traces URL) as one trace;
+    ``exporter`` replaces the OTLP one (a test's or a benchmark's). Registered as an actor
+    for its lifecycle only (it subscribes to nothing): before the router, so it stops after
+    the router's last turn and flushes then."""
 
-    def __init__(
-        self,
-        endpoint: str,
-        *,
-        topic: Topic[TurnRecord] = TURNS_TOPIC,
-        exporter: SpanExporter | None = None,
-    ) -> None:
+    def __init__(self, endpoint: str, *, exporter: SpanExporter | None = None) -> None:
         self.endpoint = endpoint
-        self.topic = topic
         self._processor = BatchSpanProcessor(exporter or OTLPSpanExporter(endpoint=endpoint))
         self._resources: dict[str, Resource] = {}
         self._random = random.Random()
 
-    def handlers(self) -> Handlers:
-        return {self.topic: self.on_turn}
-
-    async def on_turn(self, record: TurnRecord, ctx: RuntimeContext) -> None:
+    def observe(self, record: TurnRecord) -> None:
+        """Queue the spans of one turn (the SDK's thread sends them)."""
         for span in self.spans(record):
             self._processor.on_end(span)
 
@@ -101,7 +95,7 @@ class TraceExporter(Agent):
             context=context,
             parent=parent,
             resource=self._resource(plan.runtime),
-            attributes={"xrmq.runtime": plan.runtime, **plan.attributes},
+            attributes=plan.attributes,
             events=[Event(name, timestamp=at * 1000) for name, at in plan.events],
             kind=_KINDS[plan.kind],
             status=Status(StatusCode.ERROR, plan.error) if plan.error else Status(StatusCode.UNSET),

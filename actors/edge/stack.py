@@ -310,7 +310,9 @@ def router_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInsta
         if config.router.history_limit is None
         else {"history_limit": config.router.history_limit}
     )
-    runtime.register(
+    endpoint = traces_endpoint(config.telemetry.otlp_endpoint)
+    exporter = register_trace_exporter(runtime, endpoint) if endpoint is not None else None
+    router = runtime.register(
         "router",
         AgentRouter(
             destinations,
@@ -323,15 +325,15 @@ def router_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInsta
             **options,
         ),
     )
-    endpoint = traces_endpoint(config.telemetry.otlp_endpoint)
-    if endpoint is not None:
-        register_trace_exporter(runtime, endpoint)
+    if exporter is not None:
+        router.record_observers.append(exporter)
 
 
-def register_trace_exporter(runtime: AgentRuntime, endpoint: str) -> None:
-    """The ``TraceExporter`` of the turn records, sending to ``endpoint``: OpenTelemetry is
-    imported here, only when a collector is named. ``ValueError`` (the config's fault)
-    naming the setting when the ``otel`` extra is not installed."""
+def register_trace_exporter(runtime: AgentRuntime, endpoint: str) -> Callable[[Any], None]:
+    """Register a ``TraceExporter`` sending to ``endpoint`` (before the router, so it stops
+    after it) and return its ``observe``: OpenTelemetry is imported here, only when a
+    collector is named. ``ValueError`` (the config's fault) naming the setting when the
+    ``otel`` extra is not installed."""
     try:
         from .otlp import TraceExporter
     except ImportError as error:
@@ -339,7 +341,7 @@ def register_trace_exporter(runtime: AgentRuntime, endpoint: str) -> None:
             f"telemetry.otlp_endpoint (or ${ENDPOINT_ENV}): exporting traces needs the otel "
             f"extra (pip install 'xrmq[otel]'): {error}"
         ) from None
-    runtime.register("trace-exporter", TraceExporter(endpoint))
+    return runtime.register("trace-exporter", TraceExporter(endpoint)).observe
 
 
 def renderer_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:
