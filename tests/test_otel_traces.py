@@ -2,10 +2,12 @@
 
 A collector on loopback speaking OTLP/HTTP (``otlp_receiver.py``, the protobuf decoded with
 ``opentelemetry-proto``) gets one trace per turn: its spans come from the client, the router
-and the conversation processes, joined under the turn's root span, the model span carries the
-GenAI semantic conventions' attributes, and a turn whose client sent a W3C ``traceparent``
-joins the client's trace. Without the setting nothing is sent, and OpenTelemetry is not even
-imported. The span plan itself (``actors/edge/telemetry.py``) is checked without a box.
+and the conversation processes, joined under the turn's root span, the model span carries
+the GenAI semantic conventions' attributes, a spoken turn's speech and transcription are
+spans of the client, and a turn whose client sent a W3C ``traceparent`` joins the client's
+trace. Without the setting nothing is sent, and OpenTelemetry is not even imported. The
+span plan itself (``actors/edge/telemetry.py``) and the exporter's queue are checked
+without a box.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ import sys
 import pytest
 from otlp_receiver import OTLPReceiver
 
+from xrmq.actors.clock import now_us
 from xrmq.actors.edge.telemetry import trace_id_of_turn, traces_endpoint, turn_spans
-from xrmq.schemas import ToolCallTime, TurnRecord, TurnUsage
+from xrmq.schemas import ToolCallTime, TurnRecord, TurnUsage, UserQuery
+from xrmq.topics import QUERY_TOPIC
 
 from edge_box import Front, UpProcess, stack_config
 from recorders import TurnRecorder
@@ -51,12 +55,33 @@ async def test_each_turn_is_one_trace_of_spans_from_three_processes_with_genai_a
                     "p2", "Where is the red mug?", traceparent=f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"
                 )
                 await traced.ended.wait()
-                turns = {plain.request_id, traced.request_id}
+                now = now_us()  # a spoken query, as the voice input sends it
+                spoken = UserQuery(
+                    "Is the kettle on?",
+                    now - 900_000,
+                    speech_end_us=now - 300_000,
+                    transcribed_us=now,
+                )
+                spoken_id = front.runtime.send(
+                    QUERY_TOPIC, spoken, participant_id="p3", source="voice-input"
+                )
+                turns = {plain.request_id, traced.request_id, spoken_id}
                 await receiver.until(lambda spans: turns <= set(roots_of(spans)))
         finally:
             up.reap()
     roots = roots_of(receiver.spans)
-    assert len([s for s in receiver.spans if s.name == "xrmq.turn"]) == 2  # one trace per turn
+    assert len([s for s in receiver.spans if s.name == "xrmq.turn"]) == 3  # one trace per turn
+    voiced = {s.name: s for s in receiver.spans if s.trace_id == roots[spoken_id].trace_id}
+    client = voiced["voice.query publish"].resource["service.instance.id"]
+    for name, start, end in (
+        ("xrmq.speech", spoken.timestamp_us, spoken.speech_end_us),
+        ("xrmq.transcribe", spoken.speech_end_us, spoken.transcribed_us),
+    ):
+        assert (voiced[name].start_ns, voiced[name].end_ns) == (start * 1000, end * 1000)
+        assert voiced[name].resource["service.instance.id"] == client
+    assert "xrmq.speech" not in {
+        s.name for s in receiver.spans if s.trace_id != roots[spoken_id].trace_id
+    }
     assert roots[plain.request_id].trace_id == f"{trace_id_of_turn(plain.request_id):032x}"
     assert roots[plain.request_id].parent_span_id == ""
     assert (roots[traced.request_id].trace_id, roots[traced.request_id].parent_span_id) == (
@@ -165,3 +190,35 @@ def test_a_stage_the_turn_did_not_pass_makes_no_span_and_tool_calls_are_spans_of
 
 def test_a_turn_without_an_end_has_no_trace():
     assert turn_spans(TurnRecord("t1", "p1", "answered", query_us=1)) == []
+
+
+async def test_stopping_the_exporter_sends_what_it_queued_with_the_records_times_and_ids():
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from xrmq.actors.edge.otlp import TraceExporter
+
+    sent = InMemorySpanExporter()
+    exporter = TraceExporter("http://127.0.0.1:9/v1/traces", exporter=sent)
+    record = TurnRecord(
+        "t1",
+        "p1",
+        "failed",
+        error="ModelTimeout: no token in 5 s",
+        router="router",
+        client="front",
+        query_us=1_000,
+        received_us=1_200,
+        ended_us=9_000,
+        traceparent=f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01",
+    )
+    exporter.observe(record)
+    assert sent.get_finished_spans() == ()  # queued, not sent on the turn's path
+    await exporter.on_stop()
+    root, publish = sent.get_finished_spans()
+    assert (root.name, publish.name) == ("xrmq.turn", "voice.query publish")
+    assert f"{root.context.trace_id:032x}" == CLIENT_TRACE
+    assert f"{root.parent.span_id:016x}" == CLIENT_SPAN and root.parent.is_remote
+    assert publish.parent.span_id == root.context.span_id
+    assert (root.start_time, root.end_time) == (1_000_000, 9_000_000)
+    assert root.status.status_code.name == "ERROR" and "ModelTimeout" in root.status.description
+    assert publish.resource.attributes["service.instance.id"] == "front"

@@ -2,12 +2,13 @@
 
 ``TraceExporter`` observes the router's records in the router's process (one of its
 ``record_observers``: no bus hop, no decoding, which would cost more than the spans): each
-``TurnRecord`` becomes the spans ``telemetry.turn_spans`` plans, built
-as OpenTelemetry SDK spans with their recorded times and ids, each under the resource of the
-process that ran it (``service.instance.id`` is its runtime name), and handed to a
-``BatchSpanProcessor`` whose thread sends them to the collector over OTLP/HTTP (protobuf).
-The handler only builds and queues; the queue is the SDK's, bounded, and what it drops is
-counted by the SDK. Stopping flushes what is queued.
+``TurnRecord`` becomes the spans ``telemetry.turn_spans`` plans, built as OpenTelemetry SDK
+spans with their recorded times and ids, each under the resource of the process that ran it
+(``service.instance.id`` is its runtime name), and handed to a ``BatchSpanProcessor`` whose
+thread sends them to the collector over OTLP/HTTP (protobuf). Observing only builds and
+queues; the queue is the SDK's, bounded (``OTEL_BSP_MAX_QUEUE_SIZE``, 2048 spans: several
+hundred turns), and the SDK logs what it drops. Stopping sends what is queued (within
+``STOP_FLUSH_MS``).
 
 This module imports OpenTelemetry (the ``otel`` extra) and is itself imported only by a
 box whose config, or environment, names a collector (``telemetry.traces_endpoint``).
@@ -26,13 +27,16 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
-from xrmq.actors.runtime import Agent
+from xrmq.actors.runtime import Agent, get_logger
 from xrmq.schemas import TurnRecord
 
 from .telemetry import SpanPlan, parent_of, trace_id_of_turn, turn_spans
 
 SCOPE = InstrumentationScope("xrmq.turns")
 SERVICE = "xrmq"
+STOP_FLUSH_MS = 2_000
+"""How long stopping waits for the queued spans to go out (the process's shutdown is
+bounded: a collector that does not answer loses them, with a warning)."""
 MAX_RESOURCES = 256
 """Processes whose resource is kept; beyond, the table starts again (a box has a handful)."""
 _KINDS = {
@@ -67,7 +71,8 @@ class TraceExporter(Agent):
         return self._processor.force_flush(timeout_ms)
 
     async def on_stop(self) -> None:
-        await asyncio.to_thread(self._processor.shutdown)
+        if not await asyncio.to_thread(self.flush, STOP_FLUSH_MS):
+            get_logger(endpoint=self.endpoint).warning("telemetry.flush_timeout")
 
     def spans(self, record: TurnRecord) -> list[ReadableSpan]:
         """The SDK spans of one turn's record, the root first."""
