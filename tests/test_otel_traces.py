@@ -20,6 +20,8 @@ import pytest
 from otlp_receiver import OTLPReceiver
 
 from xrmq.actors.clock import now_us
+from xrmq.actors.edge.config import ConfigError
+from xrmq.actors.edge.config_loader import decode_config
 from xrmq.actors.edge.telemetry import trace_id_of_turn, traces_endpoint, turn_spans
 from xrmq.schemas import ToolCallTime, TurnRecord, TurnUsage, UserQuery
 from xrmq.topics import QUERY_TOPIC
@@ -222,3 +224,16 @@ async def test_stopping_the_exporter_sends_what_it_queued_with_the_records_times
     assert (root.start_time, root.end_time) == (1_000_000, 9_000_000)
     assert root.status.status_code.name == "ERROR" and "ModelTimeout" in root.status.description
     assert publish.resource.attributes["service.instance.id"] == "front"
+
+
+def test_a_collector_without_the_otel_extra_fails_the_check_naming_the_setting(monkeypatch):
+    from xrmq.actors.edge import checks
+
+    config = decode_config({"telemetry": {"otlp_endpoint": "http://127.0.0.1:4318"}})
+    checks.check_can_answer(config)  # installed here: the box would export
+    monkeypatch.setattr(checks.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(
+        ConfigError, match=r"telemetry\.otlp_endpoint: .*pip install 'xrmq\[otel\]'"
+    ):
+        checks.check_can_answer(config)
+    checks.check_can_answer(decode_config({}))  # no collector named: the extra is not needed
