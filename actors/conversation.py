@@ -23,8 +23,10 @@ The exchange is recorded in the context only after the final frame was published
 
 The result carries the turn's model stages (``DestinationStages``, ``schemas/stages.py``):
 when the model request was sent, the first token came and the first chunk was
-published, and the usage (the provider's, else estimated from the text), so the router's
-``TurnRecord`` has them without a message of their own (three clock reads a turn).
+published, the usage (the provider's, else estimated from the text), and the size of each
+context section the request carried against its budget (when the context reports it:
+``ContextManager.section_sizes``), so the router's ``TurnRecord`` has them without a
+message of their own (three clock reads a turn).
 """
 
 from __future__ import annotations
@@ -219,6 +221,9 @@ class Conversation(ClosingDestination):
         self._system = system_message(self.system_prompt, instructions)
         self._clock = clock
         self._closed = False
+        self._section_sizes = getattr(context, "section_sizes", None)
+        """The context's sizes per section against their budgets, when it reports them
+        (``ContextManager.section_sizes``): the turn record's ``context``."""
         name = getattr(runtime, "name", None)
         self._runtime_name = name if isinstance(name, str) else None
 
@@ -247,6 +252,7 @@ class Conversation(ClosingDestination):
         route = await answer_prologue(turn, DEFAULT_ROUTE, self.context)
         pid = turn.participant_id
         messages = self.request(turn)
+        sizes = self._section_sizes(pid) if self._section_sizes is not None else ()
         outputs = ResponseOutputs(self.runtime, self.output_topic, source=route)
         parts: list[str] = []
         clock = now_us  # stage times: the wall clock, as the router's (``clock`` is the prompt's)
@@ -285,6 +291,7 @@ class Conversation(ClosingDestination):
             first_token_us,
             first_chunk_us,
             turn_usage(stream.usage, messages, text),
+            context=sizes,
         )
         return DestinationResult(response=text, stages=stages)
 

@@ -43,6 +43,9 @@ class Config:
     code path, no network) instead of ``OfflineLLM``."""
     answer_prepare: bool = True
     """Prepare the answer model (``LLMService.prepare``) before the process reports ready."""
+    telemetry: str | None = None
+    """An OTLP/HTTP traces URL: the router exports turns there on its ``telemetry otlp``
+    command (``turn_workers.telemetry_commands``)."""
 
 
 class Deployment:
@@ -170,6 +173,16 @@ class Deployment:
         client = self.workers["client"]
         client.command(f"turns {count} {','.join(participants)} {pause_ms}")
         return client.result(timeout=60 + count * 5)
+
+    def telemetry(self, mode: str) -> None:
+        """Switch the router's turn records ``off``, to ``records`` or to ``otlp`` export."""
+        self.workers["router"].command(f"telemetry {mode}")
+        self.workers["router"].result()
+
+    def flush_traces(self) -> bool:
+        """Have the router's exporter send what it holds; True once it went out."""
+        self.workers["router"].command("flush")
+        return bool(self.workers["router"].result()["flushed"])
 
     def compactions(self) -> dict[str, int]:
         """``{"compactions", "failed", "busy"}`` of the compaction workers' process."""

@@ -13,7 +13,9 @@ the same for every process of one deployment. Roles, built from the public APIs 
   served on the bus as "conversation", on the answer model (``answer_litellm``: a
   ``LiteLLMService`` on litellm's ``mock_response``, prepared before ``ready`` as the
   edge box's roles prepare theirs).
-- ``router``: an ``AgentRouter`` actor whose one destination is ``remote("conversation")``.
+- ``router``: an ``AgentRouter`` actor whose one destination is ``remote("conversation")``;
+  with the config's ``telemetry`` (an OTLP/HTTP traces URL), a ``TraceExporter`` too and the
+  commands ``telemetry MODE`` and ``flush`` (``telemetry_commands``).
 - ``client``: the renderer side, where turns are measured. A ``VoiceRenderer`` (query
   and output topics) plays into a ``CallbackSink``; ``turns N P1,P2,.. PAUSE_MS`` runs
   N sequential turns for each participant, all participants at once, each turn
@@ -52,7 +54,14 @@ from xrmq.actors.routing import AgentRouter, SingleDestination, remote, serve
 from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, RuntimeContext, run
 from xrmq.actors.voice import CallbackSink, ResponseEnded, Segment, VoiceRenderer
 from xrmq.schemas import ConversationContextUpdate, ResponseOutput, UserQuery
-from xrmq.topics import INTERRUPTED_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC, Topic, context_topic
+from xrmq.topics import (
+    INTERRUPTED_TOPIC,
+    QUERY_TOPIC,
+    TURNS_TOPIC,
+    VOICE_OUTPUT_TOPIC,
+    Topic,
+    context_topic,
+)
 
 TURN_TIMEOUT_S = 30.0
 WORD_LETTERS = "abcdefghijklmnopqrtuvwxyz"
@@ -178,7 +187,7 @@ async def conversation(bus: str, config: dict) -> None:
 async def router(bus: str, config: dict) -> None:
     runtime = AgentRuntime(bus, name="bench-router")
     destination = runtime.register("conversation-proxy", remote("conversation"))
-    runtime.register(
+    router = runtime.register(
         "router",
         AgentRouter(
             {"conversation": destination},
@@ -189,7 +198,32 @@ async def router(bus: str, config: dict) -> None:
             interrupted_topic=INTERRUPTED_TOPIC,
         ),
     )
-    await serve_commands(runtime, {})
+    await serve_commands(runtime, telemetry_commands(runtime, router, config.get("telemetry")))
+
+
+def telemetry_commands(
+    runtime: AgentRuntime, router: AgentRouter, endpoint: str | None
+) -> dict[str, Callable[..., Awaitable[None]]]:
+    """With an OTLP ``endpoint``: a ``TraceExporter``, and the commands ``telemetry MODE``
+    (``off``: no record published; ``records``: on ``xrmq.turns``, the default; ``otlp``:
+    published and exported, the exporter one of the router's record observers as in the
+    box) and ``flush`` (the exporter sends what it holds), each printing a line once done."""
+    if endpoint is None:
+        return {}
+    from xrmq.actors.edge.otlp import TraceExporter  # the otel extra: only here
+
+    exporter = runtime.register("trace-exporter", TraceExporter(endpoint))
+    topics = {"off": None, "records": TURNS_TOPIC, "otlp": TURNS_TOPIC}
+
+    async def telemetry(mode: str) -> None:
+        router.record_topic = topics[mode]
+        router.record_observers[:] = [exporter.observe] if mode == "otlp" else []
+        emit({"mode": mode})
+
+    async def flush() -> None:
+        emit({"flushed": await asyncio.to_thread(exporter.flush)})
+
+    return {"telemetry": telemetry, "flush": flush}
 
 
 class Turns:

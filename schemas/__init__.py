@@ -20,7 +20,7 @@ from .interaction import (
 )
 from .metrics import ProcessState, RuntimeMetrics, SupervisorReport
 from .routing import Admission, AgentExchange, AgentTurn, DestinationResult, RoutingAid, TurnEnded
-from .stages import DestinationStages, ToolCallTime, TurnUsage
+from .stages import DestinationStages, SectionSize, ToolCallTime, TurnUsage
 from .turns import STAGES, TurnRecord
 
 __all__ = [
@@ -48,6 +48,7 @@ __all__ = [
     "ResponseOutput",
     "RoutingAid",
     "RuntimeMetrics",
+    "SectionSize",
     "SupervisorReport",
     "ToolCallTime",
     "TurnEnded",

@@ -10,6 +10,9 @@ MAX_SEQ = 2**53
 """The largest sequence number a sender may use (a larger one is rejected as out of range)."""
 MAX_EPOCH = 2**63 - 1
 """The largest epoch (receivers also reject one in the future beyond a clock-skew allowance)."""
+TRACEPARENT = r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-[0-9a-zA-Z.-]*)?$"
+"""A W3C ``traceparent``: version, trace id, parent span id, flags (lowercase hex), and what a
+later version appends."""
 
 
 class MessageMetadata(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -43,3 +46,7 @@ class MessageMetadata(msgspec.Struct, frozen=True, omit_defaults=True):
     """Inbox topic of an asker that expects a reply."""
     error: str | None = None
     """On a reply: the handler failed with this description instead of returning a value."""
+    traceparent: Annotated[str, msgspec.Meta(pattern=TRACEPARENT)] | None = None
+    """The W3C trace context (``traceparent``) of the trace the message belongs to: set by a
+    publisher (any language) that traces, and inherited by everything a handler publishes
+    or replies while handling the message; the runtime never makes one up."""

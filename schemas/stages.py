@@ -29,6 +29,15 @@ class ToolCallTime(msgspec.Struct, frozen=True, omit_defaults=True):
     failed: bool = False
 
 
+class SectionSize(msgspec.Struct, frozen=True):
+    """One context section as the answer's request rendered it: its name, its rendered size
+    and its budget (UTF-8 bytes)."""
+
+    name: str
+    bytes: int
+    budget_bytes: int
+
+
 class DestinationStages(msgspec.Struct, frozen=True, omit_defaults=True):
     """The stages a destination saw while answering, returned in its ``DestinationResult``.
 
@@ -44,3 +53,6 @@ class DestinationStages(msgspec.Struct, frozen=True, omit_defaults=True):
     usage: TurnUsage | None = None
     tool_calls: tuple[ToolCallTime, ...] = ()
     """The tool calls the answer made, in the order they ended (parallel calls overlap)."""
+    context: tuple[SectionSize, ...] = ()
+    """The context sections the request carried, in configured order (none: the destination's
+    context does not report them)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import msgspec
 
 from .routing import TurnStatus
-from .stages import ToolCallTime, TurnUsage
+from .stages import SectionSize, ToolCallTime, TurnUsage
 
 STAGES: tuple[str, ...] = (
     "speech_start",
@@ -72,6 +72,15 @@ class TurnRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     usage: TurnUsage | None = None
     tool_calls: tuple[ToolCallTime, ...] = ()
     crossed: tuple[str, ...] = ()
+    client: str | None = None
+    """The runtime that published the query (its ``MessageMetadata.sender``)."""
+    destination: str | None = None
+    """The runtime whose clock took the destination's stages (``DestinationStages.runtime``)."""
+    traceparent: str | None = None
+    """The query's W3C trace context when its publisher traces: the turn's trace joins it."""
+    context: tuple[SectionSize, ...] = ()
+    """The context the model request carried, per section against its budget (a destination
+    whose context does not report it: none)."""
 
     def stages(self) -> dict[str, int]:
         """The stages the turn passed, in ``STAGES`` order: name -> Unix microseconds."""

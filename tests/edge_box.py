@@ -177,8 +177,8 @@ class Front:
     async def __aexit__(self, *exc: object) -> None:
         await self.runtime.stop()
 
-    def turn(self, participant_id: str, text: str) -> Turn:
-        return ask(self.runtime, self.collector, participant_id, text)
+    def turn(self, participant_id: str, text: str, *, traceparent: str | None = None) -> Turn:
+        return ask(self.runtime, self.collector, participant_id, text, traceparent=traceparent)
 
 
 def journal_rows_of(directory: Path, participant: str) -> list[tuple[str, str]]:

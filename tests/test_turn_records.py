@@ -18,6 +18,7 @@ from structlog.testing import capture_logs
 
 from xrmq.actors import logs as actor_logs
 from xrmq.actors.clock import now_us
+from xrmq.actors.context import ContextManager, utf8_size
 from xrmq.actors.conversation import Conversation, estimate_tokens
 from xrmq.actors.models import (
     LiteLLMService,
@@ -26,13 +27,22 @@ from xrmq.actors.models import (
     ToolCall,
     Usage,
 )
-from xrmq.actors.routing import AgentRouter
+from xrmq.actors.routing import AgentRouter, turn_report
 from xrmq.actors.routing.decisions import KeywordDecisions
+from xrmq.actors.routing.policy import RouteResult
+from xrmq.actors.routing.turn_report import TurnTimes, turn_record
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.tools.tool import Tool
 from xrmq.actors.tools.tool_agent import ToolAgent
-from xrmq.schemas import STAGES, AgentTurn, TurnUsage, UserQuery
-from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC
+from xrmq.schemas import (
+    STAGES,
+    AgentTurn,
+    ConversationContextUpdate,
+    SectionSize,
+    TurnUsage,
+    UserQuery,
+)
+from xrmq.topics import QUERY_TOPIC, TURNS_TOPIC, VOICE_OUTPUT_TOPIC
 
 from edge_box import Front, UpProcess, stack_config
 from openai_server import OpenAIServer, Reply
@@ -186,6 +196,47 @@ async def test_each_turn_is_logged_as_one_turn_done_line_with_its_stages_and_usa
     assert done["usage"]["estimated"] is True and "crossed" not in done  # one process
 
 
+@pytest.mark.parametrize(
+    ("level", "record_topic", "built"),
+    [
+        ("WARNING", None, 0),
+        ("INFO", None, 1),
+        ("WARNING", TURNS_TOPIC, 1),
+    ],
+)
+async def test_a_router_that_neither_publishes_nor_logs_records_builds_none(
+    monkeypatch, level, record_topic, built
+):
+    """Telemetry off (no record topic, the log above INFO) costs the turn no record."""
+    structlog.reset_defaults()  # conftest restores
+    actor_logs._configured = False
+    actor_logs.configure_logging(level=level)
+    calls = []
+
+    def counted(*args):
+        calls.append(args)
+        return turn_record(*args)
+
+    monkeypatch.setattr(turn_report, "turn_record", counted)
+    llm = ScriptedLLM(ScriptedResponse(chunks=("On the ", "desk.")))
+    desk = Desk()
+    conversation = Conversation(llm, context=desk, runtime=desk, output_topic=VOICE_OUTPUT_TOPIC)
+
+    async def say(turn, route, text) -> None:
+        pass
+
+    router = AgentRouter(
+        {"conversation": conversation},
+        KeywordDecisions(),
+        output=say,
+        default="conversation",
+        record_topic=record_topic,
+    )
+    result = await router.handle(AgentTurn("p1", "t1", "Where is the red mug?"))
+    assert result.status == "answered"
+    assert len(calls) == built
+
+
 async def test_a_spoken_query_adds_its_speech_and_transcript_stages_before_the_query(tmp_path):
     """As the voice input sends it (``actors/voice/listener.py``): speech start and end and
     the transcript's time ride in the ``UserQuery``, taken in the voice input's process."""
@@ -254,3 +305,96 @@ async def test_a_tool_agents_stages_span_its_model_calls_with_its_tool_calls_and
     [call] = stages.tool_calls
     assert (call.name, call.failed) == ("where", False)
     assert stages.model_request_us <= call.started_us <= call.ended_us <= stages.first_token_us
+
+
+async def test_the_record_has_each_context_section_the_request_carried_against_its_budget():
+    """Sizes as the request rendered them (before the exchange is recorded), in configured
+    order; a section the participant has nothing in on this host is absent, not zero."""
+    runtime = AgentRuntime()
+    context = ContextManager(
+        ScriptedLLM(),
+        incremental_context_topics=("sample.notes",),
+        summary_context_topics=("sample.monitor-window",),
+        dialogue_budget_bytes=4096,
+        topic_budget_bytes=2048,
+    )
+    runtime.register("context", context.subscriber())
+    async with runtime:
+        try:
+            note = ConversationContextUpdate("The red mug is on the desk.")
+            await context.update("p1", "sample.notes", note, mode="incremental")
+            [block] = context.blocks("p1")
+            llm = ScriptedLLM(ScriptedResponse(chunks=("On the ", "desk.")))
+            conversation = Conversation(
+                llm, context=context, runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC
+            )
+
+            async def started() -> None:
+                pass
+
+            turn = AgentTurn("p1", "t1", "Where is the red mug?")
+            result = await conversation.answer(turn, started=started)
+        finally:
+            await context.close()
+    assert result.stages.context == (
+        SectionSize("dialogue", 0, 4096),
+        SectionSize("sample.notes", utf8_size(block.text), 2048),
+    )
+    times = TurnTimes(now_us())
+    times.stages = result.stages
+    record = turn_record(turn, RouteResult("t1", "answered"), times, "router")
+    assert record.context == result.stages.context
+
+
+async def test_a_context_that_does_not_report_its_sizes_leaves_them_out_of_the_record():
+    stages, _ = await answer_on_desk()
+    assert stages.context == ()
+    times = TurnTimes(now_us())
+    times.stages = stages
+    record = turn_record(AgentTurn("p1", "t1", "Hi"), RouteResult("t1", "answered"), times, None)
+    assert "context" not in msgspec.to_builtins(record)
+
+
+async def answer_on_desk():
+    desk = Desk()
+    llm = ScriptedLLM(ScriptedResponse(chunks=("On the ", "desk.")))
+    conversation = Conversation(llm, context=desk, runtime=desk, output_topic=VOICE_OUTPUT_TOPIC)
+    turn = AgentTurn("p1", "t1", "Where is the red mug?")
+
+    async def started() -> None:
+        pass
+
+    result = await conversation.answer(turn, started=started)
+    return result.stages, turn
+
+
+async def test_record_observers_see_each_record_in_process_and_one_that_raises_is_only_logged():
+    """An exporter observes the records where the router runs, without a bus hop: even a
+    router that neither publishes nor logs them builds them for it."""
+    seen = []
+
+    def broken(record) -> None:
+        raise RuntimeError("exporter bug")
+
+    llm = ScriptedLLM(ScriptedResponse(chunks=("On the ", "desk.")))
+    desk = Desk()
+    conversation = Conversation(llm, context=desk, runtime=desk, output_topic=VOICE_OUTPUT_TOPIC)
+
+    async def say(turn, route, text) -> None:
+        pass
+
+    router = AgentRouter(
+        {"conversation": conversation},
+        KeywordDecisions(),
+        output=say,
+        default="conversation",
+        record_topic=None,
+    )
+    router.record_observers += [broken, seen.append]
+    with capture_logs() as logs:
+        result = await router.handle(AgentTurn("p1", "t1", "Where is the red mug?"))
+    assert result.status == "answered"
+    [record] = seen
+    assert (record.turn_id, record.status, record.route) == ("t1", "answered", "conversation")
+    [failed] = [line for line in logs if line["event"] == "turn.observer_failed"]
+    assert failed["turn"] == "t1" and "exporter bug" in failed["error"]

@@ -25,7 +25,7 @@ from xrmq.actors.edge.turns import (
     step_percentiles,
     steps,
 )
-from xrmq.schemas import ToolCallTime, TurnRecord, TurnUsage
+from xrmq.schemas import SectionSize, ToolCallTime, TurnRecord, TurnUsage
 
 from buses import PROCS
 from edge_box import Front, UpProcess, stack_config
@@ -93,6 +93,12 @@ def test_a_turn_renders_as_a_waterfall_with_its_usage_and_the_crossed_stages_mar
         tool_calls=(ToolCallTime("camera__look", T0 + 2_000, T0 + 14_500, failed=True),),
     )
     assert "  tool camera__look 12.5 ms (failed)" in render_turn(called).splitlines()
+    sized = msgspec.structs.replace(
+        record("t3", first_chunk_ms=50),
+        context=(SectionSize("dialogue", 120, 4096), SectionSize("notes", 0, 2048)),
+    )
+    assert "  context dialogue 120/4096 B, notes 0/2048 B" in render_turn(sized).splitlines()
+    assert not any(line.startswith("  context") for line in lines)  # none reported: none shown
 
 
 def test_the_conversation_pane_has_each_participants_last_turn_percentiles_and_tokens():

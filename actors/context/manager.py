@@ -42,10 +42,11 @@ from uuid import uuid4
 from xrmq.actors.clock import now_us
 from xrmq.actors.models import LLMService
 from xrmq.actors.runtime import Agent, AgentRuntime, get_logger
-from xrmq.schemas import CompactionPrompts, ContextBlock, ConversationContextUpdate
+from xrmq.schemas import CompactionPrompts, ContextBlock, ConversationContextUpdate, SectionSize
 from xrmq.schemas._validation import check_name
 
 from .clearing import clear_remote
+from .clip import utf8_size
 from .context_host import ContextHost
 from .dump import decode_dump
 from .hosting import Deployment, ManagerRuntime
@@ -329,6 +330,18 @@ class ContextManager:
             if view is not None:
                 sections[section.spec.name] = view.blocks
         return sections
+
+    def section_sizes(self, participant_id: str) -> tuple[SectionSize, ...]:
+        """Each section's rendered size against its budget (UTF-8 bytes), in configured
+        order, as ``blocks`` renders them now; none for a participant without context here."""
+        blocks = self.section_blocks(participant_id)
+        config = self.plan.config
+        budgets = [(s.spec.name, s.spec.budget_bytes) for s in (config.dialogue, *config.topics)]
+        return tuple(
+            SectionSize(name, sum(utf8_size(block.text) for block in blocks[name]), budget)
+            for name, budget in budgets
+            if name in blocks
+        )
 
     def record_exchange(
         self,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import importlib.util
 import os
 import socket
 from pathlib import Path
@@ -46,7 +47,8 @@ def check_can_answer(config: EdgeConfig) -> None:
     ``UNSHARDED_ROLES`` with one replica; without application roles, a ``router`` and a
     ``conversation`` process and at least one destination; no ``voice`` role beside a
     ``kind = "realtime"`` destination (both answer ``audio.in``); every ``api_key_env`` of
-    a model a built-in role uses names a set environment variable.
+    a model a built-in role uses names a set environment variable; a ``telemetry.otlp_endpoint``
+    with a router needs the ``otel`` extra installed.
     """
     source = config.source
     if not config.processes:
@@ -103,6 +105,12 @@ def check_can_answer(config: EdgeConfig) -> None:
             raise ConfigError(
                 source, f"{key}.api_key_env", f"environment variable {spec.api_key_env} is not set"
             )
+    if config.telemetry.otlp_endpoint and "router" in runs and not otel_installed():
+        raise ConfigError(
+            source,
+            "telemetry.otlp_endpoint",
+            f"exporting traces needs the otel extra ({OTEL_INSTALL}), which is not installed",
+        )
     if "conversation" in _all_roles(config):
         for name, destination in config.destinations.items():
             realtime = destination.realtime
@@ -114,6 +122,18 @@ def check_can_answer(config: EdgeConfig) -> None:
                     f"destinations.{name}.realtime.api_key_env",
                     f"environment variable {realtime.api_key_env} is not set",
                 )
+
+
+OTEL_INSTALL = "pip install 'xrmq[otel]'"
+
+
+def otel_installed() -> bool:
+    """Whether the ``otel`` extra's exporter can be imported (found, not imported: the check
+    costs a box that does not trace no OpenTelemetry import)."""
+    try:
+        return importlib.util.find_spec("opentelemetry.exporter.otlp.proto.http") is not None
+    except ModuleNotFoundError:  # a parent package is absent
+        return False
 
 
 def _all_roles(config: EdgeConfig) -> set[str]:

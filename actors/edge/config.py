@@ -257,6 +257,19 @@ class ProcessInstance(msgspec.Struct, frozen=True):
         return self.process if self.shards == 1 else f"{self.process}.{self.shard}"
 
 
+class TelemetryConfig(_Section, frozen=True):
+    otlp_endpoint: (
+        Annotated[
+            str,
+            msgspec.Meta(pattern=r"^https?://[^/\s]+", description="an http:// or https:// URL"),
+        ]
+        | None
+    ) = None
+    """The OTLP/HTTP collector every turn is sent to as a trace (its base URL, as
+    ``$OTEL_EXPORTER_OTLP_ENDPOINT``, which applies when this is unset); None and no such
+    variable: nothing is exported. Needs the ``otel`` extra."""
+
+
 class EdgeConfig(_Section, frozen=True):
     bus: BusConfig = BusConfig()
     models: ModelsConfig = ModelsConfig()
@@ -266,6 +279,7 @@ class EdgeConfig(_Section, frozen=True):
     supervisor: SupervisorConfig = SupervisorConfig()
     processes: dict[str, ProcessConfig] = {}
     voice: VoiceConfig = VoiceConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
     source: str = DEFAULT_SOURCE
     """The file this config came from (set by the loader; not a TOML key)."""
     defaulted: tuple[str, ...] = ()

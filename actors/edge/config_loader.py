@@ -41,6 +41,7 @@ from .config import (
     ProcessConfig,
     RouterConfig,
     SupervisorConfig,
+    TelemetryConfig,
 )
 from .config_ranges import check_ranges
 from .config_rules import check_rules, check_values
@@ -140,6 +141,7 @@ def decode_config(raw: Mapping[str, Any], *, source: str = DEFAULT_SOURCE) -> Ed
         supervisor=_convert(top.supervisor, SupervisorConfig, "supervisor", source),
         processes=processes,
         voice=_convert(top.voice, VoiceConfig, "voice", source),
+        telemetry=_convert(top.telemetry, TelemetryConfig, "telemetry", source),
         source=source,
         defaulted=defaulted,
     )
@@ -158,6 +160,7 @@ class _RawTop(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=T
     supervisor: dict[str, Any] = {}
     processes: dict[str, Any] = {}
     voice: dict[str, Any] = {}
+    telemetry: dict[str, Any] = {}
 
 
 def _bus(raw: dict[str, Any], source: str) -> BusConfig:

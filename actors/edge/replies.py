@@ -278,11 +278,13 @@ def ask(
     *,
     source: str = "text-input",
     images: tuple[str, ...] = (),
+    traceparent: str | None = None,
 ) -> Turn:
     """Publish ``text`` (with ``images``, data or http(s) URLs) as ``participant_id``'s
     query; the returned turn fills in as replies arrive.
 
     The turn is registered before the loop can deliver anything, so no fragment is missed.
+    ``traceparent``: the W3C trace context of a caller that traces (the turn joins its trace).
     """
     sent, sent_us = time.monotonic(), time.time_ns() // 1000
     request_id = runtime.send(
@@ -290,5 +292,6 @@ def ask(
         UserQuery(text, sent_us, images=images),
         participant_id=participant_id,
         source=source,
+        traceparent=traceparent,
     )
     return collector.expect(Turn(participant_id, text, request_id, sent, sent_us=sent_us))

@@ -69,6 +69,7 @@ from xrmq.topics import INTERRUPTED_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC
 
 from .config import ConfigError, EdgeConfig, ProcessInstance
 from .dotted import config_base, resolve_compactor
+from .telemetry import ENDPOINT_ENV, traces_endpoint
 
 
 def worker_slices(config: EdgeConfig) -> dict[tuple[str, int], list[int]]:
@@ -312,7 +313,9 @@ def router_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInsta
         if config.router.history_limit is None
         else {"history_limit": config.router.history_limit}
     )
-    runtime.register(
+    endpoint = traces_endpoint(config.telemetry.otlp_endpoint)
+    exporter = register_trace_exporter(runtime, endpoint) if endpoint is not None else None
+    router = runtime.register(
         "router",
         AgentRouter(
             destinations,
@@ -325,6 +328,23 @@ def router_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInsta
             **options,
         ),
     )
+    if exporter is not None:
+        router.record_observers.append(exporter)
+
+
+def register_trace_exporter(runtime: AgentRuntime, endpoint: str) -> Callable[[Any], None]:
+    """Register a ``TraceExporter`` sending to ``endpoint`` (before the router, so it stops
+    after it) and return its ``observe``: OpenTelemetry is imported here, only when a
+    collector is named. ``ValueError`` (the config's fault) naming the setting when the
+    ``otel`` extra is not installed."""
+    try:
+        from .otlp import TraceExporter
+    except ImportError as error:
+        raise ValueError(
+            f"telemetry.otlp_endpoint (or ${ENDPOINT_ENV}): exporting traces needs the otel "
+            f"extra (pip install 'xrmq[otel]'): {error}"
+        ) from None
+    return runtime.register("trace-exporter", TraceExporter(endpoint)).observe
 
 
 def renderer_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInstance) -> None:

@@ -131,6 +131,9 @@ def render_turn(record: TurnRecord) -> str:
     for call in record.tool_calls:
         took = (call.ended_us - call.started_us) / 1000
         lines.append(f"  tool {call.name} {took:.1f} ms" + (" (failed)" if call.failed else ""))
+    if record.context:
+        sizes = ", ".join(f"{s.name} {s.bytes}/{s.budget_bytes} B" for s in record.context)
+        lines.append(f"  context {sizes}")
     if crossed:
         lines.append("  (* taken in another process than the router's)")
     return "\n".join(lines) + "\n"

@@ -244,6 +244,9 @@ class AgentRouter(Agent):
         self.shutdown_grace_s = shutdown_grace_s
         self.turn_topic = turn_topic
         self.record_topic = record_topic
+        self.record_observers: list[Callable[[TurnRecord], object]] = []
+        """Called with each turn's record in this process, after it is published (an
+        exporter: ``edge/otlp.py``)."""
         self.forgotten_topic = forgotten_topic
         self._lanes: Lanes[asyncio.Task[Any]] = Lanes(max_participants, history_limit)
         """By participant, least recently active first (bounded by ``max_participants``)."""
@@ -312,6 +315,7 @@ class AgentRouter(Agent):
                 log=self._log,
                 turn_topic=self.turn_topic,
                 record_topic=self.record_topic,
+                observers=self.record_observers,
             )
         )
         return task

@@ -9,7 +9,9 @@ before it ran (a newer query came at once) ends ``canceled`` too: every query en
 Right after it, the router publishes the turn's ``TurnRecord`` on ``record_topic``
 (``schemas/turns.py``: when the turn passed each stage, the model's usage and cost; the
 destination's stages arrive in its ``DestinationResult``) and logs it as one
-``turn.done`` line (also without a runtime). The router notes a handful of clock reads
+``turn.done`` line (also without a runtime), and hands it to its record observers (an
+exporter in its process: no bus hop); a router that does none of these (no record topic,
+its log above INFO, no observer) builds no record. The router notes a handful of clock reads
 per turn in its ``TurnTimes`` and publishes once: nothing per chunk, so recording every
 turn costs the hot path nothing it would notice.
 """
@@ -17,6 +19,8 @@ turn costs the hot path nothing it would notice.
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +54,10 @@ class TurnTimes:
     routed_us: int | None = None
     admitted_us: int | None = None
     stages: DestinationStages | None = None
+    client: str | None = None
+    """The runtime that published the query."""
+    traceparent: str | None = None
+    """The query's W3C trace context, when its publisher traces."""
 
     @classmethod
     def of_query(cls, query: UserQuery, metadata: MessageMetadata, runtime: Any) -> TurnTimes:
@@ -61,6 +69,7 @@ class TurnTimes:
         if query.speech_end_us is not None:
             times.speech = (query.timestamp_us, query.speech_end_us, query.transcribed_us)
         times.query_crossed = runtime is None or metadata.sender != runtime.name
+        times.client, times.traceparent = metadata.sender, metadata.traceparent
         return times
 
 
@@ -86,26 +95,43 @@ def report_turn(
     log: Any,
     turn_topic: Topic[TurnEnded] | None,
     record_topic: Topic[TurnRecord] | None,
+    observers: Sequence[Callable[[TurnRecord], object]] = (),
 ) -> None:
     """Rule 9: publish the turn's ``TurnEnded`` then its ``TurnRecord`` on the router's
-    ``runtime`` (when it runs), and log the record on the router's ``log``."""
+    ``runtime`` (when it runs), log the record on the router's ``log``, then hand it to each
+    of the ``observers`` (in this process: an exporter; one that raises is logged, and the
+    others still see the record). A router that neither publishes records, nor logs at
+    INFO, nor has observers builds none: telemetry off costs nothing."""
     running = runtime is not None and runtime.running
     name = runtime.name if runtime is not None else None
-    record = turn_record(turn, result, times, name)
-    fields = msgspec.to_builtins(record)
-    del fields["turn_id"], fields["participant_id"]
-    log.info("turn.done", turn=turn.turn_id, participant=turn.participant_id, **fields)
-    if runtime is None or not running:
+    enabled = getattr(log, "is_enabled_for", None)
+    logged = enabled is None or enabled(logging.INFO)
+    record = None
+    if logged or record_topic is not None or observers:
+        record = turn_record(turn, result, times, name)
+    if logged and record is not None:
+        fields = msgspec.to_builtins(record)
+        del fields["turn_id"], fields["participant_id"]
+        log.info("turn.done", turn=turn.turn_id, participant=turn.participant_id, **fields)
+    if running:
+        if turn_topic is not None:
+            runtime.send(
+                turn_topic,
+                turn_ended(result),
+                participant_id=turn.participant_id,
+                source=ROUTER_SOURCE,
+            )
+        if record_topic is not None and record is not None:
+            runtime.send(
+                record_topic, record, participant_id=turn.participant_id, source=ROUTER_SOURCE
+            )
+    if record is None:
         return
-    if turn_topic is not None:
-        runtime.send(
-            turn_topic,
-            turn_ended(result),
-            participant_id=turn.participant_id,
-            source=ROUTER_SOURCE,
-        )
-    if record_topic is not None:
-        runtime.send(record_topic, record, participant_id=turn.participant_id, source=ROUTER_SOURCE)
+    for observe in observers:
+        try:
+            observe(record)
+        except Exception as error:  # an observer's bug must not stop the turn's report
+            log.warning("turn.observer_failed", turn=turn.turn_id, error=repr(error))
 
 
 def turn_record(
@@ -159,4 +185,8 @@ def turn_record(
         usage=stages.usage,
         tool_calls=stages.tool_calls,
         crossed=tuple(crossed),
+        client=times.client,
+        destination=stages.runtime,
+        traceparent=times.traceparent,
+        context=stages.context,
     )

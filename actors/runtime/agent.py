@@ -219,6 +219,7 @@ class AgentHost(Protocol):
         correlation_id: str | None = None,
         parent_message_id: str | None = None,
         reply_to: str | None = None,
+        traceparent: str | None = None,
     ) -> str: ...
 
     async def ask(
@@ -409,6 +410,7 @@ class RuntimeContext(msgspec.Struct, eq=False):
             source=self.agent_name if source is None else source,
             correlation_id=self.metadata.correlation_id or self.metadata.message_id,
             parent_message_id=self.metadata.message_id,
+            traceparent=self.metadata.traceparent,
         )
 
     async def ask(

@@ -1,11 +1,10 @@
 """AgentRuntime: hosts actors in one process and connects them to the bus.
 
-One runtime owns one PUB socket (to the broker's XSUB) and one SUB socket (from the
-broker's XPUB). Inbound messages are demultiplexed to actor mailboxes by topic (and
-participant, for filtered actors and keyed kinds). Publishing never blocks on
-subscribers: the bus is asynchronous, at-most-once per hop, and every loss is reported as
-a gap by the receiver. Without a bus address the runtime starts an embedded broker on
-``inproc://`` endpoints in its own process (the development default).
+One runtime owns one PUB socket (to the broker's XSUB) and one SUB socket (from the broker's
+XPUB). Inbound messages are demultiplexed to actor mailboxes by topic (and participant, for
+filtered actors and keyed kinds). Publishing never blocks on subscribers: the bus is asynchronous,
+at-most-once per hop, and every loss is reported as a gap by the receiver. Without a bus address
+it starts an embedded broker on ``inproc://`` in its own process (the development default).
 
 ``AgentRuntime`` is the public face, the lifecycle and the send path (``send``: the one
 prologue of every message built from a topic; ``reply``). It composes objects with one job
@@ -17,8 +16,8 @@ tables and bound methods the hot path uses are bound to this object once, at con
 so composing them costs no attribute hop per message; the private APIs of the hot path are
 in ``_compat.py``.
 
-Hot path (``send``, ``ask``, ``Receiver.on_readable``, ``Receiver.dispatch``): benchmark
-before and after a change here (``python -m bench bus turn storm``, see ``bench/README.md``).
+Hot path (``send``, ``ask``, ``Receiver.on_readable``, ``Receiver.dispatch``): benchmark before
+and after a change here (``python -m bench bus turn storm``, see ``bench/README.md``).
 """
 
 from __future__ import annotations
@@ -75,30 +74,21 @@ class AgentRuntime:
     ``bus`` is a bus string (see ``xrmq.actors.runtime.address``) or a ``BusAddress``;
     None starts an embedded broker in this process. ``name`` identifies this runtime
     as a sender (stable across restarts of the same process role; the epoch changes).
-    With ``metrics_interval`` (seconds) it publishes ``RuntimeMetrics`` on
-    ``METRICS_TOPIC`` that often: its heartbeat and what ``xrmq top`` shows. The
-    heartbeat lists the last seq this runtime sent on each key that sent since the last
-    one (and the others in turn, ``HEARTBEAT_KEYS``), so a receiver reports a lost tail of
-    a stream within one interval. Without it, a runtime that has published heartbeats every
-    ``heartbeat_s`` (default ``DEFAULT_HEARTBEAT_S``; None: never), so a long-lived
-    publisher's lost tail is counted too; and every runtime that has published sends a final
-    heartbeat when it stops, listing the last seq of every stream it numbered, and waits
-    (``ready_timeout`` at most) until it passed the broker. An actor whose mailbox is
-    non-empty and has not moved for ``stuck_after`` seconds is in ``RuntimeMetrics.stuck``,
-    logged once (``actor.stuck``); with ``restart_stuck`` (default) it is restarted then: the
-    handler in flight is cancelled (a fault of its message; an ask gets the error), the
-    mailbox and its queue are kept, and the actor takes its next message; counted in
-    ``RuntimeMetrics.stuck_restarts`` and logged (``actor.stuck_restarted``). A handler
-    that swallows the cancellation stays stuck (and reported); one that blocks the event
-    loop (a C call that never returns) stops the whole runtime, heartbeat included, so
-    the supervisor's liveness watch kills and restarts the process.
+    With ``metrics_interval`` (seconds) it publishes ``RuntimeMetrics`` on ``METRICS_TOPIC``
+    that often: its heartbeat (the last seqs it lists, so a receiver counts a lost tail:
+    ``outgoing.py``) and what ``xrmq top`` shows; without it, every ``heartbeat_s`` once it
+    has published (None: never); when it stops, a final one with every stream's last seq,
+    confirmed through the broker (``ready_timeout`` at most). An actor whose mailbox has not
+    moved for ``stuck_after`` seconds is reported (``RuntimeMetrics.stuck``) and, with
+    ``restart_stuck`` (default), restarted: the handler in flight is cancelled, the mailbox
+    kept. A handler that blocks the event loop stops the whole runtime, heartbeat included,
+    so the supervisor's liveness watch restarts the process.
 
-    Limits (every table fed by the bus is bounded, and what is dropped is counted):
-    ``max_message_bytes`` (``ZMQ_MAXMSGSIZE`` of the SUB socket; a larger payload is
-    refused on send), ``stream_capacity`` (incoming streams tracked),
-    ``outgoing_streams``, ``keyed_instances`` (per keyed kind), ``epoch_skew_s`` (the
-    clock skew the epoch check allows) and ``warn_interval_s`` (a repeated warning is
-    logged once per interval per kind, topic and sender, with a count).
+    Limits (every table fed by the bus is bounded, what is dropped counted): ``max_message_bytes``
+    (``ZMQ_MAXMSGSIZE`` of the SUB socket; a larger payload is refused on send), ``stream_capacity``
+    (incoming streams tracked), ``outgoing_streams``, ``keyed_instances`` (per keyed kind),
+    ``epoch_skew_s`` (the clock skew the epoch check allows) and ``warn_interval_s`` (a repeated
+    warning is logged once per interval per kind, topic and sender, with a count).
 
     On a CURVE bus, ``key`` is this runtime's secret key file (``NAME.key_secret``) and
     ``server_key`` the broker's public key (its file or Z85 text); None takes them from
@@ -320,6 +310,7 @@ class AgentRuntime:
         correlation_id: str | None = None,
         parent_message_id: str | None = None,
         reply_to: str | None = None,
+        traceparent: str | None = None,
     ) -> str:
         """Publish synchronously (never blocks); returns the message id.
 
@@ -342,7 +333,14 @@ class AgentRuntime:
                 f"({self.max_message_bytes}); receivers would drop the connection"
             )
         return self._send_frames(
-            stream, payload, participant_id, source, correlation_id, parent_message_id, reply_to
+            stream,
+            payload,
+            participant_id,
+            source,
+            correlation_id,
+            parent_message_id,
+            reply_to,
+            traceparent,
         )
 
     def _send_frames(
@@ -354,6 +352,7 @@ class AgentRuntime:
         correlation_id: str | None,
         parent_message_id: str | None,
         reply_to: str | None,
+        traceparent: str | None,
         error: str | None = None,
     ) -> str:
         # One dict lookup for the key and its sequence, validated once per stream, and
@@ -373,6 +372,7 @@ class AgentRuntime:
             participant_id,
             reply_to,
             error,
+            traceparent,
         )
         pub = self._pub
         _frame_send(pub, stream[0], _SNDMORE)
@@ -472,6 +472,7 @@ class AgentRuntime:
             request.message_id,
             request.message_id,
             None,
+            request.traceparent,
             error,
         )
 
