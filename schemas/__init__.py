@@ -18,7 +18,7 @@ from .interaction import (
     ResponseOutput,
     UserQuery,
 )
-from .metrics import ProcessState, RuntimeMetrics, SupervisorReport
+from .metrics import ProcessState, RuntimeMetrics, StreamTails, SupervisorReport
 from .routing import Admission, AgentExchange, AgentTurn, DestinationResult, RoutingAid, TurnEnded
 from .stages import DestinationStages, SectionSize, ToolCallTime, TurnUsage
 from .turns import STAGES, TurnRecord
@@ -49,6 +49,7 @@ __all__ = [
     "RoutingAid",
     "RuntimeMetrics",
     "SectionSize",
+    "StreamTails",
     "SupervisorReport",
     "ToolCallTime",
     "TurnEnded",

@@ -35,6 +35,14 @@ RUNTIME_COUNTERS: tuple[str, ...] = RuntimeCounters.__struct_fields__
 """The counter names, in order (every one is also a field of ``RuntimeMetrics``)."""
 
 
+class StreamTails(msgspec.Struct, frozen=True):
+    """A stopped runtime's last seq on each stream key (``RuntimeMetrics.last_seq``'s form)."""
+
+    sender: str
+    epoch: int
+    last_seq: dict[str, int]
+
+
 class RuntimeMetrics(msgspec.Struct, frozen=True, omit_defaults=True):
     """One runtime's counters at one moment; also its heartbeat.
 
@@ -96,6 +104,12 @@ class RuntimeMetrics(msgspec.Struct, frozen=True, omit_defaults=True):
     coalesced: int = 0
     """Superseding updates (such as context section views) replaced, while queued in a
     mailbox, by a newer one of the same key (``xrmq.actors.runtime.superseding``)."""
+    final: bool = False
+    """The runtime is stopping: this heartbeat's ``last_seq`` is its streams' tails."""
+    tails: list[StreamTails] = []
+    """Only the broker's report: the final ``last_seq`` of runtimes that stopped lately,
+    repeated for a few heartbeats, so a subscriber whose queue was full when the final
+    heartbeat passed still counts the tail it lost (``broker_report.TailReplay``)."""
 
 
 def counters_of(metrics: RuntimeMetrics) -> dict[str, int]:

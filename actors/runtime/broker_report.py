@@ -18,7 +18,13 @@ This thread publishes the counts on ``METRICS_TOPIC`` under the runtime name
 ``broker``, through the broker's own publish endpoint, every ``interval`` seconds;
 ``xrmq top`` shows them with the other runtimes. With ``subscriptions`` (the inproc
 endpoint of the proxy's capture socket) it also counts the live subscriptions per topic
-from the (un)subscription frames the proxy copies there.
+from the (un)subscription frames the proxy copies there, and reads the runtimes'
+heartbeats copied there too: a runtime's final heartbeat (``RuntimeMetrics.final``, its
+streams' tails as it stops) is the one message that nothing repeats, and the broker drops
+it for a subscriber whose queue is full at that moment, so that subscriber could never
+count the tail it lost. The broker repeats each final ``last_seq`` in its own next
+``TAIL_REPEATS`` heartbeats (``RuntimeMetrics.tails``, ``TailReplay``): by then a
+subscriber that drained its queue receives one, and counting a tail is idempotent.
 """
 
 from __future__ import annotations
@@ -29,12 +35,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import msgspec
 import zmq
 import zmq.utils.monitor
 
-from xrmq.schemas import MessageMetadata, RuntimeMetrics
+from xrmq.schemas import MessageMetadata, RuntimeMetrics, StreamTails
 from xrmq.topics import METRICS_TOPIC
 
 from .subscriptions import SubscriptionCounts
@@ -43,6 +50,69 @@ BROKER_NAME = "broker"
 
 MONITORED_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED
 """The publish socket's events the report reads: connections, and their ends."""
+
+TAIL_REPEATS = 10
+"""Broker heartbeats that repeat a stopped runtime's tails (10 s at the default 1 s)."""
+TAIL_SENDERS = 1_024
+"""Stopped runtimes whose tails are held at once (the oldest are dropped, and counted)."""
+TAIL_KEYS_PER_BEAT = 2_048
+"""Stream keys one broker heartbeat repeats at most (the rest in the next ones)."""
+
+_metadata_decoder = msgspec.msgpack.Decoder(MessageMetadata)
+_metrics_decoder = msgspec.msgpack.Decoder(RuntimeMetrics)
+
+
+class TailReplay:
+    """The final ``last_seq`` of runtimes that stopped lately, repeated in the broker's next
+    heartbeats (see the module docstring). Bounded: ``TAIL_SENDERS`` runtimes, each repeated
+    ``TAIL_REPEATS`` times, at most ``TAIL_KEYS_PER_BEAT`` keys per heartbeat; a runtime
+    whose tails are dropped unrepeated is counted in ``dropped``."""
+
+    def __init__(
+        self,
+        repeats: int = TAIL_REPEATS,
+        senders: int = TAIL_SENDERS,
+        keys_per_beat: int = TAIL_KEYS_PER_BEAT,
+    ) -> None:
+        self._repeats, self._senders, self._keys_per_beat = repeats, senders, keys_per_beat
+        self._tails: dict[tuple[str, int], list[Any]] = {}
+        """By (sender, epoch): [last seq by key, repeats left]; oldest first."""
+        self.dropped = 0
+
+    def __len__(self) -> int:
+        return len(self._tails)
+
+    def heartbeat(self, metadata_frame: bytes, payload: bytes) -> None:
+        """A runtime's heartbeat passed the proxy: keep its tails if it is a final one."""
+        try:
+            metadata = _metadata_decoder.decode(metadata_frame)
+            heartbeat = _metrics_decoder.decode(payload)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return  # its receivers count it as rejected
+        if not heartbeat.final or not heartbeat.last_seq or metadata.sender == BROKER_NAME:
+            return
+        stream = (metadata.sender, metadata.epoch)
+        held = self._tails.pop(stream, None)  # a final heartbeat in several parts: merged
+        seqs = {**held[0], **heartbeat.last_seq} if held is not None else dict(heartbeat.last_seq)
+        self._tails[stream] = [seqs, self._repeats]
+        while len(self._tails) > self._senders:
+            del self._tails[next(iter(self._tails))]
+            self.dropped += 1
+
+    def due(self) -> list[StreamTails]:
+        """The tails this heartbeat repeats: the held ones in turn, within the key budget."""
+        due: list[StreamTails] = []
+        keys = 0
+        for stream in list(self._tails):
+            seqs, left = self._tails.pop(stream)
+            if keys and keys + len(seqs) > self._keys_per_beat:
+                self._tails[stream] = [seqs, left]  # next time; order kept by reinsertion
+                continue
+            keys += len(seqs)
+            due.append(StreamTails(stream[0], stream[1], seqs))
+            if left > 1:
+                self._tails[stream] = [seqs, left - 1]
+        return due
 
 
 class PeerWatch:
@@ -118,6 +188,7 @@ class BrokerReport:
     ) -> None:
         self.peers = PeerWatch()
         self.subscriptions = SubscriptionCounts()
+        self.tails = TailReplay()
         self._subscriptions = subscriptions
         self._context = context
         self._publish = publish
@@ -163,6 +234,7 @@ class BrokerReport:
             subs.setsockopt(zmq.LINGER, 0)
             subs.setsockopt(zmq.SUBSCRIBE, b"\x00")
             subs.setsockopt(zmq.SUBSCRIBE, b"\x01")
+            subs.setsockopt(zmq.SUBSCRIBE, METRICS_TOPIC.subscription())  # final heartbeats
             subs.connect(self._subscriptions)
             poller.register(subs, zmq.POLLIN)
         self._connected.set()
@@ -183,6 +255,8 @@ class BrokerReport:
                             break
                         if len(frames) == 1:
                             self.subscriptions.frame(frames[0])
+                        elif len(frames) == 3:
+                            self.tails.heartbeat(frames[1], frames[2])
                 if events in ready:
                     event = zmq.utils.monitor.recv_monitor_message(events)
                     if event["event"] == zmq.EVENT_ACCEPTED:
@@ -213,7 +287,10 @@ class BrokerReport:
                         **(self._live_gauges() if self._live_gauges is not None else {}),
                         "broker.publishers_dropped": float(self.peers.dropped),
                         "broker.publishers_left": float(self.peers.left),
+                        "broker.tails_held": float(len(self.tails)),
+                        "broker.tails_dropped": float(self.tails.dropped),
                     },
+                    tails=self.tails.due(),
                     subscriptions=self.subscriptions.snapshot()
                     if self._subscriptions is not None
                     else {},

@@ -123,6 +123,7 @@ class Observation:
         restart: bool,
         identity: str | None,
         last_seq: dict[str, int] | None,
+        final: bool = False,
     ) -> RuntimeMetrics:
         """The snapshot, with the table sizes the runtime's other parts hold; ``restart``: restart
         the actors found stuck now."""
@@ -170,6 +171,7 @@ class Observation:
             actor_faults={mailbox.name: mailbox.faults for mailbox in mailboxes if mailbox.faults},
             tables=tables,
             last_seq=last_seq or {},
+            final=final,
             resynced=tracker.resynced,
             stuck=stuck,
             identity=identity,

@@ -38,7 +38,7 @@ there are this few, else the next slice in turn, so every stream's last seq is a
 and again (a receiver that lost the heartbeats of an overload still learns of the lost tail)."""
 _KEY, _SEQ, _SEEN, _BEAT = range(4)
 
-Beat = Callable[[dict[str, int]], object]
+Beat = Callable[[dict[str, int], bool], object]
 """Publish one heartbeat listing these last seqs (the runtime's metrics on ``METRICS_TOPIC``)."""
 
 
@@ -128,7 +128,7 @@ class OutgoingStreams:
         """With ``metrics_interval``: the metrics, a heartbeat, every ``interval`` seconds."""
         while True:
             try:
-                self._beat(self.recent_last_seqs())
+                self._beat(self.recent_last_seqs(), False)
             except Exception as error:
                 self._log.error("runtime.metrics_failed", error=repr(error))
             self._warnings.flush()
@@ -142,7 +142,7 @@ class OutgoingStreams:
             if not self.table:
                 continue  # published nothing yet: no tail to announce
             try:
-                self._beat(self.recent_last_seqs())
+                self._beat(self.recent_last_seqs(), False)
             except Exception as error:
                 self._log.error("runtime.heartbeat_failed", error=repr(error))
             self._warnings.flush()
@@ -154,7 +154,7 @@ class OutgoingStreams:
         for start in range(0, len(streams), HEARTBEAT_KEYS):
             listed = {s[_KEY].decode(): s[_SEQ] for s in streams[start : start + HEARTBEAT_KEYS]}
             try:
-                self._beat(listed)
+                self._beat(listed, True)
             except Exception as error:
                 self._log.error("runtime.final_heartbeat_failed", error=repr(error))
                 return

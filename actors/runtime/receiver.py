@@ -416,13 +416,15 @@ class Receiver:
         # (a one-shot ``xrmq publish``). Not after an eviction of the stream table (a baseline
         # may have been forgotten), nor on a CURVE bus (the broker may narrow subscriptions).
         since = self._live_since_us
-        whole = (
-            since is not None
-            and metadata.epoch > since
-            and not self._curve
-            and not self._tracker.evicted
-        )
-        for wire_key, last_sent in heartbeat.last_seq.items():
+        known = since is not None and not self._curve and not self._tracker.evicted
+        self._catch_up(heartbeat.last_seq, metadata, known and metadata.epoch > since)  # type: ignore[operator]
+        for tails in heartbeat.tails:  # the broker repeating stopped runtimes' final ones
+            of = msgspec.structs.replace(metadata, sender=tails.sender, epoch=tails.epoch)
+            self._catch_up(tails.last_seq, of, known and of.epoch > since)  # type: ignore[operator]
+
+    def _catch_up(self, last_seq: dict[str, int], metadata: MessageMetadata, whole: bool) -> None:
+        """Record the tails ``metadata``'s sender announced and this runtime never received."""
+        for wire_key, last_sent in last_seq.items():
             key = wire_key.encode()
             first_missing = self._tracker.catch_up(
                 key,

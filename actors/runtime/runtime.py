@@ -161,7 +161,9 @@ class AgentRuntime:
         self._outgoing = outgoing = OutgoingStreams(
             outgoing_streams,
             observation.count_eviction,
-            lambda last_seq: self.send(METRICS_TOPIC, self.metrics(last_seq), source="runtime"),
+            lambda seqs, final: self.send(
+                METRICS_TOPIC, self.metrics(seqs, final), source="runtime"
+            ),
             observation.warnings,
             self._log,
             metrics_interval=metrics_interval,
@@ -551,7 +553,9 @@ class AgentRuntime:
 
     # ------------------------------------------------------------------ observation
 
-    def metrics(self, last_seq: dict[str, int] | None = None) -> RuntimeMetrics:
+    def metrics(
+        self, last_seq: dict[str, int] | None = None, final: bool = False
+    ) -> RuntimeMetrics:
         """This runtime's counters, mailbox depths, faults, table sizes and actor gauges, now."""
         return self._observation.metrics(
             self._registry,
@@ -562,13 +566,13 @@ class AgentRuntime:
             restart=self.restart_stuck and self._running,
             identity=self.credentials.identity if self.credentials is not None else None,
             last_seq=last_seq,
+            final=final,
         )
 
     # ------------------------------------------------------------------ mailbox host
 
     async def guarded_hook(self, agent: Agent, hook: str, mailbox: Mailbox | None = None) -> None:
-        """Run ``agent.on_start``/``on_stop``; a failure is logged and counted (a fault of
-        ``mailbox``'s actor), never propagated."""
+        """Run ``agent.on_start``/``on_stop``; a failure is logged and counted, never raised."""
         await self._observation.guarded_hook(agent, hook, mailbox)
 
     def handler_failed(
