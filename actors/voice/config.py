@@ -42,9 +42,11 @@ class VoiceConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     """Give the recognizer the participant's context (names, numbers, places) as its prompt."""
     speech_out: bool = False
     """The ``renderer`` role speaks onto ``audio.out`` instead of the console."""
-    tts: str = "espeak"
-    """Speech out: ``espeak`` (espeak-ng, offline) or a litellm speech model (``openai/tts-1``,
-    with ``api_base`` and ``api_key_env``)."""
+    tts: str = "piper"
+    """Speech out: ``piper`` (Piper's neural ``en_US-joe-medium`` voice, offline, bundled with
+    the voice extra; espeak-ng on a machine without Piper or onnxruntime), ``piper:PATH``
+    (another Piper voice, ``PATH`` its ``.onnx``), ``espeak`` (espeak-ng, offline) or a
+    litellm speech model (``openai/tts-1``, with ``api_base`` and ``api_key_env``)."""
     tts_voice: str = "alloy"
     """The litellm speech model's voice."""
 
@@ -73,8 +75,8 @@ def voice_problem(voice: VoiceConfig) -> tuple[str, str] | None:
     None when it keeps them all."""
     if not voice.stt.strip() or voice.stt == "whisper:":
         return "stt", "must be 'whisper', 'whisper:DIR' or a litellm model string"
-    if not voice.tts.strip():
-        return "tts", "must be 'espeak' or a litellm model string"
+    if not voice.tts.strip() or voice.tts == "piper:":
+        return "tts", "must be 'piper', 'piper:PATH', 'espeak' or a litellm model string"
     if not voice.max_utterance_s > voice.min_speech_s:
         return "max_utterance_s", "must be > voice.min_speech_s"
     return None

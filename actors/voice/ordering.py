@@ -147,6 +147,7 @@ class VoiceOrdering:
         request_capacity: int = 64,
         max_participants: int = 1024,
         combine_updates: bool = True,
+        sentences: bool = False,
     ) -> None:
         if not idle_timeout_s > 0:
             raise ValueError("VoiceOrdering.idle_timeout_s: must be > 0")
@@ -165,6 +166,8 @@ class VoiceOrdering:
         self.request_capacity = request_capacity
         self.max_participants = max_participants
         self.combine_updates = combine_updates
+        self.sentences = sentences
+        """Hand out a streaming reply a sentence at a time (``Item.release``)."""
         self.counts: Counter[str] = Counter()
         """Dropped messages, evictions, cuts and timeouts by reason."""
         self._participants: dict[str, ParticipantQueues] = {}
@@ -299,7 +302,7 @@ class VoiceOrdering:
                 if state.active is None:
                     return None
             item = state.active
-            text = item.release()
+            text = item.release(self.sentences)
             if text:
                 self._tokens += 1
                 state.playing = self._tokens
