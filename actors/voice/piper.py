@@ -91,7 +91,8 @@ class PiperSynthesizer:
         self._lock = asyncio.Lock()
 
     def load(self) -> None:
-        """Load the voice (the bundled one verified first); later calls do nothing."""
+        """Load the voice (the bundled one verified first) and say one word, so the first
+        answer does not pay onnxruntime's first run; later calls do nothing."""
         if self._voice is not None:
             return
         from piper import PiperVoice
@@ -100,6 +101,7 @@ class PiperSynthesizer:
         if not path.is_file():
             raise FileNotFoundError(f"PiperSynthesizer.model_path: no Piper voice at {path}")
         self._voice = PiperVoice.load(path)
+        self._speak("Ready.")
 
     @property
     def sample_rate(self) -> int:
