@@ -5,7 +5,8 @@ is converted to 16 kHz mono, cut into 512-sample VAD chunks, scored by Silero
 (``SileroStream``, the thin shell) and fed to the pure ``UtteranceSegmenter``. A finished
 utterance goes to a bounded queue; the actor's recognizer task transcribes it with the
 participant's context as the prompt (``bias_prompt``) and publishes a ``UserQuery``
-whose ``timestamp_us`` is when the speech started. The ``BargeInGate`` decides, from
+whose ``timestamp_us`` is when the speech started; the participants of a process take
+turns at the recognizer round-robin (``RecognizerTurns``). The ``BargeInGate`` decides, from
 ``audio.playback``, whether speech over the assistant's audio interrupts it (publishes
 ``Interrupted`` at once) or is a backchannel (dropped, counted).
 
@@ -48,6 +49,7 @@ from xrmq.topics import (
 from .bias import bias_prompt
 from .gate import BargeInGate, GateSettings
 from .pcm import SAMPLE_RATE, pcm16_to_float, resample
+from .recognizer_turns import RecognizerTurns
 from .silero import CHUNK_SAMPLES, SileroModel, SileroStream
 from .stt import SpeechToText
 from .vad import Discarded, SegmenterSettings, SpeechStarted, Utterance, UtteranceSegmenter
@@ -94,9 +96,11 @@ class VoiceInput(Agent):
         vad: SileroModel,
         settings: VoiceSettings = VoiceSettings(),
         context: ContextSource | None = None,
+        turns: RecognizerTurns | None = None,
     ) -> None:
         self.participant_id = participant_id
         self.stt = stt
+        self.turns = turns
         self.settings = settings
         self.context = context
         self.counts = VoiceCounts()
@@ -231,7 +235,11 @@ class VoiceInput(Agent):
         if self.settings.context_bias and self.context is not None:
             prompt = bias_prompt(self.context(self.participant_id))
         try:
-            text = (await self.stt.transcribe(utterance.audio, prompt)).strip()
+            if self.turns is None:
+                text = (await self.stt.transcribe(utterance.audio, prompt)).strip()
+            else:
+                async with self.turns.turn(self.participant_id):
+                    text = (await self.stt.transcribe(utterance.audio, prompt)).strip()
         except asyncio.CancelledError:
             raise
         except Exception as error:
@@ -286,12 +294,17 @@ def register_voice_input(
     shard: int = 0,
     shards: int = 1,
 ) -> None:
-    """Host the keyed ``voice`` kind: one ``VoiceInput`` per participant that sends audio."""
+    """Host the keyed ``voice`` kind: one ``VoiceInput`` per participant that sends audio,
+    sharing the recognizer round-robin (``RecognizerTurns``, registered as
+    ``voice-recognizer`` so its queue is in the process's metrics)."""
     model = vad or SileroModel.shared()
+    turns = runtime.register("voice-recognizer", RecognizerTurns())
     runtime.register_keyed(
         VOICE_INPUT_KIND,
         VoiceInput,
         shard=shard,
         shards=shards,
-        factory=lambda key: VoiceInput(key, stt, vad=model, settings=settings, context=context),
+        factory=lambda key: VoiceInput(
+            key, stt, vad=model, settings=settings, context=context, turns=turns
+        ),
     )
