@@ -43,6 +43,11 @@ def voice_settings(voice: VoiceConfig) -> VoiceSettings:
             min_speech_s=voice.min_speech_s,
             trailing_silence_s=voice.trailing_silence_s,
             max_utterance_s=voice.max_utterance_s,
+            pause_silence_s=(
+                voice.sentence_end_silence_s
+                if voice.sentence_end_silence_s < voice.trailing_silence_s
+                else 0.0
+            ),
         ),
         gate=GateSettings(min_speech_s=voice.barge_in_min_s, min_words=voice.barge_in_min_words),
         context_bias=voice.context_bias,

@@ -33,6 +33,10 @@ class VoiceConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     vad_threshold: float = 0.5
     min_speech_s: _NotNegativeSeconds = 0.25
     trailing_silence_s: _Seconds = 0.4
+    sentence_end_silence_s: _NotNegativeSeconds = 0.2
+    """A pause this long ends the turn at once when the words so far end a sentence or a
+    question (recognized while the pause lasts); otherwise the turn ends after
+    ``trailing_silence_s``. 0, or not below ``trailing_silence_s``: always the latter."""
     max_utterance_s: float = 15.0
     barge_in_min_s: _NotNegativeSeconds = 0.6
     """Voiced seconds over the assistant's playback before the speech interrupts it."""
@@ -55,6 +59,7 @@ VOICE_RANGES: dict[str, tuple[float, float]] = {
     "vad_threshold": (0.15, 1),
     "min_speech_s": (0, 60),
     "trailing_silence_s": (0.001, 60),
+    "sentence_end_silence_s": (0, 60),
     "max_utterance_s": (0.001, 3600),
     "barge_in_min_s": (0, 60),
     "barge_in_min_words": (0, 1000),
