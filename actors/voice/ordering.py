@@ -27,6 +27,8 @@ Rules (upstream xr_ai_voice / xr_ai_interaction, docs/interaction.md):
 * Replies play in arrival order per participant (FIFO). A reply whose request was
   superseded by a newer query, or interrupted, is dropped: the playing one is cut,
   queued ones removed, fragments still arriving dropped.
+* A streamed reply is handed out as it arrives, in complete words; with ``sentences``
+  (a sink that synthesizes speech) in complete sentences (``Item.release``).
 * Updates play only when the participant is not being spoken to (no reply playing,
   streaming or queued); consecutive queued updates are combined into one response.
 * An urgent update cuts the current output and plays next. It never cuts another urgent
