@@ -4,8 +4,10 @@ python examples/voice_client.py BUS PARTICIPANT QUESTION.wav OUT_DIR
 
 It publishes the WAV on ``audio.in`` as 20 ms frames in real time (what a headset's
 microphone would send), and writes the ``audio.out`` frames of the answer to OUT_DIR
-once ``audio.playback`` says it is done. Needs a stack with the ``voice`` role and
-``voice.speech_out = true`` (``xrmq demo --voice`` runs one).
+once ``audio.playback`` says it is done. Needs a running box with a ``voice`` process and
+``voice.speech_out = true``: docs/voice.md shows the config, which ``xrmq up --config
+FILE`` runs. ``xrmq console --wav-in QUESTION.wav --wav-out OUT_DIR`` does the same in
+one command, and shows what was heard and answered.
 """
 
 import asyncio

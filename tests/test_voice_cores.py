@@ -12,6 +12,7 @@ from xrmq.actors.voice.pcm import read_wav, resample, wav_bytes  # noqa: E402
 from xrmq.actors.voice.vad import (  # noqa: E402
     Discarded,
     SegmenterSettings,
+    SegmentEvent,
     SpeechStarted,
     Utterance,
     UtteranceSegmenter,
@@ -27,7 +28,7 @@ SETTINGS = SegmenterSettings(
 
 def run(
     probabilities: list[float], settings: SegmenterSettings = SETTINGS
-) -> list[tuple[int, SpeechStarted | Utterance | Discarded]]:
+) -> list[tuple[int, SegmentEvent]]:
     """Feed one chunk per probability (chunk i holds the value i); return (chunk index, event)."""
     segmenter = UtteranceSegmenter(settings)
     events = []

@@ -156,10 +156,10 @@ async def test_xrmq_listen_in_another_process_renders_replies_published_by_this_
 async def test_listen_with_the_espeak_sink_prints_espeak_ngs_error_and_exits_non_zero(
     tmp_path, status, error
 ):
-    fake = tmp_path / "bin"  # a test double of espeak-ng on a machine without a sound card
-    fake.mkdir()
+    fake = tmp_path / "bin"  # a test double of espeak-ng whose device fails mid-session:
+    fake.mkdir()  # the device check before ready (no text) passes, the first reply fails
     (fake / "espeak-ng").write_text(
-        "#!/bin/sh\ncat >/dev/null\n"
+        '#!/bin/sh\ntext=$(cat)\n[ -z "$text" ] && exit 0\n'
         "echo 'audio open error: No such file or directory' >&2\n"
         f"exit {status}\n"
     )
@@ -188,3 +188,35 @@ async def test_listen_with_the_espeak_sink_prints_espeak_ngs_error_and_exits_non
         await broker.stop()
     assert code == 1
     assert f"xrmq listen: the espeak sink failed: {error}" in listener.stderr.read_text()
+
+
+def test_listen_with_the_espeak_sink_and_no_sound_card_says_so_in_one_line_before_ready(tmp_path):
+    import subprocess
+
+    fake = tmp_path / "bin"  # espeak-ng on a machine without a sound card: ALSA's notices,
+    fake.mkdir()  # its own error line, and exit 0
+    (fake / "espeak-ng").write_text(
+        "#!/bin/sh\ncat >/dev/null\n"
+        "echo \"ALSA lib confmisc.c:855:(parse_card) cannot find card '0'\" >&2\n"
+        "echo 'ALSA lib pcm.c:2666:(snd_pcm_open_noupdate) Unknown PCM default' >&2\n"
+        "echo 'error: No such file or directory' >&2\n"
+        "exit 0\n"
+    )
+    (fake / "espeak-ng").chmod(0o755)
+    bus = f"ipc://{tmp_path}/bus"
+    (tmp_path / "bus.out").touch()  # listen checks the socket file before connecting
+    result = subprocess.run(
+        [sys.executable, "-m", "xrmq.actors.cli", "listen", "--bus", bus, "--sink", "espeak"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"},
+        timeout=LINE_TIMEOUT_S * 2,
+    )
+    assert result.returncode == 1
+    assert "xrmq listen: ready" not in result.stdout
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines == [
+        "xrmq listen: espeak-ng cannot play on this machine's audio device (espeak-ng exited "
+        "with 0 but failed: error: No such file or directory); no sound card? --wav-dir DIR "
+        "writes the speech as WAV files instead"
+    ], result.stderr

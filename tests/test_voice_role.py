@@ -115,23 +115,25 @@ def test_the_cli_offers_mic_and_audio_listening():
 
 
 @needs_espeak
-def test_voice_tts_defaults_to_espeak():
+def test_voice_tts_espeak_names_espeak_ng():
     from xrmq.actors.runtime import AgentRuntime
     from xrmq.actors.voice.audio_sink import EspeakSynthesizer
     from xrmq.actors.voice.builders import speech_out_sink
 
-    synthesizer = speech_out_sink(AgentRuntime(), decode_config({}).voice).synthesizer
+    voice = decode_config({"voice": {"tts": "espeak"}}).voice
+    synthesizer = speech_out_sink(AgentRuntime(), voice).synthesizer
     assert isinstance(synthesizer, EspeakSynthesizer)
 
 
-def test_voice_tts_default_without_espeak_names_the_package(tmp_path, monkeypatch):
+def test_voice_tts_espeak_without_espeak_names_the_package(tmp_path, monkeypatch):
     from xrmq.actors.runtime import AgentRuntime
     from xrmq.actors.voice.builders import speech_out_sink
     from xrmq.actors.voice.sinks import SinkUnavailableError
 
     monkeypatch.setenv("PATH", path_without(tmp_path, "espeak-ng"))
+    voice = decode_config({"voice": {"tts": "espeak"}}).voice
     with pytest.raises(SinkUnavailableError, match="install the 'espeak-ng' package"):
-        speech_out_sink(AgentRuntime(), decode_config({}).voice)
+        speech_out_sink(AgentRuntime(), voice)
 
 
 def test_voice_tts_names_a_litellm_synthesizer():

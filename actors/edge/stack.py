@@ -355,7 +355,12 @@ def renderer_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessIns
         sink = speech_out_sink(runtime, config.voice)
     runtime.register(
         "renderer",
-        VoiceRenderer(sink, query_topic=QUERY_TOPIC, interrupted_topic=INTERRUPTED_TOPIC),
+        VoiceRenderer(
+            sink,
+            query_topic=QUERY_TOPIC,
+            interrupted_topic=INTERRUPTED_TOPIC,
+            sentences=config.voice.speech_out,
+        ),
     )
 
 

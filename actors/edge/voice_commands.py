@@ -1,8 +1,9 @@
-"""``xrmq listen`` and ``xrmq mic``: voice clients of a running bus.
+"""``xrmq listen``, ``xrmq mic`` and ``xrmq console``: voice clients of a running bus.
 
 ``xrmq listen`` connects a voice renderer and renders what it hears (``--sink console`` or
 ``espeak``), or, with ``--sink wav|speaker``, saves or plays the synthesized ``audio.out``
 frames. ``xrmq mic`` publishes a WAV file (or the microphone) on ``audio.in``.
+``xrmq console`` does both for one participant and shows the conversation (``console``).
 
 The renderer also follows the standard query and interrupted topics, as the voice
 process of an edge box does, so a new query or a barge-in drops stale replies. It
@@ -10,8 +11,10 @@ prints ``xrmq listen: ready ...`` on stdout once its subscriptions are live, sho
 reply on one line as it streams (console), prints ``xrmq listen: wrote PATH`` for each
 WAV file (``--wav-dir``), and stops cleanly on SIGINT/SIGTERM.
 
-A sink that fails (espeak-ng without a sound card) stops it: it prints the error with
-espeak-ng's stderr and exits 1. A renderer in a box logs a failed segment and goes on;
+``--sink espeak`` checks the audio device before ``ready``: without a sound card it
+says so in one line (espeak-ng's error and the ``--wav-dir`` hint) and exits 1. A sink
+that fails later stops it: it prints the error with espeak-ng's own error lines and
+exits 1. A renderer in a box logs a failed segment and goes on;
 a listener whose only job is to render has nothing to go on with, and went silent after
 ``ready`` when it did.
 """
@@ -84,6 +87,49 @@ def add_commands(subparsers: Any) -> None:
     )
     mic.add_argument("--fast", action="store_true", help="with --wav: do not pace in real time")
     mic.set_defaults(func=run_mic)
+    console = subparsers.add_parser(
+        "console", help="talk to the box: microphone in, speaker out, what it heard and said"
+    )
+    add_bus_argument(console)
+    console.add_argument(
+        "--participant", type=name, default="console", help="who speaks (default: %(default)s)"
+    )
+    console.add_argument(
+        "--private-stack",
+        dest="private_stack",
+        action="store_true",
+        help="start an edge stack with a voice process on a private bus instead of using --bus",
+    )
+    console.add_argument(
+        "--wav-in",
+        action="append",
+        metavar="FILE",
+        help="speak this WAV file instead of the microphone (repeatable)",
+    )
+    console.add_argument(
+        "--wav-out", metavar="DIR", help="write each answer as a WAV here instead of playing it"
+    )
+    console.add_argument(
+        "--speaker", action="store_true", help="with --wav-out: play the answers as well"
+    )
+    console.add_argument(
+        "--barge-in",
+        action="store_true",
+        help="with several --wav-in: speak each next file as soon as the answer starts playing",
+    )
+    console.add_argument(
+        "--timeout",
+        type=seconds,
+        default=60.0,
+        help="with --wav-in: seconds to wait for each answer (default: %(default)s)",
+    )
+    console.set_defaults(func=run_console_command)
+
+
+def run_console_command(args: argparse.Namespace) -> int:
+    from .console import run_console  # numpy: the voice extra
+
+    return run_console(args)
 
 
 def build_sink(args: argparse.Namespace) -> Sink:
@@ -131,6 +177,8 @@ def run_listen(args: argparse.Namespace) -> int:
     topic = Topic(args.topic, ResponseOutput)
     try:
         sink = build_sink(args)
+        if isinstance(sink, EspeakSink):
+            run(sink.check_device())
     except SinkUnavailableError as error:
         print(f"xrmq listen: {error}", file=sys.stderr)
         return 1

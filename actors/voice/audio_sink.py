@@ -1,12 +1,17 @@
 """AudioTopicSink: the renderer's sink that speaks onto the bus as ``audio.out`` frames.
 
-Each segment is synthesized (``EspeakSynthesizer``: espeak-ng offline;
-``LiteLLMSynthesizer``: any litellm speech model; or any object with
-``async synthesize(text) -> (samples, rate)``), resampled to 16 kHz and
-published as 20 ms ``AudioFrame``s paced in real time against the monotonic clock, so
-"playing" lasts as long as the audio. Cancelling ``play`` (an interruption, an urgent
-update, a new query) stops between two frames: the last frame leaves at most one frame
-period after the cut, also when the loop fell behind (an overdue frame still yields).
+Each segment is synthesized a sentence at a time (``PiperSynthesizer``: Piper, offline
+and neural, in ``piper``; ``EspeakSynthesizer``: espeak-ng offline; ``LiteLLMSynthesizer``:
+any litellm speech model; or any object with ``async synthesize(text) -> (samples,
+rate)``, and optionally ``sentences(text)``, an async iterator of them), resampled to
+16 kHz and published as 20 ms ``AudioFrame``s paced in real time against the monotonic
+clock, so "playing" lasts as long as the audio. The next sentence is synthesized while
+the one before plays (one sentence ahead), so the first frame follows the first
+sentence, not the whole segment, and sentences follow each other without a gap when
+synthesis is faster than speech. Cancelling ``play`` (an interruption, an urgent update,
+a new query) stops between two frames, and stops the synthesis ahead: the last frame
+leaves at most one frame period after the cut, also when the loop fell behind (an
+overdue frame still yields).
 ``audio.playback`` says ``started`` before a response's first
 frame and ``done`` when the response ended (completed or cut), so whether assistant
 audio is playing is known on the bus (the voice gate listens to it).
@@ -17,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -28,6 +33,7 @@ from xrmq.topics import AUDIO_OUT_TOPIC, AUDIO_PLAYBACK_TOPIC, Topic
 
 from .ordering import ResponseEnded, Segment
 from .pcm import FRAME_MS, SAMPLE_RATE, float_to_pcm16, frames, read_wav, resample
+from .queues import split_sentences
 from .sinks import find_espeak, run_espeak
 
 Publish = Callable[..., Awaitable[Any]]
@@ -121,38 +127,74 @@ class AudioTopicSink:
         self._playing: set[str] = set()
         self.frames_sent = 0
 
+    async def _sentences(self, text: str) -> AsyncIterator[tuple[np.ndarray, int]]:
+        stream = getattr(self.synthesizer, "sentences", None)
+        if stream is not None:
+            async for audio in stream(text):
+                yield audio
+            return
+        for sentence in split_sentences(text):
+            yield await self.synthesizer.synthesize(sentence)
+
+    async def _synthesize(
+        self, text: str, ready: asyncio.Queue[bytes | BaseException | None]
+    ) -> None:
+        """Put each sentence's 16 kHz PCM16 on ``ready`` (then None, or the error)."""
+        try:
+            async for samples, rate in self._sentences(text):
+                await ready.put(float_to_pcm16(resample(samples, rate, SAMPLE_RATE)))
+        except Exception as error:
+            await ready.put(error)
+        else:
+            await ready.put(None)
+
     async def play(self, segment: Segment) -> None:
+        ready: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue(maxsize=1)
+        ahead = asyncio.create_task(self._synthesize(segment.text, ready))
+        try:
+            await self._publish_sentences(segment, ready)
+        finally:
+            ahead.cancel()
+            await asyncio.gather(ahead, return_exceptions=True)
+
+    async def _publish_sentences(
+        self, segment: Segment, ready: asyncio.Queue[bytes | BaseException | None]
+    ) -> None:
         participant = segment.participant_id
-        samples, rate = await self.synthesizer.synthesize(segment.text)
-        pcm = float_to_pcm16(resample(samples, rate, SAMPLE_RATE))
-        if participant not in self._playing:
-            self._playing.add(participant)
-            await self._publish(
-                self.playback_topic,
-                AudioPlayback("started", now_us()),
-                participant_id=participant,
-                source="audio_sink",
-            )
         period = self.frame_ms / 1000.0
-        start = self._clock()
-        for index, chunk in enumerate(frames(pcm, SAMPLE_RATE, self.frame_ms)):
-            # A frame already due still yields: after a stall (a busy loop, a GC pause)
-            # every remaining frame is overdue, and without the yield they would all
-            # leave in one burst before a cut requested meanwhile could land.
-            await asyncio.sleep(max(0.0, start + index * period - self._clock()))
-            number = self._counters.get(participant, 0)
-            self._counters[participant] = number + 1
-            await self._publish(
-                self.topic,
-                AudioFrame(chunk, SAMPLE_RATE, 1, number, now_us()),
-                participant_id=participant,
-                source="audio_sink",
-            )
-            self.frames_sent += 1
-            if index == 0 and self._first_frame is not None:
-                self._first_frame(participant, segment)
-        remaining = start + len(pcm) / (2 * SAMPLE_RATE) - self._clock()
-        if remaining > 0:
+        start, sent = 0.0, 0  # the timeline: frame ``sent`` is due at start + sent * period
+        while (pcm := await ready.get()) is not None:
+            if isinstance(pcm, BaseException):
+                raise pcm
+            if participant not in self._playing:
+                self._playing.add(participant)
+                await self._publish(
+                    self.playback_topic,
+                    AudioPlayback("started", now_us()),
+                    participant_id=participant,
+                    source="audio_sink",
+                )
+            if sent == 0 or self._clock() > start + sent * period:
+                start = self._clock() - sent * period  # a late sentence starts the timeline anew
+            for chunk in frames(pcm, SAMPLE_RATE, self.frame_ms):
+                # A frame already due still yields: after a stall (a busy loop, a GC pause)
+                # every remaining frame is overdue, and without the yield they would all
+                # leave in one burst before a cut requested meanwhile could land.
+                await asyncio.sleep(max(0.0, start + sent * period - self._clock()))
+                number = self._counters.get(participant, 0)
+                self._counters[participant] = number + 1
+                await self._publish(
+                    self.topic,
+                    AudioFrame(chunk, SAMPLE_RATE, 1, number, now_us()),
+                    participant_id=participant,
+                    source="audio_sink",
+                )
+                self.frames_sent += 1
+                sent += 1
+                if sent == 1 and self._first_frame is not None:
+                    self._first_frame(participant, segment)
+        remaining = start + sent * period - self._clock()
+        if sent and remaining > 0:
             await asyncio.sleep(remaining)
 
     async def end(self, ended: ResponseEnded) -> None:

@@ -33,6 +33,10 @@ class VoiceConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     vad_threshold: float = 0.5
     min_speech_s: _NotNegativeSeconds = 0.25
     trailing_silence_s: _Seconds = 0.4
+    sentence_end_silence_s: _NotNegativeSeconds = 0.2
+    """A pause this long ends the turn at once when the words so far end a sentence or a
+    question (recognized while the pause lasts); otherwise the turn ends after
+    ``trailing_silence_s``. 0, or not below ``trailing_silence_s``: always the latter."""
     max_utterance_s: float = 15.0
     barge_in_min_s: _NotNegativeSeconds = 0.6
     """Voiced seconds over the assistant's playback before the speech interrupts it."""
@@ -42,9 +46,11 @@ class VoiceConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     """Give the recognizer the participant's context (names, numbers, places) as its prompt."""
     speech_out: bool = False
     """The ``renderer`` role speaks onto ``audio.out`` instead of the console."""
-    tts: str = "espeak"
-    """Speech out: ``espeak`` (espeak-ng, offline) or a litellm speech model (``openai/tts-1``,
-    with ``api_base`` and ``api_key_env``)."""
+    tts: str = "piper"
+    """Speech out: ``piper`` (Piper's neural ``en_US-joe-medium`` voice, offline, bundled with
+    the voice extra; espeak-ng on a machine without Piper or onnxruntime), ``piper:PATH``
+    (another Piper voice, ``PATH`` its ``.onnx``), ``espeak`` (espeak-ng, offline) or a
+    litellm speech model (``openai/tts-1``, with ``api_base`` and ``api_key_env``)."""
     tts_voice: str = "alloy"
     """The litellm speech model's voice."""
 
@@ -53,6 +59,7 @@ VOICE_RANGES: dict[str, tuple[float, float]] = {
     "vad_threshold": (0.15, 1),
     "min_speech_s": (0, 60),
     "trailing_silence_s": (0.001, 60),
+    "sentence_end_silence_s": (0, 60),
     "max_utterance_s": (0.001, 3600),
     "barge_in_min_s": (0, 60),
     "barge_in_min_words": (0, 1000),
@@ -73,8 +80,8 @@ def voice_problem(voice: VoiceConfig) -> tuple[str, str] | None:
     None when it keeps them all."""
     if not voice.stt.strip() or voice.stt == "whisper:":
         return "stt", "must be 'whisper', 'whisper:DIR' or a litellm model string"
-    if not voice.tts.strip():
-        return "tts", "must be 'espeak' or a litellm model string"
+    if not voice.tts.strip() or voice.tts == "piper:":
+        return "tts", "must be 'piper', 'piper:PATH', 'espeak' or a litellm model string"
     if not voice.max_utterance_s > voice.min_speech_s:
         return "max_utterance_s", "must be > voice.min_speech_s"
     return None

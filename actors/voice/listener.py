@@ -5,7 +5,8 @@ is converted to 16 kHz mono, cut into 512-sample VAD chunks, scored by Silero
 (``SileroStream``, the thin shell) and fed to the pure ``UtteranceSegmenter``. A finished
 utterance goes to a bounded queue; the actor's recognizer task transcribes it with the
 participant's context as the prompt (``bias_prompt``) and publishes a ``UserQuery``
-whose ``timestamp_us`` is when the speech started. The ``BargeInGate`` decides, from
+whose ``timestamp_us`` is when the speech started; the participants of a process take
+turns at the recognizer round-robin (``RecognizerTurns``). The ``BargeInGate`` decides, from
 ``audio.playback``, whether speech over the assistant's audio interrupts it (publishes
 ``Interrupted`` at once) or is a backchannel (dropped, counted).
 
@@ -46,11 +47,13 @@ from xrmq.topics import (
 )
 
 from .bias import bias_prompt
+from .endpoint import ends_turn
 from .gate import BargeInGate, GateSettings
 from .pcm import SAMPLE_RATE, pcm16_to_float, resample
+from .recognizer_turns import RecognizerTurns
 from .silero import CHUNK_SAMPLES, SileroModel, SileroStream
 from .stt import SpeechToText
-from .vad import Discarded, SegmenterSettings, SpeechStarted, Utterance, UtteranceSegmenter
+from .vad import Discarded, Pause, SegmenterSettings, SpeechStarted, Utterance, UtteranceSegmenter
 
 VOICE_INPUT_KIND = "voice"
 ContextSource = Callable[[str], Sequence[ContextBlock]]
@@ -79,6 +82,8 @@ class VoiceCounts:
     interruptions: int = 0
     backchannels: int = 0
     empty_transcripts: int = 0
+    early_ends: int = 0
+    """Turns ended at a pause because the words so far ended a sentence."""
     queue_dropped: int = 0
     stt_failures: int = 0
 
@@ -94,9 +99,11 @@ class VoiceInput(Agent):
         vad: SileroModel,
         settings: VoiceSettings = VoiceSettings(),
         context: ContextSource | None = None,
+        turns: RecognizerTurns | None = None,
     ) -> None:
         self.participant_id = participant_id
         self.stt = stt
+        self.turns = turns
         self.settings = settings
         self.context = context
         self.counts = VoiceCounts()
@@ -109,6 +116,7 @@ class VoiceInput(Agent):
         self._queue: deque[Utterance] = deque()
         self._ready = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
+        self._speculation: tuple[Pause, asyncio.Task[str]] | None = None
         self._changed: asyncio.Event | None = None
         self.stopped = asyncio.Event()
         """Set once the instance stopped and released its buffers (retired or shut down)."""
@@ -197,7 +205,7 @@ class VoiceInput(Agent):
 
     # -- segmentation events, recognition ---------------------------------------------
 
-    def _events(self, events: list[Utterance | SpeechStarted | Discarded]) -> None:
+    def _events(self, events: list[Utterance | SpeechStarted | Discarded | Pause]) -> None:
         if self._segmenter.in_speech and self._gate.voiced(self._segmenter.speech_s):
             self._interrupt("duration")
         for event in events:
@@ -211,6 +219,54 @@ class VoiceInput(Agent):
                 self._ready.set()
             elif isinstance(event, Discarded):
                 self.counts.discarded += 1
+            elif isinstance(event, Pause):
+                self._drop_speculation()
+                task = asyncio.get_running_loop().create_task(self._speculate(event))
+                task.add_done_callback(
+                    _retrieve
+                )  # unawaited: the utterance's own recognition reports it
+                self._speculation = (event, task)
+
+    async def _speculate(self, pause: Pause) -> str:
+        """Recognize the words up to ``pause`` while the hangover runs; end the turn now
+        when they end a sentence and no speech came since (``endpoint``)."""
+        text = await self._decode(pause.audio)
+        speech_s = (pause.end_us - pause.start_us) / 1e6
+        if self._segmenter.pausing(pause) and ends_turn(text, speech_s):
+            utterance = self._segmenter.finish()
+            if utterance is not None:
+                self.counts.early_ends += 1
+                self._events([utterance])
+        return text
+
+    def _drop_speculation(self) -> None:
+        if self._speculation is not None and not self._speculation[1].done():
+            self._speculation[1].cancel()
+        self._speculation = None
+
+    async def _decode(self, audio: np.ndarray) -> str:
+        prompt = None
+        if self.settings.context_bias and self.context is not None:
+            prompt = bias_prompt(self.context(self.participant_id))
+        if self.turns is None:
+            return (await self.stt.transcribe(audio, prompt)).strip()
+        async with self.turns.turn(self.participant_id):
+            return (await self.stt.transcribe(audio, prompt)).strip()
+
+    async def _recognized(self, utterance: Utterance) -> str:
+        """The utterance's text: the speculation's, when it recognized the same speech (no
+        voiced chunk since its pause), else a recognition of its own."""
+        speculation = self._speculation
+        if speculation is not None:
+            pause, task = speculation
+            if (pause.start_us, pause.end_us) == (utterance.start_us, utterance.end_us):
+                self._speculation = None
+                try:
+                    return await asyncio.shield(task)
+                except asyncio.CancelledError:
+                    if not task.cancelled():
+                        raise  # this worker is cancelled
+        return await self._decode(utterance.audio)
 
     def _interrupt(self, why: str) -> None:
         self.counts.interruptions += 1
@@ -227,11 +283,8 @@ class VoiceInput(Agent):
 
     async def _transcribe(self, utterance: Utterance) -> None:
         speech_s = (utterance.end_us - utterance.start_us) / 1e6
-        prompt = None
-        if self.settings.context_bias and self.context is not None:
-            prompt = bias_prompt(self.context(self.participant_id))
         try:
-            text = (await self.stt.transcribe(utterance.audio, prompt)).strip()
+            text = await self._recognized(utterance)
         except asyncio.CancelledError:
             raise
         except Exception as error:
@@ -269,11 +322,17 @@ class VoiceInput(Agent):
             )
 
     def _release(self) -> None:
+        self._drop_speculation()
         self._queue.clear()
         self._segmenter.reset()
         self._vad.reset()
         self._pending = np.zeros(0, np.float32)
         self._next_frame = None
+
+
+def _retrieve(task: asyncio.Task[str]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def register_voice_input(
@@ -286,12 +345,17 @@ def register_voice_input(
     shard: int = 0,
     shards: int = 1,
 ) -> None:
-    """Host the keyed ``voice`` kind: one ``VoiceInput`` per participant that sends audio."""
+    """Host the keyed ``voice`` kind: one ``VoiceInput`` per participant that sends audio,
+    sharing the recognizer round-robin (``RecognizerTurns``, registered as
+    ``voice-recognizer`` so its queue is in the process's metrics)."""
     model = vad or SileroModel.shared()
+    turns = runtime.register("voice-recognizer", RecognizerTurns())
     runtime.register_keyed(
         VOICE_INPUT_KIND,
         VoiceInput,
         shard=shard,
         shards=shards,
-        factory=lambda key: VoiceInput(key, stt, vad=model, settings=settings, context=context),
+        factory=lambda key: VoiceInput(
+            key, stt, vad=model, settings=settings, context=context, turns=turns
+        ),
     )

@@ -27,6 +27,8 @@ Rules (upstream xr_ai_voice / xr_ai_interaction, docs/interaction.md):
 * Replies play in arrival order per participant (FIFO). A reply whose request was
   superseded by a newer query, or interrupted, is dropped: the playing one is cut,
   queued ones removed, fragments still arriving dropped.
+* A streamed reply is handed out as it arrives, in complete words; with ``sentences``
+  (a sink that synthesizes speech) in complete sentences (``Item.release``).
 * Updates play only when the participant is not being spoken to (no reply playing,
   streaming or queued); consecutive queued updates are combined into one response.
 * An urgent update cuts the current output and plays next. It never cuts another urgent
@@ -147,6 +149,7 @@ class VoiceOrdering:
         request_capacity: int = 64,
         max_participants: int = 1024,
         combine_updates: bool = True,
+        sentences: bool = False,
     ) -> None:
         if not idle_timeout_s > 0:
             raise ValueError("VoiceOrdering.idle_timeout_s: must be > 0")
@@ -165,6 +168,8 @@ class VoiceOrdering:
         self.request_capacity = request_capacity
         self.max_participants = max_participants
         self.combine_updates = combine_updates
+        self.sentences = sentences
+        """Hand out a streaming reply a sentence at a time (``Item.release``)."""
         self.counts: Counter[str] = Counter()
         """Dropped messages, evictions, cuts and timeouts by reason."""
         self._participants: dict[str, ParticipantQueues] = {}
@@ -299,7 +304,7 @@ class VoiceOrdering:
                 if state.active is None:
                     return None
             item = state.active
-            text = item.release()
+            text = item.release(self.sentences)
             if text:
                 self._tokens += 1
                 state.playing = self._tokens

@@ -8,8 +8,9 @@ which response plays next (``next_item``: with ``combine``, the queued updates b
 one response), which queued response goes first when the queues are full
 (``pop_least_valuable``: the oldest update, else reply, else urgent) and what a
 producer's withdraw removes (its queued updates, urgent or not). ``Item.release`` hands
-out what of a response can be spoken now: complete words, never half a word, and all of
-it once its stream is closed.
+out what of a response can be spoken now: complete words, never half a word (or whole
+sentences, for a speech synthesizer, which says a sentence best when it has all of it),
+and all of it once its stream is closed.
 
 The rules across participants and streams (supersede, cut, stream timeouts, bounds) are
 ``VoiceOrdering``'s (``ordering``). Like it, nothing here counts, logs, sleeps or
@@ -28,6 +29,17 @@ StreamKey = tuple[str, str, str]
 """A streamed reply: (participant, source, response_id)."""
 
 _LAST_WORD_BREAK = re.compile(r"\s(?=\S*\Z)")
+_SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=\S)")
+"""White space after a sentence's end: ``.``, ``!`` or ``?``, maybe a closing quote or bracket."""
+MAX_UNSPOKEN_CHARS = 200
+"""Released a sentence at a time, a stream still speaks at the last word break once this
+much text waits without a sentence end (a run-on reply is not held back to its end)."""
+
+
+def split_sentences(text: str) -> list[str]:
+    """``text`` cut after each sentence end; a text without one is one sentence. Empty
+    pieces go."""
+    return [piece.strip() for piece in _SENTENCE_END.split(text) if piece.strip()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +74,19 @@ class Item:
     gapped: bool = False
     """A fragment of this stream may have been lost: it cannot end ``completed``."""
 
-    def release(self) -> str:
-        """Take the speakable text: all of it once closed, else up to the last word break."""
+    def release(self, sentences: bool = False) -> str:
+        """Take the speakable text: all of it once closed, else up to the last word break
+        (with ``sentences``: up to the last sentence end, or the last word break once
+        ``MAX_UNSPOKEN_CHARS`` wait without one)."""
         if self.closed:
             text, self.pending = self.pending, ""
             return text.strip()
-        match = _LAST_WORD_BREAK.search(self.pending)
+        match = None
+        if sentences:
+            match = next(reversed(list(_SENTENCE_END.finditer(self.pending))), None)
+            if match is None and len(self.pending) < MAX_UNSPOKEN_CHARS:
+                return ""
+        match = match or _LAST_WORD_BREAK.search(self.pending)
         if match is None:
             return ""
         text, self.pending = self.pending[: match.start()], self.pending[match.end() :]

@@ -46,7 +46,8 @@ class VoiceRenderer(Agent):
     the participant's output (every participant's, for a global message).
 
     ``clock`` (monotonic seconds) and ``sleep`` drive the idle-stream timer; tests pass
-    their own. The ordering settings are those of ``VoiceOrdering``; ``max_participants``
+    their own. The ordering settings are those of ``VoiceOrdering`` (``sentences``: a sink
+    that synthesizes speech gets whole sentences of a streaming reply); ``max_participants``
     also bounds the player tasks (one per participant the ordering remembers).
 
     A gap the bus reports in a producer's messages for a participant marks that
@@ -64,6 +65,7 @@ class VoiceRenderer(Agent):
         queue_capacity: int = 32,
         max_participants: int = 1024,
         combine_updates: bool = True,
+        sentences: bool = False,
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
@@ -83,6 +85,7 @@ class VoiceRenderer(Agent):
             queue_capacity=queue_capacity,
             max_participants=max_participants,
             combine_updates=combine_updates,
+            sentences=sentences,
         )
         self.sink_failures = 0
         self._clock = clock

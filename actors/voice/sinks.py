@@ -305,6 +305,20 @@ class EspeakSink:
     async def _speak(self, text: str, extra: list[str]) -> None:
         await run_espeak([*self._command, *extra], text)
 
+    async def check_device(self) -> None:
+        """Open the audio device as speaking does, saying nothing: ``SinkUnavailableError``
+        (espeak-ng's error and a hint) when it cannot (no sound card). Nothing to check
+        with ``wav_dir``."""
+        if self.wav_dir is not None:
+            return
+        try:
+            await run_espeak(self._command, "")
+        except SinkError as error:
+            raise SinkUnavailableError(
+                f"espeak-ng cannot play on this machine's audio device ({error}); "
+                "no sound card? --wav-dir DIR writes the speech as WAV files instead"
+            ) from None
+
 
 def find_espeak(owner: str, executable: str = "espeak-ng") -> str:
     """The path of ``executable``, or ``SinkUnavailableError`` naming ``owner`` and the package."""
@@ -344,12 +358,19 @@ async def run_espeak(command: list[str], text: str, *, capture: bool = False) ->
             process.kill()
             await process.wait()
         raise
-    detail = err.decode(errors="replace").strip()
+    detail = _espeak_error(err.decode(errors="replace"))
     if process.returncode != 0:
         raise SinkError(f"espeak-ng exited with {process.returncode}: {detail}")
     if _ESPEAK_FAILED.search(detail):
         raise SinkError(f"espeak-ng exited with 0 but failed: {detail}")
     return out or b""
+
+
+def _espeak_error(stderr: str) -> str:
+    """espeak-ng's own error lines of ``stderr``, without the ALSA library's notices around
+    them (a dozen lines on a machine without a sound card); all of it when it has none."""
+    own = [line.strip() for line in stderr.splitlines() if _ESPEAK_FAILED.match(line)]
+    return "; ".join(own) if own else stderr.strip()
 
 
 def _wav_seconds(path: Path) -> float:

