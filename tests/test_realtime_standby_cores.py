@@ -126,3 +126,22 @@ def test_top_names_the_standby_states_as_the_standby_does() -> None:
     from xrmq.actors.realtime.standby import STATES
 
     assert STANDBY_STATES == STATES
+
+
+def test_the_realtime_table_configures_the_standby_for_either_provider() -> None:
+    from xrmq.actors.edge.realtime_destination import realtime_provider, realtime_settings
+    from xrmq.actors.realtime.config import RealtimeConfig, realtime_problem
+    from xrmq.actors.realtime.offline_provider import OfflineRealtimeProvider
+
+    offline = RealtimeConfig(prepare_at=0.8, max_concurrent_sessions=3, idle_s=60.0)
+    assert realtime_problem(offline) is None
+    assert realtime_settings(offline).pressure.prepare_at == 0.8
+    provider = realtime_provider(offline)
+    assert isinstance(provider, OfflineRealtimeProvider)
+    assert (provider.max_concurrent_sessions, provider.standby_idle_s) == (3, 60.0)
+    assert provider.server.settings.idle_timeout_s == 60.0
+    assert realtime_provider(RealtimeConfig()).max_concurrent_sessions == 2  # no server limit
+    remote = realtime_provider(RealtimeConfig(provider="openai", api_key_env="HOME"))
+    assert (remote.max_concurrent_sessions, remote.standby_idle_s) == (1, None)
+    field, rule = realtime_problem(RealtimeConfig(prepare_at=0.9)) or ("", "")
+    assert field == "prepare_at" and rule.startswith("must be between compress_at (0.7)")
