@@ -76,9 +76,9 @@ async def test_the_standby_holds_summary_tail_and_every_later_message_at_the_swi
         await _facts(session, recorder)
         faults.hold = asyncio.Event()  # the standby's connect stays open until released
         session.standby.prepare()
-        await _until(session, "connecting")
         async with asyncio.timeout(WAIT_S):
-            await session.work.checkpointed()
+            await session.wait_for(lambda: session.standby.seeded)
+        assert session.standby.state == "connecting"
         assert session.checkpointer.latest is not None and session.checkpointer.latest.summary
         await recorder.ask(session, "My cat is called Tom.", 10)  # while it connects
         faults.hold.set()
@@ -94,7 +94,7 @@ async def test_the_standby_holds_summary_tail_and_every_later_message_at_the_swi
     assert ("user", "My cat is called Tom.") in standby[-4:]
     assert standby[-2:][0] == ("user", "My sister lives in Lyon.")
     assert f"{SUMMARY_HEADER}\n{recovered.summary}" in server.instructions[1]
-    assert session.counts["standby_switches"] == 1 and session.counts["standby_items_added"] >= 2
+    assert session.counts["standby_switches"] == 1 and session.counts["standby_items_added"] == 4
     assert server.stats["sessions"] == 2 and session.epoch == 2 and "Lyon" in answer
 
 

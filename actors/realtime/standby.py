@@ -106,6 +106,11 @@ class Standby:
         self._slot: Slot | None = None
         self._opens = 0
 
+    @property
+    def seeded(self) -> bool:
+        """The standby being opened or waiting was seeded: later messages are added to it."""
+        return self._slot is not None
+
     # -- the session's calls, under its lock -------------------------------------------
 
     def prepare(self) -> None:
@@ -201,6 +206,7 @@ class Standby:
             items = tuple(SeedItem(message.role, message.text) for message in mirror.held)
             seed = replace(self._make_seed(), items=items)  # exactly what the mirror holds
             slot = self._slot = Slot(seed, mirror)
+        await self.work.notify()
         try:
             connection = await self.provider.connect(slot.seed)
         except RealtimeConnectError as error:
