@@ -5,7 +5,8 @@ Pure cores: ``pressure`` (usage normalization, context pressure), ``checkpoint``
 ``rollover`` (epochs, bounded backlog, policies), ``config`` (``RealtimeConfig``: a
 destination's ``[destinations.NAME.realtime]`` table), ``turns`` (provider events into the
 transcript, barge-in cuts), ``history`` (each rollover's phases, the rollover-loop
-guard), ``mirror`` (what a standby session holds). I/O: ``provider`` (the adapter
+guard), ``seed`` (what a new session is seeded with), ``mirror`` (what a standby
+session holds). I/O: ``provider`` (the adapter
 interface), ``openai_realtime`` (the OpenAI Realtime protocol over websockets),
 ``server`` (the offline simulated realtime server), ``session`` (one participant's
 session shell, ``settings`` its settings) with ``background`` (its tasks, background

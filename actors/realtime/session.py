@@ -58,8 +58,6 @@ from .provider import (
     RealtimeProvider,
     ResponseDone,
     ResponseStarted,
-    SeedItem,
-    SessionSeed,
     SpeechStarted,
     SpeechStopped,
     TranscriptDelta,
@@ -76,13 +74,11 @@ from .rollover import (
     RolloverMachine,
     Send,
 )
+from .seed import SUMMARY_HEADER as SUMMARY_HEADER  # where the tests and callers read it
+from .seed import session_seed
 from .settings import SessionListener, SessionSettings
 from .standby import Slot, Standby
 from .turns import TurnRecorder
-
-__all__ = ["RealtimeSession", "SessionListener", "SessionSettings", "Summarize", "session_seed"]
-
-SUMMARY_HEADER = "Summary of the conversation so far (earlier sessions):"
 
 
 class RealtimeSession:
@@ -586,14 +582,3 @@ class RealtimeSession:
                 boundary_timeouts=self.counts["boundary_timeouts"],
             )
         await self.work.notify()
-
-
-def session_seed(instructions: str, checkpointer: Checkpointer, server_vad: bool) -> SessionSeed:
-    """What a (re)connect is seeded with: the instructions, the latest checkpoint's
-    summary, and the retained tail plus everything said after the snapshot."""
-    recovered = checkpointer.recovered()
-    parts = [instructions.strip()]
-    if recovered.summary:
-        parts.append(f"{SUMMARY_HEADER}\n{recovered.summary}")
-    items = tuple(SeedItem(message.role, message.text) for message in recovered.messages)
-    return SessionSeed("\n\n".join(part for part in parts if part), items, server_vad=server_vad)
