@@ -211,16 +211,21 @@ async def test_a_standby_near_its_idle_limit_is_reopened_then_abandoned() -> Non
 
 async def test_a_message_changed_after_seeding_discards_the_standby() -> None:
     brain = ScriptedEars(speech_s=1.0)
-    async with OfflineRealtimeServer(brain=brain) as server:
+    faults = Faults()
+    async with OfflineRealtimeServer(brain=brain, faults=faults) as server:
         recorder = Recorder()
         session = _session(server, recorder)
         await session.start()
         await _facts(session, recorder, FACTS[:2])
         session.standby.prepare()
         await _until(session, "ready")
+        faults.hold = asyncio.Event()  # the reopened standby cannot be ready in time
         cut = recorder.done[-1][1]
         await session.truncate(cut.response_id, 0)  # a barge-in: nothing of it was heard
+        assert session.counts["standby_invalidated"] == 1
+        assert session.standby.state == "connecting"  # reopened from the cut transcript
         await session.request_rollover("test")
+        faults.hold.set()
         answer = await recorder.ask(session, "What is my badge number?", 5)
         await session.close()
     assert session.counts["standby_invalidated"] == 1

@@ -218,6 +218,7 @@ class RealtimeSession:
                     self.log.warning("realtime.truncate_failed", error=repr(error))
                 self.counts["truncated_responses"] += 1
             self.turns.heard(cut)
+            await self.standby.sync()  # a standby holding the uncut answer is reopened now
 
     async def request_rollover(self, reason: str) -> None:
         """Roll over at the next safe boundary with a fresh checkpoint (under the
