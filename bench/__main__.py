@@ -34,6 +34,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--repetitions", type=int, help="repetitions per figure (default: 5, quick: 1)"
     )
+    parser.add_argument(
+        "--trials", type=int, help="trials per figure, for suites that count trials (rollover)"
+    )
     parser.add_argument("--list", action="store_true", help="list the suites and exit")
     return parser.parse_args(argv)
 
@@ -66,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     repetitions = args.repetitions or (1 if args.quick else 5)
     args.out.mkdir(parents=True, exist_ok=True)
-    ctx = SuiteContext(quick=args.quick, repetitions=repetitions, out_dir=args.out)
+    ctx = SuiteContext(
+        quick=args.quick, repetitions=repetitions, out_dir=args.out, trials=args.trials
+    )
     records = []
     for name in wanted:
         suite = suites[name]

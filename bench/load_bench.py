@@ -12,7 +12,8 @@ or a lost tail the sender's heartbeat revealed). Two phases per repetition:
   every loss is reported, at the latest by a heartbeat after the subscriber caught up;
 - closing overload: as many publisher processes without heartbeats (a one-shot client's
   defaults) send as fast as they can for the same time and stop: their final heartbeat
-  alone announces their tails; bar: every loss is reported.
+  alone announces their tails, and the broker repeats it (it runs with the
+  ``metrics_interval`` of an ``xrmq up`` box, BROKER_METRICS_S); bar: every loss is reported.
 
 Unreported losses are what the publishers sent minus what the subscriber received or
 was told it lost, counted once it has been quiet for two heartbeat intervals.
@@ -30,6 +31,8 @@ HEARTBEAT_S = 0.5
 TOPIC = "bench.load"
 SUSTAINED_RATE = 1_500
 """Messages per second per publisher in the sustained phase (6,000/s in all)."""
+BROKER_METRICS_S = 1.0
+"""The broker's heartbeat, as ``xrmq up`` runs it: it repeats stopped publishers' tails."""
 SUBSCRIBER_HWM = 2_000
 """The subscriber's receive HWM: small, so an overload overflows into losses (at the broker,
 whose per-subscriber HWM then fills) instead of into the subscriber's memory."""
@@ -80,7 +83,7 @@ def closing_phase(
     finally:
         for worker in closing:
             worker.close()
-    subscriber.command(f"report {sent} {2 * HEARTBEAT_S}")
+    subscriber.command(f"report {sent} {2 * BROKER_METRICS_S}")
     report = subscriber.result(timeout=300)
     return {
         "sent": sent,
@@ -109,7 +112,7 @@ def run(ctx: SuiteContext) -> SuiteResult:
         "overload": [],
         "closing overload": [],
     }
-    with broker() as (bus, _):
+    with broker("--metrics-interval", str(BROKER_METRICS_S)) as (bus, _):
         subscriber = Worker(
             "load-subscriber",
             "-m",

@@ -124,12 +124,13 @@ class Worker:
 
 
 @contextmanager
-def broker() -> Iterator[tuple[str, Worker]]:
-    """An ``xrmq bus`` broker process on a fresh ipc bus: yield (bus string, its worker)."""
+def broker(*extra: str) -> Iterator[tuple[str, Worker]]:
+    """An ``xrmq bus`` broker process on a fresh ipc bus (``extra``: more of its options):
+    yield (bus string, its worker)."""
     directory = tempfile.mkdtemp(prefix="xrmq-bench-")
     os.chmod(directory, 0o700)
     bus = f"ipc://{directory}/bus"
-    worker = Worker("broker", "-m", "xrmq.actors.cli", "bus", "--bus", bus)
+    worker = Worker("broker", "-m", "xrmq.actors.cli", "bus", "--bus", bus, *extra)
     try:
         worker.expect("xrmq bus: ready")
         yield bus, worker

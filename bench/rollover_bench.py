@@ -1,5 +1,11 @@
 """Rollover: proactive session rollover against the offline realtime server (seed 003's figure).
 
+Two paths side by side in one run, trials of both interleaved against one server: the
+**reconnect** path (the provider allows one session at once: the rollover closes the old
+session, connects the new one and replays the input buffered meanwhile) and the
+**standby** path (make before break: the standby is opened at the start of the baseline
+turn, seeded, kept up to date, and the rollover switches to it at the boundary).
+
 Each trial is one participant's ``RealtimeSession`` on the OpenAI Realtime adapter against
 the offline server with a provider-like connect latency (1.1 s to the ready
 acknowledgement): a baseline turn (speech of the trial's length, paced in real time in
@@ -8,7 +14,8 @@ acknowledgement): a baseline turn (speech of the trial's length, paced in real t
 same speech starts at once, so it is buffered during the reconnect and replayed in
 order). Figures: reconnect success, frames sent vs delivered in order (the server's
 recognizer reads each frame's tag), and the added next-turn latency (end of speech to
-the first response audio, rollover turn minus the same trial's baseline turn).
+the first response audio, rollover turn minus the same trial's baseline turn). A
+standby trial succeeds only if the rollover was a switch (no connect after the boundary).
 
 Trials run concurrently (many sessions against one server) so 1,000 trials per length
 take minutes; the server's brain answers from the tags with a short tone instead of
@@ -24,12 +31,13 @@ import time
 from collections.abc import Sequence
 
 from bench.stats import percentile
-from bench.suite import Row, Suite, SuiteContext, SuiteResult, bar
+from bench.suite import Bar, Row, Suite, SuiteContext, SuiteResult, bar
 
 RATE = 24_000
 FRAME_S = 0.06
 CONNECT_LATENCY_S = 1.1
 LENGTHS_S = (0.3, 0.5, 2.35)
+PATHS = ("reconnect", "standby")
 FULL_TRIALS = 1000
 QUICK_TRIALS = 3
 CONCURRENCY = 20
@@ -108,13 +116,18 @@ async def _turn(session: object, trial: _Trial, frames: int, seq0: int) -> float
     return trial.first_audio - end
 
 
-async def _one_trial(url: str, brain: _TagBrain, length_s: float) -> dict[str, float]:
+async def _one_trial(
+    url: str, brain: _TagBrain, length_s: float, path: str = "reconnect"
+) -> dict[str, float]:
     from xrmq.actors.realtime.openai_realtime import OpenAIRealtime
     from xrmq.actors.realtime.session import RealtimeSession, SessionSettings
 
     frames = math.ceil(round(length_s / FRAME_S, 6))
     trial = _Trial()
-    provider = OpenAIRealtime(base_url=url, ready_timeout_s=30)
+    standby = path == "standby"
+    provider = OpenAIRealtime(
+        base_url=url, ready_timeout_s=30, max_concurrent_sessions=2 if standby else 1
+    )
     session = RealtimeSession(
         provider,
         instructions=lambda: "bench",
@@ -131,7 +144,11 @@ async def _one_trial(url: str, brain: _TagBrain, length_s: float) -> dict[str, f
     }
     try:
         await session.start()
+        if standby:  # opened now, its connect overlaps the baseline turn
+            session.standby.prepare()
         base = await _turn(session, trial, frames, 0)
+        if standby:
+            await session.wait_for(lambda: session.standby.state != "connecting")
         rolling = asyncio.ensure_future(session.request_rollover("bench"))
         await asyncio.sleep(0)  # the rollover starts at this safe boundary; speech follows at once
         rolled = await _turn(session, trial, frames, 1000)
@@ -144,7 +161,10 @@ async def _one_trial(url: str, brain: _TagBrain, length_s: float) -> dict[str, f
             rolled_s=rolled,
             added_s=rolled - base,
             ok=float(
-                session.counts["rollovers"] == 1 and in_order and session.counts["overflow"] == 0
+                session.counts["rollovers"] == 1
+                and in_order
+                and session.counts["overflow"] == 0
+                and session.counts["standby_switches"] == int(standby)
             ),
         )
     except Exception:
@@ -156,7 +176,8 @@ async def _one_trial(url: str, brain: _TagBrain, length_s: float) -> dict[str, f
 
 async def _trials(
     length_s: float, count: int, concurrency: int, stagger_s: float = STAGGER_S
-) -> list[dict[str, float]]:
+) -> dict[str, list[dict[str, float]]]:
+    """``count`` trials of each path, interleaved (so both meet the same load)."""
     from xrmq.actors.realtime.server import Faults, OfflineRealtimeServer
 
     brain = _TagBrain()
@@ -167,13 +188,12 @@ async def _trials(
 
         async def guarded(index: int) -> dict[str, float]:
             async with gate:
-                if (
-                    index < concurrency
-                ):  # the first wave is spread; later trials follow as slots free
+                if index < concurrency:  # the first wave is spread; later ones follow
                     await asyncio.sleep(stagger_s * index / concurrency)
-                return await _one_trial(server.url, brain, length_s)
+                return await _one_trial(server.url, brain, length_s, PATHS[index % 2])
 
-        return list(await asyncio.gather(*(guarded(index) for index in range(count))))
+        every = await asyncio.gather(*(guarded(index) for index in range(2 * count)))
+        return {path: list(every[number :: len(PATHS)]) for number, path in enumerate(PATHS)}
 
 
 def _row(
@@ -197,10 +217,10 @@ def _row(
     )
 
 
-async def _quick(count: int) -> list[list[dict[str, float]]]:
+async def _quick(count: int) -> list[dict[str, list[dict[str, float]]]]:
     return list(
         await asyncio.gather(
-            *(_trials(length, count, count, stagger_s=0.0) for length in LENGTHS_S)
+            *(_trials(length, count, 2 * count, stagger_s=0.0) for length in LENGTHS_S)
         )
     )
 
@@ -208,120 +228,136 @@ async def _quick(count: int) -> list[list[dict[str, float]]]:
 def run(ctx: SuiteContext) -> SuiteResult:
     from xrmq.actors.runtime import run as run_loop
 
-    total = QUICK_TRIALS if ctx.quick else FULL_TRIALS
+    total = ctx.trials or (QUICK_TRIALS if ctx.quick else FULL_TRIALS)
     per_rep = max(1, math.ceil(total / ctx.repetitions))
     rows: list[Row] = []
-    bars = []
+    bars: list[Bar] = []
     notes = [
         f"connect latency {CONNECT_LATENCY_S} s; {FRAME_S * 1000:.0f} ms frames; "
-        f"{per_rep * ctx.repetitions} trials per length in {ctx.repetitions} repetition(s), "
-        f"up to {CONCURRENCY} sessions at once against one offline server (one process)."
+        f"{per_rep * ctx.repetitions} trials per length and path in {ctx.repetitions} "
+        f"repetition(s), the two paths interleaved, up to {CONCURRENCY} sessions' trials "
+        "at once against one offline server (one process)."
     ]
-    runs: dict[float, list[list[dict[str, float]]]] = {length: [] for length in LENGTHS_S}
+    runs: dict[tuple[str, float], list[list[dict[str, float]]]] = {
+        (path, length): [] for path in PATHS for length in LENGTHS_S
+    }
     for rep in range(ctx.repetitions):
         if ctx.quick:  # a few trials of every length at once, unstaggered: the same code path
-            ctx.progress(f"rollover: every input length, {per_rep} trials each")
+            ctx.progress(f"rollover: every input length, {per_rep} trials of each path")
             for length, trials in zip(LENGTHS_S, run_loop(_quick(per_rep)), strict=True):
-                runs[length].append(trials)
+                for path in PATHS:
+                    runs[path, length].append(trials[path])
             continue
         for length in LENGTHS_S:
             ctx.progress(
                 f"rollover: {length} s input, repetition {rep + 1}/{ctx.repetitions}, "
-                f"{per_rep} trials"
+                f"{per_rep} trials of each path"
             )
-            runs[length].append(run_loop(_trials(length, per_rep, min(CONCURRENCY, per_rep))))
-    for length in LENGTHS_S:
-        reps = runs[length]
-        every = [trial for rep in reps for trial in rep]
-        added = [t["added_s"] * 1000 for t in every if t["ok"]]
-        success = sum(t["ok"] for t in every) / len(every) * 100
-        sent = sum(t["sent"] for t in every)
-        delivered = sum(t["delivered"] for t in every)
-        group = f"rollover, {length} s input buffered during a {CONNECT_LATENCY_S} s connect"
-
-        def per(fn, key="added_s", reps=reps):  # one figure per repetition
-            out = []
-            for rep in reps:
-                values = [t[key] * 1000 for t in rep if t["ok"]]
-                out.append(fn(values) if values else math.nan)
-            return out
-
-        added_fig = {
-            "added_p50_ms": statistics.median(added) if added else math.nan,
-            "added_p95_ms": percentile(added, 0.95) if added else math.nan,
-            "added_max_ms": max(added) if added else math.nan,
-            "trials": float(len(every)),
-        }
-        rows.append(
-            _row(
-                group,
-                "reconnect success",
-                "%",
-                [sum(t["ok"] for t in rep) / len(rep) * 100 for rep in reps],
-                {"trials": float(len(every))},
-                higher=True,
-            )
-        )
-        rows.append(
-            _row(
-                group,
-                "frames delivered in order / sent",
-                "%",
-                [
-                    sum(t["delivered"] for t in rep) / max(1.0, sum(t["sent"] for t in rep)) * 100
-                    for rep in reps
-                ],
-                {"sent": sent, "delivered": delivered, "lost_or_reordered": sent - delivered},
-                higher=True,
-            )
-        )
-        # Latencies are rows per turn kind (a difference can be negative, a row's figure may
-        # not); the added latency, rollover minus baseline per trial, is in ``extra``.
-        for name, fn in (
-            ("p50", statistics.median),
-            ("p95", lambda v: percentile(v, 0.95)),
-            ("max", max),
-        ):
-            rows.append(
-                _row(
-                    group,
-                    f"next-turn latency {name}, rollover turn",
-                    "ms",
-                    per(fn, "rolled_s"),
-                    {f"added_{name}_ms": added_fig[f"added_{name}_ms"]},
-                    samples=[t["rolled_s"] * 1000 for t in every if t["ok"]][:2000]
-                    if name == "p50"
-                    else None,
-                )
-            )
-            rows.append(
-                _row(group, f"next-turn latency {name}, baseline turn", "ms", per(fn, "base_s"), {})
-            )
-        notes.append(
-            f"{length} s input, {len(every)} trials: added next-turn latency p50 "
-            f"{added_fig['added_p50_ms']:.0f} ms, p95 {added_fig['added_p95_ms']:.0f} ms, "
-            f"max {added_fig['added_max_ms']:.0f} ms (rollover turn minus the same "
-            f"trial's baseline turn); frames {delivered:.0f}/{sent:.0f} delivered in order."
-        )
-        bars.append(bar(f"{length} s: reconnect success", success, ">=", 100.0))
-        bars.append(bar(f"{length} s: frames lost or reordered", sent - delivered, "<=", 0.0))
-        if length == 2.35:
-            bars.append(
-                bar(
-                    "2.35 s: added next-turn latency p95 (ms, all trials)",
-                    added_fig["added_p95_ms"],
-                    "<=",
-                    100.0,
-                )
-            )
-        else:
-            notes.append(
-                f"{length} s input: the speech ends before the {CONNECT_LATENCY_S} s "
-                "connect does, so the rest of the connect shows in the next turn."
-            )
+            trials = run_loop(_trials(length, per_rep, min(CONCURRENCY, 2 * per_rep)))
+            for path in PATHS:
+                runs[path, length].append(trials[path])
+    for path in PATHS:
+        for length in LENGTHS_S:
+            _figures(path, length, runs[path, length], rows, bars, notes)
     return SuiteResult(rows=rows, bars=bars, notes=notes)
 
 
+def _figures(
+    path: str,
+    length: float,
+    reps: list[list[dict[str, float]]],
+    rows: list[Row],
+    bars: list[Bar],
+    notes: list[str],
+) -> None:
+    every = [trial for rep in reps for trial in rep]
+    added = [t["added_s"] * 1000 for t in every if t["ok"]]
+    success = sum(t["ok"] for t in every) / len(every) * 100
+    sent = sum(t["sent"] for t in every)
+    delivered = sum(t["delivered"] for t in every)
+    group = f"rollover, {path} path, {length} s input, {CONNECT_LATENCY_S} s connect"
+
+    def per(fn, key="added_s"):  # one figure per repetition
+        out = []
+        for rep in reps:
+            values = [t[key] * 1000 for t in rep if t["ok"]]
+            out.append(fn(values) if values else math.nan)
+        return out
+
+    added_fig = {
+        "added_p50_ms": statistics.median(added) if added else math.nan,
+        "added_p95_ms": percentile(added, 0.95) if added else math.nan,
+        "added_max_ms": max(added) if added else math.nan,
+        "trials": float(len(every)),
+    }
+    rows.append(
+        _row(
+            group,
+            "rollover success",
+            "%",
+            [sum(t["ok"] for t in rep) / len(rep) * 100 for rep in reps],
+            {"trials": float(len(every))},
+            higher=True,
+        )
+    )
+    rows.append(
+        _row(
+            group,
+            "frames delivered in order / sent",
+            "%",
+            [
+                sum(t["delivered"] for t in rep) / max(1.0, sum(t["sent"] for t in rep)) * 100
+                for rep in reps
+            ],
+            {"sent": sent, "delivered": delivered, "lost_or_reordered": sent - delivered},
+            higher=True,
+        )
+    )
+    # Latencies are rows per turn kind (a difference can be negative, a row's figure may
+    # not); the added latency, rollover minus baseline per trial, is in ``extra``.
+    for name, fn in (
+        ("p50", statistics.median),
+        ("p95", lambda v: percentile(v, 0.95)),
+        ("max", max),
+    ):
+        rows.append(
+            _row(
+                group,
+                f"next-turn latency {name}, rollover turn",
+                "ms",
+                per(fn, "rolled_s"),
+                {f"added_{name}_ms": added_fig[f"added_{name}_ms"]},
+                samples=[t["rolled_s"] * 1000 for t in every if t["ok"]][:2000]
+                if name == "p50"
+                else None,
+            )
+        )
+        rows.append(
+            _row(group, f"next-turn latency {name}, baseline turn", "ms", per(fn, "base_s"), {})
+        )
+    notes.append(
+        f"{path} path, {length} s input, {len(every)} trials: added next-turn latency p50 "
+        f"{added_fig['added_p50_ms']:.1f} ms, p95 {added_fig['added_p95_ms']:.1f} ms, "
+        f"max {added_fig['added_max_ms']:.0f} ms (rollover turn minus the same "
+        f"trial's baseline turn); frames {delivered:.0f}/{sent:.0f} delivered in order."
+    )
+    bars.append(bar(f"{path} {length} s: rollover success", success, ">=", 100.0))
+    bars.append(bar(f"{path} {length} s: frames lost or reordered", sent - delivered, "<=", 0.0))
+    p95 = added_fig["added_p95_ms"]
+    if path == "standby":
+        bars.append(bar(f"standby {length} s: added next-turn latency p95 (ms)", p95, "<=", 50.0))
+    elif length == 2.35:
+        bars.append(bar("reconnect 2.35 s: added next-turn latency p95 (ms)", p95, "<=", 100.0))
+    else:
+        notes.append(
+            f"reconnect path, {length} s input: the speech ends before the "
+            f"{CONNECT_LATENCY_S} s connect does, so the rest of the connect shows in the "
+            "next turn."
+        )
+
+
 SUITE = Suite(
-    "rollover", "Rollover: proactive realtime session rollover, buffered input, added latency", run
+    "rollover",
+    "Rollover: realtime session rollover, reconnect and standby paths, added latency",
+    run,
 )

@@ -86,6 +86,8 @@ class SuiteContext:
     quick: bool
     repetitions: int
     out_dir: Path
+    trials: int | None = None
+    """``--trials``: a suite's trial count instead of its full size (a loaded box)."""
 
     def progress(self, message: str) -> None:
         """One progress line on stderr (stdout is left to the table)."""

@@ -115,3 +115,27 @@ async def test_a_participant_left_forgets_the_realtime_session_and_its_checkpoin
             await first
             await realtime.close()
     await context.close()
+
+
+def test_a_barge_in_after_forget_cannot_cut_the_new_transcript() -> None:
+    """Message ids restart at 1 in the new transcript: a cut of a response finished before
+    the participant was forgotten must not land on the new transcript's message."""
+    from xrmq.actors.realtime.checkpoint import LiveTranscript
+    from xrmq.actors.realtime.provider import ResponseDone
+    from xrmq.actors.realtime.turns import TurnRecorder
+
+    turns = TurnRecorder(LiveTranscript(), sample_rate=1000)
+    turns.text_sent("My badge number is 4417.")
+    turns.response_started("resp_1")
+    turns.output_item("resp_1", "item_1")
+    turns.audio("resp_1", 2000)  # one second of audio
+    turns.response_done(ResponseDone("resp_1", "completed", "Noted, 4417.", None), epoch=1)
+    fresh = LiveTranscript()
+    turns.forget(fresh)
+    turns.text_sent("Hello again.")
+    turns.response_started("resp_2")
+    turns.response_done(ResponseDone("resp_2", "completed", "Hello, who are you?", None), 2)
+    cut = turns.cut("resp_1", 0)
+    turns.heard(cut)
+    assert cut.item_id is None and cut.spoken is None
+    assert [message.text for message in fresh.messages] == ["Hello again.", "Hello, who are you?"]

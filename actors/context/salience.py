@@ -15,7 +15,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from typing import Literal
+from typing import Literal, NamedTuple
 
 SummaryProblem = Literal["frozen", "lossy"]
 """Why a model's summary was refused: the previous summary again, or values dropped."""
@@ -95,10 +95,13 @@ def extractive_summary(material: str, limit_bytes: int) -> str:
 
     ``material`` is the previous summary followed by the new entries; its sentences are
     scored together, so the result merges both. Sentences with numbers, times, names,
-    identifiers and corrections score highest; exact repeats count once. Chosen
-    sentences keep their original order, one per line. If not even the best sentence
-    fits, it is shortened at a word boundary. The result never exceeds ``limit_bytes``
-    UTF-8 bytes.
+    identifiers and corrections score highest; what rendering added (speaker labels, time
+    and source tags) scores nothing. Exact repeats count once, and so does a sentence
+    that restates another (the same values, mostly the same words): of those, what a
+    participant said is kept over the assistant's echo of it, else the first; so a small
+    budget holds more distinct facts. Chosen sentences
+    keep their original order, one per line. If not even the best sentence fits, it is
+    shortened at a word boundary. The result never exceeds ``limit_bytes`` UTF-8 bytes.
     """
     sentences: list[str] = []
     for line in content_lines(material):
@@ -107,7 +110,9 @@ def extractive_summary(material: str, limit_bytes: int) -> str:
                 sentences.append(sentence)
     if not sentences or limit_bytes <= 0:
         return ""
-    ranked = sorted(range(len(sentences)), key=lambda i: (-_salience(sentences[i]), i))
+    unlabelled = [_SPEAKER.sub(" ", sentence) for sentence in sentences]
+    candidates = _first_statements(sentences, unlabelled)
+    ranked = sorted(candidates, key=lambda i: (-_salience(unlabelled[i]), i))
     chosen: list[int] = []
     used = -1  # the first sentence needs no separator
     for index in ranked:
@@ -118,6 +123,46 @@ def extractive_summary(material: str, limit_bytes: int) -> str:
     if not chosen:
         return _shorten(sentences[ranked[0]], limit_bytes)
     return "\n".join(sentences[i] for i in sorted(chosen))
+
+
+RESTATED_SHARE = 0.6
+"""Of two sentences carrying the same values, the share of their content words in common
+from which one restates the other (an answer echoing the fact it confirms)."""
+_SPEAKER = re.compile(r"\b(?:User|Assistant|Summary of earlier|Current state):")
+"""The speaker labels rendering puts before an entry's text: no value, no name."""
+
+
+class _Fact(NamedTuple):
+    values: frozenset[str]
+    words: frozenset[str]
+
+    def restates(self, kept: _Fact) -> bool:
+        """The same values (at least one) and mostly the same content words."""
+        if not self.values or self.values != kept.values:
+            return False
+        shared = len(self.words & kept.words)
+        return shared >= RESTATED_SHARE * max(1, min(len(self.words), len(kept.words)))
+
+
+def _first_statements(sentences: list[str], unlabelled: list[str]) -> list[int]:
+    """The sentences that restate no other, by index: of a fact said several times, what
+    a participant said is kept over the assistant's echo of it ("Noted: your badge is
+    4417."), else its first statement."""
+    kept: dict[frozenset[str], list[int]] = {}
+    facts = [_Fact(salient_values(text), _content_words(text)) for text in unlabelled]
+    echo = [sentence.startswith("Assistant:") for sentence in sentences]
+    for index, fact in enumerate(facts):
+        group = kept.setdefault(fact.values, [])
+        restated = next((other for other in group if fact.restates(facts[other])), None)
+        if restated is None:
+            group.append(index)
+        elif echo[restated] and not echo[index]:
+            group[group.index(restated)] = index
+    return sorted(index for group in kept.values() for index in group)
+
+
+def _content_words(text: str) -> frozenset[str]:
+    return frozenset(word for word in re.findall(r"\w+", text.lower()) if word not in STOPWORDS)
 
 
 _BOOKKEEPING = re.compile(

@@ -45,7 +45,11 @@ def realtime_settings(realtime: RealtimeConfig) -> SessionSettings:
             overflow=realtime.overflow,
             connect_attempts=realtime.connect_attempts,
         ),
-        pressure=PressurePolicy(compress_at=realtime.compress_at, rollover_at=realtime.rollover_at),
+        pressure=PressurePolicy(
+            compress_at=realtime.compress_at,
+            rollover_at=realtime.rollover_at,
+            prepare_at=realtime.prepare_at,
+        ),
         keep_tail=realtime.keep_tail,
         boundary_wait_s=realtime.boundary_wait_s,
     )
@@ -82,7 +86,11 @@ def realtime_provider(realtime: RealtimeConfig) -> RealtimeProvider:
         window = realtime.server_max_context_tokens or realtime.max_context_tokens
         return OfflineRealtimeProvider(
             limits=limits,
-            server=ServerSettings(max_context_tokens=window),
+            server=ServerSettings(
+                max_context_tokens=window,
+                max_concurrent_sessions=realtime.max_concurrent_sessions,
+                idle_timeout_s=realtime.idle_s,
+            ),
             faults=Faults(connect_latency_s=realtime.connect_latency_s),
         )
     auth: Any = realtime.auth_header
@@ -95,6 +103,8 @@ def realtime_provider(realtime: RealtimeConfig) -> RealtimeProvider:
         auth_header=auth,
         voice=realtime.voice,
         limits=limits,
+        max_concurrent_sessions=realtime.max_concurrent_sessions or 1,
+        standby_idle_s=realtime.idle_s,
         **options,
     )
 

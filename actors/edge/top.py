@@ -304,8 +304,12 @@ REALTIME_STATE = (
     ("fallbacks", "fallbacks"),
     ("boundary_timeouts", "boundary timeouts"),
     ("ineffective_rollovers", "ineffective"),
+    ("standby_switches", "switches"),
+    ("standby_fallbacks", "standby fallbacks"),
 )
 """A realtime session's gauges (``realtime.<participant>.<name>``), as top labels them."""
+STANDBY_STATES = ("unsupported", "idle", "connecting", "ready", "abandoned", "closed")
+"""``realtime.<participant>.standby_state`` by index (the realtime standby's ``STATES``)."""
 REALTIME_PHASES = ("boundary_wait", "checkpoint", "handshake", "connect", "replay")
 
 
@@ -325,11 +329,18 @@ def _realtime_gauges(
 
 
 def _realtime_lines(participant: str, values: dict[str, float]) -> list[str]:
-    """A participant's realtime session: its state, and its last rollover's phases."""
+    """A participant's realtime session: its state, its standby's (and the last switch's
+    duration), and its last rollover's phases."""
     state = "  ".join(
         f"{label} {values[field]:g}" for field, label in REALTIME_STATE if field in values
     )
     lines = [f"  realtime {participant}: {state}"]
+    if "standby_state" in values:
+        index = int(values["standby_state"])
+        standby = f"    standby {STANDBY_STATES[index] if index < len(STANDBY_STATES) else index}"
+        if "standby_switch_ms" in values:
+            standby += f", last switch {values['standby_switch_ms']:g} ms"
+        lines.append(standby)
     phases = [
         f"{phase.replace('_', ' ')} {values[f'rollover_{phase}_ms']:g} ms"
         f" (p50 {values.get(f'rollover_{phase}_p50_ms', 0):g})"

@@ -53,6 +53,16 @@ class RealtimeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     """Pressure from which the background checkpoint (summary + verbatim tail) starts."""
     rollover_at: Ratio = 0.85
     """Pressure by which the session is rolled over at the next safe boundary."""
+    prepare_at: Ratio | None = None
+    """Pressure from which the standby session the rollover switches to is opened
+    (between ``compress_at`` and ``rollover_at``; None: halfway)."""
+    max_concurrent_sessions: _Count | None = None
+    """Sessions the provider allows at once (2: a standby before each rollover). For
+    ``openai``: what the account allows (None: 1, no standby); for ``offline``: the
+    server's limit (None: none)."""
+    idle_s: _Seconds | None = None
+    """How long the provider keeps a session that receives nothing (a waiting standby is
+    reopened before it); for ``offline``, the server closes such a session. None: none."""
     max_context_tokens: _Count | None = None
     """The session limits pressure is measured against; None: the provider's (``openai``:
     32,000 tokens and 30 minutes), no such limit for the others."""
@@ -88,6 +98,9 @@ _TOKENS = (1, 10_000_000)
 REALTIME_RANGES: dict[str, tuple[float, float]] = {
     "compress_at": (0.01, 1),
     "rollover_at": (0.01, 1),
+    "prepare_at": (0.01, 1),
+    "max_concurrent_sessions": (1, 100),
+    "idle_s": _LONG_SECONDS,
     "max_context_tokens": _TOKENS,
     "max_audio_turns": (1, 1_000_000),
     "max_audio_duration_s": _LONG_SECONDS,
@@ -115,6 +128,13 @@ def realtime_problem(realtime: RealtimeConfig) -> tuple[str, str] | None:
             "compress_at",
             f"must be <= rollover_at ({realtime.rollover_at:g}): the checkpoint is prepared "
             "before the rollover needs it",
+        )
+    prepare = realtime.prepare_at
+    if prepare is not None and not realtime.compress_at <= prepare <= realtime.rollover_at:
+        return (
+            "prepare_at",
+            f"must be between compress_at ({realtime.compress_at:g}) and rollover_at "
+            f"({realtime.rollover_at:g}): the standby opens after the checkpoint starts",
         )
     default = RealtimeConfig()
     if realtime.provider == "offline":

@@ -20,7 +20,9 @@ the audio; this destination's own paced output publishes it too) tells the sessi
 no assistant audio is playing any more. Gauges per participant (``xrmq top`` shows
 them as one realtime line): ``realtime.<participant>.pressure``, ``.epoch``, ``.backlog``,
 the counters of ``GAUGE_COUNTS`` (rollovers, replayed input, overflow, stale-epoch drops,
-...), and the last rollover's phases with their median (``.rollover_<phase>_ms``,
+standby switches and fallbacks...), the standby's state (``.standby_state``, an index of
+``standby.STATES``) and the last switch's duration (``.standby_switch_ms``), and the
+last rollover's phases with their median (``.rollover_<phase>_ms``,
 ``.rollover_<phase>_p50_ms``: boundary_wait, checkpoint, handshake, connect, replay).
 ``participant.left`` (and the router's ``participant_left``) forgets the participant: the
 session is closed, its checkpoint in progress cancelled, its checkpoints dropped.
@@ -66,6 +68,7 @@ from xrmq.topics import (
 
 from .provider import RealtimeProvider, ResponseDone
 from .session import RealtimeSession, SessionListener, SessionSettings, Summarize
+from .standby import STATES
 
 DEFAULT_ROUTE = "realtime"
 GAUGE_COUNTS = (
@@ -77,6 +80,8 @@ GAUGE_COUNTS = (
     "fallbacks",
     "boundary_timeouts",
     "ineffective_rollovers",
+    "standby_switches",
+    "standby_fallbacks",
 )
 """The session counters published as gauges (``xrmq top``'s realtime line)."""
 MAX_RECORDED = 1024
@@ -396,6 +401,10 @@ class RealtimeConversation(ClosingDestination, Agent):
             gauges[prefix + "backlog"] = float(len(session.machine.backlog))
             for name in GAUGE_COUNTS:
                 gauges[prefix + name] = float(session.counts[name])
+            standby = session.standby
+            gauges[prefix + "standby_state"] = float(STATES.index(standby.state))
+            if standby.last_switch_s is not None:
+                gauges[prefix + "standby_switch_ms"] = round(standby.last_switch_s * 1000, 2)
             records = list(session.rollovers)
             if records:
                 for phase, seconds in records[-1].phases().items():

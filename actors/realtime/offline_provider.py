@@ -4,7 +4,9 @@ What a ``kind = "realtime"`` destination with ``provider = "offline"`` talks to:
 ``OfflineRealtimeServer`` started inside the destination's process on loopback (port
 from the OS) the first time a session is opened, reached through the real protocol
 adapter (``OpenAIRealtime``), so the edge box and ``xrmq demo --realtime`` exercise the
-same client code a remote provider gets. Started lazily because a role is built before
+same client code a remote provider gets. Its ``max_concurrent_sessions`` and
+``standby_idle_s`` are the server's own limits (no limit: 2 sessions at once, so a
+standby can be opened before a rollover). Started lazily because a role is built before
 its runtime's event loop runs; ``aclose()`` stops the server.
 """
 
@@ -35,6 +37,9 @@ class OfflineRealtimeProvider:
         self.limits = limits
         self.server = OfflineRealtimeServer(server, faults=faults)
         self.sample_rate = self.server.settings.sample_rate
+        settings = self.server.settings
+        self.max_concurrent_sessions = settings.max_concurrent_sessions or 2
+        self.standby_idle_s = settings.idle_timeout_s
         self._silence_ms = silence_ms
         self._adapter: OpenAIRealtime | None = None
         self._starting = asyncio.Lock()
@@ -49,6 +54,8 @@ class OfflineRealtimeProvider:
                     silence_ms=self._silence_ms,
                     sample_rate=self.sample_rate,
                     api_key="",
+                    max_concurrent_sessions=self.max_concurrent_sessions,
+                    standby_idle_s=self.standby_idle_s,
                 )
         return await self._adapter.connect(seed)
 

@@ -38,6 +38,7 @@ import websockets
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 
+from .checkpoint import Role
 from .pressure import RealtimeLimits, usage_from_openai
 from .provider import (
     AudioDelta,
@@ -169,6 +170,9 @@ class OpenAIRealtimeConnection:
     async def send_text(self, text: str) -> None:
         await self._send(item_create("user", text))
 
+    async def add_item(self, role: Role, text: str) -> None:
+        await self._send(item_create(role, text))
+
     async def create_response(self) -> None:
         await self._send({"type": "response.create"})
 
@@ -219,7 +223,9 @@ class OpenAIRealtime:
 
     ``api_key`` (or the environment variable ``api_key_env``) is sent as ``Authorization:
     Bearer`` or, with ``auth_header="api-key"``, as Azure's ``api-key`` header; a server
-    on loopback needs none.
+    on loopback needs none. ``max_concurrent_sessions`` is 1 unless the account is known
+    to allow more (a standby session before a rollover needs 2: not validated here
+    against the remote service, so not assumed).
     """
 
     name = "openai"
@@ -239,6 +245,8 @@ class OpenAIRealtime:
         proactive_rollover: bool = True,
         ready_timeout_s: float = 10.0,
         sample_rate: int = 24_000,
+        max_concurrent_sessions: int = 1,
+        standby_idle_s: float | None = None,
     ) -> None:
         scheme = urlsplit(base_url).scheme
         if scheme not in ("ws", "wss"):
@@ -247,6 +255,10 @@ class OpenAIRealtime:
             )
         if not ready_timeout_s > 0:
             raise ValueError("OpenAIRealtime.ready_timeout_s: must be positive")
+        if max_concurrent_sessions < 1:
+            raise ValueError("OpenAIRealtime.max_concurrent_sessions: must be >= 1")
+        if standby_idle_s is not None and not standby_idle_s > 0:
+            raise ValueError("OpenAIRealtime.standby_idle_s: must be positive or None")
         if auth_header not in ("authorization", "api-key"):
             raise ValueError("OpenAIRealtime.auth_header: must be 'authorization' or 'api-key'")
         self.model = model
@@ -260,6 +272,8 @@ class OpenAIRealtime:
         self.proactive_rollover = proactive_rollover
         self.ready_timeout_s = ready_timeout_s
         self.sample_rate = sample_rate
+        self.max_concurrent_sessions = max_concurrent_sessions
+        self.standby_idle_s = standby_idle_s
         self.last_connect_s: float | None = None
         """How long the latest successful ``connect`` took, to the ready acknowledgement."""
 

@@ -25,7 +25,9 @@ Rules:
   (:meth:`PressureTracker.session_expiring`): an old session is not a full one, so it
   never triggers summarization by itself.
 * ``compress_at`` (0.70) starts the background checkpoint; ``rollover_at`` (0.85) is
-  the pressure by which the rollover is scheduled. Both configurable.
+  the pressure by which the rollover is scheduled; ``prepare_at`` (between them, by
+  default halfway) opens the standby session that the rollover switches to (where the
+  provider allows a second session at once). All configurable.
 
 Nothing here sleeps, logs or does I/O; time is passed in (monotonic seconds).
 """
@@ -78,12 +80,22 @@ class PressurePolicy:
     rollover_at: float = 0.85
     session_margin_s: float = 30.0
     """How long before ``max_session_s`` the duration schedules a reconnect."""
+    prepare_at: float | None = None
+    """Pressure from which the standby session is opened; None: halfway between
+    ``compress_at`` and ``rollover_at``."""
 
     def __post_init__(self) -> None:
         if not 0 < self.compress_at <= self.rollover_at <= 1:
             raise ValueError(
                 "PressurePolicy: need 0 < compress_at <= rollover_at <= 1, got "
                 f"compress_at={self.compress_at}, rollover_at={self.rollover_at}"
+            )
+        if self.prepare_at is not None and not (
+            self.compress_at <= self.prepare_at <= self.rollover_at
+        ):
+            raise ValueError(
+                "PressurePolicy.prepare_at: must be between compress_at and rollover_at "
+                f"({self.compress_at:g}..{self.rollover_at:g}), got {self.prepare_at:g}"
             )
         if not self.session_margin_s >= 0:
             raise ValueError("PressurePolicy.session_margin_s: must be >= 0")
@@ -179,6 +191,13 @@ class PressureTracker:
         self._estimated = False
 
     @property
+    def prepare_threshold(self) -> float:
+        policy = self.policy
+        if policy.prepare_at is not None:
+            return policy.prepare_at
+        return (policy.compress_at + policy.rollover_at) / 2
+
+    @property
     def used_tokens(self) -> int:
         if self._estimated or self._reported is None:
             return max(self._estimate, self._reported or 0)
@@ -197,6 +216,10 @@ class PressureTracker:
         return Pressure(
             value, dimension, self.used_tokens, self._estimated, self.used_turns, self.used_audio_s
         )
+
+    def should_prepare(self) -> bool:
+        """Whether the standby session for the coming rollover should be open by now."""
+        return self.pressure().value >= self.prepare_threshold
 
     def should_compress(self) -> bool:
         return self.pressure().value >= self.policy.compress_at

@@ -11,7 +11,10 @@ A connection (``RealtimeConnection``) takes input (audio, commit, a text turn, r
 requests) and yields normalized events (``RealtimeEvent``); its stream ends with one
 ``Disconnected`` whoever closed it. Each adapter declares the session limits it knows
 (``RealtimeLimits``) and whether proactive rollover is validated for it
-(``proactive_rollover``; otherwise the checkpoint waits for the next natural disconnect).
+(``proactive_rollover``; otherwise the checkpoint waits for the next natural disconnect),
+and, honestly, how many sessions it allows at once (``max_concurrent_sessions``: a
+standby session opened before a rollover needs 2) and how long it keeps a session that
+receives nothing (``standby_idle_s``, None: no such limit).
 """
 
 from __future__ import annotations
@@ -148,6 +151,9 @@ class RealtimeConnection(Protocol):
 
     async def send_text(self, text: str) -> None: ...
 
+    async def add_item(self, role: Role, text: str) -> None:
+        """Add a completed message to the conversation (no response is asked for)."""
+
     async def create_response(self) -> None: ...
 
     async def cancel_response(self) -> None: ...
@@ -166,5 +172,9 @@ class RealtimeProvider(Protocol):
     proactive_rollover: bool
     sample_rate: int
     """PCM16 mono sample rate of the session's input and output audio."""
+    max_concurrent_sessions: int
+    """Sessions the provider allows at once for one participant (2: a standby is possible)."""
+    standby_idle_s: float | None
+    """How long the provider keeps a session that receives nothing (None: no limit)."""
 
     async def connect(self, seed: SessionSeed) -> RealtimeConnection: ...

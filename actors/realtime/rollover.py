@@ -44,7 +44,7 @@ from .boundary import Boundary
 
 Policy = Literal["proactive", "natural"]
 OverflowPolicy = Literal["drop_oldest", "drop_newest"]
-ConnectReason = Literal["start", "rollover", "disconnected", "retry"]
+ConnectReason = Literal["start", "rollover", "disconnected", "retry", "standby"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +133,8 @@ class RolloverMachine:
         self.backlog: deque[InputItem] = deque()
         self.scheduled: str | None = None
         """Why a rollover waits for a safe boundary (None: none scheduled)."""
+        self.standby_ready = False
+        """A standby session is connected and seeded: the rollover switches to it."""
         self.counts: Counter[str] = Counter()
         self._failures = 0
         self._rolling_reason: ConnectReason | None = None
@@ -307,6 +309,9 @@ class RolloverMachine:
             return []
         self.scheduled = None
         old = self.epoch
+        if self.standby_ready:  # make before break: the new session first, then the close
+            self.standby_ready = False
+            return [*self._connect(Phase.ROLLING, "standby"), Close(old)]
         return [Close(old), *self._connect(Phase.ROLLING, "rollover")]
 
     def _connect(self, phase: Phase, reason: ConnectReason) -> list[Effect]:

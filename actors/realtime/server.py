@@ -14,7 +14,11 @@ so the conversation the next answer comes from holds only what the participant h
 Limits (``ServerSettings``), enforced as providers do: over ``max_context_tokens`` the
 oldest items are truncated away (counted ``truncated_items``: the context loss rollover
 exists to prevent); over ``max_turns`` or ``max_audio_s`` the session gets an ``error``
-and is closed (``limit_closes``). Usage in ``response.done`` is the response's input
+and is closed (``limit_closes``); a session over ``max_concurrent_sessions`` open at once
+gets an ``error`` (``session_limit``) instead of ``session.created`` and is closed
+(``concurrency_refused``); one that receives nothing for ``idle_timeout_s`` while no
+response runs gets an ``error`` (``session_idle_timeout``) and is closed
+(``idle_closes``). None: no such limit. Usage in ``response.done`` is the response's input
 (instructions + every item) and output tokens, estimated at four characters a token.
 
 Fault injection (``Faults``, mutable while running): ``connect_latency_s`` before
@@ -23,7 +27,8 @@ Fault injection (``Faults``, mutable while running): ``connect_latency_s`` befor
 next N responses lose the connection after their first audio delta);
 ``late_events`` (every ``response.done`` is followed by a duplicate ``response.done``
 and an ``error``, as an old session's late terminal events would be); ``hold`` (an
-``asyncio.Event``: new sessions wait for it).
+``asyncio.Event``: new sessions wait for it); ``drop_session(number)`` loses the
+connection of session ``number`` (1, 2, ... in connection order) at once.
 """
 
 from __future__ import annotations
@@ -113,6 +118,10 @@ class ServerSettings:
     max_audio_s: float | None = None
     vad_threshold: int = 500
     """Mean absolute sample value above which a 20 ms chunk is speech (server VAD)."""
+    max_concurrent_sessions: int | None = None
+    """Sessions open at once (a rollover's standby is a second one); None: no limit."""
+    idle_timeout_s: float | None = None
+    """A session that receives nothing this long (no response running) is closed."""
 
 
 @dataclass
@@ -170,6 +179,8 @@ class OfflineRealtimeServer:
         self._numbers = itertools.count(1)
         self._ids = itertools.count(1)
         self._handlers: set[asyncio.Task[Any]] = set()
+        self.open_sessions = 0
+        self._sockets: dict[int, ServerConnection] = {}
 
     @property
     def url(self) -> str:
@@ -199,6 +210,15 @@ class OfflineRealtimeServer:
             return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, "offline server: refused\n")
         return None
 
+    def drop_session(self, number: int) -> bool:
+        """Lose session ``number``'s connection (no close handshake); False if not open."""
+        ws = self._sockets.get(number)
+        if ws is None:
+            return False
+        self.stats["dropped_sessions"] += 1
+        ws.transport.abort()
+        return True
+
     def _id(self, prefix: str) -> str:
         return f"{prefix}_{next(self._ids):06d}"
 
@@ -207,8 +227,22 @@ class OfflineRealtimeServer:
         if task is not None:
             self._handlers.add(task)
             task.add_done_callback(self._handlers.discard)
+        limit = self.settings.max_concurrent_sessions
+        if limit is not None and self.open_sessions >= limit:
+            self.stats["concurrency_refused"] += 1
+            await self._error(ws, "session_limit", f"more than {limit} sessions at once")
+            await ws.close(1008, "session_limit")
+            return
+        self.open_sessions += 1
+        try:
+            await self._serve(ws)
+        finally:
+            self.open_sessions -= 1
+
+    async def _serve(self, ws: ServerConnection) -> None:
         session = _Session(next(self._numbers))
         self.stats["sessions"] += 1
+        self._sockets[session.number] = ws
         if self.faults.connect_latency_s > 0:
             await asyncio.sleep(self.faults.connect_latency_s)
         if self.faults.hold is not None:
@@ -217,7 +251,10 @@ class OfflineRealtimeServer:
         self.instructions.append("")
         self.seeded_items.append([])
         try:
-            async for raw in ws:
+            while True:
+                raw = await self._receive(ws, session)
+                if raw is None:
+                    break
                 try:
                     event = json.loads(raw)
                 except ValueError:
@@ -230,10 +267,27 @@ class OfflineRealtimeServer:
         except ConnectionClosed:
             pass  # the client went away (or a fault dropped it): the session ends
         finally:
+            self._sockets.pop(session.number, None)
             if session.response is not None:
                 session.response.cancel()
                 with contextlib.suppress(BaseException):
                     await session.response
+
+    async def _receive(self, ws: ServerConnection, session: _Session) -> str | bytes | None:
+        """The client's next event; None once the session was closed for being idle."""
+        idle = self.settings.idle_timeout_s
+        while True:
+            try:
+                async with asyncio.timeout(idle):
+                    return await ws.recv()
+            except TimeoutError:
+                if session.response is not None and not session.response.done():
+                    continue  # the server is still answering: not idle
+                self.stats["idle_closes"] += 1
+                await self._close_for_limit(
+                    ws, "session_idle_timeout", f"nothing received for {idle:g} s"
+                )
+                return None
 
     async def _dispatch(
         self, ws: ServerConnection, session: _Session, event: dict[str, Any]

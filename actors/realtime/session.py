@@ -17,6 +17,10 @@ rollover is requested and happens at the next safe boundary. Every (re)connect i
 with ``instructions()`` (read then: the shared context as it is now), the latest
 checkpoint's summary, and the retained tail plus everything said after the snapshot.
 
+From ``prepare_at`` a standby session is opened and kept up to date in the background
+(``standby``) where the provider allows two at once; the rollover then switches to it at
+the boundary (no connect on the critical path), else connects as above.
+
 ``settled()`` returns once that background work (a checkpoint, a requested rollover)
 is over: what the next session is seeded with depends on it.
 
@@ -32,7 +36,6 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import partial
 
 from xrmq.actors.runtime import get_logger
@@ -40,7 +43,7 @@ from xrmq.actors.runtime import get_logger
 from .background import SessionWork, Summarize
 from .checkpoint import Checkpointer, LiveTranscript
 from .history import RolloverHistory
-from .pressure import LIFETIME, PressurePolicy, PressureTracker
+from .pressure import LIFETIME, PressureTracker
 from .provider import (
     AudioDelta,
     Disconnected,
@@ -55,8 +58,6 @@ from .provider import (
     RealtimeProvider,
     ResponseDone,
     ResponseStarted,
-    SeedItem,
-    SessionSeed,
     SpeechStarted,
     SpeechStopped,
     TranscriptDelta,
@@ -73,50 +74,11 @@ from .rollover import (
     RolloverMachine,
     Send,
 )
+from .seed import SUMMARY_HEADER as SUMMARY_HEADER  # where the tests and callers read it
+from .seed import session_seed
+from .settings import SessionListener, SessionSettings
+from .standby import Slot, Standby
 from .turns import TurnRecorder
-
-SUMMARY_HEADER = "Summary of the conversation so far (earlier sessions):"
-
-
-@dataclass(frozen=True, slots=True)
-class SessionSettings:
-    machine: MachineSettings = field(default_factory=MachineSettings)
-    pressure: PressurePolicy = field(default_factory=PressurePolicy)
-    keep_tail: int = 4
-    """Messages of the snapshot kept verbatim after the summary."""
-    retry_backoff_s: float = 0.25
-    """Wait before the first connect retry; doubles per retry."""
-    checkpoint_attempts: int = 3
-    server_vad: bool = True
-    boundary_wait_s: float = 20.0
-    """How long a scheduled rollover waits for a safe boundary (an open user turn, a
-    playback whose end never comes) before it is given up for the session's natural end."""
-
-    def __post_init__(self) -> None:
-        if self.keep_tail < 0:
-            raise ValueError("SessionSettings.keep_tail: must be >= 0")
-        if not self.retry_backoff_s >= 0:
-            raise ValueError("SessionSettings.retry_backoff_s: must be >= 0")
-        if self.checkpoint_attempts < 1:
-            raise ValueError("SessionSettings.checkpoint_attempts: must be >= 1")
-        if not self.boundary_wait_s > 0:
-            raise ValueError("SessionSettings.boundary_wait_s: must be > 0")
-
-
-class SessionListener:
-    """What a session reports; override what you need (every method is a no-op here)."""
-
-    async def speech_started(self) -> None: ...
-
-    async def user_text(self, text: str) -> None: ...
-
-    async def audio(self, response_id: str, pcm: bytes) -> None: ...
-
-    async def text(self, response_id: str, delta: str) -> None: ...
-
-    async def response_done(self, user_text: str, done: ResponseDone) -> None: ...
-
-    async def failed(self, reason: str) -> None: ...
 
 
 class RealtimeSession:
@@ -171,6 +133,20 @@ class RealtimeSession:
         self._replayed = 0
         self._watch = 0
         """The generation of the boundary watch (one per scheduled rollover)."""
+        self.standby = Standby(
+            provider,
+            machine=self.machine,
+            work=self.work,
+            lock=self._lock,
+            log=self.log,
+            clock=clock,
+            checkpointer=lambda: self.checkpointer,
+            make_seed=lambda: session_seed(
+                self._instructions(), self.checkpointer, self.settings.server_vad
+            ),
+            forward=self._event,
+            attempts=self.settings.standby_attempts,
+        )
 
     # -- public ----------------------------------------------------------------------
 
@@ -242,6 +218,7 @@ class RealtimeSession:
                     self.log.warning("realtime.truncate_failed", error=repr(error))
                 self.counts["truncated_responses"] += 1
             self.turns.heard(cut)
+            await self.standby.sync()  # a standby holding the uncut answer is reopened now
 
     async def request_rollover(self, reason: str) -> None:
         """Roll over at the next safe boundary with a fresh checkpoint (under the
@@ -295,6 +272,7 @@ class RealtimeSession:
     async def close(self) -> None:
         async with self._lock:
             await self._perform(self.machine.close())
+            await self.standby.close()
         await self.work.cancel()
         self._ready.set()
 
@@ -329,10 +307,15 @@ class RealtimeSession:
                 await self._send(effect)
             elif isinstance(effect, Close):
                 connection = self._connections.pop(effect.epoch, None)
-                self.history.closing()
+                if self.machine.phase is not Phase.STREAMING:  # a switch timed itself
+                    self.history.closing()
                 if connection is not None:
                     self.work.spawn(connection.close())
+            elif isinstance(effect, Connect) and effect.reason == "standby":
+                await self._switch(effect)
             elif isinstance(effect, Connect):
+                if effect.reason == "rollover":
+                    self.standby.fallback()
                 self.work.spawn(self._connect(effect))
             elif isinstance(effect, Overflowed):
                 self.log.warning(
@@ -396,58 +379,96 @@ class RealtimeSession:
             if self.machine.epoch != effect.epoch or self.machine.phase is Phase.CLOSED:
                 self.work.spawn(connection.close())
                 return
-            self._connections[effect.epoch] = connection
-            seeded = seed.instructions + " ".join(item.text for item in seed.items)
-            self.tracker = PressureTracker(
-                self.provider.limits,
-                self.settings.pressure,
-                started_at=self._clock(),
-                seeded_text=seeded,
-            )
-            self.turns.new_session()
             self.work.spawn(self._pump(effect.epoch, connection))
-            phase = self.machine.phase
-            backlog = len(self.machine.backlog)
-            ready_at = self._clock()
-            self._replay_s, self._replayed = 0.0, 0
-            await self._perform(self.machine.ready(effect.epoch))
-            if phase is Phase.ROLLING:
-                self.history.check_effective(
-                    self.tracker.pressure(),
-                    self.settings.pressure.rollover_at,
-                    machine=self.machine,
-                    checkpointer=self.checkpointer,
-                    seeded_items=len(seed.items),
-                )
-            self.history.ready(
-                self.machine,
-                epoch=effect.epoch,
-                phase=phase,
-                started=started,
-                ready_at=ready_at,
-                replay_s=self._replay_s,
-                backlog=backlog,
-                seeded_items=len(seed.items),
-            )
-            self._ready.set()
+            seeded = seed.instructions + " ".join(item.text for item in seed.items)
+            await self._install(effect.epoch, connection, seeded, len(seed.items), started)
         await self.work.notify()
+
+    async def _switch(self, effect: Connect) -> None:
+        """Make before break, under the lock: session ``effect.epoch`` is the standby,
+        connected and seeded already; one lost at the last moment is connected anew."""
+        started = self._clock()
+        self.history.closing()
+        slot: Slot | None = await self.standby.take(effect.epoch)
+        if slot is None or slot.connection is None:
+            self.standby.fallback()
+            self.work.spawn(self._connect(Connect(effect.epoch, "rollover")))
+            return
+        held = slot.mirror.held
+        seeded = slot.seed.instructions + " ".join(message.text for message in held)
+        await self._install(
+            effect.epoch, slot.connection, seeded, len(held), started, slot.connected_at
+        )
+        self.standby.last_switch_s = self._clock() - started
+        switch_s, added = round(self.standby.last_switch_s, 4), len(held) - slot.mirror.seeded
+        self.log.info("realtime.standby_switch", epoch=effect.epoch, switch_s=switch_s, added=added)
+
+    async def _install(
+        self,
+        epoch: int,
+        connection: RealtimeConnection,
+        seeded: str,
+        seeded_items: int,
+        started: float,
+        opened_at: float | None = None,
+    ) -> None:
+        """Under the lock: session ``epoch`` (its events pumped) is ready on ``connection``,
+        seeded with ``seeded``, opened at ``opened_at`` (None: now); replay the backlog."""
+        self._connections[epoch] = connection
+        self.tracker = PressureTracker(
+            self.provider.limits,
+            self.settings.pressure,
+            started_at=self._clock() if opened_at is None else opened_at,
+            seeded_text=seeded,
+        )
+        self.turns.new_session()
+        phase = self.machine.phase
+        backlog = len(self.machine.backlog)
+        ready_at = self._clock()
+        self._replay_s, self._replayed = 0.0, 0
+        await self._perform(self.machine.ready(epoch))
+        if phase is Phase.ROLLING:
+            self.history.check_effective(
+                self.tracker.pressure(),
+                self.settings.pressure.rollover_at,
+                machine=self.machine,
+                checkpointer=self.checkpointer,
+                seeded_items=seeded_items,
+            )
+        self.history.ready(
+            self.machine,
+            epoch=epoch,
+            phase=phase,
+            started=started,
+            ready_at=ready_at,
+            replay_s=self._replay_s,
+            backlog=backlog,
+            seeded_items=seeded_items,
+        )
+        self._ready.set()
 
     # -- provider events ---------------------------------------------------------------------
 
     async def _pump(self, epoch: int, connection: RealtimeConnection) -> None:
         async for event in connection.events():
-            async with self._lock:
-                try:
-                    await self._on_event(epoch, event)
-                except Exception as error:  # a listener's bug must not stop the session
-                    self.counts["event_failures"] += 1
-                    self.log.exception(
-                        "realtime.event_failed",
-                        epoch=epoch,
-                        kind=type(event).__name__,
-                        error=repr(error),
-                    )
-            await self.work.notify()
+            await self._event(epoch, event)
+
+    async def _event(self, epoch: int, event: RealtimeEvent) -> None:
+        """One event of session ``epoch``; a message it completed goes to the standby."""
+        async with self._lock:
+            try:
+                await self._on_event(epoch, event)
+                if isinstance(event, (ResponseDone, InputTranscript)):
+                    await self.standby.sync()
+            except Exception as error:  # a listener's bug must not stop the session
+                self.counts["event_failures"] += 1
+                self.log.exception(
+                    "realtime.event_failed",
+                    epoch=epoch,
+                    kind=type(event).__name__,
+                    error=repr(error),
+                )
+        await self.work.notify()
 
     async def _on_event(self, epoch: int, event: RealtimeEvent) -> None:
         if isinstance(event, Disconnected) and event.by_client:
@@ -523,6 +544,8 @@ class RealtimeSession:
             self.work.want(partial(self._want_rollover, LIFETIME))
         elif self.tracker.should_compress():
             self.work.checkpoint(self.checkpointer)
+        if self.tracker.should_prepare():
+            self.standby.prepare()
 
     # -- rollover ----------------------------------------------------------------------------
 
@@ -563,14 +586,3 @@ class RealtimeSession:
                 boundary_timeouts=self.counts["boundary_timeouts"],
             )
         await self.work.notify()
-
-
-def session_seed(instructions: str, checkpointer: Checkpointer, server_vad: bool) -> SessionSeed:
-    """What a (re)connect is seeded with: the instructions, the latest checkpoint's
-    summary, and the retained tail plus everything said after the snapshot."""
-    recovered = checkpointer.recovered()
-    parts = [instructions.strip()]
-    if recovered.summary:
-        parts.append(f"{SUMMARY_HEADER}\n{recovered.summary}")
-    items = tuple(SeedItem(message.role, message.text) for message in recovered.messages)
-    return SessionSeed("\n\n".join(part for part in parts if part), items, server_vad=server_vad)

@@ -141,9 +141,11 @@ class TurnRecorder:
         return Cut(response_id, item_id, end, audio_ms, spoken)
 
     def heard(self, cut: Cut) -> None:
-        """Keep only what was heard of the cut response: now if it ended, else at its end."""
+        """Keep only what was heard of the cut response: now if it ended, else at its end
+        (a response neither in progress nor among the latest finished is ignored)."""
         if cut.spoken is None:
-            self._heard[cut.response_id] = cut.end_ms
+            if cut.response_id in self._assistant:
+                self._heard[cut.response_id] = cut.end_ms
         else:
             with contextlib.suppress(KeyError):  # already summarized away
                 self.transcript.replace(
@@ -156,12 +158,17 @@ class TurnRecorder:
         self._assistant_text.clear()
 
     def forget(self, transcript: LiveTranscript) -> None:
-        """Record into ``transcript`` from now on, dropping the turns in progress."""
+        """Record into ``transcript`` from now on, dropping the turns in progress and the
+        finished responses a barge-in could still cut (their message ids name messages of
+        the old transcript; the new one's ids start again at 1)."""
         self.transcript = transcript
         self._user_message, self._user_text = None, ""
         self._assistant.clear()
         self._assistant_text.clear()
         self._heard.clear()
+        self._finished.clear()
+        self._items.clear()
+        self._audio_bytes.clear()
 
     def _audio_ms(self, response_id: str) -> float:
         return self._audio_bytes[response_id] / 2 / self.sample_rate * 1000
