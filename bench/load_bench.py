@@ -192,7 +192,8 @@ def run(ctx: SuiteContext) -> SuiteResult:
         "heartbeats every "
         f"{HEARTBEAT_S:g} s; {KEYS} keys per publisher; closing overload: as many publisher "
         "processes without heartbeats, sending as fast as they can for the overload's time, "
-        "then stopping (their final heartbeat alone announces their tails)"
+        "then stopping (their final heartbeat alone announces their tails; the broker, with "
+        f"the {BROKER_METRICS_S:g} s heartbeat of an xrmq up box, repeats it)"
     ]
     return SuiteResult(rows=rows, bars=bars, notes=notes)
 
