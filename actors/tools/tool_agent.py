@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import msgspec
 
@@ -120,6 +120,13 @@ TIER_COUNTERS = (
 """docs/tools.md's counters per tier and outcome that ``ToolAgent.tier_counters`` totals."""
 
 
+class ToolsContext(ParticipantContext, Protocol):
+    """What a ``ToolAgent`` needs from a ``ContextManager``: the conversation's needs, and
+    taking an exchange back (``take_back``)."""
+
+    async def retract_exchange(self, participant_id: str, exchange_id: object) -> None: ...
+
+
 class _ModelTimes:
     """One answer's model stages across the tool loop's calls (the turn record's,
     ``schemas/stages.py``): the first request, the first text, the first chunk published,
@@ -156,7 +163,7 @@ class ToolAgent(ClosingDestination):
         self,
         llm: LLMService,
         *,
-        context: ParticipantContext,
+        context: ToolsContext,
         runtime: Any,
         output_topic: Topic[ResponseOutput],
         tools: Sequence[Tool | RemoteTool] = (),
