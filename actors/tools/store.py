@@ -5,7 +5,8 @@ transcript and mirrors every change to a keyed actor (one instance per participa
 sharded like the context sections, in the context process): after a turn commits,
 ``append`` carries the turn's messages; after a compaction rewrote the transcript,
 ``replace`` carries all of it. The reclaimed originals stored since the last write, the
-summary, the token count and docs/tools.md's counters travel with either. A ``ToolAgent``
+summary, the token count, docs/tools.md's counters and the new turns' ids (a replace:
+all the transcript keeps) travel with either. A ``ToolAgent``
 that does not hold a participant's transcript (a new process, a restart) loads it from
 the actor with an ask. So the transcript outlives the agent's process.
 
