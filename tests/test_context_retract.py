@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from xrmq.actors.context import ContextManager
+from xrmq.actors.context import CompactionSettings, ContextManager, Section, SectionSpec
+from xrmq.actors.context.state import exchange_identity
 from xrmq.actors.models import ScriptedLLM
 from xrmq.actors.runtime import AgentRuntime
 
@@ -123,3 +124,26 @@ async def test_retracting_counts_what_it_took_back_and_what_it_did_not_find():
     with pytest.raises(ValueError, match="exchange_id"):
         await context.retract_exchange(PID, None)
     await context.close()
+
+
+def test_the_section_takes_back_an_entry_by_identity_once_and_never_adds_it_again():
+    section = Section(SectionSpec("dialogue", "dialogue", 4000), CompactionSettings(2256))
+    state = section.new_state("g")
+    section.record_exchange(state, "Q1?", "A1.", timestamp_us=T0, exchange_id="turn-1")
+    section.record_exchange(state, "Q2?", "A2.", timestamp_us=T0 + 1, exchange_id="turn-2")
+    state.backlog = [entry.entry_id for entry in state.entries]
+    revision = state.revision
+    identity = exchange_identity("", "", None, "turn-2")
+
+    assert section.retract_exchange(state, identity)
+    assert [entry.identity for entry in state.entries] == [
+        exchange_identity("", "", None, "turn-1")
+    ]
+    assert state.backlog == [state.entries[0].entry_id]
+    assert state.revision > revision
+    assert not section.retract_exchange(state, identity)  # once
+    assert not section.retract_exchange(state, b"")  # a topic entry's empty identity
+    assert not section.record_exchange(
+        state, "Q2?", "A2.", timestamp_us=T0 + 1, exchange_id="turn-2"
+    )  # re-sent: known, not added again
+    assert "A2." not in "".join(block.text for block in section.render(state).blocks)
