@@ -219,6 +219,9 @@ class _NoContext:
     def reconcile_history(self, *args: object, **kwargs: object) -> None:
         return None
 
+    async def retract_exchange(self, *args: object, **kwargs: object) -> None:
+        return None
+
 
 async def _started() -> None:
     return None

@@ -163,6 +163,11 @@ class FakeContext:
                 self.log.append(("reconciled", participant_id, exchange_id))
                 self.exchanges.setdefault(participant_id, []).append((request, answer, exchange_id))
 
+    async def retract_exchange(self, participant_id, exchange_id) -> None:
+        self.log.append(("retract", participant_id, exchange_id))
+        held = self.exchanges.get(participant_id, [])
+        held[:] = [exchange for exchange in held if exchange[2] != exchange_id]
+
     async def clear(self, participant_id: str) -> None:
         self.log.append(("clear", participant_id))
         self.exchanges.pop(participant_id, None)

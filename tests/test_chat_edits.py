@@ -148,11 +148,12 @@ async def test_only_a_tools_destination_with_a_question_can_take_it_back():
     from buses import broker_process
     from router_doubles import FakeContext
 
+    context = FakeContext()
     with broker_process() as bus:
         runtime = AgentRuntime(bus, name="tools-box")
         agent = ToolAgent(
             session_model(),
-            context=FakeContext(),
+            context=context,
             runtime=runtime,
             output_topic=VOICE_OUTPUT_TOPIC,
             tools=[Tool("probe", "Read a probe.", Probe, probe_reading)],
@@ -182,3 +183,5 @@ async def test_only_a_tools_destination_with_a_question_can_take_it_back():
         (pixel,),
     )
     assert agent.transcript("p1").messages == []
+    assert ("retract", "p1", "t1") in context.log  # its exchange, by its turn id
+    assert context.blocks("p1") == ()

@@ -194,6 +194,26 @@ class Section(msgspec.Struct, frozen=True):
         self._add_entry(state, exchange_text(request, answer, timestamp_us), timestamp_us, identity)
         return True
 
+    def retract_exchange(self, state: SectionState, identity: bytes) -> bool:
+        """Take back the uncompacted exchange with ``identity`` (a retried or revised
+        question): its entry leaves the section; False (nothing changes) when no entry
+        holds it (an unknown identity, one already taken back, or one a summary covers).
+
+        The identity stays known, so the exchange re-sent (a write replayed after a
+        restart, a front end's history window) is never added again. The newest exchange
+        (what ``/retry`` takes back) is never in a compaction job; an older one a job in
+        flight already took may still reach that job's summary.
+        """
+        self._require_kind("dialogue", "retract_exchange")
+        kept = [entry for entry in state.entries if entry.identity != identity]
+        if not identity or len(kept) == len(state.entries):
+            return False
+        gone = {entry.entry_id for entry in state.entries if entry.identity == identity}
+        state.entries = kept
+        state.backlog = [entry_id for entry_id in state.backlog if entry_id not in gone]
+        state.revision += 1
+        return True
+
     def reconcile_history(
         self,
         state: SectionState,

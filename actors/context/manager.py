@@ -389,12 +389,27 @@ class ContextManager:
             return
         self._write_exchanges(participant_id, self._replica.replica(participant_id), tail)
 
+    async def retract_exchange(self, participant_id: str, exchange_id: object) -> None:
+        """Take back the exchange recorded with ``exchange_id`` (a retried or revised turn);
+        returns once the dialogue section applied and journaled it (``blocks()`` here and at
+        every replica lacks it). Idempotent; ``TimeoutError`` as ``update`` (then re-sent)."""
+        _check_participant(participant_id)
+        if exchange_id is None:
+            raise ValueError("retract_exchange: exchange_id must name the exchange")
+        if not self._replica.closed:
+            identity = exchange_identity("", "", None, exchange_id)
+            replica = self._replica.replica(participant_id)
+            seq, sent = self._write_exchanges(participant_id, replica, [], (identity,))
+            await self._writes.applied(seq, DIALOGUE_KEY, participant_id, sent, "retract")
+
     def _write_exchanges(
         self,
         participant_id: str,
         replica: ParticipantReplica,
         exchanges: list[tuple[bytes, str, str, int]],
-    ) -> None:
+        retracted: tuple[bytes, ...] = (),
+    ) -> tuple[int, bool]:
+        """Send a dialogue write (shown here at once): its seq, and whether it went out now."""
         seq = self._writes.next_seq()
         records = tuple(
             ExchangeRecord(identity, request, answer, when)
@@ -411,13 +426,14 @@ class ContextManager:
                     ),
                 )
             )
-        self._writes.send(
+        sent = self._writes.send(
             self.plan.topics.dialogue_write,
-            RecordExchanges(self.id, seq, records),
+            RecordExchanges(self.id, seq, records, retracted),
             participant_id,
             DIALOGUE_KEY,
         )
         self._replica.notify()
+        return seq, sent
 
     async def update(
         self,

@@ -16,6 +16,7 @@ topic                                       message                 handled by
 ``<ns>.topic.<topic>.clear`` (ask)          ClearSection            that topic's section actor
 ``<ns>.topic.<topic>.result``               CompactionDone          that topic's section actor
 ``<ns>.dialogue.write``                     RecordExchanges         the participant's dialogue actor
+                                            (exchanges, retractions)
 ``<ns>.dialogue.clear`` (ask)               ClearSection            the participant's dialogue actor
 ``<ns>.dialogue.result``                    CompactionDone          the participant's dialogue actor
 ``<ns>.worker.<i>.jobs``                    CompactionJob           compaction worker ``i``
@@ -63,14 +64,18 @@ class ExchangeRecord(msgspec.Struct, frozen=True):
 
 
 class RecordExchanges(msgspec.Struct, frozen=True):
-    """A manager's write to a participant's dialogue: exchanges, oldest first.
+    """A manager's write to a participant's dialogue: exchanges, oldest first, then the
+    identities of exchanges to take back (``retracted``: a retried or revised question).
 
     ``writer`` and ``seq`` identify the write; the section acknowledges it in its next view.
+    A retraction travels as a write so it keeps its order with the exchanges, is journaled
+    and re-sent like them, and reaches every replica in the section's next view.
     """
 
     writer: str
     seq: int
     exchanges: tuple[ExchangeRecord, ...]
+    retracted: tuple[bytes, ...] = ()
 
 
 class TopicWrite(msgspec.Struct, frozen=True):

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from xrmq.actors.runtime import Agent, Handler, Handlers, RuntimeContext, get_logger
+from xrmq.actors.runtime.ratelimit import AggregatedWarnings
 from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import Topic
 
@@ -78,9 +79,20 @@ class DialogueSectionActor(Agent):
             self.host.restore(participant_id, recovered)
         self._retiring: asyncio.Task[None] | None = None
         """The retirement after a clear: held, as the loop keeps only weak references to tasks."""
+        self.retracted = 0
+        """Exchanges taken back (``RecordExchanges.retracted``)."""
+        self.retracts_unknown = 0
+        """Retractions that found no uncompacted exchange with their identity: counted,
+        logged (aggregated), and otherwise nothing."""
+        self._unknown_warnings: AggregatedWarnings | None = None
 
     def gauges(self) -> dict[str, float]:
-        return {**self.host.gauges(), "context.participants": len(self.host.participants)}
+        return {
+            **self.host.gauges(),
+            "context.participants": len(self.host.participants),
+            "context.exchanges_retracted": self.retracted,
+            "context.retracts_unknown": self.retracts_unknown,
+        }
 
     def resume(self) -> None:
         """Once, for a state from the journal: re-issue its pending compaction and
@@ -133,6 +145,8 @@ class DialogueSectionActor(Agent):
         section = self.host.section
         added: list[bytes] = []
 
+        unknown: list[bytes] = []
+
         def add(state: SectionState) -> None:
             for record in message.exchanges:
                 if section.add_exchange(
@@ -143,9 +157,26 @@ class DialogueSectionActor(Agent):
                     timestamp_us=record.timestamp_us,
                 ):
                     added.append(record.identity)
+            for identity in message.retracted:
+                if section.retract_exchange(state, identity):
+                    self.retracted += 1
+                else:
+                    unknown.append(identity)
 
         self.host.write(self.key, add, ack=(message.writer, message.seq), identities=added)
         self._held()
+        if unknown:
+            # Idempotent: taken back already, never recorded here, or summarized.
+            self.retracts_unknown += len(unknown)
+            if self._unknown_warnings is None:
+                self._unknown_warnings = AggregatedWarnings(get_logger(actor=self.name))
+            self._unknown_warnings.warn(
+                "context.retract_unknown",
+                self.host.section.spec.name,
+                self.key,
+                identities=[identity.hex() for identity in unknown],
+                reason="no uncompacted exchange has this identity",
+            )
 
     async def on_load(self, message: LoadSection, ctx: RuntimeContext) -> None:
         if self.host.acknowledged(self.key, message.writer, message.seq):

@@ -54,6 +54,23 @@ class Writes:
         self._waiters[seq] = (section, participant_id, future)
         return future
 
+    async def applied(
+        self, seq: int, section: str, participant_id: str, sent: bool, what: str
+    ) -> None:
+        """Wait for write ``seq`` (sent now if ``sent``, else queued until the runtime starts)
+        to be acknowledged; ``TimeoutError`` naming ``what`` after the control timeout,
+        the write then staying in flight to be re-sent until acknowledged."""
+        future = self.expect(seq, section, participant_id)
+        timeout_s = self._runtime.plan.control_timeout_s
+        try:
+            await (asyncio.wait_for(asyncio.shield(future), timeout_s) if sent else future)
+        except TimeoutError:
+            raise TimeoutError(
+                f"{what}: the section did not apply it within {timeout_s}s"
+            ) from None
+        finally:
+            self.settle(seq, resend=True)
+
     def expect_report(self, seq: int) -> asyncio.Future[CompactReport]:
         """A future resolved with the report of manual compaction ``seq``."""
         future: asyncio.Future[CompactReport] = asyncio.get_running_loop().create_future()

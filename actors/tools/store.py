@@ -5,7 +5,8 @@ transcript and mirrors every change to a keyed actor (one instance per participa
 sharded like the context sections, in the context process): after a turn commits,
 ``append`` carries the turn's messages; after a compaction rewrote the transcript,
 ``replace`` carries all of it. The reclaimed originals stored since the last write, the
-summary, the token count and docs/tools.md's counters travel with either. A ``ToolAgent``
+summary, the token count, docs/tools.md's counters and the new turns' ids (a replace:
+all the transcript keeps) travel with either. A ``ToolAgent``
 that does not hold a participant's transcript (a new process, a restart) loads it from
 the actor with an ask. So the transcript outlives the agent's process.
 
@@ -87,6 +88,9 @@ class TranscriptWrite(msgspec.Struct, frozen=True):
     """The revision an ``append`` applies to."""
     revision: int = 0
     """The transcript's revision after this write."""
+    turn_ids: tuple[str, ...] = ()
+    """Ids of the turns committed since the previous write (every one kept for a
+    replace), oldest first (``Transcript.turn_ids``)."""
 
 
 class TranscriptAck(msgspec.Struct, frozen=True):
@@ -111,6 +115,7 @@ class TranscriptState(msgspec.Struct, frozen=True):
     originals: tuple[tuple[str, str], ...] = ()
     counters: TranscriptCounters = msgspec.field(default_factory=TranscriptCounters)
     revision: int = 0
+    turn_ids: tuple[str, ...] = ()
 
 
 class TranscriptHeader(msgspec.Struct, frozen=True):
@@ -120,6 +125,8 @@ class TranscriptHeader(msgspec.Struct, frozen=True):
     total_tokens: int | None
     counters: TranscriptCounters
     revision: int
+    turn_ids: tuple[str, ...] = ()
+    """Absent from a header journaled before turns had ids: none."""
 
 
 _encode = msgspec.msgpack.Encoder().encode
@@ -163,8 +170,10 @@ def apply_write(transcript: Transcript, write: TranscriptWrite) -> None:
     if write.kind == "replace":
         transcript.messages = list(write.messages)
         transcript.summary = write.summary
+        transcript.turn_ids.clear()
     else:
         transcript.messages.extend(write.messages)
+    transcript.note_turn_ids(write.turn_ids)
     transcript.total_tokens = write.total_tokens
     transcript.counters = write.counters.held()
     transcript.store_originals(write.originals)
@@ -176,8 +185,10 @@ def write_of(
     kind: Literal["append", "replace"],
     messages: tuple[ChatMessage, ...],
     originals: tuple[tuple[str, str], ...],
+    new_turn_ids: tuple[str, ...] = (),
 ) -> TranscriptWrite:
-    """The next write of ``transcript`` (advancing its revision)."""
+    """The next write of ``transcript`` (advancing its revision); an append carries
+    ``new_turn_ids``, a replace every turn id the transcript keeps."""
     base = transcript.revision
     transcript.revision += 1
     return TranscriptWrite(
@@ -189,6 +200,7 @@ def write_of(
         TranscriptCounters.of(transcript.counters),
         base,
         transcript.revision,
+        tuple(transcript.turn_ids) if kind == "replace" else new_turn_ids,
     )
 
 
@@ -200,6 +212,7 @@ def state_of(transcript: Transcript) -> TranscriptState:
         transcript.originals(),
         TranscriptCounters.of(transcript.counters),
         transcript.revision,
+        tuple(transcript.turn_ids),
     )
 
 
@@ -217,6 +230,7 @@ def restore(state: TranscriptState) -> Transcript:
             state.counters,
             state.revision,
             state.revision,
+            state.turn_ids,
         ),
     )
     transcript.take_new_originals()
@@ -234,6 +248,7 @@ def recovered_state(recovered: RecoveredTranscript) -> TranscriptState:
         tuple(recovered.originals),
         header.counters,
         header.revision,
+        header.turn_ids,
     )
 
 
@@ -327,6 +342,7 @@ class TranscriptActor(Agent):
             transcript.total_tokens,
             TranscriptCounters.of(transcript.counters),
             transcript.revision,
+            tuple(transcript.turn_ids),
         )
         store.put_transcript(
             *key,

@@ -13,8 +13,11 @@ renders it; then the participant's transcript (earlier turns with their tool cal
 results, then this turn's; a turn's images go with its user message).
 
 ``take_back`` drops the transcript's last question and what answered it (``/retry``,
-``/revise``); ``conversation`` shows the transcript as OpenAI's typed chat messages
-(``conversation_state.Conversation``, ``/render``).
+``/revise``), and takes that turn's exchange back from the shared context
+(``ContextManager.retract_exchange``: the exchange id is the turn id, which the transcript
+keeps per turn), so the question asked again sees neither; ``conversation`` shows the
+transcript as OpenAI's typed chat messages (``conversation_state.Conversation``,
+``/render``).
 
 Framing is docs/context.md's, as in ``Conversation``: the first nonblank chunk awaits
 ``started()``; once a chunk was published an empty final frame closes the reply,
@@ -39,7 +42,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import msgspec
 
@@ -117,6 +120,13 @@ TIER_COUNTERS = (
 """docs/tools.md's counters per tier and outcome that ``ToolAgent.tier_counters`` totals."""
 
 
+class ToolsContext(ParticipantContext, Protocol):
+    """What a ``ToolAgent`` needs from a ``ContextManager``: the conversation's needs, and
+    taking an exchange back (``take_back``)."""
+
+    async def retract_exchange(self, participant_id: str, exchange_id: object) -> None: ...
+
+
 class _ModelTimes:
     """One answer's model stages across the tool loop's calls (the turn record's,
     ``schemas/stages.py``): the first request, the first text, the first chunk published,
@@ -153,7 +163,7 @@ class ToolAgent(ClosingDestination):
         self,
         llm: LLMService,
         *,
-        context: ParticipantContext,
+        context: ToolsContext,
         runtime: Any,
         output_topic: Topic[ResponseOutput],
         tools: Sequence[Tool | RemoteTool] = (),
@@ -173,7 +183,7 @@ class ToolAgent(ClosingDestination):
     ) -> None:
         if not callable(getattr(llm, "stream", None)):
             raise ValueError("ToolAgent.llm: must be an LLMService")
-        for method in ("blocks", "record_exchange", "reconcile_history"):
+        for method in ("blocks", "record_exchange", "reconcile_history", "retract_exchange"):
             if not callable(getattr(context, method, None)):
                 raise ValueError(f"ToolAgent.context: must be a ContextManager (it lacks {method})")
         if not callable(getattr(runtime, "ask", None)):
@@ -309,15 +319,28 @@ class ToolAgent(ClosingDestination):
 
     async def take_back(self, participant_id: str) -> list[ChatMessage]:
         """Drop the participant's last question and everything after it from the transcript
-        (``/retry`` and ``/revise`` ask again); the dropped messages, once the store first
-        answered the rewrite. Waits for a turn in progress to end."""
+        (``/retry`` and ``/revise`` ask again), and its exchange from the shared context; the
+        dropped messages, once the store first answered the rewrite and the context applied
+        the retraction (a context that does not answer in time: logged, it is re-sent).
+        Waits for a turn in progress to end."""
         async with self.transcripts.lock(participant_id):
             log = get_logger(participant=participant_id)
             transcript = await self.transcripts.load(participant_id, log)
             dropped = transcript.pop_from_last_user_message(inclusive=True)
+            turn_id = transcript.turn_ids.pop() if dropped and transcript.turn_ids else None
             answered = self.transcripts.mirror(participant_id, transcript, [])
+            if dropped and turn_id is None:
+                log.warning(
+                    "tools.take_back_untracked",
+                    reason="the transcript keeps no id of this turn: the shared context keeps it",
+                )
         if answered is not None:
             await answered
+        if turn_id is not None:
+            try:
+                await self.context.retract_exchange(participant_id, turn_id)
+            except TimeoutError as error:
+                log.warning("tools.retract_late", turn=turn_id, error=str(error))
         return dropped
 
     async def conversation(self, participant_id: str) -> Conversation:
@@ -361,7 +384,7 @@ class ToolAgent(ClosingDestination):
                 raise
             # Leaving the reply without an exception means its final frame was published.
             turn_messages = list(transcript.pending)
-            transcript.commit()
+            transcript.commit(turn.turn_id)
             self.transcripts.mirror(pid, transcript, turn_messages)
         self.context.record_exchange(
             pid,

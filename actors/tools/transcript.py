@@ -11,6 +11,8 @@ docs/tools.md's counters. Every store is bounded: originals beyond ``originals_b
 are evicted oldest first, and counted. ``conversation()`` shows it as OpenAI's typed chat
 messages (``conversation_state.Conversation``), the form its journal rows hold;
 ``pop_from_last_user_message`` takes back the last question (``/retry``, ``/revise``).
+``turn_ids`` names the newest committed turns (their exchanges in the shared context),
+so the agent that takes a question back takes its exchange back there too.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ from .tiers import (
 
 ORIGINALS_BUDGET_CHARS = 1_000_000
 """Default bound on the characters of reclaimed originals a transcript keeps."""
+
+MAX_TURN_IDS = 64
+"""Turn ids a transcript keeps, its newest turns': questions taken back beyond them leave
+their exchange in the shared context."""
 
 
 class UnknownToolCall(KeyError):
@@ -80,6 +86,10 @@ class Transcript:
         """Writes mirrored to the transcript store so far (``store.TranscriptWrite``)."""
         self.resync = False
         """The store may have missed a write: the next mirror sends the whole transcript."""
+        self.turn_ids: list[str] = []
+        """The ids of the newest committed turns, oldest first, the newest turn last: one
+        per turn committed with an id, paired with the user messages from the end."""
+        self._new_turn_ids: list[str] = []
 
     def clear(self) -> None:
         """Forget everything: messages, summary, token count, counters, originals."""
@@ -92,6 +102,8 @@ class Transcript:
         self.rewritten = False
         self.revision = 0
         self.resync = False
+        self.turn_ids.clear()
+        self._new_turn_ids.clear()
 
     # ----------------------------------------------------------------- the turn
 
@@ -99,10 +111,25 @@ class Transcript:
         """Add messages to the current turn (pending until ``commit``)."""
         self.pending.extend(messages)
 
-    def commit(self) -> None:
-        """The turn completed: its messages join the transcript."""
+    def commit(self, turn_id: str | None = None) -> None:
+        """The turn completed: its messages join the transcript (``turn_id``: its id)."""
         self.messages.extend(self.pending)
         self.pending.clear()
+        if turn_id is not None:
+            self.note_turn_ids((turn_id,))
+            self._new_turn_ids.append(turn_id)
+            del self._new_turn_ids[:-MAX_TURN_IDS]
+
+    def note_turn_ids(self, turn_ids: tuple[str, ...]) -> None:
+        """Add the ids of newer turns (the oldest beyond ``MAX_TURN_IDS`` are forgotten)."""
+        self.turn_ids.extend(turn_ids)
+        del self.turn_ids[:-MAX_TURN_IDS]
+
+    def take_new_turn_ids(self) -> tuple[str, ...]:
+        """The turn ids committed since the last call (what a mirror has not seen yet)."""
+        new = tuple(self._new_turn_ids)
+        self._new_turn_ids.clear()
+        return new
 
     def rollback(self) -> None:
         """The turn was cancelled or failed: forget its messages."""

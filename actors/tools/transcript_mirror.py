@@ -108,6 +108,7 @@ class TranscriptMirror:
             return None
         rewritten = transcript.take_rewritten()
         new_originals = transcript.take_new_originals()
+        new_turns = transcript.take_new_turn_ids()
         if transcript.resync:
             transcript.resync = False
             write = write_of(
@@ -116,7 +117,7 @@ class TranscriptMirror:
         elif rewritten:
             write = write_of(transcript, "replace", tuple(transcript.messages), new_originals)
         else:
-            write = write_of(transcript, "append", tuple(turn_messages), new_originals)
+            write = write_of(transcript, "append", tuple(turn_messages), new_originals, new_turns)
         return self._write(pid, write, transcript)
 
     async def forget(self, participant_id: str) -> None:
