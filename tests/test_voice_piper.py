@@ -20,9 +20,9 @@ from xrmq.actors.voice import builders
 from xrmq.actors.voice.audio_sink import AudioTopicSink, EspeakSynthesizer
 from xrmq.actors.voice.ordering import Segment, VoiceOrdering
 from xrmq.actors.voice.pcm import SAMPLE_RATE, pcm16_to_float
-from xrmq.actors.voice.piper import PiperSynthesizer, bundled_voice_path, verify_voice
+from xrmq.actors.voice.piper import PiperSynthesizer, bundled_voice_path
 from xrmq.actors.voice.queues import MAX_UNSPOKEN_CHARS, split_sentences
-from xrmq.actors.voice.stt import ModelIntegrityError
+from xrmq.actors.voice.stt import ModelIntegrityError, verify_file
 from xrmq.actors.voice.wer import word_error_rate
 from xrmq.schemas import AudioFrame, ResponseOutput
 
@@ -126,7 +126,7 @@ def test_the_bundled_voice_is_verified_and_a_changed_file_is_refused(tmp_path, m
     changed = tmp_path / "voice.onnx"
     changed.write_bytes(b"not a voice")
     with pytest.raises(ModelIntegrityError, match="refusing to load it"):
-        verify_voice(changed, "0" * 64)
+        verify_file(changed, "0" * 64)
     monkeypatch.setattr("xrmq.actors.voice.piper.BUNDLED_VOICE_SHA256", "0" * 64)
     with pytest.raises(ModelIntegrityError, match="en_US-joe-medium.onnx: SHA-256"):
         PiperSynthesizer().load()

@@ -59,16 +59,20 @@ def bundled_model_dir() -> Path:
 
 def verify_model(directory: Path, sha256: str) -> None:
     """Refuse a model directory whose ``model.bin`` does not hash to ``sha256``."""
-    weights = directory / "model.bin"
-    if not weights.is_file():
-        raise ModelIntegrityError(f"{weights}: missing")
+    verify_file(directory / "model.bin", sha256)
+
+
+def verify_file(path: Path, sha256: str) -> None:
+    """Refuse a model file (Whisper weights, a Piper voice) that does not hash to ``sha256``."""
+    if not path.is_file():
+        raise ModelIntegrityError(f"{path}: missing")
     digest = hashlib.sha256()
-    with open(weights, "rb") as handle:
+    with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     if digest.hexdigest() != sha256:
         raise ModelIntegrityError(
-            f"{weights}: SHA-256 {digest.hexdigest()} is not the expected {sha256}; "
+            f"{path}: SHA-256 {digest.hexdigest()} is not the expected {sha256}; "
             "refusing to load it"
         )
 
