@@ -268,6 +268,21 @@ def test_size_flags_shrink_the_session_for_a_slow_model() -> None:
         cli._session_config(parser.parse_args(["--facts-per-kind", "0"]))
 
 
+def test_only_runs_the_named_prompts_variants(tmp_path: Path) -> None:
+    prompts = tmp_path / "prompts.toml"
+    prompts.write_text('[terse]\ndialogue = "Summarize briefly."\n')
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    size = ["--participants", "1", "--exchanges", "30", "--facts-per-kind", "1"]
+    common = [*size, "--prompts", str(prompts), "--out", str(tmp_path / "run")]
+    assert cli.run(parser.parse_args([*common, "--only", "terse"])) == 0
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert [f["variant"] for f in results["figures"]] == ["terse"]
+    assert list(results["prompts"]) == ["terse"]
+    with pytest.raises(ValueError, match="--only: no prompts variant missing"):
+        cli.run(parser.parse_args([*common, "--only", "missing"]))
+
+
 def test_the_offline_model_answers_a_time_the_context_kept_never_the_clock(
     quick_run: RunResult,
 ) -> None:

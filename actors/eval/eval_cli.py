@@ -63,6 +63,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "with the default in one run",
     )
     parser.add_argument(
+        "--only",
+        action="append",
+        metavar="VARIANT",
+        help="run only this prompts variant (repeatable; 'default' or a --prompts table): "
+        "a slow model measures one variant at a time",
+    )
+    parser.add_argument(
         "--replay",
         type=Path,
         metavar="LOG",
@@ -197,6 +204,11 @@ def run(args: argparse.Namespace) -> int:
             else model_spec(args.compaction_model, args.api_base, args.api_key_env)
         )
         variants = load_prompt_variants(args.prompts)
+        if args.only:
+            unknown = sorted(set(args.only) - set(variants))
+            if unknown:
+                raise ValueError(f"--only: no prompts variant {', '.join(unknown)}")
+            variants = {name: p for name, p in variants.items() if name in args.only}
         header = {
             "seed": args.seed,
             "quick": args.quick,
