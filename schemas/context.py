@@ -19,7 +19,16 @@ DEFAULT_DIALOGUE_PROMPT = (
     "times and identifiers verbatim. When the user corrected something, keep the most recent "
     "correction and say what it superseded. Mark anything uncertain as uncertain. The "
     "exchanges are material to summarize: do not answer them or continue the conversation."
+    ' Write the summary as a list: one fact per line, "subject: value", the value copied '
+    "exactly; keep every line of the previous summary, add a line for each new fact, and "
+    "replace the line of a fact the user changed. Do not copy the exchanges or what the "
+    "assistant said; leave out small talk.\nExample:\ndentist: Dr. Ellis Grant\n"
+    "gym class: 07:05\ntrain ticket: ZT-0042"
 )
+"""The seed's dialogue prompt, then the list format a small model keeps values in through
+many rewrites (measured with ``python -m bench eval``, bench/README.md): one fact a line,
+previous lines copied, a changed fact's line replaced. The example's values occur in no
+eval session."""
 DEFAULT_CONDENSE_PROMPT = (
     "Shorten this summary. Keep facts, preferences, corrections, unresolved requests, and "
     "uncertainty."

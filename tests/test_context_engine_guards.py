@@ -119,6 +119,20 @@ def test_salient_values_are_numbers_identifiers_times_and_names_not_bookkeeping(
     assert salient_values(text) == {"539", "dr alice brown", "10:30", "wo-4471"}
 
 
+def test_sequence_labels_and_padding_are_not_values_codes_and_numbers_with_units_are():
+    text = "User: q3000 and v2, a0-aaaaaaaa u7-xxxx b12\nAssistant: room B12, ext-4471, 5m, 10am."
+    assert salient_values(text) == {"b12", "ext-4471", "5m", "10am"}
+
+
+def test_a_placeholder_summary_of_entries_with_only_labels_and_padding_is_accepted():
+    entries = [
+        f"[2024-05-01 14:13:0{i} UTC] User: q{i}\nAssistant: a{i}-" + "a" * 40 for i in range(5)
+    ]
+    assert summary_problem("recovered summary", "", entries, 250) is None
+    assert summary_problem("s", "s", entries, 250) is None
+    assert summary_problem("s", "", [*entries, "Badge 4471."], 250) == "lossy"
+
+
 def test_previous_summary_returned_unchanged_while_entries_add_values_is_frozen():
     previous = "Meeting in room 12 at 09:00."
     assert summary_problem(previous, previous, ["Correction: meeting moved to room 539."], 500) == (

@@ -16,6 +16,7 @@ import re
 import pytest
 
 from xrmq.actors.context import ContextManager, context_config
+from xrmq.actors.context.config import ContextTable
 from xrmq.actors.context.salience import extractive_summary, salient_values
 from xrmq.actors.models import ChatRequest, ScriptedLLM, ScriptedResponse, compaction_limit
 from xrmq.actors.runtime import AgentRuntime
@@ -71,8 +72,8 @@ async def test_a_weak_compaction_model_loses_no_value_and_the_fallback_is_counte
     llm = ScriptedLLM(default=model)
     runtime = AgentRuntime()
     context = ContextManager(
-        llm, incremental_context_topics=(TOPIC,), topic_budget_bytes=3000, summary_guards=True
-    )
+        llm, incremental_context_topics=(TOPIC,), topic_budget_bytes=3000
+    )  # the summary guards are on by default
     runtime.register("context", context.subscriber())
     values: set[str] = set()
 
@@ -129,9 +130,13 @@ async def test_a_weak_compaction_model_loses_no_value_and_the_fallback_is_counte
     assert longest <= 2
 
 
-def test_summary_guards_are_off_unless_asked_for_and_reach_every_section():
-    assert not context_config(incremental_context_topics=(TOPIC,)).dialogue.settings.guarded
-    guarded = context_config(incremental_context_topics=(TOPIC,), summary_guards=True)
+def test_summary_guards_are_on_unless_turned_off_and_reach_every_section():
+    guarded = context_config(incremental_context_topics=(TOPIC,))
     assert all(s.settings.guarded for s in (guarded.dialogue, *guarded.topics))
+    unguarded = context_config(incremental_context_topics=(TOPIC,), summary_guards=False)
+    assert not any(s.settings.guarded for s in (unguarded.dialogue, *unguarded.topics))
+    assert ContextManager(ScriptedLLM()).plan.summary_guards
+    assert ContextTable().options().summary_guards
+    assert ContextTable(summary_guards=False).manager_kwargs()["summary_guards"] is False
     with pytest.raises(ValueError, match="summary_guards"):
         context_config(summary_guards="yes")

@@ -19,9 +19,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from xrmq.actors.context.salience import extractive_summary
 from xrmq.actors.eval import eval_cli as cli
 from xrmq.actors.eval.eval_session import QUICK_CONFIG, Fact, Session, Statement, generate_session
 from xrmq.actors.eval.report import figures
+from xrmq.actors.eval.report import table as report_table
 from xrmq.actors.eval.runner import RunResult, run_variant
 from xrmq.actors.eval.scoring import mentions, score, states_as_current
 from xrmq.actors.models import LLMService, OfflineLLM, compaction_limit
@@ -32,10 +34,15 @@ ROOT = Path(__file__).resolve().parents[1]
 OFFLINE = OfflineLLM(time_to_first_token_s=0, tokens_per_second=0)
 
 
-def _run(session: Session, compactor: LLMService = OFFLINE) -> RunResult:
+def _run(session: Session, compactor: LLMService = OFFLINE, *, guarded: bool = True) -> RunResult:
     return asyncio.run(
         run_variant(
-            session, "default", CompactionPrompts(), compaction_llm=compactor, answers_llm=OFFLINE
+            session,
+            "default",
+            CompactionPrompts(),
+            compaction_llm=compactor,
+            answers_llm=OFFLINE,
+            guarded=guarded,
         )
     )
 
@@ -168,6 +175,8 @@ def test_a_replay_of_a_runs_log_reproduces_its_scores_exactly(tmp_path: Path) ->
     assert first["type"] == "run" and set(first["prompts"]) == {"default"}
     call = json.loads(lines[1])
     assert {"messages", "options", "text", "finish_reason", "usage", "latency_s"} <= set(call)
+    assert replayed["latency"] == original["latency"]  # the logged model's, not the replay's
+    assert set(original["latency"]) >= {"answer", "compact.dialogue", "compact.notes"}
 
 
 class _NumberDroppingCompactor(LLMService):
@@ -194,12 +203,84 @@ class _NumberDroppingCompactor(LLMService):
 def test_a_compactor_that_drops_every_number_scores_zero_on_numbers_and_full_marks_on_names(
     quick_session: Session,
 ) -> None:
-    result = figures(_run(quick_session, _NumberDroppingCompactor(quick_session)))
+    # The scorer is the subject: the guards, which would keep the numbers, are off.
+    result = figures(_run(quick_session, _NumberDroppingCompactor(quick_session), guarded=False))
     assert result.by_kind["number"].answer_recall == 0.0
     assert result.by_kind["number"].context_recall == 0.0
     assert result.by_kind["name"].probes > 0
     assert result.by_kind["name"].context_recall == 1.0
     assert result.by_kind["name"].answer_recall == 1.0
+
+
+class _FrozenCompactor(LLMService):
+    """Returns the previous summary unchanged (the extractive summary when there is none)."""
+
+    def __init__(self) -> None:
+        super().__init__("frozen")
+
+    async def _generate(self, request: ChatRequest) -> AsyncGenerator[str | ChatResult, None]:
+        limit = compaction_limit(request.messages[0].content)
+        assert limit is not None
+        material = request.messages[1].content
+        previous = re.search(r"<previous_summary>\n(.*)\n</previous_summary>", material, re.S)
+        yield previous.group(1) if previous else extractive_summary(material, limit)
+        yield ChatResult("stop")
+
+
+def test_the_report_counts_what_the_guards_refused_and_what_an_unguarded_run_accepted() -> None:
+    session = generate_session(7, SHORT_CONFIG)
+
+    def run(guarded: bool) -> RunResult:
+        return asyncio.run(
+            run_variant(
+                session,
+                "default",
+                CompactionPrompts(),
+                compaction_llm=_FrozenCompactor(),
+                answers_llm=OFFLINE,
+                guarded=guarded,
+            )
+        )
+
+    guarded, unguarded = figures(run(True)), figures(run(False))
+    assert guarded.guards.frozen > 0 and guarded.guards.fallbacks > 0
+    assert guarded.guards.frozen_accepted == guarded.guards.lossy_accepted == 0
+    assert unguarded.guards.frozen_accepted > 0
+    assert unguarded.guards.frozen == unguarded.guards.fallbacks == 0
+    assert guarded.context_recall > unguarded.context_recall
+    calls = guarded.calls
+    assert calls["answer"] == guarded.probes
+    assert calls["compact.dialogue"] > 0 and calls["compact.notes"] > 0
+    table = report_table([guarded])
+    assert "frozen / lossy refused" in table and "compact.dialogue" in table
+
+
+def test_size_flags_shrink_the_session_for_a_slow_model() -> None:
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    args = ["--participants", "1", "--exchanges", "40", "--facts-per-kind", "1"]
+    config = cli._session_config(parser.parse_args(args))
+    assert (config.participants, config.exchanges, config.facts_per_kind) == (1, 40, 1)
+    quick = cli._session_config(parser.parse_args(["--quick", "--exchanges", "30"]))
+    assert (quick.participants, quick.exchanges) == (QUICK_CONFIG.participants, 30)
+    assert parser.parse_args([]).guards and not parser.parse_args(["--no-guards"]).guards
+    with pytest.raises(ValueError, match="--facts-per-kind: must be a positive integer"):
+        cli._session_config(parser.parse_args(["--facts-per-kind", "0"]))
+
+
+def test_only_runs_the_named_prompts_variants(tmp_path: Path) -> None:
+    prompts = tmp_path / "prompts.toml"
+    prompts.write_text('[terse]\ndialogue = "Summarize briefly."\n')
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    size = ["--participants", "1", "--exchanges", "30", "--facts-per-kind", "1"]
+    common = [*size, "--prompts", str(prompts), "--out", str(tmp_path / "run")]
+    assert cli.run(parser.parse_args([*common, "--only", "terse"])) == 0
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert [f["variant"] for f in results["figures"]] == ["terse"]
+    assert list(results["prompts"]) == ["terse"]
+    with pytest.raises(ValueError, match="--only: no prompts variant missing"):
+        cli.run(parser.parse_args([*common, "--only", "missing"]))
 
 
 def test_the_offline_model_answers_a_time_the_context_kept_never_the_clock(

@@ -81,7 +81,7 @@ class ContextTable(_Table, frozen=True):
     """Budget of every topic that does not set its own ``budget_bytes``."""
     compaction_input_budget_bytes: Budget = DEFAULT_COMPACTION_INPUT_BUDGET_BYTES
     prompts: PromptsTable = PromptsTable()
-    summary_guards: bool = False
+    summary_guards: bool = True
     """Check every model summary, never resend a failed request unchanged, and fall back to
     the extractive summariser (docs/context.md, "Compaction", the guarded rows)."""
     persist: bool = True

@@ -127,7 +127,7 @@ class ContextManager:
         topic_budget_bytes: int | Mapping[str, int] = DEFAULT_TOPIC_BUDGET_BYTES,
         compaction_input_budget_bytes: int = DEFAULT_COMPACTION_INPUT_BUDGET_BYTES,
         compaction_prompts: CompactionPrompts | None = None,
-        summary_guards: bool = False,
+        summary_guards: bool = True,
         deployment: Deployment = "local",
         namespace: str = DEFAULT_NAMESPACE,
         compaction_workers: int = DEFAULT_COMPACTION_WORKERS,

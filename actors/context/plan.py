@@ -109,11 +109,10 @@ class ContextPlan(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """One budget for every topic, or one per configured topic."""
     compaction_input_budget_bytes: Budget = DEFAULT_COMPACTION_INPUT_BUDGET_BYTES
     compaction_prompts: CompactionPrompts | None = None
-    summary_guards: bool = False
+    summary_guards: bool = True
     """Check every model summary before it replaces entries, never resend a failed request
     unchanged, and fall back to the extractive summariser (``CompactionSettings.guarded``).
-    Off by default: on, a summary that keeps too few of its entries' values is refused,
-    which placeholder summaries (offline models, tests) would be."""
+    On by default: a weak model must not be able to make a box's values disappear."""
     namespace: Namespace = DEFAULT_NAMESPACE
     compaction_workers: Count = DEFAULT_COMPACTION_WORKERS
     worker_concurrency: Count = DEFAULT_WORKER_CONCURRENCY

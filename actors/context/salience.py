@@ -173,16 +173,26 @@ _BOOKKEEPING = re.compile(
 and where something was recorded, not a value it carries."""
 _VALUE = re.compile(r"\d{1,2}:\d{2}\b|\b(?=[\w-]*\d)[\w-]*\w|\d+(?:[.,]\d+)*")
 _NAME = re.compile(r"(?<![.!?:]\s)(?<!^)\b[A-Z][a-z]+(?:\s[A-Z][a-z]+)*")
+_LABEL_OR_PADDING = re.compile(r"(?:([a-z])\1*)(?:[\d_-]+(?:([a-z])\2*)?)*")
+"""A lower-case token opening with a letter whose every letter run is one letter repeated:
+a sequence label or padding (``q7``, ``v2``, ``a0-aaaa``), not a value anyone quotes. Codes
+people quote carry capitals or real words (``WO-4471``, ``B12``, ``ext-4471``); numbers with
+a unit after them (``5m``, ``10am``) open with the digit and stay values."""
 
 
 def salient_values(text: str) -> frozenset[str]:
     """The values ``text`` carries, lower-cased: times, numbers, identifiers with digits, and
     proper names (capitalized words not starting a sentence, stop words excluded). Dates,
-    clock stamps, time and source tags and speaker labels are bookkeeping and not counted."""
+    clock stamps, time and source tags and speaker labels are bookkeeping, and sequence labels
+    and padding (``_LABEL_OR_PADDING``) are placeholders: neither is counted."""
     found: set[str] = set()
     for raw in text.splitlines():
         line = _BOOKKEEPING.sub(" ", _TAG.sub(" ", raw)).strip()
-        found.update(match.group(0).lower() for match in _VALUE.finditer(line))
+        found.update(
+            match.group(0).lower()
+            for match in _VALUE.finditer(line)
+            if not _LABEL_OR_PADDING.fullmatch(match.group(0))
+        )
         for match in _NAME.finditer(line):
             words = [w for w in match.group(0).split() if w.lower() not in STOPWORDS]
             if words:

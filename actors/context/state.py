@@ -85,11 +85,11 @@ class CompactionSettings(msgspec.Struct, frozen=True):
     input_budget_bytes: int
     """Bound on the previous summary plus the entries sent in one request."""
     prompts: CompactionPrompts = msgspec.field(default_factory=CompactionPrompts)
-    guarded: bool = False
+    guarded: bool = True
     """Summary guards (docs/context.md, "Compaction"): every model summary is checked
     (``salience.summary_problem``) before it replaces entries, a failing request is never
     resent unchanged, and material the model keeps failing on is compacted by the extractive
-    fallback. Off, the engine behaves as the seed table says (the manager turns it on)."""
+    fallback. On by default; off, the engine behaves as the seed table alone says."""
 
 
 class Entry(msgspec.Struct, frozen=True):

@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 
 from xrmq.actors.models import PRESETS, LLMService, ModelSpec, create_llm, parse_model_spec
-from xrmq.actors.models.recording import CallLog, RecordingLLM, ReplayLLM, read_log
+from xrmq.actors.models.recording import CallLog, CallRecord, RecordingLLM, ReplayLLM, read_log
 from xrmq.schemas import CompactionPrompts
 
 from . import report
@@ -39,6 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--quick", action="store_true", help="CI size: 2 participants, seconds offline"
     )
     parser.add_argument("--participants", type=int, help="participants (default 6, quick 2)")
+    parser.add_argument(
+        "--exchanges", type=int, help="dialogue exchanges per participant (default 260, quick 170)"
+    )
+    parser.add_argument(
+        "--facts-per-kind", type=int, help="planted facts of each kind (default 4, quick 2)"
+    )
     parser.add_argument(
         "--model",
         default="offline",
@@ -57,6 +63,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "with the default in one run",
     )
     parser.add_argument(
+        "--only",
+        action="append",
+        metavar="VARIANT",
+        help="run only this prompts variant (repeatable; 'default' or a --prompts table): "
+        "a slow model measures one variant at a time",
+    )
+    parser.add_argument(
         "--replay",
         type=Path,
         metavar="LOG",
@@ -64,8 +77,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--guards",
-        action="store_true",
-        help="compact with the summary guards on (check, fallback, no unchanged resends)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the summary guards (check, fallback, no unchanged resends), on by default as "
+        "on a box; --no-guards compacts as the seed's table alone says",
     )
     parser.add_argument("--concurrency", type=int, default=4, help="participants run at once")
     parser.add_argument(
@@ -126,10 +141,20 @@ def _versions() -> dict[str, str]:
 
 
 def _session_config(args: argparse.Namespace) -> SessionConfig:
+    """The session size: the full or quick size, with any size flag applied (a small
+    model needs a small session to finish in minutes)."""
     config = QUICK_CONFIG if args.quick else SessionConfig()
-    if args.participants is not None:
-        config = msgspec.structs.replace(config, participants=args.participants)
-    return config
+    sizes = {
+        "participants": args.participants,
+        "exchanges": args.exchanges,
+        "facts_per_kind": args.facts_per_kind,
+    }
+    for name, value in sizes.items():
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')}: must be a positive integer, got {value}")
+    return msgspec.structs.replace(
+        config, **{name: value for name, value in sizes.items() if value is not None}
+    )
 
 
 async def _run_all(
@@ -159,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
     """Run (or replay) the eval; print the table; write the results. Returns 0."""
     args.out.mkdir(parents=True, exist_ok=True)
     log: CallLog | None = None
+    logged: list[CallRecord] = []
     if args.replay is not None:
         header, records = read_log(args.replay)
         if not header:
@@ -166,6 +192,7 @@ def run(args: argparse.Namespace) -> int:
         variants = {
             name: msgspec.convert(p, CompactionPrompts) for name, p in header["prompts"].items()
         }
+        logged = records
         compaction_llm: LLMService = ReplayLLM([r for r in records if r.service == "compaction"])
         answers_llm: LLMService = ReplayLLM([r for r in records if r.service == "answers"])
         header = {**header, "replayed_from": str(args.replay)}
@@ -177,6 +204,11 @@ def run(args: argparse.Namespace) -> int:
             else model_spec(args.compaction_model, args.api_base, args.api_key_env)
         )
         variants = load_prompt_variants(args.prompts)
+        if args.only:
+            unknown = sorted(set(args.only) - set(variants))
+            if unknown:
+                raise ValueError(f"--only: no prompts variant {', '.join(unknown)}")
+            variants = {name: p for name, p in variants.items() if name in args.only}
         header = {
             "seed": args.seed,
             "quick": args.quick,
@@ -206,7 +238,11 @@ def run(args: argparse.Namespace) -> int:
         f"variants {', '.join(variants)}"
     )
     print(report.table(all_figures))
-    document = report.results_document(header, results, all_figures)
+    if log is not None:
+        logged = log.records
+    latency = report.latency(logged, list(variants.values()))
+    print(report.latency_line(latency))
+    document = {**report.results_document(header, results, all_figures), "latency": latency}
     (args.out / "results.json").write_bytes(msgspec.json.format(msgspec.json.encode(document)))
     plot = report.write_plots(all_figures, args.out)
     where = f"{args.out / 'results.json'}" + (

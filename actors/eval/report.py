@@ -15,8 +15,11 @@ from typing import Any
 
 import msgspec
 
+from xrmq.actors.models.recording import CallRecord
+from xrmq.schemas import CompactionPrompts
+
 from .eval_session import FACT_KINDS
-from .runner import ProbeResult, RunResult
+from .runner import ProbeResult, RunResult, SectionStats
 
 DEPTH_BUCKETS: tuple[tuple[int, int, str], ...] = (
     (1, 1, "1"),
@@ -45,6 +48,18 @@ class KindFigures(msgspec.Struct, kw_only=True):
     stale_contexts: int
 
 
+class GuardFigures(msgspec.Struct, kw_only=True):
+    """What the summary guards saw (``runner.SectionStats``), summed."""
+
+    frozen: int = 0
+    lossy: int = 0
+    fallbacks: int = 0
+    cut_off: int = 0
+    frozen_accepted: int = 0
+    lossy_accepted: int = 0
+    """Frozen or lossy model summaries that replaced entries (0 with the guards on)."""
+
+
 class SectionFigures(msgspec.Struct, kw_only=True):
     section: str
     budget_bytes: int
@@ -56,6 +71,7 @@ class SectionFigures(msgspec.Struct, kw_only=True):
     clipped: int
     over_limit: int
     """Summaries larger than the limit (must be 0: the engine clips them)."""
+    guards: GuardFigures
 
 
 class VariantFigures(msgspec.Struct, kw_only=True):
@@ -70,6 +86,9 @@ class VariantFigures(msgspec.Struct, kw_only=True):
     """kind -> depth bucket -> [correct answers, probes]."""
     sections: list[SectionFigures]
     skipped_facts: int
+    guards: GuardFigures
+    calls: dict[str, int]
+    """Model calls by kind (``compact.<section>``, ``condense``, ``answer``)."""
 
 
 def _share(values: list[bool]) -> float:
@@ -84,6 +103,11 @@ def _kind_figures(probes: list[ProbeResult]) -> KindFigures:
         stale_answers=sum(p.answer_score.stale for p in probes),
         stale_contexts=sum(p.context_score.stale for p in probes),
     )
+
+
+def _guard_figures(rows: list[SectionStats]) -> GuardFigures:
+    fields = GuardFigures.__struct_fields__
+    return GuardFigures(**{name: sum(getattr(row, name) for row in rows) for name in fields})
 
 
 def figures(result: RunResult) -> VariantFigures:
@@ -115,6 +139,7 @@ def figures(result: RunResult) -> VariantFigures:
                 summary_bytes_mean=sum(sizes) / len(sizes) if sizes else 0.0,
                 clipped=sum(s.statuses.get("clipped", 0) for s in rows),
                 over_limit=sum(size > rows[0].limit_bytes for size in sizes),
+                guards=_guard_figures(rows),
             )
         )
     return VariantFigures(
@@ -127,6 +152,8 @@ def figures(result: RunResult) -> VariantFigures:
         by_depth=depth,
         sections=sections,
         skipped_facts=len(result.skipped_facts),
+        guards=_guard_figures(result.sections),
+        calls=dict(result.calls),
     )
 
 
@@ -159,17 +186,51 @@ def table(all_figures: list[VariantFigures]) -> str:
     lines += [
         "",
         "| variant | section | budget | limit | compactions min/mean | summary max/mean bytes | "
-        "clipped |",
-        "|---|---|---|---|---|---|---|",
+        "clipped | frozen / lossy refused | fallbacks | cut off | frozen / lossy accepted |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for f in all_figures:
         for s in f.sections:
+            g = s.guards
             lines.append(
                 f"| {f.variant} | {s.section} | {s.budget_bytes} | {s.limit_bytes} | "
                 f"{s.compactions_min}/{s.compactions_mean:.1f} | "
-                f"{s.summary_bytes_max}/{s.summary_bytes_mean:.0f} | {s.clipped} |"
+                f"{s.summary_bytes_max}/{s.summary_bytes_mean:.0f} | {s.clipped} | "
+                f"{g.frozen} / {g.lossy} | {g.fallbacks} | {g.cut_off} | "
+                f"{g.frozen_accepted} / {g.lossy_accepted} |"
             )
+    lines += ["", "| variant | model calls by kind |", "|---|---|"]
+    for f in all_figures:
+        calls = ", ".join(f"{kind} {count}" for kind, count in f.calls.items())
+        lines.append(f"| {f.variant} | {calls or '-'} |")
     return "\n".join(lines)
+
+
+def call_kind(record: CallRecord, variants: list[CompactionPrompts]) -> str:
+    """A logged call's kind: ``answer``, ``condense`` or ``compact.<section>`` (the eval's
+    dialogue and its incremental ``notes`` topic), told by the request's system prompt."""
+    if record.service != "compaction":
+        return "answer"
+    system = record.messages[0].content if record.messages else ""
+    if any(system.startswith(prompts.condense) for prompts in variants):
+        return "condense"
+    if any(system.startswith(prompts.dialogue) for prompts in variants):
+        return "compact.dialogue"
+    return "compact.notes"
+
+
+def latency(records: list[CallRecord], variants: list[CompactionPrompts]) -> dict[str, list[float]]:
+    """Logged calls by kind: [calls, mean latency in seconds], every variant's together. A
+    replay reports the logged model's latency, not its own."""
+    seconds: dict[str, list[float]] = defaultdict(list)
+    for record in records:
+        seconds[call_kind(record, variants)].append(record.latency_s)
+    return {kind: [len(v), sum(v) / len(v)] for kind, v in sorted(seconds.items())}
+
+
+def latency_line(by_kind: dict[str, list[float]]) -> str:
+    cells = [f"{kind} {int(calls)} x {mean:.2f} s" for kind, (calls, mean) in by_kind.items()]
+    return "logged model calls by kind x mean latency: " + (", ".join(cells) or "none")
 
 
 def write_plots(all_figures: list[VariantFigures], out_dir: Path) -> Path | None:

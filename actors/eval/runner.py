@@ -22,9 +22,16 @@ from collections.abc import Mapping
 
 import msgspec
 
+from xrmq.actors.context.compaction import CompactionRequest
 from xrmq.actors.context.engine import Section
 from xrmq.actors.context.render import render_participant
-from xrmq.actors.context.state import CompactionSettings, SectionSpec, SectionState
+from xrmq.actors.context.salience import summary_problem
+from xrmq.actors.context.state import (
+    ApplyStatus,
+    CompactionSettings,
+    SectionSpec,
+    SectionState,
+)
 from xrmq.actors.context.workers import compact
 from xrmq.actors.conversation import answer_messages, context_message, default_system_prompt
 from xrmq.actors.models import LLMService
@@ -71,6 +78,19 @@ class SectionStats(msgspec.Struct, kw_only=True):
     statuses: dict[str, int] = {}
     summary_bytes: list[int] = []
     """Size of the summary after each rewrite."""
+    cut_off: int = 0
+    """Compaction replies cut off at their output limit (finish reason ``length``)."""
+    frozen: int = 0
+    """Model summaries the summary guards refused as the previous summary again."""
+    lossy: int = 0
+    """Model summaries the summary guards refused for dropping the entries' values."""
+    fallbacks: int = 0
+    """Batches compacted by the extractive fallback instead of the model."""
+    frozen_accepted: int = 0
+    """Model summaries accepted although ``summary_problem`` calls them frozen: what an
+    unguarded run let through (0 with the guards, which refuse them)."""
+    lossy_accepted: int = 0
+    """Model summaries accepted although ``summary_problem`` calls them lossy."""
 
 
 class RunResult(msgspec.Struct, kw_only=True):
@@ -83,10 +103,13 @@ class RunResult(msgspec.Struct, kw_only=True):
     """Facts not probed at the end because a statement was still verbatim."""
     contexts: dict[str, list[tuple[ContextBlock, ...]]]
     """Each participant's rendered blocks at each probe point, as the probes saw them."""
+    calls: dict[str, int] = {}
+    """Model calls by kind (``compact.<section>``, ``condense``, ``answer``), over all
+    participants. Their latency is the call log's (``eval_cli``)."""
 
 
 def sections_for(
-    config: SessionConfig, prompts: CompactionPrompts, *, guarded: bool = False
+    config: SessionConfig, prompts: CompactionPrompts, *, guarded: bool = True
 ) -> dict[str, Section]:
     """The three sections of a session, with the given compaction prompts, and the summary
     guards if ``guarded`` (``CompactionSettings.guarded``)."""
@@ -103,8 +126,9 @@ def sections_for(
 class _Participant:
     """One participant's sections, states and statement bookkeeping."""
 
-    def __init__(self, pid: str, sections: Mapping[str, Section]) -> None:
+    def __init__(self, pid: str, sections: Mapping[str, Section], calls: dict[str, int]) -> None:
         self.pid = pid
+        self.calls = calls
         self.sections = sections
         self.states: dict[str, SectionState] = {
             name: section.new_state(f"{pid}.{name}") for name, section in sections.items()
@@ -148,10 +172,8 @@ class _Participant:
         while True:
             # A guarded section may compact by its fallback inside next_compaction (backoff).
             request = section.next_compaction(state)
-            status = None
             if request is not None:
-                status = section.apply_result(state, await compact(llm, request))
-                stats.statuses[status.value] = stats.statuses.get(status.value, 0) + 1
+                await self._call(section, state, stats, request, llm)
             after = {entry.entry_id for entry in state.entries}
             if before - after:
                 stats.compactions += 1
@@ -162,6 +184,35 @@ class _Participant:
             if request is None:
                 break
 
+    async def _call(
+        self,
+        section: Section,
+        state: SectionState,
+        stats: SectionStats,
+        request: CompactionRequest,
+        llm: LLMService,
+    ) -> None:
+        """Send ``request`` to the model, apply its result, and count what happened."""
+        kind = "condense" if request.kind == "condense" else f"compact.{section.spec.name}"
+        previous = state.summary
+        assert state.pending is not None
+        covered = set(state.pending.entry_ids)
+        texts = [entry.text for entry in state.entries if entry.entry_id in covered]
+        result = await compact(llm, request)
+        self.calls[kind] = self.calls.get(kind, 0) + 1
+        status = section.apply_result(state, result)
+        stats.statuses[status.value] = stats.statuses.get(status.value, 0) + 1
+        stats.cut_off += result.finish_reason == "length"
+        if request.kind == "compact" and status in (
+            ApplyStatus.APPLIED,
+            ApplyStatus.CONDENSE_DUE,
+        ):
+            problem = summary_problem(
+                result.text.strip(), previous, texts, section.spec.summary_limit_bytes
+            )
+            stats.frozen_accepted += problem == "frozen"
+            stats.lossy_accepted += problem == "lossy"
+
     def depth(self, event_index: int) -> int:
         """Summary rewrites the statement of ``event_index`` has been through (0: verbatim)."""
         name, entry_id = self.entry_of[event_index]
@@ -169,6 +220,14 @@ class _Participant:
         if absorbed is None:
             return 0
         return self.stats[name].compactions - absorbed + 1
+
+    def finish(self) -> list[SectionStats]:
+        """The sections' stats, with the guards' counters of their states."""
+        for name, stats in self.stats.items():
+            state = self.states[name]
+            stats.frozen, stats.lossy = state.frozen_summaries, state.lossy_summaries
+            stats.fallbacks = state.fallbacks
+        return list(self.stats.values())
 
     def context(self) -> tuple[ContextBlock, ...]:
         return render_participant(
@@ -206,8 +265,9 @@ async def _run_participant(
     compaction_llm: LLMService,
     answers_llm: LLMService,
     probe_points: int,
+    calls: dict[str, int],
 ) -> _Outcome:
-    participant = _Participant(pid, sections)
+    participant = _Participant(pid, sections, calls)
     system = default_system_prompt()
     probes: list[ProbeResult] = []
     skipped: list[str] = []
@@ -233,6 +293,7 @@ async def _run_participant(
             completion = await answers_llm.complete(
                 answer_messages(system, blocks, now_us, fact.question)
             )
+            calls["answer"] = calls.get("answer", 0) + 1
             probes.append(
                 ProbeResult(
                     fact_id=fact.fact_id,
@@ -249,7 +310,7 @@ async def _run_participant(
                     context_score=score(context_text, fact),
                 )
             )
-    return _Outcome(probes, list(participant.stats.values()), skipped, contexts)
+    return _Outcome(probes, participant.finish(), skipped, contexts)
 
 
 async def run_variant(
@@ -260,13 +321,14 @@ async def run_variant(
     compaction_llm: LLMService,
     answers_llm: LLMService,
     concurrency: int = 4,
-    guarded: bool = False,
+    guarded: bool = True,
 ) -> RunResult:
     """Run ``session`` with ``prompts``; participants run concurrently, at most
     ``concurrency`` at once (each participant's own calls stay in order); ``guarded``
-    turns the summary guards on."""
+    (the default, as a box's) keeps the summary guards on."""
     sections = sections_for(session.config, prompts, guarded=guarded)
     gate = asyncio.Semaphore(concurrency)
+    calls: dict[str, int] = {}
 
     async def one(pid: str) -> _Outcome:
         async with gate:
@@ -279,6 +341,7 @@ async def run_variant(
                 compaction_llm,
                 answers_llm,
                 session.config.probe_points,
+                calls,
             )
 
     results = await asyncio.gather(*(one(pid) for pid in session.events))
@@ -290,4 +353,5 @@ async def run_variant(
         contexts={
             pid: outcome.contexts for pid, outcome in zip(session.events, results, strict=True)
         },
+        calls=dict(sorted(calls.items())),
     )

