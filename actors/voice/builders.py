@@ -51,6 +51,8 @@ def voice_settings(voice: VoiceConfig) -> VoiceSettings:
         ),
         gate=GateSettings(min_speech_s=voice.barge_in_min_s, min_words=voice.barge_in_min_words),
         context_bias=voice.context_bias,
+        incremental_step_s=voice.incremental_step_s,
+        incremental_window_s=voice.incremental_window_s,
     )
 
 

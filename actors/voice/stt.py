@@ -9,6 +9,8 @@ backend hands it to its recognizer as its prompt.
   only as a carrier of those weights: ``model.bin``'s SHA-256 is checked before loading.
   The model is loaded once (``load()``, before the process reports ready) and one
   recognition runs at a time per process (it is CPU-bound; the box has few cores).
+  ``transcribe_words`` also gives each word's time (Whisper's word timestamps), which
+  incremental recognition needs (``incremental``).
 * ``LiteLLMSTT``: ``litellm.atranscription`` with the utterance as a WAV file, for any
   provider litellm speaks (``openai/whisper-1``, a local OpenAI-compatible server...).
 """
@@ -24,6 +26,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .incremental import Word
 from .pcm import wav_bytes
 from .silero import VoiceDependencyError
 
@@ -125,7 +128,28 @@ class WhisperSTT:
             self.load()
             return self._recognize(audio, prompt)
 
+    async def transcribe_words(self, audio: np.ndarray, prompt: str | None = None) -> list[Word]:
+        """The words heard in ``audio``, each with its start and end in seconds."""
+        return await asyncio.to_thread(self._transcribe_words, audio, prompt)
+
+    def _transcribe_words(self, audio: np.ndarray, prompt: str | None) -> list[Word]:
+        with self._lock:
+            self.load()
+            segments = self._segments(audio, prompt, word_timestamps=True)
+            return [
+                Word(word.word.strip(), float(word.start), float(word.end))
+                for segment in segments
+                for word in segment.words or ()
+                if word.word.strip()
+            ]
+
     def _recognize(self, audio: np.ndarray, prompt: str | None) -> str:
+        segments = self._segments(audio, prompt, word_timestamps=False)
+        return " ".join(segment.text.strip() for segment in segments).strip()
+
+    def _segments(
+        self, audio: np.ndarray, prompt: str | None, *, word_timestamps: bool
+    ) -> list[Any]:
         segments, _ = self._model.transcribe(
             audio.astype(np.float32, copy=False),
             language=self.language,
@@ -133,8 +157,9 @@ class WhisperSTT:
             initial_prompt=prompt or None,
             condition_on_previous_text=False,
             vad_filter=False,
+            word_timestamps=word_timestamps,
         )
-        return " ".join(segment.text.strip() for segment in segments).strip()
+        return list(segments)
 
 
 class LiteLLMSTT:
