@@ -144,9 +144,9 @@ BIAS_CONTEXT = (
 )
 
 
-def bias_wer() -> tuple[float, float, float]:
+def bias_wer(fit: bool = True) -> tuple[float, float, float]:
     """Mean WER of the bundled recognizer on espeak-ng speech: (biased, unbiased, s per
-    utterance)."""
+    utterance), Whisper's audio fitted to the utterance or padded to 30 s."""
     import subprocess
 
     import numpy as np
@@ -157,7 +157,7 @@ def bias_wer() -> tuple[float, float, float]:
     from xrmq.actors.voice.wer import word_error_rate
     from xrmq.schemas import ContextBlock
 
-    stt = WhisperSTT()
+    stt = WhisperSTT(fit_audio=fit)
     stt.load()
     prompt = bias_prompt((ContextBlock(None, BIAS_CONTEXT),))
     pad = np.zeros(3200, np.float32)
@@ -229,19 +229,18 @@ def run(ctx: SuiteContext) -> SuiteResult:
             "quick: the stack rows (end of speech -> first audio frame, voice vs text) are skipped"
         )
         return SuiteResult(rows=rows, notes=notes)
-    biased, plain, per_utterance = [], [], []
-    for rep in range(ctx.repetitions):
-        ctx.progress(
-            f"voice: WER with and without context biasing, repetition {rep + 1}/{ctx.repetitions}"
-        )
-        on, off, seconds = bias_wer()
-        biased.append(max(on, 1e-6))
-        plain.append(max(off, 1e-6))
-        per_utterance.append(seconds * 1000)
-    group = f"speech-to-text, {len(BIAS_SENTENCES)} espeak-ng questions (tiny.en int8)"
-    rows.append(_row(group, "mean WER, context biasing on", "WER", biased))
-    rows.append(_row(group, "mean WER, context biasing off", "WER", plain))
-    rows.append(_row(group, "recognition time per utterance (biased)", "ms", per_utterance))
+    for fit, how in ((True, "fitted"), (False, "padded")):
+        biased, plain, per_utterance = [], [], []
+        for rep in range(ctx.repetitions):
+            ctx.progress(f"voice: WER with and without biasing, {how}, {rep + 1}/{ctx.repetitions}")
+            on, off, seconds = bias_wer(fit)
+            biased.append(max(on, 1e-6))
+            plain.append(max(off, 1e-6))
+            per_utterance.append(seconds * 1000)
+        group = f"speech-to-text, {len(BIAS_SENTENCES)} espeak-ng questions (tiny.en int8, {how})"
+        rows.append(_row(group, "mean WER, context biasing on", "WER", biased))
+        rows.append(_row(group, "mean WER, context biasing off", "WER", plain))
+        rows.append(_row(group, "recognition time per utterance (biased)", "ms", per_utterance))
     hangover = SegmenterSettings().trailing_silence_s
     stages: dict[str, list[list[float]]] = {}
     for rep in range(ctx.repetitions):
@@ -288,7 +287,47 @@ def run(ctx: SuiteContext) -> SuiteResult:
         )
     ]
     rows.append(_row("runtime share, voice / text", "query -> first audio frame", "x", ratios))
+    rows += speaker_rows(ctx)
     return SuiteResult(rows=rows, notes=notes)
+
+
+def speaker_rows(ctx: SuiteContext) -> list[Row]:
+    """1, 4 and 8 speakers at once, per recognizer mode (``voice_speakers``)."""
+    from .voice_speakers import MODES, speaker_rounds
+
+    rows: list[Row] = []
+    for mode in MODES:
+        figures: dict[tuple[int, str], list[tuple[float, float]]] = {}
+        for rep in range(ctx.repetitions):
+            ctx.progress(f"voice: 1, 4, 8 speakers at once, {mode}, {rep + 1}/{ctx.repetitions}")
+            for turn in speaker_rounds(mode):
+                for name, values in (
+                    ("end of speech -> transcript", turn.to_text),
+                    ("end of speech -> first reply chunk", turn.to_chunk),
+                    ("end of speech -> first audio frame", turn.to_audio),
+                ):
+                    spread = (_p(values, 0.5) * 1000, _p(values, 0.95) * 1000)
+                    figures.setdefault((turn.speakers, name), []).append(spread)
+                cpu = turn.cpu_per_turn
+                for name, seconds in (
+                    ("CPU per turn, voice process", cpu.get("voice", 0.0)),
+                    ("CPU per turn, all processes", sum(cpu.values())),
+                ):
+                    figures.setdefault((turn.speakers, name), []).append((seconds * 1000, 0.0))
+        for (speakers, name), reps in figures.items():
+            unit = "ms CPU" if name.startswith("CPU") else "ms"
+            extra = {} if unit == "ms CPU" else {"p95": statistics.median(p95 for _, p95 in reps)}
+            rows.append(
+                _row(
+                    f"{speakers} speaker(s) at once, recognizer {mode}"
+                    + ("" if unit == "ms CPU" else " (p50; p95 in extra)"),
+                    name,
+                    unit,
+                    [max(p50, 1e-6) for p50, _ in reps],
+                    extra=extra,
+                )
+            )
+    return rows
 
 
 SUITE = Suite(
