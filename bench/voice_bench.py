@@ -9,10 +9,11 @@
 * The whole stack (full mode only; quick skips it: the stack and Whisper take tens of
   seconds to start): ``voice_config()``'s edge stack, spoken questions (``VoiceSession``),
   per turn from the end of speech: VAD hangover (the configured trailing silence; the
-  segmenter closes within one 32 ms chunk of it), speech-to-text (query time minus the
-  hangover), turn to first reply chunk, first chunk to first audio frame; and the same
-  questions sent as text ``UserQuery``s. The runtime's own share is the part after
-  recognition (query -> first audio frame); its ratio voice/text is the bar-free figure.
+  segmenter closes within one 32 ms chunk of it), the transcript (the hangover, or the
+  sentence-end pause, and recognition), turn to first reply chunk, first chunk to first
+  audio frame; and the same questions sent as text ``UserQuery``s. The runtime's own
+  share is the part after recognition (query -> first audio frame); its ratio
+  voice/text is the bar-free figure.
 """
 
 from __future__ import annotations
@@ -248,7 +249,9 @@ def run(ctx: SuiteContext) -> SuiteResult:
         voice, text = asyncio.run(stack_turns(3))
         figures = {
             "voice: VAD hangover (configured)": [hangover] * len(voice),
-            "voice: speech-to-text": [turn.to_text_s - hangover for turn in voice],
+            # Not "transcript minus hangover": a turn whose words end a sentence ends at the
+            # shorter sentence-end pause, so the recognition overlaps the hangover.
+            "voice: end of speech -> transcript": [turn.to_text_s for turn in voice],
             "voice: query -> first reply chunk": [
                 turn.to_chunk_s - turn.to_text_s for turn in voice
             ],
