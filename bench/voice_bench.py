@@ -291,7 +291,33 @@ def run(ctx: SuiteContext) -> SuiteResult:
     ]
     rows.append(_row("runtime share, voice / text", "query -> first audio frame", "x", ratios))
     rows += speaker_rows(ctx)
+    rows += cut_rows(ctx)
     return SuiteResult(rows=rows, notes=notes)
+
+
+def cut_rows(ctx: SuiteContext) -> list[Row]:
+    """False cuts on the demo's questions and on sentences with a pause inside
+    (``voice_cuts``), Whisper fitted and padded."""
+    from .voice_cuts import false_cuts
+
+    rows: list[Row] = []
+    for fit, how in ((True, "fitted"), (False, "padded")):
+        figures: dict[str, list[tuple[int, int, int]]] = {}
+        for rep in range(ctx.repetitions):
+            ctx.progress(f"voice: false cuts, {how}, {rep + 1}/{ctx.repetitions}")
+            for name, cuts in false_cuts(fit).items():
+                figures.setdefault(name, []).append((cuts.cut, cuts.sentences, cuts.early))
+        for name, reps in figures.items():
+            rows.append(
+                _row(
+                    f"false cuts, recognizer {how} (box settings: pause 0.2 s, hangover 0.4 s)",
+                    f"{name}: sentences heard as two turns (of {reps[0][1]})",
+                    "cuts",
+                    [max(float(cut), 1e-6) for cut, _, _ in reps],
+                    extra={"early ends": statistics.median(early for _, _, early in reps)},
+                )
+            )
+    return rows
 
 
 def speaker_rows(ctx: SuiteContext) -> list[Row]:
