@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from xrmq.actors.voice.listener import VoiceCounts
+    from xrmq.actors.voice.stt import WhisperSTT
 
 INNER_PAUSES = (0.3, 0.35)
 PIECES = (
