@@ -9,7 +9,9 @@ import statistics
 
 import pytest
 
+from xrmq.actors.edge.config_loader import decode_config
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
+from xrmq.actors.voice.builders import build_stt
 from xrmq.actors.voice.listener import (
     VOICE_INPUT_KIND,
     VoiceInput,
@@ -40,6 +42,12 @@ CONTEXT = (
         "F2 battery is at 20 percent, charging at bay 4. Bob is next to pallet P-12.",
     ),
 )
+
+
+def test_the_box_fits_whisper_to_the_utterance_unless_told_not_to():
+    assert isinstance(stt := build_stt(decode_config({}).voice), WhisperSTT) and stt.fit_audio
+    padded = build_stt(decode_config({"voice": {"whisper_fit": False}}).voice)
+    assert isinstance(padded, WhisperSTT) and not padded.fit_audio
 
 
 def test_a_sentence_said_twice_in_a_row_is_a_decode_running_on():
