@@ -164,3 +164,34 @@ async def test_words_are_committed_while_speaking_and_the_end_decodes_only_the_r
     [tail_s] = stt.texts  # one decode at the end, of the audio after the committed words
     assert tail_s < speech.size / 16000 - 1.0, (tail_s, stt.words)
     assert max(stt.words) <= settings.incremental_window_s + 1.0
+
+
+class WordsFailSTT(RecordingSTT):
+    """The shared recognizer, whose decodes with word times fail."""
+
+    async def transcribe_words(self, audio, prompt=None):
+        raise RuntimeError("no word times")
+
+
+@pytest.mark.timeout(180)
+async def test_a_failed_decode_while_speaking_is_counted_and_the_end_decodes_it_all(tmp_path):
+    stt = WordsFailSTT()
+    shared_stt()
+    runtime = AgentRuntime()
+    settings = VoiceSettings(
+        segmenter=SegmenterSettings(trailing_silence_s=0.6), incremental_step_s=1.0
+    )
+    register_voice_input(runtime, stt, settings=settings, context=lambda participant: CONTEXT)
+    seen = runtime.register("queries", Queries())
+    speech = spoken(tmp_path, "long", LONG)
+    audio = [np.zeros(4800, np.float32), speech, np.zeros(round(1.5 * 16000), np.float32)]
+    async with runtime:
+        await FrameSender(runtime, "p1").send(float_to_pcm16(np.concatenate(audio)))
+        instance = runtime.keyed_instances(VOICE_INPUT_KIND)["p1"]
+        assert isinstance(instance, VoiceInput)
+        counts = await asyncio.wait_for(instance.wait_until(lambda c: c.queries >= 1), 60)
+        await asyncio.wait_for(seen.arrived.wait(), 10)
+    [query] = seen.queries
+    assert counts.stt_failures >= 2 and counts.incremental_decodes == 0, counts
+    assert word_error_rate(LONG, query.text) <= 0.25, query.text
+    assert stt.texts[-1] >= speech.size / 16000  # the whole utterance, nothing committed

@@ -281,7 +281,12 @@ class VoiceInput(Agent):
 
     async def _advance(self, agreement: LocalAgreement, audio: np.ndarray) -> None:
         offset_s = agreement.decode_from_s
-        words = await self._decode_words(audio[round(offset_s * SAMPLE_RATE) :], agreement)
+        try:
+            words = await self._decode_words(audio[round(offset_s * SAMPLE_RATE) :], agreement)
+        except Exception as error:  # the end of speech decodes what is left, as without
+            self.counts.stt_failures += 1
+            self._log.error("voice.incremental_failed", error=repr(error))
+            return
         shifted = [Word(w.text, w.start_s + offset_s, w.end_s + offset_s) for w in words]
         self.counts.incremental_decodes += 1
         self.counts.committed_words += len(agreement.update(shifted, audio.size / SAMPLE_RATE))
