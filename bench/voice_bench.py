@@ -9,10 +9,11 @@
 * The whole stack (full mode only; quick skips it: the stack and Whisper take tens of
   seconds to start): ``voice_config()``'s edge stack, spoken questions (``VoiceSession``),
   per turn from the end of speech: VAD hangover (the configured trailing silence; the
-  segmenter closes within one 32 ms chunk of it), speech-to-text (query time minus the
-  hangover), turn to first reply chunk, first chunk to first audio frame; and the same
-  questions sent as text ``UserQuery``s. The runtime's own share is the part after
-  recognition (query -> first audio frame); its ratio voice/text is the bar-free figure.
+  segmenter closes within one 32 ms chunk of it), the transcript (the hangover, or the
+  sentence-end pause, and recognition), turn to first reply chunk, first chunk to first
+  audio frame; and the same questions sent as text ``UserQuery``s. The runtime's own
+  share is the part after recognition (query -> first audio frame); its ratio
+  voice/text is the bar-free figure.
 """
 
 from __future__ import annotations
@@ -144,9 +145,9 @@ BIAS_CONTEXT = (
 )
 
 
-def bias_wer() -> tuple[float, float, float]:
+def bias_wer(fit: bool = True) -> tuple[float, float, float]:
     """Mean WER of the bundled recognizer on espeak-ng speech: (biased, unbiased, s per
-    utterance)."""
+    utterance), Whisper's audio fitted to the utterance or padded to 30 s."""
     import subprocess
 
     import numpy as np
@@ -157,7 +158,7 @@ def bias_wer() -> tuple[float, float, float]:
     from xrmq.actors.voice.wer import word_error_rate
     from xrmq.schemas import ContextBlock
 
-    stt = WhisperSTT()
+    stt = WhisperSTT(fit_audio=fit)
     stt.load()
     prompt = bias_prompt((ContextBlock(None, BIAS_CONTEXT),))
     pad = np.zeros(3200, np.float32)
@@ -229,19 +230,18 @@ def run(ctx: SuiteContext) -> SuiteResult:
             "quick: the stack rows (end of speech -> first audio frame, voice vs text) are skipped"
         )
         return SuiteResult(rows=rows, notes=notes)
-    biased, plain, per_utterance = [], [], []
-    for rep in range(ctx.repetitions):
-        ctx.progress(
-            f"voice: WER with and without context biasing, repetition {rep + 1}/{ctx.repetitions}"
-        )
-        on, off, seconds = bias_wer()
-        biased.append(max(on, 1e-6))
-        plain.append(max(off, 1e-6))
-        per_utterance.append(seconds * 1000)
-    group = f"speech-to-text, {len(BIAS_SENTENCES)} espeak-ng questions (tiny.en int8)"
-    rows.append(_row(group, "mean WER, context biasing on", "WER", biased))
-    rows.append(_row(group, "mean WER, context biasing off", "WER", plain))
-    rows.append(_row(group, "recognition time per utterance (biased)", "ms", per_utterance))
+    for fit, how in ((True, "fitted"), (False, "padded")):
+        biased, plain, per_utterance = [], [], []
+        for rep in range(ctx.repetitions):
+            ctx.progress(f"voice: WER with and without biasing, {how}, {rep + 1}/{ctx.repetitions}")
+            on, off, seconds = bias_wer(fit)
+            biased.append(max(on, 1e-6))
+            plain.append(max(off, 1e-6))
+            per_utterance.append(seconds * 1000)
+        group = f"speech-to-text, {len(BIAS_SENTENCES)} espeak-ng questions (tiny.en int8, {how})"
+        rows.append(_row(group, "mean WER, context biasing on", "WER", biased))
+        rows.append(_row(group, "mean WER, context biasing off", "WER", plain))
+        rows.append(_row(group, "recognition time per utterance (biased)", "ms", per_utterance))
     hangover = SegmenterSettings().trailing_silence_s
     stages: dict[str, list[list[float]]] = {}
     for rep in range(ctx.repetitions):
@@ -249,7 +249,9 @@ def run(ctx: SuiteContext) -> SuiteResult:
         voice, text = asyncio.run(stack_turns(3))
         figures = {
             "voice: VAD hangover (configured)": [hangover] * len(voice),
-            "voice: speech-to-text": [turn.to_text_s - hangover for turn in voice],
+            # Not "transcript minus hangover": a turn whose words end a sentence ends at the
+            # shorter sentence-end pause, so the recognition overlaps the hangover.
+            "voice: end of speech -> transcript": [turn.to_text_s for turn in voice],
             "voice: query -> first reply chunk": [
                 turn.to_chunk_s - turn.to_text_s for turn in voice
             ],
@@ -288,7 +290,73 @@ def run(ctx: SuiteContext) -> SuiteResult:
         )
     ]
     rows.append(_row("runtime share, voice / text", "query -> first audio frame", "x", ratios))
+    rows += speaker_rows(ctx)
+    rows += cut_rows(ctx)
     return SuiteResult(rows=rows, notes=notes)
+
+
+def cut_rows(ctx: SuiteContext) -> list[Row]:
+    """False cuts on the demo's questions and on sentences with a pause inside
+    (``voice_cuts``), Whisper fitted and padded."""
+    from .voice_cuts import false_cuts
+
+    rows: list[Row] = []
+    for fit, how in ((True, "fitted"), (False, "padded")):
+        figures: dict[str, list[tuple[int, int, int]]] = {}
+        for rep in range(ctx.repetitions):
+            ctx.progress(f"voice: false cuts, {how}, {rep + 1}/{ctx.repetitions}")
+            for name, cuts in false_cuts(fit).items():
+                figures.setdefault(name, []).append((cuts.cut, cuts.sentences, cuts.early))
+        for name, reps in figures.items():
+            rows.append(
+                _row(
+                    f"false cuts, recognizer {how} (box settings: pause 0.2 s, hangover 0.4 s)",
+                    f"{name}: sentences heard as two turns (of {reps[0][1]})",
+                    "cuts",
+                    [max(float(cut), 1e-6) for cut, _, _ in reps],
+                    extra={"early ends": statistics.median(early for _, _, early in reps)},
+                )
+            )
+    return rows
+
+
+def speaker_rows(ctx: SuiteContext) -> list[Row]:
+    """1, 4 and 8 speakers at once, per recognizer mode (``voice_speakers``)."""
+    from .voice_speakers import MODES, speaker_rounds
+
+    rows: list[Row] = []
+    for mode in MODES:
+        figures: dict[tuple[int, str], list[tuple[float, float]]] = {}
+        for rep in range(ctx.repetitions):
+            ctx.progress(f"voice: 1, 4, 8 speakers at once, {mode}, {rep + 1}/{ctx.repetitions}")
+            for turn in speaker_rounds(mode):
+                for name, values in (
+                    ("end of speech -> transcript", turn.to_text),
+                    ("end of speech -> first reply chunk", turn.to_chunk),
+                    ("end of speech -> first audio frame", turn.to_audio),
+                ):
+                    spread = (_p(values, 0.5) * 1000, _p(values, 0.95) * 1000)
+                    figures.setdefault((turn.speakers, name), []).append(spread)
+                cpu = turn.cpu_per_turn
+                for name, seconds in (
+                    ("CPU per turn, voice process", cpu.get("voice", 0.0)),
+                    ("CPU per turn, all processes", sum(cpu.values())),
+                ):
+                    figures.setdefault((turn.speakers, name), []).append((seconds * 1000, 0.0))
+        for (speakers, name), reps in figures.items():
+            unit = "ms CPU" if name.startswith("CPU") else "ms"
+            extra = {} if unit == "ms CPU" else {"p95": statistics.median(p95 for _, p95 in reps)}
+            rows.append(
+                _row(
+                    f"{speakers} speaker(s) at once, recognizer {mode}"
+                    + ("" if unit == "ms CPU" else " (p50; p95 in extra)"),
+                    name,
+                    unit,
+                    [max(p50, 1e-6) for p50, _ in reps],
+                    extra=extra,
+                )
+            )
+    return rows
 
 
 SUITE = Suite(

@@ -29,9 +29,9 @@ if TYPE_CHECKING:
 def build_stt(voice: VoiceConfig) -> SpeechToText:
     """The recognizer ``voice.stt`` names: bundled Whisper, a model directory, or litellm."""
     if voice.stt == "whisper":
-        return WhisperSTT()
+        return WhisperSTT(fit_audio=voice.whisper_fit)
     if voice.stt.startswith("whisper:"):
-        return WhisperSTT(voice.stt.removeprefix("whisper:"))
+        return WhisperSTT(voice.stt.removeprefix("whisper:"), fit_audio=voice.whisper_fit)
     api_key = os.environ.get(voice.api_key_env) if voice.api_key_env else None
     return LiteLLMSTT(voice.stt, api_base=voice.api_base, api_key=api_key)
 
@@ -51,6 +51,8 @@ def voice_settings(voice: VoiceConfig) -> VoiceSettings:
         ),
         gate=GateSettings(min_speech_s=voice.barge_in_min_s, min_words=voice.barge_in_min_words),
         context_bias=voice.context_bias,
+        incremental_step_s=voice.incremental_step_s,
+        incremental_window_s=voice.incremental_window_s,
     )
 
 

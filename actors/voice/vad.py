@@ -133,6 +133,15 @@ class UtteranceSegmenter:
         """Samples buffered (pre-roll and the open utterance): bounded by the settings."""
         return self._pre_roll_samples + self._held
 
+    @property
+    def burst_start_us(self) -> int | None:
+        """When the open confirmed burst began; None outside one."""
+        return self._start_us if self._confirmed else None
+
+    def speech_audio(self) -> np.ndarray:
+        """The open burst's audio so far, as its ``Utterance.audio`` will begin."""
+        return np.concatenate(self._chunks) if self._chunks else np.zeros(0, np.float32)
+
     def reset(self) -> None:
         """Forget everything (a participant left, or the stream restarted)."""
         self.__init__(self.settings, self.sample_rate)  # type: ignore[misc]
