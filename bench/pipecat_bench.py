@@ -55,12 +55,15 @@ def questions(directory: Path, count: int) -> list[tuple[bytes, float]]:
     return spoken
 
 
-def synthesis_s(sentence: str, times: int = 3) -> float:
-    """Median seconds Piper (the bundled voice) takes to say ``sentence``, warm."""
+def synthesis_s(sentence: str, times: int = 5) -> float:
+    """Median seconds Piper (the bundled voice) takes to say ``sentence``, warm (two
+    untimed runs first: onnxruntime's first runs of a new length are slower)."""
     from xrmq.actors.voice.piper import PiperSynthesizer
 
     voice = PiperSynthesizer()
     voice.load()
+    voice._speak(sentence)
+    voice._speak(sentence)
     spent = []
     for _ in range(times):
         began = time.perf_counter()
@@ -184,13 +187,18 @@ def run(ctx: SuiteContext) -> SuiteResult:
                     },
                 )
             )
-    heard = sorted({turn[3].strip() for rep in turns[("pipecat", 1)] for turn in rep})
+    heard = {
+        side: sorted({turn[3].strip() for rep in turns[(side, 1)] for turn in rep})
+        for side in ("xrmq", "pipecat")
+    }
     notes = [
         f"same WAVs ({len(spoken)} espeak-ng questions, {min(s for _, s in spoken):.1f}-"
         f"{max(s for _, s in spoken):.1f} s) and the same paced model (200 ms first token, "
         "40 tokens/s) for both sides; Pipecat runs one pipeline per speaker in the bench "
         "process, xrmq its edge stack (voice, conversation, context, router... processes)",
-        f"Pipecat heard: {heard}",
+        f"heard at 1 speaker: xrmq {heard['xrmq']}, Pipecat {heard['pipecat']}",
+        "own share: the synthesis is timed apart in the bench process; compare the two "
+        "sides' 'after the model' rows, which need no subtraction",
     ]
     if ctx.quick:
         notes.append("quick: 1 speaker, 1 question, no warm-up; the figures mean nothing")
