@@ -165,6 +165,7 @@ def run(ctx: SuiteContext) -> SuiteResult:
                         repetitions=[max(percentile(rep, 0.5), 1e-6) for rep in reps],
                         higher_is_better=False,
                         extra={"p95": percentile(pooled, 0.95), "turns": float(len(pooled))},
+                        samples=sorted(pooled),
                     )
                 )
     synth_ms = statistics.median(synth) * 1000
@@ -181,6 +182,7 @@ def run(ctx: SuiteContext) -> SuiteResult:
                     median=max(p50, 1e-6),
                     repetitions=[max(percentile(rep, 0.5), 1e-6) for rep in reps],
                     higher_is_better=False,
+                    samples=sorted(value for rep in reps for value in rep),
                     extra={
                         "synthesis of the first sentence ms": synth_ms,
                         "own share ms (this - synthesis)": p50 - synth_ms,
