@@ -21,7 +21,7 @@ from .interaction import (
 from .metrics import ProcessState, RuntimeMetrics, StreamTails, SupervisorReport
 from .routing import Admission, AgentExchange, AgentTurn, DestinationResult, RoutingAid, TurnEnded
 from .stages import DestinationStages, SectionSize, ToolCallTime, TurnUsage
-from .turns import STAGES, TurnRecord
+from .turns import STAGES, PlaybackStages, TurnRecord
 
 __all__ = [
     "STAGES",
@@ -44,6 +44,7 @@ __all__ = [
     "ParticipantForgotten",
     "ParticipantJoined",
     "ParticipantLeft",
+    "PlaybackStages",
     "ProcessState",
     "ResponseOutput",
     "RoutingAid",
