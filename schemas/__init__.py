@@ -20,7 +20,7 @@ from .interaction import (
 )
 from .metrics import ProcessState, RuntimeMetrics, StreamTails, SupervisorReport
 from .routing import Admission, AgentExchange, AgentTurn, DestinationResult, RoutingAid, TurnEnded
-from .stages import DestinationStages, SectionSize, ToolCallTime, TurnUsage
+from .stages import CompactionTime, DestinationStages, SectionSize, ToolCallTime, TurnUsage
 from .turns import STAGES, PlaybackStages, TurnRecord
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "BoxInfo",
     "BoxInfoRequest",
     "CompactionPrompts",
+    "CompactionTime",
     "ContextBlock",
     "ConversationContextUpdate",
     "DestinationInfo",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import msgspec
 
 from .routing import TurnStatus
-from .stages import SectionSize, ToolCallTime, TurnUsage
+from .stages import CompactionTime, SectionSize, ToolCallTime, TurnUsage
 
 STAGES: tuple[str, ...] = (
     "speech_start",
@@ -108,6 +108,9 @@ class TurnRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     whose context does not report it: none)."""
     renderer: str | None = None
     """The runtime whose clock took the playback stages (the voice renderer's)."""
+    compactions: tuple[CompactionTime, ...] = ()
+    """The compactions the turn caused in its destination (the tools destination's automatic
+    compactions before its model calls), in order, on the destination's clock."""
 
     def stages(self) -> dict[str, int]:
         """The stages the turn passed, in ``STAGES`` order: name -> Unix microseconds."""

@@ -4,9 +4,10 @@
 a root ``xrmq.turn`` span, from the turn's first stage to its end, with the router's own
 stages (received, routed, admitted) as its events, and under it one span per part of the
 way the turn went (speech, transcription, the query's delivery, the model call, each tool
-call, the reply's playback in a voice renderer), each attributed to the process whose
-clock took its times (the record's ``client``, ``router``, ``destination`` and
-``renderer``), so a trace viewer shows which process spent the time. The
+call, each compaction the turn caused, the reply's playback in a voice renderer), each
+attributed to the process whose clock took its times (the record's ``client``,
+``router``, ``destination`` and ``renderer``), so a trace viewer shows which process
+spent the time. The
 model span follows the OpenTelemetry GenAI semantic conventions (``gen_ai.operation.name``,
 ``gen_ai.request.model``, ``gen_ai.usage.*``), its first token and first chunk are events
 on it, and a tool call is an ``execute_tool`` span of its own. A stage the turn did not
@@ -142,6 +143,21 @@ def turn_spans(record: TurnRecord) -> list[SpanPlan]:
             spans.append(SpanPlan(name, runtime, stages[first], stages[last], kind, attributes))
     if "model_request" in stages:
         spans.append(_model_span(record, stages, destination))
+    for compaction in record.compactions:
+        spans.append(
+            SpanPlan(
+                f"xrmq.compaction {compaction.kind}",
+                destination,
+                compaction.started_us,
+                compaction.ended_us,
+                attributes={
+                    "xrmq.compaction.kind": compaction.kind,
+                    "xrmq.compaction.outcome": compaction.outcome,
+                    "xrmq.compaction.steps": compaction.steps,
+                    "xrmq.compaction.still_over": compaction.still_over,
+                },
+            )
+        )
     if "first_played" in stages:
         spans.append(_playback_span(record, stages, router))
     for call in record.tool_calls:

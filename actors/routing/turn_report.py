@@ -247,4 +247,5 @@ def turn_record(
         destination=stages.runtime,
         traceparent=times.traceparent,
         context=stages.context,
+        compactions=stages.compactions,
     )
