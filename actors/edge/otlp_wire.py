@@ -33,9 +33,16 @@ STATUS_ERROR = 2
 
 _FIXED64 = struct.Struct("<Q")
 _DOUBLE = struct.Struct("<d")
+_SMALL = [bytes((value,)) for value in range(128)]
+CACHE_LIMIT = 4096
+"""Encoded attributes and resources kept for reuse (a turn's keys and most of its values
+repeat from turn to turn); beyond, the cache starts again."""
+_cache: dict[Any, bytes] = {}
 
 
 def _varint(value: int) -> bytes:
+    if 0 <= value < 128:
+        return _SMALL[value]
     if value < 0:
         value += 1 << 64
     out = bytearray()
@@ -48,11 +55,11 @@ def _varint(value: int) -> bytes:
 
 def _field(number: int, payload: bytes) -> bytes:
     """A length-delimited field (wire type 2): a message, a string or bytes."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+    return _SMALL[number << 3 | 2] + _varint(len(payload)) + payload
 
 
 def _fixed64(number: int, value: int) -> bytes:
-    return _varint(number << 3 | 1) + _FIXED64.pack(value)
+    return _SMALL[number << 3 | 1] + _FIXED64.pack(value)
 
 
 def _string(number: int, text: str) -> bytes:
@@ -70,35 +77,72 @@ def _any_value(value: Any) -> bytes:
     return _string(1, str(value))
 
 
+def _remember(key: Any, encoded: bytes) -> bytes:
+    if len(_cache) >= CACHE_LIMIT:
+        _cache.clear()
+    _cache[key] = encoded
+    return encoded
+
+
+def _attribute(number: int, key: str, value: Any) -> bytes:
+    """One ``KeyValue`` (key 1, value 2) as field ``number``; a string or bool value's bytes
+    are reused."""
+    if not isinstance(value, str | bool):
+        return _field(number, _string(1, key) + _field(2, _any_value(value)))
+    cache_key = (number, key, value)
+    found = _cache.get(cache_key)
+    if found is None:
+        found = _remember(cache_key, _field(number, _string(1, key) + _field(2, _any_value(value))))
+    return found
+
+
 def _attributes(number: int, attributes: dict[str, Any]) -> bytes:
-    """Repeated ``KeyValue`` (key 1, value 2) as field ``number``."""
-    return b"".join(
-        _field(number, _string(1, key) + _field(2, _any_value(value)))
-        for key, value in attributes.items()
-    )
+    """Repeated ``KeyValue`` as field ``number``."""
+    return b"".join(_attribute(number, key, value) for key, value in attributes.items())
+
+
+def _name(name: str, kind: str) -> bytes:
+    """A span's name (5) and kind (6)."""
+    found = _cache.get((name, kind))
+    if found is None:
+        found = _remember((name, kind), _string(5, name) + b"\x30" + _varint(KINDS[kind]))
+    return found
+
+
+def _event(name: str, at_us: int) -> bytes:
+    """An ``Event`` (time 1, name 2) as field 11 of its span."""
+    found = _cache.get(name)
+    if found is None:
+        found = _remember(name, _string(2, name))
+    return _field(11, _fixed64(1, at_us * 1000) + found)
 
 
 def encode_span(plan: SpanPlan, trace_id: bytes, span_id: bytes, parent_id: bytes | None) -> bytes:
-    """One ``Span``: ids (16, 8 and 8 bytes), name, kind, times, attributes, events, status."""
+    """One ``Span``: its ids (``trace_id`` 16 bytes, ``span_id`` and ``parent_id`` 8), name,
+    kind, times, attributes, events and, when it failed, status."""
     out = [
-        _field(1, trace_id),
-        _field(2, span_id),
-        _field(4, parent_id) if parent_id else b"",
-        _string(5, plan.name),
-        b"\x30" + _varint(KINDS[plan.kind]),
+        b"\x0a\x10" + trace_id,
+        b"\x12\x08" + span_id,
+        b"\x22\x08" + parent_id if parent_id else b"",
+        _name(plan.name, plan.kind),
         _fixed64(7, plan.start_us * 1000),
         _fixed64(8, plan.end_us * 1000),
         _attributes(9, plan.attributes),
     ]
-    for name, at_us in plan.events:
-        out.append(_field(11, _fixed64(1, at_us * 1000) + _string(2, name)))
+    out.extend(_event(name, at_us) for name, at_us in plan.events)
     if plan.error is not None:
         out.append(_field(15, _string(2, plan.error) + b"\x18" + _varint(STATUS_ERROR)))
     return b"".join(out)
 
 
 def _resource(runtime: str) -> bytes:
-    return _attributes(1, {"service.name": SERVICE, "service.instance.id": runtime})
+    """A ``Resource`` as field 1 of its ``ResourceSpans``."""
+    key = ("resource", runtime)
+    found = _cache.get(key)
+    if found is None:
+        attributes = {"service.name": SERVICE, "service.instance.id": runtime}
+        found = _remember(key, _field(1, _attributes(1, attributes)))
+    return found
 
 
 _SCOPE = _field(1, _string(1, SCOPE))
@@ -113,8 +157,7 @@ def encode_request(spans: Iterable[tuple[str, bytes]]) -> bytes:
     return b"".join(
         _field(
             1,
-            _field(1, _resource(runtime))
-            + _field(2, _SCOPE + b"".join(_field(2, span) for span in encoded)),
+            _resource(runtime) + _field(2, _SCOPE + b"".join(_field(2, span) for span in encoded)),
         )
         for runtime, encoded in by_runtime.items()
     )
