@@ -76,7 +76,7 @@ from xrmq.topics import (
 
 from .config import ConfigError, EdgeConfig, ProcessInstance
 from .dotted import config_base, resolve_compactor
-from .telemetry import ENDPOINT_ENV, traces_endpoint
+from .telemetry import traces_endpoint
 
 
 def worker_slices(config: EdgeConfig) -> dict[tuple[str, int], list[int]]:
@@ -343,16 +343,10 @@ def router_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInsta
 
 def register_trace_exporter(runtime: AgentRuntime, endpoint: str) -> Callable[[Any], None]:
     """Register a ``TraceExporter`` sending to ``endpoint`` (before the router, so it stops
-    after it) and return its ``observe``: OpenTelemetry is imported here, only when a
-    collector is named. ``ValueError`` (the config's fault) naming the setting when the
-    ``otel`` extra is not installed."""
-    try:
-        from .otlp import TraceExporter
-    except ImportError as error:
-        raise ValueError(
-            f"telemetry.otlp_endpoint (or ${ENDPOINT_ENV}): exporting traces needs the otel "
-            f"extra (pip install 'xrmq[otel]'): {error}"
-        ) from None
+    after it) and return its ``observe``; the exporter is imported only when a collector is
+    named."""
+    from .otlp import TraceExporter
+
     return runtime.register("trace-exporter", TraceExporter(endpoint)).observe
 
 
