@@ -2,9 +2,10 @@
 frame and last frame.
 
 Through a real box (``xrmq up``: router, conversation, context and a renderer speaking with
-espeak-ng onto ``audio.out``, no sound card) a text turn's record has the playback stages
-in order after the first chunk, each duration >= 0, taken in the renderer's process (so
-``crossed``), and its OTLP trace a ``xrmq.playback`` span of the renderer. A renderer with
+espeak-ng onto ``audio.out``, no sound card) a text and a spoken turn's records have the
+playback stages in order after the first chunk, each duration >= 0, taken in the
+renderer's process (so ``crossed``), and the text turn's OTLP trace a ``xrmq.playback``
+span of the renderer. A renderer with
 a sink that plays no frames reports only the first chunk played: absent, not zero. The
 router's join of records and reports (``PlaybackJoin``) is checked without a box.
 """
@@ -17,11 +18,12 @@ import shutil
 import pytest
 from otlp_receiver import OTLPReceiver
 
+from xrmq.actors.clock import now_us
 from xrmq.actors.routing.playback_join import PlaybackJoin
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
 from xrmq.actors.voice import RecordingSink, VoiceRenderer
-from xrmq.schemas import PlaybackStages, ResponseOutput
-from xrmq.topics import PLAYBACK_STAGES_TOPIC, VOICE_OUTPUT_TOPIC
+from xrmq.schemas import PlaybackStages, ResponseOutput, UserQuery
+from xrmq.topics import PLAYBACK_STAGES_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC
 
 from edge_box import Front, UpProcess, stack_config
 from recorders import TurnRecorder
@@ -55,17 +57,33 @@ async def test_a_spoken_reply_s_record_has_its_playback_stages_in_order_from_the
                 await turn.ended.wait()
                 [record] = await recorder.until(1, timeout=60)
                 await receiver.until(lambda spans: "xrmq.playback" in {s.name for s in spans})
+                now = now_us()  # a spoken query, as the voice input sends it
+                spoken = UserQuery(
+                    "Is the kettle on?",
+                    now - 900_000,
+                    speech_end_us=now - 300_000,
+                    transcribed_us=now,
+                )
+                front.runtime.send(QUERY_TOPIC, spoken, participant_id="p2", source="voice-input")
+                [_, voiced] = await recorder.until(2, timeout=60)
         finally:
             up.reap()
+    for turn_record in (record, voiced):
+        stages = turn_record.stages()
+        assert set(PLAYBACK) <= set(stages), stages
+        times = [stages[stage] for stage in PLAYBACK]
+        assert times == sorted(times), stages  # each duration >= 0
+        assert stages["last_frame"] > stages["first_frame"]  # a spoken sentence lasts
+        assert {"first_played", "first_frame", "last_frame"} <= set(turn_record.crossed)
+        assert turn_record.renderer is not None and turn_record.renderer != turn_record.router
+    spoken_stages = voiced.stages()
+    assert list(spoken_stages)[:3] == ["speech_start", "speech_end", "transcribed"]
+    assert spoken_stages["transcribed"] <= spoken_stages["first_played"]
     stages = record.stages()
-    assert set(PLAYBACK) <= set(stages), stages
-    times = [stages[stage] for stage in PLAYBACK]
-    assert times == sorted(times), stages  # each duration >= 0
-    assert stages["last_frame"] > stages["first_frame"]  # a spoken sentence lasts
-    assert {"first_played", "first_frame", "last_frame"} <= set(record.crossed)
-    assert record.renderer is not None and record.renderer != record.router
-    [playback] = [s for s in receiver.spans if s.name == "xrmq.playback"]
-    [root] = [s for s in receiver.spans if s.name == "xrmq.turn"]
+    [root] = [s for s in receiver.spans if s.attributes.get("xrmq.turn.id") == record.turn_id]
+    [playback] = [
+        s for s in receiver.spans if s.name == "xrmq.playback" and s.trace_id == root.trace_id
+    ]
     assert playback.trace_id == root.trace_id and playback.parent_span_id == root.span_id
     assert playback.resource["service.instance.id"] == record.renderer
     assert (playback.start_ns, playback.end_ns) == (
