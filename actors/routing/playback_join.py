@@ -43,7 +43,7 @@ class PlaybackJoin:
             raise ValueError("PlaybackJoin.capacity: must be >= 1")
         self.wait_s = wait_s
         self.capacity = capacity
-        self._waiting: OrderedDict[str, tuple[Emit, asyncio.TimerHandle | None]] = OrderedDict()
+        self._waiting: OrderedDict[str, tuple[Emit, asyncio.TimerHandle]] = OrderedDict()
         self._early: OrderedDict[str, tuple[PlaybackStages, str | None]] = OrderedDict()
         self.evicted = 0
         """Records emitted without waiting their time, and early reports dropped, to stay
@@ -67,14 +67,12 @@ class PlaybackJoin:
             oldest = next(iter(self._waiting))
             self.evicted += 1
             self._emit(oldest, None, None)
-        timer = None
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no loop (a direct call outside the runtime): do not wait
             emit(None, None)
             return
-        timer = loop.call_later(self.wait_s, self._expire, turn_id)
-        self._waiting[turn_id] = (emit, timer)
+        self._waiting[turn_id] = (emit, loop.call_later(self.wait_s, self._expire, turn_id))
 
     def report(self, stages: PlaybackStages, renderer: str | None) -> None:
         """A renderer's stages for one turn: emit its waiting record, or keep them until the
@@ -101,6 +99,5 @@ class PlaybackJoin:
 
     def _emit(self, turn_id: str, stages: PlaybackStages | None, renderer: str | None) -> None:
         emit, timer = self._waiting.pop(turn_id)
-        if timer is not None:
-            timer.cancel()
+        timer.cancel()
         emit(stages, renderer)
