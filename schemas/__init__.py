@@ -20,8 +20,8 @@ from .interaction import (
 )
 from .metrics import ProcessState, RuntimeMetrics, StreamTails, SupervisorReport
 from .routing import Admission, AgentExchange, AgentTurn, DestinationResult, RoutingAid, TurnEnded
-from .stages import DestinationStages, SectionSize, ToolCallTime, TurnUsage
-from .turns import STAGES, TurnRecord
+from .stages import CompactionTime, DestinationStages, SectionSize, ToolCallTime, TurnUsage
+from .turns import STAGES, PlaybackStages, TurnRecord
 
 __all__ = [
     "STAGES",
@@ -33,6 +33,7 @@ __all__ = [
     "BoxInfo",
     "BoxInfoRequest",
     "CompactionPrompts",
+    "CompactionTime",
     "ContextBlock",
     "ConversationContextUpdate",
     "DestinationInfo",
@@ -44,6 +45,7 @@ __all__ = [
     "ParticipantForgotten",
     "ParticipantJoined",
     "ParticipantLeft",
+    "PlaybackStages",
     "ProcessState",
     "ResponseOutput",
     "RoutingAid",

@@ -29,6 +29,21 @@ class ToolCallTime(msgspec.Struct, frozen=True, omit_defaults=True):
     failed: bool = False
 
 
+class CompactionTime(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One compaction the answer caused: ``kind`` (``tools``: the tools destination's
+    automatic compaction of its transcript before a model call), how it ended
+    (``outcome``: ``compacted``, ``nothing_to_condense``, ``summarize_failed``), its steps
+    (tiers run), whether the transcript was still over its limit, and when it began and
+    ended (Unix microseconds, the destination's clock)."""
+
+    kind: str
+    outcome: str
+    started_us: int
+    ended_us: int
+    steps: int = 0
+    still_over: bool = False
+
+
 class SectionSize(msgspec.Struct, frozen=True):
     """One context section as the answer's request rendered it: its name, its rendered size
     and its budget (UTF-8 bytes)."""
@@ -56,3 +71,5 @@ class DestinationStages(msgspec.Struct, frozen=True, omit_defaults=True):
     context: tuple[SectionSize, ...] = ()
     """The context sections the request carried, in configured order (none: the destination's
     context does not report them)."""
+    compactions: tuple[CompactionTime, ...] = ()
+    """The compactions the answer ran, in order."""

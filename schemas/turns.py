@@ -18,7 +18,7 @@ from __future__ import annotations
 import msgspec
 
 from .routing import TurnStatus
-from .stages import SectionSize, ToolCallTime, TurnUsage
+from .stages import CompactionTime, SectionSize, ToolCallTime, TurnUsage
 
 STAGES: tuple[str, ...] = (
     "speech_start",
@@ -31,6 +31,9 @@ STAGES: tuple[str, ...] = (
     "model_request",
     "first_token",
     "first_chunk",
+    "first_played",
+    "first_frame",
+    "last_frame",
     "ended",
 )
 """A turn's stages in the order it passes them; ``TurnRecord`` has ``<stage>_us`` for
@@ -41,8 +44,27 @@ the router took it; ``routed``: the router picked the destination; ``admitted``:
 destination's admission reached the router (a remote destination starts answering as it
 admits, so its ``model_request`` may come first); ``model_request``: the destination sent
 its model request; ``first_token``: the model's first text arrived; ``first_chunk``: the
-destination published the reply's first chunk; ``ended``: the router ended the turn
-(just before its ``TurnEnded``)."""
+destination published the reply's first chunk; ``first_played``: a voice renderer handed
+the reply's first chunk to its sink; ``first_frame`` and ``last_frame``: the renderer's sink
+put out the reply's first and last audio frame (a sink that plays no frames, like the
+console's, has neither); ``ended``: the router ended the turn (just before its
+``TurnEnded``). The playback stages are the renderer's (``PlaybackStages``): speech still
+plays after the router ended the turn, so ``last_frame`` (and, for a short reply, the
+others) usually comes after ``ended``, and a box with a renderer publishes the record once
+the renderer reported (or, without them, ``routing.playback_join.PLAYBACK_WAIT_S`` after
+the end)."""
+
+
+class PlaybackStages(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What a voice renderer played of one turn's reply, sent to the router once the reply
+    ended (played out, cut or dropped): ``turn_id`` is the reply's ``request_id``; the
+    times are Unix microseconds of the renderer's clock (``STAGES``); a stage the reply did
+    not pass is absent."""
+
+    turn_id: str
+    first_played_us: int | None = None
+    first_frame_us: int | None = None
+    last_frame_us: int | None = None
 
 
 class TurnRecord(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -67,6 +89,9 @@ class TurnRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     model_request_us: int | None = None
     first_token_us: int | None = None
     first_chunk_us: int | None = None
+    first_played_us: int | None = None
+    first_frame_us: int | None = None
+    last_frame_us: int | None = None
     ended_us: int | None = None
     model: str | None = None
     usage: TurnUsage | None = None
@@ -81,6 +106,11 @@ class TurnRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     context: tuple[SectionSize, ...] = ()
     """The context the model request carried, per section against its budget (a destination
     whose context does not report it: none)."""
+    renderer: str | None = None
+    """The runtime whose clock took the playback stages (the voice renderer's)."""
+    compactions: tuple[CompactionTime, ...] = ()
+    """The compactions the turn caused in its destination (the tools destination's automatic
+    compactions before its model calls), in order, on the destination's clock."""
 
     def stages(self) -> dict[str, int]:
         """The stages the turn passed, in ``STAGES`` order: name -> Unix microseconds."""

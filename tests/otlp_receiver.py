@@ -33,6 +33,8 @@ class ReceivedSpan:
     resource: dict[str, Any]
     events: list[str]
     links: list[tuple[str, str]]
+    kind: int = 0
+    status: tuple[int, str] = (0, "")
 
 
 def value_of(value: AnyValue) -> Any:
@@ -62,6 +64,8 @@ def spans_of(body: bytes) -> list[ReceivedSpan]:
                         resource,
                         [event.name for event in span.events],
                         [(link.trace_id.hex(), link.span_id.hex()) for link in span.links],
+                        span.kind,
+                        (span.status.code, span.status.message),
                     )
                 )
     return found

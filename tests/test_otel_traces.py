@@ -12,6 +12,7 @@ without a box.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -195,35 +196,49 @@ def test_a_turn_without_an_end_has_no_trace():
 
 
 async def test_stopping_the_exporter_sends_what_it_queued_with_the_records_times_and_ids():
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
     from xrmq.actors.edge.otlp import TraceExporter
 
-    sent = InMemorySpanExporter()
-    exporter = TraceExporter("http://127.0.0.1:9/v1/traces", exporter=sent)
-    record = TurnRecord(
-        "t1",
-        "p1",
-        "failed",
-        error="ModelTimeout: no token in 5 s",
-        router="router",
-        client="front",
-        query_us=1_000,
-        received_us=1_200,
-        ended_us=9_000,
-        traceparent=f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01",
-    )
-    exporter.observe(record)
-    assert sent.get_finished_spans() == ()  # queued, not sent on the turn's path
-    await exporter.on_stop()
-    root, publish = sent.get_finished_spans()
+    with OTLPReceiver() as receiver:
+        exporter = TraceExporter(f"{receiver.endpoint}/v1/traces", schedule_delay_ms=60_000)
+        record = TurnRecord(
+            "t1",
+            "p1",
+            "failed",
+            error="ModelTimeout: no token in 5 s",
+            router="router",
+            client="front",
+            query_us=1_000,
+            received_us=1_200,
+            ended_us=9_000,
+            traceparent=f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01",
+        )
+        exporter.observe(record)
+        assert receiver.requests == 0  # queued, not sent on the turn's path
+        await exporter.on_stop()
+        await receiver.until(lambda spans: len(spans) == 2)
+    root, publish = sorted(receiver.spans, key=lambda s: s.name != "xrmq.turn")
     assert (root.name, publish.name) == ("xrmq.turn", "voice.query publish")
-    assert f"{root.context.trace_id:032x}" == CLIENT_TRACE
-    assert f"{root.parent.span_id:016x}" == CLIENT_SPAN and root.parent.is_remote
-    assert publish.parent.span_id == root.context.span_id
-    assert (root.start_time, root.end_time) == (1_000_000, 9_000_000)
-    assert root.status.status_code.name == "ERROR" and "ModelTimeout" in root.status.description
-    assert publish.resource.attributes["service.instance.id"] == "front"
+    assert root.trace_id == publish.trace_id == CLIENT_TRACE
+    assert root.parent_span_id == CLIENT_SPAN
+    assert publish.parent_span_id == root.span_id
+    assert (root.start_ns, root.end_ns) == (1_000_000, 9_000_000)
+    assert root.status == (2, "ModelTimeout: no token in 5 s")  # STATUS_CODE_ERROR
+    assert root.kind == 2 and publish.kind == 4  # server, producer
+    assert publish.resource["service.instance.id"] == "front"
+    assert root.resource == {"service.name": "xrmq", "service.instance.id": "router"}
+
+
+async def test_a_collector_that_refuses_loses_the_batch_counted_and_one_that_takes_it_gets_it():
+    from xrmq.actors.edge.otlp import TraceExporter
+
+    refused = TraceExporter("http://127.0.0.1:9/v1/traces", schedule_delay_ms=60_000)
+    refused.observe(TurnRecord("t1", "p1", "answered", query_us=1, received_us=2, ended_us=3))
+    assert refused.flush(2_000) is False and refused.failed_spans == 2
+    with OTLPReceiver() as receiver:
+        exporter = TraceExporter(f"{receiver.endpoint}/v1/traces", schedule_delay_ms=60_000)
+        exporter.observe(TurnRecord("t2", "p1", "answered", query_us=1, received_us=2, ended_us=3))
+        assert await asyncio.to_thread(exporter.flush) and exporter.sent_spans == 2
+        await receiver.until(lambda spans: len(spans) == 2)
 
 
 def test_a_collector_without_the_otel_extra_fails_the_check_naming_the_setting(monkeypatch):

@@ -171,12 +171,14 @@ def test_every_subscription_a_built_in_role_makes_is_within_its_derived_permissi
 def test_the_router_may_publish_its_turn_records():
     router = role_permissions(default_config(), "router")
     assert "xrmq.turns" in Patterns(router.publish)  # else a CURVE broker drops them
+    assert "xrmq.playback" in Patterns(router.subscribe)  # the renderer's playback stages
 
 
 def test_role_defaults_are_least_privilege():
     config = default_config()
     renderer = role_permissions(config, "renderer")
-    assert (renderer.publish, renderer.sources) == ([], [])
+    # its playback stages, for the router's turn records, and nothing else
+    assert (renderer.publish, renderer.sources) == (["xrmq.playback"], ["voice_renderer"])
     assert "notes" not in Patterns(renderer.subscribe)
     router = role_permissions(config, "router")
     assert "voice.output" in Patterns(router.publish) and "router" in Patterns(router.sources)

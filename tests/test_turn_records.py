@@ -88,7 +88,16 @@ async def test_a_text_turn_through_a_box_leaves_one_record_with_its_stages_in_or
     # the record's first chunk was published before the client got it, its query after sent
     assert stages["first_chunk"] - stages["query"] <= turn.first_chunk_s * 1e6
     assert stages["ended"] - stages["query"] <= received_s * 1e6
-    assert set(record.crossed) == {"query", "model_request", "first_token", "first_chunk"}
+    # the box's renderer (a console sink: no audio frames) played the reply in its process
+    assert set(record.crossed) == {
+        "query",
+        "model_request",
+        "first_token",
+        "first_chunk",
+        "first_played",
+    }
+    assert stages["first_chunk"] <= stages["first_played"]
+    assert "first_frame" not in stages and "last_frame" not in stages
     assert record.model == "offline"
     assert record.usage is not None and record.usage.completion_tokens
 

@@ -25,7 +25,7 @@ from xrmq.actors.edge.turns import (
     step_percentiles,
     steps,
 )
-from xrmq.schemas import SectionSize, ToolCallTime, TurnRecord, TurnUsage
+from xrmq.schemas import CompactionTime, SectionSize, ToolCallTime, TurnRecord, TurnUsage
 
 from buses import PROCS
 from edge_box import Front, UpProcess, stack_config
@@ -98,6 +98,12 @@ def test_a_turn_renders_as_a_waterfall_with_its_usage_and_the_crossed_stages_mar
         context=(SectionSize("dialogue", 120, 4096), SectionSize("notes", 0, 2048)),
     )
     assert "  context dialogue 120/4096 B, notes 0/2048 B" in render_turn(sized).splitlines()
+    compacted = msgspec.structs.replace(
+        record("t4", first_chunk_ms=50),
+        compactions=(CompactionTime("tools", "compacted", 1_000, 4_500, steps=2),),
+    )
+    assert "  compaction tools compacted 3.5 ms" in render_turn(compacted).splitlines()
+    assert not any(line.startswith("  compaction") for line in lines)
     assert not any(line.startswith("  context") for line in lines)  # none reported: none shown
 
 

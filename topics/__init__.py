@@ -12,6 +12,7 @@ from xrmq.schemas import (
     ParticipantForgotten,
     ParticipantJoined,
     ParticipantLeft,
+    PlaybackStages,
     ResponseOutput,
     RuntimeMetrics,
     SupervisorReport,
@@ -50,6 +51,9 @@ TURN_ENDED_TOPIC: Topic[TurnEnded] = Topic("voice.turn_ended", TurnEnded)
 TURNS_TOPIC: Topic[TurnRecord] = Topic("xrmq.turns", TurnRecord)
 """The router's ``TurnRecord`` for each turn, participant-scoped, after its ``TurnEnded``:
 the time of each stage, model usage and cost; read by ``xrmq turns`` and ``xrmq top``."""
+PLAYBACK_STAGES_TOPIC: Topic[PlaybackStages] = Topic("xrmq.playback", PlaybackStages)
+"""A voice renderer's ``PlaybackStages`` for each reply it played, participant-scoped: the
+router adds them to the turn's ``TurnRecord``."""
 AUDIO_IN_TOPIC: Topic[AudioFrame] = Topic("audio.in", AudioFrame)
 """Microphone audio from each participant's client (20 ms PCM16 frames by default)."""
 AUDIO_OUT_TOPIC: Topic[AudioFrame] = Topic("audio.out", AudioFrame)
@@ -118,6 +122,7 @@ STANDARD_TOPICS: tuple[Topic[Any], ...] = (
     PARTICIPANT_FORGOTTEN_TOPIC,
     TURN_ENDED_TOPIC,
     TURNS_TOPIC,
+    PLAYBACK_STAGES_TOPIC,
     AUDIO_IN_TOPIC,
     AUDIO_OUT_TOPIC,
     AUDIO_PLAYBACK_TOPIC,
@@ -137,6 +142,7 @@ __all__ = [
     "PARTICIPANT_FORGOTTEN_TOPIC",
     "PARTICIPANT_JOINED_TOPIC",
     "PARTICIPANT_LEFT_TOPIC",
+    "PLAYBACK_STAGES_TOPIC",
     "QUERY_TOPIC",
     "REGISTRY_CAPACITY",
     "ROUTER_SOURCE",

@@ -41,6 +41,7 @@ from xrmq.topics import (
     PARTICIPANT_FORGOTTEN_TOPIC,
     PARTICIPANT_JOINED_TOPIC,
     PARTICIPANT_LEFT_TOPIC,
+    PLAYBACK_STAGES_TOPIC,
     QUERY_TOPIC,
     SUPERVISOR_TOPIC,
     TURN_ENDED_TOPIC,
@@ -131,12 +132,15 @@ def role_permissions(config: EdgeConfig, role: str) -> Permissions:
                 INTERRUPTED_TOPIC.name,
                 PARTICIPANT_JOINED_TOPIC.name,
                 PARTICIPANT_LEFT_TOPIC.name,
+                PLAYBACK_STAGES_TOPIC.name,
                 *route_topics,
             ],
         )
-    if role == "renderer":
+    if role == "renderer":  # its playback stages out, for the router's turn records
         return Permissions(
-            subscribe=[VOICE_OUTPUT_TOPIC.name, QUERY_TOPIC.name, INTERRUPTED_TOPIC.name]
+            publish=[PLAYBACK_STAGES_TOPIC.name],
+            sources=["voice_renderer"],
+            subscribe=[VOICE_OUTPUT_TOPIC.name, QUERY_TOPIC.name, INTERRUPTED_TOPIC.name],
         )
     return Permissions()
 

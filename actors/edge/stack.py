@@ -23,7 +23,9 @@
 On SIGTERM the router and the conversation servers let answers in flight finish for
 70% of ``supervisor.shutdown_timeout_s``, then cancel what is left.
 - ``renderer``: a ``VoiceRenderer`` with a console sink on the voice output topic (with
-  ``voice.speech_out``: ``voice.tts`` speech as ``audio.out`` frames).
+  ``voice.speech_out``: ``voice.tts`` speech as ``audio.out`` frames), reporting each
+  reply's playback stages, which the router (in a box with a renderer) adds to the turn's
+  record.
 - ``voice``: speech in (``xrmq.actors.voice.listener``): one ``VoiceInput`` per participant
   on ``audio.in`` (VAD, speech-to-text), publishing queries and barge-in interruptions.
 
@@ -65,11 +67,16 @@ from xrmq.actors.tools.store import register_transcripts
 from xrmq.actors.tools.workers import WorkerSummarizer
 from xrmq.actors.voice import ConsoleSink, Sink, VoiceRenderer
 from xrmq.schemas import RoutingAid
-from xrmq.topics import INTERRUPTED_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC
+from xrmq.topics import (
+    INTERRUPTED_TOPIC,
+    PLAYBACK_STAGES_TOPIC,
+    QUERY_TOPIC,
+    VOICE_OUTPUT_TOPIC,
+)
 
 from .config import ConfigError, EdgeConfig, ProcessInstance
 from .dotted import config_base, resolve_compactor
-from .telemetry import ENDPOINT_ENV, traces_endpoint
+from .telemetry import traces_endpoint
 
 
 def worker_slices(config: EdgeConfig) -> dict[tuple[str, int], list[int]]:
@@ -313,6 +320,8 @@ def router_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInsta
         if config.router.history_limit is None
         else {"history_limit": config.router.history_limit}
     )
+    if any("renderer" in spec.roles for spec in config.processes.values()):
+        options["playback_topic"] = PLAYBACK_STAGES_TOPIC  # records wait for its stages
     endpoint = traces_endpoint(config.telemetry.otlp_endpoint)
     exporter = register_trace_exporter(runtime, endpoint) if endpoint is not None else None
     router = runtime.register(
@@ -334,16 +343,10 @@ def router_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessInsta
 
 def register_trace_exporter(runtime: AgentRuntime, endpoint: str) -> Callable[[Any], None]:
     """Register a ``TraceExporter`` sending to ``endpoint`` (before the router, so it stops
-    after it) and return its ``observe``: OpenTelemetry is imported here, only when a
-    collector is named. ``ValueError`` (the config's fault) naming the setting when the
-    ``otel`` extra is not installed."""
-    try:
-        from .otlp import TraceExporter
-    except ImportError as error:
-        raise ValueError(
-            f"telemetry.otlp_endpoint (or ${ENDPOINT_ENV}): exporting traces needs the otel "
-            f"extra (pip install 'xrmq[otel]'): {error}"
-        ) from None
+    after it) and return its ``observe``; the exporter is imported only when a collector is
+    named."""
+    from .otlp import TraceExporter
+
     return runtime.register("trace-exporter", TraceExporter(endpoint)).observe
 
 
@@ -360,6 +363,7 @@ def renderer_role(runtime: AgentRuntime, config: EdgeConfig, process: ProcessIns
             query_topic=QUERY_TOPIC,
             interrupted_topic=INTERRUPTED_TOPIC,
             sentences=config.voice.speech_out,
+            stages_topic=PLAYBACK_STAGES_TOPIC,
         ),
     )
 

@@ -4,8 +4,10 @@
 a root ``xrmq.turn`` span, from the turn's first stage to its end, with the router's own
 stages (received, routed, admitted) as its events, and under it one span per part of the
 way the turn went (speech, transcription, the query's delivery, the model call, each tool
-call), each attributed to the process whose clock took its times (the record's ``client``,
-``router`` and ``destination``), so a trace viewer shows which process spent the time. The
+call, each compaction the turn caused, the reply's playback in a voice renderer), each
+attributed to the process whose clock took its times (the record's ``client``,
+``router``, ``destination`` and ``renderer``), so a trace viewer shows which process
+spent the time. The
 model span follows the OpenTelemetry GenAI semantic conventions (``gen_ai.operation.name``,
 ``gen_ai.request.model``, ``gen_ai.usage.*``), its first token and first chunk are events
 on it, and a tool call is an ``execute_tool`` span of its own. A stage the turn did not
@@ -99,7 +101,8 @@ def provider_of(model: str) -> str:
 
 def turn_spans(record: TurnRecord) -> list[SpanPlan]:
     """The spans of one turn, the root first (see the module docstring); none for a turn
-    with no end time."""
+    with no end time. The root lasts from the turn's first stage to its last (playback may
+    outlast the router's end of the turn)."""
     stages = record.stages()
     if "ended" not in stages:
         return []
@@ -111,7 +114,7 @@ def turn_spans(record: TurnRecord) -> list[SpanPlan]:
         "xrmq.turn",
         router,
         start,
-        stages["ended"],
+        max(stages.values()),
         kind="server",
         attributes=_present(
             {
@@ -140,6 +143,23 @@ def turn_spans(record: TurnRecord) -> list[SpanPlan]:
             spans.append(SpanPlan(name, runtime, stages[first], stages[last], kind, attributes))
     if "model_request" in stages:
         spans.append(_model_span(record, stages, destination))
+    for compaction in record.compactions:
+        spans.append(
+            SpanPlan(
+                f"xrmq.compaction {compaction.kind}",
+                destination,
+                compaction.started_us,
+                compaction.ended_us,
+                attributes={
+                    "xrmq.compaction.kind": compaction.kind,
+                    "xrmq.compaction.outcome": compaction.outcome,
+                    "xrmq.compaction.steps": compaction.steps,
+                    "xrmq.compaction.still_over": compaction.still_over,
+                },
+            )
+        )
+    if "first_played" in stages:
+        spans.append(_playback_span(record, stages, router))
     for call in record.tool_calls:
         spans.append(
             SpanPlan(
@@ -180,6 +200,19 @@ def _model_span(record: TurnRecord, stages: dict[str, int], destination: str) ->
         kind="client",
         attributes=attributes,
         events=events,
+    )
+
+
+def _playback_span(record: TurnRecord, stages: dict[str, int], router: str) -> SpanPlan:
+    """The reply's playback in the voice renderer, from its first chunk handed to the sink
+    to its last audio frame (the first frame an event)."""
+    last = stages.get("last_frame", stages.get("first_frame", stages["first_played"]))
+    return SpanPlan(
+        "xrmq.playback",
+        record.renderer or router,
+        stages["first_played"],
+        max(stages["first_played"], last),
+        events=(("xrmq.first_frame", stages["first_frame"]),) if "first_frame" in stages else (),
     )
 
 

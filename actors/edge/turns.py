@@ -120,7 +120,7 @@ def render_turn(record: TurnRecord) -> str:
     if record.error:
         lines.append(f"  error: {record.error}")
     found = steps(record)
-    total = found[-1][1] if found else 0.0
+    total = max((since for _, since, _ in found), default=0.0)  # playback outlasts the end
     crossed = set(record.crossed)
     for stage, since, step in found:
         left = round(BAR_WIDTH * (since - step) / total) if total > 0 else 0
@@ -131,6 +131,9 @@ def render_turn(record: TurnRecord) -> str:
     for call in record.tool_calls:
         took = (call.ended_us - call.started_us) / 1000
         lines.append(f"  tool {call.name} {took:.1f} ms" + (" (failed)" if call.failed else ""))
+    for compaction in record.compactions:
+        took = (compaction.ended_us - compaction.started_us) / 1000
+        lines.append(f"  compaction {compaction.kind} {compaction.outcome} {took:.1f} ms")
     if record.context:
         sizes = ", ".join(f"{s.name} {s.bytes}/{s.budget_bytes} B" for s in record.context)
         lines.append(f"  context {sizes}")

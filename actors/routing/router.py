@@ -86,6 +86,7 @@ from xrmq.schemas import (
     ParticipantForgotten,
     ParticipantJoined,
     ParticipantLeft,
+    PlaybackStages,
     ResponseOutput,
     TurnEnded,
     TurnRecord,
@@ -107,6 +108,7 @@ from .destination import RoutableAgent, check_routable
 from .destination_calls import admit, answer, decide, release, routing_aids
 from .failure import describe_failure
 from .lanes import Lane, Lanes
+from .playback_join import PlaybackJoin
 from .policy import (
     Action,
     Admit,
@@ -156,7 +158,9 @@ class AgentRouter(Agent):
     ``turn_topic`` (carrying ``TurnEnded``; None: not published) receives each turn's end,
     ``record_topic`` (carrying ``TurnRecord``; None: not published) each turn's record,
     ``forgotten_topic`` (carrying ``ParticipantForgotten``; None: not published) each
-    departure's confirmation.
+    departure's confirmation; ``playback_topic`` (carrying a voice renderer's
+    ``PlaybackStages``; requires ``query_topic``) makes each record wait for its turn's
+    playback stages (``playback_join.py``).
     ``shutdown_grace_s`` is how long ``stop()`` (and so the actor's ``on_stop``) lets
     the turns in flight finish before it cancels them (0: cancel at once).
     """
@@ -183,6 +187,7 @@ class AgentRouter(Agent):
         turn_topic: Topic[TurnEnded] | None = TURN_ENDED_TOPIC,
         record_topic: Topic[TurnRecord] | None = TURNS_TOPIC,
         forgotten_topic: Topic[ParticipantForgotten] | None = PARTICIPANT_FORGOTTEN_TOPIC,
+        playback_topic: Topic[PlaybackStages] | None = None,
     ) -> None:
         if not isinstance(agents, Mapping) or not agents:
             raise ValueError("AgentRouter.agents: must map at least one name to a RoutableAgent")
@@ -198,6 +203,7 @@ class AgentRouter(Agent):
         check_topic(turn_topic, TurnEnded, "AgentRouter.turn_topic")
         check_topic(record_topic, TurnRecord, "AgentRouter.record_topic")
         check_topic(forgotten_topic, ParticipantForgotten, "AgentRouter.forgotten_topic")
+        check_topic(playback_topic, PlaybackStages, "AgentRouter.playback_topic")
         for topic in participant_topics or ():
             if not (
                 isinstance(topic, Topic)
@@ -248,6 +254,8 @@ class AgentRouter(Agent):
         """Called with each turn's record in this process, after it is published (an
         exporter: ``edge/otlp.py``)."""
         self.forgotten_topic = forgotten_topic
+        self.playback = PlaybackJoin() if playback_topic is not None else None
+        """Holds each turn's record until its playback stages come (a box with a renderer)."""
         self._lanes: Lanes[asyncio.Task[Any]] = Lanes(max_participants, history_limit)
         """By participant, least recently active first (bounded by ``max_participants``)."""
         self._stopped = False
@@ -257,6 +265,8 @@ class AgentRouter(Agent):
             self._handlers[query_topic] = self._on_query
             if interrupted_topic is not None:
                 self._handlers[interrupted_topic] = self._on_interrupted
+            if playback_topic is not None:
+                self._handlers[playback_topic] = self._on_playback
             for topic in participant_topics or ():
                 self._handlers[topic] = (
                     self._on_joined if topic.message_type is ParticipantJoined else self._on_left
@@ -316,6 +326,7 @@ class AgentRouter(Agent):
                 turn_topic=self.turn_topic,
                 record_topic=self.record_topic,
                 observers=self.record_observers,
+                playback=self.playback,
             )
         )
         return task
@@ -348,6 +359,8 @@ class AgentRouter(Agent):
         pending = self._lanes.pending()
         if pending:
             await asyncio.wait(pending)
+        if self.playback is not None:
+            self.playback.close()
 
     # -- the actor --------------------------------------------------------------------------
 
@@ -356,6 +369,10 @@ class AgentRouter(Agent):
 
     async def on_stop(self) -> None:
         await self.stop()
+
+    async def _on_playback(self, stages: PlaybackStages, ctx: RuntimeContext) -> None:
+        assert self.playback is not None  # subscribed only with a playback topic
+        self.playback.report(stages, ctx.metadata.sender)
 
     async def _on_query(self, query: UserQuery, ctx: RuntimeContext) -> None:
         if ctx.participant_id is None:

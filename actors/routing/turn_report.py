@@ -10,10 +10,11 @@ Right after it, the router publishes the turn's ``TurnRecord`` on ``record_topic
 (``schemas/turns.py``: when the turn passed each stage, the model's usage and cost; the
 destination's stages arrive in its ``DestinationResult``) and logs it as one
 ``turn.done`` line (also without a runtime), and hands it to its record observers (an
-exporter in its process: no bus hop); a router that does none of these (no record topic,
-its log above INFO, no observer) builds no record. The router notes a handful of clock reads
-per turn in its ``TurnTimes`` and publishes once: nothing per chunk, so recording every
-turn costs the hot path nothing it would notice.
+exporter in its process: no bus hop). In a box with a voice renderer the record waits
+for the renderer's playback stages (``playback_join.py``). A router that does none of
+these (no record topic, its log above INFO, no observer) builds no record. The router
+notes a handful of clock reads per turn in its ``TurnTimes`` and publishes once: nothing
+per chunk, so recording every turn costs the hot path nothing it would notice.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from xrmq.schemas import (
     AgentTurn,
     DestinationStages,
     MessageMetadata,
+    PlaybackStages,
     TurnEnded,
     TurnRecord,
     UserQuery,
@@ -38,7 +40,11 @@ from xrmq.schemas import (
 from xrmq.topics import ROUTER_SOURCE, Topic
 
 from .failure import describe_failure
+from .playback_join import PlaybackJoin
 from .policy import RouteResult, turn_ended
+
+PLAYBACK_STAGES = ("first_played", "first_frame", "last_frame")
+"""The stages a voice renderer reports (``PlaybackStages``)."""
 
 
 @dataclass(slots=True)
@@ -96,42 +102,94 @@ def report_turn(
     turn_topic: Topic[TurnEnded] | None,
     record_topic: Topic[TurnRecord] | None,
     observers: Sequence[Callable[[TurnRecord], object]] = (),
+    playback: PlaybackJoin | None = None,
 ) -> None:
     """Rule 9: publish the turn's ``TurnEnded`` then its ``TurnRecord`` on the router's
     ``runtime`` (when it runs), log the record on the router's ``log``, then hand it to each
     of the ``observers`` (in this process: an exporter; one that raises is logged, and the
-    others still see the record). A router that neither publishes records, nor logs at
-    INFO, nor has observers builds none: telemetry off costs nothing."""
+    others still see the record). With ``playback`` (a box with a voice renderer) the record
+    of a turn that was not cancelled waits there for the renderer's playback stages. A
+    router that neither publishes records, nor logs at INFO, nor has observers builds none:
+    telemetry off costs nothing."""
     running = runtime is not None and runtime.running
     name = runtime.name if runtime is not None else None
     enabled = getattr(log, "is_enabled_for", None)
     logged = enabled is None or enabled(logging.INFO)
-    record = None
-    if logged or record_topic is not None or observers:
-        record = turn_record(turn, result, times, name)
-    if logged and record is not None:
-        fields = msgspec.to_builtins(record)
-        del fields["turn_id"], fields["participant_id"]
-        log.info("turn.done", turn=turn.turn_id, participant=turn.participant_id, **fields)
-    if running:
-        if turn_topic is not None:
-            runtime.send(
-                turn_topic,
-                turn_ended(result),
-                participant_id=turn.participant_id,
-                source=ROUTER_SOURCE,
-            )
-        if record_topic is not None and record is not None:
-            runtime.send(
-                record_topic, record, participant_id=turn.participant_id, source=ROUTER_SOURCE
-            )
+    recorded = logged or record_topic is not None or bool(observers)
+    record = turn_record(turn, result, times, name) if recorded else None
+    if running and turn_topic is not None:
+        runtime.send(
+            turn_topic,
+            turn_ended(result),
+            participant_id=turn.participant_id,
+            source=ROUTER_SOURCE,
+        )
     if record is None:
         return
-    for observe in observers:
-        try:
-            observe(record)
-        except Exception as error:  # an observer's bug must not stop the turn's report
-            log.warning("turn.observer_failed", turn=turn.turn_id, error=repr(error))
+    emit = _Emit(record, runtime, log, logged, record_topic, observers)
+    if playback is not None and result.status != "canceled":
+        playback.hold(turn.turn_id, emit)
+    else:
+        emit(None, None)
+
+
+@dataclass(slots=True)
+class _Emit:
+    """Publishes, logs and observes one turn's record, with the playback stages when a
+    renderer reported them (see ``report_turn``)."""
+
+    record: TurnRecord
+    runtime: Any
+    log: Any
+    logged: bool
+    record_topic: Topic[TurnRecord] | None
+    observers: Sequence[Callable[[TurnRecord], object]]
+
+    def __call__(self, stages: PlaybackStages | None, renderer: str | None) -> None:
+        record = with_playback(self.record, stages, renderer)
+        if self.logged:
+            fields = msgspec.to_builtins(record)
+            del fields["turn_id"], fields["participant_id"]
+            self.log.info(
+                "turn.done", turn=record.turn_id, participant=record.participant_id, **fields
+            )
+        if self.record_topic is not None and self.runtime is not None and self.runtime.running:
+            self.runtime.send(
+                self.record_topic,
+                record,
+                participant_id=record.participant_id,
+                source=ROUTER_SOURCE,
+            )
+        for observe in self.observers:
+            try:
+                observe(record)
+            except Exception as error:  # an observer's bug must not stop the turn's report
+                self.log.warning("turn.observer_failed", turn=record.turn_id, error=repr(error))
+
+
+def with_playback(
+    record: TurnRecord, stages: PlaybackStages | None, renderer: str | None
+) -> TurnRecord:
+    """``record`` with a renderer's playback stages (those it passed; ``crossed`` when the
+    ``renderer`` runtime is not the router's)."""
+    if stages is None:
+        return record
+    found = {
+        stage: getattr(stages, f"{stage}_us")
+        for stage in PLAYBACK_STAGES
+        if getattr(stages, f"{stage}_us") is not None
+    }
+    if not found:
+        return record
+    crossed = record.crossed
+    if renderer is None or renderer != record.router:
+        crossed = (*crossed, *found)
+    return msgspec.structs.replace(
+        record,
+        crossed=crossed,
+        renderer=renderer,
+        **{f"{stage}_us": value for stage, value in found.items()},
+    )
 
 
 def turn_record(
@@ -189,4 +247,5 @@ def turn_record(
         destination=stages.runtime,
         traceparent=times.traceparent,
         context=stages.context,
+        compactions=stages.compactions,
     )

@@ -60,6 +60,7 @@ from xrmq.actors.routing.destination import ClosingDestination, answer_prologue
 from xrmq.actors.runtime import get_logger
 from xrmq.schemas import (
     AgentTurn,
+    CompactionTime,
     DestinationResult,
     DestinationStages,
     ResponseOutput,
@@ -130,12 +131,13 @@ class ToolsContext(ParticipantContext, Protocol):
 class _ModelTimes:
     """One answer's model stages across the tool loop's calls (the turn record's,
     ``schemas/stages.py``): the first request, the first text, the first chunk published,
-    and every call's usage added up."""
+    every call's usage added up, and the automatic compactions before the calls."""
 
-    __slots__ = ("first_chunk_us", "first_token_us", "request_us", "tools", "usage")
+    __slots__ = ("compactions", "first_chunk_us", "first_token_us", "request_us", "tools", "usage")
 
     def __init__(self) -> None:
         self.tools: list[ToolCallTime] = []
+        self.compactions: list[CompactionTime] = []
         self.request_us: int | None = None
         self.first_token_us: int | None = None
         self.first_chunk_us: int | None = None
@@ -402,6 +404,7 @@ class ToolAgent(ClosingDestination):
             times.first_chunk_us,
             times.usage,
             tuple(times.tools),
+            compactions=tuple(times.compactions),
         )
         return DestinationResult(response=text, stages=stages)
 
@@ -416,7 +419,19 @@ class ToolAgent(ClosingDestination):
     ) -> None:
         specs = self.tool_specs()
         for iteration in range(self.max_iterations):
-            await self._auto_compact(pid, transcript, log)
+            began = now_us()
+            report = await self._auto_compact(pid, transcript, log)
+            if report is not None:
+                times.compactions.append(
+                    CompactionTime(
+                        "tools",
+                        report.outcome.value,
+                        began,
+                        now_us(),
+                        len(report.steps),
+                        report.still_over,
+                    )
+                )
             last = iteration == self.max_iterations - 1
             said: list[str] = []
             offered = () if last else specs

@@ -14,7 +14,9 @@ leaves at most one frame period after the cut, also when the loop fell behind (a
 overdue frame still yields).
 ``audio.playback`` says ``started`` before a response's first
 frame and ``done`` when the response ended (completed or cut), so whether assistant
-audio is playing is known on the bus (the voice gate listens to it).
+audio is playing is known on the bus (the voice gate listens to it). ``take_frames``
+tells the renderer when a participant's first and last frame went out (its playback
+stages).
 """
 
 from __future__ import annotations
@@ -125,7 +127,13 @@ class AudioTopicSink:
         self._first_frame = first_frame
         self._counters: dict[str, int] = {}
         self._playing: set[str] = set()
+        self._frame_times: dict[str, tuple[int, int]] = {}
         self.frames_sent = 0
+
+    def take_frames(self, participant_id: str) -> tuple[int, int] | None:
+        """When the participant's first and last frame since the last call went out (Unix
+        microseconds); None: no frame. The renderer asks after each segment it played."""
+        return self._frame_times.pop(participant_id, None)
 
     async def _sentences(self, text: str) -> AsyncIterator[tuple[np.ndarray, int]]:
         stream = getattr(self.synthesizer, "sentences", None)
@@ -183,12 +191,15 @@ class AudioTopicSink:
                 await asyncio.sleep(max(0.0, start + sent * period - self._clock()))
                 number = self._counters.get(participant, 0)
                 self._counters[participant] = number + 1
+                sent_us = now_us()
                 await self._publish(
                     self.topic,
-                    AudioFrame(chunk, SAMPLE_RATE, 1, number, now_us()),
+                    AudioFrame(chunk, SAMPLE_RATE, 1, number, sent_us),
                     participant_id=participant,
                     source="audio_sink",
                 )
+                first_us = self._frame_times.get(participant, (sent_us,))[0]
+                self._frame_times[participant] = (first_us, sent_us)
                 self.frames_sent += 1
                 sent += 1
                 if sent == 1 and self._first_frame is not None:

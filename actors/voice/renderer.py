@@ -10,17 +10,25 @@ is logged (``sink_failures``) and playback goes on.
 
 Its topics are constructor arguments, so it tells the runtime its subscriptions
 through ``handlers()``.
+
+With ``stages_topic`` it reports, once each reply it played ended (played out, cut or
+dropped), a ``PlaybackStages`` for the reply's request (the turn's id): when its first
+segment went to the sink and, for a sink with ``take_frames(participant)`` (the audio
+sink), when its first and last audio frame went out; the router adds them to the turn's
+record. One small message per reply, nothing per frame.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from xrmq.actors.clock import now_us
 from xrmq.actors.runtime import Agent, Handler, Handlers, RuntimeContext, get_logger
-from xrmq.schemas import Interrupted, ResponseOutput, UserQuery
+from xrmq.schemas import Interrupted, PlaybackStages, ResponseOutput, UserQuery
 from xrmq.topics import VOICE_OUTPUT_TOPIC, Topic, check_topic
 
 from .ordering import (
@@ -29,6 +37,7 @@ from .ordering import (
     Effect,
     Forgotten,
     ResponseEnded,
+    Segment,
     StreamClosed,
     VoiceOrdering,
     Wake,
@@ -52,6 +61,9 @@ class VoiceRenderer(Agent):
 
     A gap the bus reports in a producer's messages for a participant marks that
     participant's streams from the producer: they end ``incomplete`` (``on_gap``).
+
+    ``stages_topic`` (carrying ``PlaybackStages``) receives each played reply's playback
+    stages (see the module docstring).
     """
 
     def __init__(
@@ -68,6 +80,7 @@ class VoiceRenderer(Agent):
         sentences: bool = False,
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
+        stages_topic: Topic[PlaybackStages] | None = None,
     ) -> None:
         if not (callable(getattr(sink, "play", None)) and callable(getattr(sink, "end", None))):
             raise ValueError(
@@ -76,10 +89,15 @@ class VoiceRenderer(Agent):
         check_topic(output_topic, ResponseOutput, "VoiceRenderer.output_topic")
         check_topic(query_topic, UserQuery, "VoiceRenderer.query_topic")
         check_topic(interrupted_topic, Interrupted, "VoiceRenderer.interrupted_topic")
+        check_topic(stages_topic, PlaybackStages, "VoiceRenderer.stages_topic")
         self.sink = sink
         self.output_topic = output_topic
         self.query_topic = query_topic
         self.interrupted_topic = interrupted_topic
+        self.stages_topic = stages_topic
+        self._stages: OrderedDict[int, list[Any]] = OrderedDict()
+        """Per reply playing (its response number): request id, first played, first frame,
+        last frame (bounded by ``max_participants``: a participant plays one at a time)."""
         self.ordering = VoiceOrdering(
             idle_timeout_s=idle_timeout_s,
             queue_capacity=queue_capacity,
@@ -209,7 +227,9 @@ class VoiceRenderer(Agent):
                 await wake.wait()
             elif isinstance(step, ResponseEnded):
                 await self._guard(self.sink.end(step), step.participant_id, "end")
+                self._report_stages(step)
             else:
+                self._note_played(step)
                 playing = asyncio.create_task(
                     self._guard(self.sink.play(step), participant_id, "play")
                 )
@@ -221,7 +241,42 @@ class VoiceRenderer(Agent):
                     if not playing.done():  # this player is being cancelled (on_stop)
                         playing.cancel()
                         await asyncio.gather(playing, return_exceptions=True)
+                self._note_frames(step)
                 self._apply(self.ordering.finished(step))
+
+    # -- playback stages ------------------------------------------------------------------
+
+    def _note_played(self, segment: Segment) -> None:
+        if self.stages_topic is None or segment.kind != "reply" or segment.request_id is None:
+            return
+        if segment.response not in self._stages:
+            self._stages[segment.response] = [segment.request_id, now_us(), None, None]
+            while len(self._stages) > self.ordering.max_participants:
+                self._stages.popitem(last=False)
+
+    def _note_frames(self, segment: Segment) -> None:
+        stages = self._stages.get(segment.response)
+        take = getattr(self.sink, "take_frames", None)
+        frames = take(segment.participant_id) if callable(take) else None
+        if stages is None or frames is None:
+            return
+        first_us, last_us = frames
+        if stages[2] is None:
+            stages[2] = first_us
+        stages[3] = last_us
+
+    def _report_stages(self, ended: ResponseEnded) -> None:
+        stages = self._stages.pop(ended.response, None)
+        runtime = self.runtime
+        if stages is None or self.stages_topic is None or runtime is None or not runtime.running:
+            return
+        request_id, first_played_us, first_frame_us, last_frame_us = stages
+        runtime.send(
+            self.stages_topic,
+            PlaybackStages(request_id, first_played_us, first_frame_us, last_frame_us),
+            participant_id=ended.participant_id,
+            source="voice_renderer",
+        )
 
     async def _guard(self, call: Any, participant_id: str, what: str) -> None:
         try:
