@@ -77,6 +77,8 @@ class OTLPReceiver:
     def __init__(self) -> None:
         self.spans: list[ReceivedSpan] = []
         self.requests = 0
+        self.headers: list[dict[str, str]] = []
+        """Each request's headers, in order."""
         self._loop = asyncio.get_running_loop()
         self._changed = asyncio.Event()
         receiver = self
@@ -93,7 +95,8 @@ class OTLPReceiver:
                 self.send_header("Content-Length", str(len(reply)))
                 self.end_headers()
                 self.wfile.write(reply)
-                receiver._loop.call_soon_threadsafe(receiver._add, spans)
+                headers = dict(self.headers.items())
+                receiver._loop.call_soon_threadsafe(receiver._add, spans, headers)
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -102,8 +105,9 @@ class OTLPReceiver:
         self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
-    def _add(self, spans: list[ReceivedSpan]) -> None:
+    def _add(self, spans: list[ReceivedSpan], headers: dict[str, str]) -> None:
         self.requests += 1
+        self.headers.append(headers)
         self.spans += spans
         self._changed.set()
 

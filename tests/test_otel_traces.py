@@ -241,14 +241,31 @@ async def test_a_collector_that_refuses_loses_the_batch_counted_and_one_that_tak
         await receiver.until(lambda spans: len(spans) == 2)
 
 
-def test_a_collector_without_the_otel_extra_fails_the_check_naming_the_setting(monkeypatch):
+async def test_the_standard_header_variables_reach_the_collector(monkeypatch):
+    """A collector behind a key: ``OTEL_EXPORTER_OTLP_HEADERS`` (percent-encoded values),
+    and the traces-only variable before it, as the OpenTelemetry specification has it."""
+    from xrmq.actors.edge.otlp import TraceExporter
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "api-key=general,x-tenant=lab%203")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "api-key=s3cr%3Dt, x-tenant=lab%203")
+    with OTLPReceiver() as receiver:
+        exporter = TraceExporter(f"{receiver.endpoint}/v1/traces", schedule_delay_ms=60_000)
+        exporter.observe(TurnRecord("t1", "p1", "answered", query_us=1, received_us=2, ended_us=3))
+        assert await asyncio.to_thread(exporter.flush)
+        await receiver.until(lambda spans: len(spans) == 2)
+    (headers,) = receiver.headers
+    assert headers["api-key"] == "s3cr=t" and headers["x-tenant"] == "lab 3"
+    assert headers["Content-Type"] == "application/x-protobuf"
+
+
+def test_a_malformed_header_variable_fails_the_check_naming_it(monkeypatch):
     from xrmq.actors.edge import checks
 
     config = decode_config({"telemetry": {"otlp_endpoint": "http://127.0.0.1:4318"}})
-    checks.check_can_answer(config)  # installed here: the box would export
-    monkeypatch.setattr(checks.importlib.util, "find_spec", lambda name: None)
+    checks.check_can_answer(config)  # the exporter needs no package beyond the standard library
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "api-key")
     with pytest.raises(
-        ConfigError, match=r"telemetry\.otlp_endpoint: .*pip install 'xrmq\[otel\]'"
+        ConfigError, match=r"telemetry\.otlp_endpoint: OTEL_EXPORTER_OTLP_HEADERS: each header"
     ):
         checks.check_can_answer(config)
-    checks.check_can_answer(decode_config({}))  # no collector named: the extra is not needed
+    checks.check_can_answer(decode_config({}))  # no collector named: the headers are not read

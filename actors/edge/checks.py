@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import importlib.util
 import os
 import socket
 from pathlib import Path
@@ -32,6 +31,7 @@ from xrmq.actors.models import ModelSpec
 from xrmq.actors.runtime.address import parse_bus
 
 from .config import ConfigError, EdgeConfig
+from .telemetry import otlp_headers
 
 ONCE_ROLES = ("router", "conversation", "context", "renderer")
 """Built-in roles that must run in one process entry: in two, every turn would be routed,
@@ -105,12 +105,11 @@ def check_can_answer(config: EdgeConfig) -> None:
             raise ConfigError(
                 source, f"{key}.api_key_env", f"environment variable {spec.api_key_env} is not set"
             )
-    if config.telemetry.otlp_endpoint and "router" in runs and not otel_installed():
-        raise ConfigError(
-            source,
-            "telemetry.otlp_endpoint",
-            f"exporting traces needs the otel extra ({OTEL_INSTALL}), which is not installed",
-        )
+    if config.telemetry.otlp_endpoint and "router" in runs:
+        try:
+            otlp_headers()
+        except ValueError as error:
+            raise ConfigError(source, "telemetry.otlp_endpoint", str(error)) from None
     if "conversation" in _all_roles(config):
         for name, destination in config.destinations.items():
             realtime = destination.realtime
@@ -122,18 +121,6 @@ def check_can_answer(config: EdgeConfig) -> None:
                     f"destinations.{name}.realtime.api_key_env",
                     f"environment variable {realtime.api_key_env} is not set",
                 )
-
-
-OTEL_INSTALL = "pip install 'xrmq[otel]'"
-
-
-def otel_installed() -> bool:
-    """Whether the ``otel`` extra's exporter can be imported (found, not imported: the check
-    costs a box that does not trace no OpenTelemetry import)."""
-    try:
-        return importlib.util.find_spec("opentelemetry.exporter.otlp.proto.http") is not None
-    except ModuleNotFoundError:  # a parent package is absent
-        return False
 
 
 def _all_roles(config: EdgeConfig) -> set[str]:

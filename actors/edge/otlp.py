@@ -10,7 +10,8 @@ plans each queued record's spans (``telemetry.turn_spans``), gives them their id
 turn's trace, a random span id each), encodes them as one OTLP protobuf request
 (``otlp_wire.py``, by hand: no OpenTelemetry SDK, whose per-span objects and encoding cost
 the router several times as much) and POSTs it to the collector over a kept-alive
-HTTP/1.1 connection. A collector that refuses or does not answer loses that batch,
+HTTP/1.1 connection, with the standard variables' headers (``telemetry.otlp_headers``).
+A collector that refuses or does not answer loses that batch,
 counted (``failed_spans``) and logged. Stopping sends what is queued (within
 ``STOP_FLUSH_MS``).
 
@@ -33,7 +34,7 @@ from xrmq.actors.runtime import Agent, get_logger
 from xrmq.schemas import TurnRecord
 
 from .otlp_wire import encode_request, encode_span
-from .telemetry import parent_of, trace_id_of_turn, turn_spans
+from .telemetry import otlp_headers, parent_of, trace_id_of_turn, turn_spans
 
 STOP_FLUSH_MS = 2_000
 """How long stopping waits for the queued spans to go out (the process's shutdown is
@@ -75,6 +76,7 @@ class TraceExporter(Agent):
         ) / 1000
         self.max_queue = max_queue or _env_int("OTEL_BSP_MAX_QUEUE_SIZE", 512)
         self.timeout_s = timeout_s
+        self.headers = otlp_headers()
         self._queue: deque[TurnRecord] = deque()
         self._send_lock = threading.Lock()
         self._wake = threading.Event()
@@ -175,7 +177,11 @@ class TraceExporter(Agent):
             "POST",
             self._path,
             body,
-            {"Content-Type": "application/x-protobuf", "Content-Length": str(len(body))},
+            {
+                **self.headers,
+                "Content-Type": "application/x-protobuf",
+                "Content-Length": str(len(body)),
+            },
         )
         response = self._connection.getresponse()
         response.read()

@@ -32,6 +32,7 @@ import hashlib
 import os
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 from xrmq.schemas import TurnRecord
 
@@ -53,6 +54,30 @@ def traces_endpoint(otlp_endpoint: str | None, env: dict[str, str] | None = None
         return environ[TRACES_ENDPOINT_ENV]
     base = environ.get(ENDPOINT_ENV)
     return base.rstrip("/") + TRACES_PATH if base else None
+
+
+HEADERS_ENV = ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS")
+"""The standard request headers for the collector (an API key, a tenant), traces' first."""
+
+
+def otlp_headers(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The collector's request headers from the standard variables: ``key=value`` pairs
+    separated by commas, values percent-encoded (``api-key=a%20b,tenant=lab``), as the
+    OpenTelemetry specification writes them. A pair without ``=`` is refused naming the
+    variable (a key that silently goes missing would fail every export as unauthorized)."""
+    environ = os.environ if env is None else env
+    for name in HEADERS_ENV:
+        text = environ.get(name, "").strip()
+        if not text:
+            continue
+        headers: dict[str, str] = {}
+        for pair in text.split(","):
+            key, sep, value = pair.partition("=")
+            if not sep or not key.strip():
+                raise ValueError(f"{name}: each header must be key=value, got {pair.strip()!r}")
+            headers[key.strip()] = unquote(value.strip())
+        return headers
+    return {}
 
 
 ROOT_EVENTS = ("received", "routed", "admitted")
