@@ -67,5 +67,16 @@ def test_one_heartbeat_repeats_at_most_its_key_budget_the_rest_in_the_next():
     replay.heartbeat(*heartbeat("c", {"k1": 1, "k2": 1, "k3": 1, "k4": 1}))
     assert [t.sender for t in replay.due()] == ["a"]
     assert [t.sender for t in replay.due()] == ["b"]
-    assert [t.sender for t in replay.due()] == ["c"]  # over the budget alone: sent whole
-    assert replay.due() == [] and replay.dropped == 0
+    assert [t.last_seq for t in replay.due()] == [{"k2": 1, "k3": 1, "k4": 1}]  # its newest
+    assert replay.due() == [] and replay.dropped == 0 and replay.keys_dropped == 1
+
+
+def test_a_heartbeat_frame_that_does_not_decode_is_refused_counted_and_kept_nothing():
+    """The fuzz suite's deeply nested MessagePack on xrmq.metrics raised RecursionError,
+    which ended the broker's report thread, and the broker stopped answering."""
+    replay = TailReplay()
+    metadata, _ = heartbeat("sensor", {"k": 1})
+    replay.heartbeat(metadata, b"\x91" * 100_000)  # an array in an array ... 100,000 deep
+    replay.heartbeat(metadata, b"not msgpack")
+    replay.heartbeat(b"", b"")
+    assert replay.refused == 3 and len(replay) == 0 and replay.due() == []

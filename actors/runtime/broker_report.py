@@ -44,6 +44,7 @@ import zmq.utils.monitor
 from xrmq.schemas import MessageMetadata, RuntimeMetrics, StreamTails
 from xrmq.topics import METRICS_TOPIC
 
+from .edge_checks import DECODE_ERRORS
 from .subscriptions import SubscriptionCounts
 
 BROKER_NAME = "broker"
@@ -65,8 +66,9 @@ _metrics_decoder = msgspec.msgpack.Decoder(RuntimeMetrics)
 class TailReplay:
     """The final ``last_seq`` of runtimes that stopped lately, repeated in the broker's next
     heartbeats (see the module docstring). Bounded: ``TAIL_SENDERS`` runtimes, each repeated
-    ``TAIL_REPEATS`` times, at most ``TAIL_KEYS_PER_BEAT`` keys per heartbeat; a runtime
-    whose tails are dropped unrepeated is counted in ``dropped``."""
+    ``TAIL_REPEATS`` times, at most ``TAIL_KEYS_PER_BEAT`` keys per heartbeat (and per
+    runtime: its newest); a runtime whose tails are dropped unrepeated is counted in
+    ``dropped``, keys beyond a runtime's share in ``keys_dropped``."""
 
     def __init__(
         self,
@@ -78,6 +80,10 @@ class TailReplay:
         self._tails: dict[tuple[str, int], list[Any]] = {}
         """By (sender, epoch): [last seq by key, repeats left]; oldest first."""
         self.dropped = 0
+        self.refused = 0
+        """Heartbeat frames that did not decode (a publisher's bug, or a forgery)."""
+        self.keys_dropped = 0
+        """Stream keys of one runtime beyond ``keys_per_beat``, not repeated."""
 
     def __len__(self) -> int:
         return len(self._tails)
@@ -87,13 +93,17 @@ class TailReplay:
         try:
             metadata = _metadata_decoder.decode(metadata_frame)
             heartbeat = _metrics_decoder.decode(payload)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return  # its receivers count it as rejected
+        except DECODE_ERRORS:
+            self.refused += 1  # its receivers count it as rejected too
+            return
         if not heartbeat.final or not heartbeat.last_seq or metadata.sender == BROKER_NAME:
             return
         stream = (metadata.sender, metadata.epoch)
         held = self._tails.pop(stream, None)  # a final heartbeat in several parts: merged
         seqs = {**held[0], **heartbeat.last_seq} if held is not None else dict(heartbeat.last_seq)
+        if len(seqs) > self._keys_per_beat:  # one heartbeat must stay within the message limit
+            self.keys_dropped += len(seqs) - self._keys_per_beat
+            seqs = dict(list(seqs.items())[-self._keys_per_beat :])
         self._tails[stream] = [seqs, self._repeats]
         while len(self._tails) > self._senders:
             del self._tails[next(iter(self._tails))]
@@ -189,6 +199,8 @@ class BrokerReport:
         self.peers = PeerWatch()
         self.subscriptions = SubscriptionCounts()
         self.tails = TailReplay()
+        self.frame_faults = 0
+        """Captured frames whose handling raised (counted, skipped: see ``_run``)."""
         self._subscriptions = subscriptions
         self._context = context
         self._publish = publish
@@ -253,10 +265,13 @@ class BrokerReport:
                             frames = subs.recv_multipart(zmq.NOBLOCK)
                         except zmq.Again:
                             break
-                        if len(frames) == 1:
-                            self.subscriptions.frame(frames[0])
-                        elif len(frames) == 3:
-                            self.tails.heartbeat(frames[1], frames[2])
+                        try:
+                            if len(frames) == 1:
+                                self.subscriptions.frame(frames[0])
+                            elif len(frames) == 3:
+                                self.tails.heartbeat(frames[1], frames[2])
+                        except Exception:  # a frame must never end the report: the proxy
+                            self.frame_faults += 1  # stalls once its monitor is not read
                 if events in ready:
                     event = zmq.utils.monitor.recv_monitor_message(events)
                     if event["event"] == zmq.EVENT_ACCEPTED:
@@ -289,6 +304,9 @@ class BrokerReport:
                         "broker.publishers_left": float(self.peers.left),
                         "broker.tails_held": float(len(self.tails)),
                         "broker.tails_dropped": float(self.tails.dropped),
+                        "broker.heartbeats_refused": float(self.tails.refused),
+                        "broker.tail_keys_dropped": float(self.tails.keys_dropped),
+                        "broker.report_frame_faults": float(self.frame_faults),
                     },
                     tails=self.tails.due(),
                     subscriptions=self.subscriptions.snapshot()

@@ -22,7 +22,12 @@ from __future__ import annotations
 
 import time
 
+import msgspec
+
 from xrmq.schemas import MessageMetadata
+
+DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
+"""What decoding an untrusted frame can raise (deeply nested MessagePack: RecursionError)."""
 
 INBOX_PREFIX = "_inbox."
 """Every reply_to names an inbox topic: ``_inbox.<runtime name>``."""

@@ -25,7 +25,7 @@ from xrmq.topics import METRICS_TOPIC, SEP
 
 from ._compat import INLINE_START
 from .agent import Agent
-from .edge_checks import EnvelopeCheck, metadata_category
+from .edge_checks import DECODE_ERRORS, EnvelopeCheck, metadata_category
 from .mailbox import Mailbox
 from .observation import Observation
 from .readiness import Readiness
@@ -42,8 +42,6 @@ _POLLIN = int(zmq.POLLIN)
 
 _metadata_decoder = msgspec.msgpack.Decoder(MessageMetadata)
 _heartbeat_decoder = msgspec.msgpack.Decoder(RuntimeMetrics)
-DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
-"""What decoding an untrusted frame can raise (deeply nested MessagePack: RecursionError)."""
 _METRICS_NAME = METRICS_TOPIC.name.encode()
 
 Pending = dict[str, Any]
