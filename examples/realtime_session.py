@@ -63,7 +63,7 @@ async def main(max_tokens: int, latency_s: float) -> int:
             context=context,
             runtime=runtime,
             output_topic=VOICE_OUTPUT_TOPIC,
-            summarize=llm_summarizer(llm, limit_bytes=max_tokens * 6 // 5),
+            summarize=llm_summarizer(llm, limit_bytes=max_tokens * 6 // 5, sections=()),
         )
         runtime.register("realtime", realtime)
         await runtime.start()

@@ -124,7 +124,7 @@ def build_realtime(
     provider = realtime_provider(realtime)
     summarize = runtime.register(
         f"{name}-summarizer",
-        WorkerSummarizer(plan, limit_bytes=summary_limit_bytes(provider.limits)),
+        WorkerSummarizer(plan, limit_bytes=summary_limit_bytes(provider.limits), sections=()),
     )
     agent = RealtimeConversation(
         provider,

@@ -41,12 +41,21 @@ SUMMARY_LIMIT_TOKENS = 1024
 SUMMARY_LIMIT_BYTES = 4096
 """The size a summary request states to the model: about ``SUMMARY_LIMIT_TOKENS``."""
 
-SUMMARY_PROMPT = (
-    "Summarize the earlier part of this tool-using conversation for future turns. "
-    f"{sections_instruction(SUMMARY_SECTIONS)} Keep names, numbers, identifiers and "
-    "tool-call IDs verbatim; mark uncertain items as unconfirmed. Merge the previous summary "
-    "in. Do not answer or continue the conversation."
-)
+
+def summary_prompt(sections: tuple[str, ...] = SUMMARY_SECTIONS) -> str:
+    """The summary request's instructions; ``sections`` () asks for plain prose (a realtime
+    session's checkpoint: seed 003 names no sections, and its summary budget is a few
+    hundred bytes, where section headers would crowd out facts)."""
+    asked = f"{sections_instruction(sections)} " if sections else ""
+    return (
+        "Summarize the earlier part of this tool-using conversation for future turns. "
+        f"{asked}Keep names, numbers, identifiers and "
+        "tool-call IDs verbatim; mark uncertain items as unconfirmed. Merge the previous summary "
+        "in. Do not answer or continue the conversation."
+    )
+
+
+SUMMARY_PROMPT = summary_prompt()
 
 CONDENSE_PROMPT = (
     "Condense this summary of a tool-using conversation: shorter, the same facts. "
@@ -100,10 +109,13 @@ def render_message(message: ChatMessage) -> str:
 
 
 def summary_request(
-    head: Sequence[ChatMessage], previous: str | None, limit_bytes: int = SUMMARY_LIMIT_BYTES
+    head: Sequence[ChatMessage],
+    previous: str | None,
+    limit_bytes: int = SUMMARY_LIMIT_BYTES,
+    sections: tuple[str, ...] = SUMMARY_SECTIONS,
 ) -> tuple[str, str]:
     """(system prompt, user message) of the compaction request for ``head``."""
-    system = f"{SUMMARY_PROMPT}\n{compaction_limit_instruction(limit_bytes)}"
+    system = f"{summary_prompt(sections)}\n{compaction_limit_instruction(limit_bytes)}"
     material = "\n".join(render_message(message) for message in head)
     if previous:
         material = f"Previous summary:\n{previous}\n\nTranscript:\n{material}"
@@ -157,8 +169,10 @@ def llm_summarizer(
     *,
     limit_bytes: int = SUMMARY_LIMIT_BYTES,
     limit_tokens: int = SUMMARY_LIMIT_TOKENS,
+    sections: tuple[str, ...] = SUMMARY_SECTIONS,
 ) -> Summarize:
-    """A ``Summarize`` that asks ``llm`` directly; any failure is ``None`` (SUMMARIZE_FAILED)."""
+    """A ``Summarize`` that asks ``llm`` directly; any failure is ``None`` (SUMMARIZE_FAILED).
+    ``sections``: the summary's markdown sections (``summary_prompt``; (): plain prose)."""
 
     async def ask(system: str, user: str) -> str | None:
         try:
@@ -169,7 +183,7 @@ def llm_summarizer(
         return completion.text.strip() or None
 
     async def summarize(head: tuple[ChatMessage, ...], previous: str | None) -> str | None:
-        summary = await ask(*summary_request(head, previous, limit_bytes))
+        summary = await ask(*summary_request(head, previous, limit_bytes, sections))
         if summary is None:
             return None
         return await within_tokens(

@@ -23,7 +23,13 @@ from xrmq.actors.models import ChatMessage
 from xrmq.actors.runtime import Agent, Handlers, RuntimeContext, get_logger
 from xrmq.topics import Topic
 
-from .summary import SUMMARY_LIMIT_BYTES, SUMMARY_LIMIT_TOKENS, summary_request, within_tokens
+from .summary import (
+    SUMMARY_LIMIT_BYTES,
+    SUMMARY_LIMIT_TOKENS,
+    SUMMARY_SECTIONS,
+    summary_request,
+    within_tokens,
+)
 
 SECTION = "tools"
 
@@ -38,6 +44,7 @@ class WorkerSummarizer(Agent):
         timeout_s: float = 60.0,
         limit_bytes: int = SUMMARY_LIMIT_BYTES,
         limit_tokens: int = SUMMARY_LIMIT_TOKENS,
+        sections: tuple[str, ...] = SUMMARY_SECTIONS,
     ) -> None:
         if not timeout_s > 0:
             raise ValueError("WorkerSummarizer.timeout_s: must be positive")
@@ -45,6 +52,8 @@ class WorkerSummarizer(Agent):
         self.timeout_s = timeout_s
         self.limit_bytes = limit_bytes
         self.limit_tokens = limit_tokens
+        self.sections = sections
+        """The summary's markdown sections (``summary.summary_prompt``; (): plain prose)."""
         self.generation = uuid.uuid4().hex[:12]
         name = f"{plan.topics.namespace}.tools.{self.generation}.result"
         self.results = Topic(name, CompactionDone)
@@ -61,7 +70,7 @@ class WorkerSummarizer(Agent):
             future.set_result(message)
 
     async def __call__(self, head: tuple[ChatMessage, ...], previous: str | None) -> str | None:
-        summary = await self._ask(*summary_request(head, previous, self.limit_bytes))
+        summary = await self._ask(*summary_request(head, previous, self.limit_bytes, self.sections))
         if summary is None:
             return None
         return await within_tokens(
