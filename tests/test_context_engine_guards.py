@@ -204,6 +204,66 @@ def test_a_weak_model_loses_no_value_uses_the_counted_fallback_and_never_resends
     assert len(run.sent) == len(set(run.sent))  # in fact, never sent twice at all
 
 
+def over_long(request: CompactionRequest) -> CompactionResult:
+    """A compact summary that keeps every value but is over the limit (a condense due),
+    the values spread through it (a clip keeping its start and end loses the middle's)."""
+    readings = re.findall(r"Sensor S\d+ read \d+ kPa\.", request.user_message)
+    text = " ".join(f"{reading} {FILLER}" for reading in readings)
+    return CompactionResult(request.job, text, "stop")
+
+
+def condense_setup() -> tuple[Section, SectionState, str]:
+    section = guarded_topic(budget=2000)  # summary limit 500
+    state = section.new_state("g")
+    i = 0
+    while (request := section.next_compaction(state)) is None:
+        section.append_update(state, reading(i), timestamp_us=T0 + i * SECOND)
+        i += 1
+    long_summary = over_long(request).text
+    status = section.apply_result(state, CompactionResult(request.job, long_summary, "stop"))
+    assert status is ApplyStatus.CONDENSE_DUE
+    return section, state, long_summary
+
+
+@pytest.mark.parametrize(
+    "condensed",
+    [
+        "Sensor readings were recorded; all calm.",
+        "",
+    ],
+    ids=["values-dropped", "failed-and-clipped"],
+)
+def test_a_condense_that_drops_the_summary_s_values_is_replaced_by_the_extractive_summary(
+    condensed: str,
+):
+    section, state, long_summary = condense_setup()
+    request = section.next_compaction(state)
+    assert request is not None and request.kind == "condense"
+    result = CompactionResult(request.job, condensed, "stop" if condensed else "length")
+    status = section.apply_result(state, result)
+    assert status is ApplyStatus.FALLBACK
+    assert state.lossy_summaries == 1 and state.fallbacks == 1
+    assert state.summary_by == "extractive"
+    assert utf8_size(state.summary) <= section.spec.summary_limit_bytes
+    kept = extractive_summary(long_summary, section.spec.summary_limit_bytes)
+    assert state.summary == kept
+    values = salient_values(kept)
+    assert values and all(value in state.summary.lower() for value in values)
+    assert section.next_compaction(state) is None  # the compacted entries are gone
+
+
+def test_a_condense_that_keeps_the_values_is_applied_as_the_model_s_summary():
+    section, state, long_summary = condense_setup()
+    request = section.next_compaction(state)
+    assert request is not None and request.kind == "condense"
+    short = " ".join(re.findall(r"Sensor S\d+ read \d+ kPa\.", long_summary))
+    assert utf8_size(short) <= section.spec.summary_limit_bytes
+    status = section.apply_result(state, CompactionResult(request.job, short, "stop"))
+    assert status is ApplyStatus.APPLIED
+    assert state.summary == short and state.summary_by == "model"
+    assert state.lossy_summaries == state.fallbacks == 0
+
+
 def test_the_retry_after_the_next_entry_is_a_smaller_batch_when_it_would_be_unchanged():
     section = guarded_topic()
     state = section.new_state("g")

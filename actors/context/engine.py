@@ -22,19 +22,16 @@ names the ids of the entries it summarizes, and its result removes exactly those
 recorded while it ran survive. A result whose job is not the state's pending job (the state was
 cleared and recreated, the job was already answered or abandoned) is discarded.
 
-Summary guards (``CompactionSettings.guarded``): a small model may return the previous
-summary again or a description without the values people said. Guarded, every model
-summary is checked against the entries it replaces before it is accepted, a failed
-request is never resent unchanged, and the extractive summariser (``salience``, no model)
-compacts what the model keeps failing on, so a weak model cannot make values disappear or
-a section overflow. ``next_compaction`` may then compact by the fallback itself (the
-model's backoff), which changes the state like an applied result.
+Summary guards (``CompactionSettings.guarded``, ``guard.SummaryGuard``): every model
+summary, and every condensed one, is checked against what it replaces before it is
+accepted, a failed request is never resent unchanged, and the extractive summariser
+compacts what the model keeps failing on. ``next_compaction`` may then compact by the
+fallback itself (the model's backoff), which changes the state like an applied result.
 """
 
 from __future__ import annotations
 
 import bisect
-import hashlib
 from collections.abc import Sequence
 
 import msgspec
@@ -51,6 +48,7 @@ from .compaction import (
     condense_message,
     system_prompt,
 )
+from .guard import SummaryGuard, request_digest
 from .render import (
     check_timestamp,
     exchange_text,
@@ -59,7 +57,6 @@ from .render import (
     summary_label,
     update_text,
 )
-from .salience import SummaryProblem, extractive_summary, summary_problem
 from .state import (
     INPUT_BUDGET_MARGIN_BYTES,
     ApplyStatus,
@@ -76,24 +73,6 @@ from .state import (
     history_tail,
     min_input_budget,
 )
-
-MODEL_ATTEMPTS = 3
-"""Model requests for the same material before the extractive fallback compacts it: the
-batch, a different or smaller batch after the next entry, then at once a smaller one."""
-
-MAX_MODEL_SKIPS = 8
-"""Backoff cap: compactions made by the fallback, without asking the model, after a run of
-fallbacks (1, 3, 7, then 8 after the second, third, fourth fallback in a row)."""
-
-
-def _digest_message(message: str) -> bytes:
-    return hashlib.blake2b(message.encode(), digest_size=12).digest()
-
-
-def _digest(summary: str, texts: Sequence[str]) -> bytes:
-    """Digest of the compact request for ``texts`` after ``summary``: equal digests, equal
-    requests (the prompts are fixed per section)."""
-    return _digest_message(compact_message(summary, texts))
 
 
 def _order(entry: Entry) -> tuple[int, int]:
@@ -300,15 +279,18 @@ class Section(msgspec.Struct, frozen=True):
                     return None
             texts, ids = self._batch(state)
             if self.settings.guarded:
-                if state.model_skips == 0 and _digest(state.summary, texts) == state.failed_request:
+                if (
+                    state.model_skips == 0
+                    and request_digest(state.summary, texts) == state.failed_request
+                ):
                     keep = len(ids) // 2  # never the failed request again: a smaller batch
                     texts, ids = texts[:keep], ids[:keep]
                 if state.model_skips > 0:  # backing off: the model is not asked this time
                     state.model_skips -= 1
-                    self._fallback(state, ids, backoff=True)
+                    self.guard.fallback(state, ids, backoff=True)
                     continue
                 if not ids:  # one entry that failed alone: no smaller request exists
-                    self._fallback(state, self._batch(state)[1])
+                    self.guard.fallback(state, self._batch(state)[1])
                     continue
             message = compact_message(state.summary, texts)
             return self._issue(state, "compact", message, tuple(ids))
@@ -460,7 +442,9 @@ class Section(msgspec.Struct, frozen=True):
         With ``CompactionSettings.guarded`` a compact result is first checked
         (``salience.summary_problem``): a frozen or lossy summary is ``REJECTED``, counted by
         cause, and handled as a failure; failures are never retried unchanged and the
-        material's third one is compacted by the extractive fallback (``FALLBACK``).
+        material's third one is compacted by the extractive fallback (``FALLBACK``). A
+        condensed (or clipped) summary keeping too few of the long summary's values is
+        counted ``lossy`` and replaced by the long summary's extractive summary (``FALLBACK``).
         """
         pending = state.pending
         if pending is None or result.job != pending.request.job:
@@ -469,113 +453,31 @@ class Section(msgspec.Struct, frozen=True):
         text = result.text.strip()
         failed = result.error is not None or result.finish_reason not in (None, "stop") or not text
         limit = self.spec.summary_limit_bytes
+        guard = self.guard
         if pending.request.kind == "compact":
-            problem = None if failed else self._check(state, text, pending.entry_ids)
+            problem = None if failed else guard.check(state, text, pending.entry_ids)
             if failed or problem is not None:
-                return self._failed(state, pending, problem)
+                eligible = [entry.entry_id for entry in self._eligible(state)]
+                return guard.failed(state, pending, problem, eligible)
             if utf8_size(text) > limit:
                 state.condense_due = CondenseDue(text, pending.entry_ids)
                 return ApplyStatus.CONDENSE_DUE
-            self._model_summary(state, text, pending.entry_ids)
+            guard.accept(state, text, pending.entry_ids)
             return ApplyStatus.APPLIED
         if not failed and utf8_size(text) <= limit:
-            self._model_summary(state, text, pending.entry_ids)
-            return ApplyStatus.APPLIED
-        self._model_summary(
-            state, clip_middle(pending.candidate if failed else text, limit), pending.entry_ids
-        )
-        return ApplyStatus.CLIPPED
+            summary, status = text, ApplyStatus.APPLIED
+        else:
+            summary = clip_middle(pending.candidate if failed else text, limit)
+            status = ApplyStatus.CLIPPED
+        if not guard.condensed(state, summary, pending):
+            return ApplyStatus.FALLBACK
+        guard.accept(state, summary, pending.entry_ids)
+        return status
 
-    def _texts(self, state: SectionState, entry_ids: Sequence[int]) -> list[str]:
-        wanted = set(entry_ids)
-        return [entry.text for entry in state.entries if entry.entry_id in wanted]
-
-    def _check(
-        self, state: SectionState, text: str, entry_ids: tuple[int, ...]
-    ) -> SummaryProblem | None:
-        """Guarded: why ``text`` must not replace the entries (and the summary), counted."""
-        if not self.settings.guarded:
-            return None
-        problem = summary_problem(
-            text, state.summary, self._texts(state, entry_ids), self.spec.summary_limit_bytes
-        )
-        if problem == "frozen":
-            state.frozen_summaries += 1
-        elif problem == "lossy":
-            state.lossy_summaries += 1
-        return problem
-
-    def _failed(
-        self, state: SectionState, pending: PendingJob, problem: SummaryProblem | None
-    ) -> ApplyStatus:
-        """A compact request failed (or its summary was refused): keep the entries.
-
-        Unguarded, or on the material's first failure, the next request waits for the
-        section's next entry. Guarded, the material's second failure asks at once for a
-        smaller batch, and its third (or a failure no smaller batch can follow) compacts
-        the batch with the extractive fallback.
-        """
-        status = ApplyStatus.FAILED if problem is None else ApplyStatus.REJECTED
-        if not self.settings.guarded:
-            state.backlog = []
-            state.awaiting_entry = True
-            return status
-        state.failures += 1
-        state.failed_request = _digest_message(pending.request.user_message)
-        if state.failures == 1:
-            state.backlog = []
-            state.awaiting_entry = True
-            return status
-        if state.failures < MODEL_ATTEMPTS and len(pending.entry_ids) > 1:
-            state.batch_cap = len(pending.entry_ids) // 2
-            if not state.backlog:
-                state.backlog = [entry.entry_id for entry in self._eligible(state)]
-            return status
-        self._fallback(state, list(pending.entry_ids))
-        return ApplyStatus.FALLBACK
-
-    def _fallback(
-        self, state: SectionState, entry_ids: Sequence[int], *, backoff: bool = False
-    ) -> None:
-        """Compact ``entry_ids`` with the extractive summariser (no model) and continue the
-        run with the rest. A fallback the model's failures caused (not ``backoff``) backs
-        the model off: the next 0, 1, 3, 7 (at most ``MAX_MODEL_SKIPS``) compactions skip it."""
-        texts = self._texts(state, entry_ids)
-        room = self.settings.input_budget_bytes - utf8_size(state.summary)
-        if len(texts) == 1 and utf8_size(texts[0]) > room:
-            texts = [clip_middle(texts[0], room)]
-        material = compact_message(state.summary, texts)
-        summary = extractive_summary(material, self.spec.summary_limit_bytes)
-        self._replace_summary(state, summary, tuple(entry_ids))
-        state.summary_by = "extractive"
-        state.fallbacks += 1
-        if not backoff:
-            state.fallback_streak += 1
-            state.model_skips = min(2 ** (state.fallback_streak - 1) - 1, MAX_MODEL_SKIPS)
-        self._reset_failures(state)
-
-    def _model_summary(self, state: SectionState, text: str, entry_ids: tuple[int, ...]) -> None:
-        self._replace_summary(state, text, entry_ids)
-        if self.settings.guarded:
-            state.summary_by = "model"
-            state.fallback_streak = 0
-            self._reset_failures(state)
-
-    @staticmethod
-    def _reset_failures(state: SectionState) -> None:
-        state.failures = 0
-        state.failed_request = b""
-        state.batch_cap = 0
-        state.awaiting_entry = False
-
-    def _replace_summary(
-        self, state: SectionState, summary: str, entry_ids: tuple[int, ...]
-    ) -> None:
-        covered = set(entry_ids)
-        state.summary = summary
-        state.entries = [entry for entry in state.entries if entry.entry_id not in covered]
-        state.backlog = [entry_id for entry_id in state.backlog if entry_id not in covered]
-        state.revision += 1
+    @property
+    def guard(self) -> SummaryGuard:
+        """The section's summary guard (``guard``)."""
+        return SummaryGuard(self.spec, self.settings)
 
     # --- rendering -----------------------------------------------------------------
 

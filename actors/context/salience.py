@@ -27,6 +27,10 @@ whitespace folding) is "nearly identical": frozen unless it kept a value the ent
 MIN_KEPT_SHARE = 0.5
 """A summary must keep at least this share (and at least one) of the entries' values."""
 
+MIN_CONDENSED_SHARE = 0.8
+"""A condensed summary must keep at least this share of the long summary's values: it
+shortens text that already holds only what mattered, so it has less reason to drop any."""
+
 _TAG = re.compile(r"</?[A-Za-z][\w.:-]*>")
 _ALNUM = re.compile(r"\w")
 _LABEL = re.compile(r"^[\W_]*\w[\w ]{0,40}:\s*$")
@@ -205,15 +209,19 @@ def _folded(text: str) -> str:
 
 
 def summary_problem(
-    summary: str, previous: str, entries: list[str] | tuple[str, ...], limit_bytes: int
+    summary: str,
+    previous: str,
+    entries: list[str] | tuple[str, ...],
+    limit_bytes: int,
+    min_kept_share: float = MIN_KEPT_SHARE,
 ) -> SummaryProblem | None:
     """Why ``summary`` must not replace ``entries`` (after ``previous``), or None if it may.
 
     The yardstick is what fits: the extractive summary of the same material within the same
     ``limit_bytes`` (the fallback's). ``frozen``: ``summary`` is the previous summary (nearly:
     ``NEAR_IDENTICAL_RATIO``) without any value the entries added, where the yardstick keeps
-    some. ``lossy``: it keeps fewer than ``MIN_KEPT_SHARE`` (and at least one) of the entries'
-    values the yardstick keeps. A value is kept when it occurs in the text (case and
+    some. ``lossy``: it keeps fewer than ``min_kept_share`` (and at least one) of the
+    entries' values the yardstick keeps. A value is kept when it occurs in the text (case and
     whitespace folded). Entries without values never make a summary fail, nor does a
     material whose values do not fit the limit at all.
     """
@@ -233,6 +241,6 @@ def summary_problem(
         >= NEAR_IDENTICAL_RATIO
     ):
         return "frozen"
-    if fits and len(kept) < max(1, math.ceil(len(fits) * MIN_KEPT_SHARE)):
+    if fits and len(kept) < max(1, math.ceil(len(fits) * min_kept_share)):
         return "lossy"
     return None
