@@ -48,3 +48,61 @@ def test_a_fact_named_once_survives_two_merges_of_a_realtime_checkpoint() -> Non
         144,
     )
     assert "Paris" in second and "Paris" in third
+
+
+def test_a_name_counts_as_much_as_a_number_so_names_are_not_the_first_to_go() -> None:
+    material = (
+        "User: My tutor is called Lucia Okafor.\n"
+        "User: My desk extension is 6638.\n"
+        "User: Remind me to water the plants."
+    )
+    summary = extractive_summary(material, 70)
+    assert summary == "My tutor is called Lucia Okafor.\nMy desk extension is 6638."
+
+
+def test_a_kept_sentence_loses_its_time_and_source_tags_and_user_label() -> None:
+    material = (
+        "[2026-12-01 12:55:59 UTC] User: My tutor is called Lucia Okafor.\n"
+        "Assistant: Noted, Lucia Okafor it is, and the gym opens at 07:05.\n"
+        "[2026-12-01 13:16:02 UTC] [notes] The tripod was moved to bay 10."
+    )
+    assert extractive_summary(material, 500).splitlines() == [
+        "My tutor is called Lucia Okafor.",
+        "Assistant: Noted, Lucia Okafor it is, and the gym opens at 07:05.",
+        "The tripod was moved to bay 10.",
+    ]
+
+
+def test_a_later_value_of_the_same_subject_replaces_the_earlier_one() -> None:
+    material = (
+        "[notes] Aquarium reads 17.2 C.\n"
+        "User: The budget meeting is in room 879.\n"
+        "[notes] Aquarium reads 88.0 C.\n"
+        "User: Actually, the budget meeting moved to room 539."
+    )
+    assert extractive_summary(material, 500).splitlines() == [
+        "Aquarium reads 88.0 C.",
+        "Actually, the budget meeting moved to room 539.",
+    ]
+
+
+def test_sentences_whose_values_name_different_things_are_all_kept() -> None:
+    material = "Sensor S1 read 101 kPa.\nSensor S2 read 102 kPa.\nI parked the tripod in bay 36.\n"
+    material += "I parked the label printer in bay 94."
+    assert len(extractive_summary(material, 500).splitlines()) == 4
+
+
+def test_of_equally_informative_sentences_the_newest_are_kept() -> None:
+    material = "\n".join(f"Door D{i} opened at 10:{i:02d}." for i in range(10))
+    summary = extractive_summary(material, 60)
+    assert summary.splitlines() == ["Door D8 opened at 10:08.", "Door D9 opened at 10:09."]
+
+
+def test_a_decimal_reading_is_one_value() -> None:
+    from xrmq.actors.context.salience import salient_values
+
+    assert salient_values("Aquarium reads 17.2 C, 1,250.50 at 10:30.") == {
+        "17.2",
+        "1,250.50",
+        "10:30",
+    }

@@ -64,19 +64,14 @@ def content_line(raw: str) -> str | None:
 
 
 _CORRECTION = re.compile(
-    r"\b(actually|correction|corrected|instead|changed|now|no longer|updated)\b", re.I
+    r"\b(actually|correction|corrected|instead|changed|now|no longer|updated|moved)\b", re.I
 )
 
 
 def _salience(sentence: str) -> int:
-    return (
-        1
-        + 3 * len(_NUMBER.findall(sentence))
-        + 2 * len(_TIME.findall(sentence))
-        + 2 * len(_IDENTIFIER.findall(sentence))
-        + 2 * sum(word.lower() not in STOPWORDS for word in _CAPITALIZED.findall(sentence))
-        + 3 * len(_CORRECTION.findall(sentence))
-    )
+    """Each value a sentence carries counts the same (a name as much as a four-digit
+    number, so names are not the first to go), and a correction adds to it."""
+    return 1 + 4 * len(salient_values(sentence)) + 3 * len(_CORRECTION.findall(sentence))
 
 
 def _utf8_len(text: str) -> int:
@@ -99,34 +94,45 @@ def extractive_summary(material: str, limit_bytes: int) -> str:
 
     ``material`` is the previous summary followed by the new entries; its sentences are
     scored together, so the result merges both. Sentences with numbers, times, names,
-    identifiers and corrections score highest; what rendering added (speaker labels, time
-    and source tags) scores nothing. Exact repeats count once, and so does a sentence
-    that restates another (the same values, mostly the same words): of those, what a
-    participant said is kept over the assistant's echo of it, else the first; so a small
-    budget holds more distinct facts. Chosen sentences
-    keep their original order, one per line. If not even the best sentence fits, it is
-    shortened at a word boundary. The result never exceeds ``limit_bytes`` UTF-8 bytes.
+    identifiers and corrections score highest (each value alike), and of equals the newest;
+    what rendering added (speaker labels, time and source tags) scores nothing, and a kept
+    sentence loses its leading time and source tags and ``User:`` label (the summary's own
+    label says where it comes from; an assistant's sentence keeps its label). Exact repeats
+    count once, and so does a sentence that restates another (the same values, mostly the
+    same words): of those, what a participant said is kept over the assistant's echo of
+    it, else the first; and a sentence that a later one updates (the same subject with
+    other values: a reading, a room that moved) gives way to it; so a small budget holds
+    more distinct, current facts. Chosen sentences keep their original order, one per
+    line. If not even the best sentence fits, it is shortened at a word boundary. The
+    result never exceeds ``limit_bytes`` UTF-8 bytes.
     """
     sentences: list[str] = []
+    shown: list[str] = []
     for line in content_lines(material):
         for sentence in _SENTENCE_BREAK.split(line):
-            if sentence and sentence not in sentences:
+            text = _RENDERED_PREFIX.sub("", sentence).strip()
+            if text and _ALNUM.search(text) and text not in shown:
                 sentences.append(sentence)
+                shown.append(text)
     if not sentences or limit_bytes <= 0:
         return ""
     unlabelled = [_SPEAKER.sub(" ", sentence) for sentence in sentences]
-    candidates = _first_statements(sentences, unlabelled)
-    ranked = sorted(candidates, key=lambda i: (-_salience(unlabelled[i]), i))
+    candidates = _latest_values(_first_statements(sentences, unlabelled), unlabelled)
+    ranked = sorted(candidates, key=lambda i: (-_salience(unlabelled[i]), -i))
     chosen: list[int] = []
     used = -1  # the first sentence needs no separator
     for index in ranked:
-        cost = _utf8_len(sentences[index]) + 1
+        cost = _utf8_len(shown[index]) + 1
         if used + cost <= limit_bytes:
             chosen.append(index)
             used += cost
     if not chosen:
-        return _shorten(sentences[ranked[0]], limit_bytes)
-    return "\n".join(sentences[i] for i in sorted(chosen))
+        return _shorten(shown[ranked[0]], limit_bytes)
+    return "\n".join(shown[i] for i in sorted(chosen))
+
+
+_RENDERED_PREFIX = re.compile(r"^(?:\[[^\]]*\]\s*)*(?:User:\s*)?")
+"""What rendering puts before an entry's text: its time and source tags, the speaker."""
 
 
 RESTATED_SHARE = 0.6
@@ -165,6 +171,39 @@ def _first_statements(sentences: list[str], unlabelled: list[str]) -> list[int]:
     return sorted(index for group in kept.values() for index in group)
 
 
+SUPERSEDED_SHARE = 0.6
+"""Of two sentences with one value each, the share of their subject words (content words that are
+not values) in common, of the larger set, from which the later one updates the earlier."""
+
+
+def _latest_values(candidates: list[int], unlabelled: list[str]) -> list[int]:
+    """``candidates`` without the sentences a later candidate updates: the same subject
+    (``SUPERSEDED_SHARE`` of its words) with another value. Only sentences with one value
+    take part: in one with several, a value may name the subject (the ``S1`` of "Sensor S1
+    read 101 kPa"), so another value there may be another thing, not an update."""
+    facts: list[tuple[int, frozenset[str], frozenset[str]]] = []
+    for index in candidates:
+        values = salient_values(unlabelled[index])
+        if len(values) != 1:  # "Sensor S1 read 101": S1 names what 101 is about
+            continue
+        value_words = {word for value in values for word in re.findall(r"\w+", value)}
+        words = _content_words(_BOOKKEEPING.sub(" ", unlabelled[index]))
+        subject = frozenset(word for word in words if word not in value_words)
+        facts.append((index, values, subject))
+    superseded: set[int] = set()
+    for position, (index, values, subject) in enumerate(facts):
+        for _, later_values, later_subject in facts[position + 1 :]:
+            shared = len(subject & later_subject)
+            if (
+                subject
+                and values != later_values
+                and shared >= SUPERSEDED_SHARE * max(len(subject), len(later_subject))
+            ):
+                superseded.add(index)
+                break
+    return [index for index in candidates if index not in superseded]
+
+
 def _content_words(text: str) -> frozenset[str]:
     return frozenset(word for word in re.findall(r"\w+", text.lower()) if word not in STOPWORDS)
 
@@ -175,7 +214,7 @@ _BOOKKEEPING = re.compile(
 )
 """What rendering adds to an entry (its time and source tags, the speaker labels): when
 and where something was recorded, not a value it carries."""
-_VALUE = re.compile(r"\d{1,2}:\d{2}\b|\b(?=[\w-]*\d)[\w-]*\w|\d+(?:[.,]\d+)*")
+_VALUE = re.compile(r"\d{1,2}:\d{2}\b|\d+(?:[.,]\d+)+|\b(?=[\w-]*\d)[\w-]*\w|\d+")
 _NAME = re.compile(r"(?<![.!?:]\s)(?<!^)\b[A-Z][a-z]+(?:\s[A-Z][a-z]+)*")
 _LABEL_OR_PADDING = re.compile(r"(?:([a-z])\1*)(?:[\d_-]+(?:([a-z])\2*)?)*")
 """A lower-case token opening with a letter whose every letter run is one letter repeated:
