@@ -206,3 +206,26 @@ async def test_an_unguarded_manual_compaction_with_a_failing_model_keeps_the_ent
         f"{TOPIC}: failed, entries kept (SUMMARIZE_FAILED): the model stopped: length"
     )
     assert len(model.llm.requests) == 1  # retried only after the section's next entry
+
+
+async def test_a_manual_compaction_while_the_model_backs_off_is_made_by_the_fallback_at_once():
+    """After fallbacks in a row the model backs off (docs/context.md): a manual compaction
+    then asks no model, and is still reported."""
+    model = Model()
+    model.answer = lossy
+    silent = None
+    async with running(model.llm) as (context, _):
+        for round_ in range(6):
+            for i in range(round_ * 4, round_ * 4 + 4):
+                await note(context, i)
+            await context.synced()
+            asked = len(model.llm.requests)
+            outcome = await context.compact("p1", TOPIC)
+            assert outcome.status is CompactStatus.COMPACTED, outcome.message()
+            assert outcome.sections[0].made_by == ("extractive",)
+            if len(model.llm.requests) == asked:
+                silent = round_
+                break
+        entries = [block for block in context.blocks("p1") if block.timestamp_us is not None]
+    assert silent is not None, "the model never backed off"
+    assert entries == []
