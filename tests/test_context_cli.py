@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from xrmq.actors.context.dump import decode_dump
-from xrmq.actors.edge.config_loader import default_config
+from xrmq.actors.edge.config_loader import decode_config, default_config
 from xrmq.actors.edge.context_commands import with_manager
 from xrmq.actors.edge.private_stack import PrivateStack
 from xrmq.actors.edge.replies import ReplyCollector, ask
@@ -20,6 +20,7 @@ from xrmq.schemas import ConversationContextUpdate
 from xrmq.topics import context_topic
 
 from edge_box import journal_rows_of
+from openai_server import OpenAIServer, Reply
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -100,8 +101,9 @@ async def test_dump_clear_load_show_and_compact_a_participant_of_a_running_box(t
                 "context", "compact", "--participant", "p1", "--config", config
             )
             assert code == 0, err
-            assert "dialogue: compacted into its summary" in out.decode()
-            assert "notes: compacted into its summary" in out.decode()
+            # what made the summary: the box's (offline) model, whose summaries pass the guards
+            assert "dialogue: compacted into its summary by the model" in out.decode()
+            assert "notes: compacted into its summary by the model" in out.decode()
             assert "Summary of earlier [notes] context:" in await show()
 
             code, out, err = await xrmq(
@@ -262,3 +264,59 @@ def test_a_dump_to_a_terminal_is_refused_naming_output(monkeypatch):
     args = build_parser().parse_args(["context", "dump", "--participant", "p1"])
     with pytest.raises(ValueError, match="--output: a dump is binary"):
         run_context(args)
+
+
+async def test_context_compact_says_the_extractive_fallback_made_the_summary_of_a_lossy_model(
+    monkeypatch,
+):
+    """The box's compaction model (a provider on loopback) describes the notes without their
+    values: the summary guards refuse it, and ``xrmq context compact`` compacts by the
+    extractive fallback at once and says so."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    lossy = Reply(chunks=("These notes record readings from the lab's instruments.",))
+    with OpenAIServer(lossy) as provider:
+        config = decode_config(
+            {
+                "models": {
+                    "compaction": {"model": "openai/gpt-4o-mini", "api_base": provider.api_base}
+                },
+                "context": {"topics": {"notes": {"mode": "incremental"}}},
+                "processes": {
+                    "context": {"roles": ["context"]},
+                    "compaction": {"roles": ["compaction"], "after": ["context"]},
+                },
+            }
+        )
+        async with PrivateStack(config) as stack:
+            assert stack.directory is not None and stack.config is not None
+            path = str(stack.directory / "edge.toml")
+            notes = (
+                "The kettle in lab 3 is set to 85 degrees.",
+                "Printer PR-7 is out of toner.",
+                "The badge reader at door D12 reads 4471.",
+            )
+            for text in notes:
+                await with_manager(  # returns once the notes section applied it
+                    stack.config,
+                    stack.bus,
+                    lambda manager, text=text: manager.update(
+                        "p4", "notes", ConversationContextUpdate(text), mode="incremental"
+                    ),
+                )
+            code, out, err = await xrmq(
+                "context", "compact", "--participant", "p4", "--section", "notes", "--config", path
+            )
+            assert code == 0, err
+            assert out.decode().strip() == (
+                "notes: compacted into its summary by the extractive fallback "
+                "(the model's summaries failed or were refused)"
+            )
+            code, shown, err = await xrmq(
+                "context", "show", "--participant", "p4", "--config", path
+            )
+            assert code == 0, err
+    assert len(provider.requests) >= 2  # asked, refused, asked a smaller batch
+    text = shown.decode()
+    assert "Summary of earlier [notes] context:" in text
+    for value in ("85 degrees", "PR-7", "D12", "4471"):
+        assert value in text

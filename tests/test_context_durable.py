@@ -371,7 +371,9 @@ async def test_compact_with_nothing_to_compact_says_so_and_changes_nothing():
 
 async def test_compact_with_a_failing_model_keeps_the_entries():
     llm = ScriptedLLM(default=ScriptedResponse(error=ModelError("scripted", "provider down")))
-    async with manager(llm, None) as context:
+    # The seed's rule, unguarded: with the summary guards on, a manual compaction goes on to the
+    # extractive fallback instead (test_context_manual_guards.py).
+    async with manager(llm, None, summary_guards=False) as context:
         await fill(context, "p1", exchanges=3, notes=2)
         before = context.blocks("p1")
         outcome = await context.compact("p1", NOTES)

@@ -580,9 +580,9 @@ class ContextManager:
         """Compact a participant's context now, whatever the half-budget trigger says.
 
         ``section``: ``"dialogue"`` or a configured incremental topic; None: the dialogue
-        and every incremental topic (a summary topic is never compacted). Returns, per
-        section, COMPACTED (the entries are in the rolling summary), NOTHING_TO_CONDENSE
-        (nothing changed) or SUMMARIZE_FAILED (the model failed; the entries stay).
+        and every incremental topic (a summary topic is never compacted). Per section:
+        COMPACTED (the entries are in the summary, ``made_by`` the model and/or extractive
+        fallback), NOTHING_TO_CONDENSE or SUMMARIZE_FAILED (it failed; the entries stay).
         """
         _check_participant(participant_id)
         targets = compact_targets(self.plan, section)

@@ -195,6 +195,8 @@ class CompactReport(msgspec.Struct, frozen=True):
     seq: int
     status: str
     detail: str = ""
+    made_by: tuple[str, ...] = ()
+    """COMPACTED: what wrote the summaries (``manual.MAKERS``: ``model``, ``extractive``)."""
 
 
 class HostStarted(msgspec.Struct, frozen=True):

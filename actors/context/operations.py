@@ -24,7 +24,8 @@ from xrmq.schemas._validation import check_name
 from xrmq.topics import Topic
 
 from .dump import ContextDump, ParticipantDump, encode_dump
-from .manual import CompactOutcome, CompactStatus, SectionOutcome
+from .guard import MODEL_ATTEMPTS
+from .manual import MAKERS, CompactOutcome, CompactStatus, SectionOutcome
 from .messages import CompactReport, CompactSection, HostDump, HostSync, LoadSection
 from .plan import ContextPlan
 from .replication import DIALOGUE_KEY, ContextReplica
@@ -162,7 +163,13 @@ async def compact_context(
         runtime.send(
             topic, CompactSection(manager_id, seq), participant_id=participant_id, source=source
         )
-    timeout = plan.compaction_timeout_s * (plan.compaction_workers + 1) + plan.control_timeout_s
+    # Every worker may time out on a job; guarded, a run may also take the failure ladder's
+    # model requests for the same material one after the other before the fallback.
+    attempts = MODEL_ATTEMPTS if plan.summary_guards else 1
+    timeout = (
+        plan.compaction_timeout_s * (plan.compaction_workers + 1) * attempts
+        + plan.control_timeout_s
+    )
     try:
         reports = await asyncio.wait_for(asyncio.gather(*futures), timeout)
     except TimeoutError:
@@ -173,7 +180,12 @@ async def compact_context(
     return CompactOutcome(
         participant_id,
         tuple(
-            SectionOutcome(name, CompactStatus(report.status), report.detail)
+            SectionOutcome(
+                name,
+                CompactStatus(report.status),
+                report.detail,
+                tuple(maker for maker in MAKERS if maker in report.made_by),
+            )
             for (name, _), report in zip(targets, reports)
         ),
     )

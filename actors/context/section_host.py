@@ -16,9 +16,9 @@ them:
 
 The host itself keeps the rules between them: writes acknowledged per writer (a write
 re-sent after a restart is applied once), results applied and counted (the summary
-guards' refusals and fallbacks, for ``xrmq top``), manual compactions reported when
-their run ends, and a clear that forgets everything of a participant, its job and its
-journal rows included.
+guards' refusals and fallbacks, for ``xrmq top``), manual compactions carried down the
+guards' failure ladder at once and reported when their run ends, and a clear that forgets
+everything of a participant, its job and its journal rows included.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from .dump import SectionDump, dump_entries, export_section
 from .engine import Section
 from .journal import ContextStore, journal_name
 from .journal_rows import Recovered
-from .manual import CompactStatus
+from .manual import MAKERS, CompactStatus
 from .messages import Cleared, CompactionDone, JobAt, SectionView
 from .plan import ContextPlan
 from .section_jobs import CompactionDispatch, log_status
@@ -149,12 +149,16 @@ class SectionHost:
         self.residency.sweep()
 
     def _tally(
-        self, participant_id: str, state: SectionState, before: tuple[int, int, int]
+        self, participant_id: str, record: ParticipantRecord, before: tuple[int, int, int]
     ) -> None:
-        """Count and log what the guards did to ``state`` since ``before`` (``guarded``)."""
+        """Count and log what the guards did to the record's state since ``before``
+        (``guarded``); a manual compaction waiting is told of the fallbacks."""
+        state = record.state
         frozen, lossy, fallbacks = (a - b for a, b in zip(guarded(state), before, strict=True))
         if not (frozen or lossy or fallbacks):
             return
+        if fallbacks and record.manual:
+            record.made["extractive"] = record.made.get("extractive", 0) + fallbacks
         self.summaries_frozen += frozen
         self.summaries_lossy += lossy
         self.compaction_fallbacks += fallbacks
@@ -210,7 +214,7 @@ class SectionHost:
         if ack is not None:
             acknowledge(record, ack)
         self._advance(participant_id, record)
-        self._tally(participant_id, record.state, before)
+        self._tally(participant_id, record, before)
 
     def acknowledged(self, participant_id: str, writer: str, seq: int) -> bool:
         """Whether the participant's state already holds write ``seq`` of ``writer`` (a
@@ -260,7 +264,10 @@ class SectionHost:
             self._views.report(participant_id, writer, seq, CompactStatus.NOTHING_TO_CONDENSE)
             return
         record.manual.append((writer, seq))
-        self._advance(participant_id, record)
+        before = guarded(record.state)
+        self._advance(participant_id, record)  # a model backing off: the fallback compacts now
+        self._tally(participant_id, record, before)
+        self._manual_done(participant_id, record, None)
 
     def load(self, participant_id: str, dump: SectionDump, ack: tuple[str, int] | None) -> None:
         """Merge a dumped section into the participant's state (``Section.merge``)."""
@@ -314,11 +321,14 @@ class SectionHost:
         status = self.section.apply_result(record.state, done.result)
         if status in (ApplyStatus.APPLIED, ApplyStatus.CLIPPED):
             self.compactions += 1
+            if record.manual:
+                record.made["model"] = record.made.get("model", 0) + 1
         if status is not ApplyStatus.STALE:
             self._jobs.settle(participant_id, record, done)
         log_status(self._log(participant_id), status, done.result)
+        self._go_on_now(record, status)
         self._advance(participant_id, record)
-        self._tally(participant_id, record.state, before)
+        self._tally(participant_id, record, before)
         if status is not ApplyStatus.STALE:
             self._manual_done(
                 participant_id,
@@ -335,21 +345,45 @@ class SectionHost:
         before = guarded(record.state)
         status = self.section.apply_result(record.state, result)
         log_status(self._log(participant_id), status, result)
+        self._go_on_now(record, status)
         self._advance(participant_id, record)
-        self._tally(participant_id, record.state, before)
+        self._tally(participant_id, record, before)
         self._manual_done(
             participant_id, record, result.error if status is ApplyStatus.FAILED else None
         )
 
+    def _go_on_now(self, record: ParticipantRecord, status: ApplyStatus) -> None:
+        """A manual compaction does not wait for the section's next entry.
+
+        Guarded, the engine answers a material's first failure (refused, cut off, an
+        error) by waiting for the next entry (``SectionState.awaiting_entry``); a user who
+        asked to compact now would get nothing. So the run starts again at once: the
+        engine never resends the failed request (its retry is the older half), and its
+        ladder goes on to a smaller batch, then the extractive fallback, so the run ends
+        with the entries in the summary. Unguarded, the seed's rule stands (the failure
+        is reported and the entries stay).
+        """
+        if (
+            record.manual
+            and self.section.settings.guarded
+            and status in (ApplyStatus.FAILED, ApplyStatus.REJECTED)
+            and record.state.awaiting_entry
+        ):
+            self.section.start_run(record.state)
+
     def _manual_done(
         self, participant_id: str, record: ParticipantRecord, failed: str | None
     ) -> None:
-        if not record.manual or (failed is None and self.section.run_active(record.state)):
+        """Report the waiting manual compactions once their run ended: COMPACTED, with
+        what made the summaries, or SUMMARIZE_FAILED with why (``failed``)."""
+        if not record.manual or self.section.run_active(record.state):
             return
         waiting, record.manual = record.manual, []
+        made, record.made = record.made, {}
         status = CompactStatus.COMPACTED if failed is None else CompactStatus.SUMMARIZE_FAILED
+        made_by = tuple(m for m in MAKERS if made.get(m)) if failed is None else ()
         for writer, seq in waiting:
-            self._views.report(participant_id, writer, seq, status, failed or "")
+            self._views.report(participant_id, writer, seq, status, failed or "", made_by)
 
     def clear(self, participant_id: str | None) -> Cleared:
         """Forget one participant (every participant for None); return what was forgotten

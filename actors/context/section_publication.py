@@ -86,11 +86,17 @@ class ViewPublication:
             self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
 
     def report(
-        self, participant_id: str, writer: str, seq: int, status: CompactStatus, detail: str = ""
+        self,
+        participant_id: str,
+        writer: str,
+        seq: int,
+        status: CompactStatus,
+        detail: str = "",
+        made_by: tuple[str, ...] = (),
     ) -> None:
         """Report a manual compaction after the views of this turn (so the writer's next
-        ``blocks()`` shows what it did)."""
-        report = CompactReport(self._section.spec.name, seq, status.value, detail)
+        ``blocks()`` shows what it did), with what made its summaries (``made_by``)."""
+        report = CompactReport(self._section.spec.name, seq, status.value, detail, made_by)
         self._reports.append((self._plan.topics.compacted(writer), report, participant_id))
         self.mark_dirty(participant_id)
 

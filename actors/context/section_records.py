@@ -3,8 +3,9 @@
 ``ParticipantRecord`` is the section's ``SectionState`` plus what the actor around it
 tracks: the compaction job out at a worker (``JobOut``), the writers' acknowledged
 writes, what was last journaled and published, the manual compactions waiting for the
-run to end. The host's parts (residency, compaction dispatch, view publication) share
-these records; the functions here are the few rules over a record they all need.
+run to end and what made their summaries. The host's parts (residency, compaction
+dispatch, view publication) share these records; the functions here are the few rules
+over a record they all need.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class ParticipantRecord:
         "identities",
         "job",
         "journaled",
+        "made",
         "manual",
         "published",
         "state",
@@ -62,6 +64,9 @@ class ParticipantRecord:
         self.stored_job: PendingJob | None = state.pending
         self.manual: list[tuple[str, int]] = []
         """Manual compactions (writer, seq) waiting for the run to end."""
+        self.made: dict[str, int] = {}
+        """While manual compactions wait: the summaries their run made so far, by what made
+        them (``model``, ``extractive``), for their report."""
         self.view: SectionView | None = None
         """The latest view published (so journaled): what a snapshot shows."""
         self.used = time.monotonic()
