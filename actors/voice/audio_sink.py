@@ -3,7 +3,8 @@
 Each segment is synthesized a sentence at a time (``PiperSynthesizer``: Piper, offline
 and neural, in ``piper``; ``EspeakSynthesizer``: espeak-ng offline; ``LiteLLMSynthesizer``:
 any litellm speech model; or any object with ``async synthesize(text) -> (samples,
-rate)``, and optionally ``sentences(text)``, an async iterator of them), resampled to
+rate)``, and optionally ``sentences(text)``, an async iterator of them, or
+``timed_sentences(text)``, of them with when each one's synthesis began and returned), resampled to
 16 kHz and published as 20 ms ``AudioFrame``s paced in real time against the monotonic
 clock, so "playing" lasts as long as the audio. The next sentence is synthesized while
 the one before plays (one sentence ahead), so the first frame follows the first
@@ -168,14 +169,28 @@ class AudioTopicSink:
         if prepared is not None:
             prepared[1].cancel()
 
-    async def _sentences(self, text: str) -> AsyncIterator[tuple[np.ndarray, int]]:
+    async def _sentences(self, text: str) -> AsyncIterator[tuple[np.ndarray, int, int, int]]:
+        """Each sentence's audio, with when its synthesis began and returned (a synthesizer's
+        ``timed_sentences`` says so itself: it knows its own queue)."""
+        timed = getattr(self.synthesizer, "timed_sentences", None)
+        if timed is not None:
+            async for piece in timed(text):
+                yield piece
+            return
         stream = getattr(self.synthesizer, "sentences", None)
         if stream is not None:
-            async for audio in stream(text):
-                yield audio
-            return
+            sentences = aiter(stream(text))
+            while True:
+                began_us = now_us()
+                try:
+                    samples, rate = await anext(sentences)
+                except StopAsyncIteration:
+                    return
+                yield samples, rate, began_us, now_us()
         for sentence in split_sentences(text):
-            yield await self.synthesizer.synthesize(sentence)
+            began_us = now_us()
+            samples, rate = await self.synthesizer.synthesize(sentence)
+            yield samples, rate, began_us, now_us()
 
     async def _synthesize(
         self, text: str, ready: Ready, after: asyncio.Task[None] | None = None
@@ -185,15 +200,9 @@ class AudioTopicSink:
         if after is not None:
             await asyncio.wait({after})
         try:
-            sentences = aiter(self._sentences(text))
-            while True:
-                began = now_us()
-                try:
-                    samples, rate = await anext(sentences)
-                except StopAsyncIteration:
-                    break
+            async for samples, rate, began_us, returned_us in self._sentences(text):
                 pcm = float_to_pcm16(resample(samples, rate, SAMPLE_RATE))
-                await ready.put((pcm, began, now_us()))
+                await ready.put((pcm, began_us, returned_us))
         except Exception as error:
             await ready.put(error)
         else:
