@@ -136,6 +136,8 @@ class VoiceRenderer(Agent):
         )
 
     async def on_stop(self) -> None:
+        for participant_id in list(self._ahead):
+            self._discard_ahead(participant_id)
         tasks = [*self._players.values(), *([self._timer] if self._timer else [])]
         for task in tasks:
             task.cancel()
