@@ -10,12 +10,14 @@ says a warm-up question first, not counted. Per side and speaker count, from the
 the speech: the transcript, the first reply chunk and the first audio frame, p50 (the
 row's figure, the median over repetitions of each repetition's p50) and p95 (pooled).
 
-Each side's own share at 1 speaker is end of speech to first audio frame minus what is
-not the framework's: end of speech to transcript (VAD silence and recognition), the
-model's time from the request's arrival to the chunk that ends the first sentence (the
-server stamps both), and the synthesis of that sentence (timed in this process, the same
-Piper voice, once per repetition). The row is the first difference ("after the model":
-always positive); the share (it minus the synthesis) is in the row's extra and the bar.
+Each side's "after the model" row at 1 speaker is end of speech to first audio frame
+minus end of speech to transcript (VAD silence and recognition) and the model's time
+from the request's arrival to the chunk that ends the first sentence (the server stamps
+both): the synthesis of that sentence and the framework's own work; the synthesis timed
+apart in this process (the same Piper voice) is in the row's extra, for reading Pipecat's.
+xrmq's own share (the bar) is read from each turn's own stamps instead (``voice_share``:
+the turn's trailing silence, recognition, model and first-sentence synthesis as they
+happened, subtracted from its wait), p50 with p95 and each part in the row's extra.
 
 Bars (read, not tuned for): xrmq's first audio p50 at most Pipecat's at 1 and at 4
 speakers; xrmq's transcript p50 <= 300 ms at 1 speaker; xrmq's own share p50 <= 30 ms.
@@ -38,6 +40,7 @@ from .pipecat_pipeline import PIPECAT_MISSING
 from .stats import percentile
 from .suite import Bar, Row, SuiteContext, SuiteResult, bar
 from .suite import Suite as _Suite
+from .voice_share import PARTS, Share
 
 LEAD_S, TAIL_S = 0.3, 1.0
 STAGES = ("transcript", "first reply chunk", "first audio frame")
@@ -92,6 +95,7 @@ def _side(
     spoken: list[tuple[bytes, float]],
     warm_up: bool,
     model,
+    shares: list[Share | None] | None = None,
 ) -> list[tuple[float, float, float, str, float]]:
     import numpy as np
 
@@ -99,7 +103,9 @@ def _side(
         from .pipecat_xrmq import run_xrmq
 
         return asyncio.run(
-            run_xrmq(model.api_base, speakers, spoken, lead_s=LEAD_S, warm_up=warm_up)
+            run_xrmq(
+                model.api_base, speakers, spoken, lead_s=LEAD_S, warm_up=warm_up, shares=shares
+            )
         )
     from .pipecat_pipeline import run_pipecat
 
@@ -130,6 +136,7 @@ def run(ctx: SuiteContext) -> SuiteResult:
     # (side, speakers) -> per repetition, the turns
     turns: dict[tuple[str, int], list[list[tuple[float, float, float, str, float]]]] = {}
     after_model: dict[str, list[list[float]]] = {"xrmq": [], "pipecat": []}
+    shares: list[list[Share | None]] = []
     synth: list[float] = []
     with PacedModelProcess() as model:
         for rep in range(ctx.repetitions):
@@ -142,7 +149,11 @@ def run(ctx: SuiteContext) -> SuiteResult:
                         f"repetition {rep + 1}/{ctx.repetitions}"
                     )
                     seen = len(model.served)
-                    got = _side(side, speakers, spoken, not ctx.quick, model)
+                    stamped: list[Share | None] | None = None
+                    if side == "xrmq" and speakers == 1:
+                        stamped = []
+                        shares.append(stamped)
+                    got = _side(side, speakers, spoken, not ctx.quick, model, stamped)
                     turns.setdefault((side, speakers), []).append(got)
                     if speakers == 1:
                         time.sleep(0.2)  # the last request's record is on its way
@@ -183,12 +194,10 @@ def run(ctx: SuiteContext) -> SuiteResult:
                     repetitions=[max(percentile(rep, 0.5), 1e-6) for rep in reps],
                     higher_is_better=False,
                     samples=sorted(value for rep in reps for value in rep),
-                    extra={
-                        "synthesis of the first sentence ms": synth_ms,
-                        "own share ms (this - synthesis)": p50 - synth_ms,
-                    },
+                    extra={"synthesis of the first sentence ms (timed apart)": synth_ms},
                 )
             )
+    rows += _share_rows(shares)
     heard = {
         side: sorted({turn[3].strip() for rep in turns[(side, 1)] for turn in rep})
         for side in ("xrmq", "pipecat")
@@ -199,8 +208,9 @@ def run(ctx: SuiteContext) -> SuiteResult:
         "40 tokens/s) for both sides; Pipecat runs one pipeline per speaker in the bench "
         "process, xrmq its edge stack (voice, conversation, context, router... processes)",
         f"heard at 1 speaker: xrmq {heard['xrmq']}, Pipecat {heard['pipecat']}",
-        "own share: the synthesis is timed apart in the bench process; compare the two "
-        "sides' 'after the model' rows, which need no subtraction",
+        "xrmq's own share: each turn's wait less its own silence, recognition, model and "
+        "synthesis stamps; Pipecat has no such stamps: compare the two sides' 'after the "
+        "model' rows",
     ]
     if ctx.quick:
         notes.append("quick: 1 speaker, 1 question, no warm-up; the figures mean nothing")
@@ -211,7 +221,6 @@ def run(ctx: SuiteContext) -> SuiteResult:
 def _bars(rows: list[Row]) -> list[Bar]:
     by = {(row.group.split(",")[0], row.subject): row.median for row in rows}
     audio, text = "end of speech -> first audio frame", "end of speech -> transcript"
-    share_group = "after the model at 1 speaker"
     bars = [
         bar(
             f"xrmq first audio p50 / Pipecat's, {n}",
@@ -224,11 +233,7 @@ def _bars(rows: list[Row]) -> list[Bar]:
     bars.append(
         bar("xrmq end of speech -> transcript p50 (ms)", by[(text, "xrmq, 1 speaker")], "<=", 300)
     )
-    share = [
-        row.extra["own share ms (this - synthesis)"]
-        for row in rows
-        if row.group.startswith(share_group) and row.subject == "xrmq"
-    ]
+    share = [row.median for row in rows if row.group.startswith(SHARE_GROUP)]
     if share:
         bars.append(
             bar(
@@ -236,11 +241,41 @@ def _bars(rows: list[Row]) -> list[Bar]:
                 share[0],
                 "<=",
                 30,
-                "after the model - synthesis timed apart (same voice, same sentence): noisy "
-                "on a loaded box",
+                "end of speech -> first audio frame less each turn's own trailing silence, "
+                "recognition, model and first-sentence synthesis stamps",
             )
         )
     return bars
+
+
+SHARE_GROUP = "xrmq's own share at 1 speaker, p50 (p95 and parts in extra)"
+
+
+def _share_rows(shares: list[list[Share | None]]) -> list[Row]:
+    """xrmq's own share at 1 speaker from each turn's stamps: p50 per repetition, p95 and
+    each part's p50 pooled, and the turns without a share."""
+    reps = [[share for share in rep if share is not None] for rep in shares]
+    pooled = [share for rep in reps for share in rep]
+    if not pooled:
+        return []
+    own = [[share.own_s * 1000 for share in rep] for rep in reps if rep]
+    extra = {"p95": percentile([share.own_s * 1000 for share in pooled], 0.95)}
+    for part in PARTS:
+        extra[f"{part} p50 ms"] = percentile([share.parts_s[part] * 1000 for share in pooled], 0.5)
+    extra["turns without a share"] = float(sum(share is None for rep in shares for share in rep))
+    return [
+        Row(
+            group=SHARE_GROUP,
+            subject="xrmq: end of speech -> first audio frame less silence, recognition, "
+            "model and synthesis",
+            unit="ms",
+            median=max(statistics.median(percentile(rep, 0.5) for rep in own), 1e-6),
+            repetitions=[max(percentile(rep, 0.5), 1e-6) for rep in own],
+            higher_is_better=False,
+            extra=extra,
+            samples=sorted(share.own_s * 1000 for share in pooled),
+        )
+    ]
 
 
 SUITE = _Suite(

@@ -8,7 +8,9 @@ paced server through litellm (``openai/paced``); compaction and routing keep the
 model, so every request the server sees is an answer. ``run_xrmq`` speaks each question
 for every participant at once (``xrmq mic``'s ``FrameSender``: 20 ms frames in real time)
 and stamps, per participant, the transcript (the ``UserQuery``), the first reply chunk and
-the first ``audio.out`` frame after it, from the end of the speech.
+the first ``audio.out`` frame after it, from the end of the speech; with ``shares``, once
+the replies played, each counted turn's own share of that wait from its ``TurnRecord``
+(``voice_share``).
 """
 
 from __future__ import annotations
@@ -25,12 +27,16 @@ from xrmq.actors.edge.voice_demo import voice_config
 from xrmq.actors.models.config import parse_model_spec
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
 from xrmq.actors.voice.mic import FrameSender
-from xrmq.schemas import AudioFrame, ResponseOutput, UserQuery
-from xrmq.topics import AUDIO_OUT_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC
+from xrmq.schemas import AudioFrame, ResponseOutput, TurnRecord, UserQuery
+from xrmq.topics import AUDIO_OUT_TOPIC, QUERY_TOPIC, TURNS_TOPIC, VOICE_OUTPUT_TOPIC
+
+from .voice_share import Share, own_share
 
 KEY_VARIABLE = "XRMQ_BENCH_PACED_KEY"
 """The (meaningless) API key litellm sends the paced server, by the config's rule: keys
 live in the environment, never in a config."""
+RECORD_WAIT_S = 60.0
+"""How long the side waits for its turns' records once the last turn was heard."""
 PARTICIPANTS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi")
 
 
@@ -51,6 +57,8 @@ class TurnProbe(Agent):
         self.heard = ""
         self.chunk_at = 0.0
         self.audio_at = 0.0
+        self.turn_id = ""
+        self.records: dict[str, TurnRecord] = {}
         self.changed = asyncio.Event()
 
     def reset(self) -> None:
@@ -61,7 +69,26 @@ class TurnProbe(Agent):
     async def on_query(self, query: UserQuery, ctx: RuntimeContext) -> None:
         if not self.query_at:
             self.query_at, self.heard = time.time(), query.text
+            self.turn_id = ctx.metadata.message_id
             self.changed.set()
+
+    @subscribe(TURNS_TOPIC)
+    async def on_record(self, record: TurnRecord, ctx: RuntimeContext) -> None:
+        self.records[record.turn_id] = record
+        self.changed.set()
+
+    async def until_records(self, turn_ids: list[str], timeout_s: float) -> None:
+        """Until the records of ``turn_ids`` arrived, or ``timeout_s`` passed."""
+        deadline = time.monotonic() + timeout_s
+        while not all(turn_id in self.records for turn_id in turn_ids):
+            self.changed.clear()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            try:
+                await asyncio.wait_for(self.changed.wait(), remaining)
+            except TimeoutError:
+                pass
 
     @subscribe(VOICE_OUTPUT_TOPIC)
     async def on_output(self, output: ResponseOutput, ctx: RuntimeContext) -> None:
@@ -120,10 +147,12 @@ async def run_xrmq(
     lead_s: float,
     warm_up: bool = True,
     timeout_s: float = 60.0,
+    shares: list[Share | None] | None = None,
 ) -> list[tuple[float, float, float, str, float]]:
     """Every participant says every question (after a warm-up, not counted, with
     ``warm_up``), all at once; per counted turn (to transcript, to first chunk, to first
-    audio, the transcript, the query's ``time.time()``)."""
+    audio, the transcript, the query's ``time.time()``). ``shares`` gets each counted
+    turn's own share (None: its record did not come, or lacked a stamp)."""
     if speakers > len(PARTICIPANTS):
         raise ValueError(f"run_xrmq.speakers: at most {len(PARTICIPANTS)}")
     os.environ.setdefault(KEY_VARIABLE, "paced")
@@ -135,6 +164,7 @@ async def run_xrmq(
             runtime.register(f"probe-{name}", TurnProbe(), participant_id=name) for name in names
         ]
         await runtime.start()
+        counted: list[tuple[TurnProbe, str]] = []
         try:
             warm = [questions[0]] if warm_up else []
             for index, (pcm, speech_s) in enumerate([*warm, *questions]):
@@ -146,6 +176,14 @@ async def run_xrmq(
                 )
                 if index >= len(warm):
                     figures.extend(said)
+                    counted += [(probe, probe.turn_id) for probe in probes]
+            if shares is not None:
+                for probe in probes:
+                    ids = [turn_id for owner, turn_id in counted if owner is probe]
+                    await probe.until_records(ids, RECORD_WAIT_S)
+                for probe, turn_id in counted:
+                    record = probe.records.get(turn_id)
+                    shares.append(None if record is None else own_share(record))
         finally:
             await runtime.stop()
     return figures

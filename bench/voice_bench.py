@@ -14,6 +14,11 @@
   audio frame; and the same questions sent as text ``UserQuery``s. The runtime's own
   share is the part after recognition (query -> first audio frame); its ratio
   voice/text is the bar-free figure.
+* 1, 4 and 8 speakers at once (full mode, ``voice_speakers``): per stage p50/p95, CPU per
+  turn, and xrmq's own share of end of speech -> first audio frame (``voice_share``): the
+  wait less the trailing silence, the recognition, the model (request -> the chunk that
+  completed the first sentence) and the first sentence's synthesis, each as the turn's
+  own stamps say (not timed apart), with each part's row beside it.
 """
 
 from __future__ import annotations
@@ -320,13 +325,21 @@ def cut_rows(ctx: SuiteContext) -> list[Row]:
     return rows
 
 
+OWN_SHARE = "xrmq's own share of end of speech -> first audio frame"
+"""The row of the wait less the trailing silence, recognition, model and synthesis."""
+
+
 def speaker_rows(ctx: SuiteContext) -> list[Row]:
-    """1, 4 and 8 speakers at once, per recognizer mode (``voice_speakers``)."""
+    """1, 4 and 8 speakers at once, per recognizer mode (``voice_speakers``), with xrmq's own
+    share of the wait for the first audio frame and its parts (``voice_share``: each turn's
+    stamps, p50 and p95)."""
+    from .voice_share import PARTS
     from .voice_speakers import MODES, speaker_rounds
 
     rows: list[Row] = []
     for mode in MODES:
         figures: dict[tuple[int, str], list[tuple[float, float]]] = {}
+        unshared: dict[int, int] = {}
         for rep in range(ctx.repetitions):
             ctx.progress(f"voice: 1, 4, 8 speakers at once, {mode}, {rep + 1}/{ctx.repetitions}")
             for turn in speaker_rounds(mode):
@@ -337,6 +350,18 @@ def speaker_rows(ctx: SuiteContext) -> list[Row]:
                 ):
                     spread = (_p(values, 0.5) * 1000, _p(values, 0.95) * 1000)
                     figures.setdefault((turn.speakers, name), []).append(spread)
+                unshared[turn.speakers] = unshared.get(turn.speakers, 0) + turn.unshared
+                shares = turn.shares
+                for name, values in (
+                    (OWN_SHARE, [share.own_s for share in shares]),
+                    *(
+                        (f"{OWN_SHARE}: {part} (subtracted)", [s.parts_s[part] for s in shares])
+                        for part in PARTS
+                    ),
+                ):
+                    if values:
+                        spread = (_p(values, 0.5) * 1000, _p(values, 0.95) * 1000)
+                        figures.setdefault((turn.speakers, name), []).append(spread)
                 cpu = turn.cpu_per_turn
                 for name, seconds in (
                     ("CPU per turn, voice process", cpu.get("voice", 0.0)),
@@ -346,6 +371,8 @@ def speaker_rows(ctx: SuiteContext) -> list[Row]:
         for (speakers, name), reps in figures.items():
             unit = "ms CPU" if name.startswith("CPU") else "ms"
             extra = {} if unit == "ms CPU" else {"p95": statistics.median(p95 for _, p95 in reps)}
+            if name == OWN_SHARE:
+                extra["turns without a share"] = float(unshared.get(speakers, 0))
             rows.append(
                 _row(
                     f"{speakers} speaker(s) at once, recognizer {mode}"

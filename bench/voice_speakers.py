@@ -9,7 +9,10 @@ and for each turn the suite takes, from the end of speech (the ``UserQuery``'s
 ``speech_end_us``: the VAD's end of the last voiced chunk, on the frames' clock): the
 transcript (``transcribed_us``), the first reply chunk and the first ``audio.out`` frame
 for that participant (seen on the bus by this process). CPU per turn per process is each
-stack process's user+system time over the round (``/proc``), divided by the turns.
+stack process's user+system time over the round (``/proc``), divided by the turns. Once
+every reply played, each turn's ``TurnRecord`` gives xrmq's own share of the wait for the
+first audio frame (``voice_share``: the stamps of the silence, recognition, model and
+synthesis the turn actually had).
 """
 
 from __future__ import annotations
@@ -19,8 +22,11 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+from .voice_share import Share, own_share
 
 MODES = {
     "padded": (False, 0.0),
@@ -30,6 +36,8 @@ MODES = {
 }
 """mode -> (``whisper_fit``, ``incremental_step_s``)."""
 SPEAKERS = (1, 4, 8)
+RECORD_WAIT_S = 120.0
+"""How long a round waits for its turns' records (their replies play out first)."""
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -41,6 +49,10 @@ class Round:
     to_audio: list[float] = field(default_factory=list)
     cpu_per_turn: dict[str, float] = field(default_factory=dict)
     """process label -> CPU seconds per turn."""
+    shares: list[Share] = field(default_factory=list)
+    """Each turn's own share, of the turns whose record had every stamp it needs."""
+    unshared: int = 0
+    """Turns without a share (no record in time, or a stamp missing)."""
 
 
 def _cpu_s(pid: int) -> float:
@@ -66,8 +78,8 @@ async def _rounds(fit: bool, step: float, speakers: tuple[int, ...]) -> list[Rou
     from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
     from xrmq.actors.voice.mic import FrameSender
     from xrmq.actors.voice.pcm import float_to_pcm16, frames, read_wav, resample
-    from xrmq.schemas import AudioFrame, ResponseOutput, UserQuery
-    from xrmq.topics import AUDIO_OUT_TOPIC, QUERY_TOPIC, VOICE_OUTPUT_TOPIC
+    from xrmq.schemas import AudioFrame, ResponseOutput, TurnRecord, UserQuery
+    from xrmq.topics import AUDIO_OUT_TOPIC, QUERY_TOPIC, TURNS_TOPIC, VOICE_OUTPUT_TOPIC
 
     class Watch(Agent):
         def __init__(self) -> None:
@@ -75,12 +87,15 @@ async def _rounds(fit: bool, step: float, speakers: tuple[int, ...]) -> list[Rou
             self.request: dict[str, str] = {}
             self.chunk_at: dict[str, float] = {}
             self.audio_at: dict[str, float] = {}
+            self.query_id: dict[str, str] = {}
+            self.records: dict[str, TurnRecord] = {}
             self.changed = asyncio.Event()
 
         @subscribe(QUERY_TOPIC)
         async def on_query(self, query: UserQuery, ctx: RuntimeContext) -> None:
             who = ctx.participant_id or ""
             self.queries[who] = query
+            self.query_id[who] = ctx.metadata.message_id
             self.request[ctx.metadata.message_id] = who
 
         @subscribe(VOICE_OUTPUT_TOPIC)
@@ -95,6 +110,24 @@ async def _rounds(fit: bool, step: float, speakers: tuple[int, ...]) -> list[Rou
             if who in self.chunk_at:
                 self.audio_at.setdefault(who, time.time())
                 self.changed.set()
+
+        @subscribe(TURNS_TOPIC)
+        async def on_record(self, record: TurnRecord, ctx: RuntimeContext) -> None:
+            self.records[record.turn_id] = record
+            self.changed.set()
+
+        async def until(self, done: Any, timeout_s: float) -> bool:
+            deadline = time.monotonic() + timeout_s
+            while not done():
+                self.changed.clear()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                try:
+                    await asyncio.wait_for(self.changed.wait(), remaining)
+                except TimeoutError:
+                    pass
+            return True
 
     directory = Path(tempfile.mkdtemp(prefix="xrmq-voice-speakers-"))
     silence = np.zeros(8000, np.float32)
@@ -131,10 +164,11 @@ async def _rounds(fit: bool, step: float, speakers: tuple[int, ...]) -> list[Rou
                     for who, chunks in streams.items():
                         if index < len(chunks):
                             await senders[who].send(chunks[index])
-                while not all(who in watch.audio_at for who in who_all):
-                    watch.changed.clear()
-                    await asyncio.wait_for(watch.changed.wait(), 180)
+                if not await watch.until(partial(_all_in, who_all, watch.audio_at), 180):
+                    raise TimeoutError(f"{count} speaker(s): no reply audio for every one")
                 after = {label: _cpu_s(pid) for label, pid in pids.items()}
+                ids = [watch.query_id[who] for who in who_all]
+                await watch.until(partial(_all_in, ids, watch.records), RECORD_WAIT_S)
                 result = Round(count)
                 for who in who_all:
                     query = watch.queries[who]
@@ -142,11 +176,22 @@ async def _rounds(fit: bool, step: float, speakers: tuple[int, ...]) -> list[Rou
                     result.to_text.append((query.transcribed_us or 0) / 1e6 - end_s)
                     result.to_chunk.append(watch.chunk_at[who] - end_s)
                     result.to_audio.append(watch.audio_at[who] - end_s)
+                for who in who_all:
+                    record = watch.records.get(watch.query_id[who])
+                    share = None if record is None else own_share(record)
+                    if share is None:
+                        result.unshared += 1
+                    else:
+                        result.shares.append(share)
                 result.cpu_per_turn = {
                     label: (after[label] - before[label]) / count for label in pids
                 }
                 rounds.append(result)
     return rounds
+
+
+def _all_in(keys: list[str], found: dict[str, Any]) -> bool:
+    return all(key in found for key in keys)
 
 
 def _labels(stack: Any) -> list[str]:

@@ -32,12 +32,26 @@ class UserQuery(msgspec.Struct, frozen=True, omit_defaults=True):
     images: tuple[str, ...] = ()
     """Images the query shows the model, as data URLs (``data:image/png;base64,...``) or
     http(s) URLs; a destination whose model does not accept images fails the turn."""
+    endpoint_us: int | None = None
+    """Speech: when the voice activity detector closed the utterance, on the clock of the
+    audio frames (as ``speech_end_us``): its trailing silence is ``endpoint_us -
+    speech_end_us``."""
+    recognition_start_us: int | None = None
+    """Speech: when recognition of the utterance's last words began (the voice input's clock)."""
+    recognition_end_us: int | None = None
+    """Speech: when that recognition returned (the voice input's clock)."""
 
     def __post_init__(self) -> None:
         require(bool(self.text.strip()), "UserQuery", "text", "must be non-empty text")
         require_image_urls(self.images, "UserQuery", "images")
         require(self.timestamp_us >= 0, "UserQuery", "timestamp_us", "must be >= 0")
-        for name in ("speech_end_us", "transcribed_us"):
+        for name in (
+            "speech_end_us",
+            "transcribed_us",
+            "endpoint_us",
+            "recognition_start_us",
+            "recognition_end_us",
+        ):
             value = getattr(self, name)
             require(value is None or value >= 0, "UserQuery", name, "must be >= 0")
 

@@ -65,6 +65,13 @@ class PlaybackStages(msgspec.Struct, frozen=True, omit_defaults=True):
     first_played_us: int | None = None
     first_frame_us: int | None = None
     last_frame_us: int | None = None
+    first_text_us: int | None = None
+    """When the chunk that completed the reply's first spoken piece was published (its
+    envelope time: the producer's clock)."""
+    synthesis_start_us: int | None = None
+    """When the synthesis of the reply's first piece (its first sentence) began."""
+    synthesis_end_us: int | None = None
+    """When that synthesis returned the piece's audio."""
 
 
 class TurnRecord(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -111,6 +118,19 @@ class TurnRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     compactions: tuple[CompactionTime, ...] = ()
     """The compactions the turn caused in its destination (the tools destination's automatic
     compactions before its model calls), in order, on the destination's clock."""
+    endpoint_us: int | None = None
+    """A spoken turn: when its utterance was closed (``UserQuery.endpoint_us``)."""
+    recognition_start_us: int | None = None
+    """A spoken turn: when recognition of its last words began (``UserQuery``)."""
+    recognition_end_us: int | None = None
+    """A spoken turn: when that recognition returned (``UserQuery``)."""
+    first_text_us: int | None = None
+    """When the chunk completing the reply's first spoken piece was published
+    (``PlaybackStages``)."""
+    synthesis_start_us: int | None = None
+    """When the renderer began synthesizing the reply's first piece (``PlaybackStages``)."""
+    synthesis_end_us: int | None = None
+    """When that synthesis returned (``PlaybackStages``)."""
 
     def stages(self) -> dict[str, int]:
         """The stages the turn passed, in ``STAGES`` order: name -> Unix microseconds."""

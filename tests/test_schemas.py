@@ -172,3 +172,28 @@ def test_response_output_rules_name_the_field_on_construction_and_decode(fields,
         ResponseOutput(**fields)
     with pytest.raises(msgspec.ValidationError, match=rule):
         msgspec.msgpack.decode(msgspec.msgpack.encode(fields), type=ResponseOutput)
+
+
+def test_the_stamps_of_a_turn_s_parts_are_optional_and_left_off_the_wire_when_absent():
+    from xrmq.schemas import PlaybackStages, UserQuery
+
+    old_query = msgspec.msgpack.encode({"text": "hi", "timestamp_us": 1, "speech_end_us": 2})
+    query = msgspec.msgpack.decode(old_query, type=UserQuery)
+    assert (query.endpoint_us, query.recognition_start_us, query.recognition_end_us) == (
+        None,
+        None,
+        None,
+    )
+    assert msgspec.msgpack.encode(query) == old_query
+    stamped = UserQuery("hi", 1, endpoint_us=3, recognition_start_us=4, recognition_end_us=5)
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(stamped), type=UserQuery) == stamped
+    old_stages = msgspec.msgpack.encode({"turn_id": "t", "first_frame_us": 7})
+    stages = msgspec.msgpack.decode(old_stages, type=PlaybackStages)
+    assert (stages.first_text_us, stages.synthesis_start_us, stages.synthesis_end_us) == (
+        None,
+        None,
+        None,
+    )
+    assert msgspec.msgpack.encode(stages) == old_stages
+    with pytest.raises(ValueError, match="recognition_end_us"):
+        UserQuery("hi", 1, recognition_end_us=-1)

@@ -610,3 +610,41 @@ def test_an_interruption_for_an_unknown_participant_creates_no_state():
     for index in range(1000):
         assert ordering.interrupted(f"stranger{index}") == []
     assert len(ordering) == 0
+
+
+def test_the_next_sentence_is_handed_out_ahead_while_one_plays_at_most_one_and_in_order():
+    ordering = VoiceOrdering(sentences=True)
+    ordering.output("p1", "c", chunk("One is here. Two is", "s1"), 0.0)
+    playing = start(ordering)
+    assert playing.text == "One is here."
+    assert ordering.take_ahead("p1") is None  # "Two is" may go on
+    ordering.output("p1", "c", chunk(" next. Three", "s1"), 0.0)
+    ahead = ordering.take_ahead("p1")
+    assert isinstance(ahead, Segment) and ahead.text == "Two is next." and not ahead.first
+    ordering.output("p1", "c", chunk(" comes last. ", "s1"), 0.0)
+    assert ordering.take_ahead("p1") is None  # one ahead at most
+    assert ordering.take("p1") is None  # the prepared one plays next, nothing else
+    assert ordering.finished(ahead) == []  # not its turn yet: ignored
+    assert ordering.finished(playing) == [Wake("p1")]
+    assert ordering.take("p1") is None  # the prepared one is playing now
+    assert ordering.take_ahead("p1") is None  # "Three comes last." waits for the end
+    ordering.output("p1", "c", end("s1"), 0.0)
+    third = ordering.take_ahead("p1")
+    assert isinstance(third, Segment) and third.text == "Three comes last."
+    ordering.finished(ahead)
+    ordering.finished(third)
+    assert drain(ordering) == [("end", "completed")]
+
+
+def test_a_barge_in_cuts_the_playing_sentence_and_drops_the_one_ahead():
+    ordering = VoiceOrdering(sentences=True)
+    ordering.query("p1", "r1")
+    ordering.output("p1", "c", chunk("One is here. Two", "s1"), 0.0)
+    playing = start(ordering)
+    ordering.output("p1", "c", chunk(" is next. More", "s1"), 0.0)
+    ahead = ordering.take_ahead("p1")
+    assert isinstance(ahead, Segment)
+    assert Cut("p1") in ordering.interrupted("p1")
+    assert ordering.finished(playing) == [] and ordering.finished(ahead) == []
+    assert ordering.take_ahead("p1") is None
+    assert drain(ordering) == [("end", "interrupted")]

@@ -14,17 +14,22 @@ import pytest
 
 pytest.importorskip("piper", reason="the voice extra (piper-tts) is not installed")
 
+from xrmq.actors.clock import now_us
 from xrmq.actors.edge.config import ConfigError
 from xrmq.actors.edge.config_loader import decode_config
+from xrmq.actors.interaction import ResponseOutputs
+from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.voice import builders
 from xrmq.actors.voice.audio_sink import AudioTopicSink, EspeakSynthesizer
 from xrmq.actors.voice.ordering import Segment, VoiceOrdering
-from xrmq.actors.voice.pcm import SAMPLE_RATE, pcm16_to_float
+from xrmq.actors.voice.pcm import SAMPLE_RATE, float_to_pcm16, frames, pcm16_to_float, resample
 from xrmq.actors.voice.piper import PiperSynthesizer, bundled_voice_path
 from xrmq.actors.voice.queues import MAX_UNSPOKEN_CHARS, split_sentences
+from xrmq.actors.voice.renderer import VoiceRenderer
 from xrmq.actors.voice.stt import ModelIntegrityError, verify_file
 from xrmq.actors.voice.wer import word_error_rate
-from xrmq.schemas import AudioFrame, ResponseOutput
+from xrmq.schemas import AudioFrame, AudioPlayback, Interrupted, ResponseOutput
+from xrmq.topics import INTERRUPTED_TOPIC, VOICE_OUTPUT_TOPIC
 
 from voice_support import np, shared_stt
 
@@ -54,11 +59,15 @@ class Frames:
     def __init__(self) -> None:
         self.frames: list[AudioFrame] = []
         self.first = asyncio.Event()
+        self.done = asyncio.Event()
+        """Set when the sink says the playback is done (``audio.playback``)."""
 
     async def __call__(self, topic, message, **kwargs) -> None:
         if isinstance(message, AudioFrame):
             self.frames.append(message)
             self.first.set()
+        elif isinstance(message, AudioPlayback) and message.state == "done":
+            self.done.set()
 
     def samples(self) -> np.ndarray:
         return pcm16_to_float(b"".join(frame.pcm for frame in self.frames))
@@ -118,6 +127,84 @@ async def test_a_cut_stops_the_frames_at_once_and_the_synthesis_ahead():
     for _ in range(20):
         await asyncio.sleep(0)  # every task the sink left, if any, gets to run
     assert len(published.frames) == sent
+    assert not [task for task in asyncio.all_tasks() if "_synthesize" in repr(task.get_coro())]
+
+
+class StampedPiper(PiperSynthesizer):
+    """The loaded Piper voice, noting when each sentence's synthesis began (Unix
+    microseconds) and how many 20 ms frames its audio makes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        loaded = piper()
+        self._voice, self._config = loaded._voice, loaded._config
+        self.spoken: list[tuple[str, int, int]] = []
+        self.second_started = threading.Event()
+        self.second_done = threading.Event()
+
+    def _speak(self, sentence: str) -> np.ndarray:
+        began = now_us()
+        if self.spoken:
+            self.second_started.set()
+        samples = super()._speak(sentence)
+        pcm = float_to_pcm16(resample(samples, self.sample_rate, SAMPLE_RATE))
+        self.spoken.append((sentence, began, len(list(frames(pcm)))))
+        if len(self.spoken) > 1:
+            self.second_done.set()
+        return samples
+
+
+async def test_a_streamed_reply_s_second_sentence_is_synthesized_while_the_first_is_heard():
+    synthesizer, published = StampedPiper(), Frames()
+    runtime = AgentRuntime()
+    runtime.register(
+        "renderer", VoiceRenderer(AudioTopicSink(published, synthesizer), sentences=True)
+    )
+    async with runtime:
+        outputs = ResponseOutputs(runtime, VOICE_OUTPUT_TOPIC, source="conversation")
+        async with outputs.reply("p1", request_id="t1") as reply:
+            # A sentence is released once the next one begins (or the reply ends).
+            await reply.send(f"{SENTENCE} The")
+            await asyncio.wait_for(published.first.wait(), 60)  # the first sentence plays
+            await reply.send(SECOND.removeprefix("The"))
+        await asyncio.wait_for(published.done.wait(), 60)
+    [(_, _, first_frames), (said, second_began_us, second_frames)] = synthesizer.spoken
+    assert said == SECOND
+    assert len(published.frames) == first_frames + second_frames
+    first_last_us = published.frames[first_frames - 1].timestamp_us
+    assert second_began_us < first_last_us, (
+        f"the second sentence's synthesis began {(second_began_us - first_last_us) / 1000:.0f}"
+        " ms after the first sentence's last frame"
+    )
+
+
+async def test_a_barge_in_cuts_the_sentence_playing_and_the_one_prepared_after_it():
+    synthesizer, published = StampedPiper(), Frames()
+    renderer = VoiceRenderer(
+        AudioTopicSink(published, synthesizer), interrupted_topic=INTERRUPTED_TOPIC, sentences=True
+    )
+    runtime = AgentRuntime()
+    runtime.register("renderer", renderer)
+    async with runtime:
+        outputs = ResponseOutputs(runtime, VOICE_OUTPUT_TOPIC, source="conversation")
+        async with outputs.reply("p1", request_id="t1") as reply:
+            await reply.send(f"{SENTENCE} The")
+            await asyncio.wait_for(published.first.wait(), 60)
+            await reply.send(f"{SECOND.removeprefix('The')} And there is more ")
+            assert await asyncio.to_thread(synthesizer.second_started.wait, 60)
+            await runtime.publish(
+                INTERRUPTED_TOPIC, Interrupted(), participant_id="p1", source="voice"
+            )
+            await asyncio.wait_for(published.done.wait(), 60)
+            sent = len(published.frames)
+            # The prepared sentence's synthesis returns in its thread; its audio is dropped.
+            assert await asyncio.to_thread(synthesizer.second_done.wait, 60)
+            for _ in range(20):
+                await asyncio.sleep(0)  # every task the sink left, if any, gets to run
+            assert len(published.frames) == sent
+    first_frames = synthesizer.spoken[0][2]
+    assert sent < first_frames  # cut inside the first sentence; none of the second
+    assert not renderer._ahead
     assert not [task for task in asyncio.all_tasks() if "_synthesize" in repr(task.get_coro())]
 
 

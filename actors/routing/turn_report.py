@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -45,6 +45,10 @@ from .policy import RouteResult, turn_ended
 
 PLAYBACK_STAGES = ("first_played", "first_frame", "last_frame")
 """The stages a voice renderer reports (``PlaybackStages``)."""
+PLAYBACK_PARTS = ("first_text", "synthesis_start", "synthesis_end")
+"""The times of a reply's first piece a voice renderer reports beside its stages."""
+SPEECH_PARTS = ("endpoint", "recognition_start", "recognition_end")
+"""The times of a spoken query's endpoint and recognition (``UserQuery``)."""
 
 
 @dataclass(slots=True)
@@ -56,6 +60,8 @@ class TurnTimes:
     query_crossed: bool = False
     speech: tuple[int, int, int | None] | None = None
     """A spoken query's speech start, speech end and transcript times."""
+    speech_parts: dict[str, int] = field(default_factory=dict)
+    """A spoken query's ``SPEECH_PARTS`` it carried: name -> Unix microseconds."""
     route: str | None = None
     routed_us: int | None = None
     admitted_us: int | None = None
@@ -74,6 +80,10 @@ class TurnTimes:
         times.query_us = metadata.timestamp_us
         if query.speech_end_us is not None:
             times.speech = (query.timestamp_us, query.speech_end_us, query.transcribed_us)
+            for part in SPEECH_PARTS:
+                value = getattr(query, f"{part}_us")
+                if value is not None:
+                    times.speech_parts[part] = value
         times.query_crossed = runtime is None or metadata.sender != runtime.name
         times.client, times.traceparent = metadata.sender, metadata.traceparent
         return times
@@ -179,6 +189,11 @@ def with_playback(
         for stage in PLAYBACK_STAGES
         if getattr(stages, f"{stage}_us") is not None
     }
+    parts = {
+        part: getattr(stages, f"{part}_us")
+        for part in PLAYBACK_PARTS
+        if getattr(stages, f"{part}_us") is not None
+    }
     if not found:
         return record
     crossed = record.crossed
@@ -188,7 +203,7 @@ def with_playback(
         record,
         crossed=crossed,
         renderer=renderer,
-        **{f"{stage}_us": value for stage, value in found.items()},
+        **{f"{name}_us": value for name, value in (found | parts).items()},
     )
 
 
@@ -248,4 +263,7 @@ def turn_record(
         traceparent=times.traceparent,
         context=stages.context,
         compactions=stages.compactions,
+        endpoint_us=times.speech_parts.get("endpoint"),
+        recognition_start_us=times.speech_parts.get("recognition_start"),
+        recognition_end_us=times.speech_parts.get("recognition_end"),
     )

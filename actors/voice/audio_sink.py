@@ -3,7 +3,8 @@
 Each segment is synthesized a sentence at a time (``PiperSynthesizer``: Piper, offline
 and neural, in ``piper``; ``EspeakSynthesizer``: espeak-ng offline; ``LiteLLMSynthesizer``:
 any litellm speech model; or any object with ``async synthesize(text) -> (samples,
-rate)``, and optionally ``sentences(text)``, an async iterator of them), resampled to
+rate)``, and optionally ``sentences(text)``, an async iterator of them, or
+``timed_sentences(text)``, of them with when each one's synthesis began and returned), resampled to
 16 kHz and published as 20 ms ``AudioFrame``s paced in real time against the monotonic
 clock, so "playing" lasts as long as the audio. The next sentence is synthesized while
 the one before plays (one sentence ahead), so the first frame follows the first
@@ -16,7 +17,13 @@ overdue frame still yields).
 frame and ``done`` when the response ended (completed or cut), so whether assistant
 audio is playing is known on the bus (the voice gate listens to it). ``take_frames``
 tells the renderer when a participant's first and last frame went out (its playback
-stages).
+stages), and ``take_synthesis`` when the synthesis of the first sentence it published
+since began and returned.
+
+``prepare(segment)`` starts synthesizing the segment that plays after the one playing (the
+renderer's one piece ahead), once the playing one's synthesis is done: ``play`` of that
+segment then starts with its audio ready, so the sentences of a streamed reply follow each
+other without a gap. ``discard(participant)`` drops a prepared segment (a cut).
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ from .queues import split_sentences
 from .sinks import find_espeak, run_espeak
 
 Publish = Callable[..., Awaitable[Any]]
+Ready = asyncio.Queue[tuple[bytes, int, int] | BaseException | None]
+"""One segment's synthesized sentences (PCM16, when synthesis began and returned), then None."""
 
 
 class Synthesizer(Protocol):
@@ -128,6 +137,9 @@ class AudioTopicSink:
         self._counters: dict[str, int] = {}
         self._playing: set[str] = set()
         self._frame_times: dict[str, tuple[int, int]] = {}
+        self._synthesis_times: dict[str, tuple[int, int]] = {}
+        self._synthesizing: dict[str, asyncio.Task[None]] = {}
+        self._prepared: dict[str, tuple[int, asyncio.Task[None], Ready]] = {}
         self.frames_sent = 0
 
     def take_frames(self, participant_id: str) -> tuple[int, int] | None:
@@ -135,45 +147,95 @@ class AudioTopicSink:
         microseconds); None: no frame. The renderer asks after each segment it played."""
         return self._frame_times.pop(participant_id, None)
 
-    async def _sentences(self, text: str) -> AsyncIterator[tuple[np.ndarray, int]]:
+    def take_synthesis(self, participant_id: str) -> tuple[int, int] | None:
+        """When the synthesis of the participant's first sentence published since the last
+        call began and returned (Unix microseconds); None: none published."""
+        return self._synthesis_times.pop(participant_id, None)
+
+    def prepare(self, segment: Segment) -> None:
+        """Start synthesizing ``segment``, to play after the participant's playing segment
+        (whose synthesis goes first); its ``play`` uses the audio."""
+        participant = segment.participant_id
+        self.discard(participant)
+        ready: Ready = asyncio.Queue(maxsize=1)
+        task = asyncio.create_task(
+            self._synthesize(segment.text, ready, after=self._synthesizing.get(participant))
+        )
+        self._prepared[participant] = (segment.token, task, ready)
+
+    def discard(self, participant_id: str) -> None:
+        """Drop the participant's prepared segment, if any (its synthesis is cancelled)."""
+        prepared = self._prepared.pop(participant_id, None)
+        if prepared is not None:
+            prepared[1].cancel()
+
+    async def _sentences(self, text: str) -> AsyncIterator[tuple[np.ndarray, int, int, int]]:
+        """Each sentence's audio, with when its synthesis began and returned (a synthesizer's
+        ``timed_sentences`` says so itself: it knows its own queue)."""
+        timed = getattr(self.synthesizer, "timed_sentences", None)
+        if timed is not None:
+            async for piece in timed(text):
+                yield piece
+            return
         stream = getattr(self.synthesizer, "sentences", None)
         if stream is not None:
-            async for audio in stream(text):
-                yield audio
-            return
+            sentences = aiter(stream(text))
+            while True:
+                began_us = now_us()
+                try:
+                    samples, rate = await anext(sentences)
+                except StopAsyncIteration:
+                    return
+                yield samples, rate, began_us, now_us()
         for sentence in split_sentences(text):
-            yield await self.synthesizer.synthesize(sentence)
+            began_us = now_us()
+            samples, rate = await self.synthesizer.synthesize(sentence)
+            yield samples, rate, began_us, now_us()
 
     async def _synthesize(
-        self, text: str, ready: asyncio.Queue[bytes | BaseException | None]
+        self, text: str, ready: Ready, after: asyncio.Task[None] | None = None
     ) -> None:
-        """Put each sentence's 16 kHz PCM16 on ``ready`` (then None, or the error)."""
+        """Put each sentence's 16 kHz PCM16 on ``ready`` with when its synthesis began and
+        returned (then None, or the error); with ``after``, once that task is done."""
+        if after is not None:
+            await asyncio.wait({after})
         try:
-            async for samples, rate in self._sentences(text):
-                await ready.put(float_to_pcm16(resample(samples, rate, SAMPLE_RATE)))
+            async for samples, rate, began_us, returned_us in self._sentences(text):
+                pcm = float_to_pcm16(resample(samples, rate, SAMPLE_RATE))
+                await ready.put((pcm, began_us, returned_us))
         except Exception as error:
             await ready.put(error)
         else:
             await ready.put(None)
 
     async def play(self, segment: Segment) -> None:
-        ready: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue(maxsize=1)
-        ahead = asyncio.create_task(self._synthesize(segment.text, ready))
+        participant = segment.participant_id
+        prepared = self._prepared.pop(participant, None)
+        if prepared is not None and prepared[0] == segment.token:
+            _, ahead, ready = prepared
+        else:
+            if prepared is not None:
+                prepared[1].cancel()
+            ready = asyncio.Queue(maxsize=1)
+            ahead = asyncio.create_task(self._synthesize(segment.text, ready))
+        self._synthesizing[participant] = ahead
         try:
             await self._publish_sentences(segment, ready)
         finally:
             ahead.cancel()
             await asyncio.gather(ahead, return_exceptions=True)
+            if self._synthesizing.get(participant) is ahead:
+                del self._synthesizing[participant]
 
-    async def _publish_sentences(
-        self, segment: Segment, ready: asyncio.Queue[bytes | BaseException | None]
-    ) -> None:
+    async def _publish_sentences(self, segment: Segment, ready: Ready) -> None:
         participant = segment.participant_id
         period = self.frame_ms / 1000.0
         start, sent = 0.0, 0  # the timeline: frame ``sent`` is due at start + sent * period
-        while (pcm := await ready.get()) is not None:
-            if isinstance(pcm, BaseException):
-                raise pcm
+        while (piece := await ready.get()) is not None:
+            if isinstance(piece, BaseException):
+                raise piece
+            pcm, began_us, returned_us = piece
+            self._synthesis_times.setdefault(participant, (began_us, returned_us))
             if participant not in self._playing:
                 self._playing.add(participant)
                 await self._publish(

@@ -110,6 +110,23 @@ class VoiceCounts:
     stt_failures: int = 0
 
 
+@dataclass
+class Recognition:
+    """When the recognition of an utterance's last words began and returned (Unix
+    microseconds): from the first decode of its audio after the endpoint (or the wait for
+    the decode of the speech so far, already running) to the decode that gave its text."""
+
+    start_us: int | None = None
+    end_us: int | None = None
+
+    def begin(self) -> None:
+        if self.start_us is None:
+            self.start_us = now_us()
+
+    def done(self) -> None:
+        self.end_us = now_us()
+
+
 class VoiceInput(Agent):
     """One participant's voice input (see the module docstring)."""
 
@@ -138,7 +155,7 @@ class VoiceInput(Agent):
         self._queue: deque[Utterance] = deque()
         self._ready = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
-        self._speculation: tuple[Pause, asyncio.Task[str]] | None = None
+        self._speculation: tuple[Pause, asyncio.Task[str], Recognition] | None = None
         self._changed: asyncio.Event | None = None
         self._agreement: tuple[int, LocalAgreement] | None = None
         self._advancing: asyncio.Task[None] | None = None
@@ -249,11 +266,12 @@ class VoiceInput(Agent):
                 self.counts.discarded += 1
             elif isinstance(event, Pause):
                 self._drop_speculation()
-                task = asyncio.get_running_loop().create_task(self._speculate(event))
+                timing = Recognition()
+                task = asyncio.get_running_loop().create_task(self._speculate(event, timing))
                 task.add_done_callback(
                     _retrieve
                 )  # unawaited: the utterance's own recognition reports it
-                self._speculation = (event, task)
+                self._speculation = (event, task, timing)
 
     def _maybe_advance(self) -> None:
         """Start a decode of the speech so far when ``incremental_step_s`` of new speech
@@ -299,27 +317,28 @@ class VoiceInput(Agent):
         async with self.turns.turn(self.participant_id):
             return list(await transcribe_words(audio, prompt))
 
-    async def _decode_speech(self, start_us: int, audio: np.ndarray) -> str:
+    async def _decode_speech(self, start_us: int, audio: np.ndarray, timing: Recognition) -> str:
         """The text of a burst's ``audio``: with committed words, only the audio after them
         is decoded (after the decode still running, whose commits it uses)."""
         agreement = self._agreement
         if agreement is None or agreement[0] != start_us:
-            return await self._decode(audio)
+            return await self._decode(audio, timing=timing)
         if self._advancing is not None and not self._advancing.done():
+            timing.begin()
             await asyncio.gather(asyncio.shield(self._advancing), return_exceptions=True)
         committed = agreement[1]
         if not committed.committed:
-            return await self._decode(audio)
+            return await self._decode(audio, timing=timing)
         tail = audio[round(committed.decode_from_s * SAMPLE_RATE) :]
-        return committed.finish(await self._decode(tail, committed))
+        return committed.finish(await self._decode(tail, committed, timing))
 
-    async def _speculate(self, pause: Pause) -> str:
+    async def _speculate(self, pause: Pause, timing: Recognition) -> str:
         """Recognize the words up to ``pause`` while the hangover runs; end the turn now
         when they end a sentence and no speech came since (``endpoint``)."""
-        text = await self._decode_speech(pause.start_us, pause.audio)
+        text = await self._decode_speech(pause.start_us, pause.audio, timing)
         speech_s = (pause.end_us - pause.start_us) / 1e6
         if self._segmenter.pausing(pause) and ends_turn(text, speech_s):
-            utterance = self._segmenter.finish()
+            utterance = self._segmenter.finish(pause.decided_us)
             if utterance is not None:
                 self.counts.early_ends += 1
                 self._events([utterance])
@@ -340,27 +359,42 @@ class VoiceInput(Agent):
             prompt = " ".join(part for part in (prompt, agreement.text) if part)
         return prompt or None
 
-    async def _decode(self, audio: np.ndarray, agreement: LocalAgreement | None = None) -> str:
+    async def _decode(
+        self,
+        audio: np.ndarray,
+        agreement: LocalAgreement | None = None,
+        timing: Recognition | None = None,
+    ) -> str:
+        """The text of ``audio``; ``timing`` notes when the recognizer took it (after the
+        wait for a turn: that wait is the queue's, not recognition) and returned."""
         prompt = self._prompt(agreement)
+        timing = timing or Recognition()
         if self.turns is None:
-            return (await self.stt.transcribe(audio, prompt)).strip()
-        async with self.turns.turn(self.participant_id):
-            return (await self.stt.transcribe(audio, prompt)).strip()
+            timing.begin()
+            text = await self.stt.transcribe(audio, prompt)
+        else:
+            async with self.turns.turn(self.participant_id):
+                timing.begin()
+                text = await self.stt.transcribe(audio, prompt)
+        timing.done()
+        return text.strip()
 
-    async def _recognized(self, utterance: Utterance) -> str:
-        """The utterance's text: the speculation's, when it recognized the same speech (no
-        voiced chunk since its pause), else a recognition of its own."""
+    async def _recognized(self, utterance: Utterance) -> tuple[str, Recognition]:
+        """The utterance's text, and when it was recognized: the speculation's, when it
+        recognized the same speech (no voiced chunk since its pause), else a recognition of
+        its own."""
         speculation = self._speculation
         if speculation is not None:
-            pause, task = speculation
+            pause, task, timing = speculation
             if (pause.start_us, pause.end_us) == (utterance.start_us, utterance.end_us):
                 self._speculation = None
                 try:
-                    return await asyncio.shield(task)
+                    return await asyncio.shield(task), timing
                 except asyncio.CancelledError:
                     if not task.cancelled():
                         raise  # this worker is cancelled
-        return await self._decode_speech(utterance.start_us, utterance.audio)
+        timing = Recognition()
+        return await self._decode_speech(utterance.start_us, utterance.audio, timing), timing
 
     def _interrupt(self, why: str) -> None:
         self.counts.interruptions += 1
@@ -378,7 +412,7 @@ class VoiceInput(Agent):
     async def _transcribe(self, utterance: Utterance) -> None:
         speech_s = (utterance.end_us - utterance.start_us) / 1e6
         try:
-            text = await self._recognized(utterance)
+            text, timing = await self._recognized(utterance)
         except asyncio.CancelledError:
             raise
         except Exception as error:
@@ -399,7 +433,13 @@ class VoiceInput(Agent):
         if verdict == "interrupt":
             self._interrupt("words")
         query = UserQuery(
-            text, utterance.start_us, speech_end_us=utterance.end_us, transcribed_us=now_us()
+            text,
+            utterance.start_us,
+            speech_end_us=utterance.end_us,
+            transcribed_us=now_us(),
+            endpoint_us=utterance.closed_us,
+            recognition_start_us=timing.start_us,
+            recognition_end_us=timing.end_us,
         )
         self.counts.queries += 1
         self._log.info("voice.query", text=text, speech_s=round(speech_s, 2))

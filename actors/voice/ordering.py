@@ -18,7 +18,10 @@ Contract:
   counted in :attr:`VoiceOrdering.counts`.
 * Per participant, the player calls :meth:`take` for the next step (a :class:`Segment`
   to play or a :class:`ResponseEnded` notice) and :meth:`finished` once a segment has
-  played. One segment per participant is out at a time.
+  played. One segment per participant plays at a time; while it plays, a sink that
+  synthesizes speech may prepare the next piece of the same response
+  (:meth:`take_ahead`: at most one ahead, in order), which plays next, so there is no gap
+  between sentences. A cut stops both.
 
 Rules (upstream xr_ai_voice / xr_ai_interaction, docs/interaction.md):
 
@@ -94,7 +97,7 @@ class Segment:
 
 @dataclass(frozen=True, slots=True)
 class Cut:
-    """Stop the segment playing for ``participant_id`` now."""
+    """Stop the segment playing for ``participant_id`` now, and the one prepared ahead."""
 
     participant_id: str
 
@@ -329,12 +332,42 @@ class VoiceOrdering:
             if state.ended:
                 return state.ended.popleft()
 
+    def take_ahead(self, participant_id: str) -> Segment | None:
+        """While a segment plays, the next piece of its response to prepare (it plays next:
+        the player plays it after :meth:`finished` of the one playing); None when there is
+        none yet, or one is already ahead."""
+        state = self._participants.get(participant_id)
+        if state is None or state.playing is None or state.ahead is not None or state.ended:
+            return None
+        item = state.active
+        if item is None:
+            return None
+        text = item.release(self.sentences)
+        if not text:
+            return None
+        self._tokens += 1
+        state.ahead = self._tokens
+        item.started = True
+        return Segment(
+            participant_id,
+            item.number,
+            item.kind,
+            item.sources,
+            item.request_id,
+            text,
+            item.timestamp_us,
+            False,
+            item.urgent,
+            self._tokens,
+        )
+
     def finished(self, segment: Segment) -> list[Effect]:
-        """The player finished (or failed) playing ``segment``; stale segments are ignored."""
+        """The player finished (or failed) playing ``segment``; stale segments are ignored.
+        The segment handed out ahead, if any, is the one playing now."""
         state = self._participants.get(segment.participant_id)
         if state is None or state.playing != segment.token:
             return []
-        state.playing = None
+        state.playing, state.ahead = state.ahead, None
         return [Wake(segment.participant_id)]
 
     # -- internals --------------------------------------------------------------------
@@ -508,8 +541,8 @@ class VoiceOrdering:
         self.counts[reason] += 1
         self._discard_stream(item, reason)
         effects: list[Effect] = []
-        if state.playing is not None:
-            state.playing = None
+        if state.playing is not None or state.ahead is not None:
+            state.playing = state.ahead = None
             effects.append(Cut(state.participant_id))
         self._finish_active(state, reason)
         effects.append(Wake(state.participant_id))

@@ -12,6 +12,8 @@ meanwhile. ``sentences(text)`` yields one sentence's audio at a time, so the cal
 play the first sentence while the next is synthesized. The voice is loaded once
 (``load()``, before the process reports ready) and shared by every participant; one
 synthesis runs at a time per process (a lock): two at once would only share the cores.
+``timed_sentences(text)`` also says when each sentence's synthesis began (the lock taken:
+the wait for another participant's sentence is not synthesis) and returned.
 Cancelling stops at the next sentence: the sentence being synthesized finishes in its
 thread (onnxruntime cannot be interrupted) and is dropped.
 
@@ -32,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from xrmq.actors.clock import now_us
 
 from .queues import split_sentences
 from .stt import verify_file
@@ -112,12 +116,20 @@ class PiperSynthesizer:
 
     async def sentences(self, text: str) -> AsyncIterator[tuple[np.ndarray, int]]:
         """Each sentence of ``text`` as ``(samples, rate)``, synthesized when asked for."""
+        async for samples, rate, _, _ in self.timed_sentences(text):
+            yield samples, rate
+
+    async def timed_sentences(self, text: str) -> AsyncIterator[tuple[np.ndarray, int, int, int]]:
+        """As ``sentences``, with when each sentence's synthesis began (once the voice was
+        free: not the wait for another's sentence) and returned, Unix microseconds."""
         self.load()
         rate = self.sample_rate
         for sentence in split_sentences(text):
             async with self._lock:
+                began_us = now_us()
                 samples = await asyncio.to_thread(self._speak, sentence)
-            yield samples, rate
+                returned_us = now_us()
+            yield samples, rate, began_us, returned_us
 
     async def synthesize(self, text: str) -> tuple[np.ndarray, int]:
         """All of ``text``, its sentences one after another."""

@@ -101,6 +101,8 @@ class ParticipantQueues:
     active: Item | None = None
     playing: int | None = None
     """Token of the segment out for playing, if any."""
+    ahead: int | None = None
+    """Token of the next segment handed out to be prepared while ``playing`` plays, if any."""
     urgent: deque[Item] = field(default_factory=deque)
     replies: deque[Item] = field(default_factory=deque)
     updates: deque[Item] = field(default_factory=deque)

@@ -15,7 +15,14 @@ With ``stages_topic`` it reports, once each reply it played ended (played out, c
 dropped), a ``PlaybackStages`` for the reply's request (the turn's id): when its first
 segment went to the sink and, for a sink with ``take_frames(participant)`` (the audio
 sink), when its first and last audio frame went out; the router adds them to the turn's
-record. One small message per reply, nothing per frame.
+record. With them, the parts of the wait for the first frame that are not the renderer's:
+when the chunk that completed the first piece was published (its envelope time) and, for a
+sink with ``take_synthesis(participant)``, when the first piece's synthesis began and
+returned. One small message per reply, nothing per frame.
+
+A sink with ``prepare(segment)`` and ``discard(participant)`` (the audio sink) gets the
+next piece of the playing response as soon as the ordering has it (``take_ahead``: one
+ahead), to synthesize while the playing one is heard; a cut discards it.
 """
 
 from __future__ import annotations
@@ -97,7 +104,12 @@ class VoiceRenderer(Agent):
         self.stages_topic = stages_topic
         self._stages: OrderedDict[int, list[Any]] = OrderedDict()
         """Per reply playing (its response number): request id, first played, first frame,
-        last frame (bounded by ``max_participants``: a participant plays one at a time)."""
+        last frame, first text, synthesis start and end (bounded by ``max_participants``: a
+        participant plays one at a time)."""
+        self._texts: OrderedDict[str, int] = OrderedDict()
+        """Per request, the envelope time of its latest reply chunk (bounded as ``_stages``)."""
+        self._ahead: dict[str, Segment] = {}
+        """Per participant, the segment prepared to play next."""
         self.ordering = VoiceOrdering(
             idle_timeout_s=idle_timeout_s,
             queue_capacity=queue_capacity,
@@ -124,6 +136,8 @@ class VoiceRenderer(Agent):
         )
 
     async def on_stop(self) -> None:
+        for participant_id in list(self._ahead):
+            self._discard_ahead(participant_id)
         tasks = [*self._players.values(), *([self._timer] if self._timer else [])]
         for task in tasks:
             task.cancel()
@@ -144,6 +158,11 @@ class VoiceRenderer(Agent):
 
     async def handle_output(self, message: ResponseOutput, ctx: RuntimeContext) -> None:
         metadata = ctx.metadata
+        if self.stages_topic is not None and message.request_id is not None:
+            self._texts[message.request_id] = metadata.timestamp_us
+            self._texts.move_to_end(message.request_id)
+            while len(self._texts) > self.ordering.max_participants:
+                self._texts.popitem(last=False)
         self._apply(
             self.ordering.output(
                 ctx.participant_id, metadata.source, message, self._clock(), metadata.sender
@@ -181,6 +200,7 @@ class VoiceRenderer(Agent):
                 playing = self._playing.get(effect.participant_id)
                 if playing is not None:
                     playing.cancel()
+                self._discard_ahead(effect.participant_id)
             elif isinstance(effect, Dropped):
                 self._log.info(
                     "voice.dropped",
@@ -205,9 +225,14 @@ class VoiceRenderer(Agent):
     def _forget(self, participant_id: str) -> None:
         """Stop the player of a participant the ordering forgot."""
         self._wakes.pop(participant_id, None)
+        self._discard_ahead(participant_id)
         player = self._players.pop(participant_id, None)
         if player is not None:
             player.cancel()
+
+    def _discard_ahead(self, participant_id: str) -> None:
+        if self._ahead.pop(participant_id, None) is not None:
+            self.sink.discard(participant_id)  # type: ignore[attr-defined]
 
     def _wake(self, participant_id: str) -> None:
         wake = self._wakes.get(participant_id)
@@ -222,7 +247,7 @@ class VoiceRenderer(Agent):
         """Play one participant's steps in order, one segment at a time."""
         while True:
             wake.clear()
-            step = self.ordering.take(participant_id)
+            step = self._ahead.pop(participant_id, None) or self.ordering.take(participant_id)
             if step is None:
                 await wake.wait()
             elif isinstance(step, ResponseEnded):
@@ -235,7 +260,7 @@ class VoiceRenderer(Agent):
                 )
                 self._playing[participant_id] = playing
                 try:
-                    await asyncio.wait({playing})
+                    await self._while_playing(participant_id, playing, wake)
                 finally:
                     del self._playing[participant_id]
                     if not playing.done():  # this player is being cancelled (on_stop)
@@ -244,13 +269,43 @@ class VoiceRenderer(Agent):
                 self._note_frames(step)
                 self._apply(self.ordering.finished(step))
 
+    async def _while_playing(
+        self, participant_id: str, playing: asyncio.Task[None], wake: asyncio.Event
+    ) -> None:
+        """Wait for ``playing``; meanwhile hand a sink that prepares the next piece as soon
+        as the ordering has one (each wake may bring its text)."""
+        if not callable(getattr(self.sink, "prepare", None)):
+            await asyncio.wait({playing})
+            return
+        while not playing.done():
+            if participant_id not in self._ahead:
+                ahead = self.ordering.take_ahead(participant_id)
+                if ahead is not None:
+                    self._ahead[participant_id] = ahead
+                    self.sink.prepare(ahead)  # type: ignore[attr-defined]
+            wake.clear()
+            woken = asyncio.ensure_future(wake.wait())
+            try:
+                await asyncio.wait({playing, woken}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                woken.cancel()
+
     # -- playback stages ------------------------------------------------------------------
 
     def _note_played(self, segment: Segment) -> None:
         if self.stages_topic is None or segment.kind != "reply" or segment.request_id is None:
             return
         if segment.response not in self._stages:
-            self._stages[segment.response] = [segment.request_id, now_us(), None, None]
+            text_us = self._texts.get(segment.request_id)
+            self._stages[segment.response] = [
+                segment.request_id,
+                now_us(),
+                None,
+                None,
+                text_us,
+                None,
+                None,
+            ]
             while len(self._stages) > self.ordering.max_participants:
                 self._stages.popitem(last=False)
 
@@ -258,11 +313,15 @@ class VoiceRenderer(Agent):
         stages = self._stages.get(segment.response)
         take = getattr(self.sink, "take_frames", None)
         frames = take(segment.participant_id) if callable(take) else None
+        take = getattr(self.sink, "take_synthesis", None)
+        synthesis = take(segment.participant_id) if callable(take) else None
         if stages is None or frames is None:
             return
         first_us, last_us = frames
         if stages[2] is None:
             stages[2] = first_us
+            if synthesis is not None:
+                stages[5], stages[6] = synthesis
         stages[3] = last_us
 
     def _report_stages(self, ended: ResponseEnded) -> None:
@@ -270,10 +329,10 @@ class VoiceRenderer(Agent):
         runtime = self.runtime
         if stages is None or self.stages_topic is None or runtime is None or not runtime.running:
             return
-        request_id, first_played_us, first_frame_us, last_frame_us = stages
+        request_id, first_played_us, first_frame_us, last_frame_us, *parts = stages
         runtime.send(
             self.stages_topic,
-            PlaybackStages(request_id, first_played_us, first_frame_us, last_frame_us),
+            PlaybackStages(request_id, first_played_us, first_frame_us, last_frame_us, *parts),
             participant_id=ended.participant_id,
             source="voice_renderer",
         )

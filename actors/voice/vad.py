@@ -78,6 +78,9 @@ class Utterance:
     """16 kHz mono float32, from ``pre_roll_s`` before the start to the end of the hangover."""
     cut: bool = False
     """True when ``max_utterance_s`` ended it, not silence."""
+    closed_us: int | None = None
+    """When it was closed: the end of the chunk that decided it (the chunks' clock), or the
+    time ``finish`` was given."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,8 @@ class Pause:
     """When the last voiced chunk ended: the utterance's end if no speech follows."""
     audio: np.ndarray = field(repr=False)
     """The burst's audio so far (as ``Utterance.audio``, the pause's silence included)."""
+    decided_us: int | None = None
+    """The end of the chunk that made the silence a pause (the chunks' clock)."""
 
 
 SegmentEvent = SpeechStarted | Utterance | Discarded | Pause
@@ -178,11 +183,12 @@ class UtteranceSegmenter:
             events.append(SpeechStarted(self._start_us))
         pause = settings.pause_silence_s
         if self._confirmed and pause > 0 and self._silence >= pause > self._silence - seconds:
-            events.append(Pause(self._start_us, self._end_us, np.concatenate(self._chunks)))
+            audio = np.concatenate(self._chunks)
+            events.append(Pause(self._start_us, self._end_us, audio, decided_us=end_us))
         if self._silence >= settings.trailing_silence_s:
-            events.append(self._close(cut=False))
+            events.append(self._close(cut=False, closed_us=end_us))
         elif (end_us - self._start_us) / 1e6 >= settings.max_utterance_s:
-            events.append(self._close(cut=True))
+            events.append(self._close(cut=True, closed_us=end_us))
         return events
 
     def pausing(self, pause: Pause) -> bool:
@@ -193,21 +199,22 @@ class UtteranceSegmenter:
             and (self._start_us, self._end_us) == (pause.start_us, pause.end_us)
         )
 
-    def finish(self) -> Utterance | None:
-        """End the open confirmed burst now (its words end a sentence); None without one."""
+    def finish(self, closed_us: int | None = None) -> Utterance | None:
+        """End the open confirmed burst now (its words end a sentence; ``closed_us``: when
+        that was decided); None without one."""
         if not self._confirmed:
             return None
-        closed = self._close(cut=False)
+        closed = self._close(cut=False, closed_us=closed_us)
         return closed if isinstance(closed, Utterance) else None
 
-    def _close(self, *, cut: bool) -> SegmentEvent:
+    def _close(self, *, cut: bool, closed_us: int | None) -> SegmentEvent:
         confirmed, start_us, voiced = self._confirmed, self._start_us, self._voiced
         audio = np.concatenate(self._chunks) if confirmed else np.zeros(0, np.float32)
         self._in_speech, self._confirmed = False, False
         self._chunks, self._held, self._voiced, self._silence = [], 0, 0.0, 0.0
         if not confirmed:
             return Discarded(start_us, voiced)
-        return Utterance(start_us, self._end_us, audio, cut=cut)
+        return Utterance(start_us, self._end_us, audio, cut=cut, closed_us=closed_us)
 
     def _remember(self, chunk: np.ndarray) -> None:
         self._pre_roll.append(chunk)
