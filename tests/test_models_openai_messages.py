@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from xrmq.actors.models import ChatMessage, ScriptedLLM, ToolCall
+from xrmq.actors.models.litellm_tools import ToolCallDeltas
 from xrmq.actors.models.openai_messages import chat_message, message_dict, request_messages
 
 
@@ -53,3 +54,10 @@ async def test_a_service_reading_text_gets_chat_messages_and_the_dicts_ride_alon
 def test_a_dict_that_is_no_chat_message_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match=r"ChatRequest\.messages\[1\]: must be a ChatMessage"):
         request_messages([ChatMessage("user", "q"), {"content": "no role"}])
+
+
+def test_streamed_reasoning_reports_the_field_it_came_under() -> None:
+    deltas = ToolCallDeltas()
+    deltas.add({"reasoning": "first "})
+    deltas.add({"reasoning": "then"})
+    assert (deltas.reasoning(), deltas.reasoning_field) == ("first then", "reasoning")
