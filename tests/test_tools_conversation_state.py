@@ -6,6 +6,7 @@ token count was estimated survives a restart of the agent and of the store."""
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 import msgspec
 from tools_doubles import Probe, never_started, probe_reading
@@ -55,7 +56,7 @@ async def test_a_tool_calling_turn_is_stored_in_the_seeds_shape_and_sent_back_ve
             await agent.answer(question("t1", "Read probe 1.", (IMAGE,)), started=never_started)
             held = agent.transcript("p1").conversation.messages
             await agent.answer(question("t2", "What was it?"), started=never_started)
-    first_turn = [
+    first_turn: list[dict[str, Any]] = [
         {
             "role": "user",
             "content": [
