@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from xrmq.actors.models import ChatMessage, ChatOptions, LLMService, compaction_limit_instruction
-from xrmq.actors.models.openai_messages import message_text
+from xrmq.actors.models.openai_messages import message_dict, message_text
 from xrmq.actors.prompts.compaction import sections_instruction
 
 from .policy import Summarize
@@ -100,8 +100,11 @@ Ask = Callable[[str, str], Awaitable[str | None]]
 """``ask(system, user)``: one compaction request's text, or ``None`` when it failed."""
 
 
-def render_message(message: Mapping[str, Any]) -> str:
-    """One transcript message (OpenAI's typed chat message) as a line of summary material."""
+def render_message(message: Mapping[str, Any] | ChatMessage) -> str:
+    """One message as a line of summary material: a transcript's (OpenAI's typed chat
+    message), or a ``ChatMessage`` (a realtime session's items)."""
+    if isinstance(message, ChatMessage):
+        message = message_dict(message)
     text = message_text(message)
     if message["role"] == "tool":
         return f"Tool result {message.get('tool_call_id')}: {text}"
@@ -114,7 +117,7 @@ def render_message(message: Mapping[str, Any]) -> str:
 
 
 def summary_request(
-    head: Sequence[Mapping[str, Any]],
+    head: Sequence[Mapping[str, Any] | ChatMessage],
     previous: str | None,
     limit_bytes: int = SUMMARY_LIMIT_BYTES,
     sections: tuple[str, ...] = SUMMARY_SECTIONS,
