@@ -308,7 +308,7 @@ class TranscriptActor(Agent):
         """The retirement after a clear: held, as the loop keeps only weak references to tasks."""
         # What the journal holds of this transcript: messages, originals (by call id).
         journaled = recovered is not None
-        self._journaled_messages = len(self.transcript.messages) if journaled else 0
+        self._journaled_messages = self.transcript.committed if journaled else 0
         self._journaled_originals = {call_id for call_id, _ in self.transcript.originals()}
         self._original_position = len(self._journaled_originals)
         self._reset = not journaled
@@ -379,7 +379,7 @@ class TranscriptActor(Agent):
             dropped,
             reset=self._reset,
         )
-        self._journaled_messages = len(transcript.messages)
+        self._journaled_messages = transcript.committed
         self._journaled_originals = held
         self._reset = False
         return [], self._failed
@@ -392,7 +392,7 @@ class TranscriptActor(Agent):
 
     async def _retire_when_idle(self) -> None:
         runtime = self.runtime
-        if runtime is None or not runtime.running or self.transcript.messages:
+        if runtime is None or not runtime.running or self.transcript.committed:
             return
         if runtime.metrics().actors.get(self.name, 0):
             return  # a write arrived after the clear: it starts a new transcript here
@@ -408,7 +408,7 @@ class TranscriptActor(Agent):
 
     def gauges(self) -> dict[str, float]:
         return {
-            "transcript_messages": len(self.transcript.messages),
+            "transcript_messages": self.transcript.committed,
             "transcript_journal_failures": self.journal_failures,
         }
 

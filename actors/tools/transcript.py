@@ -127,10 +127,6 @@ class Transcript:
         """``total_tokens`` was counted by a tokenizer (no usage reported)."""
         return self.conversation.tokens_estimated
 
-    @tokens_estimated.setter
-    def tokens_estimated(self, value: bool) -> None:
-        self.conversation.tokens_estimated = value
-
     @property
     def counters(self) -> CompactionCounter:
         """docs/tools.md's counters (``Conversation.compaction_counter``)."""
