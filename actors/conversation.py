@@ -31,13 +31,14 @@ message of their own (three clock reads a turn).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from xrmq.actors.clock import now_us
 from xrmq.actors.context.render import format_time
 from xrmq.actors.interaction import ResponseOutputs
 from xrmq.actors.models import ChatMessage, ChatOptions, LLMService, ModelError, Usage
+from xrmq.actors.models.openai_messages import message_text
 from xrmq.actors.prompts import load_prompt
 from xrmq.actors.routing.destination import ClosingDestination, answer_prologue
 from xrmq.actors.runtime import get_logger
@@ -131,14 +132,16 @@ def estimate_tokens(text: str) -> int:
     return max(1, -(-len(text) // CHARS_PER_TOKEN))
 
 
-def turn_usage(usage: Usage | None, messages: Sequence[ChatMessage], answer: str) -> TurnUsage:
+def turn_usage(
+    usage: Usage | None, messages: Sequence[ChatMessage | Mapping[str, Any]], answer: str
+) -> TurnUsage:
     """The answer's usage for the turn record: the provider's counts and cost, or, when it
     reported no counts, an estimate from the request's and the answer's text."""
     if usage is not None and usage.input_tokens is not None and usage.output_tokens is not None:
         return TurnUsage(
             usage.input_tokens, usage.output_tokens, usage.reasoning_tokens, cost_usd=usage.cost_usd
         )
-    prompt = sum(estimate_tokens(message.content) for message in messages)
+    prompt = sum(estimate_tokens(message_text(message)) for message in messages)
     return TurnUsage(prompt, estimate_tokens(answer), estimated=True)
 
 

@@ -29,6 +29,7 @@ import json
 import tempfile
 import time
 import tracemalloc
+from typing import Any
 
 from xrmq.actors.models import (
     ChatMessage,
@@ -38,6 +39,7 @@ from xrmq.actors.models import (
     ToolCall,
     Usage,
 )
+from xrmq.actors.models.openai_messages import message_dict
 from xrmq.actors.runtime import AgentRuntime, run
 from xrmq.actors.tools import AutoCompactor, Tool, ToolAgent, compact_toolcall, remote_tool
 from xrmq.actors.tools.store import TranscriptAck, TranscriptTopics, TranscriptWrite
@@ -67,11 +69,14 @@ def _row(group: str, subject: str, unit: str, values: list[float], **extra: floa
 def _turn_write(index: int) -> TranscriptWrite:
     """One tool turn's append (four messages, about 1 KB), the ``index``-th write."""
     call = ToolCall(f"c{index}", "probe", "{}")
-    messages = (
-        ChatMessage("user", f"Read probe {index}."),
-        ChatMessage("assistant", "", tool_calls=(call,)),
-        ChatMessage("tool", "probe log: " + "steady; " * 110, tool_call_id=call.id),
-        ChatMessage("assistant", "Read."),
+    messages = tuple(
+        message_dict(message)
+        for message in (
+            ChatMessage("user", f"Read probe {index}."),
+            ChatMessage("assistant", "", tool_calls=(call,)),
+            ChatMessage("tool", "probe log: " + "steady; " * 110, tool_call_id=call.id),
+            ChatMessage("assistant", "Read."),
+        )
     )
     return TranscriptWrite("append", messages, base=index, revision=index + 1)
 
@@ -138,14 +143,13 @@ async def round_trips(bus: str, calls: int) -> dict[str, list[float]]:
 
 def tier1_cost(results: int, budget_s: float = 0.2) -> float:
     """Microseconds per reclaimed result of one tier-1 pass (keep 12) over ``results``."""
-    messages = [ChatMessage("user", "Read every probe.")]
+    built = [ChatMessage("user", "Read every probe.")]
     for index in range(results):
-        messages.append(
+        built.append(
             ChatMessage("assistant", "", tool_calls=(ToolCall(f"c{index}", "probe", "{}"),))
         )
-        messages.append(
-            ChatMessage("tool", f"probe {index}: " + "x" * 2048, tool_call_id=f"c{index}")
-        )
+        built.append(ChatMessage("tool", f"probe {index}: " + "x" * 2048, tool_call_id=f"c{index}"))
+    messages: list[Any] = [message_dict(message) for message in built]
     rounds, elapsed, reclaimed = 0, 0.0, 0
     while elapsed < budget_s or rounds < 3:
         start = time.perf_counter()

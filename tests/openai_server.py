@@ -14,7 +14,7 @@ it sends that many chunks and then closes the connection in the middle of the bo
 streamed reply is chunked, as a real provider's is, so the client sees an incomplete
 body, not a short one); an error ``status`` carries ``message`` as the provider's; with
 ``usage`` the stream ends with OpenAI's usage chunk; with ``reasoning`` it begins with a
-reasoning delta.
+reasoning delta; with ``tool_calls`` they follow the text.
 """
 
 from __future__ import annotations
@@ -47,6 +47,10 @@ class Reply:
     reasoning: str | None = None
     """Reasoning content, streamed as a first delta of its own under ``reasoning_field``."""
     reasoning_field: str = "reasoning_content"
+    tool_calls: tuple[dict[str, str], ...] = ()
+    """Tool calls (``{"id", "name", "arguments"}``), streamed after the text as OpenAI
+    does: one delta per call (id, name and the whole argument string), then the finish
+    reason ``tool_calls``."""
 
 
 @dataclass
@@ -182,13 +186,43 @@ class OpenAIServer:
                         if index == 0 and reply.hang == "after_first":
                             server.closed.wait()
                             return
+                    for index, call in enumerate(reply.tool_calls):
+                        self._event(
+                            {
+                                "id": "c1",
+                                "object": "chat.completion.chunk",
+                                "created": 1,
+                                "model": model,
+                                "choices": [
+                                    {
+                                        "index": 0,
+                                        "delta": {
+                                            "role": "assistant",
+                                            "tool_calls": [
+                                                {
+                                                    "index": index,
+                                                    "id": call["id"],
+                                                    "type": "function",
+                                                    "function": {
+                                                        "name": call["name"],
+                                                        "arguments": call["arguments"],
+                                                    },
+                                                }
+                                            ],
+                                        },
+                                        "finish_reason": None,
+                                    }
+                                ],
+                            }
+                        )
+                    finish = "tool_calls" if reply.tool_calls else "stop"
                     self._event(
                         {
                             "id": "c1",
                             "object": "chat.completion.chunk",
                             "created": 1,
                             "model": model,
-                            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                            "choices": [{"index": 0, "delta": {}, "finish_reason": finish}],
                         }
                     )
                     include = (body.get("stream_options") or {}).get("include_usage")

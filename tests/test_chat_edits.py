@@ -99,19 +99,20 @@ async def test_retry_revise_and_render_in_chat_on_a_running_box(monkeypatch, tmp
         assert not stack.failed
     printed = terminal.output.replace("\r\n", "\n")
     assert f"of lab-tools to {page}" in printed
-    users = [m.content for m in state.messages if m.role == "user"]
+    users = [m["content"] for m in state.messages if m["role"] == "user"]
     assert users == ["Is the <camera> on the bench & working?"]  # retried, then revised
-    assert [m.role for m in state.messages] == ["user", "assistant", "tool", "assistant"]
+    assert [m["role"] for m in state.messages] == ["user", "assistant", "tool", "assistant"]
     dom = dump_dom(page)
     assert "Is the &lt;camera&gt; on the bench &amp; working?" in dom
     assert "<camera>" not in dom  # escaped: text, not an element
-    call = state.messages[1].tool_calls[0]
-    summary = f"<summary>tool call: {call.name} ({call.id})</summary>"
+    call = state.messages[1]["tool_calls"][0]
+    call_id, name, last = call["id"], call["function"]["name"], state.messages[-1]["content"]
+    summary = f"<summary>tool call: {name} ({call_id})</summary>"
     assert f'<details class="tool-call">{summary}<pre>{{}}</pre></details>' in dom
-    assert f'<details class="tool-result"><summary>tool result ({call.id})</summary>' in dom
+    assert f'<details class="tool-result"><summary>tool result ({call_id})</summary>' in dom
     # The camera was asked three times: the question, its retry, the revised question.
     assert "<pre>View 3: a red multimeter" in dom
-    assert f'<div class="text">{state.messages[-1].content}</div>' in dom
+    assert f'<div class="text">{last}</div>' in dom
 
 
 @pytest.mark.timeout(60)

@@ -47,7 +47,7 @@ async def test_the_models_reasoning_goes_back_verbatim_on_the_next_turn(field):
     assert answered == [
         {"role": "assistant", "content": "The mug is red.", "reasoning_content": thought}
     ]
-    held = agent.transcript("p1").conversation()
+    held = agent.transcript("p1").conversation  # the state the agent holds
     assert held.messages[1] == answered[0]
 
 

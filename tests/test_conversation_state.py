@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from xrmq.actors.models import ChatMessage, ToolCall
 from xrmq.actors.tools.conversation_state import Conversation
 from xrmq.actors.tools.transcript import Transcript
 from xrmq.schemas.tools import ToolCallReply
@@ -266,22 +265,6 @@ def test_total_tokens_is_the_providers_usage_report_and_starts_unknown() -> None
     assert Conversation(total_tokens=7).total_tokens == 7
 
 
-def test_chat_messages_convert_both_ways_keeping_tool_calls_and_reasoning() -> None:
-    messages = [
-        ChatMessage("user", "q"),
-        ChatMessage("assistant", "", tool_calls=(ToolCall("c1", "f", '{"a":1}'),), reasoning="r"),
-        ChatMessage("tool", "out", tool_call_id="c1"),
-    ]
-    conversation = Conversation.of_chat_messages(messages)
-    assert conversation.messages[1] == {
-        "role": "assistant",
-        "content": "",
-        "tool_calls": [_call("c1", "f", '{"a":1}')],
-        "reasoning_content": "r",
-    }
-    assert conversation.chat_messages() == messages
-
-
 def test_an_image_file_only_pillow_reads_is_a_clear_error_without_pillow(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -293,28 +276,45 @@ def test_an_image_file_only_pillow_reads_is_a_clear_error_without_pillow(
         Conversation().add_user_message("look", images=bitmap)
 
 
-def test_a_tools_transcript_is_seen_as_a_conversation_and_rolls_back_like_one() -> None:
+def test_a_tools_transcript_is_a_conversation_and_rolls_back_like_one() -> None:
     transcript = Transcript()
-    transcript.append(
-        ChatMessage("user", "q1"),
-        ChatMessage("assistant", "a1", reasoning="because"),
-        ChatMessage("user", "q2"),
-        ChatMessage("assistant", "", tool_calls=(ToolCall("c1", "f"),)),
-        ChatMessage("tool", "r", tool_call_id="c1"),
-        ChatMessage("assistant", "a2"),
-    )
+    conversation = transcript.conversation
+    conversation.add_user_message("q1")
+    conversation.add_agent_message({"content": "a1", "reasoning_content": "because"})
+    conversation.add_user_message("q2")
+    conversation.add_agent_message({"content": None, "tool_calls": [_call("c1", "f", "{}")]})
+    conversation.add_tool_result("c1", "r")
+    conversation.add_agent_message({"content": "a2"})
     transcript.commit()
     transcript.note_usage(99)
-    seen = transcript.conversation()
-    assert seen.messages[1] == {
+    assert transcript.messages == conversation.messages  # the committed messages are its own
+    assert transcript.messages[1] == {
         "role": "assistant",
         "content": "a1",
         "reasoning_content": "because",
     }
-    assert seen.total_tokens == 99 and seen.chat_messages() == transcript.messages
+    assert conversation.total_tokens == 99
     dropped = transcript.pop_from_last_user_message()
-    assert [m.role for m in dropped] == ["assistant", "tool", "assistant"]
-    assert transcript.messages[-1] == ChatMessage("user", "q2")
+    assert [m["role"] for m in dropped] == ["assistant", "tool", "assistant"]
+    assert transcript.messages[-1] == {"role": "user", "content": "q2"}
     assert transcript.take_rewritten()  # the store gets the whole transcript
-    assert transcript.pop_from_last_user_message(inclusive=True) == [ChatMessage("user", "q2")]
-    assert transcript.messages[-1].content == "a1"
+    assert transcript.pop_from_last_user_message(inclusive=True) == [
+        {"role": "user", "content": "q2"}
+    ]
+    assert transcript.messages[-1]["content"] == "a1"
+
+
+def test_a_cancelled_turn_is_rolled_back_to_the_last_commit() -> None:
+    transcript = Transcript()
+    transcript.conversation.add_user_message("kept")
+    transcript.conversation.add_agent_message({"content": "yes"})
+    transcript.commit()
+    transcript.conversation.add_user_message("cancelled at once")
+    transcript.rollback()  # only the question: pop_last_message_if_user
+    transcript.conversation.add_user_message("cancelled in a tool call")
+    transcript.conversation.add_agent_message({"tool_calls": [_call("c1", "f", "{}")]})
+    transcript.rollback()
+    assert transcript.conversation.messages == [
+        {"role": "user", "content": "kept"},
+        {"role": "assistant", "content": "yes"},
+    ]

@@ -12,6 +12,7 @@ from tools_doubles import (
     SECRET,
     Probe,
     never_started,
+    plain,
     probe_reading,
     request_tokens,
     session_model,
@@ -73,9 +74,10 @@ async def test_the_offline_model_calls_the_matching_tool_and_answers_from_its_re
         await recorder.wait_for(lambda frames: recorder.finals() == 1)
     assert result.response is not None and "red multimeter" in result.response
     assert recorder.texts("p1").strip() == result.response
-    roles = [(m.role, bool(m.tool_calls)) for m in agent.transcript("p1").messages]
+    held = plain(agent.transcript("p1").messages)
+    roles = [(m["role"], bool(m.get("tool_calls"))) for m in held]
     assert roles == [("user", False), ("assistant", True), ("tool", False), ("assistant", False)]
-    assert agent.transcript("p1").messages[1].tool_calls[0].name == "camera__describe_view"
+    assert held[1]["tool_calls"][0]["function"]["name"] == "camera__describe_view"
     assert context.log == [("record", "p1", "t1")]
 
 
@@ -234,7 +236,7 @@ async def test_manual_compaction_by_tier() -> None:
     # The last user message's turn fits in 16: the cut is at it, and the rest is summarized.
     ids = " ".join(f"r{i}" for i in range(1, 14))
     assert agent.transcript("p1").summary == f"Probes were read in order; results by call ID: {ids}"
-    assert [m.role for m in agent.transcript("p1").messages] == [
+    assert [m["role"] for m in plain(agent.transcript("p1").messages)] == [
         "user",
         "assistant",
         "tool",
@@ -442,7 +444,7 @@ async def test_a_barge_in_through_the_router_cancels_the_running_tool_call_at_it
     assert server.cancelled == 1
     assert context.log == [("record", "p1", context.log[0][2])]  # only the second turn
     assert context.exchanges["p1"][0][:2] == ("Is the lab quiet?", "The lab is quiet.")
-    assert all(m.content != "Survey the lab." for m in agent.transcript("p1").messages)
+    assert all(m["content"] != "Survey the lab." for m in plain(agent.transcript("p1").messages))
 
 
 async def test_reasoning_is_written_back_verbatim_in_the_next_request() -> None:
@@ -512,7 +514,9 @@ async def test_text_of_successive_model_calls_is_one_answer_with_a_word_break() 
         result = await agent.answer(turn("t1", "Echo."), started=never_started)
         await recorder.wait_for(lambda frames: recorder.finals() == 1)
     assert result.response == "Let me look. It echoed." == recorder.texts("p1")
-    assert [m.content for m in agent.transcript("p1").messages if m.role == "assistant"] == [
+    assert [
+        m["content"] for m in plain(agent.transcript("p1").messages) if m["role"] == "assistant"
+    ] == [
         "Let me look.",
         "It echoed.",
     ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tools_doubles import (
@@ -34,6 +35,7 @@ from xrmq.actors.models import (
     ToolCall,
     Usage,
 )
+from xrmq.actors.models.openai_messages import message_dict
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.tools.policy import (
     AutoCompactor,
@@ -200,15 +202,21 @@ async def test_a_disabled_compactor_never_compacts() -> None:
 # ---------------------------------------------------------------- the summary
 
 
-def dialogue() -> tuple[ChatMessage, ...]:
-    return (
-        ChatMessage("user", "I prefer metric units. Please check the pressure of tank 4."),
-        ChatMessage(
-            "assistant", "", tool_calls=(ToolCall("r1", "gauge", json.dumps({"tank": 4})),)
-        ),
-        ChatMessage("tool", "Tank 4 pressure is 41.7 kPa. Valve V-12 is open.", tool_call_id="r1"),
-        ChatMessage("assistant", "Tank 4 reads 41.7 kPa. I will close valve V-12 next."),
-        ChatMessage("user", "Thanks, quickly please. Is tank 5 also safe?"),
+def dialogue() -> tuple[Any, ...]:
+    """A short tool-using dialogue as the transcript holds it (OpenAI's typed messages)."""
+    return tuple(
+        message_dict(message)
+        for message in (
+            ChatMessage("user", "I prefer metric units. Please check the pressure of tank 4."),
+            ChatMessage(
+                "assistant", "", tool_calls=(ToolCall("r1", "gauge", json.dumps({"tank": 4})),)
+            ),
+            ChatMessage(
+                "tool", "Tank 4 pressure is 41.7 kPa. Valve V-12 is open.", tool_call_id="r1"
+            ),
+            ChatMessage("assistant", "Tank 4 reads 41.7 kPa. I will close valve V-12 next."),
+            ChatMessage("user", "Thanks, quickly please. Is tank 5 also safe?"),
+        )
     )
 
 
@@ -237,7 +245,7 @@ async def test_the_offline_model_writes_the_summary_in_the_seeds_sections() -> N
     assert "quickly please" in section["## tone_context"]
     assert count_text_tokens(summary) <= SUMMARY_LIMIT_TOKENS
     # A second summary merges the first one in, section by section.
-    later = (ChatMessage("user", "My badge number is 4471."),)
+    later = ({"role": "user", "content": "My badge number is 4471."},)
     merged = await summarize(later, summary)
     assert merged is not None
     facts = dict(part.split("\n", 1) for part in merged.split("\n\n"))["## key_facts"]

@@ -92,7 +92,7 @@ async def test_a_journaled_transcript_comes_back_whole_with_its_originals_and_co
     reopened.close()
     assert after == before
     restored = restore(after)
-    assert restored.messages[2].content == placeholder("r1")
+    assert restored.messages[2]["content"] == placeholder("r1")
     assert restored.extract("r1") == probe_reading(Probe(1))  # the original, from the journal
     assert (restored.counters.tool_rounds, restored.counters.toolcall_reclaimed) == (1, 2)
     assert answer.response == "Probe 1 code is nominal-1."  # extract_compacted_tool_result
@@ -287,9 +287,9 @@ async def test_a_kill_9_of_the_context_process_keeps_the_transcript_placeholders
             assert "2 reclaimed" in done, done
             before = await load(client)  # answered after the compaction's write: journaled
             restored = restore(before)
-            call_ids = [m.tool_call_id for m in before.messages if m.role == "tool"]
+            call_ids = [m["tool_call_id"] for m in before.messages if m["role"] == "tool"]
             assert len(call_ids) == 14 and restored.counters.toolcall_reclaimed == 2
-            assert before.messages[2].content == placeholder(call_ids[0] or "")
+            assert before.messages[2]["content"] == placeholder(call_ids[0] or "")
             assert restored.extract(call_ids[0] or "").startswith("View 1: a red multimeter")
 
             await stack.kill("context")
@@ -306,7 +306,7 @@ async def test_a_kill_9_of_the_context_process_keeps_the_transcript_placeholders
         assert not stack.failed
 
     def users(state: TranscriptState) -> list[str]:
-        return [m.content for m in state.messages if m.role == "user"]
+        return [m["content"] for m in state.messages if m["role"] == "user"]
 
     assert users(continued) == [*users(before), "What is on the bench now?"]
     assert len(continued.messages) == len(before.messages) + 4  # user, call, result, answer

@@ -10,6 +10,7 @@ import json
 
 import msgspec
 import pytest
+from tools_doubles import plain
 
 from xrmq.actors.models import ScriptedLLM, ScriptedResponse, ToolCall
 from xrmq.actors.runtime import (
@@ -219,6 +220,6 @@ async def test_a_tool_agent_sees_a_streaming_tool_in_another_process_chunk_by_ch
     assert result.response == "The kettle went from 80 to 85 degrees."
     tool_result = next(m for m in llm.requests[1].messages if m.role == "tool")
     assert tool_result.content == "kettle: 80 C, then 85 C"
-    assert [m.content for m in agent.transcript("p1").messages if m.role == "tool"] == [
-        "kettle: 80 C, then 85 C"
-    ]
+    assert [
+        m["content"] for m in plain(agent.transcript("p1").messages) if m["role"] == "tool"
+    ] == ["kettle: 80 C, then 85 C"]

@@ -58,7 +58,7 @@ async def test_take_back_retracts_each_turns_exchange_after_the_agent_and_store_
         first_turn = await again.take_back("p1")
         nothing = await again.take_back("p1")
     store.close()
-    assert second[0].content == "Read probe 2." and first_turn[0].content == "Read probe 1."
+    assert second[0]["content"] == "Read probe 2." and first_turn[0]["content"] == "Read probe 1."
     assert nothing == []
     assert context.log.of("retract") == [("retract", "p1", "t2"), ("retract", "p1", "t1")]
 
@@ -77,5 +77,5 @@ async def test_a_transcript_journaled_without_turn_ids_takes_back_without_retrac
         newest = await old.take_back("p1")
         journaled = await old.take_back("p1")
     store.close()
-    assert newest[0].content == "Read probe 2." and journaled[0].content == "Read probe 1."
+    assert newest[0]["content"] == "Read probe 2." and journaled[0]["content"] == "Read probe 1."
     assert context.log.of("retract") == [("retract", "p1", "t2")]  # none for the old turn

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xrmq.actors.models import ChatMessage, ToolCall
 from xrmq.actors.tools.policy import (
     ESCALATION_RATIO,
     TOKEN_THRESHOLD,
@@ -33,19 +33,44 @@ from xrmq.actors.tools.transcript import Transcript, UnknownToolCall
 LONG = "x" * 400
 
 
-def user(text: str = "question") -> ChatMessage:
-    return ChatMessage("user", text)
+def user(text: str = "question") -> Any:
+    return {"role": "user", "content": text}
 
 
-def call(call_id: str) -> ChatMessage:
-    return ChatMessage("assistant", "", tool_calls=(ToolCall(call_id, "probe", "{}"),))
+def answer(text: str) -> Any:
+    return {"role": "assistant", "content": text}
 
 
-def result(call_id: str, content: str = LONG) -> ChatMessage:
-    return ChatMessage("tool", content, tool_call_id=call_id)
+def calls(*call_ids: str, arguments: str = "{}") -> Any:
+    """An assistant message asking for ``call_ids`` (OpenAI's shape: argument strings)."""
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": i, "type": "function", "function": {"name": "probe", "arguments": arguments}}
+            for i in call_ids
+        ],
+    }
 
 
-def rounds(count: int, content: str = LONG) -> list[ChatMessage]:
+def call(call_id: str) -> Any:
+    return calls(call_id)
+
+
+def result(call_id: str, content: str = LONG) -> Any:
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+def append(transcript: Transcript, *messages: Any) -> None:
+    """Add messages to the transcript's current turn (pending until it commits)."""
+    transcript.conversation.messages.extend(messages)
+
+
+def call_ids(message: Any) -> set[str]:
+    return {c["id"] for c in message.get("tool_calls") or ()}
+
+
+def rounds(count: int, content: str = LONG) -> list[Any]:
     """``count`` tool rounds (assistant call, tool result) after one user message."""
     messages = [user()]
     for index in range(count):
@@ -80,7 +105,7 @@ def test_the_defaults_are_the_seeds() -> None:
 def test_tier1_keeps_the_most_recent_keep_max_results_and_reclaims_older_ones() -> None:
     messages = rounds(15)
     done = compact_toolcall(messages, keep_max=12)
-    tool_contents = [m.content for m in done.messages if m.role == "tool"]
+    tool_contents = [m["content"] for m in done.messages if m["role"] == "tool"]
     assert tool_contents[:3] == [placeholder("c0"), placeholder("c1"), placeholder("c2")]
     assert tool_contents[3:] == [LONG] * 12
     assert done.originals == {"c0": LONG, "c1": LONG, "c2": LONG}
@@ -88,8 +113,10 @@ def test_tier1_keeps_the_most_recent_keep_max_results_and_reclaims_older_ones() 
     before, after = estimated_message_length(messages), estimated_message_length(done.messages)
     assert done.result.reclaimed_fraction == pytest.approx((before - after) / before)
     # In place: same roles, same calls, same order.
-    assert [m.role for m in done.messages] == [m.role for m in messages]
-    assert [m.tool_call_id for m in done.messages] == [m.tool_call_id for m in messages]
+    assert [m["role"] for m in done.messages] == [m["role"] for m in messages]
+    assert [m.get("tool_call_id") for m in done.messages] == [
+        m.get("tool_call_id") for m in messages
+    ]
 
 
 def test_tier1_replaces_a_result_only_when_the_placeholder_is_shorter() -> None:
@@ -107,7 +134,7 @@ def test_tier1_replaces_a_result_only_when_the_placeholder_is_shorter() -> None:
         result("c3"),
     ]
     done = compact_toolcall(messages, keep_max=1)
-    assert [m.content for m in done.messages if m.role == "tool"] == [
+    assert [m["content"] for m in done.messages if m["role"] == "tool"] == [
         short,
         exact,
         placeholder("c2"),
@@ -120,12 +147,11 @@ def test_tier1_replaces_a_result_only_when_the_placeholder_is_shorter() -> None:
 
 
 def test_estimated_message_length_counts_content_and_reasoning_not_arguments() -> None:
-    message = ChatMessage(
-        "assistant",
-        "abc",
-        tool_calls=(ToolCall("c", "t", '{"long": "' + "z" * 99 + '"}'),),
-        reasoning="think",
-    )
+    message: Any = {
+        **calls("c", arguments='{"long": "' + "z" * 99 + '"}'),
+        "content": "abc",
+        "reasoning_content": "think",
+    }
     assert estimated_message_length(message) == 8
     assert estimated_message_length([message, user("12")]) == 10
 
@@ -134,75 +160,75 @@ def test_summary_cut_never_leaves_the_tail_starting_with_an_orphaned_tool_result
     # An assistant with three parallel calls, then their results: a naive cut lands inside them.
     messages = [
         user("old"),
-        ChatMessage("assistant", "", tool_calls=tuple(ToolCall(f"p{i}", "t") for i in range(3))),
+        calls(*(f"p{i}" for i in range(3))),
         *(result(f"p{i}") for i in range(3)),
-        ChatMessage("assistant", "done"),
+        answer("done"),
         user("next"),
         call("q"),
         result("q"),
-        ChatMessage("assistant", "ok"),
+        answer("ok"),
     ]
     for keep in range(len(messages) + 1):
         plan = plan_summary(messages, keep)
         if plan is None:
             continue
-        assert plan.tail[0].role != "tool", keep
-        kept_calls = {c.id for m in plan.tail for c in m.tool_calls}
-        assert all(m.tool_call_id in kept_calls for m in plan.tail if m.role == "tool"), keep
+        assert plan.tail[0]["role"] != "tool", keep
+        kept_calls = set().union(*(call_ids(m) for m in plan.tail))
+        assert all(m.get("tool_call_id") in kept_calls for m in plan.tail if m["role"] == "tool"), (
+            keep
+        )
 
 
 @st.composite
-def transcripts(draw: st.DrawFn) -> list[ChatMessage]:
+def transcripts(draw: st.DrawFn) -> list[Any]:
     """Well-formed tool-calling transcripts: turns of a user message, tool rounds (an
     assistant message with 1-3 parallel calls, then their results) and maybe an answer."""
-    messages: list[ChatMessage] = []
+    messages: list[Any] = []
     ids = iter(range(10_000))
     for _ in range(draw(st.integers(1, 5))):
         messages.append(user(f"turn {len(messages)}"))
         for _ in range(draw(st.integers(0, 6))):
-            calls = [f"c{next(ids)}" for _ in range(draw(st.integers(1, 3)))]
-            messages.append(
-                ChatMessage("assistant", "", tool_calls=tuple(ToolCall(c, "probe") for c in calls))
-            )
-            messages += [result(c) for c in calls]
+            ids_ = [f"c{next(ids)}" for _ in range(draw(st.integers(1, 3)))]
+            messages.append(calls(*ids_))
+            messages += [result(c) for c in ids_]
         if draw(st.booleans()):
-            messages.append(ChatMessage("assistant", "answer"))
+            messages.append(answer("answer"))
     return messages
 
 
 @settings(max_examples=300, deadline=None)
 @given(transcripts(), st.integers(0, 40))
 def test_no_cut_leaves_an_orphaned_tool_result_and_the_last_user_message_is_kept(
-    messages: list[ChatMessage], keep: int
+    messages: list[Any], keep: int
 ) -> None:
     plan = plan_summary(messages, keep)
     if plan is None:
         return
     assert plan.head + plan.tail[int(plan.kept_user) :] == tuple(messages)
-    assert plan.tail and plan.tail[0].role != "tool"
-    kept_calls = {c.id for m in plan.tail for c in m.tool_calls}
-    assert all(m.tool_call_id in kept_calls for m in plan.tail if m.role == "tool")
-    last_user = [m for m in messages if m.role == "user"][-1]
+    assert plan.tail and plan.tail[0]["role"] != "tool"
+    kept_calls = set().union(*(call_ids(m) for m in plan.tail))
+    assert all(m.get("tool_call_id") in kept_calls for m in plan.tail if m["role"] == "tool")
+    last_user = [m for m in messages if m["role"] == "user"][-1]
     assert last_user in plan.tail
 
 
 @settings(max_examples=200, deadline=None)
 @given(transcripts(), transcripts(), st.integers(0, 40))
 def test_a_summary_during_a_turn_keeps_the_turn_pending_and_no_tail_starts_with_a_result(
-    earlier: list[ChatMessage], turn: list[ChatMessage], keep: int
+    earlier: list[Any], turn: list[Any], keep: int
 ) -> None:
-    current = turn[: next((i for i, m in enumerate(turn) if m.role == "user" and i), len(turn))]
+    current = turn[: next((i for i, m in enumerate(turn) if m["role"] == "user" and i), len(turn))]
     transcript = Transcript()
-    transcript.append(*earlier)
+    append(transcript, *earlier)
     transcript.commit()
-    transcript.append(*current)  # one turn in progress: its user message, then its steps
+    append(transcript, *current)  # one turn in progress: its user message, then its steps
     plan = transcript.plan_summary(keep)
     outcome = transcript.apply_summary(plan, "the summary")
     kept = transcript.all_messages()
     if plan is None:
         assert outcome.status is SummaryStatus.NOTHING_TO_CONDENSE
         return
-    assert kept and kept[0].role != "tool"
+    assert kept and kept[0]["role"] != "tool"
     # The cut is never before the turn's user message: every earlier turn is summarized,
     # and what stays is the turn's, pending, led by its user message.
     assert transcript.messages == [] and transcript.pending == list(plan.tail)
@@ -215,24 +241,24 @@ def test_a_pending_turn_is_summarized_inside_the_turn() -> None:
     are summarized while it runs, its user message kept at the tail's start, and what
     stays keeps its place (committed before, pending after)."""
     transcript = Transcript()
-    transcript.append(user("earlier"), ChatMessage("assistant", "fine"))
+    append(transcript, user("earlier"), answer("fine"))
     transcript.commit()
-    transcript.append(*rounds(20))  # the turn in progress: a user message, 40 tool messages
+    append(transcript, *rounds(20))  # the turn in progress: a user message, 40 tool messages
     plan = transcript.plan_summary(16)
     assert plan is not None and plan.kept_user and len(plan.head) == 2 + 25
     outcome = transcript.apply_summary(plan, "the summary")
     assert outcome.status is SummaryStatus.COMPACTED
     assert transcript.messages == [] and transcript.pending[0] == user()
-    assert len(transcript.pending) == 17 and transcript.pending[1].role == "assistant"
+    assert len(transcript.pending) == 17 and transcript.pending[1]["role"] == "assistant"
     transcript.commit()
     assert len(transcript.messages) == 17 and transcript.summary == "the summary"
 
 
 def test_a_short_turn_in_progress_is_kept_whole_and_the_earlier_turns_summarized() -> None:
     transcript = Transcript()
-    transcript.append(*rounds(20))
+    append(transcript, *rounds(20))
     transcript.commit()
-    transcript.append(user("now"), call("n"))
+    append(transcript, user("now"), call("n"))
     plan = transcript.plan_summary(4)
     assert plan is not None and not plan.kept_user and len(plan.head) == 41
     transcript.apply_summary(plan, "the summary")
@@ -250,13 +276,13 @@ def test_the_last_user_message_is_kept_in_the_tail_when_the_cut_passes_it() -> N
     messages = rounds(20)  # one user message, then 40 tool-round messages
     plan = plan_summary(messages, 16)
     assert plan is not None and plan.kept_user
-    assert plan.tail[0] == messages[0] and plan.tail[1].role == "assistant"
+    assert plan.tail[0] == messages[0] and plan.tail[1]["role"] == "assistant"
     assert len(plan.tail) == 17 and plan.cut_tail_length == 16
 
 
 def test_nothing_to_condense_leaves_the_transcript_untouched() -> None:
     transcript = Transcript()
-    transcript.append(user(), call("a"), result("a"))
+    append(transcript, user(), call("a"), result("a"))
     transcript.commit()
     before = list(transcript.messages)
     plan = transcript.plan_summary(16)
@@ -269,7 +295,7 @@ def test_nothing_to_condense_leaves_the_transcript_untouched() -> None:
 
 def test_summarize_failed_leaves_the_transcript_and_the_token_count_untouched() -> None:
     transcript = Transcript()
-    transcript.append(*rounds(20))
+    append(transcript, *rounds(20))
     transcript.commit()
     transcript.note_usage(250_000)
     before = list(transcript.messages)
@@ -286,7 +312,7 @@ def test_summarize_failed_leaves_the_transcript_and_the_token_count_untouched() 
 
 def test_a_summary_replaces_the_head_and_resets_the_token_count_and_tool_rounds() -> None:
     transcript = Transcript()
-    transcript.append(*rounds(20))
+    append(transcript, *rounds(20))
     transcript.commit()
     transcript.note_usage(250_000)
     transcript.compact_toolcall(12)
@@ -299,14 +325,16 @@ def test_a_summary_replaces_the_head_and_resets_the_token_count_and_tool_rounds(
     assert outcome.status is SummaryStatus.COMPACTED
     assert outcome.reclaimed_fraction == pytest.approx((before - after) / before)
     assert transcript.summary == "the summary" and len(transcript.messages) == 17
-    assert transcript.messages[0].role == "user" and transcript.messages[1].role == "assistant"
+    assert (
+        transcript.messages[0]["role"] == "user" and transcript.messages[1]["role"] == "assistant"
+    )
     assert transcript.total_tokens is None
     assert (transcript.counters.tool_rounds, transcript.counters.summary_rounds) == (0, 1)
 
 
 def test_extract_returns_a_reclaimed_original_and_rejects_unknown_ids() -> None:
     transcript = Transcript()
-    transcript.append(*rounds(14, "reading 41.7 kPa " * 20))
+    append(transcript, *rounds(14, "reading 41.7 kPa " * 20))
     transcript.commit()
     assert transcript.compact_toolcall(12).reclaimed_count == 2
     assert transcript.extract("c0") == "reading 41.7 kPa " * 20
@@ -316,7 +344,7 @@ def test_extract_returns_a_reclaimed_original_and_rejects_unknown_ids() -> None:
 
 def test_originals_are_bounded_oldest_first_and_counted() -> None:
     transcript = Transcript(originals_budget_chars=1000)
-    transcript.append(*rounds(20))
+    append(transcript, *rounds(20))
     transcript.commit()
     transcript.compact_toolcall(0)  # reclaims 20 x 400 chars; only 2 originals fit
     assert transcript.originals_count == 2 and transcript.counters.originals_evicted == 18
@@ -327,12 +355,12 @@ def test_originals_are_bounded_oldest_first_and_counted() -> None:
 
 def test_a_rolled_back_turn_leaves_no_message() -> None:
     transcript = Transcript()
-    transcript.append(user("kept"), ChatMessage("assistant", "yes"))
+    append(transcript, user("kept"), answer("yes"))
     transcript.commit()
-    transcript.append(user("cancelled"), call("a"), result("a"))
+    append(transcript, user("cancelled"), call("a"), result("a"))
     assert len(transcript.all_messages()) == 5
     transcript.rollback()
-    assert transcript.all_messages() == [user("kept"), ChatMessage("assistant", "yes")]
+    assert transcript.all_messages() == [user("kept"), answer("yes")]
 
 
 # ---------------------------------------------------------------- the policy
@@ -343,14 +371,14 @@ class Summarizer:
         self.replies = list(replies)
         self.calls: list[tuple[int, str | None]] = []
 
-    async def __call__(self, head: tuple[ChatMessage, ...], previous: str | None) -> str | None:
+    async def __call__(self, head: tuple[Any, ...], previous: str | None) -> str | None:
         self.calls.append((len(head), previous))
         return self.replies.pop(0) if self.replies else "summary"
 
 
 def filled(count: int = 40, tokens: int | None = 250_000) -> Transcript:
     transcript = Transcript()
-    transcript.append(*rounds(count))
+    append(transcript, *rounds(count))
     transcript.commit()
     transcript.note_usage(tokens)
     return transcript
@@ -381,7 +409,7 @@ async def test_escalation_after_escalation_rounds_consecutive_tier1_rounds() -> 
     transcript, summarize, compactor = filled(40, tokens=200_000), Summarizer(), AutoCompactor()
     await compactor.auto_compact(Compacting(transcript, summarize))
     assert summarize.calls == []
-    transcript.append(*(m for i in range(40, 60) for m in (call(f"c{i}"), result(f"c{i}"))))
+    append(transcript, *(m for i in range(40, 60) for m in (call(f"c{i}"), result(f"c{i}"))))
     transcript.commit()
     transcript.note_usage(200_000)
     report = await compactor.auto_compact(Compacting(transcript, summarize))
@@ -394,9 +422,9 @@ async def test_escalation_in_the_same_round_when_reclaiming_leaves_the_estimate_
 ):
     # Every tool result is short: tier 1 reclaims nothing, so the estimate stays over 95 %.
     transcript, summarize = filled(40, tokens=193_000), Summarizer()
-    transcript.messages = [
-        m if m.role != "tool" else result(m.tool_call_id or "", "ok") for m in transcript.messages
-    ]
+    transcript.replace(
+        [m if m["role"] != "tool" else result(m["tool_call_id"], "ok") for m in transcript.messages]
+    )
     report = await AutoCompactor().auto_compact(Compacting(transcript, summarize))
     assert report is not None and report.steps[0] == ToolCallCompactResult(0, 0.0)
     assert len(summarize.calls) == 1 and report.outcome is SummaryStatus.COMPACTED
@@ -427,7 +455,7 @@ async def test_the_outcomes_nothing_to_condense_and_summarize_failed_reach_the_r
     )
     assert failed is not None and failed.outcome is SummaryStatus.SUMMARIZE_FAILED
     tiny = Transcript()
-    tiny.append(user(), call("a"), result("a", "ok"))
+    append(tiny, user(), call("a"), result("a", "ok"))
     tiny.commit()
     tiny.note_usage(10_000_000)
     nothing = await AutoCompactor().auto_compact(Compacting(tiny, Summarizer()))

@@ -11,6 +11,7 @@ from tools_doubles import Probe, never_started, probe_reading, session_model, tu
 
 from xrmq.actors.context.store import SCHEMA_VERSION, open_store
 from xrmq.actors.models import ChatMessage, ToolCall
+from xrmq.actors.models.openai_messages import chat_message
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.actors.tools.policy import AutoCompactor
 from xrmq.actors.tools.store import (
@@ -99,7 +100,7 @@ async def test_a_version_3_journal_is_migrated_and_its_transcript_loads_as_it_wa
         await agent.answer(turn("t2", "Read probe 2."), started=never_started)
         await agent.mirrored()
     store.close()
-    assert list(state.messages) == OLD_MESSAGES
+    assert [chat_message(m) for m in state.messages] == OLD_MESSAGES
     assert (state.summary, state.total_tokens, state.revision) == ("an earlier summary", 120, 2)
     on_disk = rows(path)
     assert on_disk[1] == {

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
+from typing import Any
 
 import msgspec
 
@@ -95,3 +97,8 @@ class RecordingCompactor(CompactorAbstract):
 
     async def auto_compact(self, agent: Compacting) -> None:
         self.calls.append((agent.participant_id, len(agent.conversation.all_messages())))
+
+
+def plain(messages: Iterable[Any]) -> list[dict[str, Any]]:
+    """A transcript's messages (OpenAI's typed chat messages) as plain dicts, for asserts."""
+    return [dict(message) for message in messages]

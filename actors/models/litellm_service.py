@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import copy
 import email.utils
 import json
 import os
@@ -34,7 +35,8 @@ from .errors import (
     ModelTimeout,
     ModelUnavailable,
 )
-from .litellm_tools import ToolCallDeltas, message_dict, tool_dict
+from .litellm_tools import ToolCallDeltas, tool_dict
+from .openai_messages import message_dict
 from .reasoning import reasoning_off
 from .service import LLMService
 from .types import ChatMessage, ChatOptions, ChatRequest, ChatResult, FinishReason, Usage
@@ -163,7 +165,11 @@ class LiteLLMService(LLMService):
         arguments: dict[str, Any] = dict(self.provider_options)
         arguments.update(
             model=self.model,
-            messages=[message_dict(message) for message in request.messages],
+            messages=(
+                copy.deepcopy(list(request.openai))  # verbatim; litellm may edit its input
+                if request.openai
+                else [message_dict(message) for message in request.messages]
+            ),
             stream=True,
             stream_options={"include_usage": True},
             timeout=timeout_s,
@@ -273,7 +279,9 @@ class LiteLLMService(LLMService):
                     detail=f"{type(exc).__name__}: {exc}"[:500],
                 )
                 raise error from exc
-            yield ChatResult(finish, usage, deltas.tool_calls(), deltas.reasoning())
+            yield ChatResult(
+                finish, usage, deltas.tool_calls(), deltas.reasoning(), deltas.reasoning_field
+            )
             return
 
 

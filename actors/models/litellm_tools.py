@@ -1,6 +1,7 @@
-"""Tools through litellm: messages and tools in OpenAI's format, streamed tool calls back.
+"""Tools through litellm: tools in OpenAI's format, streamed tool calls back.
 
-litellm speaks OpenAI's chat format for every provider: an assistant message carries
+litellm speaks OpenAI's chat format for every provider (messages: ``openai_messages``): an
+assistant message carries
 ``tool_calls`` (``{"id", "type": "function", "function": {"name", "arguments"}}``), a
 tool result is ``{"role": "tool", "tool_call_id", "content"}``, and a stream delivers
 each tool call in pieces (``delta.tool_calls[i]`` with an ``index``; the id and name
@@ -11,33 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .types import ChatMessage, ToolCall, ToolSpec
-
-
-def message_dict(message: ChatMessage) -> dict[str, Any]:
-    """``message`` in OpenAI's chat format."""
-    out: dict[str, Any] = {"role": message.role, "content": message.content}
-    if message.images:
-        out["content"] = [
-            *([{"type": "text", "text": message.content}] if message.content else []),
-            *({"type": "image_url", "image_url": {"url": url}} for url in message.images),
-        ]
-    if message.tool_calls:
-        out["tool_calls"] = [
-            {
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": call.arguments},
-            }
-            for call in message.tool_calls
-        ]
-        if not message.content:
-            out["content"] = None
-    if message.tool_call_id is not None:
-        out["tool_call_id"] = message.tool_call_id
-    if message.reasoning is not None:
-        out["reasoning_content"] = message.reasoning
-    return out
+from .types import ToolCall, ToolSpec
 
 
 def tool_dict(tool: ToolSpec) -> dict[str, Any]:
@@ -62,6 +37,8 @@ class ToolCallDeltas:
     def __init__(self) -> None:
         self._calls: dict[int, list[str]] = {}  # index -> [id, name, arguments]
         self._reasoning: list[str] = []
+        self.reasoning_field: str | None = None
+        """The field the reasoning came under (the first that had some)."""
 
     def add(self, delta: Any) -> None:
         """Take one chunk's ``delta``."""
@@ -69,6 +46,7 @@ class ToolCallDeltas:
             piece = _field(delta, reasoning_field)
             if isinstance(piece, str) and piece:
                 self._reasoning.append(piece)
+                self.reasoning_field = self.reasoning_field or reasoning_field
                 break
         for position, piece in enumerate(_field(delta, "tool_calls") or ()):
             index = _field(piece, "index")

@@ -126,7 +126,9 @@ class RecordingLLM(LLMService):
         result = ChatResult("cancelled")
         error: str | None = None
         try:
-            async with self.inner.stream(request.messages, request.options) as stream:
+            async with self.inner.stream(
+                request.openai or request.messages, request.options
+            ) as stream:
                 async for chunk in stream:
                     parts.append(chunk)
                     yield chunk

@@ -33,7 +33,8 @@ class ScriptedResponse:
     - ``hang=True`` waits after the chunks until the stream is cancelled or closed.
     - ``usage`` is reported at the end.
     - ``tool_calls`` are the calls the response asks for (reported at the end, after
-      any text); ``reasoning`` is its reasoning content.
+      any text); ``reasoning`` is its reasoning content, under ``reasoning_field`` (None:
+      the field is not reported).
     """
 
     text: str = ""
@@ -47,6 +48,7 @@ class ScriptedResponse:
     usage: Usage = Usage()  # noqa: RUF009  (a frozen Struct: one shared default is safe)
     tool_calls: tuple[ToolCall, ...] = ()
     reasoning: str | None = None
+    reasoning_field: str | None = None
 
     def __post_init__(self) -> None:
         if self.chunks is not None and self.text:
@@ -139,7 +141,11 @@ class ScriptedLLM(LLMService):
             if response.hang:
                 await asyncio.Event().wait()
             yield ChatResult(
-                response.finish_reason, response.usage, response.tool_calls, response.reasoning
+                response.finish_reason,
+                response.usage,
+                response.tool_calls,
+                response.reasoning,
+                response.reasoning_field,
             )
         finally:
             self.open_streams -= 1

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from types import TracebackType
+from typing import Any
 
+from .openai_messages import request_messages
 from .types import (
     ChatCompletion,
     ChatMessage,
@@ -117,23 +119,26 @@ class LLMService(abc.ABC):
 
     def stream(
         self,
-        messages: Sequence[ChatMessage],
+        messages: Sequence[ChatMessage | Mapping[str, Any]],
         options: ChatOptions | None = None,
         *,
         tools: Sequence[ToolSpec] = (),
     ) -> ChatStream:
         """Start one request. Raises ``ValueError`` for an invalid request, here and now.
 
+        ``messages`` are ``ChatMessage`` s or OpenAI's typed chat messages (dictionaries,
+        sent as they are by a service speaking OpenAI's format: ``ChatRequest.openai``).
         With ``tools`` the model may answer with tool calls instead of (or besides)
         text: the stream's ``tool_calls`` once it ended.
         """
         chosen = ChatOptions() if options is None else options
-        request = ChatRequest(tuple(messages), chosen, tuple(tools))
+        views, given = request_messages(messages)
+        request = ChatRequest(views, chosen, tuple(tools), given)
         return ChatStream(self.model, self._generate(request))
 
     async def complete(
         self,
-        messages: Sequence[ChatMessage],
+        messages: Sequence[ChatMessage | Mapping[str, Any]],
         options: ChatOptions | None = None,
         *,
         tools: Sequence[ToolSpec] = (),

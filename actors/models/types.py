@@ -171,9 +171,20 @@ class ChatRequest(msgspec.Struct, frozen=True):
     options: ChatOptions = ChatOptions()
     tools: tuple[ToolSpec, ...] = ()
     """The tools the model may call; none: a plain chat request."""
+    openai: tuple[dict[str, Any], ...] = ()
+    """The same messages in OpenAI's format, when the caller gave them so (the typed
+    dictionaries of a ``Conversation``): a service speaking that format sends these as
+    they are, so nothing a ``ChatMessage`` does not model is lost; none: it writes
+    ``messages`` in that format."""
 
     def __post_init__(self) -> None:
         _require(len(self.messages) > 0, "ChatRequest", "messages", "must not be empty")
+        _require(
+            not self.openai or len(self.openai) == len(self.messages),
+            "ChatRequest",
+            "openai",
+            "must hold one OpenAI message per message, or none",
+        )
         for index, message in enumerate(self.messages):
             _require(
                 isinstance(message, ChatMessage),
@@ -220,6 +231,9 @@ class ChatResult(msgspec.Struct, frozen=True):
     """The tool calls the response asked for (finish reason ``stop``)."""
     reasoning: str | None = None
     """The response's reasoning content, when the provider returns it."""
+    reasoning_field: str | None = None
+    """The field the reasoning came under (``reasoning_content`` or ``reasoning``): a caller
+    keeping OpenAI messages writes it back under the same one."""
 
 
 class ChatCompletion(msgspec.Struct, frozen=True):

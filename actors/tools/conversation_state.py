@@ -16,7 +16,8 @@ of automatic compaction; ``estimated_message_length()`` counts the characters of
 nested dictionaries and lists, for judging what a compaction reclaimed.
 
 ``dumps``/``loads`` (and ``dump``/``load`` to a file) serialise it as JSON; the token
-count is stored under ``tokens_used``, the key earlier files use. ``to_history`` and
+count is stored under ``tokens_used``, the key earlier files use, and beside it
+``tokens_estimated`` (absent from earlier files: False). ``to_history`` and
 ``render_history_as_html`` (``conversation_html``) are for a UI and ``/render``.
 """
 
@@ -29,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from xrmq.actors.models import ChatMessage, ToolCall
+from xrmq.actors.models.openai_messages import REASONING_FIELDS
 
 from .conversation_html import (
     HistoryEntry,
@@ -42,9 +43,6 @@ from .conversation_images import image_blocks
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionMessageParam
 
-REASONING_FIELDS = ("reasoning_content", "reasoning")
-"""The fields a model's reasoning arrives under, and is written back under."""
-
 LENGTH_FIELDS = frozenset({"content", "text", "reasoning", "reasoning_content"})
 """The fields ``estimated_message_length`` counts."""
 
@@ -53,12 +51,21 @@ ROLES = ("system", "user", "assistant", "tool")
 
 @dataclass(slots=True)
 class CompactionCounter:
-    """Compaction rounds since the conversation began (or was cleared)."""
+    """Compaction rounds since the conversation began (or was cleared): the seed's two, then
+    docs/tools.md's totals per tier and outcome."""
 
     tool_rounds: int = 0
-    """Consecutive tool-result reclaiming rounds since the last summary."""
+    """Consecutive tool-result reclaiming rounds since the last summary (drives escalation)."""
     summary_rounds: int = 0
     """Summaries applied."""
+    toolcall_rounds_total: int = 0
+    """Tier-1 rounds, in all (``tool_rounds`` restarts after a summary; this does not)."""
+    toolcall_reclaimed: int = 0
+    """Tool results replaced by placeholders, in all."""
+    nothing_to_condense: int = 0
+    summarize_failed: int = 0
+    originals_evicted: int = 0
+    """Reclaimed originals dropped to stay within a budget."""
 
 
 class Conversation:
@@ -70,6 +77,7 @@ class Conversation:
         *,
         reasoning_field: str = "reasoning_content",
         total_tokens: int | None = None,
+        tokens_estimated: bool = False,
     ) -> None:
         if reasoning_field not in REASONING_FIELDS:
             raise ValueError(
@@ -77,13 +85,16 @@ class Conversation:
             )
         self.reasoning_field = reasoning_field
         self.messages: list[ChatCompletionMessageParam] = [
-            _checked(message, f"Conversation.messages[{index}]")
+            checked_message(message, f"Conversation.messages[{index}]")
             for index, message in enumerate(messages)
         ]
         self.total_tokens = total_tokens
+        self.tokens_estimated = tokens_estimated
+        """``total_tokens`` was counted by a tokenizer: the provider reported no usage."""
         self.compaction_counter = CompactionCounter()
         self.originals: dict[str, str] = {}
-        """Originals of compacted tool results by call id (what a placeholder replaced)."""
+        """Originals of compacted tool results by call id (what a placeholder replaced),
+        oldest first."""
 
     # ------------------------------------------------------------ writing
 
@@ -139,7 +150,7 @@ class Conversation:
             if message.get(field):
                 out[self.reasoning_field] = message[field]
                 break
-        self.messages.append(_checked(out, "Conversation.add_agent_message.message"))
+        self.messages.append(checked_message(out, "Conversation.add_agent_message.message"))
 
     def add_tool_result(self, tool_call_id: str, result: Any) -> None:
         """Add ``result`` as the ``role="tool"`` message answering ``tool_call_id``: its
@@ -181,6 +192,7 @@ class Conversation:
         compaction counters and the originals of compacted tool results."""
         self.messages = [m for m in self.messages[:1] if m["role"] == "system"]
         self.total_tokens = None
+        self.tokens_estimated = False
         self.compaction_counter = CompactionCounter()
         self.originals = {}
 
@@ -189,11 +201,13 @@ class Conversation:
     def estimated_message_length(self) -> int:
         """Characters of every content/text/reasoning/reasoning_content string, recursing
         into nested dictionaries and lists."""
-        return sum(_length(message) for message in self.messages)
+        return sum(message_length(message) for message in self.messages)
 
-    def note_usage(self, total_tokens: int | None) -> None:
-        """Remember the provider's ``usage.total_tokens`` for the last response."""
+    def note_usage(self, total_tokens: int | None, *, estimated: bool = False) -> None:
+        """Remember the provider's ``usage.total_tokens`` for the last response;
+        ``estimated`` when a tokenizer counted them because the provider reported none."""
         self.total_tokens = total_tokens
+        self.tokens_estimated = estimated
 
     # ------------------------------------------------------------ rendering
 
@@ -219,6 +233,7 @@ class Conversation:
             {
                 "messages": self.messages,
                 "tokens_used": self.total_tokens,
+                "tokens_estimated": self.tokens_estimated,
                 "reasoning_field": self.reasoning_field,
                 "compaction_counter": dataclasses.asdict(self.compaction_counter),
                 "originals": self.originals,
@@ -247,6 +262,7 @@ class Conversation:
             data["messages"],
             reasoning_field=data.get("reasoning_field", "reasoning_content"),
             total_tokens=tokens,
+            tokens_estimated=bool(data.get("tokens_estimated", False)),
         )
         counter = data.get("compaction_counter") or {}
         try:
@@ -262,76 +278,24 @@ class Conversation:
         with open(path, encoding="utf-8") as file:
             return cls.loads(file.read())
 
-    # ------------------------------------------------------------ ChatMessage
 
-    @classmethod
-    def of_chat_messages(
-        cls, messages: Iterable[ChatMessage], *, reasoning_field: str = "reasoning_content"
-    ) -> Conversation:
-        """A conversation holding ``messages`` (the models' ``ChatMessage``) as typed dicts."""
-        conversation = cls(reasoning_field=reasoning_field)
-        conversation.messages = [message_param(m, reasoning_field) for m in messages]
-        return conversation
-
-    def chat_messages(self) -> list[ChatMessage]:
-        """The messages as the models' ``ChatMessage`` (text blocks joined, image blocks as
-        its ``images``)."""
-        return [chat_message(message) for message in self.messages]
-
-
-def message_param(message: ChatMessage, reasoning_field: str = "reasoning_content") -> Any:
-    """``message`` as OpenAI's typed chat message."""
-    out: dict[str, Any] = {"role": message.role, "content": message.content}
-    if message.images:
-        out["content"] = [
-            *([{"type": "text", "text": message.content}] if message.content else []),
-            *({"type": "image_url", "image_url": {"url": url}} for url in message.images),
-        ]
-    if message.tool_calls:
-        out["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in message.tool_calls
-        ]
-    if message.tool_call_id is not None:
-        out["tool_call_id"] = message.tool_call_id
-    if message.reasoning is not None:
-        out[reasoning_field] = message.reasoning
-    return out
-
-
-def chat_message(message: Mapping[str, Any]) -> ChatMessage:
-    """OpenAI's typed chat message as the models' ``ChatMessage``."""
-    content = message.get("content")
-    images: list[str] = []
-    if isinstance(content, list):
-        texts = []
-        for block in content:
-            if block.get("type") == "image_url":
-                url = block["image_url"]
-                images.append(url["url"] if isinstance(url, Mapping) else url)
-            else:
-                texts.append(block["text"])
-        content = "\n\n".join(texts)
-    calls = tuple(
-        ToolCall(c["id"], c["function"]["name"], c["function"].get("arguments") or "{}")
-        for c in message.get("tool_calls") or ()
-    )
-    reasoning = next((message[f] for f in REASONING_FIELDS if message.get(f)), None)
-    return ChatMessage(
-        message["role"],
-        content or "",
-        tool_calls=calls,
-        tool_call_id=message.get("tool_call_id"),
-        reasoning=reasoning,
-        images=tuple(images),
-    )
-
-
-def _checked(message: Mapping[str, Any], field: str) -> ChatCompletionMessageParam:
+def checked_message(message: Mapping[str, Any], field: str) -> ChatCompletionMessageParam:
     if not isinstance(message, Mapping) or message.get("role") not in ROLES:
         raise ValueError(f"{field}: must be a message with a role of {', '.join(ROLES)}")
     if message["role"] == "tool" and not message.get("tool_call_id"):
         raise ValueError(f"{field}.tool_call_id: a tool message must name its call")
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not (
+            isinstance(call.get("id") if isinstance(call, Mapping) else None, str)
+            and isinstance(function, Mapping)
+            and isinstance(function.get("name"), str)
+            and isinstance(function.get("arguments"), str)
+        ):
+            raise ValueError(
+                f"{field}.tool_calls[{index}]: must be {{'id', 'type': 'function', "
+                "'function': {'name', 'arguments'}} with strings"
+            )
     return cast("ChatCompletionMessageParam", dict(message))
 
 
@@ -342,15 +306,17 @@ def _last_index(messages: list[ChatCompletionMessageParam], role: str) -> int | 
     return None
 
 
-def _length(value: Any) -> int:
+def message_length(value: Any) -> int:
+    """Characters of every content/text/reasoning/reasoning_content string of a message (or
+    a sequence of them), recursing into nested dictionaries and lists."""
     if isinstance(value, Mapping):
         total = 0
         for key, item in value.items():
             if isinstance(item, str):
                 total += len(item) if key in LENGTH_FIELDS else 0
             else:
-                total += _length(item)
+                total += message_length(item)
         return total
     if isinstance(value, list | tuple):
-        return sum(_length(item) for item in value)
+        return sum(message_length(item) for item in value)
     return 0

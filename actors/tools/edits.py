@@ -11,6 +11,7 @@ in ``Conversation.dumps``'s JSON, which the chat renders as HTML (``/render``).
 
 from __future__ import annotations
 
+from xrmq.actors.models.openai_messages import chat_message
 from xrmq.actors.runtime import Agent, Handlers, RuntimeContext
 from xrmq.schemas.tools import TranscriptEdit, TranscriptEditReply
 from xrmq.topics import Topic
@@ -42,7 +43,7 @@ class TranscriptEditServer(Agent):
             conversation = await self.agent.conversation(pid)
             return TranscriptEditReply("render", conversation=conversation.dumps())
         dropped = await self.agent.take_back(pid)
-        if not dropped or dropped[0].role != "user":
+        if not dropped or dropped[0]["role"] != "user":
             return TranscriptEditReply(message.action, dropped=len(dropped))
-        asked = dropped[0]
+        asked = chat_message(dropped[0])  # its text, and its image blocks' URLs
         return TranscriptEditReply(message.action, asked.content, len(dropped), images=asked.images)

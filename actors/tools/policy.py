@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from xrmq.actors.models import ChatMessage
+from xrmq.actors.models.openai_messages import message_dict, request_messages
 
 from .tiers import (
     SUMMARY_KEEP_MAX,
@@ -44,8 +46,9 @@ module constant, not a per-compactor setting)."""
 TOKEN_THRESHOLD = 192_000
 """docs/tools.md's default ``auto_compact.token_threshold``."""
 
-Summarize = Callable[[tuple[ChatMessage, ...], str | None], Awaitable[str | None]]
-"""``summarize(head, previous_summary)`` returns the new summary, or ``None`` on failure."""
+Summarize = Callable[[tuple[Any, ...], str | None], Awaitable[str | None]]
+"""``summarize(head, previous_summary)`` returns the new summary, or ``None`` on failure;
+``head`` is OpenAI's typed chat messages (a ``Conversation`` 's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,18 +186,23 @@ class AutoCompactor(CompactorAbstract):
         )
 
 
-def count_message_tokens(model: str, messages: Sequence[ChatMessage], answer: str) -> int:
-    """litellm's ``token_counter`` over a request and its answer, as OpenAI messages."""
+def count_message_tokens(
+    model: str, messages: Sequence[ChatMessage | Mapping[str, Any]], answer: str
+) -> int:
+    """litellm's ``token_counter`` over a request and its answer, as OpenAI messages (the
+    request's messages as they were sent: ``ChatMessage`` s or OpenAI's typed dicts)."""
     from xrmq.actors.models.litellm_service import import_litellm
-    from xrmq.actors.models.litellm_tools import message_dict
 
     litellm = import_litellm()
-    request = [message_dict(message) for message in messages]
+    views, given = request_messages(messages)
+    request = list(given) if given else [message_dict(message) for message in views]
     counted = [*request, {"role": "assistant", "content": answer}] if answer else request
     return int(litellm.token_counter(model=model, messages=counted))
 
 
-async def estimate_total_tokens(model: str, messages: Sequence[ChatMessage], answer: str) -> int:
+async def estimate_total_tokens(
+    model: str, messages: Sequence[ChatMessage | Mapping[str, Any]], answer: str
+) -> int:
     """``count_message_tokens`` off the event loop: litellm's import and a long transcript's
     tokenization are seconds of CPU that would stall every actor of the process."""
     return await asyncio.to_thread(count_message_tokens, model, tuple(messages), answer)

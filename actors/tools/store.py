@@ -5,14 +5,14 @@ transcript and mirrors every change to a keyed actor (one instance per participa
 sharded like the context sections, in the context process): after a turn commits,
 ``append`` carries the turn's messages; after a compaction rewrote the transcript,
 ``replace`` carries all of it. The reclaimed originals stored since the last write, the
-summary, the token count, docs/tools.md's counters and the new turns' ids (a replace:
-all the transcript keeps) travel with either. A ``ToolAgent``
+summary, the token count (and whether it was estimated), docs/tools.md's counters and
+the new turns' ids (a replace: all the transcript keeps) travel with either. A ``ToolAgent``
 that does not hold a participant's transcript (a new process, a restart) loads it from
 the actor with an ask. So the transcript outlives the agent's process.
 
 With a journal (``xrmq.actors.context.store.ContextStore``, the context process's own),
-every write is journaled (each message a row holding OpenAI's typed chat message, as
-``conversation_state.message_param`` writes it, in msgpack) before it is acknowledged,
+every write is journaled (each message a row holding OpenAI's typed chat message as the
+agent's ``Conversation`` holds it, in msgpack) before it is acknowledged,
 so the transcript also outlives the context process: a restarted actor starts from the
 journal. A write is an ask answered with ``TranscriptAck`` once committed. Each write
 names the revision it applies to (``base``) and the one it makes; an ``append`` whose
@@ -30,19 +30,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from xrmq.actors.models import ChatMessage
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, get_logger
 from xrmq.schemas._validation import check_name
 from xrmq.topics import Topic
 
-from .conversation_state import chat_message, message_param
-from .transcript import CompactionCounters, Transcript
+from .conversation_state import CompactionCounter, checked_message
+from .transcript import Transcript
 
 if TYPE_CHECKING:
     from xrmq.actors.context.journal import ContextStore
@@ -54,7 +53,8 @@ RESYNC_DELAYS_S = (0.5, 1.0, 2.0, 4.0)
 
 
 class TranscriptCounters(msgspec.Struct, frozen=True):
-    """docs/tools.md's counters of a transcript (``transcript.CompactionCounters``) on the wire."""
+    """docs/tools.md's counters of a transcript (``conversation_state.CompactionCounter``)
+    on the wire."""
 
     tool_rounds: int = 0
     summary_rounds: int = 0
@@ -65,11 +65,26 @@ class TranscriptCounters(msgspec.Struct, frozen=True):
     originals_evicted: int = 0
 
     @classmethod
-    def of(cls, counters: CompactionCounters) -> TranscriptCounters:
+    def of(cls, counters: CompactionCounter) -> TranscriptCounters:
         return cls(**dataclasses.asdict(counters))
 
-    def held(self) -> CompactionCounters:
-        return CompactionCounters(**msgspec.structs.asdict(self))
+    def held(self) -> CompactionCounter:
+        return CompactionCounter(**msgspec.structs.asdict(self))
+
+
+Message = dict[str, Any]
+"""A transcript message on the wire and in the journal: OpenAI's typed chat message
+(``conversation_state.Conversation.messages``), as the agent holds it."""
+
+
+def wire_messages(messages: Sequence[Any]) -> tuple[Message, ...]:
+    """A transcript's messages (a ``Conversation`` 's typed dicts) as a write carries them."""
+    return tuple(messages)
+
+
+def _checked_messages(messages: tuple[Message, ...], owner: str) -> None:
+    for index, message in enumerate(messages):
+        checked_message(message, f"{owner}.messages[{index}]")
 
 
 class TranscriptWrite(msgspec.Struct, frozen=True):
@@ -77,7 +92,7 @@ class TranscriptWrite(msgspec.Struct, frozen=True):
     compaction, or to resync), or ``clear`` the transcript (the participant left)."""
 
     kind: Literal["append", "replace", "clear"]
-    messages: tuple[ChatMessage, ...]
+    messages: tuple[Message, ...]
     summary: str | None = None
     total_tokens: int | None = None
     originals: tuple[tuple[str, str], ...] = ()
@@ -91,6 +106,11 @@ class TranscriptWrite(msgspec.Struct, frozen=True):
     turn_ids: tuple[str, ...] = ()
     """Ids of the turns committed since the previous write (every one kept for a
     replace), oldest first (``Transcript.turn_ids``)."""
+    tokens_estimated: bool = False
+    """``total_tokens`` was counted by a tokenizer (the provider reported no usage)."""
+
+    def __post_init__(self) -> None:
+        _checked_messages(self.messages, "TranscriptWrite")
 
 
 class TranscriptAck(msgspec.Struct, frozen=True):
@@ -109,13 +129,17 @@ class TranscriptLoad(msgspec.Struct, frozen=True):
 class TranscriptState(msgspec.Struct, frozen=True):
     """A participant's whole transcript."""
 
-    messages: tuple[ChatMessage, ...] = ()
+    messages: tuple[Message, ...] = ()
     summary: str | None = None
     total_tokens: int | None = None
     originals: tuple[tuple[str, str], ...] = ()
     counters: TranscriptCounters = msgspec.field(default_factory=TranscriptCounters)
     revision: int = 0
     turn_ids: tuple[str, ...] = ()
+    tokens_estimated: bool = False
+
+    def __post_init__(self) -> None:
+        _checked_messages(self.messages, "TranscriptState")
 
 
 class TranscriptHeader(msgspec.Struct, frozen=True):
@@ -127,6 +151,8 @@ class TranscriptHeader(msgspec.Struct, frozen=True):
     revision: int
     turn_ids: tuple[str, ...] = ()
     """Absent from a header journaled before turns had ids: none."""
+    tokens_estimated: bool = False
+    """Absent from a header journaled before it was kept: False."""
 
 
 _encode = msgspec.msgpack.Encoder().encode
@@ -134,18 +160,13 @@ _decode_header = msgspec.msgpack.Decoder(TranscriptHeader).decode
 _decode_param = msgspec.msgpack.Decoder(dict[str, Any]).decode
 
 
-def _encode_message(message: ChatMessage) -> bytes:
-    """A journal row of ``message``: OpenAI's typed chat message, as msgpack."""
-    return _encode(message_param(message))
-
-
-def _decode_message(blob: bytes) -> ChatMessage:
+def _decode_message(blob: bytes) -> Message:
     """The message of a journal row (``msgspec.ValidationError`` when it is not one)."""
     param = _decode_param(blob)
     try:
-        return chat_message(param)
-    except (KeyError, TypeError, ValueError, AttributeError) as error:
-        raise msgspec.ValidationError(f"not an OpenAI chat message: {error!r}") from None
+        return dict(checked_message(param, "journal row"))
+    except ValueError as error:
+        raise msgspec.ValidationError(f"not an OpenAI chat message: {error}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,13 +189,13 @@ def apply_write(transcript: Transcript, write: TranscriptWrite) -> None:
         transcript.clear()
         return
     if write.kind == "replace":
-        transcript.messages = list(write.messages)
+        transcript.replace(list(write.messages))
         transcript.summary = write.summary
         transcript.turn_ids.clear()
     else:
-        transcript.messages.extend(write.messages)
+        transcript.extend(write.messages)
     transcript.note_turn_ids(write.turn_ids)
-    transcript.total_tokens = write.total_tokens
+    transcript.note_usage(write.total_tokens, estimated=write.tokens_estimated)
     transcript.counters = write.counters.held()
     transcript.store_originals(write.originals)
     transcript.revision = write.revision
@@ -183,7 +204,7 @@ def apply_write(transcript: Transcript, write: TranscriptWrite) -> None:
 def write_of(
     transcript: Transcript,
     kind: Literal["append", "replace"],
-    messages: tuple[ChatMessage, ...],
+    messages: tuple[Message, ...],
     originals: tuple[tuple[str, str], ...],
     new_turn_ids: tuple[str, ...] = (),
 ) -> TranscriptWrite:
@@ -201,18 +222,20 @@ def write_of(
         base,
         transcript.revision,
         tuple(transcript.turn_ids) if kind == "replace" else new_turn_ids,
+        transcript.tokens_estimated,
     )
 
 
 def state_of(transcript: Transcript) -> TranscriptState:
     return TranscriptState(
-        tuple(transcript.messages),
+        wire_messages(transcript.messages),
         transcript.summary,
         transcript.total_tokens,
         transcript.originals(),
         TranscriptCounters.of(transcript.counters),
         transcript.revision,
         tuple(transcript.turn_ids),
+        transcript.tokens_estimated,
     )
 
 
@@ -231,6 +254,7 @@ def restore(state: TranscriptState) -> Transcript:
             state.revision,
             state.revision,
             state.turn_ids,
+            state.tokens_estimated,
         ),
     )
     transcript.take_new_originals()
@@ -249,6 +273,7 @@ def recovered_state(recovered: RecoveredTranscript) -> TranscriptState:
         header.counters,
         header.revision,
         header.turn_ids,
+        header.tokens_estimated,
     )
 
 
@@ -283,7 +308,7 @@ class TranscriptActor(Agent):
         """The retirement after a clear: held, as the loop keeps only weak references to tasks."""
         # What the journal holds of this transcript: messages, originals (by call id).
         journaled = recovered is not None
-        self._journaled_messages = len(self.transcript.messages) if journaled else 0
+        self._journaled_messages = self.transcript.committed if journaled else 0
         self._journaled_originals = {call_id for call_id, _ in self.transcript.originals()}
         self._original_position = len(self._journaled_originals)
         self._reset = not journaled
@@ -343,17 +368,18 @@ class TranscriptActor(Agent):
             TranscriptCounters.of(transcript.counters),
             transcript.revision,
             tuple(transcript.turn_ids),
+            transcript.tokens_estimated,
         )
         store.put_transcript(
             *key,
             _encode(header),
-            [_encode_message(m) for m in transcript.messages[start:]],
+            [_encode(m) for m in transcript.messages[start:]],
             start,
             rows,
             dropped,
             reset=self._reset,
         )
-        self._journaled_messages = len(transcript.messages)
+        self._journaled_messages = transcript.committed
         self._journaled_originals = held
         self._reset = False
         return [], self._failed
@@ -366,7 +392,7 @@ class TranscriptActor(Agent):
 
     async def _retire_when_idle(self) -> None:
         runtime = self.runtime
-        if runtime is None or not runtime.running or self.transcript.messages:
+        if runtime is None or not runtime.running or self.transcript.committed:
             return
         if runtime.metrics().actors.get(self.name, 0):
             return  # a write arrived after the clear: it starts a new transcript here
@@ -382,7 +408,7 @@ class TranscriptActor(Agent):
 
     def gauges(self) -> dict[str, float]:
         return {
-            "transcript_messages": len(self.transcript.messages),
+            "transcript_messages": self.transcript.committed,
             "transcript_journal_failures": self.journal_failures,
         }
 

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
 from xrmq.actors.models import ChatMessage, ChatOptions, LLMService, compaction_limit_instruction
+from xrmq.actors.models.openai_messages import message_dict, message_text
 from xrmq.actors.prompts.compaction import sections_instruction
 
 from .policy import Summarize
@@ -98,18 +100,24 @@ Ask = Callable[[str, str], Awaitable[str | None]]
 """``ask(system, user)``: one compaction request's text, or ``None`` when it failed."""
 
 
-def render_message(message: ChatMessage) -> str:
-    """One transcript message as a line of summary material."""
-    if message.role == "tool":
-        return f"Tool result {message.tool_call_id}: {message.content}"
+def render_message(message: Mapping[str, Any] | ChatMessage) -> str:
+    """One message as a line of summary material: a transcript's (OpenAI's typed chat
+    message), or a ``ChatMessage`` (a realtime session's items)."""
+    if isinstance(message, ChatMessage):
+        message = message_dict(message)
+    text = message_text(message)
+    if message["role"] == "tool":
+        return f"Tool result {message.get('tool_call_id')}: {text}"
     calls = "".join(
-        f" [calls {call.name}({call.arguments}) as {call.id}]" for call in message.tool_calls
+        f" [calls {call['function']['name']}({call['function'].get('arguments') or ''})"
+        f" as {call['id']}]"
+        for call in message.get("tool_calls") or ()
     )
-    return f"{message.role.capitalize()}: {message.content}{calls}".rstrip()
+    return f"{message['role'].capitalize()}: {text}{calls}".rstrip()
 
 
 def summary_request(
-    head: Sequence[ChatMessage],
+    head: Sequence[Mapping[str, Any] | ChatMessage],
     previous: str | None,
     limit_bytes: int = SUMMARY_LIMIT_BYTES,
     sections: tuple[str, ...] = SUMMARY_SECTIONS,
@@ -182,7 +190,7 @@ def llm_summarizer(
             return None
         return completion.text.strip() or None
 
-    async def summarize(head: tuple[ChatMessage, ...], previous: str | None) -> str | None:
+    async def summarize(head: tuple[Any, ...], previous: str | None) -> str | None:
         summary = await ask(*summary_request(head, previous, limit_bytes, sections))
         if summary is None:
             return None

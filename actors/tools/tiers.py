@@ -6,19 +6,23 @@ the originals are returned so the transcript keeps them for
 ``extract_compacted_tool_result``. Tier 2 (``plan_summary`` then ``apply_summary``)
 replaces the prefix before a cut by a summary, keeping ``keep_recent`` trailing
 messages: the tail never starts with an orphaned tool result and keeps the last user
-message. ``estimated_message_length`` (characters of content and reasoning) measures
-what a tier reclaimed; the policy that chains the tiers is ``policy.AutoCompactor``.
+message. The messages are OpenAI's typed chat messages (a ``Conversation`` 's), never
+changed in place: a compacted message is a new dictionary. ``estimated_message_length``
+(the characters of content, text and reasoning) measures what a tier reclaimed; the
+policy that chains the tiers is ``policy.AutoCompactor``.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
-import msgspec
+from .conversation_state import message_length
 
-from xrmq.actors.models import ChatMessage
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam as Message
 
 TOOLCALL_KEEP_MAX = 12
 """Tier 1 keeps this many most recent tool results verbatim (docs/tools.md)."""
@@ -37,15 +41,14 @@ def placeholder(toolcall_id: str) -> str:
     return PLACEHOLDER.format(toolcall_id=toolcall_id)
 
 
-def estimated_message_length(messages: ChatMessage | Sequence[ChatMessage]) -> int:
-    """Characters of the content and reasoning fields of one message or a sequence.
+def estimated_message_length(messages: Mapping[str, Any] | Sequence[Message]) -> int:
+    """Characters of the content, text and reasoning fields of one message or a sequence.
 
     docs/tools.md's length proxy: it decides between reclaiming again and escalating, and
-    gives each tier's reclaimed fraction. Tool-call argument strings do not count.
+    gives each tier's reclaimed fraction. Tool-call argument strings and image URLs do not
+    count.
     """
-    if isinstance(messages, ChatMessage):
-        return len(messages.content) + len(messages.reasoning or "")
-    return sum(len(message.content) + len(message.reasoning or "") for message in messages)
+    return message_length(messages)
 
 
 def _fraction(before: int, after: int) -> float:
@@ -67,13 +70,13 @@ class ToolCallCompaction:
     """The transcript after tier 1, the originals it reclaimed (by call id, oldest first),
     and the result."""
 
-    messages: tuple[ChatMessage, ...]
+    messages: tuple[Message, ...]
     originals: dict[str, str]
     result: ToolCallCompactResult
 
 
 def compact_toolcall(
-    messages: Sequence[ChatMessage], keep_max: int = TOOLCALL_KEEP_MAX
+    messages: Sequence[Message], keep_max: int = TOOLCALL_KEEP_MAX
 ) -> ToolCallCompaction:
     """Tier 1: reclaim tool results older than the most recent ``keep_max``.
 
@@ -88,16 +91,17 @@ def compact_toolcall(
     seen = 0
     for index in range(len(out) - 1, -1, -1):
         message = out[index]
-        if message.role != "tool":
+        if message["role"] != "tool":
             continue
         seen += 1
-        if seen <= keep_max:
+        content = message.get("content")
+        if seen <= keep_max or not isinstance(content, str):
             continue
-        call_id = message.tool_call_id or ""
+        call_id = message.get("tool_call_id") or ""
         replacement = placeholder(call_id)
-        if len(replacement) < len(message.content):
-            originals[call_id] = message.content
-            out[index] = msgspec.structs.replace(message, content=replacement)
+        if len(replacement) < len(content):
+            originals[call_id] = content
+            out[index] = cast("Message", {**message, "content": replacement})
     before, after = estimated_message_length(messages), estimated_message_length(out)
     originals = dict(reversed(originals.items()))  # oldest first, as the transcript orders them
     return ToolCallCompaction(
@@ -129,8 +133,8 @@ class SummaryCompactResult:
 class SummaryPlan:
     """Where tier 2 cuts: ``head`` goes to the summarizer, ``tail`` stays verbatim."""
 
-    head: tuple[ChatMessage, ...]
-    tail: tuple[ChatMessage, ...]
+    head: tuple[Message, ...]
+    tail: tuple[Message, ...]
     kept_user: bool = False
     """The last user message fell in the head and is also kept at the tail's start."""
 
@@ -140,7 +144,7 @@ class SummaryPlan:
         return len(self.tail) - int(self.kept_user)
 
 
-def summary_cut(messages: Sequence[ChatMessage], keep_recent: int) -> int:
+def summary_cut(messages: Sequence[Message], keep_recent: int) -> int:
     """The index where the kept tail starts.
 
     If the messages from the last user message on number at most ``keep_recent``, the
@@ -149,17 +153,17 @@ def summary_cut(messages: Sequence[ChatMessage], keep_recent: int) -> int:
     """
     if keep_recent < 0:
         raise ValueError("summary_cut.keep_recent: must be >= 0")
-    last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=None)
+    last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
     if last_user is not None and len(messages) - last_user <= keep_recent:
         return last_user
     cut = max(0, len(messages) - keep_recent)
-    while cut < len(messages) and messages[cut].role == "tool":
+    while cut < len(messages) and messages[cut]["role"] == "tool":
         cut += 1
     return cut
 
 
 def plan_summary(
-    messages: Sequence[ChatMessage], keep_recent: int = SUMMARY_KEEP_MAX
+    messages: Sequence[Message], keep_recent: int = SUMMARY_KEEP_MAX
 ) -> SummaryPlan | None:
     """Tier 2's cut, or ``None`` when nothing precedes it (``NOTHING_TO_CONDENSE``).
 
@@ -171,16 +175,16 @@ def plan_summary(
     head, tail = tuple(messages[:cut]), tuple(messages[cut:])
     if not head:
         return None
-    if not any(message.role == "user" for message in tail):
-        last_user = next((m for m in reversed(head) if m.role == "user"), None)
+    if not any(message["role"] == "user" for message in tail):
+        last_user = next((m for m in reversed(head) if m["role"] == "user"), None)
         if last_user is not None:
             return SummaryPlan(head, (last_user, *tail), kept_user=True)
     return SummaryPlan(head, tail)
 
 
 def apply_summary(
-    messages: Sequence[ChatMessage], plan: SummaryPlan | None, summary: str | None
-) -> tuple[tuple[ChatMessage, ...], SummaryCompactResult]:
+    messages: Sequence[Message], plan: SummaryPlan | None, summary: str | None
+) -> tuple[tuple[Message, ...], SummaryCompactResult]:
     """The transcript after tier 2 and the result; unchanged unless a summary came.
 
     ``summary`` is what the summarizer returned for ``plan.head`` (``None`` or blank:

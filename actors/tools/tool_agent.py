@@ -10,7 +10,11 @@ has a summary, seed 002's "summary + compaction note", the prompt verbatim as th
 ``system_context`` section); the participant's shared
 context (``ContextManager.blocks``, then the current time), as ``Conversation``
 renders it; then the participant's transcript (earlier turns with their tool calls and
-results, then this turn's; a turn's images go with its user message).
+results, then this turn's; a turn's images go with its user message). The transcript's
+state is a ``Conversation`` (OpenAI's typed chat messages): the turn is written through
+the seed's methods (``add_user_message`` with the images, ``add_agent_message`` with the
+tool calls and the reasoning under the model's own field, ``add_tool_result``), and the
+request is those dictionaries as they are (``LLMService.stream`` takes them).
 
 ``take_back`` drops the transcript's last question and what answered it (``/retry``,
 ``/revise``), and takes that turn's exchange back from the shared context
@@ -55,7 +59,14 @@ from xrmq.actors.conversation import (
     turn_usage,
 )
 from xrmq.actors.interaction import ResponseOutputs
-from xrmq.actors.models import ChatMessage, ChatOptions, LLMService, ModelError, ToolCall, ToolSpec
+from xrmq.actors.models import (
+    ChatOptions,
+    ChatResult,
+    LLMService,
+    ModelError,
+    ToolCall,
+    ToolSpec,
+)
 from xrmq.actors.routing.destination import ClosingDestination, answer_prologue
 from xrmq.actors.runtime import get_logger
 from xrmq.schemas import (
@@ -282,14 +293,14 @@ class ToolAgent(ClosingDestination):
             return compacted_system_message(transcript.summary, self._system)
         return self._system
 
-    def request(self, participant_id: str) -> list[ChatMessage]:
-        """The messages of the next model call for the participant, as things are now."""
+    def request(self, participant_id: str) -> list[Any]:
+        """The messages of the next model call for the participant, as things are now:
+        OpenAI's typed chat messages, the transcript's as it holds them."""
         transcript = self.transcript(participant_id)
+        context = context_message(self.context.blocks(participant_id), self._clock())
         return [
-            ChatMessage("system", self.system_content(transcript)),
-            ChatMessage(
-                "user", context_message(self.context.blocks(participant_id), self._clock())
-            ),
+            {"role": "system", "content": self.system_content(transcript)},
+            {"role": "user", "content": context},
             *transcript.all_messages(),
         ]
 
@@ -319,7 +330,7 @@ class ToolAgent(ClosingDestination):
             await answered  # the store's first answer: journaled, unless it was down
         return result
 
-    async def take_back(self, participant_id: str) -> list[ChatMessage]:
+    async def take_back(self, participant_id: str) -> list[Any]:
         """Drop the participant's last question and everything after it from the transcript
         (``/retry`` and ``/revise`` ask again), and its exchange from the shared context; the
         dropped messages, once the store first answered the rewrite and the context applied
@@ -346,12 +357,12 @@ class ToolAgent(ClosingDestination):
         return dropped
 
     async def conversation(self, participant_id: str) -> Conversation:
-        """The participant's transcript as a ``Conversation`` (system message first), as
-        ``/render`` shows it. Waits for a turn in progress to end."""
+        """A copy of the participant's conversation with the request's system message
+        first, as ``/render`` shows it. Waits for a turn in progress to end."""
         async with self.transcripts.lock(participant_id):
             log = get_logger(participant=participant_id)
             transcript = await self.transcripts.load(participant_id, log)
-            conversation = transcript.conversation()
+            conversation = Conversation.loads(transcript.conversation.dumps())
             conversation.set_system_message_content(self.system_content(transcript))
         return conversation
 
@@ -369,7 +380,7 @@ class ToolAgent(ClosingDestination):
         await self._discover(log)
         async with self.transcripts.lock(pid):
             transcript = await self.transcripts.load(pid, log)
-            transcript.append(ChatMessage("user", turn.text, images=turn.images))
+            transcript.conversation.add_user_message(turn.text, list(turn.images) or None)
             outputs = ResponseOutputs(self.runtime, self.output_topic, source=route)
             parts: list[str] = []
             times = _ModelTimes()
@@ -385,7 +396,7 @@ class ToolAgent(ClosingDestination):
                 transcript.rollback()
                 raise
             # Leaving the reply without an exception means its final frame was published.
-            turn_messages = list(transcript.pending)
+            turn_messages = transcript.pending
             transcript.commit(turn.turn_id)
             self.transcripts.mirror(pid, transcript, turn_messages)
         self.context.record_exchange(
@@ -466,24 +477,19 @@ class ToolAgent(ClosingDestination):
             else:
                 transcript.note_usage(total)
             calls = () if result is None or last else result.tool_calls
-            reasoning = None if result is None else result.reasoning
             content = "".join(said)
             if not calls:
                 if content.strip():
-                    transcript.append(ChatMessage("assistant", content, reasoning=reasoning))
+                    _add_reply(transcript, content, (), result)
                 if stream.finish_reason != "stop":
                     log.warning("tools.answer_incomplete", finish_reason=stream.finish_reason)
                 return
-            transcript.append(
-                ChatMessage("assistant", content, tool_calls=calls, reasoning=reasoning)
-            )
+            _add_reply(transcript, content, calls, result)
             replies = await asyncio.gather(
                 *(self._timed_call(pid, transcript, call, times) for call in calls)
             )
-            transcript.append(
-                *(ChatMessage("tool", r.content, tool_call_id=c.id) for c, r in zip(calls, replies))
-            )
             for call, outcome in zip(calls, replies):
+                transcript.conversation.add_tool_result(call.id, outcome)
                 if outcome.error is not None:
                     log.info("tools.call_failed", tool=call.name, call=call.id, error=outcome.error)
 
@@ -543,6 +549,25 @@ class ToolAgent(ClosingDestination):
                 if tool.spec().name not in self.toolset:
                     self.toolset.add(tool)
             self.servers.remove(server)
+
+
+def _add_reply(
+    transcript: Transcript, content: str, calls: tuple[ToolCall, ...], result: ChatResult | None
+) -> None:
+    """The model's reply as the seed's assistant message: its text (None beside tool calls
+    with none), its tool calls with their argument strings, its reasoning verbatim under
+    the field the model used."""
+    conversation = transcript.conversation
+    message: dict[str, Any] = {"role": "assistant", "content": content or None}
+    if calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in calls
+        ]
+    if result is not None and result.reasoning:
+        conversation.reasoning_field = result.reasoning_field or conversation.reasoning_field
+        message[conversation.reasoning_field] = result.reasoning
+    conversation.add_agent_message(message)
 
 
 def _extract(transcript: Transcript, arguments: str) -> ToolCallReply:

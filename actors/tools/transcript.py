@@ -1,26 +1,28 @@
 """``Transcript``: one participant's tool-calling conversation with a ``ToolAgent``, pure state.
 
-It holds the committed messages (user turns, assistant messages with their tool calls,
-tool results), the current turn's pending messages (committed after the turn's final
-frame, dropped when the turn is cancelled or fails: a barge-in records nothing; a
-summary taken inside that turn stays, as compactions of committed messages do), the
-summary of what tier 2 folded away, the originals of reclaimed tool results (for
-``extract_compacted_tool_result``), the last response's ``total_tokens`` (measured or
-estimated) and
-docs/tools.md's counters. Every store is bounded: originals beyond ``originals_budget_chars``
-are evicted oldest first, and counted. ``conversation()`` shows it as OpenAI's typed chat
-messages (``conversation_state.Conversation``), the form its journal rows hold;
-``pop_from_last_user_message`` takes back the last question (``/retry``, ``/revise``).
-``turn_ids`` names the newest committed turns (their exchanges in the shared context),
-so the agent that takes a question back takes its exchange back there too.
+Its state is a ``conversation_state.Conversation`` (``conversation``): OpenAI's typed chat
+messages (user turns, assistant messages with their tool calls and reasoning, tool
+results), the last response's ``total_tokens`` (measured or estimated:
+``tokens_estimated``), docs/tools.md's counters and the originals of reclaimed tool
+results (for ``extract_compacted_tool_result``). The agent writes a turn through the
+seed's methods (``add_user_message``, ``add_agent_message``, ``add_tool_result``). What a
+transcript adds on top: the turn. Messages past ``committed`` are the current turn's,
+pending: committed after the turn's final frame, rolled back when the turn is cancelled
+or fails (a barge-in records nothing; a summary taken inside that turn stays, as
+compactions of committed messages do). Also the summary of what tier 2 folded away, and
+the bookkeeping of its mirror in the transcript store (``revision``, ``rewritten``,
+``resync``, ``turn_ids``). It wraps the conversation rather than extending it, so the
+conversation stays the seed's plain state that ``Conversation.dumps`` writes and a chat
+front end renders. Every store is bounded: originals beyond ``originals_budget_chars``
+are evicted oldest first, and counted. ``pop_from_last_user_message`` takes back the last
+question (``/retry``, ``/revise``). ``turn_ids`` names the newest committed turns (their
+exchanges in the shared context), so the agent that takes a question back takes its
+exchange back there too.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from dataclasses import dataclass
-
-from xrmq.actors.models import ChatMessage
+from typing import TYPE_CHECKING, Any
 
 from .conversation_state import CompactionCounter, Conversation
 from .tiers import (
@@ -34,6 +36,9 @@ from .tiers import (
     plan_summary,
 )
 
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam as Message
+
 ORIGINALS_BUDGET_CHARS = 1_000_000
 """Default bound on the characters of reclaimed originals a transcript keeps."""
 
@@ -46,24 +51,6 @@ class UnknownToolCall(KeyError):
     """``extract`` was given an id with no stored original."""
 
 
-@dataclass(slots=True)
-class CompactionCounters:
-    """docs/tools.md's counters plus totals per tier and outcome."""
-
-    tool_rounds: int = 0
-    """Consecutive tier-1 rounds since the last summary (drives escalation)."""
-    summary_rounds: int = 0
-    """Summaries applied."""
-    toolcall_rounds_total: int = 0
-    """Tier-1 rounds, in all (``tool_rounds`` restarts after a summary; this does not)."""
-    toolcall_reclaimed: int = 0
-    """Tool results replaced by placeholders, in all."""
-    nothing_to_condense: int = 0
-    summarize_failed: int = 0
-    originals_evicted: int = 0
-    """Reclaimed originals dropped to stay within the budget."""
-
-
 class Transcript:
     """One participant's transcript; see the module docstring."""
 
@@ -71,13 +58,11 @@ class Transcript:
         if originals_budget_chars < 0:
             raise ValueError("Transcript.originals_budget_chars: must be >= 0")
         self.originals_budget_chars = originals_budget_chars
-        self.messages: list[ChatMessage] = []
-        self.pending: list[ChatMessage] = []
+        self.conversation = Conversation()
+        """The messages, committed then pending; the token count, counters and originals."""
+        self.committed = 0
+        """How many of the conversation's messages are committed (the rest: this turn's)."""
         self.summary: str | None = None
-        self.total_tokens: int | None = None
-        self.tokens_estimated = False
-        self.counters = CompactionCounters()
-        self._originals: OrderedDict[str, str] = OrderedDict()
         self._originals_chars = 0
         self._new_originals: dict[str, None] = {}
         self.rewritten = False
@@ -93,10 +78,8 @@ class Transcript:
 
     def clear(self) -> None:
         """Forget everything: messages, summary, token count, counters, originals."""
-        self.messages, self.pending, self.summary, self.total_tokens = [], [], None, None
-        self.tokens_estimated = False
-        self.counters = CompactionCounters()
-        self._originals.clear()
+        self.conversation.clear()  # the seed's: token count, counters and originals too
+        self.committed, self.summary = 0, None
         self._originals_chars = 0
         self._new_originals.clear()
         self.rewritten = False
@@ -105,16 +88,59 @@ class Transcript:
         self.turn_ids.clear()
         self._new_turn_ids.clear()
 
-    # ----------------------------------------------------------------- the turn
+    @property
+    def messages(self) -> list[Message]:
+        """The committed messages (a copy)."""
+        return self.conversation.messages[: self.committed]
 
-    def append(self, *messages: ChatMessage) -> None:
-        """Add messages to the current turn (pending until ``commit``)."""
-        self.pending.extend(messages)
+    @property
+    def pending(self) -> list[Message]:
+        """The current turn's messages (a copy)."""
+        return self.conversation.messages[self.committed :]
+
+    def all_messages(self) -> list[Message]:
+        """Committed then pending messages: what a request renders (a copy)."""
+        return list(self.conversation.messages)
+
+    def replace(self, messages: list[Any]) -> None:
+        """Make ``messages`` (OpenAI's chat messages) the committed ones, no turn pending."""
+        self.conversation.messages = list(messages)
+        self.committed = len(messages)
+
+    def extend(self, messages: tuple[Any, ...]) -> None:
+        """Commit ``messages`` after the committed ones (a mirror applying an append)."""
+        del self.conversation.messages[self.committed :]
+        self.conversation.messages.extend(messages)
+        self.committed = len(self.conversation.messages)
+
+    @property
+    def total_tokens(self) -> int | None:
+        """The last response's total tokens (``Conversation.total_tokens``)."""
+        return self.conversation.total_tokens
+
+    @total_tokens.setter
+    def total_tokens(self, value: int | None) -> None:
+        self.conversation.total_tokens = value
+
+    @property
+    def tokens_estimated(self) -> bool:
+        """``total_tokens`` was counted by a tokenizer (no usage reported)."""
+        return self.conversation.tokens_estimated
+
+    @property
+    def counters(self) -> CompactionCounter:
+        """docs/tools.md's counters (``Conversation.compaction_counter``)."""
+        return self.conversation.compaction_counter
+
+    @counters.setter
+    def counters(self, value: CompactionCounter) -> None:
+        self.conversation.compaction_counter = value
+
+    # ----------------------------------------------------------------- the turn
 
     def commit(self, turn_id: str | None = None) -> None:
         """The turn completed: its messages join the transcript (``turn_id``: its id)."""
-        self.messages.extend(self.pending)
-        self.pending.clear()
+        self.committed = len(self.conversation.messages)
         if turn_id is not None:
             self.note_turn_ids((turn_id,))
             self._new_turn_ids.append(turn_id)
@@ -132,58 +158,41 @@ class Transcript:
         return new
 
     def rollback(self) -> None:
-        """The turn was cancelled or failed: forget its messages."""
-        self.pending.clear()
-
-    def all_messages(self) -> list[ChatMessage]:
-        """Committed then pending messages: what a request renders."""
-        return [*self.messages, *self.pending]
+        """The turn was cancelled or failed: forget its messages (what answered its
+        question, then the question: ``pop_last_message_if_user``)."""
+        del self.conversation.messages[self.committed + 1 :]
+        if len(self.conversation.messages) > self.committed:
+            self.conversation.pop_last_message_if_user()
 
     def note_usage(self, total_tokens: int | None, *, estimated: bool = False) -> None:
         """Remember the last response's total tokens; ``estimated`` when a tokenizer
         counted them because the provider reported no usage."""
-        self.total_tokens = total_tokens
-        self.tokens_estimated = estimated
+        self.conversation.note_usage(total_tokens, estimated=estimated)
 
-    def conversation(self) -> Conversation:
-        """The committed then pending messages as a ``Conversation`` (OpenAI's typed chat
-        messages), with the token count, the compaction round counters and the originals."""
-        conversation = Conversation.of_chat_messages(self.all_messages())
-        conversation.total_tokens = self.total_tokens
-        conversation.compaction_counter = CompactionCounter(
-            self.counters.tool_rounds, self.counters.summary_rounds
-        )
-        conversation.originals = dict(self._originals)
-        return conversation
-
-    def pop_from_last_user_message(self, inclusive: bool = False) -> list[ChatMessage]:
-        """Drop the committed messages after the last user message (``/retry``), and with
+    def pop_from_last_user_message(self, inclusive: bool = False) -> list[Message]:
+        """Drop the messages after the last user message (``/retry``), and with
         ``inclusive`` that message too (``/revise``); the dropped messages (none without a
-        user message). A drop rewrites the transcript (the store gets all of it)."""
-        last = max((i for i, m in enumerate(self.messages) if m.role == "user"), default=None)
-        if last is None:
-            return []
-        start = last if inclusive else last + 1
-        dropped = self.messages[start:]
+        user message). A drop rewrites the transcript (the store gets all of it). Called
+        between turns (nothing pending)."""
+        dropped = self.conversation.pop_from_last_user_message(inclusive)
+        self.committed = min(self.committed, len(self.conversation.messages))
         if dropped:
-            self.messages = self.messages[:start]
             self.rewritten = True
         return dropped
 
     @property
     def originals_count(self) -> int:
-        return len(self._originals)
+        return len(self.conversation.originals)
 
     # ----------------------------------------------------------------- tier 1
 
     def compact_toolcall(self, keep_max: int) -> ToolCallCompactResult:
         """Tier 1 over committed and pending messages; originals are kept for ``extract``."""
-        committed = len(self.messages)
-        done = compact_toolcall(self.all_messages(), keep_max)
+        done = compact_toolcall(self.conversation.messages, keep_max)
+        committed = self.committed
         if any(old is not new for old, new in zip(self.messages, done.messages[:committed])):
             self.rewritten = True
-        self.messages = list(done.messages[:committed])
-        self.pending = list(done.messages[committed:])
+        self.conversation.messages = list(done.messages)
         for call_id, original in done.originals.items():
             self._store(call_id, original)
         self.counters.tool_rounds += 1
@@ -194,13 +203,13 @@ class Transcript:
     def extract(self, toolcall_id: str) -> str:
         """The original of a reclaimed tool result; ``UnknownToolCall`` if none is stored."""
         try:
-            return self._originals[toolcall_id]
+            return self.conversation.originals[toolcall_id]
         except KeyError:
             raise UnknownToolCall(toolcall_id) from None
 
     def originals(self) -> tuple[tuple[str, str], ...]:
         """Every stored original as (call id, text), oldest first."""
-        return tuple(self._originals.items())
+        return tuple(self.conversation.originals.items())
 
     def store_originals(self, originals: tuple[tuple[str, str], ...]) -> None:
         """Store originals reclaimed elsewhere (a mirror applying a write)."""
@@ -209,7 +218,8 @@ class Transcript:
 
     def take_new_originals(self) -> tuple[tuple[str, str], ...]:
         """The originals stored since the last call (what a mirror has not seen yet)."""
-        new = tuple((call_id, self._originals[call_id]) for call_id in self._new_originals)
+        originals = self.conversation.originals
+        new = tuple((call_id, originals[call_id]) for call_id in self._new_originals)
         self._new_originals.clear()
         return new
 
@@ -219,14 +229,16 @@ class Transcript:
         return rewritten
 
     def _store(self, call_id: str, original: str) -> None:
-        previous = self._originals.pop(call_id, None)
+        originals = self.conversation.originals
+        previous = originals.pop(call_id, None)
         if previous is not None:
             self._originals_chars -= len(previous)
-        self._originals[call_id] = original
+        originals[call_id] = original
         self._new_originals[call_id] = None
         self._originals_chars += len(original)
-        while self._originals_chars > self.originals_budget_chars and self._originals:
-            dropped_id, dropped = self._originals.popitem(last=False)
+        while self._originals_chars > self.originals_budget_chars and originals:
+            dropped_id = next(iter(originals))  # the oldest
+            dropped = originals.pop(dropped_id)
             self._new_originals.pop(dropped_id, None)
             self._originals_chars -= len(dropped)
             self.counters.originals_evicted += 1
@@ -257,12 +269,17 @@ class Transcript:
             self.counters.summarize_failed += 1
         else:
             for message in plan.head if plan is not None else ():
-                call_id = message.tool_call_id
-                if message.role == "tool" and call_id and message.content != placeholder(call_id):
-                    self._store(call_id, message.content)
-            kept = [*messages, *later]
-            committed = self._committed_after(plan, len(self.messages)) if plan else 0
-            self.messages, self.pending = kept[:committed], kept[committed:]
+                call_id, content = message.get("tool_call_id"), message.get("content")
+                if (
+                    message["role"] == "tool"
+                    and isinstance(call_id, str)
+                    and call_id
+                    and isinstance(content, str)
+                    and content != placeholder(call_id)
+                ):
+                    self._store(call_id, content)
+            self.conversation.messages = [*messages, *later]
+            self.committed = self._committed_after(plan, self.committed) if plan else 0
             self.summary = summary
             self.rewritten = True
             self.total_tokens = None
@@ -277,6 +294,6 @@ class Transcript:
         head = len(plan.head)
         kept_user = 0
         if plan.kept_user:
-            index = max(i for i, message in enumerate(plan.head) if message.role == "user")
+            index = max(i for i, message in enumerate(plan.head) if message["role"] == "user")
             kept_user = int(index < committed)
         return kept_user + max(0, committed - head)

@@ -21,7 +21,6 @@ import asyncio
 from collections import OrderedDict
 from typing import Any
 
-from xrmq.actors.models import ChatMessage
 from xrmq.actors.runtime import ReplyStream, RuntimeClosedError, get_logger
 
 from .store import (
@@ -32,6 +31,7 @@ from .store import (
     TranscriptTopics,
     TranscriptWrite,
     restore,
+    wire_messages,
     write_of,
 )
 from .transcript import Transcript
@@ -98,7 +98,7 @@ class TranscriptMirror:
         return restored
 
     def mirror(
-        self, pid: str, transcript: Transcript, turn_messages: list[ChatMessage]
+        self, pid: str, transcript: Transcript, turn_messages: list[Any]
     ) -> asyncio.Future[None] | None:
         """Send the store what changed: the whole transcript after a rewrite or when the
         store may have missed a write (``resync``), else the turn. A transcript this agent
@@ -112,12 +112,16 @@ class TranscriptMirror:
         if transcript.resync:
             transcript.resync = False
             write = write_of(
-                transcript, "replace", tuple(transcript.messages), transcript.originals()
+                transcript, "replace", wire_messages(transcript.messages), transcript.originals()
             )
         elif rewritten:
-            write = write_of(transcript, "replace", tuple(transcript.messages), new_originals)
+            write = write_of(
+                transcript, "replace", wire_messages(transcript.messages), new_originals
+            )
         else:
-            write = write_of(transcript, "append", tuple(turn_messages), new_originals, new_turns)
+            write = write_of(
+                transcript, "append", wire_messages(turn_messages), new_originals, new_turns
+            )
         return self._write(pid, write, transcript)
 
     async def forget(self, participant_id: str) -> None:
@@ -199,7 +203,10 @@ class TranscriptMirror:
                         return
                     transcript.resync = False
                     write = write_of(
-                        transcript, "replace", tuple(transcript.messages), transcript.originals()
+                        transcript,
+                        "replace",
+                        wire_messages(transcript.messages),
+                        transcript.originals(),
                     )
                     sent = self._ask(pid, write)
             reason = _refusal(await _first(sent))

@@ -15,11 +15,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
+from typing import Any
 
 from xrmq.actors.context.compaction import CompactionRequest, JobRef
 from xrmq.actors.context.messages import CompactionDone, CompactionJob
 from xrmq.actors.context.plan import ContextPlan
-from xrmq.actors.models import ChatMessage
 from xrmq.actors.runtime import Agent, Handlers, RuntimeContext, get_logger
 from xrmq.topics import Topic
 
@@ -69,7 +69,7 @@ class WorkerSummarizer(Agent):
         if future is not None and not future.done():
             future.set_result(message)
 
-    async def __call__(self, head: tuple[ChatMessage, ...], previous: str | None) -> str | None:
+    async def __call__(self, head: tuple[Any, ...], previous: str | None) -> str | None:
         summary = await self._ask(*summary_request(head, previous, self.limit_bytes, self.sections))
         if summary is None:
             return None
