@@ -20,9 +20,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+
+from bench.openai_sse import LoopbackServer, StreamHandler, completion_chunk
 
 ANSWER = (
     "The spare key is in drawer twelve of the blue cabinet in lab three. "
@@ -40,7 +40,7 @@ class Served:
     messages: int = 0
 
 
-class PacedModelServer:
+class PacedModelServer(LoopbackServer):
     """``with PacedModelServer() as server:``, then ``server.api_base`` and ``server.served``."""
 
     def __init__(self, *, first_token_s: float = 0.2, tokens_per_s: float = 40.0) -> None:
@@ -52,50 +52,22 @@ class PacedModelServer:
         self.on_served: Callable[[Served], None] | None = None
         """Called (in the serving thread) when a reply is complete."""
         self._lock = threading.Lock()
-        self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._http.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._http.serve_forever, name="paced-model", daemon=True
-        )
+        super().__init__(self._handler(), "paced-model")
 
-    @property
-    def api_base(self) -> str:
-        return f"http://127.0.0.1:{self._http.server_address[1]}/v1"
-
-    def __enter__(self) -> PacedModelServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._http.shutdown()
-        self._http.server_close()
-        self._thread.join(timeout=10)
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
+    def _handler(self) -> type[StreamHandler]:
         server = self
         words = ANSWER.split(" ")
         chunks = [word if index == 0 else " " + word for index, word in enumerate(words)]
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(StreamHandler):
             def do_POST(self) -> None:
                 arrived, began = time.time(), time.monotonic()
-                length = int(self.headers.get("content-length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
+                body = json.loads(self.read_body() or b"{}")
                 record = Served(arrived, messages=len(body.get("messages") or ()))
                 with server._lock:
                     server.served.append(record)
                 model = body.get("model", "paced")
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                self.send_header("cache-control", "no-cache")
-                self.send_header("connection", "close")
-                self.send_header("transfer-encoding", "chunked")
-                self.end_headers()
+                self.begin_stream()
                 try:
                     for index, text in enumerate(chunks):
                         due = began + server.first_token_s + index / server.tokens_per_s
@@ -104,8 +76,7 @@ class PacedModelServer:
                         if not record.first_sentence_sent and text.endswith("."):
                             record.first_sentence_sent = time.time()
                     self._event(model, {}, "stop")
-                    self._chunk(b"data: [DONE]\n\n")
-                    self._chunk(b"")
+                    self.end_stream()
                 except (BrokenPipeError, ConnectionResetError):
                     pass
                 if server.on_served is not None:
@@ -113,18 +84,9 @@ class PacedModelServer:
                 self.close_connection = True
 
             def _event(self, model: str, delta: dict[str, str], finish: str | None) -> None:
-                data = {
-                    "id": "paced",
-                    "object": "chat.completion.chunk",
-                    "created": int(time.time()),
-                    "model": model,
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-                }
-                self._chunk(b"data: " + json.dumps(data).encode() + b"\n\n")
-
-            def _chunk(self, data: bytes) -> None:
-                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-                self.wfile.flush()
+                self.event(
+                    completion_chunk(model, delta, finish, id="paced", created=int(time.time()))
+                )
 
         return Handler
 

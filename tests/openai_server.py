@@ -24,8 +24,9 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from bench.openai_sse import LoopbackServer, StreamHandler, completion_chunk
 
 
 @dataclass
@@ -62,7 +63,7 @@ class Request:
     """``time.monotonic()`` when it arrived."""
 
 
-class OpenAIServer:
+class OpenAIServer(LoopbackServer):
     """``with OpenAIServer(Reply(...), ...) as server:``, then ``server.api_base``."""
 
     def __init__(self, *replies: Reply) -> None:
@@ -70,43 +71,23 @@ class OpenAIServer:
         self.requests: list[Request] = []
         self.closed = threading.Event()
         self._lock = threading.Lock()
-        self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._http.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._http.serve_forever, name="openai-server", daemon=True
-        )
-
-    @property
-    def api_base(self) -> str:
-        return f"http://127.0.0.1:{self._http.server_address[1]}/v1"
-
-    def __enter__(self) -> OpenAIServer:
-        self._thread.start()
-        return self
+        super().__init__(self._handler(), "openai-server")
 
     def __exit__(self, *exc: object) -> None:
         self.closed.set()  # releases hanging handlers
-        self._http.shutdown()
-        self._http.server_close()
-        self._thread.join(timeout=10)
+        super().__exit__(*exc)
 
     def _next(self, request: Request) -> Reply:
         with self._lock:
             self.requests.append(request)
             return self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
+    def _handler(self) -> type[StreamHandler]:
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(StreamHandler):
             def do_POST(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                raw = self.rfile.read(length)
+                raw = self.read_body()
                 try:
                     body = json.loads(raw or b"{}")
                 except ValueError:
@@ -135,32 +116,12 @@ class OpenAIServer:
                     self.end_headers()
                     self.wfile.write(payload)
                     return
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                self.send_header("cache-control", "no-cache")
-                self.send_header("connection", "close")
-                self.send_header("transfer-encoding", "chunked")
-                self.end_headers()
+                self.begin_stream()
                 model = body.get("model", "m")
                 try:
                     if reply.reasoning is not None:
-                        self._event(
-                            {
-                                "id": "c1",
-                                "object": "chat.completion.chunk",
-                                "created": 1,
-                                "model": model,
-                                "choices": [
-                                    {
-                                        "index": 0,
-                                        "delta": {
-                                            "role": "assistant",
-                                            reply.reasoning_field: reply.reasoning,
-                                        },
-                                        "finish_reason": None,
-                                    }
-                                ],
-                            }
+                        self._delta(
+                            model, {"role": "assistant", reply.reasoning_field: reply.reasoning}
                         )
                     for index, text in enumerate(reply.chunks):
                         if index == reply.drop_after:
@@ -168,87 +129,30 @@ class OpenAIServer:
                             self.connection.shutdown(socket.SHUT_RDWR)  # no last chunk
                             self.close_connection = True
                             return
-                        self._event(
-                            {
-                                "id": "c1",
-                                "object": "chat.completion.chunk",
-                                "created": 1,
-                                "model": model,
-                                "choices": [
-                                    {
-                                        "index": 0,
-                                        "delta": {"role": "assistant", "content": text},
-                                        "finish_reason": None,
-                                    }
-                                ],
-                            }
-                        )
+                        self._delta(model, {"role": "assistant", "content": text})
                         if index == 0 and reply.hang == "after_first":
                             server.closed.wait()
                             return
                     for index, call in enumerate(reply.tool_calls):
-                        self._event(
-                            {
-                                "id": "c1",
-                                "object": "chat.completion.chunk",
-                                "created": 1,
-                                "model": model,
-                                "choices": [
-                                    {
-                                        "index": 0,
-                                        "delta": {
-                                            "role": "assistant",
-                                            "tool_calls": [
-                                                {
-                                                    "index": index,
-                                                    "id": call["id"],
-                                                    "type": "function",
-                                                    "function": {
-                                                        "name": call["name"],
-                                                        "arguments": call["arguments"],
-                                                    },
-                                                }
-                                            ],
-                                        },
-                                        "finish_reason": None,
-                                    }
-                                ],
-                            }
-                        )
-                    finish = "tool_calls" if reply.tool_calls else "stop"
-                    self._event(
-                        {
-                            "id": "c1",
-                            "object": "chat.completion.chunk",
-                            "created": 1,
-                            "model": model,
-                            "choices": [{"index": 0, "delta": {}, "finish_reason": finish}],
+                        function = {"name": call["name"], "arguments": call["arguments"]}
+                        tool_call = {
+                            "index": index,
+                            "id": call["id"],
+                            "type": "function",
+                            "function": function,
                         }
-                    )
+                        self._delta(model, {"role": "assistant", "tool_calls": [tool_call]})
+                    self._delta(model, {}, "tool_calls" if reply.tool_calls else "stop")
                     include = (body.get("stream_options") or {}).get("include_usage")
                     if reply.usage is not None and include:
-                        self._event(
-                            {
-                                "id": "c1",
-                                "object": "chat.completion.chunk",
-                                "created": 1,
-                                "model": model,
-                                "choices": [],
-                                "usage": reply.usage,
-                            }
-                        )
-                    self._chunk(b"data: [DONE]\n\n")
-                    self._chunk(b"")  # the last chunk: the body is complete
+                        usage = completion_chunk(model, {}, id="c1", created=1)
+                        self.event({**usage, "choices": [], "usage": reply.usage})
+                    self.end_stream()
                 except (BrokenPipeError, ConnectionResetError):
                     pass
                 self.close_connection = True
 
-            def _event(self, data: dict[str, Any]) -> None:
-                self._chunk(b"data: " + json.dumps(data).encode() + b"\n\n")
-
-            def _chunk(self, data: bytes) -> None:
-                """One piece of a chunked body (empty: the last chunk)."""
-                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-                self.wfile.flush()
+            def _delta(self, model: str, delta: dict[str, Any], finish: str | None = None) -> None:
+                self.event(completion_chunk(model, delta, finish, id="c1", created=1))
 
         return Handler

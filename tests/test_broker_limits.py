@@ -131,9 +131,17 @@ async def test_a_publisher_leaving_counts_as_left_and_an_oversize_frame_as_dropp
 
             dropped = gauges()["broker.publishers_dropped"]
             left = gauges()["broker.publishers_left"]
+            watched = gauges()["broker.publishers_watched"]
+
+            async def watching() -> None:
+                """Until the broker has seen the client's connection: one that ends before
+                the broker read its accept event cannot be told apart (counted dropped)."""
+                await watch.wait(lambda: gauges()["broker.publishers_watched"] == watched + 1)
+
             for index in range(3):  # publishers that send a note and exit
                 client = RawClient(bus)
                 client.wait_ready()
+                await watching()
                 note, departed = f"bye {index}", left + index + 1
                 client.send(NOTES.name, "p1", 1, {"text": note})
                 await watch.wait(lambda note=note: note in watch.notes)
@@ -145,9 +153,11 @@ async def test_a_publisher_leaving_counts_as_left_and_an_oversize_frame_as_dropp
             client = RawClient(bus)
             try:
                 client.wait_ready()
+                await watching()
                 client.send_frames([NOTES.key("p2"), client.metadata(1, "p2"), b"\x00" * 100_000])
                 await watch.wait(lambda: gauges()["broker.publishers_dropped"] == dropped + 1)
                 client.wait_ready()  # reconnected: one drop, not a departure
+                await watching()
                 assert gauges()["broker.publishers_left"] == left + 3
             finally:
                 client.close()

@@ -6,19 +6,16 @@ Chromium with the turns in it."""
 from __future__ import annotations
 
 import asyncio
-import os
-import pty
 import shutil
 import subprocess
-import sys
 
 import pytest
-from test_chat_terminal import Terminal
 from test_tools_durable import load, tools_stack_config
 
 from xrmq.actors.runtime import AgentRuntime
 
-from buses import PROCS, reap
+from buses import PROCS
+from chat_terminal import chat_on_terminal
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -53,16 +50,7 @@ async def test_retry_revise_and_render_in_chat_on_a_running_box(monkeypatch, tmp
     monkeypatch.syspath_prepend(str(PROCS))
     page = tmp_path / "talk & <notes>.html"
     async with PrivateStack(tools_stack_config()) as stack:
-        master, slave = pty.openpty()
-        chat = subprocess.Popen(
-            [sys.executable, "-m", "xrmq.actors.cli", "chat", "--bus", stack.bus],
-            stdin=slave,
-            stdout=slave,
-            stderr=subprocess.PIPE,
-            env={**os.environ, "XRMQ_LOG_LEVEL": "ERROR", "PYTHONPATH": str(PROCS)},
-        )
-        terminal = Terminal(master)
-        try:
+        with chat_on_terminal(stack.bus, env={"PYTHONPATH": str(PROCS)}) as (terminal, chat):
             async with asyncio.timeout(200):
                 at = await terminal.read_until("xrmq chat: ready participant=")
                 ready = await terminal.read_until("you> ", at)
@@ -92,10 +80,6 @@ async def test_retry_revise_and_render_in_chat_on_a_running_box(monkeypatch, tmp
             client = AgentRuntime(stack.bus, name="test-client")
             async with client:
                 state = await load(client, participant)
-        finally:
-            reap(chat)
-            os.close(slave)
-            os.close(master)
         assert not stack.failed
     printed = terminal.output.replace("\r\n", "\n")
     assert f"of lab-tools to {page}" in printed

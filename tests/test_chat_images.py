@@ -8,37 +8,16 @@ from __future__ import annotations
 import base64
 import io
 
-import msgspec
 import pytest
 
 from xrmq.actors.edge.chat import chat
 
+from chat_terminal import provider_box_config
 from openai_server import OpenAIServer, Reply
 
 PNG_1x1 = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
 )
-
-
-def image_box_config(api_base: str):
-    from xrmq.actors.edge.config import DestinationConfig
-    from xrmq.actors.edge.config_loader import default_config
-    from xrmq.actors.models import parse_model_spec
-
-    base = default_config()
-    looking = DestinationConfig(
-        description="Looks at pictures of the bench.",
-        kind="tools",
-        keywords=["bench"],
-        model=parse_model_spec(
-            {"model": "openai/m", "api_base": api_base, "api_key_env": "XRMQ_TEST_KEY"}
-        ),
-    )
-    return msgspec.structs.replace(
-        base,
-        destinations={**base.destinations, "looking": looking},
-        router=msgspec.structs.replace(base.router, decisions="rules"),
-    )
 
 
 @pytest.mark.timeout(180)
@@ -52,7 +31,9 @@ async def test_an_image_attached_in_chat_reaches_the_provider_as_an_image_url_bl
     picture.write_bytes(PNG_1x1)
     url = "data:image/png;base64," + base64.b64encode(PNG_1x1).decode()
     with OpenAIServer(Reply(chunks=("A red multimeter.",))) as server:
-        async with PrivateStack(image_box_config(server.api_base)) as stack:
+        async with PrivateStack(
+            provider_box_config(server.api_base, "looking", "Looks at pictures of the bench.")
+        ) as stack:
             out = io.StringIO()
             lines = f"/image {picture}\nWhat is on the bench?\n/image {tmp_path}/nope.txt\n/quit\n"
             code = await chat(stack.bus, "p1", timeout=60, out=out, stdin=io.StringIO(lines))

@@ -7,45 +7,18 @@ message), while the earlier exchange stays in both."""
 from __future__ import annotations
 
 import asyncio
-import os
-import pty
-import subprocess
-import sys
 from typing import Any
 
-import msgspec
 import pytest
-from test_chat_terminal import Terminal
 
 from xrmq.actors.conversation import CONTEXT_HEADER
 
-from buses import reap
+from chat_terminal import chat_on_terminal, provider_box_config
 from openai_server import OpenAIServer, Reply
 
 KEPT = "The bench is clean, ZULU says."
 RETRIED = "A multimeter, ALPHA says."
 REVISED = "A soldering iron, BRAVO says."
-
-
-def box_config(api_base: str):
-    from xrmq.actors.edge.config import DestinationConfig
-    from xrmq.actors.edge.config_loader import default_config
-    from xrmq.actors.models import parse_model_spec
-
-    base = default_config()
-    tools = DestinationConfig(
-        description="Lab tools: answers about the bench.",
-        kind="tools",
-        keywords=["bench"],
-        model=parse_model_spec(
-            {"model": "openai/m", "api_base": api_base, "api_key_env": "XRMQ_TEST_KEY"}
-        ),
-    )
-    return msgspec.structs.replace(
-        base,
-        destinations={**base.destinations, "lab-tools": tools},
-        router=msgspec.structs.replace(base.router, decisions="rules"),
-    )
 
 
 def text_of(message: dict[str, Any]) -> str:
@@ -77,17 +50,11 @@ async def test_retry_and_revise_send_the_model_neither_the_taken_back_answer_nor
     monkeypatch.setenv("XRMQ_TEST_KEY", "sk-test")
     replies = [Reply(chunks=(text,)) for text in (KEPT, RETRIED, "A probe, CHARLIE.", REVISED)]
     with OpenAIServer(*replies) as server:
-        async with PrivateStack(box_config(server.api_base)) as stack:
-            master, slave = pty.openpty()
-            chat = subprocess.Popen(
-                [sys.executable, "-m", "xrmq.actors.cli", "chat", "--bus", stack.bus],
-                stdin=slave,
-                stdout=slave,
-                stderr=subprocess.PIPE,
-                env={**os.environ, "XRMQ_LOG_LEVEL": "ERROR"},
-            )
-            terminal = Terminal(master)
-            try:
+        config = provider_box_config(
+            server.api_base, "lab-tools", "Lab tools: answers about the bench."
+        )
+        async with PrivateStack(config) as stack:
+            with chat_on_terminal(stack.bus) as (terminal, chat):
                 async with asyncio.timeout(200):
                     at = await terminal.read_until("you> ")
                     for line, answered in (
@@ -101,10 +68,6 @@ async def test_retry_and_revise_send_the_model_neither_the_taken_back_answer_nor
                         at = await terminal.read_until("you> ", at)
                     terminal.type("/quit\n")
                     assert await asyncio.to_thread(chat.wait, 30) == 0
-            finally:
-                reap(chat)
-                os.close(slave)
-                os.close(master)
             assert not stack.failed
     first, retried = asking(server, "What is on the bench?")
     (revised,) = asking(server, "Which iron is on the bench?")

@@ -4,10 +4,6 @@ the reply's line, then shown after it and asked next."""
 from __future__ import annotations
 
 import asyncio
-import os
-import pty
-import subprocess
-import sys
 import termios
 
 import pytest
@@ -16,7 +12,8 @@ from xrmq.actors.runtime import Agent, AgentRuntime, Handlers, RuntimeContext
 from xrmq.schemas import ResponseOutput, UserQuery
 from xrmq.topics import QUERY_TOPIC, VOICE_OUTPUT_TOPIC
 
-from buses import broker_process, reap
+from buses import broker_process
+from chat_terminal import chat_on_terminal
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -46,55 +43,17 @@ class HeldReply(Agent):
             )
 
 
-class Terminal:
-    """The test's end of a pseudo-terminal: everything the chat printed, read as it comes."""
-
-    def __init__(self, master: int) -> None:
-        self.master = master
-        self.output = ""
-
-    async def read_until(self, text: str, start: int = 0) -> int:
-        """Read until ``text`` appears at or after ``start``; where it ends."""
-        while (found := self.output.find(text, start)) < 0:
-            chunk = await asyncio.to_thread(os.read, self.master, 4096)
-            if not chunk:
-                raise AssertionError(f"the chat closed the terminal; printed {self.output!r}")
-            self.output += chunk.decode(errors="replace")
-        return found + len(text)
-
-    def type(self, text: str) -> None:
-        os.write(self.master, text.encode())
-
-
 async def test_text_typed_while_a_reply_streams_on_a_terminal_is_kept_out_of_it():
     with broker_process() as bus:
         replier = HeldReply()
         box = AgentRuntime(bus, name="box")
         box.register("replier", replier)
         async with box:
-            master, slave = pty.openpty()
-            chat = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "xrmq.actors.cli",
-                    "chat",
-                    "--bus",
-                    bus,
-                    "--participant",
-                    "tia",
-                ],
-                stdin=slave,
-                stdout=slave,
-                stderr=subprocess.PIPE,
-                env={**os.environ, "XRMQ_LOG_LEVEL": "ERROR"},
-            )
-            terminal = Terminal(master)
+            with chat_on_terminal(bus, "--participant", "tia") as (terminal, chat):
 
-            def echoes() -> bool:  # the terminal's own setting, as the chat left it
-                return bool(termios.tcgetattr(slave)[3] & termios.ECHO)
+                def echoes() -> bool:  # the terminal's own setting, as the chat left it
+                    return bool(termios.tcgetattr(terminal.slave)[3] & termios.ECHO)
 
-            try:
                 at = await terminal.read_until("you> ")
                 terminal.type("first question\n")  # echoed: no reply is streaming
                 at = await terminal.read_until("conversation: Part one,", at)
@@ -107,10 +66,6 @@ async def test_text_typed_while_a_reply_streams_on_a_terminal_is_kept_out_of_it(
                 terminal.type("/quit\n")
                 assert await asyncio.to_thread(chat.wait, 30) == 0
                 assert echoes()  # and left as it was found
-            finally:
-                reap(chat)
-                os.close(slave)
-                os.close(master)
     printed = terminal.output.replace("\r\n", "\n")
     first_reply = printed.index("conversation: Part one,")
     assert printed[first_reply:].split("\n")[0] == "conversation: Part one, part two."

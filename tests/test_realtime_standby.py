@@ -9,6 +9,9 @@ holds a message that changed), the rollover takes the reconnect path, counted.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
 
 from realtime_helpers import WAIT_S, Recorder, ScriptedEars, frame_tags, tagged_frame
 
@@ -62,34 +65,46 @@ async def _until(session: RealtimeSession, state: str) -> None:
         await session.wait_for(lambda: session.standby.state == state)
 
 
-async def _facts(session: RealtimeSession, recorder: Recorder, facts=FACTS, seq0=1) -> None:
-    for seq, fact in enumerate(facts, seq0):
+@asynccontextmanager
+async def _started(
+    server: OfflineRealtimeServer, facts: tuple[str, ...] = FACTS[:1], **options: Any
+) -> AsyncIterator[tuple[RealtimeSession, Recorder]]:
+    """A session on ``server`` (``_session``'s ``options``), started and told ``facts``;
+    closed at the end of the block."""
+    recorder = Recorder()
+    session = _session(server, recorder, **options)
+    await session.start()
+    for seq, fact in enumerate(facts, 1):
         await recorder.ask(session, fact, seq)
+    yield session, recorder
+    await session.close()
+
+
+async def _roll_over_and_ask(session: RealtimeSession, recorder: Recorder) -> str:
+    """Roll over now, then the answer to a question only the first fact answers."""
+    await session.request_rollover("test")
+    return await recorder.ask(session, "What is my badge number?", 5)
 
 
 async def test_the_standby_holds_summary_tail_and_every_later_message_at_the_switch() -> None:
     faults = Faults()
     async with OfflineRealtimeServer(brain=ScriptedEars(), faults=faults) as server:
-        recorder = Recorder()
-        session = _session(server, recorder)
-        await session.start()
-        await _facts(session, recorder)
-        faults.hold = asyncio.Event()  # the standby's connect stays open until released
-        session.standby.prepare()
-        async with asyncio.timeout(WAIT_S):
-            await session.wait_for(lambda: session.standby.seeded)
-        assert session.standby.state == "connecting"
-        assert session.checkpointer.latest is not None and session.checkpointer.latest.summary
-        await recorder.ask(session, "My cat is called Tom.", 10)  # while it connects
-        faults.hold.set()
-        await _until(session, "ready")
-        await recorder.ask(session, "My sister lives in Lyon.", 11)  # while it waits
-        recovered = session.checkpointer.recovered()
-        expected = [(message.role, message.text) for message in recovered.messages]
-        await session.request_rollover("test")
-        standby = list(server.seeded_items[1])  # the server's second session, at the switch
-        answer = await recorder.ask(session, "Where does my sister live?", 12)
-        await session.close()
+        async with _started(server, facts=FACTS) as (session, recorder):
+            faults.hold = asyncio.Event()  # the standby's connect stays open until released
+            session.standby.prepare()
+            async with asyncio.timeout(WAIT_S):
+                await session.wait_for(lambda: session.standby.seeded)
+            assert session.standby.state == "connecting"
+            assert session.checkpointer.latest is not None and session.checkpointer.latest.summary
+            await recorder.ask(session, "My cat is called Tom.", 10)  # while it connects
+            faults.hold.set()
+            await _until(session, "ready")
+            await recorder.ask(session, "My sister lives in Lyon.", 11)  # while it waits
+            recovered = session.checkpointer.recovered()
+            expected = [(message.role, message.text) for message in recovered.messages]
+            await session.request_rollover("test")
+            standby = list(server.seeded_items[1])  # the server's second session, at the switch
+            answer = await recorder.ask(session, "Where does my sister live?", 12)
     assert standby == expected
     assert ("user", "My cat is called Tom.") in standby[-4:]
     assert standby[-2:][0] == ("user", "My sister lives in Lyon.")
@@ -102,23 +117,19 @@ async def test_a_short_utterance_after_the_boundary_is_answered_by_the_standby_i
     brain = ScriptedEars(["first", "yes"])
     faults = Faults()
     async with OfflineRealtimeServer(brain=brain, faults=faults) as server:
-        recorder = Recorder()
-        session = _session(server, recorder)
-        await session.start()
-        await _facts(session, recorder, FACTS[:1])
-        session.standby.prepare()
-        await _until(session, "ready")
-        faults.hold = asyncio.Event()  # never set: a connect now would never be ready
+        async with _started(server) as (session, recorder):
+            session.standby.prepare()
+            await _until(session, "ready")
+            faults.hold = asyncio.Event()  # never set: a connect now would never be ready
 
-        async def speak() -> None:  # 0.3 s: 15 frames of 20 ms, starting with the switch
-            for seq in range(100, 115):
-                await session.send_audio(tagged_frame(seq), seq)
-            await session.commit(115)
+            async def speak() -> None:  # 0.3 s: 15 frames of 20 ms, starting with the switch
+                for seq in range(100, 115):
+                    await session.send_audio(tagged_frame(seq), seq)
+                await session.commit(115)
 
-        async with asyncio.timeout(WAIT_S):
-            await asyncio.gather(session.request_rollover("test"), speak())
-            await recorder.wait_answers(2)
-        await session.close()
+            async with asyncio.timeout(WAIT_S):
+                await asyncio.gather(session.request_rollover("test"), speak())
+                await recorder.wait_answers(2)
     assert frame_tags(brain.heard[-1]) == list(range(100, 115))  # once each, in order
     assert server.stats["sessions"] == 2  # no connect after the boundary
     assert session.counts["standby_switches"] == 1 and session.counts["rollovers"] == 1
@@ -128,29 +139,20 @@ async def test_a_short_utterance_after_the_boundary_is_answered_by_the_standby_i
 
 async def test_pressure_past_prepare_at_opens_the_standby_once_a_checkpoint_is_ready() -> None:
     async with OfflineRealtimeServer(brain=ScriptedEars()) as server:
-        recorder = Recorder()
         policy = PressurePolicy(compress_at=0.01, prepare_at=0.02, rollover_at=1.0)
-        session = _session(
-            server, recorder, pressure=policy, limits=RealtimeLimits(max_context_tokens=1_000)
-        )
-        await session.start()
-        await _facts(session, recorder)
-        await _until(session, "ready")
-        assert session.checkpointer.committed >= 1 and session.counts["standby_opens"] == 1
-        await session.close()
+        async with _started(
+            server, facts=FACTS, pressure=policy, limits=RealtimeLimits(max_context_tokens=1_000)
+        ) as (session, _):
+            await _until(session, "ready")
+            assert session.checkpointer.committed >= 1 and session.counts["standby_opens"] == 1
     assert session.standby.state == "closed" and server.stats["sessions"] == 2
 
 
 async def test_a_provider_with_one_session_at_once_rolls_over_by_reconnecting() -> None:
     async with OfflineRealtimeServer(brain=ScriptedEars()) as server:
-        recorder = Recorder()
-        session = _session(server, recorder, concurrent=1)
-        await session.start()
-        await _facts(session, recorder, FACTS[:1])
-        session.standby.prepare()
-        await session.request_rollover("test")
-        answer = await recorder.ask(session, "What is my badge number?", 5)
-        await session.close()
+        async with _started(server, concurrent=1) as (session, recorder):
+            session.standby.prepare()
+            answer = await _roll_over_and_ask(session, recorder)
     assert session.standby.state == "closed" and session.counts["standby_opens"] == 0
     assert session.counts["standby_fallbacks"] == 1 and session.counts["rollovers"] == 1
     assert "4417" in answer
@@ -160,15 +162,10 @@ async def test_a_standby_that_cannot_connect_is_abandoned_for_the_reconnect_path
     # The provider claims two sessions, the server allows one: every standby is refused.
     settings = ServerSettings(max_concurrent_sessions=1)
     async with OfflineRealtimeServer(settings, brain=ScriptedEars()) as server:
-        recorder = Recorder()
-        session = _session(server, recorder)
-        await session.start()
-        await _facts(session, recorder, FACTS[:1])
-        session.standby.prepare()
-        await _until(session, "abandoned")
-        await session.request_rollover("test")
-        answer = await recorder.ask(session, "What is my badge number?", 5)
-        await session.close()
+        async with _started(server) as (session, recorder):
+            session.standby.prepare()
+            await _until(session, "abandoned")
+            answer = await _roll_over_and_ask(session, recorder)
     assert session.counts["standby_connect_failures"] == 3
     assert session.counts["standby_abandoned"] == 1 and session.counts["standby_fallbacks"] == 1
     assert server.stats["concurrency_refused"] >= 3 and session.counts["rollovers"] == 1
@@ -177,18 +174,13 @@ async def test_a_standby_that_cannot_connect_is_abandoned_for_the_reconnect_path
 
 async def test_a_standby_that_drops_while_waiting_is_reopened_and_switched_to() -> None:
     async with OfflineRealtimeServer(brain=ScriptedEars()) as server:
-        recorder = Recorder()
-        session = _session(server, recorder)
-        await session.start()
-        await _facts(session, recorder, FACTS[:1])
-        session.standby.prepare()
-        await _until(session, "ready")
-        assert server.drop_session(2)
-        async with asyncio.timeout(WAIT_S):
-            await session.wait_for(lambda: session.counts["standby_ready"] == 2)
-        await session.request_rollover("test")
-        answer = await recorder.ask(session, "What is my badge number?", 5)
-        await session.close()
+        async with _started(server) as (session, recorder):
+            session.standby.prepare()
+            await _until(session, "ready")
+            assert server.drop_session(2)
+            async with asyncio.timeout(WAIT_S):
+                await session.wait_for(lambda: session.counts["standby_ready"] == 2)
+            answer = await _roll_over_and_ask(session, recorder)
     assert session.counts["standby_dropped"] == 1 and session.counts["standby_reopens"] == 1
     assert session.counts["standby_switches"] == 1 and server.stats["sessions"] == 3
     assert "4417" in answer
@@ -196,15 +188,10 @@ async def test_a_standby_that_drops_while_waiting_is_reopened_and_switched_to() 
 
 async def test_a_standby_near_its_idle_limit_is_reopened_then_abandoned() -> None:
     async with OfflineRealtimeServer(brain=ScriptedEars()) as server:
-        recorder = Recorder()
-        session = _session(server, recorder, idle_s=0.05)
-        await session.start()
-        await _facts(session, recorder, FACTS[:1])
-        session.standby.prepare()
-        await _until(session, "abandoned")
-        await session.request_rollover("test")
-        answer = await recorder.ask(session, "What is my badge number?", 5)
-        await session.close()
+        async with _started(server, idle_s=0.05) as (session, recorder):
+            session.standby.prepare()
+            await _until(session, "abandoned")
+            answer = await _roll_over_and_ask(session, recorder)
     assert session.counts["standby_expired"] == 3 and session.counts["standby_reopens"] == 2
     assert session.counts["standby_fallbacks"] == 1 and "4417" in answer
 
@@ -213,21 +200,17 @@ async def test_a_message_changed_after_seeding_discards_the_standby() -> None:
     brain = ScriptedEars(speech_s=1.0)
     faults = Faults()
     async with OfflineRealtimeServer(brain=brain, faults=faults) as server:
-        recorder = Recorder()
-        session = _session(server, recorder)
-        await session.start()
-        await _facts(session, recorder, FACTS[:2])
-        session.standby.prepare()
-        await _until(session, "ready")
-        faults.hold = asyncio.Event()  # the reopened standby cannot be ready in time
-        cut = recorder.done[-1][1]
-        await session.truncate(cut.response_id, 0)  # a barge-in: nothing of it was heard
-        assert session.counts["standby_invalidated"] == 1
-        assert session.standby.state == "connecting"  # reopened from the cut transcript
-        await session.request_rollover("test")
-        faults.hold.set()
-        answer = await recorder.ask(session, "What is my badge number?", 5)
-        await session.close()
+        async with _started(server, facts=FACTS[:2]) as (session, recorder):
+            session.standby.prepare()
+            await _until(session, "ready")
+            faults.hold = asyncio.Event()  # the reopened standby cannot be ready in time
+            cut = recorder.done[-1][1]
+            await session.truncate(cut.response_id, 0)  # a barge-in: nothing of it was heard
+            assert session.counts["standby_invalidated"] == 1
+            assert session.standby.state == "connecting"  # reopened from the cut transcript
+            await session.request_rollover("test")
+            faults.hold.set()
+            answer = await recorder.ask(session, "What is my badge number?", 5)
     assert session.counts["standby_invalidated"] == 1
     assert session.counts["standby_fallbacks"] == 1 and session.counts["standby_switches"] == 0
     heard = [text for role, text in server.seeded_items[-1] if role == "assistant"]
@@ -238,20 +221,17 @@ async def test_the_switch_waits_for_a_safe_boundary_and_drops_old_epoch_events()
     brain = ScriptedEars()
     faults = Faults(late_events=True)
     async with OfflineRealtimeServer(brain=brain, faults=faults) as server:
-        recorder = Recorder()
-        session = _session(server, recorder)
-        await session.start()
-        session.standby.prepare()
-        await _until(session, "ready")
-        brain.release = asyncio.Event()
-        await session.send_text("My badge number is 4417.", 1)
-        await session.request_rollover("test")  # scheduled: the response is in progress
-        assert session.phase is Phase.STREAMING and session.machine.scheduled == "test"
-        assert session.counts["standby_switches"] == 0 and session.epoch == 1
-        brain.release.set()
-        await recorder.wait_answers(1)
-        faults.late_events = False  # the old session's late events were sent already
-        answer = await recorder.ask(session, "What is my badge number?", 2)
-        await session.close()
+        async with _started(server, facts=()) as (session, recorder):
+            session.standby.prepare()
+            await _until(session, "ready")
+            brain.release = asyncio.Event()
+            await session.send_text("My badge number is 4417.", 1)
+            await session.request_rollover("test")  # scheduled: the response is in progress
+            assert session.phase is Phase.STREAMING and session.machine.scheduled == "test"
+            assert session.counts["standby_switches"] == 0 and session.epoch == 1
+            brain.release.set()
+            await recorder.wait_answers(1)
+            faults.late_events = False  # the old session's late events were sent already
+            answer = await recorder.ask(session, "What is my badge number?", 2)
     assert session.counts["standby_switches"] == 1 and session.counts["stale_events"] >= 2
     assert session.counts["provider_errors"] == 0 and "4417" in answer

@@ -57,8 +57,32 @@ def routed(destination: Destination) -> tuple[AgentRuntime, ReplyCollector, Turn
     return runtime, collector, runtime.register("ends", TurnEnds())
 
 
+class HeldUntil(Destination):
+    """Answers no turn before the turn of the query ``last`` was admitted.
+
+    The runtime hands the router queries as they come off its socket: one sent a moment
+    before the others can arrive alone, and a destination answering at once would finish
+    its turn before the next query cancels it. Held, an earlier turn is still running (or
+    never ran) when a later query arrives, however the queries were batched.
+    """
+
+    def __init__(self, last: str) -> None:
+        super().__init__("conversation", Log())
+        self.last = last
+        self.last_admitted = asyncio.Event()
+
+    async def admit(self, turn, *, focused):
+        if turn.text == self.last:
+            self.last_admitted.set()
+        return await super().admit(turn, focused=focused)
+
+    async def answer(self, turn, *, started):
+        await self.last_admitted.wait()
+        return await super().answer(turn, started=started)
+
+
 async def test_queries_sent_at_once_each_end_the_earlier_ones_canceled():
-    runtime, collector, ends = routed(Destination("conversation", Log()))
+    runtime, collector, ends = routed(HeldUntil("question 4"))
     async with runtime:
         turns = [ask(runtime, collector, "p1", f"question {i}") for i in range(5)]
         outcomes = [await turn.wait_outcome(10) for turn in turns]

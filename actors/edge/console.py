@@ -36,7 +36,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, run, subscribe
-from xrmq.actors.voice.mic import FrameSender, wav_pcm
+from xrmq.actors.voice.mic import FrameSender, forward_blocks, input_stream, wav_pcm
 from xrmq.actors.voice.pcm import FRAME_MS, SAMPLE_RATE, frames, pcm16_to_float
 from xrmq.actors.voice.playback import AudioRecorder
 from xrmq.schemas import AudioFrame, AudioPlayback, Interrupted, ResponseOutput, UserQuery
@@ -206,40 +206,14 @@ def _first_line(error: BaseException) -> str:
 
 async def speak_microphone(speaker: Speaker, stop: asyncio.Event) -> None:
     """The default microphone until ``stop``, or ``AudioUnavailable``."""
-    loop = asyncio.get_running_loop()
-    blocks: asyncio.Queue[bytes] = asyncio.Queue(maxsize=100)
-
-    def on_block(data: Any, count: int, timing: Any, status: Any) -> None:
-        loop.call_soon_threadsafe(_offer, blocks, bytes(data))
-
     sounddevice = _sounddevice("microphone")
     try:
-        stream = sounddevice.RawInputStream(
-            samplerate=SAMPLE_RATE,
-            channels=1,
-            dtype="int16",
-            blocksize=SAMPLE_RATE * FRAME_MS // 1000,
-            callback=on_block,
-        )
+        stream, blocks = input_stream(sounddevice)
     except Exception as error:
         raise AudioUnavailable(f"no microphone: {_first_line(error)}") from None
     speaker.sender.realtime = False  # the microphone paces itself
     with stream:
-        while not stop.is_set():
-            getter = asyncio.ensure_future(blocks.get())
-            waiter = asyncio.ensure_future(stop.wait())
-            done, _ = await asyncio.wait({getter, waiter}, return_when=asyncio.FIRST_COMPLETED)
-            for task in (getter, waiter):
-                if task not in done:
-                    task.cancel()
-            if getter in done:
-                await speaker.send(getter.result())
-
-
-def _offer(queue: asyncio.Queue[bytes], block: bytes) -> None:
-    if queue.full():
-        queue.get_nowait()  # a stalled bus drops the oldest audio, never grows
-    queue.put_nowait(block)
+        await forward_blocks(blocks, speaker.send, stop)
 
 
 def _answered(turns: Turns, count: int, started: bool) -> bool:

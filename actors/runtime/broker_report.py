@@ -12,7 +12,10 @@ the publisher left (``publishers_left``); if the peer is still there, or data it
 is still unread, libzmq dropped it: an oversize frame or a protocol error
 (``publishers_dropped``). Only connects and disconnects cost anything; the proxy's path
 is untouched. (A publisher that sends an oversize frame and exits at once, with every
-byte of it already read by libzmq, counts as left.)
+byte of it already read by libzmq, counts as left.) The monitor's events arrive late under
+load: a connection that ended before its ``EVENT_ACCEPTED`` was read has no duplicate to
+look at and counts as dropped; ``broker.publishers_watched`` (the connections with a
+duplicate kept) tells a client when the broker has seen its connection.
 
 This thread publishes the counts on ``METRICS_TOPIC`` under the runtime name
 ``broker``, through the broker's own publish endpoint, every ``interval`` seconds;
@@ -302,6 +305,7 @@ class BrokerReport:
                         **(self._live_gauges() if self._live_gauges is not None else {}),
                         "broker.publishers_dropped": float(self.peers.dropped),
                         "broker.publishers_left": float(self.peers.left),
+                        "broker.publishers_watched": float(len(self.peers)),
                         "broker.tails_held": float(len(self.tails)),
                         "broker.tails_dropped": float(self.tails.dropped),
                         "broker.heartbeats_refused": float(self.tails.refused),

@@ -5,12 +5,15 @@ paced in real time (``realtime=False`` sends as fast as the bus takes them), fol
 ``tail_s`` of silence so the listener's VAD sees the speech end. ``publish_device``
 streams the default input device through sounddevice, which needs the PortAudio
 library: it is imported only here, with a clear error when it is missing.
+``input_stream`` and ``forward_blocks`` are its two halves, for a client that sends the
+device's audio its own way (``xrmq console``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -94,29 +97,45 @@ async def publish_device(runtime: AgentRuntime, participant_id: str, stop: async
     """Stream the default microphone until ``stop`` is set; returns the frames sent."""
     sounddevice = import_sounddevice()
     sender = FrameSender(runtime, participant_id, realtime=False)
+    stream, blocks = input_stream(sounddevice)
+    with stream:
+        await forward_blocks(blocks, sender.send, stop)
+    return sender.sent
+
+
+def input_stream(sounddevice: Any) -> tuple[Any, asyncio.Queue[bytes]]:
+    """The default input device as an unstarted ``RawInputStream`` (``with`` runs it) and the
+    queue its 20 ms blocks of 16 kHz PCM16 arrive on, in the running loop. The queue holds
+    100 blocks (2 s): a consumer that stalls loses the oldest audio, never grows it."""
     loop = asyncio.get_running_loop()
     blocks: asyncio.Queue[bytes] = asyncio.Queue(maxsize=100)
 
     def on_block(data: Any, count: int, timing: Any, status: Any) -> None:
         loop.call_soon_threadsafe(_offer, blocks, bytes(data))
 
-    with sounddevice.RawInputStream(
+    stream = sounddevice.RawInputStream(
         samplerate=SAMPLE_RATE,
         channels=1,
         dtype="int16",
         blocksize=SAMPLE_RATE * FRAME_MS // 1000,
         callback=on_block,
-    ):
-        while not stop.is_set():
-            getter = asyncio.ensure_future(blocks.get())
-            waiter = asyncio.ensure_future(stop.wait())
-            done, _ = await asyncio.wait({getter, waiter}, return_when=asyncio.FIRST_COMPLETED)
-            for task in (getter, waiter):
-                if task not in done:
-                    task.cancel()
-            if getter in done:
-                await sender.send(getter.result())
-    return sender.sent
+    )
+    return stream, blocks
+
+
+async def forward_blocks(
+    blocks: asyncio.Queue[bytes], send: Callable[[bytes], Awaitable[None]], stop: asyncio.Event
+) -> None:
+    """Hand each block to ``send``, in order, until ``stop`` is set."""
+    while not stop.is_set():
+        getter = asyncio.ensure_future(blocks.get())
+        waiter = asyncio.ensure_future(stop.wait())
+        done, _ = await asyncio.wait({getter, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (getter, waiter):
+            if task not in done:
+                task.cancel()
+        if getter in done:
+            await send(getter.result())
 
 
 def _offer(queue: asyncio.Queue[bytes], block: bytes) -> None:
