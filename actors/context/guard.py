@@ -14,7 +14,7 @@ cause and handled by the failure ladder instead of replacing the entries:
    model off for the next 0, 1, 3, 7 (at most ``MAX_MODEL_SKIPS``) compactions.
 
 A condensed summary (or the clipped one a failed condense leaves) that keeps less than
-``MIN_CONDENSED_SHARE`` of the long summary's values is replaced by the extractive summary
+``MIN_KEPT_SHARE`` of the long summary's values is replaced by the extractive summary
 of the long one, so the condense step cannot drop values either. ``state.summary_by``
 records what made the summary. Unguarded, a failure waits for the next entry and nothing is checked.
 
@@ -30,7 +30,7 @@ import msgspec
 
 from .clip import clip_middle, utf8_size
 from .compaction import compact_message
-from .salience import MIN_CONDENSED_SHARE, SummaryProblem, extractive_summary, summary_problem
+from .salience import SummaryProblem, extractive_summary, summary_problem
 from .state import ApplyStatus, CompactionSettings, PendingJob, SectionSpec, SectionState
 
 MODEL_ATTEMPTS = 3
@@ -150,7 +150,7 @@ class SummaryGuard(msgspec.Struct, frozen=True):
         if not self.settings.guarded:
             return True
         limit = self.spec.summary_limit_bytes
-        problem = summary_problem(text, "", [pending.candidate], limit, MIN_CONDENSED_SHARE)
+        problem = summary_problem(text, "", [pending.candidate], limit)
         if problem is None:
             return True
         self._count(state, problem)

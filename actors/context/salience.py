@@ -24,12 +24,9 @@ NEAR_IDENTICAL_RATIO = 0.9
 """A summary at least this similar to the previous one (``difflib`` ratio, after case and
 whitespace folding) is "nearly identical": frozen unless it kept a value the entries added."""
 
-MIN_KEPT_SHARE = 0.5
-"""A summary must keep at least this share (and at least one) of the entries' values."""
-
-MIN_CONDENSED_SHARE = 0.8
-"""A condensed summary must keep at least this share of the long summary's values: it
-shortens text that already holds only what mattered, so it has less reason to drop any."""
+MIN_KEPT_SHARE = 0.8
+"""A summary must keep at least this share of the values that fit (all of one or two): a
+rolling summary is rewritten again and again, and what each rewrite may lose compounds."""
 
 _TAG = re.compile(r"</?[A-Za-z][\w.:-]*>")
 _ALNUM = re.compile(r"\w")
@@ -247,24 +244,31 @@ def _folded(text: str) -> str:
     return " ".join(text.lower().split())
 
 
+def _allowed_losses(fits: int) -> int:
+    """Values of ``fits`` a summary may drop: ``1 - MIN_KEPT_SHARE`` of them, and one of
+    three or more (a correction replaces a value: "room 12" -> "room 539"), none of fewer."""
+    return max(1, math.floor(fits * (1 - MIN_KEPT_SHARE))) if fits >= 3 else 0
+
+
 def summary_problem(
     summary: str,
     previous: str,
     entries: list[str] | tuple[str, ...],
     limit_bytes: int,
-    min_kept_share: float = MIN_KEPT_SHARE,
 ) -> SummaryProblem | None:
     """Why ``summary`` must not replace ``entries`` (after ``previous``), or None if it may.
 
-    The yardstick is what fits: the extractive summary of the same material within the same
-    ``limit_bytes`` (the fallback's). ``frozen``: ``summary`` is the previous summary (nearly:
-    ``NEAR_IDENTICAL_RATIO``) without any value the entries added, where the yardstick keeps
-    some. ``lossy``: it keeps fewer than ``min_kept_share`` (and at least one) of the
-    entries' values the yardstick keeps. A value is kept when it occurs in the text (case and
-    whitespace folded). Entries without values never make a summary fail, nor does a
-    material whose values do not fit the limit at all.
+    The yardstick is what fits: the extractive summary of the same material (the previous
+    summary and the entries) within the same ``limit_bytes`` (the fallback's). ``frozen``:
+    ``summary`` is the previous summary (nearly: ``NEAR_IDENTICAL_RATIO``) without any value
+    the entries added, where the yardstick keeps some. ``lossy``: it keeps fewer of the
+    material's values than the yardstick does, less ``_allowed_losses`` (``MIN_KEPT_SHARE``): the
+    previous summary's count as much as the entries' (a rolling summary that keeps the new
+    values and drops the old loses them for good). A value is kept when it occurs in the
+    text (case and whitespace folded). A material without values never makes a summary
+    fail, nor does one whose values do not fit the limit at all.
     """
-    values = salient_values("\n".join(entries))
+    values = salient_values("\n".join([previous, *entries]))
     if not values:
         return None
     yardstick = _folded(extractive_summary("\n".join([previous, *entries]), limit_bytes))
@@ -280,6 +284,6 @@ def summary_problem(
         >= NEAR_IDENTICAL_RATIO
     ):
         return "frozen"
-    if fits and len(kept) < max(1, math.ceil(len(fits) * min_kept_share)):
+    if fits and len(kept) < len(fits) - _allowed_losses(len(fits)):
         return "lossy"
     return None
