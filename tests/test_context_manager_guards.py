@@ -11,16 +11,17 @@ changes, never on sleeps.
 from __future__ import annotations
 
 import asyncio
-import re
 
 import pytest
 
 from xrmq.actors.context import ContextManager, context_config
 from xrmq.actors.context.config import ContextTable
-from xrmq.actors.context.salience import extractive_summary, salient_values
-from xrmq.actors.models import ChatRequest, ScriptedLLM, ScriptedResponse, compaction_limit
+from xrmq.actors.context.salience import salient_values
+from xrmq.actors.models import ChatRequest, ScriptedLLM, ScriptedResponse
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.schemas import ConversationContextUpdate
+
+from weak_compactors import frozen, lossy
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -35,24 +36,6 @@ TOPIC = "sample.notes"
 
 def reading(i: int) -> str:
     return f"S{i}: {100 + i} kPa. {FILLER}"
-
-
-def good(request: ChatRequest) -> str:
-    limit = compaction_limit(request.messages[0].content)
-    assert limit is not None
-    return extractive_summary(request.messages[1].content, limit)
-
-
-def frozen(request: ChatRequest) -> str:
-    """The previous summary unchanged (a good summary when there is none yet)."""
-    found = re.search(
-        r"<previous_summary>\n(.*)\n</previous_summary>", request.messages[1].content, re.S
-    )
-    return found.group(1) if found else good(request)
-
-
-def lossy(request: ChatRequest) -> str:
-    return "This material records pressure readings from the building's sensors."
 
 
 def cut_off(request: ChatRequest) -> ScriptedResponse:

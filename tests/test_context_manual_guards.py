@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -23,17 +22,18 @@ import pytest
 
 from xrmq.actors.context import ContextManager
 from xrmq.actors.context.manual import CompactStatus
-from xrmq.actors.context.salience import extractive_summary, salient_values
+from xrmq.actors.context.salience import salient_values
 from xrmq.actors.edge.context_commands import compact as compact_command
 from xrmq.actors.models import (
     ChatRequest,
     ModelError,
     ScriptedLLM,
     ScriptedResponse,
-    compaction_limit,
 )
 from xrmq.actors.runtime import AgentRuntime
 from xrmq.schemas import ConversationContextUpdate
+
+from weak_compactors import frozen, good, lossy
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -45,24 +45,6 @@ FILLER = "The corridor lights kept their schedule and the doors stayed shut all 
 
 def reading(i: int) -> str:
     return f"Sensor S{i} read {100 + i} kPa in room {530 + i}. {FILLER}"
-
-
-def good(request: ChatRequest) -> str:
-    limit = compaction_limit(request.messages[0].content)
-    assert limit is not None
-    return extractive_summary(request.messages[1].content, limit)
-
-
-def frozen(request: ChatRequest) -> str:
-    """The previous summary unchanged (a good summary when there is none yet)."""
-    found = re.search(
-        r"<previous_summary>\n(.*)\n</previous_summary>", request.messages[1].content, re.S
-    )
-    return found.group(1) if found else good(request)
-
-
-def lossy(request: ChatRequest) -> str:
-    return "This material records pressure readings from the building's sensors."
 
 
 def cut_off(request: ChatRequest) -> ScriptedResponse:

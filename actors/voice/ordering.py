@@ -309,21 +309,10 @@ class VoiceOrdering:
             item = state.active
             text = item.release(self.sentences)
             if text:
-                self._tokens += 1
-                state.playing = self._tokens
-                first, item.started = not item.started, True
-                return Segment(
-                    participant_id,
-                    item.number,
-                    item.kind,
-                    item.sources,
-                    item.request_id,
-                    text,
-                    item.timestamp_us,
-                    first,
-                    item.urgent,
-                    self._tokens,
-                )
+                first = not item.started
+                segment = self._segment(participant_id, item, text, first)
+                state.playing = segment.token
+                return segment
             if not item.closed:
                 return None
             if item.gapped:
@@ -345,8 +334,14 @@ class VoiceOrdering:
         text = item.release(self.sentences)
         if not text:
             return None
+        segment = self._segment(participant_id, item, text, False)
+        state.ahead = segment.token
+        return segment
+
+    def _segment(self, participant_id: str, item: Item, text: str, first: bool) -> Segment:
+        """The next piece ``text`` of ``item`` as a segment under a new token; the item
+        has started."""
         self._tokens += 1
-        state.ahead = self._tokens
         item.started = True
         return Segment(
             participant_id,
@@ -356,7 +351,7 @@ class VoiceOrdering:
             item.request_id,
             text,
             item.timestamp_us,
-            False,
+            first,
             item.urgent,
             self._tokens,
         )
