@@ -42,7 +42,12 @@ from xrmq.actors.models import (
 from xrmq.actors.models.openai_messages import message_dict
 from xrmq.actors.runtime import AgentRuntime, run
 from xrmq.actors.tools import AutoCompactor, Tool, ToolAgent, compact_toolcall, remote_tool
-from xrmq.actors.tools.store import TranscriptAck, TranscriptTopics, TranscriptWrite
+from xrmq.actors.tools.store import (
+    TranscriptAck,
+    TranscriptTopics,
+    TranscriptWrite,
+    wire_messages,
+)
 from xrmq.schemas import AgentTurn
 from xrmq.topics import VOICE_OUTPUT_TOPIC
 
@@ -69,7 +74,7 @@ def _row(group: str, subject: str, unit: str, values: list[float], **extra: floa
 def _turn_write(index: int) -> TranscriptWrite:
     """One tool turn's append (four messages, about 1 KB), the ``index``-th write."""
     call = ToolCall(f"c{index}", "probe", "{}")
-    messages = tuple(
+    messages = wire_messages(
         message_dict(message)
         for message in (
             ChatMessage("user", f"Read probe {index}."),

@@ -13,6 +13,7 @@ import pytest
 from test_tools_durable import load, tools_stack_config
 
 from xrmq.actors.runtime import AgentRuntime
+from xrmq.actors.tools.store import held_messages
 
 from buses import PROCS
 from chat_terminal import chat_on_terminal
@@ -83,14 +84,15 @@ async def test_retry_revise_and_render_in_chat_on_a_running_box(monkeypatch, tmp
         assert not stack.failed
     printed = terminal.output.replace("\r\n", "\n")
     assert f"of lab-tools to {page}" in printed
-    users = [m["content"] for m in state.messages if m["role"] == "user"]
+    messages = held_messages(state.messages)
+    users = [m["content"] for m in messages if m["role"] == "user"]
     assert users == ["Is the <camera> on the bench & working?"]  # retried, then revised
-    assert [m["role"] for m in state.messages] == ["user", "assistant", "tool", "assistant"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
     dom = dump_dom(page)
     assert "Is the &lt;camera&gt; on the bench &amp; working?" in dom
     assert "<camera>" not in dom  # escaped: text, not an element
-    call = state.messages[1]["tool_calls"][0]
-    call_id, name, last = call["id"], call["function"]["name"], state.messages[-1]["content"]
+    call = messages[1]["tool_calls"][0]
+    call_id, name, last = call["id"], call["function"]["name"], messages[-1]["content"]
     summary = f"<summary>tool call: {name} ({call_id})</summary>"
     assert f'<details class="tool-call">{summary}<pre>{{}}</pre></details>' in dom
     assert f'<details class="tool-result"><summary>tool result ({call_id})</summary>' in dom

@@ -316,6 +316,7 @@ async def test_the_transcript_lives_in_a_keyed_actor_and_a_new_agent_continues_f
         TranscriptLoad,
         TranscriptState,
         TranscriptTopics,
+        held_messages,
         register_transcripts,
     )
 
@@ -358,7 +359,7 @@ async def test_the_transcript_lives_in_a_keyed_actor_and_a_new_agent_continues_f
         )
     assert result.response == "Probe 1 code is nominal-1."  # through extract_compacted_tool_result
     held = second.transcript("p1")
-    assert list(stored.messages) == held.messages and len(held.messages) == 15 * 4 + 4
+    assert held_messages(stored.messages) == held.messages and len(held.messages) == 15 * 4 + 4
     assert held.messages[:60] == first.transcript("p1").messages
     # after system and context
     assert llm.requests[0].messages[2] == ChatMessage("user", "Read probe 1.")

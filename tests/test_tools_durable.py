@@ -20,6 +20,7 @@ from xrmq.actors.tools.store import (
     TranscriptLoad,
     TranscriptState,
     TranscriptTopics,
+    held_messages,
     register_transcripts,
     restore,
 )
@@ -74,7 +75,7 @@ async def test_a_journaled_transcript_comes_back_whole_with_its_originals_and_co
     store.close()
     held = agent.transcript("p1")
     assert reclaimed.reclaimed_count == 2 and before.revision == held.revision == 16
-    assert list(before.messages) == held.messages
+    assert held_messages(before.messages) == held.messages
 
     reopened = open_store(path)
     assert set(reopened.transcripts) == {("p1", "lab-tools")}
@@ -122,7 +123,7 @@ async def test_a_store_that_missed_writes_gets_the_whole_transcript_and_journals
         store.close()
     held = agent.transcript("p1")
     assert agent.store_refused >= 1 and not held.resync
-    assert list(stored.messages) == held.messages and len(held.messages) == 8
+    assert held_messages(stored.messages) == held.messages and len(held.messages) == 8
     journal = open_store(path)
     try:
         assert len(journal.transcripts["p1", "lab-tools"].messages) == 8
@@ -148,7 +149,9 @@ async def test_a_refused_append_is_followed_by_a_replace(tmp_path):
             await agent.mirrored()
             stored = await load(front)
     assert agent.store_refused == 1
-    assert list(stored.messages) == agent.transcript("p1").messages and stored.revision == 3
+    assert (
+        held_messages(stored.messages) == agent.transcript("p1").messages and stored.revision == 3
+    )
 
 
 async def test_a_participant_leaving_removes_their_transcript_rows(tmp_path):
@@ -287,9 +290,11 @@ async def test_a_kill_9_of_the_context_process_keeps_the_transcript_placeholders
             assert "2 reclaimed" in done, done
             before = await load(client)  # answered after the compaction's write: journaled
             restored = restore(before)
-            call_ids = [m["tool_call_id"] for m in before.messages if m["role"] == "tool"]
+            call_ids = [
+                m["tool_call_id"] for m in held_messages(before.messages) if m["role"] == "tool"
+            ]
             assert len(call_ids) == 14 and restored.counters.toolcall_reclaimed == 2
-            assert before.messages[2]["content"] == placeholder(call_ids[0] or "")
+            assert held_messages(before.messages)[2]["content"] == placeholder(call_ids[0] or "")
             assert restored.extract(call_ids[0] or "").startswith("View 1: a red multimeter")
 
             await stack.kill("context")
@@ -306,7 +311,7 @@ async def test_a_kill_9_of_the_context_process_keeps_the_transcript_placeholders
         assert not stack.failed
 
     def users(state: TranscriptState) -> list[str]:
-        return [m["content"] for m in state.messages if m["role"] == "user"]
+        return [m["content"] for m in held_messages(state.messages) if m["role"] == "user"]
 
     assert users(continued) == [*users(before), "What is on the bench now?"]
     assert len(continued.messages) == len(before.messages) + 4  # user, call, result, answer
@@ -332,7 +337,7 @@ async def test_an_instance_retired_over_its_bound_reads_its_transcript_back_from
             await load(front, "p2")  # p2's instance retired p1's (the bound is 1)
         again = await load(front, "p1")
     store.close()
-    assert list(again.messages) == agent.transcript("p1").messages and again.revision == 1
+    assert held_messages(again.messages) == agent.transcript("p1").messages and again.revision == 1
     assert agent.store_refused == 0  # read back whole: nothing had to be re-sent
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -72,18 +72,35 @@ class TranscriptCounters(msgspec.Struct, frozen=True):
         return CompactionCounter(**msgspec.structs.asdict(self))
 
 
+_encode = msgspec.msgpack.Encoder().encode
+_decode_param = msgspec.msgpack.Decoder(dict[str, Any]).decode
+
 Message = dict[str, Any]
-"""A transcript message on the wire and in the journal: OpenAI's typed chat message
-(``conversation_state.Conversation.messages``), as the agent holds it."""
+"""A transcript message as the agent and the store actor hold it: OpenAI's typed chat
+message (``conversation_state.Conversation.messages``)."""
+
+WireMessage = bytes
+"""A message in a write or a state: the MessagePack of its typed dict, the journal row's
+bytes. Bytes keep bus messages deeply immutable (a dict a receiver holds could change
+under it, or under the sender), and the store journals them without encoding again."""
 
 
-def wire_messages(messages: Sequence[Any]) -> tuple[Message, ...]:
+def wire_messages(messages: Iterable[Any]) -> tuple[WireMessage, ...]:
     """A transcript's messages (a ``Conversation`` 's typed dicts) as a write carries them."""
-    return tuple(messages)
+    return tuple(_encode(message) for message in messages)
 
 
-def _checked_messages(messages: tuple[Message, ...], owner: str) -> None:
-    for index, message in enumerate(messages):
+def held_messages(messages: Sequence[WireMessage]) -> list[Message]:
+    """A write's or a state's messages as typed dicts (checked when the write was made)."""
+    return [_decode_param(blob) for blob in messages]
+
+
+def _checked_messages(messages: tuple[WireMessage, ...], owner: str) -> None:
+    for index, blob in enumerate(messages):
+        try:
+            message = _decode_param(blob)
+        except msgspec.DecodeError as error:  # ValidationError is one
+            raise ValueError(f"{owner}.messages[{index}]: not a message: {error}") from None
         checked_message(message, f"{owner}.messages[{index}]")
 
 
@@ -92,7 +109,7 @@ class TranscriptWrite(msgspec.Struct, frozen=True):
     compaction, or to resync), or ``clear`` the transcript (the participant left)."""
 
     kind: Literal["append", "replace", "clear"]
-    messages: tuple[Message, ...]
+    messages: tuple[WireMessage, ...]
     summary: str | None = None
     total_tokens: int | None = None
     originals: tuple[tuple[str, str], ...] = ()
@@ -129,7 +146,7 @@ class TranscriptLoad(msgspec.Struct, frozen=True):
 class TranscriptState(msgspec.Struct, frozen=True):
     """A participant's whole transcript."""
 
-    messages: tuple[Message, ...] = ()
+    messages: tuple[WireMessage, ...] = ()
     summary: str | None = None
     total_tokens: int | None = None
     originals: tuple[tuple[str, str], ...] = ()
@@ -155,18 +172,7 @@ class TranscriptHeader(msgspec.Struct, frozen=True):
     """Absent from a header journaled before it was kept: False."""
 
 
-_encode = msgspec.msgpack.Encoder().encode
 _decode_header = msgspec.msgpack.Decoder(TranscriptHeader).decode
-_decode_param = msgspec.msgpack.Decoder(dict[str, Any]).decode
-
-
-def _decode_message(blob: bytes) -> Message:
-    """The message of a journal row (``msgspec.ValidationError`` when it is not one)."""
-    param = _decode_param(blob)
-    try:
-        return dict(checked_message(param, "journal row"))
-    except ValueError as error:
-        raise msgspec.ValidationError(f"not an OpenAI chat message: {error}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,11 +195,11 @@ def apply_write(transcript: Transcript, write: TranscriptWrite) -> None:
         transcript.clear()
         return
     if write.kind == "replace":
-        transcript.replace(list(write.messages))
+        transcript.replace(held_messages(write.messages))
         transcript.summary = write.summary
         transcript.turn_ids.clear()
     else:
-        transcript.extend(write.messages)
+        transcript.extend(held_messages(write.messages))
     transcript.note_turn_ids(write.turn_ids)
     transcript.note_usage(write.total_tokens, estimated=write.tokens_estimated)
     transcript.counters = write.counters.held()
@@ -204,7 +210,7 @@ def apply_write(transcript: Transcript, write: TranscriptWrite) -> None:
 def write_of(
     transcript: Transcript,
     kind: Literal["append", "replace"],
-    messages: tuple[Message, ...],
+    messages: tuple[WireMessage, ...],
     originals: tuple[tuple[str, str], ...],
     new_turn_ids: tuple[str, ...] = (),
 ) -> TranscriptWrite:
@@ -265,16 +271,19 @@ def recovered_state(recovered: RecoveredTranscript) -> TranscriptState:
     """A transcript's state from its journal rows (``StoreError``-worthy rows raise
     ``msgspec.DecodeError``/``ValidationError``)."""
     header = _decode_header(recovered.header)
-    return TranscriptState(
-        tuple(_decode_message(blob) for blob in recovered.messages),
-        header.summary,
-        header.total_tokens,
-        tuple(recovered.originals),
-        header.counters,
-        header.revision,
-        header.turn_ids,
-        header.tokens_estimated,
-    )
+    try:
+        return TranscriptState(
+            tuple(recovered.messages),
+            header.summary,
+            header.total_tokens,
+            tuple(recovered.originals),
+            header.counters,
+            header.revision,
+            header.turn_ids,
+            header.tokens_estimated,
+        )
+    except ValueError as error:
+        raise msgspec.ValidationError(f"not an OpenAI chat message: {error}") from None
 
 
 class TranscriptActor(Agent):

@@ -22,6 +22,7 @@ exchange back there too.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .conversation_state import CompactionCounter, Conversation
@@ -107,7 +108,7 @@ class Transcript:
         self.conversation.messages = list(messages)
         self.committed = len(messages)
 
-    def extend(self, messages: tuple[Any, ...]) -> None:
+    def extend(self, messages: Sequence[Any]) -> None:
         """Commit ``messages`` after the committed ones (a mirror applying an append)."""
         del self.conversation.messages[self.committed :]
         self.conversation.messages.extend(messages)
