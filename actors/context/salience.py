@@ -25,8 +25,9 @@ NEAR_IDENTICAL_RATIO = 0.9
 whitespace folding) is "nearly identical": frozen unless it kept a value the entries added."""
 
 MIN_KEPT_SHARE = 0.8
-"""A summary must keep at least this share of the values that fit (all of one or two): a
-rolling summary is rewritten again and again, and what each rewrite may lose compounds."""
+"""A summary must keep at least this share of the values that fit, the new entries' and the
+previous summary's each (all of up to four): a rolling summary is rewritten again and
+again, and what each rewrite may lose compounds."""
 
 _TAG = re.compile(r"</?[A-Za-z][\w.:-]*>")
 _ALNUM = re.compile(r"\w")
@@ -244,12 +245,6 @@ def _folded(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def _allowed_losses(fits: int) -> int:
-    """Values of ``fits`` a summary may drop: ``1 - MIN_KEPT_SHARE`` of them, and one of
-    three or more (a correction replaces a value: "room 12" -> "room 539"), none of fewer."""
-    return max(1, math.floor(fits * (1 - MIN_KEPT_SHARE))) if fits >= 3 else 0
-
-
 def summary_problem(
     summary: str,
     previous: str,
@@ -259,31 +254,43 @@ def summary_problem(
     """Why ``summary`` must not replace ``entries`` (after ``previous``), or None if it may.
 
     The yardstick is what fits: the extractive summary of the same material (the previous
-    summary and the entries) within the same ``limit_bytes`` (the fallback's). ``frozen``:
-    ``summary`` is the previous summary (nearly: ``NEAR_IDENTICAL_RATIO``) without any value
-    the entries added, where the yardstick keeps some. ``lossy``: it keeps fewer of the
-    material's values than the yardstick does, less ``_allowed_losses`` (``MIN_KEPT_SHARE``): the
-    previous summary's count as much as the entries' (a rolling summary that keeps the new
-    values and drops the old loses them for good). A value is kept when it occurs in the
-    text (case and whitespace folded). A material without values never makes a summary
-    fail, nor does one whose values do not fit the limit at all.
+    summary and the entries) within the same ``limit_bytes`` (the fallback's). A value is
+    kept when it occurs in the text (case and whitespace folded).
+
+    ``frozen``: ``summary`` is the previous summary (nearly: ``NEAR_IDENTICAL_RATIO``)
+    without any value the entries added, where the yardstick keeps some. ``lossy``: of
+    either kind of value, it keeps fewer than the yardstick does, less what may go
+    (``MIN_KEPT_SHARE`` of them): the entries' new values, of which none of up to four may
+    go; and the previous summary's, of which one may also go while the entries add values
+    (a correction replaces it: "room 12" -> "room 539"). A rolling summary that keeps the
+    new values and drops the old loses them for good; one that keeps the old and drops
+    the newest reading answers with a stale one. A material without values never makes a
+    summary fail, nor does one whose values do not fit the limit at all.
     """
-    values = salient_values("\n".join([previous, *entries]))
-    if not values:
+    old = salient_values(previous)
+    new = salient_values("\n".join(entries)) - old
+    if not old and not new:
         return None
     yardstick = _folded(extractive_summary("\n".join([previous, *entries]), limit_bytes))
     text, before = _folded(summary), _folded(previous)
-    kept = {value for value in values if value in text}
-    fits = {value for value in values if value in yardstick}
-    added = {value for value in fits if value not in before}
+    fits_new = {value for value in new if value in yardstick}
+    fits_old = {value for value in old if value in yardstick}
+    kept_new = sum(value in text for value in new)
+    kept_old = sum(value in text for value in old)
     if (
         before
-        and added
-        and not kept & added
+        and fits_new
+        and not kept_new
         and difflib.SequenceMatcher(None, text, before, autojunk=False).ratio()
         >= NEAR_IDENTICAL_RATIO
     ):
         return "frozen"
-    if fits and len(kept) < len(fits) - _allowed_losses(len(fits)):
+    may_go_old = _may_go(len(fits_old)) + (1 if fits_new and fits_old else 0)
+    if kept_new < len(fits_new) - _may_go(len(fits_new)) or kept_old < len(fits_old) - may_go_old:
         return "lossy"
     return None
+
+
+def _may_go(fits: int) -> int:
+    """Of ``fits`` values, how many a summary may drop: ``1 - MIN_KEPT_SHARE`` of them."""
+    return math.floor(fits * (1 - MIN_KEPT_SHARE) + 1e-9)
