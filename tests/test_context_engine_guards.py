@@ -155,6 +155,22 @@ def test_summary_without_the_entries_values_is_lossy():
     assert summary_problem("S1 101, S2 102.", "", entries, 500) is None
 
 
+def test_a_summary_that_keeps_the_new_values_and_drops_the_previous_summary_s_is_lossy():
+    previous = "Work order EQ-3768-X9.\nDesk extension 6638.\nTutor Lucia Okafor."
+    entries = ["User: My seat number is 6320."]
+    assert summary_problem("subject: seat number 6320", previous, entries, 500) == "lossy"
+    kept = "work order: EQ-3768-X9\ndesk extension: 6638\ntutor: Lucia Okafor\nseat: 6320"
+    assert summary_problem(kept, previous, entries, 500) is None
+
+
+def test_a_summary_that_drops_the_newest_reading_is_lossy_though_it_keeps_the_rest():
+    previous = "Server rack B reads 88.4 C.\nThe tripod was moved to bay 10.\nPrinter in bay 21."
+    entries = ["[notes] Aquarium reads 88.0 C."]
+    stale = "Readings: rack B at 88.4 C. Locations: tripod in bay 10, label printer in bay 21."
+    assert summary_problem(stale, previous, entries, 500) == "lossy"
+    assert summary_problem(stale + " Aquarium at 88.0 C.", previous, entries, 500) is None
+
+
 def test_a_summary_is_held_to_the_values_that_fit_its_limit():
     entries = [f"Sensor S{i} read {100 + i} kPa." for i in range(10)]
     assert summary_problem("Sensor S3 read 103 kPa.", "", entries, 30) is None
