@@ -76,7 +76,7 @@ async def _rounds(fit: bool, step: float, speakers: tuple[int, ...]) -> list[Rou
     from xrmq.actors.edge.private_stack import PrivateStack
     from xrmq.actors.edge.voice_demo import QUESTIONS, speak
     from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
-    from xrmq.actors.voice.mic import FrameSender
+    from xrmq.actors.voice.mic import send_together
     from xrmq.actors.voice.pcm import float_to_pcm16, frames, read_wav, resample
     from xrmq.schemas import AudioFrame, ResponseOutput, TurnRecord, UserQuery
     from xrmq.topics import AUDIO_OUT_TOPIC, QUERY_TOPIC, TURNS_TOPIC, VOICE_OUTPUT_TOPIC
@@ -156,14 +156,7 @@ async def _rounds(fit: bool, step: float, speakers: tuple[int, ...]) -> list[Rou
                     for index, who in enumerate(who_all)
                 }
                 before = {label: _cpu_s(pid) for label, pid in pids.items()}
-                senders = {who: FrameSender(runtime, who, realtime=False) for who in who_all}
-                loop = asyncio.get_running_loop()
-                start = loop.time()
-                for index in range(max(len(chunks) for chunks in streams.values())):
-                    await asyncio.sleep(max(0.0, start + index * 0.02 - loop.time()))
-                    for who, chunks in streams.items():
-                        if index < len(chunks):
-                            await senders[who].send(chunks[index])
+                await send_together(runtime, streams)
                 if not await watch.until(partial(_all_in, who_all, watch.audio_at), 180):
                     raise TimeoutError(f"{count} speaker(s): no reply audio for every one")
                 after = {label: _cpu_s(pid) for label, pid in pids.items()}

@@ -8,7 +8,7 @@ import pytest
 
 from xrmq.actors.runtime import Agent, AgentRuntime, RuntimeContext, subscribe
 from xrmq.actors.voice.listener import register_voice_input
-from xrmq.actors.voice.mic import FrameSender
+from xrmq.actors.voice.mic import send_together
 from xrmq.actors.voice.pcm import float_to_pcm16, frames
 from xrmq.actors.voice.recognizer_turns import RecognizerTurns
 from xrmq.schemas import ResponseOutput, UserQuery
@@ -143,11 +143,7 @@ async def test_four_participants_speaking_at_once_all_get_answers_none_waiting_b
     register_voice_input(runtime, shared_stt())
     seen = runtime.register("queries", Queries())
     async with runtime:
-        senders = {who: FrameSender(runtime, who, realtime=False) for who in said}
-        for index in range(max(len(chunks) for chunks in streams.values())):
-            for who, chunks in streams.items():  # interleaved frame by frame: all at once
-                if index < len(chunks):
-                    await senders[who].send(chunks[index])
+        await send_together(runtime, streams, paced=False)  # all at once, frame by frame
         while len(seen.queries) < 8:
             seen.changed.clear()
             await asyncio.wait_for(seen.changed.wait(), 120)
@@ -198,15 +194,7 @@ async def test_four_participants_speaking_at_once_to_a_box_all_get_answers(tmp_p
         runtime = AgentRuntime(stack.bus, name="speakers")
         answers = runtime.register("answers", Answers())
         async with runtime:
-            senders = {who: FrameSender(runtime, who, realtime=False) for who in speakers}
-            loop = asyncio.get_running_loop()
-            start = loop.time()
-            for index in range(max(len(chunks) for chunks in streams.values())):
-                # Four microphones at once: a frame of each every 20 ms, as audio arrives.
-                await asyncio.sleep(max(0.0, start + index * 0.02 - loop.time()))
-                for who, chunks in streams.items():
-                    if index < len(chunks):
-                        await senders[who].send(chunks[index])
+            await send_together(runtime, streams)  # four microphones at once
             while len(answers.answered) < len(speakers):
                 answers.changed.clear()
                 await asyncio.wait_for(answers.changed.wait(), 120)

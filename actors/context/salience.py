@@ -66,10 +66,10 @@ _CORRECTION = re.compile(
 )
 
 
-def _salience(sentence: str) -> int:
-    """Each value a sentence carries counts the same (a name as much as a four-digit
-    number, so names are not the first to go), and a correction adds to it."""
-    return 1 + 4 * len(salient_values(sentence)) + 3 * len(_CORRECTION.findall(sentence))
+def _salience(sentence: str, values: frozenset[str]) -> int:
+    """Each value a sentence carries (``values``) counts the same (a name as much as a
+    four-digit number, so names are not the first to go), and a correction adds to it."""
+    return 1 + 4 * len(values) + 3 * len(_CORRECTION.findall(sentence))
 
 
 def _utf8_len(text: str) -> int:
@@ -115,8 +115,11 @@ def extractive_summary(material: str, limit_bytes: int) -> str:
     if not sentences or limit_bytes <= 0:
         return ""
     unlabelled = [_SPEAKER.sub(" ", sentence) for sentence in sentences]
-    candidates = _latest_values(_first_statements(sentences, unlabelled), unlabelled)
-    ranked = sorted(candidates, key=lambda i: (-_salience(unlabelled[i]), -i))
+    values = [salient_values(text) for text in unlabelled]  # once per sentence
+    candidates = _latest_values(
+        _first_statements(sentences, unlabelled, values), unlabelled, values
+    )
+    ranked = sorted(candidates, key=lambda i: (-_salience(unlabelled[i], values[i]), -i))
     chosen: list[int] = []
     used = -1  # the first sentence needs no separator
     for index in ranked:
@@ -152,12 +155,14 @@ class _Fact(NamedTuple):
         return shared >= RESTATED_SHARE * max(1, min(len(self.words), len(kept.words)))
 
 
-def _first_statements(sentences: list[str], unlabelled: list[str]) -> list[int]:
+def _first_statements(
+    sentences: list[str], unlabelled: list[str], values: list[frozenset[str]]
+) -> list[int]:
     """The sentences that restate no other, by index: of a fact said several times, what
     a participant said is kept over the assistant's echo of it ("Noted: your badge is
     4417."), else its first statement."""
     kept: dict[frozenset[str], list[int]] = {}
-    facts = [_Fact(salient_values(text), _content_words(text)) for text in unlabelled]
+    facts = [_Fact(found, _content_words(text)) for found, text in zip(values, unlabelled)]
     echo = [sentence.startswith("Assistant:") for sentence in sentences]
     for index, fact in enumerate(facts):
         group = kept.setdefault(fact.values, [])
@@ -174,27 +179,29 @@ SUPERSEDED_SHARE = 0.6
 not values) in common, of the larger set, from which the later one updates the earlier."""
 
 
-def _latest_values(candidates: list[int], unlabelled: list[str]) -> list[int]:
+def _latest_values(
+    candidates: list[int], unlabelled: list[str], values: list[frozenset[str]]
+) -> list[int]:
     """``candidates`` without the sentences a later candidate updates: the same subject
     (``SUPERSEDED_SHARE`` of its words) with another value. Only sentences with one value
     take part: in one with several, a value may name the subject (the ``S1`` of "Sensor S1
     read 101 kPa"), so another value there may be another thing, not an update."""
     facts: list[tuple[int, frozenset[str], frozenset[str]]] = []
     for index in candidates:
-        values = salient_values(unlabelled[index])
-        if len(values) != 1:  # "Sensor S1 read 101": S1 names what 101 is about
+        found = values[index]
+        if len(found) != 1:  # "Sensor S1 read 101": S1 names what 101 is about
             continue
-        value_words = {word for value in values for word in re.findall(r"\w+", value)}
+        value_words = {word for value in found for word in re.findall(r"\w+", value)}
         words = _content_words(_BOOKKEEPING.sub(" ", unlabelled[index]))
         subject = frozenset(word for word in words if word not in value_words)
-        facts.append((index, values, subject))
+        facts.append((index, found, subject))
     superseded: set[int] = set()
-    for position, (index, values, subject) in enumerate(facts):
+    for position, (index, found, subject) in enumerate(facts):
         for _, later_values, later_subject in facts[position + 1 :]:
             shared = len(subject & later_subject)
             if (
                 subject
-                and values != later_values
+                and found != later_values
                 and shared >= SUPERSEDED_SHARE * max(len(subject), len(later_subject))
             ):
                 superseded.add(index)

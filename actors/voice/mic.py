@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,23 @@ class FrameSender:
             self.sent += 1
             if not self.realtime and self.sent % 50 == 0:
                 await asyncio.sleep(0)
+
+
+async def send_together(
+    runtime: AgentRuntime, streams: Mapping[str, Sequence[bytes]], *, paced: bool = True
+) -> None:
+    """Send several participants' frames at once, interleaved frame by frame (each
+    stream: its participant's PCM16 frames, of ``FRAME_MS``): with ``paced`` one of each
+    every ``FRAME_MS`` as microphones deliver them, else as fast as they go."""
+    senders = {who: FrameSender(runtime, who, realtime=False) for who in streams}
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    for index in range(max((len(chunks) for chunks in streams.values()), default=0)):
+        if paced:
+            await asyncio.sleep(max(0.0, start + index * FRAME_MS / 1000 - loop.time()))
+        for who, chunks in streams.items():
+            if index < len(chunks):
+                await senders[who].send(chunks[index])
 
 
 def wav_pcm(path: str | Path, *, lead_s: float = 0.3, tail_s: float = 0.8) -> bytes:
