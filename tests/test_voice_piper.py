@@ -49,6 +49,13 @@ def piper() -> PiperSynthesizer:
     return _PIPER
 
 
+def share_loaded_voice(synthesizer: PiperSynthesizer) -> None:
+    """Give ``synthesizer`` the module's loaded voice and its settings (the clear-speech
+    noise scales: without them Piper's noisier defaults make Whisper mishear numbers)."""
+    loaded = piper()
+    synthesizer._voice, synthesizer._config = loaded._voice, loaded._config
+
+
 def segment(text: str, token: int = 1) -> Segment:
     return Segment("p1", token, "reply", ("conversation",), "r1", text, None, True, False, token)
 
@@ -106,7 +113,7 @@ class GatedPiper(PiperSynthesizer):
 async def test_a_two_sentence_reply_s_first_frame_is_out_before_its_second_is_synthesized():
     out = threading.Event()
     synthesizer = GatedPiper(out)
-    synthesizer._voice = piper()._voice  # the loaded voice, not a second copy
+    share_loaded_voice(synthesizer)
     published = Frames()
     sink = AudioTopicSink(published, synthesizer, first_frame=lambda *_: out.set())
     await sink.play(segment(f"{SENTENCE} {SECOND}"))
@@ -136,8 +143,7 @@ class StampedPiper(PiperSynthesizer):
 
     def __init__(self) -> None:
         super().__init__()
-        loaded = piper()
-        self._voice, self._config = loaded._voice, loaded._config
+        share_loaded_voice(self)
         self.spoken: list[tuple[str, int, int]] = []
         self.second_started = threading.Event()
         self.second_done = threading.Event()
