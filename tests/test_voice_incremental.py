@@ -18,7 +18,7 @@ from xrmq.actors.voice.listener import (
     register_voice_input,
 )
 from xrmq.actors.voice.mic import FrameSender
-from xrmq.actors.voice.pcm import float_to_pcm16
+from xrmq.actors.voice.pcm import FRAME_MS, float_to_pcm16, frames
 from xrmq.actors.voice.vad import SegmenterSettings
 from xrmq.actors.voice.wer import word_error_rate
 from xrmq.schemas import ContextBlock, UserQuery
@@ -104,11 +104,14 @@ def test_the_incremental_settings_are_range_checked_and_reach_the_listener():
 
 
 class RecordingSTT:
-    """The shared recognizer, recording the seconds of audio of each kind of decode."""
+    """The shared recognizer, recording the seconds of audio of each kind of decode;
+    ``idle`` is clear while a decode with word times runs."""
 
     def __init__(self) -> None:
         self.texts: list[float] = []
         self.words: list[float] = []
+        self.idle = asyncio.Event()
+        self.idle.set()
 
     async def transcribe(self, audio, prompt=None) -> str:
         self.texts.append(audio.size / 16000)
@@ -116,7 +119,22 @@ class RecordingSTT:
 
     async def transcribe_words(self, audio, prompt=None):
         self.words.append(audio.size / 16000)
-        return await shared_stt().transcribe_words(audio, prompt)
+        self.idle.clear()
+        try:
+            return await shared_stt().transcribe_words(audio, prompt)
+        finally:
+            self.idle.set()
+
+
+async def send_paced_by_decodes(runtime: AgentRuntime, stt: RecordingSTT, pcm: bytes) -> None:
+    """``pcm`` as frames a frame period apart, each once no decode while speaking runs: a
+    recognizer as fast as the audio however loaded the machine is (the frames carry the
+    audio's own times, so the listener hears the same speech either way)."""
+    sender = FrameSender(runtime, "p1", realtime=False)
+    for chunk in frames(pcm):
+        await stt.idle.wait()
+        await sender.send(chunk)
+        await asyncio.sleep(FRAME_MS / 1000)
 
 
 class Queries(Agent):
@@ -153,7 +171,7 @@ async def test_words_are_committed_while_speaking_and_the_end_decodes_only_the_r
     speech = spoken(tmp_path, "long", LONG)
     audio = [np.zeros(4800, np.float32), speech, np.zeros(round(3.5 * 16000), np.float32)]
     async with runtime:
-        await FrameSender(runtime, "p1").send(float_to_pcm16(np.concatenate(audio)))
+        await send_paced_by_decodes(runtime, stt, float_to_pcm16(np.concatenate(audio)))
         instance = runtime.keyed_instances(VOICE_INPUT_KIND)["p1"]
         assert isinstance(instance, VoiceInput)
         counts = await asyncio.wait_for(instance.wait_until(lambda c: c.queries >= 1), 60)
