@@ -16,6 +16,7 @@ from tools_doubles import (
     probe_reading,
     request_tokens,
     session_model,
+    tool_agent,
     turn,
 )
 
@@ -35,7 +36,7 @@ from xrmq.actors.tools.policy import AutoCompactor
 from xrmq.actors.tools.server import serve_tools
 from xrmq.actors.tools.tiers import SummaryCompactResult, ToolCallCompactResult
 from xrmq.actors.tools.tool import Tool
-from xrmq.actors.tools.tool_agent import EXTRACT_TOOL, ToolAgent
+from xrmq.actors.tools.tool_agent import EXTRACT_TOOL
 from xrmq.topics import VOICE_OUTPUT_TOPIC
 
 from router_doubles import Decisions, FakeContext, Log, OutputRecorder, router_output
@@ -63,11 +64,10 @@ async def test_the_offline_model_calls_the_matching_tool_and_answers_from_its_re
         [Tool("describe_view", "Describe what the camera sees on the bench.", View, describe_view)],
     )
     async with runtime:
-        agent = ToolAgent(
+        agent = tool_agent(
+            runtime,
             OfflineLLM(time_to_first_token_s=0, tokens_per_second=0),
             context=context,
-            runtime=runtime,
-            output_topic=VOICE_OUTPUT_TOPIC,
             servers=["camera"],
         )
         result = await agent.answer(turn("t1", "What is on the bench?"), started=never_started)
@@ -98,11 +98,9 @@ async def test_several_calls_in_one_response_run_in_parallel_and_all_results_go_
     runtime = AgentRuntime()
     serve_tools(runtime, "rooms", [Tool("visit", "Visit a room.", Probe, visit)])
     async with runtime:
-        agent = ToolAgent(
+        agent = tool_agent(
+            runtime,
             llm,
-            context=FakeContext(),
-            runtime=runtime,
-            output_topic=VOICE_OUTPUT_TOPIC,
             tools=[remote_tool("rooms", "visit", description="Visit a room.", args=Probe)],
         )
         result = await agent.answer(turn("t1", "Are the rooms clear?"), started=never_started)
@@ -118,11 +116,9 @@ async def test_several_calls_in_one_response_run_in_parallel_and_all_results_go_
 async def test_max_iterations_ends_with_a_request_offering_no_tools() -> None:
     llm = ScriptedLLM(*(calls((f"c{i}", "echo", "{}")) for i in range(2)), "Giving up on the echo.")
     async with AgentRuntime() as runtime:
-        agent = ToolAgent(
+        agent = tool_agent(
+            runtime,
             llm,
-            context=FakeContext(),
-            runtime=runtime,
-            output_topic=VOICE_OUTPUT_TOPIC,
             tools=[Tool("echo", "Echo.", View, lambda args: "echo")],
             max_iterations=3,
         )
@@ -161,9 +157,7 @@ async def test_barge_in_during_a_long_tool_call_cancels_it_records_nothing_next_
         ],
     )
     async with runtime:
-        agent = ToolAgent(
-            llm, context=context, runtime=runtime, output_topic=VOICE_OUTPUT_TOPIC, servers=["lab"]
-        )
+        agent = tool_agent(runtime, llm, context=context, servers=["lab"])
         task = asyncio.create_task(
             agent.answer(turn("t1", "Survey the lab."), started=never_started)
         )
@@ -188,11 +182,9 @@ async def test_a_200_call_session_stays_within_its_limit_and_a_reclaimed_origina
     threshold = 8_000
     llm = session_model()
     async with AgentRuntime() as runtime:
-        agent = ToolAgent(
+        agent = tool_agent(
+            runtime,
             llm,
-            context=FakeContext(),
-            runtime=runtime,
-            output_topic=VOICE_OUTPUT_TOPIC,
             tools=[Tool("probe", "Read a probe.", Probe, probe_reading)],
             compactor=AutoCompactor(token_threshold=threshold),
         )
@@ -218,11 +210,9 @@ async def test_a_200_call_session_stays_within_its_limit_and_a_reclaimed_origina
 async def test_manual_compaction_by_tier() -> None:
     llm = session_model()
     async with AgentRuntime() as runtime:
-        agent = ToolAgent(
+        agent = tool_agent(
+            runtime,
             llm,
-            context=FakeContext(),
-            runtime=runtime,
-            output_topic=VOICE_OUTPUT_TOPIC,
             tools=[Tool("probe", "Read a probe.", Probe, probe_reading)],
             compactor=AutoCompactor(enabled=False),
         )
@@ -257,11 +247,10 @@ async def test_a_tool_agent_and_a_conversation_behind_one_router_share_participa
         [Tool("describe_view", "Describe what the camera sees on the bench.", View, describe_view)],
     )
     async with runtime:
-        tools = ToolAgent(
+        tools = tool_agent(
+            runtime,
             OfflineLLM(time_to_first_token_s=0, tokens_per_second=0),
             context=context,
-            runtime=runtime,
-            output_topic=VOICE_OUTPUT_TOPIC,
             servers=["camera"],
         )
         conversation = Conversation(
@@ -291,11 +280,9 @@ async def test_tier2_summaries_come_from_the_compaction_workers() -> None:
     summarizer = runtime.register("tools-summarizer", WorkerSummarizer(plan, timeout_s=10))
     llm = session_model()
     async with runtime:
-        agent = ToolAgent(
+        agent = tool_agent(
+            runtime,
             llm,
-            context=FakeContext(),
-            runtime=runtime,
-            output_topic=VOICE_OUTPUT_TOPIC,
             tools=[Tool("probe", "Read a probe.", Probe, probe_reading)],
             compactor=AutoCompactor(enabled=False),
             summarize=summarizer,
@@ -325,11 +312,9 @@ async def test_the_transcript_lives_in_a_keyed_actor_and_a_new_agent_continues_f
     register_transcripts(back, "lab-tools")
     probe = Tool("probe", "Read a probe.", Probe, probe_reading)
     async with front, back:
-        first = ToolAgent(
+        first = tool_agent(
+            front,
             session_model(),
-            context=FakeContext(),
-            runtime=front,
-            output_topic=VOICE_OUTPUT_TOPIC,
             tools=[probe],
             transcripts="lab-tools",
             compactor=AutoCompactor(enabled=False),
@@ -339,11 +324,9 @@ async def test_the_transcript_lives_in_a_keyed_actor_and_a_new_agent_continues_f
         await first.compact("p1", tier="toolcall")  # a rewrite: mirrored as a replace
         await first.answer(turn("t15", "Read probe 15."), started=never_started)
         llm = session_model()
-        second = ToolAgent(
+        second = tool_agent(
+            front,
             llm,
-            context=FakeContext(),
-            runtime=front,
-            output_topic=VOICE_OUTPUT_TOPIC,
             tools=[probe],
             transcripts="lab-tools",
         )
@@ -371,11 +354,9 @@ async def test_slash_compact_in_chat_compacts_at_the_tools_destination_over_the_
 
     front = AgentRuntime(name="front")
     back = AgentRuntime(front.address, name="back")
-    agent = ToolAgent(
+    agent = tool_agent(
+        back,
         session_model(),
-        context=FakeContext(),
-        runtime=back,
-        output_topic=VOICE_OUTPUT_TOPIC,
         tools=[Tool("probe", "Read a probe.", Probe, probe_reading)],
         compactor=AutoCompactor(enabled=False),
     )
@@ -421,9 +402,7 @@ async def test_a_barge_in_through_the_router_cancels_the_running_tool_call_at_it
     back = AgentRuntime(front.address, name="back")
     server = serve_tools(back, "lab", [Tool("survey", "Survey the lab.", View, survey)])
     recorder = front.register("recorder", OutputRecorder())
-    agent = ToolAgent(
-        llm, context=context, runtime=front, output_topic=VOICE_OUTPUT_TOPIC, servers=["lab"]
-    )
+    agent = tool_agent(front, llm, context=context, servers=["lab"])
     front.register(
         "router",
         AgentRouter(
@@ -455,11 +434,9 @@ async def test_reasoning_is_written_back_verbatim_in_the_next_request() -> None:
         "Again.",
     )
     async with AgentRuntime() as runtime:
-        agent = ToolAgent(
+        agent = tool_agent(
+            runtime,
             llm,
-            context=FakeContext(),
-            runtime=runtime,
-            output_topic=VOICE_OUTPUT_TOPIC,
             tools=[Tool("echo", "Echo.", View, lambda args: "echo")],
         )
         await agent.answer(turn("t1", "Echo."), started=never_started)
@@ -480,11 +457,9 @@ async def test_a_summary_the_workers_do_not_deliver_in_time_is_summarize_failed(
         "tools-summarizer", WorkerSummarizer(context_plan(), timeout_s=0.3)
     )
     async with runtime:
-        agent = ToolAgent(
+        agent = tool_agent(
+            runtime,
             session_model(),
-            context=FakeContext(),
-            runtime=runtime,
-            output_topic=VOICE_OUTPUT_TOPIC,
             tools=[Tool("probe", "Read a probe.", Probe, probe_reading)],
             compactor=AutoCompactor(enabled=False),
             summarize=summarizer,
@@ -505,11 +480,9 @@ async def test_text_of_successive_model_calls_is_one_answer_with_a_word_break() 
     runtime = AgentRuntime()
     recorder = runtime.register("recorder", OutputRecorder())
     async with runtime:
-        agent = ToolAgent(
+        agent = tool_agent(
+            runtime,
             llm,
-            context=FakeContext(),
-            runtime=runtime,
-            output_topic=VOICE_OUTPUT_TOPIC,
             tools=[Tool("echo", "Echo.", View, lambda args: "echo")],
         )
         result = await agent.answer(turn("t1", "Echo."), started=never_started)

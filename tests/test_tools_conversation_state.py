@@ -9,7 +9,7 @@ import base64
 from typing import Any
 
 import msgspec
-from tools_doubles import Probe, never_started, probe_reading
+from tools_doubles import Probe, never_started, probe_reading, tool_agent
 
 from xrmq.actors.context.store import open_store
 from xrmq.actors.models import LiteLLMService, ScriptedLLM, ScriptedResponse, ToolCall
@@ -20,10 +20,8 @@ from xrmq.actors.tools.store import TranscriptCounters, TranscriptHeader, regist
 from xrmq.actors.tools.tool import Tool
 from xrmq.actors.tools.tool_agent import ToolAgent
 from xrmq.schemas import AgentTurn
-from xrmq.topics import VOICE_OUTPUT_TOPIC
 
 from openai_server import OpenAIServer, Reply
-from router_doubles import FakeContext
 
 IMAGE = "data:image/png;base64," + base64.b64encode(b"\x89PNG fake").decode()
 ARGUMENTS = '{"index": 1}'
@@ -46,11 +44,9 @@ async def test_a_tool_calling_turn_is_stored_in_the_seeds_shape_and_sent_back_ve
     with OpenAIServer(*replies) as server:
         llm = LiteLLMService("openai/m", api_base=server.api_base, api_key="sk-test", retries=0)
         async with AgentRuntime() as runtime:
-            agent = ToolAgent(
+            agent = tool_agent(
+                runtime,
                 llm,
-                context=FakeContext(),
-                runtime=runtime,
-                output_topic=VOICE_OUTPUT_TOPIC,
                 tools=[Tool("probe", "Read a probe.", Probe, probe_reading)],
             )
             await agent.answer(question("t1", "Read probe 1.", (IMAGE,)), started=never_started)
@@ -100,11 +96,9 @@ async def test_reasoning_goes_back_under_the_field_the_model_used() -> None:
         "Echoed.",
     )
     async with AgentRuntime() as runtime:
-        agent = ToolAgent(
+        agent = tool_agent(
+            runtime,
             llm,
-            context=FakeContext(),
-            runtime=runtime,
-            output_topic=VOICE_OUTPUT_TOPIC,
             tools=[Tool("echo", "Echo.", Probe, lambda args: "echo")],
         )
         await agent.answer(question("t1", "Echo."), started=never_started)
@@ -122,22 +116,18 @@ async def test_whether_the_token_count_was_estimated_survives_a_restart(tmp_path
         back = AgentRuntime(front.address, name="back")
         register_transcripts(back, "lab-tools", store=store)
         async with front, back:
-            agent = ToolAgent(
+            agent = tool_agent(
+                front,
                 llm,
-                context=FakeContext(),
-                runtime=front,
-                output_topic=VOICE_OUTPUT_TOPIC,
                 transcripts="lab-tools",
                 compactor=AutoCompactor(enabled=False),
             )
             await agent.answer(question(text, text), started=never_started)
             await agent.mirrored()
             assert agent.transcript("p1").tokens_estimated  # ScriptedLLM reports no usage
-            restarted = ToolAgent(
+            restarted = tool_agent(
+                front,
                 llm,
-                context=FakeContext(),
-                runtime=front,
-                output_topic=VOICE_OUTPUT_TOPIC,
                 transcripts="lab-tools",
             )
             await restarted.conversation("p1")  # loads the transcript from the store

@@ -12,12 +12,27 @@ import msgspec
 from xrmq.actors.models import ChatRequest, ScriptedLLM, ScriptedResponse, ToolCall, Usage
 from xrmq.actors.tools.policy import Compacting, CompactorAbstract
 from xrmq.actors.tools.tiers import placeholder
-from xrmq.actors.tools.tool_agent import EXTRACT_TOOL
+from xrmq.actors.tools.tool_agent import EXTRACT_TOOL, ToolAgent
 from xrmq.schemas import AgentTurn
+from xrmq.topics import VOICE_OUTPUT_TOPIC
 
 
 class Probe(msgspec.Struct):
     index: int
+
+
+def tool_agent(runtime: Any, llm: Any, *, context: Any = None, **options: Any) -> ToolAgent:
+    """A tool agent on ``runtime`` answering to the voice output topic, with a
+    ``FakeContext`` unless given one (``options``: the rest of ``ToolAgent`` 's)."""
+    from router_doubles import FakeContext
+
+    return ToolAgent(
+        llm,
+        context=context if context is not None else FakeContext(),
+        runtime=runtime,
+        output_topic=VOICE_OUTPUT_TOPIC,
+        **options,
+    )
 
 
 def turn(turn_id: str, text: str, participant: str = "p1") -> AgentTurn:
