@@ -86,6 +86,41 @@ def test_a_later_value_of_the_same_subject_replaces_the_earlier_one() -> None:
     ]
 
 
+def test_a_later_reading_replaces_a_line_of_several_earlier_readings() -> None:
+    # A model's summary lists old readings on one line; the newest entry updates them all.
+    material = (
+        "- Aquarium readings -23.2 C, 81.9 C, and 85.6 C.\n"
+        "- Meeting in room 12 at 09:00.\n"
+        "[notes] The tripod was moved to bay 10.\n"
+        "[notes] Aquarium reads 88.0 C.\n"
+        "[notes] Meeting moved to room 539."
+    )
+    assert extractive_summary(material, 500).splitlines() == [
+        "- Meeting in room 12 at 09:00.",  # its time is not restated: it stays
+        "The tripod was moved to bay 10.",
+        "Aquarium reads 88.0 C.",
+        "Meeting moved to room 539.",
+    ]
+
+
+def test_a_summary_s_comma_list_is_weighed_fact_by_fact() -> None:
+    # A small model joins its facts with commas: a stale reading inside the list gives way
+    # to the newest, and the newest facts are not crowded out by the one long line.
+    material = (
+        "Visitor badge scanned at reception, aquarium readings were 73.9 C, 58.3 C, and"
+        " 26.6 C, server rack b thermometer read -5.2 C, tripod moved to bay 10.\n"
+        "[notes] The label printer was moved to bay 21.\n"
+        "[notes] Aquarium reads 88.0 C.\n"
+        "[notes] Server rack b thermometer reads 15.2 C."
+    )
+    assert extractive_summary(material, 140).splitlines() == [
+        "tripod moved to bay 10.",
+        "The label printer was moved to bay 21.",
+        "Aquarium reads 88.0 C.",
+        "Server rack b thermometer reads 15.2 C.",
+    ]
+
+
 def test_sentences_whose_values_name_different_things_are_all_kept() -> None:
     material = "Sensor S1 read 101 kPa.\nSensor S2 read 102 kPa.\nI parked the tripod in bay 36.\n"
     material += "I parked the label printer in bay 94."

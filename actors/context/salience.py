@@ -107,7 +107,7 @@ def extractive_summary(material: str, limit_bytes: int) -> str:
     sentences: list[str] = []
     shown: list[str] = []
     for line in content_lines(material):
-        for sentence in _SENTENCE_BREAK.split(line):
+        for sentence in (c for s in _SENTENCE_BREAK.split(line) for c in _clauses(s)):
             text = _RENDERED_PREFIX.sub("", sentence).strip()
             if text and _ALNUM.search(text) and text not in shown:
                 sentences.append(sentence)
@@ -130,6 +130,29 @@ def extractive_summary(material: str, limit_bytes: int) -> str:
     if not chosen:
         return _shorten(shown[ranked[0]], limit_bytes)
     return "\n".join(shown[i] for i in sorted(chosen))
+
+
+_CLAUSE_BREAK = re.compile(r"(?:,|;)\s+")
+LONG_SENTENCE_BYTES = 120
+"""A sentence longer than this with several values is a list (a model's summary joins its
+facts with commas): its clauses are weighed one by one."""
+
+
+def _clauses(sentence: str) -> list[str]:
+    """``sentence``'s facts: a long sentence with several values split at its commas and
+    semicolons, a clause with no word of its own (``58.3 C``, ``and 26.6 C``) staying with
+    the one before it, so "aquarium readings 73.9 C, 58.3 C, server rack b read -5.2 C"
+    is two facts, each updated by a later reading of its own thing."""
+    if _utf8_len(sentence) <= LONG_SENTENCE_BYTES or len(salient_values(sentence)) < 2:
+        return [sentence]
+    clauses: list[str] = []
+    for part in _CLAUSE_BREAK.split(sentence):
+        own = [word for word in _content_words(part) if len(word) > 2 and not word.isdigit()]
+        if clauses and not own:
+            clauses[-1] = f"{clauses[-1]}, {part}"
+        else:
+            clauses.append(part)
+    return [clause.strip() for clause in clauses if clause.strip()]
 
 
 _RENDERED_PREFIX = re.compile(r"^(?:\[[^\]]*\]\s*)*(?:User:\s*)?")
@@ -175,36 +198,73 @@ def _first_statements(
 
 
 SUPERSEDED_SHARE = 0.6
-"""Of two sentences with one value each, the share of their subject words (content words that are
-not values) in common, of the larger set, from which the later one updates the earlier."""
+"""Of two sentences about one thing, the share of their subject words (content words that
+are not readings) in common, of the larger set, from which the later one updates the
+earlier."""
+
+
+class _Reading(NamedTuple):
+    index: int
+    readings: frozenset[str]
+    names: frozenset[str]
+    shapes: frozenset[str]
+    subject: frozenset[str]
+
+
+def _reading(index: int, found: frozenset[str], text: str) -> _Reading | None:
+    """What a sentence says about what: its readings (the values that change: numbers,
+    times; its one value, whatever it is) and the identifiers that name the thing they are
+    about (the ``S1`` of "Sensor S1 read 101 kPa"), or None if it has no reading. Proper
+    names stay subject words ("Aquarium" opening a summary's list item)."""
+    if len(found) == 1:
+        readings, names = found, frozenset[str]()
+    else:
+        names = frozenset(
+            value for value in found if re.search(r"\d", value) and re.search(r"[^\W\d_]", value)
+        )
+        readings = frozenset(value for value in found if not re.search(r"[^\W\d_]", value))
+    if not readings:
+        return None
+    value_words = {word for value in readings for word in re.findall(r"\w+", value)}
+    words = _content_words(_BOOKKEEPING.sub(" ", text))
+    subject = frozenset(word for word in words if word not in value_words)
+    return _Reading(index, readings, names, frozenset(map(_shape, readings)), subject)
+
+
+def _shape(value: str) -> str:
+    if ":" in value:
+        return "time"
+    if re.fullmatch(r"\d+(?:[.,]\d+)+", value):
+        return "decimal"
+    return "number" if value.isdigit() else "code"
 
 
 def _latest_values(
     candidates: list[int], unlabelled: list[str], values: list[frozenset[str]]
 ) -> list[int]:
     """``candidates`` without the sentences a later candidate updates: the same subject
-    (``SUPERSEDED_SHARE`` of its words) with another value. Only sentences with one value
-    take part: in one with several, a value may name the subject (the ``S1`` of "Sensor S1
-    read 101 kPa"), so another value there may be another thing, not an update."""
-    facts: list[tuple[int, frozenset[str], frozenset[str]]] = []
-    for index in candidates:
-        found = values[index]
-        if len(found) != 1:  # "Sensor S1 read 101": S1 names what 101 is about
-            continue
-        value_words = {word for value in found for word in re.findall(r"\w+", value)}
-        words = _content_words(_BOOKKEEPING.sub(" ", unlabelled[index]))
-        subject = frozenset(word for word in words if word not in value_words)
-        facts.append((index, found, subject))
+    (``SUPERSEDED_SHARE`` of its words, and the same names) with other readings of the
+    kinds it has: "Aquarium reads 88.0 C" updates "Aquarium readings 23.2 C and 81.9 C",
+    "Sensor S2 read 102 kPa" does not update "Sensor S1 read 101 kPa" (another name), and
+    "Meeting moved to room 539" does not update "Meeting in room 12 at 09:00" (its time
+    would go with it)."""
+    facts = [
+        fact
+        for index in candidates
+        if (fact := _reading(index, values[index], unlabelled[index])) is not None
+    ]
     superseded: set[int] = set()
-    for position, (index, found, subject) in enumerate(facts):
-        for _, later_values, later_subject in facts[position + 1 :]:
-            shared = len(subject & later_subject)
+    for position, fact in enumerate(facts):
+        for later in facts[position + 1 :]:
+            shared = len(fact.subject & later.subject)
             if (
-                subject
-                and found != later_values
-                and shared >= SUPERSEDED_SHARE * max(len(subject), len(later_subject))
+                fact.subject
+                and fact.names == later.names
+                and fact.readings != later.readings
+                and fact.shapes <= later.shapes
+                and shared >= SUPERSEDED_SHARE * max(len(fact.subject), len(later.subject))
             ):
-                superseded.add(index)
+                superseded.add(fact.index)
                 break
     return [index for index in candidates if index not in superseded]
 
