@@ -204,7 +204,7 @@ earlier."""
 
 
 class _Reading(NamedTuple):
-    index: int
+    sentence: int
     readings: frozenset[str]
     names: frozenset[str]
     shapes: frozenset[str]
@@ -264,7 +264,7 @@ def _latest_values(
                 and fact.shapes <= later.shapes
                 and shared >= SUPERSEDED_SHARE * max(len(fact.subject), len(later.subject))
             ):
-                superseded.add(fact.index)
+                superseded.add(fact.sentence)
                 break
     return [index for index in candidates if index not in superseded]
 
