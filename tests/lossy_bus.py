@@ -2,7 +2,10 @@
 
 An XSUB/XPUB forwarder in Python on a thread, bound at the endpoints of an ipc bus,
 like ``xrmq bus`` but reading each message: ``drop(frames)`` says which ones never
-reach a subscriber. Subscriptions pass upstream untouched.
+reach a subscriber. Subscriptions pass upstream untouched. Nothing else is lost: its
+queue to subscribers is unbounded (zmq's default send HWM of 1,000 messages drops when a
+receiver on a loaded box lags a burst, a loss the test did not choose). Its queue from
+publishers keeps zmq's default, so a paused bus backs their sends up on their side.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ class LossyBus:
         self._front = self._context.socket(zmq.XSUB)
         self._front.bind(f"ipc://{prefix}.in")
         self._back = self._context.socket(zmq.XPUB)
+        self._back.setsockopt(zmq.SNDHWM, 0)
         self._back.bind(f"ipc://{prefix}.out")
         self._front.send(b"\x01")
         self._stop = threading.Event()
