@@ -154,6 +154,12 @@ class Broker:
         return 0 if self._budget is None else self._budget.evicted
 
     @property
+    def held_bytes_peak(self) -> int:
+        """The most the subscriber budget's guard measured the broker holding since it became
+        ready (see ``SubscriberBudget.peak_held``); 0 without a guard (an inproc bus)."""
+        return 0 if self._budget is None else self._budget.peak_held
+
+    @property
     def publishers_left(self) -> int | None:
         """Publisher connections their publisher closed (it exited or went away); None
         without ``metrics_interval``."""
@@ -228,7 +234,8 @@ class Broker:
                     gauges,
                     subscriptions=counted,
                     live_gauges=lambda: {
-                        "broker.subscribers_evicted": float(self.subscribers_evicted)
+                        "broker.subscribers_evicted": float(self.subscribers_evicted),
+                        "broker.held_bytes_peak": float(self.held_bytes_peak),
                     },
                 )
             frontend.send(b"\x01")  # subscribe to everything, upstream

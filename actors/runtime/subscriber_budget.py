@@ -30,7 +30,10 @@ for typical messages (``subscriber_hwm``) and this guard bounds the bytes:
   published until it was back, it reports as gaps (the runtime's
   loss accounting: ``RuntimeMetrics.gaps``, the rate-limited ``bus.gap`` warning, a lost tail
   by the sender's heartbeat). The broker counts the connections it shut (``evicted``, the
-  heartbeat's ``broker.subscribers_evicted``) and logs each (rate-limited).
+  heartbeat's ``broker.subscribers_evicted``) and logs each (rate-limited). The most it has
+  measured at a look since ready is ``peak_held`` (the heartbeat's ``broker.held_bytes_peak``):
+  what an operator sizes the budget by, and what a test of the bound reads (the process's
+  resident size also counts heap that glibc keeps after libzmq frees an evicted queue).
 
 So the bound is in bytes, for all stalled subscribers together (stricter than per
 subscriber): the budget plus what arrives while a stall is confirmed (``STILL_S`` plus one
@@ -162,6 +165,8 @@ class SubscriberBudget:
         self._interval = interval
         self._meter = meter or heap_meter()
         self._baseline = 0
+        self.peak_held = 0
+        """The most the broker held (``held``) at any look since it became ready."""
         # fd -> [duplicate of the connection, its send queue at the last look, since when the
         # queue has been full and unchanged]
         self._peers: dict[int, list[Any]] = {}
@@ -246,6 +251,8 @@ class SubscriberBudget:
         """Note each connection's send queue; past the budget, shut the one that has been full
         and still the longest (at least ``STILL_S``), one per look."""
         now = time.monotonic()
+        held = self.held
+        self.peak_held = max(self.peak_held, held)
         longest: tuple[float, int, int] | None = None
         for fd, entry in self._peers.items():
             peer, last, since = entry
@@ -260,10 +267,7 @@ class SubscriberBudget:
                 entry[1], entry[2] = queued, now
             elif now - since >= STILL_S and (longest is None or since < longest[0]):
                 longest = since, fd, queued
-        if longest is None:
-            return
-        held = self.held
-        if held <= self.budget_bytes:
+        if longest is None or held <= self.budget_bytes:
             return
         _, fd, queued = longest
         peer = self._peers.pop(fd)[0]
