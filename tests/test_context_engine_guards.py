@@ -171,6 +171,38 @@ def test_a_summary_that_drops_the_newest_reading_is_lossy_though_it_keeps_the_re
     assert summary_problem(stale + " Aquarium at 88.0 C.", previous, entries, 500) is None
 
 
+def test_an_old_value_goes_only_for_a_new_value_of_its_kind():
+    # The 1.5B run's call 15: the booking reference went to make room for a room number, a
+    # bay and a name, inside the allowance of one old value while new ones come.
+    previous = (
+        "work order: EQ-3768-X9\nbudget meeting: room 879\nyoga class: 15:20\n"
+        "desk extension: 6638\nThe booking reference is RV-1856-X8."
+    )
+    entries = [
+        "User: The board game night is in room 624.\nAssistant: Noted.",
+        "User: My tutor is called Lucia Okafor.\nAssistant: Got it.",
+    ]
+    kept = previous.replace("\nThe booking reference is RV-1856-X8.", "")
+    new = "\nboard game night: room 624\ntutor: Lucia Okafor"
+    assert summary_problem(kept + new, previous, entries, 600) == "lossy"
+    assert summary_problem(previous + new, previous, entries, 600) is None
+    # A correction replaces a value with one of its kind: room 879 -> room 539.
+    corrected = previous.replace("room 879", "room 539")
+    moved = ["User: Actually, the budget meeting moved to room 539.\nAssistant: Thanks."]
+    assert summary_problem(corrected, previous, moved, 600) is None
+
+
+def test_stale_readings_kept_do_not_make_up_for_the_current_one_dropped():
+    # The 1.5B run's call 7: every aquarium reading but the newest, which answers.
+    entries = [f"[notes] Aquarium reads {value} C." for value in ("64.7", "10.6", "81.9", "69.6")]
+    entries.append("[notes] Server rack b thermometer reads 1.5 C.")
+    stale = "Aquarium readings of 64.7 C, 10.6 C and 81.9 C. Server rack b reading 1.5 C."
+    assert summary_problem(stale, "", entries, 500) == "lossy"
+    current = "Aquarium reads 69.6 C. Server rack b thermometer reads 1.5 C."
+    assert summary_problem(current, "", entries, 500) is None
+    assert summary_problem(stale + " Aquarium now 69.6 C.", "", entries, 500) is None
+
+
 def test_a_summary_is_held_to_the_values_that_fit_its_limit():
     entries = [f"Sensor S{i} read {100 + i} kPa." for i in range(10)]
     assert summary_problem("Sensor S3 read 103 kPa.", "", entries, 30) is None

@@ -293,8 +293,9 @@ async def test_a_dialogue_retired_over_the_runtime_s_keyed_limit_comes_back_whol
 
 
 async def test_a_retired_dialogue_s_pending_compaction_is_re_issued_when_it_comes_back(tmp_path):
-    # The summary keeps the questions' numbers, as a summary guard asks of it.
-    summary = "Summary of the p0 dialogue: questions 0 to 9 and 10, answered."
+    # The summary keeps the questions' numbers, as a summary guard asks of it (the newest
+    # too: the guard takes "question 11" for an update of "question 10", so it is current).
+    summary = "Summary of the p0 dialogue: questions 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11."
     llm = ScriptedLLM(ScriptedResponse(hang=True), default=summary)
     runtime = AgentRuntime(keyed_instances=4)
     context = ContextManager(

@@ -104,21 +104,48 @@ def extractive_summary(material: str, limit_bytes: int) -> str:
     line. If not even the best sentence fits, it is shortened at a word boundary. The
     result never exceeds ``limit_bytes`` UTF-8 bytes.
     """
-    sentences: list[str] = []
-    shown: list[str] = []
-    for line in content_lines(material):
-        for sentence in (c for s in _SENTENCE_BREAK.split(line) for c in _clauses(s)):
-            text = _RENDERED_PREFIX.sub("", sentence).strip()
-            if text and _ALNUM.search(text) and text not in shown:
-                sentences.append(sentence)
-                shown.append(text)
-    if not sentences or limit_bytes <= 0:
+    return _extract(_Material.read(material), limit_bytes)
+
+
+class _Material(NamedTuple):
+    """A material's sentences as the extractive summariser weighs them."""
+
+    shown: list[str]
+    """Each sentence as a summary shows it (without its time and source tags)."""
+    unlabelled: list[str]
+    """Each sentence without its speaker labels."""
+    values: list[frozenset[str]]
+    """Each sentence's salient values."""
+    candidates: list[int]
+    """The sentences worth keeping: no restatement of another, none a later one updates."""
+
+    @classmethod
+    def read(cls, material: str) -> _Material:
+        sentences: list[str] = []
+        shown: list[str] = []
+        for line in content_lines(material):
+            for sentence in (c for s in _SENTENCE_BREAK.split(line) for c in _clauses(s)):
+                text = _RENDERED_PREFIX.sub("", sentence).strip()
+                if text and _ALNUM.search(text) and text not in shown:
+                    sentences.append(sentence)
+                    shown.append(text)
+        unlabelled = [_SPEAKER.sub(" ", sentence) for sentence in sentences]
+        values = [salient_values(text) for text in unlabelled]  # once per sentence
+        candidates = _latest_values(
+            _first_statements(sentences, unlabelled, values), unlabelled, values
+        )
+        return cls(shown, unlabelled, values, candidates)
+
+    def stale_values(self) -> frozenset[str]:
+        """The values only sentences that a later one updates carry: superseded readings."""
+        current = frozenset().union(*(self.values[i] for i in self.candidates))
+        return frozenset().union(*self.values) - current
+
+
+def _extract(read: _Material, limit_bytes: int) -> str:
+    shown, unlabelled, values, candidates = read
+    if not shown or limit_bytes <= 0:
         return ""
-    unlabelled = [_SPEAKER.sub(" ", sentence) for sentence in sentences]
-    values = [salient_values(text) for text in unlabelled]  # once per sentence
-    candidates = _latest_values(
-        _first_statements(sentences, unlabelled, values), unlabelled, values
-    )
     ranked = sorted(candidates, key=lambda i: (-_salience(unlabelled[i], values[i]), -i))
     chosen: list[int] = []
     used = -1  # the first sentence needs no separator
@@ -329,17 +356,25 @@ def summary_problem(
     either kind of value, it keeps fewer than the yardstick does, less what may go
     (``MIN_KEPT_SHARE`` of them): the entries' new values, of which none of up to four may
     go; and the previous summary's, of which one may also go while the entries add values
-    (a correction replaces it: "room 12" -> "room 539"). A rolling summary that keeps the
-    new values and drops the old loses them for good; one that keeps the old and drops
-    the newest reading answers with a stale one. A material without values never makes a
+    (a correction replaces it: "room 12" -> "room 539"). An old value may go only for a
+    new value of its kind that the summary keeps (``value_kind``: a correction replaces a
+    value with one of its kind), so a booking reference is not dropped to make room for
+    a room number. A kept value that only a superseded sentence carries (a reading a
+    later one updates) counts for nothing: a stale reading does not make up for the
+    current one dropped. A rolling summary that keeps the new
+    values and drops the old loses them for good; one that keeps the old and drops the
+    newest reading answers with a stale one. A material without values never makes a
     summary fail, nor does one whose values do not fit the limit at all.
     """
     old = salient_values(previous)
     new = salient_values("\n".join(entries)) - old
     if not old and not new:
         return None
-    yardstick = _folded(extractive_summary("\n".join([previous, *entries]), limit_bytes))
+    material = _Material.read("\n".join([previous, *entries]))
+    yardstick = _folded(_extract(material, limit_bytes))
+    stale = material.stale_values()
     text, before = _folded(summary), _folded(previous)
+    new, old = new - stale, old - stale
     fits_new = {value for value in new if value in yardstick}
     fits_old = {value for value in old if value in yardstick}
     kept_new = sum(value in text for value in new)
@@ -353,9 +388,23 @@ def summary_problem(
     ):
         return "frozen"
     may_go_old = _may_go(len(fits_old)) + (1 if fits_new and fits_old else 0)
-    if kept_new < len(fits_new) - _may_go(len(fits_new)) or kept_old < len(fits_old) - may_go_old:
+    replacing = {value_kind(value) for value in new if value in text}
+    if (
+        kept_new < len(fits_new) - _may_go(len(fits_new))
+        or kept_old < len(fits_old) - may_go_old
+        or (
+            kept_old < len(fits_old)
+            and any(value_kind(v) not in replacing for v in fits_old if v not in text)
+        )
+    ):
         return "lossy"
     return None
+
+
+def value_kind(value: str) -> str:
+    """What kind of value ``value`` (one of ``salient_values``) is: ``name`` (no digit),
+    ``time``, ``decimal``, ``number`` or ``code`` (letters and digits: an identifier)."""
+    return _shape(value) if _NUMBER.search(value) else "name"
 
 
 def _may_go(fits: int) -> int:
