@@ -38,6 +38,37 @@ def test_the_replay_of_the_committed_real_model_run_reproduces_its_scores(tmp_pa
     assert replayed["latency"] == recorded["latency"]
 
 
+def test_the_logged_summaries_answered_by_another_model_keep_their_context_scores(
+    tmp_path: Path,
+) -> None:
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    log = str(FIXTURE / "calls.jsonl")
+    args = parser.parse_args(["--replay", log, "--answers-from", "offline", "--out", str(tmp_path)])
+    assert cli.run(args) == 0
+    recorded = json.loads((FIXTURE / "results.json").read_text())
+    replayed = json.loads((tmp_path / "results.json").read_text())
+    assert replayed["models"]["answers"]["model"] == "offline"
+    assert replayed["models"]["compaction"] == recorded["models"]["compaction"]
+    assert set(replayed["latency"]) == set(recorded["latency"]) - {"answer"}
+    (run,) = replayed["runs"]
+    (logged,) = recorded["runs"]
+    assert [p["context_score"] for p in run["probes"]] == [
+        p["context_score"] for p in logged["probes"]
+    ]
+    # The offline model answers from the same context: where its answers differ from the
+    # logged model's, the answering made the difference, not compaction.
+    assert [p["answer"] for p in run["probes"]] != [p["answer"] for p in logged["probes"]]
+
+
+def test_answers_from_another_model_needs_a_replay(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    args = parser.parse_args(["--answers-from", "offline", "--out", str(tmp_path)])
+    with pytest.raises(ValueError, match="--answers-from: goes with --replay"):
+        cli.run(args)
+
+
 def test_the_real_model_run_accepted_no_frozen_or_lossy_summary() -> None:
     recorded = json.loads((FIXTURE / "results.json").read_text())
     for figure in recorded["figures"]:

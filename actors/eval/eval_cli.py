@@ -4,7 +4,9 @@ A run generates the seeded session, runs it once per compaction-prompts variant,
 prints the table, and writes ``results.json``, ``calls.jsonl`` (every model call) and
 ``eval-recall-by-depth.png`` to ``--out``. ``--replay LOG`` runs the same session and
 variants from a log's header with the logged responses instead of models, so the
-scores of a logged run can be reproduced (and rescored after a scorer change) offline.
+scores of a logged run can be reproduced (and rescored after a scorer change) offline;
+with ``--answers-from MODEL`` the logged summaries are replayed and MODEL answers the
+probes, which tells what compaction kept apart from how the logged model answered.
 """
 
 from __future__ import annotations
@@ -74,6 +76,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="LOG",
         help="rerun a logged run from its calls.jsonl with no model",
+    )
+    parser.add_argument(
+        "--answers-from",
+        metavar="MODEL",
+        help="with --replay: answer the probes with MODEL (same forms as --model) instead of "
+        "the logged answers, the compaction still replayed: what the logged summaries are "
+        "worth to another answering model",
     )
     parser.add_argument(
         "--guards",
@@ -196,7 +205,14 @@ def run(args: argparse.Namespace) -> int:
         compaction_llm: LLMService = ReplayLLM([r for r in records if r.service == "compaction"])
         answers_llm: LLMService = ReplayLLM([r for r in records if r.service == "answers"])
         header = {**header, "replayed_from": str(args.replay)}
+        if args.answers_from is not None:
+            answers = model_spec(args.answers_from, args.api_base, args.api_key_env)
+            answers_llm = create_llm(answers)
+            logged = [r for r in records if r.service == "compaction"]
+            header["models"] = {**header["models"], "answers": msgspec.to_builtins(answers)}
     else:
+        if args.answers_from is not None:
+            raise ValueError("--answers-from: goes with --replay (or use --model)")
         answers = model_spec(args.model, args.api_base, args.api_key_env)
         compaction = (
             answers
