@@ -361,10 +361,10 @@ def summary_problem(
     value with one of its kind), so a booking reference is not dropped to make room for
     a room number. A kept value that only a superseded sentence carries (a reading a
     later one updates) counts for nothing: a stale reading does not make up for the
-    current one dropped. A rolling summary that keeps the new
-    values and drops the old loses them for good; one that keeps the old and drops the
-    newest reading answers with a stale one. A material without values never makes a
-    summary fail, nor does one whose values do not fit the limit at all.
+    current one dropped. A rolling summary that keeps the new values and drops the old
+    loses them for good; one that keeps the old and drops the newest reading answers with
+    a stale one. A material without values never makes a summary fail, nor does one whose
+    values do not fit the limit at all.
     """
     old = salient_values(previous)
     new = salient_values("\n".join(entries)) - old
@@ -389,12 +389,13 @@ def summary_problem(
         return "frozen"
     may_go_old = _may_go(len(fits_old)) + (1 if fits_new and fits_old else 0)
     replacing = {value_kind(value) for value in new if value in text}
+    dropped_old = [value for value in fits_old if value not in text]
     if (
         kept_new < len(fits_new) - _may_go(len(fits_new))
         or kept_old < len(fits_old) - may_go_old
         or (
-            kept_old < len(fits_old)
-            and any(value_kind(v) not in replacing for v in fits_old if v not in text)
+            kept_old < len(fits_old)  # the allowance is used: only for a correction
+            and any(value_kind(value) not in replacing for value in dropped_old)
         )
     ):
         return "lossy"

@@ -203,9 +203,10 @@ def run(args: argparse.Namespace) -> int:
         }
         logged = records
         compaction_llm: LLMService = ReplayLLM([r for r in records if r.service == "compaction"])
-        answers_llm: LLMService = ReplayLLM([r for r in records if r.service == "answers"])
         header = {**header, "replayed_from": str(args.replay)}
-        if args.answers_from is not None:
+        if args.answers_from is None:
+            answers_llm: LLMService = ReplayLLM([r for r in records if r.service == "answers"])
+        else:
             answers = model_spec(args.answers_from, args.api_base, args.api_key_env)
             answers_llm = create_llm(answers)
             logged = [r for r in records if r.service == "compaction"]
