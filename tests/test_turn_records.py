@@ -85,8 +85,11 @@ async def test_a_text_turn_through_a_box_leaves_one_record_with_its_stages_in_or
     assert stages["routed"] <= stages["admitted"] <= stages["ended"]
     assert turn.sent_us <= record.query_us
     assert turn.first_chunk_s is not None
-    # the record's first chunk was published before the client got it, its query after sent
-    assert stages["first_chunk"] - stages["query"] <= turn.first_chunk_s * 1e6
+    # the record's stages were stamped before the client got the record, its query after
+    # sent. The client's first chunk does not bound the first_chunk stage: that is stamped
+    # once the chunk's publication returns (it waits for the router's admission), and a
+    # client on the other core may read the chunk first (a clean CI run saw 56,814 us of
+    # stages against the client's 56,780 us); the ordering above bounds it by the end.
     assert stages["ended"] - stages["query"] <= received_s * 1e6
     # the box's renderer (a console sink: no audio frames) played the reply in its process
     assert set(record.crossed) == {
